@@ -1,0 +1,28 @@
+# `make demo` and `make test` each create or reuse .venv and install only what changed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/dlvm-eq demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist

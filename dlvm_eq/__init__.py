@@ -1,0 +1,29 @@
+"""dlvm_eq: DLVM's linear-algebra IR, adjoint code generation and domain-specific optimization
+as declarative rules in one e-graph, with fused llvmlite kernels for CPU and NVIDIA GPUs.
+
+    import dlvm_eq as dq
+    step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1)))
+    print(dq.make_ir(loss)(w, x))
+"""
+from .errors import DlvmError, IRError, ShapeError, SourceError
+from .ir import Module, interpret
+
+__version__ = "0.1.0"
+
+# The public API is assembled from the layers; each import is cheap and has no side effects.
+try:  # parser: dq.parse / dq.load
+    from .ir.parser import load, parse  # noqa: F401
+except ImportError:  # pragma: no cover - during bootstrap
+    pass
+try:  # staged DSL
+    from .dsl import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover
+    pass
+try:  # optimizer
+    from .egraph.optimize import optimize  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+try:  # differentiation
+    from .ad.api import grad, value_and_grad, vjp  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass

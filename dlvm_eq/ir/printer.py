@@ -1,0 +1,124 @@
+"""Prints DLVM textual IR. `parse(print_module(m))` prints identically (tested).
+
+    func @f: (<2 x 3 x f32>) -> <2 x 3 x f32> {
+    'entry(%x: <2 x 3 x f32>):
+        %0 = exp %x: <2 x 3 x f32>
+        return %0: <2 x 3 x f32>
+    }
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .module import AdjointDecl, Const, Function, Instruction, Module, Value
+from .ops import transpose_perm
+from .types import DType, TensorType
+
+
+def format_scalar(value, dtype: DType) -> str:
+    if dtype is DType.bool:
+        return "true" if value else "false"
+    if dtype is DType.i32:
+        return str(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+def format_operand(o) -> str:
+    if isinstance(o, Const):
+        return f"{format_scalar(o.value, o.type.dtype)}: {o.type}"
+    return f"%{o.name}: {o.type}"
+
+
+def format_shape(shape) -> str:
+    return " x ".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _array_literal(a: np.ndarray, dtype: DType) -> str:
+    if a.ndim == 0:
+        return format_scalar(a.item(), dtype)
+    return "<" + ", ".join(_array_literal(x, dtype) for x in a) + ">"
+
+
+def format_instruction(inst: Instruction) -> str:
+    ops = inst.operands
+    a = inst.attrs
+    name = inst.op
+    args = ", ".join(format_operand(o) for o in ops)
+    if name == "reduce":
+        x = ops[0]
+        init = format_scalar(a["init"], x.type.dtype)
+        text = f"reduce {args} by {a['combinator']} init {init}: {x.type.dtype} along " + \
+               ", ".join(str(ax) for ax in a["axes"])
+    elif name in ("shapeCast", "broadcast"):
+        text = f"{name} {args} to {format_shape(a['shape'])}"
+    elif name in ("padShape", "squeezeShape"):
+        text = f"{name} {args} at {a['at']}"
+    elif name == "dataTypeCast":
+        text = f"dataTypeCast {args} to {a['dtype']}"
+    elif name == "transpose":
+        perm = transpose_perm(ops[0].type.rank, a)
+        text = f"transpose {args}"
+        if perm != tuple(reversed(range(ops[0].type.rank))):
+            text += " along " + ", ".join(map(str, perm))
+    elif name == "concatenate":
+        text = f"concatenate {args} along {a['axis']}"
+    elif name == "extract":
+        text = f"extract {a['index']} from {args}"
+    elif name == "select":
+        text = f"select {format_operand(ops[0])}, {format_operand(ops[1])} by {format_operand(ops[2])}"
+    elif name == "literal":
+        t: TensorType = a["type"]
+        v = np.asarray(a["value"])
+        body = _array_literal(v, t.dtype) if v.ndim else format_scalar(v.item(), t.dtype)
+        text = f"literal {body}: {t}"
+    elif name == "tuple":
+        text = f"literal ({args}): {inst.result.type}"
+    elif name == "apply":
+        text = f"apply @{a['callee']}({args})"
+    else:
+        text = f"{name} {args}"
+    return f"%{inst.result.name} = {text}"
+
+
+def format_adjoint(d: AdjointDecl) -> str:
+    text = f"[adjoint @{d.of}"
+    if d.from_index is not None:
+        text += f" from {d.from_index}"
+    if d.wrt is not None:
+        text += " wrt " + ", ".join(map(str, d.wrt))
+    if d.keeping is not None:
+        text += " keeping " + ", ".join(map(str, d.keeping))
+    if d.seedable:
+        text += " seedable"
+    return text + "]"
+
+
+def print_function(fn: Function) -> str:
+    sig = f"func @{fn.name}: ({', '.join(str(t) for t in fn.param_types)}) -> {fn.result_type}"
+    lines = []
+    if fn.adjoint is not None:
+        lines.append(format_adjoint(fn.adjoint))
+    if fn.is_declaration:
+        lines.append(sig)
+        return "\n".join(lines)
+    lines.append(sig + " {")
+    params = ", ".join(f"%{p.name}: {p.type}" for p in fn.params)
+    lines.append(f"'entry({params}):")
+    for inst in fn.body:
+        lines.append("    " + format_instruction(inst))
+    lines.append(f"    return {format_operand(fn.ret)}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def print_module(m: Module) -> str:
+    parts = [f'module "{m.name}"', f"stage {m.stage}", ""]
+    parts.append("\n\n".join(print_function(f) for f in m.functions.values()))
+    return "\n".join(parts) + "\n"
