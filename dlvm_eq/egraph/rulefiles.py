@@ -1,0 +1,28 @@
+"""Finding the shipped rule files: the repository's rules/ first (an editable install has no
+package copy), then the copy force-included in the wheel at dlvm_eq/rules."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DlvmError
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def rules_dir() -> Path:
+    for candidate in (_PACKAGE.parent / "rules", _PACKAGE / "rules"):
+        if (candidate / "schema.egg").is_file():
+            return candidate
+    raise DlvmError("cannot find the rule files (rules/schema.egg); is dlvm_eq installed correctly?")
+
+
+def rule_file(name: str) -> Path:
+    return rules_dir() / name
+
+
+def read_rule_file(path: str | Path) -> tuple[str, str]:
+    """(text, filename) of a rule file; a missing file is the user's error, not a traceback."""
+    p = Path(path)
+    if not p.is_file():
+        raise DlvmError(f"{path}: no such rule file")
+    return p.read_text(), str(p)

@@ -1,0 +1,153 @@
+"""Reading egglog's serialized e-graph (extraction-gym JSON) back in terms of IR ops.
+
+`decode(graph, node_id)` turns a Term node into (IR op, term children, attributes);
+`class_types` gives every Term e-class its IR type by evaluating the op table's type rules
+bottom-up, so the cost model and the unloader never depend on egglog's own analysis.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import IRError
+from ..ir.ops import OPS
+from ..ir.types import DType, TensorType
+
+EGG_TO_OP: dict[str, str] = {spec.egg: name for name, spec in OPS.items()
+                             if spec.kind not in ("tuple", "call", "literal")}
+LEAVES = ("Var", "Const", "Lit")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    egg: str                      # constructor name
+    op: str | None                # IR op name (None for leaves)
+    children: tuple[str, ...]     # node ids of Term children (any node of the child's class)
+    attrs: dict[str, Any]
+
+
+class Graph:
+    """A serialized e-graph with helpers; `nodes` is egglog's JSON `nodes` dict."""
+
+    def __init__(self, data: dict | str):
+        if isinstance(data, str):
+            data = json.loads(data)
+        self.data = data
+        self.nodes: dict[str, dict] = data["nodes"]
+        self.class_data: dict[str, dict] = data.get("class_data", {})
+        self.roots: list[str] = list(data.get("root_eclasses", []))
+        self.classes: dict[str, list[str]] = {}
+        for nid, node in self.nodes.items():
+            if node.get("subsumed"):
+                continue
+            self.classes.setdefault(node["eclass"], []).append(nid)
+        self._decoded: dict[str, Decoded] = {}
+
+    def is_term_class(self, eclass: str) -> bool:
+        return self.class_data.get(eclass, {}).get("type") == "Term"
+
+    def term_nodes(self, eclass: str) -> list[str]:
+        """The e-nodes of a Term class that are constructors (not analysis function entries)."""
+        return [n for n in self.classes.get(eclass, []) if self.nodes[n]["op"] in _KNOWN]
+
+    def eclass(self, nid: str) -> str:
+        return self.nodes[nid]["eclass"]
+
+    def primitive(self, nid: str):
+        node = self.nodes[nid]
+        op = node["op"]
+        if op == "vec-of":
+            return tuple(int(self.primitive(c)) for c in node["children"])
+        if op == "vec-empty":
+            return ()
+        if op.startswith('"'):
+            return json.loads(op)
+        if op in ("true", "false"):
+            return op == "true"
+        try:
+            return int(op)
+        except ValueError:
+            return float(op)
+
+    def decode(self, nid: str) -> Decoded:
+        d = self._decoded.get(nid)
+        if d is None:
+            d = self._decoded[nid] = _decode(self, nid)
+        return d
+
+
+def _decode(g: Graph, nid: str) -> Decoded:
+    node = g.nodes[nid]
+    egg, ch = node["op"], node["children"]
+    p = g.primitive
+    if egg == "Var":
+        return Decoded(egg, None, (), {"name": p(ch[0])})
+    if egg == "Const":
+        return Decoded(egg, None, (), {"value": float(p(ch[0])), "dtype": DType(p(ch[1]))})
+    if egg == "Lit":
+        return Decoded(egg, None, (), {"key": p(ch[0])})
+    op = EGG_TO_OP.get(egg)
+    if op is None:
+        raise IRError(f"e-graph node {egg!r} has no IR op")
+    if egg == "Transpose":
+        return Decoded(egg, op, (ch[0],), {"perm": p(ch[1])})
+    if egg == "Reduce":
+        return Decoded(egg, op, (ch[0],), {"combinator": p(ch[1]), "init": float(p(ch[2])),
+                                           "axes": (int(p(ch[3])),)})
+    if egg in ("ShapeCast", "Broadcast"):
+        return Decoded(egg, op, (ch[0],), {"shape": p(ch[1])})
+    if egg in ("PadShape", "SqueezeShape"):
+        return Decoded(egg, op, (ch[0],), {"at": int(p(ch[1]))})
+    if egg == "DataTypeCast":
+        return Decoded(egg, op, (ch[0],), {"dtype": DType(p(ch[1]))})
+    if egg == "Concatenate":
+        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
+    return Decoded(egg, op, tuple(ch), {})
+
+
+_KNOWN = set(EGG_TO_OP) | set(LEAVES)
+
+
+def leaf_type(d: Decoded, var_types: dict[str, TensorType],
+              literals: dict[str, np.ndarray]) -> TensorType:
+    if d.egg == "Var":
+        return var_types[d.attrs["name"]]
+    if d.egg == "Const":
+        return TensorType((), d.attrs["dtype"])
+    value = literals[d.attrs["key"]]
+    return TensorType(value.shape, DType.from_numpy(value.dtype))
+
+
+def class_types(g: Graph, var_types: dict[str, TensorType],
+                literals: dict[str, np.ndarray]) -> dict[str, TensorType]:
+    """IR type of every Term e-class reachable bottom-up; ill-typed nodes are skipped."""
+    types: dict[str, TensorType] = {}
+    pending = [nid for cls, nids in g.classes.items() if g.is_term_class(cls)
+               for nid in nids if g.nodes[nid]["op"] in _KNOWN]
+    changed = True
+    while changed and pending:
+        changed = False
+        rest = []
+        for nid in pending:
+            cls = g.eclass(nid)
+            if cls in types:
+                continue
+            d = g.decode(nid)
+            if d.op is None:
+                types[cls] = leaf_type(d, var_types, literals)
+                changed = True
+                continue
+            kids = [types.get(g.eclass(c)) for c in d.children]
+            if any(k is None for k in kids):
+                rest.append(nid)
+                continue
+            try:
+                types[cls] = OPS[d.op].result_type(kids, d.attrs)
+                changed = True
+            except IRError:
+                rest.append(nid)
+        pending = rest
+    return types

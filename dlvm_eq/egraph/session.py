@@ -1,0 +1,81 @@
+"""One egglog e-graph holding the schema, rule files and loaded programs.
+
+    s = EGraphSession()                     # schema.egg loaded
+    s.add_rules_file("rules/algebra.egg")
+    prog = s.add_function(fn, module)        # the function's terms, roots are its results
+    s.run_analysis()
+    graph = s.serialize(prog.roots)          # Graph with root e-classes in order
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from egglog.bindings import EGraph, EggSmolError, PanicSpan
+from egglog.bindings import Var as EggVar
+
+from ..errors import DlvmError, SourceError
+from ..ir.module import Function, Module
+from .rulefiles import read_rule_file, rule_file
+from .serialized import Graph
+from .terms import LoadedProgram, load_function
+
+
+class RuleFileError(SourceError):
+    """A mistake in a rule file: file, line and the rule's text."""
+
+
+_LOCATION = re.compile(r"In (\d+):(\d+)-(\d+:)?(\d+) of ([^:\n]+)")
+
+
+def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
+    """egglog's error as the project's own, pointing at the file, line and rule text."""
+    msg = str(err).strip()
+    m = _LOCATION.search(msg)
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+        lines = text.splitlines()
+        src = lines[line - 1] if 0 < line <= len(lines) else None
+        clean = _LOCATION.sub("", msg).strip(" :")
+        return RuleFileError(clean or msg, filename, line, col, src)
+    return RuleFileError(msg, filename)
+
+
+class EGraphSession:
+    def __init__(self, schema: bool = True):
+        self.egraph = EGraph()
+        self.files: list[str] = []
+        self._programs = 0
+        if schema:
+            self.add_rules_file(rule_file("schema.egg"))
+
+    def run_text(self, text: str, filename: str = "<egglog>"):
+        try:
+            commands = self.egraph.parse_program(text, filename=filename)
+            return self.egraph.run_program(*commands)
+        except EggSmolError as e:
+            raise egg_error(e, text, filename) from None
+
+    def add_rules_file(self, path: str | Path):
+        text, filename = read_rule_file(path)
+        self.files.append(filename)
+        return self.run_text(text, filename)
+
+    def add_rules_text(self, text: str, filename: str = "<rules>"):
+        return self.run_text(text, filename)
+
+    def add_function(self, fn: Function, module: Module | None = None) -> LoadedProgram:
+        prefix = f"p{self._programs}_"
+        self._programs += 1
+        prog = load_function(fn, module, prefix=prefix)
+        self.run_text(prog.text, f"<program @{fn.name}>")
+        return prog
+
+    def run_analysis(self):
+        return self.run_text("(run-schedule (saturate (run analysis)))")
+
+    def serialize(self, roots: list[str]) -> Graph:
+        """The e-graph as extraction-gym JSON; `roots` are let names, e.g. prog.roots."""
+        span = PanicSpan()
+        ser = self.egraph.serialize([EggVar(span, r) for r in roots])
+        return Graph(ser.to_json())

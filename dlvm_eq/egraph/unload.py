@@ -1,0 +1,141 @@
+"""The unloader: an extracted choice (e-class -> e-node) becomes an IR function again.
+
+Explicit broadcasts feeding elementwise ops become implicit again, scalar constants become
+`1.0: f32` operands, and chains of one-axis reductions merge back into one multi-axis `reduce`.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+from ..errors import IRError
+from ..ir.module import Const, Function, FunctionBuilder, Value
+from ..ir.ops import ELEMENTWISE_KINDS, OPS
+from ..ir.types import TensorType, broadcast_shapes
+from .serialized import Graph
+from .terms import REDUCE_IDENTITY, LoadedProgram
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+class _Unloader:
+    def __init__(self, g: Graph, choice: dict[str, str], prog: LoadedProgram, name: str):
+        self.g, self.choice, self.prog = g, choice, prog
+        self.b = FunctionBuilder(name, [p.type for p in prog.params], [p.name for p in prog.params])
+        self.params = {p.name: v for p, v in zip(prog.params, self.b.params)}
+        self.values: dict[str, Value | Const] = {}
+        self.uses: dict[str, int] = {}
+
+    def node(self, cls: str):
+        try:
+            return self.g.decode(self.choice[cls])
+        except KeyError:
+            raise IRError(f"extraction chose no node for e-class {cls}") from None
+
+    def count_uses(self, roots: list[str]) -> None:
+        seen: set[str] = set()
+        stack = list(roots)
+        while stack:
+            cls = stack.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            for c in self.node(cls).children:
+                cc = self.g.eclass(c)
+                self.uses[cc] = self.uses.get(cc, 0) + 1
+                stack.append(cc)
+
+    def operand(self, cls: str, want_value: bool) -> Value | Const:
+        """The IR operand for an e-class; a scalar constant stays a Const unless a Value is needed."""
+        d = self.node(cls)
+        if d.egg == "Const" and not want_value:
+            return Const.of(d.attrs["value"], d.attrs["dtype"])
+        return self.value(cls)
+
+    def value(self, cls: str) -> Value:
+        v = self.values.get(cls)
+        if v is None:
+            v = self.values[cls] = self.emit(cls)
+        return v
+
+    def emit(self, cls: str) -> Value:
+        d = self.node(cls)
+        b = self.b
+        if d.egg == "Var":
+            return self.params[d.attrs["name"]]
+        if d.egg == "Const":
+            t = TensorType((), d.attrs["dtype"])
+            return b.emit("literal", [], value=Const.of(d.attrs["value"], t.dtype).value, type=t)
+        if d.egg == "Lit":
+            arr = self.prog.literals[d.attrs["key"]]
+            t = TensorType(arr.shape, self.prog_literal_dtype(arr))
+            return b.emit("literal", [], value=arr, type=t)
+        spec = OPS[d.op]
+        kids = [self.g.eclass(k) for k in d.children]
+        if spec.kind in ELEMENTWISE_KINDS:
+            return b.emit(d.op, [self.elementwise_operand(k) for k in kids])
+        if d.op == "reduce":
+            return self.emit_reduce(d, kids[0])
+        attrs = dict(d.attrs)
+        if d.op == "transpose" and tuple(attrs["perm"]) == tuple(reversed(range(len(attrs["perm"])))):
+            attrs["perm"] = None
+        return b.emit(d.op, [self.value(k) for k in kids], **attrs)
+
+    @staticmethod
+    def prog_literal_dtype(arr):
+        from ..ir.types import DType
+        return DType.from_numpy(arr.dtype)
+
+    def elementwise_operand(self, cls: str) -> Value | Const:
+        # (Broadcast x s) feeding an elementwise op is implicit again when numpy rules allow it.
+        d = self.node(cls)
+        if d.egg == "Broadcast":
+            inner = self.g.eclass(d.children[0])
+            inner_op = self.operand(inner, want_value=False)
+            if isinstance(inner_op, Const):
+                return inner_op
+            shape = tuple(d.attrs["shape"])
+            if broadcast_shapes(inner_op.type.shape, shape) == shape and \
+                    len(inner_op.type.shape) <= len(shape):
+                return inner_op
+        return self.operand(cls, want_value=False)
+
+    def emit_reduce(self, d, child: str) -> Value:
+        comb, init = d.attrs["combinator"], d.attrs["init"]
+        chain = [d.attrs["axes"][0]]          # outermost first
+        cls = child
+        # merge inner one-axis reductions that nobody else uses
+        while True:
+            inner = self.node(cls)
+            if (inner.egg == "Reduce" and inner.attrs["combinator"] == comb
+                    and _same(inner.attrs["init"], REDUCE_IDENTITY[comb])
+                    and self.uses.get(cls, 0) <= 1 and cls not in self.values):
+                chain.append(inner.attrs["axes"][0])
+                cls = self.g.eclass(inner.children[0])
+            else:
+                break
+        x = self.value(cls)
+        removed: list[int] = []
+        for ax in reversed(chain):            # innermost first: map to x's original axes
+            remaining = [i for i in range(x.type.rank) if i not in removed]
+            removed.append(remaining[ax])
+        return self.b.emit("reduce", [x], combinator=comb, init=init, axes=tuple(sorted(removed)))
+
+
+def unload(g: Graph, choice: dict[str, str], prog: LoadedProgram, roots: list[str],
+           name: str | None = None) -> Function:
+    """The IR function computing the root e-classes with the chosen e-nodes."""
+    u = _Unloader(g, choice, prog, name or prog.name)
+    u.count_uses(roots)
+    # emission recurses along the program's depth; deep unrolled programs need headroom
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000 + 8 * len(u.uses)))
+    try:
+        outs = [u.value(r) for r in roots]
+    finally:
+        sys.setrecursionlimit(limit)
+    if prog.result_is_tuple:
+        return u.b.finish(outs)
+    return u.b.finish(outs[0])
