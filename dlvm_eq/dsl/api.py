@@ -1,0 +1,119 @@
+"""The user's entry points: `make_ir` (like `jax.make_jaxpr`) and `jit`.
+
+    print(dq.make_ir(loss)(w, x))          # module "loss" ... func @loss: (...) -> f32 { ... }
+    f = dq.jit(loss)                       # traced and compiled on the first call,
+    f(w, x); f(w, x)                       # then cached per argument shapes and dtypes
+    f.lower(w, x)                          # the Module it compiled
+
+Back ends plug in through `register_backend(target, compile)`, where
+`compile(module, name) -> callable(*numpy arrays)`; this layer registers only "interp".
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+from ..errors import DlvmError
+from ..ir.interp import interpret
+from ..ir.module import Module
+from ..ir.verifier import verify
+from .tensor import Tensor
+from .tracing import function_name, trace, type_of
+
+DEFAULT_TARGET = "interp"  # becomes "cpu" when the CPU code generator lands
+
+_BACKENDS: dict = {}
+
+
+def register_backend(target: str, compile) -> None:
+    """`compile(module, name)` returns a callable taking and returning numpy arrays."""
+    _BACKENDS[target] = compile
+
+
+def _compile_interp(module: Module, name: str):
+    def run(*arrays):
+        out = interpret(module, name, *arrays)
+        # a returned parameter would alias the caller's array; jit outputs are fresh arrays
+        if isinstance(out, tuple):
+            return tuple(o.copy() if any(o is a for a in arrays) else o for o in out)
+        return out.copy() if any(out is a for a in arrays) else out
+    return run
+
+
+register_backend("interp", _compile_interp)
+
+
+def _load_code_generators() -> None:
+    """The code generator registers "cpu"/"gpu" when imported; it sits to the right of this
+    layer, so it is imported only on demand, by name."""
+    import importlib
+    try:
+        importlib.import_module("dlvm_eq.codegen")
+    except ImportError:
+        pass
+
+
+def make_ir(fn, name: str | None = None):
+    """`make_ir(fn)(*example_args) -> Module` holding one function named after `fn`. Example
+    args are numpy arrays, Python or numpy scalars, or `dq.spec(shape, dtype)`."""
+    def build(*example_args) -> Module:
+        function = trace(fn, example_args, name=name or function_name(fn))
+        module = Module(function.name)
+        module.add(function)
+        verify(module)
+        return module
+    functools.update_wrapper(build, fn, updated=())
+    return build
+
+
+class Jitted:
+    """A function compiled on first call for each distinct list of argument shapes/dtypes."""
+
+    def __init__(self, fn, target: str = DEFAULT_TARGET):
+        if target not in _BACKENDS:
+            _load_code_generators()
+        if target not in _BACKENDS:
+            known = ", ".join(sorted(_BACKENDS))
+            raise DlvmError(f"jit: unknown target {target!r} (available: {known})")
+        self.fn, self.target = fn, target
+        self._cache: dict[tuple, tuple[Module, object]] = {}
+        functools.update_wrapper(self, fn, updated=())
+
+    def _positional(self, args, kwargs):
+        if not kwargs:
+            return args
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        if bound.kwargs:
+            raise DlvmError("jit: keyword-only arguments are not supported")
+        return bound.args
+
+    def _entry(self, args):
+        key = tuple((t.shape, t.dtype) for t in map(type_of, args))
+        entry = self._cache.get(key)
+        if entry is None:
+            module = make_ir(self.fn)(*args)
+            entry = self._cache[key] = (module, _BACKENDS[self.target](module, module.name))
+        return entry
+
+    def __call__(self, *args, **kwargs):
+        args = self._positional(args, kwargs)
+        if any(isinstance(a, Tensor) for a in args):  # jit inside a trace: just trace through
+            return self.fn(*args)
+        return self._entry(args)[1](*args)
+
+    def lower(self, *args, **kwargs) -> Module:
+        """The IR Module compiled for these arguments (cached like a call)."""
+        return self._entry(self._positional(args, kwargs))[0]
+
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+
+def jit(fn=None, *, target: str = DEFAULT_TARGET):
+    """`dq.jit(f)`, `dq.jit(f, target="interp")` or `@dq.jit(target=...)`."""
+    if fn is None:
+        return lambda f: Jitted(f, target)
+    return Jitted(fn, target)

@@ -1,0 +1,43 @@
+"""Numerically stable composites, built from primitives only (so the adjoint rules and the
+e-graph see nothing new): subtract the maximum before `exp`.
+
+    softmax(x)    = exp(x - max(x)) / sum(exp(x - max(x)))
+    logsumexp(x)  = max(x) + log(sum(exp(x - max(x))))
+"""
+from __future__ import annotations
+
+# Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
+
+from . import ops
+from .ops import normalize_axes, shape_of
+
+
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along `axis`, stable for large inputs."""
+    axis = normalize_axes(axis, shape_of(x), "softmax")
+    e = ops.exp(ops.subtract(x, ops.max(x, axis, keepdims=True)))
+    return ops.divide(e, ops.sum(e, axis, keepdims=True))
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along `axis`, stable for large inputs."""
+    axis = normalize_axes(axis, shape_of(x), "log_softmax")
+    shifted = ops.subtract(x, ops.max(x, axis, keepdims=True))
+    return ops.subtract(shifted, ops.log(ops.sum(ops.exp(shifted), axis, keepdims=True)))
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) over `axis` (None: all axes), stable for large inputs."""
+    shape = shape_of(x)
+    axes = normalize_axes(axis, shape, "logsumexp")
+    m = ops.max(x, axes, keepdims=True)
+    s = ops.log(ops.sum(ops.exp(ops.subtract(x, m)), axes, keepdims=keepdims))
+    if not keepdims:
+        m = ops.reshape(m, tuple(d for i, d in enumerate(shape) if i not in axes))
+    return ops.add(s, m)
+
+
+def softmax_cross_entropy(logits, onehot, axis=-1):
+    """Per-row loss -sum(onehot * log_softmax(logits)) along `axis` (the class axis)."""
+    axis = normalize_axes(axis, shape_of(logits), "softmax_cross_entropy")
+    return ops.negative(ops.sum(ops.multiply(onehot, log_softmax(logits, axis)), axis))

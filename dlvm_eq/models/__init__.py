@@ -1,0 +1,1 @@
+"""Bundled models: the MLP classifier that `dlvm-eq demo` and the benchmarks train."""
