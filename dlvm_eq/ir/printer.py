@@ -27,6 +27,8 @@ def format_scalar(value, dtype: DType) -> str:
         return "nan"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
+    if dtype is DType.f32:  # the shortest text that reads back to the same float32
+        return str(np.float32(v))
     return repr(v)
 
 
@@ -54,8 +56,9 @@ def format_instruction(inst: Instruction) -> str:
     if name == "reduce":
         x = ops[0]
         init = format_scalar(a["init"], x.type.dtype)
-        text = f"reduce {args} by {a['combinator']} init {init}: {x.type.dtype} along " + \
-               ", ".join(str(ax) for ax in a["axes"])
+        text = f"reduce {args} by {a['combinator']} init {init}: {x.type.dtype}"
+        if a["axes"]:
+            text += " along " + ", ".join(str(ax) for ax in a["axes"])
     elif name in ("shapeCast", "broadcast"):
         text = f"{name} {args} to {format_shape(a['shape'])}"
     elif name in ("padShape", "squeezeShape"):

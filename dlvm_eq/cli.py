@@ -1,0 +1,212 @@
+"""The `dlvm-eq` command line. Each subcommand is one small function plus its arguments,
+registered in COMMANDS; `run` targets are registered in TARGETS.
+
+    dlvm-eq check examples/mlp.dl                   # parse + verify: "ok: 2 functions"
+    dlvm-eq fmt examples/mlp.dl [-i]                # canonical text (in place with -i)
+    dlvm-eq run examples/mlp.dl -f mlp --random     # reference interpreter on random inputs
+
+A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import cli_grad, cli_optimize
+from .errors import DlvmError, SourceError
+from .ir import Module, interpret, verify
+from .ir.module import Function
+from .ir.parser import load
+from .ir.sample import sample_inputs
+
+PROG = "dlvm-eq"
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int | None]
+
+
+# ---------------------------------------------------------------- run targets
+
+def _run_interp(module: Module, name: str, arrays: list[np.ndarray], float64: bool):
+    return interpret(module, name, *arrays, float64=float64)
+
+
+# target name -> runner(module, function name, arrays, float64) -> array or tuple of arrays
+TARGETS: dict[str, Callable[[Module, str, list[np.ndarray], bool], object]] = {
+    "interp": _run_interp,
+}
+
+
+# ---------------------------------------------------------------- check
+
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .dl file")
+
+
+def check(args: argparse.Namespace) -> int:
+    module = load(args.file)
+    verify(module)
+    n = len(module.functions)
+    print(f"ok: {n} function{'s' * (n != 1)}")
+    return 0
+
+
+# ---------------------------------------------------------------- fmt
+
+def _fmt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .dl file")
+    p.add_argument("-i", "--in-place", action="store_true", help="rewrite the file instead of printing")
+
+
+def fmt(args: argparse.Namespace) -> int:
+    module = load(args.file)
+    verify(module)
+    text = str(module)
+    if args.in_place:
+        _write_text(Path(args.file), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------- run
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .dl file")
+    p.add_argument("-f", "--function", required=True, metavar="NAME", help="the function to run")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inputs", metavar="IN.npz",
+                        help="arrays named after the parameters (x, w, ...) or arg0, arg1, ...")
+    source.add_argument("--random", action="store_true",
+                        help="standard-normal floats, small ints, random bools")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)")
+    p.add_argument("--float64", action="store_true", help="compute float tensors in float64")
+    p.add_argument("--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)")
+
+
+def run(args: argparse.Namespace) -> int:
+    module = load(args.file)
+    verify(module)
+    fn = module[args.function]
+    if args.random:
+        arrays = sample_inputs(fn, np.random.default_rng(args.seed))
+    else:
+        arrays = _read_inputs(Path(args.inputs), fn)
+    result = TARGETS[args.target](module, fn.name, arrays, args.float64)
+    outputs = _name_outputs(result)
+    with np.printoptions(threshold=200, edgeitems=4, precision=6, linewidth=100):
+        for name, a in outputs.items():
+            print(f"{name}: shape {a.shape}, {a.dtype}")
+            print(np.array2string(a))
+    if args.output:
+        _save_npz(Path(args.output), outputs)
+    return 0
+
+
+def _name_outputs(result) -> dict[str, np.ndarray]:
+    if isinstance(result, tuple):
+        return {f"out{i}": np.asarray(a) for i, a in enumerate(result)}
+    return {"out": np.asarray(result)}
+
+
+def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise DlvmError(f"{path}: expected a .npz archive (numpy.savez), not a single array")
+        with archive:
+            stored = {k: archive[k] for k in archive.files}
+    except DlvmError:
+        raise
+    except FileNotFoundError:
+        raise DlvmError(f"{path}: no such file") from None
+    except Exception as e:  # noqa: BLE001 - numpy raises many types for a file that is not an .npz
+        raise DlvmError(f"{path}: cannot read as a .npz archive: {e}") from None
+    arrays, used = [], set()
+    for i, p in enumerate(fn.params):
+        key = p.name if p.name in stored else f"arg{i}"
+        if key not in stored:
+            held = ", ".join(sorted(stored)) or "nothing"
+            raise DlvmError(f"{path}: no array for parameter {i} (%{p.name}: {p.type}) of @{fn.name}; "
+                            f"expected '{p.name}' or 'arg{i}', the file holds {held}")
+        arrays.append(stored[key])
+        used.add(key)
+    unused = sorted(set(stored) - used)
+    if unused:
+        print(f"{PROG}: note: {path} arrays not used by @{fn.name}: {', '.join(unused)}", file=sys.stderr)
+    return arrays
+
+
+def _save_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **outputs)
+    except OSError as e:
+        raise DlvmError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise DlvmError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------- the table and main
+
+COMMANDS: list[Command] = [
+    Command("check", "parse and verify a .dl file", _check_arguments, check),
+    Command("fmt", "print a .dl file in canonical form", _fmt_arguments, fmt),
+    Command("run", "run a function of a .dl file", _run_arguments, run),
+    Command("grad", "print the adjoint of a function as DLVM IR", cli_grad.arguments, cli_grad.run),
+    Command("opt", "optimize a .dl file with the e-graph", cli_optimize.opt_arguments, cli_optimize.opt),
+    Command("query", "the cheapest equivalent form of an expression", cli_optimize.query_arguments,
+            cli_optimize.query),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="DLVM IR, adjoints and optimizations in an e-graph.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.arguments(p)
+        p.set_defaults(handler=cmd.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage errors (2) and --help (0)
+        return int(e.code or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except SourceError as e:
+        print(e, file=sys.stderr)
+    except DlvmError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `dlvm-eq fmt x.dl | head`: the reader left; not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so that the exit flush does not fail
+        return 1
+    return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

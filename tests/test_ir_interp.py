@@ -1,0 +1,390 @@
+"""The reference interpreter against numpy written out directly, for every op in the op table
+(a new op without a case here fails test_every_op_has_a_case), with broadcasting corner cases
+and reductions over several axes with each combinator and init."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dlvm_eq.errors import DlvmError
+from dlvm_eq.ir import (BOOL, F32, F64, I32, OPS, Const, FunctionBuilder, Module, TensorType,
+                        TupleType, interpret)
+from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
+
+RNG = np.random.default_rng(1234)
+
+# ---------------------------------------------------------------- references, written independently
+
+REF_UNARY = {
+    "negate": lambda x: 0 - x, "exp": lambda x: np.e ** x, "log": np.log, "tanh": np.tanh,
+    "sinh": lambda x: (np.exp(x) - np.exp(-x)) / 2, "cosh": lambda x: (np.exp(x) + np.exp(-x)) / 2,
+    "sin": np.sin, "cos": np.cos, "tan": lambda x: np.sin(x) / np.cos(x), "sqrt": lambda x: x ** 0.5,
+    "rsqrt": lambda x: x ** -0.5, "square": lambda x: x * x, "sign": lambda x: (x > 0) * 1 - (x < 0) * 1,
+    "floor": np.floor, "ceil": np.ceil, "round": lambda x: np.round(x),  # half to even, like DLVM/LLVM rint
+    "abs": lambda x: np.where(x < 0, -x, x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.where(x > 0, x, 0), "log1p": lambda x: np.log(1 + x),
+    "expm1": lambda x: np.exp(x) - 1, "softplus": lambda x: np.log(1 + np.exp(x)),
+}
+POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "log1p"}
+
+
+def _c_divide(a, b):
+    """C-style: truncate toward zero; x / 0 is 0 (the IR's definition, like LLVM's sdiv without UB)."""
+    a, b = np.broadcast_arrays(a, b)
+    out = [0 if y == 0 else int(x / y) if abs(x) < 2**52 else 0 for x, y in zip(a.ravel().tolist(), b.ravel().tolist())]
+    return np.array(out, dtype=np.int64).reshape(a.shape)
+
+
+REF_BINARY = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: a / b if np.result_type(a, b).kind == "f" else _c_divide(a, b),
+    "power": lambda a, b: np.exp(b * np.log(a)), "min": lambda a, b: np.where(a < b, a, b),
+    "max": lambda a, b: np.where(a > b, a, b),
+}
+REF_COMPARE = {
+    "equal": lambda a, b: a == b, "notEqual": lambda a, b: a != b, "lessThan": lambda a, b: a < b,
+    "lessThanOrEqual": lambda a, b: a <= b, "greaterThan": lambda a, b: a > b,
+    "greaterThanOrEqual": lambda a, b: a >= b,
+}
+REF_LOGIC = {"and": lambda a, b: a & b, "or": lambda a, b: a | b, "not": lambda a: ~a}
+
+# broadcasting corner cases: scalars, (1, n) vs (m, 1), rank extension, size-1 axes, equal shapes
+SHAPE_PAIRS = [((), ()), ((), (3,)), ((4,), ()), ((1, 4), (3, 1)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)),
+               ((2, 1, 4), (3, 1)), ((3, 4), (3, 4)), ((1,), (2, 3)), ((2, 1, 1), (1, 3, 1))]
+
+
+def run(op, operand_types, arrays, float64=False, **attrs):
+    """Build @f with one `op` instruction over parameters of the given types and run it."""
+    b = FunctionBuilder("f", operand_types)
+    out = b.emit(op, list(b.params), **attrs)
+    m = Module("t")
+    m.add(b.finish(out))
+    return interpret(m, "f", *arrays, float64=float64)
+
+
+def sample(shape, dtype, positive=False):
+    if dtype is BOOL:
+        return RNG.random(shape) < 0.5
+    if dtype is I32:
+        return RNG.integers(-6, 7, size=shape).astype(np.int32)
+    a = RNG.standard_normal(shape)
+    if positive:
+        a = np.abs(a) + 0.1
+    return a.astype(dtype.numpy)
+
+
+def close(got, want, dtype):
+    want = np.asarray(want)
+    assert np.shape(got) == want.shape
+    if dtype in (F32, F64):
+        rtol = 1e-5 if dtype is F32 else 1e-12
+        np.testing.assert_allclose(np.asarray(got, np.float64), want.astype(np.float64), rtol=rtol, atol=rtol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- elementwise
+
+def check_unary(op):
+    spec = OPS[op]
+    for dtype in (F32, F64) + (() if spec.float_only else (I32,)):
+        for shape in [(), (5,), (2, 3)]:
+            x = sample(shape, dtype, positive=op in POSITIVE_DOMAIN)
+            got = run(op, [TensorType(shape, dtype)], [x])
+            assert got.dtype == dtype.numpy
+            close(got, REF_UNARY[op](x.astype(np.float64) if dtype.is_float else x), dtype)
+    # float64=True computes a float32 program in float64
+    x = sample((4,), F32, positive=op in POSITIVE_DOMAIN)
+    got = run(op, [TensorType((4,), F32)], [x], float64=True)
+    assert got.dtype == np.float64
+    close(got, REF_UNARY[op](x.astype(np.float64)), F64)
+
+
+def check_binary(op):
+    spec = OPS[op]
+    for dtype in (F32, F64) + (() if spec.float_only else (I32,)):
+        for sa, sb in SHAPE_PAIRS:
+            a = sample(sa, dtype, positive=op == "power")
+            b = sample(sb, dtype)
+            if op == "divide" and dtype.is_float:
+                b = np.where(b == 0, 1, b).astype(b.dtype)
+            got = run(op, [TensorType(sa, dtype), TensorType(sb, dtype)], [a, b])
+            assert got.dtype == dtype.numpy and got.shape == np.broadcast_shapes(sa, sb)
+            ref_args = (a.astype(np.float64), b.astype(np.float64)) if dtype.is_float else (a, b)
+            close(got, REF_BINARY[op](*ref_args), dtype)
+    # a scalar literal operand on either side
+    x = sample((2, 3), F32, positive=True)
+    for operands, want in [(("x", 2.0), REF_BINARY[op](x.astype(np.float64), 2.0)),
+                           ((0.5, "x"), REF_BINARY[op](0.5, x.astype(np.float64)))]:
+        b = FunctionBuilder("f", [TensorType((2, 3), F32)])
+        ops = [b.params[0] if o == "x" else Const.of(o, F32) for o in operands]
+        m = Module("t")
+        m.add(b.finish(b.emit(op, ops)))
+        close(interpret(m, "f", x), want, F32)
+
+
+def check_compare(op):
+    for dtype in (F32, I32):
+        for sa, sb in SHAPE_PAIRS:
+            a, b = sample(sa, dtype), sample(sb, dtype)
+            if dtype is I32:   # few distinct values, so that equal elements occur
+                a, b = (a % 3).astype(np.int32), (b % 3).astype(np.int32)
+            got = run(op, [TensorType(sa, dtype), TensorType(sb, dtype)], [a, b])
+            assert got.dtype == np.bool_
+            close(got, REF_COMPARE[op](a, b), BOOL)
+    # equal values compare equal: the "OrEqual" variants differ from the strict ones here
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    close(run(op, [TensorType((3,), F32)] * 2, [a, a]), REF_COMPARE[op](a, a), BOOL)
+
+
+def check_logic(op):
+    if OPS[op].arity == 1:
+        for shape in [(), (4,), (2, 3)]:
+            x = sample(shape, BOOL)
+            close(run(op, [TensorType(shape, BOOL)], [x]), REF_LOGIC[op](x), BOOL)
+        return
+    for sa, sb in SHAPE_PAIRS:
+        a, b = sample(sa, BOOL), sample(sb, BOOL)
+        close(run(op, [TensorType(sa, BOOL), TensorType(sb, BOOL)], [a, b]), REF_LOGIC[op](a, b), BOOL)
+
+
+# ---------------------------------------------------------------- the other ops
+
+def check_select(op):
+    for sa, sb, sm in [((2, 3), (2, 3), (2, 3)), ((2, 3), (), (2, 1)), ((), (3,), (2, 3)), ((4,), (1,), ())]:
+        a, b, m = sample(sa, F32), sample(sb, F32), sample(sm, BOOL)
+        got = run(op, [TensorType(sa, F32), TensorType(sb, F32), TensorType(sm, BOOL)], [a, b, m])
+        shape = np.broadcast_shapes(sa, sb, sm)
+        want = np.array([x if c else y for x, y, c in zip(*(np.broadcast_to(v, shape).ravel() for v in (a, b, m)))],
+                        np.float32).reshape(shape)
+        close(got, want, F32)
+
+
+def _reduce_ref(x, comb, init, axes):
+    """Fold the reduced axes with a Python loop, starting from init."""
+    fn = {"add": lambda s, v: s + v, "multiply": lambda s, v: s * v,
+          "max": lambda s, v: v if v > s else s, "min": lambda s, v: v if v < s else s}[comb]
+    keep = [i for i in range(x.ndim) if i not in axes]
+    out = np.empty([x.shape[i] for i in keep], dtype=np.float64 if x.dtype.kind == "f" else np.int64)
+    for kept in itertools.product(*(range(x.shape[i]) for i in keep)):
+        acc = init
+        for red in itertools.product(*(range(x.shape[i]) for i in axes)):
+            idx = [0] * x.ndim
+            for i, v in zip(keep, kept):
+                idx[i] = v
+            for i, v in zip(axes, red):
+                idx[i] = v
+            acc = fn(acc, x[tuple(idx)].item())
+        out[kept] = acc
+    return out
+
+
+def check_reduce(op):
+    x = sample((2, 3, 4), F64)
+    all_axes = [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (2, 0), (0, 1, 2)]
+    for comb in REDUCE_COMBINATORS:
+        identity = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}[comb]
+        for init in (identity, 0.25, -1.5):
+            for axes in all_axes:
+                got = run(op, [TensorType(x.shape, F64)], [x], combinator=comb, init=init, axes=axes)
+                close(got, _reduce_ref(x, comb, init, sorted(axes)), F64)
+        # no axes: the init is combined with every element
+        got = run(op, [TensorType(x.shape, F64)], [x], combinator=comb, init=0.25, axes=())
+        close(got, _reduce_ref(x, comb, 0.25, []), F64)
+    for comb in REDUCE_COMBINATORS:      # in f32 and i32 too
+        xf = sample((3, 5), F32)
+        close(run(op, [TensorType((3, 5), F32)], [xf], combinator=comb, init=1.0, axes=(1,)),
+              _reduce_ref(xf.astype(np.float64), comb, 1.0, [1]), F32)
+        xi = sample((3, 4), I32)
+        close(run(op, [TensorType((3, 4), I32)], [xi], combinator=comb, init=2, axes=(0, 1)),
+              _reduce_ref(xi, comb, 2, [0, 1]), I32)
+
+
+def check_dot(op):
+    for sa, sb in [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((1, 1), (1, 1))]:
+        a, b = sample(sa, F64), sample(sb, F64)
+        a2, b2 = a.reshape(-1, sa[-1]), b.reshape(sb[0], -1)
+        want = np.array([[sum(a2[i, k] * b2[k, j] for k in range(sa[-1])) for j in range(b2.shape[1])]
+                         for i in range(a2.shape[0])]).reshape(sa[:-1] + sb[1:])
+        close(run(op, [TensorType(sa, F64), TensorType(sb, F64)], [a, b]), want, F64)
+    a, b = sample((2, 3), I32), sample((3, 2), I32)
+    close(run(op, [TensorType((2, 3), I32), TensorType((3, 2), I32)], [a, b]),
+          np.einsum("ij,jk->ik", a.astype(np.int64), b.astype(np.int64)), I32)
+
+
+def check_transpose(op):
+    x = sample((2, 3, 4), F32)
+    close(run(op, [TensorType(x.shape, F32)], [x]),
+          np.array([[[x[i, j, k] for i in range(2)] for j in range(3)] for k in range(4)]), F32)
+    for perm in [(1, 0, 2), (2, 0, 1), (0, 1, 2)]:
+        got = run(op, [TensorType(x.shape, F32)], [x], perm=perm)
+        assert got.shape == tuple(x.shape[p] for p in perm)
+        for idx in itertools.product(*(range(d) for d in got.shape)):
+            src = [0, 0, 0]
+            for out_axis, p in enumerate(perm):
+                src[p] = idx[out_axis]
+            assert got[idx] == x[tuple(src)]
+    m = sample((3, 2), F32)
+    close(run(op, [TensorType((3, 2), F32)], [m]), m.T, F32)
+    v = sample((5,), F32)
+    close(run(op, [TensorType((5,), F32)], [v]), v, F32)
+
+
+def check_shapeCast(op):
+    x = sample((2, 3, 4), F32)
+    for shape in [(6, 4), (24,), (4, 3, 2), (1, 24, 1)]:
+        got = run(op, [TensorType(x.shape, F32)], [x], shape=shape)
+        assert got.shape == shape
+        close(got.ravel(), x.ravel(), F32)   # row-major order is kept
+    s = np.array(2.5, np.float32)
+    close(run(op, [TensorType((), F32)], [s], shape=(1, 1)), [[2.5]], F32)
+    close(run(op, [TensorType((1,), F32)], [np.array([3.0], np.float32)], shape=()), 3.0, F32)
+
+
+def check_padShape(op):
+    x = sample((2, 3), F32)
+    for at, shape in [(0, (1, 2, 3)), (1, (2, 1, 3)), (2, (2, 3, 1))]:
+        got = run(op, [TensorType(x.shape, F32)], [x], at=at)
+        assert got.shape == shape
+        close(got.ravel(), x.ravel(), F32)
+
+
+def check_squeezeShape(op):
+    x = sample((2, 1, 3, 1), F32)
+    for at, shape in [(1, (2, 3, 1)), (3, (2, 1, 3))]:
+        got = run(op, [TensorType(x.shape, F32)], [x], at=at)
+        assert got.shape == shape
+        close(got.ravel(), x.ravel(), F32)
+
+
+def check_broadcast(op):
+    for src, dst in [((3, 1), (2, 3, 4)), ((), (2, 2)), ((4,), (3, 4)), ((1, 1), (1, 5))]:
+        x = sample(src, F32)
+        got = run(op, [TensorType(src, F32)], [x], shape=dst)
+        assert got.shape == dst
+        close(got, x + np.zeros(dst, np.float32), F32)
+
+
+def check_dataTypeCast(op):
+    x = np.array([-2.7, -0.5, 0.0, 0.5, 1.9, 3.0], np.float32)
+    close(run(op, [TensorType((6,), F32)], [x], dtype=I32), [-2, 0, 0, 0, 1, 3], I32)   # toward zero
+    close(run(op, [TensorType((6,), F32)], [x], dtype=BOOL), [True, True, False, True, True, True], BOOL)
+    got = run(op, [TensorType((6,), F32)], [x], dtype=F64)
+    assert got.dtype == np.float64
+    close(got, [float(v) for v in x], F64)
+    close(run(op, [TensorType((3,), I32)], [np.array([1, -2, 7], np.int32)], dtype=F32), [1.0, -2.0, 7.0], F32)
+    close(run(op, [TensorType((2,), BOOL)], [np.array([True, False])], dtype=F32), [1.0, 0.0], F32)
+
+
+def check_concatenate(op):
+    a, b, c = sample((2, 3), F32), sample((2, 1), F32), sample((2, 2), F32)
+    got = run(op, [TensorType((2, 3), F32), TensorType((2, 1), F32), TensorType((2, 2), F32)], [a, b, c], axis=1)
+    close(got, [list(a[i]) + list(b[i]) + list(c[i]) for i in range(2)], F32)
+    got = run(op, [TensorType((2, 3), F32)] * 2, [a, a], axis=0)
+    close(got, list(a) + list(a), F32)
+
+
+def _run_body(param_types, build, *arrays, float64=False):
+    b = FunctionBuilder("f", param_types)
+    m = Module("t")
+    m.add(b.finish(build(b)))
+    return interpret(m, "f", *arrays, float64=float64)
+
+
+def check_literal(op):
+    t = TensorType((2, 3), F32)
+    close(_run_body([], lambda b: b.emit(op, [], value=1.5, type=t)), np.full((2, 3), 1.5), F32)
+    arr = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    close(_run_body([], lambda b: b.emit(op, [], value=arr, type=t)), arr, F32)
+    got = _run_body([], lambda b: b.emit(op, [], value=True, type=TensorType((2,), BOOL)))
+    close(got, [True, True], BOOL)
+    got = _run_body([], lambda b: b.emit(op, [], value=0.1, type=TensorType((), F32)), float64=True)
+    assert got.dtype == np.float64
+
+
+def check_tuple(op):
+    x, y = sample((2,), F32), sample((), F32)
+    got = _run_body([TensorType((2,), F32), TensorType((), F32)],
+                    lambda b: b.emit(op, [b.params[1], b.params[0], b.params[1]]), x, y)
+    assert isinstance(got, tuple) and len(got) == 3
+    close(got[0], y, F32)
+    close(got[1], x, F32)
+
+
+def check_extract(op):
+    x, y = sample((2,), F32), sample((3,), F32)
+
+    def build(b):
+        t = b.emit("tuple", list(b.params))
+        return b.emit(op, [t], index=1)
+    close(_run_body([TensorType((2,), F32), TensorType((3,), F32)], build, x, y), y, F32)
+
+
+def check_apply(op):
+    g = FunctionBuilder("g", [TensorType((2,), F32), TensorType((2,), F32)])
+    g_fn = g.finish(g.emit("subtract", list(g.params)))
+    f = FunctionBuilder("f", [TensorType((2,), F32)])
+    x = f.params[0]
+    y = f.emit(op, [x, f.emit("square", [x])], callee="g", type=g_fn.result_type)
+    m = Module("t")
+    m.add(g_fn)
+    m.add(f.finish(y))
+    v = np.array([2.0, -3.0], np.float32)
+    close(interpret(m, "f", v), v - v * v, F32)
+
+
+CHECKS = {
+    **{op: check_unary for op in REF_UNARY}, **{op: check_binary for op in REF_BINARY},
+    **{op: check_compare for op in REF_COMPARE}, **{op: check_logic for op in REF_LOGIC},
+    "select": check_select, "reduce": check_reduce, "dot": check_dot, "transpose": check_transpose,
+    "shapeCast": check_shapeCast, "padShape": check_padShape, "squeezeShape": check_squeezeShape,
+    "broadcast": check_broadcast, "dataTypeCast": check_dataTypeCast, "concatenate": check_concatenate,
+    "literal": check_literal, "tuple": check_tuple, "extract": check_extract, "apply": check_apply,
+}
+
+
+def test_every_op_has_a_case():
+    missing = sorted(set(OPS) - set(CHECKS))
+    assert not missing, f"ops without an interpreter test: {missing}"
+    kinds = {UNARY: REF_UNARY, BINARY: REF_BINARY, COMPARE: REF_COMPARE, LOGIC: REF_LOGIC}
+    for name, spec in OPS.items():
+        if spec.kind in kinds:
+            assert name in kinds[spec.kind], f"{name} ({spec.kind}) has no reference of its kind"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_against_numpy(op):
+    if op not in CHECKS:
+        pytest.fail(f"no interpreter test for op {op!r}")
+    CHECKS[op](op)
+
+
+# ---------------------------------------------------------------- interpreter behaviour
+
+def test_float64_mode_is_more_accurate():
+    x = np.full((1000,), 0.1, np.float32)
+    b = FunctionBuilder("f", [TensorType((1000,), F32)])
+    m = Module("t")
+    m.add(b.finish(b.emit("reduce", [b.params[0]], combinator="add", init=0.0, axes=(0,))))
+    exact = 1000 * float(np.float32(0.1))
+    lo, hi = interpret(m, "f", x), interpret(m, "f", x, float64=True)
+    assert hi.dtype == np.float64 and lo.dtype == np.float32
+    assert abs(hi - exact) < 1e-9
+
+
+def test_argument_errors_are_dlvm_errors():
+    b = FunctionBuilder("f", [TensorType((2,), F32)])
+    m = Module("t")
+    m.add(b.finish(b.emit("exp", list(b.params))))
+    with pytest.raises(DlvmError, match="argument 0 has shape"):
+        interpret(m, "f", np.zeros(3))
+    with pytest.raises(DlvmError, match="takes 1 arguments, got 2"):
+        interpret(m, "f", np.zeros(2), np.zeros(2))
+    with pytest.raises(DlvmError, match="no function @g"):
+        interpret(m, "g")
+
+
+def test_tuple_result_types():
+    t = TupleType((TensorType((2,), F32), TensorType((), F32)))
+    assert str(t) == "(<2 x f32>, f32)"
