@@ -1,0 +1,117 @@
+"""DAG-aware greedy extraction (extraction-gym's "faster-greedy-dag"), the default extractor.
+
+Each class keeps the cheapest *cost set* found so far: the classes its current term pulls in,
+each with the cost of the node it uses there. A node's candidate set is the union of its
+children's sets plus itself, so a value shared by two children is paid once; its cost is the
+sum over the set. Sets are propagated from the leaves up with a priority worklist until
+nothing improves. A node whose children's sets already contain its own class would close a
+cycle and is skipped. The fixpoint can still leave a stale cycle in rare cases; those classes
+are repaired with the tree extractor's (acyclic) choice, so the result is always valid.
+
+>>> from dlvm_eq.extract.graph import load_json
+>>> g = load_json({"nodes": {              # r1 needs x twice (through a and b): 7 as a DAG
+...     "x":  {"op": "x", "children": [], "eclass": "X", "cost": 4.0},
+...     "a":  {"op": "a", "children": ["x"], "eclass": "A", "cost": 1.0},
+...     "b":  {"op": "b", "children": ["x"], "eclass": "B", "cost": 1.0},
+...     "r1": {"op": "r1", "children": ["a", "b"], "eclass": "R", "cost": 1.0},
+...     "r2": {"op": "r2", "children": [], "eclass": "R", "cost": 10.0}},
+...     "root_eclasses": ["R"]})
+>>> g.node_ids[greedy_dag_choice(g, g.costs, g.roots)[g.class_index["R"]]]
+'r1'
+
+Greedy is not optimal: each class keeps only its own cheapest set, so sharing that pays off
+only across two sibling classes is missed (the ILP finds it).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Sequence
+
+from .choice import break_cycles
+from .graph import SerializedEGraph
+from .prune import reachable_classes
+from .tree import tree_choice
+
+
+def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]) -> list[int]:
+    """Per class the chosen node index (-1 where no finite term or not reachable from ``roots``)."""
+    inf = math.inf
+    node_class, kids_of, parents = graph.node_class, graph.child_sets, graph.parents
+    live = reachable_classes(graph, roots)
+    ncls = graph.num_classes
+    best = [inf] * ncls                  # total of the class's cost set
+    sets: list[dict | None] = [None] * ncls  # class -> {class: cost of the node used there}
+    choice = [-1] * ncls
+    missing = [len(ks) for ks in kids_of]
+    queued = bytearray(graph.num_nodes)
+    heap = []
+    for c in range(ncls):
+        if live[c]:
+            for n in graph.class_nodes[c]:
+                if not kids_of[n] and costs[n] < inf:
+                    heap.append((costs[n], n))
+                    queued[n] = 1
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
+
+    while heap:
+        _, n = pop(heap)
+        queued[n] = 0
+        c = node_class[n]
+        prev = best[c]
+        own = costs[n]
+        kids = kids_of[n]
+        if not kids:
+            if own >= prev:
+                continue
+            total, cset = own, {c: own}
+        elif len(kids) == 1:
+            k = kids[0]
+            # Lower bound first: the union is at least the child's set, so most re-evaluations
+            # are rejected before any set is copied.
+            if own + best[k] >= prev:
+                continue
+            child = sets[k]
+            if c in child:
+                continue
+            cset = child.copy()
+            cset[c] = own
+            total = best[k] + own
+        else:
+            big = kids[0]
+            bound = best[big]
+            for k in kids:
+                b = best[k]
+                if b > bound:
+                    bound = b
+            if own + bound >= prev:
+                continue
+            # Copy the largest child set and merge the others into it (C-level dict.update).
+            big = max(kids, key=lambda k: len(sets[k]))
+            cset = sets[big].copy()
+            for k in kids:
+                if k != big:
+                    cset.update(sets[k])
+            if c in cset:
+                continue
+            cset[c] = own
+            total = sum(cset.values())
+            if total >= prev:
+                continue
+        best[c] = total
+        sets[c] = cset
+        choice[c] = n
+        first = prev == inf
+        for p in parents[c]:
+            if first:
+                missing[p] -= 1
+            if missing[p] == 0 and not queued[p] and costs[p] < inf and live[node_class[p]]:
+                queued[p] = 1
+                push(heap, (costs[p] + total, p))
+
+    if any(choice[r] < 0 for r in roots):
+        return choice  # the caller reports the unextractable root
+    # Rare stale sets can leave a cycle among the final choices; repair with tree choices.
+    break_cycles(graph, choice, tree_choice(graph, costs, roots)[0], roots)
+    return choice
