@@ -1,11 +1,13 @@
 """Errors of the extraction package.
 
-One class, so that the lead can re-parent it onto ``dlvm_eq.DlvmError`` by editing one line.
+A user can cause these (a malformed e-graph file, a bad cost model), so they are DlvmErrors.
 """
 from __future__ import annotations
 
+from ..errors import DlvmError
 
-class ExtractionError(Exception):
+
+class ExtractionError(DlvmError):
     """A serialized e-graph, a root, a cost or a choice that extraction cannot use.
 
     >>> raise ExtractionError("e-class 'Math-4' has no extractable e-node")
