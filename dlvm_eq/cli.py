@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import cli_grad, cli_optimize
+from . import cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
@@ -174,6 +174,8 @@ COMMANDS: list[Command] = [
     Command("opt", "optimize a .dl file with the e-graph", cli_optimize.opt_arguments, cli_optimize.opt),
     Command("query", "the cheapest equivalent form of an expression", cli_optimize.query_arguments,
             cli_optimize.query),
+    Command("verify-rules", "check rule files on small symbolic tensors", cli_verify.arguments,
+            cli_verify.run),
 ]
 
 

@@ -89,6 +89,8 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"value": float(p(ch[0])), "dtype": DType(p(ch[1]))})
     if egg == "Lit":
         return Decoded(egg, None, (), {"key": p(ch[0])})
+    if egg in HELPERS:
+        return HELPERS[egg](g, ch)
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
@@ -108,6 +110,13 @@ def _decode(g: Graph, nid: str) -> Decoded:
     return Decoded(egg, op, tuple(ch), {})
 
 
+# Constructors of rule files that are not IR ops but unload to a few of them.
+# (Gemm a b ta tb), from rules/algebra.egg: a dot whose operands are read transposed where the
+# flag is 1 (BLAS flags; the unloader emits `transpose` + `dot`, codegen folds them again).
+HELPERS = {"Gemm": lambda g, ch: Decoded("Gemm", "dot", (ch[0], ch[1]),
+                                         {"transpose": (int(g.primitive(ch[2])), int(g.primitive(ch[3])))})}
+
+
 _KNOWN = set(EGG_TO_OP) | set(LEAVES)
 
 
@@ -123,31 +132,40 @@ def leaf_type(d: Decoded, var_types: dict[str, TensorType],
 
 def class_types(g: Graph, var_types: dict[str, TensorType],
                 literals: dict[str, np.ndarray]) -> dict[str, TensorType]:
-    """IR type of every Term e-class reachable bottom-up; ill-typed nodes are skipped."""
+    """IR type of every Term e-class reachable bottom-up; ill-typed nodes are skipped.
+    A worklist: a node is typed once all its child classes are (linear in the e-graph)."""
     types: dict[str, TensorType] = {}
-    pending = [nid for cls, nids in g.classes.items() if g.is_term_class(cls)
-               for nid in nids if g.nodes[nid]["op"] in _KNOWN]
-    changed = True
-    while changed and pending:
-        changed = False
-        rest = []
-        for nid in pending:
-            cls = g.eclass(nid)
-            if cls in types:
+    waiting: dict[str, list[str]] = {}      # child class -> nodes that need its type
+    missing: dict[str, int] = {}
+    ready: list[str] = []
+    for cls, nids in g.classes.items():
+        if not g.is_term_class(cls):
+            continue
+        for nid in nids:
+            if g.nodes[nid]["op"] not in _KNOWN:
                 continue
-            d = g.decode(nid)
-            if d.op is None:
-                types[cls] = leaf_type(d, var_types, literals)
-                changed = True
+            kids = {g.eclass(c) for c in g.decode(nid).children}
+            if not kids:
+                ready.append(nid)
                 continue
-            kids = [types.get(g.eclass(c)) for c in d.children]
-            if any(k is None for k in kids):
-                rest.append(nid)
-                continue
+            missing[nid] = len(kids)
+            for k in kids:
+                waiting.setdefault(k, []).append(nid)
+    while ready:
+        nid = ready.pop()
+        cls = g.eclass(nid)
+        if cls in types:
+            continue
+        d = g.decode(nid)
+        if d.op is None:
+            types[cls] = leaf_type(d, var_types, literals)
+        else:
             try:
-                types[cls] = OPS[d.op].result_type(kids, d.attrs)
-                changed = True
+                types[cls] = OPS[d.op].result_type([types[g.eclass(c)] for c in d.children], d.attrs)
             except IRError:
-                rest.append(nid)
-        pending = rest
+                continue
+        for p in waiting.get(cls, ()):
+            missing[p] -= 1
+            if missing[p] == 0:
+                ready.append(p)
     return types

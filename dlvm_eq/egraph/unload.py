@@ -27,6 +27,7 @@ class _Unloader:
         self.params = {p.name: v for p, v in zip(prog.params, self.b.params)}
         self.values: dict[str, Value | Const] = {}
         self.uses: dict[str, int] = {}
+        self.transposes: dict[str, Value] = {}   # class -> its transpose, for Gemm operands
 
     def node(self, cls: str):
         try:
@@ -74,8 +75,12 @@ class _Unloader:
             return b.emit("literal", [], value=arr, type=t)
         spec = OPS[d.op]
         kids = [self.g.eclass(k) for k in d.children]
+        if d.egg == "Gemm":   # a dot reading transposed operands: transpose + dot
+            args = [self.transposed(k) if flag else self.value(k)
+                    for k, flag in zip(kids, d.attrs["transpose"])]
+            return b.emit("dot", args)
         if spec.kind in ELEMENTWISE_KINDS:
-            return b.emit(d.op, [self.elementwise_operand(k) for k in kids])
+            return b.emit(d.op, self.elementwise_operands(kids))
         if d.op == "reduce":
             return self.emit_reduce(d, kids[0])
         attrs = dict(d.attrs)
@@ -83,10 +88,27 @@ class _Unloader:
             attrs["perm"] = None
         return b.emit(d.op, [self.value(k) for k in kids], **attrs)
 
+    def transposed(self, cls: str) -> Value:
+        v = self.transposes.get(cls)
+        if v is None:
+            v = self.transposes[cls] = self.b.emit("transpose", [self.value(cls)])
+        return v
+
     @staticmethod
     def prog_literal_dtype(arr):
         from ..ir.types import DType
         return DType.from_numpy(arr.dtype)
+
+    def elementwise_operands(self, kids: list[str]) -> list[Value | Const]:
+        # Implicit broadcasts must still give the full shape: a unary op of a broadcast (as
+        # adjoint rules build) keeps its broadcast explicit.
+        ops = [self.elementwise_operand(k) for k in kids]
+        d = self.node(kids[0])
+        full = tuple(d.attrs["shape"]) if d.egg == "Broadcast" else ops[0].type.shape
+        if broadcast_shapes(*(o.type.shape for o in ops)) != full:
+            i = next(i for i, k in enumerate(kids) if self.node(k).egg == "Broadcast")
+            ops[i] = self.value(kids[i])
+        return ops
 
     def elementwise_operand(self, cls: str) -> Value | Const:
         # (Broadcast x s) feeding an elementwise op is implicit again when numpy rules allow it.

@@ -1,0 +1,121 @@
+"""`dlvm-eq opt` and `dlvm-eq query`: the optimizer on the command line.
+
+    $ dlvm-eq opt examples/matrix_chain.dl --explain          # optimized IR on stdout, report on stderr
+    $ dlvm-eq query "A @ B @ C" --shape A=30x35 --shape B=35x15 --shape C=15x5
+    $ dlvm-eq query "(Dot (Dot A B) C)" --shape A=30x35 --shape B=35x15 --shape C=15x5
+
+`register(subparsers)` adds both to an argparse subparsers object; `dlvm_eq.cli` lists them in
+its COMMANDS table through `opt_arguments`/`opt` and `query_arguments`/`query`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import DlvmError
+from .extract.machine import MACHINES
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=DIMS like A=30x35 (or s=scalar), got {text!r}")
+    dims = dims.strip()
+    if dims in ("", "scalar", "()"):
+        return name.strip(), ()
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: dimensions are positive integers joined by x, "
+                                         "like 30x35") from None
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: dimensions must be at least 1")
+    return name.strip(), shape
+
+
+def _budget_item(text: str) -> tuple[str, float]:
+    key, sep, value = text.partition("=")
+    if key not in ("iterations", "nodes", "seconds") or not sep:
+        raise argparse.ArgumentTypeError(f"expected iterations=N, nodes=N or seconds=S, got {text!r}")
+    try:
+        return key, (float(value) if key == "seconds" else int(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", nargs="+", action="extend", default=[], metavar="R.egg",
+                   help="extra rule files, loaded after rules/algebra.egg")
+    p.add_argument("--target", choices=sorted(MACHINES), default="cpu", help="cost model (default cpu)")
+    p.add_argument("--budget", type=_budget_item, action="append", default=[], metavar="KEY=VALUE",
+                   help="saturation budget: iterations=N, nodes=N, seconds=S (repeatable)")
+
+
+# ---------------------------------------------------------------- opt
+
+def opt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .dl file")
+    p.add_argument("-f", "--function", metavar="NAME", help="optimize only this function")
+    _common(p)
+    p.add_argument("--extractor", choices=("greedy", "ilp", "tree"), default="greedy",
+                   help="extraction method (default greedy)")
+    p.add_argument("--explain", action="store_true",
+                   help="write costs, stop reason, e-graph sizes and rules fired to stderr")
+    p.add_argument("-o", "--output", metavar="OUT.dl", help="write the optimized module here")
+
+
+def opt(args: argparse.Namespace) -> int:
+    from .egraph.optimize import optimize
+    from .ir import verify
+    from .ir.parser import load
+
+    module = load(args.file)
+    verify(module)
+    result = optimize(module, func=args.function, rules=args.rules, target=args.target,
+                      budget=dict(args.budget) or None, extractor=args.extractor)
+    text = str(result.module)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise DlvmError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    else:
+        sys.stdout.write(text)
+    if args.explain:
+        print(result.report, file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- query
+
+def query_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("expression", metavar="EXPR",
+                   help='infix like "A @ B @ C" or "sum(X * (U @ V.T))", or an s-expression over '
+                        'the schema constructors like "(Dot (Dot A B) C)"')
+    p.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME=DIMS",
+                   help="a variable's shape, e.g. A=30x35 (repeat per variable; s=scalar)")
+    p.add_argument("--dtype", choices=("f32", "f64"), default="f32", help="element type (default f32)")
+    _common(p)
+    p.add_argument("-k", "--alternatives", type=int, default=4, metavar="N",
+                   help="how many next-best forms to show (default 4)")
+
+
+def query(args: argparse.Namespace) -> int:
+    from .egraph.query import query as run_query
+
+    result = run_query(args.expression, dict(args.shape), dtype=args.dtype, target=args.target,
+                       rules=args.rules, budget=dict(args.budget) or None,
+                       alternatives=max(args.alternatives, 0))
+    print(result)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `opt` and `query` to an argparse subparsers object (handlers in `handler`)."""
+    for name, help_, arguments, run in (
+            ("opt", "optimize a .dl file with the e-graph", opt_arguments, opt),
+            ("query", "the cheapest equivalent form of an expression", query_arguments, query)):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        arguments(p)
+        p.set_defaults(handler=run)

@@ -1,0 +1,116 @@
+"""`dlvm-eq query`: the cheapest form of an expression, and the next-best alternatives.
+
+    r = query("A @ B @ C", {"A": (30, 35), "B": (35, 15), "C": (15, 5)})
+    print(r)            # best form, its cost and multiply count; then alternatives
+
+Alternatives are one per e-node of the root e-class: that node at the top, the cheapest
+extraction below it. They differ in their outermost step (e.g. where a chain splits last).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..extract import ExtractionError, extract
+from .expr import parse_expression, render
+from .optimize import extract_programs, program_cost, schedule_for, scratch_session
+from .report import seconds_text
+from .saturate import SaturationReport, saturate
+from .schedule import Schedule
+
+
+@dataclass
+class Form:
+    text: str            # infix form
+    cost: float          # estimated seconds on the target
+    multiplies: int      # multiply-adds in matmuls
+
+
+@dataclass
+class QueryResult:
+    expression: str
+    original: Form
+    best: Form
+    alternatives: list[Form] = field(default_factory=list)
+    saturation: SaturationReport | None = None
+    target: str = "cpu"
+
+    def __str__(self) -> str:
+        def line(label, f: Form):
+            mm = f"  {f.multiplies:,} multiplies" if f.multiplies else ""
+            return f"{label:<8}{f.text}\n{'':8}cost {seconds_text(f.cost)}{mm}"
+        out = [line("input:", self.original), line("best:", self.best)]
+        if self.alternatives:
+            out.append("next best:")
+            out.extend(line(f"  {i}.", f) for i, f in enumerate(self.alternatives, 2))
+        if self.saturation is not None:
+            out.append(str(self.saturation).splitlines()[0])
+        return "\n".join(out)
+
+
+def query(expression: str, shapes: dict[str, tuple[int, ...]], dtype: str = "f32", target: str = "cpu",
+          rules: Sequence[str | Path] = (), budget=None, alternatives: int = 4,
+          schedule: Schedule | None = None) -> QueryResult:
+    fn = parse_expression(expression, shapes, dtype)
+    original_cost = program_cost(fn, None, target)
+    with scratch_session(rules) as session:
+        prog = session.add_function(fn)
+        sat = saturate(session, schedule or schedule_for(rules), budget)
+        ex = extract_programs(session, [prog], target)
+    g, cost = ex.graph, ex.cost
+    types = cost.types
+    root = g.roots[0]
+    forms = []
+    for nid in g.term_nodes(root):
+        c = cost.node_cost(ex.extraction.graph, nid)
+        if not math.isfinite(c):
+            continue
+        kids = list(dict.fromkeys(g.eclass(k) for k in g.nodes[nid]["children"]))
+        choice = {root: nid}
+        if kids:
+            try:
+                sub = extract(ex.extraction.graph, roots=kids, cost=cost)
+            except ExtractionError:
+                continue
+            if root in sub.choice:      # the node needs its own class below it: a cycle
+                continue
+            choice.update(sub.choice)
+            c += sub.dag_cost
+        forms.append(Form(render(g, choice, root, types), c, _multiplies(g, choice, root, types)))
+    best_choice = ex.extraction.choice
+    best = Form(render(g, best_choice, root, types), ex.extraction.dag_cost,
+                _multiplies(g, best_choice, root, types))
+    seen = {best.text}
+    alts = []
+    for f in sorted(forms, key=lambda f: f.cost):
+        if f.text not in seen and len(alts) < alternatives:
+            seen.add(f.text)
+            alts.append(f)
+    with scratch_session(rules) as session:       # the input as written, for comparison
+        orig = extract_programs(session, [session.add_function(fn)], target)
+    og = orig.graph
+    original = Form(render(og, orig.extraction.choice, og.roots[0], orig.cost.types), original_cost,
+                    _multiplies(og, orig.extraction.choice, og.roots[0], orig.cost.types))
+    return QueryResult(expression, original, best, alts, sat, target)
+
+
+def _multiplies(g, choice: dict[str, str], root: str, types) -> int:
+    """Multiply-adds of the matmuls reachable from root (each shared one once)."""
+    total, seen, stack = 0, set(), [root]
+    while stack:
+        cls = stack.pop()
+        if cls in seen or cls not in choice:
+            continue
+        seen.add(cls)
+        d = g.decode(choice[cls])
+        kids = [g.eclass(c) for c in d.children]
+        if d.egg in ("Dot", "Gemm"):
+            sa, sb = types[kids[0]].shape, types[kids[1]].shape
+            if d.egg == "Gemm":
+                ta, tb = d.attrs["transpose"]
+                sa, sb = (sa[::-1] if ta else sa), (sb[::-1] if tb else sb)
+            total += math.prod(sa) * (sb[-1] if len(sb) == 2 else 1)
+        stack.extend(kids)
+    return total

@@ -1,0 +1,67 @@
+"""What saturation runs and when it stops: the ruleset schedule and the budgets.
+
+    Budget()                                  # defaults: 1,000 IR ops optimize in a few seconds
+    Budget.of({"nodes": 5000})                # a dict, a Budget or None
+    Schedule.default().with_rulesets(rulesets_in(open("extra.egg").read()))
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+
+from ..errors import DlvmError
+
+# rules/algebra.egg's rulesets, in the order one saturation round runs them
+ALGEBRA_RULESETS = ("identities", "fold", "transpose", "matmul", "reduce", "sumproduct", "layout")
+DEFAULT = ""   # egglog's default ruleset: rules of user files that name no ruleset
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Saturation stops at the first budget reached (checked after every ruleset step)."""
+
+    iterations: int = 12         # rounds over the schedule
+    nodes: int = 50_000          # e-nodes (rows of constructors); extraction time grows with it
+    seconds: float = 3.0         # wall time of saturation
+
+    @classmethod
+    def of(cls, budget) -> "Budget":
+        if budget is None:
+            return cls()
+        if isinstance(budget, Budget):
+            return budget
+        if isinstance(budget, dict):
+            names = {f.name for f in fields(cls)}
+            unknown = set(budget) - names
+            if unknown:
+                raise DlvmError(f"unknown budget {', '.join(sorted(unknown))}; expected "
+                                f"{', '.join(sorted(names))}")
+            return replace(cls(), **budget)
+        raise DlvmError(f"a budget is a Budget, a dict or None, not {type(budget).__name__}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Rulesets run round-robin, one iteration each per round, with the `analysis` ruleset
+    saturated after every step (new terms get their shapes before any rule guards on them)."""
+
+    rulesets: tuple[str, ...] = ALGEBRA_RULESETS
+
+    @classmethod
+    def default(cls) -> "Schedule":
+        return cls(ALGEBRA_RULESETS + (DEFAULT,))
+
+    def with_rulesets(self, names) -> "Schedule":
+        extra = tuple(n for n in names if n not in self.rulesets and n != "analysis")
+        return Schedule(self.rulesets + extra)
+
+    def __str__(self) -> str:
+        return " -> ".join(n or "(default)" for n in self.rulesets)
+
+
+_RULESET = re.compile(r"\(\s*ruleset\s+([^\s()]+)\s*\)")
+
+
+def rulesets_in(text: str) -> list[str]:
+    """Names of the rulesets a rule file declares, in order."""
+    return _RULESET.findall(text)

@@ -1,0 +1,73 @@
+"""rules/schema.egg and the op table agree both ways; rule-file constructors are known."""
+from __future__ import annotations
+
+import re
+
+from dlvm_eq.egraph.rulefiles import rule_file
+from dlvm_eq.egraph.serialized import EGG_TO_OP, HELPERS, LEAVES
+from dlvm_eq.ir.ops import CALL, LITERAL, OPS, TUPLE
+
+# ops the loader removes before the e-graph: literals become Const/Lit, tuples become several
+# roots, extract picks one, apply is inlined
+NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL)
+
+
+def schema_constructors() -> dict[str, int]:
+    """Constructor name -> number of arguments, from the `(datatype Term ...)` block."""
+    text = rule_file("schema.egg").read_text()
+    text = re.sub(r";[^\n]*", "", text)                      # comments
+    start = text.index("(datatype Term")
+    depth, end = 0, start
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            end = i
+            break
+    body = text[start + len("(datatype Term"):end]
+    return {m.group(1): len(m.group(2).split()) for m in re.finditer(r"\((\w+)([^()]*)\)", body)}
+
+
+def test_every_op_has_its_constructor():
+    ctors = schema_constructors()
+    for name, spec in OPS.items():
+        if spec.kind in NOT_IN_EGRAPH:
+            continue
+        assert spec.egg in ctors, f"op {name} has no constructor {spec.egg} in schema.egg"
+
+
+def test_every_constructor_is_an_op_or_a_leaf():
+    ops_egg = {spec.egg for spec in OPS.values() if spec.kind not in NOT_IN_EGRAPH}
+    for ctor in schema_constructors():
+        assert ctor in ops_egg or ctor in LEAVES, f"schema.egg constructor {ctor} is no IR op"
+
+
+def test_operand_counts_agree():
+    ctors = schema_constructors()
+    for name, spec in OPS.items():
+        if spec.kind in NOT_IN_EGRAPH or spec.arity is None:
+            continue
+        terms = sum(1 for a in re.findall(r"\w+", _signature(spec.egg)) if a == "Term")
+        assert terms == spec.arity, f"{spec.egg}: {terms} Term arguments, op {name} has arity {spec.arity}"
+    assert set(EGG_TO_OP) <= set(ctors)
+
+
+def _signature(ctor: str) -> str:
+    text = rule_file("schema.egg").read_text()
+    return re.search(rf"\({ctor}((?: \w+)*)\)", text).group(1)
+
+
+def test_every_constructor_has_a_shape_rule():
+    text = rule_file("schema.egg").read_text()
+    for ctor in schema_constructors():
+        if ctor in ("Var", "Lit"):       # the loader sets their shapes
+            continue
+        assert re.search(rf"\(= e \({ctor} ", text), f"no shape/dtype analysis rule for {ctor}"
+
+
+def test_rule_file_constructors_unload():
+    """Constructors a shipped rule file adds to Term must be decodable (helpers) or never
+    extracted; algebra.egg's are helpers the unloader expands."""
+    text = rule_file("algebra.egg").read_text()
+    added = re.findall(r"\(constructor (\w+) \([^)]*\) Term", text)
+    assert added == ["Gemm"]
+    assert set(added) <= set(HELPERS)
