@@ -1,0 +1,119 @@
+"""A thin layer over llvmlite's IRBuilder: typed constants, intrinsics, and the project's
+fast-math policy in one place, shared by the CPU and NVPTX back ends.
+
+Fast-math policy (why each flag is or is not used):
+- elementwise float arithmetic gets `contract` only: FMA contraction changes rounding by at
+  most half an ulp and never the NaN/inf/signed-zero behaviour numpy users expect;
+- `nnan`/`ninf` are never set: results must keep NaN and inf exactly as numpy does, and with
+  them LLVM may delete the NaN checks in the polynomial math;
+- `reassoc` only on a reduction's accumulator (`REDUCE_FLAGS`): it lets the vectorizer keep
+  several partial sums, which changes rounding like any tree summation, not NaN semantics;
+- `afn`/`arcp` are not set on user-visible ops: they let LLVM replace sqrt and division by
+  approximations. The one exception is `BOUNDED_DIV_FLAGS` inside sigmoid and tanh, where the
+  divisor lies in a known finite range, so `ninf` is true and the estimate is ~1 ulp.
+
+    >>> e = Emitter(builder)
+    >>> y = e.fmul(x, e.const_like(x, 2.0))
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+FLAGS = ("contract",)
+REDUCE_FLAGS = ("reassoc", "contract")
+# Only for divisions inside polymath whose operands and result are provably finite: lets x86
+# use a reciprocal estimate + one Newton step (~1 ulp) instead of a 10-16 cycle vdivps.
+BOUNDED_DIV_FLAGS = ("ninf", "arcp", "contract")
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+VALUE_TYPES = {"f32": F32, "f64": F64, "i32": I32, "bool": I1}
+STORAGE_TYPES = {"f32": F32, "f64": F64, "i32": I32, "bool": I8}  # numpy bools are bytes
+
+
+def _suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    raise TypeError(t)
+
+
+class Emitter:
+    """Instruction helpers on one IRBuilder; the builder's position is where code goes."""
+
+    def __init__(self, builder: ir.IRBuilder, fast_ldexp: bool = False):
+        self.b = builder
+        self.fast_ldexp = fast_ldexp  # llvm.ldexp is one instruction (x86 AVX-512 vscalef)
+
+    @property
+    def module(self) -> ir.Module:
+        return self.b.module
+
+    # ---- constants
+    @staticmethod
+    def const(t: ir.Type, v) -> ir.Constant:
+        return ir.Constant(t, v)
+
+    def const_like(self, x: ir.Value, v) -> ir.Constant:
+        return ir.Constant(x.type, v)
+
+    # ---- float arithmetic under the policy above
+    def fadd(self, a, b, flags=FLAGS):
+        return self.b.fadd(a, b, flags=flags)
+
+    def fsub(self, a, b, flags=FLAGS):
+        return self.b.fsub(a, b, flags=flags)
+
+    def fmul(self, a, b, flags=FLAGS):
+        return self.b.fmul(a, b, flags=flags)
+
+    def fdiv(self, a, b, flags=FLAGS):
+        return self.b.fdiv(a, b, flags=flags)
+
+    def fneg(self, a):
+        return self.b.fneg(a)
+
+    def fcmp(self, op: str, a, b):
+        """op like '<' (ordered: false when either is NaN); 'u!=' etc. for unordered."""
+        if op.startswith("u"):
+            return self.b.fcmp_unordered(op[1:], a, b)
+        return self.b.fcmp_ordered(op, a, b)
+
+    def isnan(self, x):
+        return self.b.fcmp_unordered("uno", x, x)
+
+    def select(self, c, a, b):
+        return self.b.select(c, a, b)
+
+    # ---- intrinsics
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    def intrinsic(self, name: str, *args, ret: ir.Type | None = None):
+        """intrinsic('rint', x) calls llvm.rint.f32 (overloaded on the first argument's type)."""
+        t = args[0].type
+        fn = self.declare(f"llvm.{name}.{_suffix(t)}", ret or t, [a.type for a in args])
+        return self.b.call(fn, list(args))
+
+    def fptosi_sat(self, x, t: ir.IntType):
+        """float -> int, saturating, NaN -> 0 (plain fptosi is poison out of range)."""
+        fn = self.declare(f"llvm.fptosi.sat.{_suffix(t)}.{_suffix(x.type)}", t, [x.type])
+        return self.b.call(fn, [x])
+
+    def clamp(self, x, lo: float, hi: float):
+        """min(max(x, lo), hi); a NaN becomes a number (callers restore NaN afterwards)."""
+        x = self.intrinsic("maxnum", x, self.const_like(x, lo))
+        return self.intrinsic("minnum", x, self.const_like(x, hi))
+
+    def horner(self, x, coeffs):
+        """coeffs[0]*x^n + ... + coeffs[n], highest power first."""
+        acc = self.const_like(x, coeffs[0])
+        for c in coeffs[1:]:
+            acc = self.fadd(self.fmul(acc, x), self.const_like(x, c))
+        return acc

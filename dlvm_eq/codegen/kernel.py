@@ -1,0 +1,444 @@
+"""Plain-data description of one fused kernel: what the code generators read.
+
+A kernel is a scalar expression DAG evaluated at every element of an output shape. `Load(i)`
+reads input i at the current element, honouring broadcasting through per-input element
+strides (stride 0 = broadcast dim); an input with `strides=None` has the output's shape and is
+C-contiguous, which is the fast path.
+
+    >>> x = Load(0)
+    >>> spec = KernelSpec("silu", (4, 8), [KernelInput("f32")], [unary("sigmoid", x * 1.5 + 0.25) * x])
+    >>> spec.output_dtypes
+    ('f32',)
+
+A `ReduceSpec` folds an elementwise expression over some axes of its iteration shape:
+
+    >>> row_max = ReduceSpec("rowmax", (4, 8), [KernelInput("f32")], Load(0), "max", axes=(1,))
+    >>> row_max.out_shape
+    (4,)
+
+Op names are short (`neg sub mul div pow eq ne lt ...`); `DLVM_NAMES` maps the IR's spellings.
+No dtype promotion happens here: operands of a binary op must agree (insert `Cast`); a Python
+number in an expression is an untyped `Const` that takes the dtype of the other operand.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Union
+
+import numpy as np
+
+from ..errors import DlvmError
+
+
+class KernelError(DlvmError):
+    """A kernel description that cannot be generated (bad op, dtype, shape or stride)."""
+
+
+DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+          "i32": np.dtype(np.int32), "bool": np.dtype(np.bool_)}
+FLOATS = ("f32", "f64")
+
+
+def dtype_name(dt) -> str:
+    """'f32' for 'f32', the IR's DType.f32, np.float32 or np.dtype('float32')."""
+    s = str(dt)
+    if s in DTYPES:
+        return s
+    try:
+        npdt = np.dtype(dt)
+    except TypeError:
+        raise KernelError(f"unknown dtype {dt!r}; expected one of {', '.join(DTYPES)}") from None
+    for name, d in DTYPES.items():
+        if d == npdt:
+            return name
+    raise KernelError(f"dtype {npdt} is not supported by kernels; expected one of {', '.join(DTYPES)}")
+
+
+# ------------------------------------------------------------------ op tables (data, one row per op)
+# Unary: name -> dtypes it accepts. Result dtype = operand dtype.
+UNARY_OPS: dict[str, tuple[str, ...]] = {
+    **{n: FLOATS for n in ("exp", "log", "tanh", "sinh", "cosh", "sin", "cos", "tan", "sqrt",
+                           "rsqrt", "floor", "ceil", "round", "sigmoid", "log1p", "expm1",
+                           "softplus")},
+    **{n: FLOATS + ("i32",) for n in ("neg", "square", "sign", "abs", "relu")},
+    "not": ("bool",),
+}
+# Binary: name -> (dtypes accepted, result dtype or None for "same as operands").
+BINARY_OPS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    **{n: (FLOATS + ("i32",), None) for n in ("add", "sub", "mul", "div", "min", "max")},
+    "pow": (FLOATS, None),
+    **{n: (FLOATS + ("i32", "bool"), "bool") for n in ("eq", "ne")},
+    **{n: (FLOATS + ("i32",), "bool") for n in ("lt", "le", "gt", "ge")},
+    **{n: (("bool",), "bool") for n in ("and", "or")},
+}
+REDUCE_OPS = ("add", "mul", "max", "min")
+REDUCE_INIT = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}
+
+# The IR's (DLVM's) op names that differ from the short ones used here.
+DLVM_NAMES = {"negate": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
+              "power": "pow", "equal": "eq", "notEqual": "ne", "lessThan": "lt",
+              "lessThanOrEqual": "le", "greaterThan": "gt", "greaterThanOrEqual": "ge"}
+
+
+def op_name(name: str) -> str:
+    """The short op name for a short or DLVM name: op_name('multiply') == 'mul'."""
+    return DLVM_NAMES.get(name, name)
+
+
+# ------------------------------------------------------------------ the expression DAG
+
+def _node(cls):
+    """A frozen dataclass whose hash is computed once: DAGs with sharing hash in linear time."""
+    cls = dataclass(frozen=True)(cls)
+    names = tuple(f.name for f in fields(cls))
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((cls.__name__,) + tuple(getattr(self, n) for n in names))
+            object.__setattr__(self, "_hash", h)
+        return h
+    cls.__hash__ = __hash__
+    return cls
+
+
+class Expr:
+    """Base of scalar expressions; arithmetic operators build nodes: `Load(0) * 2 + 1`."""
+
+    def __add__(self, o): return Binary("add", self, _wrap(o))
+    def __radd__(self, o): return Binary("add", _wrap(o), self)
+    def __sub__(self, o): return Binary("sub", self, _wrap(o))
+    def __rsub__(self, o): return Binary("sub", _wrap(o), self)
+    def __mul__(self, o): return Binary("mul", self, _wrap(o))
+    def __rmul__(self, o): return Binary("mul", _wrap(o), self)
+    def __truediv__(self, o): return Binary("div", self, _wrap(o))
+    def __rtruediv__(self, o): return Binary("div", _wrap(o), self)
+    def __pow__(self, o): return Binary("pow", self, _wrap(o))
+    def __neg__(self): return Unary("neg", self)
+
+
+@_node
+class Load(Expr):
+    """Input `index` at the current element."""
+    index: int
+
+
+@_node
+class Const(Expr):
+    """A constant; dtype None means 'the dtype of the other operand' (see module docstring)."""
+    value: Union[float, int, bool]
+    dtype: Union[str, None] = None
+
+
+@_node
+class Unary(Expr):
+    op: str
+    x: Expr
+
+
+@_node
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+
+@_node
+class Select(Expr):
+    """`a` where `cond` (bool) holds, else `b`."""
+    cond: Expr
+    a: Expr
+    b: Expr
+
+
+@_node
+class Cast(Expr):
+    x: Expr
+    dtype: str
+
+
+def _wrap(v) -> Expr:
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, (bool, int, float, np.generic)):
+        return Const(v.item() if isinstance(v, np.generic) else v)
+    raise KernelError(f"cannot use {v!r} in a kernel expression")
+
+
+def unary(op: str, x) -> Unary:
+    """unary('exp', Load(0)); accepts DLVM names too ('negate')."""
+    return Unary(op_name(op), _wrap(x))
+
+
+def binary(op: str, a, b) -> Binary:
+    """binary('max', Load(0), 0.0); accepts DLVM names too ('multiply')."""
+    return Binary(op_name(op), _wrap(a), _wrap(b))
+
+
+# ------------------------------------------------------------------ dtype checking
+
+def _natural_dtype(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    return "i32" if isinstance(value, int) else "f64"
+
+
+def resolve(expr: Expr, input_dtypes: tuple[str, ...], memo: dict | None = None) -> Expr:
+    """The same DAG with every Const typed; raises KernelError on an ill-typed op."""
+    memo = {} if memo is None else memo
+    return _resolve(expr, input_dtypes, memo, None)
+
+
+def _resolve(e: Expr, ins: tuple[str, ...], memo: dict, want: str | None) -> Expr:
+    key = (e, want) if isinstance(e, Const) and e.dtype is None else e
+    if key in memo:
+        return memo[key]
+    if isinstance(e, Load):
+        if not 0 <= e.index < len(ins):
+            raise KernelError(f"Load({e.index}): the kernel has {len(ins)} inputs")
+        r = e
+    elif isinstance(e, Const):
+        dt = dtype_name(e.dtype) if e.dtype is not None else (want or _natural_dtype(e.value))
+        value = bool(e.value) if dt == "bool" else int(e.value) if dt == "i32" else float(e.value)
+        r = Const(value, dt)
+    elif isinstance(e, Unary):
+        if e.op not in UNARY_OPS:
+            raise KernelError(f"unknown unary op {e.op!r}")
+        x = _resolve(e.x, ins, memo, want)
+        _check(e.op, dtype_of(x, ins), UNARY_OPS[e.op])
+        r = Unary(e.op, x)
+    elif isinstance(e, Binary):
+        if e.op not in BINARY_OPS:
+            raise KernelError(f"unknown binary op {e.op!r}")
+        accepted, result = BINARY_OPS[e.op]
+        hint = want if result is None else None
+        a, b = _resolve_pair(e.a, e.b, ins, memo, hint)
+        ta, tb = dtype_of(a, ins), dtype_of(b, ins)
+        if ta != tb:
+            raise KernelError(f"{e.op}: operands have different dtypes {ta} and {tb}; insert a Cast")
+        _check(e.op, ta, accepted)
+        r = Binary(e.op, a, b)
+    elif isinstance(e, Select):
+        c = _resolve(e.cond, ins, memo, "bool")
+        if dtype_of(c, ins) != "bool":
+            raise KernelError(f"select: the condition must be bool, got {dtype_of(c, ins)}")
+        a, b = _resolve_pair(e.a, e.b, ins, memo, want)
+        ta, tb = dtype_of(a, ins), dtype_of(b, ins)
+        if ta != tb:
+            raise KernelError(f"select: branches have different dtypes {ta} and {tb}")
+        r = Select(c, a, b)
+    elif isinstance(e, Cast):
+        r = Cast(_resolve(e.x, ins, memo, None), dtype_name(e.dtype))
+    else:
+        raise KernelError(f"not a kernel expression: {e!r}")
+    memo[key] = r
+    return r
+
+
+def _resolve_pair(a: Expr, b: Expr, ins, memo, hint):
+    untyped = lambda x: isinstance(x, Const) and x.dtype is None  # noqa: E731
+    if untyped(a) and not untyped(b):
+        b = _resolve(b, ins, memo, hint)
+        return _resolve(a, ins, memo, dtype_of(b, ins)), b
+    a = _resolve(a, ins, memo, hint)
+    return a, _resolve(b, ins, memo, dtype_of(a, ins))
+
+
+def _check(op: str, dt: str, accepted: tuple[str, ...]):
+    if dt not in accepted:
+        raise KernelError(f"{op}: operand dtype {dt} not supported (accepts {', '.join(accepted)})")
+
+
+def dtype_of(e: Expr, input_dtypes: tuple[str, ...]) -> str:
+    """Dtype of a resolved expression (Consts typed)."""
+    while True:  # walk down to a leaf whose dtype decides (iterative: deep chains are common)
+        if isinstance(e, Load):
+            return input_dtypes[e.index]
+        if isinstance(e, (Const, Cast)):
+            return e.dtype
+        if isinstance(e, Binary) and BINARY_OPS[e.op][1] is not None:
+            return BINARY_OPS[e.op][1]
+        e = e.x if isinstance(e, Unary) else e.a
+
+
+def walk(roots) -> list[Expr]:
+    """Nodes of the DAG under `roots`, each once, operands before users."""
+    order, seen, stack = [], set(), [(r, False) for r in reversed(list(roots))]
+    while stack:
+        e, done = stack.pop()
+        if done:
+            order.append(e)
+            continue
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.append((e, True))
+        stack.extend((c, False) for c in reversed(children(e)) if c not in seen)
+    return order
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Unary) or isinstance(e, Cast):
+        return (e.x,)
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    return ()
+
+
+# ------------------------------------------------------------------ inputs and specs
+
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array: c_strides((2, 3)) == (3, 1)."""
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class KernelInput:
+    """One input array: its dtype, and its element strides along each dim of the iteration shape
+    (0 = broadcast along that dim). strides=None: the input is C-contiguous with the iteration
+    shape (the fast path). The runtime passes C-contiguous numpy arrays; strides index them."""
+    dtype: str
+    strides: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.strides is not None:
+            object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
+
+    @staticmethod
+    def broadcast(dtype, in_shape, out_shape) -> "KernelInput":
+        """An input of shape `in_shape` broadcast (numpy rules) to `out_shape`.
+
+        >>> KernelInput.broadcast("f32", (3,), (2, 3)).strides
+        (0, 1)
+        """
+        in_shape, out_shape = tuple(in_shape), tuple(out_shape)
+        if in_shape == out_shape:
+            return KernelInput(dtype)
+        if len(in_shape) > len(out_shape):
+            raise KernelError(f"cannot broadcast shape {in_shape} to {out_shape}")
+        padded = (1,) * (len(out_shape) - len(in_shape)) + in_shape
+        strides = []
+        for d_in, d_out, s in zip(padded, out_shape, c_strides(padded)):
+            if d_in not in (1, d_out):
+                raise KernelError(f"cannot broadcast shape {in_shape} to {out_shape}")
+            strides.append(s if d_in == d_out and d_out != 1 else 0)
+        return KernelInput(dtype, tuple(strides))
+
+    def resolved_strides(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return c_strides(shape) if self.strides is None else self.strides
+
+    def min_size(self, shape: tuple[int, ...]) -> int:
+        """Elements the input array must hold for these strides (0 if the shape is empty)."""
+        if any(d == 0 for d in shape):
+            return 0
+        return 1 + sum((d - 1) * abs(s) for d, s in zip(shape, self.resolved_strides(shape)))
+
+
+def _check_inputs(name: str, shape, inputs):
+    if any(d < 0 for d in shape):
+        raise KernelError(f"{name}: negative dimension in shape {shape}")
+    for i, inp in enumerate(inputs):
+        if inp.strides is not None and len(inp.strides) != len(shape):
+            raise KernelError(f"{name}: input {i} has {len(inp.strides)} strides for a "
+                              f"rank-{len(shape)} shape {shape}")
+        if inp.strides is not None and any(s < 0 for s in inp.strides):
+            raise KernelError(f"{name}: input {i} has a negative stride {inp.strides}")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """An elementwise kernel: outputs[j] (an Expr) evaluated at every element of `shape`;
+    every output is a fresh C-contiguous array of that shape."""
+    name: str
+    shape: tuple[int, ...]
+    inputs: tuple[KernelInput, ...]
+    outputs: tuple[Expr, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        _check_inputs(self.name, self.shape, self.inputs)
+        if not self.outputs:
+            raise KernelError(f"{self.name}: a kernel needs at least one output")
+        memo: dict = {}
+        outs = tuple(resolve(_wrap(o), self.input_dtypes, memo) for o in self.outputs)
+        object.__setattr__(self, "outputs", outs)
+
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return tuple(i.dtype for i in self.inputs)
+
+    @property
+    def output_dtypes(self) -> tuple[str, ...]:
+        return tuple(dtype_of(o, self.input_dtypes) for o in self.outputs)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """A reduction: `body` evaluated over the iteration `shape`, folded with `op` (add mul max
+    min; DLVM's 'multiply' accepted) starting from `init` (default: the op's identity) along
+    `axes`. The output is C-contiguous with the non-reduced axes, in order (`out_shape`)."""
+    name: str
+    shape: tuple[int, ...]
+    inputs: tuple[KernelInput, ...]
+    body: Expr
+    op: str
+    axes: tuple[int, ...]
+    init: float | int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "op", op_name(self.op))
+        axes = tuple(sorted(int(a) + len(self.shape) if a < 0 else int(a) for a in self.axes))
+        object.__setattr__(self, "axes", axes)
+        _check_inputs(self.name, self.shape, self.inputs)
+        if self.op not in REDUCE_OPS:
+            raise KernelError(f"{self.name}: unknown reduction {self.op!r}; expected one of "
+                              + ", ".join(REDUCE_OPS))
+        if len(set(axes)) != len(axes) or any(not 0 <= a < len(self.shape) for a in axes):
+            raise KernelError(f"{self.name}: axes {self.axes} are not distinct axes of shape {self.shape}")
+        body = resolve(_wrap(self.body), self.input_dtypes)
+        object.__setattr__(self, "body", body)
+        dt = dtype_of(body, self.input_dtypes)
+        if dt == "bool":
+            raise KernelError(f"{self.name}: cannot reduce bool values; cast them first")
+        object.__setattr__(self, "init", self._typed(REDUCE_INIT[self.op] if self.init is None else self.init))
+
+    def _typed(self, v):
+        if self.dtype == "i32":
+            return int({math.inf: 2**31 - 1, -math.inf: -2**31}.get(v, v))
+        return float(v)
+
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return tuple(i.dtype for i in self.inputs)
+
+    @property
+    def dtype(self) -> str:
+        return dtype_of(self.body, self.input_dtypes)
+
+    @property
+    def identity(self) -> float | int:
+        """Where the generated code starts each fold; a different `init` is applied once
+        afterwards, so that a reduction split into partial results stays exact."""
+        return self._typed(REDUCE_INIT[self.op])
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
+
+
+Spec = Union[KernelSpec, ReduceSpec]
