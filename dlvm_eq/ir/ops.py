@@ -107,6 +107,8 @@ _UNARY_FNS: dict[str, Callable] = {
     "softplus": _softplus,
 }
 _INT_OK_UNARY = {"negate", "square", "sign", "abs", "relu"}
+# piecewise constant: the derivative is zero almost everywhere, so no adjoint flows to the operand
+_PIECEWISE_CONSTANT = {"sign", "floor", "ceil", "round"}
 
 _BINARY_FNS: dict[str, Callable] = {
     "add": lambda a, b: np.add(a, b), "subtract": lambda a, b: np.subtract(a, b),
@@ -298,7 +300,8 @@ def _build_table() -> dict[str, OpSpec]:
         add(OpSpec(name, UNARY, 1, _PASCAL(name),
                    (lambda n, fo: lambda ts, at: _elementwise_type(n, ts, float_only=fo))(name, float_only),
                    (lambda f: _errstate(lambda args, at: f(args[0])))(fn),
-                   float_only=float_only))
+                   float_only=float_only,
+                   nondiff_operands=(0,) if name in _PIECEWISE_CONSTANT else ()))
     for name, fn in _BINARY_FNS.items():
         add(OpSpec(name, BINARY, 2, _PASCAL(name),
                    (lambda n: lambda ts, at: _elementwise_type(n, ts, float_only=(n == "power")))(name),
@@ -319,8 +322,8 @@ def _build_table() -> dict[str, OpSpec]:
                lambda args, at: np.where(args[2], args[0], args[1]), nondiff_operands=(2,)))
     add(OpSpec("dot", DOT, 2, "Dot", _dot_type, lambda args, at: np.matmul(args[0], args[1])))
     add(OpSpec("transpose", LAYOUT, 1, "Transpose", _transpose_type,
-               lambda args, at: np.ascontiguousarray(
-                   np.transpose(args[0], transpose_perm(args[0].ndim, at))), attrs=("perm",)))
+               lambda args, at: np.transpose(   # a copy; ascontiguousarray would make a scalar 1-D
+                   args[0], transpose_perm(args[0].ndim, at)).copy(), attrs=("perm",)))
     add(OpSpec("reduce", REDUCE, 1, "Reduce", _reduce_type, _errstate(_reduce),
                attrs=("combinator", "init", "axes")))
     add(OpSpec("shapeCast", LAYOUT, 1, "ShapeCast", _shape_cast_type,

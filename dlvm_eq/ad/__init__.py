@@ -1,0 +1,13 @@
+"""Reverse-mode differentiation as adjoint code generation in the e-graph (rules/adjoint.egg).
+
+    from dlvm_eq.ad import adjoint_function
+    df = adjoint_function(module, module["f"], wrt=(0,))     # an IR Function
+
+`synthesize_declared(module, fn)` fills in a bodiless `[adjoint @f ...]` declaration; the
+Python API (`grad`, `value_and_grad`, `vjp`) lives in dlvm_eq.ad.api.
+"""
+from .driver import (AdjointConfig, AdjointError, adjoint_function, adjoint_signature, configure,
+                     synthesize_declared)
+
+__all__ = ["AdjointConfig", "AdjointError", "adjoint_function", "adjoint_signature", "configure",
+           "synthesize_declared"]

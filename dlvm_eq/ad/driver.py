@@ -1,0 +1,337 @@
+"""The differentiator: reverse-mode adjoints accumulated over use lists, expanded into IR ops by
+rules/adjoint.egg in the e-graph that holds the forward program, then extracted jointly.
+
+    g = adjoint_function(module, module["f"], wrt=(0,), keeping=(0,))
+    print(g)       # func @f_grad: (...) -> (<f's result>, <d f / d param 0>)
+
+DLVM's conventions: the adjoint takes f's parameters (then one seed per differentiated output
+when `seedable`) and returns the kept outputs first, then one gradient per `wrt` parameter.
+Without `seedable` the seed is ones of the output's shape. `from` picks one output of a tuple;
+without it every float output is differentiated (their seeds add up). A single result is returned
+as itself rather than as a one-element tuple.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..egraph.optimize import extract_programs, new_session, optimize_session, scratch_session
+from ..egraph.rulefiles import read_rule_file, rule_file
+from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
+from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec
+from ..errors import DlvmError
+from ..ir.module import Function, Module, Value
+from ..ir.ops import OPS
+from ..ir.types import TensorType, TupleType, Type
+from ..ir.verifier import verify_function
+from .lets import Let, read_lets
+
+
+class AdjointError(DlvmError):
+    """An adjoint that cannot be built: a missing rule, or bad `wrt`/`from`/`keeping`."""
+
+
+# Saturate the shape analysis and the adjoint rules together: rules need the shapes of the
+# terms that earlier rules built.
+SCHEDULE = "(run-schedule (saturate (seq (saturate (run analysis)) (saturate (run adjoint)))))"
+HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "SliceAlong", "PadFront",
+           "PadBack", "OneHot", "TieShare")
+_TERMS = set(EGG_TO_OP) | set(LEAVES)
+
+
+@dataclass(frozen=True)
+class AdjointConfig:
+    """A normalized adjoint request (indices checked against the function)."""
+
+    wrt: tuple[int, ...]          # parameters to differentiate with respect to
+    outputs: tuple[int, ...]      # outputs differentiated (their seeds add up)
+    keeping: tuple[int, ...]      # outputs also returned, first
+    seedable: bool
+
+    def describe(self, fn: Function) -> str:
+        return (f"the adjoint of @{fn.name} from {', '.join(map(str, self.outputs))} "
+                f"wrt {', '.join(map(str, self.wrt))}"
+                + (f" keeping {', '.join(map(str, self.keeping))}" if self.keeping else "")
+                + (" seedable" if self.seedable else ""))
+
+
+def _outputs(fn: Function) -> list[TensorType]:
+    t = fn.result_type
+    return list(t.elements) if isinstance(t, TupleType) else [t]
+
+
+def configure(fn: Function, wrt=None, from_index=None, keeping=None,
+              seedable=False) -> AdjointConfig:
+    """Check `wrt`, `from`, `keeping` against fn; defaults: every float parameter and output."""
+    outs = _outputs(fn)
+    if wrt is None:
+        wrt = tuple(i for i, p in enumerate(fn.params)
+                    if isinstance(p.type, TensorType) and p.type.dtype.is_float)
+    wrt = tuple(int(i) for i in ([wrt] if isinstance(wrt, int) else wrt))
+    for i in wrt:
+        if not 0 <= i < len(fn.params):
+            raise AdjointError(f"@{fn.name} has {len(fn.params)} parameters; "
+                               f"wrt {i} is out of range")
+        t = fn.params[i].type
+        if not (isinstance(t, TensorType) and t.dtype.is_float):
+            raise AdjointError(f"@{fn.name}: parameter {i} (%{fn.params[i].name}: {t}) is not a "
+                               "float tensor; only float parameters can be differentiated")
+    if len(set(wrt)) != len(wrt):
+        raise AdjointError(f"@{fn.name}: wrt {list(wrt)} repeats a parameter")
+    if from_index is None:   # every float output (a bool or int output has no adjoint)
+        outputs = tuple(i for i, t in enumerate(outs) if t.dtype.is_float)
+        if not outputs:
+            raise AdjointError(f"@{fn.name} has no float output to differentiate")
+    else:
+        if not 0 <= from_index < len(outs):
+            raise AdjointError(f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
+                               f"from {from_index} is out of range")
+        outputs = (int(from_index),)
+    for i in outputs:
+        if not outs[i].dtype.is_float:
+            raise AdjointError(f"@{fn.name}: output {i} ({outs[i]}) is not a float tensor and "
+                               "cannot be differentiated")
+    keeping = tuple(int(i) for i in (keeping or ()))
+    if len(set(keeping)) != len(keeping):
+        raise AdjointError(f"@{fn.name}: keeping {list(keeping)} repeats an output")
+    for i in keeping:
+        if not 0 <= i < len(outs):
+            raise AdjointError(f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
+                               f"keeping {i} is out of range")
+    return AdjointConfig(wrt, outputs, keeping, bool(seedable))
+
+
+def adjoint_signature(fn: Function, cfg: AdjointConfig) -> tuple[list[Type], list[TensorType]]:
+    """(parameter types, result types) of the adjoint function."""
+    outs = _outputs(fn)
+    params = list(fn.param_types) + ([outs[i] for i in cfg.outputs] if cfg.seedable else [])
+    results = [outs[i] for i in cfg.keeping] + [fn.params[i].type for i in cfg.wrt]
+    return params, results
+
+
+# ---------------------------------------------------------------- the reverse pass
+
+class _ReversePass:
+    """Emits the adjoint lets: adj(v) = sum over the uses (i, u) of v of (Adjoint i u adj(u))."""
+
+    def __init__(self, prog: LoadedProgram, fn: Function, cfg: AdjointConfig):
+        self.prog, self.fn, self.cfg = prog, fn, cfg
+        self.lets = read_lets(prog.lines)
+        self.lines: list[str] = []
+        self.count = 0
+        self.adjoints: list[str] = []    # every (Adjoint i u g) term emitted
+        var_lets = {json.loads(let.args[0]): let.name for let in self.lets if let.ctor == "Var"}
+        self.param_lets = [var_lets[p.name] for p in fn.params]
+
+    def let(self, term: str, t: TensorType | None = None) -> str:
+        name = f"$adj{self.count}"
+        self.count += 1
+        self.lines.append(f"(let {name} {term})")
+        if t is not None:
+            self.prog.term_types[name] = t
+        return name
+
+    def constant(self, value: float, t: TensorType) -> str:
+        c = f"(Const {egg_float(value)} {egg_string(str(t.dtype))})"
+        return self.let(c if not t.shape else f"(Broadcast {c} {egg_vec(t.shape)})", t)
+
+    def seed_param(self, t: TensorType, index: int, count: int) -> str:
+        taken = {p.name for p in self.prog.params}
+        base = "seed" if count == 1 else f"seed{index}"
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        self.prog.params.append(Value(name, t))
+        self.prog.var_types[name] = t
+        v = self.let(f"(Var {egg_string(name)})", t)
+        self.lines.append(f"(set (shape {v}) {egg_vec(t.shape)})")
+        self.lines.append(f"(set (dtype {v}) {egg_string(str(t.dtype))})")
+        return v
+
+    def active(self) -> set[str]:
+        """Float values that depend on a wrt parameter: the only ones that get adjoints."""
+        types = self.prog.term_types
+        live = {self.param_lets[i] for i in self.cfg.wrt}
+        for let in self.lets:
+            if let.name not in live and types[let.name].dtype.is_float and \
+                    any(c in live for c in let.children):
+                live.add(let.name)
+        return live
+
+    def run(self) -> list[str]:
+        """The root lets: kept outputs, then gradients."""
+        prog, cfg = self.prog, self.cfg
+        out_types = _outputs(self.fn)
+        pending: dict[str, list[str]] = defaultdict(list)
+        for k, i in enumerate(cfg.outputs):
+            t = out_types[i]
+            seed = (self.seed_param(t, k, len(cfg.outputs)) if cfg.seedable else None)
+            pending[prog.roots[i]].append(seed or self.constant(1.0, t))
+        live = self.active()
+        adjoint: dict[str, str] = {}
+        for let in reversed(self.lets):
+            parts = pending.pop(let.name, None)
+            if not parts or let.name not in live:
+                continue
+            g = parts[0]
+            for part in parts[1:]:
+                g = self.let(f"(Add {g} {part})")
+            adjoint[let.name] = g
+            spec = OPS[EGG_TO_OP[let.ctor]] if let.ctor in EGG_TO_OP else None
+            if spec is None or not spec.differentiable:
+                continue
+            for i, child in enumerate(let.children):
+                if child in live and i not in spec.nondiff_operands:
+                    term = f"(Adjoint {i} {let.name} {g})"
+                    pending[child].append(self.let(term))
+                    self.adjoints.append(term)
+        roots = [prog.roots[i] for i in cfg.keeping]
+        for i in cfg.wrt:
+            v = self.param_lets[i]
+            roots.append(adjoint.get(v) or self.constant(0.0, self.fn.params[i].type))
+        return roots
+
+
+# ---------------------------------------------------------------- checks
+
+def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
+    """Every Adjoint (and helper) must share its e-class with an IR op after saturation."""
+    missing: dict[tuple[str, int], None] = {}
+    stuck: dict[str, None] = {}
+    for nid, node in g.nodes.items():
+        op = node["op"]
+        if op != "Adjoint" and op not in HELPERS:
+            continue
+        if any(g.nodes[m]["op"] in _TERMS for m in g.classes.get(node["eclass"], [])):
+            continue
+        if op == "Adjoint":
+            i = int(g.primitive(node["children"][0]))
+            user = g.nodes[node["children"][1]]["op"]
+            missing[(user, i)] = None
+        else:
+            stuck[op] = None
+    if missing:
+        no_rule, no_match = [], []
+        for user, i in missing:
+            ir = EGG_TO_OP.get(user)
+            what = f"operand {i} of `{ir}` ({user})" if ir else f"operand {i} of {user}"
+            has_rule = re.search(rf"\(Adjoint\s+{i}\s+\({user}\s", rules_text)
+            (no_match if has_rule else no_rule).append(what)
+        if no_rule:
+            raise AdjointError(f"no adjoint rule in {rules_name} for " + "; ".join(no_rule)
+                               + " (expected a rule rewriting (Adjoint i (Op ...) g))")
+        raise AdjointError(f"the adjoint rule in {rules_name} for " + "; ".join(no_match)
+                           + " did not apply: a shape or dtype it needs is unknown")
+    if stuck:
+        raise AdjointError(f"{rules_name}: helper(s) {', '.join(stuck)} left unexpanded "
+                           "(a shape or dtype they need is unknown)")
+
+
+# ---------------------------------------------------------------- the entry points
+
+@contextmanager
+def _session(rules):
+    """(session, rules text, rules file name): an e-graph with the schema, rules/algebra.egg and
+    the adjoint rules. The shipped rules share one compiled session (push/pop per use)."""
+    if rules is None:
+        path = rule_file("adjoint.egg")
+        with scratch_session([path]) as session:
+            yield (session, *read_rule_file(path))
+        return
+    if isinstance(rules, Path) or (isinstance(rules, str) and "\n" not in rules and
+                                   rules.endswith(".egg")):
+        text, name = read_rule_file(rules)
+    else:
+        text, name = str(rules), "<adjoint rules>"
+    session = new_session()
+    session.add_rules_text(text, name)
+    yield session, text, name
+
+
+def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=None,
+                     keeping=None, seedable: bool = False, name: str | None = None, *,
+                     rules=None, tuple_result: bool | None = None, optimize: bool = True,
+                     target: str = "cpu", budget=None) -> Function:
+    """The adjoint of `fn` as an IR Function (see the module docstring for its signature).
+
+    rules: adjoint rules (a path or the text) instead of rules/adjoint.egg. tuple_result: a
+    tuple even for one result (None: only for several). optimize: saturate the algebra rules
+    over forward and adjoint together (under `budget`) before extracting for `target`."""
+    if fn.is_declaration:
+        fn = synthesize_declared(module, fn)
+    cfg = configure(fn, wrt, from_index, keeping, seedable)
+    name = name or f"{fn.name}_grad"
+    with _session(rules) as (session, text, rules_name):
+        prog = session.add_function(fn, module)
+        prog.params = list(prog.params)
+        prog.var_types = dict(prog.var_types)
+        rev = _ReversePass(prog, fn, cfg)
+        roots = rev.run()
+        session.run_text("\n".join(rev.lines) + "\n", f"<adjoint of @{fn.name}>")
+        session.run_text(SCHEDULE)
+        _check_expanded(session.serialize(roots), rules_name, text)
+        # An Adjoint is a function of its user's syntax, not of its value: once expanded it
+        # must go, or congruence after algebra rewrites would merge unrelated adjoints.
+        session.run_text("\n".join(f"(delete {t})" for t in rev.adjoints) + "\n")
+        grad = dataclasses.replace(prog, name=name, roots=roots, result_is_tuple=(
+            len(roots) > 1 if tuple_result is None else tuple_result))
+        if optimize:
+            out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
+        else:
+            out = extract_programs(session, [grad], target).functions[0]
+    out.location = fn.location
+    verify_function(out)
+    return out
+
+
+_SYNTHESIZED: dict[int, tuple[Function, Function, int, Function]] = {}
+_IN_PROGRESS: set[str] = set()
+
+
+def _signature(params, results, as_tuple: bool) -> str:
+    r = ", ".join(map(str, results))
+    r = r if len(results) == 1 and not as_tuple else f"({r})"
+    return f"({', '.join(map(str, params))}) -> {r}"
+
+
+def synthesize_declared(module: Module, decl_fn: Function) -> Function:
+    """The body of a bodiless `[adjoint @f ...]` function: a new Function with its name and
+    declaration. Its declared signature must match the synthesized one."""
+    decl = decl_fn.adjoint
+    if decl is None:
+        raise AdjointError(f"@{decl_fn.name} has no body and no [adjoint] declaration")
+    if module is None:
+        raise AdjointError(f"@{decl_fn.name}: synthesizing an adjoint needs its module")
+    source = of = module[decl.of]
+    hit = _SYNTHESIZED.get(id(decl_fn))
+    if hit and hit[0] is decl_fn and hit[1] is source and hit[2] == len(source.body):
+        return hit[3]
+    if of.is_declaration:          # an adjoint of a declared adjoint: synthesize that first
+        if decl_fn.name in _IN_PROGRESS:
+            raise AdjointError(f"@{decl_fn.name}: adjoint declarations form a cycle")
+        _IN_PROGRESS.add(decl_fn.name)
+        try:
+            of = synthesize_declared(module, of)
+        finally:
+            _IN_PROGRESS.discard(decl_fn.name)
+    cfg = configure(of, decl.wrt, decl.from_index, decl.keeping, decl.seedable)
+    params, results = adjoint_signature(of, cfg)
+    declared = decl_fn.result_type
+    as_tuple = isinstance(declared, TupleType)
+    want = list(declared.elements) if as_tuple else [declared]
+    if list(decl_fn.param_types) != params or want != results:
+        declared_sig = _signature(decl_fn.param_types, want, as_tuple)
+        raise AdjointError(f"@{decl_fn.name} is declared {declared_sig} but {cfg.describe(of)} "
+                           f"has type {_signature(params, results, False)}")
+    out = adjoint_function(module, of, decl.wrt, decl.from_index, decl.keeping, decl.seedable,
+                           name=decl_fn.name, tuple_result=as_tuple)
+    out.adjoint = decl
+    if len(_SYNTHESIZED) > 256:
+        _SYNTHESIZED.clear()
+    _SYNTHESIZED[id(decl_fn)] = (decl_fn, source, len(source.body), out)
+    return out
