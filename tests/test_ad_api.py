@@ -66,7 +66,6 @@ def test_jit_of_grad_and_value_and_grad():
     np.testing.assert_allclose(dq.jit(dq.grad(f, argnums=1))(X, W), f_grads(X, W)[1], rtol=1e-10)
 
 
-@pytest.mark.xfail(reason="dq.jit does not flatten nested tuple results yet (DSL)", strict=False)
 def test_jit_of_value_and_grad_with_tuple_argnums():
     v, (gx, gw) = dq.jit(dq.value_and_grad(f, argnums=(0, 1)))(X, W)
     np.testing.assert_allclose(gw, f_grads(X, W)[1], rtol=1e-10)

@@ -531,3 +531,12 @@ def test_captures_through_two_nested_traces():
 
     a, b = rand(3), rand(3)
     np.testing.assert_allclose(traced(outer, a, b), a * b + a, rtol=1e-12)
+
+
+def test_jit_rebuilds_nested_results():
+    import dlvm_eq as dq
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = dq.jit(lambda x: (dq.sum(x), [x * 2, (x + 1,)]), target="interp")(a)
+    assert isinstance(out, tuple) and isinstance(out[1], list) and isinstance(out[1][1], tuple)
+    np.testing.assert_allclose(out[0], 15.0)
+    np.testing.assert_allclose(out[1][1][0], a + 1)

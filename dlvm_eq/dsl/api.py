@@ -17,6 +17,7 @@ from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
 from ..ir.verifier import verify
+from .pytree import flatten, is_flat, unflatten
 from .tensor import Tensor
 from .tracing import function_name, trace, type_of
 
@@ -76,7 +77,7 @@ class Jitted:
             known = ", ".join(sorted(_BACKENDS))
             raise DlvmError(f"jit: unknown target {target!r} (available: {known})")
         self.fn, self.target = fn, target
-        self._cache: dict[tuple, tuple[Module, object]] = {}
+        self._cache: dict[tuple, tuple] = {}
         functools.update_wrapper(self, fn, updated=())
 
     def _positional(self, args, kwargs):
@@ -91,15 +92,27 @@ class Jitted:
         key = tuple((t.shape, t.dtype) for t in map(type_of, args))
         entry = self._cache.get(key)
         if entry is None:
-            module = make_ir(self.fn)(*args)
-            entry = self._cache[key] = (module, _BACKENDS[self.target](module, module.name))
+            tree = []
+
+            def flat(*xs):   # the IR returns a flat tuple; remember the nesting to rebuild it
+                leaves, structure = flatten(self.fn(*xs))
+                tree.append(structure)
+                return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
+            functools.update_wrapper(flat, self.fn, updated=())
+            module = make_ir(flat)(*args)
+            compiled = _BACKENDS[self.target](module, module.name)
+            entry = self._cache[key] = (module, compiled, tree[0])
         return entry
 
     def __call__(self, *args, **kwargs):
         args = self._positional(args, kwargs)
         if any(isinstance(a, Tensor) for a in args):  # jit inside a trace: just trace through
             return self.fn(*args)
-        return self._entry(args)[1](*args)
+        _, compiled, tree = self._entry(args)
+        out = compiled(*args)
+        if is_flat(tree):
+            return out
+        return unflatten(tree, out if isinstance(out, tuple) else (out,))
 
     def lower(self, *args, **kwargs) -> Module:
         """The IR Module compiled for these arguments (cached like a call)."""
