@@ -16,7 +16,7 @@ from .models import mlp
 HIDDEN = 128
 BATCH = 128
 EPOCHS = 40
-LR = 0.1
+LR = 0.2
 
 
 def load_digits_split(seed: int = 0):
@@ -64,7 +64,7 @@ def _median_ms(fn, repeats: int = 30) -> float:
 
 
 def _sparkline(values, width: int = 60) -> str:
-    bars = " ▁▂▃▄▅▆▇█"
+    bars = "▁▂▃▄▅▆▇█"
     v = np.asarray(values)
     idx = np.linspace(0, len(v) - 1, min(width, len(v))).astype(int)
     v = v[idx]
