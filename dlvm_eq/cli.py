@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import cli_grad, cli_optimize, cli_verify
+from . import cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
@@ -176,6 +176,7 @@ COMMANDS: list[Command] = [
             cli_optimize.query),
     Command("verify-rules", "check rule files on small symbolic tensors", cli_verify.arguments,
             cli_verify.run),
+    Command("demo", "compile and train an MLP on the digits data set", cli_demo.arguments, cli_demo.run),
 ]
 
 

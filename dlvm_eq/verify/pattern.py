@@ -1,0 +1,229 @@
+"""Rule-file vocabulary: term patterns, declared signatures, and what verify-rules knows.
+
+    to_pattern(read("(Exp (Log x))")[0])    # PCall('Exp', (PCall('Log', (PVar('x'),)),))
+    vocab = Vocab(); declarations(forms, vocab)
+
+Known meanings: the IR ops of schema.egg (via the op table), `Const`, `Adjoint`, the helpers
+of helpers.py, macros (constructors one unconditional rewrite defines), the analyses `shape`,
+`dtype` and `cval`, the sign relations `positive`/`nonneg`/`nonzero`, tables of primitive
+functions set at top level, and egglog's primitives (PRIMS).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..egraph.serialized import EGG_TO_OP
+from .helpers import FUNCTIONS, HELPERS
+from .sexpr import SList, Str, Sym, show
+
+# Relations that state a sign fact about a term; as facts they are assumptions on the symbols,
+# as actions they are claims to verify. Rule files declare them, e.g. `(relation positive (Term))`.
+ASSUMPTIONS = {"positive": "> 0", "nonneg": ">= 0", "nonzero": "!= 0"}
+LEAF_CTORS = ("Var", "Lit")
+SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
+ANALYSES = {"shape": "IVec", "dtype": "String"}   # type-level analyses of schema.egg
+CVAL = "cval"   # (cval t) = v: every element of t is the constant v
+IGNORED_ACTIONS = {"subsume", "delete", "panic", "extract", "print-function"}
+
+# primitive functions: argument sorts (None: any one numeric sort N shared by all) -> result
+VEC = "IVec"
+PRIMS: dict[str, tuple] = {
+    "vec-of": ("i64*", VEC), "vec-empty": ((), VEC), "vec-get": ((VEC, "i64"), "i64"),
+    "vec-length": ((VEC,), "i64"), "vec-push": ((VEC, "i64"), VEC), "vec-pop": ((VEC,), VEC),
+    "vec-append": ((VEC, VEC), VEC), "vec-remove": ((VEC, "i64"), VEC),
+    "vec-set": ((VEC, "i64", "i64"), VEC), "vec-contains": ((VEC, "i64"), "Unit"),
+    "vec-not-contains": ((VEC, "i64"), "Unit"),
+    "+": (None, "N"), "-": (None, "N"), "*": (None, "N"), "/": (None, "N"), "%": (None, "N"),
+    "min": (None, "N"), "max": (None, "N"), "neg": (None, "N"), "abs": (None, "N"),
+    "<": (None, "Unit"), ">": (None, "Unit"), "<=": (None, "Unit"), ">=": (None, "Unit"),
+    "to-f64": (("i64",), "f64"), "to-i64": (("f64",), "i64"),
+    "<<": (("i64", "i64"), "i64"), ">>": (("i64", "i64"), "i64"), "&": (("i64", "i64"), "i64"),
+    "|": (("i64", "i64"), "i64"), "^": (("i64", "i64"), "i64"),
+    "and": (("bool", "bool"), "bool"), "or": (("bool", "bool"), "bool"), "not": (("bool",), "bool"),
+}
+COMPARISONS = {"<", ">", "<=", ">=", "!=", "vec-contains", "vec-not-contains"}
+PRIM_SORTS = {"i64", "f64", "String", "bool", VEC, "Unit"}
+
+
+# ---------------------------------------------------------------- patterns
+
+@dataclass(frozen=True)
+class PVar:
+    name: str
+
+
+@dataclass(frozen=True)
+class PLit:
+    value: object
+    sort: str
+
+
+@dataclass(frozen=True)
+class PCall:
+    head: str
+    args: tuple
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self):   # terms are dict keys everywhere: hash once, not per lookup
+        object.__setattr__(self, "_hash", hash((self.head, self.args)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def pshow(e) -> str:
+    if isinstance(e, PVar):
+        return e.name
+    if isinstance(e, PLit):
+        return show(Str(e.value)) if e.sort == "String" else show(e.value)
+    return "(" + " ".join([e.head] + [pshow(a) for a in e.args]) + ")"
+
+
+class Unsupported(Exception):
+    """A construct verify-rules cannot interpret (the rule is reported as skipped)."""
+
+
+def to_pattern(x):
+    if isinstance(x, Str):
+        return PLit(str(x), "String")
+    if isinstance(x, Sym):
+        if x in ("true", "false"):
+            return PLit(x == "true", "bool")
+        return PVar(str(x))
+    if isinstance(x, bool):
+        return PLit(x, "bool")
+    if isinstance(x, int):
+        return PLit(x, "i64")
+    if isinstance(x, float):
+        return PLit(x, "f64")
+    if isinstance(x, SList):
+        if not x or not isinstance(x[0], Sym):
+            raise Unsupported(f"cannot read {show(x)}")
+        if x[0] in LEAF_CTORS:   # a program leaf: an opaque tensor, named by its text
+            return PVar(show(x))
+        return PCall(str(x[0]), tuple(to_pattern(a) for a in x[1:]))
+    raise Unsupported(f"cannot read {x!r}")
+
+
+def variables(e, out: list | None = None) -> list:
+    """Variables of e in post-order of first occurrence (children before parents)."""
+    out = [] if out is None else out
+    if isinstance(e, PVar):
+        if e.name not in out:
+            out.append(e.name)
+    elif isinstance(e, PCall):
+        for a in e.args:
+            variables(a, out)
+    return out
+
+
+def substitute(e, defs: dict, depth: int = 0):
+    if depth > 64:
+        raise Unsupported("definitions of variables are cyclic")
+    if isinstance(e, PVar) and e.name in defs:
+        return substitute(defs[e.name], defs, depth + 1)
+    if isinstance(e, PCall):
+        return PCall(e.head, tuple(substitute(a, defs, depth) for a in e.args))
+    return e
+
+
+def subterms(e):
+    yield e
+    if isinstance(e, PCall):
+        for a in e.args:
+            yield from subterms(a)
+
+
+# ---------------------------------------------------------------- declarations
+
+@dataclass(frozen=True)
+class Sig:
+    name: str
+    args: tuple[str, ...]
+    result: str
+    kind: str             # constructor, function, relation
+
+
+@dataclass
+class Vocab:
+    """What rule files declare, and what verify-rules knows the meaning of."""
+
+    sigs: dict = field(default_factory=dict)      # name -> Sig
+    tables: dict = field(default_factory=dict)    # function -> {arguments: value} (top-level sets)
+    aliases: dict = field(default_factory=dict)   # sort name -> IVec, ...
+    macros: dict = field(default_factory=dict)    # constructor -> (parameters, body pattern)
+
+    def is_ctor(self, name: str) -> bool:
+        sig = self.sigs.get(name)
+        return sig is not None and sig.kind == "constructor"
+
+    def helper(self, name: str):
+        """The reference meaning of a helper constructor declared with the expected sorts."""
+        h = HELPERS.get(name)
+        sig = self.sigs.get(name)
+        return h if h is not None and sig is not None and sig.args == h.args else None
+
+    def function(self, name: str):
+        """(kind, implementation) of a primitive-valued function call, or None."""
+        sig = self.sigs.get(name)
+        f = FUNCTIONS.get(name)
+        if f is not None and sig is not None and sig.args == f[0]:
+            return f[2]
+        if name in self.tables:
+            table = self.tables[name]
+            return lambda *args: table[tuple(args)]
+        return None
+
+    def meaning(self, head: str) -> str | None:
+        """Why `head` cannot be interpreted, or None when it can."""
+        sig = self.sigs.get(head)
+        if sig is None:
+            if head in PRIMS or head in ("=", "!=", "?defined"):
+                return None
+            return f"{head} is not a function verify-rules knows"
+        if sig.kind == "constructor":
+            if head in SEMANTIC_CTORS or self.helper(head) is not None or head in self.macros:
+                return None
+            if head in HELPERS:
+                return (f"constructor {head} is declared ({' '.join(sig.args)}), not "
+                        f"({' '.join(HELPERS[head].args)}) as verify-rules defines it")
+            return (f"constructor {head} has no meaning known to verify-rules (only the IR ops "
+                    "of schema.egg, Const, Adjoint and the helpers of verify/helpers.py do)")
+        if sig.kind == "function":
+            if head in ANALYSES or head == CVAL or self.function(head) is not None:
+                return None
+            return f"function {head} has no meaning known to verify-rules"
+        if head in ASSUMPTIONS:
+            return None
+        return f"relation {head} has no meaning known to verify-rules"
+
+
+def _sort_name(x, aliases: dict) -> str:
+    name = show(x) if isinstance(x, SList) else str(x)
+    return aliases.get(name, name)
+
+
+def declarations(forms: list, vocab: Vocab) -> None:
+    """Add the constructor/function/relation signatures declared in `forms` to vocab."""
+    sigs, aliases = vocab.sigs, vocab.aliases
+    for f in forms:
+        if not isinstance(f, SList) or not f or not isinstance(f[0], Sym):
+            continue
+        head = f[0]
+        if head == "sort" and len(f) >= 3 and isinstance(f[2], SList) and f[2] and f[2][0] == "Vec":
+            aliases[str(f[1])] = VEC if str(f[2][1]) == "i64" else f"Vec<{show(f[2][1])}>"
+        elif head == "datatype" and len(f) >= 2:
+            sort = str(f[1])
+            for ctor in f[2:]:
+                if isinstance(ctor, SList) and ctor and isinstance(ctor[0], Sym):
+                    args = tuple(_sort_name(a, aliases) for a in ctor[1:]
+                                 if not (isinstance(a, Sym) and a.startswith(":")))
+                    sigs[str(ctor[0])] = Sig(str(ctor[0]), args, sort, "constructor")
+        elif head in ("constructor", "function") and len(f) >= 4 and isinstance(f[2], SList):
+            args = tuple(_sort_name(a, aliases) for a in f[2])
+            sigs[str(f[1])] = Sig(str(f[1]), args, _sort_name(f[3], aliases), str(head))
+        elif head == "relation" and len(f) >= 3 and isinstance(f[2], SList):
+            sigs[str(f[1])] = Sig(str(f[1]), tuple(_sort_name(a, aliases) for a in f[2]),
+                                  "Unit", "relation")
+
+

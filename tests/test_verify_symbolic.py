@@ -1,0 +1,140 @@
+"""dlvm_eq.verify.symbolic: every op of the op table on sympy agrees with its numpy semantics,
+and the zero prover tells exact, almost-everywhere and false identities apart."""
+import numpy as np
+import pytest
+import sympy as sp
+
+from dlvm_eq.ir import BOOL, F32, I32, OPS, FunctionBuilder, Module, TensorType, interpret, tensor
+from dlvm_eq.verify import SYMBOLIC, apply_op, evaluate_function, symbol_array
+from dlvm_eq.verify.identity import PROVEN, PROVEN_AE, UNPROVEN, ZeroProver, derivative
+from dlvm_eq.verify.symbolic import to_number
+
+# op -> (operand types, attributes, domain of the random operands)
+T23, T3, T32 = tensor(2, 3, F32), tensor(3, F32), tensor(3, 2, F32)
+B23 = tensor(2, 3, BOOL)
+_ANY, _POS = (-2.0, 2.0), (0.2, 2.5)
+UNARY_DOMAIN = {"log": _POS, "sqrt": _POS, "rsqrt": _POS, "log1p": _POS}
+EXAMPLES = {
+    **{name: ([T23], {}, UNARY_DOMAIN.get(name, _ANY)) for name, s in OPS.items()
+       if s.kind == "unary"},
+    **{name: ([T23, T23], {}, _ANY) for name in ("add", "subtract", "multiply", "divide", "min", "max",
+                                                  "equal", "notEqual", "lessThan", "lessThanOrEqual",
+                                                  "greaterThan", "greaterThanOrEqual")},
+    "power": ([T23, T23], {}, _POS),
+    "not": ([B23], {}, _ANY),
+    "and": ([B23, B23], {}, _ANY),
+    "or": ([B23, B23], {}, _ANY),
+    "select": ([T23, T23, B23], {}, _ANY),
+    "dot": ([T23, T32], {}, _ANY),
+    "transpose": ([T23], {"perm": (1, 0)}, _ANY),
+    "reduce": ([T23], {"combinator": "max", "init": -1.0, "axes": (1,)}, _ANY),
+    "shapeCast": ([T23], {"shape": (3, 2)}, _ANY),
+    "padShape": ([T23], {"at": 1}, _ANY),
+    "squeezeShape": ([tensor(2, 1, F32)], {"at": 1}, _ANY),
+    "broadcast": ([T3], {"shape": (2, 3)}, _ANY),
+    "dataTypeCast": ([T23], {"dtype": BOOL}, _ANY),
+    "concatenate": ([T23, T23], {"axis": 0}, _ANY),
+    "literal": ([], {"value": np.array([[1.5, -2.0, 0.25]]), "type": tensor(1, 3, F32)}, _ANY),
+    "tuple": ([T3, T23], {}, _ANY),
+    "extract": None,   # needs a tuple operand: checked through evaluate_function below
+    "apply": None,     # needs a module: checked through evaluate_function below
+}
+MORE = [   # further attribute cases of ops with attributes
+    ("reduce", [T23], {"combinator": "add", "init": 0.5, "axes": (0, 1)}),
+    ("reduce", [T23], {"combinator": "multiply", "init": 1.0, "axes": (0,)}),
+    ("reduce", [T23], {"combinator": "min", "init": 1.0, "axes": ()}),
+    ("reduce", [B23], {"combinator": "add", "init": 0.0, "axes": (1,)}),
+    ("transpose", [tensor(2, 2, 2, F32)], {"perm": (1, 2, 0)}),
+    ("transpose", [tensor(F32)], {"perm": ()}),
+    ("dot", [T3, T3], {}),
+    ("dot", [T23, T3], {}),
+    ("dot", [T3, T32], {}),
+    ("dataTypeCast", [B23], {"dtype": F32}),
+    ("dataTypeCast", [T23], {"dtype": I32}),
+    ("broadcast", [tensor(2, 1, F32)], {"shape": (2, 3)}),
+    ("divide", [tensor(2, 3, I32), tensor(2, 3, I32)], {}),
+]
+
+
+def test_every_op_has_a_symbolic_implementation_and_an_example():
+    assert set(SYMBOLIC) == set(OPS), "ops without sympy semantics: " + str(set(OPS) - set(SYMBOLIC))
+    assert set(EXAMPLES) == set(OPS), "ops without an example here: " + str(set(OPS) - set(EXAMPLES))
+
+
+def _random(t: TensorType, rng, domain):
+    if t.dtype is BOOL:
+        return rng.random(t.shape) < 0.5
+    if t.dtype is I32:
+        return rng.integers(-4, 5, t.shape)
+    return rng.uniform(*domain, t.shape)
+
+
+def _check(op, types, attrs, domain, rng):
+    rtype = OPS[op].result_type(types, attrs)
+    values = [_random(t, rng, domain) for t in types]
+    symbols = [symbol_array(f"a{i}", t.shape, t.dtype) for i, t in enumerate(types)]
+    point = {s: (sp.true if v else sp.false) if isinstance(v, (bool, np.bool_)) else sp.Float(float(v), 30)
+             for sym, val in zip(symbols, values) for s, v in zip(sym.flat, np.asarray(val).flat)}
+    got = apply_op(op, symbols, attrs, rtype)
+    want = OPS[op].evaluate([np.asarray(v) for v in values], attrs)
+    if op == "tuple":
+        pairs = list(zip(got, want))
+    else:
+        pairs = [(got, want)]
+    for g, w in pairs:
+        w = np.asarray(w)
+        assert g.shape == w.shape, f"{op}: shape {g.shape} vs numpy {w.shape}"
+        for idx in np.ndindex(w.shape):
+            v = to_number(sp.sympify(g[idx]).xreplace(point))
+            v = complex(sp.N(v, 30))
+            assert v.imag == 0, f"{op}{idx}: complex {v}"
+            assert np.isclose(v.real, float(w[idx]), rtol=1e-9, atol=1e-12), \
+                f"{op}{idx} with {attrs}: sympy {v.real}, numpy {w[idx]}"
+
+
+@pytest.mark.parametrize("op", sorted(n for n, e in EXAMPLES.items() if e is not None))
+def test_op_agrees_with_numpy(op):
+    types, attrs, domain = EXAMPLES[op]
+    _check(op, types, attrs, domain, np.random.default_rng(sorted(OPS).index(op)))
+
+
+@pytest.mark.parametrize("case", range(len(MORE)))
+def test_op_attribute_cases_agree_with_numpy(case):
+    op, types, attrs = MORE[case]
+    _check(op, types, attrs, _ANY, np.random.default_rng(100 + case))
+
+
+def test_function_with_apply_tuple_extract_and_literal():
+    m = Module("t")
+    b = FunctionBuilder("g", [T3, T3], ["u", "v"])
+    u, v = b.params
+    m.add(b.finish([b.emit("multiply", [u, v]), b.emit("exp", [u])]))
+    b = FunctionBuilder("f", [T3], ["x"])
+    (x,) = b.params
+    lit = b.emit("literal", [], value=np.array([0.5, -1.0, 2.0]), type=T3)
+    pair = b.emit("apply", [x, lit], callee="g", type=m["g"].result_type)
+    first = b.emit("extract", [pair], index=0)
+    second = b.emit("extract", [pair], index=1)
+    m.add(b.finish(b.emit("add", [first, b.emit("multiply", [second, b.const(2.0, F32)])])))
+    xs = symbol_array("x", (3,))
+    out = evaluate_function(m["f"], [xs], m)
+    assert sp.simplify(out[1] - (-xs[1] + 2 * sp.exp(xs[1]))) == 0
+    value = np.array([0.3, -0.4, 1.1])
+    want = interpret(m, "f", value, float64=True)
+    got = [float(e.xreplace(dict(zip(xs.flat, map(sp.Float, value))))) for e in out]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_prover_exact_ae_and_false():
+    x, y, g = sp.symbols("x y g", real=True)
+    p = sp.Symbol("p", positive=True)
+    prover = ZeroProver()
+    assert prover.status(sp.tanh(x) + 1 - 2 / (1 + sp.exp(-2 * x))) == PROVEN
+    assert prover.status(sp.exp(sp.log(p)) - p) == PROVEN
+    assert prover.status(sp.sqrt(x ** 2) - x) == UNPROVEN   # false for x < 0
+    # relu' with the tie at 0 going either way: equal except where x == 0
+    relu_grad = g * derivative(sp.Max(x, 0), x)
+    assert prover.status(relu_grad - sp.Piecewise((g, x >= 0), (0, True))) == PROVEN_AE
+    # an Eq that holds on a half-plane is not a measure-zero tie
+    assert prover.status(sp.Piecewise((1, sp.Eq(x, sp.Max(x, y))), (0, True))) == UNPROVEN
+    assert prover.status(sp.Max(x, 0) - sp.Piecewise((x, x > 1), (0, True))) == UNPROVEN
