@@ -1,0 +1,60 @@
+"""Least squares written as sum((X - U Vᵀ)²): the sum-product rules of rules/algebra.egg let the
+optimizer compute it without materializing the m×n matrix U Vᵀ:
+
+    sum((X - U Vᵀ)²) = sum(X²) - 2 sum((Xᵀ U) * V) + sum((UᵀU) * (VᵀV))
+
+    python examples/least_squares.py
+"""
+import numpy as np
+
+import dlvm_eq as dq
+from _support import show_optimization
+
+M, N, K = 1000, 800, 8
+
+
+def loss(X, U, V):
+    return dq.sum(dq.square(X - U @ V.T))
+
+
+def matmul_results(module: dq.Module) -> list[tuple[int, ...]]:
+    return [i.result.type.shape for fn in module.functions.values() for i in fn.body
+            if i.op == "dot"]
+
+
+def main():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((M, N)).astype(np.float32)
+    U = rng.standard_normal((M, K)).astype(np.float32)
+    V = rng.standard_normal((N, K)).astype(np.float32)
+
+    module = dq.make_ir(loss)(X, U, V)
+    print(module)
+    result = show_optimization(f"dq.optimize: X {M}x{N}, U {M}x{K}, V {N}x{K}", module,
+                               show_ir=True)
+    print(f"cost before: {result.cost_before * 1e6:.1f} us, cost after: "
+          f"{result.cost_after * 1e6:.1f} us (cost model, cpu target)")
+
+    before, after = matmul_results(module), matmul_results(result.module)
+    fmt = lambda shapes: ", ".join("x".join(map(str, s)) for s in shapes)  # noqa: E731
+    print(f"matmul results before: {fmt(before)}")
+    print(f"matmul results after:  {fmt(after)}")
+    materialized = (M, N) in after
+    print(f"U Vᵀ ({M}x{N}) materialized after optimization: {'yes' if materialized else 'no'}")
+
+    # The expansion subtracts large sums: exact in real arithmetic, but in float32 it loses
+    # the answer when U Vᵀ fits X closely. Compare both forms with a float64 reference.
+    print("\nvalues (reference interpreter, float32) against float64:")
+    for label, target in (("random X", X), ("X = U Vᵀ + 0.001 noise",
+                                            (U @ V.T + 1e-3 * rng.standard_normal((M, N))).astype(np.float32))):
+        exact = float(np.sum((target.astype(np.float64) - U.astype(np.float64) @ V.T.astype(np.float64)) ** 2))
+        as_written = float(dq.interpret(module, "loss", target, U, V))
+        optimized = float(dq.interpret(result.module, "loss", target, U, V))
+        error = abs(optimized - exact) / exact
+        flag = "  <- float32 cancellation in the expanded form" if error > 1e-3 else ""
+        print(f"  {label:24s} float64 {exact:.6g}  as written {as_written:.6g}  "
+              f"optimized {optimized:.6g} (relative error {error:.1e}){flag}")
+
+
+if __name__ == "__main__":
+    main()
