@@ -68,3 +68,7 @@ def test_least_squares_avoids_materializing_uvt(tmp_path):
     before, after = map(float, re.search(r"cost before: ([0-9.]+) us, cost after: ([0-9.]+) us", out).groups())
     assert after < before
 
+    # in float64 the expansion is accurate; in float32 it is not applied
+    for error in re.findall(r"relative error ([0-9.e+-]+)", out):
+        assert float(error) < 1e-6
+    assert "float32: the expansion is not applied (it would cancel); U Vᵀ materialized: yes" in out
