@@ -28,7 +28,9 @@ from ..errors import DlvmError
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
 from ..ir.types import TensorType, TupleType, Type
+from ..ir.printer import print_function, print_module
 from ..ir.verifier import verify_function
+from ..ir_cache import cached_function
 from .lets import Let, read_lets
 
 
@@ -266,6 +268,22 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
         fn = synthesize_declared(module, fn)
     cfg = configure(fn, wrt, from_index, keeping, seedable)
     name = name or f"{fn.name}_grad"
+
+    def build() -> Function:
+        return _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget)
+
+    if rules is not None:   # a user's rule file: not covered by the cache key
+        out = build()
+    else:
+        # a second process differentiating the same program reads the result from disk
+        parts = [print_function(fn), print_module(module) if module is not None else "",
+                 repr((cfg, name, tuple_result, optimize, target, budget))]
+        out = cached_function("adjoint", parts, build)
+    out.location = fn.location
+    return out
+
+
+def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget) -> Function:
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)
@@ -284,7 +302,6 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
             out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
         else:
             out = extract_programs(session, [grad], target).functions[0]
-    out.location = fn.location
     verify_function(out)
     return out
 

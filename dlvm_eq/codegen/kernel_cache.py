@@ -1,26 +1,15 @@
-"""On-disk cache of compiled kernels: one file per key, with a checksum, written atomically.
+"""On-disk cache of compiled kernels, keyed by IR text, target and host (see dlvm_eq/cache.py).
 
-    >>> cache = DiskCache()                     # $DLVM_EQ_CACHE_DIR, default ~/.cache/dlvm_eq
-    >>> cache.put("cpu", key, object_code)
-    >>> cache.get("cpu", key)                   # the bytes, or None if absent or corrupt
-
-A file is MAGIC + sha256(payload) + payload. A corrupt or truncated file is reported as a
-miss (and counted in `corrupt`), so the caller rebuilds and overwrites it.
+    >>> shared_cache().get("cpu", cache_key(ir_text, triple, cpu_name))
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
-from pathlib import Path
 
-MAGIC = b"DQK1"
+from ..cache import MAGIC, DiskCache, default_cache_dir, set_cache_dir, shared_cache  # noqa: F401
+
 # Bump when the code generator changes what a given IR/PTX key would produce.
 CODEGEN_VERSION = "1"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("DLVM_EQ_CACHE_DIR") or Path.home() / ".cache" / "dlvm_eq")
 
 
 def cache_key(*parts: str) -> str:
@@ -29,53 +18,3 @@ def cache_key(*parts: str) -> str:
     for p in parts:
         h.update(b"\0" + p.encode())
     return h.hexdigest()
-
-
-class DiskCache:
-    def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root) if root is not None else default_cache_dir()
-        self.corrupt = 0
-
-    def path(self, kind: str, key: str) -> Path:
-        return self.root / kind / key[:2] / f"{key}.bin"
-
-    def get(self, kind: str, key: str) -> bytes | None:
-        p = self.path(kind, key)
-        try:
-            data = p.read_bytes()
-        except OSError:
-            return None
-        payload = data[len(MAGIC) + 32:]
-        if data[:len(MAGIC)] != MAGIC or hashlib.sha256(payload).digest() != data[len(MAGIC):len(MAGIC) + 32]:
-            self.corrupt += 1
-            return None
-        return payload
-
-    def put(self, kind: str, key: str, payload: bytes) -> None:
-        """Write atomically (temp file + rename); a cache that cannot be written is skipped."""
-        p = self.path(kind, key)
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
-            os.replace(tmp, p)
-        except OSError:
-            pass
-
-
-_shared: DiskCache | None = None
-
-
-def shared_cache() -> DiskCache:
-    """The process's cache (CPU objects and PTX), at $DLVM_EQ_CACHE_DIR as read on first use."""
-    global _shared
-    if _shared is None:
-        _shared = DiskCache()
-    return _shared
-
-
-def set_cache_dir(path) -> None:
-    """Use another cache directory from now on (kernels already loaded stay loaded)."""
-    global _shared
-    _shared = DiskCache(path)
