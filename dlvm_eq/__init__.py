@@ -27,3 +27,11 @@ try:  # differentiation
     from .ad.api import grad, value_and_grad, vjp  # noqa: F401
 except ImportError:  # pragma: no cover
     pass
+
+
+def compile(module, name, target="cpu", optimize=True):  # noqa: A001 - the user's word for it
+    """`dq.compile(module, "f", target="cpu"|"gpu")`: a callable running function `f` of a
+    `.dl` module (declared adjoints included) as native kernels; `.report` and `.plan` say
+    what was optimized and fused. The code generator loads on first use (llvmlite)."""
+    from .codegen.backend import compile as _compile
+    return _compile(module, name, target, optimize)

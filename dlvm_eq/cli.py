@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import cli_demo, cli_grad, cli_optimize, cli_verify
+from . import cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
@@ -42,9 +42,24 @@ def _run_interp(module: Module, name: str, arrays: list[np.ndarray], float64: bo
     return interpret(module, name, *arrays, float64=float64)
 
 
+def _run_compiled(target: str):
+    def run(module: Module, name: str, arrays: list[np.ndarray], float64: bool):
+        if float64:
+            raise DlvmError(f"--float64 runs the interpreter in float64; the {target} target "
+                            "computes in the function's own dtypes (drop --float64 or use --target interp)")
+        from .codegen import compile
+        out = compile(module, name, target)(*arrays)
+        if target == "gpu":   # CuPy arrays back to the host for printing and saving
+            out = tuple(a.get() for a in out) if isinstance(out, tuple) else out.get()
+        return out
+    return run
+
+
 # target name -> runner(module, function name, arrays, float64) -> array or tuple of arrays
 TARGETS: dict[str, Callable[[Module, str, list[np.ndarray], bool], object]] = {
     "interp": _run_interp,
+    "cpu": _run_compiled("cpu"),
+    "gpu": _run_compiled("gpu"),
 }
 
 
@@ -177,6 +192,8 @@ COMMANDS: list[Command] = [
     Command("verify-rules", "check rule files on small symbolic tensors", cli_verify.arguments,
             cli_verify.run),
     Command("demo", "compile and train an MLP on the digits data set", cli_demo.arguments, cli_demo.run),
+    Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
+            cli_codegen.arguments, cli_codegen.run),
 ]
 
 

@@ -20,7 +20,23 @@ from .loops import counted_loop, i64
 from .lower_expr import storage_type
 
 TILE = 1024              # elements per tile: <= 8 KiB of scratch per f64 output, fits L1
-NT_MIN_BYTES = 8 << 20   # outputs smaller than this are left in cache for the next kernel
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache this process sees (Linux sysfs), 0 when unknown."""
+    import glob
+    best = 0
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            text = open(path).read().strip().upper()
+            best = max(best, int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except (OSError, ValueError):
+            continue
+    return best
+
+
+# Outputs smaller than this are left in cache for the next kernel. Like glibc's memcpy, stream
+# only what exceeds 3/4 of the last-level cache: on a part with a 480 MiB L3, 40 MB written with
+# plain stores stayed in L3 and beat non-temporal stores by 10% (sigmoid chain, 10M float32).
+NT_MIN_BYTES = max(8 << 20, last_level_cache_bytes() * 3 // 4)
 VEC = ir.VectorType(I32, 16)  # 64 bytes: one cache line per non-temporal store
 
 _NT_MD = "nontemporal"

@@ -6,12 +6,14 @@
     f.lower(w, x)                          # the Module it compiled
 
 Back ends plug in through `register_backend(target, compile)`, where
-`compile(module, name) -> callable(*numpy arrays)`; this layer registers only "interp".
+`compile(module, name) -> callable(*numpy arrays)`; this layer registers only "interp";
+`dlvm_eq.codegen` registers "cpu" (the default) and "gpu" when imported.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import time
 
 from ..errors import DlvmError
 from ..ir.interp import interpret
@@ -21,9 +23,10 @@ from .pytree import flatten, is_flat, unflatten
 from .tensor import Tensor
 from .tracing import function_name, trace, type_of
 
-DEFAULT_TARGET = "interp"  # becomes "cpu" when the CPU code generator lands
+DEFAULT_TARGET = "cpu"   # the llvmlite code generator (dlvm_eq.codegen); "interp" runs the reference interpreter
 
 _BACKENDS: dict = {}
+TRACE_SECONDS = {"trace": 0.0}   # seconds spent tracing in this process (compile-time report)
 
 
 def register_backend(target: str, compile) -> None:
@@ -99,7 +102,9 @@ class Jitted:
                 tree.append(structure)
                 return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
             functools.update_wrapper(flat, self.fn, updated=())
+            t0 = time.perf_counter()
             module = make_ir(flat)(*args)
+            TRACE_SECONDS["trace"] += time.perf_counter() - t0
             compiled = _BACKENDS[self.target](module, module.name)
             entry = self._cache[key] = (module, compiled, tree[0])
         return entry
@@ -117,6 +122,11 @@ class Jitted:
     def lower(self, *args, **kwargs) -> Module:
         """The IR Module compiled for these arguments (cached like a call)."""
         return self._entry(self._positional(args, kwargs))[0]
+
+    def report(self, *args, **kwargs):
+        """What compiling for these arguments did (the back end's report: e-graph, costs,
+        kernels, BLAS calls, timings), or None for a back end without one (interp)."""
+        return getattr(self._entry(self._positional(args, kwargs))[1], "report", None)
 
     def cache_size(self) -> int:
         return len(self._cache)

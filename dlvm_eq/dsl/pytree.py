@@ -22,15 +22,17 @@ def flatten(x):
 
 
 def unflatten(tree, leaves):
-    it = iter(leaves)
+    return _build(tree, iter(leaves))
 
-    def build(t):
-        if t is LEAF:
-            return next(it)
-        kind, subtrees = t
-        items = [build(s) for s in subtrees]
-        return tuple(items) if kind == "tuple" else list(items)
-    return build(tree)
+
+def _build(t, it):
+    # a module-level function, not a recursive closure: a closure that refers to itself is a
+    # reference cycle that keeps the leaves alive until the garbage collector runs
+    if t is LEAF:
+        return next(it)
+    kind, subtrees = t
+    items = [_build(s, it) for s in subtrees]
+    return tuple(items) if kind == "tuple" else list(items)
 
 
 def is_flat(tree) -> bool:

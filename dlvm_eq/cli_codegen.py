@@ -1,0 +1,101 @@
+"""`dlvm-eq codegen FILE.dl -f NAME --emit llvm|ptx [-o DIR]`: the kernels of a function.
+
+    $ dlvm-eq codegen examples/mlp.dl -f predict --emit llvm           # LLVM IR on stdout
+    $ dlvm-eq codegen examples/mlp.dl -f predict --emit ptx -o out/    # out/<kernel>.ptx, plan printed
+
+The function is optimized (`--no-optimize` skips it) and planned exactly as `dq.compile`
+would; each kernel of the plan is emitted: LLVM IR for the host CPU (before LLVM's O3
+pipeline, as handed to it) or PTX for `--arch` (default sm_75). BLAS calls, views and copies
+are not kernels; the plan printed with `-o` (or `--plan`) shows them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import DlvmError
+from .ir import verify
+from .ir.parser import load
+
+EMITS = ("llvm", "ptx")
+SUFFIX = {"llvm": ".ll", "ptx": ".ptx"}
+COMMENT = {"llvm": ";", "ptx": "//"}
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .dl file")
+    p.add_argument("-f", "--function", metavar="NAME",
+                   help="the function (default: the only one in the file)")
+    p.add_argument("--emit", choices=EMITS, required=True, help="LLVM IR (host CPU) or PTX")
+    p.add_argument("-o", "--output-dir", metavar="DIR",
+                   help="write DIR/<kernel>.ll or .ptx, one file per kernel, and print the plan")
+    p.add_argument("--arch", default="sm_75", help="PTX target (default sm_75; sm_75 .. sm_90)")
+    p.add_argument("--plan", action="store_true", help="also print the kernel plan (to stderr without -o)")
+    p.add_argument("--no-optimize", dest="optimize", action="store_false",
+                   help="plan the IR as written (skip the e-graph)")
+
+
+def _function_name(module, name: str | None) -> str:
+    if name is not None:
+        return module[name].name
+    if len(module.functions) == 1:
+        return next(iter(module.functions))
+    known = ", ".join("@" + n for n in module.functions)
+    raise DlvmError(f"{len(module.functions)} functions in the file ({known}): pick one with -f NAME")
+
+
+def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
+    """(kernel name, LLVM IR or PTX text) for every kernel of `plan`."""
+    from .codegen import cpu_ir, ptx_kernel
+    from .codegen.llvm_ptx import ARCHS
+    from .codegen.plan import RowStep
+    from .codegen.rowwise import rows_ir
+    if emit == "ptx" and arch not in ARCHS:
+        raise DlvmError(f"unknown PTX target {arch!r} (expected one of {', '.join(ARCHS)})")
+    out = []
+    for k in plan.kernels:
+        if isinstance(k, RowStep):
+            if emit == "ptx":
+                raise DlvmError(f"{k.name} is a CPU row kernel; plan with rows=False for PTX")
+            text = rows_ir(k.spec).text
+        else:
+            text = cpu_ir(k.spec).text if emit == "llvm" else ptx_kernel(k.spec, arch).ptx
+        out.append((k.name, text))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from .codegen.backend import optimized
+    from .codegen.fusion import plan_function
+    module = load(args.file)
+    verify(module)
+    name = _function_name(module, args.function)
+    if module[name].is_declaration:
+        from .ad import synthesize_declared
+        fn = synthesize_declared(module, module[name])
+        module.functions[name] = fn
+    if args.optimize:
+        module, _, note = optimized(module, name, "gpu" if args.emit == "ptx" else "cpu")
+        if note:
+            print(f"dlvm-eq: note: {note}", file=sys.stderr)
+    plan = plan_function(module[name], module, rows=(args.emit == "llvm"))
+    texts = kernel_texts(plan, args.emit, args.arch)
+    if args.output_dir is None:
+        for kname, text in texts:
+            sys.stdout.write(f"{COMMENT[args.emit]} kernel {kname}\n{text.rstrip()}\n\n")
+        if args.plan:
+            print(plan, file=sys.stderr)
+        if not texts:
+            print(f"dlvm-eq: note: @{name} has no kernels (only BLAS calls, views or copies)", file=sys.stderr)
+        return 0
+    out = Path(args.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for kname, text in texts:
+            (out / f"{kname}{SUFFIX[args.emit]}").write_text(text)
+    except OSError as e:
+        raise DlvmError(f"{out}: cannot write: {e.strerror or e}") from None
+    print(plan)
+    print(f"wrote {len(texts)} file{'s' * (len(texts) != 1)} to {out}/")
+    return 0

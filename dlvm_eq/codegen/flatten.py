@@ -1,0 +1,81 @@
+"""IR Function -> a straight list of tensor instructions: `apply` inlined (declared adjoints
+synthesized), tuples and `extract` resolved. The first step of planning.
+
+    flat = flatten(module["f"], module)
+    flat.body          # instructions, no apply/tuple/extract
+    flat.results       # the returned Values (or IR Consts), flat.tuple_result
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.module import Const as IRConst
+from ..ir.module import Function, Instruction, Module, Value
+from ..ir.types import TensorType, TupleType
+from .plan import PlanError
+
+
+@dataclass
+class Flat:
+    params: list[Value]
+    body: list[Instruction]
+    results: list          # Values or IR Consts
+    tuple_result: bool
+
+
+def flatten(fn: Function, module: Module | None) -> Flat:
+    """The function with `apply` inlined and tuples resolved: a straight list of tensor ops."""
+    if fn.is_declaration:
+        if module is None:
+            raise PlanError(f"@{fn.name} has no body")
+        from ..ad import synthesize_declared
+        fn = synthesize_declared(module, fn)
+    for i, p in enumerate(fn.params):
+        if not isinstance(p.type, TensorType):
+            raise PlanError(f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed")
+    body: list[Instruction] = []
+    env: dict[int, object] = {}
+    _inline(fn, module, {id(p): p for p in fn.params}, body, env, "", 0)
+    ret = _get(env, fn.ret)
+    tuple_result = isinstance(fn.result_type, TupleType)
+    results = list(ret) if isinstance(ret, tuple) else [ret]
+    return Flat(list(fn.params), body, results, tuple_result)
+
+
+def _get(env, o):
+    return o if isinstance(o, IRConst) else env.get(id(o), o)
+
+
+def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
+    if depth > 64:
+        raise PlanError(f"@{fn.name}: apply nests too deeply (recursion?)")
+    env.update(env0)
+    for inst in fn.body:
+        ops = [_get(env, o) for o in inst.operands]
+        if inst.op == "tuple":
+            env[id(inst.result)] = tuple(ops)
+        elif inst.op == "extract":
+            t = ops[0]
+            if not isinstance(t, tuple):
+                raise PlanError(f"@{fn.name}: extract from a value that is not a tuple")
+            env[id(inst.result)] = t[inst.attrs["index"]]
+        elif inst.op == "apply":
+            if module is None:
+                raise PlanError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
+            callee = module[inst.attrs["callee"]]
+            if callee.is_declaration:
+                from ..ad import synthesize_declared
+                callee = synthesize_declared(module, callee)
+            sub: dict[int, object] = {}
+            p = f"{prefix}{callee.name}.{len(body)}."
+            _inline(callee, module, {id(q): a for q, a in zip(callee.params, ops)}, body, sub, p, depth + 1)
+            env[id(inst.result)] = _get(sub, callee.ret)
+        else:
+            if any(isinstance(o, tuple) for o in ops):
+                raise PlanError(f"@{fn.name}: {inst.op} of a tuple value")
+            key = id(inst.result)
+            if prefix or any(o is not q for o, q in zip(ops, inst.operands)):
+                result = Value(prefix + inst.result.name, inst.result.type) if prefix else inst.result
+                inst = Instruction(result, inst.op, ops, inst.attrs, inst.location)
+            body.append(inst)
+            env[key] = inst.result

@@ -1,0 +1,650 @@
+"""IR Function -> kernel plan: which values are fused into which kernels.
+
+    plan = plan_function(module["f"], module)
+    print(plan)        # kernels (with the IR values each computes), BLAS calls, buffers
+
+The rules, in the order they apply:
+- Elementwise ops (any arity, casts, compares, select), scalar literals and layout ops on
+  unmaterialized values become one scalar expression per kernel output; implicit and explicit
+  broadcasts, transposes and shape casts become strided reads (`views.py`), never copies.
+- A value is materialized (written to a buffer) when it is returned, read by a BLAS call or a
+  concatenation, or when recomputing it in every kernel that reads it would cost more than
+  writing and re-reading it (`decide`: bytes moved against recomputed work, broadcast
+  expansion included). Everything else is recomputed where it is read.
+- Materialized values of the same iteration space form one multi-output kernel when that does
+  not create a cycle; a value read element-for-element by a sibling output is computed once.
+- A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
+  passed as views; `concatenate` and copies of views go through numpy/CuPy.
+- On the CPU, a map and the reductions over trailing axes it reads become one row kernel
+  (`rowfusion.py`: softmax, log-softmax, layer norm read their rows from memory once).
+- Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
+  one arena by liveness (`schedule.py`).
+
+Files: flatten (apply/tuples), fusion (this: values -> kernels), rowfusion, schedule.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.module import Const as IRConst
+from ..ir.module import Function, Instruction, Module, Value
+from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
+                      UNARY, transpose_perm)
+from ..ir.types import TensorType
+from .flatten import Flat, flatten
+from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
+                     c_strides, unary, walk)
+from .plan import (CONST, OUTPUT, PARAM, TEMP, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
+                   PlanError, RowStep, Slot, View, step_inputs, step_outputs)
+from .rowfusion import RowFusion, short_op
+from .rowwise import loads, rebuild
+from .schedule import Node, arena, schedule
+from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
+                    squeeze_strides, transpose_strides)
+
+EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
+VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
+# Per-element cost of an op, in "bytes moved" equivalents (polynomial transcendental ~ reading
+# a few floats on this class of machine): what recomputing a value costs against storing it.
+TRANSCENDENTAL = {"exp", "log", "tanh", "sinh", "cosh", "sin", "cos", "tan", "sigmoid", "log1p",
+                  "expm1", "softplus", "power"}
+SLOW = {"divide", "sqrt", "rsqrt"}
+MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
+
+def _op_cost(op: str) -> float:
+    if op in TRANSCENDENTAL:
+        return 4.0
+    if op in SLOW:
+        return 1.0
+    return 0.0 if op in VIEW_OPS else 0.25
+
+
+# ------------------------------------------------------------------ value references
+
+@dataclass(frozen=True)
+class _Mat:
+    """A value held in a buffer (slot), seen through a view."""
+    slot: int
+    shape: tuple
+    dtype: str
+    strides: tuple
+    chain: tuple = ()
+
+
+@dataclass(frozen=True)
+class _Fused:
+    """A value computed in registers: an expression over leaves (global Load ids)."""
+    expr: Expr
+    shape: tuple
+    dtype: str
+    names: frozenset
+    nodes: int
+
+
+@dataclass(frozen=True)
+class _Konst:
+    value: object
+    dtype: str
+    shape: tuple
+
+
+
+
+@dataclass
+class _EwOut:
+    """A materialized elementwise value: a kernel output."""
+    name: str
+    expr: Expr
+    shape: tuple
+    dtype: str
+    slot: int
+    order: int
+    names: frozenset
+    group: int = -1
+
+
+@dataclass
+class _ReduceNode:
+    name: str
+    body: Expr
+    shape: tuple
+    op: str
+    axes: tuple
+    init: object
+    slot: int
+    order: int
+    names: frozenset
+
+
+@dataclass
+class _SlotInfo:
+    shape: tuple
+    dtype: str
+    role: str
+    name: str = ""
+
+
+# ------------------------------------------------------------------ the planner
+
+def plan_function(fn: Function, module: Module | None = None, rows: bool = True) -> Plan:
+    """The kernel plan of IR function `fn` (of `module`, for applies and declared adjoints).
+    rows: fuse reductions over trailing axes with the map that reads them (row kernels; CPU
+    only, so the gpu target plans with rows=False)."""
+    return _Planner(flatten(fn, module), fn.name, rows).build()
+
+
+class _Planner(RowFusion):
+    def __init__(self, flat: Flat, name: str, rows: bool = True):
+        self.flat, self.name, self.rows = flat, name, rows
+        self.slots: list[_SlotInfo] = []
+        self.leaves: list[tuple[int, tuple]] = []
+        self.leaf_ids: dict[tuple[int, tuple], int] = {}
+        self.ew: list[_EwOut] = []
+        self.ew_by_slot: dict[int, _EwOut] = {}
+        self.reductions: list[_ReduceNode] = []
+        self.steps: list = []          # BlasStep / ConcatStep / CopyStep
+        self.constants: dict[int, np.ndarray] = {}
+        self.refs: dict[int, object] = {}
+        self.op_of: dict[str, str] = {}     # IR value name -> op (kernel names)
+        self.pos_of: dict[str, int] = {}
+
+    # -- slots and leaves
+    def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
+        self.slots.append(_SlotInfo(tuple(shape), dtype, role, name))
+        return len(self.slots) - 1
+
+    def leaf(self, slot: int, strides: tuple) -> Load:
+        key = (slot, tuple(strides))
+        i = self.leaf_ids.get(key)
+        if i is None:
+            i = self.leaf_ids[key] = len(self.leaves)
+            self.leaves.append(key)
+        return Load(i)
+
+    # -- analysis: what to materialize
+    def decide(self) -> set[int]:
+        """ids of the values to materialize. Walking backwards, each elementwise value knows
+        the kernels ("roots") that would evaluate it, and how many times per element
+        (broadcast expansion). Recomputing costs (evaluations - 1) x its expression's work plus
+        re-reading its leaves in every extra kernel; storing costs a write and one read per
+        kernel. The cheaper wins (costs in bytes-moved equivalents, `_op_cost`)."""
+        body = self.flat.body
+        consumers: dict[int, list[Instruction]] = {}
+        for inst in body:
+            for o in inst.operands:
+                if isinstance(o, Value):
+                    consumers.setdefault(id(o), []).append(inst)
+        producer = {id(i.result): i for i in body}
+
+        def source(o):   # BLAS and numpy read views: materialize what the view is of
+            while isinstance(o, Value) and id(o) in producer and producer[id(o)].op in VIEW_OPS:
+                o = producer[id(o)].operands[0]
+            return o
+        required = {id(r) for r in self.flat.results if isinstance(r, Value)}
+        for inst in body:
+            if OPS[inst.op].kind == DOT or inst.op == "concatenate":
+                required.update(id(source(o)) for o in inst.operands if isinstance(o, Value))
+        materialize: set[int] = set()
+        roots: dict[int, dict[int, float]] = {}
+        kinds = {id(i.result): _kind(i) for i in body}
+        # per element of v, if everything above it were recomputed: op cost and bytes read
+        work: dict[int, float] = {}
+        reads: dict[int, float] = {}
+        for inst in body:
+            v = inst.result
+            if kinds[id(v)] not in ("ew", "view"):
+                continue
+            w, r = _op_cost(inst.op), 0.0
+            for o in inst.operands:
+                if not isinstance(o, Value):
+                    continue
+                share = min(_size(o.type) / max(_size(v.type), 1), 1.0)   # broadcast reads hit cache
+                if kinds.get(id(o)) in ("ew", "view"):
+                    w, r = w + work[id(o)], r + reads[id(o)] * share
+                elif kinds.get(id(o)) != "const":
+                    r += np.dtype(_np_dtype(o.type.dtype)).itemsize * share
+            work[id(v)], reads[id(v)] = min(w, 1e6), min(r, 1e6)
+        for inst in reversed(body):
+            v = inst.result
+            k = kinds[id(v)]
+            if k not in ("ew", "view", "const"):
+                continue
+            if id(v) in required:
+                materialize.add(id(v))
+                roots[id(v)] = {id(v): 1.0}
+                continue
+            size = max(_size(v.type), 1)
+            r: dict[int, float] = {}
+            for c in consumers.get(id(v), []):
+                ck = kinds[id(c.result)]
+                f = _iter_size(c) / size
+                if ck == "reduce":
+                    r[id(c)] = max(r.get(id(c), 0.0), f)
+                elif id(c.result) in materialize:
+                    r[id(c.result)] = max(r.get(id(c.result), 0.0), f)
+                else:
+                    for root, g in roots.get(id(c.result), {}).items():
+                        r[root] = max(r.get(root, 0.0), g * f)
+            evals = sum(r.values())
+            if k != "const" and evals > 1.0 + 1e-9:
+                n = size
+                itemsize = np.dtype(_np_dtype(v.type.dtype)).itemsize
+                mat_cost = n * itemsize * (1 + len(r))
+                inline_cost = (evals - 1) * n * work[id(v)] + (len(r) - 1) * n * reads[id(v)]
+                if inline_cost > mat_cost:
+                    materialize.add(id(v))
+                    roots[id(v)] = {id(v): 1.0}
+                    continue
+            roots[id(v)] = r
+        return materialize
+
+    # -- expressions
+    def operand_expr(self, ref, shape) -> Expr:
+        """`ref` read at every element of `shape` (numpy broadcasting)."""
+        if isinstance(ref, _Konst):
+            return Const(ref.value, ref.dtype)
+        if isinstance(ref, _Mat):
+            return self.leaf(ref.slot, broadcast_strides(ref.strides, ref.shape, shape))
+        if tuple(ref.shape) == tuple(shape):
+            return ref.expr
+        return self.reindex(ref.expr, lambda st: broadcast_strides(st, ref.shape, shape))
+
+    def reindex(self, expr: Expr, fn) -> Expr:
+        """`expr` read through a layout map: every leaf's strides st become fn(st) (None:
+        not expressible, NoView)."""
+        repl = {}
+        for ld in loads(expr):
+            slot, st = self.leaves[ld.index]
+            st2 = fn(st)
+            if st2 is None:
+                raise NoView()
+            repl[ld] = self.leaf(slot, st2)
+        return rebuild(expr, repl)
+
+    def materialize(self, ref, name: str, order: int, role: str = TEMP) -> _Mat:
+        if isinstance(ref, _Mat):
+            return ref
+        if isinstance(ref, _Konst):
+            expr, names = Const(ref.value, ref.dtype), frozenset()
+        else:
+            expr, names = ref.expr, ref.names
+        slot = self.new_slot(ref.shape, ref.dtype, role, name)
+        out = _EwOut(name, expr, tuple(ref.shape), ref.dtype, slot, order, names | {name})
+        self.ew.append(out)
+        self.ew_by_slot[slot] = out
+        return _Mat(slot, tuple(ref.shape), ref.dtype, c_strides(tuple(ref.shape)))
+
+    # -- the forward pass
+    def build(self) -> Plan:
+        flat = self.flat
+        materialize = self.decide()
+        params = []
+        for p in flat.params:
+            s = self.new_slot(p.type.shape, str(p.type.dtype), PARAM, p.name)
+            params.append(s)
+            self.refs[id(p)] = _Mat(s, p.type.shape, str(p.type.dtype), c_strides(p.type.shape))
+        for order, inst in enumerate(flat.body):
+            self.op_of[inst.result.name], self.pos_of[inst.result.name] = inst.op, order
+            ref = self.instruction(inst, order)
+            if id(inst.result) in materialize and not isinstance(ref, _Mat):
+                ref = self.materialize(ref, inst.result.name, order)
+            elif isinstance(ref, _Fused) and ref.nodes > MAX_EXPR_NODES:
+                ref = self.materialize(ref, inst.result.name, order)
+            self.refs[id(inst.result)] = ref
+        results = self.results(len(flat.body))
+        self.results_views = results
+        return self.finish(params, results)
+
+    def ref_of(self, o):
+        if isinstance(o, IRConst):
+            return _Konst(o.value, str(o.type.dtype), ())
+        return self.refs[id(o)]
+
+    def instruction(self, inst: Instruction, order: int):
+        kind = _kind(inst)
+        t = inst.result.type
+        name = inst.result.name
+        if kind == "ew":
+            return self.elementwise(inst)
+        if kind == "const":
+            return _Konst(np.asarray(inst.attrs["value"]).item(), str(t.dtype), t.shape)
+        if kind == "literal":
+            slot = self.new_slot(t.shape, str(t.dtype), CONST, name)
+            self.constants[slot] = np.ascontiguousarray(
+                np.asarray(inst.attrs["value"], dtype=_np_dtype(t.dtype)).reshape(t.shape))
+            return _Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "view":
+            return self.view(inst, order)
+        if kind == "reduce":
+            return self.reduce(inst, order)
+        if kind == "dot":
+            a, b = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "concat":
+            parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        raise PlanError(f"@{self.name}: the code generator does not support {inst.op}")
+
+    def elementwise(self, inst: Instruction) -> _Fused:
+        t = inst.result.type
+        shape = t.shape
+        refs = [self.ref_of(o) for o in inst.operands]
+        xs = [self.operand_expr(r, shape) for r in refs]
+        op = inst.op
+        if op == "select":
+            a, b, m = xs
+            expr = Select(m, a, b)
+        elif op == "dataTypeCast":
+            expr = Cast(xs[0], str(inst.attrs["dtype"]))
+        elif len(xs) == 1:
+            expr = unary(op, xs[0])
+        else:
+            a, b = xs
+            src = str(inst.operands[0].type.dtype)
+            if src == "bool" and op in ("lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual"):
+                a, b = Cast(a, "i32"), Cast(b, "i32")   # kernels order ints, not bools
+            expr = binary(op, a, b)
+        names = frozenset().union(*(r.names for r in refs if isinstance(r, _Fused))) | {inst.result.name}
+        nodes = 1 + sum(r.nodes for r in refs if isinstance(r, _Fused))
+        return _Fused(expr, shape, str(t.dtype), names, nodes)
+
+    def view(self, inst: Instruction, order: int):
+        src = self.ref_of(inst.operands[0])
+        t = inst.result.type
+        if isinstance(src, _Konst):
+            return _Konst(src.value, src.dtype, t.shape)
+        fn, link = _view_map(inst, src.shape)
+        if isinstance(src, _Fused):
+            try:
+                expr = self.reindex(src.expr, fn)
+                return _Fused(expr, t.shape, src.dtype, src.names | {inst.result.name}, src.nodes)
+            except NoView:
+                src = self.materialize(src, _name(inst.operands[0]), order)
+        st = fn(src.strides)
+        if st is None:   # a shape cast of a non-contiguous view: copy it (a strided kernel)
+            copy = _Fused(self.leaf(src.slot, src.strides), src.shape, src.dtype, frozenset(), 1)
+            src = self.materialize(copy, _name(inst.operands[0]), order)
+            st = fn(src.strides)
+            link = ("reshape", t.shape)
+        return _Mat(src.slot, t.shape, src.dtype, st, src.chain + (link,))
+
+    def reduce(self, inst: Instruction, order: int) -> _Mat:
+        src = self.ref_of(inst.operands[0])
+        x_type = inst.operands[0].type
+        body = self.operand_expr(src, x_type.shape)
+        t = inst.result.type
+        slot = self.new_slot(t.shape, str(t.dtype), TEMP, inst.result.name)
+        names = (src.names if isinstance(src, _Fused) else frozenset()) | {inst.result.name}
+        self.reductions.append(_ReduceNode(inst.result.name, body, tuple(x_type.shape),
+                                           inst.attrs["combinator"], tuple(inst.attrs["axes"]),
+                                           inst.attrs["init"], slot, order, names))
+        return _Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
+
+    def results(self, order: int) -> list[View]:
+        out, claimed = [], set()
+        produced = {e.slot for e in self.ew} | {r.slot for r in self.reductions} | \
+            {step_outputs(s)[0] for s in self.steps}
+        for r in self.flat.results:
+            ref = self.ref_of(r)
+            name = _name(r)
+            if not isinstance(ref, _Mat):
+                ref = self.materialize(ref, name, order, OUTPUT)
+                claimed.add(ref.slot)
+                out.append(_view(ref))
+                continue
+            info = self.slots[ref.slot]
+            plain = all(op == "reshape" for op, _ in ref.chain) and is_contiguous(ref.shape, ref.strides)
+            if ref.slot in produced and ref.slot not in claimed and info.role == TEMP and plain:
+                info.role = OUTPUT
+                claimed.add(ref.slot)
+                out.append(_view(ref))
+                continue
+            slot = self.new_slot(ref.shape, ref.dtype, OUTPUT, name)
+            self.steps.append(CopyStep(_view(ref), slot, name, order))
+            claimed.add(slot)
+            out.append(View(slot, tuple(ref.shape), c_strides(tuple(ref.shape))))
+        return out
+
+    # -- grouping, kernels, schedule, arena
+    def finish(self, params: list[int], results: list[View]) -> Plan:
+        groups = self.group()
+        nodes: list[Node] = []
+        for members in groups:
+            node = self.kernel_node(members)
+            node.source = members
+            nodes.append(node)
+        for r in self.reductions:
+            node = self.reduce_node(r)
+            node.source = r
+            nodes.append(node)
+        for s in self.steps:
+            nodes.append(Node(set(step_inputs(s)), list(step_outputs(s)), s.order, s))
+        if self.rows:
+            nodes = self.fuse_rows(nodes)
+        order = schedule(nodes)
+        steps = []
+        for i, node in enumerate(order):
+            step = node.payload
+            if isinstance(step, (KernelStep, RowStep)):
+                n = sum(isinstance(s, (KernelStep, RowStep)) for s in steps)
+                step.spec = _renamed(step.spec, f"k{n}_{step.spec.name}")
+            steps.append(step)
+        slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
+        offsets, arena_bytes = arena(slots, steps)
+        return Plan(self.name, slots, params, steps, results, self.flat.tuple_result,
+                    self.constants, offsets, arena_bytes)
+
+    def group(self) -> list[list[_EwOut]]:
+        """Materialized elementwise values -> multi-output kernels (same iteration space,
+        no cycle through other steps)."""
+        groups: list[list[_EwOut]] = []
+        by_key: dict[tuple, list[int]] = {}
+        producer_steps = {}
+        for s in self.steps:
+            for o in step_outputs(s):
+                producer_steps[o] = set(step_inputs(s))
+        for r in self.reductions:
+            producer_steps[r.slot] = {self.leaves[i.index][0] for i in loads(r.body)}
+        for e in self.ew:
+            key = tuple(d for d in e.shape if d != 1)
+            placed = False
+            for gi in reversed(by_key.get(key, [])):
+                if self.can_join(e, gi, groups, producer_steps):
+                    groups[gi].append(e)
+                    e.group = gi
+                    placed = True
+                    break
+            if not placed:
+                e.group = len(groups)
+                groups.append([e])
+                by_key.setdefault(key, []).append(e.group)
+        return groups
+
+    def can_join(self, e: _EwOut, gi: int, groups, producer_steps) -> bool:
+        members = groups[gi]
+        g_slots = {m.slot for m in members}
+        shape = members[0].shape
+        expr = e.expr if e.shape == shape else self._reshaped(e.expr, e.shape, shape)
+        if expr is None:
+            return False
+        external = set()
+        for ld in loads(expr):
+            slot, st = self.leaves[ld.index]
+            if slot in g_slots:
+                if not is_contiguous(shape, st):
+                    return False      # read at another element: needs the whole output first
+                continue
+            external.add(slot)
+        seen: set[int] = set()
+
+        def depends(slot: int) -> bool:   # does `slot` depend on group gi?
+            stack = [slot]
+            while stack:
+                s = stack.pop()
+                if s in seen:
+                    continue
+                seen.add(s)
+                if s in g_slots:
+                    return True
+                ew = self.ew_by_slot.get(s)
+                if ew is not None:
+                    srcs = groups[ew.group] if ew.group >= 0 else [ew]
+                    for m in srcs:
+                        stack.extend(self.leaves[ld.index][0] for ld in loads(m.expr))
+                else:
+                    stack.extend(producer_steps.get(s, ()))
+            return False
+        return not any(depends(s) for s in external)
+
+    def _reshaped(self, expr: Expr, shape, to_shape):
+        try:
+            return self.reindex(expr, lambda st: reshape_strides(shape, st, to_shape))
+        except NoView:
+            return None
+
+    def group_exprs(self, members: list[_EwOut]) -> list[Expr]:
+        """The members' expressions over the first member's shape (global Load ids); a sibling
+        output read element-for-element is computed once, in registers."""
+        shape = members[0].shape
+        by_slot = {}
+        for m in members:
+            by_slot[m.slot] = m.expr if m.shape == shape else self._reshaped(m.expr, m.shape, shape)
+        resolved: dict[int, Expr] = {}
+        for m in members:   # members are in program order: producers first
+            resolved[m.slot] = self._substitute(by_slot[m.slot], resolved, shape)
+        return [resolved[m.slot] for m in members]
+
+    def kernel_node(self, members: list[_EwOut]) -> Node:
+        shape = members[0].shape
+        exprs = self.group_exprs(members)
+        inputs, local = self._inputs(exprs, shape)
+        outs = [self._localize(e, local) for e in exprs]
+        names = tuple(m.name for m in members) + tuple(sorted(
+            set().union(*(m.names for m in members)) - {m.name for m in members}, key=self._pos))
+        spec = KernelSpec(self._kernel_name(sorted(names, key=self._pos)), shape, inputs[1], outs)
+        step = KernelStep(spec, tuple(inputs[0]), tuple(m.slot for m in members), names,
+                          min(m.order for m in members))
+        return Node(set(inputs[0]), [m.slot for m in members], step.order, step)
+
+    def reduce_node(self, r: _ReduceNode) -> Node:
+        inputs, local = self._inputs([r.body], r.shape)
+        fused = tuple(sorted(r.names - {r.name}, key=self._pos))
+        spec = ReduceSpec(f"{short_op(r.op)}_" + self._kernel_name(fused, 2) if fused else f"reduce_{short_op(r.op)}",
+                          r.shape, inputs[1], self._localize(r.body, local), r.op, r.axes, r.init)
+        names = (r.name,) + fused
+        step = KernelStep(spec, tuple(inputs[0]), (r.slot,), names, r.order)
+        return Node(set(inputs[0]), [r.slot], r.order, step)
+
+    def _pos(self, name: str) -> int:
+        return self.pos_of.get(name, 1 << 30)
+
+    def _kernel_name(self, names, limit: int = 3) -> str:
+        """'add_relu_greaterThan': the distinct ops computed, in program order (views skipped)."""
+        ops = []
+        for n in names:
+            op = self.op_of.get(n, "copy")
+            if op not in ops and op not in VIEW_OPS and op != "literal":
+                ops.append(op)
+        return "_".join(ops[:limit]) or "copy"
+
+    def _substitute(self, expr: Expr, resolved: dict[int, Expr], shape) -> Expr:
+        repl = {}
+        for ld in loads(expr):
+            slot, st = self.leaves[ld.index]
+            if slot in resolved and is_contiguous(shape, st):
+                repl[ld] = resolved[slot]
+        return rebuild(expr, repl) if repl else expr
+
+    def _inputs(self, exprs, shape):
+        """(slots, KernelInputs) for the leaves of `exprs`, and global -> local Load ids."""
+        slots, inputs, local = [], [], {}
+        for ld in [e for e in walk(exprs) if isinstance(e, Load)]:
+            slot, st = self.leaves[ld.index]
+            info = self.slots[slot]
+            contiguous = math.prod(info.shape) == math.prod(shape) and is_contiguous(shape, st)
+            local[ld.index] = len(inputs)
+            slots.append(slot)
+            inputs.append(KernelInput(info.dtype, None if contiguous else st))
+        return (slots, inputs), local
+
+    def _localize(self, expr: Expr, local: dict[int, int]) -> Expr:
+        return rebuild(expr, {ld: Load(local[ld.index]) for ld in loads(expr)})
+
+
+# ------------------------------------------------------------------ helpers
+
+def _kind(inst: Instruction) -> str:
+    spec = OPS[inst.op]
+    if spec.kind in EW_KINDS:
+        return "ew"
+    if inst.op in VIEW_OPS:
+        return "view"
+    if spec.kind == REDUCE:
+        return "reduce"
+    if spec.kind == DOT:
+        return "dot"
+    if inst.op == "concatenate":
+        return "concat"
+    if spec.kind == LITERAL:
+        return "const" if np.ndim(inst.attrs["value"]) == 0 else "literal"
+    if spec.kind == TUPLE:
+        return "tuple"
+    return inst.op
+
+
+def _size(t) -> int:
+    return math.prod(t.shape) if isinstance(t, TensorType) else 0
+
+
+def _iter_size(c: Instruction) -> int:
+    """Elements of c's iteration space (its result, or its input for a reduction)."""
+    if OPS[c.op].kind == REDUCE:
+        return max(_size(c.operands[0].type), 1)
+    return max(_size(c.result.type), 1)
+
+
+def _np_dtype(d):
+    return {"f32": np.float32, "f64": np.float64, "i32": np.int32, "bool": np.bool_}[str(d)]
+
+
+def _name(o) -> str:
+    return o.name if isinstance(o, Value) else "const"
+
+
+def _view(m: _Mat) -> View:
+    return View(m.slot, tuple(m.shape), tuple(m.strides), tuple(m.chain))
+
+
+def _view_map(inst: Instruction, shape):
+    """(strides -> strides or None, numpy chain link) for a layout op on a view of `shape`."""
+    t = inst.result.type
+    op, at = inst.op, inst.attrs
+    if op == "transpose":
+        perm = transpose_perm(len(shape), at)
+        return (lambda st: transpose_strides(st, perm)), ("transpose", tuple(perm))
+    if op == "broadcast":
+        return (lambda st: broadcast_strides(st, shape, t.shape)), ("broadcast", tuple(t.shape))
+    if op == "padShape":
+        return (lambda st: pad_strides(st, at["at"])), ("reshape", tuple(t.shape))
+    if op == "squeezeShape":
+        return (lambda st: squeeze_strides(st, at["at"])), ("reshape", tuple(t.shape))
+    return (lambda st: reshape_strides(shape, st, t.shape)), ("reshape", tuple(t.shape))
+
+
+
+
+
+
+
+
+def _renamed(spec, name: str):
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)[:48]
+    return dataclasses.replace(spec, name=safe)

@@ -1,0 +1,231 @@
+"""The kernel plan: what a compiled function does, as plain data (built by fusion.py from IR,
+run by executor.py). Printing a plan shows what was fused:
+
+    >>> print(plan_function(fn))
+    plan @f: 2 kernels, 1 BLAS call, 0 copies; temporaries 256 KiB in 1 buffer
+      %0 = blas  %x @ %w                              -> t0 <256 x 256 x f32>
+      k0_add_relu   map <256 x 256>  (%0, %b[bcast]) -> out0
+      ...
+
+Storage: every array the plan touches is a *slot*. Slots are parameters, outputs (fresh for
+the caller each call), temporaries (placed in one arena by liveness: two temporaries share
+bytes when their lifetimes do not overlap) or constants (array literals, baked in).
+A `View` reads a slot through layout ops without copying: kernels follow its element strides,
+BLAS calls and copies apply its `chain` (e.g. `.T`) to the array.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from ..errors import DlvmError
+from .kernel import KernelSpec, ReduceSpec
+from .views import chain_text
+
+PARAM, OUTPUT, TEMP, CONST = "param", "output", "temp", "const"
+
+
+class PlanError(DlvmError):
+    """A function the code generator cannot plan (tuple parameters, unsupported ops)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    shape: tuple[int, ...]
+    dtype: str                     # 'f32', 'f64', 'i32', 'bool'
+    role: str                      # PARAM, OUTPUT, TEMP, CONST
+    name: str = ""                 # IR value it holds (for printing)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(_NP[self.dtype]).itemsize
+
+    def label(self) -> str:
+        tag = {PARAM: "%", OUTPUT: "out", TEMP: "t", CONST: "c"}[self.role]
+        return f"%{self.name}" if self.role == PARAM else f"{tag}{self.index}"
+
+
+_NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "bool": np.bool_}
+
+
+@dataclass(frozen=True)
+class View:
+    """A slot seen through layout ops: `chain` for arrays, `strides` (elements) for kernels."""
+    slot: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    chain: tuple = ()
+
+    def text(self, slots) -> str:
+        return slots[self.slot].label() + chain_text(self.chain)
+
+
+@dataclass
+class KernelStep:
+    """A generated kernel: a fused map (KernelSpec, any number of outputs) or a reduction
+    with its producer fused into the body (ReduceSpec). inputs[i] is what Load(i) reads."""
+    spec: Union[KernelSpec, ReduceSpec]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    values: tuple[str, ...] = ()   # IR values computed (outputs first, then fused ones)
+    order: int = 0                 # program position of its first IR value (scheduling)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def text(self, slots) -> str:
+        kind = "map" if isinstance(self.spec, KernelSpec) else f"reduce {self.spec.op} along {list(self.spec.axes)}"
+        shape = " x ".join(map(str, self.spec.shape)) or "scalar"
+        ins = ", ".join(_input_text(slots[s], inp, self.spec.shape) for s, inp in zip(self.inputs, self.spec.inputs))
+        outs = ", ".join(slots[s].label() for s in self.outputs)
+        fused = " ".join("%" + v for v in self.values)
+        return f"{self.name}: {kind} <{shape}> ({ins}) -> {outs}    [{fused}]"
+
+
+@dataclass
+class RowStep:
+    """A fused reduce-then-map kernel over rows (rowwise.RowSpec, CPU): per row, the
+    reductions in order, then the map outputs, which read the reductions' results."""
+    spec: object                   # rowwise.RowSpec
+    inputs: tuple[int, ...]        # Load(i) for i < len(inputs)
+    outputs: tuple[int, ...]       # map outputs (rows x cols, in the slots' own shapes)
+    reductions: tuple[int, ...]    # one slot per reduction (rows,), Load(len(inputs) + k)
+    values: tuple[str, ...] = ()
+    order: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def text(self, slots) -> str:
+        reds = ", ".join(f"{op}" for _, op, _ in self.spec.reductions)
+        ins = ", ".join(_input_text(slots[s], inp, None) for s, inp in zip(self.inputs, self.spec.inputs))
+        outs = ", ".join(slots[s].label() for s in self.outputs + self.reductions)
+        fused = " ".join("%" + v for v in self.values)
+        return (f"{self.name}: rows <{self.spec.rows} rows x {self.spec.cols}> reduce {reds} then map "
+                f"({ins}) -> {outs}    [{fused}]")
+
+
+def _input_text(slot: Slot, inp, shape) -> str:
+    if inp.strides is None:
+        return slot.label()
+    tag = "bcast" if 0 in inp.strides else "strided"
+    return f"{slot.label()}[{tag} {inp.strides}]"
+
+
+@dataclass
+class BlasStep:
+    """out = a @ b through BLAS; a transposed operand is a view (a flag to BLAS), not a copy."""
+    a: View
+    b: View
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return f"blas: {self.a.text(slots)} @ {self.b.text(slots)} -> {slots[self.out].label()}    [%{self.value}]"
+
+
+@dataclass
+class ConcatStep:
+    parts: tuple[View, ...]
+    axis: int
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        parts = ", ".join(p.text(slots) for p in self.parts)
+        return f"concatenate({parts}, axis={self.axis}) -> {slots[self.out].label()}    [%{self.value}]"
+
+
+@dataclass
+class CopyStep:
+    """out = src (a strided copy); for results that are parameters, constants or views."""
+    src: View
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return f"copy: {self.src.text(slots)} -> {slots[self.out].label()}    [%{self.value}]"
+
+
+Step = Union[KernelStep, RowStep, BlasStep, ConcatStep, CopyStep]
+
+
+def step_inputs(step: Step) -> tuple[int, ...]:
+    if isinstance(step, (KernelStep, RowStep)):
+        return step.inputs
+    if isinstance(step, BlasStep):
+        return (step.a.slot, step.b.slot)
+    if isinstance(step, ConcatStep):
+        return tuple(p.slot for p in step.parts)
+    return (step.src.slot,)
+
+
+def step_outputs(step: Step) -> tuple[int, ...]:
+    if isinstance(step, RowStep):
+        return step.outputs + step.reductions
+    return step.outputs if isinstance(step, KernelStep) else (step.out,)
+
+
+@dataclass
+class Plan:
+    name: str
+    slots: list[Slot]
+    params: list[int]                       # slot per function parameter
+    steps: list[Step]                       # in execution order
+    results: list[View]                     # one per returned value (views of output slots)
+    tuple_result: bool
+    constants: dict[int, np.ndarray] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)   # temp slot -> byte offset in the arena
+    arena_bytes: int = 0
+
+    @property
+    def kernels(self) -> list:
+        """Generated kernels (KernelStep and RowStep), in execution order."""
+        return [s for s in self.steps if isinstance(s, (KernelStep, RowStep))]
+
+    @property
+    def blas_calls(self) -> list[BlasStep]:
+        return [s for s in self.steps if isinstance(s, BlasStep)]
+
+    def summary(self) -> str:
+        n_k, n_b = len(self.kernels), len(self.blas_calls)
+        other = len(self.steps) - n_k - n_b
+        temps = [s for s in self.slots if s.index in self.offsets]
+        return (f"{n_k} kernel{'s' * (n_k != 1)}, {n_b} BLAS call{'s' * (n_b != 1)}, "
+                f"{other} other step{'s' * (other != 1)}; {len(temps)} temporar{'ies' if len(temps) != 1 else 'y'}"
+                f" in {_bytes_text(self.arena_bytes)} (reused by liveness)")
+
+    def __str__(self) -> str:
+        lines = [f"plan @{self.name}: {self.summary()}"]
+        params = ", ".join(f"%{self.slots[s].name}: {_type_text(self.slots[s])}" for s in self.params)
+        lines.append(f"  params: {params}")
+        for i, step in enumerate(self.steps):
+            lines.append(f"  {i:>2}  {step.text(self.slots)}")
+        res = ", ".join(r.text(self.slots) for r in self.results)
+        lines.append(f"  return {'(' + res + ')' if self.tuple_result else res}")
+        buffers = [s for s in self.slots if s.role in (OUTPUT, CONST) or s.index in self.offsets]
+        if buffers:
+            lines.append("  buffers: " + ", ".join(
+                f"{s.label()} {_type_text(s)}" + (f" @{self.offsets[s.index]}" if s.index in self.offsets else "")
+                for s in buffers))
+        return "\n".join(lines)
+
+
+def _type_text(s: Slot) -> str:
+    return "<" + " x ".join([*map(str, s.shape), s.dtype]) + ">" if s.shape else s.dtype
+
+
+def _bytes_text(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"

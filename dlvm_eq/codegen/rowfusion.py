@@ -1,0 +1,208 @@
+"""Row fusion: a map and the reductions over trailing axes that it reads (and the small per-row
+maps between them) become one row kernel (rowwise.RowSpec): softmax, log-softmax, layer norm.
+
+A mixin of the planner (fusion._Planner): it works on the planner's nodes after grouping.
+
+    nodes = self.fuse_rows(nodes)     # some map + reduction nodes replaced by RowStep nodes
+"""
+from __future__ import annotations
+
+import math
+
+from .kernel import Expr, KernelInput, Load, c_strides
+from .plan import RowStep
+from .rowwise import RowSpec, loads, rebuild
+from .schedule import Node, reached
+from .views import NoView, broadcast_strides, reshape_strides
+
+
+def short_op(op: str) -> str:
+    """Reduction names in kernel names: add -> sum, multiply -> prod."""
+    return {"add": "sum", "multiply": "prod"}.get(op, op)
+
+
+class RowFusion:
+    def fuse_rows(self, nodes: list[Node]) -> list[Node]:
+        """Fuse each map with the reductions over trailing axes it reads (and the small
+        per-row maps between them) into one row kernel, largest maps first."""
+        maps = sorted((n for n in nodes if isinstance(n.source, list)),
+                      key=lambda n: -math.prod(n.source[0].shape))
+        for node in maps:
+            if not any(n is node for n in nodes):
+                continue
+            fused = self.row_node(node, nodes)
+            if fused is not None:
+                new, gone = fused
+                nodes = [n for n in nodes if not any(n is g for g in gone)] + [new]
+        return nodes
+
+    def row_node(self, node: Node, nodes: list[Node]):
+        members = node.source
+        shape = members[0].shape
+        size = math.prod(shape)
+        exprs = self.group_exprs(members)
+        producer = {o: n for n in nodes for o in n.outputs}
+        readers: dict[int, list[Node]] = {}
+        for n in nodes:
+            for i in n.inputs:
+                readers.setdefault(i, []).append(n)
+        results = {r.slot for r in self.results_views}
+        # 1. candidates: reductions over `shape` along trailing axes, and smaller maps
+        #    (per-row values) between them and this map
+        reds: dict[int, Node] = {}
+        rowmaps: dict[int, Node] = {}       # output slot -> node
+        axes = None
+        todo = list(exprs)
+        seen: set[int] = set()
+        while todo:
+            for ld in loads(todo.pop()):
+                slot = self.leaves[ld.index][0]
+                if slot in seen:
+                    continue
+                seen.add(slot)
+                n = producer.get(slot)
+                if n is None or n is node:
+                    continue
+                if hasattr(n.source, "axes"):   # a reduction (fusion._ReduceNode)
+                    r = n.source
+                    t = min(r.axes) if r.axes else len(shape)
+                    if r.shape != shape or r.axes != tuple(range(t, len(shape))) or t == 0 \
+                            or (axes is not None and r.axes != axes):
+                        continue
+                    axes = r.axes
+                    reds[slot] = n
+                    todo.append(r.body)
+                elif isinstance(n.source, list) and math.prod(n.source[0].shape) < size:
+                    for o in n.outputs:
+                        rowmaps[o] = n
+                    todo.extend(m.expr for m in n.source)
+        if not reds:
+            return None
+        t = axes[0]
+        rows, cols = math.prod(shape[:t]), math.prod(shape[t:])
+
+        def row_shaped(m: Node) -> bool:
+            sm = m.source[0].shape
+            pad = (1,) * (len(shape) - len(sm)) + tuple(sm) if len(sm) <= len(shape) else None
+            return pad is not None and all(d == 1 for d in pad[t:]) and \
+                all(a in (1, b) for a, b in zip(pad[:t], shape[:t]))
+        keep = {o: m for o, m in rowmaps.items() if row_shaped(m)}
+        for _ in range(len(reds) + len(keep) + 1):
+            # 2. a per-row map is fused only when nothing outside the fused set reads it
+            while True:
+                ids = {id(node)} | {id(n) for n in reds.values()} | {id(m) for m in keep.values()}
+                drop = {id(m) for m in keep.values()
+                        if any(x in results or any(id(r) not in ids for r in readers.get(x, []))
+                               for x in m.outputs)}
+                if not drop:
+                    break
+                keep = {o: m for o, m in keep.items() if id(m) not in drop}
+            if not reds:
+                return None
+            built = self._row_parts(shape, t, rows, cols, exprs, node, reds, keep)
+            if built is None:
+                return None
+            group, inside, inputs = built[:3]
+            # 3. an input computed from a fused value would make a cycle: unfuse what it reads
+            bad = reached(set(inputs), inside, nodes, group)
+            if not bad:
+                break
+            if any(b is node for b in bad):
+                return None
+            reds = {o: n for o, n in reds.items() if not any(n is b for b in bad)}
+            keep = {o: m for o, m in keep.items() if not any(m is b for b in bad)}
+        else:
+            return None
+        group, inside, inputs, kinputs, local, virtual, order, outs, bodies = built
+        n_in = len(inputs)
+
+        def local_expr(e):
+            repl = {}
+            for ld in loads(e):
+                slot = self.leaves[ld.index][0]
+                repl[ld] = Load(n_in + virtual[slot]) if slot in virtual else Load(local[ld.index])
+            return rebuild(e, repl)
+        rnodes = [n.source for n in order]
+        names = tuple(r.name for r in rnodes) + tuple(m.name for m in members)
+        fused_names = set().union(*(m.names for m in members), *(r.names for r in rnodes),
+                                  *(mem.names for m in keep.values() for mem in m.source)) - set(names)
+        all_names = names + tuple(sorted(fused_names, key=self._pos))
+        label = "_".join(dict.fromkeys(short_op(r.op) for r in rnodes)) + "_" + \
+            self._kernel_name(sorted(set(all_names) - {r.name for r in rnodes}, key=self._pos), 2)
+        spec = RowSpec(label, rows, cols, kinputs,
+                       [(local_expr(b), r.op, r.init) for b, r in zip(bodies, rnodes)],
+                       [local_expr(e) for e in outs])
+        step = RowStep(spec, tuple(inputs), tuple(m.slot for m in members), tuple(r.slot for r in rnodes),
+                       all_names, min([node.order] + [r.order for r in rnodes]))
+        new = Node(set(inputs), list(step.outputs + step.reductions), step.order, step)
+        new.source = step
+        return new, group
+
+    def _row_parts(self, shape, t, rows, cols, exprs, node, reds, keep):
+        """Expressions and inputs of a row kernel fusing `node` with the reductions `reds`
+        and the per-row maps `keep`; None when some read cannot be expressed."""
+        row_exprs = {}
+        for m in {id(m): m for m in keep.values()}.values():
+            for mem, e in zip(m.source, self.group_exprs(m.source)):
+                row_exprs[mem.slot] = (e, m.source[0].shape)
+        group = [node] + list({id(n): n for n in reds.values()}.values()) + \
+            list({id(m): m for m in keep.values()}.values())
+        inside = {o for n in group for o in n.outputs}
+        order = sorted({id(n): n for n in reds.values()}.values(), key=lambda n: n.source.order)
+        virtual = {n.source.slot: k for k, n in enumerate(order)}
+
+        def expand(e: Expr, at_shape):
+            # per-row values substituted: LLVM hoists them out of the column loop
+            for _ in range(len(row_exprs) + 1):
+                hit = [ld for ld in loads(e) if self.leaves[ld.index][0] in row_exprs]
+                if not hit:
+                    return e
+                repl = {}
+                for ld in hit:
+                    slot, st = self.leaves[ld.index]
+                    me, ms = row_exprs[slot]
+                    if not _same_read(at_shape, st, broadcast_strides(c_strides(tuple(ms)), ms, at_shape)):
+                        return None
+                    try:
+                        repl[ld] = self.reindex(me, lambda s2, ms=ms: broadcast_strides(s2, ms, at_shape))
+                    except NoView:
+                        return None
+                e = rebuild(e, repl)
+            return None
+        bodies = [expand(n.source.body, shape) for n in order]
+        outs = [expand(e, shape) for e in exprs]
+        if any(x is None for x in bodies + outs):
+            return None
+        inputs, kinputs, local = [], [], {}
+        for e in outs + bodies:
+            for ld in loads(e):
+                slot, st = self.leaves[ld.index]
+                if slot in virtual:
+                    if not _row_broadcast(shape, t, st):
+                        return None
+                    continue
+                if ld.index in local:
+                    continue
+                if slot in inside:
+                    return None
+                st2 = reshape_strides(shape, st, (rows, cols))
+                if st2 is None:
+                    return None
+                info = self.slots[slot]
+                plain = st2 == (cols, 1) and math.prod(info.shape) == rows * cols
+                local[ld.index] = len(inputs)
+                inputs.append(slot)
+                kinputs.append(KernelInput(info.dtype, None if plain else
+                                           (st2[0] if rows > 1 else 0, st2[1] if cols > 1 else 0)))
+        return group, inside, inputs, kinputs, local, virtual, order, outs, bodies
+
+
+def _same_read(shape, st, want) -> bool:
+    """Two strides tuples that read the same elements of `shape` (size-1 dims ignored)."""
+    return all(d == 1 or a == b for d, a, b in zip(shape, st, want))
+
+
+def _row_broadcast(shape, t: int, st) -> bool:
+    """Strides of a (rows,) vector read along the trailing axes t.. of `shape`."""
+    want = c_strides(tuple(shape[:t])) + (0,) * (len(shape) - t)
+    return all(d == 1 or s == w for d, s, w in zip(shape, st, want))
