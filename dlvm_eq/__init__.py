@@ -10,23 +10,11 @@ from .ir import Module, interpret
 
 __version__ = "0.1.0"
 
-# The public API is assembled from the layers; each import is cheap and has no side effects.
-try:  # parser: dq.parse / dq.load
-    from .ir.parser import load, parse  # noqa: F401
-except ImportError:  # pragma: no cover - during bootstrap
-    pass
-try:  # staged DSL
-    from .dsl import *  # noqa: F401,F403
-except ImportError:  # pragma: no cover
-    pass
-try:  # optimizer
-    from .egraph.optimize import optimize  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
-try:  # differentiation
-    from .ad.api import grad, value_and_grad, vjp  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
+# The public API, assembled from the layers (left to right in the data flow).
+from .ir.parser import load, parse  # noqa: E402,F401
+from .dsl import *  # noqa: E402,F401,F403
+from .egraph.optimize import optimize  # noqa: E402,F401
+from .ad.api import grad, value_and_grad, vjp  # noqa: E402,F401
 
 
 def compile(module, name, target="cpu", optimize=True):  # noqa: A001 - the user's word for it
