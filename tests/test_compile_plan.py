@@ -207,3 +207,19 @@ func @f_grad: (<3 x f32>) -> <3 x f32>
     x = np.array([1.0, -2.0, 0.5], np.float32)
     assert float(dq.compile(m, "f")(x)) == pytest.approx(float(np.sum(x ** 4)), rel=1e-6)
     np.testing.assert_allclose(dq.compile(m, "f_grad")(x), 4 * x ** 3, rtol=1e-6)
+
+
+def test_planning_a_long_program_stays_fast():
+    import time
+    w = (RNG.standard_normal((48, 48)) / 7).astype(np.float32)
+
+    def deep(x, w):
+        for i in range(60):     # ~10 ops a layer: matmul, bias, activation, row statistics
+            h = dq.tanh(x @ w + 0.1 * i)
+            x = h - dq.mean(h, axis=1, keepdims=True) + dq.max(h, axis=0) * 0.01
+        return x
+    m = _ir(deep, X, w)
+    t0 = time.perf_counter()
+    plan = _plan(m)
+    assert time.perf_counter() - t0 < 2.0
+    assert len(plan.blas_calls) == 60 and len(m["deep"].body) > 500

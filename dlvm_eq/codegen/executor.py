@@ -17,13 +17,15 @@ GPU: temporaries and outputs come from CuPy's memory pool (allocation there is c
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 import numpy as np
 
 from ..errors import DlvmError
-from .cpu_runtime import aligned_empty, compile_cpu
+from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
+from .layout import group_size
 from .kernel import KernelSpec
 from .plan import CONST, OUTPUT, TEMP, BlasStep, ConcatStep, CopyStep, KernelStep, Plan, RowStep
 from .rowwise import compile_rows
@@ -45,6 +47,19 @@ def _view_fn(chain, xp):
         shape = tuple(chain[0][1])
         return lambda a: a.reshape(shape)
     return lambda a: apply_chain(a, chain, xp)
+
+
+def _single_chunk(k) -> tuple | None:
+    """The leading integer arguments when CpuKernel `k` runs as one call on the calling
+    thread (what its _run_map / _run_reduce would decide for these sizes), else None."""
+    spec = k.spec
+    if isinstance(spec, KernelSpec):
+        n = k._size
+        return (0, n) if 0 < n and (n < 2 * MIN_PARALLEL_WORK or k.threads == 1) else None
+    if spec.init != spec.identity or 0 in spec.shape:
+        return None
+    n_out, n_red = max(1, math.prod(spec.out_shape)), group_size(k.ir.layout, 1)
+    return (0, n_out, 0, n_red) if n_out * n_red < MIN_PARALLEL_WORK else None
 
 
 def _argument_error(plan: Plan, i: int, a, shape, dtype) -> DlvmError:
@@ -137,11 +152,13 @@ class CpuProgram:
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)
+            fast = _single_chunk(k)
+            if fast is not None:     # small kernels: one call on this thread, arguments ready
+                fn, head, tail = k._fn, fast, k._dims_ptr
+                slots = outs + ins
+                return lambda env: fn(*head, *[data_ptr(env[s]) for s in slots], tail)
             if isinstance(step.spec, KernelSpec):
                 run_map = k._run_map
-                if len(outs) == 1:
-                    o = outs[0]
-                    return lambda env: run_map([env[s] for s in ins], [env[o]])
                 return lambda env: run_map([env[s] for s in ins], [env[s] for s in outs])
             run_reduce, o = k._run_reduce, outs[0]
             return lambda env: run_reduce([env[s] for s in ins], env[o])

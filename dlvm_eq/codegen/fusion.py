@@ -105,6 +105,7 @@ class _EwOut:
     order: int
     names: frozenset
     group: int = -1
+    reads: set = None        # slots its expression loads (grouping)
 
 
 @dataclass
@@ -442,10 +443,13 @@ class _Planner(RowFusion):
         return Plan(self.name, slots, params, steps, results, self.flat.tuple_result,
                     self.constants, offsets, arena_bytes)
 
+    GROUP_CANDIDATES = 4   # recent kernels of the same space a value may join (plan time)
+
     def group(self) -> list[list[_EwOut]]:
         """Materialized elementwise values -> multi-output kernels (same iteration space,
         no cycle through other steps)."""
         groups: list[list[_EwOut]] = []
+        group_in: list[set[int]] = []          # slots the members of a group read
         by_key: dict[tuple, list[int]] = {}
         producer_steps = {}
         for s in self.steps:
@@ -454,21 +458,25 @@ class _Planner(RowFusion):
         for r in self.reductions:
             producer_steps[r.slot] = {self.leaves[i.index][0] for i in loads(r.body)}
         for e in self.ew:
+            e.reads = {self.leaves[ld.index][0] for ld in loads(e.expr)}
+        for e in self.ew:
             key = tuple(d for d in e.shape if d != 1)
             placed = False
-            for gi in reversed(by_key.get(key, [])):
-                if self.can_join(e, gi, groups, producer_steps):
+            for gi in reversed(by_key.get(key, [])[-self.GROUP_CANDIDATES:]):
+                if self.can_join(e, gi, groups, group_in, producer_steps):
                     groups[gi].append(e)
+                    group_in[gi] |= e.reads
                     e.group = gi
                     placed = True
                     break
             if not placed:
                 e.group = len(groups)
                 groups.append([e])
+                group_in.append(set(e.reads))
                 by_key.setdefault(key, []).append(e.group)
         return groups
 
-    def can_join(self, e: _EwOut, gi: int, groups, producer_steps) -> bool:
+    def can_join(self, e: _EwOut, gi: int, groups, group_in, producer_steps) -> bool:
         members = groups[gi]
         g_slots = {m.slot for m in members}
         shape = members[0].shape
@@ -483,26 +491,21 @@ class _Planner(RowFusion):
                     return False      # read at another element: needs the whole output first
                 continue
             external.add(slot)
-        seen: set[int] = set()
-
-        def depends(slot: int) -> bool:   # does `slot` depend on group gi?
-            stack = [slot]
-            while stack:
-                s = stack.pop()
-                if s in seen:
-                    continue
-                seen.add(s)
-                if s in g_slots:
-                    return True
-                ew = self.ew_by_slot.get(s)
-                if ew is not None:
-                    srcs = groups[ew.group] if ew.group >= 0 else [ew]
-                    for m in srcs:
-                        stack.extend(self.leaves[ld.index][0] for ld in loads(m.expr))
-                else:
-                    stack.extend(producer_steps.get(s, ()))
-            return False
-        return not any(depends(s) for s in external)
+        # does an external input depend on the group (through other kernels and steps)?
+        stack, seen = list(external), set()
+        while stack:
+            s = stack.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if s in g_slots:
+                return False
+            ew = self.ew_by_slot.get(s)
+            if ew is not None:
+                stack.extend(group_in[ew.group] if ew.group >= 0 else ew.reads)
+            else:
+                stack.extend(producer_steps.get(s, ()))
+        return True
 
     def _reshaped(self, expr: Expr, shape, to_shape):
         try:
