@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+
+import numpy as np
 import time
 
 from ..errors import DlvmError
@@ -70,6 +72,19 @@ def make_ir(fn, name: str | None = None):
     return build
 
 
+def _signature_key(args) -> tuple:
+    """The cache key of a call: shapes and dtypes. numpy arrays take a fast path (a call's
+    dispatch is on the hot path of a training loop); anything else goes through type_of."""
+    key = []
+    for a in args:
+        if type(a) is np.ndarray:
+            key.append((a.shape, a.dtype))
+        else:
+            t = type_of(a)
+            key.append((t.shape, t.dtype))
+    return tuple(key)
+
+
 class Jitted:
     """A function compiled on first call for each distinct list of argument shapes/dtypes."""
 
@@ -92,7 +107,7 @@ class Jitted:
         return bound.args
 
     def _entry(self, args):
-        key = tuple((t.shape, t.dtype) for t in map(type_of, args))
+        key = _signature_key(args)
         entry = self._cache.get(key)
         if entry is None:
             tree = []
