@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 
 import numpy as np
-import time
 
 from ..errors import DlvmError
 from ..ir.interp import interpret
