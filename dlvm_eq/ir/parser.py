@@ -43,8 +43,24 @@ def _parser() -> Lark:
     global _lark
     if _lark is None:
         grammar = Path(__file__).with_name("grammar.lark").read_text()
-        _lark = Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+        _lark = Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False,
+                     cache=_table_cache(grammar))
     return _lark
+
+
+def _table_cache(grammar: str) -> str | bool:
+    """Where lark keeps the LALR tables it built (building them costs ~150 ms per process);
+    lark checks the grammar's hash on load and rebuilds a stale or unreadable file."""
+    import hashlib
+
+    from ..cache import default_cache_dir
+    directory = default_cache_dir() / "lark"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
+    return str(directory / f"dlvm-grammar-{digest}.lark.pickle")
 
 
 def parse(text: str, filename: str = "<string>") -> Module:
