@@ -4,3 +4,13 @@ import tempfile
 
 # Set before dlvm_eq creates its shared cache; subprocesses started by tests inherit it.
 os.environ["DLVM_EQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="dlvm_eq-test-cache-")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# This machine is shared and noisy: no per-example deadlines. In CI the examples are derived
+# from each test's name (derandomize), so a landing never depends on a lucky draw; locally they
+# stay random, which is where new counterexamples come from.
+settings.register_profile("dlvm_eq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dlvm_eq-ci", deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dlvm_eq-ci" if os.environ.get("CI") else "dlvm_eq")
