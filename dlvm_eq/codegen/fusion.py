@@ -20,7 +20,7 @@ The rules, in the order they apply:
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
   one arena by liveness (`schedule.py`).
 
-Files: flatten (apply/tuples), fusion (this: values -> kernels), rowfusion, schedule.
+Files: ir/inline.py (apply/tuples), fusion (this: values -> kernels), rowfusion, schedule.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from ..ir.module import Function, Instruction, Module, Value
 from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                       UNARY, transpose_perm)
 from ..ir.types import TensorType
-from .flatten import Flat, flatten
+from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .plan import (CONST, OUTPUT, PARAM, TEMP, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlvmError
+from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, transpose_perm
-from ..ir.types import DType, TensorType, TupleType
+from ..ir.types import TensorType
 
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
 
@@ -108,30 +109,12 @@ def _operand(loader: _Loader, env: dict, o):
     return env[id(o)], o.type
 
 
-def _load_body(loader: _Loader, module: Module | None, fn: Function, args: list, depth: int = 0):
-    """Emit fn's body with its parameters bound to `args` (term names); returns the result(s)."""
-    if depth > 64:
-        raise DlvmError(f"@{fn.name}: apply nests too deeply (recursion?)")
-    env: dict[int, object] = {id(p): a for p, a in zip(fn.params, args)}
-    for inst in fn.body:
+def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
+    """Emit the flattened body with its parameters bound to `args` (term names); the results."""
+    env: dict[int, object] = {id(p): a for p, a in zip(flat.params, args)}
+    for inst in flat.body:
         spec = OPS[inst.op]
         rt = inst.result.type
-        if inst.op == "apply":
-            if module is None:
-                raise DlvmError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
-            callee = module[inst.attrs["callee"]]
-            if callee.is_declaration:
-                from ..ad import synthesize_declared
-                callee = synthesize_declared(module, callee)
-            vals = [_operand(loader, env, o)[0] for o in inst.operands]
-            env[id(inst.result)] = _load_body(loader, module, callee, vals, depth + 1)
-            continue
-        if inst.op == "tuple":
-            env[id(inst.result)] = [_operand(loader, env, o)[0] for o in inst.operands]
-            continue
-        if inst.op == "extract":
-            env[id(inst.result)] = env[id(inst.operands[0])][inst.attrs["index"]]
-            continue
         if inst.op == "literal":
             env[id(inst.result)] = loader.literal(inst.attrs["value"], rt)
             continue
@@ -177,10 +160,8 @@ def _load_body(loader: _Loader, module: Module | None, fn: Function, args: list,
         else:  # pragma: no cover - every op kind is handled above
             raise DlvmError(f"the e-graph loader has no case for op {inst.op}")
         env[id(inst.result)] = loader.let(text, rt)
-    ret = fn.ret
-    if isinstance(ret, Const):
-        return loader.const(ret.value, ret.type)
-    return env[id(ret)]
+    return [_operand(loader, env, r)[0] for r in flat.results]
+
 
 
 _COMBINE = {"add": "Add", "multiply": "Multiply", "max": "Max", "min": "Min"}
@@ -201,7 +182,7 @@ def load_function(fn: Function, module: Module | None = None, prefix: str = "v")
         prog.lines.append(f"(set (dtype {name}) {egg_string(str(p.type.dtype))})")
         prog.var_types[p.name] = p.type
         args.append(name)
-    result = _load_body(loader, module, fn, args)
-    prog.result_is_tuple = isinstance(fn.result_type, TupleType)
-    prog.roots = list(result) if isinstance(result, list) else [result]
+    flat = flatten(fn, module)
+    prog.roots = _load_body(loader, flat, args)
+    prog.result_is_tuple = flat.tuple_result
     return prog

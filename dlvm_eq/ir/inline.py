@@ -1,5 +1,6 @@
 """IR Function -> a straight list of tensor instructions: `apply` inlined (declared adjoints
-synthesized), tuples and `extract` resolved. The first step of planning.
+synthesized), tuples and `extract` resolved. What the e-graph loader and the code generator's
+planner both start from.
 
     flat = flatten(module["f"], module)
     flat.body          # instructions, no apply/tuple/extract
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.module import Const as IRConst
-from ..ir.module import Function, Instruction, Module, Value
-from ..ir.types import TensorType, TupleType
-from .plan import PlanError
+from ..errors import IRError
+from .module import Const as IRConst
+from .module import Function, Instruction, Module, Value
+from .types import TensorType, TupleType
 
 
 @dataclass
@@ -27,12 +28,12 @@ def flatten(fn: Function, module: Module | None) -> Flat:
     """The function with `apply` inlined and tuples resolved: a straight list of tensor ops."""
     if fn.is_declaration:
         if module is None:
-            raise PlanError(f"@{fn.name} has no body")
+            raise IRError(f"@{fn.name} has no body")
         from ..ad import synthesize_declared
         fn = synthesize_declared(module, fn)
     for i, p in enumerate(fn.params):
         if not isinstance(p.type, TensorType):
-            raise PlanError(f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed")
+            raise IRError(f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed")
     body: list[Instruction] = []
     env: dict[int, object] = {}
     _inline(fn, module, {id(p): p for p in fn.params}, body, env, "", 0)
@@ -48,7 +49,7 @@ def _get(env, o):
 
 def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
     if depth > 64:
-        raise PlanError(f"@{fn.name}: apply nests too deeply (recursion?)")
+        raise IRError(f"@{fn.name}: apply nests too deeply (recursion?)")
     env.update(env0)
     for inst in fn.body:
         ops = [_get(env, o) for o in inst.operands]
@@ -57,11 +58,11 @@ def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
         elif inst.op == "extract":
             t = ops[0]
             if not isinstance(t, tuple):
-                raise PlanError(f"@{fn.name}: extract from a value that is not a tuple")
+                raise IRError(f"@{fn.name}: extract from a value that is not a tuple")
             env[id(inst.result)] = t[inst.attrs["index"]]
         elif inst.op == "apply":
             if module is None:
-                raise PlanError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
+                raise IRError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
             callee = module[inst.attrs["callee"]]
             if callee.is_declaration:
                 from ..ad import synthesize_declared
@@ -72,7 +73,7 @@ def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
             env[id(inst.result)] = _get(sub, callee.ret)
         else:
             if any(isinstance(o, tuple) for o in ops):
-                raise PlanError(f"@{fn.name}: {inst.op} of a tuple value")
+                raise IRError(f"@{fn.name}: {inst.op} of a tuple value")
             key = id(inst.result)
             if prefix or any(o is not q for o, q in zip(ops, inst.operands)):
                 result = Value(prefix + inst.result.name, inst.result.type) if prefix else inst.result
