@@ -30,7 +30,7 @@ from typing import Sequence
 
 from .choice import break_cycles
 from .graph import SerializedEGraph
-from .prune import reachable_classes
+from .prune import leaf_worklist, reachable_classes
 from .tree import tree_choice
 
 
@@ -44,15 +44,7 @@ def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Se
     sets: list[dict | None] = [None] * ncls  # class -> {class: cost of the node used there}
     choice = [-1] * ncls
     missing = [len(ks) for ks in kids_of]
-    queued = bytearray(graph.num_nodes)
-    heap = []
-    for c in range(ncls):
-        if live[c]:
-            for n in graph.class_nodes[c]:
-                if not kids_of[n] and costs[n] < inf:
-                    heap.append((costs[n], n))
-                    queued[n] = 1
-    heapq.heapify(heap)
+    heap, queued = leaf_worklist(graph, costs, live)
     pop, push = heapq.heappop, heapq.heappush
 
     while heap:

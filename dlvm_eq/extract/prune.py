@@ -19,6 +19,7 @@ the roots. The ILP is only tractable on what is left; the greedy extractors use 
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -46,6 +47,23 @@ def reachable_classes(graph: SerializedEGraph, roots: Iterable[int],
                     seen[k] = 1
                     stack.append(k)
     return seen
+
+
+def leaf_worklist(graph: SerializedEGraph, costs: Sequence[float],
+                  live: Sequence[int]) -> tuple[list[tuple[float, int]], bytearray]:
+    """The bottom-up extractors' starting heap: every finite-cost leaf e-node of a live class,
+    as (cost, node), heapified; and the per-node "is queued" flags."""
+    heap = []
+    queued = bytearray(graph.num_nodes)
+    kids_of = graph.child_sets
+    for c in range(graph.num_classes):
+        if live[c]:
+            for n in graph.class_nodes[c]:
+                if not kids_of[n] and costs[n] < math.inf:
+                    heap.append((costs[n], n))
+                    queued[n] = 1
+    heapq.heapify(heap)
+    return heap, queued
 
 
 def extractable_classes(graph: SerializedEGraph, node_ok: Sequence[bool]) -> bytearray:

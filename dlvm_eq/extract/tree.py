@@ -21,7 +21,7 @@ import math
 from typing import Sequence
 
 from .graph import SerializedEGraph
-from .prune import reachable_classes
+from .prune import leaf_worklist, reachable_classes
 
 
 def tree_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]):
@@ -38,15 +38,7 @@ def tree_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence
     best = [inf] * graph.num_classes
     choice = [-1] * graph.num_classes
     missing = [len(ks) for ks in kids_of]   # child classes of a node still without a finite cost
-    queued = bytearray(graph.num_nodes)
-    heap = []
-    for c in range(graph.num_classes):
-        if live[c]:
-            for n in graph.class_nodes[c]:
-                if not kids_of[n] and costs[n] < inf:
-                    heap.append((costs[n], n))
-                    queued[n] = 1
-    heapq.heapify(heap)
+    heap, queued = leaf_worklist(graph, costs, live)
     pop, push = heapq.heappop, heapq.heappush
     while heap:
         _, n = pop(heap)
