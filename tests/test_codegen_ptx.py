@@ -165,8 +165,9 @@ def _run_emulated(spec, arrays):
         n_red = int(np.prod([spec.shape[a] for a in spec.axes]))
         head = [outs[0].size, n_red, n_red]  # one slice: the whole reduction
     ptrs = [a.ctypes.data for a in outs + arrays]
-    fn = ctypes.CFUNCTYPE(None, *[ity] * len(head), *[ctypes.c_void_p] * len(ptrs), *[ity] * len(tail))(addr)
-    fn(*head, *ptrs, *tail)
+    fn = ctypes.CFUNCTYPE(None, *[ity] * len(head), *[ctypes.c_void_p] * len(ptrs), *[ity] * len(tail),
+                          *[ctypes.c_int32] * 6)(addr)
+    fn(*head, *ptrs, *tail, 0, 1, 0, 1, 0, 1)   # one thread of one block
     return outs
 
 

@@ -56,9 +56,14 @@ def index_bits(spec, layout: LoopLayout) -> int:
     return 32 if biggest < 2**30 else 64
 
 
+# The special registers a kernel reads; under host emulation they are trailing i32 arguments
+# in this order (see host_emulation_ir).
+SREGS = ("ctaid.x", "ntid.x", "tid.x", "nctaid.x", "ctaid.y", "nctaid.y")
+
+
 def _sreg(b: ir.IRBuilder, name: str):
-    if getattr(b.module, "host_emulation", False):  # one thread, one block: see host_emulation_ir
-        return ir.Constant(I32, 1 if name in ("ntid.x", "nctaid.x", "nctaid.y") else 0)
+    if getattr(b.module, "host_emulation", False):
+        return b.function.args[len(b.function.args) - len(SREGS) + SREGS.index(name)]
     fn = b.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
     if fn is None:
         fn = ir.Function(b.module, ir.FunctionType(I32, []), f"llvm.nvvm.read.ptx.sreg.{name}")
@@ -119,7 +124,8 @@ def _kernel(module, symbol, n_ints_head, n_ptrs, layout, t):
     n_tail = rank * (1 + len(layout.strides))
     host = getattr(module, "host_emulation", False)
     ptr = ir.PointerType() if host else GLOBAL
-    fnty = ir.FunctionType(ir.VoidType(), [t] * n_ints_head + [ptr] * n_ptrs + [t] * n_tail)
+    emulated = [I32] * len(SREGS) if host else []
+    fnty = ir.FunctionType(ir.VoidType(), [t] * n_ints_head + [ptr] * n_ptrs + [t] * n_tail + emulated)
     fn = ir.Function(module, fnty, symbol)
     if not host:
         fn.calling_convention = "ptx_kernel"  # LLVM >= 20: the kernel marker (no nvvm.annotations)
@@ -219,8 +225,11 @@ def build_module(spec, symbol: str, arch: str = "sm_75",
 
 
 def host_emulation_ir(spec) -> tuple[str, str, LoopLayout, int]:
-    """The GPU kernel's IR for the host CPU, run as one thread of one block (the grid-stride
-    loop then covers every element): tests check the GPU code's logic without a GPU."""
+    """The GPU kernel's IR for the host CPU: the same function with the special registers
+    (SREGS: blockIdx.x, blockDim.x, threadIdx.x, gridDim.x, blockIdx.y, gridDim.y) as six
+    trailing i32 arguments. Calling it once per (block, thread) of a launch runs the launch;
+    (0, 1, 0, 1, 0, 1) runs it as one thread whose grid-stride loop covers every element.
+    Tests check the GPU code and its launcher this way without a GPU."""
     return _named(spec, "dq_gpu_", arch="sm_75", host_emulation=True)
 
 

@@ -1,0 +1,145 @@
+"""The GPU target end to end without a GPU: the launcher and the program executor run with a
+stand-in CuPy (`fake_cupy.py`) that assembles each loaded PTX with ptxas, checks every launch
+argument against the `.entry`'s parameters and executes every (block, thread) of each launch
+through the kernel's host-emulation build. Results are compared with the reference
+interpreter and with the CPU target. The device has 2 SMs, so grid-stride loops go round
+several times and split reductions combine partial rows, as on a busy GPU.
+
+What this cannot check is CuPy and the driver themselves: `scripts/gpu-check` runs the `gpu`
+tests on a real device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import dlvm_eq as dq
+import fake_cupy
+from dlvm_eq.codegen import compile, set_cache_dir
+from dlvm_eq.codegen.kernel import KernelInput, KernelSpec, Load, ReduceSpec
+from dlvm_eq.ir import F64, Module, interpret
+from dlvm_eq.models import mlp
+from ir_programs import random_function, random_inputs
+
+SETTINGS = dict(deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    set_cache_dir(tmp_path_factory.mktemp("kernel-cache"))
+
+
+@pytest.fixture
+def cp(monkeypatch):
+    with fake_cupy.installed(monkeypatch, sms=2) as module:
+        yield module
+
+
+def _host(a) -> np.ndarray:
+    assert isinstance(a, fake_cupy.DeviceArray), f"a GPU result should stay on the device, got {type(a)}"
+    return a.get()
+
+
+def test_mlp_gradient_on_the_emulated_gpu_matches_the_cpu(cp):
+    params = mlp.init_params([64, 32, 10])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]
+    module = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)).lower(*params, x, y)
+    name = next(iter(module.functions))
+    gpu = compile(module, name, target="gpu")(*[cp.asarray(a) for a in (*params, x, y)])
+    cpu = compile(module, name, target="cpu")(*params, x, y)
+    assert len(gpu) == len(cpu) == 5
+    for g, c in zip(gpu, cpu):
+        np.testing.assert_allclose(_host(g), c, rtol=1e-5, atol=1e-6)
+
+
+def test_jitted_training_step_runs_on_the_emulated_gpu(cp):
+    """The demo's step, `jit(value_and_grad(loss))` on the gpu target, inputs on the device."""
+    params = mlp.init_params([64, 32, 10], seed=1)
+    rng = np.random.default_rng(5)
+    x = rng.random((16, 64), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
+    step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)), target="gpu")
+    loss, grads = step(*[cp.asarray(a) for a in (*params, x, y)])
+    want_loss, want_grads = mlp.numpy_value_and_grad(*params, x, y)
+    np.testing.assert_allclose(_host(loss), want_loss, rtol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(_host(g), w, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (257, 1000)])
+def test_softmax_and_elementwise_chain_on_the_emulated_gpu(cp, shape):
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    f = dq.jit(lambda x: (dq.softmax(x, axis=1), dq.sigmoid(x * 1.5 + 0.25) * x), target="gpu")
+    s, c = f(cp.asarray(x))
+    w = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(_host(s), w / w.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(_host(c), x / (1 + np.exp(-(1.5 * x.astype(np.float64) + 0.25))),
+                               rtol=2e-6, atol=1e-7)
+
+
+def test_layouts_concatenate_and_host_arguments_on_the_emulated_gpu(cp):
+    x = np.random.default_rng(2).standard_normal((64, 100)).astype(np.float32)
+    c = np.random.default_rng(3).standard_normal((64, 1)).astype(np.float32)
+    f = dq.jit(lambda x, c: (dq.transpose(dq.exp(x)) * 2.0, dq.max(dq.where(x > c, x, c), axis=0)),
+               target="gpu")
+    t, m = f(x, c)                                  # numpy arguments are copied to the device
+    np.testing.assert_allclose(_host(t), np.exp(x).T * 2.0, rtol=2e-6)
+    np.testing.assert_array_equal(_host(m), np.where(x > c, x, c).max(axis=0))
+    g = dq.jit(lambda a, b: dq.concatenate([a @ b, dq.transpose(b)], axis=0), target="gpu")
+    a, b = x[:, :64], x[:64, :64].T.copy()
+    np.testing.assert_allclose(_host(g(cp.asarray(a), cp.asarray(b))),
+                               np.concatenate([a @ b, b.T], axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_long_reduction_is_split_across_blocks_and_combined(cp):
+    """Few outputs, many reduced elements: blockIdx.y takes slices whose partial rows the
+    launcher combines (max and a sum whose identity differs from its initial value)."""
+    from dlvm_eq.codegen.gpu_runtime import compile_gpu
+    x = np.random.default_rng(4).standard_normal((3, 40000)).astype(np.float64)
+    for op, want in (("add", x.sum(axis=1) + 2.5), ("max", np.maximum(x.max(axis=1), 2.5))):
+        spec = ReduceSpec(f"r_{op}", x.shape, (KernelInput("f64"),), Load(0), op, (1,), init=2.5)
+        k = compile_gpu(spec)
+        got = k(cp.asarray(x))
+        assert k._fn.launches == 1
+        np.testing.assert_allclose(_host(got).reshape(-1), want, rtol=1e-12)
+
+
+def test_the_stand_in_rejects_what_a_real_launch_would_get_wrong(cp):
+    """The checks have teeth: a wrong integer width, a host array and a strided array fail."""
+    from dlvm_eq.codegen.gpu_runtime import compile_gpu
+    spec = KernelSpec("copy", (10,), (KernelInput("f32"),), (Load(0),))
+    k = compile_gpu(spec)
+    x, out = cp.asarray(np.arange(10, dtype=np.float32)), cp.empty((10,), np.float32)
+    assert k.ptx.index_bits == 32
+    k._fn((1,), (32,), (np.int32(10), out, x, *k._tail))
+    np.testing.assert_array_equal(out.get(), np.arange(10))
+    with pytest.raises(TypeError, match="must be int32"):
+        k._fn((1,), (32,), (np.int64(10), out, x, *k._tail))
+    with pytest.raises(TypeError, match="not a device array"):
+        k._fn((1,), (32,), (np.int32(10), out, np.arange(10, dtype=np.float32), *k._tail))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        k._fn((1,), (32,), (np.int32(10), cp.empty((20,), np.float32)[::2], x, *k._tail))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.data())
+def test_random_programs_on_the_emulated_gpu_agree_with_the_interpreter(cp, data):
+    fn = random_function(data.draw, n_ops=data.draw(st.integers(1, 16)), dtype=F64)
+    m = Module("random")
+    m.add(fn)
+    args = random_inputs(fn, np.random.default_rng(0))
+    got = compile(m, fn.name, target="gpu")(*args)
+    want = interpret(m, fn.name, *args)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        g = _host(g)
+        assert g.shape == w.shape
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(w).max(initial=0))),
+                                       equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
