@@ -22,7 +22,8 @@ from . import cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
-from .ir.parser import load
+from .ir.comments import format_with_comments
+from .ir.parser import load, parse, read_source
 from .ir.sample import sample_inputs
 
 PROG = "dlvm-eq"
@@ -85,9 +86,10 @@ def _fmt_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fmt(args: argparse.Namespace) -> int:
-    module = load(args.file)
+    source = read_source(args.file)
+    module = parse(source, args.file)
     verify(module)
-    text = str(module)
+    text = format_with_comments(module, source)   # the source's comments kept
     if args.in_place:
         _write_text(Path(args.file), text)
     else:

@@ -80,6 +80,11 @@ def parse(text: str, filename: str = "<string>") -> Module:
 
 def load(path) -> Module:
     """Read and parse a .dl file."""
+    return parse(read_source(path), str(path))
+
+
+def read_source(path) -> str:
+    """A .dl file's text, or a DlvmError saying why it cannot be read."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -91,7 +96,7 @@ def load(path) -> Module:
         raise DlvmError(f"{path}: not a text file (UTF-8 decoding failed at byte {e.start})") from None
     except OSError as e:
         raise DlvmError(f"{path}: cannot read: {e.strerror or e}") from None
-    return parse(text, str(path))
+    return text
 
 
 # ---------------------------------------------------------------- positions and errors

@@ -103,25 +103,42 @@ def format_adjoint(d: AdjointDecl) -> str:
     return text + "]"
 
 
-def print_function(fn: Function) -> str:
+def function_lines(fn: Function) -> list[tuple[str, object, str]]:
+    """The printed lines of a function, each as (kind, IR object, text); kind is one of
+    adjoint, func, entry, inst (object: the Instruction), return, end. `print_function` joins
+    the texts; `comments.py` maps them back to source lines."""
     sig = f"func @{fn.name}: ({', '.join(str(t) for t in fn.param_types)}) -> {fn.result_type}"
-    lines = []
+    lines: list[tuple[str, object, str]] = []
     if fn.adjoint is not None:
-        lines.append(format_adjoint(fn.adjoint))
+        lines.append(("adjoint", fn, format_adjoint(fn.adjoint)))
     if fn.is_declaration:
-        lines.append(sig)
-        return "\n".join(lines)
-    lines.append(sig + " {")
+        lines.append(("func", fn, sig))
+        return lines
+    lines.append(("func", fn, sig + " {"))
     params = ", ".join(f"%{p.name}: {p.type}" for p in fn.params)
-    lines.append(f"'entry({params}):")
+    lines.append(("entry", fn, f"'entry({params}):"))
     for inst in fn.body:
-        lines.append("    " + format_instruction(inst))
-    lines.append(f"    return {format_operand(fn.ret)}")
-    lines.append("}")
-    return "\n".join(lines)
+        lines.append(("inst", inst, "    " + format_instruction(inst)))
+    lines.append(("return", fn, f"    return {format_operand(fn.ret)}"))
+    lines.append(("end", fn, "}"))
+    return lines
+
+
+def module_lines(m: Module) -> list[tuple[str, object, str]]:
+    """The printed lines of a module as (kind, object, text): module, stage, blank, then each
+    function's `function_lines`, a blank line between functions."""
+    out: list[tuple[str, object, str]] = [("module", m, f'module "{m.name}"'), ("stage", m, f"stage {m.stage}"),
+                                          ("blank", None, "")]
+    for i, fn in enumerate(m.functions.values()):
+        if i:
+            out.append(("blank", None, ""))
+        out.extend(function_lines(fn))
+    return out
+
+
+def print_function(fn: Function) -> str:
+    return "\n".join(text for _, _, text in function_lines(fn))
 
 
 def print_module(m: Module) -> str:
-    parts = [f'module "{m.name}"', f"stage {m.stage}", ""]
-    parts.append("\n\n".join(print_function(f) for f in m.functions.values()))
-    return "\n".join(parts) + "\n"
+    return "\n".join(text for _, _, text in module_lines(m)) + "\n"
