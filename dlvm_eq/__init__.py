@@ -4,6 +4,11 @@ as declarative rules in one e-graph, with fused llvmlite kernels for CPU and NVI
     import dlvm_eq as dq
     step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1)))
     print(dq.make_ir(loss)(w, x))
+
+`import dlvm_eq` loads the IR, the DSL and the differentiation API only; the heavy layers load
+on first use: the parser (lark) with `dq.parse`/`dq.load`, the e-graph (egglog, scipy) with
+`dq.optimize` or the first e-graph built, the code generator (llvmlite) with the first `dq.jit`
+or `dq.compile` for a native target. A warm-cache compile never imports egglog or scipy.
 """
 from .errors import DlvmError, IRError, ShapeError, SourceError
 from .ir import Module, interpret
@@ -11,10 +16,28 @@ from .ir import Module, interpret
 __version__ = "0.1.0"
 
 # The public API, assembled from the layers (left to right in the data flow).
-from .ir.parser import load, parse  # noqa: E402,F401
 from .dsl import *  # noqa: E402,F401,F403
-from .egraph.optimize import optimize  # noqa: E402,F401
 from .ad.api import grad, value_and_grad, vjp  # noqa: E402,F401
+
+# name -> module that defines it, imported on first access (PEP 562)
+_LAZY = {"load": "dlvm_eq.ir.parser", "parse": "dlvm_eq.ir.parser",
+         "optimize": "dlvm_eq.egraph.optimize"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        if name == "optimize":
+            from .egraph import load_bindings
+            load_bindings()
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def compile(module, name, target="cpu", optimize=True):  # noqa: A001 - the user's word for it

@@ -8,6 +8,10 @@ Kernels (dlvm_eq/codegen/kernel_cache.py) and compiled IR (dlvm_eq/ir_cache.py) 
 
 A file is MAGIC + sha256(payload) + payload. A corrupt or truncated file is reported as a
 miss (and counted in `corrupt`), so the caller rebuilds and overwrites it.
+
+`source_digest()` is a hash of the package's own source files (~2 ms, once per process). Keys of
+entries that hold pickled compiler objects, or results of code that has no version number of
+its own, include it: an edited (or reinstalled) dlvm_eq never reads a stale entry.
 """
 from __future__ import annotations
 
@@ -54,6 +58,33 @@ class DiskCache:
             os.replace(tmp, p)
         except OSError:
             pass
+
+
+_SOURCE_DIGEST: str | None = None
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def source_digest() -> str:
+    """sha256 of every .py and .lark file of the dlvm_eq package (paths and contents)."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        _SOURCE_DIGEST = tree_digest(_PACKAGE)
+    return _SOURCE_DIGEST
+
+
+def tree_digest(root, suffixes=(".py", ".lark")) -> str:
+    """sha256 of the files under `root` ending in `suffixes`: relative paths and contents, in
+    a fixed order (__pycache__ skipped)."""
+    h = hashlib.sha256()
+    root = os.fspath(root)
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        prefix = directory[len(root):].lstrip(os.sep)
+        for name in sorted(files):
+            if name.endswith(suffixes):
+                with open(os.path.join(directory, name), "rb") as f:
+                    h.update(f"{prefix}/{name}".encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
 
 
 _shared: DiskCache | None = None

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         module, _, note = optimized(module, name, "gpu" if args.emit == "ptx" else "cpu")
         if note:
             print(f"dlvm-eq: note: {note}", file=sys.stderr)
-    plan = plan_function(module[name], module, rows=(args.emit == "llvm"))
+    target = "cpu" if args.emit == "llvm" else "gpu"    # fusion is costed for that machine
+    plan = plan_function(module[name], module, rows=(target == "cpu"), target=target)
     texts = kernel_texts(plan, args.emit, args.arch)
     if args.output_dir is None:
         for kname, text in texts:

@@ -141,8 +141,9 @@ def test_siblings_of_one_iteration_space_share_a_kernel():
         return e + 1.0, e * 2.0, dq.sum(e, axis=0)
     plan = _plan(_ir(two, X))
     maps = [k for k in plan.kernels if isinstance(k.spec, KernelSpec)]
-    assert len(maps) == 1 and len(maps[0].outputs) == 2
-    assert len(maps[0].spec.outputs) == 2
+    # both results come from one kernel (whether e is also stored for the sum is the fusion
+    # stage's cost-driven choice: tests/test_fusion_extract.py)
+    assert len(maps) == 1 and {r.slot for r in plan.results[:2]} <= set(maps[0].outputs)
     _check(_ir(two, X), X)
 
 

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..egraph.optimize import extract_programs, new_session, optimize_session, scratch_session
 from ..egraph.rulefiles import read_rule_file, rule_file
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec
@@ -240,6 +239,10 @@ def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
 def _session(rules):
     """(session, rules text, rules file name): an e-graph with the schema, rules/algebra.egg and
     the adjoint rules. The shipped rules share one compiled session (push/pop per use)."""
+    # egglog loads here, not on import: a warm-cache compile reads adjoints from disk
+    from ..egraph import load_bindings
+    load_bindings()
+    from ..egraph.optimize import new_session, scratch_session
     if rules is None:
         path = rule_file("adjoint.egg")
         with scratch_session([path]) as session:
@@ -284,6 +287,9 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
 
 
 def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget) -> Function:
+    from ..egraph import load_bindings
+    load_bindings()
+    from ..egraph.optimize import extract_programs, optimize_session
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)

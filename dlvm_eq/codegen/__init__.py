@@ -17,20 +17,38 @@ building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), k
 (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's data),
 fusion (IR -> plan), executor (running a plan), backend (compile, reports, DSL targets).
 """
-from .cpu_runtime import BufferPool, CpuKernel, compile_cpu, stats
-from .gpu_runtime import GpuKernel, GpuUnavailable, compile_gpu, gpu_available
-from .kernel import (DLVM_NAMES, BINARY_OPS, REDUCE_OPS, UNARY_OPS, Binary, Cast, Const, Expr,
-                     KernelError, KernelInput, KernelSpec, Load, ReduceSpec, Select, Unary, binary,
-                     op_name, unary)
-from .kernel_cache import set_cache_dir
-from .llvm_cpu import cpu_ir
-from .llvm_ptx import ptx_kernel
-from .reference import evaluate
-from .plan import Plan
-from .fusion import plan_function
-from .plan import PlanError
-from .executor import CpuProgram, GpuProgram
-from .backend import CompileReport, Compiled, compile, compile_seconds, register as _register
+import importlib
+
+# name -> submodule; loaded on first access (PEP 562), so that registering the targets (which
+# `dq.jit` does) loads only what a compile needs: a warm-cache compile loads no planner, no IR
+# builder for the GPU and no CuPy launcher.
+_LAZY = {
+    "BufferPool": "cpu_runtime", "CpuKernel": "cpu_runtime", "compile_cpu": "cpu_runtime",
+    "stats": "cpu_runtime",
+    "GpuKernel": "gpu_runtime", "GpuUnavailable": "gpu_runtime", "compile_gpu": "gpu_runtime",
+    "gpu_available": "gpu_runtime",
+    **{n: "kernel" for n in ("DLVM_NAMES", "BINARY_OPS", "REDUCE_OPS", "UNARY_OPS", "Binary", "Cast",
+                             "Const", "Expr", "KernelError", "KernelInput", "KernelSpec", "Load",
+                             "ReduceSpec", "Select", "Unary", "binary", "op_name", "unary")},
+    "set_cache_dir": "kernel_cache", "cpu_ir": "llvm_cpu", "ptx_kernel": "llvm_ptx",
+    "evaluate": "reference", "Plan": "plan", "PlanError": "plan", "plan_function": "fusion",
+    "CpuProgram": "executor", "GpuProgram": "executor",
+    **{n: "backend" for n in ("CompileReport", "Compiled", "compile", "compile_seconds")},
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BINARY_OPS", "BufferPool", "Binary", "Cast", "CompileReport", "Compiled", "Const",
@@ -40,5 +58,7 @@ __all__ = [
     "compile_gpu", "compile_seconds", "cpu_ir", "evaluate", "gpu_available", "op_name",
     "plan_function", "ptx_kernel", "set_cache_dir", "stats", "unary",
 ]
+
+from .backend import register as _register  # noqa: E402
 
 _register()   # dq.jit(target="cpu"|"gpu")

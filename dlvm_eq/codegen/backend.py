@@ -8,19 +8,31 @@
 
 `compile_seconds()` is the process's compile time split by phase (trace, optimize, plan,
 kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found on disk.
+
+A warm compile (same program, same cache, another process) builds nothing: the optimized
+function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache here
+(pickled, keyed by the optimized module's text, the target, the rule files and the package
+source), the kernels' object code from the kernel cache (cpu_runtime.py). Neither egglog nor
+the planner is imported then; `plan_cache_stats` counts plan hits and misses.
 """
 from __future__ import annotations
 
+import dataclasses
+import io
+import pickle
 import threading
 import time
 from dataclasses import dataclass, field
 
+from .. import ir_cache
+from ..cache import shared_cache
 from ..errors import DlvmError
 from ..ir.module import Module
+from ..ir.printer import print_module
 from ..ir_cache import cached_function
 from .executor import program
-from .fusion import plan_function
-from .gpu_runtime import GpuUnavailable, cupy_module
+from .kernel import Expr
+from .kernel_cache import cache_key
 from .plan import Plan
 
 TARGETS = ("cpu", "gpu")
@@ -76,6 +88,8 @@ class CompileReport:
                          + (" (original kept: " + fr.note + ")" if fr.kept_original else ""))
         if self.note:
             lines.append(f"  note: {self.note}")
+        if self.plan.fusion is not None:
+            lines.append(f"  {self.plan.fusion}")
         kernels = self.plan.kernels
         lines.append(f"  kernels: {len(kernels)}" + (" (" + ", ".join(k.name for k in kernels) + ")" if kernels else ""))
         blas = self.plan.blas_calls
@@ -101,7 +115,6 @@ def _seconds_text(s: float) -> str:
 
 def optimized(module: Module, name: str, target: str):
     """(module with `name` optimized, OptimizeResult or None, note); cached per IR text."""
-    from ..egraph.optimize import optimize
     key = (str(module), name, target)
     with _lock:
         hit = _optimized.get(key)
@@ -113,6 +126,9 @@ def optimized(module: Module, name: str, target: str):
         built = []
 
         def build():
+            from ..egraph import load_bindings  # egglog: only when an e-graph is built
+            load_bindings()
+            from ..egraph.optimize import optimize
             res = optimize(module, func=name, target=target)
             built.append(res)
             return res.module[name]
@@ -160,6 +176,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     if target == "gpu":
+        from .gpu_runtime import cupy_module
         cupy_module()     # GpuUnavailable (a DlvmError) says why the GPU cannot be used
     fn = module[name]
     seconds = {}
@@ -175,7 +192,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
         module, result, note = optimized(module, fn.name, target)
         seconds["optimize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan = plan_function(module[fn.name], module, rows=(target == "cpu"))
+    plan = planned(module, fn.name, target)
     seconds["plan"] = time.perf_counter() - t0
     _add_seconds("plan", seconds["plan"])
     prog = program(plan, target)
@@ -183,6 +200,72 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     _add_seconds("kernels", prog.kernel_seconds)
     report = CompileReport(fn.name, target, plan, result, note, seconds)
     return Compiled(prog, report)
+
+
+# ------------------------------------------------------------------ the plan cache
+
+PLAN_FORMAT = "1"     # bump when what a plan entry holds changes
+plan_cache_stats = {"hits": 0, "misses": 0}
+
+
+def planned(module: Module, name: str, target: str) -> Plan:
+    """`plan_function(module[name], module, rows=(target == "cpu"), target=target)`, or the plan a previous
+    process stored for the same module text, target, rule files and package source. A plan
+    entry that does not unpickle to a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
+    turns this cache off along with the IR cache."""
+    rows = target == "cpu"
+
+    def build() -> Plan:
+        from .fusion import plan_function  # the planner loads only when a plan is built
+        return plan_function(module[name], module, rows=rows, target=target)
+
+    if not ir_cache.enabled():
+        return build()
+    from .. import __version__
+    from ..cache import source_digest
+    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), ir_cache.rules_digest(),
+                    name, target, print_module(module))
+    cache = shared_cache()
+    data = cache.get("plan", key)
+    if data is not None:
+        plan = _load_plan(data)
+        if plan is not None:
+            with _lock:
+                plan_cache_stats["hits"] += 1
+            return plan
+        cache.corrupt += 1       # checksum fine but not a plan: rebuilt and overwritten
+    with _lock:
+        plan_cache_stats["misses"] += 1
+    plan = build()
+    try:
+        cache.put("plan", key, _dump_plan(plan))
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        pass    # a plan holding something unpicklable is simply not cached
+    return plan
+
+
+class _PlanPickler(pickle.Pickler):
+    """Expr nodes are pickled as their constructor calls: their memoized `_hash` (of strings,
+    randomized per process) must not travel to another process."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, Expr):
+            return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+        return NotImplemented
+
+
+def _dump_plan(plan: Plan) -> bytes:
+    buf = io.BytesIO()
+    _PlanPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(plan)
+    return buf.getvalue()
+
+
+def _load_plan(data: bytes) -> Plan | None:
+    try:
+        plan = pickle.loads(data)
+    except Exception:    # noqa: BLE001 - any unreadable entry is a miss
+        return None
+    return plan if isinstance(plan, Plan) else None
 
 
 def _with(module: Module, fn) -> Module:
@@ -206,5 +289,12 @@ def register() -> None:
         register_backend(t, _jit_backend(t))
 
 
-__all__ = ["CompileReport", "Compiled", "GpuUnavailable", "compile", "compile_seconds",
-           "optimized", "register"]
+def __getattr__(name):
+    if name == "GpuUnavailable":      # the GPU launcher (and its PTX generator) load on demand
+        from .gpu_runtime import GpuUnavailable
+        return GpuUnavailable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CompileReport", "Compiled", "compile", "compile_seconds", "optimized", "planned",
+           "register"]

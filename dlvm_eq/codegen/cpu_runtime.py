@@ -5,27 +5,36 @@ splits the index range over threads), `BufferPool`, and the kernel cache (memory
     >>> y = k(np.ones(1000, np.float32))            # one output: an array; several: a tuple
     >>> stats()                                     # {'compiled': 1, 'loaded_from_disk': 0, ...}
 
-Object code is cached under $DLVM_EQ_CACHE_DIR (default ~/.cache/dlvm_eq), keyed by a hash of
-the IR, target triple, CPU name and features, and llvmlite version; a second process loads it
-(1-5 ms) instead of compiling (60-100 ms here). Object code rather than optimized IR: code
-generation from optimized IR alone measured ~60% of a full compile.
+Object code is cached under $DLVM_EQ_CACHE_DIR (default ~/.cache/dlvm_eq), keyed by the kernel
+spec (`spec_text`), target triple, CPU name and features, llvmlite version and the package
+source digest; a second process loads it (well under 1 ms a kernel) instead of generating IR
+and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
+Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
+a full compile.
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
+import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
 import numpy as np
 
-from .kernel import DTYPES, KernelError, KernelSpec, ReduceSpec
+from ..cache import source_digest
+from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec
 from .kernel_cache import cache_key, shared_cache
-from .layout import group_size
-from .llvm_cpu import CpuIR, compile_object, cpu_ir, host_key, target_machine
+from .layout import group_size, spec_layout
 from .reference import REDUCE_NP
+
+if TYPE_CHECKING:
+    from .llvm_cpu import CpuIR
 
 # Work (elements) below which a kernel runs on the calling thread: waking workers costs
 # ~10-30 us, about what one core needs for this many elements of a typical fused kernel.
@@ -118,14 +127,105 @@ class BufferPool:
 
 # ------------------------------------------------------------------ loading compiled code
 
+def spec_text(spec) -> str:
+    """A complete linear description of a kernel spec (KernelSpec, ReduceSpec, RowSpec): every
+    field, Expr DAG nodes numbered once (a shared subexpression is written once, so the text
+    grows with the DAG, not with its tree). Two specs with equal texts are equal."""
+    nodes: list[str] = []
+    ids: dict[int, int] = {}
+
+    def enc(v) -> str:
+        if isinstance(v, Expr):
+            i = ids.get(id(v))
+            if i is None:
+                body = ",".join(enc(getattr(v, f.name)) for f in dataclasses.fields(v))
+                i = ids[id(v)] = len(nodes)
+                nodes.append(f"{type(v).__name__}({body})")
+            return f"#{i}"
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return f"{type(v).__name__}(" + ",".join(
+                f"{f.name}={enc(getattr(v, f.name))}" for f in dataclasses.fields(v)) + ")"
+        if isinstance(v, (tuple, list)):
+            return "(" + ",".join(enc(x) for x in v) + ",)"
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return repr(v)       # 1, 1.0 and True stay distinct; floats round-trip exactly
+        raise TypeError(f"spec_text: unexpected {type(v).__name__} in a kernel spec")
+
+    top = enc(spec)
+    return top + "\n" + "\n".join(nodes)
+
+
+@dataclasses.dataclass
+class KernelCode:
+    """A loaded kernel: its address, symbol and loop layout. Duck-typed like `CpuIR`; the LLVM
+    IR `text` is generated on first access (a kernel loaded from disk never needs it)."""
+    address: int
+    symbol: str
+    layout: object
+    kind: str
+    build: Callable | None = dataclasses.field(default=None, repr=False)
+    _ir: CpuIR | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        if self._ir is None:
+            self._ir = self.build()
+        return self._ir.text
+
+
+_SYMBOL = re.compile(rb"dq_[A-Za-z0-9_]{1,64}")
+
+
 class _Jit:
-    """One MCJIT engine for the process; kernels are added as object files."""
+    """One MCJIT engine for the process; kernels are added as object files.
+
+    `kernel(kind, spec, build_ir)` is the fast path: the disk entry is keyed by the spec itself
+    (`spec_text`), the host (triple, CPU, features, llvmlite and so LLVM version) and the package
+    source digest, and holds the symbol and the object code, so that a kernel found on disk is
+    loaded without generating its LLVM IR. `address(kir)` loads a kernel keyed by its IR text."""
 
     def __init__(self):
         self.lock = threading.RLock()
         self.engine = None
         self.addresses: dict[str, int] = {}   # cache key -> function address
+        self.by_spec: dict[str, tuple[int, str]] = {}   # spec key -> (address, symbol)
+        self.symbols: dict[str, int] = {}     # symbol -> address (a symbol is a hash of its IR)
+        self.objects: dict[str, bytes] = {}   # symbol -> object code loaded (a few KiB each)
         self.counters = {"compiled": 0, "loaded_from_disk": 0, "memory_hits": 0}
+
+    def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
+        key = cache_key("spec", kind, spec_text(spec), host_key(), source_digest())
+        with self.lock:
+            hit = self.by_spec.get(key)
+            if hit is not None:
+                self.counters["memory_hits"] += 1
+                addr, symbol = hit
+                return KernelCode(addr, symbol, layout, kind, build_ir)
+            disk = shared_cache()
+            data = disk.get("cpu", key)
+            if data is not None:
+                symbol, sep, obj = data.partition(b"\0")
+                if sep and _SYMBOL.fullmatch(symbol):
+                    try:
+                        addr = self._load(obj, symbol.decode())
+                        self.counters["loaded_from_disk"] += 1
+                        self.by_spec[key] = (addr, symbol.decode())
+                        return KernelCode(addr, symbol.decode(), layout, kind, build_ir)
+                    except RuntimeError:   # checksum fine but unloadable: rebuild below
+                        pass
+                disk.corrupt += 1
+            kir = build_ir()
+            obj = self.objects.get(kir.symbol)
+            if obj is None:
+                obj = compile_object(kir.text)
+                self.counters["compiled"] += 1
+            else:                      # the same IR under another spec: compiled already
+                self.counters["memory_hits"] += 1
+            addr = self._load(obj, kir.symbol)
+            disk.put("cpu", key, kir.symbol.encode() + b"\0" + obj)
+            self.by_spec[key] = (addr, kir.symbol)
+            return KernelCode(addr, kir.symbol, layout if layout is not None else kir.layout, kind,
+                              build_ir, kir)
 
     def address(self, kir: CpuIR) -> int:
         key = cache_key(kir.text, host_key())
@@ -133,8 +233,11 @@ class _Jit:
             if key in self.addresses:
                 self.counters["memory_hits"] += 1
                 return self.addresses[key]
-            if self.engine is None:
-                self.engine = _make_engine()
+            addr = self.symbols.get(kir.symbol)
+            if addr is not None:       # loaded already through kernel()
+                self.counters["memory_hits"] += 1
+                self.addresses[key] = addr
+                return addr
             disk = shared_cache()
             obj = disk.get("cpu", key)
             if obj is not None:
@@ -152,22 +255,64 @@ class _Jit:
             return addr
 
     def _load(self, obj: bytes, symbol: str) -> int:
+        addr = self.symbols.get(symbol)
+        if addr is not None:          # already in the engine: a second copy would clash
+            return addr
+        if self.engine is None:
+            self.engine = _make_engine()
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
         addr = self.engine.get_function_address(symbol)
         if not addr:
             raise RuntimeError(f"symbol {symbol} not found in object code")
+        self.symbols[symbol] = addr
+        self.objects[symbol] = obj
         return addr
+
+
+_host_lock = threading.Lock()
+_HOST: tuple[str, str] | None = None
+
+
+def _host() -> tuple[str, str]:
+    """(triple, host key), LLVM's native target initialized: what loading object code needs.
+    The key is what object code depends on besides its source: triple, CPU name and features,
+    llvmlite (and so LLVM) version; the same string as `llvm_cpu.host_key()`, computed without
+    loading the IR builders."""
+    global _HOST
+    with _host_lock:
+        if _HOST is None:
+            import llvmlite
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            triple = llvm.get_default_triple()
+            _HOST = (triple, "|".join([triple, llvm.get_host_cpu_name(),
+                                       llvm.get_host_cpu_features().flatten(), llvmlite.__version__]))
+        return _HOST
+
+
+def host_key() -> str:
+    return _host()[1]
+
+
+def cpu_ir(spec) -> CpuIR:
+    from .llvm_cpu import cpu_ir as build  # the IR builders load on a cache miss only
+    return build(spec)
+
+
+def compile_object(ir_text: str) -> bytes:
+    from .llvm_cpu import compile_object as build
+    return build(ir_text)
 
 
 def _make_engine():
     """An MCJIT engine with its own target machine (the engine takes ownership of it)."""
-    tm = target_machine()
-    own = llvm.Target.from_triple(tm.triple).create_target_machine(
+    triple = _host()[0]
+    own = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
         opt=3, codemodel="jitdefault")
     empty = llvm.parse_assembly("")
-    empty.triple = tm.triple
+    empty.triple = triple
     return llvm.create_mcjit_compiler(empty, own)
 
 
@@ -238,8 +383,10 @@ class CpuKernel:
         self.spec = spec
         self.pool = pool
         self.threads = threads or usable_cpus()
-        self.ir = cpu_ir(spec)
-        self.address = _JIT.address(self.ir)
+        # the IR is generated only when the kernel is not on disk (or `.ir.text` is read)
+        self.ir = _JIT.kernel("map" if isinstance(spec, KernelSpec) else "reduce", spec,
+                              lambda: cpu_ir(spec), spec_layout(spec))
+        self.address = self.ir.address
         self.dims = self.ir.layout.dims_array()
         self._dims_ptr = self.dims.ctypes.data
         self._in_dtypes = [DTYPES[d] for d in spec.input_dtypes]

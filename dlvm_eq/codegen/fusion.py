@@ -7,10 +7,13 @@ The rules, in the order they apply:
 - Elementwise ops (any arity, casts, compares, select), scalar literals and layout ops on
   unmaterialized values become one scalar expression per kernel output; implicit and explicit
   broadcasts, transposes and shape casts become strided reads (`views.py`), never copies.
-- A value is materialized (written to a buffer) when it is returned, read by a BLAS call or a
-  concatenation, or when recomputing it in every kernel that reads it would cost more than
-  writing and re-reading it (`decide`: bytes moved against recomputed work, broadcast
-  expansion included). Everything else is recomputed where it is read.
+- Which values are materialized (written to a buffer) is not decided here: the fusion stage
+  (egraph/fusion.py) loads the function into an e-graph where every elementwise value is also
+  a `Map` of scalar ops and every read of it may recompute it (rules/fusion.egg), and
+  extraction (extract/fusion_cost.py) picks the materialized set by a kernel cost model:
+  results, BLAS and concatenate operands and reductions are forced; a value kept in a buffer
+  costs its kernel once, a value inlined costs its work in every kernel that reads it.
+  Everything not chosen is recomputed where it is read. `plan.fusion` says what was chosen.
 - Materialized values of the same iteration space form one multi-output kernel when that does
   not create a cycle; a value read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
@@ -34,7 +37,6 @@ from ..ir.module import Const as IRConst
 from ..ir.module import Function, Instruction, Module, Value
 from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                       UNARY, transpose_perm)
-from ..ir.types import TensorType
 from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
@@ -48,19 +50,7 @@ from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, resha
 
 EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
-# Per-element cost of an op, in "bytes moved" equivalents (polynomial transcendental ~ reading
-# a few floats on this class of machine): what recomputing a value costs against storing it.
-TRANSCENDENTAL = {"exp", "log", "tanh", "sinh", "cosh", "sin", "cos", "tan", "sigmoid", "log1p",
-                  "expm1", "softplus", "power"}
-SLOW = {"divide", "sqrt", "rsqrt"}
 MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
-
-def _op_cost(op: str) -> float:
-    if op in TRANSCENDENTAL:
-        return 4.0
-    if op in SLOW:
-        return 1.0
-    return 0.0 if op in VIEW_OPS else 0.25
 
 
 # ------------------------------------------------------------------ value references
@@ -131,16 +121,21 @@ class _SlotInfo:
 
 # ------------------------------------------------------------------ the planner
 
-def plan_function(fn: Function, module: Module | None = None, rows: bool = True) -> Plan:
+def plan_function(fn: Function, module: Module | None = None, rows: bool = True,
+                  target: str | None = None) -> Plan:
     """The kernel plan of IR function `fn` (of `module`, for applies and declared adjoints).
     rows: fuse reductions over trailing axes with the map that reads them (row kernels; CPU
-    only, so the gpu target plans with rows=False)."""
-    return _Planner(flatten(fn, module), fn.name, rows).build()
+    only, so the gpu target plans with rows=False). target: the machine whose costs decide
+    fusion (extract/machine.py)."""
+    target = target or "cpu"
+    return _Planner(flatten(fn, module), fn.name, rows, target).build()
 
 
 class _Planner(RowFusion):
-    def __init__(self, flat: Flat, name: str, rows: bool = True):
-        self.flat, self.name, self.rows = flat, name, rows
+    def __init__(self, flat: Flat, name: str, rows: bool = True, target: str = "cpu"):
+        self.flat, self.name, self.rows, self.target = flat, name, rows, target
+        self.fusion = None             # the fusion stage's report (egraph/fusion.py)
+        self.same_as: dict = {}        # id(value) -> an earlier value it equals (the e-graph's)
         self.slots: list[_SlotInfo] = []
         self.leaves: list[tuple[int, tuple]] = []
         self.leaf_ids: dict[tuple[int, tuple], int] = {}
@@ -166,82 +161,14 @@ class _Planner(RowFusion):
             self.leaves.append(key)
         return Load(i)
 
-    # -- analysis: what to materialize
+    # -- what to materialize: the fusion stage's extraction decides
     def decide(self) -> set[int]:
-        """ids of the values to materialize. Walking backwards, each elementwise value knows
-        the kernels ("roots") that would evaluate it, and how many times per element
-        (broadcast expansion). Recomputing costs (evaluations - 1) x its expression's work plus
-        re-reading its leaves in every extra kernel; storing costs a write and one read per
-        kernel. The cheaper wins (costs in bytes-moved equivalents, `_op_cost`)."""
-        body = self.flat.body
-        consumers: dict[int, list[Instruction]] = {}
-        for inst in body:
-            for o in inst.operands:
-                if isinstance(o, Value):
-                    consumers.setdefault(id(o), []).append(inst)
-        producer = {id(i.result): i for i in body}
-
-        def source(o):   # BLAS and numpy read views: materialize what the view is of
-            while isinstance(o, Value) and id(o) in producer and producer[id(o)].op in VIEW_OPS:
-                o = producer[id(o)].operands[0]
-            return o
-        required = {id(r) for r in self.flat.results if isinstance(r, Value)}
-        for inst in body:
-            if OPS[inst.op].kind == DOT or inst.op == "concatenate":
-                required.update(id(source(o)) for o in inst.operands if isinstance(o, Value))
-        materialize: set[int] = set()
-        roots: dict[int, dict[int, float]] = {}
-        kinds = {id(i.result): _kind(i) for i in body}
-        # per element of v, if everything above it were recomputed: op cost and bytes read
-        work: dict[int, float] = {}
-        reads: dict[int, float] = {}
-        for inst in body:
-            v = inst.result
-            if kinds[id(v)] not in ("ew", "view"):
-                continue
-            w, r = _op_cost(inst.op), 0.0
-            for o in inst.operands:
-                if not isinstance(o, Value):
-                    continue
-                share = min(_size(o.type) / max(_size(v.type), 1), 1.0)   # broadcast reads hit cache
-                if kinds.get(id(o)) in ("ew", "view"):
-                    w, r = w + work[id(o)], r + reads[id(o)] * share
-                elif kinds.get(id(o)) != "const":
-                    r += np.dtype(_np_dtype(o.type.dtype)).itemsize * share
-            work[id(v)], reads[id(v)] = min(w, 1e6), min(r, 1e6)
-        for inst in reversed(body):
-            v = inst.result
-            k = kinds[id(v)]
-            if k not in ("ew", "view", "const"):
-                continue
-            if id(v) in required:
-                materialize.add(id(v))
-                roots[id(v)] = {id(v): 1.0}
-                continue
-            size = max(_size(v.type), 1)
-            r: dict[int, float] = {}
-            for c in consumers.get(id(v), []):
-                ck = kinds[id(c.result)]
-                f = _iter_size(c) / size
-                if ck == "reduce":
-                    r[id(c)] = max(r.get(id(c), 0.0), f)
-                elif id(c.result) in materialize:
-                    r[id(c.result)] = max(r.get(id(c.result), 0.0), f)
-                else:
-                    for root, g in roots.get(id(c.result), {}).items():
-                        r[root] = max(r.get(root, 0.0), g * f)
-            evals = sum(r.values())
-            if k != "const" and evals > 1.0 + 1e-9:
-                n = size
-                itemsize = np.dtype(_np_dtype(v.type.dtype)).itemsize
-                mat_cost = n * itemsize * (1 + len(r))
-                inline_cost = (evals - 1) * n * work[id(v)] + (len(r) - 1) * n * reads[id(v)]
-                if inline_cost > mat_cost:
-                    materialize.add(id(v))
-                    roots[id(v)] = {id(v): 1.0}
-                    continue
-            roots[id(v)] = r
-        return materialize
+        """ids of the values to materialize, chosen by extraction from the fusion e-graph
+        (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
+        from ..egraph.fusion import decide_fusion
+        decision = decide_fusion(self.flat, self.target, rows=self.rows)
+        self.fusion, self.same_as = decision.report, decision.same_as
+        return decision.materialize
 
     # -- expressions
     def operand_expr(self, ref, shape) -> Expr:
@@ -290,6 +217,10 @@ class _Planner(RowFusion):
             self.refs[id(p)] = _Mat(s, p.type.shape, str(p.type.dtype), c_strides(p.type.shape))
         for order, inst in enumerate(flat.body):
             self.op_of[inst.result.name], self.pos_of[inst.result.name] = inst.op, order
+            same = self.same_as.get(id(inst.result))
+            if same is not None:       # equal to an earlier value (one e-class): computed once
+                self.refs[id(inst.result)] = self.refs[id(same)]
+                continue
             ref = self.instruction(inst, order)
             if id(inst.result) in materialize and not isinstance(ref, _Mat):
                 ref = self.materialize(ref, inst.result.name, order)
@@ -440,8 +371,10 @@ class _Planner(RowFusion):
             steps.append(step)
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
         offsets, arena_bytes = arena(slots, steps)
-        return Plan(self.name, slots, params, steps, results, self.flat.tuple_result,
+        plan = Plan(self.name, slots, params, steps, results, self.flat.tuple_result,
                     self.constants, offsets, arena_bytes)
+        plan.fusion = self.fusion      # why these kernels: printed by the plan and the compile report
+        return plan
 
     GROUP_CANDIDATES = 4   # recent kernels of the same space a value may join (plan time)
 
@@ -601,17 +534,6 @@ def _kind(inst: Instruction) -> str:
     if spec.kind == TUPLE:
         return "tuple"
     return inst.op
-
-
-def _size(t) -> int:
-    return math.prod(t.shape) if isinstance(t, TensorType) else 0
-
-
-def _iter_size(c: Instruction) -> int:
-    """Elements of c's iteration space (its result, or its input for a reduction)."""
-    if OPS[c.op].kind == REDUCE:
-        return max(_size(c.operands[0].type), 1)
-    return max(_size(c.result.type), 1)
 
 
 def _np_dtype(d):

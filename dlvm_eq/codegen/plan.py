@@ -186,6 +186,7 @@ class Plan:
     constants: dict[int, np.ndarray] = field(default_factory=dict)
     offsets: dict[int, int] = field(default_factory=dict)   # temp slot -> byte offset in the arena
     arena_bytes: int = 0
+    fusion: object = None                   # the fusion stage's report (egraph/fusion.py)
 
     @property
     def kernels(self) -> list:
@@ -206,6 +207,8 @@ class Plan:
 
     def __str__(self) -> str:
         lines = [f"plan @{self.name}: {self.summary()}"]
+        if self.fusion is not None:
+            lines.append(f"  {self.fusion}")
         params = ", ".join(f"%{self.slots[s].name}: {_type_text(self.slots[s])}" for s in self.params)
         lines.append(f"  params: {params}")
         for i, step in enumerate(self.steps):

@@ -28,20 +28,19 @@ import hashlib
 import math
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from llvmlite import ir
 
 from .cpu_runtime import (CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, _JIT, _run_chunks, _split,
                           aligned_empty, data_ptr, usable_cpus)
-from .emitter import I64, Emitter
 from .kernel import (DTYPES, REDUCE_INIT, REDUCE_OPS, Binary, Cast, Const, Expr, KernelError,
                      KernelInput, Load, Select, Unary, _wrap, children, dtype_of, op_name,
                      resolve, walk)
-from .llvm_cpu import CpuIR, _noalias, has_avx512, target_machine
-from .loops import counted_loop, entry_alloca, i64
-from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
-from .streaming import NT_MIN_BYTES, tiled_streaming
+
+if TYPE_CHECKING:
+    from .llvm_cpu import CpuIR
 
 PTR = ir.PointerType()
 SCRATCH = 8192        # row elements kept on the stack for the map pass (32 KiB of f32)
@@ -163,6 +162,12 @@ def stash_nodes(spec: RowSpec) -> list[Expr]:
 
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
+    # the IR builders load here: a kernel found in the disk cache is loaded without them
+    from .emitter import I64, Emitter
+    from .llvm_cpu import _noalias, has_avx512
+    from .loops import counted_loop, entry_alloca, i64
+    from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+    from .streaming import NT_MIN_BYTES, tiled_streaming
     module = ir.Module(name="dlvm_eq")
     module.triple, module.data_layout = triple, datalayout
     n_in, n_red, n_out = len(spec.inputs), len(spec.reductions), len(spec.outputs)
@@ -284,6 +289,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
 
 def rows_ir(spec: RowSpec) -> CpuIR:
     """LLVM IR text for the host; the symbol hashes the IR (equal kernels coincide)."""
+    from .llvm_cpu import CpuIR, target_machine
     if not spec.reductions:
         raise KernelError(f"{spec.name}: a row kernel needs at least one reduction")
     tm = target_machine()
@@ -298,8 +304,11 @@ class RowKernel:
     def __init__(self, spec: RowSpec, threads: int | None = None):
         self.spec = spec
         self.threads = threads or usable_cpus()
-        self.ir = rows_ir(spec)
-        self.address = _JIT.address(self.ir)
+        if not spec.reductions:
+            raise KernelError(f"{spec.name}: a row kernel needs at least one reduction")
+        # loaded by spec: the IR is generated only when the kernel is not on disk
+        self.ir = _JIT.kernel("rows", spec, lambda: rows_ir(spec))
+        self.address = self.ir.address
         flat = [spec.rows, spec.cols] + [s for i in range(len(spec.inputs)) for s in spec.strides(i)]
         self.dims = np.array(flat, dtype=np.int64)
         self._dims_ptr = self.dims.ctypes.data

@@ -29,7 +29,6 @@ from .cost import CostLike, CostModel, FieldCost, node_costs
 from .errors import ExtractionError
 from .graph import SerializedEGraph, load_json
 from .greedy import greedy_dag_choice
-from .ilp import ilp_choice
 from .result import Extraction
 from .tree import tree_choice
 
@@ -60,6 +59,7 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
     else:
         choice = greedy_dag_choice(graph, costs, root_ids)
         if method == "ilp" and all(choice[r] >= 0 for r in root_ids):
+            from .ilp import ilp_choice     # scipy (~0.2 s to import) only for the ILP
             res = ilp_choice(graph, costs, root_ids, time_limit=time_limit, greedy=choice)
             choice, status, optimal, fallback = res.choice, res.status, res.optimal, res.fallback
     seconds = time.perf_counter() - start

@@ -33,9 +33,10 @@ LEAVES = frozenset(("Var", "Const", "Lit"))
 VIEWS = frozenset(("Broadcast", "ShapeCast", "PadShape", "SqueezeShape"))
 MATMULS = frozenset(("Dot", "Gemm"))
 
-# flops per output element; everything not listed is one flop
-_FLOPS = {"Divide": 4, "Sqrt": 4, "Rsqrt": 4, "Power": 40}
-_FLOPS.update({op: 20 for op in ("Exp", "Log", "Tanh", "Sigmoid", "Softplus", "Log1p", "Expm1",
+# flops per output element; everything not listed is one flop (the fusion extractor's scalar
+# ops cost the same: extract/fusion_cost.py)
+FLOPS = {"Divide": 4, "Sqrt": 4, "Rsqrt": 4, "Power": 40}
+FLOPS.update({op: 20 for op in ("Exp", "Log", "Tanh", "Sigmoid", "Softplus", "Log1p", "Expm1",
                                  "Sin", "Cos", "Tan", "Sinh", "Cosh")})
 
 
@@ -53,7 +54,7 @@ class TargetCost:
     def elementwise_seconds(self, op: str, t: TensorType) -> float:
         mc = self.machine
         n = t.size
-        return (mc.node_overhead + n * _FLOPS.get(op, 1) / mc.flop_rate
+        return (mc.node_overhead + n * FLOPS.get(op, 1) / mc.flop_rate
                 + mc.fused_fraction * (n * t.dtype.itemsize / mc.bandwidth + mc.launch))
 
     def kernel_seconds(self, elements_in: int, t_out: TensorType, copies: int = 1) -> float:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from scipy import special
 
 from ..errors import IRError
 from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
@@ -96,6 +95,11 @@ def _softplus(x):
     return np.logaddexp(np.zeros((), x.dtype), x)
 
 
+def _sigmoid(x):
+    from scipy.special import expit   # imported on first use: scipy costs ~0.2 s to import
+    return expit(x)
+
+
 # name -> numpy function; all are float ops except the ones listed in _INT_OK_UNARY
 _UNARY_FNS: dict[str, Callable] = {
     "negate": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
@@ -103,7 +107,7 @@ _UNARY_FNS: dict[str, Callable] = {
     "rsqrt": _rsqrt, "square": np.square, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
     "round": np.rint, "abs": np.abs,
     # extensions of DLVM's op set
-    "sigmoid": special.expit, "relu": _relu, "log1p": np.log1p, "expm1": np.expm1,
+    "sigmoid": _sigmoid, "relu": _relu, "log1p": np.log1p, "expm1": np.expm1,
     "softplus": _softplus,
 }
 _INT_OK_UNARY = {"negate", "square", "sign", "abs", "relu"}
