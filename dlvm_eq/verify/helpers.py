@@ -1,9 +1,10 @@
 """Reference meanings of the helper vocabulary that rule files build on, beyond the IR ops.
 
 The shipped rule files declare helper constructors (rules/adjoint.egg: `Like`, `Fill`,
-`SumTo`, ...; rules/algebra.egg: `Gemm`) and analysis functions (`cval`, `prefix-size`) and
-define them by rewrites. verify-rules gives each one an independent meaning here, so that the
-rules expanding a helper are checked like any other rule, and rules using it can be checked.
+`SumTo`, ...; rules/algebra.egg: `Gemm`; rules/fusion.egg: `Load`, `Map`, `ReduceMap`) and
+analysis functions (`cval`, `prefix-size`) and define them by rewrites. verify-rules gives
+each one an independent meaning here, so that the rules expanding a helper are checked like
+any other rule, and rules using it can be checked.
 A helper declared with other argument sorts than listed here is treated as unknown (its rules
 are skipped, with that reason).
 
@@ -17,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.ops import OPS
+from ..errors import DlvmError
+from ..ir.ops import OPS, REDUCE_COMBINATORS
 from ..ir.types import DType, TensorType, broadcast_shapes
 
 
@@ -275,7 +277,51 @@ def _gemm(be, terms, ps, rt):
     return be.op("dot", [a, b], {}, rt)
 
 
+# ---------------------------------------------------------------- the scalar sub-language
+# rules/fusion.egg: a Scalar is an element expression evaluated at every index of its shape,
+# i.e. a tensor. (Load t) reads t at the current index and (Map s) is the tensor whose every
+# element is s: both are the identity on values. The scalar ops S<op> are the IR ops
+# (pattern.Vocab.ir_ctor); (ReduceMap s c i axes) is (Reduce s c i) over the axes in the vector.
+def _identity_type(ts, ps):
+    return ts[0]
+
+
+def _identity(be, ts, ps, rt):
+    return ts[0]
+
+
+def _reduce_map_attrs(ps):
+    c, init, axes = ps
+    return {"combinator": str(c), "init": float(init), "axes": tuple(int(a) for a in axes)}
+
+
+def _reduce_map_type(ts, ps):
+    try:
+        return OPS["reduce"].result_type(list(ts), _reduce_map_attrs(ps))
+    except DlvmError as e:
+        raise HelperTypeError(str(e)) from None
+
+
+def _reduce_map(be, ts, ps, rt):
+    return be.op("reduce", [ts[0]], _reduce_map_attrs(ps), rt)
+
+
+def _reduce_map_hints(i, t):
+    if i == 0:
+        return list(REDUCE_COMBINATORS)
+    if i == 2 and t is not None:
+        return [tuple(a) for r in range(1, t.rank + 1)
+                for a in itertools.combinations(range(t.rank), r)]
+    return None
+
+
 HELPERS: dict[str, Helper] = {
+    "Load": Helper(("Term",), "tensor t read at the current index (as a tensor: t itself)",
+                   _identity_type, _identity),
+    "Map": Helper(("Scalar",), "the tensor whose every element is s (s itself)",
+                  _identity_type, _identity),
+    "ReduceMap": Helper(("Scalar", "String", "f64", "IVec"), "(Reduce s c init) over the axes "
+                        "of the vector", _reduce_map_type, _reduce_map, _reduce_map_hints),
     "Fill": Helper(("f64", "String", "IVec"), "v with dtype d and shape s", _fill_type,
                    lambda be, ts, ps, rt: _fill(be, ps[0], rt.dtype, rt.shape)),
     "Like": Helper(("f64", "Term"), "v with the shape and dtype of x", _like_type,

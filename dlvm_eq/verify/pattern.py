@@ -7,6 +7,12 @@ Known meanings: the IR ops of schema.egg (via the op table), `Const`, `Adjoint`,
 of helpers.py, macros (constructors one unconditional rewrite defines), the analyses `shape`,
 `dtype` and `cval`, the sign relations `positive`/`nonneg`/`nonzero`, tables of primitive
 functions set at top level, and egglog's primitives (PRIMS).
+
+Scalar forms of the IR ops (rules/fusion.egg): a constructor named "S" + an IR op's schema
+constructor, declared with that constructor's argument sorts except Term -> its own result
+sort (`(SAdd Scalar Scalar)`, `(SBroadcast Scalar IVec)`), means the op itself. A term of any
+sort that constructors build (Term, Scalar) denotes a tensor: a scalar expression is the
+tensor of its values at every index, so `(Load t)` and `(Map s)` are identities (helpers.py).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from .sexpr import SList, Str, Sym, show
 ASSUMPTIONS = {"positive": "> 0", "nonneg": ">= 0", "nonzero": "!= 0"}
 LEAF_CTORS = ("Var", "Lit")
 SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
+SCALAR_PREFIX = "S"   # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)
 ANALYSES = {"shape": "IVec", "dtype": "String"}   # type-level analyses of schema.egg
 CVAL = "cval"   # (cval t) = v: every element of t is the constant v
 IGNORED_ACTIONS = {"subsume", "delete", "panic", "extract", "print-function"}
@@ -157,6 +164,26 @@ class Vocab:
         sig = self.sigs.get(name)
         return sig is not None and sig.kind == "constructor"
 
+    def term_sorts(self) -> set[str]:
+        """Sorts whose values are tensors: those constructors build (Term, Scalar)."""
+        return {sig.result for sig in self.sigs.values() if sig.kind == "constructor"}
+
+    def ir_ctor(self, name: str) -> str | None:
+        """The schema constructor of the IR op whose meaning constructor `name` has: itself
+        for an IR op; X for a scalar form "S" + X declared with X's argument sorts, its tensor
+        sort replaced by the scalar form's own result sort (rules/fusion.egg's SAdd, SBroadcast)."""
+        if name in EGG_TO_OP:
+            return name
+        sig = self.sigs.get(name)
+        if sig is None or sig.kind != "constructor" or not name.startswith(SCALAR_PREFIX):
+            return None
+        base = name[len(SCALAR_PREFIX):]
+        bsig = self.sigs.get(base)
+        if base not in EGG_TO_OP or bsig is None or bsig.kind != "constructor":
+            return None
+        want = tuple(sig.result if a == bsig.result else a for a in bsig.args)
+        return base if sig.args == want else None
+
     def helper(self, name: str):
         """The reference meaning of a helper constructor declared with the expected sorts."""
         h = HELPERS.get(name)
@@ -182,13 +209,21 @@ class Vocab:
                 return None
             return f"{head} is not a function verify-rules knows"
         if sig.kind == "constructor":
-            if head in SEMANTIC_CTORS or self.helper(head) is not None or head in self.macros:
+            if (head in SEMANTIC_CTORS or self.helper(head) is not None or head in self.macros
+                    or self.ir_ctor(head) is not None):
                 return None
             if head in HELPERS:
                 return (f"constructor {head} is declared ({' '.join(sig.args)}), not "
                         f"({' '.join(HELPERS[head].args)}) as verify-rules defines it")
+            base = head[len(SCALAR_PREFIX):]
+            if head.startswith(SCALAR_PREFIX) and base in EGG_TO_OP and base in self.sigs:
+                want = " ".join(sig.result if a == self.sigs[base].result else a
+                                for a in self.sigs[base].args)
+                return (f"constructor {head} is declared ({' '.join(sig.args)}); as the scalar "
+                        f"form of {base} verify-rules expects ({want})")
             return (f"constructor {head} has no meaning known to verify-rules (only the IR ops "
-                    "of schema.egg, Const, Adjoint and the helpers of verify/helpers.py do)")
+                    "of schema.egg and their scalar forms S<op>, Const, Adjoint and the helpers "
+                    "of verify/helpers.py do)")
         if sig.kind == "function":
             if head in ANALYSES or head == CVAL or self.function(head) is not None:
                 return None

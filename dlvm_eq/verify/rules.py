@@ -28,6 +28,11 @@ Conventions for guards and meanings:
 - `(Adjoint i (Op ...) g)` is the vector-Jacobian product of Op at its i-th tensor operand:
   numerically by central differences, exactly by sympy.diff; outside the forward op's
   domain (its derivative NaN) nothing is claimed. Only float results have adjoints.
+- The scalar sub-language of rules/fusion.egg denotes tensors: a Scalar term is the tensor of
+  its values at every index, so `(Load t)` and `(Map s)` are the identity, `(SAdd a b)` is
+  `(Add a b)` (any "S" + IR constructor with that constructor's sorts, Term -> Scalar; the
+  views too: `(SBroadcast (Load t) s)` is `(Broadcast t s)`), and `(ReduceMap s c i axes)` is
+  `s` reduced with c from i over the axes in the vector.
 - Shape, dtype and primitive facts (`(= (vec-length (shape a)) 2)`, `(< k 3)`) filter
   assignments concretely; a rule no small assignment satisfies is skipped, not passed.
 """

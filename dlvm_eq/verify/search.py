@@ -146,6 +146,7 @@ class _Search:
 
     def _role_domain(self, role, asg):
         head, i, parent = role
+        head = self.ev.vocab.ir_ctor(head) or head   # a scalar form ranges like its IR op
         helper = self.ev.vocab.helper(head)
         if helper is not None:
             if helper.hints is None:

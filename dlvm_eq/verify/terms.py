@@ -7,6 +7,8 @@ backend: `SympyBackend` (object arrays of sympy expressions) or `NumpyBackend` (
     ev = Evaluator(sigs)
     ev.type(term, asg)                      # TensorType, or raises Untypable
     ev.value(term, asg, SympyBackend(vals))  # object array
+Terms of the scalar sort (rules/fusion.egg) are typed and valued as the tensors they denote:
+`(SAdd a b)` as `(Add a b)`, `(Load t)` and `(Map s)` as their argument (pattern.py, helpers.py).
 `(Adjoint i (Op ...) g)` is the vector-Jacobian product of Op at its i-th tensor operand
 with cotangent g: element k is sum_j g_j * d Op(...)_j / d a_i[k].
 """
@@ -198,6 +200,7 @@ class Evaluator:
         self.vocab = vocab
         self.sigs = vocab.sigs
         self._split: dict = {}
+        self._term_sorts: set | None = None   # sorts of tensor-valued children (Term, Scalar)
         self._result: dict = {}   # (constructor, child types, primitives) -> type or error
 
     def split(self, t: PCall) -> tuple[list, list]:
@@ -205,9 +208,11 @@ class Evaluator:
         hit = self._split.get(t)
         if hit is None:
             sig = self.sigs[t.head]
+            if self._term_sorts is None:
+                self._term_sorts = self.vocab.term_sorts()
             terms, prims = [], []
             for a, s in zip(t.args, sig.args):
-                (terms if s == sig.result else prims).append(a)
+                (terms if s == sig.result or s in self._term_sorts else prims).append(a)
             hit = self._split[t] = (terms, prims)
         return hit
 
@@ -312,10 +317,11 @@ class Evaluator:
                 return helper.type(kid_types, prim_values)
             except (HelperTypeError, TypeError, ValueError, IndexError) as err:
                 raise Untypable(f"{e.head}: {err}") from None
-        op = EGG_TO_OP.get(e.head)
-        if op is None:
+        ctor = self.vocab.ir_ctor(e.head)
+        if ctor is None:
             raise Untypable(f"{e.head} has no IR op")
-        attrs = ctor_attrs(e.head, prim_values)
+        op = EGG_TO_OP[ctor]
+        attrs = ctor_attrs(ctor, prim_values)
         spec = OPS[op]
         if spec.kind in ELEMENTWISE_KINDS:   # cheap rejections before the op table's messages
             if len({t.shape for t in kid_types}) > 1:
@@ -370,5 +376,6 @@ class Evaluator:
         helper = self.vocab.helper(e.head)
         if helper is not None:
             return as_array(helper.value(backend, args, prim_values, rtype))
-        attrs = ctor_attrs(e.head, prim_values)
-        return as_array(backend.op(EGG_TO_OP[e.head], args, attrs, rtype))
+        ctor = self.vocab.ir_ctor(e.head)
+        attrs = ctor_attrs(ctor, prim_values)
+        return as_array(backend.op(EGG_TO_OP[ctor], args, attrs, rtype))
