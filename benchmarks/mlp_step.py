@@ -183,7 +183,7 @@ class MatmulsOnly(Implementation):
 
     def __init__(self, params, x, y):
         rng = np.random.default_rng(1)
-        n, (d, h, c) = BATCH, SIZES
+        n, (_, h, c) = BATCH, SIZES
         self.x, self.w1, self.w2 = x, params[0], params[2]
         self.h = rng.random((n, h), dtype=np.float32)
         self.dz2 = rng.random((n, c), dtype=np.float32)

@@ -10,8 +10,8 @@ on first use: the parser (lark) with `dq.parse`/`dq.load`, the e-graph (egglog, 
 `dq.optimize` or the first e-graph built, the code generator (llvmlite) with the first `dq.jit`
 or `dq.compile` for a native target. A warm-cache compile never imports egglog or scipy.
 """
-from .errors import DlvmError, IRError, ShapeError, SourceError
-from .ir import Module, interpret
+from .errors import DlvmError, IRError, ShapeError, SourceError  # noqa: F401 (public API)
+from .ir import Module, interpret  # noqa: F401 (public API)
 
 __version__ = "0.1.0"
 

@@ -30,7 +30,7 @@ from ..ir.types import TensorType, TupleType, Type
 from ..ir.printer import print_function, print_module
 from ..ir.verifier import verify_function
 from ..ir_cache import cached_function
-from .lets import Let, read_lets
+from .lets import read_lets
 
 
 class AdjointError(DlvmError):

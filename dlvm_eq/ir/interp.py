@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlvmError
-from .module import Const, Function, Module, Value
+from .module import Const, Function, Module
 from .ops import OPS
 from .types import DType, TensorType, TupleType
 

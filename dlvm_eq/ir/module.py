@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import IRError
 from .ops import OPS, lookup
-from .types import DType, TensorType, TupleType, Type
+from .types import DType, TensorType, Type
 
 
 class Value:

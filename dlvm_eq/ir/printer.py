@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .module import AdjointDecl, Const, Function, Instruction, Module, Value
+from .module import AdjointDecl, Const, Function, Instruction, Module
 from .ops import transpose_perm
 from .types import DType, TensorType
 

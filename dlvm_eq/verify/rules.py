@@ -382,7 +382,6 @@ class RuleChecker:
                 l = self.ev.value(c.lhs, asg, backend, memo, types)
                 if c.kind == "assume":
                     st, residual = self._sign(c.rhs, l)
-                    d_at = None
                 else:
                     if c.kind == "cval":
                         v = number(self.ev.prim(c.rhs, asg, types), self.ev.type(c.lhs, asg, types).dtype)
