@@ -277,7 +277,7 @@ ROW_PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", sorted(ROW_PROGRAMS))
-@pytest.mark.parametrize("shape", [(1, 1, 9), (5, 3, 7), (2, 4, 257)])
+@pytest.mark.parametrize("shape", [(1, 1, 9), (5, 3, 7), (6, 1, 32), (3, 2, 33), (2, 4, 257)])
 def test_row_kernel_programs(name, shape):
     from dlvm_eq.codegen.plan import RowStep
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
