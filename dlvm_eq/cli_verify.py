@@ -1,5 +1,5 @@
-"""`dlvm-eq verify-rules FILE.egg [FILE.egg ...] [--strict] [-v] [--quick]`: check every rule
-of egglog rule files on small symbolic tensors (dlvm_eq.verify.rules).
+"""`dlvm-eq verify-rules [FILE.egg ...] [--strict] [-v] [--quick]`: check every rule of egglog
+rule files on small symbolic tensors (dlvm_eq.verify.rules); without files, the shipped ones.
 
     $ dlvm-eq verify-rules rules/algebra.egg
     136 rules in rules/algebra.egg: 130 proven, ... 0 skipped, 0 failed (9.1 s)
@@ -18,7 +18,8 @@ from .verify.search import Space
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE.egg", help="rule files, loaded in order")
+    p.add_argument("files", nargs="*", metavar="FILE.egg",
+                   help="rule files, loaded in order (default: the shipped rules/*.egg)")
     p.add_argument("--strict", action="store_true",
                    help="also fail when a rule is skipped or sympy cannot prove it")
     p.add_argument("-v", "--verbose", action="store_true", help="list every rule, not only problems")
@@ -38,7 +39,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = verify_rules(args.files, settings=settings_from(args))
+    files = args.files
+    if not files:
+        from .egraph.rulefiles import shipped_rule_files
+        files = [str(p) for p in shipped_rule_files()]
+        sys.stdout.write(f"checking the shipped rules: {', '.join(files)}\n")
+    report = verify_rules(files, settings=settings_from(args))
     sys.stdout.write(report.render(verbose=args.verbose) + "\n")
     ok = report.ok_strict if args.strict else report.ok
     return 0 if ok else 1

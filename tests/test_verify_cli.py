@@ -52,5 +52,6 @@ def test_syntax_error_and_missing_file(capsys):
 
 
 def test_usage_error_exits_2(capsys):
-    code, _, err = cli(capsys, "verify-rules")
-    assert code == 2
+    code, _, err = cli(capsys, "verify-rules", "--max-assignments", "many")
+    assert code == 2 and "--max-assignments" in err
+

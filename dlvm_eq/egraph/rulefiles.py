@@ -16,8 +16,16 @@ def rules_dir() -> Path:
     raise DlvmError("cannot find the rule files (rules/schema.egg); is dlvm_eq installed correctly?")
 
 
+# The shipped rule files, in load order (each builds on the ones before it).
+SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg")
+
+
 def rule_file(name: str) -> Path:
     return rules_dir() / name
+
+
+def shipped_rule_files() -> list[Path]:
+    return [rule_file(n) for n in SHIPPED]
 
 
 def read_rule_file(path: str | Path) -> tuple[str, str]:
