@@ -61,7 +61,8 @@ def opt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extractor", choices=("greedy", "ilp", "tree"), default="greedy",
                    help="extraction method (default greedy)")
     p.add_argument("--explain", action="store_true",
-                   help="write costs, stop reason, e-graph sizes and rules fired to stderr")
+                   help="write each result before and after, costs, stop reason, e-graph sizes and "
+                        "rules fired to stderr")
     p.add_argument("-o", "--output", metavar="OUT.dl", help="write the optimized module here")
 
 
@@ -73,7 +74,7 @@ def opt(args: argparse.Namespace) -> int:
     module = load(args.file)
     verify(module)
     result = optimize(module, func=args.function, rules=args.rules, target=args.target,
-                      budget=dict(args.budget) or None, extractor=args.extractor)
+                      budget=dict(args.budget) or None, extractor=args.extractor, explain=args.explain)
     text = str(result.module)
     if args.output:
         try:

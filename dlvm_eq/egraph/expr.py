@@ -275,18 +275,37 @@ _INFIX = {"Add": ("+", 1), "Subtract": ("-", 1), "Multiply": ("*", 2), "Divide":
           "Dot": ("@", 2), "Power": ("**", 4)}
 
 
-def render(g: Graph, choice: dict[str, str], cls: str, types=None) -> str:
-    """The chosen term of e-class `cls` in the infix form (shared values written out)."""
-    return _render(g, choice, cls, types or {})[0]
+class _Elided(Exception):
+    pass
 
 
-def _render(g: Graph, choice, cls, types) -> tuple[str, int]:
-    """(text, precedence): 0 lowest; atoms and calls 9."""
+def render(g: Graph, choice: dict[str, str], cls: str, types=None, limit: int | None = None) -> str:
+    """The chosen term of e-class `cls` in the infix form (shared values written out). With
+    `limit`, a term of more than `limit` nodes is cut short: its subterms below that size are
+    written out and the rest is `...` (a gradient's DAG written as a tree can be huge)."""
+    if limit is None:
+        return _render(g, choice, cls, types or {})[0]
+    budget = [limit]
+    try:
+        return _render(g, choice, cls, types or {}, budget)[0]
+    except _Elided:
+        return _render(g, choice, cls, types or {}, [limit], cut=True)[0]
+
+
+def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, int]:
+    """(text, precedence): 0 lowest; atoms and calls 9. `budget`: nodes left to write; when it
+    runs out, _Elided (or, with `cut`, `...` in place of the rest)."""
+    if budget is not None:
+        if budget[0] <= 0:
+            if cut:
+                return "...", 9
+            raise _Elided
+        budget[0] -= 1
     d = g.decode(choice[cls])
     kids = [g.eclass(c) for c in d.children]
 
     def sub(i, prec):
-        text, p = _render(g, choice, kids[i], types)
+        text, p = _render(g, choice, kids[i], types, budget, cut)
         # numpy gives * / and @ one precedence; mixed, they read better with parentheses
         mixed = (p == 2 and d.egg in ("Multiply", "Divide", "Dot", "Gemm")
                  and _is_matmul(g, choice, kids[i]) != (d.egg in ("Dot", "Gemm")))
@@ -300,7 +319,7 @@ def _render(g: Graph, choice, cls, types) -> tuple[str, int]:
     if d.egg == "Lit":
         return d.attrs["key"], 9
     if d.egg == "Broadcast":        # implicit again, as in the IR
-        return _render(g, choice, kids[0], types)
+        return _render(g, choice, kids[0], types, budget, cut)
     if d.egg == "Gemm":
         ta, tb = d.attrs["transpose"]
         a = sub(0, 9) + ".T" if ta else sub(0, 2)
@@ -328,7 +347,7 @@ def _render(g: Graph, choice, cls, types) -> tuple[str, int]:
                 x = g.eclass(di.children[0])
             else:
                 break
-        text, _ = _render(g, choice, x, types)
+        text, _ = _render(g, choice, x, types, budget, cut)
         t = types.get(x)
         if t is not None and len(axes) == t.rank:
             call = f"{comb}({text})"
@@ -340,6 +359,6 @@ def _render(g: Graph, choice, cls, types) -> tuple[str, int]:
             return f"{call} + {init!r}" if comb == "sum" else f"{comb}({call}, {init!r})", 1
         return call, 9
     name = d.op or d.egg
-    args = [_render(g, choice, k, types)[0] for k in kids]
+    args = [_render(g, choice, k, types, budget, cut)[0] for k in kids]
     attrs = [f"{k}={v}" for k, v in d.attrs.items()]
     return f"{name}({', '.join(args + attrs)})", 9

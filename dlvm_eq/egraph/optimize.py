@@ -30,6 +30,7 @@ from ..extract.target_cost import TargetCost
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
 from .report import FunctionReport, OptimizeReport
+from .expr import render
 from .rulefiles import read_rule_file, rule_file
 from .saturate import SaturationReport, saturate
 from .schedule import Budget, Schedule, rulesets_in
@@ -206,11 +207,13 @@ class OptimizeResult:
 
 def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path] | None = None,
              target: str = "cpu", budget=None, extractor: str = "greedy",
-             schedule: Schedule | None = None, time_limit: float = 10.0) -> OptimizeResult:
+             schedule: Schedule | None = None, time_limit: float = 10.0,
+             explain: bool = False) -> OptimizeResult:
     """Optimize every function of `module` (or only `func`) for `target` ("cpu" or "gpu").
 
     rules: extra rule files, loaded after rules/algebra.egg; their rulesets join the schedule.
     budget: a Budget, a dict such as {"nodes": 20000, "seconds": 2}, or None for the defaults.
+    explain: also write each result as written and as extracted into the report (infix).
     A function is replaced only when the result is cheaper under the target's cost model.
     """
     rules = [rules] if isinstance(rules, (str, Path)) else list(rules or ())
@@ -221,14 +224,23 @@ def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path
     report = OptimizeReport(str(target))
     for name, fn in module.functions.items():
         if name in names:
-            fn, fr = _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit)
+            fn, fr = _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit,
+                                        explain)
             if fr is not None:
                 report.functions[name] = fr
         out.add(fn)
     return OptimizeResult(out, report)
 
 
-def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit):
+RENDER_LIMIT = 60     # e-nodes written per result in an explanation; the rest is "..."
+
+
+def _rendered(ex: Extracted) -> list[str]:
+    g = ex.graph
+    return [render(g, ex.extraction.choice, r, ex.cost.types, limit=RENDER_LIMIT) for r in g.roots]
+
+
+def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit, explain=False):
     if fn.is_declaration:
         try:
             from ..ad import synthesize_declared
@@ -241,6 +253,9 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
         t1 = time.perf_counter()
         before = loaded_cost(prog, target)
         t2 = time.perf_counter()
+        # the program as written, rendered before saturation adds anything to its classes
+        written = _rendered(extract_programs(session, [prog], target, unload_functions=False)) \
+            if explain else []
         res = optimize_session(session, [prog], schedule=schedule, budget=budget, target=target,
                                extractor=extractor, time_limit=time_limit)
     new = res.functions[0]
@@ -248,6 +263,8 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
                         res.extraction.status, sum(1 for c in res.graph.classes if res.graph.is_term_class(c)),
                         len(fn.body), len(fn.body))
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
+    if explain:
+        fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()
     try:
         verify_function(new, module)

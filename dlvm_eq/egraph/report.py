@@ -35,6 +35,8 @@ class FunctionReport:
     kept_original: bool = False          # the extracted program was not cheaper
     note: str = ""                       # why the original was kept, or what happened
     seconds: dict[str, float] = field(default_factory=dict)   # phase -> seconds
+    # with explain: (result as written, result extracted) per returned value, in infix form
+    results: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -48,6 +50,14 @@ class FunctionReport:
             lines.append(f"  kept the original: {self.note}")
         elif self.note:
             lines.append(f"  {self.note}")
+        for i, (before, after) in enumerate(self.results):
+            label = f"  result {i}: " if len(self.results) > 1 else "  result: "
+            pad = " " * len(label)
+            if self.kept_original or before == after:
+                lines.append(f"{label}{before}   (unchanged)")
+            else:
+                lines.append(f"{label}{before}")
+                lines.append(f"{pad[:-4]}->  {after}")
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
         lines.append(f"  extraction: {self.extractor} ({self.extraction_status or 'ok'}) over "
