@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlvm_eq.extract import ExtractionError, dag_cost, extract, load_json, tree_cost, validate
+from dlvm_eq.extract.greedy import greedy_dag_choice
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "extraction-gym"
 TENSAT = sorted(DATA.glob("*.json"))
@@ -40,17 +41,33 @@ def test_dag_extractors_pay_a_shared_subterm_once():
     assert ilp.choice == greedy.choice and ilp.optimal and not ilp.fallback
 
 
-def test_ilp_finds_sharing_across_siblings_that_greedy_misses():
+def test_sharing_across_siblings_greedy_misses_and_the_local_search_finds():
     # Alone, A and B each prefer their leaf (2 < 3); together, sharing s costs 3 + 0 + 0.
-    g = egraph({
+    g = load_json(egraph({
         "S": [("s", 3.0, [])],
         "A": [("a1", 2.0, []), ("a2", 0.0, ["s"])],
         "B": [("b1", 2.0, []), ("b2", 0.0, ["s"])],
         "R": [("h", 1.0, ["a1", "b1"])],
-    })
+    }))
+    alone = greedy_dag_choice(g, g.costs, g.roots)
+    assert [g.node_ids[alone[g.class_index[c]]] for c in "AB"] == ["a1", "b1"]   # 5.0
     greedy, ilp = extract(g), extract(g, method="ilp")
-    assert greedy.dag_cost == 5.0
-    assert ilp.dag_cost == 4.0 and ilp.choice == {"R": "h", "A": "a2", "B": "b2", "S": "s"}
+    assert greedy.dag_cost == ilp.dag_cost == 4.0
+    assert greedy.choice == ilp.choice == {"R": "h", "A": "a2", "B": "b2", "S": "s"}
+
+
+def test_local_search_never_worsens_and_stays_valid():
+    from dlvm_eq.extract.improve import improve_choice
+    g = load_json(egraph({
+        "X": [("x", 4.0, []), ("x2", 1.0, ["r"])],           # x2 would close a cycle through R
+        "A": [("a", 1.0, ["x"]), ("a2", 9.0, [])],
+        "R": [("r", 1.0, ["a", "x"])],
+    }))
+    choice = greedy_dag_choice(g, g.costs, g.roots)
+    improved = improve_choice(g, g.costs, list(choice), g.roots)
+    result = {g.class_ids[c]: g.node_ids[n] for c, n in enumerate(improved) if n >= 0}
+    validate(g, result)
+    assert dag_cost(g, result) == 6.0
 
 
 def test_tree_cost_counts_each_use_and_dag_cost_each_node():
@@ -94,9 +111,10 @@ def test_stale_cycles_are_repaired_with_the_safe_choice():
     assert [g.node_ids[n] for n in cyclic] == ["a_leaf", "b_leaf", "r"]
     assert walk(g, cyclic, g.roots)
     # The optimum breaks the free mutual recursion once: B reuses A's leaf (or A B's); greedy
-    # sees a tie per class (5 either way) and keeps both leaves.
+    # sees a tie per class (5 either way) and keeps both leaves; its local search finds the rest.
     assert extract(g, method="ilp").dag_cost == 6.0
-    assert extract(g).dag_cost == 11.0
+    assert dag_cost(g, {"A": "a_leaf", "B": "b_leaf", "R": "r"}) == 11.0
+    assert extract(g).dag_cost == 6.0
 
 
 def test_loader_tolerates_egglog_details(tmp_path):
@@ -282,13 +300,31 @@ def test_every_extractor_is_valid_on_tensat(tensat, name):
 
 @needs_data
 def test_known_tensat_costs(tensat):
-    # Reference values from the data set's README (measured with independent extractors).
-    assert extract(tensat["vgg_acyclic"]).dag_cost == pytest.approx(4.866775, abs=1e-6)
-    assert extract(tensat["resnet50_acyclic"]).dag_cost == pytest.approx(4.425745, abs=1e-6)
+    # Greedy alone against the data set README's values (measured with independent extractors).
+    def greedy_alone(g):
+        choice = greedy_dag_choice(g, g.costs, g.roots)
+        return dag_cost(g, {g.class_ids[c]: g.node_ids[n] for c, n in enumerate(choice) if n >= 0
+                            and c in _reachable_ids(g, choice)})
+    assert greedy_alone(tensat["vgg_acyclic"]) == pytest.approx(4.866775, abs=1e-6)
+    assert greedy_alone(tensat["resnet50_acyclic"]) == pytest.approx(4.425745, abs=1e-6)
+    assert greedy_alone(tensat["bert"]) == pytest.approx(0.824704, abs=1e-6)
+    assert greedy_alone(tensat["vgg"]) == pytest.approx(4.850757, abs=1e-6)
+    # The default extractor (greedy + local search) reaches the proven optimum of
+    # resnet50_acyclic, and on bert beats what HiGHS finds in 60 s (0.780955).
     ilp = extract(tensat["resnet50_acyclic"], method="ilp", time_limit=20.0)
     assert ilp.optimal and ilp.dag_cost == pytest.approx(4.415993, abs=1e-6)
-    assert extract(tensat["bert"]).dag_cost == pytest.approx(0.824704, abs=1e-6)
-    assert extract(tensat["vgg"]).dag_cost == pytest.approx(4.850757, abs=1e-6)
+    assert extract(tensat["resnet50_acyclic"]).dag_cost == pytest.approx(4.415993, abs=1e-6)
+    assert extract(tensat["bert"]).dag_cost < 0.78
+
+
+def _reachable_ids(g, choice):
+    seen, todo = set(), list(g.roots)
+    while todo:
+        c = todo.pop()
+        if c not in seen:
+            seen.add(c)
+            todo.extend(g.child_sets[choice[c]])
+    return seen
 
 
 # ---- an e-graph built by egglog itself ------------------------------------------------------

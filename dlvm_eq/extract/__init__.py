@@ -1,7 +1,8 @@
 """Extraction: pick one e-node per e-class of a serialized e-graph so that the program is cheap.
 
 Works on egglog's serialized JSON (the extraction-gym format). Three extractors:
-``"greedy"`` (DAG-aware, default, fast), ``"ilp"`` (optimal via ``scipy.optimize.milp``, with a
+``"greedy"`` (DAG-aware, default, fast; greedy then a local search of single and pair
+switches, `improve.py`), ``"ilp"`` (optimal via ``scipy.optimize.milp``, with a
 time limit and a greedy fallback) and ``"tree"`` (bottom-up tree cost, a baseline that pays
 for a shared value once per use).
 
@@ -29,6 +30,7 @@ from .cost import CostLike, CostModel, FieldCost, node_costs
 from .errors import ExtractionError
 from .graph import SerializedEGraph, load_json
 from .greedy import greedy_dag_choice
+from .improve import improve_choice
 from .result import Extraction
 from .tree import tree_choice
 
@@ -36,6 +38,7 @@ __all__ = ["extract", "dag_cost", "tree_cost", "validate", "load_json", "Seriali
            "Extraction", "ExtractionError", "CostModel", "FieldCost", "METHODS"]
 
 METHODS = ("greedy", "ilp", "tree")
+IMPROVE_SECONDS = 1.0     # the local search after greedy stops after this long at the most
 
 
 def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
@@ -58,6 +61,8 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
         choice = tree_choice(graph, costs, root_ids)[0]
     else:
         choice = greedy_dag_choice(graph, costs, root_ids)
+        if all(choice[r] >= 0 for r in root_ids):   # then switches while the DAG cost drops
+            choice = improve_choice(graph, costs, choice, root_ids, time_limit=min(IMPROVE_SECONDS, time_limit))
         if method == "ilp" and all(choice[r] >= 0 for r in root_ids):
             from .ilp import ilp_choice     # scipy (~0.2 s to import) only for the ILP
             res = ilp_choice(graph, costs, root_ids, time_limit=time_limit, greedy=choice)

@@ -1,0 +1,229 @@
+"""Local search on a DAG extraction: switch e-classes' e-nodes while the DAG cost drops (the
+greedy extractor's finishing pass).
+
+Greedy keeps one cheapest cost set per class, so it misses choices that pay off only through
+sharing between sibling classes. Here the whole chosen DAG is the state: every class has a
+reference count (chosen parents + roots); switching class c from e-node n to n' adds n' and the
+classes it newly reaches and removes those only n kept alive. The move is applied on the
+reference counts, its delta read off, and undone unless the total drops. A move that makes a
+class shared pays that class in full, so when a single move does not pay, the classes it
+brings in are offered to other classes' e-nodes that read them (a pair move): that is how two
+siblings come to share one value. A move is rejected when n' would reach c again (a cycle):
+used classes carry a topological index (children first), so a child below c needs no search;
+otherwise a depth-first search decides.
+
+>>> from dlvm_eq.extract.graph import load_json
+>>> from dlvm_eq.extract.greedy import greedy_dag_choice
+>>> g = load_json({"nodes": {   # alone, a1 and b1 are cheapest; sharing s is cheaper for both
+...     "s":  {"op": "s", "children": [], "eclass": "S", "cost": 6.0},
+...     "a1": {"op": "a1", "children": [], "eclass": "A", "cost": 5.0},
+...     "a2": {"op": "a2", "children": ["s"], "eclass": "A", "cost": 0.0},
+...     "b1": {"op": "b1", "children": [], "eclass": "B", "cost": 5.0},
+...     "b2": {"op": "b2", "children": ["s"], "eclass": "B", "cost": 0.0},
+...     "r":  {"op": "r", "children": ["a1", "b1"], "eclass": "R", "cost": 1.0}},
+...     "root_eclasses": ["R"]})
+>>> ch = greedy_dag_choice(g, g.costs, g.roots)
+>>> dag = lambda ch: sorted(g.node_ids[ch[c]] for c in _topological(g, ch, g.roots))
+>>> dag(ch)
+['a1', 'b1', 'r']
+>>> dag(improve_choice(g, g.costs, ch, g.roots))
+['a2', 'b2', 'r', 's']
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+from .graph import SerializedEGraph
+
+MAX_PAIR_TRIES = 16     # second moves tried after one single move that does not pay
+
+
+class _Cycle(Exception):
+    pass
+
+
+class _Search:
+    def __init__(self, graph: SerializedEGraph, costs: Sequence[float], choice: list[int],
+                 roots: Sequence[int]):
+        self.g, self.costs, self.choice, self.roots = graph, costs, choice, roots
+        self.kids = graph.child_sets
+        self.refs = [0] * graph.num_classes
+        for r in roots:
+            self.refs[r] += 1
+        for c in _topological(graph, choice, roots):
+            for k in self.kids[choice[c]]:
+                self.refs[k] += 1
+        self.reindex()
+
+    def reindex(self) -> None:
+        self.topo = {c: i for i, c in enumerate(_topological(self.g, self.choice, self.roots))}
+
+    def below(self, j: int, c: int, exact: bool) -> bool:
+        """True when used class j cannot reach class c through the chosen e-nodes."""
+        if j == c:
+            return False
+        if not exact:
+            tj, tc = self.topo.get(j), self.topo.get(c)
+            if tj is not None and tc is not None and tj < tc:
+                return True
+        kids, choice, refs = self.kids, self.choice, self.refs
+        seen, stack = {j}, [j]
+        while stack:
+            for y in kids[choice[stack.pop()]]:
+                if y == c:
+                    return False
+                if y not in seen and refs[y] > 0:
+                    seen.add(y)
+                    stack.append(y)
+        return True
+
+    def switch(self, c: int, alt: int, exact: bool = False) -> tuple[float, list[int], list[int]]:
+        """Make e-node `alt` class c's choice: (cost delta, trail to undo it, classes that came
+        alive). Raises _Cycle (with nothing changed) when alt would reach c."""
+        refs, kids, choice, costs = self.refs, self.kids, self.choice, self.costs
+        old = choice[c]
+        trail: list[int] = []
+        fresh: list[int] = []
+        gray: set[int] = set()
+        delta = costs[alt] - costs[old]
+        stack: list = []
+
+        def touch(j):
+            nonlocal delta
+            if refs[j] > 0:
+                if j in gray or (j not in fresh_set and not self.below(j, c, exact)):
+                    raise _Cycle
+                refs[j] += 1
+                trail.append(j)
+                return
+            n = choice[j]
+            if n < 0:
+                raise _Cycle       # nothing chosen there: the class was never reachable
+            refs[j] += 1
+            trail.append(j)
+            fresh.append(j)
+            fresh_set.add(j)
+            gray.add(j)
+            delta += costs[n]
+            stack.append((j, iter(kids[n])))
+
+        fresh_set: set[int] = set()
+        try:
+            for j in kids[alt]:
+                touch(j)
+                while stack:
+                    k, it = stack[-1]
+                    for y in it:
+                        touch(y)
+                        break
+                    else:
+                        stack.pop()
+                        gray.discard(k)
+        except _Cycle:
+            self.undo(trail)
+            raise
+        release = list(kids[old])
+        while release:
+            k = release.pop()
+            refs[k] -= 1
+            trail.append(~k)
+            if refs[k] == 0:
+                delta -= costs[choice[k]]
+                release.extend(kids[choice[k]])
+        choice[c] = alt
+        trail.append(-(1 << 62) - old)       # marks the choice to restore
+        return delta, trail, fresh
+
+    def undo(self, trail: list[int], c: int | None = None) -> None:
+        refs = self.refs
+        for k in reversed(trail):
+            if k <= -(1 << 62):
+                self.choice[c] = -(1 << 62) - k
+            elif k >= 0:
+                refs[k] -= 1
+            else:
+                refs[~k] += 1
+
+    def pays(self, delta: float, c: int) -> bool:
+        return delta < -1e-12 * max(1.0, abs(self.costs[self.choice[c]]))
+
+
+def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list[int],
+                   roots: Sequence[int], time_limit: float = 1.0, max_passes: int = 4) -> list[int]:
+    """A valid, acyclic `choice` (per class an e-node index, -1 where unused) improved in place
+    by single and pair switches until none lowers the DAG cost, `max_passes` passes over the
+    used classes are done, or `time_limit` seconds pass. Returns the same list."""
+    s = _Search(graph, costs, choice, roots)
+    class_nodes, parents, node_class = graph.class_nodes, graph.parents, graph.node_class
+    deadline = time.perf_counter() + time_limit
+    for _ in range(max_passes):
+        improved = False
+        for c in list(s.topo):
+            if s.refs[c] <= 0 or len(class_nodes[c]) < 2:
+                continue
+            if time.perf_counter() > deadline:
+                break
+            for alt in class_nodes[c]:
+                if alt == choice[c] or not math.isfinite(costs[alt]) or s.refs[c] <= 0:
+                    continue
+                try:
+                    delta, trail, fresh = s.switch(c, alt)
+                except _Cycle:
+                    continue
+                if s.pays(delta, c) or _pair(s, c, delta, fresh, parents, node_class):
+                    improved = True
+                    s.reindex()
+                else:
+                    s.undo(trail, c)
+        if not improved or time.perf_counter() > deadline:
+            break
+    for c in range(graph.num_classes):      # classes no longer reached keep no choice
+        if s.refs[c] <= 0:
+            choice[c] = -1
+    return choice
+
+
+def _pair(s: _Search, c: int, delta: float, fresh: list[int], parents, node_class) -> bool:
+    """After switching c (cost delta, bringing in `fresh`), try one more switch of another used
+    class to an e-node that reads a fresh class; keep both when together they pay."""
+    tries = 0
+    for f in fresh:
+        for p in parents[f]:
+            d = node_class[p]
+            if d == c or s.refs[d] <= 0 or s.choice[d] == p or not math.isfinite(s.costs[p]):
+                continue
+            tries += 1
+            if tries > MAX_PAIR_TRIES:
+                return False
+            try:
+                delta2, trail2, _ = s.switch(d, p, exact=True)
+            except _Cycle:
+                continue
+            if s.pays(delta + delta2, c):
+                return True
+            s.undo(trail2, d)
+    return False
+
+
+def _topological(graph: SerializedEGraph, choice: Sequence[int], roots: Sequence[int]) -> list[int]:
+    """The classes reachable from roots through the chosen e-nodes, children before parents."""
+    kids_of = graph.child_sets
+    out, seen = [], set()
+    for r in roots:
+        if r in seen:
+            continue
+        seen.add(r)
+        stack = [(r, iter(kids_of[choice[r]]))]
+        while stack:
+            c, it = stack[-1]
+            for k in it:
+                if k not in seen:
+                    seen.add(k)
+                    stack.append((k, iter(kids_of[choice[k]])))
+                    break
+            else:
+                stack.pop()
+                out.append(c)
+    return out
