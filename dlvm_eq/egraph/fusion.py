@@ -31,38 +31,12 @@ from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
 from .schedule import Budget
+from .fusion_report import FusionReport
 from .terms import egg_float, egg_string, egg_vec
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
-
-
-@dataclass
-class FusionReport:
-    nodes: int = 0                 # e-nodes after saturation
-    classes: int = 0
-    stop_reason: str = ""          # saturated, iterations, nodes, seconds
-    iterations: int = 0
-    values: int = 0                # elementwise values (maps) the choice is about
-    materialized: int = 0          # of which kept in buffers by choice
-    forced: int = 0                # of which kept in buffers because they must be
-    inlined: int = 0               # recomputed where they are read
-    cost_unfused: float = 0.0      # model seconds, every elementwise value its own kernel
-    cost: float = 0.0              # model seconds of the chosen plan
-    method: str = "greedy"
-    note: str = ""
-    seconds: dict = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        from .report import seconds_text
-        ms = sum(self.seconds.values()) * 1e3
-        text = (f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
-                f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "
-                f"{self.materialized + self.forced} materialized ({self.forced} required), "
-                f"{self.inlined} inlined; cost (model) {seconds_text(self.cost_unfused)} unfused -> "
-                f"{seconds_text(self.cost)}; {ms:.1f} ms")
-        return text + (f"; {self.note}" if self.note else "")
 
 
 @dataclass

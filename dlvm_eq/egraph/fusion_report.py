@@ -1,0 +1,32 @@
+"""What the fusion stage decided, as the compile report prints it. Its own small module: kernel
+plans are cached pickled with their report, and unpickling one should not import the e-graph."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FusionReport:
+    nodes: int = 0                 # e-nodes after saturation
+    classes: int = 0
+    stop_reason: str = ""          # saturated, iterations, nodes, seconds
+    iterations: int = 0
+    values: int = 0                # elementwise values (maps) the choice is about
+    materialized: int = 0          # of which kept in buffers by choice
+    forced: int = 0                # of which kept in buffers because they must be
+    inlined: int = 0               # recomputed where they are read
+    cost_unfused: float = 0.0      # model seconds, every elementwise value its own kernel
+    cost: float = 0.0              # model seconds of the chosen plan
+    method: str = "greedy"
+    note: str = ""
+    seconds: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        from .report import seconds_text
+        ms = sum(self.seconds.values()) * 1e3
+        text = (f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
+                f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "
+                f"{self.materialized + self.forced} materialized ({self.forced} required), "
+                f"{self.inlined} inlined; cost (model) {seconds_text(self.cost_unfused)} unfused -> "
+                f"{seconds_text(self.cost)}; {ms:.1f} ms")
+        return text + (f"; {self.note}" if self.note else "")
