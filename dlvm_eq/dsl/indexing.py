@@ -13,6 +13,7 @@ Bounds follow numpy: negative from the end, slice bounds clamped to the axis. No
 from __future__ import annotations
 
 import numbers
+from itertools import pairwise
 
 import numpy as np
 
@@ -129,4 +130,4 @@ def split(x, indices_or_sections, axis=0) -> list:
         cuts = [int(c) for c in indices_or_sections]
     bounds = [0] + [min(max(c + n if c < 0 else c, 0), n) for c in cuts] + [n]
     lead = (slice(None),) * axis
-    return [getitem(x, lead + (slice(lo, hi),)) for lo, hi in zip(bounds, bounds[1:])]
+    return [getitem(x, lead + (slice(lo, hi),)) for lo, hi in pairwise(bounds)]
