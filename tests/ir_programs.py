@@ -30,12 +30,12 @@ from hypothesis import strategies as st
 
 from dlvm_eq.ir import Const, Function, Instruction, Module, Value
 from dlvm_eq.ir.ops import (BINARY, CAST, COMPARE, DOT, LAYOUT, LITERAL, LOGIC, OPS, REDUCE,
-                            REDUCE_COMBINATORS, SELECT, UNARY)
+                            REDUCE_COMBINATORS, SELECT, SLICE, UNARY)
 from dlvm_eq.ir.sample import sample_array
 from dlvm_eq.ir.types import BOOL, F32, F64, I32, DType, TensorType, broadcast_shapes
 from dlvm_eq.ir.verifier import verify_function
 
-DEFAULT_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, REDUCE, DOT, LAYOUT, CAST, LITERAL)
+DEFAULT_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, REDUCE, DOT, LAYOUT, SLICE, CAST, LITERAL)
 
 # op -> operand guards: "positive" makes x into |x| + 1, "bounded" into tanh(x) (safe=True only)
 GUARDS: dict[str, tuple[str | None, ...]] = {
@@ -334,6 +334,17 @@ def _concatenate(g: _Generator, op: str) -> None:
     g.emit(op, parts, axis=axis)
 
 
+def _slice(g: _Generator, op: str) -> None:
+    # an axis longer than 1 (so that the slice drops something); may slice the last value again
+    x = g.pick(where=lambda t: any(d > 1 for d in t.shape)) or g.new_param(
+        (g.draw(st.integers(2, max(2, g.max_dim))),) + g.draw_shape()[1:])
+    axis = g.draw(st.sampled_from([i for i, d in enumerate(x.type.shape) if d > 1]))
+    n = x.type.shape[axis]
+    lo = g.draw(st.integers(0, n - 1))
+    hi = g.draw(st.integers(lo + 1, n))
+    g.emit(op, [x], axis=axis, lo=lo, hi=hi)
+
+
 def _data_type_cast(g: _Generator, op: str) -> None:
     x = g.main_value()
     bools = g.pick(BOOL)
@@ -371,5 +382,5 @@ _BY_KIND = {UNARY: _unary, BINARY: _binary, COMPARE: _compare, LOGIC: _logic, SE
 _BUILDERS = {
     "reduce": _reduce, "dot": _dot, "transpose": _transpose, "shapeCast": _shape_cast,
     "padShape": _pad_shape, "squeezeShape": _squeeze_shape, "broadcast": _broadcast,
-    "concatenate": _concatenate, "dataTypeCast": _data_type_cast, "literal": _literal,
+    "concatenate": _concatenate, "slice": _slice, "dataTypeCast": _data_type_cast, "literal": _literal,
 }

@@ -201,6 +201,16 @@ def case_concatenate(op, rng):
     return fn, [_values(rng, x) for x in shapes]
 
 
+def case_slice(op, rng):
+    s = list(_shape(rng, 1))
+    axis = int(rng.integers(0, len(s)))
+    s[axis] = int(rng.integers(1, 6))
+    lo = int(rng.integers(0, s[axis]))
+    hi = int(rng.integers(lo + 1, s[axis] + 1))
+    fn = _fn([tensor(*s, F64)], lambda b, x: b.emit("slice", [x], axis=axis, lo=lo, hi=hi))
+    return fn, [_values(rng, s)]
+
+
 def case_call(op, rng):
     """apply, tuple and extract: a callee returning a tuple, inlined by the loader."""
     s = _shape(rng)
@@ -222,7 +232,7 @@ CASES = {**{op: case_unary for op in OPS if OPS[op].kind == UNARY},
          "select": case_select, "dot": case_dot, "transpose": case_transpose,
          "reduce": case_reduce, "shapeCast": case_shape_cast, "padShape": case_pad_shape,
          "squeezeShape": case_squeeze_shape, "broadcast": case_broadcast,
-         "dataTypeCast": case_cast, "concatenate": case_concatenate,
+         "dataTypeCast": case_cast, "concatenate": case_concatenate, "slice": case_slice,
          "apply": case_call, "tuple": case_call, "extract": case_call}
 
 
@@ -234,7 +244,7 @@ def test_every_differentiable_op_has_a_case():
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_op_adjoint_matches_finite_differences(op):
     rng = np.random.default_rng(zlib.crc32(op.encode()))
-    for trial in range(4 if op in ("reduce", "transpose", "dot", "concatenate", "broadcast") else 2):
+    for trial in range(4 if op in ("reduce", "transpose", "dot", "concatenate", "slice", "broadcast") else 2):
         case = CASES[op](op, rng)
         fn, args, module = case if len(case) == 3 else (*case, None)
         if trial == 0:

@@ -72,3 +72,15 @@ def test_least_squares_avoids_materializing_uvt(tmp_path):
     for error in re.findall(r"relative error ([0-9.e+-]+)", out):
         assert float(error) < 1e-6
     assert "float32: the expansion is not applied (it would cancel); U Vᵀ materialized: yes" in out
+
+
+def test_lstm_gates_are_slices_and_training_works(tmp_path):
+    out = run_example("lstm.py", tmp_path)
+    assert "6 time steps unrolled into" in out and "(24 slices, 7 dot)" in out
+    assert "== gradient wrt w, b, wo: adjoint rules alone -> dq.optimize ==" in out
+    checks = re.findall(r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out)
+    assert [c[0] for c in checks] == ["w", "b", "wo"]
+    for _, got, expected in checks:
+        assert float(got) == pytest.approx(float(expected), rel=1e-3, abs=1e-5)
+    curve = losses(out)
+    assert target_ran(out) == "cpu" and curve[-1] < 0.5 * curve[0]

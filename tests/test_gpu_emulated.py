@@ -95,6 +95,25 @@ def test_layouts_concatenate_and_host_arguments_on_the_emulated_gpu(cp):
                                np.concatenate([a @ b, b.T], axis=0), rtol=1e-4, atol=1e-4)
 
 
+def test_slices_on_the_emulated_gpu(cp):
+    """Slices are copies out of a buffer (CuPy indexing): of a parameter, of a kernel's output
+    and into a BLAS call; an LSTM-like gate split and its gradient (zero padding)."""
+    x = np.random.default_rng(5).standard_normal((8, 12)).astype(np.float32)
+    w = np.random.default_rng(6).standard_normal((12, 8)).astype(np.float32)
+    f = dq.jit(lambda x, w: (dq.exp(x)[:, 2:6] * 2.0, x[1:5] @ w, dq.tanh(x[-1])), target="gpu")
+    a, b, c = f(cp.asarray(x), cp.asarray(w))
+    np.testing.assert_allclose(_host(a), np.exp(x)[:, 2:6] * 2.0, rtol=2e-6)
+    np.testing.assert_allclose(_host(b), x[1:5] @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_host(c), np.tanh(x[-1]), rtol=2e-6, atol=1e-7)
+
+    def gates(x, w):
+        i, f_, o = dq.split(x @ w, [2, 5], axis=1)
+        return dq.sum(dq.sigmoid(i) * dq.tanh(o[:, :2]) + f_[:, 1:] * f_[:, :2])
+    g = dq.jit(dq.grad(gates, argnums=1), target="gpu")
+    want = dq.jit(dq.grad(gates, argnums=1), target="interp")(x, w)
+    np.testing.assert_allclose(_host(g(cp.asarray(x), cp.asarray(w))), want, rtol=1e-4, atol=1e-5)
+
+
 def test_long_reduction_is_split_across_blocks_and_combined(cp):
     """Few outputs, many reduced elements: blockIdx.y takes slices whose partial rows the
     launcher combines (max and a sum whose identity differs from its initial value)."""

@@ -285,6 +285,17 @@ def check_concatenate(op):
     close(got, list(a) + list(a), F32)
 
 
+def check_slice(op):
+    x = sample((2, 5, 3), F32)
+    got = run(op, [TensorType((2, 5, 3), F32)], [x], axis=1, lo=1, hi=4)
+    assert got.shape == (2, 3, 3)
+    close(got, [[list(x[i, j]) for j in (1, 2, 3)] for i in range(2)], F32)   # x[:, 1:4] by hand
+    got = run(op, [TensorType((2, 5, 3), F32)], [x], axis=2, lo=2, hi=3)
+    close(got.ravel(), [x[i, j, 2] for i in range(2) for j in range(5)], F32)
+    n = np.array([4, -1, 7], np.int32)
+    close(run(op, [TensorType((3,), I32)], [n], axis=0, lo=0, hi=2), [4, -1], I32)
+
+
 def _run_body(param_types, build, *arrays, float64=False):
     b = FunctionBuilder("f", param_types)
     m = Module("t")
@@ -340,6 +351,7 @@ CHECKS = {
     "select": check_select, "reduce": check_reduce, "dot": check_dot, "transpose": check_transpose,
     "shapeCast": check_shapeCast, "padShape": check_padShape, "squeezeShape": check_squeezeShape,
     "broadcast": check_broadcast, "dataTypeCast": check_dataTypeCast, "concatenate": check_concatenate,
+    "slice": check_slice,
     "literal": check_literal, "tuple": check_tuple, "extract": check_extract, "apply": check_apply,
 }
 

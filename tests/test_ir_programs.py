@@ -77,7 +77,7 @@ def test_every_generated_op_kind_and_op_appears():
     assert set(DEFAULT_KINDS) <= kinds | {"tuple"}
     # the layout and structural ops are all generated, and most elementwise ones
     assert {"reduce", "dot", "transpose", "shapeCast", "padShape", "squeezeShape", "broadcast",
-            "concatenate", "dataTypeCast", "literal", "select", "tuple"} <= seen
+            "concatenate", "slice", "dataTypeCast", "literal", "select", "tuple"} <= seen
     elementwise = {n for n, s in OPS.items() if s.kind in ("unary", "binary", "compare", "logic")}
     assert len(elementwise & seen) >= 0.8 * len(elementwise)
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq.ir import F32, F64, I32, Module, interpret, verify
-from dlvm_eq.ir.ops import BINARY, DOT, LAYOUT, REDUCE, UNARY
+from dlvm_eq.ir.ops import BINARY, DOT, LAYOUT, REDUCE, SLICE, UNARY
 from ir_programs import random_function, random_inputs
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
@@ -48,7 +48,7 @@ def test_random_programs_of_every_kind(data):
 @given(st.data())
 def test_random_linear_algebra_programs(data):
     """Matmuls, transposes, reductions and arithmetic: the algebra rules' home ground."""
-    fn = random_function(data.draw, n_ops=22, dtype=F64, kinds=(DOT, LAYOUT, REDUCE, BINARY, UNARY),
+    fn = random_function(data.draw, n_ops=22, dtype=F64, kinds=(DOT, LAYOUT, SLICE, REDUCE, BINARY, UNARY),
                          max_dim=5)
     _check(fn)
 

@@ -34,6 +34,7 @@ EXAMPLES = {
     "broadcast": ([T3], {"shape": (2, 3)}, _ANY),
     "dataTypeCast": ([T23], {"dtype": BOOL}, _ANY),
     "concatenate": ([T23, T23], {"axis": 0}, _ANY),
+    "slice": ([T23], {"axis": 1, "lo": 1, "hi": 3}, _ANY),
     "literal": ([], {"value": np.array([[1.5, -2.0, 0.25]]), "type": tensor(1, 3, F32)}, _ANY),
     "tuple": ([T3, T23], {}, _ANY),
     "extract": None,   # needs a tuple operand: checked through evaluate_function below
@@ -53,6 +54,7 @@ MORE = [   # further attribute cases of ops with attributes
     ("dataTypeCast", [T23], {"dtype": I32}),
     ("broadcast", [tensor(2, 1, F32)], {"shape": (2, 3)}),
     ("divide", [tensor(2, 3, I32), tensor(2, 3, I32)], {}),
+    ("slice", [T23], {"axis": 0, "lo": 0, "hi": 1}),
 ]
 
 

@@ -2,7 +2,7 @@
 uses the target cost model of dlvm_eq.extract).
 
 A matmul costs 2·m·k·n, an elementwise op (or cast) one flop per output element, a reduction
-one per input element, layout ops (reshape, broadcast, transpose, concatenate) nothing.
+one per input element, layout ops (reshape, broadcast, transpose, concatenate, slice) nothing.
 
     >>> program_flops(fn)          # {"flops": 1.3e6, "ops": 12, "dot": 3, ...}
 """
@@ -16,7 +16,7 @@ from ..ir.types import TensorType
 
 # layout ops move data but compute nothing (a transpose read by a matmul is a BLAS flag)
 _FREE = {"shapeCast", "padShape", "squeezeShape", "broadcast", "transpose", "concatenate",
-         "literal", "tuple", "extract"}
+         "slice", "literal", "tuple", "extract"}
 
 
 def op_flops(op: str, result: TensorType, operands: list[TensorType]) -> float:

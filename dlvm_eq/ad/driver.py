@@ -40,8 +40,7 @@ class AdjointError(DlvmError):
 # Saturate the shape analysis and the adjoint rules together: rules need the shapes of the
 # terms that earlier rules built.
 SCHEDULE = "(run-schedule (saturate (seq (saturate (run analysis)) (saturate (run adjoint)))))"
-HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "SliceAlong", "PadFront",
-           "PadBack", "OneHot", "TieShare")
+HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "PadFront", "PadBack", "TieShare")
 _TERMS = set(EGG_TO_OP) | set(LEAVES)
 
 

@@ -11,13 +11,13 @@ The rules, in the order they apply:
   (egraph/fusion.py) loads the function into an e-graph where every elementwise value is also
   a `Map` of scalar ops and every read of it may recompute it (rules/fusion.egg), and
   extraction (extract/fusion_cost.py) picks the materialized set by a kernel cost model:
-  results, BLAS and concatenate operands and reductions are forced; a value kept in a buffer
+  results, BLAS, concatenate and slice operands and reductions are forced; a value kept in a buffer
   costs its kernel once, a value inlined costs its work in every kernel that reads it.
   Everything not chosen is recomputed where it is read. `plan.fusion` says what was chosen.
 - Materialized values of the same iteration space form one multi-output kernel when that does
   not create a cycle; a value read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
-  passed as views; `concatenate` and copies of views go through numpy/CuPy.
+  passed as views; `concatenate`, `slice` and copies of views go through numpy/CuPy.
 - On the CPU, a map and the reductions over trailing axes it reads become one row kernel
   (`rowfusion.py`: softmax, log-softmax, layer norm read their rows from memory once).
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
@@ -257,6 +257,14 @@ class _Planner(RowFusion):
             a, b = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "slice":   # a copy out of the operand's buffer (kernels have no base offset)
+            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            a = inst.attrs
+            link = ("slice", (a["axis"], a["lo"], a["hi"]))
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            view = View(src.slot, tuple(t.shape), tuple(src.strides), tuple(src.chain) + (link,))
+            self.steps.append(CopyStep(view, out, name, order))
             return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]

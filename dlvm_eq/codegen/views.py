@@ -1,5 +1,6 @@
 """Strided views: how layout ops (transpose, broadcast, shape casts) turn into element strides
 that a kernel's `Load` follows, and into the numpy/CuPy view calls that BLAS and copies use.
+A slice is a chain link only (kernels have no base offset): a copy step applies it.
 
 A view of a C-contiguous buffer is (shape, element strides); every layout op maps one view to
 another without moving data, except a shape cast of a non-contiguous view, which may need a
@@ -101,9 +102,17 @@ def apply_chain(a, chain, xp):
             a = a.reshape(arg)
         elif op == "broadcast":
             a = xp.broadcast_to(a, arg)
+        elif op == "slice":   # (axis, lo, hi): a basic index, a view on numpy and CuPy
+            a = a[slice_index(a.ndim, arg)]
         else:  # pragma: no cover - chains are built by the planner only
             raise ValueError(f"unknown view op {op!r}")
     return a
+
+
+def slice_index(rank: int, arg) -> tuple:
+    """numpy's index for a ("slice", (axis, lo, hi)) chain link."""
+    axis, lo, hi = arg
+    return (slice(None),) * axis + (slice(lo, hi),) + (slice(None),) * (rank - axis - 1)
 
 
 def chain_text(chain) -> str:
@@ -113,6 +122,8 @@ def chain_text(chain) -> str:
             parts.append(".T" if tuple(arg) == tuple(reversed(range(len(arg)))) else f".transpose{tuple(arg)}")
         elif op == "reshape":
             parts.append(f".reshape{tuple(arg)}")
+        elif op == "slice":
+            parts.append("[" + ", ".join([":"] * arg[0] + [f"{arg[1]}:{arg[2]}"]) + "]")
         else:
             parts.append(f".broadcast{tuple(arg)}")
     return "".join(parts)

@@ -10,11 +10,13 @@
     loss(w, x, y)                         # the same ops also run eagerly on numpy arrays
 
 Files: context (trace stack, user locations), tensor (the symbolic Tensor and its operators),
-primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), nn (stable
+primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), indexing
+(x[...] and split: slices), nn (stable
 composites), tracing (trace / call_function), api (make_ir, jit, back ends).
 """
 from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
 from .context import TracingError, current_trace, is_tracing
+from .indexing import split
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
 from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
                   greater, greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
@@ -31,8 +33,8 @@ __all__ = [
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
     "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "power", "relu",
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
-    "softmax_cross_entropy", "softplus", "sqrt", "square", "subtract", "sum", "tan", "tanh",
-    "transpose", "where",
+    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
+    "tanh", "transpose", "where",
     # tracing and the API
     "DEFAULT_TARGET", "Jitted", "ShapeDtypeStruct", "Tensor", "TracingError", "call_function",
     "current_trace", "is_tracing", "jit", "make_ir", "register_backend", "spec", "trace",

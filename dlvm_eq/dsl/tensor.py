@@ -1,6 +1,7 @@
 """`Tensor`: a symbolic value of the function being traced (an IR `Value` plus its trace).
 
-Operators build IR through the DSL ops, so `x @ w + b` emits `dot` then `add`:
+Operators build IR through the DSL ops, so `x @ w + b` emits `dot` then `add`; `x[:, 2:6]`
+emits `slice` (numpy's basic indexing, dsl/indexing.py):
 
     def f(x, w, b):          # traced with x: <4 x 3 x f32>, w: <3 x 2 x f32>, b: <2 x f32>
         return x @ w + b     # a Tensor of type <4 x 2 x f32>
@@ -117,12 +118,15 @@ class Tensor:
     def __index__(self): self._concrete("use as an index")
     def __array__(self, *args, **kwargs): self._concrete("conversion to a numpy array")
 
-    def __iter__(self):
-        raise tracing_error("iterating over a traced tensor is not supported (no indexing in "
-                            "the DSL yet)")
-
+    # ------------------------------------------------------------ indexing (dsl/indexing.py)
     def __getitem__(self, index):
-        raise tracing_error("indexing a traced tensor is not supported by the DSL yet")
+        return _indexing.getitem(self, index)
+
+    def __iter__(self):   # the rows, as numpy iterates: one slice op each (the loop unrolls)
+        if not self.shape:
+            raise tracing_error("iteration over a scalar tensor")
+        return (self[i] for i in range(self.shape[0]))
 
 
+from . import indexing as _indexing  # noqa: E402
 from . import ops as _ops  # noqa: E402  (the operators are the DSL ops; imported last: cycle)

@@ -201,6 +201,9 @@ class _Builder:
             return self.emit(op, [self.sexpr(args[0])], dtype=DType(_string(args[1])))
         if op == "concatenate":
             return self.emit(op, [self.sexpr(args[0]), self.sexpr(args[1])], axis=int(args[2]))
+        if op == "slice":
+            return self.emit(op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]),
+                             hi=int(args[3]))
         if spec.arity is not None and len(args) != spec.arity:
             raise ExpressionError(f"({head} ...) takes {spec.arity} operand(s), got {len(args)}")
         return self.emit(op, [self.sexpr(a) for a in args])

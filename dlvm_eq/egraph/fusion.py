@@ -10,7 +10,7 @@ one term per IR value, implicit broadcasts explicit), the `fusion` ruleset is sa
 budget (it adds a `Map` of scalar ops beside every elementwise term and makes every read of a
 map or a view its scalar expression), and extract/fusion_cost.py picks the materialized set
 with a kernel cost model. Values that must be in buffers are forced: function results, the
-operands of BLAS calls and concatenations (through views), reduction outputs. When saturation
+operands of BLAS calls, concatenations and slices (through views), reduction outputs. When saturation
 stops on a budget, nothing is left to chance: every elementwise value is materialized.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .terms import egg_float, egg_string, egg_vec
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
+COPY_OPS = ("concatenate", "slice")   # numpy/CuPy steps: they read and write buffers
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 
@@ -127,8 +128,8 @@ def load_fusion(flat: Flat) -> _Loaded:
             kind = "reduce"
         elif spec.kind == DOT:
             term, kind = f"(Dot {' '.join(ld.operand(o, o.type.shape) for o in inst.operands)})", "dot"
-        elif inst.op == "concatenate":   # opaque here: its operands are buffers
-            term, kind = f"(Var {egg_string('concatenate %' + inst.result.name)})", "concat"
+        elif inst.op in COPY_OPS:   # opaque here: its operands are buffers
+            term, kind = f"(Var {egg_string(inst.op + ' %' + inst.result.name)})", "concat"
         else:
             raise DlvmError(f"the fusion stage has no case for op {inst.op}")
         name = ld.let(term, t, kind)
@@ -241,7 +242,7 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
             rank = inst.operands[0].type.rank
             row = rows and bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], rank))
             d += 0 if row else 1
-        elif spec.kind == DOT or inst.op == "concatenate":
+        elif spec.kind == DOT or inst.op in COPY_OPS:
             d += 1
         depth[id(inst.result)] = d
         let = loaded.of_value.get(id(inst.result))
@@ -260,7 +261,7 @@ def _required(flat: Flat) -> list:
         return o
     required = [r for r in flat.results if isinstance(r, Value)]
     for inst in flat.body:
-        if OPS[inst.op].kind == DOT or inst.op == "concatenate":
+        if OPS[inst.op].kind == DOT or inst.op in COPY_OPS:
             required += [source(o) for o in inst.operands if isinstance(o, Value)]
     return required
 

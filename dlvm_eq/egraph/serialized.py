@@ -107,6 +107,9 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, op, (ch[0],), {"dtype": DType(p(ch[1]))})
     if egg == "Concatenate":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
+    if egg == "Slice":
+        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
+                                           "hi": int(p(ch[3]))})
     return Decoded(egg, op, tuple(ch), {})
 
 

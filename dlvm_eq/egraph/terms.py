@@ -155,6 +155,8 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
                 term = loader.let(f"(Concatenate {term} {other} {a['axis']})", t)
             env[id(inst.result)] = term
             continue
+        elif inst.op == "slice":
+            text = f"(Slice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']})"
         elif inst.op == "dot":
             text = f"(Dot {ops[0][0]} {ops[1][0]})"
         else:  # pragma: no cover - every op kind is handled above

@@ -8,7 +8,8 @@ e-class and its children's e-classes (`dlvm_eq.egraph.class_types`).
   BLAS flags: the transpose is never materialized.
 - An elementwise op costs its flops plus a fraction (`fused_fraction`) of its output traffic
   and of a launch: most of it fuses into a neighbouring kernel.
-- Reductions, transposes and concatenations are kernel boundaries: a launch plus their traffic.
+- Reductions, transposes, concatenations and slices are kernel boundaries: a launch plus their
+  traffic (a slice is a copy of its result's bytes).
 - Anything else in a Term class (e.g. `Adjoint`, helpers of other rule files) and analysis
   entries (`shape`, `dtype`, ...) are forbidden (infinite cost): they are not programs.
 
@@ -103,6 +104,6 @@ class TargetCost:
         if op == "Reduce":
             src = child(0)
             return INF if src is None else self.kernel_seconds(src.size, t)
-        if op in ("Transpose", "Concatenate"):
+        if op in ("Transpose", "Concatenate", "Slice"):
             return self.kernel_seconds(0, t, copies=2)
         return INF               # helper constructors (Adjoint, ...) are not programs

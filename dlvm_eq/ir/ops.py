@@ -21,6 +21,9 @@ from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, s
 UNARY, BINARY, COMPARE, LOGIC, SELECT = "unary", "binary", "compare", "logic", "select"
 ELEMENTWISE_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT)
 REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "cast", "literal", "tuple", "call"
+# A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
+# fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
+SLICE = "slice"
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -230,6 +233,22 @@ def _concatenate_type(types, attrs):
     return first.with_shape(first.shape[:axis] + (total,) + first.shape[axis + 1:])
 
 
+def _slice_type(types, attrs):
+    (a,) = _tensors("slice", types)
+    k, lo, hi = attrs["axis"], attrs["lo"], attrs["hi"]
+    if not 0 <= k < a.rank:
+        _fail("slice", f"axis {k} out of range for {a}")
+    if not 0 <= lo < hi <= a.shape[k]:
+        _fail("slice", f"range {lo} to {hi} is empty or outside axis {k} of {a} (0 to {a.shape[k]})")
+    return a.with_shape(a.shape[:k] + (hi - lo,) + a.shape[k + 1:])
+
+
+def slice_index(rank: int, attrs: dict) -> tuple:
+    """The numpy index of a slice op: x[slice_index(x.ndim, attrs)]."""
+    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"]),) + \
+        (slice(None),) * (rank - attrs["axis"] - 1)
+
+
 def _select_type(types, attrs):
     a, b, m = _tensors("select", types)
     if m.dtype is not BOOL:
@@ -342,6 +361,10 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("dataTypeCast", CAST, 1, "DataTypeCast", _cast_type, _cast, attrs=("dtype",)))
     add(OpSpec("concatenate", LAYOUT, None, "Concatenate", _concatenate_type,
                lambda args, at: np.concatenate(args, axis=at["axis"]), attrs=("axis",)))
+    # `slice %x: T along k from lo to hi`: x[..., lo:hi, ...] on axis k (step 1, lo < hi)
+    add(OpSpec("slice", SLICE, 1, "Slice", _slice_type,
+               lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
+               attrs=("axis", "lo", "hi")))
     add(OpSpec("literal", LITERAL, 0, "Const", _literal_type, _literal, attrs=("value", "type"),
                differentiable=False))
     # A tuple of values, spelled `literal (%a: T, %b: T)` in DLVM; only as a function result.

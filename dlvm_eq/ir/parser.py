@@ -646,6 +646,23 @@ class _FunctionReader:
         operands, axis = tree.children
         return "concatenate", self.operands(operands), {"axis": read_int(self.src, axis, "an axis")}
 
+    def slice(self, tree: Tree):
+        x_tree, axis, lo, hi = tree.children
+        x = self.operand(x_tree)
+        k = read_int(self.src, axis, "an axis")
+        lo_, hi_ = read_int(self.src, lo, "a bound"), read_int(self.src, hi, "a bound")
+        if isinstance(x.type, TensorType):   # point at the bound that is wrong
+            if k >= x.type.rank:
+                raise self.src.at(axis, f"axis {k} out of range for {x.type}")
+            n = x.type.shape[k]
+            if lo_ >= n:
+                raise self.src.at(lo, f"slice start {lo_} is outside axis {k} of {x.type} (0 to {n})")
+            if hi_ > n:
+                raise self.src.at(hi, f"slice end {hi_} is outside axis {k} of {x.type} (0 to {n})")
+            if hi_ <= lo_:
+                raise self.src.at(hi, f"empty slice: the end {hi_} is not after the start {lo_}")
+        return "slice", [x], {"axis": k, "lo": lo_, "hi": hi_}
+
     def extract(self, tree: Tree):
         index, x = tree.children
         return "extract", [self.operand(x)], {"index": read_int(self.src, index, "an index")}
@@ -702,7 +719,8 @@ _OP_SYNTAX = {
     "shape_cast": _FunctionReader.shape_cast, "broadcast": _FunctionReader.broadcast,
     "pad_shape": _FunctionReader.pad_shape, "squeeze_shape": _FunctionReader.squeeze_shape,
     "dtype_cast": _FunctionReader.dtype_cast, "transpose": _FunctionReader.transpose,
-    "concatenate": _FunctionReader.concatenate, "extract": _FunctionReader.extract,
+    "concatenate": _FunctionReader.concatenate, "slice": _FunctionReader.slice,
+    "extract": _FunctionReader.extract,
     "select": _FunctionReader.select, "literal": _FunctionReader.literal,
     "tuple_literal": _FunctionReader.tuple_literal, "apply": _FunctionReader.apply,
 }

@@ -72,6 +72,8 @@ def format_instruction(inst: Instruction) -> str:
             text += " along " + ", ".join(map(str, perm))
     elif name == "concatenate":
         text = f"concatenate {args} along {a['axis']}"
+    elif name == "slice":
+        text = f"slice {args} along {a['axis']} from {a['lo']} to {a['hi']}"
     elif name == "extract":
         text = f"extract {a['index']} from {args}"
     elif name == "select":

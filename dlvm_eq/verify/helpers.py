@@ -2,7 +2,7 @@
 
 The shipped rule files declare helper constructors (rules/adjoint.egg: `Like`, `Fill`,
 `SumTo`, ...; rules/algebra.egg: `Gemm`; rules/fusion.egg: `Load`, `Map`, `ReduceMap`) and
-analysis functions (`cval`, `prefix-size`) and define them by rewrites. verify-rules gives
+analysis functions (`cval`) and define them by rewrites. verify-rules gives
 each one an independent meaning here, so that the rules expanding a helper are checked like
 any other rule, and rules using it can be checked.
 A helper declared with other argument sorts than listed here is treated as unknown (its rules
@@ -196,20 +196,7 @@ def _transpose_back_hints(i, t):
     return _perms(t) if i < 2 else list(range(t.rank + 1))
 
 
-# ---------------------------------------------------------------- SliceAlong, PadFront, PadBack
-def _slice_type(ts, ps):
-    (g,), (k, lo, n) = ts, ps
-    _float(g, "SliceAlong")
-    _need(0 <= k < g.rank, f"SliceAlong: axis {k} out of range for {g}")
-    _need(lo >= 0 and n >= 1 and lo + n <= g.shape[k], f"SliceAlong: [{lo}, {lo + n}) not in axis {k} of {g}")
-    return g.with_shape(g.shape[:k] + (n,) + g.shape[k + 1:])
-
-
-def _slice(be, terms, ps, rt):
-    (g,), (k, lo, n) = terms, ps
-    return np.array(g[(slice(None),) * k + (slice(lo, lo + n),)])
-
-
+# ---------------------------------------------------------------- PadFront, PadBack
 def _pad_type(ts, ps):
     (x,), (k, r) = ts, ps
     _float(x, "PadFront/PadBack")
@@ -234,18 +221,7 @@ def _axis_hints(i, t):
     return list(range(t.rank)) if i == 0 else None
 
 
-# ---------------------------------------------------------------- OneHot, Gemm, prefix-size
-def _one_hot_type(ts, ps):
-    m, j, d = ps
-    _need(m >= 1 and 0 <= j < m, f"OneHot: index {j} out of range for length {m}")
-    return _float(TensorType((int(m),), _dtype(d)), "OneHot")
-
-
-def _one_hot(be, terms, ps, rt):
-    m, j, d = ps
-    return np.stack([np.asarray(be.const(1.0 if i == j else 0.0, rt.dtype)) for i in range(m)])
-
-
+# ---------------------------------------------------------------- Gemm
 def _gemm_operands(ts, ps):
     a, b = ts
     ta, tb = ps
@@ -333,29 +309,15 @@ HELPERS: dict[str, Helper] = {
     "TransposeBack": Helper(("Term", "IVec", "IVec", "i64"), "g transposed by q, with q[p[j]] = j "
                             "for the steps j >= i (from q = p, i = 0: the inverse of p)",
                             _transpose_back_type, _transpose_back, _transpose_back_hints),
-    "SliceAlong": Helper(("Term", "i64", "i64", "i64"), "g[..., lo:lo+n, ...] along axis k",
-                         _slice_type, _slice, _axis_hints),
     "PadFront": Helper(("Term", "i64", "i64"), "x with r zeros before it along axis k",
                        _pad_type, _pad(True), _axis_hints),
     "PadBack": Helper(("Term", "i64", "i64"), "x with r zeros after it along axis k",
                       _pad_type, _pad(False), _axis_hints),
-    "OneHot": Helper(("i64", "i64", "String"), "a length-m vector of dtype d, 1 at j, 0 elsewhere",
-                     _one_hot_type, _one_hot),
     "Gemm": Helper(("Term", "Term", "i64", "i64"), "op(a) . op(b), op = transpose where the flag "
                    "is 1", _gemm_type, _gemm, lambda i, t: [0, 1]),
 }
 
 
-def _prefix_size(s, k):
-    if not 0 <= k <= len(s):
-        raise HelperTypeError(f"prefix-size: {k} out of range for {s}")
-    out = 1
-    for d in tuple(s)[:k]:
-        out *= int(d)
-    return out
-
-
 # primitive-valued functions: name -> (declared argument sorts, result sort, implementation)
-FUNCTIONS: dict[str, tuple[tuple[str, ...], str, Callable]] = {
-    "prefix-size": (("IVec", "i64"), "i64", _prefix_size),
-}
+# (none at present: the slice op replaced prefix-size; pattern.py and rules.py read this table)
+FUNCTIONS: dict[str, tuple[tuple[str, ...], str, Callable]] = {}

@@ -3,7 +3,7 @@
 Tensor variables range over shapes of rank 0..2 with dims in {1, 2, 3} and over the dtypes
 f32 and bool (plus any dtype the rule names); primitive variables over values that make sense
 where they occur: a `Reduce` axis over the operand's axes, a `Transpose` permutation over its
-permutations, a `ShapeCast` shape over shapes of the same size, a `Broadcast` shape over the
+permutations, a `Slice` axis and bounds over the operand's axes and sizes, a `ShapeCast` shape over shapes of the same size, a `Broadcast` shape over the
 shapes the operand broadcasts to, f64 constants over {0, 1, 2, -1, 0.5} and the rule's own.
 The search is depth-first; each subterm and guard is checked as soon as its variables are set.
 
@@ -168,6 +168,8 @@ class _Search:
         r = t.rank
         if head == "Transpose":
             return [tuple(p) for p in itertools.permutations(range(r))]
+        if head == "Slice":   # axis, then bounds within the largest axis
+            return list(range(r)) if i == 0 else list(range(max(t.shape, default=0) + 1))
         if head in ("Reduce", "Concatenate"):
             return list(range(r))
         if head == "PadShape":

@@ -24,7 +24,7 @@ import sympy as sp
 
 from ..errors import DlvmError
 from ..ir.module import Const, Function, Module
-from ..ir.ops import transpose_perm
+from ..ir.ops import slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
 
 
@@ -260,6 +260,7 @@ def _build() -> dict[str, Callable]:
     table["broadcast"] = _layout(lambda x, at: np.broadcast_to(x, tuple(at["shape"])).copy())
     table["dataTypeCast"] = _cast
     table["concatenate"] = lambda args, attrs, rtype: np.concatenate(args, axis=attrs["axis"])
+    table["slice"] = _layout(lambda x, at: x[slice_index(x.ndim, at)].copy())
     table["literal"] = _literal
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]

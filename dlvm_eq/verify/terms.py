@@ -48,6 +48,8 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"dtype": DType(prims[0])}
         if head == "Concatenate":
             return {"axis": int(prims[0])}
+        if head == "Slice":
+            return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2])}
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
     return {}
