@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 import dlvm_eq as dq
 
 
@@ -84,3 +86,43 @@ def raw_gradient(loss, argnums, args) -> dq.Module:
     module = dq.Module(fn.name)
     module.add(fn)
     return module
+
+
+def sequence_task(rng, batch: int, features: int, steps: int):
+    """(xs, y): `steps` random input batches and the target to learn, the mean of feature 0
+    over time (the recurrent examples' task)."""
+    xs = [(0.4 * rng.standard_normal((batch, features))).astype(np.float32) for _ in range(steps)]
+    return xs, np.sum([x[:, :1] for x in xs], axis=0) / steps
+
+
+def central_difference(f, args, i, direction, eps=1e-3):
+    """d/dt f(args[i] + t*direction) at 0, in float64."""
+    args64 = [np.asarray(a, np.float64) for a in args]
+    plus, minus = list(args64), list(args64)
+    plus[i] = args64[i] + eps * direction
+    minus[i] = args64[i] - eps * direction
+    return (f(*plus) - f(*minus)) / (2 * eps)
+
+
+def check_gradients(names, grads, numpy_loss, args, rng) -> None:
+    """Each compiled gradient's directional derivative against central differences of the
+    numpy loss in float64 (asserts agreement within 1e-3)."""
+    print("\ngradient check (directional derivative, central differences in float64):")
+    for i, (name, g) in enumerate(zip(names, grads)):
+        direction = rng.standard_normal(g.shape)
+        expected = central_difference(numpy_loss, args, i, direction)
+        got = float(np.sum(g * direction))
+        print(f"  d loss / d {name:2s}: compiled {got:+.6f}  finite differences {expected:+.6f}")
+        assert abs(got - expected) <= 1e-3 * max(1.0, abs(expected)), name
+
+
+def train(step, params, data, train_steps: int, lr: float, target: str) -> None:
+    """Plain SGD on `params` (updated in place) with the compiled value-and-grad `step`."""
+    print(f"training {train_steps} SGD steps on target {target!r}")
+    for i in range(train_steps):
+        value, grads = step(*params, *data)
+        for p, g in zip(params, grads):
+            p -= lr * g
+        if i % 10 == 0 or i == train_steps - 1:
+            print(f"  step {i:3d}  loss {float(value):.5f}")
+

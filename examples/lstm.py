@@ -10,7 +10,8 @@ h_t = sigmoid(o) tanh(c_t);  loss = mean((h_T Wo - y)^2)
 import numpy as np
 
 import dlvm_eq as dq
-from _support import jit_value_and_grad, raw_gradient, show_optimization
+from _support import (check_gradients, jit_value_and_grad, raw_gradient, sequence_task,
+                      show_optimization, train)
 
 STEPS, BATCH, FEATURES, HIDDEN = 6, 32, 4, 8
 
@@ -41,8 +42,7 @@ def numpy_loss(w, b, wo, y, *xs):
 def main(train_steps: int = 40, lr: float = 0.5):
     rng = np.random.default_rng(0)
     f32 = lambda *shape: (0.4 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
-    xs = [f32(BATCH, FEATURES) for _ in range(STEPS)]
-    y = np.sum([x[:, :1] for x in xs], axis=0) / STEPS      # learn the mean of feature 0
+    xs, y = sequence_task(rng, BATCH, FEATURES, STEPS)      # learn the mean of feature 0
     params = [f32(FEATURES + HIDDEN, 4 * HIDDEN), np.zeros(4 * HIDDEN, np.float32), f32(HIDDEN, 1)]
     args = (*params, y, *xs)
     argnums = (0, 1, 2)
@@ -56,26 +56,9 @@ def main(train_steps: int = 40, lr: float = 0.5):
                       raw_gradient(loss, argnums, args))
 
     step, target = jit_value_and_grad(loss, argnums, args)
-    value, grads = step(*args)
-    print("\ngradient check (directional derivative, central differences in float64):")
-    for i, (name, g) in enumerate(zip(("w", "b", "wo"), grads)):
-        direction = rng.standard_normal(g.shape)
-        plus = [np.asarray(a, np.float64) for a in args]
-        minus = list(plus)
-        plus[i], minus[i] = plus[i] + 1e-3 * direction, plus[i] - 1e-3 * direction
-        expected = (numpy_loss(*plus) - numpy_loss(*minus)) / 2e-3
-        got = float(np.sum(g * direction))
-        print(f"  d loss / d {name:2s}: compiled {got:+.6f}  finite differences {expected:+.6f}")
-        assert abs(got - expected) <= 1e-3 * max(1.0, abs(expected)), name
-
-    print(f"training {train_steps} SGD steps on target {target!r}")
-    for i in range(train_steps):
-        value, grads = step(*params, y, *xs)
-        for p, g in zip(params, grads):
-            p -= lr * g
-        if i % 10 == 0 or i == train_steps - 1:
-            print(f"  step {i:3d}  loss {float(value):.5f}")
-
+    _, grads = step(*args)
+    check_gradients(("w", "b", "wo"), grads, numpy_loss, args, rng)
+    train(step, params, (y, *xs), train_steps, lr, target)
 
 if __name__ == "__main__":
     main()

@@ -302,9 +302,9 @@ def test_every_extractor_is_valid_on_tensat(tensat, name):
 def test_known_tensat_costs(tensat):
     # Greedy alone against the data set README's values (measured with independent extractors).
     def greedy_alone(g):
+        from dlvm_eq.extract.choice import dag_cost_of, walk
         choice = greedy_dag_choice(g, g.costs, g.roots)
-        return dag_cost(g, {g.class_ids[c]: g.node_ids[n] for c, n in enumerate(choice) if n >= 0
-                            and c in _reachable_ids(g, choice)})
+        return dag_cost_of(g.costs, choice, walk(g, choice, g.roots))
     assert greedy_alone(tensat["vgg_acyclic"]) == pytest.approx(4.866775, abs=1e-6)
     assert greedy_alone(tensat["resnet50_acyclic"]) == pytest.approx(4.425745, abs=1e-6)
     assert greedy_alone(tensat["bert"]) == pytest.approx(0.824704, abs=1e-6)
@@ -316,15 +316,6 @@ def test_known_tensat_costs(tensat):
     assert extract(tensat["resnet50_acyclic"]).dag_cost == pytest.approx(4.415993, abs=1e-6)
     assert extract(tensat["bert"]).dag_cost < 0.78
 
-
-def _reachable_ids(g, choice):
-    seen, todo = set(), list(g.roots)
-    while todo:
-        c = todo.pop()
-        if c not in seen:
-            seen.add(c)
-            todo.extend(g.child_sets[choice[c]])
-    return seen
 
 
 # ---- an e-graph built by egglog itself ------------------------------------------------------

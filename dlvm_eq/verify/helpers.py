@@ -16,7 +16,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
 from ..errors import DlvmError
 from ..ir.ops import OPS, REDUCE_COMBINATORS
