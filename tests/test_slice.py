@@ -164,3 +164,19 @@ def test_concatenate_adjoint_is_slices():
     counts = program_flops(fn)
     assert counts["ops"] <= 5 and counts["concatenate"] == 1, counts   # the forward's own
     assert counts["flops"] <= 64 * 32 * 2 + 96 * 32 + 64 * 32, counts
+
+
+def test_gradient_of_a_split_joins_its_parts_without_zero_padding():
+    """Each part's adjoint is g padded with zeros; associativity of concatenation and
+    concat+concat join the four padded parts into one concatenation of the parts."""
+    from collections import Counter
+
+    def loss(z):
+        i, f, o, g = dq.split(z, 4, axis=1)
+        return dq.sum(dq.sigmoid(i) * dq.tanh(g) + dq.sigmoid(f) * dq.sigmoid(o))
+
+    z = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    fn = next(iter(dq.make_ir(dq.grad(loss))(z).functions.values()))
+    ops = Counter(i.op for i in fn.body)
+    assert ops["concatenate"] == 3 and ops["broadcast"] == 0, ops
+    check_grads(loss, (z.astype(np.float64),))
