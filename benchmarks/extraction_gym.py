@@ -35,7 +35,9 @@ NOTES = (
     "optimum on the acyclic graphs in milliseconds. On the cyclic ones (big strongly connected "
     "class components: vgg 389, resnet50 1875, bert 482 classes) nothing is proven in the time "
     "limit; HiGHS, without a warm start, either finds a cheaper program (its incumbent, which "
-    "varies with machine speed) or the greedy + search answer stands. The data set's README "
+    "varies with machine speed) or the greedy + search answer stands. Before the local search "
+    "existed, HiGHS's 60 s incumbents here were bert 0.780955 and resnet50 4.385795 against greedy's "
+    "0.824704 and 4.396867: the search beats the first by 10% and matches the second. The data set's README "
     "reports for a plain big-M ILP: vgg no solution in 60 s, resnet50 4.392080, bert 5.82 after "
     "120 s. `bert_acyclic` is not acyclic: it has bert's cycles, only other costs.")
 
