@@ -55,9 +55,7 @@ def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
         raise DlvmError(f"unknown PTX target {arch!r} (expected one of {', '.join(ARCHS)})")
     out = []
     for k in plan.kernels:
-        if isinstance(k, RowStep):
-            if emit == "ptx":
-                raise DlvmError(f"{k.name} is a CPU row kernel; plan with rows=False for PTX")
+        if isinstance(k, RowStep) and emit == "llvm":
             text = rows_ir(k.spec).text
         else:
             text = cpu_ir(k.spec).text if emit == "llvm" else ptx_kernel(k.spec, arch).ptx
@@ -67,7 +65,7 @@ def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from .codegen.backend import optimized
-    from .codegen.fusion import plan_function
+    from .codegen.fusion import plan_function, rows_for
     module = load(args.file)
     verify(module)
     name = _function_name(module, args.function)
@@ -80,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"dlvm-eq: note: {note}", file=sys.stderr)
     target = "cpu" if args.emit == "llvm" else "gpu"    # fusion is costed for that machine
-    plan = plan_function(module[name], module, rows=(target == "cpu"), target=target)
+    plan = plan_function(module[name], module, rows=rows_for(target), target=target)
     texts = kernel_texts(plan, args.emit, args.arch)
     if args.output_dir is None:
         for kname, text in texts:

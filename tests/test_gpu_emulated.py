@@ -162,3 +162,29 @@ def test_random_programs_on_the_emulated_gpu_agree_with_the_interpreter(cp, data
                                        equal_nan=True)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (9000, 3), (33, 64), (5, 65)])
+def test_row_kernels_for_short_rows_on_the_emulated_gpu(cp, shape):
+    """One thread per row for rows of at most GPU_ROW_COLS elements (9000 rows: the grid-stride
+    loop over rows wraps on 2 SMs); longer rows stay a reduction and a map."""
+    from dlvm_eq.codegen.fusion import GPU_ROW_COLS
+    from dlvm_eq.codegen.plan import RowStep
+
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+
+    def layernorm_softmax(x):
+        mu = dq.mean(x, axis=1, keepdims=True)
+        var = dq.mean(dq.square(x - mu), axis=1, keepdims=True)
+        return dq.softmax(x, axis=1), (x - mu) * dq.rsqrt(var + 1e-5)
+
+    f = dq.jit(layernorm_softmax, target="gpu")
+    s, n = f(cp.asarray(x))
+    rows = [k for k in f.report(x).plan.kernels if isinstance(k, RowStep)]
+    assert bool(rows) == (shape[1] <= GPU_ROW_COLS)
+    x64 = x.astype(np.float64)
+    w = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(_host(s), w / w.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+    mu = x64.mean(1, keepdims=True)
+    want = (x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(_host(n), want, rtol=1e-4, atol=1e-5)

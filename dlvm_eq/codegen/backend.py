@@ -209,15 +209,13 @@ plan_cache_stats = {"hits": 0, "misses": 0}
 
 
 def planned(module: Module, name: str, target: str) -> Plan:
-    """`plan_function(module[name], module, rows=(target == "cpu"), target=target)`, or the plan a previous
+    """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan a previous
     process stored for the same module text, target, rule files and package source. A plan
     entry that does not unpickle to a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
     turns this cache off along with the IR cache."""
-    rows = target == "cpu"
-
     def build() -> Plan:
-        from .fusion import plan_function  # the planner loads only when a plan is built
-        return plan_function(module[name], module, rows=rows, target=target)
+        from .fusion import plan_function, rows_for  # the planner loads only when a plan is built
+        return plan_function(module[name], module, rows=rows_for(target), target=target)
 
     if not ir_cache.enabled():
         return build()

@@ -216,8 +216,6 @@ class GpuProgram:
     def __init__(self, plan: Plan):
         from .gpu_runtime import compile_gpu, cupy_module
         cp = self.cp = cupy_module()
-        if any(isinstance(s, RowStep) for s in plan.steps):
-            raise DlvmError("row kernels are CPU-only: plan for the gpu with plan_function(..., rows=False)")
         self.plan = plan
         t0 = time.perf_counter()
         self.kernels = {id(s): compile_gpu(s.spec) for s in plan.kernels}
@@ -232,6 +230,10 @@ class GpuProgram:
 
     def _step(self, step):
         cp = self.cp
+        if isinstance(step, RowStep):
+            run = self.kernels[id(step)].run
+            ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
+            return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)

@@ -121,19 +121,33 @@ class _SlotInfo:
 
 # ------------------------------------------------------------------ the planner
 
-def plan_function(fn: Function, module: Module | None = None, rows: bool = True,
+# Row kernels on the GPU run one thread per row (no barriers): only for short rows, whose warp
+# reads share a few cache lines; longer rows stay a reduction kernel and a map kernel.
+GPU_ROW_COLS = 64
+
+
+def rows_for(target: str) -> bool | int:
+    """The `rows` argument of plan_function for a target: any row length on the CPU, short
+    rows on the GPU."""
+    return True if target == "cpu" else GPU_ROW_COLS
+
+
+def plan_function(fn: Function, module: Module | None = None, rows: bool | int = True,
                   target: str | None = None) -> Plan:
     """The kernel plan of IR function `fn` (of `module`, for applies and declared adjoints).
-    rows: fuse reductions over trailing axes with the map that reads them (row kernels; CPU
-    only, so the gpu target plans with rows=False). target: the machine whose costs decide
-    fusion (extract/machine.py)."""
+    rows: fuse reductions over trailing axes with the map that reads them into row kernels:
+    True for rows of any length, an int for rows of at most that many elements (the gpu
+    target: `rows_for`), False for none. target: the machine whose costs decide fusion
+    (extract/machine.py)."""
     target = target or "cpu"
     return _Planner(flatten(fn, module), fn.name, rows, target).build()
 
 
 class _Planner(RowFusion):
-    def __init__(self, flat: Flat, name: str, rows: bool = True, target: str = "cpu"):
-        self.flat, self.name, self.rows, self.target = flat, name, rows, target
+    def __init__(self, flat: Flat, name: str, rows: bool | int = True, target: str = "cpu"):
+        self.flat, self.name, self.target = flat, name, target
+        self.rows = rows is True or (rows is not False and int(rows) > 0)
+        self.row_limit = None if rows is True else int(rows)   # longest row a row kernel takes
         self.fusion = None             # the fusion stage's report (egraph/fusion.py)
         self.same_as: dict = {}        # id(value) -> an earlier value it equals (the e-graph's)
         self.slots: list[_SlotInfo] = []
@@ -166,7 +180,8 @@ class _Planner(RowFusion):
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
         (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
         from ..egraph.fusion import decide_fusion
-        decision = decide_fusion(self.flat, self.target, rows=self.rows)
+        # the cost model counts trailing reductions into row kernels only where all may be
+        decision = decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
         self.fusion, self.same_as = decision.report, decision.same_as
         return decision.materialize
 

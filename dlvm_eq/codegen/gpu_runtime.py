@@ -18,7 +18,8 @@ from ..errors import DlvmError
 from .kernel import DTYPES, KernelError, KernelSpec, ReduceSpec
 from .kernel_cache import DiskCache, cache_key, shared_cache
 from .layout import group_size
-from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, ptx_ir
+from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, kernel_kind, ptx_ir, row_int_args
+from .rowwise import RowSpec
 
 BLOCK = 256
 BLOCKS_PER_SM = 32  # grid-stride loops: enough blocks to fill the GPU, no more
@@ -86,7 +87,7 @@ def ptx_for(spec, arch: str, disk: DiskCache | None = None) -> PtxKernel:
     else:
         ptx = raw.decode()
         counters["ptx_from_disk"] += 1
-    kp = PtxKernel(ptx, symbol, layout, bits, "map" if isinstance(spec, KernelSpec) else "reduce")
+    kp = PtxKernel(ptx, symbol, layout, bits, kernel_kind(spec))
     with _lock:
         _ptx_cache[key] = kp
     return kp
@@ -101,13 +102,7 @@ class GpuKernel:
         self.spec = spec
         self.arch = arch_for(dev.compute_capability)
         self.ptx = ptx_for(spec, self.arch)
-        fkey = (self.ptx.symbol, self.arch, dev.id)
-        with _lock:
-            if fkey not in _functions:
-                module = cp.cuda.function.Module()
-                module.load(self.ptx.ptx.encode())  # cuModuleLoadData takes PTX text
-                _functions[fkey] = (module, module.get_function(self.ptx.symbol))
-            self._module, self._fn = _functions[fkey]
+        self._module, self._fn = _function(cp, self.ptx, self.arch, dev.id)
         self.int_t = np.int32 if self.ptx.index_bits == 32 else np.int64
         self._tail = [self.int_t(v) for v in self.ptx.int_args()]
         self._sms = dev.attributes.get("MultiProcessorCount", 80)
@@ -171,5 +166,43 @@ class GpuKernel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def compile_gpu(spec: KernelSpec | ReduceSpec) -> GpuKernel:
-    return GpuKernel(spec)
+def _function(cp, kp: PtxKernel, arch: str, device: int):
+    """(module, function) of a PTX kernel loaded on a device, once per process."""
+    fkey = (kp.symbol, arch, device)
+    with _lock:
+        if fkey not in _functions:
+            module = cp.cuda.function.Module()
+            module.load(kp.ptx.encode())  # cuModuleLoadData takes PTX text
+            _functions[fkey] = (module, module.get_function(kp.symbol))
+        return _functions[fkey]
+
+
+ROW_BLOCK = 128     # threads per block of a row kernel (one row per thread)
+
+
+class GpuRowKernel:
+    """A row kernel (rowwise.RowSpec) on the current CUDA device: one thread per row.
+    `run(ins, outs, reds)` on C-contiguous device arrays, as the CPU RowKernel."""
+
+    def __init__(self, spec: RowSpec):
+        cp = self.cp = cupy_module()
+        dev = cp.cuda.Device()
+        self.spec = spec
+        self.arch = arch_for(dev.compute_capability)
+        self.ptx = ptx_for(spec, self.arch)
+        self._module, self._fn = _function(cp, self.ptx, self.arch, dev.id)
+        self.int_t = np.int32 if self.ptx.index_bits == 32 else np.int64
+        self._tail = [self.int_t(v) for v in row_int_args(spec)]
+        self._sms = dev.attributes.get("MultiProcessorCount", 80)
+
+    def run(self, ins, outs, reds, stream=None) -> None:
+        rows = self.spec.rows
+        if rows == 0:
+            return
+        grid = (max(1, min(-(-rows // ROW_BLOCK), self._sms * BLOCKS_PER_SM)),)
+        kw = {} if stream is None else {"stream": stream}
+        self._fn(grid, (ROW_BLOCK,), (self.int_t(rows), *outs, *reds, *ins, *self._tail), **kw)
+
+
+def compile_gpu(spec: KernelSpec | ReduceSpec | RowSpec) -> GpuKernel | GpuRowKernel:
+    return GpuRowKernel(spec) if isinstance(spec, RowSpec) else GpuKernel(spec)

@@ -27,8 +27,9 @@ from llvmlite import ir
 from .emitter import I32, I64, Emitter
 from .kernel import KernelSpec, ReduceSpec
 from .layout import LoopLayout, spec_layout
-from .loops import decompose, entry_alloca, strided_range
+from .loops import counted_loop, decompose, entry_alloca, strided_range
 from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+from .rowwise import RowSpec, _identity
 
 TRIPLE = "nvptx64-nvidia-cuda"
 GLOBAL = ir.PointerType(addrspace=1)
@@ -40,9 +41,9 @@ _PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
 class PtxKernel:
     ptx: str              # PTX assembly text
     symbol: str           # the .entry name
-    layout: LoopLayout    # loop layout; dims/strides are the trailing kernel arguments
+    layout: LoopLayout | None   # loop layout (dims/strides: the trailing arguments); None for rows
     index_bits: int       # 32 or 64: width of every integer argument
-    kind: str             # "map" or "reduce"
+    kind: str             # "map", "reduce" or "rows"
 
     def int_args(self) -> list[int]:
         """The trailing integer arguments: dims, then each input's strides."""
@@ -119,9 +120,12 @@ def _store(e: Emitter, ptr, idx, v, dt):
     e.b.store(to_storage(e, v, dt), e.b.gep(ptr, [idx], inbounds=True, source_etype=st))
 
 
-def _kernel(module, symbol, n_ints_head, n_ptrs, layout, t):
-    rank = len(layout.dims)
-    n_tail = rank * (1 + len(layout.strides))
+def _layout_ints(layout: LoopLayout) -> int:
+    """How many trailing integer arguments (dims, then each input's strides) a layout takes."""
+    return len(layout.dims) * (1 + len(layout.strides))
+
+
+def _kernel(module, symbol, n_ints_head, n_ptrs, n_tail, t):
     host = getattr(module, "host_emulation", False)
     ptr = ir.PointerType() if host else GLOBAL
     emulated = [I32] * len(SREGS) if host else []
@@ -136,7 +140,7 @@ def _kernel(module, symbol, n_ints_head, n_ptrs, layout, t):
 
 def _map_kernel(module, spec: KernelSpec, layout, symbol, t):
     n_out, n_in = len(spec.outputs), len(spec.inputs)
-    fn = _kernel(module, symbol, 1, n_out + n_in, layout, t)
+    fn = _kernel(module, symbol, 1, n_out + n_in, _layout_ints(layout), t)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
     n, outs, ins = fn.args[0], fn.args[1:1 + n_out], fn.args[1 + n_out:1 + n_out + n_in]
@@ -154,7 +158,7 @@ def _map_kernel(module, spec: KernelSpec, layout, symbol, t):
 
 def _reduce_kernel(module, spec: ReduceSpec, layout, symbol, t):
     n_in = len(spec.inputs)
-    fn = _kernel(module, symbol, 3, 1 + n_in, layout, t)
+    fn = _kernel(module, symbol, 3, 1 + n_in, _layout_ints(layout), t)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
     n_out, n_red, chunk = fn.args[:3]
@@ -188,6 +192,78 @@ def _reduce_kernel(module, spec: ReduceSpec, layout, symbol, t):
     b.ret_void()
 
 
+def _rows_kernel(module, spec: RowSpec, symbol, t):
+    """One thread per row (grid-stride over rows): the reductions in order, each a loop over
+    the row, then the map over the row. No barriers and no shared memory: meant for short rows
+    (the planner makes GPU row kernels only up to GPU_ROW_COLS columns), where a warp's rows lie
+    in a few cache lines and every later pass over a row hits L1."""
+    n_in, n_red, n_out = len(spec.inputs), len(spec.reductions), len(spec.outputs)
+    fn = _kernel(module, symbol, 1, n_out + n_red + n_in, 1 + 2 * n_in, t)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    e = Emitter(b)
+    n_rows = fn.args[0]
+    outs = fn.args[1:1 + n_out]
+    reds = fn.args[1 + n_out:1 + n_out + n_red]
+    ins = fn.args[1 + n_out + n_red:1 + n_out + n_red + n_in]
+    tail = fn.args[1 + n_out + n_red + n_in:1 + n_out + n_red + n_in + 1 + 2 * n_in]
+    cols = tail[0]
+    row_st = [tail[1 + 2 * i] for i in range(n_in)]
+    col_st = [tail[2 + 2 * i] for i in range(n_in)]
+    dtypes = spec.all_dtypes
+    zero = ir.Constant(t, 0)
+
+    def per_row(b, r):
+        accs: list = []
+
+        def loader(j):
+            def load(i):
+                if i >= n_in:                      # an earlier reduction's result
+                    return accs[i - n_in]
+                off = b.add(b.mul(r, row_st[i]), b.mul(j, col_st[i]))
+                st = storage_type(dtypes[i])
+                v = b.load(b.gep(ins[i], [off], inbounds=True, source_etype=st), typ=st)
+                return from_storage(e, v, dtypes[i])
+            return load
+
+        for k, (body, op, init) in enumerate(spec.reductions):
+            dt = dtypes[n_in + k]
+            ident = init_constant(_identity(op, dt), dt)
+            acc = entry_alloca(b, ident.type, f"acc{k}")
+            b.store(ident, acc)
+
+            def step(b, j, body=body, op=op, dt=dt, acc=acc, ident=ident):
+                v = lower(e, [body], dtypes, loader(j))[0]
+                b.store(combine(e, op, b.load(acc, typ=ident.type), v, dt), acc)
+            counted_loop(b, zero, cols, step, f"red{k}")
+            v = b.load(acc, typ=ident.type)
+            if init != _identity(op, dt):       # the loop folds from the identity
+                v = combine(e, op, v, init_constant(init, dt), dt)
+            _store(e, reds[k], r, v, dt)
+            accs.append(v)
+        row_lo = b.mul(r, cols)
+
+        def item(b, j):
+            vals = lower(e, list(spec.outputs), dtypes, loader(j))
+            for ptr, v, dt in zip(outs, vals, spec.output_dtypes):
+                _store(e, ptr, b.add(row_lo, j), v, dt)
+        counted_loop(b, zero, cols, item, "map")
+    _grid_stride(b, n_rows, per_row)
+    b.ret_void()
+
+
+def row_index_bits(spec: RowSpec) -> int:
+    """32 when every output index and input offset of the row kernel stays below 2**30."""
+    biggest = max([spec.rows * spec.cols] + [
+        (spec.rows - 1) * spec.strides(i)[0] + (spec.cols - 1) * spec.strides(i)[1] + 1
+        for i in range(len(spec.inputs))])
+    return 32 if biggest < 2**30 else 64
+
+
+def row_int_args(spec: RowSpec) -> list[int]:
+    """A row kernel's trailing integer arguments: cols, then each input's (row, col) strides."""
+    return [spec.cols] + [s for i in range(len(spec.inputs)) for s in spec.strides(i)]
+
+
 _lock = threading.Lock()
 _tms: dict[str, llvm.TargetMachine] = {}
 
@@ -206,8 +282,11 @@ def target_machine(arch: str = "sm_75") -> llvm.TargetMachine:
 
 def build_module(spec, symbol: str, arch: str = "sm_75",
                  host_emulation: bool = False) -> tuple[ir.Module, LoopLayout, int]:
-    layout = spec_layout(spec)
-    bits = index_bits(spec, layout)
+    if isinstance(spec, RowSpec):
+        layout, bits = None, row_index_bits(spec)
+    else:
+        layout = spec_layout(spec)
+        bits = index_bits(spec, layout)
     t = I32 if bits == 32 else I64
     module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
     module.host_emulation = host_emulation
@@ -219,6 +298,8 @@ def build_module(spec, symbol: str, arch: str = "sm_75",
         module.data_layout = str(target_machine(arch).target_data)
     if isinstance(spec, KernelSpec):
         _map_kernel(module, spec, layout, symbol, t)
+    elif isinstance(spec, RowSpec):
+        _rows_kernel(module, spec, symbol, t)
     else:
         _reduce_kernel(module, spec, layout, symbol, t)
     return module, layout, bits
@@ -260,6 +341,9 @@ def compile_ptx(ir_text: str, arch: str = "sm_75") -> str:
 def ptx_kernel(spec, arch: str = "sm_75") -> PtxKernel:
     """PTX for a kernel spec. arch: sm_75 (default), sm_80, sm_86, sm_89, sm_90."""
     text, symbol, layout, bits = ptx_ir(spec, arch)
-    kind = "map" if isinstance(spec, KernelSpec) else "reduce"
-    return PtxKernel(compile_ptx(text, arch), symbol, layout, bits, kind)
+    return PtxKernel(compile_ptx(text, arch), symbol, layout, bits, kernel_kind(spec))
+
+
+def kernel_kind(spec) -> str:
+    return "map" if isinstance(spec, KernelSpec) else "rows" if isinstance(spec, RowSpec) else "reduce"
 

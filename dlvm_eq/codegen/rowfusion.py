@@ -80,6 +80,8 @@ class RowFusion:
             return None
         t = axes[0]
         rows, cols = math.prod(shape[:t]), math.prod(shape[t:])
+        if self.row_limit is not None and cols > self.row_limit:
+            return None
 
         def row_shaped(m: Node) -> bool:
             sm = m.source[0].shape
