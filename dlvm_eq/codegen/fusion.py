@@ -18,8 +18,10 @@ The rules, in the order they apply:
   not create a cycle; a value read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
   passed as views; `concatenate`, `slice` and copies of views go through numpy/CuPy.
-- On the CPU, a map and the reductions over trailing axes it reads become one row kernel
-  (`rowfusion.py`: softmax, log-softmax, layer norm read their rows from memory once).
+- A map and the reductions over trailing axes it reads become one row kernel (`rowfusion.py`:
+  softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
+  length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
+  GPU_ROW_COLS elements.
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
   one arena by liveness (`schedule.py`).
 

@@ -1,4 +1,5 @@
-"""Fused reduce-then-map kernels over rows (CPU): softmax-style patterns in one pass over memory.
+"""Fused reduce-then-map kernels over rows (CPU; the GPU version of a RowSpec is
+`llvm_ptx._rows_kernel`): softmax-style patterns in one pass over memory.
 
 A `RowSpec` iterates a (rows, cols) space. Per row it runs its reductions in order (each body
 may read the results of the earlier ones), then evaluates its map outputs over the row (which
