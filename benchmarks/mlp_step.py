@@ -14,6 +14,10 @@ itself without them) because they select slower matmul kernels on this machine.
 Compile times are measured in fresh processes with $DLVM_EQ_CACHE_DIR set to a new empty
 folder (cold) and then to the same folder again (warm).
 
+`--target gpu` keeps every array on the device (CuPy) and compares against the same
+hand-written step on CuPy arrays and cuBLAS's five matmuls (scripts/gpu-check runs it); it
+writes its own section, `## MLP training step (gpu)`.
+
 Two extra rows give context: dlvm_eq with the SGD update inside the jitted function (as the
 JAX row is written), and the step's five matmuls alone through numpy's OpenBLAS (the floor for
 any step that calls that BLAS, as dlvm_eq's CPU target does).
@@ -71,6 +75,27 @@ class Implementation:
         return out
 
 
+class Device:
+    """Where a run keeps its arrays: numpy for the cpu (and interp) target, CuPy for gpu."""
+
+    def __init__(self, target: str):
+        self.gpu = target == "gpu"
+        if self.gpu:
+            import cupy
+            self.cp = cupy
+
+    def put(self, a):
+        return self.cp.asarray(a) if self.gpu else a.copy()
+
+    def get(self, a) -> np.ndarray:
+        return self.cp.asnumpy(a) if self.gpu else np.array(a)
+
+    def sync(self, out):
+        if self.gpu:
+            self.cp.cuda.runtime.deviceSynchronize()
+        return out
+
+
 # ---------------------------------------------------------------- dlvm_eq
 
 def dlvm_value_and_grad(target: str, args):
@@ -101,26 +126,32 @@ def pick_target(wanted: str, args) -> tuple[str, object, str]:
 class DlvmEq(Implementation):
     def __init__(self, params, x, y, target: str):
         from dlvm_eq.models import mlp
-        self.p, self.x, self.y, self.sgd = [p.copy() for p in params], x, y, mlp.sgd
+        self.sgd = mlp.sgd
         t0 = time.perf_counter()
-        self.target, self.fn, self.detail = pick_target(target, (*self.p, x, y))
+        self.target, self.fn, self.detail = pick_target(target, (*params, x, y))
         self.compile_s = time.perf_counter() - t0
+        self.dev = Device(self.target)
+        self.p = [self.dev.put(p) for p in params]
+        self.x, self.y = self.dev.put(x), self.dev.put(y)
         self.name = BASELINE if self.target == "cpu" else f"{BASELINE} ({self.target})"
         self.note = f"jit(value_and_grad) + mlp.sgd, target {self.target}"
-        report = self.fn.report(*self.p, x, y) if hasattr(self.fn, "report") else None
+        report = self.fn.report(*self.p, self.x, self.y) if hasattr(self.fn, "report") else None
         self.report = str(report) if report is not None else ""
 
     def value_and_grad(self):
         value, grads = self.fn(*self.p, self.x, self.y)
-        return float(value), [np.array(g) for g in grads]
+        return float(value), [self.dev.get(g) for g in grads]
 
     def step(self):
         value, grads = self.fn(*self.p, self.x, self.y)
         self.sgd(self.p, grads, LR)
         return value
 
+    def sync(self, out):
+        return self.dev.sync(out)
+
     def params(self):
-        return self.p
+        return [self.dev.get(p) for p in self.p]
 
 
 class DlvmEqUpdateInside(Implementation):
@@ -136,9 +167,11 @@ class DlvmEqUpdateInside(Implementation):
             value, grads = vg(w1, b1, w2, b2, x, onehot)
             return value, [p - LR * g for p, g in zip((w1, b1, w2, b2), grads)]
 
-        self.p, self.x, self.y = [p.copy() for p in params], x, y
+        self.dev = Device(target)
+        self.p = [self.dev.put(p) for p in params]
+        self.x, self.y = self.dev.put(x), self.dev.put(y)
         self.fn = dq.jit(train_step, target=target)
-        self.fn(*self.p, x, y)
+        self.fn(*self.p, self.x, self.y)
         self.name = f"{BASELINE}, SGD inside the jit" + ("" if target == "cpu" else f" ({target})")
         self.note = f"jit(train_step) returning (loss, new params), target {target}"
 
@@ -148,29 +181,39 @@ class DlvmEqUpdateInside(Implementation):
         value, self.p = self.fn(*self.p, self.x, self.y)
         return value
 
+    def sync(self, out):
+        return self.dev.sync(out)
+
     def params(self):
-        return self.p
+        return [self.dev.get(p) for p in self.p]
 
 
 class NumpyHandWritten(Implementation):
-    name = "numpy hand-written"
-    note = "mlp.numpy_value_and_grad + mlp.sgd"
+    """The hand-written step; on the gpu target the same code on CuPy arrays (numpy's
+    functions dispatch to CuPy), the step a CuPy user would write."""
 
-    def __init__(self, params, x, y):
+    def __init__(self, params, x, y, target: str = "cpu"):
         from dlvm_eq.models import mlp
-        self.p, self.x, self.y, self.mlp = [p.copy() for p in params], x, y, mlp
+        self.dev = Device(target)
+        self.name = "CuPy hand-written" if self.dev.gpu else "numpy hand-written"
+        self.note = "mlp.numpy_value_and_grad + mlp.sgd" + (" on CuPy arrays" if self.dev.gpu else "")
+        self.p = [self.dev.put(p) for p in params]
+        self.x, self.y, self.mlp = self.dev.put(x), self.dev.put(y), mlp
 
     def value_and_grad(self):
         value, grads = self.mlp.numpy_value_and_grad(*self.p, self.x, self.y)
-        return float(value), [np.array(g) for g in grads]
+        return float(value), [self.dev.get(g) for g in grads]
 
     def step(self):
         value, grads = self.mlp.numpy_value_and_grad(*self.p, self.x, self.y)
         self.mlp.sgd(self.p, grads, LR)
         return value
 
+    def sync(self, out):
+        return self.dev.sync(out)
+
     def params(self):
-        return self.p
+        return [self.dev.get(p) for p in self.p]
 
 
 class MatmulsOnly(Implementation):
@@ -181,13 +224,19 @@ class MatmulsOnly(Implementation):
     note = "x@w1, h@w2, dz2@w2.T, x.T@dh, h.T@dz2 (reference, not checked)"
     reference_only = True
 
-    def __init__(self, params, x, y):
+    def __init__(self, params, x, y, target: str = "cpu"):
         rng = np.random.default_rng(1)
         n, (_, h, c) = BATCH, SIZES
-        self.x, self.w1, self.w2 = x, params[0], params[2]
-        self.h = rng.random((n, h), dtype=np.float32)
-        self.dz2 = rng.random((n, c), dtype=np.float32)
-        self.dh = rng.random((n, h), dtype=np.float32)
+        self.dev = dev = Device(target)
+        if dev.gpu:
+            self.name, self.note = "CuPy: the 5 matmuls alone", self.note.replace("reference", "cuBLAS; reference")
+        self.x, self.w1, self.w2 = dev.put(x), dev.put(params[0]), dev.put(params[2])
+        self.h = dev.put(rng.random((n, h), dtype=np.float32))
+        self.dz2 = dev.put(rng.random((n, c), dtype=np.float32))
+        self.dh = dev.put(rng.random((n, h), dtype=np.float32))
+
+    def sync(self, out):
+        return self.dev.sync(out)
 
     def step(self):
         return (self.x @ self.w1, self.h @ self.w2, self.dz2 @ self.w2.T, self.x.T @ self.dh,
@@ -361,14 +410,20 @@ def measure_compile(target: str, repeats: int) -> dict:
 PEERS = ("numpy", "torch", "torch.compile", "jax")
 
 
-def peers(params, x, y, notes: list[str], skip=()) -> list[Implementation]:
+def peers(params, x, y, notes: list[str], skip=(), target: str = "cpu") -> list[Implementation]:
     out: list[Implementation] = []
+    cpu_only = ("torch", "torch.compile", "jax") if target == "gpu" else ()
+    if cpu_only:   # the bench extra's PyTorch and JAX are CPU builds: compared on cpu
+        notes.append("gpu target: the hand-written step and the matmuls run on CuPy; PyTorch and "
+                     "JAX (CPU builds in the bench extra) are compared on the cpu target")
     if "numpy" not in skip:
-        out.append(MatmulsOnly(params, x, y))
-    for key, label, make in (("numpy", "numpy hand-written", lambda: NumpyHandWritten(params, x, y)),
+        out.append(MatmulsOnly(params, x, y, target))
+    for key, label, make in (("numpy", "numpy hand-written", lambda: NumpyHandWritten(params, x, y, target)),
                              ("torch", "PyTorch eager", lambda: Torch(params, x, y, compiled=False)),
                              ("torch.compile", "torch.compile", lambda: Torch(params, x, y, compiled=True)),
                              ("jax", "JAX", lambda: Jax(params, x, y))):
+        if key in cpu_only:
+            continue
         if key in skip:
             notes.append(f"{label}: skipped (--skip {key})")
             continue
@@ -398,6 +453,8 @@ def main(argv=None) -> int:
     ap.add_argument("--update", type=Path, help="write the results into this markdown file's section")
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.steps < 2 or args.rounds < 1:
+        ap.error("--steps must be at least 2 (a median and quartiles) and --rounds at least 1")
     if args.compile_probe:
         compile_probe(args.target)
         return 0
@@ -426,7 +483,7 @@ def main(argv=None) -> int:
         impls.append(DlvmEqUpdateInside(params, x, y, ours.target))
     except Exception as e:  # noqa: BLE001 - the variant is extra; the main row stands
         notes.append(f"dlvm_eq, SGD inside the jit: failed ({str(e).strip().splitlines()[0][:300]})")
-    impls += peers(params, x, y, notes, args.skip)
+    impls += peers(params, x, y, notes, args.skip, ours.target)
 
     ref = reference(params, x, y)
     checked = []
@@ -478,9 +535,10 @@ def main(argv=None) -> int:
 
     if args.update:
         command = "python benchmarks/mlp_step.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        update_section(args.update, SECTION, section_text(command.strip(), table, compile_info,
+        heading = section_heading(ours.target)
+        update_section(args.update, heading, section_text(command.strip(), table, compile_info,
                                                           verdicts, notes, ours, load))
-        print(f"wrote {SECTION!r} in {args.update}")
+        print(f"wrote {heading!r} in {args.update}")
     return 0
 
 
@@ -544,11 +602,16 @@ def targets(timings: dict, ours: str, compile_info: dict | None) -> list[str]:
     return out
 
 
+def section_heading(target: str) -> str:
+    """The BENCHMARKS.md section a run writes: one per target, so a GPU run keeps the CPU one."""
+    return SECTION if target == "cpu" else f"{SECTION} ({target})"
+
+
 def section_text(command, table, compile_info, verdicts, notes, ours, load) -> str:
     env = ("OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were unset for the run (the script restarts "
            "itself without them)" if UNSET else "OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were not set")
     parts = [
-        SECTION, "",
+        section_heading(ours.target), "",
         f"Command: `{command}`  ",
         f"Machine: {machine_line()}; measured {datetime.date.today().isoformat()}, load average "
         f"{load:.2f} before the run. {env}.", "",

@@ -46,10 +46,16 @@ def _device(a) -> DeviceArray:
 
 
 def asarray(a, dtype=None):
-    return _device(np.asarray(a, dtype=dtype))
+    """A device array: host data is copied over (as CuPy transfers it); a device array of the
+    right dtype is returned as it is."""
+    if isinstance(a, DeviceArray) and (dtype is None or a.dtype == np.dtype(dtype)):
+        return a
+    return _device(np.array(a, dtype=dtype))
 
 
 def ascontiguousarray(a, dtype=None):
+    if not isinstance(a, DeviceArray):
+        a = asarray(a, dtype)
     return _device(np.ascontiguousarray(a, dtype=dtype))
 
 
@@ -189,7 +195,7 @@ class Device:
 def _build_cuda():
     cuda = types.SimpleNamespace()
     cuda.Device = Device
-    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, deviceSynchronize=lambda: None)
     cuda.function = types.SimpleNamespace(Module=Module)
     return cuda
 
