@@ -190,25 +190,37 @@ def test_row_kernels_for_short_rows_on_the_emulated_gpu(cp, shape):
     np.testing.assert_allclose(_host(n), want, rtol=1e-4, atol=1e-5)
 
 
-def test_mlp_step_benchmark_runs_its_gpu_path_on_the_stand_in(tmp_path):
-    """`benchmarks/mlp_step.py --target gpu` (what scripts/gpu-check runs on a device) keeps its
-    arrays on the device, checks every implementation and times it: run here with the
-    stand-in as `cupy` (the figures mean nothing; the path and the checks do)."""
+def _run_with_stand_in(tmp_path, args):
+    """Run a Python command line with the stand-in importable as `cupy`."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     tests = Path(__file__).resolve().parent
-    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy").mkdir(exist_ok=True)
     (tmp_path / "cupy" / "__init__.py").write_text("from fake_cupy import *  # noqa: F401,F403\n")
     path = os.pathsep.join([str(tmp_path), str(tests), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path, DLVM_EQ_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, str(tests.parent / "benchmarks" / "mlp_step.py"), "--target", "gpu",
-                        "--rounds", "1", "--steps", "2", "--warmup", "0", "--compile-repeats", "0"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=tests.parent)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_demo_trains_on_the_gpu_target_with_the_stand_in(tmp_path):
+    out = _run_with_stand_in(tmp_path, ["-c", "import sys; from dlvm_eq.cli import main; "
+                                        "sys.exit(main(['demo', '--target', 'gpu', '--epochs', '2']))"])
+    assert "compiled @loss for gpu" in out and "test accuracy:" in out
+
+
+def test_mlp_step_benchmark_runs_its_gpu_path_on_the_stand_in(tmp_path):
+    """`benchmarks/mlp_step.py --target gpu` (what scripts/gpu-check runs on a device) keeps its
+    arrays on the device, checks every implementation and times it: run here with the
+    stand-in as `cupy` (the figures mean nothing; the path and the checks do)."""
+    out = _run_with_stand_in(tmp_path, ["benchmarks/mlp_step.py", "--target", "gpu", "--rounds", "1",
+                                        "--steps", "2", "--warmup", "0", "--compile-repeats", "0"])
     for name in ("dlvm_eq (gpu)", "CuPy hand-written"):
-        assert f"check {name}: loss, gradients and SGD step agree" in r.stdout, r.stdout[-3000:]
-    assert "check dlvm_eq, SGD inside the jit (gpu): loss and SGD step agree" in r.stdout
-    assert "| CuPy: the 5 matmuls alone |" in r.stdout
+        assert f"check {name}: loss, gradients and SGD step agree" in out, out[-3000:]
+    assert "check dlvm_eq, SGD inside the jit (gpu): loss and SGD step agree" in out
+    assert "| CuPy: the 5 matmuls alone |" in out
