@@ -27,7 +27,8 @@ from ..errors import DlvmError
 from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
 from .layout import group_size
 from .kernel import KernelSpec
-from .plan import CONST, OUTPUT, TEMP, BlasStep, ConcatStep, CopyStep, KernelStep, Plan, RowStep
+from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
+                   RowStep)
 from .rowwise import compile_rows
 from .views import apply_chain
 
@@ -123,7 +124,9 @@ class CpuProgram:
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, _NP[plan.slots[s].dtype]) for s in plan.params]
         self._outputs = [(s.index, _Outputs(s.shape, _NP[s.dtype])) for s in plan.slots if s.role == OUTPUT]
-        self._clear = [s for s in plan.params] + [i for i, _ in self._outputs]
+        # cleared after a call: nothing keeps a caller's array or a handed-out output alive
+        self._clear = [s for s in plan.params] + [i for i, _ in self._outputs] + \
+            [s.index for s in plan.slots if s.role == ALIAS]
         self._runs = [self._step(s) for s in plan.steps]
         self._results = [(r.slot, _view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
@@ -145,6 +148,9 @@ class CpuProgram:
         return env
 
     def _step(self, step):
+        if isinstance(step, AliasStep):
+            src, out, off = step.src, step.out, step.offset
+            return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
         if isinstance(step, RowStep):
             run = self.kernels[id(step)].run
             ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
@@ -230,6 +236,9 @@ class GpuProgram:
 
     def _step(self, step):
         cp = self.cp
+        if isinstance(step, AliasStep):
+            src, out, off = step.src, step.out, step.offset
+            return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
         if isinstance(step, RowStep):
             run = self.kernels[id(step)].run
             ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)

@@ -17,7 +17,8 @@ The rules, in the order they apply:
 - Materialized values of the same iteration space form one multi-output kernel when that does
   not create a cycle; a value read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
-  passed as views; `concatenate`, `slice` and copies of views go through numpy/CuPy.
+  passed as views; `concatenate` and copies of views go through numpy/CuPy; a `slice` is read
+  in place (an alias of its operand's memory from its first element, plan.AliasStep).
 - A map and the reductions over trailing axes it reads become one row kernel (`rowfusion.py`:
   softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
@@ -42,7 +43,7 @@ from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, S
 from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
-from .plan import (CONST, OUTPUT, PARAM, TEMP, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
+from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
                    PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
 from .rowwise import loads, rebuild
@@ -275,14 +276,18 @@ class _Planner(RowFusion):
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
             return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "slice":   # a copy out of the operand's buffer (kernels have no base offset)
+        if kind == "slice":   # read in place: an alias of the operand's memory from the first element
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             a = inst.attrs
-            link = ("slice", (a["axis"], a["lo"], a["hi"]))
-            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            view = View(src.slot, tuple(t.shape), tuple(src.strides), tuple(src.chain) + (link,))
-            self.steps.append(CopyStep(view, out, name, order))
-            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+            offset = a["lo"] * src.strides[a["axis"]]
+            if offset == 0:       # starts where the operand does: its slot, fewer elements
+                link = ("slice", (a["axis"], a["lo"], a["hi"]))
+                return _Mat(src.slot, tuple(t.shape), str(t.dtype), tuple(src.strides), src.chain + (link,))
+            size = math.prod(self.slots[src.slot].shape)
+            alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
+            self.steps.append(AliasStep(src.slot, alias, offset, name, order))
+            strides = tuple(src.strides)
+            return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)

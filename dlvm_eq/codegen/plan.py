@@ -25,7 +25,7 @@ from ..errors import DlvmError
 from .kernel import KernelSpec, ReduceSpec
 from .views import chain_text
 
-PARAM, OUTPUT, TEMP, CONST = "param", "output", "temp", "const"
+PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"
 
 
 class PlanError(DlvmError):
@@ -37,7 +37,7 @@ class Slot:
     index: int
     shape: tuple[int, ...]
     dtype: str                     # 'f32', 'f64', 'i32', 'bool'
-    role: str                      # PARAM, OUTPUT, TEMP, CONST
+    role: str                      # PARAM, OUTPUT, TEMP, CONST, ALIAS (another slot's memory)
     name: str = ""                 # IR value it holds (for printing)
 
     @property
@@ -45,7 +45,7 @@ class Slot:
         return math.prod(self.shape) * np.dtype(_NP[self.dtype]).itemsize
 
     def label(self) -> str:
-        tag = {PARAM: "%", OUTPUT: "out", TEMP: "t", CONST: "c"}[self.role]
+        tag = {PARAM: "%", OUTPUT: "out", TEMP: "t", CONST: "c", ALIAS: "v"}[self.role]
         return f"%{self.name}" if self.role == PARAM else f"{tag}{self.index}"
 
 
@@ -156,7 +156,22 @@ class CopyStep:
         return f"copy: {self.src.text(slots)} -> {slots[self.out].label()}    [%{self.value}]"
 
 
-Step = Union[KernelStep, RowStep, BlasStep, ConcatStep, CopyStep]
+@dataclass
+class AliasStep:
+    """out = src's memory from element `offset` on, as a flat array (no copy): a slice read in
+    place. Kernels read it with the slice's strides; numpy and CuPy through an as_strided view.
+    The source stays live as long as the alias is read (schedule.arena)."""
+    src: int
+    out: int
+    offset: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return f"alias: {slots[self.src].label()}[{self.offset}:] -> {slots[self.out].label()}    [%{self.value}]"
+
+
+Step = Union[KernelStep, RowStep, BlasStep, ConcatStep, CopyStep, AliasStep]
 
 
 def step_inputs(step: Step) -> tuple[int, ...]:
@@ -166,6 +181,8 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return (step.a.slot, step.b.slot)
     if isinstance(step, ConcatStep):
         return tuple(p.slot for p in step.parts)
+    if isinstance(step, AliasStep):
+        return (step.src,)
     return (step.src.slot,)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from .plan import BlasStep, PlanError, Slot, TEMP, step_inputs, step_outputs
+from .plan import AliasStep, BlasStep, PlanError, Slot, TEMP, step_inputs, step_outputs
 
 ALIGN = 64   # every temporary starts on a cache line
 
@@ -92,11 +92,18 @@ def schedule(nodes: list[Node]) -> list[Node]:
 def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
     """Byte offsets of the temporaries in one arena: a temporary's bytes are reused once its
     last reader has run (outputs of a step never overlap its inputs)."""
+    source = {st.out: st.src for st in steps if isinstance(st, AliasStep)}
+
+    def root(s: int) -> int:           # reading an alias reads the slot it aliases
+        while s in source:
+            s = source[s]
+        return s
+
     last: dict[int, int] = {}
     first: dict[int, int] = {}
     for i, step in enumerate(steps):
         for s in step_inputs(step):
-            last[s] = i
+            last[root(s)] = i
         for s in step_outputs(step):
             first.setdefault(s, i)
     free: list[tuple[int, int]] = []   # (offset, size), sorted by offset
@@ -140,7 +147,7 @@ def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
         for s in step_outputs(step):
             if slots[s].role == TEMP and first[s] == i:
                 offsets[s] = alloc(rounded(slots[s]))
-        for s in set(step_inputs(step)) | set(step_outputs(step)):
+        for s in {root(x) for x in step_inputs(step) + step_outputs(step)}:
             if slots[s].role == TEMP and s in offsets and last.get(s, first.get(s)) == i:
                 release(offsets[s], rounded(slots[s]))
     return offsets, end

@@ -1,6 +1,7 @@
 """Strided views: how layout ops (transpose, broadcast, shape casts) turn into element strides
 that a kernel's `Load` follows, and into the numpy/CuPy view calls that BLAS and copies use.
-A slice is a chain link only (kernels have no base offset): a copy step applies it.
+A slice is read in place: an alias slot starts at its first element (plan.AliasStep), kernels
+read it with the operand's strides, numpy/CuPy through a ("strided", (shape, strides)) link.
 
 A view of a C-contiguous buffer is (shape, element strides); every layout op maps one view to
 another without moving data, except a shape cast of a non-contiguous view, which may need a
@@ -104,6 +105,9 @@ def apply_chain(a, chain, xp):
             a = xp.broadcast_to(a, arg)
         elif op == "slice":   # (axis, lo, hi): a basic index, a view on numpy and CuPy
             a = a[slice_index(a.ndim, arg)]
+        elif op == "strided":  # (shape, element strides) over a flat alias (a slice in place)
+            shape, strides = arg
+            a = xp.lib.stride_tricks.as_strided(a, tuple(shape), tuple(s * a.itemsize for s in strides))
         else:  # pragma: no cover - chains are built by the planner only
             raise ValueError(f"unknown view op {op!r}")
     return a
@@ -124,6 +128,8 @@ def chain_text(chain) -> str:
             parts.append(f".reshape{tuple(arg)}")
         elif op == "slice":
             parts.append("[" + ", ".join([":"] * arg[0] + [f"{arg[1]}:{arg[2]}"]) + "]")
+        elif op == "strided":
+            parts.append(f"[strided {tuple(arg[1])}]")
         else:
             parts.append(f".broadcast{tuple(arg)}")
     return "".join(parts)
