@@ -63,6 +63,20 @@ def _single_chunk(k) -> tuple | None:
     return (0, n_out, 0, n_red) if n_out * n_red < MIN_PARALLEL_WORK else None
 
 
+def _alias_run(step: AliasStep):
+    """The step as a closure on the slot list: the source's memory from `offset` on, flat
+    (a view on numpy and CuPy alike; sources are C-contiguous)."""
+    src, out, off = step.src, step.out, step.offset
+    return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
+
+
+def _row_run(kernel, step: RowStep):
+    """A row kernel (CPU RowKernel or GpuRowKernel: the same `run`) as a closure on the slot list."""
+    run = kernel.run
+    ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
+    return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
+
+
 def _argument_error(plan: Plan, i: int, a, shape, dtype) -> DlvmError:
     got = getattr(a, "shape", None)
     return DlvmError(f"@{plan.name}: argument {i} has shape {got}, expected {shape} ({dtype})")
@@ -149,12 +163,9 @@ class CpuProgram:
 
     def _step(self, step):
         if isinstance(step, AliasStep):
-            src, out, off = step.src, step.out, step.offset
-            return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
+            return _alias_run(step)
         if isinstance(step, RowStep):
-            run = self.kernels[id(step)].run
-            ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
-            return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
+            return _row_run(self.kernels[id(step)], step)
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)
@@ -237,12 +248,9 @@ class GpuProgram:
     def _step(self, step):
         cp = self.cp
         if isinstance(step, AliasStep):
-            src, out, off = step.src, step.out, step.offset
-            return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
+            return _alias_run(step)
         if isinstance(step, RowStep):
-            run = self.kernels[id(step)].run
-            ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
-            return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
+            return _row_run(self.kernels[id(step)], step)
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)

@@ -93,10 +93,11 @@ def ptx_for(spec, arch: str, disk: DiskCache | None = None) -> PtxKernel:
     return kp
 
 
-class GpuKernel:
-    """A kernel loaded on the current CUDA device."""
+class _Loaded:
+    """A spec's PTX loaded on the current CUDA device: the function, its integer width, the
+    device's SM count (grid sizes)."""
 
-    def __init__(self, spec: KernelSpec | ReduceSpec):
+    def __init__(self, spec):
         cp = self.cp = cupy_module()
         dev = cp.cuda.Device()
         self.spec = spec
@@ -104,8 +105,15 @@ class GpuKernel:
         self.ptx = ptx_for(spec, self.arch)
         self._module, self._fn = _function(cp, self.ptx, self.arch, dev.id)
         self.int_t = np.int32 if self.ptx.index_bits == 32 else np.int64
-        self._tail = [self.int_t(v) for v in self.ptx.int_args()]
         self._sms = dev.attributes.get("MultiProcessorCount", 80)
+
+
+class GpuKernel(_Loaded):
+    """A kernel loaded on the current CUDA device."""
+
+    def __init__(self, spec: KernelSpec | ReduceSpec):
+        super().__init__(spec)
+        self._tail = [self.int_t(v) for v in self.ptx.int_args()]
         self._in_dtypes = [DTYPES[d] for d in spec.input_dtypes]
         self._in_sizes = [inp.min_size(spec.shape) for inp in spec.inputs]
         if isinstance(spec, KernelSpec):
@@ -180,20 +188,13 @@ def _function(cp, kp: PtxKernel, arch: str, device: int):
 ROW_BLOCK = 128     # threads per block of a row kernel (one row per thread)
 
 
-class GpuRowKernel:
+class GpuRowKernel(_Loaded):
     """A row kernel (rowwise.RowSpec) on the current CUDA device: one thread per row.
     `run(ins, outs, reds)` on C-contiguous device arrays, as the CPU RowKernel."""
 
     def __init__(self, spec: RowSpec):
-        cp = self.cp = cupy_module()
-        dev = cp.cuda.Device()
-        self.spec = spec
-        self.arch = arch_for(dev.compute_capability)
-        self.ptx = ptx_for(spec, self.arch)
-        self._module, self._fn = _function(cp, self.ptx, self.arch, dev.id)
-        self.int_t = np.int32 if self.ptx.index_bits == 32 else np.int64
+        super().__init__(spec)
         self._tail = [self.int_t(v) for v in row_int_args(spec)]
-        self._sms = dev.attributes.get("MultiProcessorCount", 80)
 
     def run(self, ins, outs, reds, stream=None) -> None:
         rows = self.spec.rows
