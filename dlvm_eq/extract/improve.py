@@ -133,18 +133,21 @@ class _Search:
                 delta -= costs[choice[k]]
                 release.extend(kids[choice[k]])
         choice[c] = alt
-        trail.append(-(1 << 62) - old)       # marks the choice to restore
         return delta, trail, fresh
 
-    def undo(self, trail: list[int], c: int | None = None) -> None:
+    def undo(self, trail: list[int]) -> None:
+        """Undo a trail's reference counts (k: a count raised, ~k: a count lowered)."""
         refs = self.refs
         for k in reversed(trail):
-            if k <= -(1 << 62):
-                self.choice[c] = -(1 << 62) - k
-            elif k >= 0:
+            if k >= 0:
                 refs[k] -= 1
             else:
                 refs[~k] += 1
+
+    def revert(self, c: int, old: int, trail: list[int]) -> None:
+        """Undo `switch(c, ...)`: class c's e-node back to `old`."""
+        self.undo(trail)
+        self.choice[c] = old
 
     def pays(self, delta: float, c: int) -> bool:
         return delta < -1e-12 * max(1.0, abs(self.costs[self.choice[c]]))
@@ -166,7 +169,8 @@ def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list
             if time.perf_counter() > deadline:
                 break
             for alt in class_nodes[c]:
-                if alt == choice[c] or not math.isfinite(costs[alt]) or s.refs[c] <= 0:
+                old = choice[c]
+                if alt == old or not math.isfinite(costs[alt]) or s.refs[c] <= 0:
                     continue
                 try:
                     delta, trail, fresh = s.switch(c, alt)
@@ -176,7 +180,7 @@ def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list
                     improved = True
                     s.reindex()
                 else:
-                    s.undo(trail, c)
+                    s.revert(c, old, trail)
         if not improved or time.perf_counter() > deadline:
             break
     for c in range(graph.num_classes):      # classes no longer reached keep no choice
@@ -197,13 +201,14 @@ def _pair(s: _Search, c: int, delta: float, fresh: list[int], parents, node_clas
             tries += 1
             if tries > MAX_PAIR_TRIES:
                 return False
+            old = s.choice[d]
             try:
                 delta2, trail2, _ = s.switch(d, p, exact=True)
             except _Cycle:
                 continue
             if s.pays(delta + delta2, c):
                 return True
-            s.undo(trail2, d)
+            s.revert(d, old, trail2)
     return False
 
 
