@@ -96,6 +96,21 @@ class Device:
         return out
 
 
+class OnDevice(Implementation):
+    """An implementation whose parameters `self.p` and data live on `self.dev`."""
+
+    def place(self, target: str, params, x, y) -> None:
+        self.dev = Device(target)
+        self.p = [self.dev.put(p) for p in params]
+        self.x, self.y = self.dev.put(x), self.dev.put(y)
+
+    def sync(self, out):
+        return self.dev.sync(out)
+
+    def params(self):
+        return [self.dev.get(p) for p in self.p]
+
+
 # ---------------------------------------------------------------- dlvm_eq
 
 def dlvm_value_and_grad(target: str, args):
@@ -123,16 +138,14 @@ def pick_target(wanted: str, args) -> tuple[str, object, str]:
                 f"target {wanted!r} failed ({reason}); ran on 'interp'")
 
 
-class DlvmEq(Implementation):
+class DlvmEq(OnDevice):
     def __init__(self, params, x, y, target: str):
         from dlvm_eq.models import mlp
         self.sgd = mlp.sgd
         t0 = time.perf_counter()
         self.target, self.fn, self.detail = pick_target(target, (*params, x, y))
         self.compile_s = time.perf_counter() - t0
-        self.dev = Device(self.target)
-        self.p = [self.dev.put(p) for p in params]
-        self.x, self.y = self.dev.put(x), self.dev.put(y)
+        self.place(self.target, params, x, y)
         self.name = BASELINE if self.target == "cpu" else f"{BASELINE} ({self.target})"
         self.note = f"jit(value_and_grad) + mlp.sgd, target {self.target}"
         report = self.fn.report(*self.p, self.x, self.y) if hasattr(self.fn, "report") else None
@@ -147,14 +160,8 @@ class DlvmEq(Implementation):
         self.sgd(self.p, grads, LR)
         return value
 
-    def sync(self, out):
-        return self.dev.sync(out)
 
-    def params(self):
-        return [self.dev.get(p) for p in self.p]
-
-
-class DlvmEqUpdateInside(Implementation):
+class DlvmEqUpdateInside(OnDevice):
     """The JAX way of writing it: the SGD update inside the jitted function."""
 
     def __init__(self, params, x, y, target: str):
@@ -167,9 +174,7 @@ class DlvmEqUpdateInside(Implementation):
             value, grads = vg(w1, b1, w2, b2, x, onehot)
             return value, [p - LR * g for p, g in zip((w1, b1, w2, b2), grads)]
 
-        self.dev = Device(target)
-        self.p = [self.dev.put(p) for p in params]
-        self.x, self.y = self.dev.put(x), self.dev.put(y)
+        self.place(target, params, x, y)
         self.fn = dq.jit(train_step, target=target)
         self.fn(*self.p, self.x, self.y)
         self.name = f"{BASELINE}, SGD inside the jit" + ("" if target == "cpu" else f" ({target})")
@@ -181,24 +186,17 @@ class DlvmEqUpdateInside(Implementation):
         value, self.p = self.fn(*self.p, self.x, self.y)
         return value
 
-    def sync(self, out):
-        return self.dev.sync(out)
 
-    def params(self):
-        return [self.dev.get(p) for p in self.p]
-
-
-class NumpyHandWritten(Implementation):
+class NumpyHandWritten(OnDevice):
     """The hand-written step; on the gpu target the same code on CuPy arrays (numpy's
     functions dispatch to CuPy), the step a CuPy user would write."""
 
     def __init__(self, params, x, y, target: str = "cpu"):
         from dlvm_eq.models import mlp
-        self.dev = Device(target)
+        self.place(target, params, x, y)
+        self.mlp = mlp
         self.name = "CuPy hand-written" if self.dev.gpu else "numpy hand-written"
         self.note = "mlp.numpy_value_and_grad + mlp.sgd" + (" on CuPy arrays" if self.dev.gpu else "")
-        self.p = [self.dev.put(p) for p in params]
-        self.x, self.y, self.mlp = self.dev.put(x), self.dev.put(y), mlp
 
     def value_and_grad(self):
         value, grads = self.mlp.numpy_value_and_grad(*self.p, self.x, self.y)
@@ -208,12 +206,6 @@ class NumpyHandWritten(Implementation):
         value, grads = self.mlp.numpy_value_and_grad(*self.p, self.x, self.y)
         self.mlp.sgd(self.p, grads, LR)
         return value
-
-    def sync(self, out):
-        return self.dev.sync(out)
-
-    def params(self):
-        return [self.dev.get(p) for p in self.p]
 
 
 class MatmulsOnly(Implementation):
