@@ -29,7 +29,7 @@ from .kernel import KernelSpec, ReduceSpec
 from .layout import LoopLayout, spec_layout
 from .loops import counted_loop, decompose, entry_alloca, strided_range
 from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
-from .rowwise import RowSpec, _identity
+from .rowwise import RowSpec, reduce_identity
 
 TRIPLE = "nvptx64-nvidia-cuda"
 GLOBAL = ir.PointerType(addrspace=1)
@@ -227,7 +227,7 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
 
         for k, (body, op, init) in enumerate(spec.reductions):
             dt = dtypes[n_in + k]
-            ident = init_constant(_identity(op, dt), dt)
+            ident = init_constant(reduce_identity(op, dt), dt)
             acc = entry_alloca(b, ident.type, f"acc{k}")
             b.store(ident, acc)
 
@@ -236,7 +236,7 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
                 b.store(combine(e, op, b.load(acc, typ=ident.type), v, dt), acc)
             counted_loop(b, zero, cols, step, f"red{k}")
             v = b.load(acc, typ=ident.type)
-            if init != _identity(op, dt):       # the loop folds from the identity
+            if init != reduce_identity(op, dt):       # the loop folds from the identity
                 v = combine(e, op, v, init_constant(init, dt), dt)
             _store(e, reds[k], r, v, dt)
             accs.append(v)

@@ -111,7 +111,7 @@ def _typed(v, dt: str):
     return float(v)
 
 
-def _identity(op: str, dt: str):
+def reduce_identity(op: str, dt: str):
     return _typed(REDUCE_INIT[op], dt)
 
 
@@ -228,7 +228,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
 
         def reduce(k, body, op, init, keep):
             dt = dtypes[n_in + k]
-            ident = init_constant(_identity(op, dt), dt)
+            ident = init_constant(reduce_identity(op, dt), dt)
             acc = entry_alloca(b, ident.type, f"acc{k}")
             b.store(ident, acc)
             roots = [body] + (list(keep) if keep else [])
@@ -240,7 +240,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
                     b.store(to_storage(e, v, sdt), b.gep(slot, [j], inbounds=True, source_etype=storage_type(sdt)))
             counted_loop(b, i64(0), cols, step, f"red{k}")
             v = b.load(acc, typ=ident.type)
-            if init != _identity(op, dt):
+            if init != reduce_identity(op, dt):
                 v = combine(e, op, v, init_constant(init, dt), dt)
             b.store(to_storage(e, v, dt), b.gep(reds[k], [r], inbounds=True, source_etype=storage_type(dt)))
             return v
