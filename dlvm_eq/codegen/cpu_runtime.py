@@ -346,15 +346,44 @@ def thread_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def _native():
+    """The native worker pool, unless DLVM_EQ_NATIVE_POOL=0 (then Python threads are used)."""
+    if os.environ.get("DLVM_EQ_NATIVE_POOL", "1") == "0":
+        return None
+    from .native_pool import native_pool
+    return native_pool()
+
+
 def _run_chunks(fn, chunks: list[tuple], threads: int) -> None:
     """Run fn(*args) for every args in `chunks` on up to `threads` threads, the caller's
-    included. Chunks are taken from a shared iterator (next() is atomic under the GIL), so a
-    thread that the OS descheduled does not hold up the others: there are more chunks than
-    threads."""
+    included. Chunks are taken from a shared counter, so a thread that the OS descheduled does
+    not hold up the others: there are more chunks than threads. The native pool's workers
+    are used where available (they wake in well under a microsecond; Python's in 15-60 us)."""
     if len(chunks) == 1 or threads == 1:
         for args in chunks:
             fn(*args)
         return
+    pool = _native()
+    if pool is not None and len(chunks[0]) <= pool.max_args:
+        pool.run(ctypes.cast(fn, ctypes.c_void_p).value, chunks, threads)
+        return
+    _run_python(fn, chunks, threads)
+
+
+def _run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) -> None:
+    """_run_chunks for calls fn(lo, hi, *tail), the kernels' usual shape."""
+    if len(ranges) == 1 or threads == 1:
+        for lo, hi in ranges:
+            fn(lo, hi, *tail)
+        return
+    pool = _native()
+    if pool is not None and 2 + len(tail) <= pool.max_args:
+        pool.run_ranges(ctypes.cast(fn, ctypes.c_void_p).value, ranges, tail, threads)
+        return
+    _run_python(fn, [(lo, hi, *tail) for lo, hi in ranges], threads)
+
+
+def _run_python(fn, chunks: list[tuple], threads: int) -> None:
     todo = iter(chunks)
 
     def work():
@@ -453,7 +482,7 @@ class CpuKernel:
             self._fn(0, n, *ptrs)  # the common small case: no splitting at all
             return
         parts = min(CHUNKS_PER_THREAD * self.threads, n // MIN_PARALLEL_WORK)
-        _run_chunks(self._fn, [(lo, hi, *ptrs) for lo, hi in _split(n, parts)], self.threads)
+        _run_ranges(self._fn, _split(n, parts), ptrs, self.threads)
 
     def _run_reduce(self, ins, out):
         spec, lay = self.spec, self.ir.layout
@@ -467,9 +496,8 @@ class CpuKernel:
         in_ptrs = [data_ptr(a) for a in ins]
         parts = max(1, min(CHUNKS_PER_THREAD * self.threads, (n_out * n_red) // MIN_PARALLEL_WORK))
         if parts == 1 or n_out >= 4 * parts:  # split the outputs
-            chunks = [(lo, hi, 0, n_red, data_ptr(out), *in_ptrs, self._dims_ptr)
-                      for lo, hi in _split(n_out, parts, 1 if n_out < ALIGN * parts else ALIGN)]
-            _run_chunks(self._fn, chunks, self.threads)
+            _run_ranges(self._fn, _split(n_out, parts, 1 if n_out < ALIGN * parts else ALIGN),
+                        (0, n_red, data_ptr(out), *in_ptrs, self._dims_ptr), self.threads)
             self._apply_init(out)
             return
         # Few outputs, long reductions: each thread reduces a slice into its own partial row.

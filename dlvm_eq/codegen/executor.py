@@ -38,6 +38,14 @@ _NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype
 KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
 
+def _gemm_sized(out_shape, step) -> bool:
+    """Whether a matmul is large enough for our GEMM (gemm_runtime.GEMM_MIN_MACS)."""
+    from .gemm_runtime import ENABLED, GEMM_MIN_MACS
+    if not ENABLED or len(out_shape) != 2 or len(step.a.shape) != 2:
+        return False
+    return math.prod(out_shape) * step.a.shape[1] >= GEMM_MIN_MACS
+
+
 def _view_fn(chain, xp):
     """A function applying a view chain to an array (identity for an empty chain)."""
     if not chain:
@@ -183,11 +191,21 @@ class CpuProgram:
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
             matmul = np.matmul
-            if fa is None and fb is None:
-                return lambda env: matmul(env[a], env[b], out=env[o])
+            if not _gemm_sized(self.plan.slots[o].shape, step):
+                if fa is None and fb is None:
+                    return lambda env: matmul(env[a], env[b], out=env[o])
+                fa = fa or (lambda x: x)
+                fb = fb or (lambda x: x)
+                return lambda env: matmul(fa(env[a]), fb(env[b]), out=env[o])
+            from .gemm_runtime import matmul as gemm
             fa = fa or (lambda x: x)
             fb = fb or (lambda x: x)
-            return lambda env: matmul(fa(env[a]), fb(env[b]), out=env[o])
+
+            def run_matmul(env):   # our GEMM where the operands' layouts allow, else BLAS
+                x, y, out = fa(env[a]), fb(env[b]), env[o]
+                if not gemm(x, y, out):
+                    matmul(x, y, out=out)
+            return run_matmul
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out

@@ -206,10 +206,16 @@ def cpu_ir(spec) -> CpuIR:
     tm = target_machine()
     layout = spec_layout(spec)
     args = dict(layout=layout, triple=tm.triple, datalayout=str(tm.target_data))
-    draft = str(build_module(spec, _PLACEHOLDER, **args))
-    symbol = "dq_" + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    text = draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"')
+    text, symbol = symbol_for(lambda sym: str(build_module(spec, sym, **args)))
     return CpuIR(text, symbol, layout, "map" if isinstance(spec, KernelSpec) else "reduce")
+
+
+def symbol_for(build) -> tuple[str, str]:
+    """(IR text, symbol) for `build(symbol) -> IR text`, the symbol being a hash of the IR, so
+    that equal kernels coincide."""
+    draft = build(_PLACEHOLDER)
+    symbol = "dq_" + hashlib.sha256(draft.encode()).hexdigest()[:20]
+    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol
 
 
 # ------------------------------------------------------------------ LLVM: target and passes

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from .cpu_runtime import (CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, _JIT, _run_chunks, _split,
+from .cpu_runtime import (CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, _JIT, _run_ranges, _split,
                           aligned_empty, data_ptr, usable_cpus)
 from .kernel import (DTYPES, REDUCE_INIT, REDUCE_OPS, Binary, Cast, Const, Expr, KernelError,
                      KernelInput, Load, Select, Unary, _wrap, children, dtype_of, op_name,
@@ -334,7 +334,7 @@ class RowKernel:
         if len(self._chunks) == 1:
             self._fn(0, self.spec.rows, *ptrs)
             return
-        _run_chunks(self._fn, [(lo, hi, *ptrs) for lo, hi in self._chunks], self.threads)
+        _run_ranges(self._fn, self._chunks, ptrs, self.threads)
 
     def __call__(self, *inputs):
         spec = self.spec

@@ -1,0 +1,221 @@
+"""Our GEMM (codegen/gemm.py, gemm_runtime.py) against float64 numpy: random shapes around the
+micro-tile and block edges, plain and transposed operands, strided views, accumulation, one
+and several threads; and compiled programs whose matmuls it runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dlvm_eq as dq
+from dlvm_eq.codegen import gemm_runtime
+from dlvm_eq.codegen.gemm import GemmSpec
+from dlvm_eq.codegen.gemm_runtime import CpuGemm, a_order, gemm_for
+
+EPS32 = np.finfo(np.float32).eps
+
+
+def _check(c, a, b, base=None):
+    """|c - a@b| within the float32 summation bound k * eps * (|a| @ |b|) (plus the base)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64 + (0 if base is None else base.astype(np.float64))
+    bound = (a.shape[1] + 2) * EPS32 * (np.abs(a64) @ np.abs(b64) + (0 if base is None else np.abs(base)))
+    err = np.abs(c.astype(np.float64) - ref)
+    assert (err <= bound + 1e-30).all(), f"max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
+
+
+def _operand(rng, rows, cols, transposed, pad):
+    """A rows x cols float32 matrix: C-ordered, or the transpose of a C-ordered one; with `pad`
+    extra columns in the underlying array so that the row stride is not the width."""
+    if transposed:
+        base = rng.standard_normal((cols, rows + pad), dtype=np.float32)
+        return base[:, :rows].T
+    base = rng.standard_normal((rows, cols + pad), dtype=np.float32)
+    return base[:, :cols]
+
+
+dims = st.one_of(st.integers(1, 40), st.sampled_from([11, 12, 13, 31, 32, 33, 143, 144, 145, 255, 256, 257, 300]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=dims, n=dims, k=dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 3]),
+       threads=st.sampled_from([1, 2, 3]), narrow=st.booleans(), seed=st.integers(0, 2**31))
+def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow, seed):
+    """Both micro-tiles (12x32 and the narrow 24x16) on every layout."""
+    rng = np.random.default_rng(seed)
+    a = _operand(rng, m, k, ta, pad)
+    b = _operand(rng, k, n, tb, pad)
+    order = a_order(a)
+    assert order is not None        # a C-ordered matrix or a transpose of one, padded or not
+    g = CpuGemm(order, "rows" if b.strides[1] == 4 else "any", threads=threads, narrow=narrow)
+    out = np.full((m, n), np.nan, np.float32)
+    g(a, b, out)
+    _check(out, a, b)
+
+
+@pytest.mark.parametrize("order", ["rows", "cols"])
+def test_accumulate_adds_to_out(order):
+    rng = np.random.default_rng(1)
+    a = _operand(rng, 70, 300, order == "cols", 0)
+    b = rng.standard_normal((300, 50), dtype=np.float32)
+    base = rng.standard_normal((70, 50), dtype=np.float32)
+    out = base.copy()
+    CpuGemm(order)(a, b, out, accumulate=True)
+    _check(out, a, b, base)
+
+
+def test_the_mlp_products_split_over_threads():
+    """The two big products of the MLP step, as the step runs them (2 threads, split rows)."""
+    rng = np.random.default_rng(2)
+    x = rng.random((256, 784), dtype=np.float32)
+    for a, b in [(x, rng.random((784, 256), dtype=np.float32)), (x.T, rng.random((256, 256), dtype=np.float32))]:
+        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        g = gemm_for(a, b, out)
+        assert g is not None and len(g.blocks(*out.shape, a.shape[1])) == min(2, g.threads)
+        g(a, b, out)
+        _check(out, a, b)
+
+
+def test_empty_and_zero_depth_products():
+    g = CpuGemm("rows")
+    out = np.full((5, 7), np.nan, np.float32)
+    g(np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32), out)
+    assert (out == 0).all()
+    g(np.zeros((0, 3), np.float32), np.zeros((3, 7), np.float32), np.zeros((0, 7), np.float32))
+
+
+def test_non_finite_values_propagate_and_stay_in_place():
+    """inf/nan in a row of A reach only that row of C (the zero padding of edge tiles must not
+    turn a neighbour's inf*0 into a nan in the result)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((13, 40), dtype=np.float32)
+    b = rng.standard_normal((40, 33), dtype=np.float32)
+    a[12, 5] = np.inf
+    out = np.empty((13, 33), np.float32)
+    CpuGemm("rows")(a, b, out)
+    assert np.isfinite(out[:12]).all()
+    assert not np.isfinite(out[12]).any()
+    _check(out[:12], a[:12], b)
+
+
+def test_a_order_names_the_contiguous_direction():
+    x = np.ones((6, 9), np.float32)
+    assert a_order(x) == "rows" and a_order(x.T) == "cols"
+    assert a_order(np.ones((6, 18), np.float32)[:, ::2]) is None
+
+
+def test_gemm_for_declines_what_it_cannot_read():
+    f32 = np.float32
+    big = np.ones((128, 128), f32)
+    out = np.empty((128, 128), f32)
+    assert gemm_for(big, big, out) is not None
+    assert gemm_for(big.astype(np.float64), big, out) is None                    # dtype
+    assert gemm_for(np.ones((4, 4), f32), np.ones((4, 4), f32), np.empty((4, 4), f32)) is None  # tiny
+    strided = np.ones((128, 256), f32)[:, ::2]                                     # no unit stride
+    assert gemm_for(strided, big, out) is None
+    assert gemm_for(big, big, np.empty((128, 256), f32)[:, ::2]) is None             # out strided
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="a_order"):
+        GemmSpec("diagonal")
+    with pytest.raises(ValueError, match="multiple"):
+        GemmSpec(nr=24)
+
+
+def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
+    """A compiled MLP gradient calls our GEMM for its products (counted), and agrees with the
+    float64 interpreter."""
+    from dlvm_eq.models import mlp
+    calls = []
+    real = CpuGemm.__call__
+
+    def counting(self, a, b, out, accumulate=False):
+        calls.append((a.shape, b.shape))
+        return real(self, a, b, out, accumulate)
+    monkeypatch.setattr(CpuGemm, "__call__", counting)
+    rng = np.random.default_rng(4)
+    params = mlp.init_params([784, 256, 10], seed=4)
+    x = rng.random((256, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    f = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
+    loss, grads = f(*params, x, y)
+    assert len(calls) == 5, calls
+    ref_loss, ref_grads = mlp.numpy_value_and_grad(*[p.astype(np.float64) for p in params],
+                                                   x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    for g, r in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-5)
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setattr(gemm_runtime, "ENABLED", False)
+    big = np.ones((128, 128), np.float32)
+    assert gemm_for(big, big, np.empty_like(big)) is None
+
+
+def test_one_row_of_tiles_reads_b_in_place():
+    """At most MR rows and whole NR panels: B is read where it lies (no packing); with a row
+    stride wider than B and two K slices."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((10, 300), dtype=np.float32)
+    b = rng.standard_normal((300, 256 + 7), dtype=np.float32)[:, :256]
+    out = np.empty((10, 256), np.float32)
+    g = CpuGemm("rows")
+    g(a, b, out)
+    _check(out, a, b)
+    launch = next(iter(g._launches.values()))
+    launch.scratch[0][1][:] = np.nan          # packB: a packing pass would overwrite it
+    g(a, b, out)
+    _check(out, a, b)
+    assert np.isnan(launch.scratch[0][1]).all()
+
+
+def test_matmul_computes_narrow_transposed_products_the_other_way_round():
+    """h.T @ dz with 10 columns runs as (dz.T @ h).T; the result is the same product."""
+    rng = np.random.default_rng(6)
+    h = rng.standard_normal((256, 256), dtype=np.float32)
+    dz = rng.standard_normal((256, 10), dtype=np.float32)
+    out = np.empty((256, 10), np.float32)
+    assert gemm_runtime.matmul(h.T, dz, out)
+    _check(out, h.T, dz)
+    assert (256, 10) in gemm_runtime._swap_scratch
+
+
+def test_concurrent_products_from_python_threads():
+    """Launch plans (scratch, argument blocks) are shared per GEMM: calls from several Python
+    threads must not mix them up."""
+    import threading
+    rng = np.random.default_rng(7)
+    pairs = [(rng.standard_normal((256, 300), dtype=np.float32), rng.standard_normal((300, 256), dtype=np.float32))
+             for _ in range(4)]
+    bad = []
+
+    def work(a, b):
+        out = np.empty((256, 256), np.float32)
+        for _ in range(20):
+            assert gemm_runtime.matmul(a, b, out)
+            try:
+                _check(out, a, b)
+            except AssertionError as e:      # pragma: no cover - reported below
+                bad.append(e)
+    threads = [threading.Thread(target=work, args=p) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+def test_python_threads_instead_of_the_native_pool(monkeypatch):
+    from dlvm_eq.codegen import cpu_runtime
+    monkeypatch.setattr(cpu_runtime, "_native", lambda: None)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((300, 200), dtype=np.float32)
+    b = rng.standard_normal((200, 100), dtype=np.float32)
+    out = np.empty((300, 100), np.float32)
+    g = CpuGemm("rows", threads=2)
+    assert len(g.blocks(300, 100, 200)) == 2
+    g(a, b, out)
+    _check(out, a, b)
