@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dlvm_eq as dq
 from dlvm_eq.codegen import compile, set_cache_dir
 from dlvm_eq.ir import BOOL, F32, F64, I32, FunctionBuilder, Module, interpret, tensor
-from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
+from dlvm_eq.ir.ops import BINARY, CAST, COMPARE, DOT, LAYOUT, LOGIC, OPS, REDUCE, SELECT, UNARY
 from ir_programs import GUARDS, random_function, random_inputs
 
 SETTINGS = dict(deadline=None, derandomize=True,
@@ -284,3 +284,33 @@ def test_row_kernel_programs(name, shape):
     f = ROW_PROGRAMS[name]
     _run_both(f, x, rtol=1e-5)
     assert any(isinstance(s, RowStep) for s in dq.jit(f).report(x).plan.steps)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.data())
+def test_random_f32_programs_through_our_gemm_and_epilogues(data):
+    """The same, with every float32 matrix product (however small) through our GEMM, so that
+    random programs reach its edge tiles and the epilogues fused into it."""
+    from dlvm_eq.codegen import gemm_runtime
+    calls = []
+    real = gemm_runtime.CpuGemm.__call__
+
+    def counted(self, a, b, out, accumulate=False, extra=()):
+        calls.append(a.shape)
+        return real(self, a, b, out, accumulate, extra)
+    saved = gemm_runtime.GEMM_MIN_MACS
+    gemm_runtime.GEMM_MIN_MACS = 1
+    gemm_runtime.CpuGemm.__call__ = counted
+    try:
+        n = data.draw(st.integers(1, 24))
+        compiled = _agree(random_function(data.draw, n_ops=n, dtype=F32, kinds=GEMM_KINDS),
+                          rtol=2e-6 * (1 + n / 4))
+    finally:
+        gemm_runtime.GEMM_MIN_MACS = saved
+        gemm_runtime.CpuGemm.__call__ = real
+    products = [b for b in compiled.plan.blas_calls if len(b.a.shape) == 2 and len(b.b.shape) == 2
+                and 0 not in b.a.shape + b.b.shape]
+    assert len(calls) >= len(products) > 0 or not products
+
+
+GEMM_KINDS = (DOT, DOT, UNARY, BINARY, COMPARE, SELECT, REDUCE, LAYOUT, CAST)

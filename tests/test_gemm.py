@@ -131,9 +131,9 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
     calls = []
     real = CpuGemm.__call__
 
-    def counting(self, a, b, out, accumulate=False):
-        calls.append((a.shape, b.shape))
-        return real(self, a, b, out, accumulate)
+    def counting(self, a, b, out, accumulate=False, extra=()):
+        calls.append((a.shape, b.shape, self.spec.epilogue is not None))
+        return real(self, a, b, out, accumulate, extra)
     monkeypatch.setattr(CpuGemm, "__call__", counting)
     rng = np.random.default_rng(4)
     params = mlp.init_params([784, 256, 10], seed=4)
@@ -142,6 +142,8 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
     f = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
     loss, grads = f(*params, x, y)
     assert len(calls) == 5, calls
+    # bias + ReLU after x @ w1 and the ReLU gradient after dz @ w2.T run as GEMM epilogues
+    assert sum(e for *_, e in calls) == 2, calls
     ref_loss, ref_grads = mlp.numpy_value_and_grad(*[p.astype(np.float64) for p in params],
                                                    x.astype(np.float64), y.astype(np.float64))
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
@@ -219,3 +221,103 @@ def test_python_threads_instead_of_the_native_pool(monkeypatch):
     assert len(g.blocks(300, 100, 200)) == 2
     g(a, b, out)
     _check(out, a, b)
+
+
+# ---------------------------------------------------------------- epilogues in compiled programs
+
+_EPILOGUE_OPS = ["bias", "relu", "other", "select", "sigmoid", "exp_tanh", "scale", "mask_out"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=dims, n=dims, k=dims, transposed=st.booleans(),
+       ops=st.lists(st.sampled_from(_EPILOGUE_OPS), min_size=1, max_size=5), seed=st.integers(0, 2**31))
+def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed):
+    """dot then a random elementwise chain (broadcast bias, another matrix, compares, selects,
+    transcendental ops, a bool output): the chain runs as the GEMM's epilogue (every product
+    through our GEMM) and agrees with the float64 interpreter."""
+    from dlvm_eq.codegen import compile
+    from dlvm_eq.codegen.plan import GemmStep
+    from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
+    b = FunctionBuilder("f", [tensor(k, m, F32) if transposed else tensor(m, k, F32), tensor(k, n, F32),
+                              tensor(n, F32), tensor(m, n, F32)])
+    x, w, bias, other = b.params
+    if transposed:
+        x = b.emit("transpose", [x])
+    z = b.emit("dot", [x, w])
+    outs, mask = [], None
+    for op in ops:
+        if op == "bias":
+            z = b.emit("add", [z, bias])
+        elif op == "relu":
+            z = b.emit("relu", [z])
+        elif op == "other":
+            z = b.emit("multiply", [z, other])
+        elif op == "select":
+            mask = b.emit("greaterThan", [z, other])
+            z = b.emit("select", [z, other, mask])
+        elif op == "sigmoid":
+            z = b.emit("sigmoid", [z])
+        elif op == "exp_tanh":
+            z = b.emit("exp", [b.emit("tanh", [z])])
+        elif op == "scale":
+            z = b.emit("multiply", [z, b.const(0.5, F32)])
+        else:
+            mask = b.emit("greaterThan", [z, b.const(0.0, F32)])
+    outs.append(z)
+    if mask is not None:
+        outs.append(mask)
+    fn = b.finish(outs if len(outs) > 1 else z)
+    mod = Module("epi")
+    mod.add(fn)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params]
+    saved = gemm_runtime.GEMM_MIN_MACS
+    gemm_runtime.GEMM_MIN_MACS = 1
+    try:
+        compiled = compile(mod, "f", optimize=False)
+        got = compiled(*args)
+    finally:
+        gemm_runtime.GEMM_MIN_MACS = saved
+    assert any(isinstance(s, GemmStep) for s in compiled.plan.steps), compiled.plan
+    want = interpret(mod, "f", *args, float64=True)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    a64 = np.abs(args[0].astype(np.float64))
+    scale = float((a64.T if transposed else a64).max(initial=0) * np.abs(args[1]).max(initial=0) * k) + 1
+    for g, w_ in zip(got, want):
+        if w_.dtype == bool:
+            # a compare right at its threshold may flip under f32 rounding: allow near-ties only
+            near = np.abs(want[0]) < 1e-5 * scale if w_.shape == want[0].shape else False
+            assert ((g == w_) | near).all()
+        else:
+            err = np.abs(g.astype(np.float64) - w_)
+            assert (err <= 1e-5 * scale + 1e-5 * np.abs(w_)).all(), (err.max(), scale, ops)
+
+
+def _mlp_plans():
+    """The MLP gradient's plans for the cpu and gpu targets."""
+    from dlvm_eq.codegen.fusion import plan_function
+    from dlvm_eq.models import mlp
+    rng = np.random.default_rng(9)
+    params = mlp.init_params([784, 256, 10], seed=9)
+    x = rng.random((256, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    module = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))).lower(*params, x, y)
+    fn = next(iter(module.functions.values()))
+    return plan_function(fn, module, target="cpu"), plan_function(fn, module, target="gpu")
+
+
+def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
+    from dlvm_eq.codegen.plan import GemmStep
+    cpu, gpu = _mlp_plans()
+    fused = [s for s in cpu.steps if isinstance(s, GemmStep)]
+    # bias + ReLU (+ its mask) after x @ w1; the ReLU gradient's select after dz @ w2.T
+    assert [(f.blas.a.text(cpu.slots), f.blas.b.text(cpu.slots)) for f in fused][0] == ("%x", "%w1")
+    assert fused[1].blas.b.text(cpu.slots) == "%w2.T"
+    assert len(fused) == 2
+    assert [f.epilogue.spec.name.split("_", 1)[1] for f in fused] == ["add_relu_greaterThan", "select"]
+    assert "+ epilogue k0_add_relu_greaterThan" in str(cpu)
+    assert not any(isinstance(s, GemmStep) for s in gpu.steps)
+    assert len(cpu.kernels) == 7             # the epilogues count as kernels (of their GEMMs)
+    monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
+    off, _ = _mlp_plans()
+    assert not any(isinstance(s, GemmStep) for s in off.steps)

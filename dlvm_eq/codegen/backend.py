@@ -95,6 +95,11 @@ class CompileReport:
         blas = self.plan.blas_calls
         lines.append(f"  BLAS calls: {len(blas)}" + (" (" + ", ".join(
             f"{b.a.text(self.plan.slots)} @ {b.b.text(self.plan.slots)}" for b in blas) + ")" if blas else ""))
+        epilogues = self.plan.epilogues
+        if epilogues:
+            lines.append("  GEMM epilogues: " + ", ".join(
+                f"{g.epilogue.name} on {g.blas.a.text(self.plan.slots)} @ {g.blas.b.text(self.plan.slots)}"
+                for g in epilogues) + " (run on each tile of the product by our GEMM)")
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items()))
         return "\n".join(lines)

@@ -27,7 +27,7 @@ from ..errors import DlvmError
 from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
 from .layout import group_size
 from .kernel import KernelSpec
-from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
+from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
 from .rowwise import compile_rows
 from .views import apply_chain
@@ -187,6 +187,8 @@ class CpuProgram:
                 return lambda env: run_map([env[s] for s in ins], [env[s] for s in outs])
             run_reduce, o = k._run_reduce, outs[0]
             return lambda env: run_reduce([env[s] for s in ins], env[o])
+        if isinstance(step, GemmStep):
+            return self._gemm_epilogue(step)
         if isinstance(step, BlasStep):
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
@@ -213,6 +215,27 @@ class CpuProgram:
         assert isinstance(step, CopyStep)
         s, f, o = step.src.slot, _view_fn(step.src.chain, np) or (lambda x: x), step.out
         return lambda env: np.copyto(env[o], f(env[s]))
+
+    def _gemm_epilogue(self, step: GemmStep):
+        """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only
+        at run time) do not suit it, the matmul and then the kernel, as unfused."""
+        unfused = [self._step(step.blas), self._step(step.epilogue)]
+        a, b, o = step.blas.a.slot, step.blas.b.slot, step.blas.out
+        fa = _view_fn(step.blas.a.chain, np) or (lambda x: x)
+        fb = _view_fn(step.blas.b.chain, np) or (lambda x: x)
+        spec, c = step.epilogue.spec, step.c_input
+        slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
+        from .gemm_runtime import gemm_for
+
+        def run(env):
+            x, y, out = fa(env[a]), fb(env[b]), env[o]
+            g = gemm_for(x, y, out, spec, c)
+            if g is None:
+                for r in unfused:
+                    r(env)
+                return
+            g(x, y, out, extra=[data_ptr(env[s]) for s in slots])
+        return run
 
     # -- call
     def __call__(self, *args):
@@ -279,6 +302,9 @@ class GpuProgram:
                                      out=[env[s].reshape(spec_shape) if sh != spec_shape else env[s]
                                           for s, sh in zip(outs, shapes)])
             return lambda env: k(*[env[s] for s in ins], out=env[outs[0]])
+        if isinstance(step, GemmStep):      # CPU plans only; here: the two steps in turn
+            runs = [self._step(step.blas), self._step(step.epilogue)]
+            return lambda env: [r(env) for r in runs]
         if isinstance(step, BlasStep):
             a, b, o = step.a.slot, step.b.slot, step.out
             fa = _view_fn(step.a.chain, cp) or (lambda x: x)

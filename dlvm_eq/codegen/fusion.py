@@ -43,8 +43,9 @@ from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, S
 from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
-from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, KernelStep, Plan,
-                   PlanError, RowStep, Slot, View, step_inputs, step_outputs)
+from .epilogue import fuse_epilogues
+from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
+                   Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
 from .rowwise import loads, rebuild
 from .schedule import Node, arena, schedule
@@ -391,13 +392,17 @@ class _Planner(RowFusion):
             nodes.append(Node(set(step_inputs(s)), list(step_outputs(s)), s.order, s))
         if self.rows:
             nodes = self.fuse_rows(nodes)
+        if self.target == "cpu":
+            nodes = fuse_epilogues(nodes, self.slots)
         order = schedule(nodes)
         steps = []
-        for i, node in enumerate(order):
+        n = 0
+        for node in order:
             step = node.payload
-            if isinstance(step, (KernelStep, RowStep)):
-                n = sum(isinstance(s, (KernelStep, RowStep)) for s in steps)
-                step.spec = _renamed(step.spec, f"k{n}_{step.spec.name}")
+            kernel = step.epilogue if isinstance(step, GemmStep) else step
+            if isinstance(kernel, (KernelStep, RowStep)):
+                kernel.spec = _renamed(kernel.spec, f"k{n}_{kernel.spec.name}")
+                n += 1
             steps.append(step)
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
         offsets, arena_bytes = arena(slots, steps)

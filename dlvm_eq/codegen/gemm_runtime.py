@@ -46,23 +46,27 @@ WIDE = dict(mr=12, nr=32, kc=256, mc=144)
 NARROW = dict(mr=24, nr=16, kc=256, mc=144)
 
 
-def _spec(a_order: str, b_order: str, narrow: bool = False):
+def _spec(a_order: str, b_order: str, narrow: bool = False, epilogue=None, epilogue_c: int = 0):
     from .gemm import GemmSpec
-    return GemmSpec(a_order, b_order, **(NARROW if narrow else WIDE))
+    return GemmSpec(a_order, b_order, **(NARROW if narrow else WIDE), epilogue=epilogue,
+                    epilogue_c=epilogue_c)
 
 
 class CpuGemm:
     """out = a @ b for float32 matrices, A read as `a_order` ("rows" or "cols"), B as
-    `b_order` ("rows": columns contiguous, or "any")."""
+    `b_order` ("rows": columns contiguous, or "any"); with `epilogue` (a KernelSpec over out's
+    shape whose input `epilogue_c` is out), that kernel runs on each finished tile: call with
+    `extra` = the kernel's output pointers then its input pointers."""
 
     def __init__(self, a_order: str, b_order: str = "rows", threads: int | None = None,
-                 narrow: bool = False):
-        self.spec = _spec(a_order, b_order, narrow)
+                 narrow: bool = False, epilogue=None, epilogue_c: int = 0):
+        self.spec = _spec(a_order, b_order, narrow, epilogue, epilogue_c)
         self.order = a_order
         self.threads = threads or usable_cpus()
         self.code: KernelCode = _JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
-        self._fn = ctypes.CFUNCTYPE(None, *_ARGS)(self.address)
+        n_extra = len(epilogue.outputs) + len(epilogue.inputs) if epilogue is not None else 0
+        self._fn = ctypes.CFUNCTYPE(None, *_ARGS, *[ctypes.c_void_p] * n_extra)(self.address)
         self._launches: dict[tuple, Callable] = {}
         self._lock = threading.Lock()
 
@@ -85,12 +89,15 @@ class CpuGemm:
             return [(0, m, lo, min(lo + step, n)) for lo in range(0, n, step)]
         return [(0, m, 0, n)]
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool = False):
+    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool = False,
+                 extra: tuple = ()):
         m, k = a.shape
         n = b.shape[1]
         if m == 0 or n == 0:
             return out
         if k == 0:
+            if self.spec.epilogue is not None:
+                raise ValueError("a GEMM with an epilogue needs k >= 1 (the caller runs k = 0 unfused)")
             if not accumulate:
                 out.fill(0)
             return out
@@ -101,7 +108,7 @@ class CpuGemm:
                 if len(self._launches) >= MAX_LAUNCHES:
                     self._launches.clear()
                 launch = self._launches[key] = self._launch(a, b, out, accumulate)
-            launch(data_ptr(a), data_ptr(b), data_ptr(out))
+            launch(data_ptr(a), data_ptr(b), data_ptr(out), extra)
         return out
 
     def _launch(self, a, b, out, accumulate: bool):
@@ -117,20 +124,25 @@ class CpuGemm:
                  b.strides[1] // 4, 0, out.strides[0] // 4, data_ptr(pa), data_ptr(pb), int(accumulate)]
                 for (m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)]
         fn = self._fn
+        n_extra = len(self.spec.epilogue.outputs) + len(self.spec.epilogue.inputs) if self.spec.epilogue else 0
+        for r in rows:
+            r.extend([0] * n_extra)
         if len(rows) == 1:
             args = rows[0]
 
-            def run(pa, pb, po):
+            def run(pa, pb, po, extra):
                 args[5], args[8], args[11] = pa, pb, po
+                args[16:] = extra
                 fn(*args)
             run.scratch = scratch
             return run
         from .cpu_runtime import _native, _run_chunks
         pool = _native()
         if pool is None:
-            def run(pa, pb, po):
+            def run(pa, pb, po, extra):
                 for r in rows:
                     r[5], r[8], r[11] = pa, pb, po
+                    r[16:] = extra
                 _run_chunks(fn, [tuple(r) for r in rows], self.threads)
             run.scratch = scratch
             return run
@@ -138,14 +150,16 @@ class CpuGemm:
         blocks[:, :len(rows[0])] = rows
         address, threads = self.address, self.threads
 
-        def run(pa, pb, po):
+        def run(pa, pb, po, extra):
             blocks[:, 5], blocks[:, 8], blocks[:, 11] = pa, pb, po
+            if n_extra:
+                blocks[:, 16:16 + n_extra] = extra
             pool.run_blocks(address, blocks, threads)
         run.scratch = scratch
         return run
 
 
-_GEMMS: dict[tuple[str, str, bool], CpuGemm] = {}
+_GEMMS: dict[tuple, CpuGemm] = {}
 
 
 def a_order(a: np.ndarray) -> str | None:
@@ -157,23 +171,24 @@ def a_order(a: np.ndarray) -> str | None:
     return None
 
 
-def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
-    """Our GEMM for out = a @ b, or None where numpy's matmul is the better or only choice."""
+def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue=None, epilogue_c: int = 0) -> CpuGemm | None:
+    """Our GEMM for out = a @ b (then `epilogue`, see CpuGemm), or None where numpy's matmul
+    is the better or only choice (the caller then runs the epilogue kernel after it)."""
     if not ENABLED or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
         return None
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return None
     m, k = a.shape
     n = b.shape[1]
-    if m * n * k < GEMM_MIN_MACS:
+    if m * n * k < GEMM_MIN_MACS or (epilogue is not None and k == 0):
         return None
     order = a_order(a)
     if order is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
-    key = (order, "rows" if b.strides[1] == 4 else "any", n <= NARROW["nr"])
+    key = (order, "rows" if b.strides[1] == 4 else "any", n <= NARROW["nr"], epilogue, epilogue_c)
     g = _GEMMS.get(key)
     if g is None:
-        g = _GEMMS[key] = CpuGemm(key[0], key[1], narrow=key[2])
+        g = _GEMMS[key] = CpuGemm(key[0], key[1], narrow=key[2], epilogue=epilogue, epilogue_c=epilogue_c)
     return g
 
 

@@ -120,7 +120,9 @@ def _input_text(slot: Slot, inp, shape) -> str:
 
 @dataclass
 class BlasStep:
-    """out = a @ b through BLAS; a transposed operand is a view (a flag to BLAS), not a copy."""
+    """out = a @ b: on the CPU through our GEMM where the operands' layouts allow
+    (gemm_runtime), else through BLAS (numpy, CuPy/cuBLAS); a transposed operand is a view (a
+    layout our GEMM packs, or a flag to BLAS), not a copy."""
     a: View
     b: View
     out: int
@@ -171,12 +173,34 @@ class AliasStep:
         return f"alias: {slots[self.src].label()}[{self.offset}:] -> {slots[self.out].label()}    [%{self.value}]"
 
 
-Step = Union[KernelStep, RowStep, BlasStep, ConcatStep, CopyStep, AliasStep]
+@dataclass
+class GemmStep:
+    """A matmul whose elementwise consumer runs as its epilogue (CPU): `epilogue` is applied to
+    each tile of `blas.out` as soon as the tile is final, while it is still in cache
+    (codegen/gemm.py). `c_input` is the epilogue input that reads the matmul's result."""
+    blas: BlasStep
+    epilogue: KernelStep
+    c_input: int
+
+    @property
+    def order(self) -> int:
+        return self.blas.order
+
+    def text(self, slots) -> str:
+        outs = ", ".join(slots[o].label() for o in self.epilogue.outputs)
+        return (f"{self.blas.text(slots)}\n      + epilogue {self.epilogue.name} -> {outs}"
+                f"    [{' '.join('%' + v for v in self.epilogue.values)}]")
+
+
+Step = Union[KernelStep, RowStep, BlasStep, GemmStep, ConcatStep, CopyStep, AliasStep]
 
 
 def step_inputs(step: Step) -> tuple[int, ...]:
     if isinstance(step, (KernelStep, RowStep)):
         return step.inputs
+    if isinstance(step, GemmStep):
+        return (step.blas.a.slot, step.blas.b.slot) + tuple(
+            s for i, s in enumerate(step.epilogue.inputs) if i != step.c_input)
     if isinstance(step, BlasStep):
         return (step.a.slot, step.b.slot)
     if isinstance(step, ConcatStep):
@@ -189,6 +213,8 @@ def step_inputs(step: Step) -> tuple[int, ...]:
 def step_outputs(step: Step) -> tuple[int, ...]:
     if isinstance(step, RowStep):
         return step.outputs + step.reductions
+    if isinstance(step, GemmStep):
+        return (step.blas.out,) + step.epilogue.outputs
     return step.outputs if isinstance(step, KernelStep) else (step.out,)
 
 
@@ -207,12 +233,18 @@ class Plan:
 
     @property
     def kernels(self) -> list:
-        """Generated kernels (KernelStep and RowStep), in execution order."""
-        return [s for s in self.steps if isinstance(s, (KernelStep, RowStep))]
+        """Generated kernels (KernelStep and RowStep, GEMM epilogues included), in execution order."""
+        return [s.epilogue if isinstance(s, GemmStep) else s for s in self.steps
+                if isinstance(s, (KernelStep, RowStep, GemmStep))]
 
     @property
     def blas_calls(self) -> list[BlasStep]:
-        return [s for s in self.steps if isinstance(s, BlasStep)]
+        """Matmuls (through BLAS or our GEMM), in execution order."""
+        return [s.blas if isinstance(s, GemmStep) else s for s in self.steps if isinstance(s, (BlasStep, GemmStep))]
+
+    @property
+    def epilogues(self) -> list[GemmStep]:
+        return [s for s in self.steps if isinstance(s, GemmStep)]
 
     def summary(self) -> str:
         n_k, n_b = len(self.kernels), len(self.blas_calls)

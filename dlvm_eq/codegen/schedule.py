@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from .plan import AliasStep, BlasStep, PlanError, Slot, TEMP, step_inputs, step_outputs
+from .plan import AliasStep, BlasStep, GemmStep, PlanError, Slot, TEMP, step_inputs, step_outputs
 
 ALIGN = 64   # every temporary starts on a cache line
 
@@ -73,7 +73,7 @@ def schedule(nodes: list[Node]) -> list[Node]:
     # it in cache, while a big BLAS call in between would evict it (measured on the MLP step:
     # the column sums of a 256 x 256 gradient 8 us before the x.T @ dh GEMM, 50 us after).
     def key(i):
-        return (isinstance(nodes[i].payload, BlasStep), nodes[i].order, i)
+        return (isinstance(nodes[i].payload, (BlasStep, GemmStep)), nodes[i].order, i)
     ready = [key(i) for i, n in enumerate(nodes) if not waiting[i]]
     heapq.heapify(ready)
     out = []

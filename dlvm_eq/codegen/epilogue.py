@@ -1,0 +1,87 @@
+"""GEMM epilogue fusion (CPU plans): a matmul and an elementwise kernel that reads its result
+become one step (plan.GemmStep), the kernel running on each tile of the product as soon as the
+tile is final, while it is in L1 (codegen/gemm.py), instead of a pass of its own over a
+result that a big GEMM has pushed out of cache. The MLP step: bias + ReLU (+ the ReLU mask)
+after x @ w1, and the ReLU's gradient select after dz @ w2.T.
+
+A kernel qualifies when it is a map (not a reduction or row kernel) over the product's 2-D
+float32 shape, reads the product element for element (contiguous), has at most
+MAX_EPILOGUE_ARGS pointers, and none of its other inputs depends on the product (the fused
+step would wait for itself). A product gets at most one epilogue: the first qualifying
+reader in program order. Whether the step then runs through our GEMM is decided at run time
+(operand layouts); otherwise it runs as the matmul followed by the kernel.
+"""
+from __future__ import annotations
+
+import os
+
+from .gemm import N_FIXED_ARGS
+from .kernel import KernelSpec, c_strides
+from .native_pool import MAX_ARGS
+from .plan import BlasStep, GemmStep, KernelStep
+from .schedule import Node
+
+MAX_EPILOGUE_ARGS = MAX_ARGS - N_FIXED_ARGS   # the worker pool calls with MAX_ARGS slots
+
+
+def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
+    """`nodes` with each (matmul, qualifying reader) pair replaced by one GemmStep node."""
+    if os.environ.get("DLVM_EQ_EPILOGUES", "1") == "0":
+        return nodes
+    producer = {o: n for n in nodes for o in n.outputs}
+    taken: set[int] = set()
+    out_nodes = list(nodes)
+    for blas_node in nodes:
+        blas = blas_node.payload
+        if not isinstance(blas, BlasStep) or len(slots[blas.out].shape) != 2 or slots[blas.out].dtype != "f32":
+            continue
+        downstream = _downstream(blas_node, nodes)
+        for node in sorted(nodes, key=lambda n: n.order):
+            c = _reads_product(node, blas, slots[blas.out].shape, taken)
+            if c is None:
+                continue
+            others = [s for i, s in enumerate(node.payload.inputs) if i != c]
+            if any(producer.get(s) is not None and id(producer[s]) in downstream for s in others):
+                continue
+            step = GemmStep(blas, node.payload, c)
+            fused = Node(set(blas_node.inputs) | set(others), [blas.out, *node.outputs], blas.order, step)
+            out_nodes = [fused if n is blas_node else n for n in out_nodes if n is not node]
+            taken.add(id(node))
+            break
+    return out_nodes
+
+
+def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int | None:
+    """The input index through which `node`'s kernel reads the product, if it qualifies."""
+    k = node.payload
+    if not isinstance(k, KernelStep) or not isinstance(k.spec, KernelSpec) or id(node) in taken:
+        return None
+    spec = k.spec
+    if blas.out not in k.inputs or tuple(spec.shape) != tuple(shape):
+        return None
+    if len(spec.outputs) + len(spec.inputs) > MAX_EPILOGUE_ARGS:
+        return None
+    for i, s in enumerate(k.inputs):
+        if s == blas.out:
+            inp = spec.inputs[i]
+            if (inp.dtype == "f32" and inp.strides in (None, c_strides(spec.shape))
+                    and k.inputs.count(s) == 1):
+                return i
+            return None
+    return None
+
+
+def _downstream(start: Node, nodes: list[Node]) -> set[int]:
+    """ids of the nodes that depend on `start` (directly or not)."""
+    users: dict[int, list[Node]] = {}
+    for n in nodes:
+        for s in n.inputs:
+            users.setdefault(s, []).append(n)
+    seen: set[int] = set()
+    stack = list(start.outputs)
+    while stack:
+        for u in users.get(stack.pop(), []):
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack.extend(u.outputs)
+    return seen
