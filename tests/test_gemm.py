@@ -40,14 +40,18 @@ dims = st.one_of(st.integers(1, 40), st.sampled_from([11, 12, 13, 31, 32, 33, 14
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=dims, n=dims, k=dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 3]),
-       threads=st.sampled_from([1, 2, 3]), narrow=st.booleans(), seed=st.integers(0, 2**31))
-def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow, seed):
-    """Both micro-tiles (12x32 and the narrow 24x16) on every layout."""
+       threads=st.sampled_from([1, 2, 3]), narrow=st.booleans(), pack_rows=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow, pack_rows, seed):
+    """Both micro-tiles (12x32 and the narrow 24x16) on every layout, a row-major A read in
+    place or packed."""
     rng = np.random.default_rng(seed)
     a = _operand(rng, m, k, ta, pad)
     b = _operand(rng, k, n, tb, pad)
     order = a_order(a)
     assert order is not None        # a C-ordered matrix or a transpose of one, padded or not
+    if order == "rows" and pack_rows:
+        order = "rows_packed"
     g = CpuGemm(order, "rows" if b.strides[1] == 4 else "any", threads=threads, narrow=narrow)
     out = np.full((m, n), np.nan, np.float32)
     g(a, b, out)
@@ -103,6 +107,16 @@ def test_a_order_names_the_contiguous_direction():
     x = np.ones((6, 9), np.float32)
     assert a_order(x) == "rows" and a_order(x.T) == "cols"
     assert a_order(np.ones((6, 18), np.float32)[:, ::2]) is None
+
+
+def test_rows_whose_lines_share_l1_sets_are_packed():
+    """A 1024-float row stride puts every row of a micro-tile in one L1 set: A is packed."""
+    f32 = np.float32
+    out = np.empty((64, 64), f32)
+    assert gemm_for(np.ones((64, 1024), f32), np.ones((1024, 64), f32), out).order == "rows_packed"
+    assert gemm_for(np.ones((64, 784), f32), np.ones((784, 64), f32), out).order == "rows"
+    narrow = np.empty((64, 10), f32)     # one panel of B: each row is read once anyway
+    assert gemm_for(np.ones((64, 1024), f32), np.ones((1024, 10), f32), narrow).order == "rows"
 
 
 def test_gemm_for_declines_what_it_cannot_read():

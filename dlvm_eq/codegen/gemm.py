@@ -11,7 +11,10 @@ C's column stride is 1. A is read in one of two ways (`GemmSpec.a_order`):
   "rows"  A's column stride is 1: the micro-kernel broadcasts A's elements straight from its
           rows (no packing; MR row streams), csA is ignored;
   "cols"  A's row stride is 1 (a transposed operand such as X.T): blocks of A are packed into
-          MR-row panels first (MR contiguous floats per k), rsA is ignored.
+          MR-row panels first (MR contiguous floats per k), rsA is ignored;
+  "rows_packed"  A's column stride is 1, packed like "cols" (a transposing copy): for row
+          strides whose MR rows share few L1 sets (e.g. 1024 floats: every row in one set,
+          1024^3 ran at half speed unpacked), csA is ignored.
 B is packed into NR-column panels (zero-padded at the right edge) for each KC-deep slice of
 K: with vector copies where B's columns are contiguous (`b_order` "rows"), element by element
 otherwise ("any": a transposed B such as W.T, small in practice). A call whose rows fit in
@@ -61,8 +64,8 @@ class GemmSpec:
     epilogue_c: int = 0
 
     def __post_init__(self):
-        if self.a_order not in ("rows", "cols"):
-            raise ValueError(f"a_order must be 'rows' or 'cols', got {self.a_order!r}")
+        if self.a_order not in ("rows", "cols", "rows_packed"):
+            raise ValueError(f"a_order must be 'rows', 'cols' or 'rows_packed', got {self.a_order!r}")
         if self.b_order not in ("rows", "any"):
             raise ValueError(f"b_order must be 'rows' or 'any', got {self.b_order!r}")
         if self.nr % LANES or self.mc % self.mr:
@@ -201,6 +204,26 @@ class _Builder:
             self.loop(_const(0), kc, _const(1), col, "pa.k")
         self.loop(_const(0), mc, _const(s.mr), panel, "pa.i")
 
+    def pack_a_rows(self, asrc, rsa, kc, mc, packa):
+        """packA[q][k][0:MR] = A[q*MR : q*MR+MR, k] for an A whose columns are contiguous:
+        row by row (contiguous reads), zeros for rows past mc."""
+        s, b = self.spec, self.b
+        zero = ir.Constant(F32, 0.0)
+
+        def panel(i0):
+            dst0 = b.mul(i0, _const(s.kc))
+            for i in range(s.mr):
+                row = b.add(i0, _const(i))
+                valid = b.icmp_signed("<", row, mc)
+                src = self.at(asrc, b.mul(b.select(valid, row, _const(0)), rsa))
+                dst = self.at(packa, b.add(dst0, _const(i)))
+
+                def col(k, src=src, dst=dst, valid=valid):
+                    x = b.load(self.at(src, k), typ=F32)
+                    b.store(b.select(valid, x, zero), self.at(dst, b.mul(k, _const(s.mr))))
+                self.loop(_const(0), kc, _const(1), col, f"pr.k{i}")
+        self.loop(_const(0), mc, _const(s.mr), panel, "pr.i")
+
     # ---------------------------------------------------------------- micro-kernel
     def micro(self, kc, a_rows, a_step, bpanel, b_step):
         """The MR x NR tile of A[rows, 0:kc] @ Bpanel as MR*NR/16 vector accumulators.
@@ -334,6 +357,8 @@ class _Builder:
                 mc = self.minimum(b.sub(m1, ic), _const(s.mc))
                 if s.a_order == "cols":
                     self.pack_a(self.at(A, b.add(b.mul(pc, csa), ic)), csa, kc, mc, packa)
+                elif s.a_order == "rows_packed":
+                    self.pack_a_rows(self.at(A, b.add(b.mul(ic, rsa), pc)), rsa, kc, mc, packa)
 
                 def jpanel(jr):
                     bpanel = b.select(direct, self.at(bsrc, jr), self.at(packb, b.mul(jr, _const(s.kc))))
@@ -341,7 +366,7 @@ class _Builder:
 
                     def itile(ir_):
                         mvalid = self.minimum(b.sub(mc, ir_), _const(s.mr))
-                        if s.a_order == "cols":
+                        if s.a_order != "rows":
                             panel = self.at(packa, b.mul(ir_, _const(s.kc)))
                             rows = [self.at(panel, _const(i)) for i in range(s.mr)]
                             step = _const(s.mr)

@@ -185,11 +185,21 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue=None, epilo
     order = a_order(a)
     if order is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
-    key = (order, "rows" if b.strides[1] == 4 else "any", n <= NARROW["nr"], epilogue, epilogue_c)
+    narrow = n <= NARROW["nr"]
+    if order == "rows" and not narrow and _rows_collide(a.strides[0] // 4, WIDE["mr"]):
+        order = "rows_packed"
+    key = (order, "rows" if b.strides[1] == 4 else "any", narrow, epilogue, epilogue_c)
     g = _GEMMS.get(key)
     if g is None:
         g = _GEMMS[key] = CpuGemm(key[0], key[1], narrow=key[2], epilogue=epilogue, epilogue_c=epilogue_c)
     return g
+
+
+def _rows_collide(row_stride: int, rows: int) -> bool:
+    """Whether `rows` rows `row_stride` floats apart fall into fewer than `rows` of the L1's
+    64 sets (64-byte lines): read in place they would evict each other (and the packed B)
+    while a micro-tile runs. Packing A (a transposing copy) is cheaper then."""
+    return len({(i * row_stride * 4 // 64) % 64 for i in range(rows)}) < rows
 
 
 _swap_scratch: dict[tuple[int, int], np.ndarray] = {}
