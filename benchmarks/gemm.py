@@ -105,7 +105,7 @@ def gemm_table(rounds: int, reps: int) -> str:
 def epilogue_table(rounds: int, reps: int) -> str:
     """x @ w1 then relu(. + b1) and the mask (. + b1) > 0, three ways, warm and cold."""
     from dlvm_eq.codegen.cpu_runtime import compile_cpu, data_ptr
-    from dlvm_eq.codegen.gemm_runtime import CpuGemm
+    from dlvm_eq.codegen.gemm_runtime import CpuEpilogue, CpuGemm
     from dlvm_eq.codegen.kernel import Const, KernelInput, KernelSpec, Load, binary, unary
     rng = np.random.default_rng(1)
     rows = []
@@ -117,7 +117,7 @@ def epilogue_table(rounds: int, reps: int) -> str:
                           [unary("relu", z), binary("gt", z, Const(0.0, "f32"))])
         c, h = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         mask = np.empty((m, n), bool)
-        plain, fused = CpuGemm("rows"), CpuGemm("rows", epilogue=spec, epilogue_c=0)
+        gemm, epilogue = CpuGemm(), CpuEpilogue(spec, 0)
         kernel = compile_cpu(spec)
         extra = [data_ptr(h), data_ptr(mask), data_ptr(c), data_ptr(bias)]
 
@@ -126,8 +126,8 @@ def epilogue_table(rounds: int, reps: int) -> str:
             np.add(c, bias, out=c)
             np.greater(c, 0, out=mask)
             np.maximum(c, 0, out=h)
-        impls = {"dlvm_eq GEMM + epilogue (fused)": lambda: fused(x, w, c, extra=extra),
-                 "dlvm_eq GEMM, then the kernel": lambda: (plain(x, w, c), kernel(c, bias, out=(h, mask))),
+        impls = {"dlvm_eq GEMM + epilogue (fused)": lambda: gemm(x, w, c, epilogue=epilogue, extra=extra),
+                 "dlvm_eq GEMM, then the kernel": lambda: (gemm(x, w, c), kernel(c, bias, out=(h, mask))),
                  "numpy matmul, then add/greater/maximum": numpy_way}
         want_h = np.maximum(x.astype(np.float64) @ w + bias, 0)
         for name, f in impls.items():

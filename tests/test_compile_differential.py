@@ -295,9 +295,9 @@ def test_random_f32_programs_through_our_gemm_and_epilogues(data):
     calls = []
     real = gemm_runtime.CpuGemm.__call__
 
-    def counted(self, a, b, out, accumulate=False, extra=()):
+    def counted(self, a, b, out, accumulate=False, epilogue=None, extra=()):
         calls.append(a.shape)
-        return real(self, a, b, out, accumulate, extra)
+        return real(self, a, b, out, accumulate, epilogue, extra)
     saved = gemm_runtime.GEMM_MIN_MACS
     gemm_runtime.GEMM_MIN_MACS = 1
     gemm_runtime.CpuGemm.__call__ = counted

@@ -50,9 +50,7 @@ def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow
     b = _operand(rng, k, n, tb, pad)
     order = a_order(a)
     assert order is not None        # a C-ordered matrix or a transpose of one, padded or not
-    if order == "rows" and pack_rows:
-        order = "rows_packed"
-    g = CpuGemm(order, "rows" if b.strides[1] == 4 else "any", threads=threads, narrow=narrow)
+    g = CpuGemm(narrow, threads=threads, pack_rows=pack_rows)
     out = np.full((m, n), np.nan, np.float32)
     g(a, b, out)
     _check(out, a, b)
@@ -65,7 +63,7 @@ def test_accumulate_adds_to_out(order):
     b = rng.standard_normal((300, 50), dtype=np.float32)
     base = rng.standard_normal((70, 50), dtype=np.float32)
     out = base.copy()
-    CpuGemm(order)(a, b, out, accumulate=True)
+    CpuGemm()(a, b, out, accumulate=True)
     _check(out, a, b, base)
 
 
@@ -82,7 +80,7 @@ def test_the_mlp_products_split_over_threads():
 
 
 def test_empty_and_zero_depth_products():
-    g = CpuGemm("rows")
+    g = CpuGemm()
     out = np.full((5, 7), np.nan, np.float32)
     g(np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32), out)
     assert (out == 0).all()
@@ -97,7 +95,7 @@ def test_non_finite_values_propagate_and_stay_in_place():
     b = rng.standard_normal((40, 33), dtype=np.float32)
     a[12, 5] = np.inf
     out = np.empty((13, 33), np.float32)
-    CpuGemm("rows")(a, b, out)
+    CpuGemm()(a, b, out)
     assert np.isfinite(out[:12]).all()
     assert not np.isfinite(out[12]).any()
     _check(out[:12], a[:12], b)
@@ -111,12 +109,13 @@ def test_a_order_names_the_contiguous_direction():
 
 def test_rows_whose_lines_share_l1_sets_are_packed():
     """A 1024-float row stride puts every row of a micro-tile in one L1 set: A is packed."""
+    from dlvm_eq.codegen.gemm import A_ROWS_PACKED
     f32 = np.float32
-    out = np.empty((64, 64), f32)
-    assert gemm_for(np.ones((64, 1024), f32), np.ones((1024, 64), f32), out).order == "rows_packed"
-    assert gemm_for(np.ones((64, 784), f32), np.ones((784, 64), f32), out).order == "rows"
-    narrow = np.empty((64, 10), f32)     # one panel of B: each row is read once anyway
-    assert gemm_for(np.ones((64, 1024), f32), np.ones((1024, 10), f32), narrow).order == "rows"
+    wide, narrow = CpuGemm(), CpuGemm(narrow=True)
+    assert wide.flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
+    assert not wide.flags(np.ones((64, 784), f32), np.ones((784, 64), f32)) & A_ROWS_PACKED
+    # one panel of B: each row is read once anyway
+    assert not narrow.flags(np.ones((64, 1024), f32), np.ones((1024, 10), f32)) & A_ROWS_PACKED
 
 
 def test_gemm_for_declines_what_it_cannot_read():
@@ -132,10 +131,13 @@ def test_gemm_for_declines_what_it_cannot_read():
 
 
 def test_spec_validation():
-    with pytest.raises(ValueError, match="a_order"):
-        GemmSpec("diagonal")
+    from dlvm_eq.codegen.gemm import check_epilogue
+    from dlvm_eq.codegen.kernel import KernelInput, KernelSpec, Load
     with pytest.raises(ValueError, match="multiple"):
         GemmSpec(nr=24)
+    flat = KernelSpec("k", (64,), [KernelInput("f32")], [Load(0)])
+    with pytest.raises(ValueError, match="2-D map"):
+        check_epilogue(flat, 0)
 
 
 def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
@@ -145,9 +147,9 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
     calls = []
     real = CpuGemm.__call__
 
-    def counting(self, a, b, out, accumulate=False, extra=()):
-        calls.append((a.shape, b.shape, self.spec.epilogue is not None))
-        return real(self, a, b, out, accumulate, extra)
+    def counting(self, a, b, out, accumulate=False, epilogue=None, extra=()):
+        calls.append((a.shape, b.shape, epilogue is not None))
+        return real(self, a, b, out, accumulate, epilogue, extra)
     monkeypatch.setattr(CpuGemm, "__call__", counting)
     rng = np.random.default_rng(4)
     params = mlp.init_params([784, 256, 10], seed=4)
@@ -178,7 +180,7 @@ def test_one_row_of_tiles_reads_b_in_place():
     a = rng.standard_normal((10, 300), dtype=np.float32)
     b = rng.standard_normal((300, 256 + 7), dtype=np.float32)[:, :256]
     out = np.empty((10, 256), np.float32)
-    g = CpuGemm("rows")
+    g = CpuGemm()
     g(a, b, out)
     _check(out, a, b)
     launch = next(iter(g._launches.values()))
@@ -231,7 +233,7 @@ def test_python_threads_instead_of_the_native_pool(monkeypatch):
     a = rng.standard_normal((300, 200), dtype=np.float32)
     b = rng.standard_normal((200, 100), dtype=np.float32)
     out = np.empty((300, 100), np.float32)
-    g = CpuGemm("rows", threads=2)
+    g = CpuGemm(threads=2)
     assert len(g.blocks(300, 100, 200)) == 2
     g(a, b, out)
     _check(out, a, b)

@@ -217,7 +217,7 @@ class _Jit:
             kir = build_ir()
             obj = self.objects.get(kir.symbol)
             if obj is None:
-                obj = compile_object(kir.text)
+                obj = compile_object(kir.text, vectorize=kir.kind != "gemm")   # explicit vectors
                 self.counters["compiled"] += 1
             else:                      # the same IR under another spec: compiled already
                 self.counters["memory_hits"] += 1
@@ -300,9 +300,9 @@ def cpu_ir(spec) -> CpuIR:
     return build(spec)
 
 
-def compile_object(ir_text: str) -> bytes:
+def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
     from .llvm_cpu import compile_object as build
-    return build(ir_text)
+    return build(ir_text, vectorize)
 
 
 def _make_engine():

@@ -5,9 +5,8 @@ result that a big GEMM has pushed out of cache. The MLP step: bias + ReLU (+ the
 after x @ w1, and the ReLU's gradient select after dz @ w2.T.
 
 A kernel qualifies when it is a map (not a reduction or row kernel) over the product's 2-D
-float32 shape, reads the product element for element (contiguous), has at most
-MAX_EPILOGUE_ARGS pointers, and none of its other inputs depends on the product (the fused
-step would wait for itself). A product gets at most one epilogue: the first qualifying
+float32 shape, reads the product element for element (contiguous), and none of its other
+inputs depends on the product (the fused step would wait for itself). A product gets at most one epilogue: the first qualifying
 reader in program order. Whether the step then runs through our GEMM is decided at run time
 (operand layouts); otherwise it runs as the matmul followed by the kernel.
 """
@@ -15,13 +14,9 @@ from __future__ import annotations
 
 import os
 
-from .gemm import N_FIXED_ARGS
 from .kernel import KernelSpec, c_strides
-from .native_pool import MAX_ARGS
 from .plan import BlasStep, GemmStep, KernelStep
 from .schedule import Node
-
-MAX_EPILOGUE_ARGS = MAX_ARGS - N_FIXED_ARGS   # the worker pool calls with MAX_ARGS slots
 
 
 def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
@@ -58,8 +53,6 @@ def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int 
         return None
     spec = k.spec
     if blas.out not in k.inputs or tuple(spec.shape) != tuple(shape):
-        return None
-    if len(spec.outputs) + len(spec.inputs) > MAX_EPILOGUE_ARGS:
         return None
     for i, s in enumerate(k.inputs):
         if s == blas.out:

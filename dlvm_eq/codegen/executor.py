@@ -142,7 +142,7 @@ class CpuProgram:
         self.plan = plan
         t0 = time.perf_counter()
         self.kernels = {id(s): compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
-                        for s in plan.kernels}
+                        for s in plan.steps if isinstance(s, (KernelStep, RowStep))}   # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, _NP[plan.slots[s].dtype]) for s in plan.params]
         self._outputs = [(s.index, _Outputs(s.shape, _NP[s.dtype])) for s in plan.slots if s.role == OUTPUT]
@@ -218,23 +218,26 @@ class CpuProgram:
 
     def _gemm_epilogue(self, step: GemmStep):
         """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only
-        at run time) do not suit it, the matmul and then the kernel, as unfused."""
-        unfused = [self._step(step.blas), self._step(step.epilogue)]
+        at run time) do not suit it, the matmul and then the kernel (compiled then), unfused."""
+        from .gemm_runtime import CpuEpilogue, gemm_for
         a, b, o = step.blas.a.slot, step.blas.b.slot, step.blas.out
         fa = _view_fn(step.blas.a.chain, np) or (lambda x: x)
         fb = _view_fn(step.blas.b.chain, np) or (lambda x: x)
-        spec, c = step.epilogue.spec, step.c_input
+        epilogue = CpuEpilogue(step.epilogue.spec, step.c_input)
         slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
-        from .gemm_runtime import gemm_for
+        unfused: list = []
 
         def run(env):
             x, y, out = fa(env[a]), fb(env[b]), env[o]
-            g = gemm_for(x, y, out, spec, c)
+            g = gemm_for(x, y, out)
             if g is None:
+                if not unfused:
+                    self.kernels[id(step.epilogue)] = compile_cpu(step.epilogue.spec)
+                    unfused.extend([self._step(step.blas), self._step(step.epilogue)])
                 for r in unfused:
                     r(env)
                 return
-            g(x, y, out, extra=[data_ptr(env[s]) for s in slots])
+            g(x, y, out, epilogue=epilogue, extra=[data_ptr(env[s]) for s in slots])
         return run
 
     # -- call

@@ -6,20 +6,26 @@ final (bias, activation, ...), so that the work after a matmul costs no pass of 
 ABI (one call computes one block of C; threads take disjoint blocks):
     void gemm(i64 m0, i64 m1, i64 n0, i64 n1, i64 K,
               ptr A, i64 rsA, i64 csA, ptr B, i64 rsB, i64 csB, ptr C, i64 ldc,
-              ptr packA, ptr packB, i32 accumulate, ptr epilogue_out_0, ..., ptr epilogue_in_0, ...)
-C's column stride is 1. A is read in one of two ways (`GemmSpec.a_order`):
-  "rows"  A's column stride is 1: the micro-kernel broadcasts A's elements straight from its
-          rows (no packing; MR row streams), csA is ignored;
-  "cols"  A's row stride is 1 (a transposed operand such as X.T): blocks of A are packed into
-          MR-row panels first (MR contiguous floats per k), rsA is ignored;
-  "rows_packed"  A's column stride is 1, packed like "cols" (a transposing copy): for row
-          strides whose MR rows share few L1 sets (e.g. 1024 floats: every row in one set,
-          1024^3 ran at half speed unpacked), csA is ignored.
-B is packed into NR-column panels (zero-padded at the right edge) for each KC-deep slice of
-K: with vector copies where B's columns are contiguous (`b_order` "rows"), element by element
-otherwise ("any": a transposed B such as W.T, small in practice). A call whose rows fit in
-one micro-tile uses each element of B once and reads B in place instead (rows, whole panels).
-packA needs MC*KC (+16) floats, packB KC*round_up(n1-n0, NR) floats (`GemmSpec.scratch`).
+              ptr packA, ptr packB, i32 flags, ptr epilogue, ptr epilogue_args)
+C's column stride is 1. The operands' layouts are run-time flags, so that one compiled
+function per micro-tile shape serves every product (compiling one takes ~100 ms):
+  A_COLS         A's row stride is 1 (a transposed operand such as X.T): blocks of A are packed
+                 into MR-row panels (MR contiguous floats per k);
+  A_ROWS_PACKED  A's column stride is 1 and it is packed all the same (a transposing copy): for
+                 row strides whose MR rows share few L1 sets (1024 floats: every row in one set;
+                 1024^3 ran at half speed unpacked);
+  neither        A's column stride is 1: the micro-kernel broadcasts A's elements straight from
+                 its rows (no packing; MR row streams);
+  B_STRIDED      B's columns are not contiguous (e.g. W.T): B is packed element by element
+                 instead of with vector copies;
+  ACCUMULATE     C += A @ B instead of C = A @ B.
+B is packed into NR-column panels (zero-padded at the right edge) for each KC-deep slice of K;
+a call whose rows fit in one micro-tile uses each element of B once and reads B in place
+(columns contiguous, whole panels). packA needs MC*KC (+16) floats, packB
+KC*round_up(n1-n0, NR) floats (`GemmSpec.scratch`).
+`epilogue` (or null): void epi(i64 r0, i64 r1, i64 c0, i64 c1, ptr args), an elementwise
+kernel over C's space (`epilogue_ir`), called on each tile once its last K slice is stored,
+while the tile is in L1; `epilogue_args` are its pointers (outputs, then inputs).
 
 Why not only BLAS: numpy's OpenBLAS does the MLP step's 256x784x256 products at 230-270
 GFLOP/s on this machine's two cores; this micro-kernel runs at ~160 GFLOP/s on one core
@@ -45,40 +51,32 @@ PTR = ir.PointerType()
 LANES = 16                       # float32 lanes of an AVX-512 vector
 VEC = ir.VectorType(F32, LANES)
 MASK = ir.VectorType(I1, LANES)
-N_FIXED_ARGS = 16                # the GEMM's arguments before the epilogue's pointers
+N_ARGS = 18                      # the GEMM's arguments (the worker pool passes up to 32)
+ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED = 1, 2, 4, 8
 
 
 @dataclass(frozen=True)
 class GemmSpec:
-    a_order: str = "rows"        # "rows" (A's columns contiguous) or "cols" (A's rows contiguous)
-    b_order: str = "rows"        # "rows" (B's columns contiguous) or "any" (any strides)
     mr: int = 12                 # micro-tile rows
     nr: int = 32                 # micro-tile columns (a multiple of LANES)
     kc: int = 256                # depth of a K slice (B's micro-panel KC x NR stays in L1)
     mc: int = 144                # rows of A per packed block (a multiple of mr)
-    # An elementwise kernel over C's (M, N) space applied to each tile once its last K slice
-    # is stored: its input `epilogue_c` is C itself (read back from L1); its outputs and other
-    # inputs are extra pointer arguments after `accumulate` (outputs first, then inputs, the
-    # C input included, in the kernel's order).
-    epilogue: KernelSpec | None = None
-    epilogue_c: int = 0
 
     def __post_init__(self):
-        if self.a_order not in ("rows", "cols", "rows_packed"):
-            raise ValueError(f"a_order must be 'rows', 'cols' or 'rows_packed', got {self.a_order!r}")
-        if self.b_order not in ("rows", "any"):
-            raise ValueError(f"b_order must be 'rows' or 'any', got {self.b_order!r}")
         if self.nr % LANES or self.mc % self.mr:
             raise ValueError("nr must be a multiple of 16 and mc a multiple of mr")
-        e = self.epilogue
-        if e is not None and (len(e.shape) != 2 or not 0 <= self.epilogue_c < len(e.inputs)
-                              or e.input_dtypes[self.epilogue_c] != "f32"
-                              or e.inputs[self.epilogue_c].strides not in (None, c_strides(e.shape))):
-            raise ValueError("a GEMM epilogue is a 2-D map reading C (float32, contiguous)")
 
     def scratch(self, n: int) -> tuple[int, int]:
         """(packA, packB) sizes in floats for blocks n columns wide."""
         return self.mc * self.kc + LANES, self.kc * (-(-n // self.nr) * self.nr)
+
+
+def check_epilogue(spec: KernelSpec, c_input: int) -> None:
+    """An epilogue is a 2-D map whose input `c_input` reads C (float32, contiguous)."""
+    if (not isinstance(spec, KernelSpec) or len(spec.shape) != 2 or not 0 <= c_input < len(spec.inputs)
+            or spec.input_dtypes[c_input] != "f32"
+            or spec.inputs[c_input].strides not in (None, c_strides(spec.shape))):
+        raise ValueError("a GEMM epilogue is a 2-D map reading C (float32, contiguous)")
 
 
 def _const(v: int) -> ir.Constant:
@@ -94,13 +92,11 @@ class _Builder:
                                  "llvm.masked.load.v16f32.p0")
         self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [VEC, PTR, I32, MASK]),
                                   "llvm.masked.store.v16f32.p0")
-        epi = spec.epilogue
-        n_extra = len(epi.outputs) + len(epi.inputs) if epi is not None else 0
-        args = [I64] * 5 + [PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR, PTR, I32] + [PTR] * n_extra
+        args = [I64] * 5 + [PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR, PTR, I32, PTR, PTR]
         self.fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), symbol)
         for i in (5, 8, 11, 13, 14):
             self.fn.args[i].add_attribute("noalias")
-        self.epi = self.epilogue_function() if epi is not None else None
+        self.epi_type = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR])
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
 
     # ---------------------------------------------------------------- helpers
@@ -145,10 +141,17 @@ class _Builder:
 
     # ---------------------------------------------------------------- packing
     def pack_b(self, bsrc, rsb, csb, kc, n, packb):
-        """packB[p][k][0:NR] = B[k, p*NR : p*NR+NR] (zeros past n), for k < kc."""
+        """packB[p][k][0:NR] = B[k, p*NR : p*NR+NR] (zeros past n), for k < kc: vector copies
+        (B's columns contiguous), or element by element (`self.b_strided`)."""
+        b = self.b
+        with b.if_else(self.b_strided) as (strided, rows):
+            with strided:
+                self.pack_b_strided(bsrc, rsb, csb, kc, n, packb)
+            with rows:
+                self.pack_b_rows(bsrc, rsb, kc, n, packb)
+
+    def pack_b_rows(self, bsrc, rsb, kc, n, packb):
         s, b = self.spec, self.b
-        if s.b_order == "any":
-            return self.pack_b_strided(bsrc, rsb, csb, kc, n, packb)
         zero = ir.Constant(VEC, [0.0] * LANES)
 
         def panel(j0):
@@ -165,22 +168,24 @@ class _Builder:
         self.loop(_const(0), n, _const(s.nr), panel, "pb.j")
 
     def pack_b_strided(self, bsrc, rsb, csb, kc, n, packb):
-        """pack_b for any strides: one element at a time, zeros past n."""
+        """pack_b for any strides: one element at a time (loops, not unrolled: compile time)."""
         s, b = self.spec, self.b
+        zero = ir.Constant(F32, 0.0)
 
         def panel(j0):
             dst0 = b.mul(j0, _const(s.kc))
 
-            def row(k):
-                dst = b.add(dst0, b.mul(k, _const(s.nr)))
-                for j in range(s.nr):
-                    col = b.add(j0, _const(j))
-                    inside = b.icmp_signed("<", col, n)
-                    safe = b.select(inside, col, _const(0))      # never read past the edge
-                    x = b.load(self.at(bsrc, b.add(b.mul(k, rsb), b.mul(safe, csb))), typ=F32)
-                    b.store(b.select(inside, x, ir.Constant(F32, 0.0)), self.at(packb, b.add(dst, _const(j))))
-            self.loop(_const(0), kc, _const(1), row, "pb.k")
-        self.loop(_const(0), n, _const(s.nr), panel, "pb.j")
+            def col(j):
+                c = b.add(j0, j)
+                inside = b.icmp_signed("<", c, n)
+                src = self.at(bsrc, b.mul(b.select(inside, c, _const(0)), csb))   # never past the edge
+
+                def row(k):
+                    x = b.load(self.at(src, b.mul(k, rsb)), typ=F32)
+                    b.store(b.select(inside, x, zero), self.at(packb, b.add(dst0, b.add(b.mul(k, _const(s.nr)), j))))
+                self.loop(_const(0), kc, _const(1), row, "pbs.k")
+            self.loop(_const(0), _const(s.nr), _const(1), col, "pbs.j")
+        self.loop(_const(0), n, _const(s.nr), panel, "pbs.p")
 
     def pack_a(self, asrc, csa, kc, mc, packa):
         """packA[q][k][0:MR] = A[q*MR : q*MR+MR, k] for an A whose rows are contiguous (rsA=1),
@@ -212,17 +217,18 @@ class _Builder:
 
         def panel(i0):
             dst0 = b.mul(i0, _const(s.kc))
-            for i in range(s.mr):
-                row = b.add(i0, _const(i))
-                valid = b.icmp_signed("<", row, mc)
-                src = self.at(asrc, b.mul(b.select(valid, row, _const(0)), rsa))
-                dst = self.at(packa, b.add(dst0, _const(i)))
 
-                def col(k, src=src, dst=dst, valid=valid):
+            def one_row(i):
+                r = b.add(i0, i)
+                valid = b.icmp_signed("<", r, mc)
+                src = self.at(asrc, b.mul(b.select(valid, r, _const(0)), rsa))
+
+                def col(k):
                     x = b.load(self.at(src, k), typ=F32)
-                    b.store(b.select(valid, x, zero), self.at(dst, b.mul(k, _const(s.mr))))
-                self.loop(_const(0), kc, _const(1), col, f"pr.k{i}")
-        self.loop(_const(0), mc, _const(s.mr), panel, "pr.i")
+                    b.store(b.select(valid, x, zero), self.at(packa, b.add(dst0, b.add(b.mul(k, _const(s.mr)), i))))
+                self.loop(_const(0), kc, _const(1), col, "pr.k")
+            self.loop(_const(0), _const(s.mr), _const(1), one_row, "pr.i")
+        self.loop(_const(0), mc, _const(s.mr), panel, "pr.q")
 
     # ---------------------------------------------------------------- micro-kernel
     def micro(self, kc, a_rows, a_step, bpanel, b_step):
@@ -282,82 +288,38 @@ class _Builder:
                     val = b.select(add_old, b.fadd(old, acc), acc)
                     b.call(self.mstore, [val, ptr, I32(4), masks[v]])
 
-    # ---------------------------------------------------------------- epilogue
-    def epilogue_function(self) -> ir.Function:
-        """void epi(i64 r0, i64 r1, i64 c0, i64 c1, ptr out_0.., ptr in_0..): the epilogue
-        kernel over rows [r0, r1) and columns [c0, c1) of its (M, N) space; strides are the
-        spec's (static). The column loop is contiguous in every output: LLVM vectorizes it."""
-        spec = self.spec.epilogue
-        n_out, n_in = len(spec.outputs), len(spec.inputs)
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_out + n_in)),
-                         self.fn.name + ".epilogue")
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        set.add(fn.attributes, '"prefer-vector-width"="512"')
-        for a in fn.args[4:]:
-            a.add_attribute("noalias")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        e = Emitter(b, fast_ldexp=True)
-        r0, r1, c0, c1 = fn.args[:4]
-        outs, ins = fn.args[4:4 + n_out], fn.args[4 + n_out:]
-        dtypes, odt = spec.input_dtypes, spec.output_dtypes
-        cols = spec.shape[1]
-        strides = [inp.strides if inp.strides is not None else c_strides(spec.shape) for inp in spec.inputs]
-
-        full = b.icmp_signed("==", b.sub(c1, c0), i64(self.spec.nr))
-
-        def row(b, r):
-            def col(b, c):
-                def load(i):
-                    st = strides[i]
-                    off = b.add(b.mul(r, i64(st[0])), b.mul(c, i64(st[1])))
-                    t = storage_type(dtypes[i])
-                    return from_storage(e, b.load(b.gep(ins[i], [off], source_etype=t), typ=t), dtypes[i])
-                vals = lower(e, list(spec.outputs), dtypes, load)
-                flat = b.add(b.mul(r, i64(cols)), c)
-                for p, v, dt in zip(outs, vals, odt):
-                    t = storage_type(dt)
-                    b.store(to_storage(e, v, dt), b.gep(p, [flat], source_etype=t))
-            # a whole tile's width as a constant trip count: LLVM emits straight vector code
-            with b.if_else(full) as (whole, part):
-                with whole:
-                    counted_loop(b, i64(0), i64(self.spec.nr), lambda b, j: col(b, b.add(c0, j)), "epi.c")
-                with part:
-                    counted_loop(b, c0, c1, col, "epi.cp")
-        counted_loop(b, r0, r1, row, "epi.r")
-        b.ret_void()
-        return fn
-
     # ---------------------------------------------------------------- the loop nest
     def build(self) -> ir.Module:
         s, b = self.spec, self.b
-        m0, m1, n0, n1, K, A, rsa, csa, B, rsb, csb, C, ldc, packa, packb, accumulate = \
-            self.fn.args[:N_FIXED_ARGS]
-        extra = list(self.fn.args[N_FIXED_ARGS:])
+        (m0, m1, n0, n1, K, A, rsa, csa, B, rsb, csb, C, ldc, packa, packb, flags, epi,
+         epi_args) = self.fn.args
+
+        def flag(bit):
+            return b.icmp_signed("!=", b.and_(flags, I32(bit)), I32(0))
+        acc_flag, a_cols, a_rows_packed, self.b_strided = (flag(f) for f in (ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED))
+        a_packed = b.or_(a_cols, a_rows_packed)
+        has_epi = b.icmp_unsigned("!=", b.ptrtoint(epi, I64), _const(0))
         n = b.sub(n1, n0)
-        acc_flag = b.icmp_signed("!=", accumulate, I32(0))
         # One row of micro-tiles uses each element of B once: packing it would only copy it.
-        # Read B in place then (rows contiguous, whole panels only).
-        if s.b_order == "rows":
-            direct = b.and_(b.icmp_signed("<=", b.sub(m1, m0), _const(s.mr)),
-                            b.icmp_signed("==", b.srem(n, _const(s.nr)), _const(0)))
-        else:
-            direct = ir.Constant(I1, 0)
+        # Read B in place then (columns contiguous, whole panels only).
+        direct = b.and_(b.not_(self.b_strided),
+                        b.and_(b.icmp_signed("<=", b.sub(m1, m0), _const(s.mr)),
+                               b.icmp_signed("==", b.srem(n, _const(s.nr)), _const(0))))
         b_step = b.select(direct, rsb, _const(s.nr))
 
         def kslice(pc):
             kc = self.minimum(b.sub(K, pc), _const(s.kc))
             add_old = b.or_(acc_flag, b.icmp_signed(">", pc, _const(0)))
-            last = b.icmp_signed(">=", b.add(pc, kc), K)
+            run_epi = b.and_(has_epi, b.icmp_signed(">=", b.add(pc, kc), K))
             bsrc = self.at(B, b.add(b.mul(pc, rsb), b.mul(n0, csb)))
             with b.if_then(b.not_(direct)):
                 self.pack_b(bsrc, rsb, csb, kc, n, packb)
 
             def mblock(ic):
                 mc = self.minimum(b.sub(m1, ic), _const(s.mc))
-                if s.a_order == "cols":
+                with b.if_then(a_cols):
                     self.pack_a(self.at(A, b.add(b.mul(pc, csa), ic)), csa, kc, mc, packa)
-                elif s.a_order == "rows_packed":
+                with b.if_then(a_rows_packed):
                     self.pack_a_rows(self.at(A, b.add(b.mul(ic, rsa), pc)), rsa, kc, mc, packa)
 
                 def jpanel(jr):
@@ -366,25 +328,24 @@ class _Builder:
 
                     def itile(ir_):
                         mvalid = self.minimum(b.sub(mc, ir_), _const(s.mr))
-                        if s.a_order != "rows":
-                            panel = self.at(packa, b.mul(ir_, _const(s.kc)))
-                            rows = [self.at(panel, _const(i)) for i in range(s.mr)]
-                            step = _const(s.mr)
-                        else:
-                            first = b.add(ic, ir_)
-                            last_row = b.sub(b.add(first, mvalid), _const(1))
-                            base = self.at(A, pc)
-                            # rows past the edge re-read the last valid row (never out of bounds)
-                            rows = [self.at(base, b.mul(self.minimum(b.add(first, _const(i)), last_row), rsa))
-                                    for i in range(s.mr)]
-                            step = _const(1)
-                        accs = self.micro(kc, rows, step, bpanel, b_step)
                         row0, col0 = b.add(ic, ir_), b.add(n0, jr)
-                        self.store_tile(accs, self.at(C, b.add(b.mul(row0, ldc), col0)), ldc, mvalid,
-                                        nvalid, add_old)
-                        if self.epi is not None:
-                            with b.if_then(last):
-                                b.call(self.epi, [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), *extra])
+                        c = self.at(C, b.add(b.mul(row0, ldc), col0))
+
+                        # one micro-kernel for both ways of reading A: row pointers into the
+                        # packed panel (constant offsets) or into A itself
+                        panel = self.at(packa, b.mul(ir_, _const(s.kc)))
+                        last_row = b.sub(b.add(row0, mvalid), _const(1))
+                        base = self.at(A, pc)
+                        # rows past the edge re-read the last valid row (never out of bounds)
+                        rows = [b.select(a_packed, self.at(panel, _const(i)),
+                                         self.at(base, b.mul(self.minimum(b.add(row0, _const(i)), last_row), rsa)))
+                                for i in range(s.mr)]
+                        step = b.select(a_packed, _const(s.mr), _const(1))
+                        accs = self.micro(kc, rows, step, bpanel, b_step)
+                        self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
+                        with b.if_then(run_epi):
+                            b.call(_FnPtr(epi, self.epi_type),
+                                   [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), epi_args])
                     self.loop(_const(0), mc, _const(s.mr), itile, "ir")
                 self.loop(_const(0), n, _const(s.nr), jpanel, "jr")
             self.loop(m0, m1, _const(s.mc), mblock, "ic")
@@ -392,7 +353,73 @@ class _Builder:
         b.ret_void()
         return self.module
 
+class _FnPtr:
+    """A pointer argument as the callee of an indirect call of a known function type
+    (llvmlite's CallInstr reads the callee's `function_type` and reference)."""
+
+    def __init__(self, ptr, fnty: ir.FunctionType):
+        self.ptr, self.function_type, self.type = ptr, fnty, PTR
+
+    def get_reference(self) -> str:
+        return self.ptr.get_reference()
+
 
 def gemm_ir(spec: GemmSpec, symbol: str) -> str:
     """LLVM IR text of the GEMM function `symbol` for `spec`."""
     return str(_Builder(spec, symbol).build())
+
+
+def epilogue_ir(spec: KernelSpec, symbol: str) -> str:
+    """LLVM IR of `void symbol(i64 r0, i64 r1, i64 c0, i64 c1, ptr args)`: the elementwise
+    kernel `spec` over rows [r0, r1) and columns [c0, c1) of its 2-D space, args[j] the j-th
+    pointer (outputs, then inputs). Strides are the spec's (static); a whole tile's width is a
+    constant trip count, which LLVM turns into straight vector code."""
+    from .llvm_cpu import has_avx512
+    module = ir.Module(name="dq_epilogue")
+    n_out, n_in = len(spec.outputs), len(spec.inputs)
+    # The body takes its pointers as noalias parameters (pointers loaded from `args` would
+    # carry no aliasing facts: the vectorizer then versions every loop with run-time overlap
+    # checks, and compiling took 6x as long); the entry point loads them and calls it inline.
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_out + n_in)),
+                       symbol + ".body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    for a in body.args[4:]:
+        a.add_attribute("noalias")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR]), symbol)
+    for f in (fn, body):
+        set.add(f.attributes, '"prefer-vector-width"="512"')
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    ptrs = [entry.load(entry.gep(fn.args[4], [i64(j)], source_etype=PTR), typ=PTR) for j in range(n_out + n_in)]
+    entry.call(body, [*fn.args[:4], *ptrs])
+    entry.ret_void()
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    e = Emitter(b, fast_ldexp=has_avx512())
+    r0, r1, c0, c1 = body.args[:4]
+    outs, ins = body.args[4:4 + n_out], body.args[4 + n_out:]
+    dtypes, odt = spec.input_dtypes, spec.output_dtypes
+    cols = spec.shape[1]
+    strides = [inp.strides if inp.strides is not None else c_strides(spec.shape) for inp in spec.inputs]
+    width = 32                   # the wide micro-tile's NR: most tiles are whole
+    full = b.icmp_signed("==", b.sub(c1, c0), i64(width))
+
+    def row(b, r):
+        def col(b, c):
+            def load(i):
+                st = strides[i]
+                off = b.add(b.mul(r, i64(st[0])), b.mul(c, i64(st[1])))
+                t = storage_type(dtypes[i])
+                return from_storage(e, b.load(b.gep(ins[i], [off], source_etype=t), typ=t), dtypes[i])
+            vals = lower(e, list(spec.outputs), dtypes, load)
+            flat = b.add(b.mul(r, i64(cols)), c)
+            for p, v, dt in zip(outs, vals, odt):
+                t = storage_type(dt)
+                b.store(to_storage(e, v, dt), b.gep(p, [flat], source_etype=t))
+        with b.if_else(full) as (whole, part):
+            with whole:
+                counted_loop(b, i64(0), i64(width), lambda b, j: col(b, b.add(c0, j)), "epi.c")
+            with part:
+                counted_loop(b, c0, c1, col, "epi.cp")
+    counted_loop(b, r0, r1, row, "epi.r")
+    b.ret_void()
+    return str(module)

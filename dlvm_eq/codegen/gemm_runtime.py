@@ -1,19 +1,22 @@
-"""Run our float32 GEMM (`gemm.py`) on numpy arrays: `CpuGemm(order)(a, b, out)` splits C into
-one block per thread and runs the blocks on the native worker pool.
+"""Run our float32 GEMM (`gemm.py`) on numpy arrays: `CpuGemm()(a, b, out)` splits C into one
+block per thread and runs the blocks on the native worker pool.
 
     >>> g = gemm_for(a, b, out)        # a CpuGemm, or None when numpy's BLAS should do it
     >>> g(a, b, out)                   # out = a @ b
+    >>> g(a, b, out, epilogue=CpuEpilogue(spec, c_input), extra=pointers)   # then spec per tile
 
 `gemm_for` says when ours is used: float32 2-D operands, A's columns or rows contiguous (a
 plain or transposed operand), any B, C-contiguous out, and at least GEMM_MIN_MACS of work;
 otherwise the caller keeps numpy's matmul. Products of PARALLEL_MACS or more run on all cores.
+There are two compiled GEMMs (a 12x32 and, for products at most 16 wide, a 24x16 micro-tile);
+operand layouts are run-time flags, epilogues separate small functions called through a
+pointer, so a program's products share them (and so do programs: they are cached on disk).
 
 Why every sizeable matmul of a program goes through ours, small ones included: OpenBLAS's
 worker threads busy-wait ~100 ms after each threaded call (measured: 100 ms of CPU in the
 0.5 s after one 256x784x256 product), so one BLAS call in a step leaves a spinning thread
-that competes with our own workers for the second core; an MLP step mixing the two ran at
-2.8 ms instead of 1.4. The compiled function is cached like every kernel (memory and disk,
-keyed by its spec and the host).
+that competes with our own workers for the second core (in the mlp_step benchmark a step that
+mixed the two took 2.8 ms instead of 1.4).
 """
 from __future__ import annotations
 
@@ -35,38 +38,50 @@ PARALLEL_MACS = 1 << 21
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
 ENABLED = os.environ.get("DLVM_EQ_GEMM", "1") != "0"
 
-_ARGS = [ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
-
-
 # Micro-tiles: 12 x 32 (24 accumulators, two B vectors per k) in general; 24 x 16 for products
 # at most 16 columns wide (the MLP's 10 classes would leave 22 of 32 columns idle).
 WIDE = dict(mr=12, nr=32, kc=256, mc=144)
 NARROW = dict(mr=24, nr=16, kc=256, mc=144)
 
+_ARGS = ([ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
+         + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+            ctypes.c_void_p, ctypes.c_void_p])
+_A, _B, _C, _EPI_ARGS = 5, 8, 11, 17        # argument positions of the per-call pointers
 
-def _spec(a_order: str, b_order: str, narrow: bool = False, epilogue=None, epilogue_c: int = 0):
-    from .gemm import GemmSpec
-    return GemmSpec(a_order, b_order, **(NARROW if narrow else WIDE), epilogue=epilogue,
-                    epilogue_c=epilogue_c)
+
+class CpuEpilogue:
+    """An elementwise kernel over a product's (M, N) space, compiled to run on its tiles
+    (`gemm.epilogue_ir`); `c_input` is the kernel input that reads the product."""
+
+    def __init__(self, spec, c_input: int):
+        from .gemm import check_epilogue
+        check_epilogue(spec, c_input)
+        self.spec, self.c_input = spec, c_input
+        self.n_pointers = len(spec.outputs) + len(spec.inputs)
+        self.code: KernelCode = _JIT.kernel("epilogue", spec, self._build_ir)
+        self.address = self.code.address
+
+    def _build_ir(self):
+        from .gemm import epilogue_ir
+        from .llvm_cpu import CpuIR, symbol_for
+        text, symbol = symbol_for(lambda sym: epilogue_ir(self.spec, sym))
+        return CpuIR(text, symbol, None, "epilogue")
 
 
 class CpuGemm:
-    """out = a @ b for float32 matrices, A read as `a_order` ("rows" or "cols"), B as
-    `b_order` ("rows": columns contiguous, or "any"); with `epilogue` (a KernelSpec over out's
-    shape whose input `epilogue_c` is out), that kernel runs on each finished tile: call with
-    `extra` = the kernel's output pointers then its input pointers."""
+    """out (+)= a @ b for float32 matrices (a's rows or columns contiguous, any b, out
+    C-contiguous); with `epilogue`, that kernel then runs on each finished tile, `extra` being
+    its output pointers then its input pointers (the product's among them)."""
 
-    def __init__(self, a_order: str, b_order: str = "rows", threads: int | None = None,
-                 narrow: bool = False, epilogue=None, epilogue_c: int = 0):
-        self.spec = _spec(a_order, b_order, narrow, epilogue, epilogue_c)
-        self.order = a_order
+    def __init__(self, narrow: bool = False, threads: int | None = None, pack_rows: bool | None = None):
+        from .gemm import GemmSpec
+        self.spec = GemmSpec(**(NARROW if narrow else WIDE))
+        self.narrow = narrow
+        self.pack_rows = pack_rows      # pack a row-major A: None = where its rows collide in L1
         self.threads = threads or usable_cpus()
         self.code: KernelCode = _JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
-        n_extra = len(epilogue.outputs) + len(epilogue.inputs) if epilogue is not None else 0
-        self._fn = ctypes.CFUNCTYPE(None, *_ARGS, *[ctypes.c_void_p] * n_extra)(self.address)
+        self._fn = ctypes.CFUNCTYPE(None, *_ARGS)(self.address)
         self._launches: dict[tuple, Callable] = {}
         self._lock = threading.Lock()
 
@@ -89,77 +104,95 @@ class CpuGemm:
             return [(0, m, lo, min(lo + step, n)) for lo in range(0, n, step)]
         return [(0, m, 0, n)]
 
+    def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
+        """The run-time layout flags for these operands (gemm.A_COLS, ...)."""
+        from .gemm import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
+        order = a_order(a)
+        if order is None:
+            raise ValueError("A needs a contiguous row or column direction (see a_order)")
+        f = A_COLS if order == "cols" else 0
+        pack = self.pack_rows
+        if pack is None:
+            pack = not self.narrow and _rows_collide(a.strides[0] // 4, self.spec.mr)
+        if order == "rows" and pack:
+            f |= A_ROWS_PACKED
+        if b.strides[1] != 4:
+            f |= B_STRIDED
+        return f | (ACCUMULATE if accumulate else 0)
+
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool = False,
-                 extra: tuple = ()):
+                 epilogue: CpuEpilogue | None = None, extra=()):
         m, k = a.shape
         n = b.shape[1]
         if m == 0 or n == 0:
             return out
         if k == 0:
-            if self.spec.epilogue is not None:
+            if epilogue is not None:
                 raise ValueError("a GEMM with an epilogue needs k >= 1 (the caller runs k = 0 unfused)")
             if not accumulate:
                 out.fill(0)
             return out
-        key = (a.shape, a.strides, b.shape, b.strides, out.strides, accumulate)
+        key = (a.shape, a.strides, b.shape, b.strides, out.strides, accumulate,
+               epilogue.address if epilogue is not None else 0)
         with self._lock:            # the launch's scratch and argument blocks are shared
             launch = self._launches.get(key)
             if launch is None:
                 if len(self._launches) >= MAX_LAUNCHES:
                     self._launches.clear()
-                launch = self._launches[key] = self._launch(a, b, out, accumulate)
+                launch = self._launches[key] = self._launch(a, b, out, accumulate, epilogue)
             launch(data_ptr(a), data_ptr(b), data_ptr(out), extra)
         return out
 
-    def _launch(self, a, b, out, accumulate: bool):
-        """A function of the three data pointers that runs the product for these shapes and
-        strides: its blocks, scratch and argument lists are made once (a call then costs a few
-        stores, not ~10 us of Python)."""
+    def _launch(self, a, b, out, accumulate: bool, epilogue: CpuEpilogue | None):
+        """A function of the data pointers that runs the product for these shapes and strides:
+        its blocks, scratch and argument lists are made once (a call then costs a few stores,
+        not ~10 us of Python)."""
         m, k = a.shape
         n = b.shape[1]
         parts = self.blocks(m, n, k)
         scratch = [tuple(np.empty(size, np.float32) for size in self.spec.scratch(n1 - n0))
                    for _, _, n0, n1 in parts]
+        epi_args = np.zeros(max(1, epilogue.n_pointers if epilogue else 0), np.int64)
+        flags = self.flags(a, b, accumulate)
         rows = [[m0, m1, n0, n1, k, 0, a.strides[0] // 4, a.strides[1] // 4, 0, b.strides[0] // 4,
-                 b.strides[1] // 4, 0, out.strides[0] // 4, data_ptr(pa), data_ptr(pb), int(accumulate)]
+                 b.strides[1] // 4, 0, out.strides[0] // 4, data_ptr(pa), data_ptr(pb), flags,
+                 epilogue.address if epilogue else 0, data_ptr(epi_args)]
                 for (m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)]
+        n_epi = epilogue.n_pointers if epilogue else 0
         fn = self._fn
-        n_extra = len(self.spec.epilogue.outputs) + len(self.spec.epilogue.inputs) if self.spec.epilogue else 0
-        for r in rows:
-            r.extend([0] * n_extra)
         if len(rows) == 1:
             args = rows[0]
 
             def run(pa, pb, po, extra):
-                args[5], args[8], args[11] = pa, pb, po
-                args[16:] = extra
+                args[_A], args[_B], args[_C] = pa, pb, po
+                if n_epi:
+                    epi_args[:] = extra
                 fn(*args)
-            run.scratch = scratch
-            return run
-        from .cpu_runtime import _native, _run_chunks
-        pool = _native()
-        if pool is None:
-            def run(pa, pb, po, extra):
-                for r in rows:
-                    r[5], r[8], r[11] = pa, pb, po
-                    r[16:] = extra
-                _run_chunks(fn, [tuple(r) for r in rows], self.threads)
-            run.scratch = scratch
-            return run
-        blocks = np.zeros((len(rows), pool.max_args), np.int64)
-        blocks[:, :len(rows[0])] = rows
-        address, threads = self.address, self.threads
+        else:
+            from .cpu_runtime import _native, _run_chunks
+            pool = _native()
+            if pool is None:
+                def run(pa, pb, po, extra):
+                    for r in rows:
+                        r[_A], r[_B], r[_C] = pa, pb, po
+                    if n_epi:
+                        epi_args[:] = extra
+                    _run_chunks(fn, [tuple(r) for r in rows], self.threads)
+            else:
+                blocks = np.zeros((len(rows), pool.max_args), np.int64)
+                blocks[:, :len(rows[0])] = rows
+                address, threads = self.address, self.threads
 
-        def run(pa, pb, po, extra):
-            blocks[:, 5], blocks[:, 8], blocks[:, 11] = pa, pb, po
-            if n_extra:
-                blocks[:, 16:16 + n_extra] = extra
-            pool.run_blocks(address, blocks, threads)
-        run.scratch = scratch
+                def run(pa, pb, po, extra):
+                    blocks[:, _A], blocks[:, _B], blocks[:, _C] = pa, pb, po
+                    if n_epi:
+                        epi_args[:] = extra
+                    pool.run_blocks(address, blocks, threads)
+        run.scratch, run.epi_args = scratch, epi_args
         return run
 
 
-_GEMMS: dict[tuple, CpuGemm] = {}
+_GEMMS: dict[bool, CpuGemm] = {}
 
 
 def a_order(a: np.ndarray) -> str | None:
@@ -171,27 +204,23 @@ def a_order(a: np.ndarray) -> str | None:
     return None
 
 
-def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue=None, epilogue_c: int = 0) -> CpuGemm | None:
-    """Our GEMM for out = a @ b (then `epilogue`, see CpuGemm), or None where numpy's matmul
-    is the better or only choice (the caller then runs the epilogue kernel after it)."""
+def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
+    """Our GEMM for out = a @ b, or None where numpy's matmul is the better or only choice
+    (a caller with an epilogue then runs the epilogue's kernel after numpy's product)."""
     if not ENABLED or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
         return None
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return None
     m, k = a.shape
     n = b.shape[1]
-    if m * n * k < GEMM_MIN_MACS or (epilogue is not None and k == 0):
+    if m * n * k < GEMM_MIN_MACS or k == 0:
         return None
-    order = a_order(a)
-    if order is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
+    if a_order(a) is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
     narrow = n <= NARROW["nr"]
-    if order == "rows" and not narrow and _rows_collide(a.strides[0] // 4, WIDE["mr"]):
-        order = "rows_packed"
-    key = (order, "rows" if b.strides[1] == 4 else "any", narrow, epilogue, epilogue_c)
-    g = _GEMMS.get(key)
+    g = _GEMMS.get(narrow)
     if g is None:
-        g = _GEMMS[key] = CpuGemm(key[0], key[1], narrow=key[2], epilogue=epilogue, epilogue_c=epilogue_c)
+        g = _GEMMS[narrow] = CpuGemm(narrow)
     return g
 
 
