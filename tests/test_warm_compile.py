@@ -67,13 +67,15 @@ def test_a_warm_process_builds_nothing(tmp_path):
     cold = _run(tmp_path)
     assert cold["at_import"] == []
     assert cold["ir"] == [0, 2] and cold["plan"] == [0, 1]
-    # kernels of equal LLVM IR under two names are compiled once
-    assert 1 <= cold["kernels"]["compiled"] <= cold["n_kernels"]
+    # kernels of equal LLVM IR under two names are compiled once; besides the plan's kernels:
+    # the GEMM for each micro-tile shape used (two at most) and the native worker pool
+    assert 1 <= cold["kernels"]["compiled"] <= cold["n_kernels"] + 3
     warm = _run(tmp_path)
     assert warm["at_import"] == [] and warm["after_call"] == []   # no egglog, scipy, lark, sympy
     assert warm["ir"] == [2, 0] and warm["plan"] == [1, 0]
     assert warm["kernels"]["compiled"] == 0
-    assert warm["kernels"]["loaded_from_disk"] == warm["n_kernels"]
+    # every kernel from disk, and the GEMMs and worker pool it used (at most 3 objects)
+    assert warm["n_kernels"] <= warm["kernels"]["loaded_from_disk"] <= warm["n_kernels"] + 3
     assert warm["corrupt"] == 0
     assert warm["value"] == pytest.approx(cold["value"], rel=1e-6)
     assert warm["grads"] == pytest.approx(cold["grads"], rel=1e-5)
@@ -95,7 +97,7 @@ def test_unreadable_entries_of_every_level_are_rebuilt(tmp_path):
     assert _overwrite(tmp_path, "plan", b"not a pickle") == 1
     assert _overwrite(tmp_path, "ir-optimize", pickle.dumps(["not", "a", "function"])) == 1
     n_kernels = _overwrite(tmp_path, "cpu", b"no symbol here")
-    assert n_kernels == cold["n_kernels"]
+    assert n_kernels >= cold["n_kernels"]       # the kernels, the GEMMs and the worker pool
     broken = _run(tmp_path)
     assert broken["plan"] == [0, 1]
     assert broken["ir"] == [1, 1]                    # the adjoint still read, the program rebuilt

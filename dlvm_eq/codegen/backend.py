@@ -2,7 +2,7 @@
 
     f = dq.compile(module, "f", target="cpu")     # a callable on numpy arrays
     f(x, w)
-    print(f.report)                                # e-graph, costs, kernels, BLAS calls, timings
+    print(f.report)                                # e-graph, costs, kernels, matmuls, timings
     print(f.plan)                                  # what was fused
     dq.jit(fn)                                     # registered as the DSL's "cpu"/"gpu" targets
 
@@ -58,7 +58,7 @@ def _add_seconds(phase: str, s: float) -> None:
 @dataclass
 class CompileReport:
     """What compiling one function did: the optimizer's report (e-graph size, rules fired,
-    cost before/after), the kernels and BLAS calls of the plan, and the time of each phase."""
+    cost before/after), the kernels and matmuls of the plan, and the time of each phase."""
     name: str
     target: str
     plan: Plan
@@ -93,7 +93,7 @@ class CompileReport:
         kernels = self.plan.kernels
         lines.append(f"  kernels: {len(kernels)}" + (" (" + ", ".join(k.name for k in kernels) + ")" if kernels else ""))
         blas = self.plan.blas_calls
-        lines.append(f"  BLAS calls: {len(blas)}" + (" (" + ", ".join(
+        lines.append(f"  matmuls: {len(blas)}" + (" (" + ", ".join(
             f"{b.a.text(self.plan.slots)} @ {b.b.text(self.plan.slots)}" for b in blas) + ")" if blas else ""))
         epilogues = self.plan.epilogues
         if epilogues:
