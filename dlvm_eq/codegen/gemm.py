@@ -102,21 +102,7 @@ class _Builder:
     # ---------------------------------------------------------------- helpers
     def loop(self, start, end, step, body, name):
         """for (i = start; i < end; i += step) body(i)."""
-        b = self.b
-        pre = b.block
-        head = b.append_basic_block(f"{name}.head")
-        blk = b.append_basic_block(f"{name}.body")
-        done = b.append_basic_block(f"{name}.end")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name=name)
-        i.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", i, end), blk, done)
-        b.position_at_end(blk)
-        body(i)
-        i.add_incoming(b.add(i, step), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        counted_loop(self.b, start, end, lambda b, i: body(i), name, step)
 
     def at(self, base, idx):
         return self.b.gep(base, [idx], source_etype=F32)

@@ -24,9 +24,9 @@ def _c(like: ir.Value, v: int) -> ir.Constant:
 
 
 def counted_loop(b: ir.IRBuilder, start, end, body: Callable[[ir.IRBuilder, ir.Value], None],
-                 name: str = "loop"):
-    """for (i = start; i < end; i++) body(i); leaves the builder after the loop. The index
-    has the type of `start` (i64 on CPU; i32 or i64 on GPU)."""
+                 name: str = "loop", step=None):
+    """for (i = start; i < end; i += step) body(i) (step 1 by default); leaves the builder after
+    the loop. The index has the type of `start` (i64 on CPU; i32 or i64 on GPU)."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     blk = b.append_basic_block(f"{name}.body")
@@ -38,7 +38,7 @@ def counted_loop(b: ir.IRBuilder, start, end, body: Callable[[ir.IRBuilder, ir.V
     b.cbranch(b.icmp_signed("<", i, end), blk, done)
     b.position_at_end(blk)
     body(b, i)
-    nxt = b.add(i, _c(i, 1), flags=("nsw",))
+    nxt = b.add(i, _c(i, 1) if step is None else step, flags=("nsw",))
     i.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(done)
