@@ -10,7 +10,9 @@ OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed (the script restarts itself wit
 Implementations take turns round by round; medians over all rounds. GFLOP/s = 2*m*n*k / time.
 After each implementation's round the script sleeps 0.2 s: OpenBLAS and PyTorch keep their
 worker threads spinning for up to ~100 ms after a call, which would otherwise slow whichever
-implementation runs next.
+implementation runs next; each round starts with one untimed call, so that workers that went
+to sleep in the pause are awake (on this VM waking a sleeping thread takes 0.3-4 ms, which a
+single product of a few ms would otherwise run without).
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ def interleaved(impls: dict, rounds: int, reps: int, before=None) -> dict:
         f()
     for _ in range(rounds):
         for name, f in impls.items():
+            f()       # untimed: worker threads asleep after the pause wake up (steady state)
             for _ in range(reps):
                 if before is not None:
                     before()
@@ -95,7 +98,7 @@ def gemm_table(rounds: int, reps: int) -> str:
             if err > 1e-5:
                 raise SystemExit(f"{name} on {label}: relative error {err:.2g}")
         big = m * n * k >= 1 << 30
-        t = interleaved(impls, max(2, rounds // (3 if big else 1)), max(3, reps // (20 if big else 1)))
+        t = interleaved(impls, max(2, rounds // (2 if big else 1)), max(8, reps // (4 if big else 1)))
         base = t["numpy (OpenBLAS)"]
         for name, s in t.items():
             rows.append([label, name, f"{s * 1e6:.1f}", f"{2 * m * n * k / s / 1e9:.0f}", f"{s / base:.2f}x"])
