@@ -29,9 +29,12 @@ import numpy as np
 
 from .cpu_runtime import _JIT, KernelCode, data_ptr, usable_cpus
 
-# Products smaller than this many multiply-adds stay with numpy (OpenBLAS runs those on one
-# thread; a call through ours costs a few microseconds of set-up).
-GEMM_MIN_MACS = 1 << 16
+# Products of at most this many multiply-adds stay with numpy: OpenBLAS runs them on one
+# thread (its threading threshold is 65536 x 4 multiply-adds, interface/gemm.c), so no worker
+# of its is left spinning, and it is faster there (128x128x10: 5 us against our 10; a call
+# through ours costs a few microseconds of set-up). Above it, ours (128x64x128: 18 us against
+# OpenBLAS's 34, which wakes its second thread).
+GEMM_MIN_MACS = (1 << 18) + 1
 # From this many multiply-adds a product is split over the cores (below, waking a worker and
 # packing B twice cost more than the second core gives).
 PARALLEL_MACS = 1 << 21
