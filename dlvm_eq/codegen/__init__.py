@@ -8,14 +8,16 @@
     0.7310585975646973
 
 Whole functions: `compile(module, name, target="cpu"|"gpu")` plans an IR function into
-kernels, BLAS calls and views (`plan_function`; print the plan to see what was fused) and runs
+kernels, matmuls and views (`plan_function`; print the plan to see what was fused) and runs
 it (`CpuProgram` / `GpuProgram`). Importing this package registers the "cpu" and "gpu" targets
 of `dq.jit`.
 
 Files: kernel (the spec), layout (loop layouts), emitter/polymath/lower_expr/loops (IR
-building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), kernel_cache
-(disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's data),
-fusion (IR -> plan), executor (running a plan), backend (compile, reports, DSL targets).
+building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), native_pool
+(worker threads outside the GIL), gemm / gemm_runtime (our float32 GEMM and its epilogues),
+kernel_cache (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's
+data), fusion (IR -> plan), epilogue (matmul + consumer -> one step), executor (running a
+plan), backend (compile, reports, DSL targets).
 """
 import importlib
 
