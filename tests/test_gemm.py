@@ -337,3 +337,21 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
     monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
     off, _ = _mlp_plans()
     assert not any(isinstance(s, GemmStep) for s in off.steps)
+
+
+def test_big_products_keep_their_consumers_unfused():
+    """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
+    from dlvm_eq.codegen.epilogue import MAX_FUSED_ELEMENTS
+    from dlvm_eq.codegen.fusion import plan_function
+    from dlvm_eq.codegen.plan import GemmStep
+
+    def layer(x, w, b):
+        return dq.relu(x @ w + b)
+
+    def fused(n):
+        args = (np.ones((n, 8), np.float32), np.ones((8, n), np.float32), np.ones(n, np.float32))
+        module = dq.jit(layer).lower(*args)
+        fn = next(iter(module.functions.values()))
+        return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu").steps)
+    side = int(MAX_FUSED_ELEMENTS ** 0.5)
+    assert fused(side) and not fused(2 * side)
