@@ -38,7 +38,7 @@ def _operand(rng, rows, cols, transposed, pad):
 dims = st.one_of(st.integers(1, 40), st.sampled_from([11, 12, 13, 31, 32, 33, 143, 144, 145, 255, 256, 257, 300]))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(m=dims, n=dims, k=dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 3]),
        threads=st.sampled_from([1, 2, 3]), narrow=st.booleans(), pack_rows=st.booleans(),
        seed=st.integers(0, 2**31))
@@ -244,7 +244,7 @@ def test_python_threads_instead_of_the_native_pool(monkeypatch):
 _EPILOGUE_OPS = ["bias", "relu", "other", "select", "sigmoid", "exp_tanh", "scale", "mask_out"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(m=dims, n=dims, k=dims, transposed=st.booleans(),
        ops=st.lists(st.sampled_from(_EPILOGUE_OPS), min_size=1, max_size=5), seed=st.integers(0, 2**31))
 def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed):
@@ -269,7 +269,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
         elif op == "other":
             z = b.emit("multiply", [z, other])
         elif op == "select":
-            mask = b.emit("greaterThan", [z, other])
+            mask, witness = b.emit("greaterThan", [z, other]), b.emit("subtract", [z, other])
             z = b.emit("select", [z, other, mask])
         elif op == "sigmoid":
             z = b.emit("sigmoid", [z])
@@ -278,10 +278,10 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
         elif op == "scale":
             z = b.emit("multiply", [z, b.const(0.5, F32)])
         else:
-            mask = b.emit("greaterThan", [z, b.const(0.0, F32)])
+            mask, witness = b.emit("greaterThan", [z, b.const(0.0, F32)]), z
     outs.append(z)
-    if mask is not None:
-        outs.append(mask)
+    if mask is not None:      # the compare, and the difference it decided on (the witness)
+        outs += [mask, witness]
     fn = b.finish(outs if len(outs) > 1 else z)
     mod = Module("epi")
     mod.add(fn)
@@ -299,11 +299,12 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
     got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     a64 = np.abs(args[0].astype(np.float64))
     scale = float((a64.T if transposed else a64).max(initial=0) * np.abs(args[1]).max(initial=0) * k) + 1
-    for g, w_ in zip(got, want):
+    for i, (g, w_) in enumerate(zip(got, want)):
         if w_.dtype == bool:
-            # a compare right at its threshold may flip under f32 rounding: allow near-ties only
-            near = np.abs(want[0]) < 1e-5 * scale if w_.shape == want[0].shape else False
-            assert ((g == w_) | near).all()
+            # a compare may flip under f32 rounding where the float64 difference it decided on
+            # is within rounding of zero (e.g. sigmoid saturating to 1.0 in f32): only there
+            near = np.abs(want[i + 1]) <= 1e-5 * scale + 1e-5
+            assert ((g == w_) | near).all(), ops
         else:
             err = np.abs(g.astype(np.float64) - w_)
             assert (err <= 1e-5 * scale + 1e-5 * np.abs(w_)).all(), (err.max(), scale, ops)

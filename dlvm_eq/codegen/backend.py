@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import pickle
 import threading
 import time
@@ -213,6 +214,13 @@ PLAN_FORMAT = "1"     # bump when what a plan entry holds changes
 plan_cache_stats = {"hits": 0, "misses": 0}
 
 
+def _plan_settings() -> str:
+    """What a CPU plan depends on besides the module: GEMM epilogue fusion's switch and the
+    product size from which our GEMM is used (settable at run time, e.g. by tests)."""
+    from . import gemm_runtime
+    return f"epilogues={os.environ.get('DLVM_EQ_EPILOGUES', '1')},gemm={gemm_runtime.ENABLED}:{gemm_runtime.GEMM_MIN_MACS}"
+
+
 def planned(module: Module, name: str, target: str) -> Plan:
     """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan a previous
     process stored for the same module text, target, rule files and package source. A plan
@@ -227,7 +235,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
     from .. import __version__
     from ..cache import source_digest
     key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), ir_cache.rules_digest(),
-                    name, target, print_module(module))
+                    name, target, print_module(module), _plan_settings())
     cache = shared_cache()
     data = cache.get("plan", key)
     if data is not None:

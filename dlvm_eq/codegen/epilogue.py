@@ -7,7 +7,8 @@ after x @ w1, and the ReLU's gradient select after dz @ w2.T.
 A kernel qualifies when it is a map (not a reduction or row kernel) over the product's 2-D
 float32 shape, reads the product element for element (contiguous), and none of its other
 inputs depends on the product (the fused step would wait for itself); and the product has at
-most MAX_FUSED_ELEMENTS elements: measured (benchmarks/gemm.py), bias + ReLU + mask fused into
+most MAX_FUSED_ELEMENTS elements and is big enough to go through our GEMM at all
+(gemm_runtime.GEMM_MIN_MACS); measured (benchmarks/gemm.py), bias + ReLU + mask fused into
 256x784 @ 784x256 took 0.84x of numpy's time against 0.91x unfused, but at 1024^3 fusing cost
 3-6% (the epilogue's stores compete with the GEMM's panels for the cache once C no longer fits
 in L2). A product gets at most one epilogue: the first qualifying
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from . import gemm_runtime
 from .kernel import KernelSpec, c_strides
 from .plan import BlasStep, GemmStep, KernelStep
 from .schedule import Node
@@ -62,6 +64,8 @@ def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int 
         return None
     if shape[0] * shape[1] > MAX_FUSED_ELEMENTS:
         return None
+    if not gemm_runtime.ENABLED or shape[0] * shape[1] * blas.a.shape[-1] < gemm_runtime.GEMM_MIN_MACS:
+        return None        # numpy computes this product: there is no GEMM to fuse into
     for i, s in enumerate(k.inputs):
         if s == blas.out:
             inp = spec.inputs[i]

@@ -223,7 +223,7 @@ class CpuProgram:
         a, b, o = step.blas.a.slot, step.blas.b.slot, step.blas.out
         fa = _view_fn(step.blas.a.chain, np) or (lambda x: x)
         fb = _view_fn(step.blas.b.chain, np) or (lambda x: x)
-        epilogue = CpuEpilogue(step.epilogue.spec, step.c_input)
+        epilogue: list = []        # compiled on first use, like the unfused pair
         slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
         unfused: list = []
 
@@ -237,7 +237,9 @@ class CpuProgram:
                 for r in unfused:
                     r(env)
                 return
-            g(x, y, out, epilogue=epilogue, extra=[data_ptr(env[s]) for s in slots])
+            if not epilogue:
+                epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
+            g(x, y, out, epilogue=epilogue[0], extra=[data_ptr(env[s]) for s in slots])
         return run
 
     # -- call
