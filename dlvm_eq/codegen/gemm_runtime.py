@@ -35,9 +35,11 @@ from .cpu_runtime import _JIT, KernelCode, data_ptr, usable_cpus
 # through ours costs a few microseconds of set-up). Above it, ours (128x64x128: 18 us against
 # OpenBLAS's 34, which wakes its second thread).
 GEMM_MIN_MACS = (1 << 18) + 1
-# From this many multiply-adds a product is split over the cores (below, waking a worker and
-# packing B twice cost more than the second core gives).
-PARALLEL_MACS = 1 << 21
+# From this many multiply-adds a product is split over the cores. Alone, a 256x256x10 product
+# (655k) is faster on one core (25 us vs 36: waking a worker, packing B twice); inside the MLP
+# step, whose operands the two cores have just written half each, splitting it measured ~5%
+# faster per step (medians of 4 runs each: 1.11 vs 1.17 ms).
+PARALLEL_MACS = 1 << 19
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
 ENABLED = os.environ.get("DLVM_EQ_GEMM", "1") != "0"
 
