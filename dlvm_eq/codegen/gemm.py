@@ -296,6 +296,7 @@ class _Builder:
         # K slices of equal depth, at most KC: 784 = 4 x 196 rather than 3 x 256 + 16 (a last
         # slice of 16 still costs a pass over C and a packing of B)
         slices = b.sdiv(b.add(K, _const(s.kc - 1)), _const(s.kc))
+        slices = b.select(b.icmp_signed(">", slices, _const(0)), slices, _const(1))   # K = 0: no division by 0
         kstep = b.sdiv(b.add(K, b.sub(slices, _const(1))), slices)
 
         def kslice(pc):
@@ -343,6 +344,7 @@ class _Builder:
         self.loop(_const(0), K, kstep, kslice, "pc")
         b.ret_void()
         return self.module
+
 
 class _FnPtr:
     """A pointer argument as the callee of an indirect call of a known function type
