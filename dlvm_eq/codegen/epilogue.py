@@ -17,8 +17,6 @@ reader in program order. Whether the step then runs through our GEMM is decided 
 """
 from __future__ import annotations
 
-import os
-
 from . import gemm_runtime
 from .kernel import KernelSpec, c_strides
 from .plan import BlasStep, GemmStep, KernelStep
@@ -29,14 +27,14 @@ MAX_FUSED_ELEMENTS = 1 << 18     # 1 MiB of float32 result: half this machine's 
 
 def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
     """`nodes` with each (matmul, qualifying reader) pair replaced by one GemmStep node."""
-    if os.environ.get("DLVM_EQ_EPILOGUES", "1") == "0":
+    if not gemm_runtime.epilogues_enabled():
         return nodes
     producer = {o: n for n in nodes for o in n.outputs}
     taken: set[int] = set()
     out_nodes = list(nodes)
     for blas_node in nodes:
         blas = blas_node.payload
-        if not isinstance(blas, BlasStep) or len(slots[blas.out].shape) != 2 or slots[blas.out].dtype != "f32":
+        if not _fusable_product(blas, slots):
             continue
         downstream = _downstream(blas_node, nodes)
         for node in sorted(nodes, key=lambda n: n.order):
@@ -54,6 +52,17 @@ def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
     return out_nodes
 
 
+def _fusable_product(blas, slots) -> bool:
+    """A 2-D float32 product small enough to fuse into and big enough for our GEMM (numpy
+    computes the others: there is no GEMM to fuse into)."""
+    if not isinstance(blas, BlasStep):
+        return False
+    out = slots[blas.out]
+    if len(out.shape) != 2 or out.dtype != "f32" or out.shape[0] * out.shape[1] > MAX_FUSED_ELEMENTS:
+        return False
+    return gemm_runtime.worth_our_gemm(out.shape[0], blas.a.shape[-1], out.shape[1])
+
+
 def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int | None:
     """The input index through which `node`'s kernel reads the product, if it qualifies."""
     k = node.payload
@@ -62,10 +71,6 @@ def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int 
     spec = k.spec
     if blas.out not in k.inputs or tuple(spec.shape) != tuple(shape):
         return None
-    if shape[0] * shape[1] > MAX_FUSED_ELEMENTS:
-        return None
-    if not gemm_runtime.ENABLED or shape[0] * shape[1] * blas.a.shape[-1] < gemm_runtime.GEMM_MIN_MACS:
-        return None        # numpy computes this product: there is no GEMM to fuse into
     for i, s in enumerate(k.inputs):
         if s == blas.out:
             inp = spec.inputs[i]

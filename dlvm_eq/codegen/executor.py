@@ -39,11 +39,10 @@ KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
 
 def _gemm_sized(out_shape, step) -> bool:
-    """Whether a matmul is large enough for our GEMM (gemm_runtime.GEMM_MIN_MACS)."""
-    from .gemm_runtime import ENABLED, GEMM_MIN_MACS
-    if not ENABLED or len(out_shape) != 2 or len(step.a.shape) != 2:
-        return False
-    return math.prod(out_shape) * step.a.shape[1] >= GEMM_MIN_MACS
+    """Whether a 2-D matmul is one for our GEMM (gemm_runtime.worth_our_gemm)."""
+    from .gemm_runtime import worth_our_gemm
+    return len(out_shape) == 2 and len(step.a.shape) == 2 and \
+        worth_our_gemm(out_shape[0], step.a.shape[1], out_shape[1])
 
 
 def _view_fn(chain, xp):

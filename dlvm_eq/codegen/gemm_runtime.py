@@ -200,6 +200,17 @@ class CpuGemm:
 _GEMMS: dict[bool, CpuGemm] = {}
 
 
+def worth_our_gemm(m: int, k: int, n: int) -> bool:
+    """Whether an m x k @ k x n float32 product is one for our GEMM (it is on, and the product
+    is above GEMM_MIN_MACS): the one test the planner, the executor and gemm_for share."""
+    return ENABLED and m * k * n >= GEMM_MIN_MACS
+
+
+def epilogues_enabled() -> bool:
+    """GEMM epilogue fusion is on unless DLVM_EQ_EPILOGUES=0 (read when a plan is made)."""
+    return os.environ.get("DLVM_EQ_EPILOGUES", "1") != "0"
+
+
 def a_order(a: np.ndarray) -> str | None:
     """How the GEMM can read A: "rows" (columns contiguous), "cols" (rows contiguous), None."""
     if a.strides[1] == 4 and a.strides[0] >= 4 * a.shape[1]:
@@ -212,13 +223,13 @@ def a_order(a: np.ndarray) -> str | None:
 def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
     """Our GEMM for out = a @ b, or None where numpy's matmul is the better or only choice
     (a caller with an epilogue then runs the epilogue's kernel after numpy's product)."""
-    if not ENABLED or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
+    if a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
         return None
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return None
     m, k = a.shape
     n = b.shape[1]
-    if m * n * k < GEMM_MIN_MACS or k == 0:
+    if k == 0 or not worth_our_gemm(m, k, n):
         return None
     if a_order(a) is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
