@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from .errors import DlvmError
@@ -66,7 +67,16 @@ def opt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="OUT.dl", help="write the optimized module here")
 
 
+def _deadline(args: argparse.Namespace):
+    """The budget's seconds counted from when the command started (loading egglog, the rules
+    and the program are part of the time the user waits for)."""
+    from .egraph.deadline import Deadline
+    from .egraph.schedule import Budget
+    return Deadline(Budget.of(dict(args.budget) or None).seconds, start=args.started)
+
+
 def opt(args: argparse.Namespace) -> int:
+    args.started = time.perf_counter()
     from .egraph.optimize import optimize
     from .ir import verify
     from .ir.parser import load
@@ -74,7 +84,8 @@ def opt(args: argparse.Namespace) -> int:
     module = load(args.file)
     verify(module)
     result = optimize(module, func=args.function, rules=args.rules, target=args.target,
-                      budget=dict(args.budget) or None, extractor=args.extractor, explain=args.explain)
+                      budget=dict(args.budget) or None, extractor=args.extractor, explain=args.explain,
+                      deadline=_deadline(args))
     text = str(result.module)
     if args.output:
         try:
@@ -103,11 +114,12 @@ def query_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def query(args: argparse.Namespace) -> int:
+    args.started = time.perf_counter()
     from .egraph.query import query as run_query
 
     result = run_query(args.expression, dict(args.shape), dtype=args.dtype, target=args.target,
                        rules=args.rules, budget=dict(args.budget) or None,
-                       alternatives=max(args.alternatives, 0))
+                       alternatives=max(args.alternatives, 0), deadline=_deadline(args))
     print(result)
     return 0
 

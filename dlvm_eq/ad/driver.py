@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..egraph.rulefiles import read_rule_file, rule_file
+from ..egraph.schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec
 from ..errors import DlvmError
@@ -37,9 +39,12 @@ class AdjointError(DlvmError):
     """An adjoint that cannot be built: a missing rule, or bad `wrt`/`from`/`keeping`."""
 
 
-# Saturate the shape analysis and the adjoint rules together: rules need the shapes of the
-# terms that earlier rules built.
-SCHEDULE = "(run-schedule (saturate (seq (saturate (run analysis)) (saturate (run adjoint)))))"
+# The adjoint rules with the shape analysis saturated after each iteration (rules need the
+# shapes of the terms that earlier rules built), by the one saturation driver. Expansion must
+# finish (an unexpanded Adjoint is an error): the budget only guards against runaway rule files.
+# A deep program needs an iteration per layer: many per step (egglog call).
+EXPANSION = Schedule(("adjoint",), step=64)
+EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
 HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "PadFront", "PadBack", "TieShare")
 _TERMS = set(EGG_TO_OP) | set(LEAVES)
 
@@ -289,6 +294,7 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
     from ..egraph import load_bindings
     load_bindings()
     from ..egraph.optimize import extract_programs, optimize_session
+    from ..egraph.saturate import saturate
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)
@@ -296,7 +302,9 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
         rev = _ReversePass(prog, fn, cfg)
         roots = rev.run()
         session.run_text("\n".join(rev.lines) + "\n", f"<adjoint of @{fn.name}>")
-        session.run_text(SCHEDULE)
+        sat = saturate(session, EXPANSION, EXPANSION_BUDGET)
+        if not sat.saturated:
+            raise AdjointError(f"expanding the adjoint of @{fn.name} with {rules_name} stopped: {sat}")
         _check_expanded(session.serialize(roots), rules_name, text)
         # An Adjoint is a function of its user's syntax, not of its value: once expanded it
         # must go, or congruence after algebra rewrites would merge unrelated adjoints.
@@ -312,7 +320,14 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
 
 
 _SYNTHESIZED: dict[int, tuple[Function, Function, int, Function]] = {}
-_IN_PROGRESS: set[str] = set()
+_LOCAL = threading.local()     # per thread: the declarations being synthesized (cycle check)
+
+
+def _in_progress() -> set[str]:
+    names = getattr(_LOCAL, "in_progress", None)
+    if names is None:
+        names = _LOCAL.in_progress = set()
+    return names
 
 
 def _signature(params, results, as_tuple: bool) -> str:
@@ -334,13 +349,14 @@ def synthesize_declared(module: Module, decl_fn: Function) -> Function:
     if hit and hit[0] is decl_fn and hit[1] is source and hit[2] == len(source.body):
         return hit[3]
     if of.is_declaration:          # an adjoint of a declared adjoint: synthesize that first
-        if decl_fn.name in _IN_PROGRESS:
+        in_progress = _in_progress()
+        if decl_fn.name in in_progress:
             raise AdjointError(f"@{decl_fn.name}: adjoint declarations form a cycle")
-        _IN_PROGRESS.add(decl_fn.name)
+        in_progress.add(decl_fn.name)
         try:
             of = synthesize_declared(module, of)
         finally:
-            _IN_PROGRESS.discard(decl_fn.name)
+            in_progress.discard(decl_fn.name)
     cfg = configure(of, decl.wrt, decl.from_index, decl.keeping, decl.seedable)
     params, results = adjoint_signature(of, cfg)
     declared = decl_fn.result_type

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
 
 import numpy as np
@@ -29,6 +30,7 @@ DEFAULT_TARGET = "cpu"   # the llvmlite code generator (dlvm_eq.codegen); "inter
 
 _BACKENDS: dict = {}
 TRACE_SECONDS = {"trace": 0.0}   # seconds spent tracing in this process (compile-time report)
+_TRACE_LOCK = threading.Lock()
 
 
 def register_backend(target: str, compile) -> None:
@@ -96,6 +98,10 @@ class Jitted:
             raise DlvmError(f"jit: unknown target {target!r} (available: {known})")
         self.fn, self.target = fn, target
         self._cache: dict[tuple, tuple] = {}
+        # one compile per signature: the first caller builds the entry (only complete entries
+        # enter _cache), a concurrent caller of the same signature waits for it
+        self._lock = threading.Lock()
+        self._building: dict[tuple, threading.RLock] = {}
         functools.update_wrapper(self, fn, updated=())
 
     def _positional(self, args, kwargs):
@@ -109,20 +115,36 @@ class Jitted:
     def _entry(self, args):
         key = _signature_key(args)
         entry = self._cache.get(key)
-        if entry is None:
-            tree = []
-
-            def flat(*xs):   # the IR returns a flat tuple; remember the nesting to rebuild it
-                leaves, structure = flatten(self.fn(*xs))
-                tree.append(structure)
-                return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
-            functools.update_wrapper(flat, self.fn, updated=())
-            t0 = time.perf_counter()
-            module = make_ir(flat)(*args)
-            TRACE_SECONDS["trace"] += time.perf_counter() - t0
-            compiled = _BACKENDS[self.target](module, module.name)
-            entry = self._cache[key] = (module, compiled, tree[0])
+        if entry is not None:
+            return entry
+        with self._lock:
+            building = self._building.setdefault(key, threading.RLock())
+        try:
+            with building:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = self._build(args)
+        finally:
+            with self._lock:
+                if self._building.get(key) is building:
+                    del self._building[key]
         return entry
+
+    def _build(self, args) -> tuple:
+        """(module, compiled, result tree) for these arguments: trace, then the back end."""
+        tree = []
+
+        def flat(*xs):   # the IR returns a flat tuple; remember the nesting to rebuild it
+            leaves, structure = flatten(self.fn(*xs))
+            tree.append(structure)
+            return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
+        functools.update_wrapper(flat, self.fn, updated=())
+        t0 = time.perf_counter()
+        module = make_ir(flat)(*args)
+        with _TRACE_LOCK:
+            TRACE_SECONDS["trace"] += time.perf_counter() - t0
+        compiled = _BACKENDS[self.target](module, module.name)
+        return (module, compiled, tree[0])
 
     def __call__(self, *args, **kwargs):
         args = self._positional(args, kwargs)

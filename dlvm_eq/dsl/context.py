@@ -10,6 +10,7 @@ the (file, line, col) of the first stack frame outside the dlvm_eq package, and 
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import linecache
 import os
@@ -21,7 +22,9 @@ from ..ir.module import FunctionBuilder, Value
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _inside_cache: dict[str, bool] = {}
 
-_STACK: list["Trace"] = []
+# The traces being built, innermost last: per thread and per asyncio task (a context
+# variable holding a tuple, so that no two threads ever share or mutate one stack)
+_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("dlvm_eq_traces", default=())
 
 
 class TracingError(DlvmError):
@@ -92,14 +95,14 @@ class Trace:
         self.active = False
 
     def __enter__(self) -> "Trace":
-        self.parent = _STACK[-1] if _STACK else None
-        _STACK.append(self)
+        stack = _STACK.get()
+        self.parent = stack[-1] if stack else None
+        self._token = _STACK.set(stack + (self,))
         self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
-        popped = _STACK.pop()
-        assert popped is self
+        _STACK.reset(self._token)
         self.active = False
 
     def capture(self, tensor) -> Value:
@@ -133,8 +136,9 @@ class Trace:
 
 
 def current_trace() -> Trace | None:
-    return _STACK[-1] if _STACK else None
+    stack = _STACK.get()
+    return stack[-1] if stack else None
 
 
 def is_tracing() -> bool:
-    return bool(_STACK)
+    return bool(_STACK.get())

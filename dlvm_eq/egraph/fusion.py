@@ -16,7 +16,6 @@ stops on a budget, nothing is left to chance: every elementwise value is materia
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import threading
 import time
@@ -146,67 +145,50 @@ def load_fusion(flat: Flat) -> _Loaded:
 
 # ------------------------------------------------------------------ the e-graph
 
-_lock = threading.Lock()
-_session = None
+# egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one per thread
+_local = threading.local()
 
 
 def _base_session():
-    """schema.egg's declarations + fusion.egg, once per process; each program runs between
+    """schema.egg's declarations + fusion.egg, once per thread; each program runs between
     push and pop."""
-    global _session
-    if _session is None:
+    s = getattr(_local, "session", None)
+    if s is None:
         from .fusion_rules import schema_declarations
         from .rulefiles import rule_file
         from .session import EGraphSession
         s = EGraphSession(schema=False)
         s.add_rules_text(schema_declarations(), str(rule_file("schema.egg")))
         s.add_rules_file(rule_file("fusion.egg"))
-        _session = s
-    return _session
+        _local.session = s
+    return s
 
 
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
-    from egglog.bindings import PanicSpan
-    from egglog.bindings import Var as EggVar
-
-    from .saturate import node_count
+    from .saturate import saturate
+    from .schedule import Schedule
     budget = budget or DEFAULT_BUDGET
-    global _session
-    with _lock:
-        s = _base_session()
-        s.run_text("(push)")
-        try:
-            t0 = time.perf_counter()
-            s.run_lines(loaded.lines, "<fusion program>")
-            t1 = time.perf_counter()
-            reason, it, nodes = "iterations", 0, node_count(s)
-            while it < budget.iterations:
-                if nodes > budget.nodes:
-                    reason = "nodes"
-                    break
-                if time.perf_counter() - t1 > budget.seconds:
-                    reason = "seconds"
-                    break
-                (run,) = s.run_text("(run-schedule (run fusion))")
-                it += 1
-                nodes = node_count(s)
-                if not run.report.updated:
-                    reason = "saturated"
-                    break
-            t2 = time.perf_counter()
-            roots = loaded.lets + list(loaded.result_loads.values())
-            span = PanicSpan()
-            data = json.loads(s.egraph.serialize([EggVar(span, r) for r in roots]).to_json())
-            t3 = time.perf_counter()
-        except BaseException:
-            _session = None      # egglog may be left in any state: never reuse it
-            raise
-        s.run_text("(pop)")
+    s = _base_session()
+    s.run_text("(push)")
+    try:
+        t0 = time.perf_counter()
+        s.run_lines(loaded.lines, "<fusion program>")
+        t1 = time.perf_counter()
+        # the one saturation driver; the fusion e-graph has no analysis ruleset
+        sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)
+        t2 = time.perf_counter()
+        roots = loaded.lets + list(loaded.result_loads.values())
+        data = s.serialize(roots).data
+        t3 = time.perf_counter()
+    except BaseException:
+        _local.session = None      # egglog may be left in any state: never reuse it
+        raise
+    s.run_text("(pop)")
     if len(data.get("root_eclasses", ())) != len(roots):
         raise DlvmError("fusion e-graph: serialized roots do not match the program's values")
-    facts = {"stop_reason": reason, "iterations": it, "nodes": nodes, "roots": roots,
-             "seconds": {"load": t1 - t0, "saturate": t2 - t1, "serialize": t3 - t2}}
+    facts = {"stop_reason": sat.stop_reason, "iterations": sat.iterations, "nodes": sat.nodes,
+             "roots": roots, "seconds": {"load": t1 - t0, "saturate": t2 - t1, "serialize": t3 - t2}}
     return data, facts
 
 

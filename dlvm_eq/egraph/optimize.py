@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -31,8 +32,9 @@ from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
 from .report import FunctionReport, OptimizeReport
 from .expr import render
+from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .rulefiles import read_rule_file, rule_file
-from .saturate import SaturationReport, saturate
+from .saturate import SaturationReport, node_count, saturate
 from .schedule import Budget, Schedule, rulesets_in
 from .serialized import Graph, class_types
 from .session import EGraphSession
@@ -49,24 +51,33 @@ def new_session(rules: Sequence[str | Path] = ()) -> EGraphSession:
     return session
 
 
-_BASES: dict[tuple, EGraphSession] = {}
+# egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one cache per thread
+_LOCAL = threading.local()
+
+
+def _bases() -> dict[tuple, EGraphSession]:
+    bases = getattr(_LOCAL, "bases", None)
+    if bases is None:
+        bases = _LOCAL.bases = {}
+    return bases
 
 
 @contextmanager
 def scratch_session(rules: Sequence[str | Path] = ()):
-    """A session with the rules loaded, reused across calls: the program lives between an
-    egglog (push) and (pop), so the rules are compiled once per process (~0.1 s saved)."""
+    """A session with the rules loaded, reused across calls on this thread: the program lives
+    between an egglog (push) and (pop), so the rules are compiled once per thread (~0.1 s saved)."""
     key = tuple(read_rule_file(p) for p in rules)
-    session = _BASES.get(key)
+    bases = _bases()
+    session = bases.get(key)
     if session is None:
-        if len(_BASES) >= 4:
-            _BASES.clear()
-        session = _BASES[key] = new_session(rules)
+        if len(bases) >= 4:
+            bases.clear()
+        session = bases[key] = new_session(rules)
     session.run_text("(push)")
     try:
         yield session
     except BaseException:
-        _BASES.pop(key, None)    # egglog may be left in any state: never reuse it
+        bases.pop(key, None)    # egglog may be left in any state: never reuse it
         raise
     session.run_text("(pop)")
 
@@ -88,6 +99,7 @@ class Extracted:
     graph: Graph
     cost: TargetCost
     seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)    # what a short time budget gave up
 
 
 @dataclass
@@ -95,13 +107,39 @@ class SessionResult(Extracted):
     saturation: SaturationReport | None = None
 
 
+class ShortOfTime(DlvmError):
+    """No extraction fitted in what the time budget left (the caller keeps the program as written)."""
+
+
+ILP_MIN_SECONDS = 0.2    # below this much time left, the ILP is not worth starting: greedy
+
+
 def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu",
                      extractor: str = "greedy", time_limit: float = 10.0,
-                     unload_functions: bool = True) -> Extracted:
-    """Extract every program's roots jointly (shared values are paid once) and unload each."""
+                     unload_functions: bool = True, deadline: Deadline | None = None,
+                     nodes: int | None = None) -> Extracted:
+    """Extract every program's roots jointly (shared values are paid once) and unload each.
+
+    deadline: when time is short, the ILP gives way to greedy, and past the point where the
+    whole e-graph can be extracted in time, only part of it is serialized (egglog's row cap);
+    when that part holds no program, ShortOfTime. `Extracted.notes` says what was given up."""
     t0 = time.perf_counter()
+    notes: list[str] = []
+    max_rows = None
+    if deadline is not None:
+        nodes = node_count(session) if nodes is None else nodes
+        left, need = deadline.left(), extraction_seconds(nodes)
+        if need > left:
+            max_rows = max(100, nodes_within(left))
+            notes.append(f"time budget short: serialized at most {max_rows} e-nodes per constructor "
+                         f"of {nodes}")
+        if extractor == "ilp" and left - need < ILP_MIN_SECONDS:
+            extractor = "greedy"
+            notes.append("time budget short: greedy extraction instead of ilp")
+        # what extraction's own searches (greedy's local search, the ILP) may use
+        time_limit = max(0.01, min(time_limit, left - need - 0.05))
     roots = [r for p in programs for r in p.roots]
-    g = session.serialize(roots, terms_only=True)
+    g = session.serialize(roots, terms_only=True, max_rows=max_rows)
     var_types, literals = {}, {}
     for p in programs:
         var_types.update(p.var_types)
@@ -112,6 +150,9 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
         ex = extract(g.data, roots=list(dict.fromkeys(g.roots)), method=extractor, cost=cost,
                      time_limit=time_limit)
     except ExtractionError as e:
+        if max_rows is not None:
+            raise ShortOfTime(f"no time left to extract from the whole e-graph ({nodes} e-nodes), "
+                              "and its serialized part holds no program") from None
         raise DlvmError(f"cannot extract a program from the e-graph: {e} (a helper constructor "
                         "such as Adjoint left unexpanded, or an ill-typed term)") from None
     t2 = time.perf_counter()
@@ -121,7 +162,11 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
             functions.append(unload(g, ex.choice, p, g.roots[at:at + len(p.roots)], name=p.name))
         at += len(p.roots)
     t3 = time.perf_counter()
-    return Extracted(functions, ex, g, cost, {"serialize": t1 - t0, "extract": t2 - t1, "unload": t3 - t2})
+    if max_rows is None and extractor == "greedy" and nodes is not None:
+        observe(nodes, t3 - t0)
+    out = Extracted(functions, ex, g, cost, {"serialize": t1 - t0, "extract": t2 - t1, "unload": t3 - t2})
+    out.notes = notes
+    return out
 
 
 def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu") -> float:
@@ -134,13 +179,20 @@ def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], tar
 
 def optimize_session(session: EGraphSession, programs: Sequence[LoadedProgram], *,
                      schedule: Schedule | None = None, budget=None, target="cpu",
-                     extractor: str = "greedy", time_limit: float = 10.0) -> SessionResult:
+                     extractor: str = "greedy", time_limit: float = 10.0,
+                     deadline: Deadline | None = None) -> SessionResult:
     """Saturate the session's e-graph under `budget`, extract all programs' roots jointly for
-    `target`, and unload one Function per program (named `program.name`)."""
-    sat = saturate(session, schedule, budget)
-    ex = extract_programs(session, programs, target, extractor, time_limit)
+    `target`, and unload one Function per program (named `program.name`). The budget's seconds
+    (or `deadline`) cover saturation and extraction together: saturation stops while the
+    e-graph it leaves can still be extracted in time."""
+    budget = Budget.of(budget)
+    deadline = deadline or Deadline(budget.seconds)
+    sat = saturate(session, schedule, budget, deadline=deadline, reserve=extraction_seconds)
+    ex = extract_programs(session, programs, target, extractor, time_limit, deadline=deadline,
+                          nodes=sat.nodes)
     seconds = {"saturate": sat.seconds, **ex.seconds}
-    return SessionResult(ex.functions, ex.extraction, ex.graph, ex.cost, seconds, saturation=sat)
+    return SessionResult(ex.functions, ex.extraction, ex.graph, ex.cost, seconds, ex.notes,
+                         saturation=sat)
 
 
 def program_cost(fn: Function, module: Module | None = None, target="cpu") -> float:
@@ -208,24 +260,31 @@ class OptimizeResult:
 def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path] | None = None,
              target: str = "cpu", budget=None, extractor: str = "greedy",
              schedule: Schedule | None = None, time_limit: float = 10.0,
-             explain: bool = False) -> OptimizeResult:
+             explain: bool = False, deadline: Deadline | None = None) -> OptimizeResult:
     """Optimize every function of `module` (or only `func`) for `target` ("cpu" or "gpu").
 
     rules: extra rule files, loaded after rules/algebra.egg; their rulesets join the schedule.
     budget: a Budget, a dict such as {"nodes": 20000, "seconds": 2}, or None for the defaults.
+    Its seconds bound the whole call (every function: saturation, serialization, extraction;
+    each function gets an equal share of what is left); `deadline` (a Deadline) instead says
+    when the call must be done, e.g. counted from when a command started.
     explain: also write each result as written and as extracted into the report (infix).
     A function is replaced only when the result is cheaper under the target's cost model.
     """
     rules = [rules] if isinstance(rules, (str, Path)) else list(rules or ())
     schedule = schedule or schedule_for(rules)
     budget = Budget.of(budget)
+    deadline = deadline or Deadline(budget.seconds)
     names = [module[func].name] if func is not None else list(module.functions)
     out = Module(module.name, module.stage)
     report = OptimizeReport(str(target))
+    todo = sum(1 for n in module.functions if n in names)
     for name, fn in module.functions.items():
         if name in names:
+            share = deadline.split(todo)
+            todo -= 1
             fn, fr = _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit,
-                                        explain)
+                                        explain, share)
             if fr is not None:
                 report.functions[name] = fr
         out.add(fn)
@@ -240,7 +299,9 @@ def _rendered(ex: Extracted) -> list[str]:
     return [render(g, ex.extraction.choice, r, ex.cost.types, limit=RENDER_LIMIT) for r in g.roots]
 
 
-def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit, explain=False):
+def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit, explain=False,
+                       deadline: Deadline | None = None):
+    deadline = deadline or Deadline(budget.seconds)
     if fn.is_declaration:
         try:
             from ..ad import synthesize_declared
@@ -256,11 +317,23 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
         # the program as written, rendered before saturation adds anything to its classes
         written = _rendered(extract_programs(session, [prog], target, unload_functions=False)) \
             if explain else []
-        res = optimize_session(session, [prog], schedule=schedule, budget=budget, target=target,
-                               extractor=extractor, time_limit=time_limit)
+        try:
+            res = optimize_session(session, [prog], schedule=schedule, budget=budget, target=target,
+                                   extractor=extractor, time_limit=time_limit, deadline=deadline)
+        except ShortOfTime as e:
+            res = None
+            short = str(e)
+    if res is None:
+        fr = FunctionReport(fn.name, before, before, None, extractor, "skipped", 0,
+                            len(fn.body), len(fn.body), kept_original=True,
+                            note=f"time budget ({budget.seconds:g} s): {short}")
+        fr.seconds = {"load": t1 - t0, "baseline": t2 - t1}
+        return fn, fr
     new = res.functions[0]
-    fr = FunctionReport(fn.name, before, before, res.saturation, extractor,
-                        res.extraction.status, sum(1 for c in res.graph.classes if res.graph.is_term_class(c)),
+    status = res.extraction.status + "".join(f"; {n}" for n in res.notes)
+    used = res.extraction.method
+    fr = FunctionReport(fn.name, before, before, res.saturation, used,
+                        status, sum(1 for c in res.graph.classes if res.graph.is_term_class(c)),
                         len(fn.body), len(fn.body))
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
     if explain:

@@ -3,8 +3,9 @@
     r = query("A @ B @ C", {"A": (30, 35), "B": (35, 15), "C": (15, 5)})
     print(r)            # best form, its cost and multiply count; then alternatives
 
-Alternatives are one per e-node of the root e-class: that node at the top, the cheapest
-extraction below it. They differ in their outermost step (e.g. where a chain splits last).
+Alternatives are one per e-node of the root e-class: that node at the top, greedy's choice
+below it, all from one greedy pass (extract/alternatives.py). They differ in their outermost
+step (e.g. where a chain splits last). `alternatives=0` computes none.
 """
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..extract import ExtractionError, extract
+from ..extract.alternatives import alternatives as root_alternatives
+from ..extract.cost import node_costs
+from .deadline import Deadline, extraction_seconds
 from .expr import parse_expression, render
-from .optimize import extract_programs, program_cost, schedule_for, scratch_session
+from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
 from .report import seconds_text
 from .saturate import SaturationReport, saturate
-from .schedule import Schedule
+from .schedule import Budget, Schedule
 
 
 @dataclass
@@ -52,47 +55,44 @@ class QueryResult:
 
 def query(expression: str, shapes: dict[str, tuple[int, ...]], dtype: str = "f32", target: str = "cpu",
           rules: Sequence[str | Path] = (), budget=None, alternatives: int = 4,
-          schedule: Schedule | None = None) -> QueryResult:
+          schedule: Schedule | None = None, deadline: Deadline | None = None) -> QueryResult:
+    """The cheapest form of `expression` and up to `alternatives` next-best ones (each with
+    another e-node at the top). The budget's seconds (or `deadline`) bound the whole query."""
+    budget = Budget.of(budget)
+    deadline = deadline or Deadline(budget.seconds)
     fn = parse_expression(expression, shapes, dtype)
     original_cost = program_cost(fn, None, target)
-    with scratch_session(rules) as session:
-        prog = session.add_function(fn)
-        sat = saturate(session, schedule or schedule_for(rules), budget)
-        ex = extract_programs(session, [prog], target)
-    g, cost = ex.graph, ex.cost
-    types = cost.types
-    root = g.roots[0]
-    forms = []
-    for nid in g.term_nodes(root):
-        c = cost.node_cost(ex.extraction.graph, nid)
-        if not math.isfinite(c):
-            continue
-        kids = list(dict.fromkeys(g.eclass(k) for k in g.nodes[nid]["children"]))
-        choice = {root: nid}
-        if kids:
-            try:
-                sub = extract(ex.extraction.graph, roots=kids, cost=cost)
-            except ExtractionError:
-                continue
-            if root in sub.choice:      # the node needs its own class below it: a cycle
-                continue
-            choice.update(sub.choice)
-            c += sub.dag_cost
-        forms.append(Form(render(g, choice, root, types), c, _multiplies(g, choice, root, types)))
-    best_choice = ex.extraction.choice
-    best = Form(render(g, best_choice, root, types), ex.extraction.dag_cost,
-                _multiplies(g, best_choice, root, types))
-    seen = {best.text}
-    alts = []
-    for f in sorted(forms, key=lambda f: f.cost):
-        if f.text not in seen and len(alts) < alternatives:
-            seen.add(f.text)
-            alts.append(f)
-    with scratch_session(rules) as session:       # the input as written, for comparison
+    with scratch_session(rules) as session:      # the input as written, for comparison
         orig = extract_programs(session, [session.add_function(fn)], target)
     og = orig.graph
     original = Form(render(og, orig.extraction.choice, og.roots[0], orig.cost.types), original_cost,
                     _multiplies(og, orig.extraction.choice, og.roots[0], orig.cost.types))
+    with scratch_session(rules) as session:
+        prog = session.add_function(fn)
+        sat = saturate(session, schedule or schedule_for(rules), budget, deadline=deadline,
+                       reserve=extraction_seconds)
+        try:
+            ex = extract_programs(session, [prog], target, deadline=deadline, nodes=sat.nodes)
+        except ShortOfTime:
+            return QueryResult(expression, original, original, [], sat, target)
+    g, cost = ex.graph, ex.cost
+    types = cost.types
+    root = g.roots[0]
+    best_choice = ex.extraction.choice
+    best = Form(render(g, best_choice, root, types), ex.extraction.dag_cost,
+                _multiplies(g, best_choice, root, types))
+    alts: list[Form] = []
+    if alternatives > 0:
+        sg = ex.extraction.graph
+        seen = {best.text}
+        for total, choice in root_alternatives(sg, node_costs(sg, cost), sg.class_index[root]):
+            named = {sg.class_ids[c]: sg.node_ids[n] for c, n in enumerate(choice) if n >= 0}
+            f = Form(render(g, named, root, types), total, _multiplies(g, named, root, types))
+            if f.text not in seen:
+                seen.add(f.text)
+                alts.append(f)
+                if len(alts) >= alternatives or deadline.expired:
+                    break
     return QueryResult(expression, original, best, alts, sat, target)
 
 

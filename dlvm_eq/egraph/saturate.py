@@ -1,6 +1,7 @@
-"""Budgeted saturation of an EGraphSession: one ruleset iteration at a time, the `analysis`
-ruleset saturated in between, sizes checked between steps (egglog's `run` has no node limit).
-It always stops, and says why.
+"""Budgeted saturation of an EGraphSession, the one driver every e-graph of the compiler runs
+(the optimizer, the adjoint expansion, the fusion stage): one ruleset iteration at a time, the
+`analysis` ruleset saturated in between, sizes and the deadline checked around every step. It
+always stops, and says why.
 
     report = saturate(session, Schedule.default(), Budget(nodes=20_000))
     report.stop_reason      # "saturated", "iterations", "nodes" or "seconds"
@@ -13,10 +14,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import DlvmError
+from .deadline import Deadline
 from .schedule import Budget, Schedule
 from .session import EGraphSession
 
 STOP_REASONS = ("saturated", "iterations", "nodes", "seconds")
+NODES_PER_MATCH = 2     # e-nodes a rewrite adds per match, about (sets the match limit)
 
 
 @dataclass
@@ -30,6 +33,7 @@ class SaturationReport:
     schedule: Schedule
     rule_matches: dict[str, int] = field(default_factory=dict)     # rule -> matches, > 0 only
     ruleset_seconds: dict[str, float] = field(default_factory=dict)
+    held_back: dict[str, int] = field(default_factory=dict)  # rule -> matches not applied (budget)
 
     @property
     def saturated(self) -> bool:
@@ -41,13 +45,16 @@ class SaturationReport:
     def __str__(self) -> str:
         why = {"saturated": "saturated (no rule changes anything)",
                "iterations": f"iteration budget ({self.budget.iterations}) reached",
-               "nodes": f"e-node budget ({self.budget.nodes}) reached (or the next step would pass it twice over)",
-               "seconds": f"time budget ({self.budget.seconds:g} s) reached"}[self.stop_reason]
+               "nodes": f"e-node budget ({self.budget.nodes}) reached",
+               "seconds": f"time budget ({self.budget.seconds:g} s) reached (time kept for extraction)"}[self.stop_reason]
         lines = [f"saturation: {why} after {self.iterations} iteration(s), {self.seconds:.3f} s; "
                  f"e-nodes {self.nodes_before} -> {self.nodes}"]
         if self.rule_matches:
             lines.append("rules fired (matches): " + ", ".join(
                 f"{rule_label(r)} x{n}" for r, n in self.top_rules()))
+        if self.held_back:
+            lines.append("held back by the budget (matches): " + ", ".join(
+                f"{rule_label(r)} x{n}" for r, n in sorted(self.held_back.items(), key=lambda kv: -kv[1])))
         return "\n".join(lines)
 
 
@@ -63,14 +70,30 @@ def node_count(session: EGraphSession) -> int:
     return sum(n for name, n in out.sizes if name[:1].isupper())
 
 
-def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=None) -> SaturationReport:
-    """Run `schedule` on the session's e-graph until nothing changes or a budget is reached."""
+def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=None, *,
+             deadline: Deadline | None = None, reserve=None,
+             analysis: str | None = "analysis") -> SaturationReport:
+    """Run `schedule` on the session's e-graph until nothing changes or a budget is reached.
+
+    deadline: when the whole call must be done (default: budget.seconds from now).
+    reserve(nodes) -> seconds: time to keep for what follows (serializing and extracting an
+    e-graph of that size; see deadline.extraction_seconds); saturation stops early enough.
+    analysis: the ruleset saturated after every step (None: none).
+
+    Each step runs one iteration of one ruleset under egglog's back-off scheduler, whose match
+    limit holds back any rule that would add more e-nodes than the budget has left (the nodes
+    budget, or what the time left can still extract): a step adds at most about
+    NODES_PER_MATCH e-nodes per match it applies, so no step can overshoot far."""
     schedule = schedule or Schedule.default()
     budget = Budget.of(budget)
+    deadline = deadline or Deadline(budget.seconds)
+    reserve = reserve or (lambda nodes: 0.0)
     start = time.perf_counter()
-    session.run_analysis()
+    if analysis:
+        session.run_text(f"(run-schedule (saturate (run {analysis})))")
     nodes_before = nodes = node_count(session)
     matches: Counter[str] = Counter()
+    held_back: Counter[str] = Counter()
     ruleset_seconds: Counter[str] = Counter()
     unknown = [rs for rs in schedule.rulesets if rs and rs not in session.rulesets]
     if unknown:
@@ -79,41 +102,90 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     steps = list(schedule.rulesets)
     reason, rounds = "iterations", 0
     history: dict[str, tuple[float, float, int]] = {}   # ruleset -> (secs, previous secs, nodes)
-    growth: dict[str, float] = {}                       # ruleset -> e-nodes after / before its last step
 
     def report(why: str) -> SaturationReport:
         return SaturationReport(why, rounds, nodes_before, nodes, time.perf_counter() - start,
                                 budget, schedule, {k: v for k, v in matches.items() if v},
-                                dict(ruleset_seconds))
+                                dict(ruleset_seconds), dict(held_back))
 
     if nodes > budget.nodes:
         return report("nodes")
     while rounds < budget.iterations:
         rounds += 1
         changed = False
+        held_by = None          # which budget held a rule back in this round
         for rs in steps:
             # an egglog iteration cannot be interrupted: do not start one that would overrun
-            if time.perf_counter() - start + _predict(history.get(rs), nodes, budget) > budget.seconds:
+            predicted = _predict(history.get(rs), nodes, budget)
+            left = deadline.left()
+            if predicted + reserve(nodes) >= left:
                 return report("seconds")
-            # nor one that, growing as its last one did, would end far past the e-node budget
-            # (extraction time grows with the e-graph)
-            if nodes * growth.get(rs, 1.0) > 2 * budget.nodes:
-                return report("nodes")
+            # the e-nodes this step may reach: the node budget, and what the time left after
+            # the step can still extract
+            by_time = nodes_within_reserve(reserve, left - predicted)
+            room, limiter = (budget.nodes, "nodes") if budget.nodes <= by_time else (by_time, "seconds")
+            limit = (room - nodes) // NODES_PER_MATCH
+            if limit < 1:
+                return report(limiter)
             t0 = time.perf_counter()
-            run, _ = session.run_text(f"(run-schedule (run {rs}))\n(run-schedule (saturate (run analysis)))")
+            out = session.run_text(_step_text(rs, limit, schedule.step, analysis))
             took = time.perf_counter() - t0
+            run = out[0].report
             history[rs] = (took, history.get(rs, (took,))[0], nodes)
             ruleset_seconds[rs or "(default)"] += took
-            matches.update(run.report.num_matches_per_rule)
-            changed |= run.report.updated
+            matches.update(run.num_matches_per_rule)
+            step_held = _held_back(run, limit)
+            if step_held:
+                held_back.update(step_held)
+                held_by = limiter
             before, nodes = nodes, node_count(session)
-            growth[rs] = nodes / max(before, 1)
+            changed |= nodes != before or any(it.rule_set_report.changed for it in run.iterations)
             if nodes > budget.nodes:
                 return report("nodes")
+            if reserve(nodes) >= deadline.left():
+                return report("seconds")
         if not changed:
-            reason = "saturated"
+            reason = held_by or "saturated"
             break
     return report(reason)
+
+
+def _step_text(ruleset: str, limit: int, step: int, analysis: str | None) -> str:
+    """One step: `step` iterations of `ruleset` under a back-off scheduler with this match
+    limit, each followed by the analysis saturated (in its own command for one iteration, so
+    that the step's report holds only the ruleset's matches)."""
+    run = f"(run-with bo{' ' + ruleset if ruleset else ''})"
+    scheduler = f"(let-scheduler bo (back-off :match-limit {limit}))"
+    if step == 1:
+        after = f"\n(run-schedule (saturate (run {analysis})))" if analysis else ""
+        return f"(run-schedule {scheduler} {run}){after}"
+    body = f"(seq {run} (saturate (run {analysis})))" if analysis else run
+    return f"(run-schedule {scheduler} (repeat {step} {body}))"
+
+
+def nodes_within_reserve(reserve, seconds: float) -> int:
+    """The largest e-node count n with reserve(n) <= seconds (reserve is increasing)."""
+    if reserve(0) > seconds:
+        return 0
+    lo, hi = 0, 1
+    while reserve(hi) <= seconds and hi < 1 << 40:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if reserve(mid) <= seconds else (lo, mid)
+    return lo
+
+
+def _held_back(run, limit: int) -> dict[str, int]:
+    """Rules the back-off scheduler banned in this step: more matches than the limit."""
+    out: dict[str, int] = {}
+    applied = run.num_matches_per_rule     # a banned rule's matches are not counted there
+    for it in run.iterations:
+        for rule, reports in it.rule_set_report.rule_reports.items():
+            n = sum(r.num_matches for r in reports)
+            if n > limit and rule not in applied:
+                out[rule] = max(out.get(rule, 0), n)
+    return out
 
 
 def _predict(last: tuple[float, float, int] | None, nodes: int, budget: Budget) -> float:

@@ -18,11 +18,11 @@ DEFAULT = ""   # egglog's default ruleset: rules of user files that name no rule
 
 @dataclass(frozen=True)
 class Budget:
-    """Saturation stops at the first budget reached (checked after every ruleset step)."""
+    """Saturation stops at the first budget reached (checked around every ruleset step)."""
 
     iterations: int = 12         # rounds over the schedule
     nodes: int = 50_000          # e-nodes (rows of constructors); extraction time grows with it
-    seconds: float = 3.0         # wall time of saturation
+    seconds: float = 3.0         # wall time of the whole call: saturation, serialization, extraction
 
     @classmethod
     def of(cls, budget) -> "Budget":
@@ -46,6 +46,9 @@ class Schedule:
     saturated after every step (new terms get their shapes before any rule guards on them)."""
 
     rulesets: tuple[str, ...] = ALGEBRA_RULESETS
+    # iterations of a ruleset per step (per egglog call, between budget checks): more for
+    # rulesets that need many cheap iterations (the adjoint expansion of a deep program)
+    step: int = 1
 
     @classmethod
     def default(cls) -> "Schedule":
@@ -53,7 +56,7 @@ class Schedule:
 
     def with_rulesets(self, names) -> "Schedule":
         extra = tuple(n for n in names if n not in self.rulesets and n != "analysis")
-        return Schedule(self.rulesets + extra)
+        return Schedule(self.rulesets + extra, self.step)
 
     def __str__(self) -> str:
         return " -> ".join(n or "(default)" for n in self.rulesets)

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
 from pathlib import Path
 
 from egglog.bindings import AddRuleset, EGraph, EggSmolError, PanicSpan, UnstableCombinedRuleset
@@ -24,6 +26,22 @@ from .terms import LoadedProgram, load_function
 
 class RuleFileError(SourceError):
     """A mistake in a rule file: file, line and the rule's text."""
+
+
+class EgglogPanic(DlvmError):
+    """egglog failed inside its Rust code (a pyo3 panic, which Python sees as a BaseException):
+    the session is left in an unknown state and is not used again."""
+
+
+def _is_panic(err: BaseException) -> bool:
+    # pyo3's PanicException lives in a module pyo3 creates at run time: match it by name
+    return type(err).__name__ == "PanicException" and type(err).__module__ == "pyo3_runtime"
+
+
+def _panic_error(err: BaseException, what: str) -> EgglogPanic:
+    first = (str(err).strip().splitlines() or ["no message"])[0]
+    return EgglogPanic(f"egglog failed while {what}: {first} (this is a bug in dlvm_eq or "
+                       "egglog, not in your program; please report it)")
 
 
 _LOCATION = re.compile(r"In (\d+):(\d+)-(\d+:)?(\d+) of ([^:\n]+)")
@@ -43,7 +61,12 @@ def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
 
 
 class EGraphSession:
+    """One egglog e-graph. egglog's EGraph is `unsendable` (pyo3): only the thread that made it
+    may use it, so a session refuses calls from another thread (caches keep one per thread)."""
+
     def __init__(self, schema: bool = True):
+        self.thread = threading.get_ident()
+        self.broken = False             # a panic left egglog in an unknown state
         self.egraph = EGraph()
         self.files: list[str] = []
         self.rulesets: list[str] = []   # declared so far: running an unknown one panics egglog
@@ -51,12 +74,25 @@ class EGraphSession:
         if schema:
             self.add_rules_file(rule_file("schema.egg"))
 
+    def _check_usable(self) -> None:
+        if self.thread != threading.get_ident():
+            raise DlvmError("an e-graph session is used from a thread other than the one that "
+                            "made it (egglog's e-graphs belong to one thread)")
+        if self.broken:
+            raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
+
     def run_text(self, text: str, filename: str = "<egglog>"):
+        self._check_usable()
         try:
             commands = self.egraph.parse_program(text, filename=filename)
             out = self.egraph.run_program(*commands)
         except EggSmolError as e:
             raise egg_error(e, text, filename) from None
+        except BaseException as e:
+            if not _is_panic(e):
+                raise
+            self.broken = True
+            raise _panic_error(e, f"running {filename}") from None
         self.rulesets.extend(c.name for c in commands
                              if isinstance(c, (AddRuleset, UnstableCombinedRuleset)))
         return out
@@ -86,13 +122,30 @@ class EGraphSession:
     def run_analysis(self):
         return self.run_text("(run-schedule (saturate (run analysis)))")
 
-    def serialize(self, roots: list[str], terms_only: bool = False) -> Graph:
+    def serialize(self, roots: list[str], terms_only: bool = False,
+                  max_rows: int | None = None) -> Graph:
         """The e-graph as extraction-gym JSON; `roots` are let names, e.g. prog.roots.
         terms_only: leave out the rows of functions outside Term classes (the analyses'
-        `shape`, `dtype`, ...): never extracted, they are a third of a saturated e-graph."""
+        `shape`, `dtype`, ...): never extracted, they are a third of a saturated e-graph.
+        max_rows: at most this many rows per function (egglog's max_calls_per_function), for
+        when time is short; a class whose rows were all cut keeps egglog's placeholder node,
+        costed infinite, so extraction never picks it."""
+        self._check_usable()
         span = PanicSpan()
-        ser = self.egraph.serialize([EggVar(span, r) for r in roots])
-        data = json.loads(ser.to_json())
+        try:
+            ser = self.egraph.serialize([EggVar(span, r) for r in roots],
+                                        max_calls_per_function=max_rows)
+            text = ser.to_json()
+        except BaseException as e:
+            if not _is_panic(e):
+                raise
+            self.broken = True
+            raise _panic_error(e, "serializing the e-graph") from None
+        data = json.loads(text)
+        if max_rows is not None:
+            for nid, d in data["nodes"].items():
+                if nid.startswith("dummy-"):
+                    d["cost"] = math.inf
         if terms_only:
             term = {c for c, d in data.get("class_data", {}).items() if d.get("type") == "Term"}
             data["nodes"] = {n: d for n, d in data["nodes"].items()

@@ -36,6 +36,19 @@ from .tree import tree_choice
 
 def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]) -> list[int]:
     """Per class the chosen node index (-1 where no finite term or not reachable from ``roots``)."""
+    choice, _ = greedy_dag_sets(graph, costs, roots)
+    if any(choice[r] < 0 for r in roots):
+        return choice  # the caller reports the unextractable root
+    # Rare stale sets can leave a cycle among the final choices; repair with tree choices.
+    break_cycles(graph, choice, tree_choice(graph, costs, roots)[0], roots)
+    return choice
+
+
+def greedy_dag_sets(graph: SerializedEGraph, costs: Sequence[float],
+                    roots: Sequence[int]) -> tuple[list[int], list[dict | None]]:
+    """(choice, sets): per class its chosen node and its cost set, {class: cost of the node
+    used there} over the classes its term pulls in (None where it has no finite term). The
+    choice may hold a rare stale cycle (greedy_dag_choice repairs it)."""
     inf = math.inf
     node_class, kids_of, parents = graph.node_class, graph.child_sets, graph.parents
     live = reachable_classes(graph, roots)
@@ -102,8 +115,4 @@ def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Se
                 queued[p] = 1
                 push(heap, (costs[p] + total, p))
 
-    if any(choice[r] < 0 for r in roots):
-        return choice  # the caller reports the unextractable root
-    # Rare stale sets can leave a cycle among the final choices; repair with tree choices.
-    break_cycles(graph, choice, tree_choice(graph, costs, roots)[0], roots)
-    return choice
+    return choice, sets
