@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from .verify.rules import Settings, verify_rules
-from .verify.search import Space
+if TYPE_CHECKING:       # the verifier (sympy, egglog: ~1.5 s) loads only for this command
+    from .verify.rules import Settings
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    from .verify.rules import Settings
+    from .verify.search import Space
     limit = args.max_assignments or (48 if args.quick else Space().limit)
     if limit < 1:
         raise argparse.ArgumentTypeError("--max-assignments must be at least 1")
@@ -39,6 +42,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .verify.rules import verify_rules
     files = args.files
     if not files:
         from .egraph.rulefiles import shipped_rule_files

@@ -130,7 +130,9 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
         nodes = node_count(session) if nodes is None else nodes
         left, need = deadline.left(), extraction_seconds(nodes)
         if need > left:
-            max_rows = max(100, nodes_within(left))
+            # a cap per constructor also caps the analysis rows (shape, dtype) at as many, which
+            # uncapped are about a third as many: half the e-nodes the time allows
+            max_rows = max(100, nodes_within(left) // 2)
             notes.append(f"time budget short: serialized at most {max_rows} e-nodes per constructor "
                          f"of {nodes}")
         if extractor == "ilp" and left - need < ILP_MIN_SECONDS:
@@ -162,8 +164,8 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
             functions.append(unload(g, ex.choice, p, g.roots[at:at + len(p.roots)], name=p.name))
         at += len(p.roots)
     t3 = time.perf_counter()
-    if max_rows is None and extractor == "greedy" and nodes is not None:
-        observe(nodes, t3 - t0)
+    if extractor == "greedy" and deadline is not None:
+        observe(sum(1 for n in g.nodes if n.startswith("function-")), t3 - t0)
     out = Extracted(functions, ex, g, cost, {"serialize": t1 - t0, "extract": t2 - t1, "unload": t3 - t2})
     out.notes = notes
     return out
