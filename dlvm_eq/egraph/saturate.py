@@ -102,6 +102,7 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     steps = list(schedule.rulesets)
     reason, rounds = "iterations", 0
     history: dict[str, tuple[float, float, int]] = {}   # ruleset -> (secs, previous secs, nodes)
+    peak: dict[str, tuple[int, int]] = {}   # ruleset -> (most matches of one rule, nodes) last step
 
     def report(why: str) -> SaturationReport:
         return SaturationReport(why, rounds, nodes_before, nodes, time.perf_counter() - start,
@@ -127,14 +128,17 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
             limit = (room - nodes) // NODES_PER_MATCH
             if limit < 1:
                 return report(limiter)
+            # the scheduler costs ~5 ms a step: only where a rule may come near the limit
+            guarded = _expected_matches(peak.get(rs), nodes) * 4 >= limit
             t0 = time.perf_counter()
-            out = session.run_text(_step_text(rs, limit, schedule.step, analysis))
+            out = session.run_text(_step_text(rs, limit if guarded else None, schedule.step, analysis))
             took = time.perf_counter() - t0
             run = out[0].report
             history[rs] = (took, history.get(rs, (took,))[0], nodes)
             ruleset_seconds[rs or "(default)"] += took
             matches.update(run.num_matches_per_rule)
-            step_held = _held_back(run, limit)
+            peak[rs] = (_most_matches(run), nodes)
+            step_held = _held_back(run, limit) if guarded else {}
             if step_held:
                 held_back.update(step_held)
                 held_by = limiter
@@ -150,17 +154,42 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     return report(reason)
 
 
-def _step_text(ruleset: str, limit: int, step: int, analysis: str | None) -> str:
-    """One step: `step` iterations of `ruleset` under a back-off scheduler with this match
-    limit, each followed by the analysis saturated (in its own command for one iteration, so
-    that the step's report holds only the ruleset's matches)."""
-    run = f"(run-with bo{' ' + ruleset if ruleset else ''})"
-    scheduler = f"(let-scheduler bo (back-off :match-limit {limit}))"
+FIRST_STEP_MATCHES_PER_NODE = 16   # a ruleset never run yet: matches per e-node assumed
+
+
+def _expected_matches(last: tuple[int, int] | None, nodes: int) -> float:
+    """The most matches one rule of a ruleset may find in its next step: its last step's,
+    grown with the e-graph (squared: patterns of two nodes)."""
+    if last is None:
+        return nodes * FIRST_STEP_MATCHES_PER_NODE
+    most, nodes_then = last
+    return max(most, 1) * max(1.0, nodes / max(nodes_then, 1)) ** 2
+
+
+def _most_matches(run) -> int:
+    """The most matches one rule found (applied or held back) in a step."""
+    most = max(run.num_matches_per_rule.values(), default=0)
+    for it in run.iterations:
+        for reports in it.rule_set_report.rule_reports.values():
+            most = max(most, sum(r.num_matches for r in reports))
+    return most
+
+
+def _step_text(ruleset: str, limit: int | None, step: int, analysis: str | None) -> str:
+    """One step: `step` iterations of `ruleset` (under a back-off scheduler with this match
+    limit, unless None), each followed by the analysis saturated (in its own command for one
+    iteration, so that the step's report holds only the ruleset's matches)."""
+    if limit is None:
+        run = f"(run{' ' + ruleset if ruleset else ''})"
+        scheduler = ""
+    else:
+        run = f"(run-with bo{' ' + ruleset if ruleset else ''})"
+        scheduler = f"(let-scheduler bo (back-off :match-limit {limit})) "
     if step == 1:
         after = f"\n(run-schedule (saturate (run {analysis})))" if analysis else ""
-        return f"(run-schedule {scheduler} {run}){after}"
+        return f"(run-schedule {scheduler}{run}){after}"
     body = f"(seq {run} (saturate (run {analysis})))" if analysis else run
-    return f"(run-schedule {scheduler} (repeat {step} {body}))"
+    return f"(run-schedule {scheduler}(repeat {step} {body}))"
 
 
 def nodes_within_reserve(reserve, seconds: float) -> int:
