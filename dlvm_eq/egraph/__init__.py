@@ -3,6 +3,8 @@
 `EGraphSession` and `RuleFileError` load on first use (PEP 562): they import egglog, which a
 warm-cache compile (no e-graph built) never needs. `load_bindings()` loads egglog's Rust
 bindings alone (see there); entry points that are about to build an e-graph call it first."""
+import threading
+
 from .serialized import Graph, class_types
 from .terms import LoadedProgram, load_function
 from .unload import unload
@@ -29,8 +31,24 @@ def load_bindings() -> None:
     twice, and gets its `bindings` attribute (`_EgglogFinder`). Anything unexpected falls back to
     the ordinary import."""
     import sys
-    if "egglog.bindings" in sys.modules:
+    if "egglog.bindings" in sys.modules and not _loading:
         return
+    with _load_lock:     # threads compiling at once: one loads, the others wait for it
+        if "egglog.bindings" in sys.modules:
+            return
+        _loading.append(True)
+        try:
+            _load()
+        finally:
+            _loading.clear()
+
+
+_load_lock = threading.Lock()
+_loading: list = []      # non-empty while a thread is loading (the module is registered first)
+
+
+def _load() -> None:
+    import sys
     try:
         import importlib.machinery
         import importlib.util
