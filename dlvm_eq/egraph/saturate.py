@@ -80,10 +80,11 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     e-graph of that size; see deadline.extraction_seconds); saturation stops early enough.
     analysis: the ruleset saturated after every step (None: none).
 
-    Each step runs one iteration of one ruleset under egglog's back-off scheduler, whose match
-    limit holds back any rule that would add more e-nodes than the budget has left (the nodes
-    budget, or what the time left can still extract): a step adds at most about
-    NODES_PER_MATCH e-nodes per match it applies, so no step can overshoot far."""
+    Each step runs one iteration of one ruleset (Schedule.step of them). Where a rule may find
+    more matches than the budget has room for (the nodes budget, or what the time left can
+    still extract), the step runs under egglog's back-off scheduler with that match limit: it
+    holds back any rule with more matches, so a step adds at most about NODES_PER_MATCH
+    e-nodes per match it applies and cannot overshoot far. Held-back rules are reported."""
     schedule = schedule or Schedule.default()
     budget = Budget.of(budget)
     deadline = deadline or Deadline(budget.seconds)
@@ -143,7 +144,9 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
                 held_back.update(step_held)
                 held_by = limiter
             before, nodes = nodes, node_count(session)
-            changed |= nodes != before or any(it.rule_set_report.changed for it in run.iterations)
+            # under the scheduler `updated` is also set when only held-back rules matched
+            changed |= nodes != before or (any(it.rule_set_report.changed for it in run.iterations)
+                                           if guarded else run.updated)
             if nodes > budget.nodes:
                 return report("nodes")
             if reserve(nodes) >= deadline.left():
