@@ -87,10 +87,11 @@ class DiskCache:
 
     # ---------------------------------------------------------------- trust
 
-    def _root_ok(self, create: bool) -> bool:
-        """The root exists (created 0700 if `create`), is a directory and is private to us."""
+    def _root_ok(self, create: bool, fresh: bool = False) -> bool:
+        """The root exists (created 0700 if `create`), is a directory and is private to us;
+        checked once per process unless `fresh`."""
         with self._lock:
-            if self._root_checked:
+            if self._root_checked and not fresh:
                 return self._root_problem is None
         try:
             if create:
@@ -107,8 +108,8 @@ class DiskCache:
         return problem is None
 
     def trust_problem(self) -> str | None:
-        """Why the cache is not used (None: it is, or it does not exist yet)."""
-        self._root_ok(create=False)
+        """Why the cache is not used (None: it is, or it does not exist yet), as of now."""
+        self._root_ok(create=False, fresh=True)
         return self._root_problem
 
     def _dir_ok(self, d: Path, create: bool) -> bool:

@@ -4,6 +4,7 @@ registered in COMMANDS; `run` targets are registered in TARGETS.
     dlvm-eq check examples/mlp.dl                   # parse + verify: "ok: 2 functions"
     dlvm-eq fmt examples/mlp.dl [-i]                # canonical text (in place with -i)
     dlvm-eq run examples/mlp.dl -f mlp --random     # reference interpreter on random inputs
+    dlvm-eq cache info | clear                      # the compile cache: what it holds, empty it
 
 A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
 """
@@ -12,13 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
+from . import cli_cache, cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
@@ -196,6 +198,7 @@ COMMANDS: list[Command] = [
     Command("demo", "compile and train an MLP on the digits data set", cli_demo.arguments, cli_demo.run),
     Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
             cli_codegen.arguments, cli_codegen.run),
+    Command("cache", "show (info) or empty (clear) the compile cache", cli_cache.arguments, cli_cache.run),
 ]
 
 
@@ -209,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings as one line each, like errors (an untrusted cache says why it is not used)."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -216,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # usage errors (2) and --help (0)
         return int(e.code or 0)
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.handler(args) or 0)
     except SourceError as e:
         print(e, file=sys.stderr)
     except DlvmError as e:

@@ -29,6 +29,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 from ..errors import DlvmError, IRError, SourceError
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
 from .ops import OPS, REDUCE_COMBINATORS
+from .parser_tables import lark_parser
 from .types import DType, TensorType, TupleType, Type
 
 MAX_RANK = 32                  # numpy's limit is 64; no real program comes near either
@@ -43,24 +44,9 @@ def _parser() -> Lark:
     global _lark
     if _lark is None:
         grammar = Path(__file__).with_name("grammar.lark").read_text()
-        _lark = Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                     cache=_table_cache(grammar))
+        # tables as JSON data in the compile cache (never lark's own pickle cache)
+        _lark = lark_parser(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
     return _lark
-
-
-def _table_cache(grammar: str) -> str | bool:
-    """Where lark keeps the LALR tables it built (building them costs ~150 ms per process);
-    lark checks the grammar's hash on load and rebuilds a stale or unreadable file."""
-    import hashlib
-
-    from ..cache import default_cache_dir
-    directory = default_cache_dir() / "lark"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
-    return str(directory / f"dlvm-grammar-{digest}.lark.pickle")
 
 
 def parse(text: str, filename: str = "<string>") -> Module:
