@@ -171,11 +171,15 @@ class Compiled:
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
 
 
-def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> Compiled:
+def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True,
+            cast: bool = False) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
 
     Declared adjoints (`[adjoint @f ...]` without a body) are synthesized first; `apply`s are
-    inlined. `optimize=False` skips the e-graph (the IR is planned as written)."""
+    inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
+    of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
+    object arrays); Python numbers take the declared dtype where their kind fits
+    (codegen/arguments.py)."""
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     if target == "gpu":
@@ -198,7 +202,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     plan = planned(module, fn.name, target)
     seconds["plan"] = time.perf_counter() - t0
     _add_seconds("plan", seconds["plan"])
-    prog = program(plan, target)
+    prog = program(plan, target, cast=cast)
     seconds["kernels"] = prog.kernel_seconds
     _add_seconds("kernels", prog.kernel_seconds)
     report = CompileReport(fn.name, target, plan, result, note, seconds)
@@ -271,7 +275,9 @@ def _with(module: Module, fn) -> Module:
 
 def _jit_backend(target: str):
     def compile_for_jit(module: Module, name: str):
-        return compile(module, name, target)
+        # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
+        # does without x64), so the compiled function takes what it was traced for
+        return compile(module, name, target, cast=True)
     return compile_for_jit
 
 

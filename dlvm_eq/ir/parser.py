@@ -30,7 +30,7 @@ from ..errors import DlvmError, IRError, SourceError
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
 from .ops import OPS, REDUCE_COMBINATORS
 from .parser_tables import lark_parser
-from .types import DType, TensorType, TupleType, Type
+from .types import DType, TensorType, TupleType, Type, size_problem
 
 MAX_RANK = 32                  # numpy's limit is 64; no real program comes near either
 MAX_DIM = 2**31 - 1
@@ -51,6 +51,8 @@ def _parser() -> Lark:
 
 def parse(text: str, filename: str = "<string>") -> Module:
     """Parse DLVM textual IR into a Module; raises SourceError (a DlvmError) on any mistake."""
+    if text.startswith("\ufeff"):     # a UTF-8 byte order mark, as some editors write
+        text = text[1:]
     src = _Source(text, filename)
     try:
         tree = _parser().parse(text)
@@ -312,7 +314,11 @@ def read_type(src: _Source, tree: Tree) -> Type:
         *dims, dtype = tree.children
         if len(dims) > MAX_RANK:
             raise src.at(tree, f"tensors of rank {len(dims)} are not supported (at most {MAX_RANK})")
-        return TensorType(tuple(read_dim(src, d) for d in dims), read_dtype(src, dtype))
+        t = TensorType(tuple(read_dim(src, d) for d in dims), read_dtype(src, dtype))
+        problem = size_problem(t.shape, t.dtype.itemsize)
+        if problem:
+            raise src.at(tree, f"{t}: {problem}")
+        return t
     elements = [read_type(src, t) for t in tree.children]
     for node, t in zip(tree.children, elements):
         if isinstance(t, TupleType):
@@ -596,7 +602,11 @@ class _FunctionReader:
             return ()
         if len(tree.children) > MAX_RANK:
             raise self.src.at(tree, f"shapes of rank {len(tree.children)} are not supported")
-        return tuple(read_dim(self.src, d) for d in tree.children)
+        shape = tuple(read_dim(self.src, d) for d in tree.children)
+        problem = size_problem(shape, 1)
+        if problem:
+            raise self.src.at(tree, f"shape {' x '.join(map(str, shape))}: {problem}")
+        return shape
 
     def shape_cast(self, tree: Tree):
         x, shape = tree.children
