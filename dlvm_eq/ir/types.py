@@ -102,7 +102,7 @@ def size_problem(shape, itemsize: int) -> str | None:
     """
     n = math.prod(shape)
     if n * itemsize > MAX_BYTES:
-        return f"{n} elements of {itemsize} byte{'s' * (itemsize != 1)}: more than 2^62 bytes"
+        return f"{n} elements{f' of {itemsize} bytes' if itemsize > 1 else ''}: more than 2^62 bytes"
     return None
 
 
