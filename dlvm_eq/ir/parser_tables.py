@@ -1,5 +1,5 @@
 """The IR parser's LALR tables, kept in the compile cache as JSON data: building them costs
-~60 ms a process, reading them back ~10 ms. Lark's own cache is a pickle (a file that runs
+~60 ms a process, reading them back ~20 ms. Lark's own cache is a pickle (a file that runs
 code when read); this one holds lark's serialized tables (`Lark.memo_serialize`), which lark
 rebuilds only from its own parser classes.
 

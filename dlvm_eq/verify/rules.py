@@ -102,14 +102,9 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
 
     A user's file is read as `opt` reads it: after the shipped files, so that it can use
     their relations and analyses (`positive`, `nonzero`, shapes); only the given files'
-    rules are checked."""
+    rules are checked. A file that declares such a relation itself is read alone, as before."""
     files = _sources(sources)
-    session = EGraphSession()
-    vocab = Vocab()
-    schema_text, schema_name = read_rule_file(rule_file("schema.egg"))
-    obligations(schema_text, schema_name, vocab)   # its declarations
     shipped = {f: _shipped_name(f) for _, f in files}
-    load = files
     if any(name is None for name in shipped.values()):
         given = {name for name in shipped.values() if name}
         context = [read_rule_file(p) for p in shipped_rule_files()
@@ -117,7 +112,20 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
         rank = {name: i for i, name in enumerate(SHIPPED)}
         # the shipped files in their own order, then the user's (a stable sort keeps theirs)
         load = sorted(context + files, key=lambda tf: rank.get(_shipped_name(tf[1]), len(SHIPPED)))
-    checked = {id(tf) for tf in files}
+        try:
+            return files, *_load(load, files)
+        except RuleFileError as e:
+            if "already bound" not in str(e) and "already declared" not in str(e):
+                raise
+    return files, *_load(files, files)
+
+
+def _load(load, checked) -> tuple[Vocab, list[Obligation]]:
+    session = EGraphSession()
+    vocab = Vocab()
+    schema_text, schema_name = read_rule_file(rule_file("schema.egg"))
+    obligations(schema_text, schema_name, vocab)   # its declarations
+    checked = {id(tf) for tf in checked}
     obs: list[Obligation] = []
     for item in load:
         text, filename = item
@@ -131,7 +139,7 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
             raise RuleFileError(e.message, filename, e.line, e.col, src) from None
         if id(item) in checked:
             obs += found                   # a context file: its declarations only
-    return files, vocab, obs
+    return vocab, obs
 
 
 # ---------------------------------------------------------------- checking one obligation
