@@ -63,11 +63,13 @@ _warned: set[str] = set()
 _warn_lock = threading.Lock()
 
 
-def _warn_once(message: str) -> None:
+def _warn_once(message: str, key: str | None = None) -> None:
+    """Warn with `message` unless one with the same `key` (default: the message) was given."""
+    key = message if key is None else key
     with _warn_lock:
-        if message in _warned:
+        if key in _warned:
             return
-        _warned.add(message)
+        _warned.add(key)
     warnings.warn(f"dlvm_eq: not using the compile cache: {message}; compiling without it "
                   "(fix the permissions, or set DLVM_EQ_CACHE_DIR to a private directory)",
                   UntrustedCache, stacklevel=3)
@@ -148,8 +150,8 @@ class DiskCache:
             st = os.fstat(f.fileno())
             problem = (f"{p} is not a regular file" if not stat.S_ISREG(st.st_mode)
                        else _problem(st, "cache entry", p))
-            if problem:
-                _warn_once(problem)
+            if problem:     # one warning per cache, however many such entries
+                _warn_once(problem + " (and maybe others)", key=f"entry {self.root}")
                 return None
             try:
                 data = f.read()
