@@ -69,6 +69,12 @@ class Schema:
         """The object `dumps` wrote; RecordError for anything else (another schema or
         version, an unknown class, a reference forward, a constructor that refuses)."""
         try:
+            return self._loads(text)
+        except RecursionError:       # lists nested thousands deep: never written by dumps
+            raise RecordError("nested too deeply") from None
+
+    def _loads(self, text: str | bytes):
+        try:
             doc = json.loads(text)
         except (ValueError, UnicodeDecodeError) as e:
             raise RecordError(f"not JSON: {e}") from None

@@ -273,7 +273,9 @@ def test_records_keep_sharing_and_refuse_what_is_not_in_the_schema():
                  json.dumps({"schema": FUNCTION_SCHEMA.name, "version": 1, "objects": [],
                              "root": {"$": 0}}),
                  json.dumps({"schema": FUNCTION_SCHEMA.name, "version": 1, "objects": [],
-                             "root": {"a": ["|O", [1], "AAAAAAAAAAA="]}})):
+                             "root": {"a": ["|O", [1], "AAAAAAAAAAA="]}}),
+                 '{"schema":"%s","version":1,"objects":[],"root":%s}' % (
+                     FUNCTION_SCHEMA.name, "[" * 100_000 + "]" * 100_000)):
         with pytest.raises(RecordError):
             FUNCTION_SCHEMA.loads(evil)
     with pytest.raises(RecordError):
