@@ -27,6 +27,7 @@ from .ir.module import Function
 from .ir.comments import format_with_comments
 from .ir.parser import load, parse, read_source
 from .ir.sample import sample_inputs
+from .ir.types import TensorType
 
 PROG = "dlvm-eq"
 
@@ -113,6 +114,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)")
     p.add_argument("--float64", action="store_true", help="compute float tensors in float64")
     p.add_argument("--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)")
+    p.add_argument("--cast", action="store_true",
+                   help="cast --inputs arrays to the declared dtypes (cpu/gpu targets refuse others)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         arrays = sample_inputs(fn, np.random.default_rng(args.seed))
     else:
         arrays = _read_inputs(Path(args.inputs), fn)
+        if args.target != "interp":    # compiled code takes the declared dtypes only
+            arrays = _declared_dtypes(fn, arrays, args.cast)
     result = TARGETS[args.target](module, fn.name, arrays, args.float64)
     outputs = _name_outputs(result)
     with np.printoptions(threshold=200, edgeitems=4, precision=6, linewidth=100):
@@ -166,6 +171,13 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
     if unused:
         print(f"{PROG}: note: {path} arrays not used by @{fn.name}: {', '.join(unused)}", file=sys.stderr)
     return arrays
+
+
+def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
+    from .codegen.arguments import check_argument
+    return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
+            if isinstance(p.type, TensorType) else a
+            for i, (p, a) in enumerate(zip(fn.params, arrays))]
 
 
 def _save_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:

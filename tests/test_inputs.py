@@ -132,3 +132,18 @@ def test_jit_compiles_for_the_arguments_it_gets():
     step = dq.jit(lambda x, n: x * 2.0 + n)
     got = step(np.arange(4, dtype=np.float32), np.arange(4))
     np.testing.assert_allclose(got, np.arange(4) * 3.0)
+
+
+def test_cli_run_refuses_other_dtypes_for_compiled_targets_unless_cast(tmp_path, capsys):
+    p = tmp_path / "f.dl"
+    p.write_text(SRC)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.arange(4.0), s=np.float64(2), n=np.int64(3))     # numpy's defaults
+    code, out, err = cli(capsys, "run", p, "-f", "f", "--inputs", inputs, "--target", "cpu")
+    assert code == 1 and out == ""
+    assert "argument 0 (%x) is float64, declared f32" in err and "--cast" in err
+    code, out, err = cli(capsys, "run", p, "-f", "f", "--inputs", inputs, "--target", "cpu", "--cast")
+    assert code == 0, err
+    assert "float32" in out and "[3. 5. 7. 9.]" in out
+    code, out, _ = cli(capsys, "run", p, "-f", "f", "--inputs", inputs)      # the interpreter casts
+    assert code == 0 and "[3. 5. 7. 9.]" in out

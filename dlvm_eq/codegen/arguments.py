@@ -24,9 +24,11 @@ _NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.
 _WEAK = {"f": "f", "i": "fi", "u": "fi", "b": "b"}
 
 
-def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: bool):
+def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: bool,
+                   hint: str = "compile with cast=True"):
     """`a` as an array of dtype `dt` (numpy, or the array itself when it has a dtype
-    already, e.g. CuPy), or a DlvmError saying why not. Shapes are checked by the caller."""
+    already, e.g. CuPy), or a DlvmError saying why not (`hint`: how to ask for a cast).
+    Shapes are checked by the caller."""
     declared = _NAMES.get(dt, str(dt))
     where = f"@{func}: argument {i} (%{name})"
     given = getattr(a, "dtype", None)
@@ -56,7 +58,7 @@ def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: b
         return arr.astype(dt)
     what = f"a Python {type(a).__name__}" if weak else f"{given}"
     raise DlvmError(f"{where} is {what}, declared {declared}; pass a {declared} array "
-                    f"(x.astype(np.{dt.name})) or compile with cast=True")
+                    f"(x.astype(np.{dt.name})) or {hint}")
 
 
 def _has_complex(a) -> bool:
