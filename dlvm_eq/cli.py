@@ -4,6 +4,7 @@ registered in COMMANDS; `run` targets are registered in TARGETS.
     dlvm-eq check examples/mlp.dl                   # parse + verify: "ok: 2 functions"
     dlvm-eq fmt examples/mlp.dl [-i]                # canonical text (in place with -i)
     dlvm-eq run examples/mlp.dl -f mlp --random     # reference interpreter on random inputs
+    dlvm-eq cache info | clear                      # the compile cache: what it holds, empty it
 
 A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
 """
@@ -12,19 +13,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
+from . import cli_cache, cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
 from .ir.comments import format_with_comments
 from .ir.parser import load, parse, read_source
 from .ir.sample import sample_inputs
+from .ir.types import TensorType
 
 PROG = "dlvm-eq"
 
@@ -111,6 +114,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)")
     p.add_argument("--float64", action="store_true", help="compute float tensors in float64")
     p.add_argument("--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)")
+    p.add_argument("--cast", action="store_true",
+                   help="cast --inputs arrays to the declared dtypes (cpu/gpu targets refuse others)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         arrays = sample_inputs(fn, np.random.default_rng(args.seed))
     else:
         arrays = _read_inputs(Path(args.inputs), fn)
+        if args.target != "interp":    # compiled code takes the declared dtypes only
+            arrays = _declared_dtypes(fn, arrays, args.cast)
     result = TARGETS[args.target](module, fn.name, arrays, args.float64)
     outputs = _name_outputs(result)
     with np.printoptions(threshold=200, edgeitems=4, precision=6, linewidth=100):
@@ -166,6 +173,13 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
     return arrays
 
 
+def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
+    from .codegen.arguments import check_argument
+    return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
+            if isinstance(p.type, TensorType) else a
+            for i, (p, a) in enumerate(zip(fn.params, arrays))]
+
+
 def _save_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:
     try:
         with open(path, "wb") as f:
@@ -196,6 +210,7 @@ COMMANDS: list[Command] = [
     Command("demo", "compile and train an MLP on the digits data set", cli_demo.arguments, cli_demo.run),
     Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
             cli_codegen.arguments, cli_codegen.run),
+    Command("cache", "show (info) or empty (clear) the compile cache", cli_cache.arguments, cli_cache.run),
 ]
 
 
@@ -209,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings as one line each, like errors (an untrusted cache says why it is not used)."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -216,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # usage errors (2) and --help (0)
         return int(e.code or 0)
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.handler(args) or 0)
     except SourceError as e:
         print(e, file=sys.stderr)
     except DlvmError as e:

@@ -10,7 +10,8 @@ spec (`spec_text`), target triple, CPU name and features, llvmlite version and t
 source digest; a second process loads it (well under 1 ms a kernel) instead of generating IR
 and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
 Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
-a full compile.
+a full compile. An entry records the host and symbol it was built for and is checked as an
+ELF object before MCJIT sees it (object_check.py): a damaged entry is rebuilt, not a crash.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..cache import source_digest
 from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec
 from .kernel_cache import cache_key, shared_cache
 from .layout import group_size, spec_layout
+from .object_check import pack_entry, unpack_entry
 from .reference import REDUCE_NP
 
 if TYPE_CHECKING:
@@ -204,13 +206,14 @@ class _Jit:
             disk = shared_cache()
             data = disk.get("cpu", key)
             if data is not None:
-                symbol, sep, obj = data.partition(b"\0")
-                if sep and _SYMBOL.fullmatch(symbol):
+                entry = unpack_entry(data, host_key())     # header and ELF structure checked
+                if entry is not None and _SYMBOL.fullmatch(entry[0].encode()):
+                    symbol, obj = entry
                     try:
-                        addr = self._load(obj, symbol.decode())
+                        addr = self._load(obj, symbol)
                         self.counters["loaded_from_disk"] += 1
-                        self.by_spec[key] = (addr, symbol.decode())
-                        return KernelCode(addr, symbol.decode(), layout, kind, build_ir)
+                        self.by_spec[key] = (addr, symbol)
+                        return KernelCode(addr, symbol, layout, kind, build_ir)
                     except RuntimeError:   # checksum fine but unloadable: rebuild below
                         pass
                 disk.corrupt += 1
@@ -222,7 +225,7 @@ class _Jit:
             else:                      # the same IR under another spec: compiled already
                 self.counters["memory_hits"] += 1
             addr = self._load(obj, kir.symbol)
-            disk.put("cpu", key, kir.symbol.encode() + b"\0" + obj)
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.by_spec[key] = (addr, kir.symbol)
             return KernelCode(addr, kir.symbol, layout if layout is not None else kir.layout, kind,
                               build_ir, kir)
@@ -239,18 +242,23 @@ class _Jit:
                 self.addresses[key] = addr
                 return addr
             disk = shared_cache()
-            obj = disk.get("cpu", key)
-            if obj is not None:
+            data = disk.get("cpu", key)
+            entry = None if data is None else unpack_entry(data, host_key(), kir.symbol)
+            obj = None
+            if entry is not None:
                 try:
-                    addr = self._load(obj, kir.symbol)
+                    addr = self._load(entry[1], kir.symbol)
+                    obj = entry[1]
                     self.counters["loaded_from_disk"] += 1
                 except RuntimeError:  # checksum fine but unloadable: rebuild below
-                    obj = None
+                    pass
+            if data is not None and obj is None:
+                disk.corrupt += 1
             if obj is None:
                 obj = compile_object(kir.text)
                 addr = self._load(obj, kir.symbol)
                 self.counters["compiled"] += 1
-                disk.put("cpu", key, obj)
+                disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.addresses[key] = addr
             return addr
 

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from ..errors import DlvmError
+from .arguments import check_argument
 from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
 from .layout import group_size
 from .kernel import KernelSpec
@@ -263,7 +264,9 @@ class CpuProgram:
         return tuple(results) if self._tuple else results[0]
 
     def _coerce(self, i: int, a, shape, dt):
-        arr = np.asarray(a)
+        arr = check_argument(self.plan.name, i, self.plan.slots[self._params[i][0]].name, a, shape, dt,
+                             self.cast)
+        arr = np.asarray(arr)
         if arr.shape != shape:
             raise _argument_error(self.plan, i, arr, shape, dt)
         return np.ascontiguousarray(arr, dtype=dt)
@@ -329,7 +332,8 @@ class GpuProgram:
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
         env: list = [None] * len(self.plan.slots)
         for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
-            a = cp.asarray(a, dtype=dt)
+            a = cp.asarray(check_argument(self.plan.name, i, self.plan.slots[slot].name, a, shape, dt,
+                                          self.cast), dtype=dt)
             if a.shape != shape:
                 raise _argument_error(self.plan, i, a, shape, dt)
             env[slot] = cp.ascontiguousarray(a)
@@ -343,12 +347,14 @@ class GpuProgram:
         return tuple(results) if self._tuple else results[0]
 
 
-def program(plan: Plan, target: str = "cpu"):
-    if target == "cpu":
-        return CpuProgram(plan)
-    if target == "gpu":
-        return GpuProgram(plan)
-    raise DlvmError(f"unknown code generation target {target!r} (expected cpu or gpu)")
+def program(plan: Plan, target: str = "cpu", cast: bool = False):
+    """The plan compiled for `target`; arguments of another dtype than declared are an error,
+    or cast with `cast=True` (arguments.py)."""
+    if target not in ("cpu", "gpu"):
+        raise DlvmError(f"unknown code generation target {target!r} (expected cpu or gpu)")
+    prog = CpuProgram(plan) if target == "cpu" else GpuProgram(plan)
+    prog.cast = cast
+    return prog
 
 
 __all__ = ["CpuProgram", "GpuProgram", "program"]

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import DlvmError
 from ..extract import ExtractionError, extract
 from .expr import parse_expression, render
 from .optimize import extract_programs, program_cost, schedule_for, scratch_session
 from .report import seconds_text
+from .rule_origin import blame_user_rules
 from .saturate import SaturationReport, saturate
 from .schedule import Schedule
 
@@ -58,7 +60,10 @@ def query(expression: str, shapes: dict[str, tuple[int, ...]], dtype: str = "f32
     with scratch_session(rules) as session:
         prog = session.add_function(fn)
         sat = saturate(session, schedule or schedule_for(rules), budget)
-        ex = extract_programs(session, [prog], target)
+        try:
+            ex = extract_programs(session, [prog], target)
+        except DlvmError as e:    # an ill-typed term: name the user's rules that fired, if any
+            raise blame_user_rules(e, session, sat) from None
     g, cost = ex.graph, ex.cost
     types = cost.types
     root = g.roots[0]
