@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 
 import numpy as np
@@ -113,23 +114,29 @@ _FREE = _calibrate()
 
 
 class _Outputs:
-    """Buffers for one result: reuse one the caller has dropped, else allocate."""
+    """Buffers for one result: reuse one the caller has dropped, else allocate. The lock makes
+    "check the reference count, hand it out" one step: two threads calling the same program
+    must never both see a dropped buffer as free and both write into it."""
 
-    __slots__ = ("shape", "dtype", "entries")
+    __slots__ = ("shape", "dtype", "entries", "lock")
 
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, dtype
         self.entries: list = []
+        self.lock = threading.Lock()
 
-    def take(self) -> np.ndarray:
-        for entry in self.entries:
-            if _refcounts(entry) == _FREE:
-                return entry[0]
-        buf = aligned_empty(self.shape, self.dtype)
-        self.entries.append((buf, _owner(buf)))
-        if len(self.entries) > KEEP_OUTPUTS:
-            del self.entries[0]
-        return buf
+    def take(self, env: list, slot: int) -> None:
+        """env[slot] = a free buffer (stored under the lock: from then on it is referenced)."""
+        with self.lock:
+            for entry in self.entries:
+                if _refcounts(entry) == _FREE:
+                    env[slot] = entry[0]
+                    return
+            buf = aligned_empty(self.shape, self.dtype)
+            self.entries.append((buf, _owner(buf)))
+            if len(self.entries) > KEEP_OUTPUTS:
+                del self.entries[0]
+            env[slot] = buf
 
 
 # ------------------------------------------------------------------ the CPU program
@@ -225,19 +232,24 @@ class CpuProgram:
         epilogue: list = []        # compiled on first use, like the unfused pair
         slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
         unfused: list = []
+        lock = threading.Lock()    # first uses from two threads: one builds, the other waits
 
         def run(env):
             x, y, out = fa(env[a]), fb(env[b]), env[o]
             g = gemm_for(x, y, out)
             if g is None:
                 if not unfused:
-                    self.kernels[id(step.epilogue)] = compile_cpu(step.epilogue.spec)
-                    unfused.extend([self._step(step.blas), self._step(step.epilogue)])
+                    with lock:
+                        if not unfused:
+                            self.kernels[id(step.epilogue)] = compile_cpu(step.epilogue.spec)
+                            unfused.extend([self._step(step.blas), self._step(step.epilogue)])
                 for r in unfused:
                     r(env)
                 return
             if not epilogue:
-                epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
+                with lock:
+                    if not epilogue:
+                        epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
             g(x, y, out, epilogue=epilogue[0], extra=[data_ptr(env[s]) for s in slots])
         return run
 
@@ -245,14 +257,17 @@ class CpuProgram:
     def __call__(self, *args):
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
-        env = self._arenas.pop() if self._arenas else self._new_env()
+        try:
+            env = self._arenas.pop()     # list.pop is atomic: each arena serves one call at a time
+        except IndexError:
+            env = self._new_env()
         try:
             for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
                 if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
                     a = self._coerce(i, a, shape, dt)
                 env[slot] = a
             for slot, outs in self._outputs:
-                env[slot] = outs.take()
+                outs.take(env, slot)
             for run in self._runs:
                 run(env)
             results = [env[s] if f is None else f(env[s]) for s, f in self._results]

@@ -198,6 +198,7 @@ class CpuGemm:
 
 
 _GEMMS: dict[bool, CpuGemm] = {}
+_GEMMS_LOCK = threading.Lock()
 
 
 def worth_our_gemm(m: int, k: int, n: int) -> bool:
@@ -236,7 +237,10 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
     narrow = n <= NARROW["nr"]
     g = _GEMMS.get(narrow)
     if g is None:
-        g = _GEMMS[narrow] = CpuGemm(narrow)
+        with _GEMMS_LOCK:       # one CpuGemm per micro-tile: its launch cache is shared by all
+            g = _GEMMS.get(narrow)
+            if g is None:
+                g = _GEMMS[narrow] = CpuGemm(narrow)
     return g
 
 
@@ -247,7 +251,24 @@ def _rows_collide(row_stride: int, rows: int) -> bool:
     return len({(i * row_stride * 4 // 64) % 64 for i in range(rows)}) < rows
 
 
-_swap_scratch: dict[tuple[int, int], np.ndarray] = {}
+MAX_SWAP_SCRATCH = 16       # swapped-product scratch matrices kept per thread (one per shape)
+_swap = threading.local()   # .scratch: {out shape: matrix}, this thread's own
+
+
+def _swap_scratch(shape: tuple[int, int]) -> np.ndarray:
+    """This thread's scratch matrix for a swapped product of output `shape` (transposed).
+    Per thread, because the copy out of it runs after the product, outside the GEMM's lock:
+    one shared matrix let a second thread overwrite it between its product and the copy
+    (69 wrong results in 6,000 calls from two threads)."""
+    mine = getattr(_swap, "scratch", None)
+    if mine is None:
+        mine = _swap.scratch = {}
+    t = mine.get(shape)
+    if t is None:
+        if len(mine) >= MAX_SWAP_SCRATCH:
+            mine.clear()
+        t = mine[shape] = np.empty(shape[::-1], np.float32)
+    return t
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -255,13 +276,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
     A narrow product with a transposed A (e.g. h.T @ dz with 10 columns: A would be packed in
     full for a 10-column result) is computed the other way round, out.T = b.T @ a.T, into a
-    scratch matrix that is then copied: B's packing reads h as it lies."""
+    scratch matrix of the calling thread that is then copied: B's packing reads h as it lies."""
     n = b.shape[1] if b.ndim == 2 else 0
     if (n <= NARROW["nr"] and a.ndim == 2 and a.shape[0] >= 2 * NARROW["nr"] and a_order(a) == "cols"
             and b.ndim == 2 and a_order(b.T) is not None):
-        t = _swap_scratch.get(out.shape)
-        if t is None:
-            t = _swap_scratch[out.shape] = np.empty(out.shape[::-1], np.float32)
+        t = _swap_scratch(out.shape)
         g = gemm_for(b.T, a.T, t)
         if g is not None:
             g(b.T, a.T, t)
