@@ -109,3 +109,171 @@ def test_jitted_sigmoid_of_one_repeated_value_is_one_value(n):
         for v in (25.0, 0.3, 3.0):
             y = dq.jit(f)(np.full(n, v, np.float32))
             assert (_bits(y) == _bits(y)[0]).all(), (f.__name__, v, n, y)
+
+
+# ---------------------------------------------------------------- rows: every column alike
+
+ROW_FNS = {
+    "softmax": lambda x: dq.softmax(x, axis=-1),
+    "logsumexp": lambda x: dq.logsumexp(x, axis=-1, keepdims=True) + x * 0.0,
+    "layernorm": lambda x: (x - dq.mean(x, axis=-1, keepdims=True)) * dq.rsqrt(
+        dq.mean(dq.square(x - dq.mean(x, axis=-1, keepdims=True)), axis=-1, keepdims=True) + 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_FNS))
+def test_row_kernel_columns_of_a_constant_row_are_equal(name):
+    """Rows of one repeated value: every element of a row the same bits (the map pass's vector
+    body and remainder, and the stashed exp values, compute alike)."""
+    from dlvm_eq.codegen.plan import RowStep
+    f = dq.jit(ROW_FNS[name])
+    for cols in (1, 3, 8, 10, 15, 16, 17, 31, 33, 40, 64, 70):
+        x = np.repeat(np.array([[0.3], [25.0], [-7.0]], np.float32), cols, axis=1)
+        y = f(x)
+        for r in range(3):
+            assert (_bits(y[r]) == _bits(y[r])[0]).all(), (name, cols, r, y[r])
+        assert cols == 1 or any(isinstance(s, RowStep) for s in f.report(x).plan.steps)
+
+
+# ---------------------------------------------------------------- thread counts
+
+THREADS = [1, 2, 3, 5, 8]
+
+REDUCTIONS = [   # (shape, axes): one long output, few long ones (both layouts), many short ones
+    ((1 << 21,), (0,)),
+    ((3, 700_001), (1,)),
+    ((700_001, 3), (0,)),
+    ((2000, 1000), (1,)),
+    ((1000, 2000), (0,)),
+    ((64, 300, 70), (0, 2)),
+]
+
+
+@pytest.mark.parametrize("op", ["add", "max"])
+@pytest.mark.parametrize("shape, axes", REDUCTIONS)
+def test_reductions_give_the_same_bits_with_any_thread_count(shape, axes, op):
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    spec = ReduceSpec("r", shape, [KernelInput("f32")], unary("exp", Load(0) * 0.1) * Load(0), op, axes)
+    results = {t: CpuKernel(spec, threads=t)(x) for t in THREADS}
+    want = np.exp(x.astype(np.float64) * 0.1) * x
+    want = want.sum(axis=axes) if op == "add" else want.max(axis=axes)
+    np.testing.assert_allclose(results[1], want, rtol=1e-4, atol=1e-3 * np.sqrt(x.size / want.size))
+    for t, r in results.items():
+        assert (_bits(r) == _bits(results[1])).all(), f"{t} threads differ from 1 thread"
+
+
+def test_row_kernels_give_the_same_bits_with_any_thread_count():
+    from dlvm_eq.codegen.rowwise import RowKernel, RowSpec
+    x = np.random.default_rng(2).standard_normal((3000, 257)).astype(np.float32)
+    v = Load(0)
+    spec = RowSpec("softmax", *x.shape, [KernelInput("f32")],
+                   [(v, "max", None), (unary("exp", v - Load(1)), "add", None)],
+                   [unary("exp", v - Load(1)) / Load(2)])
+    results = [RowKernel(spec, threads=t)(x) for t in THREADS]
+    for r in results[1:]:
+        for a, b in zip(r, results[0]):
+            assert (_bits(a) == _bits(b)).all()
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
+    """Blocks of C per thread; K is never split, so no element's sum depends on the split."""
+    from dlvm_eq.codegen.gemm_runtime import CpuGemm
+    rng = np.random.default_rng(3)
+    n = 16 if narrow else 300
+    a = rng.standard_normal((700, 900), dtype=np.float32)
+    b = rng.standard_normal((900, n), dtype=np.float32)
+    outs = []
+    for t in THREADS:
+        g = CpuGemm(narrow, threads=t)
+        assert len(g.blocks(700, n, 900)) == (1 if t == 1 else min(t, len(g.blocks(700, n, 900))))
+        out = np.empty((700, n), np.float32)
+        g(a, b, out)
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    for t, o in zip(THREADS, outs):
+        assert (_bits(o) == _bits(outs[0])).all(), f"{t} threads"
+
+
+# ---------------------------------------------------------------- whole programs
+
+def heavy(x, w, b, d, v):
+    """Reduction-heavy: products through our GEMM (plain, with a fused epilogue, and the swapped
+    narrow one), softmax rows, sums and means over long axes."""
+    h = dq.relu(x @ w + b)                         # GEMM + epilogue
+    p = dq.softmax(h, axis=-1)                     # row kernel
+    g = dq.transpose(x) @ d                        # (784, 512) @ (512, 10): the swapped path
+    return (h, p, g, dq.sum(x, axis=0), dq.mean(dq.exp(v * 0.01)), dq.sum(v.reshape(4, -1) ** 2, axis=1),
+            dq.sum(x * x, axis=1), dq.max(dq.tanh(v)))
+
+
+def heavy_args():
+    rng = np.random.default_rng(4)
+    return [rng.standard_normal((512, 784)).astype(np.float32),
+            (rng.standard_normal((784, 256)) * 0.05).astype(np.float32),
+            rng.standard_normal(256).astype(np.float32),
+            rng.standard_normal((512, 10)).astype(np.float32),
+            rng.standard_normal(1 << 21).astype(np.float32)]
+
+
+def _digest(results) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for r in results:
+        h.update(_bits(np.ascontiguousarray(r)).tobytes())
+    return h.hexdigest()
+
+
+def _with_threads(monkeypatch, t: int):
+    """What a process with `t` usable CPUs builds: every kernel and GEMM made afresh for t threads."""
+    from dlvm_eq.codegen import cpu_runtime, gemm_runtime, rowwise
+    for mod in (cpu_runtime, rowwise, gemm_runtime):
+        monkeypatch.setattr(mod, "usable_cpus", lambda: t)
+    monkeypatch.setattr(cpu_runtime, "_kernels", {})
+    monkeypatch.setattr(rowwise, "_kernels", {})
+    monkeypatch.setattr(gemm_runtime, "_GEMMS", {})
+
+
+def test_a_reduction_heavy_program_gives_the_same_bits_with_1_2_and_5_threads(monkeypatch):
+    args = heavy_args()
+    digests = {}
+    for t in (1, 2, 5):
+        with monkeypatch.context() as m:
+            _with_threads(m, t)
+            f = dq.jit(heavy)
+            out = f(*args)
+            assert f.report(*args).plan.epilogues          # the fused-epilogue path is taken
+            digests[t] = _digest(out)
+    assert len(set(digests.values())) == 1, digests
+
+
+SCRIPT = """
+import sys, numpy as np, dlvm_eq as dq
+sys.path.insert(0, {tests!r})
+from test_determinism import heavy, heavy_args, _digest
+args = heavy_args()
+f = dq.jit(heavy)
+print(_digest(f(*args)))
+"""
+
+
+def _run(prefix=()) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([*prefix, sys.executable, "-c", SCRIPT.format(tests=str(ROOT / "tests"))],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_program_gives_the_same_bits_on_one_cpu_all_cpus_and_a_busy_machine():
+    args = heavy_args()
+    here = _digest(dq.jit(heavy)(*args))
+    assert _run() == here
+    if shutil.which("taskset") and len(os.sched_getaffinity(0)) > 1:
+        assert _run(["taskset", "-c", str(min(os.sched_getaffinity(0)))]) == here
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])   # this session: same group
+    try:
+        assert _run() == here
+    finally:
+        busy.kill()
+        busy.wait(timeout=60)

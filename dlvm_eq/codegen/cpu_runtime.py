@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 MIN_PARALLEL_WORK = 1 << 16
 ALIGN = 64  # chunk boundaries in elements: whole cache lines per thread
 CHUNKS_PER_THREAD = 16  # many more chunks than threads: a descheduled thread holds up little
+# A long reduction with few outputs is cut into at most this many slices of the reduced axes,
+# whatever the thread count (see CpuKernel._run_reduce): enough to share among 16 threads.
+REDUCE_SLICES = 64
 
 
 def _make_data_ptr():
@@ -494,13 +497,20 @@ class CpuKernel:
             out.fill(spec.init)
             return
         in_ptrs = [data_ptr(a) for a in ins]
-        parts = max(1, min(CHUNKS_PER_THREAD * self.threads, (n_out * n_red) // MIN_PARALLEL_WORK))
-        if parts == 1 or n_out >= 4 * parts:  # split the outputs
-            _run_ranges(self._fn, _split(n_out, parts, 1 if n_out < ALIGN * parts else ALIGN),
+        work = n_out * n_red
+        # How a reduction is cut depends on its sizes only, never on the thread count: the
+        # result is then the same bits with 1, 2 or 64 threads, busy cores or not.
+        parts = max(1, min(REDUCE_SLICES, work // MIN_PARALLEL_WORK))
+        if parts == 1 or n_out >= 4 * parts:
+            # Split the outputs: one call reduces an output whole, so where the outputs are
+            # split (here by thread count) changes no result.
+            split = max(1, min(CHUNKS_PER_THREAD * self.threads, work // MIN_PARALLEL_WORK))
+            _run_ranges(self._fn, _split(n_out, split, 1 if n_out < ALIGN * split else ALIGN),
                         (0, n_red, data_ptr(out), *in_ptrs, self._dims_ptr), self.threads)
             self._apply_init(out)
             return
-        # Few outputs, long reductions: each thread reduces a slice into its own partial row.
+        # Few outputs, long reductions: `parts` fixed slices, each reduced into its own partial
+        # row by whichever thread takes it, then the rows combined in slice order.
         chunks = _split(n_red, parts, 1)
         partial = np.empty((len(chunks), n_out), dtype=out.dtype)
         _run_chunks(self._fn, [(0, n_out, lo, hi, data_ptr(partial[t]), *in_ptrs, self._dims_ptr)
