@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import threading
 
+import sys
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dlvm_eq.codegen import gemm_runtime, set_cache_dir
+from dlvm_eq.codegen import compile, gemm_runtime, set_cache_dir
+from dlvm_eq.ir import F32, Module, interpret
+from ir_programs import random_function, random_inputs
+from test_compile_differential import GEMM_KINDS
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -65,3 +71,125 @@ def test_swapped_narrow_products_from_four_threads():
             bad[i] += not np.array_equal(out, wants[i])
     assert not _in_threads(4, work)
     assert bad == [0] * 4, f"wrong results per thread: {bad}"
+
+
+# ---------------------------------------------------------------- 8 threads, the same programs
+
+THREADS = 8
+SETTINGS = dict(deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _flat(x) -> list:
+    """The arrays of a (possibly nested) tuple of results, in order."""
+    if isinstance(x, tuple):
+        return [a for item in x for a in _flat(item)]
+    return [np.asarray(x)]
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equal (every NaN alike: its sign and payload are not part of a result)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind != "f":
+        return np.array_equal(a, b)
+    ua, ub = (x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64) for x in (a, b))
+    return bool(((ua == ub) | (np.isnan(a) & np.isnan(b))).all())
+
+
+def _close_to_interpreter(fn, got, args, rtol):
+    m = Module("random")
+    m.add(fn)
+    want = _tuple(interpret(m, fn.name, *args, float64=True))
+    for g, w in zip(_tuple(got), want):
+        assert g.shape == w.shape
+        if w.dtype.kind == "f":
+            finite = w[np.isfinite(w)]
+            scale = max(1.0, float(np.abs(finite).max(initial=0.0)))
+            err = np.abs(g.astype(np.float64) - w)
+            ok = (err <= rtol * (np.abs(w) + 1e-3 * scale)) | (np.isnan(g) & np.isnan(w)) | (g == w)
+            assert ok.all(), f"\n{fn}\nmax error {err[~ok].max()}"
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def _hammer(programs, reps: int) -> None:
+    """THREADS threads call every (name, function, args, reference results) `reps` times, each
+    in its own order; every result must be bitwise the reference (computed on one thread).
+    Python switches threads every few microseconds meanwhile (not every 5 ms), so that a
+    check-then-act on shared state that the GIL does not make atomic shows up within a run."""
+    wrong: list = []
+
+    def work(i):
+        order = programs[i % len(programs):] + programs[:i % len(programs)]
+        for _ in range(reps):
+            for name, f, args, ref in order:
+                got = _flat(f(*args))
+                if len(got) != len(ref) or not all(_same(g, r) for g, r in zip(got, ref)):
+                    wrong.append((i, name))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(2e-6)
+    try:
+        errors = _in_threads(THREADS, work)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    assert not wrong, f"{len(wrong)} wrong results, e.g. {wrong[:5]}"
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(st.data())
+def test_eight_threads_call_the_same_random_programs(data):
+    with pytest.MonkeyPatch.context() as m:
+        # every float32 product, however small, through our GEMM (edge tiles, epilogues)
+        m.setattr(gemm_runtime, "GEMM_MIN_MACS", 1)
+        programs = []
+        for i in range(3):
+            n = data.draw(st.integers(3, 20))
+            fn = random_function(data.draw, n_ops=n, dtype=F32, kinds=GEMM_KINDS, name=f"f{i}")
+            module = Module("random")
+            module.add(fn)
+            f = compile(module, fn.name, optimize=False)
+            args = random_inputs(fn, np.random.default_rng(i))
+            first = f(*args)
+            _close_to_interpreter(fn, first, args, rtol=2e-6 * (1 + n / 4))
+            programs.append((fn.name, f, args, [a.copy() for a in _flat(first)]))
+        _hammer(programs, reps=25)
+
+
+def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
+    """Programs built to reach the swapped GEMM path, GEMM epilogues, row kernels and long
+    reductions: the MLP training step (value_and_grad), a reduction-heavy program, and a
+    lone swapped product."""
+    import dlvm_eq as dq
+    from dlvm_eq.models import mlp
+    from test_determinism import heavy, heavy_args
+    params = mlp.init_params([784, 256, 10], seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
+    value, grads = step(*params, x, y)
+    want_value, want_grads = mlp.numpy_value_and_grad(*params, x, y)
+    assert float(value) == pytest.approx(float(want_value), rel=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
+    assert step.report(*params, x, y).plan.epilogues
+    h = dq.jit(heavy)
+    hargs = heavy_args()
+    swap = dq.jit(lambda a, b: dq.transpose(a) @ b)     # nothing to fuse: the swapped product alone
+    sargs = [rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((64, 10)).astype(np.float32)]
+    np.testing.assert_allclose(swap(*sargs), sargs[0].T.astype(np.float64) @ sargs[1], rtol=1e-4, atol=1e-4)
+    programs = [("mlp_step", step, [*params, x, y], [a.copy() for a in _flat(step(*params, x, y))]),
+                ("heavy", h, hargs, [a.copy() for a in _flat(h(*hargs))])]
+    programs += [("swapped", swap, sargs, [swap(*sargs).copy()])] * 20
+    swapped = []
+    real = gemm_runtime._swap_scratch
+    with pytest.MonkeyPatch.context() as m:     # count the products that take the swapped path
+        m.setattr(gemm_runtime, "_swap_scratch", lambda shape: swapped.append(shape) or real(shape))
+        _hammer(programs, reps=6)
+    assert swapped
