@@ -154,10 +154,11 @@ def test_eight_threads_call_the_same_random_programs(data):
             module = Module("random")
             module.add(fn)
             f = compile(module, fn.name, optimize=False)
-            args = random_inputs(fn, np.random.default_rng(i))
-            first = f(*args)
-            _close_to_interpreter(fn, first, args, rtol=2e-6 * (1 + n / 4))
-            programs.append((fn.name, f, args, [a.copy() for a in _flat(first)]))
+            for seed in (i, i + 100):      # other operands per call site (see below)
+                args = random_inputs(fn, np.random.default_rng(seed))
+                first = f(*args)
+                _close_to_interpreter(fn, first, args, rtol=2e-6 * (1 + n / 4))
+                programs.append((fn.name, f, args, [a.copy() for a in _flat(first)]))
         _hammer(programs, reps=25)
 
 
@@ -182,11 +183,18 @@ def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
     h = dq.jit(heavy)
     hargs = heavy_args()
     swap = dq.jit(lambda a, b: dq.transpose(a) @ b)     # nothing to fuse: the swapped product alone
-    sargs = [rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((64, 10)).astype(np.float32)]
-    np.testing.assert_allclose(swap(*sargs), sargs[0].T.astype(np.float64) @ sargs[1], rtol=1e-4, atol=1e-4)
     programs = [("mlp_step", step, [*params, x, y], [a.copy() for a in _flat(step(*params, x, y))]),
                 ("heavy", h, hargs, [a.copy() for a in _flat(h(*hargs))])]
-    programs += [("swapped", swap, sargs, [swap(*sargs).copy()])] * 20
+    # different operands per call site: threads computing the same product would hide a
+    # shared scratch (they would write the same values into it)
+    for i in range(20):
+        sargs = [rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((64, 10)).astype(np.float32)]
+        got = swap(*sargs)
+        np.testing.assert_allclose(got, sargs[0].T.astype(np.float64) @ sargs[1], rtol=1e-4, atol=1e-4)
+        programs.append((f"swapped{i}", swap, sargs, [got.copy()]))
+    xs = [x * (1 + i / 8) for i in range(4)]
+    programs += [(f"mlp_step{i}", step, [*params, xi, y], [a.copy() for a in _flat(step(*params, xi, y))])
+                 for i, xi in enumerate(xs)]
     swapped = []
     real = gemm_runtime._swap_scratch
     with pytest.MonkeyPatch.context() as m:     # count the products that take the swapped path
