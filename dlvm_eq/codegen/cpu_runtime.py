@@ -11,6 +11,20 @@ source digest; a second process loads it (well under 1 ms a kernel) instead of g
 and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
 Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
 a full compile.
+
+Shared state (threads; every object here may be used by many Python threads at once):
+- `_JIT` (`_Jit`): the MCJIT engine, its address maps, object codes and counters are touched
+  only under `_JIT.lock`, compiling included (LLVM itself under llvm_lock.LLVM_LOCK);
+- `_HOST` under `_host_lock`; `_pool` (Python threads) created once under `_JIT.lock`;
+- `_kernels` (compile_cpu's memo) under `_kernels_lock`: two threads may both build an equal
+  kernel, the last one is kept, both are valid;
+- `BufferPool`: its free lists and counters under its own lock;
+- `CpuKernel`: immutable after construction (its dims array is only read); a reduction's
+  partial rows are allocated per call. `KernelCode.text` is built lazily; a race builds the
+  same text twice;
+- results do not depend on the thread count: maps compute every element alike wherever a
+  chunk boundary falls, reductions are cut into slices chosen by their sizes only
+  (REDUCE_SLICES, `CpuKernel._run_reduce`), combined in slice order.
 """
 from __future__ import annotations
 
@@ -31,6 +45,7 @@ from ..cache import source_digest
 from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec
 from .kernel_cache import cache_key, shared_cache
 from .layout import group_size, spec_layout
+from .llvm_lock import LLVM_LOCK
 from .reference import REDUCE_NP
 
 if TYPE_CHECKING:
@@ -314,9 +329,10 @@ def _make_engine():
     own = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
         opt=3, codemodel="jitdefault")
-    empty = llvm.parse_assembly("")
-    empty.triple = triple
-    return llvm.create_mcjit_compiler(empty, own)
+    with LLVM_LOCK:             # LLVM's global context: see llvm_lock
+        empty = llvm.parse_assembly("")
+        empty.triple = triple
+        return llvm.create_mcjit_compiler(empty, own)
 
 
 _JIT = _Jit()

@@ -14,6 +14,15 @@ overwritten by the next, and a loop that drops its results reuses the same memor
 from a second thread while one runs gets a second arena.
 
 GPU: temporaries and outputs come from CuPy's memory pool (allocation there is cheap).
+
+Shared state (threads: one CpuProgram may be called from many threads at once):
+- arenas (`_arenas`): a call pops one (list.pop is atomic) or makes a new one, and gives it
+  back when done, so an arena serves one call at a time;
+- output buffers (`_Outputs`): "is this buffer dropped by the caller? then it is mine" runs
+  under the result's lock, the buffer stored in the call's slots before it is released;
+- the kernels, step closures and constants are built once and only read; a GEMM step's
+  epilogue (or its unfused fallback) is built on first use under that step's lock;
+- GpuProgram allocates every temporary and output per call.
 """
 from __future__ import annotations
 

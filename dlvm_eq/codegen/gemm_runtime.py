@@ -17,6 +17,16 @@ worker threads busy-wait ~100 ms after each threaded call (measured: 100 ms of C
 0.5 s after one 256x784x256 product), so one BLAS call in a step leaves a spinning thread
 that competes with our own workers for the second core (in the mlp_step benchmark a step that
 mixed the two took 2.8 ms instead of 1.4).
+
+Shared state (threads):
+- `_GEMMS` (one CpuGemm per micro-tile shape) is filled under `_GEMMS_LOCK`;
+- a CpuGemm's launch plans hold scratch (packed A and B) and argument blocks shared by every
+  call of that shape: `CpuGemm._lock` covers the lookup AND the whole product, so products on
+  one CpuGemm run one at a time (they would share the cores anyway);
+- the swapped path's scratch matrix is per thread (`_swap`, a threading.local): the copy out
+  of it runs after the product, outside that lock;
+- CpuEpilogue is immutable. Results do not depend on the thread count: threads take blocks of
+  C's rows or columns, K is never split, and every element sums its K products in one order.
 """
 from __future__ import annotations
 
