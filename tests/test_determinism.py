@@ -111,11 +111,30 @@ def test_jitted_sigmoid_of_one_repeated_value_is_one_value(n):
             assert (_bits(y) == _bits(y)[0]).all(), (f.__name__, v, n, y)
 
 
+def test_large_outputs_with_streaming_stores_are_one_value():
+    """Large outputs go through L1 tiles and non-temporal stores (streaming.py) plus a plain
+    loop for the rest, split over threads: every element alike all the same."""
+    y = dq.jit(lambda x: dq.sigmoid(x * 1.5 + 0.25) * x)(np.full(3_000_017, 25.0, np.float32))
+    assert (_bits(y) == _bits(y)[0]).all()
+
+
+def test_gemm_epilogue_tiles_whole_and_partial_compute_alike():
+    """A product whose every element is the same exact value (ones @ 0.25s), then a fused
+    epilogue: whole 32-wide tiles (straight vector code) and edge tiles (a loop) agree."""
+    f = dq.jit(lambda a, b: dq.sigmoid(a @ b - 16.0) * 3.0)    # sigmoid(0): 0.5 exactly
+    a = np.ones((333, 64), np.float32)
+    b = np.full((64, 77), 0.25, np.float32)
+    y = f(a, b)
+    assert f.report(a, b).plan.epilogues
+    assert (_bits(y) == _bits(y)[0, 0]).all(), np.unique(y)
+
+
 # ---------------------------------------------------------------- rows: every column alike
 
 ROW_FNS = {
     "softmax": lambda x: dq.softmax(x, axis=-1),
     "logsumexp": lambda x: dq.logsumexp(x, axis=-1, keepdims=True) + x * 0.0,
+    "gated_softmax": lambda x: dq.sigmoid(x) * dq.softmax(x, axis=-1),
     "layernorm": lambda x: (x - dq.mean(x, axis=-1, keepdims=True)) * dq.rsqrt(
         dq.mean(dq.square(x - dq.mean(x, axis=-1, keepdims=True)), axis=-1, keepdims=True) + 1e-5),
 }
@@ -128,7 +147,7 @@ def test_row_kernel_columns_of_a_constant_row_are_equal(name):
     from dlvm_eq.codegen.plan import RowStep
     f = dq.jit(ROW_FNS[name])
     for cols in (1, 3, 8, 10, 15, 16, 17, 31, 33, 40, 64, 70):
-        x = np.repeat(np.array([[0.3], [25.0], [-7.0]], np.float32), cols, axis=1)
+        x = np.repeat(np.array([[0.0], [25.0], [-7.0]], np.float32), cols, axis=1)
         y = f(x)
         for r in range(3):
             assert (_bits(y[r]) == _bits(y[r])[0]).all(), (name, cols, r, y[r])
