@@ -201,3 +201,35 @@ def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
         m.setattr(gemm_runtime, "_swap_scratch", lambda shape: swapped.append(shape) or real(shape))
         _hammer(programs, reps=6)
     assert swapped
+
+
+# ---------------------------------------------------------------- compiling from threads
+
+def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
+    """egglog's EGraph belongs to the thread that made it (used from another one it panics):
+    a compile in a second thread, and 8 threads making the first call of one jitted function
+    at once (8 compiles), all work and agree."""
+    import dlvm_eq as dq
+    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")     # really optimize and plan in each thread
+    x = np.random.default_rng(5).standard_normal((64, 48)).astype(np.float32)
+    w = np.random.default_rng(6).standard_normal((48, 40)).astype(np.float32)
+    np.testing.assert_allclose(dq.jit(lambda x: dq.softmax(x * 2.0, axis=-1))(x),
+                               _softmax(x.astype(np.float64) * 2.0), rtol=1e-5, atol=1e-7)
+    got: list = []
+    assert not _in_threads(1, lambda i: got.append(dq.jit(lambda x: dq.softmax(x + 1.0, axis=-1) * 3.0)(x)))
+    np.testing.assert_allclose(got[0], _softmax(x.astype(np.float64)) * 3.0, rtol=1e-5, atol=1e-7)
+
+    f = dq.jit(lambda x, w: dq.softmax(dq.relu(x @ w), axis=-1) + dq.sum(x))
+    results = [None] * THREADS
+
+    def first_call(i):
+        results[i] = f(x, w)
+    assert not _in_threads(THREADS, first_call)
+    want = _softmax(np.maximum(x.astype(np.float64) @ w, 0)) + x.astype(np.float64).sum()
+    np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-4)
+    assert all(_same(r, results[0]) for r in results)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
