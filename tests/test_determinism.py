@@ -205,7 +205,7 @@ def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     outs = []
     for t in THREADS:
         g = CpuGemm(narrow, threads=t)
-        assert len(g.blocks(700, n, 900)) == (1 if t == 1 else min(t, len(g.blocks(700, n, 900))))
+        assert t == 1 or 1 < len(g.blocks(700, n, 900)) <= t      # really split over t threads
         out = np.empty((700, n), np.float32)
         g(a, b, out)
         outs.append(out)
