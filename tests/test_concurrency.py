@@ -233,3 +233,30 @@ def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
 def _softmax(z):
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_output_buffers_are_never_handed_to_two_calls():
+    """A tiny program from 8 threads, each with its own input, results held a moment: a
+    dropped output buffer must go to one call only (the reference-count check and the
+    hand-out are one step)."""
+    import dlvm_eq as dq
+    f = dq.jit(lambda x: x * 2.0 + 1.0)
+    xs = [np.full(16, i, np.float32) for i in range(THREADS)]
+    f(xs[0])
+    wrong = [0] * THREADS
+
+    def work(i):
+        want = xs[i] * 2 + 1
+        for _ in range(3000):
+            y = f(xs[i])
+            z = f(xs[i])           # two results alive at once: two buffers in use
+            wrong[i] += not (np.array_equal(y, want) and np.array_equal(z, want))
+            del y, z
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        errors = _in_threads(THREADS, work)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    assert wrong == [0] * THREADS, f"wrong results per thread: {wrong}"
