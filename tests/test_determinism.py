@@ -110,6 +110,17 @@ def test_jitted_sigmoid_of_one_repeated_value_is_one_value(n):
             assert (_bits(y) == _bits(y)[0]).all(), (f.__name__, v, n, y)
 
 
+@pytest.mark.parametrize("shape", [(5, 37), (3, 4, 21), (70, 3)])
+def test_strided_and_broadcast_kernels_of_one_value_are_one_value(shape):
+    """Multi-dimensional loops (an inner loop per row, carried into the outer dims) with a
+    broadcast operand: every element alike."""
+    f = dq.jit(lambda x, b: dq.sigmoid(x + b) * dq.exp(x * 0.5) - dq.tanh(b))
+    x = np.full(shape, 0.0, np.float32)
+    b = np.full(shape[-1:], 0.0, np.float32)          # sigmoid(0) = 0.5 exactly
+    y = f(x, b)
+    assert (_bits(y) == _bits(y).flat[0]).all(), np.unique(y)
+
+
 def test_large_outputs_with_streaming_stores_are_one_value():
     """Large outputs go through L1 tiles and non-temporal stores (streaming.py) plus a plain
     loop for the rest, split over threads: every element alike all the same."""
