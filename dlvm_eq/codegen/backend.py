@@ -14,6 +14,11 @@ function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan c
 (JSON data, `plan_records.PLAN_SCHEMA`; keyed by the optimized module's text, the target, the rule files and the package
 source), the kernels' object code from the kernel cache (cpu_runtime.py). Neither egglog nor
 the planner is imported then; `plan_cache_stats` counts plan hits and misses.
+
+Shared state (threads): `_optimized`, `_SECONDS` and `plan_cache_stats` are read and written
+under `_lock` (two threads compiling the same module may both optimize it; the results are
+equal, the last is kept). A Compiled holds one program, safe to call from many threads (see
+executor).
 """
 from __future__ import annotations
 
@@ -245,7 +250,8 @@ def planned(module: Module, name: str, target: str) -> Plan:
             with _lock:
                 plan_cache_stats["hits"] += 1
             return plan
-        cache.corrupt += 1       # checksum fine but not a plan: rebuilt and overwritten
+        with _lock:
+            cache.corrupt += 1   # checksum fine but not a plan: rebuilt and overwritten
     with _lock:
         plan_cache_stats["misses"] += 1
     plan = build()

@@ -147,22 +147,24 @@ def load_fusion(flat: Flat) -> _Loaded:
 # ------------------------------------------------------------------ the e-graph
 
 _lock = threading.Lock()
-_session = None
+# Per thread: an egglog EGraph belongs to the thread that made it (pyo3 "unsendable"; used from
+# another thread it panics), so a plan made in a second thread builds that thread's session.
+_sessions = threading.local()   # .session: EGraphSession or None
 
 
 def _base_session():
-    """schema.egg's declarations + fusion.egg, once per process; each program runs between
+    """schema.egg's declarations + fusion.egg, once per thread; each program runs between
     push and pop."""
-    global _session
-    if _session is None:
+    s = getattr(_sessions, "session", None)
+    if s is None:
         from .fusion_rules import schema_declarations
         from .rulefiles import rule_file
         from .session import EGraphSession
         s = EGraphSession(schema=False)
         s.add_rules_text(schema_declarations(), str(rule_file("schema.egg")))
         s.add_rules_file(rule_file("fusion.egg"))
-        _session = s
-    return _session
+        _sessions.session = s
+    return s
 
 
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
@@ -172,7 +174,6 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
 
     from .saturate import node_count
     budget = budget or DEFAULT_BUDGET
-    global _session
     with _lock:
         s = _base_session()
         s.run_text("(push)")
@@ -200,7 +201,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
             data = json.loads(s.egraph.serialize([EggVar(span, r) for r in roots]).to_json())
             t3 = time.perf_counter()
         except BaseException:
-            _session = None      # egglog may be left in any state: never reuse it
+            _sessions.session = None     # egglog may be left in any state: never reuse it
             raise
         s.run_text("(pop)")
     if len(data.get("root_eclasses", ())) != len(roots):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -50,24 +51,29 @@ def new_session(rules: Sequence[str | Path] = ()) -> EGraphSession:
     return session
 
 
-_BASES: dict[tuple, EGraphSession] = {}
+# Per thread: an egglog EGraph belongs to the thread that made it (pyo3 "unsendable"; used from
+# another thread it panics), so a compile in a second thread builds that thread's own session.
+_BASES = threading.local()      # .sessions: {rule texts: EGraphSession}
 
 
 @contextmanager
 def scratch_session(rules: Sequence[str | Path] = ()):
     """A session with the rules loaded, reused across calls: the program lives between an
-    egglog (push) and (pop), so the rules are compiled once per process (~0.1 s saved)."""
+    egglog (push) and (pop), so the rules are compiled once per thread (~0.1 s saved)."""
     key = tuple(read_rule_file(p) for p in rules)
-    session = _BASES.get(key)
+    bases = getattr(_BASES, "sessions", None)
+    if bases is None:
+        bases = _BASES.sessions = {}
+    session = bases.get(key)
     if session is None:
-        if len(_BASES) >= 4:
-            _BASES.clear()
-        session = _BASES[key] = new_session(rules)
+        if len(bases) >= 4:
+            bases.clear()
+        session = bases[key] = new_session(rules)
     session.run_text("(push)")
     try:
         yield session
     except BaseException:
-        _BASES.pop(key, None)    # egglog may be left in any state: never reuse it
+        bases.pop(key, None)     # egglog may be left in any state: never reuse it
         raise
     session.run_text("(pop)")
 
