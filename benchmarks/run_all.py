@@ -26,6 +26,7 @@ BENCHMARKS = {
     "elementwise": ([], ["--update", str(REPORT)]),
     "softmax": ([], ["--update", str(REPORT)]),
     "mlp_step": ([], ["--update", str(REPORT)]),
+    "contention": ([], ["--update", str(REPORT)]),
 }
 
 

@@ -40,9 +40,11 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-def compile(module, name, target="cpu", optimize=True):  # noqa: A001 - the user's word for it
+def compile(module, name, target="cpu", optimize=True, cast=False):  # noqa: A001 - the user's word for it
     """`dq.compile(module, "f", target="cpu"|"gpu")`: a callable running function `f` of a
     `.dl` module (declared adjoints included) as native kernels; `.report` and `.plan` say
-    what was optimized and fused. The code generator loads on first use (llvmlite)."""
+    what was optimized and fused. The code generator loads on first use (llvmlite).
+    Arguments must have the declared dtypes (a DlvmError names the one that does not), or
+    `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed."""
     from .codegen.backend import compile as _compile
-    return _compile(module, name, target, optimize)
+    return _compile(module, name, target, optimize, cast)

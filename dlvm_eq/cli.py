@@ -4,6 +4,7 @@ registered in COMMANDS; `run` targets are registered in TARGETS.
     dlvm-eq check examples/mlp.dl                   # parse + verify: "ok: 2 functions"
     dlvm-eq fmt examples/mlp.dl [-i]                # canonical text (in place with -i)
     dlvm-eq run examples/mlp.dl -f mlp --random     # reference interpreter on random inputs
+    dlvm-eq cache info | clear                      # the compile cache: what it holds, empty it
 
 A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
 """
@@ -13,19 +14,21 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
+from . import cli_cache, cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
 from .ir import Module, interpret, verify
 from .ir.module import Function
 from .ir.comments import format_with_comments
 from .ir.parser import load, parse, read_source
 from .ir.sample import sample_inputs
+from .ir.types import TensorType
 
 PROG = "dlvm-eq"
 
@@ -112,6 +115,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)")
     p.add_argument("--float64", action="store_true", help="compute float tensors in float64")
     p.add_argument("--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)")
+    p.add_argument("--cast", action="store_true",
+                   help="cast --inputs arrays to the declared dtypes (cpu/gpu targets refuse others)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         arrays = sample_inputs(fn, np.random.default_rng(args.seed))
     else:
         arrays = _read_inputs(Path(args.inputs), fn)
+        if args.target != "interp":    # compiled code takes the declared dtypes only
+            arrays = _declared_dtypes(fn, arrays, args.cast)
     result = TARGETS[args.target](module, fn.name, arrays, args.float64)
     outputs = _name_outputs(result)
     with np.printoptions(threshold=200, edgeitems=4, precision=6, linewidth=100):
@@ -167,6 +174,13 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
     return arrays
 
 
+def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
+    from .codegen.arguments import check_argument
+    return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
+            if isinstance(p.type, TensorType) else a
+            for i, (p, a) in enumerate(zip(fn.params, arrays))]
+
+
 def _save_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:
     try:
         with open(path, "wb") as f:
@@ -197,6 +211,7 @@ COMMANDS: list[Command] = [
     Command("demo", "compile and train an MLP on the digits data set", cli_demo.arguments, cli_demo.run),
     Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
             cli_codegen.arguments, cli_codegen.run),
+    Command("cache", "show (info) or empty (clear) the compile cache", cli_cache.arguments, cli_cache.run),
 ]
 
 
@@ -225,6 +240,11 @@ def _process_start() -> float:
     return now - age if 0 <= age < 60 else now
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings as one line each, like errors (an untrusted cache says why it is not used)."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     # argv None: this is the dlvm-eq program itself, counting its time from its start
     started = _process_start() if argv is None else time.perf_counter()
@@ -235,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     args.started = started
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.handler(args) or 0)
     except SourceError as e:
         print(e, file=sys.stderr)
     except DlvmError as e:

@@ -4,8 +4,9 @@ A second process that differentiates or optimizes the same program under the sam
 reads the result back instead of saturating an e-graph again. The key covers the input IR text,
 the options, the rule files' contents, the package version and a digest of the package's source
 (`dlvm_eq.cache.source_digest`: an edited optimizer or IR class never reads a stale entry); the
-value is the Function pickled (unpickling is ~50x faster than parsing the printed IR, and needs
-no parser). An entry that does not unpickle to a Function is rebuilt and overwritten.
+value is the Function as JSON data (`json_records`: values, types and instructions, nothing
+that runs; reading needs no parser). An entry that does not read back as a Function is
+rebuilt and overwritten.
 
     fn = cached_function("adjoint", [print_function(f), repr(options)], build)
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 from typing import Callable
 
 from .cache import shared_cache, source_digest
-from .ir.module import Function
+from .ir.module import AdjointDecl, Const, Function, Instruction, Value
+from .ir.types import DType, TensorType, TupleType
+from .json_records import RecordError, Schema
 
 _RULES_DIGEST: str | None = None
 
@@ -38,8 +40,11 @@ def enabled() -> bool:
     return os.environ.get("DLVM_EQ_NO_IR_CACHE", "") == ""
 
 
-# Bump when what an entry holds changes (1: printed IR text; 2: a pickled Function).
-FORMAT = "2"
+# Bump when what an entry holds changes (1: printed IR text; 2: a pickled Function; 3: JSON).
+FORMAT = "3"
+FUNCTION_SCHEMA = Schema("dlvm_eq.ir.Function", 1,
+                         [Function, Instruction, Value, Const, AdjointDecl, TensorType, TupleType],
+                         enums=[DType], fields={Value: ("name", "type")})
 
 
 def function_key(kind: str, parts: list[str]) -> str:
@@ -73,13 +78,16 @@ def cached_function(kind: str, parts: list[str], build: Callable[[], Function]) 
         cache.corrupt += 1      # checksum fine but not a Function: rebuilt and overwritten
     stats.misses += 1
     fn = build()
-    cache.put("ir-" + kind, key, pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        cache.put("ir-" + kind, key, FUNCTION_SCHEMA.dumps(fn).encode())
+    except RecordError:
+        pass        # a function holding something that is not data is simply not cached
     return fn
 
 
 def _loads(data: bytes) -> Function | None:
     try:
-        fn = pickle.loads(data)
-    except Exception:   # noqa: BLE001 - any unreadable entry is a miss
+        fn = FUNCTION_SCHEMA.loads(data)
+    except RecordError:   # any unreadable entry is a miss
         return None
     return fn if isinstance(fn, Function) and isinstance(fn.name, str) else None

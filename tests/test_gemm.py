@@ -198,7 +198,7 @@ def test_matmul_computes_narrow_transposed_products_the_other_way_round():
     out = np.empty((256, 10), np.float32)
     assert gemm_runtime.matmul(h.T, dz, out)
     _check(out, h.T, dz)
-    assert (256, 10) in gemm_runtime._swap_scratch
+    assert (256, 10) in gemm_runtime._swap.scratch      # this thread's scratch
 
 
 def test_concurrent_products_from_python_threads():

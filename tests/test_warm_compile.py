@@ -94,7 +94,7 @@ def _overwrite(cache_dir, kind, payload: bytes) -> int:
 
 def test_unreadable_entries_of_every_level_are_rebuilt(tmp_path):
     cold = _run(tmp_path)
-    assert _overwrite(tmp_path, "plan", b"not a pickle") == 1
+    assert _overwrite(tmp_path, "plan", b"not JSON") == 1
     assert _overwrite(tmp_path, "ir-optimize", pickle.dumps(["not", "a", "function"])) == 1
     n_kernels = _overwrite(tmp_path, "cpu", b"no symbol here")
     assert n_kernels >= cold["n_kernels"]       # the kernels, the GEMMs and the worker pool

@@ -17,7 +17,12 @@ building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), n
 (worker threads outside the GIL), gemm / gemm_runtime (our float32 GEMM and its epilogues),
 kernel_cache (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's
 data), fusion (IR -> plan), epilogue (matmul + consumer -> one step), executor (running a
-plan), backend (compile, reports, DSL targets).
+plan), backend (compile, reports, DSL targets), llvm_lock (the lock around LLVM's context).
+
+Threads: a module holding mutable module-level state (caches, pools, locks) says in its
+docstring ("Shared state") what owns each object and why concurrent calls are safe; every
+other module holds constants only (kernel.py's Expr nodes memoize their hash: a race
+computes the same value twice).
 """
 import importlib
 

@@ -11,15 +11,17 @@ kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found
 
 A warm compile (same program, same cache, another process) builds nothing: the optimized
 function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache here
-(pickled, keyed by the optimized module's text, the target, the rule files and the package
+(JSON data, `plan_records.PLAN_SCHEMA`; keyed by the optimized module's text, the target, the rule files and the package
 source), the kernels' object code from the kernel cache (cpu_runtime.py). Neither egglog nor
 the planner is imported then; `plan_cache_stats` counts plan hits and misses.
+
+Shared state (threads): `_optimized`, `_SECONDS` and `plan_cache_stats` are read and written
+under `_lock` (two threads compiling the same module may both optimize it; the results are
+equal, the last is kept). A Compiled holds one program, safe to call from many threads (see
+executor).
 """
 from __future__ import annotations
 
-import dataclasses
-import io
-import pickle
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,9 +33,10 @@ from ..ir.module import Module
 from ..ir.printer import print_module
 from ..ir_cache import cached_function
 from .executor import program
-from .kernel import Expr
 from .kernel_cache import cache_key
+from ..json_records import RecordError
 from .plan import Plan
+from .plan_records import plan_schema
 
 TARGETS = ("cpu", "gpu")
 
@@ -173,11 +176,15 @@ class Compiled:
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
 
 
-def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> Compiled:
+def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True,
+            cast: bool = False) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
 
     Declared adjoints (`[adjoint @f ...]` without a body) are synthesized first; `apply`s are
-    inlined. `optimize=False` skips the e-graph (the IR is planned as written)."""
+    inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
+    of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
+    object arrays); Python numbers take the declared dtype where their kind fits
+    (codegen/arguments.py)."""
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     if target == "gpu":
@@ -200,7 +207,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     plan = planned(module, fn.name, target)
     seconds["plan"] = time.perf_counter() - t0
     _add_seconds("plan", seconds["plan"])
-    prog = program(plan, target)
+    prog = program(plan, target, cast=cast)
     seconds["kernels"] = prog.kernel_seconds
     _add_seconds("kernels", prog.kernel_seconds)
     report = CompileReport(fn.name, target, plan, result, note, seconds)
@@ -209,7 +216,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
 
 # ------------------------------------------------------------------ the plan cache
 
-PLAN_FORMAT = "1"     # bump when what a plan entry holds changes
+PLAN_FORMAT = "2"     # bump when what a plan entry holds changes (2: JSON, was a pickle)
 plan_cache_stats = {"hits": 0, "misses": 0}
 
 
@@ -223,7 +230,7 @@ def _plan_settings() -> str:
 def planned(module: Module, name: str, target: str) -> Plan:
     """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan a previous
     process stored for the same module text, target, rule files and package source. A plan
-    entry that does not unpickle to a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
+    entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
     turns this cache off along with the IR cache."""
     def build() -> Plan:
         from .fusion import plan_function, rows_for  # the planner loads only when a plan is built
@@ -243,37 +250,22 @@ def planned(module: Module, name: str, target: str) -> Plan:
             with _lock:
                 plan_cache_stats["hits"] += 1
             return plan
-        cache.corrupt += 1       # checksum fine but not a plan: rebuilt and overwritten
+        with _lock:
+            cache.corrupt += 1   # checksum fine but not a plan: rebuilt and overwritten
     with _lock:
         plan_cache_stats["misses"] += 1
     plan = build()
     try:
-        cache.put("plan", key, _dump_plan(plan))
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
-        pass    # a plan holding something unpicklable is simply not cached
+        cache.put("plan", key, plan_schema().dumps(plan).encode())
+    except RecordError:
+        pass    # a plan holding something that is not data is simply not cached
     return plan
-
-
-class _PlanPickler(pickle.Pickler):
-    """Expr nodes are pickled as their constructor calls: their memoized `_hash` (of strings,
-    randomized per process) must not travel to another process."""
-
-    def reducer_override(self, obj):
-        if isinstance(obj, Expr):
-            return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
-        return NotImplemented
-
-
-def _dump_plan(plan: Plan) -> bytes:
-    buf = io.BytesIO()
-    _PlanPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(plan)
-    return buf.getvalue()
 
 
 def _load_plan(data: bytes) -> Plan | None:
     try:
-        plan = pickle.loads(data)
-    except Exception:    # noqa: BLE001 - any unreadable entry is a miss
+        plan = plan_schema().loads(data)
+    except RecordError:    # any unreadable entry is a miss
         return None
     return plan if isinstance(plan, Plan) else None
 
@@ -289,7 +281,9 @@ def _with(module: Module, fn) -> Module:
 
 def _jit_backend(target: str):
     def compile_for_jit(module: Module, name: str):
-        return compile(module, name, target)
+        # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
+        # does without x64), so the compiled function takes what it was traced for
+        return compile(module, name, target, cast=True)
     return compile_for_jit
 
 

@@ -10,7 +10,22 @@ spec (`spec_text`), target triple, CPU name and features, llvmlite version and t
 source digest; a second process loads it (well under 1 ms a kernel) instead of generating IR
 and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
 Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
-a full compile.
+a full compile. An entry records the host and symbol it was built for and is checked as an
+ELF object before MCJIT sees it (object_check.py): a damaged entry is rebuilt, not a crash.
+
+Shared state (threads; every object here may be used by many Python threads at once):
+- `_JIT` (`_Jit`): the MCJIT engine, its address maps, object codes and counters are touched
+  only under `_JIT.lock`, compiling included (LLVM itself under llvm_lock.LLVM_LOCK);
+- `_HOST` under `_host_lock`; `_pool` (Python threads) created once under `_JIT.lock`;
+- `_kernels` (compile_cpu's memo) under `_kernels_lock`: two threads may both build an equal
+  kernel, the last one is kept, both are valid;
+- `BufferPool`: its free lists and counters under its own lock;
+- `CpuKernel`: immutable after construction (its dims array is only read); a reduction's
+  partial rows are allocated per call. `KernelCode.text` is built lazily; a race builds the
+  same text twice;
+- results do not depend on the thread count: maps compute every element alike wherever a
+  chunk boundary falls, reductions are cut into slices chosen by their sizes only
+  (REDUCE_SLICES, `CpuKernel._run_reduce`), combined in slice order.
 """
 from __future__ import annotations
 
@@ -31,6 +46,8 @@ from ..cache import source_digest
 from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec
 from .kernel_cache import cache_key, shared_cache
 from .layout import group_size, spec_layout
+from .llvm_lock import LLVM_LOCK
+from .object_check import pack_entry, unpack_entry
 from .reference import REDUCE_NP
 
 if TYPE_CHECKING:
@@ -41,6 +58,9 @@ if TYPE_CHECKING:
 MIN_PARALLEL_WORK = 1 << 16
 ALIGN = 64  # chunk boundaries in elements: whole cache lines per thread
 CHUNKS_PER_THREAD = 16  # many more chunks than threads: a descheduled thread holds up little
+# A long reduction with few outputs is cut into at most this many slices of the reduced axes,
+# whatever the thread count (see CpuKernel._run_reduce): enough to share among 16 threads.
+REDUCE_SLICES = 64
 
 
 def _make_data_ptr():
@@ -204,13 +224,14 @@ class _Jit:
             disk = shared_cache()
             data = disk.get("cpu", key)
             if data is not None:
-                symbol, sep, obj = data.partition(b"\0")
-                if sep and _SYMBOL.fullmatch(symbol):
+                entry = unpack_entry(data, host_key())     # header and ELF structure checked
+                if entry is not None and _SYMBOL.fullmatch(entry[0].encode()):
+                    symbol, obj = entry
                     try:
-                        addr = self._load(obj, symbol.decode())
+                        addr = self._load(obj, symbol)
                         self.counters["loaded_from_disk"] += 1
-                        self.by_spec[key] = (addr, symbol.decode())
-                        return KernelCode(addr, symbol.decode(), layout, kind, build_ir)
+                        self.by_spec[key] = (addr, symbol)
+                        return KernelCode(addr, symbol, layout, kind, build_ir)
                     except RuntimeError:   # checksum fine but unloadable: rebuild below
                         pass
                 disk.corrupt += 1
@@ -222,7 +243,7 @@ class _Jit:
             else:                      # the same IR under another spec: compiled already
                 self.counters["memory_hits"] += 1
             addr = self._load(obj, kir.symbol)
-            disk.put("cpu", key, kir.symbol.encode() + b"\0" + obj)
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.by_spec[key] = (addr, kir.symbol)
             return KernelCode(addr, kir.symbol, layout if layout is not None else kir.layout, kind,
                               build_ir, kir)
@@ -239,18 +260,23 @@ class _Jit:
                 self.addresses[key] = addr
                 return addr
             disk = shared_cache()
-            obj = disk.get("cpu", key)
-            if obj is not None:
+            data = disk.get("cpu", key)
+            entry = None if data is None else unpack_entry(data, host_key(), kir.symbol)
+            obj = None
+            if entry is not None:
                 try:
-                    addr = self._load(obj, kir.symbol)
+                    addr = self._load(entry[1], kir.symbol)
+                    obj = entry[1]
                     self.counters["loaded_from_disk"] += 1
                 except RuntimeError:  # checksum fine but unloadable: rebuild below
-                    obj = None
+                    pass
+            if data is not None and obj is None:
+                disk.corrupt += 1
             if obj is None:
                 obj = compile_object(kir.text)
                 addr = self._load(obj, kir.symbol)
                 self.counters["compiled"] += 1
-                disk.put("cpu", key, obj)
+                disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.addresses[key] = addr
             return addr
 
@@ -311,9 +337,10 @@ def _make_engine():
     own = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
         opt=3, codemodel="jitdefault")
-    empty = llvm.parse_assembly("")
-    empty.triple = triple
-    return llvm.create_mcjit_compiler(empty, own)
+    with LLVM_LOCK:             # LLVM's global context: see llvm_lock
+        empty = llvm.parse_assembly("")
+        empty.triple = triple
+        return llvm.create_mcjit_compiler(empty, own)
 
 
 _JIT = _Jit()
@@ -494,13 +521,20 @@ class CpuKernel:
             out.fill(spec.init)
             return
         in_ptrs = [data_ptr(a) for a in ins]
-        parts = max(1, min(CHUNKS_PER_THREAD * self.threads, (n_out * n_red) // MIN_PARALLEL_WORK))
-        if parts == 1 or n_out >= 4 * parts:  # split the outputs
-            _run_ranges(self._fn, _split(n_out, parts, 1 if n_out < ALIGN * parts else ALIGN),
+        work = n_out * n_red
+        # How a reduction is cut depends on its sizes only, never on the thread count: the
+        # result is then the same bits with 1, 2 or 64 threads, busy cores or not.
+        parts = max(1, min(REDUCE_SLICES, work // MIN_PARALLEL_WORK))
+        if parts == 1 or n_out >= 4 * parts:
+            # Split the outputs: one call reduces an output whole, so where the outputs are
+            # split (here by thread count) changes no result.
+            split = max(1, min(CHUNKS_PER_THREAD * self.threads, work // MIN_PARALLEL_WORK))
+            _run_ranges(self._fn, _split(n_out, split, 1 if n_out < ALIGN * split else ALIGN),
                         (0, n_red, data_ptr(out), *in_ptrs, self._dims_ptr), self.threads)
             self._apply_init(out)
             return
-        # Few outputs, long reductions: each thread reduces a slice into its own partial row.
+        # Few outputs, long reductions: `parts` fixed slices, each reduced into its own partial
+        # row by whichever thread takes it, then the rows combined in slice order.
         chunks = _split(n_red, parts, 1)
         partial = np.empty((len(chunks), n_out), dtype=out.dtype)
         _run_chunks(self._fn, [(0, n_out, lo, hi, data_ptr(partial[t]), *in_ptrs, self._dims_ptr)

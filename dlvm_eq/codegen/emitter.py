@@ -8,9 +8,14 @@ Fast-math policy (why each flag is or is not used):
   them LLVM may delete the NaN checks in the polynomial math;
 - `reassoc` only on a reduction's accumulator (`REDUCE_FLAGS`): it lets the vectorizer keep
   several partial sums, which changes rounding like any tree summation, not NaN semantics;
-- `afn`/`arcp` are not set on user-visible ops: they let LLVM replace sqrt and division by
-  approximations. The one exception is `BOUNDED_DIV_FLAGS` inside sigmoid and tanh, where the
-  divisor lies in a known finite range, so `ninf` is true and the estimate is ~1 ulp.
+- `afn`/`arcp` are never set: they let LLVM replace sqrt and division by approximations, and
+  x86 uses those for vectors only (scalar f32 estimates are off by default, and 8- and
+  16-lane vectors use different estimate instructions), so the vector body, the vectorized
+  epilogue and the scalar remainder of one loop would compute different bits for the same
+  input (sigmoid(25) gave 0.99999994 in the body and 1.0 in the remainder). Every flag here
+  must lower to the same arithmetic at every width: `contract` does (FMA in both), `reassoc`
+  on an accumulator changes only the combine order, which depends on the loop's trip count,
+  not on an element's position or the thread count.
 
     >>> e = Emitter(builder)
     >>> y = e.fmul(x, e.const_like(x, 2.0))
@@ -21,9 +26,11 @@ from llvmlite import ir
 
 FLAGS = ("contract",)
 REDUCE_FLAGS = ("reassoc", "contract")
-# Only for divisions inside polymath whose operands and result are provably finite: lets x86
-# use a reciprocal estimate + one Newton step (~1 ulp) instead of a 10-16 cycle vdivps.
-BOUNDED_DIV_FLAGS = ("ninf", "arcp", "contract")
+# Divisions inside polymath whose operands and result are provably finite. No `arcp`: its
+# reciprocal estimate is used for vectors only, so results depended on an element's position
+# (see above). Exact division measured no slower on the sigmoid chain (medians, 2-core AMD EPYC
+# with AVX2: 1M f32 1.42 -> 1.30 ms, 10M 12.3 -> 11.9 ms; it is bound by memory and polynomials).
+BOUNDED_DIV_FLAGS = ("ninf", "contract")
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()

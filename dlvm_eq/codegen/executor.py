@@ -14,16 +14,27 @@ overwritten by the next, and a loop that drops its results reuses the same memor
 from a second thread while one runs gets a second arena.
 
 GPU: temporaries and outputs come from CuPy's memory pool (allocation there is cheap).
+
+Shared state (threads: one CpuProgram may be called from many threads at once):
+- arenas (`_arenas`): a call pops one (list.pop is atomic) or makes a new one, and gives it
+  back when done, so an arena serves one call at a time;
+- output buffers (`_Outputs`): "is this buffer dropped by the caller? then it is mine" runs
+  under the result's lock, the buffer stored in the call's slots before it is released;
+- the kernels, step closures and constants are built once and only read; a GEMM step's
+  epilogue (or its unfused fallback) is built on first use under that step's lock;
+- GpuProgram allocates every temporary and output per call.
 """
 from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 
 import numpy as np
 
 from ..errors import DlvmError
+from .arguments import check_argument
 from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
 from .layout import group_size
 from .kernel import KernelSpec
@@ -113,23 +124,29 @@ _FREE = _calibrate()
 
 
 class _Outputs:
-    """Buffers for one result: reuse one the caller has dropped, else allocate."""
+    """Buffers for one result: reuse one the caller has dropped, else allocate. The lock makes
+    "check the reference count, hand it out" one step: two threads calling the same program
+    must never both see a dropped buffer as free and both write into it."""
 
-    __slots__ = ("shape", "dtype", "entries")
+    __slots__ = ("shape", "dtype", "entries", "lock")
 
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, dtype
         self.entries: list = []
+        self.lock = threading.Lock()
 
-    def take(self) -> np.ndarray:
-        for entry in self.entries:
-            if _refcounts(entry) == _FREE:
-                return entry[0]
-        buf = aligned_empty(self.shape, self.dtype)
-        self.entries.append((buf, _owner(buf)))
-        if len(self.entries) > KEEP_OUTPUTS:
-            del self.entries[0]
-        return buf
+    def take(self, env: list, slot: int) -> None:
+        """env[slot] = a free buffer (stored under the lock: from then on it is referenced)."""
+        with self.lock:
+            for entry in self.entries:
+                if _refcounts(entry) == _FREE:
+                    env[slot] = entry[0]
+                    return
+            buf = aligned_empty(self.shape, self.dtype)
+            self.entries.append((buf, _owner(buf)))
+            if len(self.entries) > KEEP_OUTPUTS:
+                del self.entries[0]
+            env[slot] = buf
 
 
 # ------------------------------------------------------------------ the CPU program
@@ -225,19 +242,24 @@ class CpuProgram:
         epilogue: list = []        # compiled on first use, like the unfused pair
         slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
         unfused: list = []
+        lock = threading.Lock()    # first uses from two threads: one builds, the other waits
 
         def run(env):
             x, y, out = fa(env[a]), fb(env[b]), env[o]
             g = gemm_for(x, y, out)
             if g is None:
                 if not unfused:
-                    self.kernels[id(step.epilogue)] = compile_cpu(step.epilogue.spec)
-                    unfused.extend([self._step(step.blas), self._step(step.epilogue)])
+                    with lock:
+                        if not unfused:
+                            self.kernels[id(step.epilogue)] = compile_cpu(step.epilogue.spec)
+                            unfused.extend([self._step(step.blas), self._step(step.epilogue)])
                 for r in unfused:
                     r(env)
                 return
             if not epilogue:
-                epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
+                with lock:
+                    if not epilogue:
+                        epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
             g(x, y, out, epilogue=epilogue[0], extra=[data_ptr(env[s]) for s in slots])
         return run
 
@@ -245,14 +267,17 @@ class CpuProgram:
     def __call__(self, *args):
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
-        env = self._arenas.pop() if self._arenas else self._new_env()
+        try:
+            env = self._arenas.pop()     # list.pop is atomic: each arena serves one call at a time
+        except IndexError:
+            env = self._new_env()
         try:
             for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
                 if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
                     a = self._coerce(i, a, shape, dt)
                 env[slot] = a
             for slot, outs in self._outputs:
-                env[slot] = outs.take()
+                outs.take(env, slot)
             for run in self._runs:
                 run(env)
             results = [env[s] if f is None else f(env[s]) for s, f in self._results]
@@ -263,7 +288,9 @@ class CpuProgram:
         return tuple(results) if self._tuple else results[0]
 
     def _coerce(self, i: int, a, shape, dt):
-        arr = np.asarray(a)
+        arr = check_argument(self.plan.name, i, self.plan.slots[self._params[i][0]].name, a, shape, dt,
+                             self.cast)
+        arr = np.asarray(arr)
         if arr.shape != shape:
             raise _argument_error(self.plan, i, arr, shape, dt)
         return np.ascontiguousarray(arr, dtype=dt)
@@ -329,7 +356,8 @@ class GpuProgram:
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
         env: list = [None] * len(self.plan.slots)
         for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
-            a = cp.asarray(a, dtype=dt)
+            a = cp.asarray(check_argument(self.plan.name, i, self.plan.slots[slot].name, a, shape, dt,
+                                          self.cast), dtype=dt)
             if a.shape != shape:
                 raise _argument_error(self.plan, i, a, shape, dt)
             env[slot] = cp.ascontiguousarray(a)
@@ -343,12 +371,14 @@ class GpuProgram:
         return tuple(results) if self._tuple else results[0]
 
 
-def program(plan: Plan, target: str = "cpu"):
-    if target == "cpu":
-        return CpuProgram(plan)
-    if target == "gpu":
-        return GpuProgram(plan)
-    raise DlvmError(f"unknown code generation target {target!r} (expected cpu or gpu)")
+def program(plan: Plan, target: str = "cpu", cast: bool = False):
+    """The plan compiled for `target`; arguments of another dtype than declared are an error,
+    or cast with `cast=True` (arguments.py)."""
+    if target not in ("cpu", "gpu"):
+        raise DlvmError(f"unknown code generation target {target!r} (expected cpu or gpu)")
+    prog = CpuProgram(plan) if target == "cpu" else GpuProgram(plan)
+    prog.cast = cast
+    return prog
 
 
 __all__ = ["CpuProgram", "GpuProgram", "program"]

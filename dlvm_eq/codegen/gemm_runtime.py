@@ -17,6 +17,16 @@ worker threads busy-wait ~100 ms after each threaded call (measured: 100 ms of C
 0.5 s after one 256x784x256 product), so one BLAS call in a step leaves a spinning thread
 that competes with our own workers for the second core (in the mlp_step benchmark a step that
 mixed the two took 2.8 ms instead of 1.4).
+
+Shared state (threads):
+- `_GEMMS` (one CpuGemm per micro-tile shape) is filled under `_GEMMS_LOCK`;
+- a CpuGemm's launch plans hold scratch (packed A and B) and argument blocks shared by every
+  call of that shape: `CpuGemm._lock` covers the lookup AND the whole product, so products on
+  one CpuGemm run one at a time (they would share the cores anyway);
+- the swapped path's scratch matrix is per thread (`_swap`, a threading.local): the copy out
+  of it runs after the product, outside that lock;
+- CpuEpilogue is immutable. Results do not depend on the thread count: threads take blocks of
+  C's rows or columns, K is never split, and every element sums its K products in one order.
 """
 from __future__ import annotations
 
@@ -198,6 +208,7 @@ class CpuGemm:
 
 
 _GEMMS: dict[bool, CpuGemm] = {}
+_GEMMS_LOCK = threading.Lock()
 
 
 def worth_our_gemm(m: int, k: int, n: int) -> bool:
@@ -236,7 +247,10 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
     narrow = n <= NARROW["nr"]
     g = _GEMMS.get(narrow)
     if g is None:
-        g = _GEMMS[narrow] = CpuGemm(narrow)
+        with _GEMMS_LOCK:       # one CpuGemm per micro-tile: its launch cache is shared by all
+            g = _GEMMS.get(narrow)
+            if g is None:
+                g = _GEMMS[narrow] = CpuGemm(narrow)
     return g
 
 
@@ -247,7 +261,24 @@ def _rows_collide(row_stride: int, rows: int) -> bool:
     return len({(i * row_stride * 4 // 64) % 64 for i in range(rows)}) < rows
 
 
-_swap_scratch: dict[tuple[int, int], np.ndarray] = {}
+MAX_SWAP_SCRATCH = 16       # swapped-product scratch matrices kept per thread (one per shape)
+_swap = threading.local()   # .scratch: {out shape: matrix}, this thread's own
+
+
+def _swap_scratch(shape: tuple[int, int]) -> np.ndarray:
+    """This thread's scratch matrix for a swapped product of output `shape` (transposed).
+    Per thread, because the copy out of it runs after the product, outside the GEMM's lock:
+    one shared matrix let a second thread overwrite it between its product and the copy
+    (69 wrong results in 6,000 calls from two threads)."""
+    mine = getattr(_swap, "scratch", None)
+    if mine is None:
+        mine = _swap.scratch = {}
+    t = mine.get(shape)
+    if t is None:
+        if len(mine) >= MAX_SWAP_SCRATCH:
+            mine.clear()
+        t = mine[shape] = np.empty(shape[::-1], np.float32)
+    return t
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -255,13 +286,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
     A narrow product with a transposed A (e.g. h.T @ dz with 10 columns: A would be packed in
     full for a 10-column result) is computed the other way round, out.T = b.T @ a.T, into a
-    scratch matrix that is then copied: B's packing reads h as it lies."""
+    scratch matrix of the calling thread that is then copied: B's packing reads h as it lies."""
     n = b.shape[1] if b.ndim == 2 else 0
     if (n <= NARROW["nr"] and a.ndim == 2 and a.shape[0] >= 2 * NARROW["nr"] and a_order(a) == "cols"
             and b.ndim == 2 and a_order(b.T) is not None):
-        t = _swap_scratch.get(out.shape)
-        if t is None:
-            t = _swap_scratch[out.shape] = np.empty(out.shape[::-1], np.float32)
+        t = _swap_scratch(out.shape)
         g = gemm_for(b.T, a.T, t)
         if g is not None:
             g(b.T, a.T, t)

@@ -6,6 +6,11 @@
 PTX is generated for the device's compute capability (the newest of llvm_ptx.ARCHS not above
 it), cached in memory per (kernel, device) and on disk per (IR, arch); the driver JIT-compiles
 it on load. Integer arguments are numpy scalars of the kernel's declared index width.
+
+Shared state (threads): `_ptx_cache`, `_functions` and `counters` are read and written under
+`_lock`; two threads asking for the same new kernel may both generate its PTX (equal text),
+the first stored wins. A GpuKernel / GpuRowKernel is immutable after construction; every
+call allocates its outputs (and a reduction's partial rows) from CuPy's pool.
 """
 from __future__ import annotations
 
@@ -83,14 +88,12 @@ def ptx_for(spec, arch: str, disk: DiskCache | None = None) -> PtxKernel:
     if raw is None:
         ptx = compile_ptx(text, arch)
         disk.put(f"ptx-{arch}", dkey, ptx.encode())
-        counters["ptx_generated"] += 1
     else:
         ptx = raw.decode()
-        counters["ptx_from_disk"] += 1
     kp = PtxKernel(ptx, symbol, layout, bits, kernel_kind(spec))
     with _lock:
-        _ptx_cache[key] = kp
-    return kp
+        counters["ptx_generated" if raw is None else "ptx_from_disk"] += 1
+        return _ptx_cache.setdefault(key, kp)     # a thread that lost the race takes the first
 
 
 class _Loaded:

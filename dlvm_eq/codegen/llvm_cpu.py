@@ -9,12 +9,15 @@ kernels share one compiled function.
 
     >>> kir = cpu_ir(spec)                  # CpuIR(text, symbol, layout)
     >>> obj = compile_object(kir.text)      # optimized (O3, vectorized) object code
+
+Shared state (threads): the target machine `_tm` is created, and every parse, pass pipeline
+and code emission runs, under llvm_lock.LLVM_LOCK; `has_avx512` and `host_key` are
+lru_caches of values that never change (a race computes one twice).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 from dataclasses import dataclass
 
 import llvmlite
@@ -22,6 +25,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from .emitter import I64, Emitter
+from .llvm_lock import LLVM_LOCK
 from .kernel import DTYPES, KernelSpec, ReduceSpec
 from .layout import LoopLayout, spec_layout
 from .loops import counted_loop, entry_alloca, i64, strided_range
@@ -220,7 +224,7 @@ def symbol_for(build) -> tuple[str, str]:
 
 # ------------------------------------------------------------------ LLVM: target and passes
 
-_lock = threading.RLock()
+_lock = LLVM_LOCK    # parsing, passes and code emission share LLVM's global context
 _tm = None
 
 

@@ -13,12 +13,15 @@ math is the same inline polynomial code as on the CPU, so nothing is linked (no 
     >>> kp = ptx_kernel(spec, arch="sm_75")    # PtxKernel(ptx, symbol, layout, index_bits)
     >>> kp.ptx.startswith("//")
     True
+
+Shared state (threads): `_tms` (one target machine per arch) and every parse, pass pipeline
+and PTX emission under llvm_lock.LLVM_LOCK, the lock the CPU back end uses too: LLVM's
+global context is not thread-safe.
 """
 from __future__ import annotations
 
 import hashlib
 import math
-import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -27,6 +30,7 @@ from llvmlite import ir
 from .emitter import I32, I64, Emitter
 from .kernel import KernelSpec, ReduceSpec
 from .layout import LoopLayout, spec_layout
+from .llvm_lock import LLVM_LOCK
 from .loops import counted_loop, decompose, entry_alloca, strided_range
 from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
 from .rowwise import RowSpec, reduce_identity
@@ -264,7 +268,7 @@ def row_int_args(spec: RowSpec) -> list[int]:
     return [spec.cols] + [s for i in range(len(spec.inputs)) for s in spec.strides(i)]
 
 
-_lock = threading.Lock()
+_lock = LLVM_LOCK    # the CPU back end parses and compiles in the same global LLVM context
 _tms: dict[str, llvm.TargetMachine] = {}
 
 

@@ -21,6 +21,10 @@ Inputs are 2-D views given by (row stride, col stride) in elements (0 = broadcas
 None means C-contiguous (rows, cols). ABI:
     void k(i64 r0, i64 r1, ptr out_0.., ptr red_0.., ptr in_0.., ptr dims)
 where dims = [rows, cols, row stride 0, col stride 0, row stride 1, ...].
+
+Shared state (threads): `_kernels` (compile_rows's memo) under `_lock` (a race builds an equal
+kernel twice, the last is kept); a RowKernel is immutable after construction. A row is always
+computed whole by one call, so results do not depend on how rows are split over threads.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What the fusion stage decided, as the compile report prints it. Its own small module: kernel
-plans are cached pickled with their report, and unpickling one should not import the e-graph."""
+plans are cached (as JSON data) with their report, and reading one should not import the e-graph."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -39,6 +39,7 @@ from .schedule import Budget, Schedule, rulesets_in
 from .serialized import Graph, class_types
 from .session import EGraphSession
 from .terms import LoadedProgram, load_function
+from .rule_origin import blame_user_rules
 from .unload import unload
 
 
@@ -190,8 +191,13 @@ def optimize_session(session: EGraphSession, programs: Sequence[LoadedProgram], 
     budget = Budget.of(budget)
     deadline = deadline or Deadline(budget.seconds)
     sat = saturate(session, schedule, budget, deadline=deadline, reserve=extraction_seconds)
-    ex = extract_programs(session, programs, target, extractor, time_limit, deadline=deadline,
-                          nodes=sat.nodes)
+    try:
+        ex = extract_programs(session, programs, target, extractor, time_limit, deadline=deadline,
+                              nodes=sat.nodes)
+    except ShortOfTime:
+        raise
+    except DlvmError as e:      # an ill-typed term: name the user's rules that fired, if any
+        raise blame_user_rules(e, session, sat) from None
     seconds = {"saturate": sat.seconds, **ex.seconds}
     return SessionResult(ex.functions, ex.extraction, ex.graph, ex.cost, seconds, ex.notes,
                          saturation=sat)
@@ -347,7 +353,10 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
         # extracted e-nodes: never-worse holds for the program the user gets
         after = program_cost(new, module, target)
         fr.seconds["recost"] = time.perf_counter() - t3
-    except DlvmError as e:   # a bug, not a user mistake: keep the program correct
+    except DlvmError as e:   # a user's rule, or a bug: keep the program correct
+        blamed = blame_user_rules(e, session, res.saturation)
+        if blamed is not e:
+            raise blamed from None
         warnings.warn(f"optimize: @{fn.name}: the extracted program is invalid ({e}); kept the original")
         fr.kept_original, fr.note = True, f"internal error: {e}"
     if not fr.kept_original and after < before:

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import DlvmError
 from ..extract.alternatives import alternatives as root_alternatives
 from ..extract.cost import node_costs
 from .deadline import Deadline, extraction_seconds
 from .expr import parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
 from .report import seconds_text
+from .rule_origin import blame_user_rules
 from .saturate import SaturationReport, saturate
 from .schedule import Budget, Schedule
 
@@ -75,6 +77,8 @@ def query(expression: str, shapes: dict[str, tuple[int, ...]], dtype: str = "f32
             ex = extract_programs(session, [prog], target, deadline=deadline, nodes=sat.nodes)
         except ShortOfTime:
             return QueryResult(expression, original, original, [], sat, target)
+        except DlvmError as e:    # an ill-typed term: name the user's rules that fired, if any
+            raise blame_user_rules(e, session, sat) from None
     g, cost = ex.graph, ex.cost
     types = cost.types
     root = g.roots[0]

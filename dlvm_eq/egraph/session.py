@@ -50,14 +50,54 @@ _LOCATION = re.compile(r"In (\d+):(\d+)-(\d+:)?(\d+) of ([^:\n]+)")
 def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
     """egglog's error as the project's own, pointing at the file, line and rule text."""
     msg = str(err).strip()
+    lines = text.splitlines()
+    if "end of file" in msg:           # egglog points at the end; the mistake is the open paren
+        at = unclosed_paren(text)
+        if at is not None:
+            line, col = at
+            return RuleFileError("this '(' is never closed (no matching ')' before the end of the file)",
+                                 filename, line, col, lines[line - 1] if line <= len(lines) else None)
     m = _LOCATION.search(msg)
     if m:
         line, col = int(m.group(1)), int(m.group(2))
-        lines = text.splitlines()
         src = lines[line - 1] if 0 < line <= len(lines) else None
-        clean = _LOCATION.sub("", msg).strip(" :")
+        clean = _LOCATION.sub("", msg).strip(" :\n")
         return RuleFileError(clean or msg, filename, line, col, src)
     return RuleFileError(msg, filename)
+
+
+def unclosed_paren(text: str) -> tuple[int, int] | None:
+    """(line, column) of the outermost '(' that is never closed, strings and ; comments
+    skipped; None when every '(' is closed.
+
+    >>> unclosed_paren('(a (b)\n(c)')
+    (1, 1)
+    """
+    stack: list[tuple[int, int]] = []
+    line, col, i, n = 1, 0, 0, len(text)
+    in_string = False
+    while i < n:
+        c = text[i]
+        col += 1
+        if c == "\n":
+            line, col = line + 1, 0
+        elif in_string:
+            if c == "\\":
+                i, col = i + 1, col + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == ";":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif c == "(":
+            stack.append((line, col))
+        elif c == ")" and stack:
+            stack.pop()
+        i += 1
+    return stack[0] if stack else None
 
 
 class EGraphSession:

@@ -29,7 +29,8 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 from ..errors import DlvmError, IRError, SourceError
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
 from .ops import OPS, REDUCE_COMBINATORS
-from .types import DType, TensorType, TupleType, Type
+from .parser_tables import lark_parser
+from .types import DType, TensorType, TupleType, Type, size_problem
 
 MAX_RANK = 32                  # numpy's limit is 64; no real program comes near either
 MAX_DIM = 2**31 - 1
@@ -43,28 +44,15 @@ def _parser() -> Lark:
     global _lark
     if _lark is None:
         grammar = Path(__file__).with_name("grammar.lark").read_text()
-        _lark = Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                     cache=_table_cache(grammar))
+        # tables as JSON data in the compile cache (never lark's own pickle cache)
+        _lark = lark_parser(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
     return _lark
-
-
-def _table_cache(grammar: str) -> str | bool:
-    """Where lark keeps the LALR tables it built (building them costs ~150 ms per process);
-    lark checks the grammar's hash on load and rebuilds a stale or unreadable file."""
-    import hashlib
-
-    from ..cache import default_cache_dir
-    directory = default_cache_dir() / "lark"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
-    return str(directory / f"dlvm-grammar-{digest}.lark.pickle")
 
 
 def parse(text: str, filename: str = "<string>") -> Module:
     """Parse DLVM textual IR into a Module; raises SourceError (a DlvmError) on any mistake."""
+    if text.startswith("\ufeff"):     # a UTF-8 byte order mark, as some editors write
+        text = text[1:]
     src = _Source(text, filename)
     try:
         tree = _parser().parse(text)
@@ -326,7 +314,11 @@ def read_type(src: _Source, tree: Tree) -> Type:
         *dims, dtype = tree.children
         if len(dims) > MAX_RANK:
             raise src.at(tree, f"tensors of rank {len(dims)} are not supported (at most {MAX_RANK})")
-        return TensorType(tuple(read_dim(src, d) for d in dims), read_dtype(src, dtype))
+        t = TensorType(tuple(read_dim(src, d) for d in dims), read_dtype(src, dtype))
+        problem = size_problem(t.shape, t.dtype.itemsize)
+        if problem:
+            raise src.at(tree, f"{t}: {problem}")
+        return t
     elements = [read_type(src, t) for t in tree.children]
     for node, t in zip(tree.children, elements):
         if isinstance(t, TupleType):
@@ -610,7 +602,11 @@ class _FunctionReader:
             return ()
         if len(tree.children) > MAX_RANK:
             raise self.src.at(tree, f"shapes of rank {len(tree.children)} are not supported")
-        return tuple(read_dim(self.src, d) for d in tree.children)
+        shape = tuple(read_dim(self.src, d) for d in tree.children)
+        problem = size_problem(shape, 1)
+        if problem:
+            raise self.src.at(tree, f"shape {' x '.join(map(str, shape))}: {problem}")
+        return shape
 
     def shape_cast(self, tree: Tree):
         x, shape = tree.children

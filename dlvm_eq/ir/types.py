@@ -4,6 +4,7 @@ A scalar is a TensorType with shape (); `<2 x 3 x f32>` is TensorType((2, 3), F3
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -61,7 +62,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)      # exact (np.prod in int64 wraps around silently)
 
     @property
     def is_scalar(self) -> bool:
@@ -88,6 +89,21 @@ class TupleType:
 
 
 Type = TensorType | TupleType
+
+# No array comes near this; past it, byte offsets overflow int64 in numpy and in the kernels.
+MAX_BYTES = 2**62
+
+
+def size_problem(shape, itemsize: int) -> str | None:
+    """Why an array of `shape` and `itemsize` cannot exist (too many bytes), or None.
+
+    >>> size_problem((2147483647, 2147483647, 2147483647), 4)
+    '9903520300447984150353281023 elements of 4 bytes: more than 2^62 bytes'
+    """
+    n = math.prod(shape)
+    if n * itemsize > MAX_BYTES:
+        return f"{n} elements{f' of {itemsize} bytes' if itemsize > 1 else ''}: more than 2^62 bytes"
+    return None
 
 
 def scalar(dtype: DType) -> TensorType:

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
-from ..egraph.rulefiles import read_rule_file, rule_file
+from ..egraph.rulefiles import SHIPPED, read_rule_file, rule_file, shipped_rule_files
 from ..egraph.session import EGraphSession, RuleFileError
 from ..errors import DlvmError
 from ..ir.types import DType, TensorType
@@ -86,24 +86,60 @@ def _is_schema(filename: str) -> bool:
         return False
 
 
+def _shipped_name(filename: str) -> str | None:
+    """'algebra.egg' for the shipped algebra.egg (wherever it is read from), else None."""
+    for path in shipped_rule_files():
+        try:
+            if Path(filename).resolve() == path.resolve():
+                return path.name
+        except OSError:
+            continue
+    return None
+
+
 def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligation]]:
-    """Load into egglog (errors come back as RuleFileError) and read the obligations."""
+    """Load into egglog (errors come back as RuleFileError) and read the obligations.
+
+    A user's file is read as `opt` reads it: after the shipped files, so that it can use
+    their relations and analyses (`positive`, `nonzero`, shapes); only the given files'
+    rules are checked. A file that declares such a relation itself is read alone, as before."""
     files = _sources(sources)
+    shipped = {f: _shipped_name(f) for _, f in files}
+    if any(name is None for name in shipped.values()):
+        given = {name for name in shipped.values() if name}
+        context = [read_rule_file(p) for p in shipped_rule_files()
+                   if p.name != "schema.egg" and p.name not in given]
+        rank = {name: i for i, name in enumerate(SHIPPED)}
+        # the shipped files in their own order, then the user's (a stable sort keeps theirs)
+        load = sorted(context + files, key=lambda tf: rank.get(_shipped_name(tf[1]), len(SHIPPED)))
+        try:
+            return files, *_load(load, files)
+        except RuleFileError as e:
+            if "already bound" not in str(e) and "already declared" not in str(e):
+                raise
+    return files, *_load(files, files)
+
+
+def _load(load, checked) -> tuple[Vocab, list[Obligation]]:
     session = EGraphSession()
     vocab = Vocab()
     schema_text, schema_name = read_rule_file(rule_file("schema.egg"))
     obligations(schema_text, schema_name, vocab)   # its declarations
+    checked = {id(tf) for tf in checked}
     obs: list[Obligation] = []
-    for text, filename in files:
+    for item in load:
+        text, filename = item
         if not _is_schema(filename):
             session.add_rules_text(text, filename)
         try:
-            obs += obligations(text, filename, vocab)
+            found = obligations(text, filename, vocab)
         except SexprError as e:
             lines = text.splitlines()
             src = lines[e.line - 1] if 0 < e.line <= len(lines) else None
             raise RuleFileError(e.message, filename, e.line, e.col, src) from None
-    return files, vocab, obs
+        if id(item) in checked:
+            obs += found                   # a context file: its declarations only
+    return vocab, obs
 
 
 # ---------------------------------------------------------------- checking one obligation

@@ -1,0 +1,28 @@
+"""The kernel plan as JSON data (`json_records`), for the plan cache: every class a plan may
+hold, by name; reading one builds plan, step and kernel objects through their constructors,
+nothing else.
+
+    text = plan_schema().dumps(plan)
+    plan_schema().loads(text)          # an equal Plan; RecordError if the text is not one
+"""
+from __future__ import annotations
+
+from ..json_records import Schema
+
+_SCHEMA: Schema | None = None
+
+
+def plan_schema() -> Schema:
+    """The schema (built on first use: RowSpec's module loads llvmlite's IR builder)."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        from ..egraph.fusion_report import FusionReport   # plain data; imports no e-graph
+        from . import kernel, plan
+        from .rowwise import RowSpec
+        _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
+            plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
+            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep,
+            kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
+            kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
+            FusionReport])
+    return _SCHEMA

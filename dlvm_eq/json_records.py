@@ -1,0 +1,246 @@
+"""Compiler objects as JSON data, for the disk cache: what a file may hold is data, never code.
+
+A `Schema` names the classes a document may contain (a whitelist, each with the fields its
+constructor takes); decoding builds only those, through their own constructors, from plain
+values. Nothing is imported or called by name from the file, unlike pickle.
+
+    schema = Schema("ir", 1, [TensorType, TupleType], enums=[DType])
+    text = schema.dumps(TensorType((2, 3), DType.f32))     # '{"schema":"ir","version":1,...}'
+    schema.loads(text)                                      # TensorType((2, 3), DType.f32)
+
+Objects are written once each, in a table, and referred to by index: shared sub-objects (an
+expression DAG, an SSA value used by many instructions) stay shared and keep their identity
+after loading, and neither writing nor reading recurses along a chain of objects. Tuples,
+non-string dict keys, numpy arrays and scalars keep their types. A document that does not
+match its schema raises `RecordError`: the cache treats it as a miss.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from enum import Enum
+
+import numpy as np
+
+# numpy dtypes a document may hold (never object or void: those are not data)
+_ARRAY_KINDS = "biuf"
+
+
+class RecordError(ValueError):
+    """A document that this schema cannot read (or an object it cannot write)."""
+
+
+class Schema:
+    """A named, versioned set of classes. `fields` overrides the constructor arguments of a
+    class that is not a dataclass: {cls: ("name", "type")}, built as cls(*values)."""
+
+    def __init__(self, name: str, version: int, classes, enums=(), fields=None):
+        self.name, self.version = name, int(version)
+        fields = dict(fields or {})
+        self._fields: dict[type, tuple[str, ...]] = {}
+        self._by_name: dict[str, type] = {}
+        for cls in classes:
+            if cls in fields:
+                names = tuple(fields[cls])
+            elif dataclasses.is_dataclass(cls):
+                fs = dataclasses.fields(cls)
+                if any(not f.init for f in fs):
+                    raise RecordError(f"{cls.__name__} has fields its constructor does not take")
+                names = tuple(f.name for f in fs)
+            else:
+                raise RecordError(f"{cls.__name__}: not a dataclass; say which fields it has")
+            self._fields[cls] = names
+            self._by_name[cls.__qualname__] = cls
+        self._enums = {e.__qualname__: e for e in enums}
+
+    # ---------------------------------------------------------------- writing
+
+    def dumps(self, root) -> str:
+        """The JSON text of `root`; RecordError if it holds an object outside the schema."""
+        writer = _Writer(self)
+        value = writer.value(root)
+        return json.dumps({"schema": self.name, "version": self.version,
+                           "objects": writer.objects, "root": value}, separators=(",", ":"))
+
+    # ---------------------------------------------------------------- reading
+
+    def loads(self, text: str | bytes):
+        """The object `dumps` wrote; RecordError for anything else (another schema or
+        version, an unknown class, a reference forward, a constructor that refuses)."""
+        try:
+            return self._loads(text)
+        except RecursionError:       # lists nested thousands deep: never written by dumps
+            raise RecordError("nested too deeply") from None
+
+    def _loads(self, text: str | bytes):
+        try:
+            doc = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise RecordError(f"not JSON: {e}") from None
+        if not isinstance(doc, dict) or doc.get("schema") != self.name or doc.get("version") != self.version:
+            raise RecordError("another schema or version")
+        objects = doc.get("objects")
+        if not isinstance(objects, list):
+            raise RecordError("no object table")
+        built: list = []
+        reader = _Reader(self, built)
+        for entry in objects:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+                raise RecordError("malformed object entry")
+            cls = self._by_name.get(entry[0]) if isinstance(entry[0], str) else None
+            names = self._fields.get(cls)
+            if names is None or len(entry[1]) != len(names):
+                raise RecordError(f"class {entry[0]!r} is not in schema {self.name}")
+            args = [reader.value(v) for v in entry[1]]
+            try:
+                obj = cls(**dict(zip(names, args))) if dataclasses.is_dataclass(cls) else cls(*args)
+            except Exception as e:   # noqa: BLE001 - a constructor's own check refused the data
+                raise RecordError(f"{entry[0]}: {type(e).__name__}: {e}") from None
+            built.append(obj)
+        return reader.value(doc.get("root"))
+
+
+class _Writer:
+    def __init__(self, schema: Schema):
+        self.schema = schema
+        self.objects: list = []
+        self.index: dict[int, int] = {}
+        self.keep: list = []          # ids stay valid while the objects live
+
+    def value(self, v):
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int) and not isinstance(v, Enum):
+            return v
+        if isinstance(v, float):
+            return v if v == v and v not in (float("inf"), float("-inf")) else {"f": repr(v)}
+        if isinstance(v, Enum):
+            if type(v).__qualname__ not in self.schema._enums:
+                raise RecordError(f"enum {type(v).__name__} is not in schema {self.schema.name}")
+            return {"e": [type(v).__qualname__, v.value]}
+        if isinstance(v, tuple):
+            return {"t": [self.value(x) for x in v]}
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if isinstance(v, dict):
+            return {"d": [[self.value(k), self.value(x)] for k, x in v.items()]}
+        if isinstance(v, np.ndarray):
+            return {"a": [_dtype_text(v.dtype), list(v.shape),
+                          base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]}
+        if isinstance(v, np.generic):
+            return {"n": [_dtype_text(v.dtype), v.item() if not isinstance(v.item(), float) else repr(v.item())]}
+        if type(v) in self.schema._fields:
+            return {"$": self.ref(v)}
+        raise RecordError(f"{type(v).__name__} is not in schema {self.schema.name}")
+
+    def ref(self, obj) -> int:
+        """The table index of `obj`, writing it and every object it holds first (iteratively:
+        an expression chain may be thousands of objects deep)."""
+        if id(obj) in self.index:
+            return self.index[id(obj)]
+        stack, busy = [obj], set()
+        while stack:
+            o = stack[-1]
+            if id(o) in self.index:
+                stack.pop()
+                continue
+            names = self.schema._fields[type(o)]
+            fields = [getattr(o, n) for n in names]
+            pending = [c for c in _objects_in(fields, self.schema._fields) if id(c) not in self.index]
+            if pending:
+                if id(o) in busy:
+                    raise RecordError(f"{type(o).__name__} holds itself (a cycle)")
+                busy.add(id(o))
+                stack.extend(pending)
+                continue
+            self.index[id(o)] = len(self.objects)
+            self.keep.append(o)
+            self.objects.append([type(o).__qualname__, [self.value(f) for f in fields]])
+            stack.pop()
+        return self.index[id(obj)]
+
+
+def _objects_in(value, classes) -> list:
+    """Schema objects directly inside `value` (through tuples, lists and dicts, not objects)."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if type(v) in classes:
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return out
+
+
+class _Reader:
+    def __init__(self, schema: Schema, built: list):
+        self.schema, self.built = schema, built
+
+    def value(self, v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if not (isinstance(v, dict) and len(v) == 1):
+            raise RecordError("malformed value")
+        (tag, body), = v.items()
+        if tag == "$":
+            if not isinstance(body, int) or isinstance(body, bool) or not 0 <= body < len(self.built):
+                raise RecordError("reference to an object not yet read")
+            return self.built[body]
+        if tag == "t" and isinstance(body, list):
+            return tuple(self.value(x) for x in body)
+        if tag == "d" and isinstance(body, list):
+            try:
+                return {_hashable(self.value(k)): self.value(x) for k, x in body}
+            except (TypeError, ValueError):
+                raise RecordError("malformed dict") from None
+        if tag == "f" and body in ("inf", "-inf", "nan"):
+            return float(body)
+        if tag == "e" and isinstance(body, list) and len(body) == 2:
+            enum = self.schema._enums.get(body[0])
+            try:
+                return enum(body[1])
+            except (TypeError, ValueError):
+                raise RecordError(f"enum {body[0]!r} is not in schema {self.schema.name}") from None
+        if tag == "a" and isinstance(body, list) and len(body) == 3:
+            dt = _dtype(body[0])
+            try:
+                shape = tuple(int(d) for d in body[1])
+                raw = base64.b64decode(body[2], validate=True)
+                return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+            except (TypeError, ValueError):
+                raise RecordError("malformed array") from None
+        if tag == "n" and isinstance(body, list) and len(body) == 2:
+            dt = _dtype(body[0])
+            try:
+                return dt.type(float(body[1]) if isinstance(body[1], str) else body[1])
+            except (TypeError, ValueError, OverflowError):
+                raise RecordError("malformed scalar") from None
+        raise RecordError(f"unknown value tag {tag!r}")
+
+
+def _hashable(k):
+    hash(k)    # a list key (malformed) raises TypeError here
+    return k
+
+
+def _dtype_text(dt: np.dtype) -> str:
+    if dt.kind not in _ARRAY_KINDS:
+        raise RecordError(f"arrays of dtype {dt} are not data")
+    return dt.str
+
+
+def _dtype(text) -> np.dtype:
+    try:
+        dt = np.dtype(str(text))
+    except TypeError:
+        raise RecordError(f"unknown dtype {text!r}") from None
+    if dt.kind not in _ARRAY_KINDS:
+        raise RecordError(f"arrays of dtype {dt} are not data")
+    return dt
+
