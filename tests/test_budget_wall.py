@@ -147,3 +147,22 @@ def test_extraction_degrades_to_greedy_when_time_is_short(left):
     assert "serialized at most" in " ".join(ex.notes)
     assert took < 3.0
     _agrees_with_the_input(ex.functions[0], module)
+
+
+def test_a_gradient_comes_out_whole_when_the_budget_is_spent():
+    """With no time left, extracting the adjoint's e-graph in part finds no program: the
+    differentiator then extracts it whole rather than fail."""
+    from dlvm_eq.ad import adjoint_function
+    from dlvm_eq.ir import F64, FunctionBuilder, Module, tensor
+    b = FunctionBuilder("chain", [tensor(3, F64), tensor(3, F64)], ["x", "y"])
+    v, y = b.params
+    for _ in range(150):             # more rows per constructor than a row-capped serialization keeps
+        v = b.emit("tanh", [b.emit("add", [b.emit("multiply", [v, y]), y])])
+    module = Module("m")
+    module.add(b.finish(v))
+    plain = adjoint_function(module, module["chain"], optimize=False)
+    spent = adjoint_function(module, module["chain"], budget={"seconds": 0.0}, name="chain_grad0")
+    rng = np.random.default_rng(3)
+    args = [rng.random(3), rng.random(3)]
+    np.testing.assert_allclose(run_function(None, spent, args, float64=True),
+                               run_function(None, plain, args, float64=True), rtol=1e-12)

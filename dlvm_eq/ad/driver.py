@@ -293,7 +293,7 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
 def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget) -> Function:
     from ..egraph import load_bindings
     load_bindings()
-    from ..egraph.optimize import extract_programs, optimize_session
+    from ..egraph.optimize import ShortOfTime, extract_programs, optimize_session
     from ..egraph.saturate import saturate
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
@@ -311,9 +311,13 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
         session.run_text("\n".join(f"(delete {t})" for t in rev.adjoints) + "\n")
         grad = dataclasses.replace(prog, name=name, roots=roots, result_is_tuple=(
             len(roots) > 1 if tuple_result is None else tuple_result))
+        out = None
         if optimize:
-            out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
-        else:
+            try:
+                out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
+            except ShortOfTime:   # the budget ran out: the gradient must still come out whole
+                pass
+        if out is None:
             out = extract_programs(session, [grad], target).functions[0]
     verify_function(out)
     return out

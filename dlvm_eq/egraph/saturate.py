@@ -222,12 +222,13 @@ def _held_back(run, limit: int) -> dict[str, int]:
 
 def _predict(last: tuple[float, float, int] | None, nodes: int, budget: Budget) -> float:
     """Seconds the next iteration of a ruleset may take: its last iteration's time, scaled by
-    how much the e-graph and its own time grew since (explosive rules grow geometrically).
-    Steps under 1% of the budget are not extrapolated: their times are mostly noise."""
+    how much the e-graph grew since, squared (matches of two-node patterns grow so; explosive
+    rules grow geometrically). Scaled by the e-graph, not by the last times' ratio: one step
+    slowed by a busy machine must not stop saturation. Steps under 1% of the budget are not
+    extrapolated: their times are mostly noise."""
     if last is None:
         return 0.0
-    took, before, nodes_then = last
+    took, _, nodes_then = last
     if took < 0.01 * budget.seconds:
         return took
-    growth = max(1.0, nodes / max(nodes_then, 1), took / before if before > 0 else 1.0)
-    return took * growth
+    return took * max(1.0, nodes / max(nodes_then, 1)) ** 2
