@@ -68,12 +68,14 @@ def _line_tree(m: re.Match, line_no: int) -> Tree | None:
     if not _fast_op(op):
         return None
     operands = []
+    start = m.start(4) + 1
     for om in _ONE_OPERAND.finditer(operands_text):
         first, t = om.group(1), _type_tree(om.group(2))
         if first[0] == "%":
             operands.append(Tree("value_operand", [Token("VALUE", first), t]))
-        else:
-            tok = Token(_SCALAR_TYPES.get(first, "NUMBER"), first)
+        else:      # positioned: a tensor-typed constant becomes a literal located here
+            tok = Token(_SCALAR_TYPES.get(first, "NUMBER"), first, line=line_no,
+                        column=start + om.start(1))
             operands.append(Tree("const_operand", [Tree("scalar", [tok]), t]))
     generic = Tree("generic", [Token("NAME", op), Tree("operands", operands)])
     # the result token carries the instruction's position (its location and `defined at`)
