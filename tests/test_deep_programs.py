@@ -142,3 +142,17 @@ def test_thousand_instruction_chain_through_the_cli(tmp_path):
         assert "Traceback" not in r.stderr
         outs[target] = np.load(tmp_path / f"{target}.npz")["out"]
     np.testing.assert_allclose(outs["cpu"], outs["interp"], rtol=1e-4, atol=1e-5)
+
+
+def test_optimizing_a_deep_chain_needs_no_recursion_headroom(monkeypatch):
+    # the unloader emits iteratively: compile never touches the recursion limit
+    m = parse(chain_text(3000), "chain.dl")
+
+    def refuse(limit):
+        raise AssertionError(f"compile set the recursion limit to {limit}")
+    monkeypatch.setattr(sys, "setrecursionlimit", refuse)
+    out = dq.optimize(m).module
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
+    np.testing.assert_allclose(dq.interpret(out, "chain", x, y), dq.interpret(m, "chain", x, y),
+                               rtol=1e-4, atol=1e-5)
