@@ -156,3 +156,16 @@ def test_optimizing_a_deep_chain_needs_no_recursion_headroom(monkeypatch):
     x, y = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
     np.testing.assert_allclose(dq.interpret(out, "chain", x, y), dq.interpret(m, "chain", x, y),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_deep_kernel_expression_compiles_and_runs():
+    # spec_text (the object-code cache key) and lowering walk the DAG without recursion
+    from dlvm_eq.codegen.cpu_runtime import compile_cpu, spec_text
+    x, want = Load(0), np.linspace(-1, 1, 16).astype(np.float32)
+    acc = want.astype(np.float64)
+    for i in range(1500):
+        x = x * 0.999 + 0.001 if i % 2 else x - 0.0005
+        acc = acc * 0.999 + 0.001 if i % 2 else acc - 0.0005
+    spec = KernelSpec("deep", (16,), [KernelInput("f32")], [x])
+    assert spec_text(spec) == spec_text(KernelSpec("deep", (16,), [KernelInput("f32")], [x]))
+    np.testing.assert_allclose(compile_cpu(spec)(want), acc, rtol=1e-4, atol=1e-5)
