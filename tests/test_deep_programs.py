@@ -169,3 +169,21 @@ def test_a_deep_kernel_expression_compiles_and_runs():
     spec = KernelSpec("deep", (16,), [KernelInput("f32")], [x])
     assert spec_text(spec) == spec_text(KernelSpec("deep", (16,), [KernelInput("f32")], [x]))
     np.testing.assert_allclose(compile_cpu(spec)(want), acc, rtol=1e-4, atol=1e-5)
+
+
+def test_greedy_extraction_of_a_chain_deeper_than_the_cost_set_limit():
+    # beyond SET_LIMIT classes, cost sets are shared instead of copied: the choice stays valid
+    # and, on a chain (no sharing), optimal
+    from dlvm_eq.extract.graph import load_json
+    from dlvm_eq.extract.greedy import SET_LIMIT, greedy_dag_choice
+    n = SET_LIMIT + 500
+    nodes = {"x": {"op": "x", "children": [], "eclass": "C0", "cost": 1.0}}
+    for i in range(1, n):
+        kid = "x" if i == 1 else f"a{i - 1}"
+        nodes[f"a{i}"] = {"op": "f", "children": [kid, "k"], "eclass": f"C{i}", "cost": 1.0}
+        nodes[f"b{i}"] = {"op": "g", "children": [kid], "eclass": f"C{i}", "cost": 3.0}
+    nodes["k"] = {"op": "k", "children": [], "eclass": "K", "cost": 0.0}
+    g = load_json({"nodes": nodes, "root_eclasses": [f"C{n - 1}"]})
+    choice = greedy_dag_choice(g, g.costs, g.roots)
+    picked = [g.node_ids[choice[g.class_index[f"C{i}"]]] for i in range(1, n)]
+    assert picked == [f"a{i}" for i in range(1, n)]
