@@ -467,6 +467,7 @@ class _FunctionReader:
         self.all_names: set[str] = set()   # every %name written in the function
         self.def_names: set[str] = set()   # the %names it defines
         self.synthesized = 0
+        self.types: dict[int, tuple[Tree, Type]] = {}   # id(type tree) -> (the tree, its type)
 
     # -- structure
     def read(self, body: Tree) -> None:
@@ -606,7 +607,12 @@ class _FunctionReader:
 
     def operand(self, tree: Tree) -> Operand:
         first, type_tree = tree.children
-        t = read_type(self.src, type_tree)
+        seen = self.types.get(id(type_tree))    # the fast path shares one tree per type text
+        if seen is not None and seen[0] is type_tree:
+            t = seen[1]
+        else:
+            t = read_type(self.src, type_tree)
+            self.types[id(type_tree)] = (type_tree, t)
         if tree.data == "value_operand":
             name = str(first)[1:]
             value = self.env.get(name)
