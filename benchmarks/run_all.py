@@ -1,6 +1,6 @@
 """Every benchmark, one after another, each writing its section of BENCHMARKS.md (`make bench`).
 
-    .venv/bin/python benchmarks/run_all.py            # all of them (about 15 minutes)
+    .venv/bin/python benchmarks/run_all.py            # all of them (about 30 minutes)
     .venv/bin/python benchmarks/run_all.py --only mlp_step softmax
     .venv/bin/python benchmarks/run_all.py --no-write # print only
 
@@ -27,6 +27,7 @@ BENCHMARKS = {
     "softmax": ([], ["--update", str(REPORT)]),
     "mlp_step": ([], ["--update", str(REPORT)]),
     "contention": ([], ["--update", str(REPORT)]),
+    "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
 }
 
 

@@ -43,7 +43,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ..cache import source_digest
-from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec
+from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec, walk
 from .kernel_cache import cache_key, shared_cache
 from .layout import group_size, spec_layout
 from .llvm_lock import LLVM_LOCK
@@ -154,14 +154,19 @@ def spec_text(spec) -> str:
     nodes: list[str] = []
     ids: dict[int, int] = {}
 
+    def number(root: Expr) -> int:
+        # iterative (walk: operands before users), so deep expressions need no recursion
+        for e in walk([root]):
+            if id(e) not in ids:
+                body = ",".join(enc(getattr(e, f.name)) for f in dataclasses.fields(e))
+                ids[id(e)] = len(nodes)
+                nodes.append(f"{type(e).__name__}({body})")
+        return ids[id(root)]
+
     def enc(v) -> str:
         if isinstance(v, Expr):
             i = ids.get(id(v))
-            if i is None:
-                body = ",".join(enc(getattr(v, f.name)) for f in dataclasses.fields(v))
-                i = ids[id(v)] = len(nodes)
-                nodes.append(f"{type(v).__name__}({body})")
-            return f"#{i}"
+            return f"#{number(v) if i is None else i}"
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return f"{type(v).__name__}(" + ",".join(
                 f"{f.name}={enc(getattr(v, f.name))}" for f in dataclasses.fields(v)) + ")"

@@ -15,7 +15,8 @@ The rules, in the order they apply:
   costs its kernel once, a value inlined costs its work in every kernel that reads it.
   Everything not chosen is recomputed where it is read. `plan.fusion` says what was chosen.
 - Materialized values of the same iteration space form one multi-output kernel when that does
-  not create a cycle; a value read element-for-element by a sibling output is computed once.
+  not create a cycle and the kernel stays under MAX_KERNEL_NODES expression nodes; a value
+  read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
   passed as views; `concatenate` and copies of views go through numpy/CuPy; a `slice` is read
   in place (an alias of its operand's memory from its first element, plan.AliasStep).
@@ -55,6 +56,9 @@ from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, resha
 EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
 MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
+# A multi-output kernel holds at most this many expression nodes: LLVM's time grows faster than
+# linearly with a function's size (a 3,000-op chain in one kernel: 48 s; in 300-op kernels: linear).
+MAX_KERNEL_NODES = 2 * MAX_EXPR_NODES
 
 
 # ------------------------------------------------------------------ value references
@@ -425,15 +429,22 @@ class _Planner(RowFusion):
                 producer_steps[o] = set(step_inputs(s))
         for r in self.reductions:
             producer_steps[r.slot] = {self.leaves[i.index][0] for i in loads(r.body)}
+        size: dict[int, int] = {}               # slot -> nodes of its expression
         for e in self.ew:
-            e.reads = {self.leaves[ld.index][0] for ld in loads(e.expr)}
+            nodes = walk([e.expr])
+            size[e.slot] = len(nodes)
+            e.reads = {self.leaves[ld.index][0] for ld in nodes if isinstance(ld, Load)}
+        group_nodes: list[int] = []
         for e in self.ew:
             key = tuple(d for d in e.shape if d != 1)
             placed = False
             for gi in reversed(by_key.get(key, [])[-self.GROUP_CANDIDATES:]):
+                if group_nodes[gi] + size[e.slot] > MAX_KERNEL_NODES and groups[gi]:
+                    continue
                 if self.can_join(e, gi, groups, group_in, producer_steps):
                     groups[gi].append(e)
                     group_in[gi] |= e.reads
+                    group_nodes[gi] += size[e.slot]
                     e.group = gi
                     placed = True
                     break
@@ -441,6 +452,7 @@ class _Planner(RowFusion):
                 e.group = len(groups)
                 groups.append([e])
                 group_in.append(set(e.reads))
+                group_nodes.append(size[e.slot])
                 by_key.setdefault(key, []).append(e.group)
         return groups
 

@@ -23,6 +23,8 @@ number in an expression is an untyped `Const` that takes the dtype of the other 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass, fields
 from typing import Union
 
@@ -87,24 +89,65 @@ def op_name(name: str) -> str:
 
 
 # ------------------------------------------------------------------ the expression DAG
+# Nodes are hash-consed (tinygrad's UOp): building a node equal to a live one returns that one,
+# so equality is identity, a node's hash is computed once from its operands' hashes, and every
+# walk memoized by node is linear in the DAG however much of it is shared.
+
+_TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
+_TABLE_LOCK = threading.Lock()     # compiles may build kernels on several threads
+
+
+def _intern_key(cls, values: tuple) -> tuple:
+    # a Const's value is keyed by type and repr: 1, 1.0 and True, and 0.0 and -0.0, are
+    # distinct constants although they compare equal in Python
+    return (cls,) + tuple((type(v), repr(v)) if not isinstance(v, Expr) else v for v in values)
+
+
+class _Interned(type):
+    """Metaclass of expression nodes: `Cls(...)` returns the live node with the same fields."""
+
+    def __call__(cls, *args, **kwargs):
+        node = super().__call__(*args, **kwargs)   # the dataclass __init__ fills in defaults
+        values = tuple(getattr(node, n) for n in cls._names)
+        key = _intern_key(cls, values)
+        with _TABLE_LOCK:
+            live = _TABLE.get(key)
+            if live is not None:
+                return live
+            object.__setattr__(node, "_hash", hash((cls.__name__,) + key[1:]))
+            object.__setattr__(node, "_src", _dtype_source(node))
+            _TABLE[key] = node
+        return node
+
 
 def _node(cls):
-    """A frozen dataclass whose hash is computed once: DAGs with sharing hash in linear time."""
-    cls = dataclass(frozen=True)(cls)
-    names = tuple(f.name for f in fields(cls))
-
-    def __hash__(self):
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((cls.__name__,) + tuple(getattr(self, n) for n in names))
-            object.__setattr__(self, "_hash", h)
-        return h
-    cls.__hash__ = __hash__
+    """An interned frozen dataclass: equality is identity, the hash is cached."""
+    cls = dataclass(frozen=True, eq=False, repr=False)(cls)
+    cls._names = tuple(f.name for f in fields(cls))
     return cls
 
 
-class Expr:
-    """Base of scalar expressions; arithmetic operators build nodes: `Load(0) * 2 + 1`."""
+class Expr(metaclass=_Interned):
+    """Base of scalar expressions; arithmetic operators build nodes: `Load(0) * 2 + 1`.
+
+    Nodes are interned: `Load(0) + 1 is Load(0) + 1`."""
+
+    _names: tuple[str, ...] = ()
+
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):       # pickling and copying rebuild through the interning table
+        return type(self), tuple(getattr(self, n) for n in self._names)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return expr_text(self)
 
     def __add__(self, o): return Binary("add", self, _wrap(o))
     def __radd__(self, o): return Binary("add", _wrap(o), self)
@@ -116,6 +159,31 @@ class Expr:
     def __rtruediv__(self, o): return Binary("div", _wrap(o), self)
     def __pow__(self, o): return Binary("pow", self, _wrap(o))
     def __neg__(self): return Unary("neg", self)
+
+
+def expr_text(root: Expr, limit: int = 2000) -> str:
+    """`Binary('add', Load(0), Const(1.0))`: the expression as a tree, cut off with '...' after
+    about `limit` characters (a shared DAG's tree can be exponentially large). Iterative."""
+    out: list[str] = []
+    size = 0
+    stack: list = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            size += len(item)
+        elif size > limit:
+            return "".join(out) + "..."
+        else:
+            parts: list = [f"{type(item).__name__}("]
+            for i, n in enumerate(item._names):
+                v = getattr(item, n)
+                if i:
+                    parts.append(", ")
+                parts.append(v if isinstance(v, Expr) else repr(v))
+            parts.append(")")
+            stack.extend(reversed(parts))
+    return "".join(out)
 
 
 @_node
@@ -185,64 +253,92 @@ def _natural_dtype(value) -> str:
 
 
 def resolve(expr: Expr, input_dtypes: tuple[str, ...], memo: dict | None = None) -> Expr:
-    """The same DAG with every Const typed; raises KernelError on an ill-typed op."""
+    """The same DAG with every Const typed; raises KernelError on an ill-typed op.
+
+    Iterative (an explicit stack of `_resolve_steps` generators): no recursion limit applies
+    to deep expressions. A node is resolved once (memo by node; an untyped Const by node and
+    the dtype its sibling asks for)."""
     memo = {} if memo is None else memo
-    return _resolve(expr, input_dtypes, memo, None)
+    root = _memo_key(expr, None)
+    if root in memo:
+        return memo[root]
+    stack = [(root, _resolve_steps(expr, input_dtypes, None))]
+    sent = None
+    while stack:
+        key, steps = stack[-1]
+        try:
+            child, want = steps.send(sent)
+        except StopIteration as done:
+            memo[key] = sent = done.value
+            stack.pop()
+            continue
+        ckey = _memo_key(child, want)
+        sent = memo.get(ckey)
+        if sent is None:
+            stack.append((ckey, _resolve_steps(child, input_dtypes, want)))
+    return memo[root]
 
 
-def _resolve(e: Expr, ins: tuple[str, ...], memo: dict, want: str | None) -> Expr:
-    key = (e, want) if isinstance(e, Const) and e.dtype is None else e
-    if key in memo:
-        return memo[key]
+def _memo_key(e: Expr, want: str | None):
+    # only an untyped Const's result depends on the dtype asked for; any other node is
+    # resolved once, under the hint of its first use
+    return (e, want) if isinstance(e, Const) and e.dtype is None else e
+
+
+def _untyped(x: Expr) -> bool:
+    return isinstance(x, Const) and x.dtype is None
+
+
+def _resolve_steps(e: Expr, ins: tuple[str, ...], want: str | None):
+    """Resolve one node: yields (operand, dtype hint) and is sent the resolved operand."""
     if isinstance(e, Load):
         if not 0 <= e.index < len(ins):
             raise KernelError(f"Load({e.index}): the kernel has {len(ins)} inputs")
-        r = e
-    elif isinstance(e, Const):
+        return e
+    if isinstance(e, Const):
         dt = dtype_name(e.dtype) if e.dtype is not None else (want or _natural_dtype(e.value))
         value = bool(e.value) if dt == "bool" else int(e.value) if dt == "i32" else float(e.value)
-        r = Const(value, dt)
-    elif isinstance(e, Unary):
+        return Const(value, dt)
+    if isinstance(e, Unary):
         if e.op not in UNARY_OPS:
             raise KernelError(f"unknown unary op {e.op!r}")
-        x = _resolve(e.x, ins, memo, want)
+        x = yield e.x, want
         _check(e.op, dtype_of(x, ins), UNARY_OPS[e.op])
-        r = Unary(e.op, x)
-    elif isinstance(e, Binary):
+        return Unary(e.op, x)
+    if isinstance(e, Binary):
         if e.op not in BINARY_OPS:
             raise KernelError(f"unknown binary op {e.op!r}")
         accepted, result = BINARY_OPS[e.op]
-        hint = want if result is None else None
-        a, b = _resolve_pair(e.a, e.b, ins, memo, hint)
+        a, b = yield from _resolve_pair(e.a, e.b, ins, want if result is None else None)
         ta, tb = dtype_of(a, ins), dtype_of(b, ins)
         if ta != tb:
             raise KernelError(f"{e.op}: operands have different dtypes {ta} and {tb}; insert a Cast")
         _check(e.op, ta, accepted)
-        r = Binary(e.op, a, b)
-    elif isinstance(e, Select):
-        c = _resolve(e.cond, ins, memo, "bool")
+        return Binary(e.op, a, b)
+    if isinstance(e, Select):
+        c = yield e.cond, "bool"
         if dtype_of(c, ins) != "bool":
             raise KernelError(f"select: the condition must be bool, got {dtype_of(c, ins)}")
-        a, b = _resolve_pair(e.a, e.b, ins, memo, want)
+        a, b = yield from _resolve_pair(e.a, e.b, ins, want)
         ta, tb = dtype_of(a, ins), dtype_of(b, ins)
         if ta != tb:
             raise KernelError(f"select: branches have different dtypes {ta} and {tb}")
-        r = Select(c, a, b)
-    elif isinstance(e, Cast):
-        r = Cast(_resolve(e.x, ins, memo, None), dtype_name(e.dtype))
-    else:
-        raise KernelError(f"not a kernel expression: {e!r}")
-    memo[key] = r
-    return r
+        return Select(c, a, b)
+    if isinstance(e, Cast):
+        x = yield e.x, None
+        return Cast(x, dtype_name(e.dtype))
+    raise KernelError(f"not a kernel expression: {e!r}")
 
 
-def _resolve_pair(a: Expr, b: Expr, ins, memo, hint):
-    untyped = lambda x: isinstance(x, Const) and x.dtype is None  # noqa: E731
-    if untyped(a) and not untyped(b):
-        b = _resolve(b, ins, memo, hint)
-        return _resolve(a, ins, memo, dtype_of(b, ins)), b
-    a = _resolve(a, ins, memo, hint)
-    return a, _resolve(b, ins, memo, dtype_of(a, ins))
+def _resolve_pair(a: Expr, b: Expr, ins, hint):
+    """Both operands; an untyped constant takes the dtype of the other operand."""
+    if _untyped(a) and not _untyped(b):
+        b = yield b, hint
+        a = yield a, dtype_of(b, ins)
+        return a, b
+    a = yield a, hint
+    b = yield b, dtype_of(a, ins)
+    return a, b
 
 
 def _check(op: str, dt: str, accepted: tuple[str, ...]):
@@ -251,15 +347,23 @@ def _check(op: str, dt: str, accepted: tuple[str, ...]):
 
 
 def dtype_of(e: Expr, input_dtypes: tuple[str, ...]) -> str:
-    """Dtype of a resolved expression (Consts typed)."""
-    while True:  # walk down to a leaf whose dtype decides (iterative: deep chains are common)
-        if isinstance(e, Load):
-            return input_dtypes[e.index]
-        if isinstance(e, (Const, Cast)):
-            return e.dtype
-        if isinstance(e, Binary) and BINARY_OPS[e.op][1] is not None:
-            return BINARY_OPS[e.op][1]
-        e = e.x if isinstance(e, Unary) else e.a
+    """Dtype of a resolved expression (Consts typed). O(1): each node knows at build time
+    which leaf decides its dtype (`_dtype_source`)."""
+    src = e._src
+    return input_dtypes[src] if type(src) is int else src
+
+
+def _dtype_source(e: Expr):
+    """What decides e's dtype: an input index (a Load's), a dtype name, or None (an untyped
+    Const): the leaf that dtype_of's rule (a binary op's left operand, a select's first
+    branch, a unary op's operand) reaches, read from the operands' own sources."""
+    if isinstance(e, Load):
+        return e.index
+    if isinstance(e, (Const, Cast)):
+        return e.dtype
+    if isinstance(e, Binary) and BINARY_OPS.get(e.op, (None, None))[1] is not None:
+        return BINARY_OPS[e.op][1]
+    return (e.x if isinstance(e, Unary) else e.a)._src
 
 
 def walk(roots) -> list[Expr]:

@@ -6,7 +6,6 @@ Explicit broadcasts feeding elementwise ops become implicit again, scalar consta
 from __future__ import annotations
 
 import math
-import sys
 
 from ..errors import IRError
 from ..ir.module import Const, Function, FunctionBuilder, Value
@@ -48,20 +47,38 @@ class _Unloader:
                 self.uses[cc] = self.uses.get(cc, 0) + 1
                 stack.append(cc)
 
-    def operand(self, cls: str, want_value: bool) -> Value | Const:
+    # Emission is iterative: each method below is a generator that yields an e-class whose
+    # Value it needs and is sent that Value (`value` runs them on an explicit stack), in the
+    # order a recursive walk would emit them; no recursion limit applies to deep programs.
+
+    def value(self, root: str) -> Value:
+        """The IR value of e-class `root`, emitting what it needs first."""
+        v = self.values.get(root)
+        if v is not None:
+            return v
+        stack = [(root, self.emit(root))]
+        sent = None
+        while stack:
+            cls, steps = stack[-1]
+            try:
+                need = steps.send(sent)
+            except StopIteration as done:
+                self.values[cls] = sent = done.value
+                stack.pop()
+                continue
+            sent = self.values.get(need)
+            if sent is None:
+                stack.append((need, self.emit(need)))
+        return self.values[root]
+
+    def operand(self, cls: str, want_value: bool):
         """The IR operand for an e-class; a scalar constant stays a Const unless a Value is needed."""
         d = self.node(cls)
         if d.egg == "Const" and not want_value:
             return Const.of(d.attrs["value"], d.attrs["dtype"])
-        return self.value(cls)
+        return (yield cls)
 
-    def value(self, cls: str) -> Value:
-        v = self.values.get(cls)
-        if v is None:
-            v = self.values[cls] = self.emit(cls)
-        return v
-
-    def emit(self, cls: str) -> Value:
+    def emit(self, cls: str):
         d = self.node(cls)
         b = self.b
         if d.egg == "Var":
@@ -76,22 +93,27 @@ class _Unloader:
         spec = OPS[d.op]
         kids = [self.g.eclass(k) for k in d.children]
         if d.egg == "Gemm":   # a dot reading transposed operands: transpose + dot
-            args = [self.transposed(k) if flag else self.value(k)
-                    for k, flag in zip(kids, d.attrs["transpose"])]
+            args = []
+            for k, flag in zip(kids, d.attrs["transpose"]):
+                args.append((yield from self.transposed(k)) if flag else (yield k))
             return b.emit("dot", args)
         if spec.kind in ELEMENTWISE_KINDS:
-            return b.emit(d.op, self.elementwise_operands(kids))
+            return b.emit(d.op, (yield from self.elementwise_operands(kids)))
         if d.op == "reduce":
-            return self.emit_reduce(d, kids[0])
+            return (yield from self.emit_reduce(d, kids[0]))
         attrs = dict(d.attrs)
         if d.op == "transpose" and tuple(attrs["perm"]) == tuple(reversed(range(len(attrs["perm"])))):
             attrs["perm"] = None
-        return b.emit(d.op, [self.value(k) for k in kids], **attrs)
+        args = []
+        for k in kids:
+            args.append((yield k))
+        return b.emit(d.op, args, **attrs)
 
-    def transposed(self, cls: str) -> Value:
+    def transposed(self, cls: str):
         v = self.transposes.get(cls)
         if v is None:
-            v = self.transposes[cls] = self.b.emit("transpose", [self.value(cls)])
+            x = yield cls
+            v = self.transposes[cls] = self.b.emit("transpose", [x])
         return v
 
     @staticmethod
@@ -99,32 +121,34 @@ class _Unloader:
         from ..ir.types import DType
         return DType.from_numpy(arr.dtype)
 
-    def elementwise_operands(self, kids: list[str]) -> list[Value | Const]:
+    def elementwise_operands(self, kids: list[str]):
         # Implicit broadcasts must still give the full shape: a unary op of a broadcast (as
         # adjoint rules build) keeps its broadcast explicit.
-        ops = [self.elementwise_operand(k) for k in kids]
+        ops = []
+        for k in kids:
+            ops.append((yield from self.elementwise_operand(k)))
         d = self.node(kids[0])
         full = tuple(d.attrs["shape"]) if d.egg == "Broadcast" else ops[0].type.shape
         if broadcast_shapes(*(o.type.shape for o in ops)) != full:
             i = next(i for i, k in enumerate(kids) if self.node(k).egg == "Broadcast")
-            ops[i] = self.value(kids[i])
+            ops[i] = yield kids[i]
         return ops
 
-    def elementwise_operand(self, cls: str) -> Value | Const:
+    def elementwise_operand(self, cls: str):
         # (Broadcast x s) feeding an elementwise op is implicit again when numpy rules allow it.
         d = self.node(cls)
         if d.egg == "Broadcast":
             inner = self.g.eclass(d.children[0])
-            inner_op = self.operand(inner, want_value=False)
+            inner_op = yield from self.operand(inner, want_value=False)
             if isinstance(inner_op, Const):
                 return inner_op
             shape = tuple(d.attrs["shape"])
             if broadcast_shapes(inner_op.type.shape, shape) == shape and \
                     len(inner_op.type.shape) <= len(shape):
                 return inner_op
-        return self.operand(cls, want_value=False)
+        return (yield from self.operand(cls, want_value=False))
 
-    def emit_reduce(self, d, child: str) -> Value:
+    def emit_reduce(self, d, child: str):
         comb, init = d.attrs["combinator"], d.attrs["init"]
         chain = [d.attrs["axes"][0]]          # outermost first
         cls = child
@@ -138,7 +162,7 @@ class _Unloader:
                 cls = self.g.eclass(inner.children[0])
             else:
                 break
-        x = self.value(cls)
+        x = yield cls
         removed: list[int] = []
         for ax in reversed(chain):            # innermost first: map to x's original axes
             remaining = [i for i in range(x.type.rank) if i not in removed]
@@ -151,13 +175,7 @@ def unload(g: Graph, choice: dict[str, str], prog: LoadedProgram, roots: list[st
     """The IR function computing the root e-classes with the chosen e-nodes."""
     u = _Unloader(g, choice, prog, name or prog.name)
     u.count_uses(roots)
-    # emission recurses along the program's depth; deep unrolled programs need headroom
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20000 + 8 * len(u.uses)))
-    try:
-        outs = [u.value(r) for r in roots]
-    finally:
-        sys.setrecursionlimit(limit)
+    outs = [u.value(r) for r in roots]
     if prog.result_is_tuple:
         return u.b.finish(outs)
     return u.b.finish(outs[0])

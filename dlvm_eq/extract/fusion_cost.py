@@ -20,6 +20,9 @@ kernel loads when a buffer is available, else expands the class's cheapest scala
     result = greedy_fusion(problem)       # FusionChoice: materialized classes, cost
     exhaustive_fusion(problem).cost       # the optimum, for tests on small graphs
 
+A kernel's body is expanded to at most EXPAND_LIMIT scalar classes per member (beyond, a
+tensor counts as written elsewhere and loaded): evaluations stay local in deep programs.
+
 Greedy: candidates from the last consumer to the first producer, each materialized when that
 lowers the total given the decisions below it (consumers decide first: they fix which kernels
 would recompute a producer), then passes that toggle single candidates while the cost drops.
@@ -37,6 +40,11 @@ from .machine import Machine
 from .target_cost import FLOPS
 
 LOAD = "Load"
+# A kernel body expands at most this many scalar classes per member: the planner splits fused
+# expressions far sooner (codegen/fusion.py MAX_EXPR_NODES), and the bound keeps each cost
+# evaluation O(1) in the program's depth, so greedy fusion of a long chain is linear, not
+# quadratic. Past it, a tensor is costed as written by another kernel and read here.
+EXPAND_LIMIT = 320
 VIEW_OPS = frozenset(("SBroadcast", "STranspose", "SShapeCast", "SPadShape", "SSqueezeShape"))
 
 
@@ -133,9 +141,16 @@ class _Evaluator:
         reduced = {k.cls for k in members if k.reduction}
         flops, read = 0.0, 0.0
         seen, loaded_t, expanded, loaded = set(), set(), set(), set()
-        stack = [k.body for k in members]
+        stack: list = []
+        for k in members:       # member by member: each may expand up to EXPAND_LIMIT classes
+            stack.append(None)
+            stack.append(k.body)
+        depth = 0
         while stack:
             c = stack.pop()
+            if c is None:
+                depth = 0
+                continue
             if c in seen:
                 continue
             seen.add(c)
@@ -149,6 +164,12 @@ class _Evaluator:
                 if t in p.free or t in p.buffers or t in mat:
                     choice = t
                     break
+            if choice is None and depth >= EXPAND_LIMIT:
+                horizon = next((t for t in p.loads[c] if t not in own and t not in reduced), None)
+                if horizon is not None:     # the planner splits here: written once, read here
+                    elems, itemsize = p.sizes[horizon]
+                    read += 2 * min(elems, n) * itemsize
+                    continue
             if choice is None and any(t in reduced for t in p.loads[c]):
                 continue
             if choice is not None:
@@ -167,6 +188,7 @@ class _Evaluator:
                 raise ExtractionError(f"scalar e-class {p.graph.class_ids[c]!r} has no buffer to load "
                                       "and no scalar op (fusion rules not saturated?)")
             flops += op[0]
+            depth += 1
             stack.extend(op[1])
         out = sum(k.out_bytes for k in members)
         cost = self.launch + (out + read) * self.inv_bw + flops * n * self.inv_flops

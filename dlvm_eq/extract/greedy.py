@@ -19,6 +19,9 @@ are repaired with the tree extractor's (acyclic) choice, so the result is always
 >>> g.node_ids[greedy_dag_choice(g, g.costs, g.roots)[g.class_index["R"]]]
 'r1'
 
+Terms of more than SET_LIMIT classes keep sharing their cost set instead of copying it (tree
+cost above that size): deep programs extract in linear time and memory.
+
 Greedy is not optimal: each class keeps only its own cheapest set, so sharing that pays off
 only across two sibling classes is missed (the ILP finds it).
 """
@@ -32,6 +35,13 @@ from .choice import break_cycles
 from .graph import SerializedEGraph
 from .prune import leaf_worklist, reachable_classes
 from .tree import tree_choice
+
+
+# A cost set of more classes than this is shared by its users instead of copied: copying made
+# deep programs quadratic in time and memory (a 10k-instruction chain: 50M set entries, 2.3 GB).
+# Above the limit a term's total counts a value shared by two children once per child (tree
+# cost), and a cycle the set no longer sees is repaired at the end like any stale one.
+SET_LIMIT = 2048
 
 
 def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]) -> list[int]:
@@ -80,8 +90,11 @@ def greedy_dag_sets(graph: SerializedEGraph, costs: Sequence[float],
             child = sets[k]
             if c in child:
                 continue
-            cset = child.copy()
-            cset[c] = own
+            if len(child) > SET_LIMIT:
+                cset = child               # shared, not copied (see SET_LIMIT)
+            else:
+                cset = child.copy()
+                cset[c] = own
             total = best[k] + own
         else:
             big = kids[0]
@@ -94,14 +107,20 @@ def greedy_dag_sets(graph: SerializedEGraph, costs: Sequence[float],
                 continue
             # Copy the largest child set and merge the others into it (C-level dict.update).
             big = max(kids, key=lambda k: len(sets[k]))
-            cset = sets[big].copy()
-            for k in kids:
-                if k != big:
-                    cset.update(sets[k])
-            if c in cset:
-                continue
-            cset[c] = own
-            total = sum(cset.values())
+            if len(sets[big]) > SET_LIMIT:    # tree-like above the limit: shared, not copied
+                if any(c in sets[k] for k in kids):
+                    continue
+                cset = sets[big]
+                total = own + sum(best[k] for k in kids)
+            else:
+                cset = sets[big].copy()
+                for k in kids:
+                    if k != big:
+                        cset.update(sets[k])
+                if c in cset:
+                    continue
+                cset[c] = own
+                total = sum(cset.values())
             if total >= prev:
                 continue
         best[c] = total

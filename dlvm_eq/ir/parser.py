@@ -16,7 +16,10 @@ Every error is a SourceError naming file:line:col, the line with a caret, and wh
 """
 from __future__ import annotations
 
+import bisect
 import difflib
+import gc
+import heapq
 import math
 import re
 from copy import copy
@@ -27,6 +30,8 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DlvmError, IRError, SourceError
+from .fastlines import names as fast_names
+from .fastlines import scan
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
 from .ops import OPS, REDUCE_COMBINATORS
 from .parser_tables import lark_parser
@@ -50,20 +55,46 @@ def _parser() -> Lark:
 
 
 def parse(text: str, filename: str = "<string>") -> Module:
-    """Parse DLVM textual IR into a Module; raises SourceError (a DlvmError) on any mistake."""
+    """Parse DLVM textual IR into a Module; raises SourceError (a DlvmError) on any mistake.
+
+    Whole lines of the generic instruction form are read without lark (fastlines.py); on any
+    error the file is read again by lark alone, which reports it."""
     if text.startswith("\ufeff"):     # a UTF-8 byte order mark, as some editors write
         text = text[1:]
-    src = _Source(text, filename)
+    collecting = gc.isenabled()
+    gc.disable()       # a parse allocates millions of objects: the collector's passes went quadratic
     try:
-        tree = _parser().parse(text)
+        lark_text, fast = scan(text)
+        if fast:
+            try:
+                return _parse(text, filename, lark_text, fast)
+            except (DlvmError, _Unplaced):
+                pass
+        return _parse(text, filename, text, {})
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _Unplaced(Exception):
+    """A fast-path line outside every block: lark alone says what is wrong there."""
+
+
+def _parse(text: str, filename: str, lark_text: str, fast: dict) -> Module:
+    src = _Source(text, filename, fast)
+    try:
+        tree = _parser().parse(lark_text)
     except UnexpectedInput as e:
         raise _syntax_error(e, src) from None
     except LarkError as e:  # pragma: no cover - any other lark failure is still the user's input
         raise src.error(f"cannot parse: {e}", 1, 1) from None
     try:
-        return _ModuleReader(src).read(tree)
+        module = _ModuleReader(src).read(tree)
     except RecursionError:
         raise src.error("the program is nested too deeply", 1, 1) from None
+    if src.fast_used != len(fast):
+        raise _Unplaced()
+    return module
 
 
 def load(path) -> Module:
@@ -90,9 +121,17 @@ def read_source(path) -> str:
 # ---------------------------------------------------------------- positions and errors
 
 class _Source:
-    def __init__(self, text: str, filename: str):
+    def __init__(self, text: str, filename: str, fast: dict | None = None):
         self.text, self.filename = text, filename
         self.lines = text.split("\n")           # lines as lark counts them
+        self.fast = fast or {}                  # line -> inst tree read by fastlines.scan
+        self.fast_lines = sorted(self.fast)
+        self.fast_used = 0
+
+    def fast_between(self, first: int, last: int) -> list[int]:
+        """The fast-path lines strictly between lines `first` and `last`."""
+        keys = self.fast_lines
+        return keys[bisect.bisect_right(keys, first):bisect.bisect_left(keys, last)]
 
     def error(self, message: str, line: int, column: int) -> SourceError:
         line = max(1, min(line, len(self.lines)))
@@ -420,6 +459,7 @@ class _FunctionReader:
         self.all_names: set[str] = set()   # every %name written in the function
         self.def_names: set[str] = set()   # the %names it defines
         self.synthesized = 0
+        self.types: dict[int, tuple[Tree, Type]] = {}   # id(type tree) -> (the tree, its type)
 
     # -- structure
     def read(self, body: Tree) -> None:
@@ -427,6 +467,12 @@ class _FunctionReader:
             lambda t: isinstance(t, Token) and t.type == "VALUE")}
         self.def_names = {str(t.children[0])[1:] for t in body.iter_subtrees()
                           if t.data in ("inst", "param")}
+        if self.src.fast:
+            for line in self.src.fast_between(body.meta.line, body.meta.end_line + 1):
+                result, reads = fast_names(self.src.fast[line])
+                self.def_names.add(result)
+                self.all_names.add(result)
+                self.all_names.update(reads)
         blocks: dict[str, Tree] = {}
         for block in body.children:
             label = block.children[0]
@@ -446,7 +492,7 @@ class _FunctionReader:
         while True:
             visited.add(str(block.children[0]))
             *insts, term = block.children[1:]
-            for inst in insts:
+            for inst in self.with_fast_lines(block, insts, term):
                 if isinstance(inst, Tree) and inst.data == "inst":
                     self.instruction(inst)
             block = self.terminator(term, blocks, visited)
@@ -457,6 +503,18 @@ class _FunctionReader:
                 raise self.src.at(b, f"block {label} is never branched to; only a straight chain of "
                                   "blocks is supported")
         self.fn.body = self.body
+
+    def with_fast_lines(self, block: Tree, insts: list, term: Tree) -> list:
+        """The block's instructions in line order: lark's and the fast path's."""
+        if not self.src.fast:
+            return insts
+        lines = self.src.fast_between(block.meta.line, _pos(term)[0])
+        if not lines:
+            return insts
+        self.src.fast_used += len(lines)
+        fast = [(line, self.src.fast[line]) for line in lines]
+        slow = [(_pos(i)[0], i) for i in insts]
+        return [t for _, t in heapq.merge(fast, slow, key=lambda p: p[0])]
 
     def block_params(self, block: Tree) -> list[tuple[Token, Type]]:
         node = block.children[1] if len(block.children) > 1 else None
@@ -541,7 +599,12 @@ class _FunctionReader:
 
     def operand(self, tree: Tree) -> Operand:
         first, type_tree = tree.children
-        t = read_type(self.src, type_tree)
+        seen = self.types.get(id(type_tree))    # the fast path shares one tree per type text
+        if seen is not None and seen[0] is type_tree:
+            t = seen[1]
+        else:
+            t = read_type(self.src, type_tree)
+            self.types[id(type_tree)] = (type_tree, t)
         if tree.data == "value_operand":
             name = str(first)[1:]
             value = self.env.get(name)
