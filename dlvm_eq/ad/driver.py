@@ -24,7 +24,7 @@ from pathlib import Path
 from ..egraph.rulefiles import read_rule_file, rule_file
 from ..egraph.schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
-from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec
+from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec, let_name
 from ..errors import DlvmError
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
@@ -134,7 +134,7 @@ class _ReversePass:
         self.param_lets = [var_lets[p.name] for p in fn.params]
 
     def let(self, term: str, t: TensorType | None = None) -> str:
-        name = f"$adj{self.count}"
+        name = let_name("adj", self.count)
         self.count += 1
         self.lines.append(f"(let {name} {term})")
         if t is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Let:
-    name: str                    # the let name, e.g. "$p0_3"
+    name: str                    # the let name, e.g. "$p0_3_"
     ctor: str                    # the constructor, e.g. "Add"
     children: tuple[str, ...]    # let names of the Term operands, in operand order
     args: tuple[str, ...] = ()   # every argument as written (attributes too)

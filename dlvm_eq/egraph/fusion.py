@@ -31,7 +31,7 @@ from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpo
 from ..ir.types import TensorType
 from .schedule import Budget
 from .fusion_report import FusionReport
-from .terms import egg_float, egg_string, egg_vec
+from .terms import egg_float, egg_string, egg_vec, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
@@ -68,7 +68,7 @@ class _Loader:
     def let(self, term: str, t: TensorType, kind: str) -> str:
         name = self.memo.get(term)
         if name is None:
-            name = self.memo[term] = f"$fu{len(self.out.lets)}"
+            name = self.memo[term] = let_name("fu", len(self.out.lets))
             self.out.lines.append(f"(let {name} {term})")
             self.out.lets.append(name)
             self.out.kind[name], self.out.type[name] = kind, t
@@ -138,7 +138,7 @@ def load_fusion(flat: Flat) -> _Loaded:
     for r in flat.results:
         if isinstance(r, Value) and out.kind[out.of_value[id(r)]] == "view":
             v = out.of_value[id(r)]
-            out.result_loads[v] = f"$fuload{len(out.result_loads)}"
+            out.result_loads[v] = let_name("fuload", len(out.result_loads))
             out.lines.append(f"(let {out.result_loads[v]} (Load {v}))")
     return out
 

@@ -1,6 +1,6 @@
 """The loader: an IR function becomes egglog terms.
 
-Each instruction becomes `(let $vN <term>)`, so shared values stay shared. Implicit broadcasts
+Each instruction becomes `(let $vN_ <term>)` (see let_name), so shared values stay shared. Implicit broadcasts
 become explicit `Broadcast` terms; multi-axis reductions become chains of one-axis `Reduce`s
 (highest axis first, the identity as init of all but the outermost) so that the shape analysis
 is a single `vec-remove`; `padShape`/`squeezeShape` become `ShapeCast`; `apply` is inlined;
@@ -24,6 +24,15 @@ from ..ir.ops import ELEMENTWISE_KINDS, OPS, transpose_perm
 from ..ir.types import TensorType
 
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
+
+
+def let_name(prefix: str, n: int) -> str:
+    """The name of the n-th global a loader binds: `$<prefix><n>_`. The trailing `_` is there
+    because egglog 13.2 can confuse globals whose names are one another plus digits: with
+    `$p0_1` and `$p0_11` both bound and given a shape, `(let $p0_32 (Multiply $p0_11 $p0_1))`
+    built w * w instead of a10 * w (a wrong `dlvm-eq query` answer; tests/test_let_names.py).
+    A name that ends in `_` is never another name followed by digits."""
+    return f"${prefix}{n}_"
 
 
 def egg_float(v: float) -> str:
@@ -73,7 +82,7 @@ class _Loader:
     def let(self, term: str, t: TensorType) -> str:
         if term in self.memo:
             return self.memo[term]
-        name = f"${self.prefix}{self.counter}"
+        name = let_name(self.prefix, self.counter)
         self.counter += 1
         self.prog.lines.append(f"(let {name} {term})")
         self.prog.term_types[name] = t
