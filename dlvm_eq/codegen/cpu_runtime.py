@@ -328,12 +328,17 @@ def stats() -> dict:
 _pool: ThreadPoolExecutor | None = None
 
 
+_CPUS: int | None = None
+
+
 def usable_cpus() -> int:
-    """os.cpu_count(), restricted to this process's CPU affinity where the OS has one."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+    """Threads for parallel kernels, the caller's included: DLVM_EQ_NUM_THREADS, else the
+    CPUs of the affinity mask capped by the cgroup CPU quota (`cpu_count`); read once."""
+    global _CPUS
+    if _CPUS is None:
+        from .cpu_count import thread_count
+        _CPUS = thread_count()
+    return _CPUS
 
 
 def thread_pool() -> ThreadPoolExecutor:
@@ -384,6 +389,8 @@ def _run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) ->
 
 
 def _run_python(fn, chunks: list[tuple], threads: int) -> None:
+    """Python threads take chunks from one shared iterator (next() on it is atomic under the
+    GIL); the caller works too, and waits only for helpers that started, not for queued ones."""
     todo = iter(chunks)
 
     def work():
@@ -392,7 +399,8 @@ def _run_python(fn, chunks: list[tuple], threads: int) -> None:
     futures = [thread_pool().submit(work) for _ in range(min(threads, len(chunks)) - 1)]
     work()
     for f in futures:
-        f.result()
+        if not f.cancel():           # running (it may hold a chunk) or finished
+            f.result()
 
 
 def _split(n: int, parts: int, align: int = ALIGN) -> list[tuple[int, int]]:
