@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 MIN_PARALLEL_WORK = 1 << 16
 ALIGN = 64  # chunk boundaries in elements: whole cache lines per thread
 CHUNKS_PER_THREAD = 16  # many more chunks than threads: a descheduled thread holds up little
+# Smallest chunk of a parallel map kernel (elements). A claim costs ~0.1 us in the native pool,
+# so chunks far smaller than MIN_PARALLEL_WORK are cheap, and with 2 x MIN_PARALLEL_WORK
+# elements split in 2, a helper descheduled holding one chunk held half the kernel.
+MIN_CHUNK_WORK = 1 << 13
 
 
 def _make_data_ptr():
@@ -489,7 +493,7 @@ class CpuKernel:
         if n < 2 * MIN_PARALLEL_WORK or self.threads == 1:
             self._fn(0, n, *ptrs)  # the common small case: no splitting at all
             return
-        parts = min(CHUNKS_PER_THREAD * self.threads, n // MIN_PARALLEL_WORK)
+        parts = min(CHUNKS_PER_THREAD * self.threads, n // MIN_CHUNK_WORK)
         _run_ranges(self._fn, _split(n, parts), ptrs, self.threads)
 
     def _run_reduce(self, ins, out):
