@@ -115,7 +115,10 @@ class CpuGemm:
         row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
         by_cols = col_tiles >= 2 and (row_tiles < 2 or (not a_packed and col_tiles >= min(want, row_tiles)))
         if by_cols:
-            return [(0, m, lo, hi) for lo, hi in _tiles(n, min(want, col_tiles), s.nr)]
+            cols = _tiles(n, min(want, col_tiles), s.nr)
+            # more blocks wanted than column panels: rows too (B is then packed once per row band)
+            bands = _tiles(m, max(1, min(want // len(cols), row_tiles)), s.mr)
+            return [(r0, r1, c0, c1) for r0, r1 in bands for c0, c1 in cols]
         if row_tiles >= 2:
             return [(lo, hi, 0, n) for lo, hi in _tiles(m, min(want, row_tiles), s.mr)]
         return [(0, m, 0, n)]

@@ -38,7 +38,7 @@ pools run on the calling thread alone there, and `native_pool()` starts a new on
 
 Layout of the control block (int64 words; words one thread writes often are on lines of
 their own): [state, fn, blocks, n, helpers, syscall, spin, gap] [done, caller_waiting,
-caller_budget, -] [wake, sleepers, stop, -] [timeout_s, timeout_ns, min_spin, -], then per
+caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, -] [timeout_s, timeout_ns, min_spin, -], then per
 worker [chunks, status, budget, preemptions, park, -, -, -]; spin, gap and budgets in TSC
 ticks. The thread count is `cpu_runtime.usable_cpus()` (DLVM_EQ_NUM_THREADS, affinity, cgroup
 quota); with one usable CPU there is no pool at all.
@@ -69,7 +69,7 @@ MAX_CHUNKS = 1 << 31
 
 # word indices in the control block
 STATE, FN, BLOCKS, N, HELPERS, SYSCALL, SPIN, GAP = range(8)
-DONE, CALLER_WAITING, CALLER_BUDGET = 8, 9, 10
+DONE, CALLER_WAITING, CALLER_BUDGET, WAIT_TICKS, WAITS_SLEPT = 8, 9, 10, 11, 12
 WAKE, SLEEPERS, STOP = 16, 17, 18
 TIMEOUT_S, TIMEOUT_NS, MIN_SPIN = 24, 25, 26
 _HEADER = 32
@@ -256,7 +256,7 @@ define internal void @run(ptr %pool, i64 %fn, i64 %blocks, i64 %n, i64 %helpers)
 entry:
 {_words(dict(fnp=FN, bp=BLOCKS, np=N, hp=HELPERS, donep=DONE, waitingp=CALLER_WAITING,
              cbp=CALLER_BUDGET, spinp=SPIN, minp=MIN_SPIN, wakep=WAKE, sleepersp=SLEEPERS,
-             tsp=TIMEOUT_S))}
+             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT))}
   ; the state is (gen, CLOSED) here: no claim can succeed while the task is replaced
   store atomic i64 %fn, ptr %fnp seq_cst, align 8
   store atomic i64 %blocks, ptr %bp seq_cst, align 8
@@ -331,6 +331,16 @@ finished:
   %bm = select i1 %big, i64 %max, i64 %b2
   %bs = select i1 %overran, i64 %bl, i64 %bm
   store atomic i64 %bs, ptr %cbp monotonic, align 8
+  ; counters for pool.caller_stats(): time spent waiting for claimed chunks, waits that slept
+  %tend = call i64 @llvm.readcyclecounter()
+  %waited = sub i64 %tend, %t0
+  %wt0 = load atomic i64, ptr %wtp monotonic, align 8
+  %wt1 = add i64 %wt0, %waited
+  store atomic i64 %wt1, ptr %wtp monotonic, align 8
+  %ws0 = load atomic i64, ptr %wsp monotonic, align 8
+  %slept1 = zext i1 %overran to i64
+  %ws1 = add i64 %ws0, %slept1
+  store atomic i64 %ws1, ptr %wsp monotonic, align 8
   ret void
 }}
 
@@ -492,6 +502,13 @@ class NativePool:
             out.append(dict(chunks=int(line[W_CHUNKS]), status=STATUS.get(int(line[W_STATUS]), "?"),
                             spin_us=line[W_BUDGET] / tsc, preempted=int(line[W_PREEMPTED])))
         return out
+
+    def caller_stats(self) -> dict:
+        """Callers' time waiting for chunks that helpers had claimed (us, all runs so far),
+        how many of those waits slept, and the callers' current spin budget (us)."""
+        tsc = _tsc_per_us()
+        return dict(wait_us=self.ctl[WAIT_TICKS] / tsc, waits_slept=int(self.ctl[WAITS_SLEPT]),
+                    spin_us=self.ctl[CALLER_BUDGET] / tsc)
 
     def _after_fork_in_child(self) -> None:
         """The child has none of the workers: every run is the caller's alone from now on."""
