@@ -16,9 +16,10 @@ caller then waits only for chunks that a running helper has actually claimed. A 
 has not started, is asleep, or was descheduled before claiming is never waited for. Idle
 helpers spin at most DLVM_EQ_SPIN_US (default 300 us), then futex-sleep; a helper that finds it
 was descheduled while spinning (two clock readings more than GAP_US apart: the core is wanted
-by someone else) halves its spin budget, and a spin that catches a run doubles it again. The
-caller's wait for claimed chunks backs off the same way and then futex-sleeps with a timeout
-(so that a descheduled helper can run on the caller's core). A run posted while another
+by someone else) halves its spin budget and sleeps; a spin that catches a run lets the budget
+grow by 1/16 again. The caller's wait for claimed chunks spins within a budget kept the same
+way (halved by a wait that overran or was descheduled), then futex-sleeps with a timeout, so
+that a descheduled helper can run on the caller's core. A run posted while another
 Python thread's run is in flight is run on that caller's thread alone, not queued.
 
 Generations (the ABA problem). The claim word `state` is (generation << 32 | next chunk).
@@ -191,8 +192,10 @@ spin:
   %changed = icmp ne i64 %cur, %w0
   br i1 %changed, label %hit, label %spin1
 hit:
-  ; spinning paid off: allow longer spins again
-  %b2 = shl i64 %b, 1
+  ; spinning paid off: allow longer spins again, slowly (halved at once when descheduled)
+  %bq = lshr i64 %b, 4
+  %bq1 = add i64 %bq, 1
+  %b2 = add i64 %b, %bq1
   %big = icmp ugt i64 %b2, %max
   %b3 = select i1 %big, i64 %max, i64 %b2
   store atomic i64 %b3, ptr %budgetp monotonic, align 8
@@ -256,7 +259,7 @@ define internal void @run(ptr %pool, i64 %fn, i64 %blocks, i64 %n, i64 %helpers)
 entry:
 {_words(dict(fnp=FN, bp=BLOCKS, np=N, hp=HELPERS, donep=DONE, waitingp=CALLER_WAITING,
              cbp=CALLER_BUDGET, spinp=SPIN, minp=MIN_SPIN, wakep=WAKE, sleepersp=SLEEPERS,
-             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT))}
+             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT, gapp=GAP))}
   ; the state is (gen, CLOSED) here: no claim can succeed while the task is replaced
   store atomic i64 %fn, ptr %fnp seq_cst, align 8
   store atomic i64 %blocks, ptr %bp seq_cst, align 8
@@ -294,9 +297,11 @@ close:
   %want = sub i64 %n, %mine
   %t0 = call i64 @llvm.readcyclecounter()
   %budget = load atomic i64, ptr %cbp monotonic, align 8
+  %gap = load i64, ptr %gapp
   br label %wait
 wait:
-  %overran = phi i1 [ false, %close ], [ %overran, %wait1 ], [ true, %slept ]
+  %overran = phi i1 [ false, %close ], [ %overran, %wait2 ], [ true, %slept ]
+  %tprev = phi i64 [ %t0, %close ], [ %t, %wait2 ], [ %t0, %slept ]
   %d = load atomic i64, ptr %donep seq_cst, align 8
   %fin = icmp eq i64 %d, %want
   br i1 %fin, label %finished, label %wait1
@@ -305,7 +310,13 @@ wait1:
   %t = call i64 @llvm.readcyclecounter()
   %dt = sub i64 %t, %t0
   %long = icmp ugt i64 %dt, %budget
-  br i1 %long, label %sleep, label %wait
+  ; descheduled while spinning (perhaps for the very helper we wait for): sleep at once
+  %step = sub i64 %t, %tprev
+  %preempted = icmp ugt i64 %step, %gap
+  %give_up = or i1 %long, %preempted
+  br i1 %give_up, label %sleep, label %wait2
+wait2:
+  br label %wait
 sleep:
   ; a claimed chunk is late (its helper may be descheduled): give up this core for a while
   store atomic i64 1, ptr %waitingp seq_cst, align 8
@@ -320,13 +331,15 @@ slept:
   store atomic i64 0, ptr %waitingp seq_cst, align 8
   br label %wait
 finished:
-  ; a wait that overran halves the next one's spin; one that did not doubles it
+  ; a wait that overran halves the next one's spin; one that did not lets it grow by 1/16
   %max = load i64, ptr %spinp
   %min = load i64, ptr %minp
   %bh = lshr i64 %budget, 1
   %small = icmp ult i64 %bh, %min
   %bl = select i1 %small, i64 %min, i64 %bh
-  %b2 = shl i64 %budget, 1
+  %bq = lshr i64 %budget, 4
+  %bq1 = add i64 %bq, 1
+  %b2 = add i64 %budget, %bq1
   %big = icmp ugt i64 %b2, %max
   %bm = select i1 %big, i64 %max, i64 %b2
   %bs = select i1 %overran, i64 %bl, i64 %bm
