@@ -76,19 +76,21 @@ def test_the_setting_wins_and_bad_values_are_user_errors(tmp_path):
             thread_count({"DLVM_EQ_NUM_THREADS": bad}, proc, root)
 
 
-_PRINT = ("from dlvm_eq.codegen.cpu_runtime import usable_cpus; from dlvm_eq.codegen import gemm_runtime as g; "
-          "print(usable_cpus(), g.CpuGemm().threads)")
+_PRINT = ("from dlvm_eq.codegen.cpu_runtime import usable_cpus; from dlvm_eq.codegen.native_pool import native_pool; "
+          "p = native_pool(); print(usable_cpus(), 1 + (p.workers if p else 0))")
 
 
-def _child(env_extra, prefix=()):
+def _child(env_extra, cache, prefix=()):
     env = {k: v for k, v in os.environ.items() if k != "DLVM_EQ_NUM_THREADS"}
-    env.update(PYTHONPATH=str(ROOT), **env_extra)
+    env.update(PYTHONPATH=str(ROOT), DLVM_EQ_CACHE_DIR=str(cache), **env_extra)
     out = subprocess.run([*prefix, sys.executable, "-c", _PRINT], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return [int(v) for v in out.stdout.split()]
 
 
-def test_the_runtime_reads_the_setting_and_the_affinity():
-    assert _child({"DLVM_EQ_NUM_THREADS": "5"}) == [5, 5]
+def test_the_runtime_reads_the_setting_and_the_affinity(tmp_path):
+    """(usable_cpus(), threads of the native pool with the caller): 1 means no pool at all."""
+    assert _child({"DLVM_EQ_NUM_THREADS": "5"}, tmp_path) == [5, 5]
+    assert _child({"DLVM_EQ_NUM_THREADS": "1"}, tmp_path) == [1, 1]
     if shutil.which("taskset"):
-        assert _child({}, ("taskset", "-c", str(min(os.sched_getaffinity(0))))) == [1, 1]
+        assert _child({}, tmp_path, ("taskset", "-c", str(min(os.sched_getaffinity(0))))) == [1, 1]
