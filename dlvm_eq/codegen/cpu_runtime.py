@@ -11,6 +11,12 @@ source digest; a second process loads it (well under 1 ms a kernel) instead of g
 and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
 Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
 a full compile.
+
+Threads: `usable_cpus()` (read once): DLVM_EQ_NUM_THREADS if set, else the affinity mask capped
+by the cgroup CPU quota (`cpu_count`); with 1, kernels run on the caller and no helper thread
+is started. Parallel kernels run on the native pool (`native_pool`), or on Python threads
+(`thread_pool`) with DLVM_EQ_NATIVE_POOL=0; either way the caller takes chunks too and never
+waits for a helper that has not claimed one.
 """
 from __future__ import annotations
 
