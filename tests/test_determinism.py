@@ -207,7 +207,7 @@ def test_row_kernels_give_the_same_bits_with_any_thread_count():
 @pytest.mark.parametrize("narrow", [False, True])
 def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     """Blocks of C per thread; K is never split, so no element's sum depends on the split."""
-    from dlvm_eq.codegen.gemm_runtime import CpuGemm
+    from dlvm_eq.codegen.gemm_runtime import BLOCKS_PER_THREAD, CpuGemm
     rng = np.random.default_rng(3)
     n = 16 if narrow else 300
     a = rng.standard_normal((700, 900), dtype=np.float32)
@@ -215,7 +215,7 @@ def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     outs = []
     for t in THREADS:
         g = CpuGemm(narrow, threads=t)
-        assert t == 1 or 1 < len(g.blocks(700, n, 900)) <= t      # really split over t threads
+        assert t == 1 or 1 < len(g.blocks(700, n, 900)) <= BLOCKS_PER_THREAD * t   # really split
         out = np.empty((700, n), np.float32)
         g(a, b, out)
         outs.append(out)

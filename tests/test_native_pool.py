@@ -145,3 +145,120 @@ def test_start_up_race_and_fork_in_a_subprocess():
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- claiming, generations, shutdown
+
+from pool_kernels import count_kernel  # noqa: E402
+
+from dlvm_eq.codegen.native_pool import _tsc_per_us  # noqa: E402
+
+
+def _count_run(pool, counts, chunks, ticks=0, threads=None):
+    n = len(counts)
+    step = -(-n // chunks)
+    pool.run(count_kernel(), [(lo, min(lo + step, n), counts.ctypes.data, ticks) for lo in range(0, n, step)],
+             threads)
+
+
+def test_helpers_that_never_start_are_not_waited_for_and_late_ones_run_nothing_stale():
+    """Workers held before their loop (as if the OS never ran them): every run completes on
+    the caller alone. Released, they start with old runs' generations long gone: no chunk
+    of an earlier run may run again, and later runs still count each index once. (The old
+    pool waited for each posted worker: this hung.)"""
+    gate = threading.Event()
+    pool = NativePool(entry_address(), 3, start_gate=gate)
+    try:
+        done = []
+        for i in range(300):
+            counts = np.zeros(97, np.int64)
+            _count_run(pool, counts, 1 + i % 40)
+            assert (counts == 1).all()
+            done.append(counts)
+        assert all(s["chunks"] == 0 for s in pool.worker_stats())
+        gate.set()
+        tick = int(_tsc_per_us())
+        deadline = time.monotonic() + 60
+        while sum(s["chunks"] for s in pool.worker_stats()) == 0 and time.monotonic() < deadline:
+            counts = np.zeros(512, np.int64)
+            _count_run(pool, counts, 64, ticks=20 * tick)     # slow chunks: helpers get some
+            assert (counts == 1).all()
+            done.append(counts)
+        for i in range(300):
+            counts = np.zeros(1 + i, np.int64)
+            _count_run(pool, counts, 1 + i % 50)
+            assert (counts == 1).all()
+            done.append(counts)
+        assert sum(s["chunks"] for s in pool.worker_stats()) > 0, "the helpers never took part"
+        assert all((c == 1).all() for c in done), "a stale task ran again"
+    finally:
+        pool.close()
+
+
+def test_close_while_helpers_are_mid_chunk_and_runs_after_close():
+    """close() returns at once while a run with slow chunks is in flight on another thread;
+    that run still counts every index once (its caller finishes the unclaimed chunks); a run
+    after close runs on the caller alone; the workers end."""
+    pool = NativePool(entry_address(), 2)
+    tick = int(_tsc_per_us())
+    counts = np.zeros(64, np.int64)
+    t = threading.Thread(target=_count_run, args=(pool, counts, 64, 2000 * tick))   # 2 ms chunks
+    t.start()
+    time.sleep(0.01)
+    t0 = time.monotonic()
+    pool.close(wait=0.0)
+    assert time.monotonic() - t0 < 0.5
+    t.join(60)
+    assert not t.is_alive() and (counts == 1).all()
+    before = [s["chunks"] for s in pool.worker_stats()]
+    after = np.zeros(1000, np.int64)
+    _count_run(pool, after, 50)
+    assert (after == 1).all()
+    assert [s["chunks"] for s in pool.worker_stats()] == before     # the caller alone
+    for th in pool._threads:
+        th.join(10)
+    assert all(s["status"] == "returned" for s in pool.worker_stats())
+
+
+def test_close_parks_sleeping_and_spinning_workers_without_waiting():
+    for spin in (0, 300):
+        pool = NativePool(entry_address(), 2, spin_us=spin)
+        counts = np.zeros(100, np.int64)
+        _count_run(pool, counts, 10)
+        t0 = time.monotonic()
+        pool.close(wait=0.0, park=True)
+        pool.close()                                     # twice: a no-op
+        assert time.monotonic() - t0 < 0.5
+        deadline = time.monotonic() + 30
+        while any(s["status"] != "parked" for s in pool.worker_stats()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(s["status"] == "parked" for s in pool.worker_stats())
+        assert all(th.is_alive() for th in pool._threads)   # in native code for good, not in Python
+
+
+def test_exactly_once_from_many_threads_and_thread_limits():
+    """8 Python threads share a pool (a busy pool makes a caller run alone); `threads` caps
+    the helpers: with threads=1 no worker takes a chunk."""
+    pool = NativePool(entry_address(), 3)
+    try:
+        errors = []
+
+        def work(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(200):
+                counts = np.zeros(int(rng.integers(1, 3000)), np.int64)
+                _count_run(pool, counts, int(rng.integers(1, 70)))
+                if not (counts == 1).all():
+                    errors.append(seed)
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        assert not errors
+        before = [s["chunks"] for s in pool.worker_stats()]
+        counts = np.zeros(640, np.int64)
+        _count_run(pool, counts, 64, ticks=int(_tsc_per_us()) * 10, threads=1)
+        assert (counts == 1).all() and [s["chunks"] for s in pool.worker_stats()] == before
+    finally:
+        pool.close()

@@ -26,6 +26,12 @@ Shared state (threads; every object here may be used by many Python threads at o
 - results do not depend on the thread count: maps compute every element alike wherever a
   chunk boundary falls, reductions are cut into slices chosen by their sizes only
   (REDUCE_SLICES, `CpuKernel._run_reduce`), combined in slice order.
+
+Threads: `usable_cpus()` (read once): DLVM_EQ_NUM_THREADS if set, else the affinity mask capped
+by the cgroup CPU quota (`cpu_count`); with 1, kernels run on the caller and no helper thread
+is started. Parallel kernels run on the native pool (`native_pool`), or on Python threads
+(`thread_pool`) with DLVM_EQ_NATIVE_POOL=0; either way the caller takes chunks too and never
+waits for a helper that has not claimed one.
 """
 from __future__ import annotations
 
@@ -61,6 +67,10 @@ CHUNKS_PER_THREAD = 16  # many more chunks than threads: a descheduled thread ho
 # A long reduction with few outputs is cut into at most this many slices of the reduced axes,
 # whatever the thread count (see CpuKernel._run_reduce): enough to share among 16 threads.
 REDUCE_SLICES = 64
+# Smallest chunk of a parallel map kernel (elements). A claim costs ~0.1 us in the native pool,
+# so chunks far smaller than MIN_PARALLEL_WORK are cheap, and with 2 x MIN_PARALLEL_WORK
+# elements split in 2, a helper descheduled holding one chunk held half the kernel.
+MIN_CHUNK_WORK = 1 << 13
 
 
 def _make_data_ptr():
@@ -360,12 +370,17 @@ def stats() -> dict:
 _pool: ThreadPoolExecutor | None = None
 
 
+_CPUS: int | None = None
+
+
 def usable_cpus() -> int:
-    """os.cpu_count(), restricted to this process's CPU affinity where the OS has one."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+    """Threads for parallel kernels, the caller's included: DLVM_EQ_NUM_THREADS, else the
+    CPUs of the affinity mask capped by the cgroup CPU quota (`cpu_count`); read once."""
+    global _CPUS
+    if _CPUS is None:
+        from .cpu_count import thread_count
+        _CPUS = thread_count()
+    return _CPUS
 
 
 def thread_pool() -> ThreadPoolExecutor:
@@ -416,6 +431,8 @@ def _run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) ->
 
 
 def _run_python(fn, chunks: list[tuple], threads: int) -> None:
+    """Python threads take chunks from one shared iterator (next() on it is atomic under the
+    GIL); the caller works too, and waits only for helpers that started, not for queued ones."""
     todo = iter(chunks)
 
     def work():
@@ -424,7 +441,8 @@ def _run_python(fn, chunks: list[tuple], threads: int) -> None:
     futures = [thread_pool().submit(work) for _ in range(min(threads, len(chunks)) - 1)]
     work()
     for f in futures:
-        f.result()
+        if not f.cancel():           # running (it may hold a chunk) or finished
+            f.result()
 
 
 def _split(n: int, parts: int, align: int = ALIGN) -> list[tuple[int, int]]:
@@ -513,7 +531,7 @@ class CpuKernel:
         if n < 2 * MIN_PARALLEL_WORK or self.threads == 1:
             self._fn(0, n, *ptrs)  # the common small case: no splitting at all
             return
-        parts = min(CHUNKS_PER_THREAD * self.threads, n // MIN_PARALLEL_WORK)
+        parts = min(CHUNKS_PER_THREAD * self.threads, n // MIN_CHUNK_WORK)
         _run_ranges(self._fn, _split(n, parts), ptrs, self.threads)
 
     def _run_reduce(self, ins, out):

@@ -1,5 +1,5 @@
-"""Run our float32 GEMM (`gemm.py`) on numpy arrays: `CpuGemm()(a, b, out)` splits C into one
-block per thread and runs the blocks on the native worker pool.
+"""Run our float32 GEMM (`gemm.py`) on numpy arrays: `CpuGemm()(a, b, out)` splits C into a
+few blocks per thread (`CpuGemm.blocks`) that the native worker pool's threads claim.
 
     >>> g = gemm_for(a, b, out)        # a CpuGemm, or None when numpy's BLAS should do it
     >>> g(a, b, out)                   # out = a @ b
@@ -50,6 +50,9 @@ GEMM_MIN_MACS = (1 << 18) + 1
 # step, whose operands the two cores have just written half each, splitting it measured ~5%
 # faster per step (medians of 4 runs each: 1.11 vs 1.17 ms).
 PARALLEL_MACS = 1 << 19
+# Blocks per thread (see CpuGemm.blocks), each of at least MIN_BLOCK_MACS multiply-adds.
+BLOCKS_PER_THREAD = 4
+MIN_BLOCK_MACS = 1 << 17
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
 ENABLED = os.environ.get("DLVM_EQ_GEMM", "1") != "0"
 
@@ -106,17 +109,28 @@ class CpuGemm:
         text, symbol = symbol_for(lambda sym: gemm_ir(self.spec, sym))
         return CpuIR(text, symbol, None, "gemm")
 
-    def blocks(self, m: int, n: int, k: int) -> list[tuple[int, int, int, int]]:
-        """(m0, m1, n0, n1) per thread: rows split in whole micro-tiles, else columns."""
+    def blocks(self, m: int, n: int, k: int, a_packed: bool = False) -> list[tuple[int, int, int, int]]:
+        """(m0, m1, n0, n1) blocks of C, up to BLOCKS_PER_THREAD per thread, claimed one at a
+        time by the pool's threads: a helper that the OS deschedules holding one holds up a
+        small part of the product, and the caller takes the rest. Columns are split (whole
+        NR panels) when A is read in place: each block then packs only its own columns of B,
+        so nothing is packed twice (measured serially, 256x784x256 in 8 column blocks cost
+        what 2 row blocks do). A packed A would be packed again by every column block:
+        rows are split then (B is packed once per block; 784x256x256: 8 row blocks +4%)."""
         s, t = self.spec, self.threads
-        if m * n * k < PARALLEL_MACS:
-            t = 1
-        if t > 1 and m >= 2 * t * s.mr:
-            step = -(-(-(-m // t)) // s.mr) * s.mr
-            return [(lo, min(lo + step, m), 0, n) for lo in range(0, m, step)]
-        if t > 1 and n >= 2 * t * s.nr:
-            step = -(-(-(-n // t)) // s.nr) * s.nr
-            return [(0, m, lo, min(lo + step, n)) for lo in range(0, n, step)]
+        macs = m * n * k
+        if t == 1 or macs < PARALLEL_MACS:
+            return [(0, m, 0, n)]
+        want = max(t, min(BLOCKS_PER_THREAD * t, macs // MIN_BLOCK_MACS))
+        row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
+        by_cols = col_tiles >= 2 and (row_tiles < 2 or (not a_packed and col_tiles >= min(want, row_tiles)))
+        if by_cols:
+            cols = _tiles(n, min(want, col_tiles), s.nr)
+            # more blocks wanted than column panels: rows too (B is then packed once per row band)
+            bands = _tiles(m, max(1, min(want // len(cols), row_tiles)), s.mr)
+            return [(r0, r1, c0, c1) for r0, r1 in bands for c0, c1 in cols]
+        if row_tiles >= 2:
+            return [(lo, hi, 0, n) for lo, hi in _tiles(m, min(want, row_tiles), s.mr)]
         return [(0, m, 0, n)]
 
     def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
@@ -162,13 +176,14 @@ class CpuGemm:
         """A function of the data pointers that runs the product for these shapes and strides:
         its blocks, scratch and argument lists are made once (a call then costs a few stores,
         not ~10 us of Python)."""
+        from .gemm import A_COLS, A_ROWS_PACKED
         m, k = a.shape
         n = b.shape[1]
-        parts = self.blocks(m, n, k)
+        flags = self.flags(a, b, accumulate)
+        parts = self.blocks(m, n, k, a_packed=bool(flags & (A_COLS | A_ROWS_PACKED)))
         scratch = [tuple(np.empty(size, np.float32) for size in self.spec.scratch(n1 - n0))
                    for _, _, n0, n1 in parts]
         epi_args = np.zeros(max(1, epilogue.n_pointers if epilogue else 0), np.int64)
-        flags = self.flags(a, b, accumulate)
         rows = [[m0, m1, n0, n1, k, 0, a.strides[0] // 4, a.strides[1] // 4, 0, b.strides[0] // 4,
                  b.strides[1] // 4, 0, out.strides[0] // 4, data_ptr(pa), data_ptr(pb), flags,
                  epilogue.address if epilogue else 0, data_ptr(epi_args)]
@@ -252,6 +267,12 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
             if g is None:
                 g = _GEMMS[narrow] = CpuGemm(narrow)
     return g
+
+
+def _tiles(extent: int, parts: int, unit: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges covering `extent` in about `parts` pieces of whole `unit`s."""
+    step = -(-(-(-extent // parts)) // unit) * unit
+    return [(lo, min(lo + step, extent)) for lo in range(0, extent, step)]
 
 
 def _rows_collide(row_stride: int, rows: int) -> bool:
