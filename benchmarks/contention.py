@@ -14,6 +14,9 @@ spinning at 100% that this script starts, pins to the last CPU and kills after e
 OpenBLAS's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE overrides are removed (the script restarts
 itself without them), as in the other benchmarks.
 
+"no rest" rows: the same with cpu_runtime.RESTING = False, i.e. the native pool's workers left
+to spin out their budget after each compiled call instead of sleeping when it returns.
+
 Targets (issue 11): dlvm_eq's MLP step busy/quiet <= 1.25 and its busy time <= every peer's;
 numpy's step right after dlvm_eq's within 1.1x of numpy alone.
 """
@@ -43,9 +46,9 @@ SECTION = "## Contention: a busy core, and numpy beside dlvm_eq"
 HERE = Path(__file__).resolve()
 CHAIN_N = 10_000_000
 WORKLOADS = {
-    "mlp": ["dlvm_eq", "numpy", "torch", "jax"],
+    "mlp": ["dlvm_eq", "dlvm_eq, no rest", "numpy", "torch", "jax"],
     "chain": ["dlvm_eq", "numpy", "torch", "jax"],
-    "coexist": ["numpy alone", "numpy after dlvm_eq"],
+    "coexist": ["numpy alone", "numpy after dlvm_eq", "numpy after dlvm_eq, no rest"],
 }
 TITLES = {"mlp": "MLP training step (batch 256, 784 -> 256 -> 10, value_and_grad + SGD)",
           "chain": "elementwise chain `sigmoid(x*1.5 + 0.25) * x`, 10M float32"}
@@ -53,9 +56,20 @@ TITLES = {"mlp": "MLP training step (batch 256, 784 -> 256 -> 10, value_and_grad
 
 # ---------------------------------------------------------------- probes (one per process)
 
+def no_rest(name: str) -> str:
+    """"X, no rest": X with the workers left spinning after each compiled call (the switch
+    cpu_runtime.RESTING; by default they are put to sleep when a call returns)."""
+    if name.endswith(", no rest"):
+        from dlvm_eq.codegen import cpu_runtime
+        cpu_runtime.RESTING = False
+        return name[: -len(", no rest")]
+    return name
+
+
 def mlp_impl(name: str):
     """A checked mlp_step implementation: `step()` and `sync(out)`."""
     import mlp_step as m
+    name = no_rest(name)
     params, x, y = m.data()
     impl = {"dlvm_eq": lambda: m.DlvmEq(params, x, y, "cpu"),
             "numpy": lambda: m.NumpyHandWritten(params, x, y),
@@ -105,6 +119,7 @@ def probe(workload: str, name: str, steps: int) -> dict:
     else:
         # numpy's hand-written step, alone or each time right after one dlvm_eq step
         numpy_step = mlp_impl("numpy")
+        name = no_rest(name)
         if name == "numpy alone":
             t = median_time(numpy_step.step, repeats=steps, warmup=5)
         else:
@@ -211,16 +226,19 @@ def section(results, args) -> str:
         parts += [f"### {TITLES[workload]}", "", table, ""]
         quiet, busy = figures.get("dlvm_eq", (None, None))
         if workload == "mlp" and quiet and busy:
-            peers_busy = [b for n, (_, b) in figures.items() if n != "dlvm_eq" and b]
+            peers_busy = [b for n, (_, b) in figures.items() if not n.startswith("dlvm_eq") and b]
             verdicts.append(f"MLP step busy / quiet = {busy / quiet:.2f} (target <= 1.25: "
                             f"{'met' if busy / quiet <= 1.25 else 'NOT met'})")
             if peers_busy:
                 verdicts.append(f"dlvm_eq busy {busy:.3f} ms vs the fastest peer busy {min(peers_busy):.3f} ms "
                                 f"(target <= every peer: {'met' if busy <= min(peers_busy) else 'NOT met'})")
     alone, after = ms(results, ("coexist", "numpy alone", "quiet")), ms(results, ("coexist", "numpy after dlvm_eq", "quiet"))
+    spinning = ms(results, ("coexist", "numpy after dlvm_eq, no rest", "quiet"))
     rows = [["numpy step alone", fmt(alone), "1.00x" if alone else None],
             ["numpy step, each right after one dlvm_eq step", fmt(after),
-             fmt(after / alone, 2) + "x" if alone and after else None]]
+             fmt(after / alone, 2) + "x" if alone and after else None],
+            ["the same, our workers left spinning after each call (no rest)", fmt(spinning),
+             fmt(spinning / alone, 2) + "x" if alone and spinning else None]]
     parts += ["### numpy beside dlvm_eq in one process (quiet)", "",
               markdown_table(["what is timed", "median ms", "/ numpy alone"], rows), ""]
     if alone and after:

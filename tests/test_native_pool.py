@@ -262,3 +262,48 @@ def test_exactly_once_from_many_threads_and_thread_limits():
         assert (counts == 1).all() and [s["chunks"] for s in pool.worker_stats()] == before
     finally:
         pool.close()
+
+
+def test_rest_puts_spinning_workers_to_sleep_and_the_next_run_wakes_them():
+    """After a program call (rest) idle workers sleep at once instead of spinning out their
+    budget, so that the user's code after the call (numpy's BLAS threads) has the cores. With
+    a 60 s spin budget only rest can put them to sleep within the deadline; the next run
+    still has them take part and counts every index once."""
+    pool = NativePool(entry_address(), 2, spin_us=60e6)
+    try:
+        tick = int(_tsc_per_us())
+        counts = np.zeros(512, np.int64)
+        _count_run(pool, counts, 64, ticks=20 * tick)
+        assert (counts == 1).all()
+        # (on a quiet machine they are spinning now; on a busy one a worker that finds itself
+        # descheduled may already have gone to sleep: either way rest must end in sleep)
+        pool.rest()
+        deadline = time.monotonic() + 20
+        while any(s["status"] != "asleep" for s in pool.worker_stats()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(s["status"] == "asleep" for s in pool.worker_stats())
+        before = sum(s["chunks"] for s in pool.worker_stats())
+        deadline = time.monotonic() + 60
+        while sum(s["chunks"] for s in pool.worker_stats()) == before and time.monotonic() < deadline:
+            counts = np.zeros(512, np.int64)
+            _count_run(pool, counts, 64, ticks=20 * tick)
+            assert (counts == 1).all()
+        assert sum(s["chunks"] for s in pool.worker_stats()) > before, "woken workers never took part"
+    finally:
+        pool.close()
+
+
+def test_a_compiled_call_rests_the_process_pool():
+    """CpuProgram.__call__ ends with rest_workers(): the process pool's REST word is set when
+    a call returns and cleared by the next parallel run."""
+    import dlvm_eq as dq
+    from dlvm_eq.codegen import native_pool as np_mod
+    f = dq.jit(lambda x: dq.exp(x) * 2.0)
+    x = np.ones(1 << 20, np.float32)
+    np.testing.assert_allclose(f(x), np.exp(x) * 2, rtol=1e-6)
+    pool = np_mod._POOL
+    if pool is None:
+        pytest.skip("no native pool here (one usable CPU)")
+    assert pool.ctl[np_mod.REST] == 1
+    _count_run(pool, np.zeros(64, np.int64), 8)
+    assert pool.ctl[np_mod.REST] == 0

@@ -401,6 +401,20 @@ def _native():
     return native_pool()
 
 
+def rest_workers() -> None:
+    """A compiled program call has returned: the native pool's idle workers go to sleep now
+    rather than spin out their budget while the user's own code (numpy and its BLAS threads)
+    runs. Costs the next call a futex wake; the caller starts its first kernel alone meanwhile."""
+    from . import native_pool
+    pool = native_pool._POOL
+    if pool is not None and RESTING:
+        pool.rest()
+
+
+# Whether rest_workers acts: a switch for measuring (benchmarks/contention.py runs both ways).
+RESTING = True
+
+
 def _run_chunks(fn, chunks: list[tuple], threads: int) -> None:
     """Run fn(*args) for every args in `chunks` on up to `threads` threads, the caller's
     included. Chunks are taken from a shared counter, so a thread that the OS descheduled does

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DlvmError
 from .arguments import check_argument
-from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
+from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr, rest_workers
 from .layout import group_size
 from .kernel import KernelSpec
 from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
@@ -285,6 +285,7 @@ class CpuProgram:
             for s in self._clear:
                 env[s] = None
             self._arenas.append(env)
+            rest_workers()
         return tuple(results) if self._tuple else results[0]
 
     def _coerce(self, i: int, a, shape, dt):

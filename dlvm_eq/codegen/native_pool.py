@@ -39,7 +39,7 @@ pools run on the calling thread alone there, and `native_pool()` starts a new on
 
 Layout of the control block (int64 words; words one thread writes often are on lines of
 their own): [state, fn, blocks, n, helpers, syscall, spin, gap] [done, caller_waiting,
-caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, -] [timeout_s, timeout_ns, min_spin, -], then per
+caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, rest] [timeout_s, timeout_ns, min_spin, -], then per
 worker [chunks, status, budget, preemptions, park, -, -, -]; spin, gap and budgets in TSC
 ticks. The thread count is `cpu_runtime.usable_cpus()` (DLVM_EQ_NUM_THREADS, affinity, cgroup
 quota); with one usable CPU there is no pool at all.
@@ -71,7 +71,7 @@ MAX_CHUNKS = 1 << 31
 # word indices in the control block
 STATE, FN, BLOCKS, N, HELPERS, SYSCALL, SPIN, GAP = range(8)
 DONE, CALLER_WAITING, CALLER_BUDGET, WAIT_TICKS, WAITS_SLEPT = 8, 9, 10, 11, 12
-WAKE, SLEEPERS, STOP = 16, 17, 18
+WAKE, SLEEPERS, STOP, REST = 16, 17, 18, 19
 TIMEOUT_S, TIMEOUT_NS, MIN_SPIN = 24, 25, 26
 _HEADER = 32
 _LINE = 8
@@ -152,7 +152,7 @@ entry:
   %me = getelementptr i64, ptr %pool, i64 %lo1
 {_words(dict(statusp=W_STATUS, budgetp=W_BUDGET, preemp=W_PREEMPTED, parkp=W_PARK), "%me")}
 {_words(dict(wakep=WAKE, sleepersp=SLEEPERS, stopp=STOP, helpersp=HELPERS, donep=DONE,
-             waitingp=CALLER_WAITING, spinp=SPIN, gapp=GAP, minp=MIN_SPIN))}
+             waitingp=CALLER_WAITING, spinp=SPIN, gapp=GAP, minp=MIN_SPIN, restp=REST))}
   %max = load i64, ptr %spinp
   %gap = load i64, ptr %gapp
   %min = load i64, ptr %minp
@@ -203,7 +203,13 @@ hit:
 spin1:
   %st = load atomic i64, ptr %stopp monotonic, align 8
   %st1 = icmp ne i64 %st, 0
-  br i1 %st1, label %halt, label %spin2
+  br i1 %st1, label %halt, label %spin1r
+spin1r:
+  ; the caller's program call has ended (`rest`): the core is the user's code's now (numpy's
+  ; BLAS threads, say), so sleep instead of spinning; the next run wakes us
+  %rs = load atomic i64, ptr %restp monotonic, align 8
+  %resting = icmp ne i64 %rs, 0
+  br i1 %resting, label %sleep, label %spin2
 spin2:
   call void @llvm.x86.sse2.pause()
   %t = call i64 @llvm.readcyclecounter()
@@ -259,7 +265,8 @@ define internal void @run(ptr %pool, i64 %fn, i64 %blocks, i64 %n, i64 %helpers)
 entry:
 {_words(dict(fnp=FN, bp=BLOCKS, np=N, hp=HELPERS, donep=DONE, waitingp=CALLER_WAITING,
              cbp=CALLER_BUDGET, spinp=SPIN, minp=MIN_SPIN, wakep=WAKE, sleepersp=SLEEPERS,
-             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT, gapp=GAP))}
+             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT, gapp=GAP, restp=REST))}
+  store atomic i64 0, ptr %restp monotonic, align 8
   ; the state is (gen, CLOSED) here: no claim can succeed while the task is replaced
   store atomic i64 %fn, ptr %fnp seq_cst, align 8
   store atomic i64 %blocks, ptr %bp seq_cst, align 8
@@ -489,6 +496,12 @@ class NativePool:
             self._entry(1, self._ctl_addr, fn, ptr, n, helpers)
         finally:
             self._lock.release()
+
+    def rest(self) -> None:
+        """Idle workers sleep now instead of spinning out their budget; the next run wakes
+        them (and clears this). Called when a compiled program call returns: the user's code
+        that runs next (numpy, whose OpenBLAS threads spin too) gets every core."""
+        self.ctl[REST] = 1
 
     def close(self, wait: float = 1.0, park: bool = False) -> None:
         """Stop the workers: set `stop` and wake every sleeper, then join the threads for at
