@@ -26,6 +26,8 @@ import re
 
 from ..errors import DlvmError
 
+# False: bind values as egglog globals, as before this module (tests compare the two ways)
+BIND_AS_ROWS = True
 MARKER = "dlvm-value"      # lower case: node_count counts capitalized constructors only
 MARKER_DECLARATION = f"(function {MARKER} (i64) Term :merge old)\n"
 
@@ -71,6 +73,8 @@ class BoundValues:
 
     def bind_lines(self, lines: list[str]) -> str:
         """One-command lines as egglog text: a line `(let $name term)` becomes a marker row."""
+        if not BIND_AS_ROWS:
+            return "\n".join(lines) + "\n"
         out = []
         for line in lines:
             m = _LET.match(line)
