@@ -301,7 +301,7 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
         prog.var_types = dict(prog.var_types)
         rev = _ReversePass(prog, fn, cfg)
         roots = rev.run()
-        session.run_text("\n".join(rev.lines) + "\n", f"<adjoint of @{fn.name}>")
+        session.run_lines(rev.lines, f"<adjoint of @{fn.name}>")
         sat = saturate(session, EXPANSION, EXPANSION_BUDGET)
         if not sat.saturated:
             raise AdjointError(f"expanding the adjoint of @{fn.name} with {rules_name} stopped: {sat}")

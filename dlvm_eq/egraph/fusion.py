@@ -50,7 +50,8 @@ class FusionDecision:
 
 @dataclass
 class _Loaded:
-    lines: list = field(default_factory=list)
+    lines: list = field(default_factory=list)          # Term lets (bound as marker rows)
+    load_lines: list = field(default_factory=list)     # Scalar lets of result loads (globals)
     lets: list = field(default_factory=list)          # let names, in order
     kind: dict = field(default_factory=dict)          # let -> param, const, ew, view, ...
     type: dict = field(default_factory=dict)          # let -> TensorType
@@ -139,7 +140,8 @@ def load_fusion(flat: Flat) -> _Loaded:
         if isinstance(r, Value) and out.kind[out.of_value[id(r)]] == "view":
             v = out.of_value[id(r)]
             out.result_loads[v] = let_name("fuload", len(out.result_loads))
-            out.lines.append(f"(let {out.result_loads[v]} (Load {v}))")
+            # a Load is a Scalar, not a Term: an egglog global (one per returned view)
+            out.load_lines.append(f"(let {out.result_loads[v]} (Load {v}))")
     return out
 
 
@@ -159,6 +161,7 @@ def _base_session():
         from .session import EGraphSession
         s = EGraphSession(schema=False)
         s.add_rules_text(schema_declarations(), str(rule_file("schema.egg")))
+        s.declare_marker()
         s.add_rules_file(rule_file("fusion.egg"))
         _local.session = s
     return s
@@ -174,6 +177,8 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     try:
         t0 = time.perf_counter()
         s.run_lines(loaded.lines, "<fusion program>")
+        if loaded.load_lines:
+            s.run_text("\n".join(loaded.load_lines) + "\n", "<fusion program>")
         t1 = time.perf_counter()
         # the one saturation driver; the fusion e-graph has no analysis ruleset
         sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)

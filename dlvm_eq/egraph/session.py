@@ -14,7 +14,8 @@ import re
 import threading
 from pathlib import Path
 
-from egglog.bindings import AddRuleset, EGraph, EggSmolError, PanicSpan, UnstableCombinedRuleset
+from egglog.bindings import AddRuleset, Call, EGraph, EggSmolError, Int, Lit, PanicSpan
+from egglog.bindings import UnstableCombinedRuleset
 from egglog.bindings import Var as EggVar
 
 from ..errors import DlvmError, SourceError
@@ -22,6 +23,7 @@ from ..ir.module import Function, Module
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .terms import LoadedProgram, load_function
+from .values import BoundValues, MARKER_DECLARATION, drop_markers
 
 
 class RuleFileError(SourceError):
@@ -111,8 +113,18 @@ class EGraphSession:
         self.files: list[str] = []
         self.rulesets: list[str] = []   # declared so far: running an unknown one panics egglog
         self._programs = 0
+        self.values = BoundValues()     # our let names -> rows of the marker function
+        self._marker = False
         if schema:
             self.add_rules_file(rule_file("schema.egg"))
+            self.declare_marker()
+
+    def declare_marker(self) -> None:
+        """Declare the marker function the loaders' values are bound through (see values.py);
+        after the Term sort, before any push."""
+        if not self._marker:
+            self.run_text(MARKER_DECLARATION, "<marker>")
+            self._marker = True
 
     def _check_usable(self) -> None:
         if self.thread != threading.get_ident():
@@ -122,7 +134,15 @@ class EGraphSession:
             raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
 
     def run_text(self, text: str, filename: str = "<egglog>"):
+        """Run egglog commands; `$names` bound by run_lines are read as their marker rows."""
         self._check_usable()
+        command = text.strip()
+        if command == "(push)":
+            self.values.push()
+        elif command == "(pop)":
+            self.values.pop()
+        elif "$" in text:
+            text = self.values.refer(text)
         try:
             commands = self.egraph.parse_program(text, filename=filename)
             out = self.egraph.run_program(*commands)
@@ -155,16 +175,21 @@ class EGraphSession:
     def run_lines(self, lines: list[str], filename: str = "<egglog>", chunk: int = 64):
         """Run one-command lines in chunks: egglog's time per command grows with the length of
         the text it came in (measured: 2,100 lets of a 1,000-op program, 3.8 s in one text,
-        0.6 s in chunks of 64)."""
+        0.6 s in chunks of 64). A line `(let $name term)` binds `$name` as a row of the marker
+        function, not as an egglog global (values.py says why)."""
+        if not self._marker:
+            raise DlvmError("this e-graph session has no marker function declared "
+                            "(EGraphSession.declare_marker) to bind program values with")
         for i in range(0, len(lines), chunk):
-            self.run_text("\n".join(lines[i:i + chunk]) + "\n", filename)
+            self.run_text(self.values.bind_lines(lines[i:i + chunk]), filename)
 
     def run_analysis(self):
         return self.run_text("(run-schedule (saturate (run analysis)))")
 
     def serialize(self, roots: list[str], terms_only: bool = False,
                   max_rows: int | None = None) -> Graph:
-        """The e-graph as extraction-gym JSON; `roots` are let names, e.g. prog.roots.
+        """The e-graph as extraction-gym JSON; `roots` are let names, e.g. prog.roots (the
+        marker function's rows are left out: readers see only terms and analyses).
         terms_only: leave out the rows of functions outside Term classes (the analyses'
         `shape`, `dtype`, ...): never extracted, they are a third of a saturated e-graph.
         max_rows: at most this many rows per function (egglog's max_calls_per_function), for
@@ -173,8 +198,12 @@ class EGraphSession:
         self._check_usable()
         span = PanicSpan()
         try:
-            ser = self.egraph.serialize([EggVar(span, r) for r in roots],
-                                        max_calls_per_function=max_rows)
+            exprs = []
+            for r in roots:
+                row = self.values.row(r)
+                exprs.append(EggVar(span, r) if row is None else
+                             Call(span, self.values.marker, [Lit(span, Int(row))]))
+            ser = self.egraph.serialize(exprs, max_calls_per_function=max_rows)
             text = ser.to_json()
         except BaseException as e:
             if not _is_panic(e):
@@ -182,6 +211,7 @@ class EGraphSession:
             self.broken = True
             raise _panic_error(e, "serializing the e-graph") from None
         data = json.loads(text)
+        drop_markers(data, self.values.marker)
         if max_rows is not None:
             for nid, d in data["nodes"].items():
                 if nid.startswith("dummy-"):

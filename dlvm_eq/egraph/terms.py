@@ -1,6 +1,8 @@
 """The loader: an IR function becomes egglog terms.
 
-Each instruction becomes `(let $vN_ <term>)` (see let_name), so shared values stay shared. Implicit broadcasts
+Each instruction becomes `(let $vN_ <term>)` (see let_name), so shared values stay shared; the
+session binds each such let as a row of one marker function, not as an egglog global
+(values.py: globals make egglog quadratic in the program's length). Implicit broadcasts
 become explicit `Broadcast` terms; multi-axis reductions become chains of one-axis `Reduce`s
 (highest axis first, the identity as init of all but the outermost) so that the shape analysis
 is a single `vec-remove`; `padShape`/`squeezeShape` become `ShapeCast`; `apply` is inlined;
@@ -31,7 +33,9 @@ def let_name(prefix: str, n: int) -> str:
     because egglog 13.2 can confuse globals whose names are one another plus digits: with
     `$p0_1` and `$p0_11` both bound and given a shape, `(let $p0_32 (Multiply $p0_11 $p0_1))`
     built w * w instead of a10 * w (a wrong `dlvm-eq query` answer; tests/test_let_names.py).
-    A name that ends in `_` is never another name followed by digits."""
+    A name that ends in `_` is never another name followed by digits. (Sessions now bind our
+    lets as marker rows, values.py; the names still reach egglog as globals where a caller runs
+    them with run_text, e.g. fusion's Scalar result loads.)"""
     return f"${prefix}{n}_"
 
 
