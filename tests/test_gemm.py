@@ -3,6 +3,10 @@ micro-tile and block edges, plain and transposed operands, strided views, accumu
 and several threads; and compiled programs whose matmuls it runs."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -188,7 +192,7 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
 
 
 def test_disabled_by_environment(monkeypatch):
-    monkeypatch.setattr(gemm_runtime, "ENABLED", False)
+    monkeypatch.setattr(gemm_runtime, "_ENABLED", False)
     big = np.ones((128, 128), np.float32)
     assert gemm_for(big, big, np.empty_like(big)) is None
 
@@ -376,3 +380,20 @@ def test_big_products_keep_their_consumers_unfused():
         return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu").steps)
     side = int(MAX_FUSED_ELEMENTS ** 0.5)
     assert fused(side) and not fused(2 * side)
+
+
+def test_our_gemm_is_used_where_the_host_has_avx512_unless_set():
+    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, numpy's BLAS elsewhere (its
+    tiles spill on AVX2 alone); "0" and "1" decide by themselves. (The test session sets "1",
+    conftest.py, so the GEMM paths are tested on every host.)"""
+    assert gemm_runtime.suits_host("+sse2,+avx2,+avx512f,+fma")
+    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert not gemm_runtime.suits_host("+avx512fp16")
+    import llvmlite.binding as llvm
+    host = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    code = "from dlvm_eq.codegen import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
+    for setting, want in (("auto", host), ("0", False), ("1", True)):
+        env = {**os.environ, "DLVM_EQ_GEMM": setting}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == [str(want), str(want)], (setting, r.stdout)

@@ -224,7 +224,7 @@ def _plan_settings() -> str:
     """What a CPU plan depends on besides the module: GEMM epilogue fusion's switch and the
     product size from which our GEMM is used (settable at run time, e.g. by tests)."""
     from . import gemm_runtime
-    return f"epilogues={gemm_runtime.epilogues_enabled()},gemm={gemm_runtime.ENABLED}:{gemm_runtime.GEMM_MIN_MACS}"
+    return f"epilogues={gemm_runtime.epilogues_enabled()},gemm={gemm_runtime.enabled()}:{gemm_runtime.GEMM_MIN_MACS}"
 
 
 def planned(module: Module, name: str, target: str) -> Plan:

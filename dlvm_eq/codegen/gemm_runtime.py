@@ -54,7 +54,8 @@ PARALLEL_MACS = 1 << 19
 BLOCKS_PER_THREAD = 4
 MIN_BLOCK_MACS = 1 << 17
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
-ENABLED = os.environ.get("DLVM_EQ_GEMM", "1") != "0"
+# DLVM_EQ_GEMM: "0" never, "1" always, unset ("auto") where the host has AVX-512 (see enabled).
+GEMM_SETTING = os.environ.get("DLVM_EQ_GEMM", "auto")
 
 # Micro-tiles: 12 x 32 (24 accumulators, two B vectors per k) in general; 24 x 16 for products
 # at most 16 columns wide (the MLP's 10 classes would leave 22 of 32 columns idle).
@@ -226,10 +227,33 @@ _GEMMS: dict[bool, CpuGemm] = {}
 _GEMMS_LOCK = threading.Lock()
 
 
+def suits_host(features: str) -> bool:
+    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): its
+    micro-tiles are written for AVX-512 (24 accumulators of 16 floats). On AVX2 alone LLVM
+    splits every vector in two and spills (this 2-core EPYC without AVX-512: the MLP step
+    5.5 ms through ours, 1.6 ms through OpenBLAS), so there numpy's BLAS does the products."""
+    return "+avx512f" in features.split(",")
+
+
+_ENABLED: bool | None = None
+
+
+def enabled() -> bool:
+    """Our GEMM is used: DLVM_EQ_GEMM=1, or unset and the host suits it (read once)."""
+    global _ENABLED
+    if _ENABLED is None:
+        if GEMM_SETTING in ("0", "1"):
+            _ENABLED = GEMM_SETTING == "1"
+        else:
+            import llvmlite.binding as llvm
+            _ENABLED = suits_host(llvm.get_host_cpu_features().flatten())
+    return _ENABLED
+
+
 def worth_our_gemm(m: int, k: int, n: int) -> bool:
-    """Whether an m x k @ k x n float32 product is one for our GEMM (it is on, and the product
-    is above GEMM_MIN_MACS): the one test the planner, the executor and gemm_for share."""
-    return ENABLED and m * k * n >= GEMM_MIN_MACS
+    """Whether an m x k @ k x n float32 product is one for our GEMM (it is enabled, and the
+    product is above GEMM_MIN_MACS): the one test the planner, the executor and gemm_for share."""
+    return m * k * n >= GEMM_MIN_MACS and enabled()
 
 
 def epilogues_enabled() -> bool:
