@@ -234,13 +234,18 @@ def section(results, args) -> str:
                                 f"(target <= every peer: {'met' if busy <= min(peers_busy) else 'NOT met'})")
     alone, after = ms(results, ("coexist", "numpy alone", "quiet")), ms(results, ("coexist", "numpy after dlvm_eq", "quiet"))
     spinning = ms(results, ("coexist", "numpy after dlvm_eq, no rest", "quiet"))
-    rows = [["numpy step alone", fmt(alone), "1.00x" if alone else None],
+    def rounds(name):
+        v = results.get(("coexist", name, "quiet"))
+        return ", ".join(f"{x * 1e3:.2f}" for x in v) if isinstance(v, list) else None
+
+    rows = [["numpy step alone", fmt(alone), "1.00x" if alone else None, rounds("numpy alone")],
             ["numpy step, each right after one dlvm_eq step", fmt(after),
-             fmt(after / alone, 2) + "x" if alone and after else None],
+             fmt(after / alone, 2) + "x" if alone and after else None, rounds("numpy after dlvm_eq")],
             ["the same, our workers left spinning after each call (no rest)", fmt(spinning),
-             fmt(spinning / alone, 2) + "x" if alone and spinning else None]]
+             fmt(spinning / alone, 2) + "x" if alone and spinning else None,
+             rounds("numpy after dlvm_eq, no rest")]]
     parts += ["### numpy beside dlvm_eq in one process (quiet)", "",
-              markdown_table(["what is timed", "median ms", "/ numpy alone"], rows), ""]
+              markdown_table(["what is timed", "median ms", "/ numpy alone", "round medians ms"], rows), ""]
     if alone and after:
         verdicts.append(f"numpy after dlvm_eq / numpy alone = {after / alone:.2f} (target <= 1.1: "
                         f"{'met' if after / alone <= 1.1 else 'NOT met'})")
