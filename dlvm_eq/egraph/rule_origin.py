@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import DlvmError
+from .parens import parens
 from .rulefiles import shipped_rule_files
 
 
@@ -21,31 +22,16 @@ class UserRuleError(DlvmError):
 
 def top_level_forms(text: str) -> list[tuple[int, str]]:
     """(line, text) of each top-level parenthesized form; strings and ; comments skipped."""
-    forms, depth, start, line, start_line, in_string, i = [], 0, 0, 1, 1, False, 0
-    while i < len(text):
-        c = text[i]
-        if c == "\n":
-            line += 1
-        elif in_string:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == ";":
-            j = text.find("\n", i)
-            i = len(text) if j < 0 else j
-            continue
-        elif c == "(":
+    forms, depth, start, start_line = [], 0, 0, 1
+    for c, i, line, _ in parens(text):
+        if c == "(":
             if depth == 0:
                 start, start_line = i, line
             depth += 1
-        elif c == ")" and depth:
+        elif depth:
             depth -= 1
             if depth == 0:
                 forms.append((start_line, text[start:i + 1]))
-        i += 1
     return forms
 
 

@@ -20,6 +20,7 @@ from egglog.bindings import Var as EggVar
 
 from ..errors import DlvmError, SourceError
 from ..ir.module import Function, Module
+from .parens import parens
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .terms import LoadedProgram, load_function
@@ -76,29 +77,11 @@ def unclosed_paren(text: str) -> tuple[int, int] | None:
     (1, 1)
     """
     stack: list[tuple[int, int]] = []
-    line, col, i, n = 1, 0, 0, len(text)
-    in_string = False
-    while i < n:
-        c = text[i]
-        col += 1
-        if c == "\n":
-            line, col = line + 1, 0
-        elif in_string:
-            if c == "\\":
-                i, col = i + 1, col + 1
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == ";":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        elif c == "(":
+    for c, _, line, col in parens(text):
+        if c == "(":
             stack.append((line, col))
-        elif c == ")" and stack:
+        elif stack:
             stack.pop()
-        i += 1
     return stack[0] if stack else None
 
 
