@@ -41,7 +41,13 @@ def _agree(fn, *, optimize=False, rtol=1e-9, seed=0):
     args = random_inputs(fn, np.random.default_rng(seed))
     f64 = fn.params and fn.params[0].type.dtype is F32
     want = _tuple(interpret(m, fn.name, *args, float64=bool(f64)))
-    got = _tuple(compiled(*args))
+    assert_close(_tuple(compiled(*args)), want, rtol, f"\n{fn}\n{compiled.plan}")
+    return compiled
+
+
+def assert_close(got, want, rtol, context: str) -> None:
+    """Each result within rtol of the interpreter's (relative, with a floor of 1e-3 of the
+    largest finite value), NaN where it has NaN; non-float results exactly."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape
@@ -50,10 +56,9 @@ def _agree(fn, *, optimize=False, rtol=1e-9, seed=0):
             scale = max(1.0, float(np.abs(finite).max(initial=0.0)))
             err = np.abs(g.astype(np.float64) - w)
             ok = (err <= rtol * (np.abs(w) + 1e-3 * scale)) | (np.isnan(g) & np.isnan(w)) | (g == w)
-            assert ok.all(), f"\n{fn}\n{compiled.plan}\nmax error {err[~ok].max()} at {np.argwhere(~ok)[:3]}"
+            assert ok.all(), f"{context}\nmax error {err[~ok].max()} at {np.argwhere(~ok)[:3]}"
         else:
-            np.testing.assert_array_equal(g, w, err_msg=f"\n{fn}\n{compiled.plan}")
-    return compiled
+            np.testing.assert_array_equal(g, w, err_msg=context)
 
 
 @settings(max_examples=60, **SETTINGS)

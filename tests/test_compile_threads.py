@@ -11,6 +11,7 @@ import dlvm_eq as dq
 from dlvm_eq.errors import DlvmError
 from dlvm_eq.egraph import load_bindings
 from dlvm_eq.ir.interp import interpret
+from at_once import run_at_once
 
 X = np.linspace(-1.5, 1.5, 12).reshape(3, 4)
 
@@ -29,33 +30,12 @@ def _reference(fn, *args):
     return interpret(module, module.name, *(a.astype(np.float64) for a in args))
 
 
-def _run_at_once(work, n: int = 4) -> list:
-    """Run work(i) on n threads released together by a barrier; the exceptions they raised
-    (BaseException too: a pyo3 panic derives from it)."""
-    barrier = threading.Barrier(n)
-    errors: list = []
-
-    def run(i):
-        try:
-            barrier.wait(timeout=60)
-            work(i)
-        except BaseException as e:   # noqa: BLE001 - what we test is that none escapes
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not any(t.is_alive() for t in threads), "a compiling thread hung"
-    return errors
-
-
 def test_four_threads_cold_compile_different_functions():
     fns = [dq.jit(_family(1.25 + 0.5 * i)) for i in range(4)]
     b = (X + 2.0).astype(np.float32)
     a = X.astype(np.float32)
     out: dict[int, np.ndarray] = {}
-    errors = _run_at_once(lambda i: out.__setitem__(i, fns[i](a, b)))
+    errors = run_at_once(lambda i: out.__setitem__(i, fns[i](a, b)))
     assert errors == []
     for i, f in enumerate(fns):
         want = _reference(f.fn, a, b)
@@ -71,7 +51,7 @@ def test_four_threads_first_call_of_one_function_compile_it_once():
     f = dq.jit(g)
     a, b = X.astype(np.float32), (X * X + 0.5).astype(np.float32)
     out: dict[int, np.ndarray] = {}
-    errors = _run_at_once(lambda i: out.__setitem__(i, f(a, b)))
+    errors = run_at_once(lambda i: out.__setitem__(i, f(a, b)))
     assert errors == []
     assert len(traced) == 1 and f.cache_size() == 1     # one thread compiled, the others waited
     want = _reference(g, a, b)
@@ -85,7 +65,7 @@ def test_compile_on_another_thread_after_the_main_thread_compiled():
     np.testing.assert_allclose(first(a, b), _reference(first.fn, a, b), rtol=2e-5, atol=2e-6)
     second = dq.jit(_family(6.5))        # a new function: its first compile needs an e-graph
     out = {}
-    errors = _run_at_once(lambda i: out.__setitem__(i, second(a, b)), n=1)
+    errors = run_at_once(lambda i: out.__setitem__(i, second(a, b)), n=1)
     assert errors == []
     np.testing.assert_allclose(out[0], _reference(second.fn, a, b), rtol=2e-5, atol=2e-6)
 
@@ -101,7 +81,7 @@ def test_traces_on_several_threads_overlap_without_sharing_state():
             inside.wait(timeout=60)              # every thread is mid-trace here
             return y + dq.tanh(x)
         modules[i] = dq.make_ir(h)(X.astype(np.float32))
-    assert _run_at_once(work) == []
+    assert run_at_once(work) == []
     for i, m in modules.items():
         got = interpret(m, m.name, X)
         np.testing.assert_allclose(got, np.exp(X) * (i + 1) + np.tanh(X), rtol=1e-5, atol=1e-6)  # f32
@@ -123,7 +103,7 @@ def test_a_session_refuses_another_thread():
     load_bindings()
     from dlvm_eq.egraph.session import EGraphSession
     s = EGraphSession()
-    errors = _run_at_once(lambda i: s.run_text("(print-size)"), n=1)
+    errors = run_at_once(lambda i: s.run_text("(print-size)"), n=1)
     assert len(errors) == 1 and isinstance(errors[0], DlvmError)
     assert "thread" in str(errors[0])
     s.run_text("(print-size)")         # still fine on its own thread

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import threading
 
 import sys
 
@@ -20,33 +19,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dlvm_eq.codegen import compile, gemm_runtime, set_cache_dir
 from dlvm_eq.ir import F32, Module, interpret
+from at_once import run_at_once
 from ir_programs import random_function, random_inputs
-from test_compile_differential import GEMM_KINDS
+from test_compile_differential import GEMM_KINDS, assert_close
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _private_cache(tmp_path_factory):
     set_cache_dir(tmp_path_factory.mktemp("kernel-cache"))
-
-
-def _in_threads(n: int, work) -> list:
-    """Run work(i) on n threads at once (released together); the exceptions they raised."""
-    errors: list = []
-    start = threading.Barrier(n)
-
-    def run(i):
-        try:
-            start.wait()
-            work(i)
-        except BaseException as e:       # noqa: BLE001 - reported by the caller
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish"
-    return errors
 
 
 def test_swapped_narrow_products_from_four_threads():
@@ -69,7 +49,7 @@ def test_swapped_narrow_products_from_four_threads():
             out = np.empty((512, 10), np.float32)
             gemm_runtime.matmul(a.T, b, out)
             bad[i] += not np.array_equal(out, wants[i])
-    assert not _in_threads(4, work)
+    assert not run_at_once(work, 4)
     assert bad == [0] * 4, f"wrong results per thread: {bad}"
 
 
@@ -104,17 +84,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def _close_to_interpreter(fn, got, args, rtol):
     m = Module("random")
     m.add(fn)
-    want = _tuple(interpret(m, fn.name, *args, float64=True))
-    for g, w in zip(_tuple(got), want):
-        assert g.shape == w.shape
-        if w.dtype.kind == "f":
-            finite = w[np.isfinite(w)]
-            scale = max(1.0, float(np.abs(finite).max(initial=0.0)))
-            err = np.abs(g.astype(np.float64) - w)
-            ok = (err <= rtol * (np.abs(w) + 1e-3 * scale)) | (np.isnan(g) & np.isnan(w)) | (g == w)
-            assert ok.all(), f"\n{fn}\nmax error {err[~ok].max()}"
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_close(_tuple(got), _tuple(interpret(m, fn.name, *args, float64=True)), rtol, f"\n{fn}")
 
 
 def _hammer(programs, reps: int) -> None:
@@ -134,7 +104,7 @@ def _hammer(programs, reps: int) -> None:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(2e-6)
     try:
-        errors = _in_threads(THREADS, work)
+        errors = run_at_once(work, THREADS)
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]
@@ -216,7 +186,7 @@ def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
     np.testing.assert_allclose(dq.jit(lambda x: dq.softmax(x * 2.0, axis=-1))(x),
                                _softmax(x.astype(np.float64) * 2.0), rtol=1e-5, atol=1e-7)
     got: list = []
-    assert not _in_threads(1, lambda i: got.append(dq.jit(lambda x: dq.softmax(x + 1.0, axis=-1) * 3.0)(x)))
+    assert not run_at_once(lambda i: got.append(dq.jit(lambda x: dq.softmax(x + 1.0, axis=-1) * 3.0)(x)), 1)
     np.testing.assert_allclose(got[0], _softmax(x.astype(np.float64)) * 3.0, rtol=1e-5, atol=1e-7)
 
     f = dq.jit(lambda x, w: dq.softmax(dq.relu(x @ w), axis=-1) + dq.sum(x))
@@ -224,7 +194,7 @@ def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
 
     def first_call(i):
         results[i] = f(x, w)
-    assert not _in_threads(THREADS, first_call)
+    assert not run_at_once(first_call, THREADS)
     want = _softmax(np.maximum(x.astype(np.float64) @ w, 0)) + x.astype(np.float64).sum()
     np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-4)
     assert all(_same(r, results[0]) for r in results)
@@ -255,7 +225,7 @@ def test_output_buffers_are_never_handed_to_two_calls():
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        errors = _in_threads(THREADS, work)
+        errors = run_at_once(work, THREADS)
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]

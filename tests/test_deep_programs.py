@@ -14,20 +14,9 @@ from dlvm_eq.codegen.kernel import (Binary, Const, KernelInput, KernelSpec, Load
 from dlvm_eq.ir.parser import parse
 
 ROOT = Path(__file__).resolve().parent.parent
-T = "<4 x 8 x f32>"
-
-
-def chain_text(n: int) -> str:
-    """A straight chain of n elementwise instructions (multiply, add, tanh: values stay bounded)."""
-    lines = ['module "chain"', "stage raw", "", f"func @chain: ({T}, {T}) -> {T} {{",
-             f"'entry(%x: {T}, %y: {T}):"]
-    prev = "%x"
-    for i in range(n):
-        rhs = (f"multiply {prev}: {T}, 0.999: f32", f"add {prev}: {T}, %y: {T}",
-               f"tanh {prev}: {T}")[i % 3]
-        lines.append(f"    %v{i} = {rhs}")
-        prev = f"%v{i}"
-    return "\n".join(lines + [f"    return {prev}: {T}", "}", ""])
+# The chain the benchmark times (benchmarks/deep_programs.py) is the chain tested here.
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from deep_programs import chain_text  # noqa: E402
 
 
 # ------------------------------------------------------------------ interning (pattern level)
