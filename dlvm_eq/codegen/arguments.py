@@ -17,9 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlvmError
+from ..ir.types import DType
 
-_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",
-          np.dtype(np.bool_): "bool"}
 # Python numbers: which declared kinds each may stand for without a cast
 _WEAK = {"f": "f", "i": "fi", "u": "fi", "b": "b"}
 
@@ -29,7 +28,7 @@ def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: b
     """`a` as an array of dtype `dt` (numpy, or the array itself when it has a dtype
     already, e.g. CuPy), or a DlvmError saying why not (`hint`: how to ask for a cast).
     Shapes are checked by the caller."""
-    declared = _NAMES.get(dt, str(dt))
+    declared = _ir_name(dt)
     where = f"@{func}: argument {i} (%{name})"
     given = getattr(a, "dtype", None)
     weak = given is None
@@ -59,6 +58,12 @@ def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: b
     what = f"a Python {type(a).__name__}" if weak else f"{given}"
     raise DlvmError(f"{where} is {what}, declared {declared}; pass a {declared} array "
                     f"(x.astype(np.{dt.name})) or {hint}")
+
+
+def _ir_name(dt: np.dtype) -> str:
+    """The IR's name of a numpy dtype ("f32"; exactly, not DType.from_numpy's nearest kind),
+    numpy's where the IR has none."""
+    return next((str(d) for d in DType if d.numpy == dt), str(dt))
 
 
 def _has_complex(a) -> bool:
