@@ -50,9 +50,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DLVM_EQ_CACHE_DIR") or Path.home() / ".cache" / "dlvm_eq")
 
 
+def _owned_by_another(st: os.stat_result) -> bool:
+    return hasattr(os, "getuid") and st.st_uid != os.getuid()
+
+
 def _problem(st: os.stat_result, what: str, path: Path) -> str | None:
     """Why a file or directory with this stat must not be trusted, or None."""
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+    if _owned_by_another(st):
         return f"{what} {path} is owned by another user (uid {st.st_uid})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"{what} {path} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):04o})"
@@ -215,8 +219,7 @@ class DiskCache:
         directory owned by another user."""
         if not self.root.exists():
             return 0
-        st = os.stat(self.root)
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        if _owned_by_another(os.stat(self.root)):
             raise DlvmError(f"{self.root} is owned by another user; not clearing it")
         removed = 0
         for child in self.root.iterdir():
