@@ -49,6 +49,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ..cache import source_digest
+from . import native_pool   # imports nothing of ours at load time (its uses of this module are lazy)
 from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec, walk
 from .kernel_cache import cache_key, shared_cache
 from .layout import group_size, spec_layout
@@ -397,17 +398,15 @@ def _native():
     """The native worker pool, unless DLVM_EQ_NATIVE_POOL=0 (then Python threads are used)."""
     if os.environ.get("DLVM_EQ_NATIVE_POOL", "1") == "0":
         return None
-    from .native_pool import native_pool
-    return native_pool()
+    return native_pool.native_pool()
 
 
 def rest_workers() -> None:
     """A compiled program call has returned: the native pool's idle workers go to sleep now
     rather than spin out their budget while the user's own code (numpy and its BLAS threads)
     runs. Costs the next call a futex wake; the caller starts its first kernel alone meanwhile."""
-    from . import native_pool
     pool = native_pool._POOL
-    if pool is not None and RESTING:
+    if RESTING and pool is not None:
         pool.rest()
 
 
