@@ -60,7 +60,7 @@ def no_rest(name: str) -> str:
     """"X, no rest": X with the workers left spinning after each compiled call (the switch
     cpu_runtime.RESTING; by default they are put to sleep when a call returns)."""
     if name.endswith(", no rest"):
-        from dlvm_eq.codegen import cpu_runtime
+        from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
         cpu_runtime.RESTING = False
         return name[: -len(", no rest")]
     return name

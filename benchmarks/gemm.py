@@ -50,14 +50,14 @@ def operands(m, k, n, transposed, rng):
 
 
 def implementations(a, b, out):
-    from dlvm_eq.codegen import gemm_runtime
+    from dlvm_eq.codegen.runtime import gemm_runtime
     impls = {}
     if gemm_runtime.matmul(a, b, out):        # False: it leaves this product to numpy
         impls["dlvm_eq GEMM"] = lambda: gemm_runtime.matmul(a, b, out)
     impls["numpy (OpenBLAS)"] = lambda: np.matmul(a, b, out=out)
     try:
         import torch
-        from dlvm_eq.codegen.cpu_runtime import usable_cpus
+        from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus
         torch.set_num_threads(usable_cpus())
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
         impls[f"PyTorch {torch.__version__} mm"] = lambda: torch.mm(ta, tb, out=tout)
@@ -107,9 +107,9 @@ def gemm_table(rounds: int, reps: int) -> str:
 
 def epilogue_table(rounds: int, reps: int) -> str:
     """x @ w1 then relu(. + b1) and the mask (. + b1) > 0, three ways, warm and cold."""
-    from dlvm_eq.codegen.cpu_runtime import compile_cpu, data_ptr
-    from dlvm_eq.codegen.gemm_runtime import CpuEpilogue, CpuGemm
-    from dlvm_eq.codegen.kernel import Const, KernelInput, KernelSpec, Load, binary, unary
+    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu, data_ptr
+    from dlvm_eq.codegen.runtime.gemm_runtime import CpuEpilogue, CpuGemm
+    from dlvm_eq.codegen.kernels.spec import Const, KernelInput, KernelSpec, Load, binary, unary
     rng = np.random.default_rng(1)
     rows = []
     for m, k, n in ((256, 784, 256), (1024, 1024, 1024)):

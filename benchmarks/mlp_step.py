@@ -246,7 +246,7 @@ class OurMatmulsOnly(MatmulsOnly):
 
     def __init__(self, params, x, y, target: str = "cpu"):
         super().__init__(params, x, y, target)
-        from dlvm_eq.codegen import gemm_runtime
+        from dlvm_eq.codegen.runtime import gemm_runtime
         pairs = [(self.x, self.w1), (self.h, self.w2), (self.dz2, self.w2.T), (self.x.T, self.dh),
                  (self.h.T, self.dz2)]
         outs = [np.empty((a.shape[0], b.shape[1]), np.float32) for a, b in pairs]
@@ -642,7 +642,7 @@ def targets(timings: dict, ours: str, compile_info: dict | None) -> list[str]:
 
 def ours_used() -> bool:
     """Whether compiled CPU code runs its products through our GEMM on this host."""
-    from dlvm_eq.codegen import gemm_runtime
+    from dlvm_eq.codegen.runtime import gemm_runtime
     return gemm_runtime.enabled()
 
 

@@ -175,7 +175,7 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
 
 
 def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
-    from .codegen.arguments import check_argument
+    from .codegen.execution.arguments import check_argument
     return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
             if isinstance(p.type, TensorType) else a
             for i, (p, a) in enumerate(zip(fn.params, arrays))]

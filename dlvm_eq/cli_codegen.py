@@ -48,9 +48,9 @@ def _function_name(module, name: str | None) -> str:
 def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
     """(kernel name, LLVM IR or PTX text) for every kernel of `plan`."""
     from .codegen import cpu_ir, ptx_kernel
-    from .codegen.llvm_ptx import ARCHS
-    from .codegen.plan import RowStep
-    from .codegen.rowwise import rows_ir
+    from .codegen.gpu.llvm_ptx import ARCHS
+    from .codegen.planning.plan import RowStep
+    from .codegen.kernels.rows import rows_ir
     if emit == "ptx" and arch not in ARCHS:
         raise DlvmError(f"unknown PTX target {arch!r} (expected one of {', '.join(ARCHS)})")
     out = []
@@ -65,7 +65,7 @@ def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from .codegen.backend import optimized
-    from .codegen.fusion import plan_function, rows_for
+    from .codegen.planning.planner import plan_function, rows_for
     module = load(args.file)
     verify(module)
     name = _function_name(module, args.function)

@@ -107,7 +107,7 @@ def entry_params(ptx: str, symbol: str) -> list[str]:
 
 def _spec_for(symbol: str):
     """The kernel spec whose PTX has this symbol (the launcher generated and cached it)."""
-    from dlvm_eq.codegen import gpu_runtime
+    from dlvm_eq.codegen.gpu import gpu_runtime
     for (spec, _arch), kp in list(gpu_runtime._ptx_cache.items()):
         if kp.symbol == symbol:
             return spec
@@ -118,9 +118,9 @@ class Function:
     """One kernel; calling it runs the launch on the host, thread by thread."""
 
     def __init__(self, ptx: str, symbol: str):
-        from dlvm_eq.codegen.cpu_runtime import _JIT
-        from dlvm_eq.codegen.llvm_cpu import CpuIR
-        from dlvm_eq.codegen.llvm_ptx import host_emulation_ir
+        from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
+        from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
+        from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
         self.symbol = symbol
         self.params = entry_params(ptx, symbol)
         text, host_symbol, layout, _bits = host_emulation_ir(_spec_for(symbol))
@@ -208,7 +208,7 @@ cuda = _build_cuda()
 @contextlib.contextmanager
 def installed(monkeypatch, sms: int = 2):
     """This module as `cupy` (and fresh launcher caches) for the duration of the block."""
-    from dlvm_eq.codegen import gpu_runtime
+    from dlvm_eq.codegen.gpu import gpu_runtime
     monkeypatch.setitem(sys.modules, "cupy", sys.modules[__name__])
     monkeypatch.setattr(Device, "sms", sms)
     monkeypatch.setattr(gpu_runtime, "_functions", {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dlvm_eq.codegen.cpu_runtime import _JIT
+from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
 
 _COUNT_IR = """
 declare i64 @llvm.readcyclecounter()

@@ -233,7 +233,7 @@ def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
 
 
 def test_elf_checks_on_real_object_code(cold):
-    from dlvm_eq.codegen.object_check import elf_problem
+    from dlvm_eq.codegen.runtime.object_check import elf_problem
     _, meta, obj = _real_object(cold)
     arch = meta["host"].split("-", 1)[0]
     assert elf_problem(obj, meta["symbol"], arch) is None

@@ -15,10 +15,10 @@ import pytest
 from dlvm_eq.codegen import (BINARY_OPS, UNARY_OPS, BufferPool, Cast, CpuKernel, KernelError,
                              KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                              compile_cpu, cpu_ir, evaluate, set_cache_dir, unary)
-from dlvm_eq.codegen.kernel import DTYPES, op_name
-from dlvm_eq.codegen.reference import BINARY_NP, UNARY_NP
-from dlvm_eq.codegen.layout import elementwise_layout
-from dlvm_eq.codegen.llvm_cpu import optimize
+from dlvm_eq.codegen.kernels.spec import DTYPES, op_name
+from dlvm_eq.codegen.kernels.reference import BINARY_NP, UNARY_NP
+from dlvm_eq.codegen.kernels.layout import elementwise_layout
+from dlvm_eq.codegen.cpu.llvm_cpu import optimize
 
 RNG = np.random.default_rng(1234)
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 1e-30, -1e-30,
@@ -177,8 +177,8 @@ def test_sizes_and_thread_split(n, dt):
 def test_streaming_stores_for_large_outputs(monkeypatch, aligned_out):
     """Large outputs go through an L1 tile and non-temporal stores; any size, several
     outputs of different widths, broadcast inputs, and unaligned `out=` arrays all work."""
-    from dlvm_eq.codegen import llvm_cpu
-    from dlvm_eq.codegen.cpu_runtime import aligned_empty
+    from dlvm_eq.codegen.cpu import llvm_cpu
+    from dlvm_eq.codegen.runtime.cpu_kernel import aligned_empty
     monkeypatch.setattr(llvm_cpu, "NT_MIN_BYTES", 0)  # stream even these small test outputs
     shape = (7, 33_333)
     x = RNG.normal(size=shape).astype(np.float64)

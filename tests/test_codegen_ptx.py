@@ -11,8 +11,8 @@ import pytest
 from dlvm_eq.codegen import (BINARY_OPS, UNARY_OPS, Cast, GpuUnavailable, KernelInput, KernelSpec,
                              Load, ReduceSpec, Select, binary, evaluate, gpu_available, ptx_kernel,
                              set_cache_dir, unary)
-from dlvm_eq.codegen.gpu_runtime import arch_for, compile_gpu, cupy_module
-from dlvm_eq.codegen.kernel import DTYPES
+from dlvm_eq.codegen.gpu.gpu_runtime import arch_for, compile_gpu, cupy_module
+from dlvm_eq.codegen.kernels.spec import DTYPES
 
 PTXAS = shutil.which("ptxas")
 
@@ -150,9 +150,9 @@ def _run_emulated(spec, arrays):
     """Run the GPU kernel's IR on the CPU as one thread of one block (same ABI as the GPU)."""
     import ctypes
 
-    from dlvm_eq.codegen.cpu_runtime import _JIT
-    from dlvm_eq.codegen.llvm_cpu import CpuIR
-    from dlvm_eq.codegen.llvm_ptx import host_emulation_ir
+    from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
+    from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
+    from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
     text, symbol, layout, bits = host_emulation_ir(spec)
     addr = _JIT.address(CpuIR(text, symbol, layout, "emulated"))
     ity = ctypes.c_int32 if bits == 32 else ctypes.c_int64

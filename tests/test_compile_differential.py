@@ -284,7 +284,7 @@ ROW_PROGRAMS = {
 @pytest.mark.parametrize("name", sorted(ROW_PROGRAMS))
 @pytest.mark.parametrize("shape", [(1, 1, 9), (5, 3, 7), (6, 1, 32), (3, 2, 33), (2, 4, 257)])
 def test_row_kernel_programs(name, shape):
-    from dlvm_eq.codegen.plan import RowStep
+    from dlvm_eq.codegen.planning.plan import RowStep
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
     f = ROW_PROGRAMS[name]
     _run_both(f, x, rtol=1e-5)
@@ -296,7 +296,7 @@ def test_row_kernel_programs(name, shape):
 def test_random_f32_programs_through_our_gemm_and_epilogues(data):
     """The same, with every float32 matrix product (however small) through our GEMM, so that
     random programs reach its edge tiles and the epilogues fused into it."""
-    from dlvm_eq.codegen import gemm_runtime
+    from dlvm_eq.codegen.runtime import gemm_runtime
     calls = []
     real = gemm_runtime.CpuGemm.__call__
 

@@ -11,8 +11,8 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import gpu_available, plan_function, ptx_kernel, set_cache_dir
-from dlvm_eq.codegen.fusion import rows_for
-from dlvm_eq.codegen.plan import RowStep
+from dlvm_eq.codegen.planning.planner import rows_for
+from dlvm_eq.codegen.planning.plan import RowStep
 from dlvm_eq.models import mlp
 
 PTXAS = shutil.which("ptxas")

@@ -51,8 +51,8 @@ _PROGRAMS = textwrap.dedent("""
 
 _ONE_CPU = _PROGRAMS + textwrap.dedent("""
     import json, threading
-    from dlvm_eq.codegen.cpu_runtime import usable_cpus
-    from dlvm_eq.codegen.native_pool import native_pool
+    from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus
+    from dlvm_eq.codegen.runtime.native_pool import native_pool
     check(0, 3)
     print(json.dumps(dict(cpus=usable_cpus(), pool=native_pool() is not None,
                           threads=[t.name for t in threading.enumerate()])))
@@ -110,7 +110,7 @@ def test_right_answers_while_a_core_is_busy(busy_core):
 def test_pool_counts_exactly_once_while_a_core_is_busy(busy_core):
     from pool_kernels import count_kernel
 
-    from dlvm_eq.codegen.native_pool import NativePool, _tsc_per_us, entry_address, supported
+    from dlvm_eq.codegen.runtime.native_pool import NativePool, _tsc_per_us, entry_address, supported
     if not supported():
         pytest.skip("the native pool is Linux x86-64 only")
     pool = NativePool(entry_address(), max(2, len(os.sched_getaffinity(0))))   # oversubscribed

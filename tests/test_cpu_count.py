@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dlvm_eq.codegen.cpu_count import affinity_cpus, cgroup_cpu_limit, thread_count
+from dlvm_eq.codegen.runtime.cpu_count import affinity_cpus, cgroup_cpu_limit, thread_count
 from dlvm_eq.errors import DlvmError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def test_the_setting_wins_and_bad_values_are_user_errors(tmp_path):
             thread_count({"DLVM_EQ_NUM_THREADS": bad}, proc, root)
 
 
-_PRINT = ("from dlvm_eq.codegen.cpu_runtime import usable_cpus; from dlvm_eq.codegen.native_pool import native_pool; "
+_PRINT = ("from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus; from dlvm_eq.codegen.runtime.native_pool import native_pool; "
           "p = native_pool(); print(usable_cpus(), 1 + (p.workers if p else 0))")
 
 
@@ -90,7 +90,7 @@ def _child(env_extra, cache, prefix=()):
 
 def test_the_runtime_reads_the_setting_and_the_affinity(tmp_path):
     """(usable_cpus(), threads of the native pool with the caller): 1 means no pool at all."""
-    from dlvm_eq.codegen.native_pool import supported
+    from dlvm_eq.codegen.runtime.native_pool import supported
     assert _child({"DLVM_EQ_NUM_THREADS": "5"}, tmp_path) == [5, 5 if supported() else 1]
     assert _child({"DLVM_EQ_NUM_THREADS": "1"}, tmp_path) == [1, 1]
     if shutil.which("taskset"):

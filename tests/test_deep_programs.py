@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen.kernel import (Binary, Const, KernelInput, KernelSpec, Load, ReduceSpec,
+from dlvm_eq.codegen.kernels.spec import (Binary, Const, KernelInput, KernelSpec, Load, ReduceSpec,
                                     Unary, dtype_of, resolve, walk)
 from dlvm_eq.ir.parser import parse
 
@@ -149,7 +149,7 @@ def test_optimizing_a_deep_chain_needs_no_recursion_headroom(monkeypatch):
 
 def test_a_deep_kernel_expression_compiles_and_runs():
     # spec_text (the object-code cache key) and lowering walk the DAG without recursion
-    from dlvm_eq.codegen.cpu_runtime import compile_cpu, spec_text
+    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu, spec_text
     x, want = Load(0), np.linspace(-1, 1, 16).astype(np.float32)
     acc = want.astype(np.float64)
     for i in range(1500):

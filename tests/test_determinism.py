@@ -23,8 +23,8 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.codegen.cpu_runtime import CpuKernel, data_ptr
-from dlvm_eq.codegen.kernel import (DTYPES, UNARY_OPS, KernelInput, KernelSpec, Load, ReduceSpec, binary,
+from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel, data_ptr
+from dlvm_eq.codegen.kernels.spec import (DTYPES, UNARY_OPS, KernelInput, KernelSpec, Load, ReduceSpec, binary,
                                     unary)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ ROW_FNS = {
 def test_row_kernel_columns_of_a_constant_row_are_equal(name):
     """Rows of one repeated value: every element of a row the same bits (the map pass's vector
     body and remainder, and the stashed exp values, compute alike)."""
-    from dlvm_eq.codegen.plan import RowStep
+    from dlvm_eq.codegen.planning.plan import RowStep
     f = dq.jit(ROW_FNS[name])
     for cols in (1, 3, 8, 10, 15, 16, 17, 31, 33, 40, 64, 70):
         x = np.repeat(np.array([[0.0], [25.0], [-7.0]], np.float32), cols, axis=1)
@@ -192,7 +192,7 @@ def test_reductions_give_the_same_bits_with_any_thread_count(shape, axes, op):
 
 
 def test_row_kernels_give_the_same_bits_with_any_thread_count():
-    from dlvm_eq.codegen.rowwise import RowKernel, RowSpec
+    from dlvm_eq.codegen.kernels.rows import RowKernel, RowSpec
     x = np.random.default_rng(2).standard_normal((3000, 257)).astype(np.float32)
     v = Load(0)
     spec = RowSpec("softmax", *x.shape, [KernelInput("f32")],
@@ -207,7 +207,7 @@ def test_row_kernels_give_the_same_bits_with_any_thread_count():
 @pytest.mark.parametrize("narrow", [False, True])
 def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     """Blocks of C per thread; K is never split, so no element's sum depends on the split."""
-    from dlvm_eq.codegen.gemm_runtime import BLOCKS_PER_THREAD, CpuGemm
+    from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, CpuGemm
     rng = np.random.default_rng(3)
     n = 16 if narrow else 300
     a = rng.standard_normal((700, 900), dtype=np.float32)
@@ -255,7 +255,9 @@ def _digest(results) -> str:
 
 def _with_threads(monkeypatch, t: int):
     """What a process with `t` usable CPUs builds: every kernel and GEMM made afresh for t threads."""
-    from dlvm_eq.codegen import cpu_runtime, gemm_runtime, rowwise
+    from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
+    from dlvm_eq.codegen.runtime import gemm_runtime
+    from dlvm_eq.codegen.kernels import rows as rowwise
     for mod in (cpu_runtime, rowwise, gemm_runtime):
         monkeypatch.setattr(mod, "usable_cpus", lambda: t)
     monkeypatch.setattr(cpu_runtime, "_kernels", {})

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import gemm_runtime
-from dlvm_eq.codegen.gemm import GemmSpec
-from dlvm_eq.codegen.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
+from dlvm_eq.codegen.runtime import gemm_runtime
+from dlvm_eq.codegen.cpu.gemm_ir import GemmSpec
+from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
 
 EPS32 = np.finfo(np.float32).eps
 
@@ -133,7 +133,7 @@ def test_a_order_names_the_contiguous_direction():
 
 def test_rows_whose_lines_share_l1_sets_are_packed():
     """A 1024-float row stride puts every row of a micro-tile in one L1 set: A is packed."""
-    from dlvm_eq.codegen.gemm import A_ROWS_PACKED
+    from dlvm_eq.codegen.cpu.gemm_ir import A_ROWS_PACKED
     f32 = np.float32
     wide, narrow = CpuGemm(), CpuGemm(narrow=True)
     assert wide.flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
@@ -155,8 +155,8 @@ def test_gemm_for_declines_what_it_cannot_read():
 
 
 def test_spec_validation():
-    from dlvm_eq.codegen.gemm import check_epilogue
-    from dlvm_eq.codegen.kernel import KernelInput, KernelSpec, Load
+    from dlvm_eq.codegen.cpu.gemm_ir import check_epilogue
+    from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load
     with pytest.raises(ValueError, match="multiple"):
         GemmSpec(nr=24)
     flat = KernelSpec("k", (64,), [KernelInput("f32")], [Load(0)])
@@ -251,7 +251,7 @@ def test_concurrent_products_from_python_threads():
 
 
 def test_python_threads_instead_of_the_native_pool(monkeypatch):
-    from dlvm_eq.codegen import cpu_runtime
+    from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
     monkeypatch.setattr(cpu_runtime, "_native", lambda: None)
     rng = np.random.default_rng(8)
     a = rng.standard_normal((300, 200), dtype=np.float32)
@@ -276,7 +276,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
     transcendental ops, a bool output): the chain runs as the GEMM's epilogue (every product
     through our GEMM) and agrees with the float64 interpreter."""
     from dlvm_eq.codegen import compile
-    from dlvm_eq.codegen.plan import GemmStep
+    from dlvm_eq.codegen.planning.plan import GemmStep
     from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
     b = FunctionBuilder("f", [tensor(k, m, F32) if transposed else tensor(m, k, F32), tensor(k, n, F32),
                               tensor(n, F32), tensor(m, n, F32)])
@@ -336,7 +336,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
 
 def _mlp_plans():
     """The MLP gradient's plans for the cpu and gpu targets."""
-    from dlvm_eq.codegen.fusion import plan_function
+    from dlvm_eq.codegen.planning.planner import plan_function
     from dlvm_eq.models import mlp
     rng = np.random.default_rng(9)
     params = mlp.init_params([784, 256, 10], seed=9)
@@ -348,7 +348,7 @@ def _mlp_plans():
 
 
 def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
-    from dlvm_eq.codegen.plan import GemmStep
+    from dlvm_eq.codegen.planning.plan import GemmStep
     cpu, gpu = _mlp_plans()
     fused = [s for s in cpu.steps if isinstance(s, GemmStep)]
     # bias + ReLU (+ its mask) after x @ w1; the ReLU gradient's select after dz @ w2.T
@@ -366,9 +366,9 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
 
 def test_big_products_keep_their_consumers_unfused():
     """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
-    from dlvm_eq.codegen.epilogue import MAX_FUSED_ELEMENTS
-    from dlvm_eq.codegen.fusion import plan_function
-    from dlvm_eq.codegen.plan import GemmStep
+    from dlvm_eq.codegen.planning.epilogue import MAX_FUSED_ELEMENTS
+    from dlvm_eq.codegen.planning.planner import plan_function
+    from dlvm_eq.codegen.planning.plan import GemmStep
 
     def layer(x, w, b):
         return dq.relu(x @ w + b)
@@ -391,7 +391,7 @@ def test_our_gemm_is_used_where_the_host_has_avx512_unless_set():
     assert not gemm_runtime.suits_host("+avx512fp16")
     import llvmlite.binding as llvm
     host = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
-    code = "from dlvm_eq.codegen import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
+    code = "from dlvm_eq.codegen.runtime import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
     for setting, want in (("auto", host), ("0", False), ("1", True)):
         env = {**os.environ, "DLVM_EQ_GEMM": setting}
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

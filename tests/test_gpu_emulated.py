@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dlvm_eq as dq
 import fake_cupy
 from dlvm_eq.codegen import compile, set_cache_dir
-from dlvm_eq.codegen.kernel import KernelInput, KernelSpec, Load, ReduceSpec
+from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load, ReduceSpec
 from dlvm_eq.ir import F64, Module, interpret
 from dlvm_eq.models import mlp
 from ir_programs import random_function, random_inputs
@@ -117,7 +117,7 @@ def test_slices_on_the_emulated_gpu(cp):
 def test_long_reduction_is_split_across_blocks_and_combined(cp):
     """Few outputs, many reduced elements: blockIdx.y takes slices whose partial rows the
     launcher combines (max and a sum whose identity differs from its initial value)."""
-    from dlvm_eq.codegen.gpu_runtime import compile_gpu
+    from dlvm_eq.codegen.gpu.gpu_runtime import compile_gpu
     x = np.random.default_rng(4).standard_normal((3, 40000)).astype(np.float64)
     for op, want in (("add", x.sum(axis=1) + 2.5), ("max", np.maximum(x.max(axis=1), 2.5))):
         spec = ReduceSpec(f"r_{op}", x.shape, (KernelInput("f64"),), Load(0), op, (1,), init=2.5)
@@ -129,7 +129,7 @@ def test_long_reduction_is_split_across_blocks_and_combined(cp):
 
 def test_the_stand_in_rejects_what_a_real_launch_would_get_wrong(cp):
     """The checks have teeth: a wrong integer width, a host array and a strided array fail."""
-    from dlvm_eq.codegen.gpu_runtime import compile_gpu
+    from dlvm_eq.codegen.gpu.gpu_runtime import compile_gpu
     spec = KernelSpec("copy", (10,), (KernelInput("f32"),), (Load(0),))
     k = compile_gpu(spec)
     x, out = cp.asarray(np.arange(10, dtype=np.float32)), cp.empty((10,), np.float32)
@@ -168,8 +168,8 @@ def test_random_programs_on_the_emulated_gpu_agree_with_the_interpreter(cp, data
 def test_row_kernels_for_short_rows_on_the_emulated_gpu(cp, shape):
     """One thread per row for rows of at most GPU_ROW_COLS elements (9000 rows: the grid-stride
     loop over rows wraps on 2 SMs); longer rows stay a reduction and a map."""
-    from dlvm_eq.codegen.fusion import GPU_ROW_COLS
-    from dlvm_eq.codegen.plan import RowStep
+    from dlvm_eq.codegen.planning.planner import GPU_ROW_COLS
+    from dlvm_eq.codegen.planning.plan import RowStep
 
     x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dlvm_eq.codegen import CpuKernel, KernelInput, KernelSpec, Load
-from dlvm_eq.codegen.native_pool import MAX_ARGS, NativePool, entry_address, native_pool, supported
+from dlvm_eq.codegen.runtime.native_pool import MAX_ARGS, NativePool, entry_address, native_pool, supported
 
 pytestmark = pytest.mark.skipif(not supported(), reason="the native pool is Linux x86-64 only")
 
@@ -109,7 +109,7 @@ def test_concurrent_callers_from_python_threads():
 _SCRIPT = textwrap.dedent("""
     import os, sys, numpy as np
     from dlvm_eq.codegen import CpuKernel, KernelInput, KernelSpec, Load
-    from dlvm_eq.codegen.native_pool import NativePool, entry_address, native_pool
+    from dlvm_eq.codegen.runtime.native_pool import NativePool, entry_address, native_pool
     N = 1 << 16
     k = CpuKernel(KernelSpec("affine", (N,), [KernelInput("f32")], [Load(0) * 2.0 + 1.0]))
     x = np.arange(N, dtype=np.float32)
@@ -151,7 +151,7 @@ def test_start_up_race_and_fork_in_a_subprocess():
 
 from pool_kernels import count_kernel  # noqa: E402
 
-from dlvm_eq.codegen.native_pool import _tsc_per_us  # noqa: E402
+from dlvm_eq.codegen.runtime.native_pool import _tsc_per_us  # noqa: E402
 
 
 def _count_run(pool, counts, chunks, ticks=0, threads=None):
@@ -297,7 +297,7 @@ def test_a_compiled_call_rests_the_process_pool():
     """CpuProgram.__call__ ends with rest_workers(): the process pool's REST word is set when
     a call returns and cleared by the next parallel run."""
     import dlvm_eq as dq
-    from dlvm_eq.codegen import native_pool as np_mod
+    from dlvm_eq.codegen.runtime import native_pool as np_mod
     f = dq.jit(lambda x: dq.exp(x) * 2.0)
     x = np.ones(1 << 20, np.float32)
     np.testing.assert_allclose(f(x), np.exp(x) * 2, rtol=1e-6)

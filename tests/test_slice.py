@@ -185,7 +185,7 @@ def test_gradient_of_a_split_joins_its_parts_without_zero_padding():
 def _arena_is_sound(plan):
     """No two temporaries share bytes while both are live; reading an alias keeps the slot it
     aliases live (checked independently of schedule.arena)."""
-    from dlvm_eq.codegen.plan import TEMP, AliasStep, step_inputs, step_outputs
+    from dlvm_eq.codegen.planning.plan import TEMP, AliasStep, step_inputs, step_outputs
     source = {s.out: s.src for s in plan.steps if isinstance(s, AliasStep)}
 
     def root(s):
@@ -212,7 +212,7 @@ def _arena_is_sound(plan):
 
 
 def test_slices_are_read_in_place_and_keep_their_buffer_alive():
-    from dlvm_eq.codegen.plan import AliasStep, CopyStep
+    from dlvm_eq.codegen.planning.plan import AliasStep, CopyStep
 
     def f(x, w, w2, w3):
         t = dq.exp(x @ w)

@@ -30,16 +30,23 @@ import importlib
 # `dq.jit` does) loads only what a compile needs: a warm-cache compile loads no planner, no IR
 # builder for the GPU and no CuPy launcher.
 _LAZY = {
-    "BufferPool": "cpu_runtime", "CpuKernel": "cpu_runtime", "compile_cpu": "cpu_runtime",
-    "stats": "cpu_runtime",
-    "GpuKernel": "gpu_runtime", "GpuUnavailable": "gpu_runtime", "compile_gpu": "gpu_runtime",
-    "gpu_available": "gpu_runtime",
-    **{n: "kernel" for n in ("DLVM_NAMES", "BINARY_OPS", "REDUCE_OPS", "UNARY_OPS", "Binary", "Cast",
-                             "Const", "Expr", "KernelError", "KernelInput", "KernelSpec", "Load",
-                             "ReduceSpec", "Select", "Unary", "binary", "op_name", "unary")},
-    "set_cache_dir": "kernel_cache", "cpu_ir": "llvm_cpu", "ptx_kernel": "llvm_ptx",
-    "evaluate": "reference", "Plan": "plan", "PlanError": "plan", "plan_function": "fusion",
-    "CpuProgram": "executor", "GpuProgram": "executor",
+    "BufferPool": "runtime.cpu_kernel", "CpuKernel": "runtime.cpu_kernel",
+    "compile_cpu": "runtime.cpu_kernel", "stats": "runtime.cpu_kernel",
+    "GpuKernel": "gpu.gpu_runtime", "GpuUnavailable": "gpu.gpu_runtime",
+    "compile_gpu": "gpu.gpu_runtime", "gpu_available": "gpu.gpu_runtime",
+    "cupy_module": "gpu.gpu_runtime",
+    **{n: "kernels.spec" for n in ("DLVM_NAMES", "BINARY_OPS", "REDUCE_OPS", "UNARY_OPS", "Binary",
+                                   "Cast", "Const", "Expr", "KernelError", "KernelInput",
+                                   "KernelSpec", "Load", "ReduceSpec", "Select", "Unary", "binary",
+                                   "op_name", "unary")},
+    "RowSpec": "kernels.rows",
+    "cache_key": "kernels.kernel_cache", "set_cache_dir": "kernels.kernel_cache",
+    "evaluate": "kernels.reference",
+    "cpu_ir": "cpu.llvm_cpu", "ptx_kernel": "gpu.llvm_ptx",
+    "Plan": "planning.plan", "PlanError": "planning.plan", "plan_schema": "planning.plan_records",
+    "plan_function": "planning.planner", "rows_for": "planning.planner",
+    "CpuProgram": "execution.executor", "GpuProgram": "execution.executor",
+    "program": "execution.executor",
     **{n: "backend" for n in ("CompileReport", "Compiled", "compile", "compile_seconds")},
 }
 
@@ -64,6 +71,7 @@ __all__ = [
     "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "compile", "compile_cpu",
     "compile_gpu", "compile_seconds", "cpu_ir", "evaluate", "gpu_available", "op_name",
     "plan_function", "ptx_kernel", "set_cache_dir", "stats", "unary",
+    "RowSpec", "cache_key", "cupy_module", "plan_schema", "program", "rows_for",
 ]
 
 from .backend import register as _register  # noqa: E402

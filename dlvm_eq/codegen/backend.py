@@ -32,11 +32,11 @@ from ..errors import DlvmError
 from ..ir.module import Module
 from ..ir.printer import print_module
 from ..ir_cache import cached_function
-from .executor import program
-from .kernel_cache import cache_key
+from .execution.executor import program
+from .kernels.kernel_cache import cache_key
 from ..json_records import RecordError
-from .plan import Plan
-from .plan_records import plan_schema
+from .planning.plan import Plan
+from .planning.plan_records import plan_schema
 
 TARGETS = ("cpu", "gpu")
 
@@ -188,7 +188,7 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     if target == "gpu":
-        from .gpu_runtime import cupy_module
+        from .gpu.gpu_runtime import cupy_module
         cupy_module()     # GpuUnavailable (a DlvmError) says why the GPU cannot be used
     fn = module[name]
     seconds = {}
@@ -223,7 +223,7 @@ plan_cache_stats = {"hits": 0, "misses": 0}
 def _plan_settings() -> str:
     """What a CPU plan depends on besides the module: GEMM epilogue fusion's switch and the
     product size from which our GEMM is used (settable at run time, e.g. by tests)."""
-    from . import gemm_runtime
+    from .runtime import gemm_runtime
     return f"epilogues={gemm_runtime.epilogues_enabled()},gemm={gemm_runtime.enabled()}:{gemm_runtime.GEMM_MIN_MACS}"
 
 
@@ -233,7 +233,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
     entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
     turns this cache off along with the IR cache."""
     def build() -> Plan:
-        from .fusion import plan_function, rows_for  # the planner loads only when a plan is built
+        from .planning.planner import plan_function, rows_for  # the planner loads only when a plan is built
         return plan_function(module[name], module, rows=rows_for(target), target=target)
 
     if not ir_cache.enabled():
@@ -295,7 +295,7 @@ def register() -> None:
 
 def __getattr__(name):
     if name == "GpuUnavailable":      # the GPU launcher (and its PTX generator) load on demand
-        from .gpu_runtime import GpuUnavailable
+        from .gpu.gpu_runtime import GpuUnavailable
         return GpuUnavailable
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -30,7 +30,7 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import DlvmError
+from ...errors import DlvmError
 
 
 class KernelError(DlvmError):

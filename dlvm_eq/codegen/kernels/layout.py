@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel import KernelSpec, ReduceSpec, c_strides
+from .spec import KernelSpec, ReduceSpec, c_strides
 
 
 @dataclass(frozen=True)

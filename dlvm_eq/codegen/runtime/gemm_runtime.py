@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .cpu_runtime import _JIT, KernelCode, data_ptr, usable_cpus
+from .cpu_kernel import _JIT, KernelCode, data_ptr, usable_cpus
 
 # Products of at most this many multiply-adds stay with numpy: OpenBLAS runs them on one
 # thread (its threading threshold is 65536 x 4 multiply-adds, interface/gemm.c), so no worker
@@ -73,7 +73,7 @@ class CpuEpilogue:
     (`gemm.epilogue_ir`); `c_input` is the kernel input that reads the product."""
 
     def __init__(self, spec, c_input: int):
-        from .gemm import check_epilogue
+        from ..cpu.gemm_ir import check_epilogue
         check_epilogue(spec, c_input)
         self.spec, self.c_input = spec, c_input
         self.n_pointers = len(spec.outputs) + len(spec.inputs)
@@ -81,8 +81,8 @@ class CpuEpilogue:
         self.address = self.code.address
 
     def _build_ir(self):
-        from .gemm import epilogue_ir
-        from .llvm_cpu import CpuIR, symbol_for
+        from ..cpu.gemm_ir import epilogue_ir
+        from ..cpu.llvm_cpu import CpuIR, symbol_for
         text, symbol = symbol_for(lambda sym: epilogue_ir(self.spec, sym))
         return CpuIR(text, symbol, None, "epilogue")
 
@@ -93,7 +93,7 @@ class CpuGemm:
     its output pointers then its input pointers (the product's among them)."""
 
     def __init__(self, narrow: bool = False, threads: int | None = None, pack_rows: bool | None = None):
-        from .gemm import GemmSpec
+        from ..cpu.gemm_ir import GemmSpec
         self.spec = GemmSpec(**(NARROW if narrow else WIDE))
         self.narrow = narrow
         self.pack_rows = pack_rows      # pack a row-major A: None = where its rows collide in L1
@@ -105,8 +105,8 @@ class CpuGemm:
         self._lock = threading.Lock()
 
     def _build_ir(self):
-        from .gemm import gemm_ir
-        from .llvm_cpu import CpuIR, symbol_for
+        from ..cpu.gemm_ir import gemm_ir
+        from ..cpu.llvm_cpu import CpuIR, symbol_for
         text, symbol = symbol_for(lambda sym: gemm_ir(self.spec, sym))
         return CpuIR(text, symbol, None, "gemm")
 
@@ -136,7 +136,7 @@ class CpuGemm:
 
     def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
         """The run-time layout flags for these operands (gemm.A_COLS, ...)."""
-        from .gemm import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
+        from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
         order = a_order(a)
         if order is None:
             raise ValueError("A needs a contiguous row or column direction (see a_order)")
@@ -177,7 +177,7 @@ class CpuGemm:
         """A function of the data pointers that runs the product for these shapes and strides:
         its blocks, scratch and argument lists are made once (a call then costs a few stores,
         not ~10 us of Python)."""
-        from .gemm import A_COLS, A_ROWS_PACKED
+        from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED
         m, k = a.shape
         n = b.shape[1]
         flags = self.flags(a, b, accumulate)
@@ -200,7 +200,7 @@ class CpuGemm:
                     epi_args[:] = extra
                 fn(*args)
         else:
-            from .cpu_runtime import _native, _run_chunks
+            from .cpu_kernel import _native, _run_chunks
             pool = _native()
             if pool is None:
                 def run(pa, pb, po, extra):

@@ -37,19 +37,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.module import Const as IRConst
-from ..ir.module import Function, Instruction, Module, Value
-from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
+from ...ir.module import Const as IRConst
+from ...ir.module import Function, Instruction, Module, Value
+from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                       UNARY, transpose_perm)
-from ..ir.inline import Flat, flatten
-from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
+from ...ir.inline import Flat, flatten
+from ..kernels.spec import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
                    Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
-from .rowwise import loads, rebuild
-from .schedule import Node, arena, schedule
+from ..kernels.rows import loads, rebuild
+from .steps_order import Node, arena, schedule
 from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
                     squeeze_strides, transpose_strides)
 
@@ -187,7 +187,7 @@ class _Planner(RowFusion):
     def decide(self) -> set[int]:
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
         (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
-        from ..egraph.fusion import decide_fusion
+        from ...egraph.fusion import decide_fusion
         # the cost model counts trailing reductions into row kernels only where all may be
         decision = decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
         self.fusion, self.same_as = decision.report, decision.same_as

@@ -569,7 +569,7 @@ def entry_address() -> int:
     """Address of the compiled pool function (compiled once, cached like every kernel)."""
     from types import SimpleNamespace
 
-    from .cpu_runtime import _JIT
+    from .cpu_kernel import _JIT
     symbol = "dq_pool_" + hashlib.sha256(POOL_IR.encode()).hexdigest()[:16]
     return _JIT.address(SimpleNamespace(text=POOL_IR.replace("{symbol}", symbol), symbol=symbol))
 
@@ -579,7 +579,7 @@ def native_pool() -> NativePool | None:
     it is unsupported or there is one usable CPU (no helper thread is started then)."""
     global _POOL
     if _POOL is None:
-        from .cpu_runtime import usable_cpus
+        from .cpu_kernel import usable_cpus
         if not supported() or usable_cpus() < 2:
             return None
         entry = entry_address()

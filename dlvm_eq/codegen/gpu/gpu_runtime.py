@@ -19,12 +19,12 @@ import threading
 import llvmlite
 import numpy as np
 
-from ..errors import DlvmError
-from .kernel import DTYPES, KernelError, KernelSpec, ReduceSpec
-from .kernel_cache import DiskCache, cache_key, shared_cache
-from .layout import group_size
+from ...errors import DlvmError
+from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
+from ..kernels.kernel_cache import DiskCache, cache_key, shared_cache
+from ..kernels.layout import group_size
 from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, kernel_kind, ptx_ir, row_int_args
-from .rowwise import RowSpec
+from ..kernels.rows import RowSpec
 
 BLOCK = 256
 BLOCKS_PER_SM = 32  # grid-stride loops: enough blocks to fill the GPU, no more

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..cache import MAGIC, DiskCache, default_cache_dir, set_cache_dir, shared_cache  # noqa: F401
+from ...cache import MAGIC, DiskCache, default_cache_dir, set_cache_dir, shared_cache  # noqa: F401
 
 # Bump when the code generator changes what a given IR/PTX key would produce.
 CODEGEN_VERSION = "2"     # 2: entries carry a header (symbol, host, sha256) before the object

@@ -7,7 +7,7 @@ nothing else.
 """
 from __future__ import annotations
 
-from ..json_records import Schema
+from ...json_records import Schema
 
 _SCHEMA: Schema | None = None
 
@@ -16,9 +16,10 @@ def plan_schema() -> Schema:
     """The schema (built on first use: RowSpec's module loads llvmlite's IR builder)."""
     global _SCHEMA
     if _SCHEMA is None:
-        from ..egraph.fusion_report import FusionReport   # plain data; imports no e-graph
-        from . import kernel, plan
-        from .rowwise import RowSpec
+        from ...egraph.fusion_report import FusionReport   # plain data; imports no e-graph
+        from ..kernels import spec as kernel
+        from . import plan
+        from ..kernels.rows import RowSpec
         _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
             plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep,

@@ -17,10 +17,10 @@ reader in program order. Whether the step then runs through our GEMM is decided 
 """
 from __future__ import annotations
 
-from . import gemm_runtime
-from .kernel import KernelSpec, c_strides
+from ..runtime import gemm_runtime
+from ..kernels.spec import KernelSpec, c_strides
 from .plan import BlasStep, GemmStep, KernelStep
-from .schedule import Node
+from .steps_order import Node
 
 MAX_FUSED_ELEMENTS = 1 << 18     # 1 MiB of float32 result: half this machine's L2
 

@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from . import polymath
 from .emitter import I1, I8, I32, REDUCE_FLAGS, STORAGE_TYPES, VALUE_TYPES, Emitter
-from .kernel import Binary, Cast, Const, Expr, KernelError, Load, Select, Unary, dtype_of, walk
+from ..kernels.spec import Binary, Cast, Const, Expr, KernelError, Load, Select, Unary, dtype_of, walk
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 

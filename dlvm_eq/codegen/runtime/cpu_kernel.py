@@ -48,17 +48,17 @@ from typing import TYPE_CHECKING
 import llvmlite.binding as llvm
 import numpy as np
 
-from ..cache import source_digest
+from ...cache import source_digest
 from . import native_pool   # imports nothing of ours at load time (its uses of this module are lazy)
-from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec, walk
-from .kernel_cache import cache_key, shared_cache
-from .layout import group_size, spec_layout
-from .llvm_lock import LLVM_LOCK
+from ..kernels.spec import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec, walk
+from ..kernels.kernel_cache import cache_key, shared_cache
+from ..kernels.layout import group_size, spec_layout
+from ..llvm.llvm_lock import LLVM_LOCK
 from .object_check import pack_entry, unpack_entry
-from .reference import REDUCE_NP
+from ..kernels.reference import REDUCE_NP
 
 if TYPE_CHECKING:
-    from .llvm_cpu import CpuIR
+    from ..cpu.llvm_cpu import CpuIR
 
 # Work (elements) below which a kernel runs on the calling thread: waking workers costs
 # ~10-30 us, about what one core needs for this many elements of a typical fused kernel.
@@ -338,12 +338,12 @@ def host_key() -> str:
 
 
 def cpu_ir(spec) -> CpuIR:
-    from .llvm_cpu import cpu_ir as build  # the IR builders load on a cache miss only
+    from ..cpu.llvm_cpu import cpu_ir as build  # the IR builders load on a cache miss only
     return build(spec)
 
 
 def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
-    from .llvm_cpu import compile_object as build
+    from ..cpu.llvm_cpu import compile_object as build
     return build(ir_text, vectorize)
 
 

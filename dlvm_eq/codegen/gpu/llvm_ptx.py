@@ -27,13 +27,13 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .emitter import I32, I64, Emitter
-from .kernel import KernelSpec, ReduceSpec
-from .layout import LoopLayout, spec_layout
-from .llvm_lock import LLVM_LOCK
-from .loops import counted_loop, decompose, entry_alloca, strided_range
-from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
-from .rowwise import RowSpec, reduce_identity
+from ..llvm.emitter import I32, I64, Emitter
+from ..kernels.spec import KernelSpec, ReduceSpec
+from ..kernels.layout import LoopLayout, spec_layout
+from ..llvm.llvm_lock import LLVM_LOCK
+from ..llvm.loops import counted_loop, decompose, entry_alloca, strided_range
+from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+from ..kernels.rows import RowSpec, reduce_identity
 
 TRIPLE = "nvptx64-nvidia-cuda"
 GLOBAL = ir.PointerType(addrspace=1)
@@ -295,7 +295,7 @@ def build_module(spec, symbol: str, arch: str = "sm_75",
     module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
     module.host_emulation = host_emulation
     if host_emulation:
-        from .llvm_cpu import target_machine as host_tm
+        from ..cpu.llvm_cpu import target_machine as host_tm
         module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
     else:
         module.triple = TRIPLE

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DlvmError
-from ..ir.types import DType
+from ...errors import DlvmError
+from ...ir.types import DType
 
 # Python numbers: which declared kinds each may stand for without a cast
 _WEAK = {"f": "f", "i": "fi", "u": "fi", "b": "b"}

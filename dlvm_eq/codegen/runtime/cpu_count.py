@@ -16,7 +16,7 @@ import math
 import os
 from pathlib import Path
 
-from ..errors import DlvmError
+from ...errors import DlvmError
 
 ENV = "DLVM_EQ_NUM_THREADS"
 

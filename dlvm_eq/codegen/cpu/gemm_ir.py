@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .emitter import Emitter
-from .kernel import KernelSpec, c_strides
-from .loops import counted_loop, i64
-from .lower_expr import from_storage, lower, storage_type, to_storage
+from ..llvm.emitter import Emitter
+from ..kernels.spec import KernelSpec, c_strides
+from ..llvm.loops import counted_loop, i64
+from ..llvm.lower_expr import from_storage, lower, storage_type, to_storage
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)

@@ -24,13 +24,13 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .emitter import I64, Emitter
-from .llvm_lock import LLVM_LOCK
-from .kernel import DTYPES, KernelSpec, ReduceSpec
-from .layout import LoopLayout, spec_layout
-from .loops import counted_loop, entry_alloca, i64, strided_range
-from .streaming import NT_MIN_BYTES, tiled_streaming
-from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+from ..llvm.emitter import I64, Emitter
+from ..llvm.llvm_lock import LLVM_LOCK
+from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
+from ..kernels.layout import LoopLayout, spec_layout
+from ..llvm.loops import counted_loop, entry_alloca, i64, strided_range
+from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
+from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
 
 PTR = ir.PointerType()
 _PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash

@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from .cpu_runtime import (CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, _JIT, _run_ranges, _split,
+from ..runtime.cpu_kernel import (CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, _JIT, _run_ranges, _split,
                           aligned_empty, data_ptr, usable_cpus)
-from .kernel import (DTYPES, REDUCE_INIT, REDUCE_OPS, Binary, Cast, Const, Expr, KernelError,
+from .spec import (DTYPES, REDUCE_INIT, REDUCE_OPS, Binary, Cast, Const, Expr, KernelError,
                      KernelInput, Load, Select, Unary, _wrap, children, dtype_of, op_name,
                      resolve, walk)
 
 if TYPE_CHECKING:
-    from .llvm_cpu import CpuIR
+    from ..cpu.llvm_cpu import CpuIR
 
 PTR = ir.PointerType()
 SHORT_ROW = 32     # rows at most this long are compiled for their exact length
@@ -169,11 +169,11 @@ def stash_nodes(spec: RowSpec) -> list[Expr]:
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
     # the IR builders load here: a kernel found in the disk cache is loaded without them
-    from .emitter import I64, Emitter
-    from .llvm_cpu import _noalias, has_avx512
-    from .loops import counted_loop, entry_alloca, i64
-    from .lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
-    from .streaming import NT_MIN_BYTES, tiled_streaming
+    from ..llvm.emitter import I64, Emitter
+    from ..cpu.llvm_cpu import _noalias, has_avx512
+    from ..llvm.loops import counted_loop, entry_alloca, i64
+    from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+    from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
     module = ir.Module(name="dlvm_eq")
     module.triple, module.data_layout = triple, datalayout
     n_in, n_red, n_out = len(spec.inputs), len(spec.reductions), len(spec.outputs)
@@ -297,7 +297,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
 
 def rows_ir(spec: RowSpec) -> CpuIR:
     """LLVM IR text for the host; the symbol hashes the IR (equal kernels coincide)."""
-    from .llvm_cpu import CpuIR, target_machine
+    from ..cpu.llvm_cpu import CpuIR, target_machine
     if not spec.reductions:
         raise KernelError(f"{spec.name}: a row kernel needs at least one reduction")
     tm = target_machine()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from .kernel import Expr, KernelInput, Load, c_strides
+from ..kernels.spec import Expr, KernelInput, Load, c_strides
 from .plan import RowStep
-from .rowwise import RowSpec, loads, rebuild
-from .schedule import Node, reached
+from ..kernels.rows import RowSpec, loads, rebuild
+from .steps_order import Node, reached
 from .views import NoView, broadcast_strides, reshape_strides
 
 

@@ -33,15 +33,15 @@ import time
 
 import numpy as np
 
-from ..errors import DlvmError
+from ...errors import DlvmError
 from .arguments import check_argument
-from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr, rest_workers
-from .layout import group_size
-from .kernel import KernelSpec
-from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
+from ..runtime.cpu_kernel import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr, rest_workers
+from ..kernels.layout import group_size
+from ..kernels.spec import KernelSpec
+from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
-from .rowwise import compile_rows
-from .views import apply_chain
+from ..kernels.rows import compile_rows
+from ..planning.views import apply_chain
 
 _NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype(np.int32),
        "bool": np.dtype(np.bool_)}
@@ -51,7 +51,7 @@ KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
 def _gemm_sized(out_shape, step) -> bool:
     """Whether a 2-D matmul is one for our GEMM (gemm_runtime.worth_our_gemm)."""
-    from .gemm_runtime import worth_our_gemm
+    from ..runtime.gemm_runtime import worth_our_gemm
     return len(out_shape) == 2 and len(step.a.shape) == 2 and \
         worth_our_gemm(out_shape[0], step.a.shape[1], out_shape[1])
 
@@ -215,7 +215,7 @@ class CpuProgram:
                 fa = fa or (lambda x: x)
                 fb = fb or (lambda x: x)
                 return lambda env: matmul(fa(env[a]), fb(env[b]), out=env[o])
-            from .gemm_runtime import matmul as gemm
+            from ..runtime.gemm_runtime import matmul as gemm
             fa = fa or (lambda x: x)
             fb = fb or (lambda x: x)
 
@@ -235,7 +235,7 @@ class CpuProgram:
     def _gemm_epilogue(self, step: GemmStep):
         """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only
         at run time) do not suit it, the matmul and then the kernel (compiled then), unfused."""
-        from .gemm_runtime import CpuEpilogue, gemm_for
+        from ..runtime.gemm_runtime import CpuEpilogue, gemm_for
         a, b, o = step.blas.a.slot, step.blas.b.slot, step.blas.out
         fa = _view_fn(step.blas.a.chain, np) or (lambda x: x)
         fb = _view_fn(step.blas.b.chain, np) or (lambda x: x)
@@ -304,7 +304,7 @@ class GpuProgram:
     results are CuPy arrays."""
 
     def __init__(self, plan: Plan):
-        from .gpu_runtime import compile_gpu, cupy_module
+        from ..gpu.gpu_runtime import compile_gpu, cupy_module
         cp = self.cp = cupy_module()
         self.plan = plan
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .kernel import c_strides
+from ..kernels.spec import c_strides
 
 Strides = tuple[int, ...]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .kernel import (DTYPES, Binary, Cast, Const, KernelSpec, Load, ReduceSpec, Select, Unary,
+from .spec import (DTYPES, Binary, Cast, Const, KernelSpec, Load, ReduceSpec, Select, Unary,
                      dtype_of, walk)
 
 

@@ -21,8 +21,8 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import DlvmError
-from .kernel import KernelSpec, ReduceSpec
+from ...errors import DlvmError
+from ..kernels.spec import KernelSpec, ReduceSpec
 from .views import chain_text
 
 PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"
