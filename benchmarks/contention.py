@@ -14,7 +14,7 @@ spinning at 100% that this script starts, pins to the last CPU and kills after e
 OpenBLAS's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE overrides are removed (the script restarts
 itself without them), as in the other benchmarks.
 
-"no rest" rows: the same with cpu_runtime.RESTING = False, i.e. the native pool's workers left
+"no rest" rows: the same with threads.RESTING = False, i.e. the native pool's workers left
 to spin out their budget after each compiled call instead of sleeping when it returns.
 
 Targets (issue 11): dlvm_eq's MLP step busy/quiet <= 1.25 and its busy time <= every peer's;
@@ -58,10 +58,10 @@ TITLES = {"mlp": "MLP training step (batch 256, 784 -> 256 -> 10, value_and_grad
 
 def no_rest(name: str) -> str:
     """"X, no rest": X with the workers left spinning after each compiled call (the switch
-    cpu_runtime.RESTING; by default they are put to sleep when a call returns)."""
+    threads.RESTING; by default they are put to sleep when a call returns)."""
     if name.endswith(", no rest"):
-        from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
-        cpu_runtime.RESTING = False
+        from dlvm_eq.codegen.runtime import threads
+        threads.RESTING = False
         return name[: -len(", no rest")]
     return name
 

@@ -57,7 +57,7 @@ def implementations(a, b, out):
     impls["numpy (OpenBLAS)"] = lambda: np.matmul(a, b, out=out)
     try:
         import torch
-        from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus
+        from dlvm_eq.codegen.runtime.cpu_count import usable_cpus
         torch.set_num_threads(usable_cpus())
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
         impls[f"PyTorch {torch.__version__} mm"] = lambda: torch.mm(ta, tb, out=tout)
@@ -107,7 +107,8 @@ def gemm_table(rounds: int, reps: int) -> str:
 
 def epilogue_table(rounds: int, reps: int) -> str:
     """x @ w1 then relu(. + b1) and the mask (. + b1) > 0, three ways, warm and cold."""
-    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu, data_ptr
+    from dlvm_eq.codegen.runtime.buffers import data_ptr
+    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu
     from dlvm_eq.codegen.runtime.gemm_runtime import CpuEpilogue, CpuGemm
     from dlvm_eq.codegen.kernels.spec import Const, KernelInput, KernelSpec, Load, binary, unary
     rng = np.random.default_rng(1)

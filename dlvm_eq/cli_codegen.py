@@ -50,7 +50,7 @@ def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
     from .codegen import cpu_ir, ptx_kernel
     from .codegen.gpu.llvm_ptx import ARCHS
     from .codegen.planning.plan import RowStep
-    from .codegen.kernels.rows import rows_ir
+    from .codegen.cpu.rows_ir import rows_ir
     if emit == "ptx" and arch not in ARCHS:
         raise DlvmError(f"unknown PTX target {arch!r} (expected one of {', '.join(ARCHS)})")
     out = []

@@ -118,13 +118,13 @@ class Function:
     """One kernel; calling it runs the launch on the host, thread by thread."""
 
     def __init__(self, ptx: str, symbol: str):
-        from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
+        from dlvm_eq.codegen.runtime.jit import JIT
         from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
         from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
         self.symbol = symbol
         self.params = entry_params(ptx, symbol)
         text, host_symbol, layout, _bits = host_emulation_ir(_spec_for(symbol))
-        addr = _JIT.address(CpuIR(text, host_symbol, layout, "emulated"))
+        addr = JIT.address(CpuIR(text, host_symbol, layout, "emulated"))
         c = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "i64": ctypes.c_int64}
         self._fn = ctypes.CFUNCTYPE(None, *[c[p] for p in self.params], *[ctypes.c_int32] * 6)(addr)
         self.launches = 0

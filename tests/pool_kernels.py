@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
+from dlvm_eq.codegen.runtime.jit import JIT
 
 _COUNT_IR = """
 declare i64 @llvm.readcyclecounter()
@@ -39,4 +39,4 @@ done:
 
 def count_kernel() -> int:
     """Address of the counting kernel."""
-    return _JIT.address(SimpleNamespace(text=_COUNT_IR, symbol="dq_test_pool_count_v1"))
+    return JIT.address(SimpleNamespace(text=_COUNT_IR, symbol="dq_test_pool_count_v1"))

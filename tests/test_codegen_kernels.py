@@ -178,7 +178,7 @@ def test_streaming_stores_for_large_outputs(monkeypatch, aligned_out):
     """Large outputs go through an L1 tile and non-temporal stores; any size, several
     outputs of different widths, broadcast inputs, and unaligned `out=` arrays all work."""
     from dlvm_eq.codegen.cpu import llvm_cpu
-    from dlvm_eq.codegen.runtime.cpu_kernel import aligned_empty
+    from dlvm_eq.codegen.runtime.buffers import aligned_empty
     monkeypatch.setattr(llvm_cpu, "NT_MIN_BYTES", 0)  # stream even these small test outputs
     shape = (7, 33_333)
     x = RNG.normal(size=shape).astype(np.float64)

@@ -150,11 +150,11 @@ def _run_emulated(spec, arrays):
     """Run the GPU kernel's IR on the CPU as one thread of one block (same ABI as the GPU)."""
     import ctypes
 
-    from dlvm_eq.codegen.runtime.cpu_kernel import _JIT
+    from dlvm_eq.codegen.runtime.jit import JIT
     from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
     from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
     text, symbol, layout, bits = host_emulation_ir(spec)
-    addr = _JIT.address(CpuIR(text, symbol, layout, "emulated"))
+    addr = JIT.address(CpuIR(text, symbol, layout, "emulated"))
     ity = ctypes.c_int32 if bits == 32 else ctypes.c_int64
     tail = [int(v) for v in layout.dims_array()]
     if isinstance(spec, KernelSpec):

@@ -51,7 +51,7 @@ _PROGRAMS = textwrap.dedent("""
 
 _ONE_CPU = _PROGRAMS + textwrap.dedent("""
     import json, threading
-    from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus
+    from dlvm_eq.codegen.runtime.cpu_count import usable_cpus
     from dlvm_eq.codegen.runtime.native_pool import native_pool
     check(0, 3)
     print(json.dumps(dict(cpus=usable_cpus(), pool=native_pool() is not None,

@@ -76,7 +76,7 @@ def test_the_setting_wins_and_bad_values_are_user_errors(tmp_path):
             thread_count({"DLVM_EQ_NUM_THREADS": bad}, proc, root)
 
 
-_PRINT = ("from dlvm_eq.codegen.runtime.cpu_kernel import usable_cpus; from dlvm_eq.codegen.runtime.native_pool import native_pool; "
+_PRINT = ("from dlvm_eq.codegen.runtime.cpu_count import usable_cpus; from dlvm_eq.codegen.runtime.native_pool import native_pool; "
           "p = native_pool(); print(usable_cpus(), 1 + (p.workers if p else 0))")
 
 

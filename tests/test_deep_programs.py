@@ -149,7 +149,8 @@ def test_optimizing_a_deep_chain_needs_no_recursion_headroom(monkeypatch):
 
 def test_a_deep_kernel_expression_compiles_and_runs():
     # spec_text (the object-code cache key) and lowering walk the DAG without recursion
-    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu, spec_text
+    from dlvm_eq.codegen.kernels.spec_text import spec_text
+    from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu
     x, want = Load(0), np.linspace(-1, 1, 16).astype(np.float32)
     acc = want.astype(np.float64)
     for i in range(1500):

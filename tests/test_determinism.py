@@ -23,7 +23,8 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel, data_ptr
+from dlvm_eq.codegen.runtime.buffers import data_ptr
+from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
 from dlvm_eq.codegen.kernels.spec import (DTYPES, UNARY_OPS, KernelInput, KernelSpec, Load, ReduceSpec, binary,
                                     unary)
 
@@ -58,13 +59,13 @@ def _assert_position_independent(k: CpuKernel, dtype, probes=PROBES, n_in=1):
     out = np.empty(SIZE, dtype)
     for p in probes:
         x = np.full(SIZE, p, dtype)
-        ptrs = [data_ptr(out)] + [data_ptr(x)] * n_in + [k._dims_ptr]
-        k._fn(0, 1, *ptrs)
+        ptrs = [data_ptr(out)] + [data_ptr(x)] * n_in + [k.dims_ptr]
+        k.fn(0, 1, *ptrs)
         want = _bits(out)[0]
         for lo in OFFSETS:
             for n in range(1, 71):
                 out.fill(np.nan)
-                k._fn(lo, lo + n, *ptrs)
+                k.fn(lo, lo + n, *ptrs)
                 got = _bits(out)[lo:lo + n]
                 assert (got == want).all(), (
                     f"{k.spec.name} at {p!r} ({np.dtype(dtype).name}): [{lo}, {lo + n}) gives "
@@ -192,7 +193,8 @@ def test_reductions_give_the_same_bits_with_any_thread_count(shape, axes, op):
 
 
 def test_row_kernels_give_the_same_bits_with_any_thread_count():
-    from dlvm_eq.codegen.kernels.rows import RowKernel, RowSpec
+    from dlvm_eq.codegen.kernels.rows import RowSpec
+    from dlvm_eq.codegen.runtime.row_kernel import RowKernel
     x = np.random.default_rng(2).standard_normal((3000, 257)).astype(np.float32)
     v = Load(0)
     spec = RowSpec("softmax", *x.shape, [KernelInput("f32")],
@@ -255,13 +257,13 @@ def _digest(results) -> str:
 
 def _with_threads(monkeypatch, t: int):
     """What a process with `t` usable CPUs builds: every kernel and GEMM made afresh for t threads."""
-    from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
+    from dlvm_eq.codegen.runtime import cpu_kernel
     from dlvm_eq.codegen.runtime import gemm_runtime
-    from dlvm_eq.codegen.kernels import rows as rowwise
-    for mod in (cpu_runtime, rowwise, gemm_runtime):
+    from dlvm_eq.codegen.runtime import row_kernel
+    for mod in (cpu_kernel, row_kernel, gemm_runtime):
         monkeypatch.setattr(mod, "usable_cpus", lambda: t)
-    monkeypatch.setattr(cpu_runtime, "_kernels", {})
-    monkeypatch.setattr(rowwise, "_kernels", {})
+    monkeypatch.setattr(cpu_kernel, "_kernels", {})
+    monkeypatch.setattr(row_kernel, "_kernels", {})
     monkeypatch.setattr(gemm_runtime, "_GEMMS", {})
 
 

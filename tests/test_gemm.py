@@ -251,8 +251,8 @@ def test_concurrent_products_from_python_threads():
 
 
 def test_python_threads_instead_of_the_native_pool(monkeypatch):
-    from dlvm_eq.codegen.runtime import cpu_kernel as cpu_runtime
-    monkeypatch.setattr(cpu_runtime, "_native", lambda: None)
+    from dlvm_eq.codegen.runtime import threads
+    monkeypatch.setattr(threads, "native_workers", lambda: None)
     rng = np.random.default_rng(8)
     a = rng.standard_normal((300, 200), dtype=np.float32)
     b = rng.standard_normal((200, 100), dtype=np.float32)

@@ -32,7 +32,7 @@ def _ranges(parts: int):
 
 
 def _run(pool, k, x, out, parts=13):
-    pool.run_ranges(k.address, _ranges(parts), (out.ctypes.data, x.ctypes.data, k._dims_ptr))
+    pool.run_ranges(k.address, _ranges(parts), (out.ctypes.data, x.ctypes.data, k.dims_ptr))
 
 
 def test_every_range_runs_once_with_any_number_of_parts():
@@ -55,7 +55,7 @@ def test_run_passes_every_argument_slot():
     try:
         x = np.arange(N, dtype=np.float32)
         out = np.zeros(N, np.float32)
-        calls = [(lo, hi, out.ctypes.data, x.ctypes.data, k._dims_ptr) for lo, hi in _ranges(5)]
+        calls = [(lo, hi, out.ctypes.data, x.ctypes.data, k.dims_ptr) for lo, hi in _ranges(5)]
         pool.run(k.address, calls)
         np.testing.assert_array_equal(out, x * 2 + 1)
         with pytest.raises(ValueError, match="int64"):
@@ -116,7 +116,7 @@ _SCRIPT = textwrap.dedent("""
     entry = entry_address()
     def check(pool):
         out = np.zeros(N, np.float32)
-        pool.run_ranges(k.address, [(0, N // 2), (N // 2, N)], (out.ctypes.data, x.ctypes.data, k._dims_ptr))
+        pool.run_ranges(k.address, [(0, N // 2), (N // 2, N)], (out.ctypes.data, x.ctypes.data, k.dims_ptr))
         assert (out == x * 2 + 1).all()
     # a run posted at once after start-up: the worker must not take it for one it has seen
     for spin in (0, 50):

@@ -124,7 +124,7 @@ def test_a_damaged_plan_file_is_a_miss(tmp_path):
 
 def test_spec_text_tells_constants_apart_and_stays_linear():
     from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
-    from dlvm_eq.codegen.runtime.cpu_kernel import spec_text
+    from dlvm_eq.codegen.kernels.spec_text import spec_text
 
     def spec(c):
         return KernelSpec("k", (4,), [KernelInput("f32")], [Load(0) * c])
@@ -140,7 +140,8 @@ def test_spec_text_tells_constants_apart_and_stays_linear():
 def test_kernel_key_covers_the_package_source(tmp_path, monkeypatch):
     from dlvm_eq import cache
     from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
-    from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel, stats
+    from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
+    from dlvm_eq.codegen.runtime.jit import stats
     old = cache.shared_cache().root
     cache.set_cache_dir(tmp_path)
     try:

@@ -30,8 +30,8 @@ import importlib
 # `dq.jit` does) loads only what a compile needs: a warm-cache compile loads no planner, no IR
 # builder for the GPU and no CuPy launcher.
 _LAZY = {
-    "BufferPool": "runtime.cpu_kernel", "CpuKernel": "runtime.cpu_kernel",
-    "compile_cpu": "runtime.cpu_kernel", "stats": "runtime.cpu_kernel",
+    "BufferPool": "runtime.buffers", "CpuKernel": "runtime.cpu_kernel",
+    "compile_cpu": "runtime.cpu_kernel", "stats": "runtime.jit",
     "GpuKernel": "gpu.gpu_runtime", "GpuUnavailable": "gpu.gpu_runtime",
     "compile_gpu": "gpu.gpu_runtime", "gpu_available": "gpu.gpu_runtime",
     "cupy_module": "gpu.gpu_runtime",

@@ -26,7 +26,6 @@ Shared state (threads: one CpuProgram may be called from many threads at once):
 """
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
@@ -35,12 +34,13 @@ import numpy as np
 
 from ...errors import DlvmError
 from .arguments import check_argument
-from ..runtime.cpu_kernel import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr, rest_workers
-from ..kernels.layout import group_size
+from ..runtime.buffers import aligned_empty, data_ptr
+from ..runtime.cpu_kernel import compile_cpu
+from ..runtime.threads import rest_workers
 from ..kernels.spec import KernelSpec
 from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
-from ..kernels.rows import compile_rows
+from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
 
 _NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype(np.int32),
@@ -66,19 +66,6 @@ def _view_fn(chain, xp):
         shape = tuple(chain[0][1])
         return lambda a: a.reshape(shape)
     return lambda a: apply_chain(a, chain, xp)
-
-
-def _single_chunk(k) -> tuple | None:
-    """The leading integer arguments when CpuKernel `k` runs as one call on the calling
-    thread (what its _run_map / _run_reduce would decide for these sizes), else None."""
-    spec = k.spec
-    if isinstance(spec, KernelSpec):
-        n = k._size
-        return (0, n) if 0 < n and (n < 2 * MIN_PARALLEL_WORK or k.threads == 1) else None
-    if spec.init != spec.identity or 0 in spec.shape:
-        return None
-    n_out, n_red = max(1, math.prod(spec.out_shape)), group_size(k.ir.layout, 1)
-    return (0, n_out, 0, n_red) if n_out * n_red < MIN_PARALLEL_WORK else None
 
 
 def _alias_run(step: AliasStep):
@@ -193,15 +180,15 @@ class CpuProgram:
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)
-            fast = _single_chunk(k)
+            fast = k.one_call_head()
             if fast is not None:     # small kernels: one call on this thread, arguments ready
-                fn, head, tail = k._fn, fast, k._dims_ptr
+                fn, head, tail = k.fn, fast, k.dims_ptr
                 slots = outs + ins
                 return lambda env: fn(*head, *[data_ptr(env[s]) for s in slots], tail)
             if isinstance(step.spec, KernelSpec):
-                run_map = k._run_map
+                run_map = k.run_map
                 return lambda env: run_map([env[s] for s in ins], [env[s] for s in outs])
-            run_reduce, o = k._run_reduce, outs[0]
+            run_reduce, o = k.run_reduce, outs[0]
             return lambda env: run_reduce([env[s] for s in ins], env[o])
         if isinstance(step, GemmStep):
             return self._gemm_epilogue(step)

@@ -149,15 +149,15 @@ class Expr(metaclass=_Interned):
     def __repr__(self):
         return expr_text(self)
 
-    def __add__(self, o): return Binary("add", self, _wrap(o))
-    def __radd__(self, o): return Binary("add", _wrap(o), self)
-    def __sub__(self, o): return Binary("sub", self, _wrap(o))
-    def __rsub__(self, o): return Binary("sub", _wrap(o), self)
-    def __mul__(self, o): return Binary("mul", self, _wrap(o))
-    def __rmul__(self, o): return Binary("mul", _wrap(o), self)
-    def __truediv__(self, o): return Binary("div", self, _wrap(o))
-    def __rtruediv__(self, o): return Binary("div", _wrap(o), self)
-    def __pow__(self, o): return Binary("pow", self, _wrap(o))
+    def __add__(self, o): return Binary("add", self, as_expr(o))
+    def __radd__(self, o): return Binary("add", as_expr(o), self)
+    def __sub__(self, o): return Binary("sub", self, as_expr(o))
+    def __rsub__(self, o): return Binary("sub", as_expr(o), self)
+    def __mul__(self, o): return Binary("mul", self, as_expr(o))
+    def __rmul__(self, o): return Binary("mul", as_expr(o), self)
+    def __truediv__(self, o): return Binary("div", self, as_expr(o))
+    def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
+    def __pow__(self, o): return Binary("pow", self, as_expr(o))
     def __neg__(self): return Unary("neg", self)
 
 
@@ -226,7 +226,8 @@ class Cast(Expr):
     dtype: str
 
 
-def _wrap(v) -> Expr:
+def as_expr(v) -> Expr:
+    """A kernel expression from an Expr or a Python/numpy number (a Const)."""
     if isinstance(v, Expr):
         return v
     if isinstance(v, (bool, int, float, np.generic)):
@@ -236,12 +237,12 @@ def _wrap(v) -> Expr:
 
 def unary(op: str, x) -> Unary:
     """unary('exp', Load(0)); accepts DLVM names too ('negate')."""
-    return Unary(op_name(op), _wrap(x))
+    return Unary(op_name(op), as_expr(x))
 
 
 def binary(op: str, a, b) -> Binary:
     """binary('max', Load(0), 0.0); accepts DLVM names too ('multiply')."""
-    return Binary(op_name(op), _wrap(a), _wrap(b))
+    return Binary(op_name(op), as_expr(a), as_expr(b))
 
 
 # ------------------------------------------------------------------ dtype checking
@@ -473,7 +474,7 @@ class KernelSpec:
         if not self.outputs:
             raise KernelError(f"{self.name}: a kernel needs at least one output")
         memo: dict = {}
-        outs = tuple(resolve(_wrap(o), self.input_dtypes, memo) for o in self.outputs)
+        outs = tuple(resolve(as_expr(o), self.input_dtypes, memo) for o in self.outputs)
         object.__setattr__(self, "outputs", outs)
 
     @property
@@ -514,7 +515,7 @@ class ReduceSpec:
                               + ", ".join(REDUCE_OPS))
         if len(set(axes)) != len(axes) or any(not 0 <= a < len(self.shape) for a in axes):
             raise KernelError(f"{self.name}: axes {self.axes} are not distinct axes of shape {self.shape}")
-        body = resolve(_wrap(self.body), self.input_dtypes)
+        body = resolve(as_expr(self.body), self.input_dtypes)
         object.__setattr__(self, "body", body)
         dt = dtype_of(body, self.input_dtypes)
         if dt == "bool":

@@ -2,7 +2,7 @@
 
 Parsing IR, running pass pipelines and emitting code all use LLVM's process-wide context,
 which is not thread-safe: the CPU back end (llvm_cpu), the NVPTX back end (llvm_ptx) and the
-JIT engine's set-up (cpu_runtime) take this lock, so that two Python threads compiling at
+JIT engine's set-up (runtime/jit.py) take this lock, so that two Python threads compiling at
 once (a CPU kernel and a GPU kernel, say) never enter LLVM together.
 
     >>> with LLVM_LOCK:

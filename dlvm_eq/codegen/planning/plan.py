@@ -89,9 +89,9 @@ class KernelStep:
 
 @dataclass
 class RowStep:
-    """A fused reduce-then-map kernel over rows (rowwise.RowSpec, CPU): per row, the
+    """A fused reduce-then-map kernel over rows (kernels.rows.RowSpec, CPU): per row, the
     reductions in order, then the map outputs, which read the reductions' results."""
-    spec: object                   # rowwise.RowSpec
+    spec: object                   # kernels.rows.RowSpec
     inputs: tuple[int, ...]        # Load(i) for i < len(inputs)
     outputs: tuple[int, ...]       # map outputs (rows x cols, in the slots' own shapes)
     reductions: tuple[int, ...]    # one slot per reduction (rows,), Load(len(inputs) + k)

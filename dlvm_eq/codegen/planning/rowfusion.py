@@ -1,5 +1,5 @@
 """Row fusion: a map and the reductions over trailing axes that it reads (and the small per-row
-maps between them) become one row kernel (rowwise.RowSpec): softmax, log-softmax, layer norm.
+maps between them) become one row kernel (kernels.rows.RowSpec): softmax, log-softmax, layer norm.
 
 A mixin of the planner (fusion._Planner): it works on the planner's nodes after grouping.
 

@@ -111,3 +111,15 @@ def _v1(d: Path) -> float | None:
     except (TypeError, ValueError):
         return None
     return q / p if q > 0 and p > 0 else None
+
+
+_CPUS: int | None = None
+
+
+def usable_cpus() -> int:
+    """Threads for parallel kernels, the caller's included: DLVM_EQ_NUM_THREADS, else the
+    CPUs of the affinity mask capped by the cgroup CPU quota (`thread_count`); read once."""
+    global _CPUS
+    if _CPUS is None:
+        _CPUS = thread_count()
+    return _CPUS

@@ -37,7 +37,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .cpu_kernel import _JIT, KernelCode, data_ptr, usable_cpus
+from . import threads as kernel_threads   # by module: tests swap native_workers
+from .buffers import data_ptr
+from .cpu_count import usable_cpus
+from .jit import JIT, KernelCode
 
 # Products of at most this many multiply-adds stay with numpy: OpenBLAS runs them on one
 # thread (its threading threshold is 65536 x 4 multiply-adds, interface/gemm.c), so no worker
@@ -77,7 +80,7 @@ class CpuEpilogue:
         check_epilogue(spec, c_input)
         self.spec, self.c_input = spec, c_input
         self.n_pointers = len(spec.outputs) + len(spec.inputs)
-        self.code: KernelCode = _JIT.kernel("epilogue", spec, self._build_ir)
+        self.code: KernelCode = JIT.kernel("epilogue", spec, self._build_ir)
         self.address = self.code.address
 
     def _build_ir(self):
@@ -98,7 +101,7 @@ class CpuGemm:
         self.narrow = narrow
         self.pack_rows = pack_rows      # pack a row-major A: None = where its rows collide in L1
         self.threads = threads or usable_cpus()
-        self.code: KernelCode = _JIT.kernel("gemm", self.spec, self._build_ir)
+        self.code: KernelCode = JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
         self._fn = ctypes.CFUNCTYPE(None, *_ARGS)(self.address)
         self._launches: dict[tuple, Callable] = {}
@@ -200,15 +203,14 @@ class CpuGemm:
                     epi_args[:] = extra
                 fn(*args)
         else:
-            from .cpu_kernel import _native, _run_chunks
-            pool = _native()
+            pool = kernel_threads.native_workers()
             if pool is None:
                 def run(pa, pb, po, extra):
                     for r in rows:
                         r[_A], r[_B], r[_C] = pa, pb, po
                     if n_epi:
                         epi_args[:] = extra
-                    _run_chunks(fn, [tuple(r) for r in rows], self.threads)
+                    kernel_threads.run_chunks(fn, [tuple(r) for r in rows], self.threads)
             else:
                 blocks = np.zeros((len(rows), pool.max_args), np.int64)
                 blocks[:, :len(rows[0])] = rows

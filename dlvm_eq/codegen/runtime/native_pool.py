@@ -41,7 +41,7 @@ Layout of the control block (int64 words; words one thread writes often are on l
 their own): [state, fn, blocks, n, helpers, syscall, spin, gap] [done, caller_waiting,
 caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, rest] [timeout_s, timeout_ns, min_spin, -], then per
 worker [chunks, status, budget, preemptions, park, -, -, -]; spin, gap and budgets in TSC
-ticks. The thread count is `cpu_runtime.usable_cpus()` (DLVM_EQ_NUM_THREADS, affinity, cgroup
+ticks. The thread count is `cpu_count.usable_cpus()` (DLVM_EQ_NUM_THREADS, affinity, cgroup
 quota); with one usable CPU there is no pool at all.
 
 Module state: `_POOL` (the process's pool, made under `_POOL_LOCK`) and `_LIVE` (pools to
@@ -59,6 +59,8 @@ import time
 import weakref
 
 import numpy as np
+
+from .cpu_count import usable_cpus
 
 MAX_ARGS = 32
 SPIN_US = float(os.environ.get("DLVM_EQ_SPIN_US", "300"))  # how long idle workers keep spinning
@@ -569,9 +571,14 @@ def entry_address() -> int:
     """Address of the compiled pool function (compiled once, cached like every kernel)."""
     from types import SimpleNamespace
 
-    from .cpu_kernel import _JIT
+    from .jit import JIT   # LLVM loads only when a pool starts
     symbol = "dq_pool_" + hashlib.sha256(POOL_IR.encode()).hexdigest()[:16]
-    return _JIT.address(SimpleNamespace(text=POOL_IR.replace("{symbol}", symbol), symbol=symbol))
+    return JIT.address(SimpleNamespace(text=POOL_IR.replace("{symbol}", symbol), symbol=symbol))
+
+
+def running_pool() -> NativePool | None:
+    """The process's native pool if one was started, else None (never starts one)."""
+    return _POOL
 
 
 def native_pool() -> NativePool | None:
@@ -579,7 +586,6 @@ def native_pool() -> NativePool | None:
     it is unsupported or there is one usable CPU (no helper thread is started then)."""
     global _POOL
     if _POOL is None:
-        from .cpu_kernel import usable_cpus
         if not supported() or usable_cpus() < 2:
             return None
         entry = entry_address()

@@ -1,0 +1,214 @@
+"""The process's MCJIT engine (`JIT`): compile or load kernels' object code, memory + disk cache.
+
+    >>> code = JIT.kernel("map", spec, lambda: cpu_ir(spec), spec_layout(spec))
+    >>> code.address                                  # the kernel's entry point
+    >>> stats()                                       # {'compiled': 1, 'loaded_from_disk': 0, ...}
+
+Object code is cached under $DLVM_EQ_CACHE_DIR (default ~/.cache/dlvm_eq), keyed by the kernel
+spec (`spec_text`), target triple, CPU name and features, llvmlite version and the package
+source digest; a second process loads it (well under 1 ms a kernel) instead of generating IR
+and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
+Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
+a full compile. An entry records the host and symbol it was built for and is checked as an
+ELF object before MCJIT sees it (object_check.py): a damaged entry is rebuilt, not a crash.
+
+Shared state (threads): `JIT` (`Jit`): the MCJIT engine, its address maps, object codes and
+counters are touched only under `JIT.lock`, compiling included (LLVM itself under
+llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. `KernelCode.text` is built lazily; a race
+builds the same text twice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import llvmlite.binding as llvm
+
+from ...cache import source_digest
+from ..kernels.kernel_cache import cache_key, shared_cache
+from ..kernels.spec_text import spec_text
+from ..llvm.llvm_lock import LLVM_LOCK
+from .object_check import pack_entry, unpack_entry
+
+if TYPE_CHECKING:
+    from ..cpu.llvm_cpu import CpuIR
+
+
+@dataclasses.dataclass
+class KernelCode:
+    """A loaded kernel: its address, symbol and loop layout. Duck-typed like `CpuIR`; the LLVM
+    IR `text` is generated on first access (a kernel loaded from disk never needs it)."""
+    address: int
+    symbol: str
+    layout: object
+    kind: str
+    build: Callable | None = dataclasses.field(default=None, repr=False)
+    _ir: CpuIR | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        if self._ir is None:
+            self._ir = self.build()
+        return self._ir.text
+
+
+_SYMBOL = re.compile(rb"dq_[A-Za-z0-9_]{1,64}")
+
+
+class Jit:
+    """One MCJIT engine for the process; kernels are added as object files.
+
+    `kernel(kind, spec, build_ir)` is the fast path: the disk entry is keyed by the spec itself
+    (`spec_text`), the host (triple, CPU, features, llvmlite and so LLVM version) and the package
+    source digest, and holds the symbol and the object code, so that a kernel found on disk is
+    loaded without generating its LLVM IR. `address(kir)` loads a kernel keyed by its IR text."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.engine = None
+        self.addresses: dict[str, int] = {}   # cache key -> function address
+        self.by_spec: dict[str, tuple[int, str]] = {}   # spec key -> (address, symbol)
+        self.symbols: dict[str, int] = {}     # symbol -> address (a symbol is a hash of its IR)
+        self.objects: dict[str, bytes] = {}   # symbol -> object code loaded (a few KiB each)
+        self.counters = {"compiled": 0, "loaded_from_disk": 0, "memory_hits": 0}
+
+    def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
+        key = cache_key("spec", kind, spec_text(spec), host_key(), source_digest())
+        with self.lock:
+            hit = self.by_spec.get(key)
+            if hit is not None:
+                self.counters["memory_hits"] += 1
+                addr, symbol = hit
+                return KernelCode(addr, symbol, layout, kind, build_ir)
+            disk = shared_cache()
+            data = disk.get("cpu", key)
+            if data is not None:
+                entry = unpack_entry(data, host_key())     # header and ELF structure checked
+                if entry is not None and _SYMBOL.fullmatch(entry[0].encode()):
+                    symbol, obj = entry
+                    try:
+                        addr = self._load(obj, symbol)
+                        self.counters["loaded_from_disk"] += 1
+                        self.by_spec[key] = (addr, symbol)
+                        return KernelCode(addr, symbol, layout, kind, build_ir)
+                    except RuntimeError:   # checksum fine but unloadable: rebuild below
+                        pass
+                disk.corrupt += 1
+            kir = build_ir()
+            obj = self.objects.get(kir.symbol)
+            if obj is None:
+                obj = compile_object(kir.text, vectorize=kir.kind != "gemm")   # explicit vectors
+                self.counters["compiled"] += 1
+            else:                      # the same IR under another spec: compiled already
+                self.counters["memory_hits"] += 1
+            addr = self._load(obj, kir.symbol)
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
+            self.by_spec[key] = (addr, kir.symbol)
+            return KernelCode(addr, kir.symbol, layout if layout is not None else kir.layout, kind,
+                              build_ir, kir)
+
+    def address(self, kir: CpuIR) -> int:
+        key = cache_key(kir.text, host_key())
+        with self.lock:
+            if key in self.addresses:
+                self.counters["memory_hits"] += 1
+                return self.addresses[key]
+            addr = self.symbols.get(kir.symbol)
+            if addr is not None:       # loaded already through kernel()
+                self.counters["memory_hits"] += 1
+                self.addresses[key] = addr
+                return addr
+            disk = shared_cache()
+            data = disk.get("cpu", key)
+            entry = None if data is None else unpack_entry(data, host_key(), kir.symbol)
+            obj = None
+            if entry is not None:
+                try:
+                    addr = self._load(entry[1], kir.symbol)
+                    obj = entry[1]
+                    self.counters["loaded_from_disk"] += 1
+                except RuntimeError:  # checksum fine but unloadable: rebuild below
+                    pass
+            if data is not None and obj is None:
+                disk.corrupt += 1
+            if obj is None:
+                obj = compile_object(kir.text)
+                addr = self._load(obj, kir.symbol)
+                self.counters["compiled"] += 1
+                disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
+            self.addresses[key] = addr
+            return addr
+
+    def _load(self, obj: bytes, symbol: str) -> int:
+        addr = self.symbols.get(symbol)
+        if addr is not None:          # already in the engine: a second copy would clash
+            return addr
+        if self.engine is None:
+            self.engine = _make_engine()
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        addr = self.engine.get_function_address(symbol)
+        if not addr:
+            raise RuntimeError(f"symbol {symbol} not found in object code")
+        self.symbols[symbol] = addr
+        self.objects[symbol] = obj
+        return addr
+
+
+_host_lock = threading.Lock()
+_HOST: tuple[str, str] | None = None
+
+
+def _host() -> tuple[str, str]:
+    """(triple, host key), LLVM's native target initialized: what loading object code needs.
+    The key is what object code depends on besides its source: triple, CPU name and features,
+    llvmlite (and so LLVM) version; the same string as `llvm_cpu.host_key()`, computed without
+    loading the IR builders."""
+    global _HOST
+    with _host_lock:
+        if _HOST is None:
+            import llvmlite
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            triple = llvm.get_default_triple()
+            _HOST = (triple, "|".join([triple, llvm.get_host_cpu_name(),
+                                       llvm.get_host_cpu_features().flatten(), llvmlite.__version__]))
+        return _HOST
+
+
+def host_key() -> str:
+    return _host()[1]
+
+
+def cpu_ir(spec) -> CpuIR:
+    from ..cpu.llvm_cpu import cpu_ir as build  # the IR builders load on a cache miss only
+    return build(spec)
+
+
+def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
+    from ..cpu.llvm_cpu import compile_object as build
+    return build(ir_text, vectorize)
+
+
+def _make_engine():
+    """An MCJIT engine with its own target machine (the engine takes ownership of it)."""
+    triple = _host()[0]
+    own = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=3, codemodel="jitdefault")
+    with LLVM_LOCK:             # LLVM's global context: see llvm_lock
+        empty = llvm.parse_assembly("")
+        empty.triple = triple
+        return llvm.create_mcjit_compiler(empty, own)
+
+
+JIT = Jit()
+
+
+def stats() -> dict:
+    """Counters: compiled, loaded_from_disk, memory_hits, corrupt (disk entries rebuilt)."""
+    with JIT.lock:
+        return dict(JIT.counters, corrupt=shared_cache().corrupt)
