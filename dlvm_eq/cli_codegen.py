@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"dlvm-eq: note: {note}", file=sys.stderr)
     target = "cpu" if args.emit == "llvm" else "gpu"    # fusion is costed for that machine
-    plan = plan_function(module[name], module, rows=rows_for(target), target=target)
+    from .egraph.fusion import decide_fusion
+    plan = plan_function(module[name], module, rows=rows_for(target), target=target, decide=decide_fusion)
     texts = kernel_texts(plan, args.emit, args.arch)
     if args.output_dir is None:
         for kname, text in texts:

@@ -337,6 +337,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
 def _mlp_plans():
     """The MLP gradient's plans for the cpu and gpu targets."""
     from dlvm_eq.codegen.planning.planner import plan_function
+    from dlvm_eq.egraph.fusion import decide_fusion
     from dlvm_eq.models import mlp
     rng = np.random.default_rng(9)
     params = mlp.init_params([784, 256, 10], seed=9)
@@ -344,7 +345,8 @@ def _mlp_plans():
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
     module = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))).lower(*params, x, y)
     fn = next(iter(module.functions.values()))
-    return plan_function(fn, module, target="cpu"), plan_function(fn, module, target="gpu")
+    return (plan_function(fn, module, target="cpu", decide=decide_fusion),
+            plan_function(fn, module, target="gpu", decide=decide_fusion))
 
 
 def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
@@ -368,6 +370,7 @@ def test_big_products_keep_their_consumers_unfused():
     """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
     from dlvm_eq.codegen.planning.epilogue import MAX_FUSED_ELEMENTS
     from dlvm_eq.codegen.planning.planner import plan_function
+    from dlvm_eq.egraph.fusion import decide_fusion
     from dlvm_eq.codegen.planning.plan import GemmStep
 
     def layer(x, w, b):
@@ -377,7 +380,7 @@ def test_big_products_keep_their_consumers_unfused():
         args = (np.ones((n, 8), np.float32), np.ones((8, n), np.float32), np.ones(n, np.float32))
         module = dq.jit(layer).lower(*args)
         fn = next(iter(module.functions.values()))
-        return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu").steps)
+        return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu", decide=decide_fusion).steps)
     side = int(MAX_FUSED_ELEMENTS ** 0.5)
     assert fused(side) and not fused(2 * side)
 

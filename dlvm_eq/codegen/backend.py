@@ -37,6 +37,7 @@ from .kernels.kernel_cache import cache_key
 from ..json_records import RecordError
 from .planning.plan import Plan
 from .planning.plan_records import plan_schema
+from ..egraph.fusion_report import FusionReport   # plain data; imports no e-graph
 
 TARGETS = ("cpu", "gpu")
 
@@ -234,7 +235,8 @@ def planned(module: Module, name: str, target: str) -> Plan:
     turns this cache off along with the IR cache."""
     def build() -> Plan:
         from .planning.planner import plan_function, rows_for  # the planner loads only when a plan is built
-        return plan_function(module[name], module, rows=rows_for(target), target=target)
+        from ..egraph.fusion import decide_fusion
+        return plan_function(module[name], module, rows=rows_for(target), target=target, decide=decide_fusion)
 
     if not ir_cache.enabled():
         return build()
@@ -256,7 +258,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
         plan_cache_stats["misses"] += 1
     plan = build()
     try:
-        cache.put("plan", key, plan_schema().dumps(plan).encode())
+        cache.put("plan", key, plan_schema(FusionReport).dumps(plan).encode())
     except RecordError:
         pass    # a plan holding something that is not data is simply not cached
     return plan
@@ -264,7 +266,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
 
 def _load_plan(data: bytes) -> Plan | None:
     try:
-        plan = plan_schema().loads(data)
+        plan = plan_schema(FusionReport).loads(data)
     except RecordError:    # any unreadable entry is a miss
         return None
     return plan if isinstance(plan, Plan) else None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,6 +134,10 @@ class _SlotInfo:
 # reads share a few cache lines; longer rows stay a reduction kernel and a map kernel.
 GPU_ROW_COLS = 64
 
+# decide(flat, target, rows=bool) -> an object with `materialize` (ids of values), `same_as` and
+# `report`: the fusion stage (egraph.fusion.decide_fusion), which the planner does not import.
+DecideFusion = Callable[..., object]
+
 
 def rows_for(target: str) -> bool | int:
     """The `rows` argument of plan_function for a target: any row length on the CPU, short
@@ -141,19 +146,24 @@ def rows_for(target: str) -> bool | int:
 
 
 def plan_function(fn: Function, module: Module | None = None, rows: bool | int = True,
-                  target: str | None = None) -> Plan:
+                  target: str | None = None, *, decide: DecideFusion) -> Plan:
     """The kernel plan of IR function `fn` (of `module`, for applies and declared adjoints).
     rows: fuse reductions over trailing axes with the map that reads them into row kernels:
     True for rows of any length, an int for rows of at most that many elements (the gpu
     target: `rows_for`), False for none. target: the machine whose costs decide fusion
-    (extract/machine.py)."""
+    (extract/machine.py). decide: the fusion stage (`egraph.fusion.decide_fusion`), called as
+    `decide(flat, target, rows=...)`; it returns which values to materialize (`materialize`,
+    ids), which values equal earlier ones (`same_as`) and its `report` (kept as `plan.fusion`).
+
+        plan = plan_function(module["f"], module, decide=decide_fusion)
+    """
     target = target or "cpu"
-    return _Planner(flatten(fn, module), fn.name, rows, target).build()
+    return _Planner(flatten(fn, module), fn.name, rows, target, decide).build()
 
 
 class _Planner(RowFusion):
-    def __init__(self, flat: Flat, name: str, rows: bool | int = True, target: str = "cpu"):
-        self.flat, self.name, self.target = flat, name, target
+    def __init__(self, flat: Flat, name: str, rows: bool | int, target: str, decide: DecideFusion):
+        self.flat, self.name, self.target, self.decide_fusion = flat, name, target, decide
         self.rows = rows is True or (rows is not False and int(rows) > 0)
         self.row_limit = None if rows is True else int(rows)   # longest row a row kernel takes
         self.fusion = None             # the fusion stage's report (egraph/fusion.py)
@@ -187,9 +197,8 @@ class _Planner(RowFusion):
     def decide(self) -> set[int]:
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
         (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
-        from ...egraph.fusion import decide_fusion
         # the cost model counts trailing reductions into row kernels only where all may be
-        decision = decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
+        decision = self.decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
         self.fusion, self.same_as = decision.report, decision.same_as
         return decision.materialize
 
