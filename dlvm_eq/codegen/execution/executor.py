@@ -37,14 +37,11 @@ from .arguments import check_argument
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.threads import rest_workers
-from ..kernels.spec import KernelSpec
+from ..kernels.spec import DTYPES, KernelSpec
 from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
 from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
-
-_NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype(np.int32),
-       "bool": np.dtype(np.bool_)}
 
 KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
@@ -147,8 +144,8 @@ class CpuProgram:
         self.kernels = {id(s): compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
                         for s in plan.steps if isinstance(s, (KernelStep, RowStep))}   # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
-        self._params = [(s, plan.slots[s].shape, _NP[plan.slots[s].dtype]) for s in plan.params]
-        self._outputs = [(s.index, _Outputs(s.shape, _NP[s.dtype])) for s in plan.slots if s.role == OUTPUT]
+        self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
+        self._outputs = [(s.index, _Outputs(s.shape, DTYPES[s.dtype])) for s in plan.slots if s.role == OUTPUT]
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
         self._clear = [s for s in plan.params] + [i for i, _ in self._outputs] + \
             [s.index for s in plan.slots if s.role == ALIAS]
@@ -165,7 +162,7 @@ class CpuProgram:
         for s in plan.slots:
             if s.role == TEMP and s.index in plan.offsets:   # (a temporary fused away has none)
                 off = plan.offsets[s.index]
-                dt = _NP[s.dtype]
+                dt = DTYPES[s.dtype]
                 n = int(np.prod(s.shape, dtype=np.int64)) * dt.itemsize
                 env[s.index] = raw[off:off + n].view(dt).reshape(s.shape)
             elif s.role == CONST:
@@ -297,8 +294,8 @@ class GpuProgram:
         t0 = time.perf_counter()
         self.kernels = {id(s): compile_gpu(s.spec) for s in plan.kernels}
         self.kernel_seconds = time.perf_counter() - t0
-        self._params = [(s, plan.slots[s].shape, _NP[plan.slots[s].dtype]) for s in plan.params]
-        self._fresh = [(s.index, s.shape, _NP[s.dtype]) for s in plan.slots
+        self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
+        self._fresh = [(s.index, s.shape, DTYPES[s.dtype]) for s in plan.slots
                        if s.role == OUTPUT or (s.role == TEMP and s.index in plan.offsets)]
         self._consts = {i: cp.asarray(a) for i, a in plan.constants.items()}
         self._runs = [self._step(s) for s in plan.steps]

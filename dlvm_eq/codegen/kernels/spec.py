@@ -31,14 +31,14 @@ from typing import Union
 import numpy as np
 
 from ...errors import DlvmError
+from ...ir.types import DType
 
 
 class KernelError(DlvmError):
     """A kernel description that cannot be generated (bad op, dtype, shape or stride)."""
 
 
-DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-          "i32": np.dtype(np.int32), "bool": np.dtype(np.bool_)}
+DTYPES = {d.value: d.numpy for d in DType}    # 'f32' -> np.dtype(float32): the IR's dtypes
 FLOATS = ("f32", "f64")
 
 

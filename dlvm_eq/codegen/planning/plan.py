@@ -22,7 +22,7 @@ from typing import Union
 import numpy as np
 
 from ...errors import DlvmError
-from ..kernels.spec import KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
 from .views import chain_text
 
 PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"
@@ -42,14 +42,11 @@ class Slot:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(_NP[self.dtype]).itemsize
+        return math.prod(self.shape) * DTYPES[self.dtype].itemsize
 
     def label(self) -> str:
         tag = {PARAM: "%", OUTPUT: "out", TEMP: "t", CONST: "c", ALIAS: "v"}[self.role]
         return f"%{self.name}" if self.role == PARAM else f"{tag}{self.index}"
-
-
-_NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "bool": np.bool_}
 
 
 @dataclass(frozen=True)

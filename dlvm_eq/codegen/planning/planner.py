@@ -40,10 +40,10 @@ import numpy as np
 
 from ...ir.module import Const as IRConst
 from ...ir.module import Function, Instruction, Module, Value
-from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
+from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LAYOUT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                       UNARY, transpose_perm)
 from ...ir.inline import Flat, flatten
-from ..kernels.spec import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
+from ..kernels.spec import (DTYPES, Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
@@ -55,7 +55,8 @@ from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, resha
                     squeeze_strides, transpose_strides)
 
 EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
-VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
+# layout ops that keep every element: read through strides (concatenate, variadic, is copied)
+VIEW_OPS = frozenset(n for n, s in OPS.items() if s.kind == LAYOUT and s.arity == 1)
 MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
 # A multi-output kernel holds at most this many expression nodes: LLVM's time grows faster than
 # linearly with a function's size (a 3,000-op chain in one kernel: 48 s; in 300-op kernels: linear).
@@ -279,7 +280,7 @@ class _Planner(RowFusion):
         if kind == "literal":
             slot = self.new_slot(t.shape, str(t.dtype), CONST, name)
             self.constants[slot] = np.ascontiguousarray(
-                np.asarray(inst.attrs["value"], dtype=_np_dtype(t.dtype)).reshape(t.shape))
+                np.asarray(inst.attrs["value"], dtype=DTYPES[str(t.dtype)]).reshape(t.shape))
             return _Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "view":
             return self.view(inst, order)
@@ -590,10 +591,6 @@ def _kind(inst: Instruction) -> str:
     if spec.kind == TUPLE:
         return "tuple"
     return inst.op
-
-
-def _np_dtype(d):
-    return {"f32": np.float32, "f64": np.float64, "i32": np.int32, "bool": np.bool_}[str(d)]
 
 
 def _name(o) -> str:
