@@ -7,21 +7,27 @@
     >>> float(k(np.ones(8, np.float32))[0])
     0.7310585975646973
 
-Whole functions: `compile(module, name, target="cpu"|"gpu")` plans an IR function into
-kernels, matmuls and views (`plan_function`; print the plan to see what was fused) and runs
-it (`CpuProgram` / `GpuProgram`). Importing this package registers the "cpu" and "gpu" targets
-of `dq.jit`.
+Whole functions: `plan_function(fn, module, decide=...)` plans an IR function into kernels,
+matmuls and views, given the fusion stage's decision (print the plan to see what was fused);
+`program(plan, target)` runs it (`CpuProgram` / `GpuProgram`). `compile(module, name,
+target="cpu"|"gpu")` (backend.py, the compile pipeline until it moves to dlvm_eq/pipeline) does
+both; importing this package registers the "cpu" and "gpu" targets of `dq.jit`.
 
-Files: kernel (the spec), layout (loop layouts), emitter/polymath/lower_expr/loops (IR
-building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), native_pool
-(worker threads outside the GIL), gemm / gemm_runtime (our float32 GEMM and its epilogues),
-kernel_cache (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's
-data), fusion (IR -> plan), epilogue (matmul + consumer -> one step), executor (running a
-plan), backend (compile, reports, DSL targets), llvm_lock (the lock around LLVM's context).
+Subpackages, lowest layer first; each imports only the ones before it (its __init__ says what
+it owns), none imports dsl, egraph, ad or the root package (tests/test_codegen_layers.py):
+  kernels    kernel specs as plain data (KernelSpec, ReduceSpec, RowSpec), layouts, the numpy
+             oracle, cache keys
+  llvm       LLVM IR emission shared by both targets (emitter, loops, lowering, math, lock)
+  cpu        the CPU target's IR builders (elementwise/reduction, row kernels, our GEMM)
+  gpu        NVPTX kernels and their CuPy launcher
+  runtime    the JIT and its caches, buffers, threads and the native pool, compiled kernels,
+             the GEMM's runtime
+  planning   IR -> plan (the planner, row fusion, GEMM epilogues, step order, views, plan data)
+  execution  running a plan, argument checks
 
 Threads: a module holding mutable module-level state (caches, pools, locks) says in its
 docstring ("Shared state") what owns each object and why concurrent calls are safe; every
-other module holds constants only (kernel.py's Expr nodes memoize their hash: a race
+other module holds constants only (kernels/spec.py's Expr nodes memoize their hash: a race
 computes the same value twice).
 """
 import importlib

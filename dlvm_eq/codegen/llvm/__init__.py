@@ -1,1 +1,7 @@
-"""placeholder"""
+"""LLVM IR emission shared by the CPU and GPU targets: the emitter (emitter.py), loops
+(loops.py), expression lowering (lower_expr.py), polynomial math functions (polymath.py),
+streaming stores (streaming.py) and the lock around LLVM's global context (llvm_lock.py).
+
+May import: `kernels`, llvmlite. Codegen's layers, lowest first:
+kernels < llvm < cpu < gpu < runtime < planning < execution.
+"""

@@ -25,9 +25,9 @@ The rules, in the order they apply:
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
   GPU_ROW_COLS elements.
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
-  one arena by liveness (`schedule.py`).
+  one arena by liveness (`steps_order.py`).
 
-Files: ir/inline.py (apply/tuples), fusion (this: values -> kernels), rowfusion, schedule.
+Files: ir/inline.py (apply/tuples), planner (this: values -> kernels), rowfusion, steps_order.
 """
 from __future__ import annotations
 
