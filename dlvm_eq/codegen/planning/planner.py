@@ -34,99 +34,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir.inline import Flat, flatten
 from ...ir.module import Const as IRConst
 from ...ir.module import Function, Instruction, Module, Value
-from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LAYOUT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
-                      UNARY, transpose_perm)
-from ...ir.inline import Flat, flatten
-from ..kernels.spec import (DTYPES, Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
-                     c_strides, unary, walk)
+from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
+                       UNARY, transpose_perm)
+from ..kernels.rows import loads, rebuild
+from ..kernels.spec import DTYPES, Cast, Const, Expr, Load, Select, binary, c_strides, unary
 from .epilogue import fuse_epilogues
+from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
                    Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
-from .rowfusion import RowFusion, short_op
-from ..kernels.rows import loads, rebuild
+from .rowfusion import RowFusion
 from .steps_order import Node, arena, schedule
+from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
 from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
                     squeeze_strides, transpose_strides)
 
 EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
-# layout ops that keep every element: read through strides (concatenate, variadic, is copied)
-VIEW_OPS = frozenset(n for n, s in OPS.items() if s.kind == LAYOUT and s.arity == 1)
-MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
-# A multi-output kernel holds at most this many expression nodes: LLVM's time grows faster than
-# linearly with a function's size (a 3,000-op chain in one kernel: 48 s; in 300-op kernels: linear).
-MAX_KERNEL_NODES = 2 * MAX_EXPR_NODES
-
-
-# ------------------------------------------------------------------ value references
-
-@dataclass(frozen=True)
-class _Mat:
-    """A value held in a buffer (slot), seen through a view."""
-    slot: int
-    shape: tuple
-    dtype: str
-    strides: tuple
-    chain: tuple = ()
-
-
-@dataclass(frozen=True)
-class _Fused:
-    """A value computed in registers: an expression over leaves (global Load ids)."""
-    expr: Expr
-    shape: tuple
-    dtype: str
-    names: frozenset
-    nodes: int
-
-
-@dataclass(frozen=True)
-class _Konst:
-    value: object
-    dtype: str
-    shape: tuple
-
-
-
-
-@dataclass
-class _EwOut:
-    """A materialized elementwise value: a kernel output."""
-    name: str
-    expr: Expr
-    shape: tuple
-    dtype: str
-    slot: int
-    order: int
-    names: frozenset
-    group: int = -1
-    reads: set = None        # slots its expression loads (grouping)
-
-
-@dataclass
-class _ReduceNode:
-    name: str
-    body: Expr
-    shape: tuple
-    op: str
-    axes: tuple
-    init: object
-    slot: int
-    order: int
-    names: frozenset
-
-
-@dataclass
-class _SlotInfo:
-    shape: tuple
-    dtype: str
-    role: str
-    name: str = ""
 
 
 # ------------------------------------------------------------------ the planner
@@ -162,19 +90,19 @@ def plan_function(fn: Function, module: Module | None = None, rows: bool | int =
     return _Planner(flatten(fn, module), fn.name, rows, target, decide).build()
 
 
-class _Planner(RowFusion):
+class _Planner(KernelGrouping, RowFusion):
     def __init__(self, flat: Flat, name: str, rows: bool | int, target: str, decide: DecideFusion):
         self.flat, self.name, self.target, self.decide_fusion = flat, name, target, decide
         self.rows = rows is True or (rows is not False and int(rows) > 0)
         self.row_limit = None if rows is True else int(rows)   # longest row a row kernel takes
         self.fusion = None             # the fusion stage's report (egraph/fusion.py)
         self.same_as: dict = {}        # id(value) -> an earlier value it equals (the e-graph's)
-        self.slots: list[_SlotInfo] = []
+        self.slots: list[SlotInfo] = []
         self.leaves: list[tuple[int, tuple]] = []
         self.leaf_ids: dict[tuple[int, tuple], int] = {}
-        self.ew: list[_EwOut] = []
-        self.ew_by_slot: dict[int, _EwOut] = {}
-        self.reductions: list[_ReduceNode] = []
+        self.ew: list[EwOut] = []
+        self.ew_by_slot: dict[int, EwOut] = {}
+        self.reductions: list[ReduceNode] = []
         self.steps: list = []          # BlasStep / ConcatStep / CopyStep
         self.constants: dict[int, np.ndarray] = {}
         self.refs: dict[int, object] = {}
@@ -183,7 +111,7 @@ class _Planner(RowFusion):
 
     # -- slots and leaves
     def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
-        self.slots.append(_SlotInfo(tuple(shape), dtype, role, name))
+        self.slots.append(SlotInfo(tuple(shape), dtype, role, name))
         return len(self.slots) - 1
 
     def leaf(self, slot: int, strides: tuple) -> Load:
@@ -206,9 +134,9 @@ class _Planner(RowFusion):
     # -- expressions
     def operand_expr(self, ref, shape) -> Expr:
         """`ref` read at every element of `shape` (numpy broadcasting)."""
-        if isinstance(ref, _Konst):
+        if isinstance(ref, Konst):
             return Const(ref.value, ref.dtype)
-        if isinstance(ref, _Mat):
+        if isinstance(ref, Mat):
             return self.leaf(ref.slot, broadcast_strides(ref.strides, ref.shape, shape))
         if tuple(ref.shape) == tuple(shape):
             return ref.expr
@@ -226,18 +154,18 @@ class _Planner(RowFusion):
             repl[ld] = self.leaf(slot, st2)
         return rebuild(expr, repl)
 
-    def materialize(self, ref, name: str, order: int, role: str = TEMP) -> _Mat:
-        if isinstance(ref, _Mat):
+    def materialize(self, ref, name: str, order: int, role: str = TEMP) -> Mat:
+        if isinstance(ref, Mat):
             return ref
-        if isinstance(ref, _Konst):
+        if isinstance(ref, Konst):
             expr, names = Const(ref.value, ref.dtype), frozenset()
         else:
             expr, names = ref.expr, ref.names
         slot = self.new_slot(ref.shape, ref.dtype, role, name)
-        out = _EwOut(name, expr, tuple(ref.shape), ref.dtype, slot, order, names | {name})
+        out = EwOut(name, expr, tuple(ref.shape), ref.dtype, slot, order, names | {name})
         self.ew.append(out)
         self.ew_by_slot[slot] = out
-        return _Mat(slot, tuple(ref.shape), ref.dtype, c_strides(tuple(ref.shape)))
+        return Mat(slot, tuple(ref.shape), ref.dtype, c_strides(tuple(ref.shape)))
 
     # -- the forward pass
     def build(self) -> Plan:
@@ -247,7 +175,7 @@ class _Planner(RowFusion):
         for p in flat.params:
             s = self.new_slot(p.type.shape, str(p.type.dtype), PARAM, p.name)
             params.append(s)
-            self.refs[id(p)] = _Mat(s, p.type.shape, str(p.type.dtype), c_strides(p.type.shape))
+            self.refs[id(p)] = Mat(s, p.type.shape, str(p.type.dtype), c_strides(p.type.shape))
         for order, inst in enumerate(flat.body):
             self.op_of[inst.result.name], self.pos_of[inst.result.name] = inst.op, order
             same = self.same_as.get(id(inst.result))
@@ -255,9 +183,9 @@ class _Planner(RowFusion):
                 self.refs[id(inst.result)] = self.refs[id(same)]
                 continue
             ref = self.instruction(inst, order)
-            if id(inst.result) in materialize and not isinstance(ref, _Mat):
+            if id(inst.result) in materialize and not isinstance(ref, Mat):
                 ref = self.materialize(ref, inst.result.name, order)
-            elif isinstance(ref, _Fused) and ref.nodes > MAX_EXPR_NODES:
+            elif isinstance(ref, Fused) and ref.nodes > MAX_EXPR_NODES:
                 ref = self.materialize(ref, inst.result.name, order)
             self.refs[id(inst.result)] = ref
         results = self.results(len(flat.body))
@@ -266,7 +194,7 @@ class _Planner(RowFusion):
 
     def ref_of(self, o):
         if isinstance(o, IRConst):
-            return _Konst(o.value, str(o.type.dtype), ())
+            return Konst(o.value, str(o.type.dtype), ())
         return self.refs[id(o)]
 
     def instruction(self, inst: Instruction, order: int):
@@ -276,12 +204,12 @@ class _Planner(RowFusion):
         if kind == "ew":
             return self.elementwise(inst)
         if kind == "const":
-            return _Konst(np.asarray(inst.attrs["value"]).item(), str(t.dtype), t.shape)
+            return Konst(np.asarray(inst.attrs["value"]).item(), str(t.dtype), t.shape)
         if kind == "literal":
             slot = self.new_slot(t.shape, str(t.dtype), CONST, name)
             self.constants[slot] = np.ascontiguousarray(
                 np.asarray(inst.attrs["value"], dtype=DTYPES[str(t.dtype)]).reshape(t.shape))
-            return _Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
+            return Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "view":
             return self.view(inst, order)
         if kind == "reduce":
@@ -290,27 +218,27 @@ class _Planner(RowFusion):
             a, b = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
-            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "slice":   # read in place: an alias of the operand's memory from the first element
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             a = inst.attrs
             offset = a["lo"] * src.strides[a["axis"]]
             if offset == 0:       # starts where the operand does: its slot, fewer elements
                 link = ("slice", (a["axis"], a["lo"], a["hi"]))
-                return _Mat(src.slot, tuple(t.shape), str(t.dtype), tuple(src.strides), src.chain + (link,))
+                return Mat(src.slot, tuple(t.shape), str(t.dtype), tuple(src.strides), src.chain + (link,))
             size = math.prod(self.slots[src.slot].shape)
             alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
             strides = tuple(src.strides)
-            return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+            return Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order))
-            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         raise PlanError(f"@{self.name}: the code generator does not support {inst.op}")
 
-    def elementwise(self, inst: Instruction) -> _Fused:
+    def elementwise(self, inst: Instruction) -> Fused:
         t = inst.result.type
         shape = t.shape
         refs = [self.ref_of(o) for o in inst.operands]
@@ -329,41 +257,41 @@ class _Planner(RowFusion):
             if src == "bool" and op in ("lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual"):
                 a, b = Cast(a, "i32"), Cast(b, "i32")   # kernels order ints, not bools
             expr = binary(op, a, b)
-        names = frozenset().union(*(r.names for r in refs if isinstance(r, _Fused))) | {inst.result.name}
-        nodes = 1 + sum(r.nodes for r in refs if isinstance(r, _Fused))
-        return _Fused(expr, shape, str(t.dtype), names, nodes)
+        names = frozenset().union(*(r.names for r in refs if isinstance(r, Fused))) | {inst.result.name}
+        nodes = 1 + sum(r.nodes for r in refs if isinstance(r, Fused))
+        return Fused(expr, shape, str(t.dtype), names, nodes)
 
     def view(self, inst: Instruction, order: int):
         src = self.ref_of(inst.operands[0])
         t = inst.result.type
-        if isinstance(src, _Konst):
-            return _Konst(src.value, src.dtype, t.shape)
+        if isinstance(src, Konst):
+            return Konst(src.value, src.dtype, t.shape)
         fn, link = _view_map(inst, src.shape)
-        if isinstance(src, _Fused):
+        if isinstance(src, Fused):
             try:
                 expr = self.reindex(src.expr, fn)
-                return _Fused(expr, t.shape, src.dtype, src.names | {inst.result.name}, src.nodes)
+                return Fused(expr, t.shape, src.dtype, src.names | {inst.result.name}, src.nodes)
             except NoView:
                 src = self.materialize(src, _name(inst.operands[0]), order)
         st = fn(src.strides)
         if st is None:   # a shape cast of a non-contiguous view: copy it (a strided kernel)
-            copy = _Fused(self.leaf(src.slot, src.strides), src.shape, src.dtype, frozenset(), 1)
+            copy = Fused(self.leaf(src.slot, src.strides), src.shape, src.dtype, frozenset(), 1)
             src = self.materialize(copy, _name(inst.operands[0]), order)
             st = fn(src.strides)
             link = ("reshape", t.shape)
-        return _Mat(src.slot, t.shape, src.dtype, st, src.chain + (link,))
+        return Mat(src.slot, t.shape, src.dtype, st, src.chain + (link,))
 
-    def reduce(self, inst: Instruction, order: int) -> _Mat:
+    def reduce(self, inst: Instruction, order: int) -> Mat:
         src = self.ref_of(inst.operands[0])
         x_type = inst.operands[0].type
         body = self.operand_expr(src, x_type.shape)
         t = inst.result.type
         slot = self.new_slot(t.shape, str(t.dtype), TEMP, inst.result.name)
-        names = (src.names if isinstance(src, _Fused) else frozenset()) | {inst.result.name}
-        self.reductions.append(_ReduceNode(inst.result.name, body, tuple(x_type.shape),
+        names = (src.names if isinstance(src, Fused) else frozenset()) | {inst.result.name}
+        self.reductions.append(ReduceNode(inst.result.name, body, tuple(x_type.shape),
                                            inst.attrs["combinator"], tuple(inst.attrs["axes"]),
                                            inst.attrs["init"], slot, order, names))
-        return _Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
+        return Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
 
     def results(self, order: int) -> list[View]:
         out, claimed = [], set()
@@ -372,7 +300,7 @@ class _Planner(RowFusion):
         for r in self.flat.results:
             ref = self.ref_of(r)
             name = _name(r)
-            if not isinstance(ref, _Mat):
+            if not isinstance(ref, Mat):
                 ref = self.materialize(ref, name, order, OUTPUT)
                 claimed.add(ref.slot)
                 out.append(_view(ref))
@@ -425,152 +353,6 @@ class _Planner(RowFusion):
         plan.fusion = self.fusion      # why these kernels: printed by the plan and the compile report
         return plan
 
-    GROUP_CANDIDATES = 4   # recent kernels of the same space a value may join (plan time)
-
-    def group(self) -> list[list[_EwOut]]:
-        """Materialized elementwise values -> multi-output kernels (same iteration space,
-        no cycle through other steps)."""
-        groups: list[list[_EwOut]] = []
-        group_in: list[set[int]] = []          # slots the members of a group read
-        by_key: dict[tuple, list[int]] = {}
-        producer_steps = {}
-        for s in self.steps:
-            for o in step_outputs(s):
-                producer_steps[o] = set(step_inputs(s))
-        for r in self.reductions:
-            producer_steps[r.slot] = {self.leaves[i.index][0] for i in loads(r.body)}
-        size: dict[int, int] = {}               # slot -> nodes of its expression
-        for e in self.ew:
-            nodes = walk([e.expr])
-            size[e.slot] = len(nodes)
-            e.reads = {self.leaves[ld.index][0] for ld in nodes if isinstance(ld, Load)}
-        group_nodes: list[int] = []
-        for e in self.ew:
-            key = tuple(d for d in e.shape if d != 1)
-            placed = False
-            for gi in reversed(by_key.get(key, [])[-self.GROUP_CANDIDATES:]):
-                if group_nodes[gi] + size[e.slot] > MAX_KERNEL_NODES and groups[gi]:
-                    continue
-                if self.can_join(e, gi, groups, group_in, producer_steps):
-                    groups[gi].append(e)
-                    group_in[gi] |= e.reads
-                    group_nodes[gi] += size[e.slot]
-                    e.group = gi
-                    placed = True
-                    break
-            if not placed:
-                e.group = len(groups)
-                groups.append([e])
-                group_in.append(set(e.reads))
-                group_nodes.append(size[e.slot])
-                by_key.setdefault(key, []).append(e.group)
-        return groups
-
-    def can_join(self, e: _EwOut, gi: int, groups, group_in, producer_steps) -> bool:
-        members = groups[gi]
-        g_slots = {m.slot for m in members}
-        shape = members[0].shape
-        expr = e.expr if e.shape == shape else self._reshaped(e.expr, e.shape, shape)
-        if expr is None:
-            return False
-        external = set()
-        for ld in loads(expr):
-            slot, st = self.leaves[ld.index]
-            if slot in g_slots:
-                if not is_contiguous(shape, st):
-                    return False      # read at another element: needs the whole output first
-                continue
-            external.add(slot)
-        # does an external input depend on the group (through other kernels and steps)?
-        stack, seen = list(external), set()
-        while stack:
-            s = stack.pop()
-            if s in seen:
-                continue
-            seen.add(s)
-            if s in g_slots:
-                return False
-            ew = self.ew_by_slot.get(s)
-            if ew is not None:
-                stack.extend(group_in[ew.group] if ew.group >= 0 else ew.reads)
-            else:
-                stack.extend(producer_steps.get(s, ()))
-        return True
-
-    def _reshaped(self, expr: Expr, shape, to_shape):
-        try:
-            return self.reindex(expr, lambda st: reshape_strides(shape, st, to_shape))
-        except NoView:
-            return None
-
-    def group_exprs(self, members: list[_EwOut]) -> list[Expr]:
-        """The members' expressions over the first member's shape (global Load ids); a sibling
-        output read element-for-element is computed once, in registers."""
-        shape = members[0].shape
-        by_slot = {}
-        for m in members:
-            by_slot[m.slot] = m.expr if m.shape == shape else self._reshaped(m.expr, m.shape, shape)
-        resolved: dict[int, Expr] = {}
-        for m in members:   # members are in program order: producers first
-            resolved[m.slot] = self._substitute(by_slot[m.slot], resolved, shape)
-        return [resolved[m.slot] for m in members]
-
-    def kernel_node(self, members: list[_EwOut]) -> Node:
-        shape = members[0].shape
-        exprs = self.group_exprs(members)
-        inputs, local = self._inputs(exprs, shape)
-        outs = [self._localize(e, local) for e in exprs]
-        names = tuple(m.name for m in members) + tuple(sorted(
-            set().union(*(m.names for m in members)) - {m.name for m in members}, key=self._pos))
-        spec = KernelSpec(self._kernel_name(sorted(names, key=self._pos)), shape, inputs[1], outs)
-        step = KernelStep(spec, tuple(inputs[0]), tuple(m.slot for m in members), names,
-                          min(m.order for m in members))
-        return Node(set(inputs[0]), [m.slot for m in members], step.order, step)
-
-    def reduce_node(self, r: _ReduceNode) -> Node:
-        inputs, local = self._inputs([r.body], r.shape)
-        fused = tuple(sorted(r.names - {r.name}, key=self._pos))
-        spec = ReduceSpec(f"{short_op(r.op)}_" + self._kernel_name(fused, 2) if fused else f"reduce_{short_op(r.op)}",
-                          r.shape, inputs[1], self._localize(r.body, local), r.op, r.axes, r.init)
-        names = (r.name,) + fused
-        step = KernelStep(spec, tuple(inputs[0]), (r.slot,), names, r.order)
-        return Node(set(inputs[0]), [r.slot], r.order, step)
-
-    def _pos(self, name: str) -> int:
-        return self.pos_of.get(name, 1 << 30)
-
-    def _kernel_name(self, names, limit: int = 3) -> str:
-        """'add_relu_greaterThan': the distinct ops computed, in program order (views skipped)."""
-        ops = []
-        for n in names:
-            op = self.op_of.get(n, "copy")
-            if op not in ops and op not in VIEW_OPS and op != "literal":
-                ops.append(op)
-        return "_".join(ops[:limit]) or "copy"
-
-    def _substitute(self, expr: Expr, resolved: dict[int, Expr], shape) -> Expr:
-        repl = {}
-        for ld in loads(expr):
-            slot, st = self.leaves[ld.index]
-            if slot in resolved and is_contiguous(shape, st):
-                repl[ld] = resolved[slot]
-        return rebuild(expr, repl) if repl else expr
-
-    def _inputs(self, exprs, shape):
-        """(slots, KernelInputs) for the leaves of `exprs`, and global -> local Load ids."""
-        slots, inputs, local = [], [], {}
-        for ld in [e for e in walk(exprs) if isinstance(e, Load)]:
-            slot, st = self.leaves[ld.index]
-            info = self.slots[slot]
-            contiguous = math.prod(info.shape) == math.prod(shape) and is_contiguous(shape, st)
-            local[ld.index] = len(inputs)
-            slots.append(slot)
-            inputs.append(KernelInput(info.dtype, None if contiguous else st))
-        return (slots, inputs), local
-
-    def _localize(self, expr: Expr, local: dict[int, int]) -> Expr:
-        return rebuild(expr, {ld: Load(local[ld.index]) for ld in loads(expr)})
-
 
 # ------------------------------------------------------------------ helpers
 
@@ -597,7 +379,7 @@ def _name(o) -> str:
     return o.name if isinstance(o, Value) else "const"
 
 
-def _view(m: _Mat) -> View:
+def _view(m: Mat) -> View:
     return View(m.slot, tuple(m.shape), tuple(m.strides), tuple(m.chain))
 
 

@@ -1,7 +1,7 @@
 """Row fusion: a map and the reductions over trailing axes that it reads (and the small per-row
 maps between them) become one row kernel (kernels.rows.RowSpec): softmax, log-softmax, layer norm.
 
-A mixin of the planner (fusion._Planner): it works on the planner's nodes after grouping.
+A mixin of the planner (planner._Planner): it works on the planner's nodes after grouping.
 
     nodes = self.fuse_rows(nodes)     # some map + reduction nodes replaced by RowStep nodes
 """
@@ -63,7 +63,7 @@ class RowFusion:
                 n = producer.get(slot)
                 if n is None or n is node:
                     continue
-                if hasattr(n.source, "axes"):   # a reduction (fusion._ReduceNode)
+                if hasattr(n.source, "axes"):   # a reduction (planning.values.ReduceNode)
                     r = n.source
                     t = min(r.axes) if r.axes else len(shape)
                     if r.shape != shape or r.axes != tuple(range(t, len(shape))) or t == 0 \

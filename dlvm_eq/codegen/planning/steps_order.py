@@ -25,7 +25,7 @@ class Node:
     order: int
     payload: object = None
     pos: int = -1
-    source: object = None    # the group's members or the _ReduceNode (row fusion)
+    source: object = None    # the group's members or the ReduceNode (row fusion)
 
 
 def reached(slots: set, targets: set, nodes: list[Node], skip: list[Node]) -> list[Node]:
