@@ -5,40 +5,29 @@
     array([0., 2., 4.], dtype=float32)
 
 `compute="f64"` evaluates every float op in float64 (the accuracy reference for f32 kernels).
-Semantics follow the IR's op table: integer `div` truncates and gives 0 for a zero divisor,
-float min/max propagate NaN, `round` rounds half to even.
+Semantics are the IR's op table's (ir/ops.py): integer `div` truncates and gives 0 for a zero
+divisor, float min/max propagate NaN, `round` rounds half to even.
 """
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .spec import (DTYPES, Binary, Cast, Const, KernelSpec, Load, ReduceSpec, Select, Unary,
-                     dtype_of, walk)
+from ...ir.ops import OPS, REDUCE_COMBINATORS
+from .spec import (BINARY_OPS, DLVM_NAMES, DTYPES, UNARY_OPS, Binary, Cast, Const, KernelSpec, Load,
+                   ReduceSpec, Select, Unary, dtype_of, op_name, walk)
 
 
-def _int_div(a, b):
-    with np.errstate(all="ignore"):
-        q = np.trunc(np.true_divide(a, np.where(b == 0, 1, b)))
-    return np.where(b == 0, 0, q).astype(a.dtype)
+def _semantics(kernel_op: str):
+    """The op table's numpy semantics of a kernel op (an IR op under its short name)."""
+    evaluate = OPS[_IR_NAME.get(kernel_op, kernel_op)].evaluate
+    return lambda *args: evaluate(list(args), {})
 
 
-UNARY_NP = {
-    "neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
-    "cosh": np.cosh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "square": np.square, "sign": np.sign,
-    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "abs": np.abs,
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)), "log1p": np.log1p, "expm1": np.expm1,
-    "softplus": lambda x: np.logaddexp(np.zeros((), x.dtype), x), "not": np.logical_not,
-}
-BINARY_NP = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
-    "min": np.minimum, "max": np.maximum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
-    "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and,
-    "or": np.logical_or,
-}
-REDUCE_NP = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+_IR_NAME = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
+UNARY_NP = {op: _semantics(op) for op in UNARY_OPS}
+BINARY_NP = {op: _semantics(op) for op in BINARY_OPS}
+REDUCE_NP = {op_name(n): ufunc for n, ufunc in REDUCE_COMBINATORS.items()}   # numpy ufuncs
 
 
 def _view(arr: np.ndarray, inp, shape) -> np.ndarray:
@@ -64,9 +53,7 @@ def _eval_exprs(roots, dtypes, views, compute: str | None):
             elif isinstance(e, Unary):
                 v = UNARY_NP[e.op](vals[e.x])
             elif isinstance(e, Binary):
-                a, b = vals[e.a], vals[e.b]
-                v = _int_div(a, b) if e.op == "div" and a.dtype.kind == "i" else (
-                    np.true_divide(a, b) if e.op == "div" else BINARY_NP[e.op](a, b))
+                v = BINARY_NP[e.op](vals[e.a], vals[e.b])
             elif isinstance(e, Select):
                 v = np.where(vals[e.cond], vals[e.a], vals[e.b])
             elif isinstance(e, Cast):

@@ -31,6 +31,7 @@ from typing import Union
 import numpy as np
 
 from ...errors import DlvmError
+from ...ir.ops import BINARY, OPS, UNARY
 from ...ir.types import DType
 
 
@@ -58,29 +59,31 @@ def dtype_name(dt) -> str:
 
 
 # ------------------------------------------------------------------ op tables (data, one row per op)
-# Unary: name -> dtypes it accepts. Result dtype = operand dtype.
+# A kernel op is an IR op (ir/ops.py) under a short name: the IR's (DLVM's) names that differ.
+DLVM_NAMES = {"negate": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
+              "power": "pow", "equal": "eq", "notEqual": "ne", "lessThan": "lt",
+              "lessThanOrEqual": "le", "greaterThan": "gt", "greaterThanOrEqual": "ge"}
+
+
+def _accepted(dlvm: str) -> tuple[str, ...]:
+    return FLOATS if OPS[dlvm].float_only else FLOATS + ("i32",)
+
+
+# Unary: name -> dtypes it accepts (the op table's float_only). Result dtype = operand dtype.
 UNARY_OPS: dict[str, tuple[str, ...]] = {
-    **{n: FLOATS for n in ("exp", "log", "tanh", "sinh", "cosh", "sin", "cos", "tan", "sqrt",
-                           "rsqrt", "floor", "ceil", "round", "sigmoid", "log1p", "expm1",
-                           "softplus")},
-    **{n: FLOATS + ("i32",) for n in ("neg", "square", "sign", "abs", "relu")},
+    **{DLVM_NAMES.get(n, n): _accepted(n) for n, s in OPS.items() if s.kind == UNARY},
     "not": ("bool",),
 }
-# Binary: name -> (dtypes accepted, result dtype or None for "same as operands").
+# Binary: name -> (dtypes accepted, result dtype or None for "same as operands"). Comparisons
+# and logic are listed: kernels compare bools for equality only (the IR accepts any).
 BINARY_OPS: dict[str, tuple[tuple[str, ...], str | None]] = {
-    **{n: (FLOATS + ("i32",), None) for n in ("add", "sub", "mul", "div", "min", "max")},
-    "pow": (FLOATS, None),
+    **{DLVM_NAMES.get(n, n): (_accepted(n), None) for n, s in OPS.items() if s.kind == BINARY},
     **{n: (FLOATS + ("i32", "bool"), "bool") for n in ("eq", "ne")},
     **{n: (FLOATS + ("i32",), "bool") for n in ("lt", "le", "gt", "ge")},
     **{n: (("bool",), "bool") for n in ("and", "or")},
 }
 REDUCE_OPS = ("add", "mul", "max", "min")
 REDUCE_INIT = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}
-
-# The IR's (DLVM's) op names that differ from the short ones used here.
-DLVM_NAMES = {"negate": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
-              "power": "pow", "equal": "eq", "notEqual": "ne", "lessThan": "lt",
-              "lessThanOrEqual": "le", "greaterThan": "gt", "greaterThanOrEqual": "ge"}
 
 
 def op_name(name: str) -> str:
