@@ -51,6 +51,7 @@ _LAZY = {
     "cpu_ir": "cpu.llvm_cpu", "ptx_kernel": "gpu.llvm_ptx",
     "Plan": "planning.plan", "PlanError": "planning.plan", "plan_schema": "planning.plan_records",
     "plan_function": "planning.planner", "rows_for": "planning.planner",
+    "plan_settings": "planning.epilogue",
     "CpuProgram": "execution.executor", "GpuProgram": "execution.executor",
     "program": "execution.executor",
     **{n: "backend" for n in ("CompileReport", "Compiled", "compile", "compile_seconds")},
@@ -77,7 +78,7 @@ __all__ = [
     "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "compile", "compile_cpu",
     "compile_gpu", "compile_seconds", "cpu_ir", "evaluate", "gpu_available", "op_name",
     "plan_function", "ptx_kernel", "set_cache_dir", "stats", "unary",
-    "RowSpec", "cache_key", "cupy_module", "plan_schema", "program", "rows_for",
+    "RowSpec", "cache_key", "cupy_module", "plan_schema", "plan_settings", "program", "rows_for",
 ]
 
 from .backend import register as _register  # noqa: E402

@@ -25,6 +25,14 @@ from .steps_order import Node
 MAX_FUSED_ELEMENTS = 1 << 18     # 1 MiB of float32 result: half this machine's L2
 
 
+def plan_settings() -> str:
+    """What a CPU plan depends on besides the module (for the plan cache's key): GEMM epilogue
+    fusion's switch and whether, and from which product size, our GEMM is used (settable at run
+    time, e.g. by tests)."""
+    g = gemm_runtime
+    return f"epilogues={g.epilogues_enabled()},gemm={g.enabled()}:{g.GEMM_MIN_MACS}"
+
+
 def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
     """`nodes` with each (matmul, qualifying reader) pair replaced by one GemmStep node."""
     if not gemm_runtime.epilogues_enabled():
