@@ -1,4 +1,4 @@
-"""Our float32 GEMM (codegen/gemm.py) against numpy's OpenBLAS and PyTorch's CPU matmul, side by
+"""Our float32 GEMM (codegen/cpu/gemm_ir.py) against numpy's OpenBLAS and PyTorch's CPU matmul, side by
 side in one run, on the MLP step's products and on squares; then a GEMM with its epilogue
 (bias + ReLU + the ReLU mask, the MLP's first layer) against the product followed by the
 kernel, with warm caches and with the caches flushed before each call.

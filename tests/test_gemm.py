@@ -1,4 +1,4 @@
-"""Our GEMM (codegen/gemm.py, gemm_runtime.py) against float64 numpy: random shapes around the
+"""Our GEMM (codegen/cpu/gemm_ir.py, codegen/runtime/gemm_runtime.py) against float64 numpy: random shapes around the
 micro-tile and block edges, plain and transposed operands, strided views, accumulation, one
 and several threads; and compiled programs whose matmuls it runs."""
 from __future__ import annotations

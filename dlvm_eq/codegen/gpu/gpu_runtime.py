@@ -192,7 +192,7 @@ ROW_BLOCK = 128     # threads per block of a row kernel (one row per thread)
 
 
 class GpuRowKernel(_Loaded):
-    """A row kernel (rowwise.RowSpec) on the current CUDA device: one thread per row.
+    """A row kernel (kernels.rows.RowSpec) on the current CUDA device: one thread per row.
     `run(ins, outs, reds)` on C-contiguous device arrays, as the CPU RowKernel."""
 
     def __init__(self, spec: RowSpec):

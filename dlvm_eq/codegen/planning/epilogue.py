@@ -1,6 +1,6 @@
 """GEMM epilogue fusion (CPU plans): a matmul and an elementwise kernel that reads its result
 become one step (plan.GemmStep), the kernel running on each tile of the product as soon as the
-tile is final, while it is in L1 (codegen/gemm.py), instead of a pass of its own over a
+tile is final, while it is in L1 (codegen/cpu/gemm_ir.py), instead of a pass of its own over a
 result that a big GEMM has pushed out of cache. The MLP step: bias + ReLU (+ the ReLU mask)
 after x @ w1, and the ReLU's gradient select after dz @ w2.T.
 

@@ -174,7 +174,7 @@ class AliasStep:
 class GemmStep:
     """A matmul whose elementwise consumer runs as its epilogue (CPU): `epilogue` is applied to
     each tile of `blas.out` as soon as the tile is final, while it is still in cache
-    (codegen/gemm.py). `c_input` is the epilogue input that reads the matmul's result."""
+    (codegen/cpu/gemm_ir.py). `c_input` is the epilogue input that reads the matmul's result."""
     blas: BlasStep
     epilogue: KernelStep
     c_input: int

@@ -3,7 +3,7 @@ process may run on: its affinity mask (`taskset`, `os.sched_getaffinity`), cappe
 quota of its cgroup (a container's `--cpus`: cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` /
 `cpu.cfs_period_us`, the tightest of the cgroup and its ancestors), rounded up.
 
-    >>> thread_count()                        # read once per process (cpu_runtime.usable_cpus)
+    >>> thread_count()                        # read once per process (usable_cpus, below)
     >>> cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup")   # e.g. 1.5, or None
 
 Spawning more threads than the quota lets run only gets them descheduled for a whole quota

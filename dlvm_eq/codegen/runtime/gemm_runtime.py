@@ -1,4 +1,4 @@
-"""Run our float32 GEMM (`gemm.py`) on numpy arrays: `CpuGemm()(a, b, out)` splits C into a
+"""Run our float32 GEMM (`cpu/gemm_ir.py`) on numpy arrays: `CpuGemm()(a, b, out)` splits C into a
 few blocks per thread (`CpuGemm.blocks`) that the native worker pool's threads claim.
 
     >>> g = gemm_for(a, b, out)        # a CpuGemm, or None when numpy's BLAS should do it
