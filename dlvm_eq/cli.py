@@ -23,12 +23,13 @@ import numpy as np
 
 from . import cli_cache, cli_codegen, cli_demo, cli_grad, cli_optimize, cli_verify
 from .errors import DlvmError, SourceError
-from .ir import Module, interpret, verify
+from .ir import Module, verify
 from .ir.module import Function
 from .ir.comments import format_with_comments
 from .ir.parser import load, parse, read_source
 from .ir.sample import sample_inputs
 from .ir.types import TensorType
+from .pipeline import interpret
 
 PROG = "dlvm-eq"
 
@@ -52,7 +53,7 @@ def _run_compiled(target: str):
         if float64:
             raise DlvmError(f"--float64 runs the interpreter in float64; the {target} target "
                             "computes in the function's own dtypes (drop --float64 or use --target interp)")
-        from .codegen import compile
+        from .pipeline import compile
         out = compile(module, name, target)(*arrays)
         if target == "gpu":   # CuPy arrays back to the host for printing and saving
             out = tuple(a.get() for a in out) if isinstance(out, tuple) else out.get()
@@ -175,7 +176,7 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
 
 
 def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
-    from .codegen.arguments import check_argument
+    from .codegen import check_argument
     return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
             if isinstance(p.type, TensorType) else a
             for i, (p, a) in enumerate(zip(fn.params, arrays))]

@@ -78,8 +78,8 @@ def _deadline(args: argparse.Namespace):
 
 
 def opt(args: argparse.Namespace) -> int:
-    from .egraph.optimize import optimize
     from .ir import verify
+    from .pipeline import optimize   # declared adjoints resolved first
     from .ir.parser import load
 
     module = load(args.file)

@@ -20,6 +20,7 @@ from .cache import shared_cache, source_digest
 from .ir.module import AdjointDecl, Const, Function, Instruction, Value
 from .ir.types import DType, TensorType, TupleType
 from .json_records import RecordError, Schema
+from .version import __version__
 
 _RULES_DIGEST: str | None = None
 
@@ -48,7 +49,6 @@ FUNCTION_SCHEMA = Schema("dlvm_eq.ir.Function", 1,
 
 
 def function_key(kind: str, parts: list[str]) -> str:
-    from . import __version__
     h = hashlib.sha256(f"{kind}\0{FORMAT}\0{__version__}\0{rules_digest()}\0{source_digest()}".encode())
     for p in parts:
         h.update(b"\0" + p.encode())

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import gpu_available, plan_function, ptx_kernel, set_cache_dir
-from dlvm_eq.codegen.fusion import rows_for
+from dlvm_eq.codegen import gpu_available, ptx_kernel, rows_for, set_cache_dir
+from dlvm_eq.pipeline import plan_function
 from dlvm_eq.codegen.plan import RowStep
 from dlvm_eq.models import mlp
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import KernelSpec, compile, plan_function, set_cache_dir
+from dlvm_eq.codegen import KernelSpec, set_cache_dir
+from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.plan import ConcatStep, CopyStep, KernelStep, RowStep, TEMP
 from dlvm_eq.ir import interpret
 

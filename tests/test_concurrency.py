@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dlvm_eq.codegen import compile, gemm_runtime, set_cache_dir
+from dlvm_eq.codegen import gemm_runtime, set_cache_dir
+from dlvm_eq.pipeline import compile
 from dlvm_eq.ir import F32, Module, interpret
 from at_once import run_at_once
 from ir_programs import random_function, random_inputs

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import compile, plan_function, set_cache_dir
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.plan import TEMP
 from dlvm_eq.egraph.fusion import decide_fusion
 from dlvm_eq.extract.machine import Machine

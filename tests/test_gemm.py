@@ -275,7 +275,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
     """dot then a random elementwise chain (broadcast bias, another matrix, compares, selects,
     transcendental ops, a bool output): the chain runs as the GEMM's epilogue (every product
     through our GEMM) and agrees with the float64 interpreter."""
-    from dlvm_eq.codegen import compile
+    from dlvm_eq.pipeline import compile
     from dlvm_eq.codegen.plan import GemmStep
     from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
     b = FunctionBuilder("f", [tensor(k, m, F32) if transposed else tensor(m, k, F32), tensor(k, n, F32),
@@ -336,7 +336,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
 
 def _mlp_plans():
     """The MLP gradient's plans for the cpu and gpu targets."""
-    from dlvm_eq.codegen.fusion import plan_function
+    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.models import mlp
     rng = np.random.default_rng(9)
     params = mlp.init_params([784, 256, 10], seed=9)
@@ -367,7 +367,7 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
 def test_big_products_keep_their_consumers_unfused():
     """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
     from dlvm_eq.codegen.epilogue import MAX_FUSED_ELEMENTS
-    from dlvm_eq.codegen.fusion import plan_function
+    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.codegen.plan import GemmStep
 
     def layer(x, w, b):

@@ -7,17 +7,18 @@
     >>> float(k(np.ones(8, np.float32))[0])
     0.7310585975646973
 
-Whole functions: `compile(module, name, target="cpu"|"gpu")` plans an IR function into
-kernels, matmuls and views (`plan_function`; print the plan to see what was fused) and runs
-it (`CpuProgram` / `GpuProgram`). Importing this package registers the "cpu" and "gpu" targets
-of `dq.jit`.
+Whole functions: `plan_flat(flat, name, fusion_decision)` plans a flattened IR function into
+kernels, matmuls and views (print the plan to see what was fused) and `program(plan, target)`
+runs it (`CpuProgram` / `GpuProgram`). The pipeline (dlvm_eq/pipeline: `dq.compile`, `dq.jit`)
+sequences optimize, the fusion decision, plan and build; this package receives the plan and the
+decision as data. May import: ir, cache, json_records, errors (never dsl, egraph, ad).
 
 Files: kernel (the spec), layout (loop layouts), emitter/polymath/lower_expr/loops (IR
 building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), native_pool
 (worker threads outside the GIL), gemm / gemm_runtime (our float32 GEMM and its epilogues),
 kernel_cache (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's
 data), fusion (IR -> plan), epilogue (matmul + consumer -> one step), executor (running a
-plan), backend (compile, reports, DSL targets), llvm_lock (the lock around LLVM's context).
+plan), llvm_lock (the lock around LLVM's context).
 
 Threads: a module holding mutable module-level state (caches, pools, locks) says in its
 docstring ("Shared state") what owns each object and why concurrent calls are safe; every
@@ -26,9 +27,8 @@ computes the same value twice).
 """
 import importlib
 
-# name -> submodule; loaded on first access (PEP 562), so that registering the targets (which
-# `dq.jit` does) loads only what a compile needs: a warm-cache compile loads no planner, no IR
-# builder for the GPU and no CuPy launcher.
+# name -> submodule; loaded on first access (PEP 562), so that a compile loads only what it
+# needs: a warm-cache compile loads no planner, no IR builder for the GPU and no CuPy launcher.
 _LAZY = {
     "BufferPool": "cpu_runtime", "CpuKernel": "cpu_runtime", "compile_cpu": "cpu_runtime",
     "stats": "cpu_runtime",
@@ -38,9 +38,11 @@ _LAZY = {
                              "Const", "Expr", "KernelError", "KernelInput", "KernelSpec", "Load",
                              "ReduceSpec", "Select", "Unary", "binary", "op_name", "unary")},
     "set_cache_dir": "kernel_cache", "cpu_ir": "llvm_cpu", "ptx_kernel": "llvm_ptx",
-    "evaluate": "reference", "Plan": "plan", "PlanError": "plan", "plan_function": "fusion",
-    "CpuProgram": "executor", "GpuProgram": "executor",
-    **{n: "backend" for n in ("CompileReport", "Compiled", "compile", "compile_seconds")},
+    "evaluate": "reference", "Plan": "plan", "PlanError": "plan",
+    **{n: "fusion" for n in ("fusion_rows", "plan_flat", "rows_for")},
+    "CpuProgram": "executor", "GpuProgram": "executor", "program": "executor",
+    "cache_key": "kernel_cache", "plan_schema": "plan_records", "plan_settings": "gemm_runtime",
+    "cupy_module": "gpu_runtime", "check_argument": "arguments", "kernel_texts": "kernel_text",
 }
 
 
@@ -58,14 +60,9 @@ def __dir__():
 
 
 __all__ = [
-    "BINARY_OPS", "BufferPool", "Binary", "Cast", "CompileReport", "Compiled", "Const",
-    "CpuKernel", "CpuProgram", "DLVM_NAMES", "Expr", "GpuKernel", "GpuProgram", "GpuUnavailable",
-    "KernelError", "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS",
-    "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "compile", "compile_cpu",
-    "compile_gpu", "compile_seconds", "cpu_ir", "evaluate", "gpu_available", "op_name",
-    "plan_function", "ptx_kernel", "set_cache_dir", "stats", "unary",
+    "BINARY_OPS", "BufferPool", "Binary", "Cast", "Const", "CpuKernel", "CpuProgram", "DLVM_NAMES",
+    "Expr", "GpuKernel", "GpuProgram", "GpuUnavailable", "KernelError", "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS",
+    "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "cache_key", "check_argument", "compile_cpu",
+    "compile_gpu", "cpu_ir", "cupy_module", "evaluate", "fusion_rows", "gpu_available", "kernel_texts", "op_name",
+    "plan_flat", "plan_schema", "plan_settings", "program", "ptx_kernel", "rows_for", "set_cache_dir", "stats", "unary",
 ]
-
-from .backend import register as _register  # noqa: E402
-
-_register()   # dq.jit(target="cpu"|"gpu")

@@ -261,6 +261,13 @@ def epilogues_enabled() -> bool:
     return os.environ.get("DLVM_EQ_EPILOGUES", "1") != "0"
 
 
+def plan_settings() -> str:
+    """What a CPU plan depends on besides the module (part of the plan cache's key): GEMM
+    epilogue fusion's switch and the product size from which our GEMM is used (settable at run
+    time, e.g. by tests)."""
+    return f"epilogues={epilogues_enabled()},gemm={enabled()}:{GEMM_MIN_MACS}"
+
+
 def a_order(a: np.ndarray) -> str | None:
     """How the GEMM can read A: "rows" (columns contiguous), "cols" (rows contiguous), None."""
     if a.strides[1] == 4 and a.strides[0] >= 4 * a.shape[1]:

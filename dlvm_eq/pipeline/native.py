@@ -1,24 +1,22 @@
-"""The `cpu` and `gpu` back ends: IR -> `dq.optimize` -> kernel plan -> compiled program.
+"""The `cpu` and `gpu` compile pipeline: IR -> declared adjoints resolved -> `dq.optimize` ->
+fusion decision and kernel plan (planning.py) -> compiled program.
 
     f = dq.compile(module, "f", target="cpu")     # a callable on numpy arrays
     f(x, w)
     print(f.report)                                # e-graph, costs, kernels, matmuls, timings
     print(f.plan)                                  # what was fused
-    dq.jit(fn)                                     # registered as the DSL's "cpu"/"gpu" targets
 
 `compile_seconds()` is the process's compile time split by phase (trace, optimize, plan,
 kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found on disk.
 
 A warm compile (same program, same cache, another process) builds nothing: the optimized
-function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache here
-(JSON data, `plan_records.PLAN_SCHEMA`; keyed by the optimized module's text, the target, the rule files and the package
-source), the kernels' object code from the kernel cache (cpu_runtime.py). Neither egglog nor
-the planner is imported then; `plan_cache_stats` counts plan hits and misses.
+function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache
+(planning.py), the kernels' object code from the kernel cache (codegen). Neither egglog nor
+the planner is imported then.
 
-Shared state (threads): `_optimized`, `_SECONDS` and `plan_cache_stats` are read and written
-under `_lock` (two threads compiling the same module may both optimize it; the results are
-equal, the last is kept). A Compiled holds one program, safe to call from many threads (see
-executor).
+Shared state (threads): `_optimized` is read and written under `_lock` (two threads compiling
+the same module may both optimize it; the results are equal, the last is kept). A Compiled
+holds one program, safe to call from many threads (see codegen's executor).
 """
 from __future__ import annotations
 
@@ -26,36 +24,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import ir_cache
-from ..cache import shared_cache
+from ..codegen import Plan, program
 from ..errors import DlvmError
 from ..ir.module import Module
-from ..ir.printer import print_module
 from ..ir_cache import cached_function
-from .executor import program
-from .kernel_cache import cache_key
-from ..json_records import RecordError
-from .plan import Plan
-from .plan_records import plan_schema
+from .adjoints import resolve_adjoints
+from .planning import planned
+from .timing import add_seconds, compile_seconds
 
 TARGETS = ("cpu", "gpu")
 
 _lock = threading.Lock()
-_SECONDS = {"optimize": 0.0, "plan": 0.0, "kernels": 0.0}
 _optimized: dict[tuple, tuple] = {}     # (IR text, function, target) -> (Module, OptimizeResult)
-
-
-def compile_seconds() -> dict[str, float]:
-    """Seconds this process spent compiling, by phase: trace (dq.jit's tracing), optimize
-    (the e-graph), plan (fusion), kernels (LLVM code generation or disk-cache loads)."""
-    from ..dsl import api
-    with _lock:
-        return {"trace": getattr(api, "TRACE_SECONDS", {}).get("trace", 0.0), **_SECONDS}
-
-
-def _add_seconds(phase: str, s: float) -> None:
-    with _lock:
-        _SECONDS[phase] += s
 
 
 @dataclass
@@ -152,7 +132,7 @@ def optimized(module: Module, name: str, target: str):
     except DlvmError as e:   # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
         out = (module, None, note)
-    _add_seconds("optimize", time.perf_counter() - t0)
+    add_seconds("optimize", time.perf_counter() - t0)
     with _lock:
         if len(_optimized) > 256:
             _optimized.clear()
@@ -176,6 +156,31 @@ class Compiled:
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
 
 
+def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> CompileReport:
+    """Every stage of `compile` short of building kernels: declared adjoints resolved, the
+    e-graph (unless `optimize=False`), the fusion decision and the plan (from the plan cache
+    when there). The report's `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
+    if target not in TARGETS:
+        raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+    fn = module[name]
+    seconds = {}
+    note = ""
+    result = None
+    t0 = time.perf_counter()
+    module = resolve_adjoints(module, [fn.name])     # fn, or what it applies, may be declared
+    if fn.is_declaration:
+        seconds["adjoint"] = time.perf_counter() - t0
+    if optimize:
+        t0 = time.perf_counter()
+        module, result, note = optimized(module, fn.name, target)
+        seconds["optimize"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = planned(module, fn.name, target)
+    seconds["plan"] = time.perf_counter() - t0
+    add_seconds("plan", seconds["plan"])
+    return CompileReport(fn.name, target, plan, result, note, seconds)
+
+
 def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True,
             cast: bool = False) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
@@ -185,120 +190,21 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
     object arrays); Python numbers take the declared dtype where their kind fits
     (codegen/arguments.py)."""
-    if target not in TARGETS:
-        raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     if target == "gpu":
-        from .gpu_runtime import cupy_module
+        from ..codegen import cupy_module
         cupy_module()     # GpuUnavailable (a DlvmError) says why the GPU cannot be used
-    fn = module[name]
-    seconds = {}
-    note = ""
-    result = None
-    if fn.is_declaration:
-        from ..ad import synthesize_declared
-        t0 = time.perf_counter()
-        module = _with(module, synthesize_declared(module, fn))
-        seconds["adjoint"] = time.perf_counter() - t0
-    if optimize:
-        t0 = time.perf_counter()
-        module, result, note = optimized(module, fn.name, target)
-        seconds["optimize"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    plan = planned(module, fn.name, target)
-    seconds["plan"] = time.perf_counter() - t0
-    _add_seconds("plan", seconds["plan"])
-    prog = program(plan, target, cast=cast)
-    seconds["kernels"] = prog.kernel_seconds
-    _add_seconds("kernels", prog.kernel_seconds)
-    report = CompileReport(fn.name, target, plan, result, note, seconds)
+    report = lower(module, name, target, optimize)
+    prog = program(report.plan, target, cast=cast)
+    report.seconds["kernels"] = prog.kernel_seconds
+    add_seconds("kernels", prog.kernel_seconds)
     return Compiled(prog, report)
-
-
-# ------------------------------------------------------------------ the plan cache
-
-PLAN_FORMAT = "2"     # bump when what a plan entry holds changes (2: JSON, was a pickle)
-plan_cache_stats = {"hits": 0, "misses": 0}
-
-
-def _plan_settings() -> str:
-    """What a CPU plan depends on besides the module: GEMM epilogue fusion's switch and the
-    product size from which our GEMM is used (settable at run time, e.g. by tests)."""
-    from . import gemm_runtime
-    return f"epilogues={gemm_runtime.epilogues_enabled()},gemm={gemm_runtime.enabled()}:{gemm_runtime.GEMM_MIN_MACS}"
-
-
-def planned(module: Module, name: str, target: str) -> Plan:
-    """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan a previous
-    process stored for the same module text, target, rule files and package source. A plan
-    entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
-    turns this cache off along with the IR cache."""
-    def build() -> Plan:
-        from .fusion import plan_function, rows_for  # the planner loads only when a plan is built
-        return plan_function(module[name], module, rows=rows_for(target), target=target)
-
-    if not ir_cache.enabled():
-        return build()
-    from .. import __version__
-    from ..cache import source_digest
-    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), ir_cache.rules_digest(),
-                    name, target, print_module(module), _plan_settings())
-    cache = shared_cache()
-    data = cache.get("plan", key)
-    if data is not None:
-        plan = _load_plan(data)
-        if plan is not None:
-            with _lock:
-                plan_cache_stats["hits"] += 1
-            return plan
-        with _lock:
-            cache.corrupt += 1   # checksum fine but not a plan: rebuilt and overwritten
-    with _lock:
-        plan_cache_stats["misses"] += 1
-    plan = build()
-    try:
-        cache.put("plan", key, plan_schema().dumps(plan).encode())
-    except RecordError:
-        pass    # a plan holding something that is not data is simply not cached
-    return plan
-
-
-def _load_plan(data: bytes) -> Plan | None:
-    try:
-        plan = plan_schema().loads(data)
-    except RecordError:    # any unreadable entry is a miss
-        return None
-    return plan if isinstance(plan, Plan) else None
-
-
-def _with(module: Module, fn) -> Module:
-    out = Module(module.name, module.stage)
-    for n, f in module.functions.items():
-        out.add(fn if n == fn.name else f)
-    return out
-
-
-# ------------------------------------------------------------------ DSL back ends
-
-def _jit_backend(target: str):
-    def compile_for_jit(module: Module, name: str):
-        # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
-        # does without x64), so the compiled function takes what it was traced for
-        return compile(module, name, target, cast=True)
-    return compile_for_jit
-
-
-def register() -> None:
-    from ..dsl.api import register_backend
-    for t in TARGETS:
-        register_backend(t, _jit_backend(t))
 
 
 def __getattr__(name):
     if name == "GpuUnavailable":      # the GPU launcher (and its PTX generator) load on demand
-        from .gpu_runtime import GpuUnavailable
+        from ..codegen import GpuUnavailable
         return GpuUnavailable
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CompileReport", "Compiled", "compile", "compile_seconds", "optimized", "planned",
-           "register"]
+__all__ = ["CompileReport", "Compiled", "compile", "compile_seconds", "lower", "optimized"]
