@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlvm_eq as dq
+from dlvm_eq import config
 from dlvm_eq.codegen import gemm_runtime
 from dlvm_eq.codegen.gemm import GemmSpec
 from dlvm_eq.codegen.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
@@ -360,6 +361,7 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
     assert not any(isinstance(s, GemmStep) for s in gpu.steps)
     assert len(cpu.kernels) == 7             # the epilogues count as kernels (of their GEMMs)
     monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
+    config.reload()      # (conftest re-reads the restored environment after the test)
     off, _ = _mlp_plans()
     assert not any(isinstance(s, GemmStep) for s in off.steps)
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
-import os
 import re
 import threading
 from collections.abc import Callable
@@ -49,6 +48,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ..cache import source_digest
+from ..config import settings
 from . import native_pool   # imports nothing of ours at load time (its uses of this module are lazy)
 from .kernel import DTYPES, Expr, KernelError, KernelSpec, ReduceSpec, walk
 from .kernel_cache import cache_key, shared_cache
@@ -396,7 +396,7 @@ def thread_pool() -> ThreadPoolExecutor:
 
 def _native():
     """The native worker pool, unless DLVM_EQ_NATIVE_POOL=0 (then Python threads are used)."""
-    if os.environ.get("DLVM_EQ_NATIVE_POOL", "1") == "0":
+    if not settings().native_pool:
         return None
     return native_pool.native_pool()
 
