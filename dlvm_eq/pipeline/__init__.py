@@ -22,7 +22,7 @@ import importlib
 from .adjoints import resolve_adjoints
 from .differentiate import grad, value_and_grad, vjp
 from .jit import Jitted, jit
-from .module_calls import interpret, optimize
+from .module_calls import interpret, optimize, verify_adjoint
 from .targets import DEFAULT_TARGET, register_backend
 from .timing import compile_seconds
 
@@ -49,4 +49,4 @@ def __dir__():
 
 __all__ = ["CompileReport", "Compiled", "DEFAULT_TARGET", "Jitted", "check_grads", "compile",
            "compile_seconds", "grad", "interpret", "jit", "lower", "optimize", "optimized", "plan_function",
-           "planned", "register_backend", "resolve_adjoints", "value_and_grad", "vjp"]
+           "planned", "register_backend", "resolve_adjoints", "value_and_grad", "verify_adjoint", "vjp"]

@@ -1,9 +1,10 @@
-"""The public calls on IR modules, with declared adjoints resolved first: `dq.interpret` and
-`dq.optimize` behave on a module holding `[adjoint @f ...]` declarations as on one whose
-bodies are written out.
+"""The public calls on IR modules, with declared adjoints resolved first: `dq.interpret`,
+`dq.optimize` and `verify_adjoint` behave on a module holding `[adjoint @f ...]` declarations
+as on one whose bodies are written out.
 
     dq.interpret(dq.load("examples/logreg.dl"), "loss_grad", w, b, x, y)
     dq.optimize(module).module["loss_grad"]       # synthesized, then optimized
+    verify_adjoint(m["loss"], m["loss_grad"], module=m, wrt=(0, 1))   # sympy: exact
 """
 from __future__ import annotations
 
@@ -29,4 +30,16 @@ def optimize(module: Module, func: str | None = None, *args, **options):
     return optimize_resolved(resolve_adjoints(module, roots), func, *args, **options)
 
 
-__all__ = ["interpret", "optimize"]
+def verify_adjoint(forward, adjoint, *args, module: Module | None = None, **options):
+    """`dlvm_eq.verify.verify_adjoint` (same arguments) with `forward`, `adjoint` and what
+    they apply resolved in `module` first, so that `adjoint` may be a declaration."""
+    from ..verify import verify_adjoint as verify_resolved   # sympy: only for this call
+    if module is not None:
+        names = [f.name for f in (forward, adjoint) if module.functions.get(f.name) is f]
+        resolved = resolve_adjoints(module, names)
+        forward, adjoint = (resolved[f.name] if f.name in names else f for f in (forward, adjoint))
+        module = resolved
+    return verify_resolved(forward, adjoint, *args, module=module, **options)
+
+
+__all__ = ["interpret", "optimize", "verify_adjoint"]
