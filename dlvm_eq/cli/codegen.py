@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import DlvmError
-from .ir import verify
-from .ir.parser import load
+from ..errors import DlvmError
+from ..ir import verify
+from ..ir.parser import load
 
 EMITS = ("llvm", "ptx")     # codegen.kernel_texts' kinds
 SUFFIX = {"llvm": ".ll", "ptx": ".ptx"}
@@ -47,8 +47,8 @@ def _function_name(module, name: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .codegen import kernel_texts
-    from .pipeline import lower
+    from ..codegen import kernel_texts
+    from ..pipeline import lower
     module = load(args.file)
     verify(module)
     name = _function_name(module, args.function)
