@@ -18,7 +18,8 @@ building), llvm_cpu / llvm_ptx (targets), cpu_runtime / gpu_runtime (running), n
 (worker threads outside the GIL), gemm / gemm_runtime (our float32 GEMM and its epilogues),
 kernel_cache (disk), reference (numpy oracle); views (strides of layout ops), plan (the plan's
 data), fusion (IR -> plan), epilogue (matmul + consumer -> one step), executor (running a
-plan), llvm_lock (the lock around LLVM's context).
+plan), fusion_report (the fusion decision's record in a plan), kernel_text (kernels as
+LLVM IR / PTX text), llvm_lock (the lock around LLVM's context).
 
 Threads: a module holding mutable module-level state (caches, pools, locks) says in its
 docstring ("Shared state") what owns each object and why concurrent calls are safe; every
@@ -42,7 +43,8 @@ _LAZY = {
     **{n: "fusion" for n in ("fusion_rows", "plan_flat", "rows_for")},
     "CpuProgram": "executor", "GpuProgram": "executor", "program": "executor",
     "cache_key": "kernel_cache", "plan_schema": "plan_records", "plan_settings": "gemm_runtime",
-    "cupy_module": "gpu_runtime", "check_argument": "arguments", "kernel_texts": "kernel_text",
+    "FusionReport": "fusion_report", "cupy_module": "gpu_runtime", "check_argument": "arguments",
+    "kernel_texts": "kernel_text",
 }
 
 
@@ -61,7 +63,7 @@ def __dir__():
 
 __all__ = [
     "BINARY_OPS", "BufferPool", "Binary", "Cast", "Const", "CpuKernel", "CpuProgram", "DLVM_NAMES",
-    "Expr", "GpuKernel", "GpuProgram", "GpuUnavailable", "KernelError", "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS",
+    "Expr", "FusionReport", "GpuKernel", "GpuProgram", "GpuUnavailable", "KernelError", "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS",
     "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "cache_key", "check_argument", "compile_cpu",
     "compile_gpu", "cpu_ir", "cupy_module", "evaluate", "fusion_rows", "gpu_available", "kernel_texts", "op_name",
     "plan_flat", "plan_schema", "plan_settings", "program", "ptx_kernel", "rows_for", "set_cache_dir", "stats", "unary",

@@ -16,7 +16,7 @@ def plan_schema() -> Schema:
     """The schema (built on first use: RowSpec's module loads llvmlite's IR builder)."""
     global _SCHEMA
     if _SCHEMA is None:
-        from ..egraph.fusion_report import FusionReport   # plain data; imports no e-graph
+        from .fusion_report import FusionReport
         from . import kernel, plan
         from .rowwise import RowSpec
         _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [

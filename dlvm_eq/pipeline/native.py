@@ -28,6 +28,7 @@ from ..codegen import Plan, program
 from ..errors import DlvmError
 from ..ir.module import Module
 from ..ir_cache import cached_function
+from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
 from .timing import add_seconds, compile_seconds
@@ -67,7 +68,7 @@ class CompileReport:
                          + (f", e-nodes {sat.nodes_before} -> {sat.nodes} ({sat.stop_reason})" if sat else ""))
             fired = _rules_fired(sat)
             lines.append(f"  rules fired: {fired or 'none'}")
-            lines.append(f"  cost (model): {_seconds_text(fr.cost_before)} -> {_seconds_text(fr.cost_after)}"
+            lines.append(f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
                          + (" (original kept: " + fr.note + ")" if fr.kept_original else ""))
         if self.note:
             lines.append(f"  note: {self.note}")
@@ -94,11 +95,6 @@ def _rules_fired(sat) -> str:
     from ..egraph.saturate import rule_label
     top = sat.top_rules()
     return ", ".join(f"{rule_label(r)} x{n}" for r, n in top[:8]) + (", ..." if len(top) > 8 else "")
-
-
-def _seconds_text(s: float) -> str:
-    from ..egraph.report import seconds_text
-    return seconds_text(s)
 
 
 def optimized(module: Module, name: str, target: str):
