@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.module import Const as IRConst
-from ..ir.module import Function, Instruction, Module, Value
+from ..ir.module import Instruction, Value
 from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                       UNARY, transpose_perm)
-from ..ir.inline import Flat, flatten
+from ..ir.inline import Flat
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
