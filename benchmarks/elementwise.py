@@ -124,7 +124,8 @@ def child_build(script: str, cache: str, *extra: str) -> dict:
 
 def child_report(f, *args) -> None:
     """In a --child process: compile f(*args) (first call), print JSON about the build."""
-    from dlvm_eq.codegen import KernelInput, KernelSpec, Load, compile_cpu, compile_seconds, stats
+    from dlvm_eq.codegen import KernelInput, KernelSpec, Load, compile_cpu, stats
+    from dlvm_eq.pipeline import compile_seconds
     t0 = time.perf_counter()   # LLVM's one-time set-up (target machine, JIT engine) apart
     compile_cpu(KernelSpec("warmup", (1,), [KernelInput("i32")], [Load(0) * 3 + os.getpid()]))
     init = time.perf_counter() - t0

@@ -11,25 +11,22 @@ on first use: the parser (lark) with `dq.parse`/`dq.load`, the e-graph (egglog, 
 or `dq.compile` for a native target. A warm-cache compile never imports egglog or scipy.
 """
 from .errors import DlvmError, IRError, ShapeError, SourceError  # noqa: F401 (public API)
-from .ir import Module, interpret  # noqa: F401 (public API)
-
-__version__ = "0.1.0"
+from .ir import Module  # noqa: F401 (public API)
+from .version import __version__  # noqa: F401 (public API)
 
 # The public API, assembled from the layers (left to right in the data flow).
 from .dsl import *  # noqa: E402,F401,F403
-from .ad.api import grad, value_and_grad, vjp  # noqa: E402,F401
+from .pipeline import (DEFAULT_TARGET, Jitted, grad, interpret, jit, register_backend,  # noqa: E402,F401
+                       value_and_grad, vjp)
 
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {"load": "dlvm_eq.ir.parser", "parse": "dlvm_eq.ir.parser",
-         "optimize": "dlvm_eq.egraph.optimize"}
+         "optimize": "dlvm_eq.pipeline.module_calls"}
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib
-        if name == "optimize":
-            from .egraph import load_bindings
-            load_bindings()
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
@@ -46,5 +43,5 @@ def compile(module, name, target="cpu", optimize=True, cast=False):  # noqa: A00
     what was optimized and fused. The code generator loads on first use (llvmlite).
     Arguments must have the declared dtypes (a DlvmError names the one that does not), or
     `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed."""
-    from .codegen.backend import compile as _compile
+    from .pipeline.native import compile as _compile
     return _compile(module, name, target, optimize, cast)

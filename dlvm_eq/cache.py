@@ -35,6 +35,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from .config import settings
 from .errors import DlvmError
 
 # 2: entries are data (DQK1 entries held pickles; they are never read, only cleared)
@@ -47,7 +48,7 @@ class UntrustedCache(UserWarning):
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("DLVM_EQ_CACHE_DIR") or Path.home() / ".cache" / "dlvm_eq")
+    return settings().cache_dir     # $DLVM_EQ_CACHE_DIR, default ~/.cache/dlvm_eq
 
 
 def _owned_by_another(st: os.stat_result) -> bool:

@@ -13,13 +13,14 @@ rebuilt and overwritten.
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Callable
 
 from .cache import shared_cache, source_digest
+from .config import rules_dir, settings
 from .ir.module import AdjointDecl, Const, Function, Instruction, Value
 from .ir.types import DType, TensorType, TupleType
 from .json_records import RecordError, Schema
+from .version import __version__
 
 _RULES_DIGEST: str | None = None
 
@@ -28,7 +29,6 @@ def rules_digest() -> str:
     """sha256 of the shipped rule files (names and contents), once per process."""
     global _RULES_DIGEST
     if _RULES_DIGEST is None:
-        from .egraph.rulefiles import rules_dir
         h = hashlib.sha256()
         for p in sorted(rules_dir().glob("*.egg")):
             h.update(p.name.encode() + b"\0" + p.read_bytes())
@@ -37,7 +37,8 @@ def rules_digest() -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get("DLVM_EQ_NO_IR_CACHE", "") == ""
+    """False when DLVM_EQ_NO_IR_CACHE is set (config)."""
+    return settings().ir_cache
 
 
 # Bump when what an entry holds changes (1: printed IR text; 2: a pickled Function; 3: JSON).
@@ -48,7 +49,6 @@ FUNCTION_SCHEMA = Schema("dlvm_eq.ir.Function", 1,
 
 
 def function_key(kind: str, parts: list[str]) -> str:
-    from . import __version__
     h = hashlib.sha256(f"{kind}\0{FORMAT}\0{__version__}\0{rules_digest()}\0{source_digest()}".encode())
     for p in parts:
         h.update(b"\0" + p.encode())

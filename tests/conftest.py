@@ -17,3 +17,15 @@ settings.register_profile("dlvm_eq", deadline=None, suppress_health_check=[Healt
 settings.register_profile("dlvm_eq-ci", deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("dlvm_eq-ci" if os.environ.get("CI") else "dlvm_eq")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment():
+    """dlvm_eq.config reads the environment once; a test that changes it (monkeypatch.setenv,
+    then config.reload()) leaves the settings of the restored environment behind it."""
+    yield
+    from dlvm_eq import config
+    config.reload()

@@ -24,7 +24,8 @@ CHILD = textwrap.dedent("""
     import numpy as np
     import dlvm_eq as dq
     from dlvm_eq import ir_cache
-    from dlvm_eq.codegen import backend, stats
+    from dlvm_eq.codegen import stats
+    from dlvm_eq.pipeline import planning as backend
     def f(w, x):
         return dq.sum(dq.tanh(x @ w) ** 2)
     w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)

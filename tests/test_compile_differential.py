@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import compile, set_cache_dir
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.pipeline import compile
 from dlvm_eq.ir import BOOL, F32, F64, I32, FunctionBuilder, Module, interpret, tensor
 from dlvm_eq.ir.ops import BINARY, CAST, COMPARE, DOT, LAYOUT, LOGIC, OPS, REDUCE, SELECT, UNARY
 from ir_programs import GUARDS, random_function, random_inputs

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import gpu_available, plan_function, ptx_kernel, set_cache_dir
-from dlvm_eq.egraph.fusion import decide_fusion
-from dlvm_eq.codegen.planning.planner import rows_for
+from dlvm_eq.codegen import gpu_available, ptx_kernel, rows_for, set_cache_dir
+from dlvm_eq.pipeline import plan_function
 from dlvm_eq.codegen.planning.plan import RowStep
 from dlvm_eq.models import mlp
 
@@ -48,7 +47,7 @@ def _programs():
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
 def test_every_kernel_of_a_gpu_plan_assembles(name, module, arch, tmp_path):
     fn = next(iter(module.functions))
-    plan = plan_function(module[fn], module, rows=rows_for("gpu"), target="gpu", decide=decide_fusion)
+    plan = plan_function(module[fn], module, rows=rows_for("gpu"), target="gpu")
     assert plan.kernels
     # one thread per row: row kernels only for short rows (the MLP's 10 classes, not 100 columns)
     assert any(isinstance(k, RowStep) for k in plan.kernels) == (name == "mlp_grad")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import KernelSpec, compile, plan_function, set_cache_dir
-from dlvm_eq.egraph.fusion import decide_fusion
+from dlvm_eq.codegen import KernelSpec, set_cache_dir
+from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.planning.plan import ConcatStep, CopyStep, KernelStep, RowStep, TEMP
 from dlvm_eq.ir import interpret
 
@@ -35,7 +35,7 @@ def _check(module, *args, rtol=2e-6, **kw):
 
 def _plan(module, rows=True):
     name = next(iter(module.functions))
-    return plan_function(module[name], module, rows=rows, decide=decide_fusion)
+    return plan_function(module[name], module, rows=rows)
 
 
 RNG = np.random.default_rng(0)

@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dlvm_eq.codegen import compile, set_cache_dir
+from dlvm_eq import config
 from dlvm_eq.codegen.runtime import gemm_runtime
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.pipeline import compile
 from dlvm_eq.ir import F32, Module, interpret
 from at_once import run_at_once
 from ir_programs import random_function, random_inputs
@@ -182,6 +184,7 @@ def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
     at once (8 compiles), all work and agree."""
     import dlvm_eq as dq
     monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")     # really optimize and plan in each thread
+    config.reload()      # (conftest re-reads the restored environment after the test)
     x = np.random.default_rng(5).standard_normal((64, 48)).astype(np.float32)
     w = np.random.default_rng(6).standard_normal((48, 40)).astype(np.float32)
     np.testing.assert_allclose(dq.jit(lambda x: dq.softmax(x * 2.0, axis=-1))(x),

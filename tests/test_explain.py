@@ -8,7 +8,8 @@ import numpy as np
 
 import dlvm_eq as dq
 from dlvm_eq.cli import main
-from dlvm_eq.egraph.optimize import RENDER_LIMIT, optimize
+from dlvm_eq.egraph.optimize import RENDER_LIMIT
+from dlvm_eq.pipeline import optimize
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import compile, plan_function, set_cache_dir
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.planning.plan import TEMP
 from dlvm_eq.egraph.fusion import decide_fusion
 from dlvm_eq.extract.machine import Machine
@@ -63,7 +64,7 @@ def test_an_expensive_value_read_by_several_kernels_is_materialized_a_cheap_one_
     d = decide_fusion(flat)
     (add,) = [v for v in _values(flat, "add") if v.type.shape == (512, 512)][:1]
     assert id(add) not in d.materialize and d.report.materialized == 0
-    plan = plan_function(costly[next(iter(costly.functions))], costly, rows=False, decide=decide_fusion)
+    plan = plan_function(costly[next(iter(costly.functions))], costly, rows=False)
     assert len([s for s in plan.slots if s.role == TEMP and s.shape == (512, 512)]) == 1
     _agrees(costly, x)
 
@@ -88,7 +89,7 @@ def test_a_huge_broadcast_read_is_not_expanded():
 def test_a_kernel_reading_a_materialized_value_does_not_recompute_it():
     x = RNG.standard_normal((1024, 256)).astype(np.float32)
     mod = _module(lambda x: (dq.exp(dq.sin(x)) * 2.0, dq.exp(dq.sin(x)) + 1.0), x)
-    plan = plan_function(mod[next(iter(mod.functions))], mod, decide=decide_fusion)
+    plan = plan_function(mod[next(iter(mod.functions))], mod)
     # both results in one multi-output kernel, exp(sin(x)) computed once per element
     assert len(plan.kernels) == 1 and len(plan.kernels[0].outputs) == 2
     assert "fusion:" in str(plan) and "materialized" in str(plan)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlvm_eq as dq
+from dlvm_eq import config
 from dlvm_eq.codegen.runtime import gemm_runtime
 from dlvm_eq.codegen.cpu.gemm_ir import GemmSpec
 from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
@@ -275,7 +276,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
     """dot then a random elementwise chain (broadcast bias, another matrix, compares, selects,
     transcendental ops, a bool output): the chain runs as the GEMM's epilogue (every product
     through our GEMM) and agrees with the float64 interpreter."""
-    from dlvm_eq.codegen import compile
+    from dlvm_eq.pipeline import compile
     from dlvm_eq.codegen.planning.plan import GemmStep
     from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
     b = FunctionBuilder("f", [tensor(k, m, F32) if transposed else tensor(m, k, F32), tensor(k, n, F32),
@@ -336,8 +337,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
 
 def _mlp_plans():
     """The MLP gradient's plans for the cpu and gpu targets."""
-    from dlvm_eq.codegen.planning.planner import plan_function
-    from dlvm_eq.egraph.fusion import decide_fusion
+    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.models import mlp
     rng = np.random.default_rng(9)
     params = mlp.init_params([784, 256, 10], seed=9)
@@ -345,8 +345,8 @@ def _mlp_plans():
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
     module = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))).lower(*params, x, y)
     fn = next(iter(module.functions.values()))
-    return (plan_function(fn, module, target="cpu", decide=decide_fusion),
-            plan_function(fn, module, target="gpu", decide=decide_fusion))
+    return (plan_function(fn, module, target="cpu"),
+            plan_function(fn, module, target="gpu"))
 
 
 def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
@@ -362,6 +362,7 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
     assert not any(isinstance(s, GemmStep) for s in gpu.steps)
     assert len(cpu.kernels) == 7             # the epilogues count as kernels (of their GEMMs)
     monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
+    config.reload()      # (conftest re-reads the restored environment after the test)
     off, _ = _mlp_plans()
     assert not any(isinstance(s, GemmStep) for s in off.steps)
 
@@ -369,8 +370,7 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
 def test_big_products_keep_their_consumers_unfused():
     """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
     from dlvm_eq.codegen.planning.epilogue import MAX_FUSED_ELEMENTS
-    from dlvm_eq.codegen.planning.planner import plan_function
-    from dlvm_eq.egraph.fusion import decide_fusion
+    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.codegen.planning.plan import GemmStep
 
     def layer(x, w, b):
@@ -380,7 +380,7 @@ def test_big_products_keep_their_consumers_unfused():
         args = (np.ones((n, 8), np.float32), np.ones((8, n), np.float32), np.ones(n, np.float32))
         module = dq.jit(layer).lower(*args)
         fn = next(iter(module.functions.values()))
-        return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu", decide=decide_fusion).steps)
+        return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu").steps)
     side = int(MAX_FUSED_ELEMENTS ** 0.5)
     assert fused(side) and not fused(2 * side)
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
 import fake_cupy
-from dlvm_eq.codegen import compile, set_cache_dir
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.pipeline import compile
 from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load, ReduceSpec
 from dlvm_eq.ir import F64, Module, interpret
 from dlvm_eq.models import mlp

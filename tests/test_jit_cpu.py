@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen import compile_seconds, set_cache_dir, stats
+from dlvm_eq.codegen import set_cache_dir, stats
+from dlvm_eq.pipeline import compile_seconds
 from dlvm_eq.errors import DlvmError
 from dlvm_eq.models import mlp
 

@@ -10,7 +10,8 @@ import dlvm_eq as dq
 from dlvm_eq.egraph.optimize import (baseline_cost, new_session, optimize_session, program_cost,
                                      scratch_session)
 from dlvm_eq.extract.target_cost import TargetCost
-from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, interpret, tensor, verify
+from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, tensor, verify
+from dlvm_eq.pipeline import interpret
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"

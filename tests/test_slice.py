@@ -12,7 +12,7 @@ from dlvm_eq.errors import IRError, SourceError
 from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
 from dlvm_eq.ir.parser import parse
 from dlvm_eq.ir.verifier import verify
-from dlvm_eq.verify import check_grads
+from dlvm_eq.pipeline import check_grads
 
 SRC = """module "m"
 stage raw

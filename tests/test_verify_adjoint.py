@@ -7,7 +7,8 @@ import pytest
 import dlvm_eq as dq
 from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir import F32, FunctionBuilder, tensor
-from dlvm_eq.verify import VerificationError, verify_adjoint, verify_gradient
+from dlvm_eq.pipeline import verify_adjoint
+from dlvm_eq.verify import VerificationError, verify_gradient
 
 
 def _forward():

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.verify import GradientCheckError, check_grads, check_vjp
+from dlvm_eq.pipeline import check_grads
+from dlvm_eq.verify import GradientCheckError, check_vjp
 
 
 def f(x, w):

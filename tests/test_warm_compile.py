@@ -33,7 +33,8 @@ CHILD = textwrap.dedent("""
         assert np.allclose(g, r, rtol=1e-3, atol=1e-5)
     from dlvm_eq import ir_cache
     from dlvm_eq.cache import shared_cache
-    from dlvm_eq.codegen import backend, stats
+    from dlvm_eq.codegen import stats
+    from dlvm_eq.pipeline import planning as backend
     print(json.dumps({{"at_import": at_import, "after_call": after,
                       "ir": [ir_cache.stats.hits, ir_cache.stats.misses],
                       "plan": [backend.plan_cache_stats["hits"], backend.plan_cache_stats["misses"]],

@@ -277,7 +277,12 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
     name = name or f"{fn.name}_grad"
 
     def build() -> Function:
-        return _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget)
+        from .resolve import resolve_declared   # (resolve.py imports this module)
+        # declared adjoints that fn applies get their bodies before the e-graph loads fn
+        applied = [i.attrs["callee"] for i in fn.body if i.op == "apply"]
+        body_module = resolve_declared(module, applied) if applied else module
+        return _adjoint_function(body_module, fn, cfg, name, rules, tuple_result, optimize, target,
+                                 budget)
 
     if rules is not None:   # a user's rule file: not covered by the cache key
         out = build()

@@ -7,14 +7,15 @@
     >>> float(k(np.ones(8, np.float32))[0])
     0.7310585975646973
 
-Whole functions: `plan_function(fn, module, decide=...)` plans an IR function into kernels,
-matmuls and views, given the fusion stage's decision (print the plan to see what was fused);
-`program(plan, target)` runs it (`CpuProgram` / `GpuProgram`). `compile(module, name,
-target="cpu"|"gpu")` (backend.py, the compile pipeline until it moves to dlvm_eq/pipeline) does
-both; importing this package registers the "cpu" and "gpu" targets of `dq.jit`.
+Whole functions: `plan_flat(flat, name, fusion_decision)` plans a flattened IR function into
+kernels, matmuls and views (print the plan to see what was fused) and `program(plan, target)`
+runs it (`CpuProgram` / `GpuProgram`). The pipeline (dlvm_eq/pipeline: `dq.compile`, `dq.jit`)
+sequences optimize, the fusion decision, plan and build; this package receives the plan and the
+decision as data.
 
 Subpackages, lowest layer first; each imports only the ones before it (its __init__ says what
-it owns), none imports dsl, egraph, ad or the root package (tests/test_codegen_layers.py):
+it owns); none imports dsl, egraph, ad, pipeline or the root package (the import-linter
+contracts in pyproject.toml):
   kernels    kernel specs as plain data (KernelSpec, ReduceSpec, RowSpec), layouts, the numpy
              oracle, cache keys
   llvm       LLVM IR emission shared by both targets (emitter, loops, lowering, math, lock)
@@ -22,8 +23,9 @@ it owns), none imports dsl, egraph, ad or the root package (tests/test_codegen_l
   gpu        NVPTX kernels and their CuPy launcher
   runtime    the JIT and its caches, buffers, threads and the native pool, compiled kernels,
              the GEMM's runtime
-  planning   IR -> plan (the planner, row fusion, GEMM epilogues, step order, views, plan data)
-  execution  running a plan, argument checks
+  planning   IR -> plan (the planner, row fusion, GEMM epilogues, step order, views, plan data,
+             the fusion decision's record)
+  execution  running a plan, argument checks, kernels as LLVM IR / PTX text
 
 Threads: a module holding mutable module-level state (caches, pools, locks) says in its
 docstring ("Shared state") what owns each object and why concurrent calls are safe; every
@@ -32,9 +34,8 @@ computes the same value twice).
 """
 import importlib
 
-# name -> submodule; loaded on first access (PEP 562), so that registering the targets (which
-# `dq.jit` does) loads only what a compile needs: a warm-cache compile loads no planner, no IR
-# builder for the GPU and no CuPy launcher.
+# name -> submodule; loaded on first access (PEP 562), so that a compile loads only what it
+# needs: a warm-cache compile loads no planner, no IR builder for the GPU and no CuPy launcher.
 _LAZY = {
     "BufferPool": "runtime.buffers", "CpuKernel": "runtime.cpu_kernel",
     "compile_cpu": "runtime.cpu_kernel", "stats": "runtime.jit",
@@ -50,11 +51,11 @@ _LAZY = {
     "evaluate": "kernels.reference",
     "cpu_ir": "cpu.llvm_cpu", "ptx_kernel": "gpu.llvm_ptx",
     "Plan": "planning.plan", "PlanError": "planning.plan", "plan_schema": "planning.plan_records",
-    "plan_function": "planning.planner", "rows_for": "planning.planner",
-    "plan_settings": "planning.epilogue",
+    **{n: "planning.planner" for n in ("fusion_rows", "plan_flat", "rows_for")},
+    "plan_settings": "planning.epilogue", "FusionReport": "planning.fusion_report",
     "CpuProgram": "execution.executor", "GpuProgram": "execution.executor",
-    "program": "execution.executor",
-    **{n: "backend" for n in ("CompileReport", "Compiled", "compile", "compile_seconds")},
+    "program": "execution.executor", "check_argument": "execution.arguments",
+    "kernel_texts": "execution.kernel_text",
 }
 
 
@@ -72,15 +73,11 @@ def __dir__():
 
 
 __all__ = [
-    "BINARY_OPS", "BufferPool", "Binary", "Cast", "CompileReport", "Compiled", "Const",
-    "CpuKernel", "CpuProgram", "DLVM_NAMES", "Expr", "GpuKernel", "GpuProgram", "GpuUnavailable",
-    "KernelError", "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS",
-    "ReduceSpec", "Select", "UNARY_OPS", "Unary", "binary", "compile", "compile_cpu",
-    "compile_gpu", "compile_seconds", "cpu_ir", "evaluate", "gpu_available", "op_name",
-    "plan_function", "ptx_kernel", "set_cache_dir", "stats", "unary",
-    "RowSpec", "cache_key", "cupy_module", "plan_schema", "plan_settings", "program", "rows_for",
+    "BINARY_OPS", "BufferPool", "Binary", "Cast", "Const", "CpuKernel", "CpuProgram", "DLVM_NAMES",
+    "Expr", "FusionReport", "GpuKernel", "GpuProgram", "GpuUnavailable", "KernelError",
+    "KernelInput", "KernelSpec", "Load", "Plan", "PlanError", "REDUCE_OPS", "ReduceSpec", "RowSpec",
+    "Select", "UNARY_OPS", "Unary", "binary", "cache_key", "check_argument", "compile_cpu",
+    "compile_gpu", "cpu_ir", "cupy_module", "evaluate", "fusion_rows", "gpu_available",
+    "kernel_texts", "op_name", "plan_flat", "plan_schema", "plan_settings", "program", "ptx_kernel",
+    "rows_for", "set_cache_dir", "stats", "unary",
 ]
-
-from .backend import register as _register  # noqa: E402
-
-_register()   # dq.jit(target="cpu"|"gpu")

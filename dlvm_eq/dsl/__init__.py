@@ -6,15 +6,17 @@
         return dq.mean(dq.softmax_cross_entropy(x @ w, y))
 
     print(dq.make_ir(loss)(w, x, y))      # the traced IR
-    dq.jit(loss)(w, x, y)                 # traced once per shapes/dtypes, then run
+    dq.jit(loss)(w, x, y)                 # traced once per shapes/dtypes, then run (dlvm_eq.pipeline)
     loss(w, x, y)                         # the same ops also run eagerly on numpy arrays
 
 Files: context (trace stack, user locations), tensor (the symbolic Tensor and its operators),
 primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), indexing
 (x[...] and split: slices), nn (stable
-composites), tracing (trace / call_function), api (make_ir, jit, back ends).
+composites), tracing (trace / call_function), api (make_ir). `jit`, `grad` and the targets live in
+dlvm_eq/pipeline (trace + compile). May import: ir, errors.
 """
-from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
+from .tensor import Tensor  # first: tensor.py, primitive.py and indexing.py import each other
+from .api import make_ir  # noqa: E402
 from .context import TracingError, current_trace, is_tracing
 from .indexing import split
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
@@ -23,7 +25,6 @@ from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal,
                   logical_or, matmul, max, maximum, mean, min, minimum, multiply, negative,
                   not_equal, power, relu, reshape, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
                   sqrt, square, subtract, sum, tan, tanh, transpose, where)
-from .tensor import Tensor
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
 
 __all__ = [
@@ -36,7 +37,6 @@ __all__ = [
     "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
     "tanh", "transpose", "where",
     # tracing and the API
-    "DEFAULT_TARGET", "Jitted", "ShapeDtypeStruct", "Tensor", "TracingError", "call_function",
-    "current_trace", "is_tracing", "jit", "make_ir", "register_backend", "spec", "trace",
-    "trace_closure", "type_of",
+    "ShapeDtypeStruct", "Tensor", "TracingError", "call_function", "current_trace", "is_tracing",
+    "make_ir", "spec", "trace", "trace_closure", "type_of",
 ]

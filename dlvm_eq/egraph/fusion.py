@@ -30,7 +30,7 @@ from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
 from .schedule import Budget
-from .fusion_report import FusionReport
+from ..codegen import FusionReport   # the plan's record of this decision (plain data)
 from .terms import egg_float, egg_string, egg_vec, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)

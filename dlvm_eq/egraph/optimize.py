@@ -28,6 +28,7 @@ from typing import Sequence
 from ..errors import DlvmError
 from ..extract import Extraction, ExtractionError, extract
 from ..extract.target_cost import TargetCost
+from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
 from .report import FunctionReport, OptimizeReport
@@ -310,12 +311,7 @@ def _rendered(ex: Extracted) -> list[str]:
 def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit, explain=False,
                        deadline: Deadline | None = None):
     deadline = deadline or Deadline(budget.seconds)
-    if fn.is_declaration:
-        try:
-            from ..ad import synthesize_declared
-        except ImportError:
-            return fn, None          # no differentiator in this build: left declared
-        fn = synthesize_declared(module, fn)     # a body, keeping its [adjoint ...] declaration
+    require_body(fn)     # declared adjoints: resolved by the pipeline (dq.optimize) first
     with scratch_session(rules) as session:
         t0 = time.perf_counter()
         prog = session.add_function(fn, module)

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..units import seconds_text  # noqa: F401 (re-exported: egraph.report.seconds_text)
 from .saturate import SaturationReport
-
-
-def seconds_text(s: float) -> str:
-    """Estimated seconds in a readable unit."""
-    if s == float("inf"):
-        return "inf"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.4g} {unit}"
-    return f"{s / 1e-9:.4g} ns"
 
 
 @dataclass

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import rules_dir  # noqa: F401 (found in config: the caches need it, not the e-graph)
 from ..errors import DlvmError
-
-_PACKAGE = Path(__file__).resolve().parent.parent
-
-
-def rules_dir() -> Path:
-    for candidate in (_PACKAGE.parent / "rules", _PACKAGE / "rules"):
-        if (candidate / "schema.egg").is_file():
-            return candidate
-    raise DlvmError("cannot find the rule files (rules/schema.egg); is dlvm_eq installed correctly?")
 
 
 # The shipped rule files, in load order (each builds on the ones before it).

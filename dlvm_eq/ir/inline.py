@@ -1,5 +1,5 @@
 """IR Function -> a straight list of tensor instructions: `apply` inlined (declared adjoints
-synthesized), tuples and `extract` resolved. What the e-graph loader and the code generator's
+must be resolved first: dlvm_eq.pipeline.resolve_adjoints), tuples and `extract` resolved. What the e-graph loader and the code generator's
 planner both start from.
 
     flat = flatten(module["f"], module)
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import IRError
+from .declared import require_body
 from .module import Const as IRConst
 from .module import Function, Instruction, Module, Value
 from .types import TensorType, TupleType
@@ -26,11 +27,7 @@ class Flat:
 
 def flatten(fn: Function, module: Module | None) -> Flat:
     """The function with `apply` inlined and tuples resolved: a straight list of tensor ops."""
-    if fn.is_declaration:
-        if module is None:
-            raise IRError(f"@{fn.name} has no body")
-        from ..ad import synthesize_declared
-        fn = synthesize_declared(module, fn)
+    require_body(fn)
     for i, p in enumerate(fn.params):
         if not isinstance(p.type, TensorType):
             raise IRError(f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed")
@@ -64,9 +61,7 @@ def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
             if module is None:
                 raise IRError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
             callee = module[inst.attrs["callee"]]
-            if callee.is_declaration:
-                from ..ad import synthesize_declared
-                callee = synthesize_declared(module, callee)
+            require_body(callee)
             sub: dict[int, object] = {}
             p = f"{prefix}{callee.name}.{len(body)}."
             _inline(callee, module, {id(q): a for q, a in zip(callee.params, ops)}, body, sub, p, depth + 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlvmError
+from .declared import require_body
 from .module import Const, Function, Module
 from .ops import OPS
 from .types import DType, TensorType, TupleType
@@ -33,17 +34,7 @@ def _const(c: Const, float64: bool):
 
 
 def run_function(module: Module | None, fn: Function, args, float64: bool = False):
-    if fn.is_declaration:
-        if module is None:
-            raise DlvmError(f"@{fn.name} has no body")
-        try:  # declared adjoints are synthesized on demand
-            from ..ad import synthesize_declared
-        except ImportError as e:
-            if e.name != __name__.rsplit(".", 2)[0] + ".ad":  # a bug inside the ad package
-                raise
-            raise DlvmError(f"@{fn.name} is a declared adjoint and adjoint synthesis is not "
-                            "available") from None
-        fn = synthesize_declared(module, fn)
+    require_body(fn)     # declared adjoints: resolved by the pipeline (dq.interpret) first
     if len(args) != len(fn.params):
         raise DlvmError(f"@{fn.name} takes {len(fn.params)} arguments, got {len(args)}")
     env: dict[int, object] = {id(p): _coerce(a, p.type, float64, fn, i)

@@ -171,10 +171,7 @@ def verify_gradient(fn, example_shapes, argnums=0, dtype: str = "f32") -> Adjoin
     differentiate it with dlvm_eq.ad (the e-graph adjoint rules and optimizer), and check the
     adjoint program against sympy.diff of the traced forward program, exactly."""
     from ..dsl.tracing import spec, trace, type_of
-    try:
-        from ..ad import adjoint_function
-    except ImportError as e:  # pragma: no cover - during bootstrap
-        raise DlvmError(f"verify_gradient needs dlvm_eq.ad: {e}") from None
+    from ..ad import adjoint_function
     examples = [spec(s, dtype) if isinstance(s, (tuple, list, int)) else s for s in example_shapes]
     forward = trace(fn, [type_of(x) for x in examples])
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)

@@ -3,7 +3,7 @@
     check_vjp(f, (x, w), grad_f)                 # scalar f: grad_f(x, w) -> (gx, gw)
     out, f_vjp = dq.vjp(g, x)
     check_vjp(g, (x,), f_vjp, mode="vjp")        # f_vjp(cotangent) -> one gradient per argument
-    check_grads(f, (x, w), order=2)              # dq.grad, then Hessian-vector products
+    check_grads(f, (x, w), order=2, grad=dq.grad)  # the gradient, then Hessian-vector products
 
 As in autograd's `check_vjp`: along a random direction v, the central difference
 (f(x + eps v) - f(x - eps v)) / 2 eps, projected on a random cotangent u, must equal
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import DlvmError
 from . import VerificationError
 
 
@@ -141,12 +142,14 @@ def check_grads(f, args, order: int = 1, *, grad=None, argnums=None, eps: float 
     """Check `grad(f)` against finite differences, then (order 2) the gradient of
     x -> <grad f(x), v> against finite differences of grad f: a Hessian-vector check.
 
-    grad: a transformation with JAX's signature `grad(fn, argnums=...)` (default dq.grad);
+    grad: a transformation with JAX's signature `grad(fn, argnums=...)`, required here
+    (`dlvm_eq.pipeline.check_grads` defaults it to dq.grad: the pipeline sits above verify);
     f must return a float scalar. Returns the checks done, first order first."""
     if order not in (1, 2, 3):
         raise ValueError("check_grads: order must be 1, 2 or 3")
     if grad is None:
-        from ..ad.api import grad
+        raise DlvmError("check_grads: pass grad= (e.g. dq.grad), or call "
+                        "dlvm_eq.pipeline.check_grads, which defaults it to dq.grad")
     args = _float_args(args)
     nums = _argnums(args, argnums)
     eps = eps if eps is not None else (1e-6 if order == 1 else 1e-5)

@@ -23,6 +23,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import DlvmError
+from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
 from ..ir.ops import slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
@@ -284,11 +285,7 @@ def apply_op(op: str, args: list, attrs: dict, rtype) -> np.ndarray | tuple:
 
 def evaluate_function(fn: Function, args: list, module: Module | None = None):
     """fn's result on symbolic arguments (object arrays); a tuple for tuple results."""
-    if fn.is_declaration:
-        if module is None:
-            raise DlvmError(f"@{fn.name} has no body")
-        from ..ad import synthesize_declared
-        fn = synthesize_declared(module, fn)
+    require_body(fn)     # declared adjoints: resolved by the pipeline first
     if len(args) != len(fn.params):
         raise DlvmError(f"@{fn.name} takes {len(fn.params)} arguments, got {len(args)}")
     env: dict[int, object] = {}

@@ -113,11 +113,6 @@ class Emitter:
         fn = self.declare(f"llvm.fptosi.sat.{_suffix(t)}.{_suffix(x.type)}", t, [x.type])
         return self.b.call(fn, [x])
 
-    def clamp(self, x, lo: float, hi: float):
-        """min(max(x, lo), hi); a NaN becomes a number (callers restore NaN afterwards)."""
-        x = self.intrinsic("maxnum", x, self.const_like(x, lo))
-        return self.intrinsic("minnum", x, self.const_like(x, hi))
-
     def horner(self, x, coeffs):
         """coeffs[0]*x^n + ... + coeffs[n], highest power first."""
         acc = self.const_like(x, coeffs[0])

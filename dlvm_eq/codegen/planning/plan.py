@@ -1,7 +1,7 @@
 """The kernel plan: what a compiled function does, as plain data (built by planner.py from IR,
 run by execution/executor.py). Printing a plan shows what was fused:
 
-    >>> print(plan_function(fn, decide=decide_fusion))
+    >>> print(plan_function(fn))          # dlvm_eq.pipeline.plan_function
     plan @f: 2 kernels, 1 BLAS call, 0 copies; temporaries 256 KiB in 1 buffer
       %0 = blas  %x @ %w                              -> t0 <256 x 256 x f32>
       k0_add_relu   map <256 x 256>  (%0, %b[bcast]) -> out0

@@ -1,6 +1,6 @@
 """IR Function -> kernel plan: which values are fused into which kernels.
 
-    plan = plan_function(module["f"], module)
+    plan = plan_flat(flat, "f", decide_fusion(flat))     # dlvm_eq.pipeline.plan_function does this
     print(plan)        # kernels (with the IR values each computes), BLAS calls, buffers
 
 The rules, in the order they apply:
@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 
-from ...ir.inline import Flat, flatten
+from ...ir.inline import Flat
 from ...ir.module import Const as IRConst
-from ...ir.module import Function, Instruction, Module, Value
+from ...ir.module import Instruction, Value
 from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                        UNARY, transpose_perm)
 from ..kernels.rows import loads, rebuild
@@ -63,10 +62,6 @@ EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
 # reads share a few cache lines; longer rows stay a reduction kernel and a map kernel.
 GPU_ROW_COLS = 64
 
-# decide(flat, target, rows=bool) -> an object with `materialize` (ids of values), `same_as` and
-# `report`: the fusion stage (egraph.fusion.decide_fusion), which the planner does not import.
-DecideFusion = Callable[..., object]
-
 
 def rows_for(target: str) -> bool | int:
     """The `rows` argument of plan_function for a target: any row length on the CPU, short
@@ -74,25 +69,27 @@ def rows_for(target: str) -> bool | int:
     return True if target == "cpu" else GPU_ROW_COLS
 
 
-def plan_function(fn: Function, module: Module | None = None, rows: bool | int = True,
-                  target: str | None = None, *, decide: DecideFusion) -> Plan:
-    """The kernel plan of IR function `fn` (of `module`, for applies and declared adjoints).
-    rows: fuse reductions over trailing axes with the map that reads them into row kernels:
-    True for rows of any length, an int for rows of at most that many elements (the gpu
-    target: `rows_for`), False for none. target: the machine whose costs decide fusion
-    (extract/machine.py). decide: the fusion stage (`egraph.fusion.decide_fusion`), called as
-    `decide(flat, target, rows=...)`; it returns which values to materialize (`materialize`,
-    ids), which values equal earlier ones (`same_as`) and its `report` (kept as `plan.fusion`).
+def fusion_rows(rows: bool | int) -> bool:
+    """The `rows` argument of the fusion decision for the planner's `rows`: its cost model
+    counts trailing reductions into row kernels only where all of them may be (any length)."""
+    return rows is True
 
-        plan = plan_function(module["f"], module, decide=decide_fusion)
-    """
-    target = target or "cpu"
-    return _Planner(flatten(fn, module), fn.name, rows, target, decide).build()
+
+def plan_flat(flat: Flat, name: str, fusion, rows: bool | int = True,
+              target: str | None = None) -> Plan:
+    """The kernel plan of a flattened IR function (`ir.inline.flatten`), given the fusion
+    decision for it (`egraph.fusion.decide_fusion(flat, target, rows=fusion_rows(rows))`:
+    its `materialize`, `same_as` and `report`). rows: fuse reductions over trailing axes with
+    the map that reads them into row kernels: True for rows of any length, an int for rows of
+    at most that many elements (the gpu target: `rows_for`), False for none. target: the
+    machine the decision was costed for. `dlvm_eq.pipeline.plan_function` does all of it."""
+    return _Planner(flat, name, fusion, rows, target or "cpu").build()
 
 
 class _Planner(KernelGrouping, RowFusion):
-    def __init__(self, flat: Flat, name: str, rows: bool | int, target: str, decide: DecideFusion):
-        self.flat, self.name, self.target, self.decide_fusion = flat, name, target, decide
+    def __init__(self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"):
+        self.flat, self.name, self.target = flat, name, target
+        self.decision = decision       # the fusion stage's FusionDecision (egraph/fusion.py)
         self.rows = rows is True or (rows is not False and int(rows) > 0)
         self.row_limit = None if rows is True else int(rows)   # longest row a row kernel takes
         self.fusion = None             # the fusion stage's report (egraph/fusion.py)
@@ -125,9 +122,8 @@ class _Planner(KernelGrouping, RowFusion):
     # -- what to materialize: the fusion stage's extraction decides
     def decide(self) -> set[int]:
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
-        (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
-        # the cost model counts trailing reductions into row kernels only where all may be
-        decision = self.decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
+        (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py) and handed to the planner."""
+        decision = self.decision
         self.fusion, self.same_as = decision.report, decision.same_as
         return decision.materialize
 

@@ -16,15 +16,17 @@ import math
 import os
 from pathlib import Path
 
+from ...config import settings
 from ...errors import DlvmError
 
 ENV = "DLVM_EQ_NUM_THREADS"
 
 
-def thread_count(environ=os.environ, proc_cgroup: str = "/proc/self/cgroup",
+def thread_count(environ=None, proc_cgroup: str = "/proc/self/cgroup",
                  cgroup_root: str = "/sys/fs/cgroup") -> int:
-    """Threads for parallel kernels (the caller's included); at least 1."""
-    text = environ.get(ENV, "").strip()
+    """Threads for parallel kernels (the caller's included); at least 1. environ: a mapping
+    to read DLVM_EQ_NUM_THREADS from instead of the process's settings (dlvm_eq.config)."""
+    text = (settings().num_threads if environ is None else environ.get(ENV, "")).strip()
     if text:
         try:
             n = int(text)

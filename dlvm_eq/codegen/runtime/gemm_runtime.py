@@ -31,12 +31,12 @@ Shared state (threads):
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
+from ...config import settings
 from . import threads as kernel_threads   # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
@@ -57,8 +57,6 @@ PARALLEL_MACS = 1 << 19
 BLOCKS_PER_THREAD = 4
 MIN_BLOCK_MACS = 1 << 17
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
-# DLVM_EQ_GEMM: "0" never, "1" always, unset ("auto") where the host has AVX-512 (see enabled).
-GEMM_SETTING = os.environ.get("DLVM_EQ_GEMM", "auto")
 
 # Micro-tiles: 12 x 32 (24 accumulators, two B vectors per k) in general; 24 x 16 for products
 # at most 16 columns wide (the MLP's 10 classes would leave 22 of 32 columns idle).
@@ -244,8 +242,9 @@ def enabled() -> bool:
     """Our GEMM is used: DLVM_EQ_GEMM=1, or unset and the host suits it (read once)."""
     global _ENABLED
     if _ENABLED is None:
-        if GEMM_SETTING in ("0", "1"):
-            _ENABLED = GEMM_SETTING == "1"
+        setting = settings().gemm    # DLVM_EQ_GEMM: "0" never, "1" always, "auto" by the host
+        if setting in ("0", "1"):
+            _ENABLED = setting == "1"
         else:
             import llvmlite.binding as llvm
             _ENABLED = suits_host(llvm.get_host_cpu_features().flatten())
@@ -259,8 +258,8 @@ def worth_our_gemm(m: int, k: int, n: int) -> bool:
 
 
 def epilogues_enabled() -> bool:
-    """GEMM epilogue fusion is on unless DLVM_EQ_EPILOGUES=0 (read when a plan is made)."""
-    return os.environ.get("DLVM_EQ_EPILOGUES", "1") != "0"
+    """GEMM epilogue fusion is on unless DLVM_EQ_EPILOGUES=0 (asked when a plan is made)."""
+    return settings().epilogues
 
 
 def a_order(a: np.ndarray) -> str | None:

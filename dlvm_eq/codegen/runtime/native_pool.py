@@ -60,10 +60,11 @@ import weakref
 
 import numpy as np
 
+from ...config import settings
 from .cpu_count import usable_cpus
 
 MAX_ARGS = 32
-SPIN_US = float(os.environ.get("DLVM_EQ_SPIN_US", "300"))  # how long idle workers keep spinning
+SPIN_US = settings().spin_us  # how long idle workers keep spinning (DLVM_EQ_SPIN_US, read at load)
 GAP_US = 30.0          # a pause loop iteration this long means the thread was descheduled
 MIN_SPIN_US = 5.0      # the budget's floor: runs of one step come every few microseconds
 WAIT_TIMEOUT_NS = 200_000   # the caller's futex wait for claimed chunks re-checks this often

@@ -17,6 +17,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from ...config import settings
 from . import native_pool
 from .cpu_count import usable_cpus
 
@@ -42,7 +43,7 @@ def thread_pool() -> ThreadPoolExecutor:
 
 def native_workers():
     """The native worker pool, unless DLVM_EQ_NATIVE_POOL=0 (then Python threads are used)."""
-    if os.environ.get("DLVM_EQ_NATIVE_POOL", "1") == "0":
+    if not settings().native_pool:
         return None
     return native_pool.native_pool()
 

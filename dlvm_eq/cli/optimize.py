@@ -4,8 +4,8 @@
     $ dlvm-eq query "A @ B @ C" --shape A=30x35 --shape B=35x15 --shape C=15x5
     $ dlvm-eq query "(Dot (Dot A B) C)" --shape A=30x35 --shape B=35x15 --shape C=15x5
 
-`register(subparsers)` adds both to an argparse subparsers object; `dlvm_eq.cli` lists them in
-its COMMANDS table through `opt_arguments`/`opt` and `query_arguments`/`query`.
+`dlvm_eq.cli.main` lists both in its COMMANDS table (`opt_arguments`/`opt`,
+`query_arguments`/`query`); `opt` goes through the pipeline (declared adjoints resolved).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import DlvmError
-from .extract.machine import MACHINES
+from ..errors import DlvmError
+from ..extract.machine import MACHINES
 
 
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -70,17 +70,17 @@ def opt_arguments(p: argparse.ArgumentParser) -> None:
 def _deadline(args: argparse.Namespace):
     """The budget's seconds counted from when the command started (starting Python, loading
     egglog, the rules and the program are part of the time the user waits for)."""
-    from .egraph.deadline import Deadline
-    from .egraph.schedule import Budget
-    started = getattr(args, "started", None)      # set by dlvm_eq.cli.main
+    from ..egraph.deadline import Deadline
+    from ..egraph.schedule import Budget
+    started = getattr(args, "started", None)      # set by dlvm_eq.cli.main.main
     return Deadline(Budget.of(dict(args.budget) or None).seconds,
                     start=time.perf_counter() if started is None else started)
 
 
 def opt(args: argparse.Namespace) -> int:
-    from .egraph.optimize import optimize
-    from .ir import verify
-    from .ir.parser import load
+    from ..ir import verify
+    from ..pipeline import optimize   # declared adjoints resolved first
+    from ..ir.parser import load
 
     module = load(args.file)
     verify(module)
@@ -115,20 +115,10 @@ def query_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def query(args: argparse.Namespace) -> int:
-    from .egraph.query import query as run_query
+    from ..egraph.query import query as run_query
 
     result = run_query(args.expression, dict(args.shape), dtype=args.dtype, target=args.target,
                        rules=args.rules, budget=dict(args.budget) or None,
                        alternatives=max(args.alternatives, 0), deadline=_deadline(args))
     print(result)
     return 0
-
-
-def register(subparsers) -> None:
-    """Add `opt` and `query` to an argparse subparsers object (handlers in `handler`)."""
-    for name, help_, arguments, run in (
-            ("opt", "optimize a .dl file with the e-graph", opt_arguments, opt),
-            ("query", "the cheapest equivalent form of an expression", query_arguments, query)):
-        p = subparsers.add_parser(name, help=help_, description=help_)
-        arguments(p)
-        p.set_defaults(handler=run)

@@ -1,5 +1,6 @@
-"""What the fusion stage decided, as the compile report prints it. Its own small module: kernel
-plans are cached (as JSON data) with their report, and reading one should not import the e-graph."""
+"""What the fusion stage decided, as the compile report prints it: the plan's record of the
+decision it was given (egraph/fusion.py fills it in). It lives with the plan because kernel
+plans are cached (as JSON data) with their report, and reading one imports no e-graph."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ class FusionReport:
     seconds: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
-        from .report import seconds_text
+        from ..units import seconds_text
         ms = sum(self.seconds.values()) * 1e3
         text = (f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
                 f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "

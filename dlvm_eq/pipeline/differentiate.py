@@ -10,7 +10,8 @@ On numpy arrays a differentiated function is traced once per argument shapes/dty
 adjoint program runs on the jit back end (cached). Inside a trace (under dq.jit, or inside
 another dq.grad) it traces `fn`, differentiates the IR in the e-graph, and inlines the adjoint
 program into the enclosing trace with `call_function`; since adjoint programs use only ops
-that have adjoint rules, grad of grad works.
+that have adjoint rules, grad of grad works. Trace (dsl) + differentiate (ad) + jit: it lives
+with the pipeline.
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import functools
 
 import numpy as np
 
-from ..dsl import jit
+from ..ad.driver import AdjointError, adjoint_function
 from ..dsl.context import is_tracing
 from ..dsl.tensor import Tensor
 from ..dsl.tracing import call_function, trace_closure, type_of
 from ..ir.types import TensorType, TupleType
-from .driver import AdjointError, adjoint_function
+from .jit import jit
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:

@@ -13,7 +13,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from . import demo
+    from ..models import demo
     kwargs = {"target": args.target, "plot": args.plot, "seed": args.seed}
     if args.epochs is not None:
         kwargs["epochs"] = args.epochs

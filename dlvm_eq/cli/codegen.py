@@ -3,9 +3,10 @@
     $ dlvm-eq codegen examples/mlp.dl -f predict --emit llvm           # LLVM IR on stdout
     $ dlvm-eq codegen examples/mlp.dl -f predict --emit ptx -o out/    # out/<kernel>.ptx, plan printed
 
-The function is optimized (`--no-optimize` skips it) and planned exactly as `dq.compile`
-would; each kernel of the plan is emitted: LLVM IR for the host CPU (before LLVM's O3
-pipeline, as handed to it) or PTX for `--arch` (default sm_75). BLAS calls, views and copies
+The function goes through the pipeline exactly as `dq.compile` would (declared adjoints,
+the e-graph unless `--no-optimize`, the fusion decision, the plan cache); each kernel of the
+plan is emitted: LLVM IR for the host CPU (before LLVM's O3 pipeline, as handed to it) or PTX
+for `--arch` (default sm_75). BLAS calls, views and copies
 are not kernels; the plan printed with `-o` (or `--plan`) shows them.
 """
 from __future__ import annotations
@@ -14,11 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import DlvmError
-from .ir import verify
-from .ir.parser import load
+from ..errors import DlvmError
+from ..ir import verify
+from ..ir.parser import load
 
-EMITS = ("llvm", "ptx")
+EMITS = ("llvm", "ptx")     # codegen.kernel_texts' kinds
 SUFFIX = {"llvm": ".ll", "ptx": ".ptx"}
 COMMENT = {"llvm": ";", "ptx": "//"}
 
@@ -45,41 +46,17 @@ def _function_name(module, name: str | None) -> str:
     raise DlvmError(f"{len(module.functions)} functions in the file ({known}): pick one with -f NAME")
 
 
-def kernel_texts(plan, emit: str, arch: str) -> list[tuple[str, str]]:
-    """(kernel name, LLVM IR or PTX text) for every kernel of `plan`."""
-    from .codegen import cpu_ir, ptx_kernel
-    from .codegen.gpu.llvm_ptx import ARCHS
-    from .codegen.planning.plan import RowStep
-    from .codegen.cpu.rows_ir import rows_ir
-    if emit == "ptx" and arch not in ARCHS:
-        raise DlvmError(f"unknown PTX target {arch!r} (expected one of {', '.join(ARCHS)})")
-    out = []
-    for k in plan.kernels:
-        if isinstance(k, RowStep) and emit == "llvm":
-            text = rows_ir(k.spec).text
-        else:
-            text = cpu_ir(k.spec).text if emit == "llvm" else ptx_kernel(k.spec, arch).ptx
-        out.append((k.name, text))
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    from .codegen.backend import optimized
-    from .codegen.planning.planner import plan_function, rows_for
+    from ..codegen import kernel_texts
+    from ..pipeline import lower
     module = load(args.file)
     verify(module)
     name = _function_name(module, args.function)
-    if module[name].is_declaration:
-        from .ad import synthesize_declared
-        fn = synthesize_declared(module, module[name])
-        module.functions[name] = fn
-    if args.optimize:
-        module, _, note = optimized(module, name, "gpu" if args.emit == "ptx" else "cpu")
-        if note:
-            print(f"dlvm-eq: note: {note}", file=sys.stderr)
     target = "cpu" if args.emit == "llvm" else "gpu"    # fusion is costed for that machine
-    from .egraph.fusion import decide_fusion
-    plan = plan_function(module[name], module, rows=rows_for(target), target=target, decide=decide_fusion)
+    report = lower(module, name, target, optimize=args.optimize)   # as dq.compile plans it
+    if report.note:
+        print(f"dlvm-eq: note: {report.note}", file=sys.stderr)
+    plan = report.plan
     texts = kernel_texts(plan, args.emit, args.arch)
     if args.output_dir is None:
         for kname, text in texts:

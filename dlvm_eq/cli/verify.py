@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:       # the verifier (sympy, egglog: ~1.5 s) loads only for this command
-    from .verify.rules import Settings
+    from ..verify.rules import Settings
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +32,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    from .verify.rules import Settings
-    from .verify.search import Space
+    from ..verify.rules import Settings
+    from ..verify.search import Space
     limit = args.max_assignments or (48 if args.quick else Space().limit)
     if limit < 1:
         raise argparse.ArgumentTypeError("--max-assignments must be at least 1")
@@ -42,21 +42,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .verify.rules import verify_rules
+    from ..verify.rules import verify_rules
     files = args.files
     if not files:
-        from .egraph.rulefiles import shipped_rule_files
+        from ..egraph.rulefiles import shipped_rule_files
         files = [str(p) for p in shipped_rule_files()]
         sys.stdout.write(f"checking the shipped rules: {', '.join(files)}\n")
     report = verify_rules(files, settings=settings_from(args))
     sys.stdout.write(report.render(verbose=args.verbose) + "\n")
     ok = report.ok_strict if args.strict else report.ok
     return 0 if ok else 1
-
-
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add the subcommand to an argparse subparsers object (for tools other than dlvm-eq)."""
-    p = subparsers.add_parser("verify-rules", help="check rule files on symbolic tensors")
-    arguments(p)
-    p.set_defaults(handler=run)
-    return p

@@ -21,7 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .cache import shared_cache
+    from ..cache import shared_cache
     cache = shared_cache()
     if args.action == "clear":
         n = cache.clear()

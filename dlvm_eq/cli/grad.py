@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .ad import adjoint_function
-from .errors import DlvmError
-from .ir import verify
-from .ir.parser import load
+from ..ad import adjoint_function
+from ..errors import DlvmError
+from ..ir import verify
+from ..ir.parser import load
 
 
 def _indices(text: str) -> tuple[int, ...]:

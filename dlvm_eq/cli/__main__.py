@@ -1,0 +1,6 @@
+"""`python -m dlvm_eq.cli ARGS`: the dlvm-eq command."""
+import sys
+
+from .main import main
+
+sys.exit(main())

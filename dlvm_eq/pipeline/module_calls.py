@@ -1,0 +1,45 @@
+"""The public calls on IR modules, with declared adjoints resolved first: `dq.interpret`,
+`dq.optimize` and `verify_adjoint` behave on a module holding `[adjoint @f ...]` declarations
+as on one whose bodies are written out.
+
+    dq.interpret(dq.load("examples/logreg.dl"), "loss_grad", w, b, x, y)
+    dq.optimize(module).module["loss_grad"]       # synthesized, then optimized
+    verify_adjoint(m["loss"], m["loss_grad"], module=m, wrt=(0, 1))   # sympy: exact
+"""
+from __future__ import annotations
+
+from ..ir.interp import interpret as interpret_resolved
+from ..ir.module import Module
+from .adjoints import resolve_adjoints
+
+
+def interpret(module: Module, name: str, *arrays, float64: bool = False):
+    """Run function `name` of `module` on numpy arrays with the reference interpreter; an
+    array or a tuple of arrays. float64: compute float tensors in float64 (the oracle)."""
+    return interpret_resolved(resolve_adjoints(module, [name]), name, *arrays, float64=float64)
+
+
+def optimize(module: Module, func: str | None = None, *args, **options):
+    """`dlvm_eq.egraph.optimize.optimize` (same options: rules, target, budget, extractor,
+    schedule, time_limit, explain, deadline) on `module` with its declared adjoints (those
+    `func` reaches, or all) synthesized; an OptimizeResult."""
+    from ..egraph import load_bindings   # egglog: only when an e-graph is built
+    load_bindings()
+    from ..egraph.optimize import optimize as optimize_resolved
+    roots = None if func is None else [func]
+    return optimize_resolved(resolve_adjoints(module, roots), func, *args, **options)
+
+
+def verify_adjoint(forward, adjoint, *args, module: Module | None = None, **options):
+    """`dlvm_eq.verify.verify_adjoint` (same arguments) with `forward`, `adjoint` and what
+    they apply resolved in `module` first, so that `adjoint` may be a declaration."""
+    from ..verify import verify_adjoint as verify_resolved   # sympy: only for this call
+    if module is not None:
+        names = [f.name for f in (forward, adjoint) if module.functions.get(f.name) is f]
+        resolved = resolve_adjoints(module, names)
+        forward, adjoint = (resolved[f.name] if f.name in names else f for f in (forward, adjoint))
+        module = resolved
+    return verify_resolved(forward, adjoint, *args, module=module, **options)
+
+
+__all__ = ["interpret", "optimize", "verify_adjoint"]

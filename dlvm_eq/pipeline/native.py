@@ -1,0 +1,206 @@
+"""The `cpu` and `gpu` compile pipeline: IR -> declared adjoints resolved -> `dq.optimize` ->
+fusion decision and kernel plan (planning.py) -> compiled program.
+
+    f = dq.compile(module, "f", target="cpu")     # a callable on numpy arrays
+    f(x, w)
+    print(f.report)                                # e-graph, costs, kernels, matmuls, timings
+    print(f.plan)                                  # what was fused
+
+`compile_seconds()` is the process's compile time split by phase (trace, optimize, plan,
+kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found on disk.
+
+A warm compile (same program, same cache, another process) builds nothing: the optimized
+function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache
+(planning.py), the kernels' object code from the kernel cache (codegen). Neither egglog nor
+the planner is imported then.
+
+Shared state (threads): `_optimized` is read and written under `_lock` (two threads compiling
+the same module may both optimize it; the results are equal, the last is kept). A Compiled
+holds one program, safe to call from many threads (see codegen's executor).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..codegen import Plan, program
+from ..errors import DlvmError
+from ..ir.module import Module
+from ..ir_cache import cached_function
+from ..units import seconds_text
+from .adjoints import resolve_adjoints
+from .planning import planned
+from .timing import add_seconds, compile_seconds
+
+TARGETS = ("cpu", "gpu")
+
+_lock = threading.Lock()
+_optimized: dict[tuple, tuple] = {}     # (IR text, function, target) -> (Module, OptimizeResult)
+
+
+@dataclass
+class CompileReport:
+    """What compiling one function did: the optimizer's report (e-graph size, rules fired,
+    cost before/after), the kernels and matmuls of the plan, and the time of each phase."""
+    name: str
+    target: str
+    plan: Plan
+    optimize: object = None           # an OptimizeResult, or None when not optimized
+    note: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [k.name for k in self.plan.kernels]
+
+    def __str__(self) -> str:
+        lines = [f"compiled @{self.name} for {self.target}"]
+        fr = None
+        if self.optimize is not None:
+            try:
+                fr = self.optimize.report[self.name]
+            except KeyError:
+                fr = None
+        if fr is not None:
+            sat = fr.saturation
+            lines.append(f"  e-graph: {fr.e_classes} e-classes"
+                         + (f", e-nodes {sat.nodes_before} -> {sat.nodes} ({sat.stop_reason})" if sat else ""))
+            fired = _rules_fired(sat)
+            lines.append(f"  rules fired: {fired or 'none'}")
+            lines.append(f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
+                         + (" (original kept: " + fr.note + ")" if fr.kept_original else ""))
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        if self.plan.fusion is not None:
+            lines.append(f"  {self.plan.fusion}")
+        kernels = self.plan.kernels
+        lines.append(f"  kernels: {len(kernels)}" + (" (" + ", ".join(k.name for k in kernels) + ")" if kernels else ""))
+        blas = self.plan.blas_calls
+        lines.append(f"  matmuls: {len(blas)}" + (" (" + ", ".join(
+            f"{b.a.text(self.plan.slots)} @ {b.b.text(self.plan.slots)}" for b in blas) + ")" if blas else ""))
+        epilogues = self.plan.epilogues
+        if epilogues:
+            lines.append("  GEMM epilogues: " + ", ".join(
+                f"{g.epilogue.name} on {g.blas.a.text(self.plan.slots)} @ {g.blas.b.text(self.plan.slots)}"
+                for g in epilogues) + " (run on each tile of the product by our GEMM)")
+        if self.seconds:
+            lines.append("  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items()))
+        return "\n".join(lines)
+
+
+def _rules_fired(sat) -> str:
+    if sat is None or not sat.rule_matches:
+        return ""
+    from ..egraph.saturate import rule_label
+    top = sat.top_rules()
+    return ", ".join(f"{rule_label(r)} x{n}" for r, n in top[:8]) + (", ..." if len(top) > 8 else "")
+
+
+def optimized(module: Module, name: str, target: str):
+    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text."""
+    key = (str(module), name, target)
+    with _lock:
+        hit = _optimized.get(key)
+    if hit is not None:
+        return hit
+    t0 = time.perf_counter()
+    note = ""
+    try:
+        built = []
+
+        def build():
+            from ..egraph import load_bindings  # egglog: only when an e-graph is built
+            load_bindings()
+            from ..egraph.optimize import optimize
+            res = optimize(module, func=name, target=target)
+            built.append(res)
+            return res.module[name]
+        # a second process compiling the same program reads the optimized function from disk
+        fn = cached_function("optimize", [key[0], name, target], build)
+        if built:
+            out = (built[0].module, built[0], note)
+        else:
+            note = "optimized program read from the compile cache (no e-graph built)"
+            result = Module(module.name, module.stage, dict(module.functions))
+            result.functions[name] = fn
+            out = (result, None, note)
+    except DlvmError as e:   # the optimizer's limits are not the code generator's: run as written
+        note = f"not optimized: {e}"
+        out = (module, None, note)
+    add_seconds("optimize", time.perf_counter() - t0)
+    with _lock:
+        if len(_optimized) > 256:
+            _optimized.clear()
+        _optimized[key] = out
+    return out
+
+
+class Compiled:
+    """A compiled function: call it like the IR function (numpy arrays in and out on cpu,
+    CuPy on gpu). `.plan` shows what was fused, `.report` what compiling did."""
+
+    def __init__(self, program, report: CompileReport):
+        self._program = program
+        self.report = report
+        self.plan = report.plan
+
+    def __call__(self, *args):
+        return self._program(*args)
+
+    def __repr__(self):
+        return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
+
+
+def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> CompileReport:
+    """Every stage of `compile` short of building kernels: declared adjoints resolved, the
+    e-graph (unless `optimize=False`), the fusion decision and the plan (from the plan cache
+    when there). The report's `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
+    if target not in TARGETS:
+        raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+    fn = module[name]
+    seconds = {}
+    note = ""
+    result = None
+    t0 = time.perf_counter()
+    module = resolve_adjoints(module, [fn.name])     # fn, or what it applies, may be declared
+    if fn.is_declaration:
+        seconds["adjoint"] = time.perf_counter() - t0
+    if optimize:
+        t0 = time.perf_counter()
+        module, result, note = optimized(module, fn.name, target)
+        seconds["optimize"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = planned(module, fn.name, target)
+    seconds["plan"] = time.perf_counter() - t0
+    add_seconds("plan", seconds["plan"])
+    return CompileReport(fn.name, target, plan, result, note, seconds)
+
+
+def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True,
+            cast: bool = False) -> Compiled:
+    """A callable running function `name` of `module` as native kernels on `target`.
+
+    Declared adjoints (`[adjoint @f ...]` without a body) are synthesized first; `apply`s are
+    inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
+    of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
+    object arrays); Python numbers take the declared dtype where their kind fits
+    (codegen/arguments.py)."""
+    if target == "gpu":
+        from ..codegen import cupy_module
+        cupy_module()     # GpuUnavailable (a DlvmError) says why the GPU cannot be used
+    report = lower(module, name, target, optimize)
+    prog = program(report.plan, target, cast=cast)
+    report.seconds["kernels"] = prog.kernel_seconds
+    add_seconds("kernels", prog.kernel_seconds)
+    return Compiled(prog, report)
+
+
+def __getattr__(name):
+    if name == "GpuUnavailable":      # the GPU launcher (and its PTX generator) load on demand
+        from ..codegen import GpuUnavailable
+        return GpuUnavailable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CompileReport", "Compiled", "compile", "compile_seconds", "lower", "optimized"]

@@ -1,0 +1,55 @@
+"""The targets `dq.jit` compiles for: one table, filled here rather than by importing a code
+generator for its side effects.
+
+    register_backend("mine", lambda module, name: my_callable)   # callable(*numpy arrays)
+    backend("cpu")(module, "f")                                   # what dq.jit calls
+
+"interp" runs the reference interpreter; "cpu" and "gpu" compile through `pipeline.native`
+(llvmlite loads only when one of them compiles something).
+"""
+from __future__ import annotations
+
+from ..errors import DlvmError
+from ..ir.interp import interpret
+from ..ir.module import Module
+
+DEFAULT_TARGET = "cpu"   # the llvmlite code generator; "interp" runs the reference interpreter
+
+
+def _compile_interp(module: Module, name: str):
+    def run(*arrays):
+        out = interpret(module, name, *arrays)
+        # a returned parameter would alias the caller's array; jit outputs are fresh arrays
+        if isinstance(out, tuple):
+            return tuple(o.copy() if any(o is a for a in arrays) else o for o in out)
+        return out.copy() if any(out is a for a in arrays) else out
+    return run
+
+
+def _native(target: str):
+    def compile_for_jit(module: Module, name: str):
+        from .native import compile   # the code generator loads on the first native compile
+        # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
+        # does without x64), so the compiled function takes what it was traced for
+        return compile(module, name, target, cast=True)
+    return compile_for_jit
+
+
+_BACKENDS: dict = {"interp": _compile_interp, "cpu": _native("cpu"), "gpu": _native("gpu")}
+
+
+def register_backend(target: str, compile) -> None:
+    """`compile(module, name)` returns a callable taking and returning numpy arrays."""
+    _BACKENDS[target] = compile
+
+
+def backend(target: str):
+    """The compile function of `target`; a DlvmError names the known ones."""
+    try:
+        return _BACKENDS[target]
+    except KeyError:
+        known = ", ".join(sorted(_BACKENDS))
+        raise DlvmError(f"jit: unknown target {target!r} (available: {known})") from None
+
+
+__all__ = ["DEFAULT_TARGET", "backend", "register_backend"]
