@@ -13,7 +13,6 @@ native pool is owned by `native_pool`.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
