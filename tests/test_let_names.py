@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlvm_eq.egraph.terms import let_name
+from dlvm_eq.egraph.lets import let_name
 
 SCHEMA = ("(datatype T (Var String) (Multiply T T))\n(function shape (T) i64 :merge old)\n"
           "(function dtype (T) String :merge old)\n")
