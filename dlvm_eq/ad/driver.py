@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..egraph.rulefiles import read_rule_file, rule_file
+from ..egraph.deadline import Deadline
+from ..egraph.rulefiles import read_rule_file, rule_file, rules_digest
 from ..egraph.schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..egraph.lets import Let, LetTable, inline
@@ -31,7 +32,7 @@ from ..ir.ops import OPS
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.printer import print_function, print_module
 from ..ir.verifier import verify_function
-from ..ir_cache import cached_function
+from ..ir.function_cache import cached_function
 
 
 class AdjointError(DlvmError):
@@ -277,7 +278,7 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
         # a second process differentiating the same program reads the result from disk
         parts = [print_function(fn), print_module(module) if module is not None else "",
                  repr((cfg, name, tuple_result, optimize, target, budget))]
-        out = cached_function("adjoint", parts, build)
+        out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location
     return out
 
@@ -287,6 +288,8 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
     load_bindings()
     from ..egraph.optimize import ShortOfTime, extract_programs, optimize_session
     from ..egraph.saturate import saturate
+    # the budget's seconds bound the whole call: what the expansion takes, optimizing has not
+    deadline = Deadline(Budget.of(budget).seconds)
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)
@@ -306,7 +309,8 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
         out = None
         if optimize:
             try:
-                out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
+                out = optimize_session(session, [grad], budget=budget, target=target,
+                                       deadline=deadline).functions[0]
             except ShortOfTime:   # the budget ran out: the gradient must still come out whole
                 pass
         if out is None:

@@ -10,7 +10,7 @@
 kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found on disk.
 
 A warm compile (same program, same cache, another process) builds nothing: the optimized
-function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache here
+function comes from the IR cache (dlvm_eq/ir/function_cache.py), the plan from the plan cache here
 (JSON data, `plan_records.PLAN_SCHEMA`; keyed by the optimized module's text, the target, the rule files and the package
 source), the kernels' object code from the kernel cache (cpu_runtime.py). Neither egglog nor
 the planner is imported then; `plan_cache_stats` counts plan hits and misses.
@@ -26,12 +26,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import ir_cache
 from ..cache import shared_cache
+from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..ir.module import Module
 from ..ir.printer import print_module
-from ..ir_cache import cached_function
+from ..ir import function_cache as ir_cache
+from ..ir.function_cache import cached_function
 from .executor import program
 from .kernel_cache import cache_key
 from ..json_records import RecordError
@@ -141,7 +142,7 @@ def optimized(module: Module, name: str, target: str):
             built.append(res)
             return res.module[name]
         # a second process compiling the same program reads the optimized function from disk
-        fn = cached_function("optimize", [key[0], name, target], build)
+        fn = cached_function("optimize", [key[0], name, target], build, rules_digest())
         if built:
             out = (built[0].module, built[0], note)
         else:
@@ -240,7 +241,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
         return build()
     from .. import __version__
     from ..cache import source_digest
-    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), ir_cache.rules_digest(),
+    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), rules_digest(),
                     name, target, print_module(module), _plan_settings())
     cache = shared_cache()
     data = cache.get("plan", key)

@@ -270,7 +270,7 @@ def _decision(flat, loaded, required, lets, report, classes) -> FusionDecision:
 
 def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, rows: bool):
     """(lets of the elementwise values to materialize, report): the e-graph and extraction."""
-    from ..extract.fusion_cost import FusionProblem, Kernel, exhaustive_fusion, greedy_fusion
+    from ..extract.fusion_cost import FusionProblem, exhaustive_fusion, greedy_fusion
     from ..extract.graph import load_json
     from ..extract.machine import machine
 
@@ -278,67 +278,19 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     t1 = time.perf_counter()
     g = load_json(data)
     cls = {r: g.class_index[str(c)] for r, c in zip(facts["roots"], data["root_eclasses"])}
-    kinds, types = loaded.kind, loaded.type
-
-    def nodes_of(c: int, op: str) -> list[int]:
-        return [n for n in g.class_nodes[c] if g.ops[n] == op]
-
-    def size(t: TensorType) -> int:
-        return max(math.prod(t.shape), 1)
-
-    def kernel(let: str, body: int, space: int, group=None) -> Kernel:
-        t = types[let]
-        return Kernel(cls[let], body, space, size(t) * t.dtype.itemsize, group)
-
-    buffers, free, forced, candidates = {}, set(), {}, {}
-    unsaturated = False
-    for let in loaded.lets:
-        c, kind, t = cls[let], kinds[let], types[let]
-        if kind == "const":
-            free.add(c)
-        elif kind in ("param", "literal", "dot", "concat"):
-            buffers[c] = (size(t), t.dtype.itemsize)
-        elif kind == "reduce":
-            buffers[c] = (size(t), t.dtype.itemsize)
-            rm = nodes_of(c, "ReduceMap")
-            if not rm:
-                unsaturated = True
-                continue
-            src, axes = loaded.reduce_input[let]
-            trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
-            group = (tuple(d for d in src.shape if d != 1), loaded.depth.get(let, 0)) \
-                if rows and trailing else None
-            forced[c] = dataclasses.replace(kernel(let, g.children[rm[0]][0], size(src), group),
-                                            reduction=True)
-        elif kind == "ew":
-            m = nodes_of(c, "Map")
-            if not m:
-                unsaturated = True
-                continue
-            k = kernel(let, g.children[m[0]][0], size(t),
-                       (tuple(d for d in t.shape if d != 1), loaded.depth.get(let, 0)))
-            if let in required_lets:
-                forced[c] = k
-                buffers[c] = (size(t), t.dtype.itemsize)
-            else:
-                candidates.setdefault(c, k)
-    for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
-        t = types[v]
-        forced.setdefault(cls[v], Kernel(cls[v], cls[load], size(t), size(t) * t.dtype.itemsize,
-                                         (tuple(d for d in t.shape if d != 1), loaded.depth.get(v, 0))))
-    for c in forced:
-        candidates.pop(c, None)
+    kernels = _Kernels(loaded, g, cls, required_lets, rows)
+    forced = kernels.forced
     report = FusionReport(nodes=facts["nodes"], classes=g.num_classes, stop_reason=facts["stop_reason"],
                           iterations=facts["iterations"], method=method)
     report.seconds = dict(facts["seconds"])
-    ew_lets = [n for n in loaded.lets if kinds[n] == "ew"]
-    if unsaturated or facts["stop_reason"] != "saturated":
+    ew_lets = [n for n in loaded.lets if loaded.kind[n] == "ew"]
+    if kernels.unsaturated or facts["stop_reason"] != "saturated":
         report.note = "fusion rules not saturated within the budget: every elementwise value materialized"
         report.values = report.forced = len(ew_lets)
         report.seconds["extract"] = time.perf_counter() - t1
         return set(ew_lets), report, {}
-    problem = FusionProblem(g, list(forced.values()), list(candidates.values()), buffers,
-                            machine(target), frozenset(free))
+    problem = FusionProblem(g, list(forced.values()), list(kernels.candidates.values()),
+                            kernels.buffers, machine(target), frozenset(kernels.free))
     choice = exhaustive_fusion(problem) if method == "exhaustive" else greedy_fusion(problem)
     keep = choice.materialized | set(forced)
     lets = {n for n in ew_lets if cls[n] in keep}
@@ -349,6 +301,73 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     report.cost_unfused, report.cost = choice.cost_unfused, choice.cost
     report.seconds["extract"] = time.perf_counter() - t1
     return lets, report, cls
+
+
+def _size(t: TensorType) -> int:
+    return max(math.prod(t.shape), 1)
+
+
+class _Kernels:
+    """The fusion problem's parts, per e-class of a let: buffers (materialized anyway),
+    free values (constants), forced kernels (reductions, required maps, returned views) and
+    candidate kernels (maps extraction may inline). `unsaturated`: a map or reduction has no
+    Map/ReduceMap node (saturation stopped early)."""
+
+    def __init__(self, loaded: _Loaded, g, cls: dict, required_lets: set, rows: bool):
+        self.loaded, self.g, self.cls, self.rows = loaded, g, cls, rows
+        self.buffers, self.free, self.forced, self.candidates = {}, set(), {}, {}
+        self.unsaturated = False
+        for let in loaded.lets:
+            self.add(let, let in required_lets)
+        for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
+            t = loaded.type[v]
+            self.forced.setdefault(cls[v], self._kernel(v, cls[load], _size(t), self._group(v, t)))
+        for c in self.forced:
+            self.candidates.pop(c, None)
+
+    def add(self, let: str, required: bool) -> None:
+        c, kind, t = self.cls[let], self.loaded.kind[let], self.loaded.type[let]
+        if kind == "const":
+            self.free.add(c)
+        elif kind in ("param", "literal", "dot", "concat"):
+            self.buffers[c] = (_size(t), t.dtype.itemsize)
+        elif kind == "reduce":
+            self.buffers[c] = (_size(t), t.dtype.itemsize)
+            self.add_reduction(let)
+        elif kind == "ew":
+            m = self._nodes_of(c, "Map")
+            if not m:
+                self.unsaturated = True
+                return
+            k = self._kernel(let, self.g.children[m[0]][0], _size(t), self._group(let, t))
+            if required:
+                self.forced[c] = k
+                self.buffers[c] = (_size(t), t.dtype.itemsize)
+            else:
+                self.candidates.setdefault(c, k)
+
+    def add_reduction(self, let: str) -> None:
+        rm = self._nodes_of(self.cls[let], "ReduceMap")
+        if not rm:
+            self.unsaturated = True
+            return
+        src, axes = self.loaded.reduce_input[let]
+        trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
+        group = self._group(let, src) if self.rows and trailing else None
+        self.forced[self.cls[let]] = dataclasses.replace(
+            self._kernel(let, self.g.children[rm[0]][0], _size(src), group), reduction=True)
+
+    def _nodes_of(self, c: int, op: str) -> list[int]:
+        return [n for n in self.g.class_nodes[c] if self.g.ops[n] == op]
+
+    def _group(self, let: str, t: TensorType) -> tuple:
+        """Maps over one shape (unit axes aside) at one depth may share a kernel."""
+        return tuple(d for d in t.shape if d != 1), self.loaded.depth.get(let, 0)
+
+    def _kernel(self, let: str, body: int, space: int, group=None):
+        from ..extract.fusion_cost import Kernel
+        t = self.loaded.type[let]
+        return Kernel(self.cls[let], body, space, _size(t) * t.dtype.itemsize, group)
 
 
 __all__ = ["DEFAULT_BUDGET", "FusionDecision", "FusionReport", "decide_fusion", "fusion_graph",

@@ -172,11 +172,16 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
     return out
 
 
+# the layout encodings of a program as loaded always finish (one or two iterations); the
+# budget only keeps the one driver's guarantee that saturation stops
+LAYOUT_BUDGET = Budget(iterations=1_000, nodes=10_000_000, seconds=600.0)
+
+
 def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu") -> float:
     """The cost of the programs as loaded (call it before saturating): their own terms, with
     only the `layout` ruleset's encodings added (a transpose read by a matmul is a BLAS flag)."""
     if "layout" in session.rulesets:
-        session.run_text("(run-schedule (saturate (run layout)))")
+        saturate(session, Schedule(("layout",)), LAYOUT_BUDGET, analysis=None)
     return extract_programs(session, programs, target, unload_functions=False).extraction.dag_cost
 
 
