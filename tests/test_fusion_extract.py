@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dlvm_eq as dq
 from dlvm_eq.codegen import compile, plan_function, set_cache_dir
 from dlvm_eq.codegen.plan import TEMP
-from dlvm_eq.egraph.fusion import decide_fusion
+from dlvm_eq.egraph.fusion_decision import decide_fusion
 from dlvm_eq.extract.machine import Machine
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.inline import flatten

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from ..egraph.deadline import Deadline
 from ..egraph.rulefiles import read_rule_file, rule_file, rules_digest
-from ..egraph.schedule import Budget, Schedule
+from ..egraph.ruleset_schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..egraph.lets import Let, LetTable, inline
-from ..egraph.terms import LoadedProgram
+from ..egraph.loader import LoadedProgram
 from ..errors import DlvmError
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS

@@ -118,7 +118,7 @@ def _rules_fired(sat) -> str:
 
 
 def _seconds_text(s: float) -> str:
-    from ..egraph.report import seconds_text
+    from ..egraph.optimize_report import seconds_text
     return seconds_text(s)
 
 

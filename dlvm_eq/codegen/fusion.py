@@ -187,7 +187,7 @@ class _Planner(RowFusion):
     def decide(self) -> set[int]:
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
         (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py)."""
-        from ..egraph.fusion import decide_fusion
+        from ..egraph.fusion_decision import decide_fusion
         # the cost model counts trailing reductions into row kernels only where all may be
         decision = decide_fusion(self.flat, self.target, rows=self.rows and self.row_limit is None)
         self.fusion, self.same_as = decision.report, decision.same_as

@@ -6,7 +6,7 @@ bindings alone (see there); entry points that are about to build an e-graph call
 import threading
 
 from .serialized import Graph, class_types
-from .terms import LoadedProgram, load_function
+from .loader import LoadedProgram, load_function
 from .unload import unload
 
 __all__ = ["EGraphSession", "Graph", "LoadedProgram", "RuleFileError", "class_types",

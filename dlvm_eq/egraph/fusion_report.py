@@ -22,7 +22,7 @@ class FusionReport:
     seconds: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
-        from .report import seconds_text
+        from .optimize_report import seconds_text
         ms = sum(self.seconds.values()) * 1e3
         text = (f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
                 f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "

@@ -29,16 +29,16 @@ from ..extract import Extraction, ExtractionError, extract
 from ..extract.target_cost import TargetCost
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
-from .report import FunctionReport, OptimizeReport
+from .optimize_report import FunctionReport, OptimizeReport
 from .expr import render
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .rulefiles import read_rule_file, rule_file
 from .saturate import SaturationReport, node_count, saturate
-from .schedule import Budget, Schedule, rulesets_in
+from .ruleset_schedule import Budget, Schedule, rulesets_in
 from .serialized import Graph, class_types
 from .session import EGraphSession
 from .lets import Let
-from .terms import LoadedProgram, load_function
+from .loader import LoadedProgram, load_function
 from .rule_origin import blame_user_rules
 from .unload import unload
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DlvmError
 from .deadline import Deadline
-from .schedule import Budget, Schedule
+from .ruleset_schedule import Budget, Schedule
 from .session import EGraphSession
 
 STOP_REASONS = ("saturated", "iterations", "nodes", "seconds")

@@ -24,7 +24,7 @@ from .parens import parens
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .lets import Let
-from .terms import LoadedProgram, load_function
+from .loader import LoadedProgram, load_function
 from .values import BoundValues, MARKER_DECLARATION, drop_markers
 
 

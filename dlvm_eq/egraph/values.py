@@ -1,10 +1,11 @@
 """Program values bound as rows of one marker function, not as egglog globals.
 
-The loaders (terms.py, fusion.py, ad/driver.py) build one Let (lets.py) per IR value. An
-egglog 13.2 global is a table of its own, and egglog's per-command work, every saturation
-iteration, push/pop and serialization walk all tables: time grows with the square of the number
-of values (measured on a tanh chain with the schema's analysis, lets + analysis + serialize with
-every value a root: 10k values 4.4 s, 30k values 39.7 s). Bound instead as rows of one function,
+The loaders (loader.py, fusion_decision.py, ad/driver.py) build one Let (lets.py) per IR
+value. An egglog 13.2 global is a table of its own, and egglog's per-command work, every
+saturation iteration, push/pop and serialization walk all tables: time grows with the square
+of the number of values (measured on a tanh chain with the schema's analysis, lets + analysis
++ serialize with every value a root: 10k values 4.4 s, 30k values 39.7 s). Bound instead as
+rows of one function,
 
     (function dlvm-value (i64) Term :merge old)
     (let $p0_12_ (Add $p0_3_ $p0_4_))  ->  (set (dlvm-value 12) (Add (dlvm-value 3) (dlvm-value 4)))

@@ -26,8 +26,8 @@ import time
 from typing import Iterable, Mapping
 
 from .choice import dag_cost_of, tree_cost_of, walk
-from .cost import CostLike, CostModel, FieldCost, node_costs
-from .errors import ExtractionError
+from .cost_model import CostLike, CostModel, FieldCost, node_costs
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph, load_json
 from .greedy import greedy_dag_choice
 from .improve import improve_choice

@@ -29,7 +29,7 @@ from ..ir.module import Const as IRConst
 from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
-from .schedule import Budget
+from .ruleset_schedule import Budget
 from .fusion_report import FusionReport
 from .lets import Let, LetTable, inline, let_name
 
@@ -52,7 +52,7 @@ class FusionDecision:
 class _Loaded:
     terms: list = field(default_factory=list)         # Term Lets (bound as marker rows)
     loads: list = field(default_factory=list)         # Scalar Lets of result loads (globals)
-    lets: list = field(default_factory=list)          # let names, in order
+    names: list = field(default_factory=list)         # let names, in order
     kind: dict = field(default_factory=dict)          # let -> param, const, ew, view, ...
     type: dict = field(default_factory=dict)          # let -> TensorType
     of_value: dict = field(default_factory=dict)      # id(IR Value) -> Let
@@ -71,7 +71,7 @@ class _Loader:
         known = len(self.table.lets)
         let = self.table.let(ctor, args, t)
         if len(self.table.lets) > known:
-            self.out.lets.append(let.name)
+            self.out.names.append(let.name)
             self.out.kind[let.name], self.out.type[let.name] = kind, t
         return let
 
@@ -164,7 +164,7 @@ def _base_session():
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
     from .saturate import saturate
-    from .schedule import Schedule
+    from .ruleset_schedule import Schedule
     budget = budget or DEFAULT_BUDGET
     s = _base_session()
     s.run_text("(push)")
@@ -177,7 +177,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
         # the one saturation driver; the fusion e-graph has no analysis ruleset
         sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)
         t2 = time.perf_counter()
-        roots = loaded.lets + list(loaded.result_loads.values())
+        roots = loaded.names + list(loaded.result_loads.values())
         data = s.serialize(roots).data
         t3 = time.perf_counter()
     except BaseException:
@@ -283,7 +283,7 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     report = FusionReport(nodes=facts["nodes"], classes=g.num_classes, stop_reason=facts["stop_reason"],
                           iterations=facts["iterations"], method=method)
     report.seconds = dict(facts["seconds"])
-    ew_lets = [n for n in loaded.lets if loaded.kind[n] == "ew"]
+    ew_lets = [n for n in loaded.names if loaded.kind[n] == "ew"]
     if kernels.unsaturated or facts["stop_reason"] != "saturated":
         report.note = "fusion rules not saturated within the budget: every elementwise value materialized"
         report.values = report.forced = len(ew_lets)
@@ -317,7 +317,7 @@ class _Kernels:
         self.loaded, self.g, self.cls, self.rows = loaded, g, cls, rows
         self.buffers, self.free, self.forced, self.candidates = {}, set(), {}, {}
         self.unsaturated = False
-        for let in loaded.lets:
+        for let in loaded.names:
             self.add(let, let in required_lets)
         for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
             t = loaded.type[v]
