@@ -72,7 +72,7 @@ def by_name(let: "Let") -> str:
     return let.name
 
 
-@dataclass(frozen=True, eq=False, slots=True)   # eq=False: a Let is equal only to itself
+@dataclass(eq=False, slots=True)   # eq=False: a Let is equal only to itself; never mutated
 class Let:
     name: str | None            # e.g. "$p0_3_"; None: written inline where it is used
     ctor: str                   # the constructor, e.g. "Add"
@@ -132,7 +132,7 @@ class LetTable:
     def let(self, ctor: str, args: tuple, t: TensorType | None = None) -> Let:
         key = None
         if self.intern:
-            key = (ctor,) + tuple(_key(a) for a in args)
+            key = (ctor, *map(_key, args))
             hit = self._memo.get(key)
             if hit is not None:
                 return hit
@@ -144,9 +144,14 @@ class LetTable:
 
 
 def _key(a):
-    if isinstance(a, Let):
+    """An argument as the interning key sees it: a float by its egglog text (0.0 and -0.0
+    differ, NaN is NaN), an inline Let by its term, anything else as itself."""
+    kind = type(a)
+    if kind is float:
+        return egg_float(a)
+    if kind is Let:
         return a if a.name is not None else a.term()
-    return attribute_text(a)
+    return a
 
 
 def inline(ctor: str, args: tuple) -> Let:

@@ -1,5 +1,9 @@
 """Extraction: pick one e-node per e-class of a serialized e-graph so that the program is cheap.
 
+Owns the extractors, the cost models (cost_model.py: the interface; target_cost.py: the
+targets' model; fusion_cost.py: kernels) and the machine descriptions. May import ir and the
+base modules only: it reads serialized JSON, never an egglog session (egraph calls it).
+
 Works on egglog's serialized JSON (the extraction-gym format). Three extractors:
 ``"greedy"`` (DAG-aware, default, fast; greedy then a local search of single and pair
 switches, `improve.py`), ``"ilp"`` (optimal via ``scipy.optimize.milp``, with a
