@@ -120,8 +120,8 @@ def commands(lets, facts: bool = True) -> list[str]:
 
 class LetTable:
     """Builds a program's Lets in order, named `let_name(prefix, n)`. With `intern`, building
-    a term twice returns the first Let (keyed by the term's text, so that 0.0 and -0.0, or two
-    NaNs, are told apart and matched exactly as egglog would)."""
+    a term twice returns the first Let (keyed by constructor, operand Lets and attributes,
+    floats by their egglog text: 0.0 and -0.0 stay apart and two NaNs match, as in egglog)."""
 
     def __init__(self, prefix: str, intern: bool = True):
         self.prefix = prefix

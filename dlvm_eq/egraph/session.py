@@ -118,7 +118,7 @@ class EGraphSession:
             raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
 
     def run_text(self, text: str, filename: str = "<egglog>"):
-        """Run egglog commands; `$names` bound by run_lines are read as their marker rows."""
+        """Run egglog commands; `$names` bound by add_lets are read as their marker rows."""
         self._check_usable()
         command = text.strip()
         if command == "(push)":
@@ -165,13 +165,6 @@ class EGraphSession:
         self._need_marker()
         for i in range(0, len(lets), chunk):
             self.run_text(self.values.bind(lets[i:i + chunk], facts), filename)
-
-    def run_lines(self, lines: list[str], filename: str = "<egglog>", chunk: int = 64):
-        """Run hand-written one-command lines in chunks (as add_lets); a line
-        `(let $name term)` binds `$name` as a row of the marker function."""
-        self._need_marker()
-        for i in range(0, len(lines), chunk):
-            self.run_text(self.values.bind_lines(lines[i:i + chunk]), filename)
 
     def add_globals(self, lets: list[Let], filename: str = "<egglog>") -> None:
         """Bind Lets as egglog globals (for sorts the marker function cannot hold: fusion's

@@ -103,7 +103,8 @@ class BoundValues:
 
     def bind_lines(self, lines: list[str]) -> str:
         """One-command lines as egglog text: a line `(let $name term)` becomes a marker row
-        (for text written by hand: tests, rule experiments; loaders send Lets to `bind`)."""
+        (text written by hand; loaders send Lets to `bind`, and tests check that both give
+        egglog the same commands)."""
         if not BIND_AS_ROWS:
             return "\n".join(lines) + "\n"
         out = []
