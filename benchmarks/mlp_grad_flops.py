@@ -15,7 +15,7 @@ import numpy as np
 
 import dlvm_eq as dq
 from dlvm_eq.ad import adjoint_function
-from dlvm_eq.ad.cost import program_flops
+from dlvm_eq.ad.flops import program_flops
 from dlvm_eq.ir.interp import run_function
 from dlvm_eq.models.mlp import init_params, loss, numpy_value_and_grad
 
@@ -46,7 +46,7 @@ def summarize(name: str, ops: list[tuple[str, float]]) -> dict:
 
 
 def extracted_ops(fn) -> list[tuple[str, float]]:
-    from dlvm_eq.ad.cost import op_flops
+    from dlvm_eq.ad.flops import op_flops
     from dlvm_eq.ir.types import TensorType
     return [(i.op, op_flops(i.op, i.result.type, [o.type for o in i.operands]))
             for i in fn.body if i.op not in ("literal", "tuple") and isinstance(i.result.type, TensorType)]

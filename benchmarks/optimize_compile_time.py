@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import dlvm_eq as dq
-from dlvm_eq.egraph.schedule import Budget
+from dlvm_eq.egraph.ruleset_schedule import Budget
 from dlvm_eq.ir import F32, Const, FunctionBuilder, Module, tensor, verify
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.ad import AdjointError, adjoint_function
-from dlvm_eq.ad.cost import program_flops
+from dlvm_eq.ad.flops import program_flops
 from dlvm_eq.ir.interp import run_function
 from dlvm_eq.models.mlp import init_params, loss, numpy_value_and_grad
 

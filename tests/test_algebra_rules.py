@@ -7,7 +7,7 @@ import pytest
 from dlvm_eq.egraph import RuleFileError
 from dlvm_eq.egraph.optimize import scratch_session
 from dlvm_eq.egraph.saturate import saturate
-from dlvm_eq.egraph.schedule import ALGEBRA_RULESETS, Budget, Schedule
+from dlvm_eq.egraph.ruleset_schedule import ALGEBRA_RULESETS, Budget, Schedule
 
 SHAPES = {"x": (2, 3), "y": (2, 3), "s": (), "c": (), "A": (4, 5), "B": (5, 6), "C": (6, 3),
           "D": (5, 6), "E": (4, 5), "M": (4, 5), "v": (5,), "w": (4,), "u": (3, 1), "T": (2, 3, 4),

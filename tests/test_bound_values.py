@@ -89,8 +89,8 @@ def test_a_loaded_function_binds_no_global_per_value():
 
 
 def test_the_fusion_decision_is_the_one_globals_gave(monkeypatch):
-    from dlvm_eq.egraph.fusion import decide_fusion
-    from dlvm_eq.egraph.schedule import Budget
+    from dlvm_eq.egraph.fusion_decision import decide_fusion
+    from dlvm_eq.egraph.ruleset_schedule import Budget
     from dlvm_eq.ir.inline import flatten
     m = parse(chain_text(600), "chain.dl")
     flat = flatten(m["chain"], m)

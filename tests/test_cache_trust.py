@@ -23,7 +23,7 @@ CHILD = textwrap.dedent("""
     import json
     import numpy as np
     import dlvm_eq as dq
-    from dlvm_eq import ir_cache
+    from dlvm_eq.ir import function_cache as ir_cache
     from dlvm_eq.codegen import stats
     from dlvm_eq.pipeline import planning as backend
     def f(w, x):
@@ -253,7 +253,7 @@ def test_elf_checks_on_real_object_code(cold):
 
 def test_records_keep_sharing_and_refuse_what_is_not_in_the_schema():
     from dlvm_eq.ir.parser import parse
-    from dlvm_eq.ir_cache import FUNCTION_SCHEMA
+    from dlvm_eq.ir.function_cache import FUNCTION_SCHEMA
     from dlvm_eq.json_records import RecordError
     m = parse(textwrap.dedent("""
         module "m"

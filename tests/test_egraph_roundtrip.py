@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dlvm_eq.egraph import EGraphSession, class_types, unload
-from dlvm_eq.egraph.terms import egg_float
+from dlvm_eq.egraph.lets import egg_float
 from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, interpret, scalar, tensor, verify
 
 

@@ -10,7 +10,7 @@ import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
 from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.planning.plan import TEMP
-from dlvm_eq.egraph.fusion import decide_fusion
+from dlvm_eq.egraph.fusion_decision import decide_fusion
 from dlvm_eq.extract.machine import Machine
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.inline import flatten

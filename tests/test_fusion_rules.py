@@ -7,10 +7,10 @@ import re
 import numpy as np
 
 import dlvm_eq as dq
-from dlvm_eq.egraph.fusion import fusion_graph, load_fusion
+from dlvm_eq.egraph.fusion_decision import fusion_graph, load_fusion
 from dlvm_eq.egraph.fusion_rules import fusion_rules_text, schema_signatures
 from dlvm_eq.egraph.rulefiles import rule_file
-from dlvm_eq.egraph.schedule import Budget
+from dlvm_eq.egraph.ruleset_schedule import Budget
 from dlvm_eq.ir.inline import flatten
 from dlvm_eq.ir.ops import CAST, ELEMENTWISE_KINDS, LAYOUT, OPS
 
@@ -55,7 +55,7 @@ def test_saturation_builds_maps_and_reads_and_stops():
 
 
 def test_a_small_budget_stops_saturation_and_everything_is_materialized():
-    from dlvm_eq.egraph.fusion import decide_fusion
+    from dlvm_eq.egraph.fusion_decision import decide_fusion
     x = np.ones((8, 4), np.float32)
     flat = _flat(lambda x: dq.tanh(dq.exp(x + 1.0) * x) - x, x)
     _, facts = fusion_graph(load_fusion(flat), Budget(iterations=1, nodes=10**6, seconds=10))

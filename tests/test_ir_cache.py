@@ -6,7 +6,7 @@ import sys
 
 PROGRAM = r"""
 import numpy as np, dlvm_eq as dq
-from dlvm_eq import ir_cache
+from dlvm_eq.ir import function_cache as ir_cache
 def f(w, x):
     return dq.sum(dq.tanh(x @ w) ** 2)
 w = np.linspace(-1, 1, 12).reshape(4, 3)

@@ -3,14 +3,14 @@
 egglog 13.2, given globals `$p0_1` (w) and `$p0_11` (a10), both with a shape set, built
 `(Multiply $p0_11 $p0_1)` as w * w: `dlvm-eq query "a0*w + ... + a11*w"` answered with
 `square(w)` in place of `a10 * w`. The loaders now name globals with a trailing `_`
-(egraph/terms.let_name). The first test keeps the trigger itself, so that an egglog upgrade that
+(egraph/lets.let_name). The first test keeps the trigger itself, so that an egglog upgrade that
 fixes it (or a change to our naming that reintroduces it) is noticed.
 """
 import subprocess
 import sys
 from pathlib import Path
 
-from dlvm_eq.egraph.terms import let_name
+from dlvm_eq.egraph.lets import let_name
 
 SCHEMA = ("(datatype T (Var String) (Multiply T T))\n(function shape (T) i64 :merge old)\n"
           "(function dtype (T) String :merge old)\n")

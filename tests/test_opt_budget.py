@@ -10,7 +10,7 @@ from dlvm_eq.errors import DlvmError
 from dlvm_eq.egraph import EGraphSession, RuleFileError
 from dlvm_eq.egraph.optimize import new_session
 from dlvm_eq.egraph.saturate import node_count, saturate
-from dlvm_eq.egraph.schedule import Budget, Schedule
+from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
 from dlvm_eq.ir import F32, FunctionBuilder, Module, tensor
 
 # associativity and commutativity of + with nothing to stop them: the e-graph of a sum of n

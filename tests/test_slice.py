@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.ad.cost import program_flops
+from dlvm_eq.ad.flops import program_flops
 from dlvm_eq.errors import IRError, SourceError
 from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
 from dlvm_eq.ir.parser import parse

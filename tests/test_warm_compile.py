@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
     assert np.allclose(value, ref_value, rtol=1e-4), (value, ref_value)
     for g, r in zip(grads, ref_grads):
         assert np.allclose(g, r, rtol=1e-3, atol=1e-5)
-    from dlvm_eq import ir_cache
+    from dlvm_eq.ir import function_cache as ir_cache
     from dlvm_eq.cache import shared_cache
     from dlvm_eq.codegen import stats
     from dlvm_eq.pipeline import planning as backend

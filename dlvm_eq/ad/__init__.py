@@ -7,7 +7,10 @@
 `resolve_declared(module, roots)` every one a module's functions reach (the pipeline calls it
 once, before any stage). The Python API (`grad`, `value_and_grad`, `vjp`: trace + differentiate +
 jit) lives with the pipeline (dlvm_eq/pipeline/differentiate.py).
-May import: egraph, extract, ir, ir_cache, cache, errors (never dsl, codegen, verify, pipeline).
+
+Owns the reverse pass over a loaded program's Lets (driver.py) and flop counts (flops.py).
+May import: egraph, extract, ir, cache, errors (never dsl, codegen, verify, pipeline); egraph
+never imports it.
 """
 from .driver import (AdjointConfig, AdjointError, adjoint_function, adjoint_signature, configure,
                      synthesize_declared)

@@ -13,7 +13,6 @@ as itself rather than as a one-element tuple.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import threading
 from collections import defaultdict
@@ -21,18 +20,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..egraph.rulefiles import read_rule_file, rule_file
-from ..egraph.schedule import Budget, Schedule
+from ..egraph.deadline import Deadline
+from ..egraph.rulefiles import read_rule_file, rule_file, rules_digest
+from ..egraph.ruleset_schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
-from ..egraph.terms import LoadedProgram, egg_float, egg_string, egg_vec, let_name
+from ..egraph.lets import Let, LetTable, inline
+from ..egraph.loader import LoadedProgram
 from ..errors import DlvmError
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.printer import print_function, print_module
 from ..ir.verifier import verify_function
-from ..ir_cache import cached_function
-from .lets import read_lets
+from ..ir.function_cache import cached_function
 
 
 class AdjointError(DlvmError):
@@ -122,30 +122,27 @@ def adjoint_signature(fn: Function, cfg: AdjointConfig) -> tuple[list[Type], lis
 # ---------------------------------------------------------------- the reverse pass
 
 class _ReversePass:
-    """Emits the adjoint lets: adj(v) = sum over the uses (i, u) of v of (Adjoint i u adj(u))."""
+    """Builds the adjoint lets: adj(v) = sum over the uses (i, u) of v of (Adjoint i u adj(u))."""
 
     def __init__(self, prog: LoadedProgram, fn: Function, cfg: AdjointConfig):
         self.prog, self.fn, self.cfg = prog, fn, cfg
-        self.lets = read_lets(prog.lines)
-        self.lines: list[str] = []
-        self.count = 0
-        self.adjoints: list[str] = []    # every (Adjoint i u g) term emitted
-        var_lets = {json.loads(let.args[0]): let.name for let in self.lets if let.ctor == "Var"}
+        self.table = LetTable("adj", intern=False)   # each use its own Adjoint term
+        self.adjoints: list[Let] = []    # every (Adjoint i u g) built
+        var_lets = {let.args[0]: let for let in prog.lets if let.ctor == "Var"}
         self.param_lets = [var_lets[p.name] for p in fn.params]
 
-    def let(self, term: str, t: TensorType | None = None) -> str:
-        name = let_name("adj", self.count)
-        self.count += 1
-        self.lines.append(f"(let {name} {term})")
-        if t is not None:
-            self.prog.term_types[name] = t
-        return name
+    @property
+    def lets(self) -> list[Let]:
+        return self.table.lets
 
-    def constant(self, value: float, t: TensorType) -> str:
-        c = f"(Const {egg_float(value)} {egg_string(str(t.dtype))})"
-        return self.let(c if not t.shape else f"(Broadcast {c} {egg_vec(t.shape)})", t)
+    def let(self, ctor: str, args: tuple, t: TensorType | None = None) -> Let:
+        return self.table.let(ctor, args, t)
 
-    def seed_param(self, t: TensorType, index: int, count: int) -> str:
+    def constant(self, value: float, t: TensorType) -> Let:
+        const = ("Const", (float(value), str(t.dtype)))
+        return self.let("Broadcast", (inline(*const), t.shape), t) if t.shape else self.let(*const, t)
+
+    def seed_param(self, t: TensorType, index: int, count: int) -> Let:
         taken = {p.name for p in self.prog.params}
         base = "seed" if count == 1 else f"seed{index}"
         name, k = base, 1
@@ -153,52 +150,48 @@ class _ReversePass:
             name, k = f"{base}_{k}", k + 1
         self.prog.params.append(Value(name, t))
         self.prog.var_types[name] = t
-        v = self.let(f"(Var {egg_string(name)})", t)
-        self.lines.append(f"(set (shape {v}) {egg_vec(t.shape)})")
-        self.lines.append(f"(set (dtype {v}) {egg_string(str(t.dtype))})")
-        return v
+        return self.let("Var", (name,), t)    # with its shape and dtype, as a parameter's
 
-    def active(self) -> set[str]:
+    def active(self) -> set[Let]:
         """Float values that depend on a wrt parameter: the only ones that get adjoints."""
-        types = self.prog.term_types
         live = {self.param_lets[i] for i in self.cfg.wrt}
-        for let in self.lets:
-            if let.name not in live and types[let.name].dtype.is_float and \
-                    any(c in live for c in let.children):
-                live.add(let.name)
+        for let in self.prog.lets:
+            if let not in live and let.type.dtype.is_float and any(c in live for c in let.children):
+                live.add(let)
         return live
 
     def run(self) -> list[str]:
-        """The root lets: kept outputs, then gradients."""
+        """The root lets' names: kept outputs, then gradients."""
         prog, cfg = self.prog, self.cfg
+        named = prog.named()
         out_types = _outputs(self.fn)
-        pending: dict[str, list[str]] = defaultdict(list)
+        pending: dict[Let, list[Let]] = defaultdict(list)
         for k, i in enumerate(cfg.outputs):
             t = out_types[i]
             seed = (self.seed_param(t, k, len(cfg.outputs)) if cfg.seedable else None)
-            pending[prog.roots[i]].append(seed or self.constant(1.0, t))
+            pending[named[prog.roots[i]]].append(seed or self.constant(1.0, t))
         live = self.active()
-        adjoint: dict[str, str] = {}
-        for let in reversed(self.lets):
-            parts = pending.pop(let.name, None)
-            if not parts or let.name not in live:
+        adjoint: dict[Let, Let] = {}
+        for let in reversed(prog.lets):
+            parts = pending.pop(let, None)
+            if not parts or let not in live:
                 continue
             g = parts[0]
             for part in parts[1:]:
-                g = self.let(f"(Add {g} {part})")
-            adjoint[let.name] = g
+                g = self.let("Add", (g, part))
+            adjoint[let] = g
             spec = OPS[EGG_TO_OP[let.ctor]] if let.ctor in EGG_TO_OP else None
             if spec is None or not spec.differentiable:
                 continue
             for i, child in enumerate(let.children):
                 if child in live and i not in spec.nondiff_operands:
-                    term = f"(Adjoint {i} {let.name} {g})"
-                    pending[child].append(self.let(term))
+                    term = self.let("Adjoint", (i, let, g))
+                    pending[child].append(term)
                     self.adjoints.append(term)
         roots = [prog.roots[i] for i in cfg.keeping]
         for i in cfg.wrt:
-            v = self.param_lets[i]
-            roots.append(adjoint.get(v) or self.constant(0.0, self.fn.params[i].type))
+            g = adjoint.get(self.param_lets[i]) or self.constant(0.0, self.fn.params[i].type)
+            roots.append(g.name)
         return roots
 
 
@@ -290,7 +283,7 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
         # a second process differentiating the same program reads the result from disk
         parts = [print_function(fn), print_module(module) if module is not None else "",
                  repr((cfg, name, tuple_result, optimize, target, budget))]
-        out = cached_function("adjoint", parts, build)
+        out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location
     return out
 
@@ -300,26 +293,29 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
     load_bindings()
     from ..egraph.optimize import ShortOfTime, extract_programs, optimize_session
     from ..egraph.saturate import saturate
+    # the budget's seconds bound the whole call: what the expansion takes, optimizing has not
+    deadline = Deadline(Budget.of(budget).seconds)
     with _session(rules) as (session, text, rules_name):
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)
         prog.var_types = dict(prog.var_types)
         rev = _ReversePass(prog, fn, cfg)
         roots = rev.run()
-        session.run_lines(rev.lines, f"<adjoint of @{fn.name}>")
+        session.add_lets(rev.lets, f"<adjoint of @{fn.name}>")
         sat = saturate(session, EXPANSION, EXPANSION_BUDGET)
         if not sat.saturated:
             raise AdjointError(f"expanding the adjoint of @{fn.name} with {rules_name} stopped: {sat}")
         _check_expanded(session.serialize(roots), rules_name, text)
         # An Adjoint is a function of its user's syntax, not of its value: once expanded it
         # must go, or congruence after algebra rewrites would merge unrelated adjoints.
-        session.run_text("\n".join(f"(delete {t})" for t in rev.adjoints) + "\n")
+        session.delete(rev.adjoints)
         grad = dataclasses.replace(prog, name=name, roots=roots, result_is_tuple=(
             len(roots) > 1 if tuple_result is None else tuple_result))
         out = None
         if optimize:
             try:
-                out = optimize_session(session, [grad], budget=budget, target=target).functions[0]
+                out = optimize_session(session, [grad], budget=budget, target=target,
+                                       deadline=deadline).functions[0]
             except ShortOfTime:   # the budget ran out: the gradient must still come out whole
                 pass
         if out is None:

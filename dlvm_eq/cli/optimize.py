@@ -71,7 +71,7 @@ def _deadline(args: argparse.Namespace):
     """The budget's seconds counted from when the command started (starting Python, loading
     egglog, the rules and the program are part of the time the user waits for)."""
     from ..egraph.deadline import Deadline
-    from ..egraph.schedule import Budget
+    from ..egraph.ruleset_schedule import Budget
     started = getattr(args, "started", None)      # set by dlvm_eq.cli.main.main
     return Deadline(Budget.of(dict(args.budget) or None).seconds,
                     start=time.perf_counter() if started is None else started)

@@ -1,12 +1,18 @@
 """The e-graph: loading IR into egglog, saturating rule files, serializing, unloading.
 
+Owns: programs as egglog terms (lets.py: interned Lets; loader.py: IR -> Lets; values.py: Lets
+-> marker rows), sessions, the one budgeted saturation driver (saturate.py, deadline.py,
+ruleset_schedule.py), optimize and query, the fusion decision, unloading back to IR. May
+import extract, ir and the base modules (errors, cache, json_records); never ad or above
+(declared adjoints are resolved before a program reaches the e-graph).
+
 `EGraphSession` and `RuleFileError` load on first use (PEP 562): they import egglog, which a
 warm-cache compile (no e-graph built) never needs. `load_bindings()` loads egglog's Rust
 bindings alone (see there); entry points that are about to build an e-graph call it first."""
 import threading
 
 from .serialized import Graph, class_types
-from .terms import LoadedProgram, load_function
+from .loader import LoadedProgram, load_function
 from .unload import unload
 
 __all__ = ["EGraphSession", "Graph", "LoadedProgram", "RuleFileError", "class_types",

@@ -16,7 +16,6 @@ gradient roots in one e-graph, extracted jointly so that they share values):
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import warnings
@@ -31,15 +30,16 @@ from ..extract.target_cost import TargetCost
 from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
-from .report import FunctionReport, OptimizeReport
+from .optimize_report import FunctionReport, OptimizeReport
 from .expr import render
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .rulefiles import read_rule_file, rule_file
 from .saturate import SaturationReport, node_count, saturate
-from .schedule import Budget, Schedule, rulesets_in
+from .ruleset_schedule import Budget, Schedule, rulesets_in
 from .serialized import Graph, class_types
 from .session import EGraphSession
-from .terms import LoadedProgram, load_function
+from .lets import Let
+from .loader import LoadedProgram, load_function
 from .rule_origin import blame_user_rules
 from .unload import unload
 
@@ -173,11 +173,16 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
     return out
 
 
+# the layout encodings of a program as loaded always finish (one or two iterations); the
+# budget only keeps the one driver's guarantee that saturation stops
+LAYOUT_BUDGET = Budget(iterations=1_000, nodes=10_000_000, seconds=600.0)
+
+
 def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu") -> float:
     """The cost of the programs as loaded (call it before saturating): their own terms, with
     only the `layout` ruleset's encodings added (a transpose read by a matmul is a BLAS flag)."""
     if "layout" in session.rulesets:
-        session.run_text("(run-schedule (saturate (run layout)))")
+        saturate(session, Schedule(("layout",)), LAYOUT_BUDGET, analysis=None)
     return extract_programs(session, programs, target, unload_functions=False).extraction.dag_cost
 
 
@@ -210,41 +215,30 @@ def program_cost(fn: Function, module: Module | None = None, target="cpu") -> fl
     return loaded_cost(load_function(fn, module, prefix="c_"), target)
 
 
-_LET = re.compile(r"^\(let (\$\S+) \((\S+)(.*)\)\)$")
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\((?:[^()]|\([^()]*\))*\)|[^\s()"]+')
-_T2 = "(vec-of 1 0)"
+def _untransposed(let: Let) -> Let | None:
+    """x for a let `(Transpose x (vec-of 1 0))`: what a matmul reads with a BLAS flag."""
+    return let.args[0] if let.ctor == "Transpose" and let.args[1] == (1, 0) else None
 
 
 def loaded_cost(prog: LoadedProgram, target="cpu") -> float:
-    """program_cost of a loaded program, computed from its let lines without an e-graph: the
+    """program_cost of a loaded program, computed from its lets without an e-graph: the
     same value as extracting it after only the `layout` ruleset, at a fraction of the time."""
-    lets: dict[str, tuple[str, list[str]]] = {}
-    for line in prog.lines:
-        m = _LET.match(line)
-        if m:
-            lets[m.group(1)] = (m.group(2), _TOKEN.findall(m.group(3)))
-    types, model = prog.term_types, TargetCost(target, {})
-
-    def untransposed(name: str) -> str | None:   # x for a let `(Transpose x (vec-of 1 0))`
-        ctor, args = lets[name]
-        return args[0] if ctor == "Transpose" and args[1] == _T2 else None
-
-    total, seen, stack = [], set(), list(prog.roots)
+    model = TargetCost(target, {})
+    named = prog.named()
+    total, seen, stack = [], set(), [named[r] for r in prog.roots]
     while stack:
-        name = stack.pop()
-        if name in seen:
+        let = stack.pop()
+        if let in seen:
             continue
-        seen.add(name)
-        ctor, args = lets[name]
-        kids = [a for a in args if a.startswith("$")]
-        flags = (False, False)
+        seen.add(let)
+        ctor, kids, flags = let.ctor, let.children, (False, False)
         if ctor == "Dot":
-            plain = [untransposed(k) for k in kids]
+            plain = [_untransposed(k) for k in kids]
             if any(plain):
                 flags = (plain[0] is not None, plain[1] is not None)
-                kids = [p or k for p, k in zip(plain, kids)]
+                kids = tuple(p or k for p, k in zip(plain, kids))
                 ctor = "Gemm"
-        total.append(model.term_cost(ctor, types.get(name), lambda i: types.get(kids[i]), flags))
+        total.append(model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags))
         stack.extend(kids)
     return math.fsum(total)
 

@@ -16,14 +16,14 @@ from typing import Sequence
 
 from ..errors import DlvmError
 from ..extract.alternatives import alternatives as root_alternatives
-from ..extract.cost import node_costs
+from ..extract.cost_model import node_costs
 from .deadline import Deadline, extraction_seconds
 from .expr import parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
-from .report import seconds_text
+from .optimize_report import seconds_text
 from .rule_origin import blame_user_rules
 from .saturate import SaturationReport, saturate
-from .schedule import Budget, Schedule
+from .ruleset_schedule import Budget, Schedule
 
 
 @dataclass

@@ -2,6 +2,7 @@
 package copy), then the copy force-included in the wheel at dlvm_eq/rules."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from ..config import rules_dir  # noqa: F401 (found in config: the caches need it, not the e-graph)
@@ -26,3 +27,18 @@ def read_rule_file(path: str | Path) -> tuple[str, str]:
     if not p.is_file():
         raise DlvmError(f"{path}: no such rule file")
     return p.read_text(), str(p)
+
+
+_RULES_DIGEST: str | None = None
+
+
+def rules_digest() -> str:
+    """sha256 of the shipped rule files (names and contents), once per process: what cache
+    keys of results built with them include (ir.function_cache, the plan cache)."""
+    global _RULES_DIGEST
+    if _RULES_DIGEST is None:
+        h = hashlib.sha256()
+        for p in sorted(rules_dir().glob("*.egg")):
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+        _RULES_DIGEST = h.hexdigest()
+    return _RULES_DIGEST

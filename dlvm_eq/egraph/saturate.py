@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DlvmError
 from .deadline import Deadline
-from .schedule import Budget, Schedule
+from .ruleset_schedule import Budget, Schedule
 from .session import EGraphSession
 
 STOP_REASONS = ("saturated", "iterations", "nodes", "seconds")
@@ -85,76 +85,96 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     still extract), the step runs under egglog's back-off scheduler with that match limit: it
     holds back any rule with more matches, so a step adds at most about NODES_PER_MATCH
     e-nodes per match it applies and cannot overshoot far. Held-back rules are reported."""
-    schedule = schedule or Schedule.default()
-    budget = Budget.of(budget)
-    deadline = deadline or Deadline(budget.seconds)
-    reserve = reserve or (lambda nodes: 0.0)
-    start = time.perf_counter()
-    if analysis:
-        session.run_text(f"(run-schedule (saturate (run {analysis})))")
-    nodes_before = nodes = node_count(session)
-    matches: Counter[str] = Counter()
-    held_back: Counter[str] = Counter()
-    ruleset_seconds: Counter[str] = Counter()
-    unknown = [rs for rs in schedule.rulesets if rs and rs not in session.rulesets]
-    if unknown:
-        raise DlvmError(f"the schedule names ruleset(s) {', '.join(unknown)} that no loaded rule "
-                        f"file declares (declared: {', '.join(session.rulesets) or 'none'})")
-    steps = list(schedule.rulesets)
-    reason, rounds = "iterations", 0
-    history: dict[str, tuple[float, float, int]] = {}   # ruleset -> (secs, previous secs, nodes)
-    peak: dict[str, tuple[int, int]] = {}   # ruleset -> (most matches of one rule, nodes) last step
+    run = _Saturation(session, schedule or Schedule.default(), Budget.of(budget), deadline,
+                      reserve or (lambda nodes: 0.0), analysis)
+    return run.report(run.rounds_until_stop())
 
-    def report(why: str) -> SaturationReport:
-        return SaturationReport(why, rounds, nodes_before, nodes, time.perf_counter() - start,
-                                budget, schedule, {k: v for k, v in matches.items() if v},
-                                dict(ruleset_seconds), dict(held_back))
 
-    if nodes > budget.nodes:
-        return report("nodes")
-    while rounds < budget.iterations:
-        rounds += 1
-        changed = False
-        held_by = None          # which budget held a rule back in this round
-        for rs in steps:
-            # an egglog iteration cannot be interrupted: do not start one that would overrun
-            predicted = _predict(history.get(rs), nodes, budget)
-            left = deadline.left()
-            if predicted + reserve(nodes) >= left:
-                return report("seconds")
-            # the e-nodes this step may reach: the node budget, and what the time left after
-            # the step can still extract
-            by_time = nodes_within_reserve(reserve, left - predicted)
-            room, limiter = (budget.nodes, "nodes") if budget.nodes <= by_time else (by_time, "seconds")
-            limit = (room - nodes) // NODES_PER_MATCH
-            if limit < 1:
-                return report(limiter)
-            # the scheduler costs ~5 ms a step: only where a rule may come near the limit
-            guarded = _expected_matches(peak.get(rs), nodes) * 4 >= limit
-            t0 = time.perf_counter()
-            out = session.run_text(_step_text(rs, limit if guarded else None, schedule.step, analysis))
-            took = time.perf_counter() - t0
-            run = out[0].report
-            history[rs] = (took, history.get(rs, (took,))[0], nodes)
-            ruleset_seconds[rs or "(default)"] += took
-            matches.update(run.num_matches_per_rule)
-            peak[rs] = (_most_matches(run), nodes)
-            step_held = _held_back(run, limit) if guarded else {}
-            if step_held:
-                held_back.update(step_held)
-                held_by = limiter
-            before, nodes = nodes, node_count(session)
-            # under the scheduler `updated` is also set when only held-back rules matched
-            changed |= nodes != before or (any(it.rule_set_report.changed for it in run.iterations)
-                                           if guarded else run.updated)
-            if nodes > budget.nodes:
-                return report("nodes")
-            if reserve(nodes) >= deadline.left():
-                return report("seconds")
-        if not changed:
-            reason = held_by or "saturated"
-            break
-    return report(reason)
+class _Saturation:
+    """One saturate call: the e-graph's size, each ruleset's last step (time, matches) and
+    what fired so far."""
+
+    def __init__(self, session: EGraphSession, schedule: Schedule, budget: Budget,
+                 deadline: Deadline | None, reserve, analysis: str | None):
+        self.session, self.schedule, self.budget = session, schedule, budget
+        self.deadline = deadline or Deadline(budget.seconds)
+        self.reserve, self.analysis = reserve, analysis
+        self.start = time.perf_counter()
+        if analysis:
+            session.run_text(f"(run-schedule (saturate (run {analysis})))")
+        self.nodes_before = self.nodes = node_count(session)
+        self.rounds = 0
+        self.matches: Counter[str] = Counter()
+        self.held_back: Counter[str] = Counter()
+        self.ruleset_seconds: Counter[str] = Counter()
+        self.history: dict[str, tuple[float, float, int]] = {}  # ruleset -> (secs, previous, nodes)
+        self.peak: dict[str, tuple[int, int]] = {}  # ruleset -> (most matches of a rule, nodes)
+        unknown = [rs for rs in schedule.rulesets if rs and rs not in session.rulesets]
+        if unknown:
+            raise DlvmError(f"the schedule names ruleset(s) {', '.join(unknown)} that no loaded rule "
+                            f"file declares (declared: {', '.join(session.rulesets) or 'none'})")
+
+    def report(self, why: str) -> SaturationReport:
+        return SaturationReport(why, self.rounds, self.nodes_before, self.nodes,
+                                time.perf_counter() - self.start, self.budget, self.schedule,
+                                {k: v for k, v in self.matches.items() if v},
+                                dict(self.ruleset_seconds), dict(self.held_back))
+
+    def rounds_until_stop(self) -> str:
+        """Rounds over the schedule until one changes nothing or a budget is reached: why."""
+        if self.nodes > self.budget.nodes:
+            return "nodes"
+        while self.rounds < self.budget.iterations:
+            self.rounds += 1
+            changed, held_by = False, None     # held_by: which budget held a rule back
+            for rs in self.schedule.rulesets:
+                stop, step_changed, step_held_by = self.step(rs)
+                if stop:
+                    return stop
+                changed |= step_changed
+                held_by = step_held_by or held_by
+            if not changed:
+                return held_by or "saturated"
+        return "iterations"
+
+    def step(self, rs: str) -> tuple[str | None, bool, str | None]:
+        """One step of ruleset rs: (the budget that stops saturation or None, whether the
+        e-graph changed, the budget that held a rule back or None)."""
+        budget, deadline, reserve, nodes = self.budget, self.deadline, self.reserve, self.nodes
+        # an egglog iteration cannot be interrupted: do not start one that would overrun
+        predicted = _predict(self.history.get(rs), nodes, budget)
+        left = deadline.left()
+        if predicted + reserve(nodes) >= left:
+            return "seconds", False, None
+        # the e-nodes this step may reach: the node budget, and what the time left after the
+        # step can still extract
+        by_time = nodes_within_reserve(reserve, left - predicted)
+        room, limiter = (budget.nodes, "nodes") if budget.nodes <= by_time else (by_time, "seconds")
+        limit = (room - nodes) // NODES_PER_MATCH
+        if limit < 1:
+            return limiter, False, None
+        # the scheduler costs ~5 ms a step: only where a rule may come near the limit
+        guarded = _expected_matches(self.peak.get(rs), nodes) * 4 >= limit
+        t0 = time.perf_counter()
+        out = self.session.run_text(_step_text(rs, limit if guarded else None, self.schedule.step,
+                                               self.analysis))
+        took = time.perf_counter() - t0
+        run = out[0].report
+        self.history[rs] = (took, self.history.get(rs, (took,))[0], nodes)
+        self.ruleset_seconds[rs or "(default)"] += took
+        self.matches.update(run.num_matches_per_rule)
+        self.peak[rs] = (_most_matches(run), nodes)
+        step_held = _held_back(run, limit) if guarded else {}
+        self.held_back.update(step_held)
+        self.nodes = node_count(self.session)
+        # under the scheduler `updated` is also set when only held-back rules matched
+        changed = self.nodes != nodes or (any(it.rule_set_report.changed for it in run.iterations)
+                                          if guarded else run.updated)
+        if self.nodes > budget.nodes:
+            return "nodes", changed, None
+        if reserve(self.nodes) >= deadline.left():
+            return "seconds", changed, None
+        return None, changed, limiter if step_held else None
 
 
 FIRST_STEP_MATCHES_PER_NODE = 16   # a ruleset never run yet: matches per e-node assumed

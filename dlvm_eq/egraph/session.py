@@ -23,7 +23,8 @@ from ..ir.module import Function, Module
 from .parens import parens
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
-from .terms import LoadedProgram, load_function
+from .lets import Let
+from .loader import LoadedProgram, load_function
 from .values import BoundValues, MARKER_DECLARATION, drop_markers
 
 
@@ -117,7 +118,7 @@ class EGraphSession:
             raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
 
     def run_text(self, text: str, filename: str = "<egglog>"):
-        """Run egglog commands; `$names` bound by run_lines are read as their marker rows."""
+        """Run egglog commands; `$names` bound by add_lets are read as their marker rows."""
         self._check_usable()
         command = text.strip()
         if command == "(push)":
@@ -152,19 +153,36 @@ class EGraphSession:
         prefix = f"p{self._programs}_"
         self._programs += 1
         prog = load_function(fn, module, prefix=prefix)
-        self.run_lines(prog.lines, f"<program @{fn.name}>")
+        self.add_lets(prog.lets, f"<program @{fn.name}>")
         return prog
 
-    def run_lines(self, lines: list[str], filename: str = "<egglog>", chunk: int = 64):
-        """Run one-command lines in chunks: egglog's time per command grows with the length of
-        the text it came in (measured: 2,100 lets of a 1,000-op program, 3.8 s in one text,
-        0.6 s in chunks of 64). A line `(let $name term)` binds `$name` as a row of the marker
-        function, not as an egglog global (values.py says why)."""
+    def add_lets(self, lets: list[Let], filename: str = "<egglog>", facts: bool = True,
+                 chunk: int = 64) -> None:
+        """Bind Lets (lets.py) as rows of the marker function (values.py says why), in
+        chunks: egglog's time per command grows with the length of the text it came in
+        (measured: 2,100 lets of a 1,000-op program, 3.8 s in one text, 0.6 s in chunks of
+        64). facts: set the shapes and dtypes of leaves (an e-graph with the analysis)."""
+        self._need_marker()
+        for i in range(0, len(lets), chunk):
+            self.run_text(self.values.bind(lets[i:i + chunk], facts), filename)
+
+    def add_globals(self, lets: list[Let], filename: str = "<egglog>") -> None:
+        """Bind Lets as egglog globals (for sorts the marker function cannot hold: fusion's
+        Scalar loads); their operands are read through the marker rows."""
+        if lets:
+            self.run_text("\n".join(f"(let {let.name} {let.term(self.values.ref)})" for let in lets)
+                          + "\n", filename)
+
+    def delete(self, lets: list[Let], filename: str = "<egglog>") -> None:
+        """Delete the e-nodes of these Lets' terms (their rows stay: they name e-classes)."""
+        if lets:
+            self.run_text("\n".join(f"(delete {let.term(self.values.ref)})" for let in lets) + "\n",
+                          filename)
+
+    def _need_marker(self) -> None:
         if not self._marker:
             raise DlvmError("this e-graph session has no marker function declared "
                             "(EGraphSession.declare_marker) to bind program values with")
-        for i in range(0, len(lines), chunk):
-            self.run_text(self.values.bind_lines(lines[i:i + chunk]), filename)
 
     def run_analysis(self):
         return self.run_text("(run-schedule (saturate (run analysis)))")

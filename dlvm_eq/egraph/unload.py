@@ -12,7 +12,7 @@ from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.ops import ELEMENTWISE_KINDS, OPS
 from ..ir.types import TensorType, broadcast_shapes
 from .serialized import Graph
-from .terms import REDUCE_IDENTITY, LoadedProgram
+from .loader import REDUCE_IDENTITY, LoadedProgram
 
 
 def _same(a: float, b: float) -> bool:

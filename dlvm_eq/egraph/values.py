@@ -1,23 +1,26 @@
 """Program values bound as rows of one marker function, not as egglog globals.
 
-The loaders (terms.py, fusion.py, ad/driver.py) write one `(let $name term)` per IR value. An
-egglog 13.2 global is a table of its own, and egglog's per-command work, every saturation
-iteration, push/pop and serialization walk all tables: time grows with the square of the number
-of values (measured on a tanh chain with the schema's analysis, lets + analysis + serialize with
-every value a root: 10k values 4.4 s, 30k values 39.7 s). Bound instead as rows of one function,
+The loaders (loader.py, fusion_decision.py, ad/driver.py) build one Let (lets.py) per IR
+value. An egglog 13.2 global is a table of its own, and egglog's per-command work, every
+saturation iteration, push/pop and serialization walk all tables: time grows with the square
+of the number of values (measured on a tanh chain with the schema's analysis, lets + analysis
++ serialize with every value a root: 10k values 4.4 s, 30k values 39.7 s). Bound instead as
+rows of one function,
 
     (function dlvm-value (i64) Term :merge old)
     (let $p0_12_ (Add $p0_3_ $p0_4_))  ->  (set (dlvm-value 12) (Add (dlvm-value 3) (dlvm-value 4)))
 
 the same program takes 1.3 s and 3.4 s. A row is a lookup of the value's e-class (a function,
 not a constructor: it adds no e-node, so node counts and budgets are unchanged, and no rule
-matches it). The session keeps the names on the Python side (`BoundValues`), so the loaders,
-their tests and the `$name` texts they write stay as they were; serialized e-graphs drop the
-marker's rows (`drop_markers`), so extraction sees the same nodes as with globals.
+matches it). The session keeps the names on the Python side (`BoundValues`): Lets are written
+with their rows straight from the data (`bind`), and hand-written text that names `$name`s
+is read through them (`refer`, `bind_lines`); serialized e-graphs drop the marker's rows
+(`drop_markers`), so extraction sees the same nodes as with globals.
 
     values = BoundValues()
-    text = values.bind_lines(['(let $a_ (Var "x"))', "(let $b_ (Tanh $a_))"])
-    values.row("$b_")     # 1
+    text = values.bind(prog.lets)             # (set (dlvm-value 0) (Var "x")) ...
+    values.bind_lines(['(let $a_ (Var "y"))', "(let $b_ (Tanh $a_))"])
+    values.row("$b_")     # the row of $b_
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import math
 import re
 
 from ..errors import DlvmError
+from .lets import Let, commands
 
 # False: bind values as egglog globals, as before this module (tests compare the two ways)
 BIND_AS_ROWS = True
@@ -71,8 +75,36 @@ class BoundValues:
         """`text` with every `$name` we bound read as its marker row."""
         return _TOKEN.sub(self._ref, text)
 
+    def _new_row(self, name: str) -> int:
+        if name in self.rows:
+            raise DlvmError(f"e-graph value {name} is bound twice (a loader bug)")
+        row = len(self.order)
+        self.rows[name] = row
+        self.order.append(name)
+        return row
+
+    def ref(self, let: Let) -> str:
+        """How egglog text names a Let: its marker row, or its name if we did not bind it."""
+        row = self.rows.get(let.name)
+        return let.name if row is None else f"({self.marker} {row})"
+
+    def bind(self, lets, facts: bool = True) -> str:
+        """Lets (lets.py) as egglog text: each a marker row (with its leaves' shapes and
+        dtypes when `facts`), written straight from the data."""
+        if not BIND_AS_ROWS:
+            return "\n".join(commands(lets, facts)) + "\n"
+        out = []
+        for let in lets:
+            body = let.term(self.ref)         # before its own row: a let never reads itself
+            out.append(f"(set ({self.marker} {self._new_row(let.name)}) {body})")
+            if facts:
+                out.extend(let.facts(self.ref))
+        return "\n".join(out) + "\n"
+
     def bind_lines(self, lines: list[str]) -> str:
-        """One-command lines as egglog text: a line `(let $name term)` becomes a marker row."""
+        """One-command lines as egglog text: a line `(let $name term)` becomes a marker row
+        (text written by hand; loaders send Lets to `bind`, and tests check that both give
+        egglog the same commands)."""
         if not BIND_AS_ROWS:
             return "\n".join(lines) + "\n"
         out = []
@@ -81,14 +113,8 @@ class BoundValues:
             if m is None:
                 out.append(self.refer(line))
                 continue
-            name = m.group(1)
-            if name in self.rows:
-                raise DlvmError(f"e-graph value {name} is bound twice (a loader bug)")
             body = self.refer(line[m.end():])
-            row = len(self.order)
-            self.rows[name] = row
-            self.order.append(name)
-            out.append(f"(set ({self.marker} {row}) {body}")
+            out.append(f"(set ({self.marker} {self._new_row(m.group(1))}) {body}")
         return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,9 @@
 """Extraction: pick one e-node per e-class of a serialized e-graph so that the program is cheap.
 
+Owns the extractors, the cost models (cost_model.py: the interface; target_cost.py: the
+targets' model; fusion_cost.py: kernels) and the machine descriptions. May import ir and the
+base modules only: it reads serialized JSON, never an egglog session (egraph calls it).
+
 Works on egglog's serialized JSON (the extraction-gym format). Three extractors:
 ``"greedy"`` (DAG-aware, default, fast; greedy then a local search of single and pair
 switches, `improve.py`), ``"ilp"`` (optimal via ``scipy.optimize.milp``, with a
@@ -26,8 +30,8 @@ import time
 from typing import Iterable, Mapping
 
 from .choice import dag_cost_of, tree_cost_of, walk
-from .cost import CostLike, CostModel, FieldCost, node_costs
-from .errors import ExtractionError
+from .cost_model import CostLike, CostModel, FieldCost, node_costs
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph, load_json
 from .greedy import greedy_dag_choice
 from .improve import improve_choice

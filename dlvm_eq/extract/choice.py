@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .errors import ExtractionError
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 
 NONE = -1  # "no e-node chosen" in an integer choice list

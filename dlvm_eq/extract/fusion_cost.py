@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from .errors import ExtractionError
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 from .machine import Machine
 from .target_cost import FLOPS

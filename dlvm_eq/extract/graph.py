@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
 
-from .errors import ExtractionError
+from .extraction_error import ExtractionError
 
 
 @dataclass(frozen=True, eq=False)

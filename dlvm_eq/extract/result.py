@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import ExtractionError
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 
 

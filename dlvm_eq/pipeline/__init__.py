@@ -12,7 +12,7 @@ points that run them.
 Owns: trace-then-compile (`jit`), the differentiation API (`grad`, `value_and_grad`, `vjp`,
 `check_grads` with dq.grad as default), the compile pipeline and its caches (optimized
 programs in memory, plans on disk), the target table, compile timings.
-May import: verify, ad, egraph, extract, codegen, dsl, ir, cache, ir_cache, json_records,
+May import: verify, ad, egraph, extract, codegen, dsl, ir, cache, json_records,
 config, errors, version (never cli, models, distributed, nor the root package).
 `import dlvm_eq` loads jit and the differentiation API only; compile and planning (llvmlite,
 egglog, the planner) load on first use.

@@ -10,7 +10,7 @@ fusion decision and kernel plan (planning.py) -> compiled program.
 kernels); `dlvm_eq.codegen.stats()` says how many kernels were compiled or found on disk.
 
 A warm compile (same program, same cache, another process) builds nothing: the optimized
-function comes from the IR cache (dlvm_eq/ir_cache.py), the plan from the plan cache
+function comes from the IR cache (dlvm_eq/ir/function_cache.py), the plan from the plan cache
 (planning.py), the kernels' object code from the kernel cache (codegen). Neither egglog nor
 the planner is imported then.
 
@@ -25,9 +25,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..codegen import Plan, program
+from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..ir.module import Module
-from ..ir_cache import cached_function
+from ..ir.function_cache import cached_function
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
@@ -117,7 +118,7 @@ def optimized(module: Module, name: str, target: str):
             built.append(res)
             return res.module[name]
         # a second process compiling the same program reads the optimized function from disk
-        fn = cached_function("optimize", [key[0], name, target], build)
+        fn = cached_function("optimize", [key[0], name, target], build, rules_digest())
         if built:
             out = (built[0].module, built[0], note)
         else:

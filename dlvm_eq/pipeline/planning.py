@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 
-from .. import ir_cache
+from ..egraph.rulefiles import rules_digest
+from ..ir import function_cache
 from ..cache import shared_cache, source_digest
 from ..codegen import Plan, cache_key, plan_schema, plan_settings
 from ..ir.module import Function, Module
@@ -33,7 +34,7 @@ def plan_function(fn: Function, module: Module | None = None, rows: bool | int =
     `codegen.plan_flat` (True: row kernels of any length, an int: rows of at most that many
     elements, False: none). Declared adjoints must be resolved (`resolve_adjoints`)."""
     from ..codegen import fusion_rows, plan_flat   # the planner loads only when a plan is built
-    from ..egraph.fusion import decide_fusion
+    from ..egraph.fusion_decision import decide_fusion
     from ..ir.inline import flatten
     target = target or "cpu"
     flat = flatten(fn, module)
@@ -54,9 +55,9 @@ def planned(module: Module, name: str, target: str) -> Plan:
         from ..codegen import rows_for
         return plan_function(module[name], module, rows=rows_for(target), target=target)
 
-    if not ir_cache.enabled():
+    if not function_cache.enabled():
         return build()
-    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), ir_cache.rules_digest(),
+    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), rules_digest(),
                     name, target, print_module(module), plan_settings())
     cache = shared_cache()
     data = cache.get("plan", key)

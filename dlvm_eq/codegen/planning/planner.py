@@ -122,7 +122,7 @@ class _Planner(KernelGrouping, RowFusion):
     # -- what to materialize: the fusion stage's extraction decides
     def decide(self) -> set[int]:
         """ids of the values to materialize, chosen by extraction from the fusion e-graph
-        (egraph/fusion.py, rules/fusion.egg, extract/fusion_cost.py) and handed to the planner."""
+        (egraph/fusion_decision.py, rules/fusion.egg, extract/fusion_cost.py) and handed to the planner."""
         decision = self.decision
         self.fusion, self.same_as = decision.report, decision.same_as
         return decision.materialize

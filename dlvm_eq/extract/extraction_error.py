@@ -12,5 +12,5 @@ class ExtractionError(DlvmError):
 
     >>> raise ExtractionError("e-class 'Math-4' has no extractable e-node")
     Traceback (most recent call last):
-    dlvm_eq.extract.errors.ExtractionError: e-class 'Math-4' has no extractable e-node
+    dlvm_eq.extract.extraction_error.ExtractionError: e-class 'Math-4' has no extractable e-node
     """

@@ -29,9 +29,9 @@ from ..ir.module import Const as IRConst
 from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
-from .schedule import Budget
+from .ruleset_schedule import Budget
 from ..codegen import FusionReport   # the plan's record of this decision (plain data)
-from .terms import egg_float, egg_string, egg_vec, let_name
+from .lets import Let, LetTable, inline, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
@@ -50,12 +50,12 @@ class FusionDecision:
 
 @dataclass
 class _Loaded:
-    lines: list = field(default_factory=list)          # Term lets (bound as marker rows)
-    load_lines: list = field(default_factory=list)     # Scalar lets of result loads (globals)
-    lets: list = field(default_factory=list)          # let names, in order
+    terms: list = field(default_factory=list)         # Term Lets (bound as marker rows)
+    loads: list = field(default_factory=list)         # Scalar Lets of result loads (globals)
+    names: list = field(default_factory=list)         # let names, in order
     kind: dict = field(default_factory=dict)          # let -> param, const, ew, view, ...
     type: dict = field(default_factory=dict)          # let -> TensorType
-    of_value: dict = field(default_factory=dict)      # id(IR Value) -> let
+    of_value: dict = field(default_factory=dict)      # id(IR Value) -> Let
     result_loads: dict = field(default_factory=dict)  # view result let -> let of (Load it)
     reduce_input: dict = field(default_factory=dict)  # reduce let -> (input type, axes)
     depth: dict = field(default_factory=dict)         # let -> kernel boundaries above it
@@ -64,85 +64,79 @@ class _Loaded:
 class _Loader:
     def __init__(self):
         self.out = _Loaded()
-        self.memo: dict[str, str] = {}
+        self.table = LetTable("fu")       # interned: one let per distinct term
+        self.out.terms = self.table.lets
 
-    def let(self, term: str, t: TensorType, kind: str) -> str:
-        name = self.memo.get(term)
-        if name is None:
-            name = self.memo[term] = let_name("fu", len(self.out.lets))
-            self.out.lines.append(f"(let {name} {term})")
-            self.out.lets.append(name)
-            self.out.kind[name], self.out.type[name] = kind, t
-        return name
+    def let(self, ctor: str, args: tuple, t: TensorType, kind: str) -> Let:
+        known = len(self.table.lets)
+        let = self.table.let(ctor, args, t)
+        if len(self.table.lets) > known:
+            self.out.names.append(let.name)
+            self.out.kind[let.name], self.out.type[let.name] = kind, t
+        return let
 
-    def operand(self, o, shape) -> str:
+    def const(self, value, dtype) -> Let:
+        return self.let("Const", (float(value), str(dtype)), TensorType((), dtype), "const")
+
+    def operand(self, o, shape) -> Let:
         if isinstance(o, IRConst):
-            term = self.let(f"(Const {egg_float(o.value)} {egg_string(str(o.type.dtype))})",
-                            TensorType((), o.type.dtype), "const")
-            t = TensorType((), o.type.dtype)
+            term, t = self.const(o.value, o.type.dtype), TensorType((), o.type.dtype)
         else:
             term, t = self.out.of_value[id(o)], o.type
-        if tuple(t.shape) != tuple(shape):
-            term = self.let(f"(Broadcast {term} {egg_vec(shape)})", t.with_shape(tuple(shape)), "view")
+        shape = tuple(int(d) for d in shape)
+        if tuple(t.shape) != shape:
+            term = self.let("Broadcast", (term, shape), t.with_shape(shape), "view")
         return term
 
 
 def load_fusion(flat: Flat) -> _Loaded:
-    """The egglog commands of `flat` for the fusion e-graph: one let per distinct term."""
+    """The fusion e-graph's terms of `flat`: one let per distinct term."""
     ld = _Loader()
     out = ld.out
     for p in flat.params:
-        out.of_value[id(p)] = ld.let(f"(Var {egg_string(p.name)})", p.type, "param")
+        out.of_value[id(p)] = ld.let("Var", (p.name,), p.type, "param")
     for inst in flat.body:
-        spec = OPS[inst.op]
-        t = inst.result.type
-        a = inst.attrs
-        if spec.kind == LITERAL:
-            if np.ndim(a["value"]) == 0:
-                v = np.asarray(a["value"]).item()
-                out.of_value[id(inst.result)] = ld.let(
-                    f"(Const {egg_float(float(v))} {egg_string(str(t.dtype))})", t, "const")
-            else:
-                out.of_value[id(inst.result)] = ld.let(f"(Lit {egg_string(inst.result.name)})", t, "literal")
-            continue
-        if spec.kind in FUSIBLE_KINDS:
-            args = [ld.operand(o, t.shape) for o in inst.operands]
-            if inst.op == "dataTypeCast":
-                args.append(egg_string(str(a["dtype"])))
-            term, kind = f"({spec.egg} {' '.join(args)})", "ew"
-        elif inst.op in VIEW_OPS:
-            x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
-            if inst.op == "transpose":
-                term = f"(Transpose {x} {egg_vec(transpose_perm(inst.operands[0].type.rank, a))})"
-            elif inst.op == "broadcast":
-                term = f"(Broadcast {x} {egg_vec(t.shape)})"
-            else:
-                term = f"(ShapeCast {x} {egg_vec(t.shape)})"
-            kind = "view"
-        elif spec.kind == REDUCE:
-            x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
-            axes = sorted(a["axes"])
-            head = f"{egg_string(a['combinator'])} {egg_float(a['init'])}"
-            term = (f"(Reduce {x} {head} {axes[0]})" if len(axes) == 1
-                    else f"(ReduceMap (Load {x}) {head} {egg_vec(axes)})")
-            kind = "reduce"
-        elif spec.kind == DOT:
-            term, kind = f"(Dot {' '.join(ld.operand(o, o.type.shape) for o in inst.operands)})", "dot"
-        elif inst.op in COPY_OPS:   # opaque here: its operands are buffers
-            term, kind = f"(Var {egg_string(inst.op + ' %' + inst.result.name)})", "concat"
-        else:
-            raise DlvmError(f"the fusion stage has no case for op {inst.op}")
-        name = ld.let(term, t, kind)
-        out.of_value[id(inst.result)] = name
-        if kind == "reduce":
-            out.reduce_input[name] = (inst.operands[0].type, tuple(sorted(a["axes"])))
+        let = out.of_value[id(inst.result)] = _load_instruction(ld, inst)
+        if out.kind[let.name] == "reduce":
+            out.reduce_input[let.name] = (inst.operands[0].type, tuple(sorted(inst.attrs["axes"])))
     for r in flat.results:
-        if isinstance(r, Value) and out.kind[out.of_value[id(r)]] == "view":
+        if isinstance(r, Value) and out.kind[out.of_value[id(r)].name] == "view":
             v = out.of_value[id(r)]
-            out.result_loads[v] = let_name("fuload", len(out.result_loads))
             # a Load is a Scalar, not a Term: an egglog global (one per returned view)
-            out.load_lines.append(f"(let {out.result_loads[v]} (Load {v}))")
+            load = Let(let_name("fuload", len(out.loads)), "Load", (v,))
+            out.loads.append(load)
+            out.result_loads[v.name] = load.name
     return out
+
+
+def _load_instruction(ld: _Loader, inst) -> Let:
+    spec, t, a = OPS[inst.op], inst.result.type, inst.attrs
+    if spec.kind == LITERAL:
+        if np.ndim(a["value"]) == 0:
+            return ld.let("Const", (float(np.asarray(a["value"]).item()), str(t.dtype)), t, "const")
+        return ld.let("Lit", (inst.result.name,), t, "literal")
+    if spec.kind in FUSIBLE_KINDS:
+        args = tuple(ld.operand(o, t.shape) for o in inst.operands)
+        if inst.op == "dataTypeCast":
+            args += (str(a["dtype"]),)
+        return ld.let(spec.egg, args, t, "ew")
+    if inst.op in VIEW_OPS:
+        x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
+        if inst.op == "transpose":
+            return ld.let("Transpose", (x, tuple(transpose_perm(inst.operands[0].type.rank, a))), t, "view")
+        return ld.let("Broadcast" if inst.op == "broadcast" else "ShapeCast", (x, t.shape), t, "view")
+    if spec.kind == REDUCE:
+        x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
+        axes = tuple(int(ax) for ax in sorted(a["axes"]))
+        head = (a["combinator"], float(a["init"]))
+        if len(axes) == 1:
+            return ld.let("Reduce", (x, *head, axes[0]), t, "reduce")
+        return ld.let("ReduceMap", (inline("Load", (x,)), *head, axes), t, "reduce")
+    if spec.kind == DOT:
+        return ld.let("Dot", tuple(ld.operand(o, o.type.shape) for o in inst.operands), t, "dot")
+    if inst.op in COPY_OPS:   # opaque here: its operands are buffers
+        return ld.let("Var", (inst.op + " %" + inst.result.name,), t, "concat")
+    raise DlvmError(f"the fusion stage has no case for op {inst.op}")
 
 
 # ------------------------------------------------------------------ the e-graph
@@ -170,20 +164,20 @@ def _base_session():
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
     from .saturate import saturate
-    from .schedule import Schedule
+    from .ruleset_schedule import Schedule
     budget = budget or DEFAULT_BUDGET
     s = _base_session()
     s.run_text("(push)")
     try:
         t0 = time.perf_counter()
-        s.run_lines(loaded.lines, "<fusion program>")
-        if loaded.load_lines:
-            s.run_text("\n".join(loaded.load_lines) + "\n", "<fusion program>")
+        s.add_lets(loaded.terms, "<fusion program>", facts=False)    # no analysis here
+        if loaded.loads:
+            s.add_globals(loaded.loads, "<fusion program>")
         t1 = time.perf_counter()
         # the one saturation driver; the fusion e-graph has no analysis ruleset
         sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)
         t2 = time.perf_counter()
-        roots = loaded.lets + list(loaded.result_loads.values())
+        roots = loaded.names + list(loaded.result_loads.values())
         data = s.serialize(roots).data
         t3 = time.perf_counter()
     except BaseException:
@@ -208,7 +202,7 @@ def decide_fusion(flat: Flat, target="cpu", budget: Budget | None = None,
     loaded = load_fusion(flat)
     _depths(flat, loaded, rows)
     required = _required(flat)
-    required_lets = {loaded.of_value[id(v)] for v in required if id(v) in loaded.of_value}
+    required_lets = {loaded.of_value[id(v)].name for v in required if id(v) in loaded.of_value}
     lets, report, classes = _choose(loaded, required_lets, target, budget, method, rows)
     return _decision(flat, loaded, required, lets, report, classes)
 
@@ -234,7 +228,7 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
         depth[id(inst.result)] = d
         let = loaded.of_value.get(id(inst.result))
         if let is not None:
-            loaded.depth[let] = max(loaded.depth.get(let, 0), d)
+            loaded.depth[let.name] = max(loaded.depth.get(let.name, 0), d)
 
 
 def _required(flat: Flat) -> list:
@@ -262,21 +256,21 @@ def _decision(flat, loaded, required, lets, report, classes) -> FusionDecision:
     for inst in flat.body:
         v = inst.result
         let = loaded.of_value.get(id(v))
-        if let is None or loaded.kind[let] != "ew":
+        if let is None or loaded.kind[let.name] != "ew":
             continue
-        key = (classes.get(let, let), v.type)
+        key = (classes.get(let.name, let.name), v.type)
         if key in first:
             same_as[id(v)] = first[key]
             continue
         first[key] = v
-        if let in lets:
+        if let.name in lets:
             materialize.add(id(v))
     return FusionDecision(materialize, report, same_as)
 
 
 def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, rows: bool):
     """(lets of the elementwise values to materialize, report): the e-graph and extraction."""
-    from ..extract.fusion_cost import FusionProblem, Kernel, exhaustive_fusion, greedy_fusion
+    from ..extract.fusion_cost import FusionProblem, exhaustive_fusion, greedy_fusion
     from ..extract.graph import load_json
     from ..extract.machine import machine
 
@@ -284,67 +278,19 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     t1 = time.perf_counter()
     g = load_json(data)
     cls = {r: g.class_index[str(c)] for r, c in zip(facts["roots"], data["root_eclasses"])}
-    kinds, types = loaded.kind, loaded.type
-
-    def nodes_of(c: int, op: str) -> list[int]:
-        return [n for n in g.class_nodes[c] if g.ops[n] == op]
-
-    def size(t: TensorType) -> int:
-        return max(math.prod(t.shape), 1)
-
-    def kernel(let: str, body: int, space: int, group=None) -> Kernel:
-        t = types[let]
-        return Kernel(cls[let], body, space, size(t) * t.dtype.itemsize, group)
-
-    buffers, free, forced, candidates = {}, set(), {}, {}
-    unsaturated = False
-    for let in loaded.lets:
-        c, kind, t = cls[let], kinds[let], types[let]
-        if kind == "const":
-            free.add(c)
-        elif kind in ("param", "literal", "dot", "concat"):
-            buffers[c] = (size(t), t.dtype.itemsize)
-        elif kind == "reduce":
-            buffers[c] = (size(t), t.dtype.itemsize)
-            rm = nodes_of(c, "ReduceMap")
-            if not rm:
-                unsaturated = True
-                continue
-            src, axes = loaded.reduce_input[let]
-            trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
-            group = (tuple(d for d in src.shape if d != 1), loaded.depth.get(let, 0)) \
-                if rows and trailing else None
-            forced[c] = dataclasses.replace(kernel(let, g.children[rm[0]][0], size(src), group),
-                                            reduction=True)
-        elif kind == "ew":
-            m = nodes_of(c, "Map")
-            if not m:
-                unsaturated = True
-                continue
-            k = kernel(let, g.children[m[0]][0], size(t),
-                       (tuple(d for d in t.shape if d != 1), loaded.depth.get(let, 0)))
-            if let in required_lets:
-                forced[c] = k
-                buffers[c] = (size(t), t.dtype.itemsize)
-            else:
-                candidates.setdefault(c, k)
-    for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
-        t = types[v]
-        forced.setdefault(cls[v], Kernel(cls[v], cls[load], size(t), size(t) * t.dtype.itemsize,
-                                         (tuple(d for d in t.shape if d != 1), loaded.depth.get(v, 0))))
-    for c in forced:
-        candidates.pop(c, None)
+    kernels = _Kernels(loaded, g, cls, required_lets, rows)
+    forced = kernels.forced
     report = FusionReport(nodes=facts["nodes"], classes=g.num_classes, stop_reason=facts["stop_reason"],
                           iterations=facts["iterations"], method=method)
     report.seconds = dict(facts["seconds"])
-    ew_lets = [n for n in loaded.lets if kinds[n] == "ew"]
-    if unsaturated or facts["stop_reason"] != "saturated":
+    ew_lets = [n for n in loaded.names if loaded.kind[n] == "ew"]
+    if kernels.unsaturated or facts["stop_reason"] != "saturated":
         report.note = "fusion rules not saturated within the budget: every elementwise value materialized"
         report.values = report.forced = len(ew_lets)
         report.seconds["extract"] = time.perf_counter() - t1
         return set(ew_lets), report, {}
-    problem = FusionProblem(g, list(forced.values()), list(candidates.values()), buffers,
-                            machine(target), frozenset(free))
+    problem = FusionProblem(g, list(forced.values()), list(kernels.candidates.values()),
+                            kernels.buffers, machine(target), frozenset(kernels.free))
     choice = exhaustive_fusion(problem) if method == "exhaustive" else greedy_fusion(problem)
     keep = choice.materialized | set(forced)
     lets = {n for n in ew_lets if cls[n] in keep}
@@ -355,6 +301,73 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     report.cost_unfused, report.cost = choice.cost_unfused, choice.cost
     report.seconds["extract"] = time.perf_counter() - t1
     return lets, report, cls
+
+
+def _size(t: TensorType) -> int:
+    return max(math.prod(t.shape), 1)
+
+
+class _Kernels:
+    """The fusion problem's parts, per e-class of a let: buffers (materialized anyway),
+    free values (constants), forced kernels (reductions, required maps, returned views) and
+    candidate kernels (maps extraction may inline). `unsaturated`: a map or reduction has no
+    Map/ReduceMap node (saturation stopped early)."""
+
+    def __init__(self, loaded: _Loaded, g, cls: dict, required_lets: set, rows: bool):
+        self.loaded, self.g, self.cls, self.rows = loaded, g, cls, rows
+        self.buffers, self.free, self.forced, self.candidates = {}, set(), {}, {}
+        self.unsaturated = False
+        for let in loaded.names:
+            self.add(let, let in required_lets)
+        for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
+            t = loaded.type[v]
+            self.forced.setdefault(cls[v], self._kernel(v, cls[load], _size(t), self._group(v, t)))
+        for c in self.forced:
+            self.candidates.pop(c, None)
+
+    def add(self, let: str, required: bool) -> None:
+        c, kind, t = self.cls[let], self.loaded.kind[let], self.loaded.type[let]
+        if kind == "const":
+            self.free.add(c)
+        elif kind in ("param", "literal", "dot", "concat"):
+            self.buffers[c] = (_size(t), t.dtype.itemsize)
+        elif kind == "reduce":
+            self.buffers[c] = (_size(t), t.dtype.itemsize)
+            self.add_reduction(let)
+        elif kind == "ew":
+            m = self._nodes_of(c, "Map")
+            if not m:
+                self.unsaturated = True
+                return
+            k = self._kernel(let, self.g.children[m[0]][0], _size(t), self._group(let, t))
+            if required:
+                self.forced[c] = k
+                self.buffers[c] = (_size(t), t.dtype.itemsize)
+            else:
+                self.candidates.setdefault(c, k)
+
+    def add_reduction(self, let: str) -> None:
+        rm = self._nodes_of(self.cls[let], "ReduceMap")
+        if not rm:
+            self.unsaturated = True
+            return
+        src, axes = self.loaded.reduce_input[let]
+        trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
+        group = self._group(let, src) if self.rows and trailing else None
+        self.forced[self.cls[let]] = dataclasses.replace(
+            self._kernel(let, self.g.children[rm[0]][0], _size(src), group), reduction=True)
+
+    def _nodes_of(self, c: int, op: str) -> list[int]:
+        return [n for n in self.g.class_nodes[c] if self.g.ops[n] == op]
+
+    def _group(self, let: str, t: TensorType) -> tuple:
+        """Maps over one shape (unit axes aside) at one depth may share a kernel."""
+        return tuple(d for d in t.shape if d != 1), self.loaded.depth.get(let, 0)
+
+    def _kernel(self, let: str, body: int, space: int, group=None):
+        from ..extract.fusion_cost import Kernel
+        t = self.loaded.type[let]
+        return Kernel(self.cls[let], body, space, _size(t) * t.dtype.itemsize, group)
 
 
 __all__ = ["DEFAULT_BUDGET", "FusionDecision", "FusionReport", "decide_fusion", "fusion_graph",

@@ -2,38 +2,26 @@
 
 A second process that differentiates or optimizes the same program under the same rule files
 reads the result back instead of saturating an e-graph again. The key covers the input IR text,
-the options, the rule files' contents, the package version and a digest of the package's source
-(`dlvm_eq.cache.source_digest`: an edited optimizer or IR class never reads a stale entry); the
+the options, the rule files' contents (a digest the caller passes: the IR layer does not know
+where rule files live; egraph.rulefiles.rules_digest) and a digest of the package's source
+(`dlvm_eq.cache.source_digest`, which covers the package version too: an edited optimizer or
+IR class never reads a stale entry); the
 value is the Function as JSON data (`json_records`: values, types and instructions, nothing
 that runs; reading needs no parser). An entry that does not read back as a Function is
 rebuilt and overwritten.
 
-    fn = cached_function("adjoint", [print_function(f), repr(options)], build)
+    fn = cached_function("adjoint", [print_function(f), repr(options)], build, rules_digest())
 """
 from __future__ import annotations
 
 import hashlib
 from typing import Callable
 
-from .cache import shared_cache, source_digest
-from .config import rules_dir, settings
-from .ir.module import AdjointDecl, Const, Function, Instruction, Value
-from .ir.types import DType, TensorType, TupleType
-from .json_records import RecordError, Schema
-from .version import __version__
-
-_RULES_DIGEST: str | None = None
-
-
-def rules_digest() -> str:
-    """sha256 of the shipped rule files (names and contents), once per process."""
-    global _RULES_DIGEST
-    if _RULES_DIGEST is None:
-        h = hashlib.sha256()
-        for p in sorted(rules_dir().glob("*.egg")):
-            h.update(p.name.encode() + b"\0" + p.read_bytes())
-        _RULES_DIGEST = h.hexdigest()
-    return _RULES_DIGEST
+from ..cache import shared_cache, source_digest
+from ..config import settings
+from ..json_records import RecordError, Schema
+from .module import AdjointDecl, Const, Function, Instruction, Value
+from .types import DType, TensorType, TupleType
 
 
 def enabled() -> bool:
@@ -48,8 +36,8 @@ FUNCTION_SCHEMA = Schema("dlvm_eq.ir.Function", 1,
                          enums=[DType], fields={Value: ("name", "type")})
 
 
-def function_key(kind: str, parts: list[str]) -> str:
-    h = hashlib.sha256(f"{kind}\0{FORMAT}\0{__version__}\0{rules_digest()}\0{source_digest()}".encode())
+def function_key(kind: str, parts: list[str], rules_digest: str) -> str:
+    h = hashlib.sha256(f"{kind}\0{FORMAT}\0{rules_digest}\0{source_digest()}".encode())
     for p in parts:
         h.update(b"\0" + p.encode())
     return h.hexdigest()
@@ -63,12 +51,14 @@ class _Stats:
 stats = _Stats()
 
 
-def cached_function(kind: str, parts: list[str], build: Callable[[], Function]) -> Function:
-    """`build()`'s function, or the one a previous process stored under the same key."""
+def cached_function(kind: str, parts: list[str], build: Callable[[], Function],
+                    rules_digest: str) -> Function:
+    """`build()`'s function, or the one a previous process stored under the same key
+    (rules_digest: of the rule files `build` reads)."""
     if not enabled():
         return build()
     cache = shared_cache()
-    key = function_key(kind, parts)
+    key = function_key(kind, parts, rules_digest)
     data = cache.get("ir-" + kind, key)
     if data is not None:
         fn = _loads(data)

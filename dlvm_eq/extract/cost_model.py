@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol, Union, runtime_checkable
 
-from .errors import ExtractionError
+from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 
 

@@ -1,0 +1,166 @@
+"""The loader: an IR function becomes egglog terms, as data (lets.py).
+
+Each distinct term becomes one interned `Let` named `$vN_` (see let_name), so shared values
+stay shared; the session binds each let as a row of one marker function, not as an egglog
+global (values.py: globals make egglog quadratic in the program's length). Implicit broadcasts
+become explicit `Broadcast` terms; multi-axis reductions become chains of one-axis `Reduce`s
+(highest axis first, the identity as init of all but the outermost) so that the shape analysis
+is a single `vec-remove`; `padShape`/`squeezeShape` become `ShapeCast`; `apply` is inlined;
+tuple results become several roots.
+
+    prog = load_function(fn, module)
+    prog.lets    # Lets in load order; prog.text: the same as egglog commands
+    prog.roots   # let names of the results, in order
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DlvmError
+from ..ir.inline import Flat, flatten
+from ..ir.module import Const, Function, Module, Value
+from ..ir.ops import ELEMENTWISE_KINDS, OPS, transpose_perm
+from ..ir.types import TensorType
+from .lets import Let, LetTable, commands
+
+REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
+
+
+@dataclass
+class LoadedProgram:
+    """A function as Lets (egglog terms as data), plus what lives beside the e-graph."""
+
+    name: str
+    lets: list[Let] = field(default_factory=list)             # in load order
+    roots: list[str] = field(default_factory=list)            # let names of the results
+    var_types: dict[str, TensorType] = field(default_factory=dict)   # parameter name -> type
+    literals: dict[str, np.ndarray] = field(default_factory=dict)    # Lit key -> value
+    result_is_tuple: bool = False
+    params: list[Value] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The lets as egglog commands (globals), with their leaves' shapes and dtypes."""
+        return "\n".join(commands(self.lets)) + "\n"
+
+    def named(self) -> dict[str, Let]:
+        """Let name -> Let."""
+        return {let.name: let for let in self.lets}
+
+
+class _Loader:
+    def __init__(self, prog: LoadedProgram, prefix: str):
+        self.prog = prog
+        self.prefix = prefix
+        self.table = LetTable(prefix)     # interned: the same term twice is one let
+        prog.lets = self.table.lets
+
+    def let(self, ctor: str, args: tuple, t: TensorType) -> Let:
+        return self.table.let(ctor, args, t)
+
+    def const(self, value, t: TensorType) -> Let:
+        """A scalar constant, broadcast to t's shape when t is not a scalar."""
+        scalar = TensorType((), t.dtype)
+        c = self.let("Const", (float(value), str(t.dtype)), scalar)
+        return self.broadcast(c, scalar, t.shape)
+
+    def broadcast(self, term: Let, t: TensorType, shape) -> Let:
+        shape = tuple(int(d) for d in shape)
+        if t.shape == shape:
+            return term
+        return self.let("Broadcast", (term, shape), t.with_shape(shape))
+
+    def literal(self, value: np.ndarray, t: TensorType) -> Let:
+        value = np.asarray(value, dtype=t.dtype.numpy)
+        if value.ndim == 0 or np.all(value == value.flat[0]) and value.size:
+            return self.const(value.flat[0].item() if value.size else 0, t)
+        key = f"{self.prefix}lit{len(self.prog.literals)}"
+        self.prog.literals[key] = np.broadcast_to(value, t.shape).copy()
+        return self.let("Lit", (key,), t)
+
+
+def _operand(loader: _Loader, env: dict, o):
+    if isinstance(o, Const):
+        return loader.const(o.value, o.type), o.type
+    return env[id(o)], o.type
+
+
+def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
+    """Load the flattened body with its parameters bound to `args` (Lets); the results' names."""
+    env: dict[int, Let] = {id(p): a for p, a in zip(flat.params, args)}
+    for inst in flat.body:
+        if inst.op == "literal":
+            env[id(inst.result)] = loader.literal(inst.attrs["value"], inst.result.type)
+        else:
+            env[id(inst.result)] = _load_instruction(loader, inst, [_operand(loader, env, o)
+                                                                     for o in inst.operands])
+    return [_operand(loader, env, r)[0].name for r in flat.results]
+
+
+def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) -> Let:
+    """The Let of one instruction's result, given its operands' (Let, type)."""
+    spec, rt, a = OPS[inst.op], inst.result.type, inst.attrs
+    if spec.kind in ELEMENTWISE_KINDS:
+        return loader.let(spec.egg, tuple(loader.broadcast(term, t, rt.shape) for term, t in ops), rt)
+    if inst.op == "reduce":
+        return _load_reduce(loader, ops[0], a, rt)
+    x = ops[0][0]
+    if inst.op in ("shapeCast", "padShape", "squeezeShape"):
+        return loader.let("ShapeCast", (x, rt.shape), rt)
+    if inst.op == "broadcast":
+        return loader.let("Broadcast", (x, rt.shape), rt)
+    if inst.op == "transpose":
+        return loader.let("Transpose", (x, tuple(transpose_perm(ops[0][1].rank, a))), rt)
+    if inst.op == "dataTypeCast":
+        return loader.let("DataTypeCast", (x, str(a["dtype"])), rt)
+    if inst.op == "concatenate":
+        axis = int(a["axis"])
+        term, t = ops[0]
+        for other, ot in ops[1:]:
+            t = t.with_shape(t.shape[:axis] + (t.shape[axis] + ot.shape[axis],) + t.shape[axis + 1:])
+            term = loader.let("Concatenate", (term, other, axis), t)
+        return term
+    if inst.op == "slice":
+        return loader.let("Slice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"])), rt)
+    if inst.op == "dot":
+        return loader.let("Dot", (x, ops[1][0]), rt)
+    raise DlvmError(f"the e-graph loader has no case for op {inst.op}")  # pragma: no cover
+
+
+def _load_reduce(loader: _Loader, operand: tuple[Let, TensorType], a: dict, rt: TensorType) -> Let:
+    """A reduction as one-axis Reduces, highest axis first (the identity as init of all but
+    the outermost); over no axis, init combined with every element."""
+    term, t = operand
+    axes = sorted(a["axes"], reverse=True)
+    if not axes:
+        return loader.let(_COMBINE[a["combinator"]], (term, loader.const(a["init"], t)), rt)
+    shape = list(t.shape)
+    for i, ax in enumerate(axes):
+        init = a["init"] if i == len(axes) - 1 else REDUCE_IDENTITY[a["combinator"]]
+        shape.pop(ax)
+        term = loader.let("Reduce", (term, a["combinator"], float(init), int(ax)), rt.with_shape(shape))
+    return term
+
+
+_COMBINE = {"add": "Add", "multiply": "Multiply", "max": "Max", "min": "Min"}
+
+
+def load_function(fn: Function, module: Module | None = None, prefix: str = "v") -> LoadedProgram:
+    """The Lets that build fn's result terms (its parameters' shapes and dtypes as facts)."""
+    if fn.is_declaration:
+        raise DlvmError(f"@{fn.name} has no body to load")
+    prog = LoadedProgram(fn.name, params=list(fn.params))
+    loader = _Loader(prog, prefix)
+    args = []
+    for p in fn.params:
+        if not isinstance(p.type, TensorType):
+            raise DlvmError(f"@{fn.name}: parameter %{p.name} has tuple type {p.type}")
+        args.append(loader.let("Var", (p.name,), p.type))
+        prog.var_types[p.name] = p.type
+    flat = flatten(fn, module)
+    prog.roots = _load_body(loader, flat, args)
+    prog.result_is_tuple = flat.tuple_result
+    return prog
