@@ -78,7 +78,7 @@ def fusion_rows(rows: bool | int) -> bool:
 def plan_flat(flat: Flat, name: str, fusion, rows: bool | int = True,
               target: str | None = None) -> Plan:
     """The kernel plan of a flattened IR function (`ir.inline.flatten`), given the fusion
-    decision for it (`egraph.fusion.decide_fusion(flat, target, rows=fusion_rows(rows))`:
+    decision for it (`egraph.fusion_decision.decide_fusion(flat, target, rows=fusion_rows(rows))`:
     its `materialize`, `same_as` and `report`). rows: fuse reductions over trailing axes with
     the map that reads them into row kernels: True for rows of any length, an int for rows of
     at most that many elements (the gpu target: `rows_for`), False for none. target: the
