@@ -27,6 +27,7 @@ from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal,
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
 from .tensor import Tensor
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
+from . import optim  # noqa: E402 (last: it is written with the ops above)
 
 __all__ = [
     # ops
@@ -37,8 +38,8 @@ __all__ = [
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
     "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
     "tanh", "transpose", "where",
-    # pytrees
-    "PyTreeDef", "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten",
+    # pytrees and optimizers over them
+    "optim", "PyTreeDef", "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten",
     # tracing and the API
     "DEFAULT_TARGET", "Jitted", "ShapeDtypeStruct", "Tensor", "TracingError", "call_function",
     "current_trace", "is_tracing", "jit", "make_ir", "register_backend", "spec", "trace",
