@@ -25,9 +25,9 @@ from typing import Callable
 import numpy as np
 
 from . import ops
+from .constants import zeros_like
 from .primitive import dtype_of
 from .pytree import tree_map
-from .tensor import Tensor
 
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
 
@@ -45,10 +45,6 @@ class Optimizer:
     update: Callable
 
 
-def _zeros_like(p):
-    return ops.multiply(p, 0) if isinstance(p, Tensor) else np.zeros_like(p)
-
-
 def _descend(params, step, lr):
     """params - lr * step, leaf by leaf."""
     return tree_map(lambda p, s: ops.subtract(p, ops.multiply(lr, s)), params, step)
@@ -64,7 +60,7 @@ def sgd(lr: float) -> Optimizer:
 def momentum(lr: float, beta: float = 0.9) -> Optimizer:
     """Heavy-ball momentum: v = beta * v + g; p -= lr * v (velocity starts at zero)."""
     def init(params):
-        return MomentumState(tree_map(_zeros_like, params))
+        return MomentumState(tree_map(zeros_like, params))
 
     def update(grads, state, params):
         velocity = tree_map(lambda v, g: ops.add(ops.multiply(beta, v), g),
@@ -77,7 +73,7 @@ def adam(lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Op
     """Adam (Kingma and Ba) with bias-corrected moments; eps is added outside the square
     root, as optax and PyTorch do."""
     def init(params):
-        zeros = tree_map(_zeros_like, params)
+        zeros = tree_map(zeros_like, params)
         return AdamState(np.zeros((), np.int32), zeros, zeros)
 
     def update(grads, state, params):
