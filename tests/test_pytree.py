@@ -143,6 +143,14 @@ def test_jit_cache_keys_on_the_tree_structure():
     assert f.cache_size() == 4
 
 
+@settings(max_examples=20)
+@given(trees(leaf=st.lists(st.integers(1, 3), max_size=2).map(
+    lambda shape: RNG.standard_normal(shape))).filter(lambda t: dq.tree_leaves(t)))
+def test_jit_round_trips_drawn_trees(tree):
+    out = dq.jit(lambda t: dq.tree_map(lambda a: a * 2.0 + 1.0, t), target="interp")(tree)
+    assert_trees_close(out, dq.tree_map(lambda a: a * 2.0 + 1.0, tree), rtol=1e-12)
+
+
 def test_ir_parameters_are_named_after_their_paths():
     ir = str(dq.make_ir(mlp_loss)(make_params(np.float32), np.zeros((5, 3), np.float32),
                                   np.zeros((5, 2), np.float32)))
