@@ -49,15 +49,16 @@ def test_unflatten_inverts_flatten(tree):
 
 
 @settings(max_examples=60)
-@given(trees())
-def test_leaf_order_and_structure_agree_with_jax(tree):
+@given(trees(), trees())
+def test_leaf_order_and_structure_agree_with_jax(tree, other):
     jtu = pytest.importorskip("jax.tree_util")
     leaves, treedef = dq.tree_flatten(tree)
     j_leaves, j_def = jtu.tree_flatten(tree)
     assert leaves == j_leaves
-    # equal structures in one library are equal in the other
-    other = dq.tree_map(lambda x: x + 1, tree)
+    # two structures are equal in one library exactly when they are in the other
     assert (dq.tree_structure(other) == treedef) == (jtu.tree_structure(other) == j_def)
+    same = dq.tree_map(lambda x: x + 1, tree)
+    assert dq.tree_structure(same) == treedef and jtu.tree_structure(same) == j_def
     assert dq.tree_unflatten(treedef, [x * 2 for x in leaves]) == \
         jtu.tree_unflatten(j_def, [x * 2 for x in leaves])
 
