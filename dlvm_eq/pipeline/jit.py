@@ -3,6 +3,7 @@ module for a target (pipeline/targets.py).
 
     f = dq.jit(loss)                       # traced and compiled on the first call,
     f(w, x); f(w, x)                       # then cached per argument shapes and dtypes
+    f(params, x)                           # pytrees (dicts, lists, tuples, namedtuples) too
     f.lower(w, x)                          # the Module it compiled
     f.report(w, x)                         # what compiling did (cpu/gpu)
 
@@ -18,31 +19,33 @@ import time
 
 import numpy as np
 
-from ..dsl.api import make_ir
-from ..dsl.pytree import flatten, is_flat, unflatten
+from ..dsl.api import traced_module
+from ..dsl.pytree import is_flat, tree_flatten, tree_unflatten
 from ..dsl.tensor import Tensor
-from ..dsl.tracing import type_of
+from ..dsl.tree_args import leaf_types
 from ..errors import DlvmError
 from ..ir.module import Module
 from .targets import DEFAULT_TARGET, backend
 from .timing import add_seconds
 
 
-def _signature_key(args) -> tuple:
-    """The cache key of a call: shapes and dtypes. numpy arrays take a fast path (a call's
-    dispatch is on the hot path of a training loop); anything else goes through type_of."""
-    key = []
-    for a in args:
-        if type(a) is np.ndarray:
-            key.append((a.shape, a.dtype))
-        else:
-            t = type_of(a)
-            key.append((t.shape, t.dtype))
-    return tuple(key)
+def _signature(args, fn) -> tuple[tuple, list | None]:
+    """(cache key, leaves) of a call: the arguments' tree structure and each leaf's shape and
+    dtype. Plain numpy arrays take a fast path (a call's dispatch is on the hot path of a
+    training loop; leaves None: the arguments are the leaves); pytrees are flattened, their
+    leaves checked."""
+    if all(type(a) is np.ndarray for a in args):
+        return tuple((a.shape, a.dtype) for a in args), None
+    leaves, in_tree = tree_flatten(tuple(args))
+    if all(type(x) is np.ndarray for x in leaves):
+        return (in_tree, tuple((x.shape, x.dtype) for x in leaves)), leaves
+    types = leaf_types(leaves, in_tree, fn, "jit")
+    return (in_tree, tuple((t.shape, t.dtype) for t in types)), leaves
 
 
 class Jitted:
-    """A function compiled on first call for each distinct list of argument shapes/dtypes."""
+    """A function compiled on first call for each distinct argument tree structure and leaf
+    shapes/dtypes; arguments and results may be pytrees (dicts, lists, tuples, namedtuples)."""
 
     def __init__(self, fn, target: str = DEFAULT_TARGET):
         backend(target)    # an unknown target is a DlvmError here, not at the first call
@@ -62,8 +65,8 @@ class Jitted:
             raise DlvmError("jit: keyword-only arguments are not supported")
         return bound.args
 
-    def _entry(self, args):
-        key = _signature_key(args)
+    def _entry(self, args, key, leaves) -> tuple:
+        """The cache entry (module, compiled, result tree) for a call's signature `key`."""
         entry = self._cache.get(key)
         if entry is not None:
             return entry
@@ -73,46 +76,46 @@ class Jitted:
             with building:
                 entry = self._cache.get(key)
                 if entry is None:
-                    entry = self._cache[key] = self._build(args)
+                    entry = self._cache[key] = self._build(args, leaves)
         finally:
             with self._lock:
                 if self._building.get(key) is building:
                     del self._building[key]
         return entry
 
-    def _build(self, args) -> tuple:
-        """(module, compiled, result tree) for these arguments: trace, then the back end."""
-        tree = []
-
-        def flat(*xs):   # the IR returns a flat tuple; remember the nesting to rebuild it
-            leaves, structure = flatten(self.fn(*xs))
-            tree.append(structure)
-            return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
-        functools.update_wrapper(flat, self.fn, updated=())
+    def _build(self, args, leaves) -> tuple:
+        """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
+        (one IR parameter each), then the back end."""
         t0 = time.perf_counter()
-        module = make_ir(flat)(*args)
+        module, out_tree = traced_module(self.fn, args,
+                                         leaves=list(args) if leaves is None else leaves)
         add_seconds("trace", time.perf_counter() - t0)
         compiled = backend(self.target)(module, module.name)
-        return (module, compiled, tree[0])
+        return (module, compiled, out_tree)
+
+    def _lookup(self, args, kwargs) -> tuple:
+        args = self._positional(args, kwargs)
+        return self._entry(args, *_signature(args, self.fn))
 
     def __call__(self, *args, **kwargs):
         args = self._positional(args, kwargs)
-        if any(isinstance(a, Tensor) for a in args):  # jit inside a trace: just trace through
-            return self.fn(*args)
-        _, compiled, tree = self._entry(args)
-        out = compiled(*args)
+        key, leaves = _signature(args, self.fn)
+        if leaves is not None and any(isinstance(x, Tensor) for x in leaves):
+            return self.fn(*args)   # jit inside a trace: just trace through
+        _, compiled, tree = self._entry(args, key, leaves)
+        out = compiled(*(args if leaves is None else leaves))
         if is_flat(tree):
             return out
-        return unflatten(tree, out if isinstance(out, tuple) else (out,))
+        return tree_unflatten(tree, out if isinstance(out, tuple) else (out,))
 
     def lower(self, *args, **kwargs) -> Module:
         """The IR Module compiled for these arguments (cached like a call)."""
-        return self._entry(self._positional(args, kwargs))[0]
+        return self._lookup(args, kwargs)[0]
 
     def report(self, *args, **kwargs):
         """What compiling for these arguments did (the back end's report: e-graph, costs,
         kernels, BLAS calls, timings), or None for a back end without one (interp)."""
-        return getattr(self._entry(self._positional(args, kwargs))[1], "report", None)
+        return getattr(self._lookup(args, kwargs)[1], "report", None)
 
     def cache_size(self) -> int:
         return len(self._cache)
