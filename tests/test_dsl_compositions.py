@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq.errors import DlvmError, ShapeError
-from dlvm_eq.verify import check_grads
+from dlvm_eq.pipeline import check_grads
 
 RNG = np.random.default_rng(3)
 TARGETS = ["interp", "cpu"]
