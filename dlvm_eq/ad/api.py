@@ -21,7 +21,9 @@ import numpy as np
 from ..dsl import jit
 from ..dsl.context import is_tracing
 from ..dsl.tensor import Tensor
+from ..dsl.pytree import tree_flatten, tree_unflatten
 from ..dsl.tracing import call_function, trace_closure, type_of
+from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
 from .driver import AdjointError, adjoint_function
 
@@ -41,38 +43,51 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
     return tuple(out), single
 
 
-def _trace(fn, args):
-    """fn traced on args' types: (Function, tensors it captured from enclosing traces)."""
-    return trace_closure(fn, [type_of(a) for a in args])
+def _trace(fn, args, who: str):
+    """fn traced on the leaves of its pytree args: (Function, tensors it captured from enclosing
+    traces, the args' leaves, their structure, the result's structure)."""
+    leaves, in_tree = flatten_args(args, fn, who)
+    flat, out_trees = flat_function(fn, in_tree)
+    forward, captured = trace_closure(flat, [type_of(x) for x in leaves],
+                                      names=leaf_names(fn, in_tree))
+    return forward, captured, leaves, in_tree, out_trees[0]
+
+
+def _leaf_ranges(in_tree) -> list[range]:
+    """The leaf indices of each argument of a flattened argument tuple."""
+    ranges, start = [], 0
+    for sub in in_tree.children:
+        ranges.append(range(start, start + sub.num_leaves))
+        start += sub.num_leaves
+    return ranges
 
 
 def _differentiated(fn, argnums, with_value: bool, who: str):
     def traced(*args):
         nums, single = _argnums(argnums, len(args), who)
-        forward, captured = _trace(fn, args)
+        forward, captured, leaves, in_tree, _ = _trace(fn, args, who)
         t = forward.result_type
         if not (isinstance(t, TensorType) and t.shape == () and t.dtype.is_float):
             raise AdjointError(f"{who}: {getattr(fn, '__name__', 'the function')} must return a "
                                f"float scalar, but it returns {t}; use dq.vjp for other outputs")
-        adj = adjoint_function(None, forward, wrt=nums, keeping=(0,), tuple_result=True)
-        value, *grads = call_function(adj, *args, *captured)
-        return value, (grads[0] if single else tuple(grads))
+        ranges = _leaf_ranges(in_tree)
+        wrt = tuple(i for n in nums for i in ranges[n])   # whole subtrees, in argnums order
+        adj = adjoint_function(None, forward, wrt=wrt, keeping=(0,), tuple_result=True)
+        value, *flat_grads = call_function(adj, *leaves, *captured)
+        flat_grads = iter(flat_grads)
+        grads = tuple(tree_unflatten(in_tree.children[n], [next(flat_grads) for _ in ranges[n]])
+                      for n in nums)   # each gradient has its argument's structure
+        return value, (grads[0] if single else grads)
 
-    def flat(*args):                      # what the jit back end runs: a flat tuple
-        value, grads = traced(*args)
-        return (value,) + (grads if isinstance(grads, tuple) else (grads,))
+    def run(*args):                       # what the jit back end runs
+        return traced(*args)
 
-    functools.update_wrapper(flat, fn, updated=())
-    flat.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
-    compiled = jit(flat)
+    functools.update_wrapper(run, fn, updated=())
+    run.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
+    compiled = jit(run)
 
     def call(*args):
-        if is_tracing():
-            value, grads = traced(*args)
-        else:
-            _, single = _argnums(argnums, len(args), who)
-            value, *grads = compiled(*args)
-            grads = grads[0] if single else tuple(grads)
+        value, grads = traced(*args) if is_tracing() else compiled(*args)
         return (value, grads) if with_value else grads
 
     functools.update_wrapper(call, fn, updated=())
@@ -93,35 +108,37 @@ def grad(fn, argnums=0):
 
 
 def vjp(fn, *primals):
-    """`(fn(*primals), vjp_fn)`; `vjp_fn(cotangent)` returns one gradient per primal (None for
-    non-float primals). For a tuple-valued fn the cotangent is a tuple (entries for non-float
-    outputs are ignored)."""
+    """`(fn(*primals), vjp_fn)`; `vjp_fn(cotangent)` returns one gradient per primal, each with
+    its primal's structure (None for non-float leaves). Primals and outputs may be pytrees; the
+    cotangent has the output's structure (entries for non-float outputs are ignored)."""
     if not primals:
         raise AdjointError("vjp: needs at least one primal")
-    forward, captured = _trace(fn, primals)
-    wrt = tuple(i for i, a in enumerate(primals) if type_of(a).dtype.is_float)
+    forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
+    wrt = tuple(i for i, a in enumerate(leaves) if type_of(a).dtype.is_float)
     if not wrt:
         raise AdjointError("vjp: no float primal to differentiate")
     adj = adjoint_function(None, forward, wrt=wrt, seedable=True, tuple_result=True)
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():
-        out = call_function(forward, *primals, *captured)
+        out = call_function(forward, *leaves, *captured)
         run_adjoint = functools.partial(call_function, adj)
     else:
-        out = jit(lambda *a: call_function(forward, *a))(*primals)
+        out = jit(lambda *a: call_function(forward, *a))(*leaves)
         run_adjoint = jit(lambda *a: call_function(adj, *a))
     out_types = forward.result_type.elements if many else (forward.result_type,)
-    n_out = len(out_types)
+    out = tree_unflatten(out_tree, out if many else (out,))
 
     def vjp_fn(cotangent):
-        cts = tuple(cotangent) if many else (cotangent,)
-        if len(cts) != n_out:
-            raise AdjointError(f"vjp_fn: expected {n_out} cotangent(s), got {len(cts)}")
+        cts, ct_tree = tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise AdjointError(f"vjp_fn: expected {len(out_types)} cotangent(s) in the "
+                               f"output's structure {out_tree}, got {ct_tree}")
         # a cotangent has its output's type (a Python float for an f64 output is f64)
         cts = tuple(c if isinstance(c, Tensor) else np.asarray(c, dtype=t.dtype.numpy)
                     for c, t in zip(cts, out_types) if t.dtype.is_float)
-        grads = run_adjoint(*primals, *captured, *cts)
+        grads = run_adjoint(*leaves, *captured, *cts)
         grads = iter(grads if isinstance(grads, tuple) else (grads,))
-        return tuple(next(grads) if i in wrt else None for i in range(len(primals)))
+        flat = [next(grads) if i in wrt else None for i in range(len(leaves))]
+        return tuple(tree_unflatten(in_tree, flat))
 
     return out, vjp_fn

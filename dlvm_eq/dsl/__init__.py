@@ -12,7 +12,8 @@
 Files: context (trace stack, user locations), tensor (the symbolic Tensor and its operators),
 primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), indexing
 (x[...] and split: slices), nn (stable
-composites), tracing (trace / call_function), api (make_ir, jit, back ends).
+composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ...), tree_args
+(pytree arguments of traced functions), api (make_ir, jit, back ends).
 """
 from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
 from .context import TracingError, current_trace, is_tracing
@@ -23,6 +24,7 @@ from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal,
                   logical_or, matmul, max, maximum, mean, min, minimum, multiply, negative,
                   not_equal, power, relu, reshape, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
                   sqrt, square, subtract, sum, tan, tanh, transpose, where)
+from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
 from .tensor import Tensor
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
 
@@ -35,6 +37,8 @@ __all__ = [
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
     "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
     "tanh", "transpose", "where",
+    # pytrees
+    "PyTreeDef", "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten",
     # tracing and the API
     "DEFAULT_TARGET", "Jitted", "ShapeDtypeStruct", "Tensor", "TracingError", "call_function",
     "current_trace", "is_tracing", "jit", "make_ir", "register_backend", "spec", "trace",

@@ -22,9 +22,10 @@ from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
 from ..ir.verifier import verify
-from .pytree import flatten, is_flat, unflatten
+from .pytree import is_flat, tree_flatten, tree_unflatten
 from .tensor import Tensor
-from .tracing import function_name, trace, type_of
+from .tracing import function_name, trace
+from .tree_args import flatten_args, flat_function, leaf_names, leaf_types
 
 DEFAULT_TARGET = "cpu"   # the llvmlite code generator (dlvm_eq.codegen); "interp" runs the reference interpreter
 
@@ -63,32 +64,48 @@ def _load_code_generators() -> None:
 
 def make_ir(fn, name: str | None = None):
     """`make_ir(fn)(*example_args) -> Module` holding one function named after `fn`. Example
-    args are numpy arrays, Python or numpy scalars, or `dq.spec(shape, dtype)`."""
+    args are numpy arrays, Python or numpy scalars, `dq.spec(shape, dtype)`, or pytrees of
+    them (dicts, lists, tuples, namedtuples: one IR parameter per leaf)."""
     def build(*example_args) -> Module:
-        function = trace(fn, example_args, name=name or function_name(fn))
-        module = Module(function.name)
-        module.add(function)
-        verify(module)
-        return module
+        return _traced_module(fn, example_args, name)[0]
     functools.update_wrapper(build, fn, updated=())
     return build
 
 
-def _signature_key(args) -> tuple:
-    """The cache key of a call: shapes and dtypes. numpy arrays take a fast path (a call's
-    dispatch is on the hot path of a training loop); anything else goes through type_of."""
-    key = []
-    for a in args:
-        if type(a) is np.ndarray:
-            key.append((a.shape, a.dtype))
-        else:
-            t = type_of(a)
-            key.append((t.shape, t.dtype))
-    return tuple(key)
+def _traced_module(fn, args, name=None, leaves=None) -> tuple[Module, object]:
+    """(verified Module of one function, the result's tree structure): `fn` traced on the
+    leaves of its pytree arguments."""
+    if leaves is None:
+        leaves, in_tree = flatten_args(args, fn, "make_ir")
+    else:
+        in_tree = tree_flatten(tuple(args))[1]
+    flat, out_trees = flat_function(fn, in_tree)
+    function = trace(flat, leaves, name=name or function_name(fn),
+                     names=leaf_names(fn, in_tree))
+    code = getattr(fn, "__code__", None)
+    if code is not None:   # the user's def, not the flattening wrapper
+        function.location = (code.co_filename, code.co_firstlineno, 1)
+    module = Module(function.name)
+    module.add(function)
+    verify(module)
+    return module, out_trees[0]
+
+
+def _signature(args, fn) -> tuple[tuple, list | None]:
+    """(cache key, leaves) of a call: the arguments' tree structure and each leaf's shape and
+    dtype. Plain numpy arrays take a fast path (a call's dispatch is on the hot path of a
+    training loop; leaves None: the arguments are the leaves); pytrees are flattened, their
+    leaves checked."""
+    if all(type(a) is np.ndarray for a in args):
+        return tuple((a.shape, a.dtype) for a in args), None
+    leaves, in_tree = tree_flatten(tuple(args))
+    types = leaf_types(leaves, in_tree, fn, "jit")
+    return (in_tree, tuple((t.shape, t.dtype) for t in types)), leaves
 
 
 class Jitted:
-    """A function compiled on first call for each distinct list of argument shapes/dtypes."""
+    """A function compiled on first call for each distinct argument tree structure and leaf
+    shapes/dtypes; arguments and results may be pytrees (dicts, lists, tuples, namedtuples)."""
 
     def __init__(self, fn, target: str = DEFAULT_TARGET):
         if target not in _BACKENDS:
@@ -112,8 +129,8 @@ class Jitted:
             raise DlvmError("jit: keyword-only arguments are not supported")
         return bound.args
 
-    def _entry(self, args):
-        key = _signature_key(args)
+    def _entry(self, args, key, leaves) -> tuple:
+        """The cache entry (module, compiled, result tree) for a call's signature `key`."""
         entry = self._cache.get(key)
         if entry is not None:
             return entry
@@ -123,47 +140,47 @@ class Jitted:
             with building:
                 entry = self._cache.get(key)
                 if entry is None:
-                    entry = self._cache[key] = self._build(args)
+                    entry = self._cache[key] = self._build(args, leaves)
         finally:
             with self._lock:
                 if self._building.get(key) is building:
                     del self._building[key]
         return entry
 
-    def _build(self, args) -> tuple:
-        """(module, compiled, result tree) for these arguments: trace, then the back end."""
-        tree = []
-
-        def flat(*xs):   # the IR returns a flat tuple; remember the nesting to rebuild it
-            leaves, structure = flatten(self.fn(*xs))
-            tree.append(structure)
-            return tuple(leaves) if len(leaves) > 1 or structure is not None else leaves[0]
-        functools.update_wrapper(flat, self.fn, updated=())
+    def _build(self, args, leaves) -> tuple:
+        """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
+        (one IR parameter each), then the back end."""
         t0 = time.perf_counter()
-        module = make_ir(flat)(*args)
+        module, out_tree = _traced_module(self.fn, args, leaves=list(args) if leaves is None
+                                          else leaves)
         with _TRACE_LOCK:
             TRACE_SECONDS["trace"] += time.perf_counter() - t0
         compiled = _BACKENDS[self.target](module, module.name)
-        return (module, compiled, tree[0])
+        return (module, compiled, out_tree)
+
+    def _lookup(self, args, kwargs) -> tuple:
+        args = self._positional(args, kwargs)
+        return self._entry(args, *_signature(args, self.fn))
 
     def __call__(self, *args, **kwargs):
         args = self._positional(args, kwargs)
-        if any(isinstance(a, Tensor) for a in args):  # jit inside a trace: just trace through
-            return self.fn(*args)
-        _, compiled, tree = self._entry(args)
-        out = compiled(*args)
+        key, leaves = _signature(args, self.fn)
+        if leaves is not None and any(isinstance(x, Tensor) for x in leaves):
+            return self.fn(*args)   # jit inside a trace: just trace through
+        _, compiled, tree = self._entry(args, key, leaves)
+        out = compiled(*(args if leaves is None else leaves))
         if is_flat(tree):
             return out
-        return unflatten(tree, out if isinstance(out, tuple) else (out,))
+        return tree_unflatten(tree, out if isinstance(out, tuple) else (out,))
 
     def lower(self, *args, **kwargs) -> Module:
         """The IR Module compiled for these arguments (cached like a call)."""
-        return self._entry(self._positional(args, kwargs))[0]
+        return self._lookup(args, kwargs)[0]
 
     def report(self, *args, **kwargs):
         """What compiling for these arguments did (the back end's report: e-graph, costs,
         kernels, BLAS calls, timings), or None for a back end without one (interp)."""
-        return getattr(self._entry(self._positional(args, kwargs))[1], "report", None)
+        return getattr(self._lookup(args, kwargs)[1], "report", None)
 
     def __reduce__(self):
         # pickled (for a Ray worker) as its function and target, not its compiled code (native
