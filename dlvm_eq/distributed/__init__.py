@@ -14,5 +14,6 @@ ray_runtime (importing Ray, a local instance).
 """
 from .ray_runtime import require_ray, start_local
 from .step import DataParallel, data_parallel
+from .training import sgd, train
 
-__all__ = ["DataParallel", "data_parallel", "require_ray", "start_local"]
+__all__ = ["DataParallel", "data_parallel", "require_ray", "sgd", "start_local", "train"]

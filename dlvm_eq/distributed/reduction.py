@@ -3,8 +3,8 @@ order, accumulated in float64 and cast back to each leaf's dtype.
 
     combine([(v0, (g0,)), (v1, (g1,))], weights=(0.6, 0.4))   # (0.6*v0 + 0.4*v1, (0.6*g0 + 0.4*g1,))
 
-The order is fixed (shard 0 first) and the arithmetic is plain numpy on the driver, so the same
-shard outputs always give the same bits. This is the reduction "through the object store": each
+The order is fixed (shard 0 first) and the arithmetic is plain numpy on the driver, so the
+same shard outputs always give the same bits. This is the reduction "through the object store": each
 worker's output is one object the driver fetches. (Ray's own collectives, `ray.util.collective`,
 run their CPU backend on torch.distributed's gloo, which dlvm_eq does not depend on; a driver-side
 sum also fixes the order, which a ring all-reduce over a changing worker count would not.)
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dsl.pytree import flatten, unflatten
+from ..dsl import tree_flatten, tree_unflatten
 from ..errors import DlvmError
 
 
 def combine(outputs, weights):
     """sum_i weights[i] * outputs[i], for outputs that are pytrees of float arrays/scalars of one
     structure (what every worker's copy of the same step returns)."""
-    flat = [flatten(out) for out in outputs]
+    flat = [tree_flatten(out) for out in outputs]
     leaves0, tree = flat[0]
     for leaves, other in flat[1:]:
         if other != tree:  # cannot happen for one step function; a guard against a changed fn
@@ -37,4 +37,4 @@ def combine(outputs, weights):
         total = total.astype(dtype)
         # the same kind of object the step returns: an array stays an array, a scalar a scalar
         combined.append(total if isinstance(first, np.ndarray) else total[()])
-    return unflatten(tree, combined)
+    return tree_unflatten(tree, combined)
