@@ -1,14 +1,17 @@
 """Data-parallel steps on a local Ray instance (issue 15): two workers give the single-process
-step's numbers on the whole batch (unequal shards, pytree parameters, mean and sum losses), 20
-SGD steps give its losses, reruns are bitwise equal, a killed worker is restarted and training
-ends where it would have, a user error in a worker is the same DlvmError on the driver, and a
-process that ran a distributed step exits. The oracle is the undistributed step in this process.
+step's numbers on the whole batch (unequal shards, pytree parameters, float32 parameters as
+separate arguments), 20 SGD steps give its losses, reruns are bitwise equal, a killed worker
+is restarted and training ends where it would have, a user error in a worker is the same
+DlvmError on the driver, and `dlvm-eq demo --workers 2` prints what one process prints and
+exits. The oracle is the undistributed step in this process.
 
 Ray starts once for the module (`num_cpus=2`, `address="local"`: never another machine) and
-stops in the fixture's teardown; every wait on a worker has a time limit.
+stops in the fixture's teardown; every wait on a worker has a time limit. Sharding, weights
+(mean and sum losses) and the combine without Ray: test_distributed_parts.py.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import signal
@@ -39,20 +42,16 @@ def local_ray():
     started.shutdown()
 
 
-def make_losses():
-    """Defined in a function so that Ray pickles them by value (the workers cannot import
-    this test module by name)."""
+def make_loss():
+    """Defined in a function so that Ray pickles it by value (the workers cannot import this
+    test module by name)."""
     def dict_loss(params, x, y):
         h = dq.tanh(x @ params["w1"] + params["b1"])
         return dq.mean(dq.softmax_cross_entropy(h @ params["w2"], y))
-
-    def summed_loss(params, x, y):
-        return dq.sum(dq.square(x @ params[0] + params[1] - y))
-
-    return dict_loss, summed_loss
+    return dict_loss
 
 
-DICT_LOSS, SUMMED_LOSS = make_losses()
+DICT_LOSS = make_loss()
 
 
 def dict_problem(dtype=np.float64, rows=ROWS, seed=0):
@@ -162,33 +161,6 @@ class TestTwoWorkersOfOneStep:
             data_parallel(DICT_LOSS, batch_argnums=(1, 1))
 
 
-def test_float32_mlp_with_parameter_argnums(local_ray):
-    params = mlp.init_params([6, 5, 3], seed=2)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((8, 6)).astype(np.float32)      # the subprocess test's shapes
-    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 8)]
-    f = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))
-    with data_parallel(f, batch_argnums=(4, 5), workers=2, timeout_s=LIMIT_S) as step:
-        value, grads = step(*params, x, y)
-    want_value, want_grads = f(*params, x, y)
-    np.testing.assert_allclose(value, want_value, rtol=1e-5)
-    for g, w in zip(grads, want_grads):   # float32 sums in another order: compare as vectors
-        assert g.dtype == np.float32
-        assert np.linalg.norm(g - w) <= 1e-5 * np.linalg.norm(w)
-
-
-def test_a_summed_loss_adds_the_shards(local_ray):
-    rng = np.random.default_rng(4)
-    params = (rng.standard_normal((3, 2)), rng.standard_normal(2))
-    x, y = rng.standard_normal((12, 3)), rng.standard_normal((12, 2))
-    f = dq.value_and_grad(SUMMED_LOSS, argnums=0)
-    with data_parallel(f, batch_argnums=(1, 2), workers=2, reduction="sum",
-                       timeout_s=LIMIT_S) as step:
-        got = step(params, x, y)
-    want = f(params, x, y)
-    assert_trees_close(got, want, rtol=1e-5)
-
-
 def test_a_worker_dying_inside_a_step_is_retried_and_logged(local_ray, tmp_path, caplog):
     marker = str(tmp_path / "died")
     base = dq.value_and_grad(DICT_LOSS, argnums=0)
@@ -209,29 +181,32 @@ def test_a_worker_dying_inside_a_step_is_retried_and_logged(local_ray, tmp_path,
     assert len(died) == 1 and "retry 1 of 3" in died[0].getMessage()
 
 
-_ONE_STEP = """
-import sys
-import numpy as np
-import dlvm_eq as dq
-assert "ray" not in sys.modules, "import dlvm_eq imported ray"
-from dlvm_eq.distributed import data_parallel, start_local
-from dlvm_eq.models import mlp
-start_local(num_cpus=2)
-params = mlp.init_params([6, 5, 3], seed=2)
-rng = np.random.default_rng(3)
-x = rng.standard_normal((8, 6)).astype(np.float32)
-y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 8)]
-step = data_parallel(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)), batch_argnums=(4, 5),
-                     workers=2, timeout_s=120)
-value, grads = step(*params, x, y)
-print("loss", float(value))
-"""
+def _printed(text: str) -> tuple[str, str]:
+    """The demo's loss curve (the line after its heading) and its accuracy line."""
+    lines = [line.strip() for line in text.splitlines()]
+    curve = lines[lines.index("loss curve (per epoch):") + 1]
+    return curve, next(line for line in lines if line.startswith("test accuracy:"))
 
 
-def test_a_process_that_ran_a_distributed_step_exits(local_ray):
-    # its own Ray instance (address="local"), left running at exit: Ray's atexit must stop it
+def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
+    """`dlvm-eq demo --workers 2` in a process of its own: it starts its own local Ray, trains
+    the float32 MLP (four parameter arguments, batch 128 in shards of 64) with the compiled
+    step pickled to the workers, prints the single process's loss curve and accuracy, and
+    exits (a hang at exit would be caught by the time limit)."""
+    from dlvm_eq import demo
+    single = io.StringIO()
+    demo.run(epochs=2, out=single)
+    # the workers' program (shards of 64 rows) into the disk cache the subprocess inherits:
+    # compiled once here rather than twice at once in the two workers
+    params = mlp.init_params([64, demo.HIDDEN, 10])
+    x = np.zeros((demo.BATCH // 2, 64), np.float32)
+    step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
+    step(*params, x, demo.one_hot([0] * len(x)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run([sys.executable, "-c", _ONE_STEP], cwd=ROOT, env=env, timeout=180,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from dlvm_eq.cli import main; "
+                               "sys.exit(main(['demo', '--workers', '2', '--epochs', '2']))"],
+        cwd=ROOT, env=env, timeout=240, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("loss ")
+    assert "training data-parallel on 2 Ray worker(s)" in done.stdout
+    assert _printed(done.stdout) == _printed(single.getvalue())

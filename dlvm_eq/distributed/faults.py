@@ -81,7 +81,7 @@ def _wait_restarted(ray, actor, index: int, deadline, step_number: int) -> None:
         try:
             ray.get(actor.pid.remote(), timeout=_left(until))
             return
-        except ray.exceptions.ActorUnavailableError:
+        except getattr(ray.exceptions, "ActorUnavailableError", ()):  # where this Ray has it
             time.sleep(0.1)
         except ray.exceptions.GetTimeoutError:
             raise _timeout(index, step_number) from None

@@ -1,7 +1,7 @@
 """Combining the shards' outputs into the whole batch's: a weighted sum, leaf by leaf, in shard
 order, accumulated in float64 and cast back to each leaf's dtype.
 
-    combine([(v0, (g0,)), (v1, (g1,))], weights=(0.6, 0.4))   # (0.6*v0 + 0.4*v1, (0.6*g0 + 0.4*g1,))
+    combine([(v0, (g0,)), (v1, (g1,))], weights=(0.6, 0.4))  # (0.6*v0 + 0.4*v1, (0.6*g0 + 0.4*g1,))
 
 The order is fixed (shard 0 first) and the arithmetic is plain numpy on the driver, so the
 same shard outputs always give the same bits. This is the reduction "through the object store": each

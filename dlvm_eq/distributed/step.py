@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..cache import shared_cache
 from ..errors import DlvmError
-from .faults import gather
+from .faults import gather, log
 from .ray_runtime import require_ray
 from .reduction import combine
 from .sharding import REDUCTIONS, batch_rows, shard_plan
@@ -49,6 +49,10 @@ class DataParallel:
         self._ray = ray = require_ray()
         if not ray.is_initialized():  # where Ray runs is the user's choice: ray.init(address=...)
             ray.init(include_dashboard=False)
+        free = ray.available_resources().get("CPU", 0)
+        if free < workers:  # each worker takes one CPU: the step would wait for them to free up
+            log.warning("data_parallel: %d workers need %d CPUs, Ray has %g free now; the "
+                        "steps wait until they are", workers, workers, free)
         actor = ray.remote(ShardWorker).options(
             **worker_options(str(shared_cache().root), max_restarts))
         self._actors = [actor.remote(fn) for _ in range(workers)]
