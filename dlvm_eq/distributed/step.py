@@ -49,10 +49,10 @@ class DataParallel:
         self._ray = ray = require_ray()
         if not ray.is_initialized():  # where Ray runs is the user's choice: ray.init(address=...)
             ray.init(include_dashboard=False)
-        free = ray.available_resources().get("CPU", 0)
-        if free < workers:  # each worker takes one CPU: the step would wait for them to free up
-            log.warning("data_parallel: %d workers need %d CPUs, Ray has %g free now; the "
-                        "steps wait until they are", workers, workers, free)
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < workers:  # one CPU each: the rest wait for a node to join (an autoscaler)
+            log.warning("data_parallel: %d workers need %d CPUs, the Ray cluster has %g; the "
+                        "steps wait for more", workers, workers, cpus)
         actor = ray.remote(ShardWorker).options(
             **worker_options(str(shared_cache().root), max_restarts))
         self._actors = [actor.remote(fn) for _ in range(workers)]
