@@ -99,6 +99,8 @@ def _signature(args, fn) -> tuple[tuple, list | None]:
     if all(type(a) is np.ndarray for a in args):
         return tuple((a.shape, a.dtype) for a in args), None
     leaves, in_tree = tree_flatten(tuple(args))
+    if all(type(x) is np.ndarray for x in leaves):
+        return (in_tree, tuple((x.shape, x.dtype) for x in leaves)), leaves
     types = leaf_types(leaves, in_tree, fn, "jit")
     return (in_tree, tuple((t.shape, t.dtype) for t in types)), leaves
 

@@ -12,25 +12,28 @@ arguments and results through here and rebuild them after a call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import DlvmError
 
 
-@dataclass(frozen=True)
 class PyTreeDef:
     """`kind` is "leaf", "none", "tuple", "list", "dict" or "namedtuple"; `aux` holds the dict's
-    sorted keys or the namedtuple's class; `children` the subtrees, in leaf order."""
+    sorted keys or the namedtuple's class; `children` the subtrees, in leaf order. Immutable;
+    its hash and leaf count are computed once (a jit call hashes it on every dispatch)."""
 
-    kind: str
-    aux: object = None
-    children: tuple = ()
+    __slots__ = ("kind", "aux", "children", "num_leaves", "_hash")
 
-    @property
-    def num_leaves(self) -> int:
-        if self.kind == "leaf":
-            return 1
-        return sum(c.num_leaves for c in self.children)
+    def __init__(self, kind: str, aux=None, children: tuple = ()):
+        self.kind, self.aux, self.children = kind, aux, children
+        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+        self._hash = hash((kind, aux, children))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, PyTreeDef) and self._hash == other._hash
+                                 and self.kind == other.kind and self.aux == other.aux
+                                 and self.children == other.children)
 
     def __repr__(self) -> str:
         return f"PyTreeDef({_show(self)})"
@@ -56,32 +59,12 @@ def _show(t: PyTreeDef) -> str:
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
 
 
-def _is_namedtuple(x) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
-
-
 def _sorted_keys(d: dict) -> tuple:
     try:
         return tuple(sorted(d))
     except TypeError:
         raise DlvmError(f"pytree: dict keys must be sortable (as JAX sorts them), got "
                         f"{list(d)!r:.80}") from None
-
-
-def _node(x):
-    """(kind, aux, children) for a container, or None for a leaf."""
-    if x is None:
-        return "none", None, ()
-    if type(x) is tuple:
-        return "tuple", None, x
-    if type(x) is list:
-        return "list", None, x
-    if isinstance(x, dict):
-        keys = _sorted_keys(x)
-        return "dict", keys, [x[k] for k in keys]
-    if _is_namedtuple(x):
-        return "namedtuple", type(x), x
-    return None
 
 
 def tree_flatten(tree, is_leaf=None) -> tuple[list, PyTreeDef]:
@@ -91,14 +74,24 @@ def tree_flatten(tree, is_leaf=None) -> tuple[list, PyTreeDef]:
 
 
 def _flatten(x, leaves: list, is_leaf) -> PyTreeDef:
-    node = None if is_leaf is not None and is_leaf(x) else _node(x)
-    if node is None:
+    # type checks in the order a jit call meets them (arguments are mostly tuples and dicts of
+    # arrays): this runs on every call of a jitted function that takes a pytree
+    if is_leaf is not None and is_leaf(x):
         leaves.append(x)
         return LEAF
-    kind, aux, children = node
-    if kind == "none":
+    t = type(x)
+    if t is tuple or t is list:
+        return PyTreeDef("tuple" if t is tuple else "list", None,
+                         tuple([_flatten(c, leaves, is_leaf) for c in x]))
+    if isinstance(x, dict):
+        keys = _sorted_keys(x)
+        return PyTreeDef("dict", keys, tuple([_flatten(x[k], leaves, is_leaf) for k in keys]))
+    if x is None:
         return _NONE
-    return PyTreeDef(kind, aux, tuple(_flatten(c, leaves, is_leaf) for c in children))
+    if isinstance(x, tuple) and hasattr(t, "_fields"):   # a namedtuple
+        return PyTreeDef("namedtuple", t, tuple([_flatten(c, leaves, is_leaf) for c in x]))
+    leaves.append(x)
+    return LEAF
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves):
