@@ -25,7 +25,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import dlvm_eq as dq  # noqa: E402
-from dlvm_eq.distributed import data_parallel, sgd, start_local, train  # noqa: E402
+from dlvm_eq.distributed import data_parallel, start_local, train  # noqa: E402
 from dlvm_eq.errors import DlvmError, ShapeError  # noqa: E402
 from dlvm_eq.models import mlp  # noqa: E402
 
@@ -109,26 +109,26 @@ class TestTwoWorkersOfOneStep:
         params, _, _ = dict_problem()
         data = batches(20)
         single = dq.value_and_grad(DICT_LOSS, argnums=0)
-        want_params, want_losses = train(single, params, data, update=sgd(0.5))
-        got_params, got_losses = train(dict_step, params, data, update=sgd(0.5))
+        want_params, want_losses = train(single, params, data, dq.optim.sgd(0.5))
+        got_params, got_losses = train(dict_step, params, data, dq.optim.sgd(0.5))
         np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=0)
         assert got_losses[-1] < 0.8 * got_losses[0]       # it trained
         assert_trees_close(got_params, want_params, rtol=1e-5)
-        again_params, again_losses = train(dict_step, params, data, update=sgd(0.5))
+        again_params, again_losses = train(dict_step, params, data, dq.optim.sgd(0.5))
         assert again_losses == got_losses
         assert_trees_equal(again_params, got_params)
 
     def test_killing_a_worker_mid_training_ends_with_the_same_loss(self, dict_step):
         params, _, _ = dict_problem()
         data = batches(10, seed=40)
-        want_params, want_losses = train(dict_step, params, data, update=sgd(0.5))
+        want_params, want_losses = train(dict_step, params, data, dq.optim.sgd(0.5))
         before = dict_step.worker_pids()
 
         def kill_worker_one(i, value):
             if i == 4:
                 os.kill(before[1], signal.SIGKILL)
 
-        got_params, got_losses = train(dict_step, params, data, update=sgd(0.5),
+        got_params, got_losses = train(dict_step, params, data, dq.optim.sgd(0.5),
                                        on_step=kill_worker_one)
         after = dict_step.worker_pids()
         assert after[0] == before[0] and after[1] != before[1]     # Ray restarted worker 1

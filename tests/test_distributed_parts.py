@@ -17,7 +17,7 @@ import dlvm_eq as dq
 from dlvm_eq.distributed.faults import RaisedInWorker
 from dlvm_eq.distributed.reduction import combine
 from dlvm_eq.distributed.sharding import batch_rows, shard_plan
-from dlvm_eq.distributed.training import sgd, train
+from dlvm_eq.distributed.training import train
 from dlvm_eq.errors import DlvmError, SourceError
 
 
@@ -111,13 +111,14 @@ def test_train_runs_the_update_on_the_step_gradients():
     params = {"w": rng.standard_normal((3, 2))}
     data = [(rng.standard_normal((8, 3)), rng.standard_normal((8, 2))) for _ in range(3)]
     f = dq.value_and_grad(mean_loss)
-    got, losses = train(f, params, data, update=sgd(0.1))
-    want = params
-    for i, (x, y) in enumerate(data):            # the loop by hand
-        value, grads = f(want, x, y)
+    got, losses = train(f, params, data, dq.optim.momentum(0.1, beta=0.5))
+    want, velocity = params["w"], np.zeros_like(params["w"])
+    for i, (x, y) in enumerate(data):            # the loop by hand, the state carried along
+        value, grads = f({"w": want}, x, y)
         assert losses[i] == float(value)
-        want = {"w": want["w"] - 0.1 * grads["w"]}
-    np.testing.assert_array_equal(got["w"], want["w"])
+        velocity = 0.5 * velocity + grads["w"]
+        want = want - 0.1 * velocity
+    np.testing.assert_allclose(got["w"], want, rtol=1e-12)
 
 
 def test_import_dlvm_eq_does_not_import_ray():
@@ -126,3 +127,15 @@ def test_import_dlvm_eq_does_not_import_ray():
     done = subprocess.run([sys.executable, "-c", code], cwd=root, timeout=120, text=True,
                           env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_compiled_step_pickles_as_its_function_and_compiles_again():
+    cloudpickle = pytest.importorskip("ray.cloudpickle")   # what Ray sends actors with
+    rng = np.random.default_rng(3)
+    params = {"w": rng.standard_normal((3, 2))}
+    x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    step = dq.jit(dq.value_and_grad(mean_loss))
+    want = step(params, x, y)                       # compiled: holds native code and locks
+    copy = cloudpickle.loads(cloudpickle.dumps(step))
+    assert copy.cache_size() == 0 and copy.target == step.target
+    _assert_close(copy(params, x, y), want, rtol=0)
