@@ -55,7 +55,10 @@ class DataParallel:
                         "steps wait for more", workers, workers, cpus)
         actor = ray.remote(ShardWorker).options(
             **worker_options(str(shared_cache().root), max_restarts))
-        self._actors = [actor.remote(fn) for _ in range(workers)]
+        # pickled once for all workers; held here, since a restart reads it again (Ray frees an
+        # object nobody refers to, and a finished constructor no longer does)
+        self._fn_ref = ray.put(fn)
+        self._actors = [actor.remote(self._fn_ref) for _ in range(workers)]
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -84,7 +87,7 @@ class DataParallel:
         """Stop the workers (Ray itself keeps running: it is the user's)."""
         for a in self._actors or ():
             self._ray.kill(a, no_restart=True)
-        self._actors = None
+        self._actors = self._fn_ref = None
 
     def __enter__(self):
         return self
