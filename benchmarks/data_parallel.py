@@ -90,7 +90,8 @@ def measure(batch: int, repeats: int) -> list[list]:
         efficiency = rate / (workers * one_worker_rate)
         rows.append([batch, f"{workers} worker{'s' * (workers > 1)}", f"{shard}",
                      f"{timing.ms:.2f}", f"{rate:.1f}", f"{compute.ms:.2f}",
-                     f"{100 * max(0.0, 1 - compute.ms / timing.ms):.0f}%", f"{100 * efficiency:.0f}%"])
+                     f"{100 * max(0.0, 1 - compute.ms / timing.ms):.0f}%",
+                     f"{100 * efficiency:.0f}%"])
     return rows
 
 
@@ -119,12 +120,13 @@ def main(argv=None) -> int:
                             "compute ms", "communication", "scaling efficiency"], rows)
     print(table)
     if args.update:
+        how_measured = __doc__.split("\n\n", 2)[2].strip()
         command = "python benchmarks/data_parallel.py --update BENCHMARKS.md"
         text = (f"{SECTION}\n\nCommand: `{command}`  \nMachine: {machine_line()}; measured "
                 f"{datetime.date.today().isoformat()}, load average {load:.2f} before the run. "
                 f"A local Ray (`num_cpus=2`) on this 2-core machine, shared with other work: "
                 f"noisy, and the driver, Ray's own processes and two workers share two cores.\n\n"
-                f"{table}\n\n{put_line}\n\n{READING}\n\n{__doc__.split(chr(10) + chr(10), 2)[2].strip()}\n")
+                f"{table}\n\n{put_line}\n\n{READING}\n\n{how_measured}\n")
         update_section(args.update, SECTION, text)
     return 0
 

@@ -9,8 +9,8 @@ with the single-process step's numbers (a fixed reduction order makes reruns bit
 Ray runs where the user says (`ray.init(address=...)` before the first step; a local instance
 otherwise). Install with `pip install 'dlvm_eq[distributed]'`; `import dlvm_eq` never imports
 Ray. Files: step (data_parallel), sharding (split and weights), reduction (combine), worker
-(the actor), faults (user errors, lost workers), training (the loop with a dq.optim optimizer on the driver),
-ray_runtime (importing Ray, a local instance).
+(the actor), faults (user errors, lost workers), training (the loop, a dq.optim optimizer on
+the driver), ray_runtime (importing Ray, a local instance).
 """
 from .ray_runtime import require_ray, start_local
 from .step import DataParallel, data_parallel
