@@ -49,15 +49,16 @@ def test_unflatten_inverts_flatten(tree):
 
 
 @settings(max_examples=60)
-@given(trees())
-def test_leaf_order_and_structure_agree_with_jax(tree):
+@given(trees(), trees())
+def test_leaf_order_and_structure_agree_with_jax(tree, other):
     jtu = pytest.importorskip("jax.tree_util")
     leaves, treedef = dq.tree_flatten(tree)
     j_leaves, j_def = jtu.tree_flatten(tree)
     assert leaves == j_leaves
-    # equal structures in one library are equal in the other
-    other = dq.tree_map(lambda x: x + 1, tree)
+    # two structures are equal in one library exactly when they are in the other
     assert (dq.tree_structure(other) == treedef) == (jtu.tree_structure(other) == j_def)
+    same = dq.tree_map(lambda x: x + 1, tree)
+    assert dq.tree_structure(same) == treedef and jtu.tree_structure(same) == j_def
     assert dq.tree_unflatten(treedef, [x * 2 for x in leaves]) == \
         jtu.tree_unflatten(j_def, [x * 2 for x in leaves])
 
@@ -141,6 +142,14 @@ def test_jit_cache_keys_on_the_tree_structure():
     assert f({"b": a}) == 6.0                 # same leaves, another key: another trace
     assert f([a]) == 6.0 and f((a,)) == 6.0   # list and tuple are distinct structures
     assert f.cache_size() == 4
+
+
+@settings(max_examples=20)
+@given(trees(leaf=st.lists(st.integers(1, 3), max_size=2).map(
+    lambda shape: RNG.standard_normal(shape))).filter(lambda t: dq.tree_leaves(t)))
+def test_jit_round_trips_drawn_trees(tree):
+    out = dq.jit(lambda t: dq.tree_map(lambda a: a * 2.0 + 1.0, t), target="interp")(tree)
+    assert_trees_close(out, dq.tree_map(lambda a: a * 2.0 + 1.0, tree), rtol=1e-12)
 
 
 def test_ir_parameters_are_named_after_their_paths():

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..dsl import jit
 from ..dsl.context import is_tracing
-from ..dsl.tensor import Tensor
 from ..dsl.pytree import tree_flatten, tree_unflatten
+from ..dsl.tensor import Tensor
 from ..dsl.tracing import call_function, trace_closure, type_of
 from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
@@ -79,12 +79,9 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
                       for n in nums)   # each gradient has its argument's structure
         return value, (grads[0] if single else grads)
 
-    def run(*args):                       # what the jit back end runs
-        return traced(*args)
-
-    functools.update_wrapper(run, fn, updated=())
-    run.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
-    compiled = jit(run)
+    functools.update_wrapper(traced, fn, updated=())   # jit names the IR and its parameters
+    traced.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
+    compiled = jit(traced)
 
     def call(*args):
         value, grads = traced(*args) if is_tracing() else compiled(*args)
@@ -139,6 +136,6 @@ def vjp(fn, *primals):
         grads = run_adjoint(*leaves, *captured, *cts)
         grads = iter(grads if isinstance(grads, tuple) else (grads,))
         flat = [next(grads) if i in wrt else None for i in range(len(leaves))]
-        return tuple(tree_unflatten(in_tree, flat))
+        return tree_unflatten(in_tree, flat)   # a tuple: one gradient tree per primal
 
     return out, vjp_fn

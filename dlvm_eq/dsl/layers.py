@@ -8,6 +8,7 @@ e-graph see nothing new): `gelu`, `layer_norm`, `one_hot`.
 from __future__ import annotations
 
 import math
+import sys
 
 from ..errors import DlvmError
 from ..ir.types import F32
@@ -27,12 +28,18 @@ def gelu(x, approximate=False):
         inner = ops.multiply(_SQRT_2_OVER_PI,
                              ops.add(x, ops.multiply(0.044715, ops.power(x, 3))))
         return ops.multiply(ops.multiply(0.5, x), ops.add(1, ops.tanh(inner)))
-    erf = getattr(ops, "erf", None)   # a primitive op of its own: present once the op table has it
+    erf = _erf()
     if erf is None:
         raise DlvmError(located("gelu(approximate=False) needs dq.erf, which this build of the "
                                 "DSL does not have; use gelu(x, approximate=True) (the tanh "
                                 "form)"))
     return ops.multiply(ops.multiply(0.5, x), ops.add(1, erf(ops.multiply(x, math.sqrt(0.5)))))
+
+
+def _erf():
+    """The DSL's `erf`, a primitive op of its own (not a composition): None until the op table
+    has it. Looked up at call time, in the op module or wherever the DSL exports it."""
+    return getattr(ops, "erf", None) or getattr(sys.modules[__package__], "erf", None)
 
 
 def layer_norm(x, axis=-1, eps=1e-5, weight=None, bias=None):

@@ -4,7 +4,7 @@ named after their paths, and rebuilt before the user's function sees them.
     args = ({"w1": w1, "b1": b1}, x)                 # loss(params, x)
     leaves, in_tree = flatten_args(args, loss, "jit")  # [b1, w1, x], types checked
     leaf_names(loss, in_tree)                        # ['params_b1', 'params_w1', 'x']
-    flat, out_tree = flat_function(loss, in_tree)    # flat(*leaves) == loss(*args), flattened
+    flat, out_trees = flat_function(loss, in_tree)   # flat(*leaves): loss(*args), flattened
 """
 from __future__ import annotations
 
