@@ -25,6 +25,9 @@ _LAZY = {"load": "dlvm_eq.ir.parser", "parse": "dlvm_eq.ir.parser",
 
 
 def __getattr__(name):
+    if name == "distributed":  # `dq.distributed.data_parallel`: Ray loads on this first use only
+        import importlib
+        return importlib.import_module("dlvm_eq.distributed")
     if name in _LAZY:
         import importlib
         value = getattr(importlib.import_module(_LAZY[name]), name)

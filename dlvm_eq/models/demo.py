@@ -74,7 +74,7 @@ def _sparkline(values, width: int = 60) -> str:
 
 
 def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed: int = 0,
-        out=sys.stdout) -> dict:
+        out=sys.stdout, workers: int | None = None) -> dict:
     from .. import pipeline as dq    # jit and value_and_grad (not the root package: it sits above)
 
     def say(*a):
@@ -99,6 +99,11 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
         report = report(*params, xb, yb)
     if report is not None:
         say(str(report))
+    if workers is not None:   # the same step, data-parallel on a local Ray it starts and stops
+        from ..distributed import data_parallel, start_local
+        ray = start_local(num_cpus=workers)
+        step = data_parallel(step, batch_argnums=(4, 5), workers=workers)
+        say(f"training data-parallel on {workers} Ray worker(s), one compute thread each")
 
     # --- train
     n_batches = len(x_train) // BATCH
@@ -125,8 +130,11 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
     # --- speed against the hand-written numpy step, same run, same batch
     ours = _median_ms(lambda: step(*params, xb, yb))
     ref = _median_ms(lambda: mlp.numpy_value_and_grad(*params, xb, yb))
-    say(f"\nstep time (batch {BATCH}, median): dlvm_eq {ours:.3f} ms, numpy hand-written "
+    ours_name = "dlvm_eq" if workers is None else f"dlvm_eq on {workers} Ray worker(s)"
+    say(f"\nstep time (batch {BATCH}, median): {ours_name} {ours:.3f} ms, numpy hand-written "
         f"{ref:.3f} ms -> {ref / ours:.2f}x")
+    if workers is not None:
+        ray.shutdown()
 
     if plot:
         try:

@@ -117,6 +117,11 @@ class Jitted:
         kernels, BLAS calls, timings), or None for a back end without one (interp)."""
         return getattr(self._lookup(args, kwargs)[1], "report", None)
 
+    def __reduce__(self):
+        # pickled (for a Ray worker) as its function and target, not its compiled code (native
+        # code and locks do not pickle): the receiver compiles again, through the disk cache
+        return (Jitted, (self.fn, self.target))
+
     def cache_size(self) -> int:
         return len(self._cache)
 
