@@ -10,17 +10,19 @@
     loss(w, x, y)                         # the same ops also run eagerly on numpy arrays
 
 Files: context (trace stack, user locations), tensor (the symbolic Tensor and its operators),
-primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), indexing
+primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), linalg
+(matmul with numpy rules), indexing
 (x[...] and split: slices), nn (stable
 composites), tracing (trace / call_function), api (make_ir, jit, back ends).
 """
 from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
 from .context import TracingError, current_trace, is_tracing
 from .indexing import split
+from .linalg import matmul
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
 from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
                   greater, greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
-                  logical_or, matmul, max, maximum, mean, min, minimum, multiply, negative,
+                  logical_or, max, maximum, mean, min, minimum, multiply, negative,
                   not_equal, power, relu, reshape, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
                   sqrt, square, subtract, sum, tan, tanh, transpose, where)
 from .tensor import Tensor

@@ -127,7 +127,7 @@ def load_fusion(flat: Flat) -> _Loaded:
                     else f"(ReduceMap (Load {x}) {head} {egg_vec(axes)})")
             kind = "reduce"
         elif spec.kind == DOT:
-            term, kind = f"(Dot {' '.join(ld.operand(o, o.type.shape) for o in inst.operands)})", "dot"
+            term, kind = f"({spec.egg} {' '.join(ld.operand(o, o.type.shape) for o in inst.operands)})", "dot"
         elif inst.op in COPY_OPS:   # opaque here: its operands are buffers
             term, kind = f"(Var {egg_string(inst.op + ' %' + inst.result.name)})", "concat"
         else:

@@ -310,6 +310,30 @@ def _unevaluable(args, attrs):
     raise IRError("apply must be inlined or evaluated by the interpreter")
 
 
+# ---------------------------------------------------------------- issue 14 part B: batched matmul, ...
+# (own block: the conv/pool rows live in theirs)
+
+def _batch_matmul_type(types, attrs):
+    a, b = _tensors("batchMatmul", types)
+    if a.dtype != b.dtype:
+        _fail("batchMatmul", f"operands have different data types: {a}, {b}")
+    if a.dtype is BOOL:
+        _fail("batchMatmul", "bool operands")
+    if not 3 <= a.rank <= MAX_BATCH_MATMUL_RANK or a.rank != b.rank:
+        _fail("batchMatmul", f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, "
+              f"got {a} and {b}")
+    if a.shape[:-2] != b.shape[:-2]:
+        _fail("batchMatmul", f"batch dimensions differ: {a} and {b} (broadcast them first)")
+    if a.shape[-1] != b.shape[-2]:
+        _fail("batchMatmul", f"contracted dimensions differ: {a} · {b} ({a.shape[-1]} vs {b.shape[-2]})")
+    return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
+
+
+# The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
+# and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
+MAX_BATCH_MATMUL_RANK = 4
+
+
 # ---------------------------------------------------------------- the table
 
 def _build_table() -> dict[str, OpSpec]:
@@ -372,6 +396,11 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("extract", TUPLE, 1, "Extract", _extract_type, lambda args, at: args[0][at["index"]],
                attrs=("index",)))
     add(OpSpec("apply", CALL, None, "Apply", _apply_type, _unevaluable, attrs=("callee", "type")))
+    # ---- issue 14 part B (batched matmul, ...): own block
+    # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;
+    # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
+    add(OpSpec("batchMatmul", DOT, 2, "BatchMatmul", _batch_matmul_type,
+               lambda args, at: np.matmul(args[0], args[1])))
     return table
 
 

@@ -179,6 +179,14 @@ def _dot(args, attrs, rtype):
     return full.reshape(out.shape)
 
 
+def _batch_matmul(args, attrs, rtype):
+    a, b = args
+    out = np.empty(rtype.shape, dtype=object)
+    for idx in np.ndindex(rtype.shape[:-2]):
+        out[idx] = _dot([a[idx], b[idx]], attrs, TensorType(rtype.shape[-2:], rtype.dtype))
+    return out
+
+
 _COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
     "add": lambda init, xs: sp.Or(init, *xs), "max": lambda init, xs: sp.Or(init, *xs),
     "multiply": lambda init, xs: sp.And(init, *xs), "min": lambda init, xs: sp.And(init, *xs),
@@ -252,6 +260,7 @@ def _build() -> dict[str, Callable]:
     table["divide"] = _divide
     table["select"] = _select
     table["dot"] = _dot
+    table["batchMatmul"] = _batch_matmul
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
     table["shapeCast"] = _layout(lambda x, at: x.reshape(tuple(at["shape"])))
