@@ -45,6 +45,7 @@ from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
+from .gather import IndexStep
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
                    Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
@@ -293,6 +294,12 @@ class _Planner(RowFusion):
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
             strides = tuple(src.strides)
             return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+        if kind in ("take", "scatterAdd"):   # a numpy/CuPy step (gather.py) on buffers
+            src, ids = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
+            self.steps.append(IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)

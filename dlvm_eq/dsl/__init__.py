@@ -17,6 +17,7 @@ composites), tracing (trace / call_function), api (make_ir, jit, back ends).
 """
 from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
 from .context import TracingError, current_trace, is_tracing
+from .gather import take
 from .indexing import split
 from .linalg import matmul
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
@@ -35,7 +36,7 @@ __all__ = [
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
     "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "power", "relu",
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
-    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
+    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "take", "tan",
     "tanh", "transpose", "where",
     # tracing and the API
     "DEFAULT_TARGET", "Jitted", "ShapeDtypeStruct", "Tensor", "TracingError", "call_function",

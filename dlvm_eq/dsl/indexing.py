@@ -18,6 +18,7 @@ from itertools import pairwise
 import numpy as np
 
 from .context import shape_error
+from .gather import is_index_array, take
 from .primitive import bind
 from .tensor import Tensor
 
@@ -33,8 +34,8 @@ def _check_entry(e, shape) -> None:
         raise shape_error(f"indexing shape {shape} with a bool is not supported (boolean masks "
                           "select data-dependent shapes; use dq.where)")
     if isinstance(e, Tensor):
-        raise shape_error(f"indexing shape {shape} by a traced tensor is not supported: indices "
-                          "must be Python ints or slices (the DSL has no gather)")
+        raise shape_error(f"indexing shape {shape} by a traced tensor is supported only as the "
+                          "whole index, x[ids] (dq.take); here use dq.take for each axis")
     if isinstance(e, (numbers.Integral, np.integer)):
         return
     raise shape_error(f"indexing shape {shape} with {type(e).__name__} {e!r} is not supported: "
@@ -83,7 +84,10 @@ def _text(s: slice) -> str:
 
 
 def getitem(x, index):
-    """x[index] with numpy's basic indexing (see the module docstring)."""
+    """x[index] with numpy's basic indexing (see the module docstring); an integer array or
+    tensor alone is a `take` along axis 0 (dsl/gather.py)."""
+    if is_index_array(index):
+        return take(x, index, axis=0)
     shape = _shape(x)
     entries = _expand(index, shape)
     out, squeeze, new_axes = x, [], []

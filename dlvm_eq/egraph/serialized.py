@@ -110,6 +110,10 @@ def _decode(g: Graph, nid: str) -> Decoded:
     if egg == "Slice":
         return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
                                            "hi": int(p(ch[3]))})
+    if egg == "Take":
+        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
+    if egg == "ScatterAdd":
+        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
     return Decoded(egg, op, tuple(ch), {})
 
 

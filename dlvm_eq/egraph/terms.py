@@ -170,6 +170,10 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
             continue
         elif inst.op == "slice":
             text = f"(Slice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']})"
+        elif inst.op == "take":
+            text = f"(Take {ops[0][0]} {ops[1][0]} {a['axis']})"
+        elif inst.op == "scatterAdd":
+            text = f"(ScatterAdd {ops[0][0]} {ops[1][0]} {a['axis']} {a['size']})"
         elif spec.kind == DOT:     # dot, batchMatmul
             text = f"({spec.egg} {ops[0][0]} {ops[1][0]})"
         else:  # pragma: no cover - every op kind is handled above

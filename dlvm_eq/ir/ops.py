@@ -24,6 +24,8 @@ REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "ca
 # A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
 # fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
 SLICE = "slice"
+# take and scatterAdd read or write along an axis at integer indices (a numpy/CuPy plan step)
+GATHER = "gather"
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -329,6 +331,56 @@ def _batch_matmul_type(types, attrs):
     return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
 
 
+def _index_operand(op: str, x: TensorType, ids: TensorType, axis: int) -> None:
+    if ids.dtype is not DType.i32 or ids.rank != 1 or ids.size == 0:
+        _fail(op, f"indices must be a non-empty vector of i32, got {ids}")
+    if not 0 <= axis < x.rank:
+        _fail(op, f"axis {axis} out of range for {x}")
+
+
+def _take_type(types, attrs):
+    x, ids = _tensors("take", types)
+    k = attrs["axis"]
+    _index_operand("take", x, ids, k)
+    return x.with_shape(x.shape[:k] + ids.shape + x.shape[k + 1:])
+
+
+def _scatter_add_type(types, attrs):
+    g, ids = _tensors("scatterAdd", types)
+    k, size = attrs["axis"], attrs["size"]
+    _index_operand("scatterAdd", g, ids, k)
+    if g.dtype is BOOL:
+        _fail("scatterAdd", "bool values")
+    if g.shape[k] != ids.size:
+        _fail("scatterAdd", f"{ids.size} indices for axis {k} of {g}")
+    if size < 1:
+        _fail("scatterAdd", f"size {size} along axis {k} is not positive")
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+
+
+def checked_indices(op: str, ids: np.ndarray, size: int) -> np.ndarray:
+    """ids as intp, or an IRError naming the first index outside [0, size)."""
+    bad = np.flatnonzero((ids < 0) | (ids >= size))
+    if bad.size:
+        _fail(op, f"index {int(ids[bad[0]])} (position {int(bad[0])}) is out of range for an axis "
+              f"of size {size}")
+    return ids.astype(np.intp)
+
+
+def _take(args, attrs):
+    x, ids = args
+    k = attrs["axis"]
+    return np.take(x, checked_indices("take", ids, x.shape[k]), axis=k)
+
+
+def _scatter_add(args, attrs):
+    g, ids = args
+    k, size = attrs["axis"], attrs["size"]
+    out = np.zeros(g.shape[:k] + (size,) + g.shape[k + 1:], g.dtype)
+    np.add.at(out, (slice(None),) * k + (checked_indices("scatterAdd", ids, size),), g)
+    return out
+
+
 # The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
 # and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
 MAX_BATCH_MATMUL_RANK = 4
@@ -401,6 +453,13 @@ def _build_table() -> dict[str, OpSpec]:
     # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
     add(OpSpec("batchMatmul", DOT, 2, "BatchMatmul", _batch_matmul_type,
                lambda args, at: np.matmul(args[0], args[1])))
+    # `take %x: T, %ids: <n x i32> along k`: x[..., ids, ...] on axis k (numpy's take); indices
+    # outside the axis are an error here, clamped into it by compiled code
+    add(OpSpec("take", GATHER, 2, "Take", _take_type, _take, attrs=("axis",), nondiff_operands=(1,)))
+    # `scatterAdd %g: T, %ids: <n x i32> along k into size`: zeros of `size` along k, g[..., j, ...]
+    # added at ids[j] (repeated indices accumulate): take's adjoint
+    add(OpSpec("scatterAdd", GATHER, 2, "ScatterAdd", _scatter_add_type, _scatter_add,
+               attrs=("axis", "size"), nondiff_operands=(1,)))
     return table
 
 

@@ -722,6 +722,25 @@ class _FunctionReader:
                 raise self.src.at(hi, f"empty slice: the end {hi_} is not after the start {lo_}")
         return "slice", [x], {"axis": k, "lo": lo_, "hi": hi_}
 
+    def take(self, tree: Tree):
+        x_tree, ids_tree, axis = tree.children
+        x, ids = self.operand(x_tree), self.operand(ids_tree)
+        return "take", [x, ids], {"axis": self._indexed_axis(x, axis)}
+
+    def scatter_add(self, tree: Tree):
+        g_tree, ids_tree, axis, size = tree.children
+        g, ids = self.operand(g_tree), self.operand(ids_tree)
+        n = read_int(self.src, size, "a size")
+        if n < 1:
+            raise self.src.at(size, "the size of scatterAdd's result axis must be positive")
+        return "scatterAdd", [g, ids], {"axis": self._indexed_axis(g, axis), "size": n}
+
+    def _indexed_axis(self, x: Operand, axis: Token) -> int:
+        k = read_int(self.src, axis, "an axis")
+        if isinstance(x.type, TensorType) and k >= x.type.rank:   # point at the axis
+            raise self.src.at(axis, f"axis {k} out of range for {x.type}")
+        return k
+
     def extract(self, tree: Tree):
         index, x = tree.children
         return "extract", [self.operand(x)], {"index": read_int(self.src, index, "an index")}
@@ -779,7 +798,8 @@ _OP_SYNTAX = {
     "pad_shape": _FunctionReader.pad_shape, "squeeze_shape": _FunctionReader.squeeze_shape,
     "dtype_cast": _FunctionReader.dtype_cast, "transpose": _FunctionReader.transpose,
     "concatenate": _FunctionReader.concatenate, "slice": _FunctionReader.slice,
-    "extract": _FunctionReader.extract,
+    "extract": _FunctionReader.extract, "take": _FunctionReader.take,
+    "scatter_add": _FunctionReader.scatter_add,
     "select": _FunctionReader.select, "literal": _FunctionReader.literal,
     "tuple_literal": _FunctionReader.tuple_literal, "apply": _FunctionReader.apply,
 }

@@ -74,6 +74,10 @@ def format_instruction(inst: Instruction) -> str:
         text = f"concatenate {args} along {a['axis']}"
     elif name == "slice":
         text = f"slice {args} along {a['axis']} from {a['lo']} to {a['hi']}"
+    elif name == "take":
+        text = f"take {args} along {a['axis']}"
+    elif name == "scatterAdd":
+        text = f"scatterAdd {args} along {a['axis']} into {a['size']}"
     elif name == "extract":
         text = f"extract {a['index']} from {args}"
     elif name == "select":

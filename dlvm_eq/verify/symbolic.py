@@ -187,6 +187,29 @@ def _batch_matmul(args, attrs, rtype):
     return out
 
 
+def _concrete_indices(op: str, ids) -> np.ndarray:
+    try:
+        return np.array([int(v) for v in np.asarray(ids).flat], dtype=np.intp)
+    except TypeError:
+        raise DlvmError(f"{op}: symbolic evaluation needs concrete indices, got {ids}") from None
+
+
+def _take(args, attrs, rtype):
+    x, ids = args
+    k = attrs["axis"]
+    return np.take(x, _concrete_indices("take", ids), axis=k)
+
+
+def _scatter_add(args, attrs, rtype):
+    g, ids = args
+    k = attrs["axis"]
+    out = np.full(rtype.shape, sp.S.Zero, dtype=object)
+    for j, i in enumerate(_concrete_indices("scatterAdd", ids)):
+        dst = (slice(None),) * k + (i,)
+        out[dst] = out[dst] + g[(slice(None),) * k + (j,)]
+    return out
+
+
 _COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
     "add": lambda init, xs: sp.Or(init, *xs), "max": lambda init, xs: sp.Or(init, *xs),
     "multiply": lambda init, xs: sp.And(init, *xs), "min": lambda init, xs: sp.And(init, *xs),
@@ -261,6 +284,8 @@ def _build() -> dict[str, Callable]:
     table["select"] = _select
     table["dot"] = _dot
     table["batchMatmul"] = _batch_matmul
+    table["take"] = _take
+    table["scatterAdd"] = _scatter_add
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
     table["shapeCast"] = _layout(lambda x, at: x.reshape(tuple(at["shape"])))

@@ -50,6 +50,10 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"axis": int(prims[0])}
         if head == "Slice":
             return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2])}
+        if head == "Take":
+            return {"axis": int(prims[0])}
+        if head == "ScatterAdd":
+            return {"axis": int(prims[0]), "size": int(prims[1])}
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
     return {}
