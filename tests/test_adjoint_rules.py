@@ -260,7 +260,24 @@ def case_gather(op, rng):
     return _fn([tensor(*s, F64), tensor(len(ids), DType.i32)], body), [_values(rng, s), ids]
 
 
-CASES.update({"batchMatmul": case_batch_matmul, "take": case_gather, "scatterAdd": case_gather})
+def case_strided(op, rng):
+    """slice with a step > 1, or its adjoint sliceScatter."""
+    s = list(_shape(rng, 1))
+    axis = int(rng.integers(0, len(s)))
+    step, m = int(rng.integers(2, 4)), int(rng.integers(1, 4))
+    lo = int(rng.integers(0, 3))
+    n = lo + (m - 1) * step + 1 + int(rng.integers(0, 3))
+    if op == "sliceScatter":
+        s[axis] = m
+        body = lambda b, x: b.emit("sliceScatter", [x], axis=axis, lo=lo, step=step, size=n)  # noqa: E731
+    else:
+        s[axis] = n
+        body = lambda b, x: b.emit("slice", [x], axis=axis, lo=lo, hi=n, step=step)  # noqa: E731
+    return _fn([tensor(*s, F64)], body), [_values(rng, s)]
+
+
+CASES.update({"batchMatmul": case_batch_matmul, "take": case_gather, "scatterAdd": case_gather,
+              "sliceScatter": case_strided, "strided slice": case_strided})
 
 
 def test_every_differentiable_op_has_a_case():
@@ -272,7 +289,7 @@ def test_every_differentiable_op_has_a_case():
 def test_op_adjoint_matches_finite_differences(op):
     rng = np.random.default_rng(zlib.crc32(op.encode()))
     for trial in range(4 if op in ("reduce", "transpose", "dot", "concatenate", "slice", "broadcast",
-                                   "take", "scatterAdd") else 2):
+                                   "take", "scatterAdd", "strided slice", "sliceScatter") else 2):
         case = CASES[op](op, rng)
         fn, args, module = case if len(case) == 3 else (*case, None)
         if trial == 0:
@@ -314,7 +331,7 @@ def _rule_heads():
 
 def test_rule_file_covers_every_differentiable_operand():
     heads = _rule_heads()
-    egg_ops = {spec.egg for spec in OPS.values()}
+    egg_ops = {spec.egg for spec in OPS.values()} | {"StridedSlice"}   # the IR's slice with a step
     schema_binary = {"Concatenate": 2}   # variadic in the IR, binary in the e-graph
     missing = []
     for op, spec in OPS.items():

@@ -37,7 +37,7 @@ from ..errors import DlvmError
 from .arguments import check_argument
 from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr, rest_workers
 from .layout import group_size
-from .gather import IndexStep, index_run
+from .gather import IndexStep, SliceScatterStep, index_run
 from .kernel import KernelSpec
 from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
@@ -225,7 +225,7 @@ class CpuProgram:
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
             return run_matmul
-        if isinstance(step, IndexStep):
+        if isinstance(step, (IndexStep, SliceScatterStep)):
             return index_run(step, np, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
@@ -347,7 +347,7 @@ class GpuProgram:
             if self.plan.slots[o].shape == ():   # vector . vector: no 0-d out= in CuPy's matmul
                 return lambda env: cp.copyto(env[o], cp.dot(fa(env[a]), fb(env[b])))
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
-        if isinstance(step, IndexStep):
+        if isinstance(step, (IndexStep, SliceScatterStep)):
             return index_run(step, cp, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]

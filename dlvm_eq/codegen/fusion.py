@@ -45,7 +45,7 @@ from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
-from .gather import IndexStep
+from .gather import IndexStep, SliceScatterStep
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
                    Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
@@ -285,15 +285,22 @@ class _Planner(RowFusion):
         if kind == "slice":   # read in place: an alias of the operand's memory from the first element
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             a = inst.attrs
-            offset = a["lo"] * src.strides[a["axis"]]
+            k, step = a["axis"], a.get("step", 1)
+            offset = a["lo"] * src.strides[k]
+            strides = tuple(s * step if i == k else s for i, s in enumerate(src.strides))  # a step: wider
             if offset == 0:       # starts where the operand does: its slot, fewer elements
-                link = ("slice", (a["axis"], a["lo"], a["hi"]))
-                return _Mat(src.slot, tuple(t.shape), str(t.dtype), tuple(src.strides), src.chain + (link,))
+                link = ("slice", (k, a["lo"], a["hi"]) + ((step,) if step != 1 else ()))
+                return _Mat(src.slot, tuple(t.shape), str(t.dtype), strides, src.chain + (link,))
             size = math.prod(self.slots[src.slot].shape)
             alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
-            strides = tuple(src.strides)
             return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+        if kind == "sliceScatter":   # zeros, then g written in place at every step-th entry
+            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            a = inst.attrs
+            self.steps.append(SliceScatterStep(_view(src), a["axis"], a["lo"], a["step"], out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind in ("take", "scatterAdd"):   # a numpy/CuPy step (gather.py) on buffers
             src, ids = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)

@@ -30,10 +30,36 @@ class IndexStep:
                 f"-> {slots[self.out].label()}    [%{self.value}]")
 
 
-def index_run(step: IndexStep, xp, view_fn):
-    """env -> None running the step with array module xp (numpy or CuPy); view_fn(chain, xp)
-    turns a view chain into a function (the executor's)."""
+@dataclass
+class SliceScatterStep:
+    """out = zeros; out[..., lo::step, ...] = src along `axis` (a strided slice's adjoint)."""
+    src: View
+    axis: int
+    lo: int
+    step: int
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return (f"sliceScatter: {self.src.text(slots)} at {self.lo}::{self.step} along {self.axis} "
+                f"-> {slots[self.out].label()}    [%{self.value}]")
+
+
+def index_run(step, xp, view_fn):
+    """env -> None running an IndexStep or SliceScatterStep with array module xp (numpy or
+    CuPy); view_fn(chain, xp) turns a view chain into a function (the executor's)."""
     fs = view_fn(step.src.chain, xp) or (lambda a: a)
+    if isinstance(step, SliceScatterStep):
+        s, o = step.src.slot, step.out
+        n = step.src.shape[step.axis]
+        where = (slice(None),) * step.axis + (slice(step.lo, step.lo + (n - 1) * step.step + 1, step.step),)
+
+        def run_slice_scatter(env):
+            out = env[o]
+            out.fill(0)
+            out[where] = fs(env[s])
+        return run_slice_scatter
     fi = view_fn(step.ids.chain, xp) or (lambda a: a)
     s, i, o, axis, top = step.src.slot, step.ids.slot, step.out, step.axis, step.size - 1
     if step.op == "take":

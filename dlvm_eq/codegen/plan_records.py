@@ -22,6 +22,7 @@ def plan_schema() -> Schema:
         _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
             plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, gather.IndexStep,
+            gather.SliceScatterStep,
             kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
             kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
             FusionReport])

@@ -168,8 +168,12 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
                 term = loader.let(f"(Concatenate {term} {other} {a['axis']})", t)
             env[id(inst.result)] = term
             continue
+        elif inst.op == "slice" and a.get("step", 1) != 1:
+            text = f"(StridedSlice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']} {a['step']})"
         elif inst.op == "slice":
             text = f"(Slice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']})"
+        elif inst.op == "sliceScatter":
+            text = f"(SliceScatter {ops[0][0]} {a['axis']} {a['lo']} {a['step']} {a['size']})"
         elif inst.op == "take":
             text = f"(Take {ops[0][0]} {ops[1][0]} {a['axis']})"
         elif inst.op == "scatterAdd":

@@ -237,17 +237,19 @@ def _concatenate_type(types, attrs):
 
 def _slice_type(types, attrs):
     (a,) = _tensors("slice", types)
-    k, lo, hi = attrs["axis"], attrs["lo"], attrs["hi"]
+    k, lo, hi, step = attrs["axis"], attrs["lo"], attrs["hi"], attrs.get("step", 1)
     if not 0 <= k < a.rank:
         _fail("slice", f"axis {k} out of range for {a}")
     if not 0 <= lo < hi <= a.shape[k]:
         _fail("slice", f"range {lo} to {hi} is empty or outside axis {k} of {a} (0 to {a.shape[k]})")
-    return a.with_shape(a.shape[:k] + (hi - lo,) + a.shape[k + 1:])
+    if step < 1:
+        _fail("slice", f"step {step} is not positive")
+    return a.with_shape(a.shape[:k] + (len(range(lo, hi, step)),) + a.shape[k + 1:])
 
 
 def slice_index(rank: int, attrs: dict) -> tuple:
     """The numpy index of a slice op: x[slice_index(x.ndim, attrs)]."""
-    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"]),) + \
+    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"], attrs.get("step", 1)),) + \
         (slice(None),) * (rank - attrs["axis"] - 1)
 
 
@@ -381,6 +383,37 @@ def _scatter_add(args, attrs):
     return out
 
 
+def _slice_scatter_type(types, attrs):
+    (g,) = _tensors("sliceScatter", types)
+    k, lo, step, size = attrs["axis"], attrs["lo"], attrs["step"], attrs["size"]
+    if not 0 <= k < g.rank:
+        _fail("sliceScatter", f"axis {k} out of range for {g}")
+    if step < 1:
+        _fail("sliceScatter", f"step {step} is not positive")
+    if g.dtype is BOOL:
+        _fail("sliceScatter", "bool values")
+    last = lo + (g.shape[k] - 1) * step
+    if last >= size:
+        _fail("sliceScatter", f"{g.shape[k]} entries from {lo} by {step} do not fit in size {size}")
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+
+
+def scatter_slice(g: np.ndarray, attrs: dict) -> tuple:
+    """(result shape, numpy index of g's entries in it) of a sliceScatter."""
+    k, lo, step = attrs["axis"], attrs["lo"], attrs["step"]
+    hi = lo + (g.shape[k] - 1) * step + 1
+    return g.shape[:k] + (attrs["size"],) + g.shape[k + 1:], \
+        (slice(None),) * k + (slice(lo, hi, step),)
+
+
+def _slice_scatter(args, attrs):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.zeros(shape, g.dtype)
+    out[index] = g
+    return out
+
+
 # The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
 # and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
 MAX_BATCH_MATMUL_RANK = 4
@@ -437,10 +470,11 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("dataTypeCast", CAST, 1, "DataTypeCast", _cast_type, _cast, attrs=("dtype",)))
     add(OpSpec("concatenate", LAYOUT, None, "Concatenate", _concatenate_type,
                lambda args, at: np.concatenate(args, axis=at["axis"]), attrs=("axis",)))
-    # `slice %x: T along k from lo to hi`: x[..., lo:hi, ...] on axis k (step 1, lo < hi)
+    # `slice %x: T along k from lo to hi [by s]`: x[..., lo:hi:s, ...] on axis k (lo < hi, s >= 1;
+    # the attribute `step` is absent for 1). The e-graph spells a step > 1 StridedSlice.
     add(OpSpec("slice", SLICE, 1, "Slice", _slice_type,
                lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
-               attrs=("axis", "lo", "hi")))
+               attrs=("axis", "lo", "hi", "step")))
     add(OpSpec("literal", LITERAL, 0, "Const", _literal_type, _literal, attrs=("value", "type"),
                differentiable=False))
     # A tuple of values, spelled `literal (%a: T, %b: T)` in DLVM; only as a function result.
@@ -460,6 +494,10 @@ def _build_table() -> dict[str, OpSpec]:
     # added at ids[j] (repeated indices accumulate): take's adjoint
     add(OpSpec("scatterAdd", GATHER, 2, "ScatterAdd", _scatter_add_type, _scatter_add,
                attrs=("axis", "size"), nondiff_operands=(1,)))
+    # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
+    # lo, lo + s, ...: a strided slice's adjoint
+    add(OpSpec("sliceScatter", SLICE, 1, "SliceScatter", _slice_scatter_type, _slice_scatter,
+               attrs=("axis", "lo", "step", "size")))
     return table
 
 

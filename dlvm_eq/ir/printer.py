@@ -74,6 +74,10 @@ def format_instruction(inst: Instruction) -> str:
         text = f"concatenate {args} along {a['axis']}"
     elif name == "slice":
         text = f"slice {args} along {a['axis']} from {a['lo']} to {a['hi']}"
+        if a.get("step", 1) != 1:
+            text += f" by {a['step']}"
+    elif name == "sliceScatter":
+        text = f"sliceScatter {args} along {a['axis']} from {a['lo']} by {a['step']} into {a['size']}"
     elif name == "take":
         text = f"take {args} along {a['axis']}"
     elif name == "scatterAdd":

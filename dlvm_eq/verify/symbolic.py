@@ -24,7 +24,7 @@ import sympy as sp
 
 from ..errors import DlvmError
 from ..ir.module import Const, Function, Module
-from ..ir.ops import slice_index, transpose_perm
+from ..ir.ops import scatter_slice, slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
 
 
@@ -194,6 +194,14 @@ def _concrete_indices(op: str, ids) -> np.ndarray:
         raise DlvmError(f"{op}: symbolic evaluation needs concrete indices, got {ids}") from None
 
 
+def _slice_scatter(args, attrs, rtype):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.full(shape, sp.S.Zero, dtype=object)
+    out[index] = g
+    return out
+
+
 def _take(args, attrs, rtype):
     x, ids = args
     k = attrs["axis"]
@@ -285,6 +293,7 @@ def _build() -> dict[str, Callable]:
     table["dot"] = _dot
     table["batchMatmul"] = _batch_matmul
     table["take"] = _take
+    table["sliceScatter"] = _slice_scatter
     table["scatterAdd"] = _scatter_add
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
