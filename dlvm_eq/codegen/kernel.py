@@ -62,7 +62,7 @@ def dtype_name(dt) -> str:
 UNARY_OPS: dict[str, tuple[str, ...]] = {
     **{n: FLOATS for n in ("exp", "log", "tanh", "sinh", "cosh", "sin", "cos", "tan", "sqrt",
                            "rsqrt", "floor", "ceil", "round", "sigmoid", "log1p", "expm1",
-                           "softplus")},
+                           "softplus", "erf")},
     **{n: FLOATS + ("i32",) for n in ("neg", "square", "sign", "abs", "relu")},
     "not": ("bool",),
 }

@@ -17,6 +17,11 @@ from .kernel import (DTYPES, Binary, Cast, Const, KernelSpec, Load, ReduceSpec, 
                      dtype_of, walk)
 
 
+def _erf(x):
+    from scipy.special import erf   # imported on first use (~0.2 s)
+    return erf(x)
+
+
 def _int_div(a, b):
     with np.errstate(all="ignore"):
         q = np.trunc(np.true_divide(a, np.where(b == 0, 1, b)))
@@ -31,6 +36,7 @@ UNARY_NP = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)), "log1p": np.log1p, "expm1": np.expm1,
     "softplus": lambda x: np.logaddexp(np.zeros((), x.dtype), x), "not": np.logical_not,
+    "erf": lambda x: _erf(x),
 }
 BINARY_NP = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,

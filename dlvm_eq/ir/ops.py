@@ -105,6 +105,11 @@ def _sigmoid(x):
     return expit(x)
 
 
+def _erf(x):
+    from scipy.special import erf
+    return erf(x)
+
+
 # name -> numpy function; all are float ops except the ones listed in _INT_OK_UNARY
 _UNARY_FNS: dict[str, Callable] = {
     "negate": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
@@ -114,6 +119,7 @@ _UNARY_FNS: dict[str, Callable] = {
     # extensions of DLVM's op set
     "sigmoid": _sigmoid, "relu": _relu, "log1p": np.log1p, "expm1": np.expm1,
     "softplus": _softplus,
+    "erf": _erf,   # issue 14 part B
 }
 _INT_OK_UNARY = {"negate", "square", "sign", "abs", "relu"}
 # piecewise constant: the derivative is zero almost everywhere, so no adjoint flows to the operand

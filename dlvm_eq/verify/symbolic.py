@@ -44,6 +44,11 @@ class rint(sp.Function):
         return sp.S.Zero
 
 
+# Float constants that rule files write for an irrational number (the f64 nearest to it) are read
+# as that number, so that sympy can prove the rule exact (erf' = 2/sqrt(pi) exp(-x^2)).
+_IRRATIONALS = {2 / math.sqrt(math.pi): 2 / sp.sqrt(sp.pi)}
+
+
 def number(value, dtype: DType):
     """A scalar of the given dtype as an exact sympy value."""
     if dtype is DType.bool:
@@ -55,6 +60,8 @@ def number(value, dtype: DType):
         return sp.nan
     if math.isinf(v):
         return sp.oo if v > 0 else -sp.oo
+    if v in _IRRATIONALS:
+        return _IRRATIONALS[v]
     return sp.Integer(int(v)) if v.is_integer() else sp.Rational(v)
 
 
@@ -124,6 +131,7 @@ _UNARY = {
     "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "relu": lambda x: _extremum(sp.Max, [x, sp.S.Zero]),
     "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
     "softplus": lambda x: sp.log(1 + sp.exp(x)),
+    "erf": sp.erf,
     "not": sp.Not,
 }
 _BINARY = {
