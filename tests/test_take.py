@@ -122,6 +122,21 @@ def test_dsl_errors_for_bad_indices():
         dq.take(x, np.array([5]))                        # eagerly, on numpy arrays
 
 
+def test_symbolic_semantics_with_concrete_indices_match_numpy():
+    import sympy as sp
+    from dlvm_eq.ir import F32, I32, tensor
+    from dlvm_eq.ir.ops import OPS
+    from dlvm_eq.verify import apply_op, symbol_array
+    ids = np.array([2, 0, 2], np.int32)
+    x = symbol_array("x", (3, 2), F32)
+    idx = np.array([sp.Integer(int(i)) for i in ids], dtype=object)
+    got = apply_op("take", [x, idx], {"axis": 0}, OPS["take"].result_type([tensor(3, 2, F32), tensor(3, I32)], {"axis": 0}))
+    assert (got == x[ids]).all()
+    attrs = {"axis": 0, "size": 4}
+    back = apply_op("scatterAdd", [got, idx], attrs, OPS["scatterAdd"].result_type([tensor(3, 2, F32), tensor(3, I32)], attrs))
+    assert back[2, 1] == 2 * x[2, 1] and back[0, 0] == x[0, 0] and back[1, 0] == 0 and back[3, 1] == 0
+
+
 # ---------------------------------------------------------------- IR syntax
 
 SRC = """module "m"

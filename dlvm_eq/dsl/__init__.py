@@ -20,6 +20,7 @@ from .context import TracingError, current_trace, is_tracing
 from .gather import take
 from .indexing import split
 from .linalg import matmul
+from .arrays import argmax, argmin, clip, pad
 from .special import erf
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
 from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
@@ -32,10 +33,10 @@ from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure
 
 __all__ = [
     # ops
-    "abs", "add", "astype", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
+    "abs", "add", "argmax", "argmin", "astype", "clip", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
     "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "power", "relu",
+    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "pad", "power", "relu",
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
     "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "take", "tan",
     "tanh", "transpose", "where",
