@@ -85,6 +85,7 @@ broadcast_to, transpose, reshape = (_on_device(np.broadcast_to), _on_device(np.t
                                     _on_device(np.reshape))
 copyto = np.copyto
 take, clip = _on_device(np.take), _on_device(np.clip)     # gather steps (codegen/gather.py)
+cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/scan.py)
 add.at = np.add.at                                        # CuPy's ufunc.at, as scatterAdd calls it
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
     as_strided=lambda a, shape=None, strides=None: _device(np.lib.stride_tricks.as_strided(a, shape, strides))))

@@ -276,7 +276,13 @@ def case_strided(op, rng):
     return _fn([tensor(*s, F64)], body), [_values(rng, s)]
 
 
-CASES.update({"batchMatmul": case_batch_matmul, "take": case_gather, "scatterAdd": case_gather,
+def case_cumsum(op, rng):
+    s = _shape(rng, 1)
+    axis, reverse = int(rng.integers(0, len(s))), bool(rng.integers(0, 2))
+    return _fn([tensor(*s, F64)], lambda b, x: b.emit("cumsum", [x], axis=axis, reverse=reverse)), [_values(rng, s)]
+
+
+CASES.update({"cumsum": case_cumsum, "batchMatmul": case_batch_matmul, "take": case_gather, "scatterAdd": case_gather,
               "sliceScatter": case_strided, "strided slice": case_strided})
 
 

@@ -92,3 +92,69 @@ def test_bad_arguments_are_shape_errors():
         dq.make_ir(lambda x: dq.clip(x))(x)
     with pytest.raises(dq.ShapeError, match="argmax: axis 2 is out of range"):
         dq.make_ir(lambda x: dq.argmax(x, axis=2))(x)
+
+
+# ---------------------------------------------------------------- cumsum (an IR op)
+
+@st.composite
+def cumsum_cases(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    return shape, draw(st.sampled_from([None] + list(range(-len(shape), len(shape))))), draw(st.booleans())
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(cumsum_cases(), st.sampled_from(["interp", "cpu"]))
+def test_cumsum_matches_numpy(case, target):
+    shape, axis, reverse = case
+    x = np.random.default_rng(3).standard_normal(shape)
+    flat = x.ravel() if axis is None else x
+    k = 0 if axis is None else axis
+    want = np.flip(np.cumsum(np.flip(flat, k), axis=k), k) if reverse else np.cumsum(flat, axis=k)
+    got = dq.jit(lambda x: dq.cumsum(x, axis=axis, reverse=reverse), target=target)(x.astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    ints = (x * 3).astype(np.int32)
+    np.testing.assert_array_equal(dq.jit(lambda x: dq.cumsum(x, axis=axis), target=target)(ints),
+                                  np.cumsum(ints.ravel() if axis is None else ints, axis=k).astype(np.int32))
+
+
+def test_cumsum_gradient_is_the_reverse_cumsum():
+    x = np.random.default_rng(4).standard_normal((3, 5))
+    checks = check_grads(lambda x: dq.sum(dq.tanh(dq.cumsum(x, axis=1)) ** 2)
+                         + dq.sum(dq.cumsum(x, axis=0, reverse=True) ** 2), (x,), order=2, rtol=1e-4, atol=1e-6)
+    assert [c.order for c in checks] == [1, 2]
+    w = np.random.default_rng(5).standard_normal((3, 5)).astype(np.float32)
+    g = dq.jit(dq.grad(lambda x, w: dq.sum(dq.cumsum(x, axis=1) * w)))(x.astype(np.float32), w)
+    np.testing.assert_allclose(g, np.flip(np.cumsum(np.flip(w, 1), 1), 1), rtol=1e-5, atol=1e-6)
+
+
+def test_cumsum_ir_round_trips_and_bad_axes_are_located():
+    from dlvm_eq.errors import SourceError
+    from dlvm_eq.ir.parser import parse
+    src = """module "m"
+stage raw
+
+func @f: (<3 x 4 x f32>) -> <3 x 4 x f32> {
+'entry(%x: <3 x 4 x f32>):
+    %y = cumsum %x: <3 x 4 x f32> along 1
+    %z = cumsum %y: <3 x 4 x f32> along 0 reverse
+    return %z: <3 x 4 x f32>
+}
+"""
+    m = parse(src)
+    assert str(m).strip() == src.strip()
+    with pytest.raises(SourceError) as info:
+        parse(src.replace("along 1", "along 2"), "m.dl")
+    assert (info.value.line, info.value.column) == (6, 41) and "axis 2 out of range" in info.value.message
+
+
+def test_cumsum_gradient_on_the_emulated_gpu_matches_the_cpu(monkeypatch):
+    import fake_cupy
+    from dlvm_eq.codegen import compile
+    x = np.random.default_rng(6).standard_normal((4, 6)).astype(np.float32)
+    module = dq.value_and_grad(lambda x: dq.sum(dq.tanh(dq.cumsum(x, axis=1)) * x)).lower(x)
+    name = next(iter(module.functions))
+    cpu = compile(module, name, target="cpu")(x)
+    with fake_cupy.installed(monkeypatch, sms=2) as cp:
+        gpu = compile(module, name, target="gpu")(cp.asarray(x))
+    for g, c in zip(gpu, cpu):
+        np.testing.assert_allclose(g.get(), c, rtol=1e-5, atol=1e-6)

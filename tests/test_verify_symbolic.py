@@ -39,6 +39,7 @@ EXAMPLES = {
     "tuple": ([T3, T23], {}, _ANY),
     "batchMatmul": ([tensor(2, 2, 3, F32), tensor(2, 3, 2, F32)], {}, _ANY),
     "sliceScatter": ([T23], {"axis": 1, "lo": 1, "step": 2, "size": 7}, _ANY),
+    "cumsum": ([T23], {"axis": 1, "reverse": True}, _ANY),
     "take": None,        # indices must be concrete, not symbols: tests/test_take.py
     "scatterAdd": None,  # likewise
     "extract": None,   # needs a tuple operand: checked through evaluate_function below

@@ -42,6 +42,7 @@ from .kernel import KernelSpec
 from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep)
 from .rowwise import compile_rows
+from .scan import ScanStep, scan_run
 from .views import apply_chain
 
 _NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype(np.int32),
@@ -227,6 +228,8 @@ class CpuProgram:
             return run_matmul
         if isinstance(step, (IndexStep, SliceScatterStep)):
             return index_run(step, np, _view_fn)
+        if isinstance(step, ScanStep):
+            return scan_run(step, np, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out
@@ -349,6 +352,8 @@ class GpuProgram:
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
         if isinstance(step, (IndexStep, SliceScatterStep)):
             return index_run(step, cp, _view_fn)
+        if isinstance(step, ScanStep):
+            return scan_run(step, cp, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out

@@ -49,6 +49,7 @@ from .gather import IndexStep, SliceScatterStep
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
                    Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
+from .scan import ScanStep
 from .rowwise import loads, rebuild
 from .schedule import Node, arena, schedule
 from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
@@ -295,6 +296,11 @@ class _Planner(RowFusion):
             alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
             return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+        if kind == "cumsum":   # a numpy/CuPy step (scan.py) on a buffer
+            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(ScanStep(_view(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "sliceScatter":   # zeros, then g written in place at every step-th entry
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)

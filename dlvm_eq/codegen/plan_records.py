@@ -17,12 +17,12 @@ def plan_schema() -> Schema:
     global _SCHEMA
     if _SCHEMA is None:
         from ..egraph.fusion_report import FusionReport   # plain data; imports no e-graph
-        from . import gather, kernel, plan
+        from . import gather, kernel, plan, scan
         from .rowwise import RowSpec
         _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
             plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, gather.IndexStep,
-            gather.SliceScatterStep,
+            gather.SliceScatterStep, scan.ScanStep,
             kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
             kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
             FusionReport])

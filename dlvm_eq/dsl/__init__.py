@@ -20,7 +20,7 @@ from .context import TracingError, current_trace, is_tracing
 from .gather import take
 from .indexing import split
 from .linalg import matmul
-from .arrays import argmax, argmin, clip, pad
+from .arrays import argmax, argmin, clip, cumsum, pad
 from .special import erf
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
 from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
@@ -33,7 +33,7 @@ from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure
 
 __all__ = [
     # ops
-    "abs", "add", "argmax", "argmin", "astype", "clip", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
+    "abs", "add", "argmax", "argmin", "astype", "clip", "cumsum", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
     "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
     "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "pad", "power", "relu",

@@ -5,6 +5,8 @@ adjoints come from the ops they are made of):
     dq.clip(x, 0.0, 6.0)       # minimum(maximum(x, 0), 6)
     dq.pad(x, ((0, 0), (1, 2)))  # concatenate constant blocks before and after along each axis
 
+and `cumsum`, which is its own IR op (running sums are no composition of the others).
+
 argmax/argmin return i32 indices: no gradient flows through them (integer results), as in JAX
 where their derivative is zero. As numpy, NaN counts as the extreme (its first index wins).
 clip at a bound passes half of the gradient (maximum/minimum split ties equally, as JAX's
@@ -17,20 +19,27 @@ import numbers
 import numpy as np
 
 from .context import shape_error
-from .ops import (concatenate, equal, logical_or, max, maximum, min, minimum, normalize_axes,
+from ..ir.types import BOOL, I32
+from .ops import (astype, concatenate, equal, logical_or, max, maximum, min, minimum, normalize_axes,
                   not_equal, reshape, shape_of, where)
 from .primitive import bind, dtype_of, lift_value
 from .tensor import Tensor
 
 
-def _arg_extreme(x, axis, keepdims: bool, extreme, name: str):
+def _one_axis(x, axis, name: str):
+    """(x, its shape, axis): for axis None, x flattened and axis 0, as numpy does."""
     shape = tuple(shape_of(x))
-    if axis is None:          # numpy: the index into the flattened array
+    if axis is None:
         shape = (int(np.prod(shape, dtype=np.int64)),)
         x, axis = reshape(x, shape), 0
     if not shape:
         raise shape_error(f"{name}: a zero-dimensional array has no axis")
     (axis,) = normalize_axes(axis, shape, name)
+    return x, shape, axis
+
+
+def _arg_extreme(x, axis, keepdims: bool, extreme, name: str):
+    x, shape, axis = _one_axis(x, axis, name)
     n = shape[axis]
     iota = np.arange(n, dtype=np.int32).reshape([n if i == axis else 1 for i in range(len(shape))])
     hit = logical_or(equal(x, extreme(x, axis=axis, keepdims=True)), not_equal(x, x))   # x != x: NaN
@@ -45,6 +54,15 @@ def argmax(x, axis=None, keepdims=False):
 def argmin(x, axis=None, keepdims=False):
     """Index of the first minimum along `axis` (of the flattened array for None), as i32."""
     return _arg_extreme(x, axis, keepdims, min, "argmin")
+
+
+def cumsum(x, axis=None, reverse=False):
+    """Running sums along `axis` (of the flattened array for None), as numpy's cumsum; with
+    reverse, from the end (the IR op `cumsum`, whose adjoint is the cumsum the other way)."""
+    x, _, axis = _one_axis(x, axis, "cumsum")
+    if dtype_of(x) is BOOL:
+        x = astype(x, I32)       # numpy sums bools as integers
+    return bind("cumsum", [x], name="cumsum", axis=axis, reverse=bool(reverse))
 
 
 def clip(x, a_min=None, a_max=None):

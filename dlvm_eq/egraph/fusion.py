@@ -35,7 +35,7 @@ from .terms import egg_float, egg_string, egg_vec, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
-COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter")   # numpy/CuPy steps: they read and write buffers
+COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum")   # numpy/CuPy steps: they read and write buffers
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 

@@ -117,6 +117,8 @@ def _decode(g: Graph, nid: str) -> Decoded:
                                            "hi": int(p(ch[3]))})
     if egg == "Take":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
+    if egg == "Cumsum":
+        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "reverse": bool(int(p(ch[2])))})
     if egg == "SliceScatter":
         return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
                                            "step": int(p(ch[3])), "size": int(p(ch[4]))})

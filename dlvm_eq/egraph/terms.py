@@ -174,6 +174,8 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
             text = f"(Slice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']})"
         elif inst.op == "sliceScatter":
             text = f"(SliceScatter {ops[0][0]} {a['axis']} {a['lo']} {a['step']} {a['size']})"
+        elif inst.op == "cumsum":
+            text = f"(Cumsum {ops[0][0]} {a['axis']} {int(a['reverse'])})"
         elif inst.op == "take":
             text = f"(Take {ops[0][0]} {ops[1][0]} {a['axis']})"
         elif inst.op == "scatterAdd":

@@ -110,6 +110,7 @@ class TargetCost:
         if op == "Reduce":
             src = child(0)
             return INF if src is None else self.kernel_seconds(src.size, t)
-        if op in ("Transpose", "Concatenate", "Slice", "Take", "ScatterAdd", "StridedSlice", "SliceScatter"):
+        if op in ("Transpose", "Concatenate", "Slice", "Take", "ScatterAdd", "StridedSlice", "SliceScatter",
+                  "Cumsum"):
             return self.kernel_seconds(0, t, copies=2)
         return INF               # helper constructors (Adjoint, ...) are not programs

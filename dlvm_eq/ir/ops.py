@@ -26,6 +26,7 @@ REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "ca
 SLICE = "slice"
 # take and scatterAdd read or write along an axis at integer indices (a numpy/CuPy plan step)
 GATHER = "gather"
+SCAN = "scan"      # cumsum: a numpy/CuPy plan step
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -420,6 +421,25 @@ def _slice_scatter(args, attrs):
     return out
 
 
+def _cumsum_type(types, attrs):
+    (a,) = _tensors("cumsum", types)
+    if not 0 <= attrs["axis"] < a.rank:
+        _fail("cumsum", f"axis {attrs['axis']} out of range for {a}")
+    if a.dtype is BOOL:
+        _fail("cumsum", "bool operand; cast it with dataTypeCast first")
+    if attrs["reverse"] not in (0, 1):
+        _fail("cumsum", f"reverse must be 0 or 1, not {attrs['reverse']}")
+    return a
+
+
+def _cumsum(args, attrs):
+    (x,) = args
+    k = attrs["axis"]
+    if attrs["reverse"]:
+        return np.flip(np.cumsum(np.flip(x, k), axis=k, dtype=x.dtype), k).copy()
+    return np.cumsum(x, axis=k, dtype=x.dtype)
+
+
 # The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
 # and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
 MAX_BATCH_MATMUL_RANK = 4
@@ -500,6 +520,9 @@ def _build_table() -> dict[str, OpSpec]:
     # added at ids[j] (repeated indices accumulate): take's adjoint
     add(OpSpec("scatterAdd", GATHER, 2, "ScatterAdd", _scatter_add_type, _scatter_add,
                attrs=("axis", "size"), nondiff_operands=(1,)))
+    # `cumsum %x: T along k [reverse]`: running sums along axis k, from the end with `reverse`
+    # (attribute reverse: bool); its adjoint is the cumsum the other way
+    add(OpSpec("cumsum", SCAN, 1, "Cumsum", _cumsum_type, _cumsum, attrs=("axis", "reverse")))
     # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
     # lo, lo + s, ...: a strided slice's adjoint
     add(OpSpec("sliceScatter", SLICE, 1, "SliceScatter", _slice_scatter_type, _slice_scatter,

@@ -741,6 +741,11 @@ class _FunctionReader:
             raise self.src.at(size, f"{g.type.shape[k]} entries from {lo_} by {s} do not fit in size {n}")
         return "sliceScatter", [g], {"axis": k, "lo": lo_, "step": s, "size": n}
 
+    def cumsum(self, tree: Tree):
+        x_tree, axis, *rev = tree.children
+        x = self.operand(x_tree)
+        return "cumsum", [x], {"axis": self._indexed_axis(x, axis), "reverse": bool(rev)}
+
     def take(self, tree: Tree):
         x_tree, ids_tree, axis = tree.children
         x, ids = self.operand(x_tree), self.operand(ids_tree)
@@ -819,6 +824,7 @@ _OP_SYNTAX = {
     "concatenate": _FunctionReader.concatenate, "slice": _FunctionReader.slice,
     "extract": _FunctionReader.extract, "take": _FunctionReader.take,
     "scatter_add": _FunctionReader.scatter_add, "slice_scatter": _FunctionReader.slice_scatter,
+    "cumsum": _FunctionReader.cumsum,
     "select": _FunctionReader.select, "literal": _FunctionReader.literal,
     "tuple_literal": _FunctionReader.tuple_literal, "apply": _FunctionReader.apply,
 }

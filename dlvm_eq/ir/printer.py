@@ -78,6 +78,8 @@ def format_instruction(inst: Instruction) -> str:
             text += f" by {a['step']}"
     elif name == "sliceScatter":
         text = f"sliceScatter {args} along {a['axis']} from {a['lo']} by {a['step']} into {a['size']}"
+    elif name == "cumsum":
+        text = f"cumsum {args} along {a['axis']}" + (" reverse" if a["reverse"] else "")
     elif name == "take":
         text = f"take {args} along {a['axis']}"
     elif name == "scatterAdd":

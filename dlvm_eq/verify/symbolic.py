@@ -24,7 +24,7 @@ import sympy as sp
 
 from ..errors import DlvmError
 from ..ir.module import Const, Function, Module
-from ..ir.ops import scatter_slice, slice_index, transpose_perm
+from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
 
 
@@ -301,6 +301,7 @@ def _build() -> dict[str, Callable]:
     table["dot"] = _dot
     table["batchMatmul"] = _batch_matmul
     table["take"] = _take
+    table["cumsum"] = lambda args, attrs, rtype: OPS["cumsum"].evaluate(args, attrs)   # sums of objects
     table["sliceScatter"] = _slice_scatter
     table["scatterAdd"] = _scatter_add
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))

@@ -54,6 +54,8 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2]), "step": int(prims[3])}
         if head == "SliceScatter":
             return {"axis": int(prims[0]), "lo": int(prims[1]), "step": int(prims[2]), "size": int(prims[3])}
+        if head == "Cumsum":
+            return {"axis": int(prims[0]), "reverse": int(prims[1])}
         if head == "Take":
             return {"axis": int(prims[0])}
         if head == "ScatterAdd":
