@@ -84,6 +84,9 @@ add, multiply, maximum, minimum = (_on_device(np.add), _on_device(np.multiply),
 broadcast_to, transpose, reshape = (_on_device(np.broadcast_to), _on_device(np.transpose),
                                     _on_device(np.reshape))
 copyto = np.copyto
+take, clip = _on_device(np.take), _on_device(np.clip)     # gather steps (codegen/gather.py)
+cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/scan.py)
+add.at = np.add.at                                        # CuPy's ufunc.at, as scatterAdd calls it
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
     as_strided=lambda a, shape=None, strides=None: _device(np.lib.stride_tricks.as_strided(a, shape, strides))))
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64

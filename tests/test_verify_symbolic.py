@@ -37,6 +37,11 @@ EXAMPLES = {
     "slice": ([T23], {"axis": 1, "lo": 1, "hi": 3}, _ANY),
     "literal": ([], {"value": np.array([[1.5, -2.0, 0.25]]), "type": tensor(1, 3, F32)}, _ANY),
     "tuple": ([T3, T23], {}, _ANY),
+    "batchMatmul": ([tensor(2, 2, 3, F32), tensor(2, 3, 2, F32)], {}, _ANY),
+    "sliceScatter": ([T23], {"axis": 1, "lo": 1, "step": 2, "size": 7}, _ANY),
+    "cumsum": ([T23], {"axis": 1, "reverse": True}, _ANY),
+    "take": None,        # indices must be concrete, not symbols: tests/test_take.py
+    "scatterAdd": None,  # likewise
     "extract": None,   # needs a tuple operand: checked through evaluate_function below
     "apply": None,     # needs a module: checked through evaluate_function below
 }
@@ -55,6 +60,7 @@ MORE = [   # further attribute cases of ops with attributes
     ("broadcast", [tensor(2, 1, F32)], {"shape": (2, 3)}),
     ("divide", [tensor(2, 3, I32), tensor(2, 3, I32)], {}),
     ("slice", [T23], {"axis": 0, "lo": 0, "hi": 1}),
+    ("slice", [tensor(2, 7, F32)], {"axis": 1, "lo": 1, "hi": 7, "step": 3}),
 ]
 
 

@@ -22,7 +22,7 @@ _FREE = {"shapeCast", "padShape", "squeezeShape", "broadcast", "transpose", "con
 def op_flops(op: str, result: TensorType, operands: list[TensorType]) -> float:
     """Flops of one op from its result and operand types."""
     spec = OPS[op]
-    if op == "dot":
+    if op in ("dot", "batchMatmul"):
         a, b = operands
         k = a.shape[-1]
         return 2.0 * k * max(result.size, 1)

@@ -10,26 +10,30 @@
     loss(w, x, y)                         # the same ops also run eagerly on numpy arrays
 
 Files: context (trace stack, user locations), tensor (the symbolic Tensor and its operators),
-primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), indexing
+primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), linalg
+(matmul with numpy rules), indexing
 (x[...] and split: slices), nn (stable
 composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ...), tree_args
 (pytree arguments of traced functions), api (make_ir), optim (sgd, momentum, adam).
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
-stats (var, std), layers (gelu, layer_norm, one_hot), einsum, clip. `jit`, `grad` and the
+stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the
 targets live in dlvm_eq/pipeline (trace + compile). May import: ir, errors.
 """
 from .tensor import Tensor  # first: tensor.py, primitive.py and indexing.py import each other
 from .api import make_ir  # noqa: E402
-from .clip import clip  # noqa: E402
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like  # noqa: E402
 from .context import TracingError, current_trace, is_tracing
+from .arrays import argmax, argmin, clip, cumsum, pad
 from .einsum import einsum
+from .gather import take
 from .indexing import split
 from .layers import gelu, layer_norm, one_hot
+from .linalg import matmul
+from .special import erf
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
 from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
                   greater, greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
-                  logical_or, matmul, max, maximum, mean, min, minimum, multiply, negative,
+                  logical_or, max, maximum, mean, min, minimum, multiply, negative,
                   not_equal, power, relu, reshape, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
                   sqrt, square, subtract, sum, tan, tanh, transpose, where)
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
@@ -40,12 +44,12 @@ from . import optim  # noqa: E402 (last: it is written with the ops above)
 
 __all__ = [
     # ops
-    "abs", "add", "astype", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "exp",
+    "abs", "add", "argmax", "argmin", "astype", "clip", "cumsum", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
     "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "power", "relu",
+    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "pad", "power", "relu",
     "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
-    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "tan",
+    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "take", "tan",
     "tanh", "transpose", "where",
     # compositions of the ops
     "arange", "clip", "einsum", "full", "full_like", "gelu", "layer_norm", "one_hot", "ones",

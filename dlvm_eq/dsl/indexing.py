@@ -6,9 +6,10 @@ axis `squeezeShape` drops; `None` adds an axis with `padShape`:
     x[0]          # slice %x along 0 from 0 to 1; squeezeShape at 0
     dq.split(z, 4, axis=-1)    # four slices of equal size (LSTM gates)
 
-Bounds follow numpy: negative from the end, slice bounds clamped to the axis. Not supported
-(a ShapeError at the user's line): steps other than 1, empty slices, boolean and array
-(advanced) indices, traced tensors as indices.
+Bounds follow numpy: negative from the end, slice bounds clamped to the axis; a positive step
+`x[1:7:3]` is a strided `slice ... by 3` (read in place by compiled code). An integer array or
+tensor alone, `x[ids]`, is a `take` (dsl/gather.py). Not supported (a ShapeError at the user's
+line): negative steps, empty slices, boolean indices, arrays mixed with other entries.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from itertools import pairwise
 import numpy as np
 
 from .context import shape_error
+from .gather import is_index_array, take
 from .primitive import bind
 from .tensor import Tensor
 
@@ -33,12 +35,13 @@ def _check_entry(e, shape) -> None:
         raise shape_error(f"indexing shape {shape} with a bool is not supported (boolean masks "
                           "select data-dependent shapes; use dq.where)")
     if isinstance(e, Tensor):
-        raise shape_error(f"indexing shape {shape} by a traced tensor is not supported: indices "
-                          "must be Python ints or slices (the DSL has no gather)")
+        raise shape_error(f"indexing shape {shape} by a traced tensor is supported only as the "
+                          "whole index, x[ids] (dq.take); here use dq.take for each axis")
     if isinstance(e, (numbers.Integral, np.integer)):
         return
     raise shape_error(f"indexing shape {shape} with {type(e).__name__} {e!r} is not supported: "
-                      "only ints, slices with step 1, ... and None (no array indices)")
+                      "only ints, slices with positive steps, ... and None, or one integer array "
+                      "as the whole index (x[ids])")
 
 
 def _expand(index, shape) -> list:
@@ -59,23 +62,23 @@ def _expand(index, shape) -> list:
     return entries + fill
 
 
-def _bounds(e, n: int, axis: int, shape) -> tuple[int, int, bool]:
-    """(lo, hi, squeeze) of entry e on an axis of size n."""
+def _bounds(e, n: int, axis: int, shape) -> tuple[int, int, int, bool]:
+    """(lo, hi, step, squeeze) of entry e on an axis of size n."""
     if isinstance(e, slice):
-        if e.step not in (None, 1):
+        if e.step is not None and (not isinstance(e.step, (numbers.Integral, np.integer)) or e.step < 1):
             raise shape_error(f"indexing shape {shape}: slice step {e.step} on axis {axis} is not "
-                              "supported (only step 1)")
-        lo, hi, _ = e.indices(n)
+                              "supported (only positive steps; reverse with a take of the indices)")
+        lo, hi, step = e.indices(n)
         if hi <= lo:
             raise shape_error(f"indexing shape {shape}: the slice {_text(e)} of axis {axis} "
                               f"(size {n}) is empty; empty tensors are not supported")
-        return lo, hi, False
+        return lo, hi, step, False
     i = int(e)
     if not -n <= i < n:
         raise shape_error(f"index {i} is out of bounds for axis {axis} with size {n} "
                           f"(shape {shape})")
     i %= n
-    return i, i + 1, True
+    return i, i + 1, 1, True
 
 
 def _text(s: slice) -> str:
@@ -83,7 +86,10 @@ def _text(s: slice) -> str:
 
 
 def getitem(x, index):
-    """x[index] with numpy's basic indexing (see the module docstring)."""
+    """x[index] with numpy's basic indexing (see the module docstring); an integer array or
+    tensor alone is a `take` along axis 0 (dsl/gather.py)."""
+    if is_index_array(index):
+        return take(x, index, axis=0)
     shape = _shape(x)
     entries = _expand(index, shape)
     out, squeeze, new_axes = x, [], []
@@ -94,8 +100,12 @@ def getitem(x, index):
             out_rank += 1
             continue
         n = shape[axis]
-        lo, hi, drop = _bounds(e, n, axis, shape)
-        if (lo, hi) != (0, n):
+        lo, hi, step, drop = _bounds(e, n, axis, shape)
+        if step != 1 and len(range(lo, hi, step)) == 1:
+            hi, step = lo + 1, 1             # one entry: a plain slice
+        if step != 1:
+            out = bind("slice", [out], name="indexing", axis=axis, lo=lo, hi=hi, step=step)
+        elif (lo, hi) != (0, n):
             out = bind("slice", [out], name="indexing", axis=axis, lo=lo, hi=hi)
         if drop:
             squeeze.append(axis)

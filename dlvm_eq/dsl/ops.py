@@ -152,11 +152,6 @@ def min(x, axis=None, keepdims=False):
     return _reduce(x, "min", axis, keepdims, "min")
 
 
-def matmul(a, b):
-    """`a @ b` for vectors and matrices (IR `dot`)."""
-    return bind("dot", [a, b], name="matmul")
-
-
 def transpose(x, axes=None):
     """Reverse the axes, or permute them as `axes` says (negative axes allowed)."""
     if axes is None:

@@ -63,8 +63,8 @@ class Tensor:
     def __rtruediv__(self, o): return _ops.divide(o, self)
     def __pow__(self, o): return _ops.power(self, o)
     def __rpow__(self, o): return _ops.power(o, self)
-    def __matmul__(self, o): return _ops.matmul(self, o)
-    def __rmatmul__(self, o): return _ops.matmul(o, self)
+    def __matmul__(self, o): return _linalg.matmul(self, o)
+    def __rmatmul__(self, o): return _linalg.matmul(o, self)
     def __neg__(self): return _ops.negative(self)
     def __pos__(self): return self
     def __abs__(self): return _ops.abs(self)
@@ -129,4 +129,5 @@ class Tensor:
 
 
 from . import indexing as _indexing  # noqa: E402
+from . import linalg as _linalg  # noqa: E402
 from . import ops as _ops  # noqa: E402  (the operators are the DSL ops; imported last: cycle)

@@ -35,7 +35,7 @@ from .lets import Let, LetTable, inline, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
-COPY_OPS = ("concatenate", "slice")   # numpy/CuPy steps: they read and write buffers
+COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum")   # numpy/CuPy steps: they read and write buffers
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 
@@ -133,7 +133,7 @@ def _load_instruction(ld: _Loader, inst) -> Let:
             return ld.let("Reduce", (x, *head, axes[0]), t, "reduce")
         return ld.let("ReduceMap", (inline("Load", (x,)), *head, axes), t, "reduce")
     if spec.kind == DOT:
-        return ld.let("Dot", tuple(ld.operand(o, o.type.shape) for o in inst.operands), t, "dot")
+        return ld.let(spec.egg, tuple(ld.operand(o, o.type.shape) for o in inst.operands), t, "dot")
     if inst.op in COPY_OPS:   # opaque here: its operands are buffers
         return ld.let("Var", (inst.op + " %" + inst.result.name,), t, "concat")
     raise DlvmError(f"the fusion stage has no case for op {inst.op}")

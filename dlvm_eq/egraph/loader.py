@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import DlvmError
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
-from ..ir.ops import ELEMENTWISE_KINDS, OPS, transpose_perm
+from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, transpose_perm
 from ..ir.types import TensorType
 from .lets import Let, LetTable, commands
 
@@ -123,10 +123,20 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
             t = t.with_shape(t.shape[:axis] + (t.shape[axis] + ot.shape[axis],) + t.shape[axis + 1:])
             term = loader.let("Concatenate", (term, other, axis), t)
         return term
+    if inst.op == "slice" and a.get("step", 1) != 1:
+        return loader.let("StridedSlice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"]), int(a["step"])), rt)
     if inst.op == "slice":
         return loader.let("Slice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"])), rt)
-    if inst.op == "dot":
-        return loader.let("Dot", (x, ops[1][0]), rt)
+    if inst.op == "sliceScatter":
+        return loader.let("SliceScatter", (x, int(a["axis"]), int(a["lo"]), int(a["step"]), int(a["size"])), rt)
+    if inst.op == "cumsum":
+        return loader.let("Cumsum", (x, int(a["axis"]), int(a["reverse"])), rt)
+    if inst.op == "take":
+        return loader.let("Take", (x, ops[1][0], int(a["axis"])), rt)
+    if inst.op == "scatterAdd":
+        return loader.let("ScatterAdd", (x, ops[1][0], int(a["axis"]), int(a["size"])), rt)
+    if spec.kind == DOT:     # dot, batchMatmul
+        return loader.let(spec.egg, (x, ops[1][0]), rt)
     raise DlvmError(f"the e-graph loader has no case for op {inst.op}")  # pragma: no cover
 
 

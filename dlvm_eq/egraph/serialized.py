@@ -18,6 +18,7 @@ from ..ir.types import DType, TensorType
 
 EGG_TO_OP: dict[str, str] = {spec.egg: name for name, spec in OPS.items()
                              if spec.kind not in ("tuple", "call", "literal")}
+EGG_TO_OP["StridedSlice"] = "slice"     # a slice with a step > 1 (rules/schema.egg)
 LEAVES = ("Var", "Const", "Lit")
 
 
@@ -91,6 +92,10 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"key": p(ch[0])})
     if egg in HELPERS:
         return HELPERS[egg](g, ch)
+    if egg == "StridedSlice":     # the IR's slice with a step
+        step = int(p(ch[4]))
+        return Decoded(egg, "slice", (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
+                                                "hi": int(p(ch[3])), **({"step": step} if step != 1 else {})})
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
@@ -110,6 +115,15 @@ def _decode(g: Graph, nid: str) -> Decoded:
     if egg == "Slice":
         return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
                                            "hi": int(p(ch[3]))})
+    if egg == "Take":
+        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
+    if egg == "Cumsum":
+        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "reverse": bool(int(p(ch[2])))})
+    if egg == "SliceScatter":
+        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
+                                           "step": int(p(ch[3])), "size": int(p(ch[4]))})
+    if egg == "ScatterAdd":
+        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
     return Decoded(egg, op, tuple(ch), {})
 
 

@@ -98,12 +98,19 @@ class TargetCost:
             k = sa[-1] if sa else 1
             n = sb[1] if len(sb) == 2 else 1
             return self.machine.node_overhead + self.dot_seconds(m, k, n)
+        if op == "BatchMatmul":     # one BLAS product per batch index
+            a, b = child(0), child(1)
+            if a is None or b is None:
+                return INF
+            batch = math.prod(t.shape[:-2])
+            return self.machine.node_overhead + self.dot_seconds(batch * a.shape[-2], a.shape[-1], b.shape[-1])
         kind = _EGG_KIND.get(op)
         if kind in ELEMENTWISE_KINDS or op == "DataTypeCast":
             return self.elementwise_seconds(op, t)
         if op == "Reduce":
             src = child(0)
             return INF if src is None else self.kernel_seconds(src.size, t)
-        if op in ("Transpose", "Concatenate", "Slice"):
+        if op in ("Transpose", "Concatenate", "Slice", "Take", "ScatterAdd", "StridedSlice", "SliceScatter",
+                  "Cumsum"):
             return self.kernel_seconds(0, t, copies=2)
         return INF               # helper constructors (Adjoint, ...) are not programs

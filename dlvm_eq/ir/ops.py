@@ -24,6 +24,9 @@ REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "ca
 # A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
 # fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
 SLICE = "slice"
+# take and scatterAdd read or write along an axis at integer indices (a numpy/CuPy plan step)
+GATHER = "gather"
+SCAN = "scan"      # cumsum: a numpy/CuPy plan step
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -103,6 +106,11 @@ def _sigmoid(x):
     return expit(x)
 
 
+def _erf(x):
+    from scipy.special import erf
+    return erf(x)
+
+
 # name -> numpy function; all are float ops except the ones listed in _INT_OK_UNARY
 _UNARY_FNS: dict[str, Callable] = {
     "negate": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
@@ -112,6 +120,7 @@ _UNARY_FNS: dict[str, Callable] = {
     # extensions of DLVM's op set
     "sigmoid": _sigmoid, "relu": _relu, "log1p": np.log1p, "expm1": np.expm1,
     "softplus": _softplus,
+    "erf": _erf,   # issue 14 part B
 }
 _INT_OK_UNARY = {"negate", "square", "sign", "abs", "relu"}
 # piecewise constant: the derivative is zero almost everywhere, so no adjoint flows to the operand
@@ -235,17 +244,19 @@ def _concatenate_type(types, attrs):
 
 def _slice_type(types, attrs):
     (a,) = _tensors("slice", types)
-    k, lo, hi = attrs["axis"], attrs["lo"], attrs["hi"]
+    k, lo, hi, step = attrs["axis"], attrs["lo"], attrs["hi"], attrs.get("step", 1)
     if not 0 <= k < a.rank:
         _fail("slice", f"axis {k} out of range for {a}")
     if not 0 <= lo < hi <= a.shape[k]:
         _fail("slice", f"range {lo} to {hi} is empty or outside axis {k} of {a} (0 to {a.shape[k]})")
-    return a.with_shape(a.shape[:k] + (hi - lo,) + a.shape[k + 1:])
+    if step < 1:
+        _fail("slice", f"step {step} is not positive")
+    return a.with_shape(a.shape[:k] + (len(range(lo, hi, step)),) + a.shape[k + 1:])
 
 
 def slice_index(rank: int, attrs: dict) -> tuple:
     """The numpy index of a slice op: x[slice_index(x.ndim, attrs)]."""
-    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"]),) + \
+    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"], attrs.get("step", 1)),) + \
         (slice(None),) * (rank - attrs["axis"] - 1)
 
 
@@ -310,6 +321,130 @@ def _unevaluable(args, attrs):
     raise IRError("apply must be inlined or evaluated by the interpreter")
 
 
+# ---------------------------------------------------------------- issue 14 part B: batched matmul, ...
+# (own block: the conv/pool rows live in theirs)
+
+def _batch_matmul_type(types, attrs):
+    a, b = _tensors("batchMatmul", types)
+    if a.dtype != b.dtype:
+        _fail("batchMatmul", f"operands have different data types: {a}, {b}")
+    if a.dtype is BOOL:
+        _fail("batchMatmul", "bool operands")
+    if not 3 <= a.rank <= MAX_BATCH_MATMUL_RANK or a.rank != b.rank:
+        _fail("batchMatmul", f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, "
+              f"got {a} and {b}")
+    if a.shape[:-2] != b.shape[:-2]:
+        _fail("batchMatmul", f"batch dimensions differ: {a} and {b} (broadcast them first)")
+    if a.shape[-1] != b.shape[-2]:
+        _fail("batchMatmul", f"contracted dimensions differ: {a} · {b} ({a.shape[-1]} vs {b.shape[-2]})")
+    return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
+
+
+def _index_operand(op: str, x: TensorType, ids: TensorType, axis: int) -> None:
+    if ids.dtype is not DType.i32 or ids.rank != 1 or ids.size == 0:
+        _fail(op, f"indices must be a non-empty vector of i32, got {ids}")
+    if not 0 <= axis < x.rank:
+        _fail(op, f"axis {axis} out of range for {x}")
+
+
+def _take_type(types, attrs):
+    x, ids = _tensors("take", types)
+    k = attrs["axis"]
+    _index_operand("take", x, ids, k)
+    return x.with_shape(x.shape[:k] + ids.shape + x.shape[k + 1:])
+
+
+def _scatter_add_type(types, attrs):
+    g, ids = _tensors("scatterAdd", types)
+    k, size = attrs["axis"], attrs["size"]
+    _index_operand("scatterAdd", g, ids, k)
+    if g.dtype is BOOL:
+        _fail("scatterAdd", "bool values")
+    if g.shape[k] != ids.size:
+        _fail("scatterAdd", f"{ids.size} indices for axis {k} of {g}")
+    if size < 1:
+        _fail("scatterAdd", f"size {size} along axis {k} is not positive")
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+
+
+def checked_indices(op: str, ids: np.ndarray, size: int) -> np.ndarray:
+    """ids as intp, or an IRError naming the first index outside [0, size)."""
+    bad = np.flatnonzero((ids < 0) | (ids >= size))
+    if bad.size:
+        _fail(op, f"index {int(ids[bad[0]])} (position {int(bad[0])}) is out of range for an axis "
+              f"of size {size}")
+    return ids.astype(np.intp)
+
+
+def _take(args, attrs):
+    x, ids = args
+    k = attrs["axis"]
+    return np.take(x, checked_indices("take", ids, x.shape[k]), axis=k)
+
+
+def _scatter_add(args, attrs):
+    g, ids = args
+    k, size = attrs["axis"], attrs["size"]
+    out = np.zeros(g.shape[:k] + (size,) + g.shape[k + 1:], g.dtype)
+    np.add.at(out, (slice(None),) * k + (checked_indices("scatterAdd", ids, size),), g)
+    return out
+
+
+def _slice_scatter_type(types, attrs):
+    (g,) = _tensors("sliceScatter", types)
+    k, lo, step, size = attrs["axis"], attrs["lo"], attrs["step"], attrs["size"]
+    if not 0 <= k < g.rank:
+        _fail("sliceScatter", f"axis {k} out of range for {g}")
+    if step < 1:
+        _fail("sliceScatter", f"step {step} is not positive")
+    if g.dtype is BOOL:
+        _fail("sliceScatter", "bool values")
+    last = lo + (g.shape[k] - 1) * step
+    if last >= size:
+        _fail("sliceScatter", f"{g.shape[k]} entries from {lo} by {step} do not fit in size {size}")
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+
+
+def scatter_slice(g: np.ndarray, attrs: dict) -> tuple:
+    """(result shape, numpy index of g's entries in it) of a sliceScatter."""
+    k, lo, step = attrs["axis"], attrs["lo"], attrs["step"]
+    hi = lo + (g.shape[k] - 1) * step + 1
+    return g.shape[:k] + (attrs["size"],) + g.shape[k + 1:], \
+        (slice(None),) * k + (slice(lo, hi, step),)
+
+
+def _slice_scatter(args, attrs):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.zeros(shape, g.dtype)
+    out[index] = g
+    return out
+
+
+def _cumsum_type(types, attrs):
+    (a,) = _tensors("cumsum", types)
+    if not 0 <= attrs["axis"] < a.rank:
+        _fail("cumsum", f"axis {attrs['axis']} out of range for {a}")
+    if a.dtype is BOOL:
+        _fail("cumsum", "bool operand; cast it with dataTypeCast first")
+    if attrs["reverse"] not in (0, 1):
+        _fail("cumsum", f"reverse must be 0 or 1, not {attrs['reverse']}")
+    return a
+
+
+def _cumsum(args, attrs):
+    (x,) = args
+    k = attrs["axis"]
+    if attrs["reverse"]:
+        return np.flip(np.cumsum(np.flip(x, k), axis=k, dtype=x.dtype), k).copy()
+    return np.cumsum(x, axis=k, dtype=x.dtype)
+
+
+# The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
+# and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
+MAX_BATCH_MATMUL_RANK = 4
+
+
 # ---------------------------------------------------------------- the table
 
 def _build_table() -> dict[str, OpSpec]:
@@ -361,10 +496,11 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("dataTypeCast", CAST, 1, "DataTypeCast", _cast_type, _cast, attrs=("dtype",)))
     add(OpSpec("concatenate", LAYOUT, None, "Concatenate", _concatenate_type,
                lambda args, at: np.concatenate(args, axis=at["axis"]), attrs=("axis",)))
-    # `slice %x: T along k from lo to hi`: x[..., lo:hi, ...] on axis k (step 1, lo < hi)
+    # `slice %x: T along k from lo to hi [by s]`: x[..., lo:hi:s, ...] on axis k (lo < hi, s >= 1;
+    # the attribute `step` is absent for 1). The e-graph spells a step > 1 StridedSlice.
     add(OpSpec("slice", SLICE, 1, "Slice", _slice_type,
                lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
-               attrs=("axis", "lo", "hi")))
+               attrs=("axis", "lo", "hi", "step")))
     add(OpSpec("literal", LITERAL, 0, "Const", _literal_type, _literal, attrs=("value", "type"),
                differentiable=False))
     # A tuple of values, spelled `literal (%a: T, %b: T)` in DLVM; only as a function result.
@@ -372,6 +508,25 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("extract", TUPLE, 1, "Extract", _extract_type, lambda args, at: args[0][at["index"]],
                attrs=("index",)))
     add(OpSpec("apply", CALL, None, "Apply", _apply_type, _unevaluable, attrs=("callee", "type")))
+    # ---- issue 14 part B (batched matmul, ...): own block
+    # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;
+    # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
+    add(OpSpec("batchMatmul", DOT, 2, "BatchMatmul", _batch_matmul_type,
+               lambda args, at: np.matmul(args[0], args[1])))
+    # `take %x: T, %ids: <n x i32> along k`: x[..., ids, ...] on axis k (numpy's take); indices
+    # outside the axis are an error here, clamped into it by compiled code
+    add(OpSpec("take", GATHER, 2, "Take", _take_type, _take, attrs=("axis",), nondiff_operands=(1,)))
+    # `scatterAdd %g: T, %ids: <n x i32> along k into size`: zeros of `size` along k, g[..., j, ...]
+    # added at ids[j] (repeated indices accumulate): take's adjoint
+    add(OpSpec("scatterAdd", GATHER, 2, "ScatterAdd", _scatter_add_type, _scatter_add,
+               attrs=("axis", "size"), nondiff_operands=(1,)))
+    # `cumsum %x: T along k [reverse]`: running sums along axis k, from the end with `reverse`
+    # (attribute reverse: bool); its adjoint is the cumsum the other way
+    add(OpSpec("cumsum", SCAN, 1, "Cumsum", _cumsum_type, _cumsum, attrs=("axis", "reverse")))
+    # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
+    # lo, lo + s, ...: a strided slice's adjoint
+    add(OpSpec("sliceScatter", SLICE, 1, "SliceScatter", _slice_scatter_type, _slice_scatter,
+               attrs=("axis", "lo", "step", "size")))
     return table
 
 

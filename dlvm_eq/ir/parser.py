@@ -706,7 +706,7 @@ class _FunctionReader:
         return "concatenate", self.operands(operands), {"axis": read_int(self.src, axis, "an axis")}
 
     def slice(self, tree: Tree):
-        x_tree, axis, lo, hi = tree.children
+        x_tree, axis, lo, hi, *by = tree.children
         x = self.operand(x_tree)
         k = read_int(self.src, axis, "an axis")
         lo_, hi_ = read_int(self.src, lo, "a bound"), read_int(self.src, hi, "a bound")
@@ -720,7 +720,50 @@ class _FunctionReader:
                 raise self.src.at(hi, f"slice end {hi_} is outside axis {k} of {x.type} (0 to {n})")
             if hi_ <= lo_:
                 raise self.src.at(hi, f"empty slice: the end {hi_} is not after the start {lo_}")
-        return "slice", [x], {"axis": k, "lo": lo_, "hi": hi_}
+        attrs = {"axis": k, "lo": lo_, "hi": hi_}
+        if by:
+            step = read_int(self.src, by[0], "a step")
+            if step < 1:
+                raise self.src.at(by[0], "a slice step must be positive")
+            if step > 1:   # step 1 is the plain slice: no attribute, printed without `by`
+                attrs["step"] = step
+        return "slice", [x], attrs
+
+    def slice_scatter(self, tree: Tree):
+        g_tree, axis, lo, step, size = tree.children
+        g = self.operand(g_tree)
+        k = self._indexed_axis(g, axis)
+        lo_, n = read_int(self.src, lo, "a start"), read_int(self.src, size, "a size")
+        s = read_int(self.src, step, "a step")
+        if s < 1:
+            raise self.src.at(step, "a slice step must be positive")
+        if isinstance(g.type, TensorType) and lo_ + (g.type.shape[k] - 1) * s >= n:
+            raise self.src.at(size, f"{g.type.shape[k]} entries from {lo_} by {s} do not fit in size {n}")
+        return "sliceScatter", [g], {"axis": k, "lo": lo_, "step": s, "size": n}
+
+    def cumsum(self, tree: Tree):
+        x_tree, axis, *rev = tree.children
+        x = self.operand(x_tree)
+        return "cumsum", [x], {"axis": self._indexed_axis(x, axis), "reverse": bool(rev)}
+
+    def take(self, tree: Tree):
+        x_tree, ids_tree, axis = tree.children
+        x, ids = self.operand(x_tree), self.operand(ids_tree)
+        return "take", [x, ids], {"axis": self._indexed_axis(x, axis)}
+
+    def scatter_add(self, tree: Tree):
+        g_tree, ids_tree, axis, size = tree.children
+        g, ids = self.operand(g_tree), self.operand(ids_tree)
+        n = read_int(self.src, size, "a size")
+        if n < 1:
+            raise self.src.at(size, "the size of scatterAdd's result axis must be positive")
+        return "scatterAdd", [g, ids], {"axis": self._indexed_axis(g, axis), "size": n}
+
+    def _indexed_axis(self, x: Operand, axis: Token) -> int:
+        k = read_int(self.src, axis, "an axis")
+        if isinstance(x.type, TensorType) and k >= x.type.rank:   # point at the axis
+            raise self.src.at(axis, f"axis {k} out of range for {x.type}")
+        return k
 
     def extract(self, tree: Tree):
         index, x = tree.children
@@ -779,7 +822,9 @@ _OP_SYNTAX = {
     "pad_shape": _FunctionReader.pad_shape, "squeeze_shape": _FunctionReader.squeeze_shape,
     "dtype_cast": _FunctionReader.dtype_cast, "transpose": _FunctionReader.transpose,
     "concatenate": _FunctionReader.concatenate, "slice": _FunctionReader.slice,
-    "extract": _FunctionReader.extract,
+    "extract": _FunctionReader.extract, "take": _FunctionReader.take,
+    "scatter_add": _FunctionReader.scatter_add, "slice_scatter": _FunctionReader.slice_scatter,
+    "cumsum": _FunctionReader.cumsum,
     "select": _FunctionReader.select, "literal": _FunctionReader.literal,
     "tuple_literal": _FunctionReader.tuple_literal, "apply": _FunctionReader.apply,
 }

@@ -74,6 +74,16 @@ def format_instruction(inst: Instruction) -> str:
         text = f"concatenate {args} along {a['axis']}"
     elif name == "slice":
         text = f"slice {args} along {a['axis']} from {a['lo']} to {a['hi']}"
+        if a.get("step", 1) != 1:
+            text += f" by {a['step']}"
+    elif name == "sliceScatter":
+        text = f"sliceScatter {args} along {a['axis']} from {a['lo']} by {a['step']} into {a['size']}"
+    elif name == "cumsum":
+        text = f"cumsum {args} along {a['axis']}" + (" reverse" if a["reverse"] else "")
+    elif name == "take":
+        text = f"take {args} along {a['axis']}"
+    elif name == "scatterAdd":
+        text = f"scatterAdd {args} along {a['axis']} into {a['size']}"
     elif name == "extract":
         text = f"extract {a['index']} from {args}"
     elif name == "select":

@@ -22,7 +22,7 @@ from ..ir.module import Function, Module
 from ..ir.types import DType, TensorType, TupleType
 from . import VerificationError
 from .identity import PROVEN, PROVEN_AE, ZeroProver, derivative
-from .symbolic import evaluate_function, symbol_array, to_number
+from .symbolic import evaluate_function, number, symbol_array, to_number
 
 
 @dataclass
@@ -59,11 +59,18 @@ def _outputs(value, t) -> list:
     return list(value) if isinstance(t, TupleType) else [value]
 
 
-def _params(fn: Function) -> list[np.ndarray]:
+def _params(fn: Function, fixed: dict | None = None) -> list[np.ndarray]:
     args = []
-    for p in fn.params:
+    for i, p in enumerate(fn.params):
         if not isinstance(p.type, TensorType):
             raise DlvmError(f"@{fn.name}: parameter %{p.name} has tuple type {p.type}")
+        if fixed and i in fixed:    # a concrete value (indices of take: sympy cannot index by a symbol)
+            value = np.asarray(fixed[i])
+            arr = np.empty(value.shape, dtype=object)
+            for idx in np.ndindex(value.shape):
+                arr[idx] = number(value[idx], p.type.dtype)
+            args.append(arr)
+            continue
         args.append(symbol_array(p.name, p.type.shape, p.type.dtype))
     return args
 
@@ -86,12 +93,13 @@ def _numeric_difference(e, g, rng, points: int = 3, rtol: float = 1e-6):
 
 def verify_adjoint(forward: Function, adjoint: Function, wrt=None, module: Module | None = None,
                    seedable: bool = False, keeping=None, from_index: int | None = None,
-                   seed: int = 0) -> AdjointReport:
+                   seed: int = 0, fixed: dict | None = None) -> AdjointReport:
     """Check that `adjoint` computes the vector-Jacobian product of `forward` exactly.
 
     wrt: forward parameter indices (default: every float parameter). Raises VerificationError
-    naming the parameter, element, expected and computed expressions and a counterexample."""
-    params = _params(forward)
+    naming the parameter, element, expected and computed expressions and a counterexample.
+    fixed: {parameter index: array} for parameters given concrete values (integer indices)."""
+    params = _params(forward, fixed)
     outs = _outputs(evaluate_function(forward, params, module), forward.result_type)
     rt = forward.result_type
     out_types = list(rt.elements) if isinstance(rt, TupleType) else [rt]

@@ -53,7 +53,7 @@ from .identity import PROVEN, PROVEN_AE, RANK, UNPROVEN, ZeroProver
 from .obligation import Obligation, obligations
 from .pattern import ANALYSES, ASSUMPTIONS, Vocab, pshow
 from .report import DEFINITION, FAILED, NOTHING, SKIPPED, RuleResult, RulesReport
-from .search import Space, assignments
+from .search import Space, assignments, index_variables
 from .sexpr import SexprError
 from .symbolic import number, symbol_array, to_number
 from .terms import Evaluator, NumpyBackend, SympyBackend, Untypable
@@ -185,14 +185,18 @@ def _constant(ob: Obligation, asg: dict, name: str):
 
 
 def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarray]:
-    """float64 values of the tensor variables: random, or drawn from special values."""
+    """float64 values of the tensor variables: random, or drawn from special values; index
+    vectors (search.index_variables) all zeros, in range for any axis."""
     leaves = {}
+    index = index_variables(ob)
     for k, t in asg.items():
         if not isinstance(t, TensorType):
             continue
         kind = ob.assumptions.get(k)
         c = _constant(ob, asg, k)
-        if c is not None:
+        if k in index:
+            leaves[k] = np.zeros(t.shape, np.int32)
+        elif c is not None:
             leaves[k] = np.full(t.shape, c, dtype=bool if t.dtype is DType.bool else np.float64)
         elif t.dtype is DType.bool:
             leaves[k] = rng.random(t.shape) < 0.5
@@ -212,14 +216,15 @@ def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarra
 def _symbols(ob: Obligation, asg: dict) -> dict[str, np.ndarray]:
     """sympy values of the tensor variables: fresh symbols (with the assumptions) or constants."""
     leaves = {}
+    index = index_variables(ob)
     for k, t in asg.items():
         if not isinstance(t, TensorType):
             continue
         c = _constant(ob, asg, k)
-        if c is not None:
+        if k in index or c is not None:   # index vectors: zeros (as _point)
             arr = np.empty(t.shape, dtype=object)
             for idx in np.ndindex(t.shape):
-                arr[idx] = number(c, t.dtype)
+                arr[idx] = number(0 if k in index else c, t.dtype)
             leaves[k] = arr
         else:
             leaves[k] = symbol_array(k, t.shape, t.dtype,

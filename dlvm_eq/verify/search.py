@@ -47,6 +47,25 @@ class Space:
 _DTYPE_TEXT = re.compile(r'"(f32|f64|i32|bool)"')
 
 
+# Constructors whose operand 1 is a vector of i32 indices (take, scatterAdd): such a variable
+# ranges over short index vectors, valued all zeros (in range for every axis) by rules.py.
+INDEX_OPERANDS = {"Take": 1, "ScatterAdd": 1}
+
+
+def index_variables(ob: Obligation) -> set[str]:
+    """The tensor variables of `ob` used as index operands."""
+    out: set[str] = set()
+    exprs = list(ob.patterns) + list(ob.guards) + [e for c in ob.claims for e in (c.lhs, c.rhs)]
+    stack = [e for e in exprs if isinstance(e, PCall)]
+    while stack:
+        e = stack.pop()
+        i = INDEX_OPERANDS.get(e.head)
+        if i is not None and len(e.args) > i and isinstance(e.args[i], PVar):
+            out.add(e.args[i].name)
+        stack.extend(a for a in e.args if isinstance(a, PCall))
+    return out
+
+
 def _dyadic(x: float) -> bool:
     return x == x and abs(x) < 1e6 and (x * 1024).is_integer()
 
@@ -93,6 +112,7 @@ class _Search:
         self.dtypes = tuple(dict.fromkeys(space.dtypes + tuple(_DTYPE_TEXT.findall(text))))
         lits = [float(x) for x in re.findall(r"(?<![\w.])-?\d+\.\d*(?:e-?\d+)?", text)]
         self.floats = tuple(dict.fromkeys(space.floats + tuple(x for x in lits if _dyadic(x))))
+        self.index_vars = index_variables(ob)
         self.results: list[dict] = []
         self.steps = 0
         self.truncated = False
@@ -115,6 +135,8 @@ class _Search:
     # -------------------------------------------------- domains
     def domain(self, var: str, asg: dict):
         sort = self.ob.sorts[var]
+        if var in self.index_vars:
+            return [TensorType((n,), DType.i32) for n in self.space.dims]
         if sort not in PRIM_SORTS:
             dtypes = self.dtypes
             if var in self.ob.assumptions:

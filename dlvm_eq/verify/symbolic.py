@@ -25,7 +25,7 @@ import sympy as sp
 from ..errors import DlvmError
 from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
-from ..ir.ops import slice_index, transpose_perm
+from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
 
 
@@ -45,6 +45,11 @@ class rint(sp.Function):
         return sp.S.Zero
 
 
+# Float constants that rule files write for an irrational number (the f64 nearest to it) are read
+# as that number, so that sympy can prove the rule exact (erf' = 2/sqrt(pi) exp(-x^2)).
+_IRRATIONALS = {2 / math.sqrt(math.pi): 2 / sp.sqrt(sp.pi)}
+
+
 def number(value, dtype: DType):
     """A scalar of the given dtype as an exact sympy value."""
     if dtype is DType.bool:
@@ -56,6 +61,8 @@ def number(value, dtype: DType):
         return sp.nan
     if math.isinf(v):
         return sp.oo if v > 0 else -sp.oo
+    if v in _IRRATIONALS:
+        return _IRRATIONALS[v]
     return sp.Integer(int(v)) if v.is_integer() else sp.Rational(v)
 
 
@@ -125,6 +132,7 @@ _UNARY = {
     "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "relu": lambda x: _extremum(sp.Max, [x, sp.S.Zero]),
     "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
     "softplus": lambda x: sp.log(1 + sp.exp(x)),
+    "erf": sp.erf,
     "not": sp.Not,
 }
 _BINARY = {
@@ -178,6 +186,45 @@ def _dot(args, attrs, rtype):
         for j in range(full.shape[1]):
             full[i, j] = sp.Add(*[a2[i, k] * b2[k, j] for k in range(a2.shape[1])])
     return full.reshape(out.shape)
+
+
+def _batch_matmul(args, attrs, rtype):
+    a, b = args
+    out = np.empty(rtype.shape, dtype=object)
+    for idx in np.ndindex(rtype.shape[:-2]):
+        out[idx] = _dot([a[idx], b[idx]], attrs, TensorType(rtype.shape[-2:], rtype.dtype))
+    return out
+
+
+def _concrete_indices(op: str, ids) -> np.ndarray:
+    try:
+        return np.array([int(v) for v in np.asarray(ids).flat], dtype=np.intp)
+    except TypeError:
+        raise DlvmError(f"{op}: symbolic evaluation needs concrete indices, got {ids}") from None
+
+
+def _slice_scatter(args, attrs, rtype):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.full(shape, sp.S.Zero, dtype=object)
+    out[index] = g
+    return out
+
+
+def _take(args, attrs, rtype):
+    x, ids = args
+    k = attrs["axis"]
+    return np.take(x, _concrete_indices("take", ids), axis=k)
+
+
+def _scatter_add(args, attrs, rtype):
+    g, ids = args
+    k = attrs["axis"]
+    out = np.full(rtype.shape, sp.S.Zero, dtype=object)
+    for j, i in enumerate(_concrete_indices("scatterAdd", ids)):
+        dst = (slice(None),) * k + (i,)
+        out[dst] = out[dst] + g[(slice(None),) * k + (j,)]
+    return out
 
 
 _COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
@@ -253,6 +300,11 @@ def _build() -> dict[str, Callable]:
     table["divide"] = _divide
     table["select"] = _select
     table["dot"] = _dot
+    table["batchMatmul"] = _batch_matmul
+    table["take"] = _take
+    table["cumsum"] = lambda args, attrs, rtype: OPS["cumsum"].evaluate(args, attrs)   # sums of objects
+    table["sliceScatter"] = _slice_scatter
+    table["scatterAdd"] = _scatter_add
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
     table["shapeCast"] = _layout(lambda x, at: x.reshape(tuple(at["shape"])))

@@ -50,6 +50,16 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"axis": int(prims[0])}
         if head == "Slice":
             return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2])}
+        if head == "StridedSlice":
+            return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2]), "step": int(prims[3])}
+        if head == "SliceScatter":
+            return {"axis": int(prims[0]), "lo": int(prims[1]), "step": int(prims[2]), "size": int(prims[3])}
+        if head == "Cumsum":
+            return {"axis": int(prims[0]), "reverse": int(prims[1])}
+        if head == "Take":
+            return {"axis": int(prims[0])}
+        if head == "ScatterAdd":
+            return {"axis": int(prims[0]), "size": int(prims[1])}
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
     return {}

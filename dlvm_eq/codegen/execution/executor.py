@@ -42,6 +42,8 @@ from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, Co
                    RowStep)
 from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
+from ..planning.gather import IndexStep, SliceScatterStep, index_run
+from ..planning.scan import ScanStep, scan_run
 
 KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
@@ -208,6 +210,10 @@ class CpuProgram:
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
             return run_matmul
+        if isinstance(step, (IndexStep, SliceScatterStep)):
+            return index_run(step, np, _view_fn)
+        if isinstance(step, ScanStep):
+            return scan_run(step, np, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out
@@ -328,6 +334,10 @@ class GpuProgram:
             if self.plan.slots[o].shape == ():   # vector . vector: no 0-d out= in CuPy's matmul
                 return lambda env: cp.copyto(env[o], cp.dot(fa(env[a]), fb(env[b])))
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
+        if isinstance(step, (IndexStep, SliceScatterStep)):
+            return index_run(step, cp, _view_fn)
+        if isinstance(step, ScanStep):
+            return scan_run(step, cp, _view_fn)
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out

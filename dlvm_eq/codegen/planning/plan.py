@@ -204,7 +204,8 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return tuple(p.slot for p in step.parts)
     if isinstance(step, AliasStep):
         return (step.src,)
-    return (step.src.slot,)
+    ids = getattr(step, "ids", None)     # gather.IndexStep reads its indices too
+    return (step.src.slot,) if ids is None else (step.src.slot, ids.slot)
 
 
 def step_outputs(step: Step) -> tuple[int, ...]:

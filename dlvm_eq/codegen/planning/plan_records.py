@@ -19,11 +19,12 @@ def plan_schema() -> Schema:
     if schema is None:
         from ..kernels import spec as kernel
         from ..kernels.rows import RowSpec
-        from . import plan
+        from . import gather, plan, scan
         from .fusion_report import FusionReport
         schema = _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
-            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep,
+            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, gather.IndexStep,
+            gather.SliceScatterStep, scan.ScanStep,
             kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
             kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
             FusionReport])

@@ -50,6 +50,8 @@ from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, Conca
 from .rowfusion import RowFusion
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
+from .gather import IndexStep, SliceScatterStep
+from .scan import ScanStep
 from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
                     squeeze_strides, transpose_strides)
 
@@ -218,15 +220,33 @@ class _Planner(KernelGrouping, RowFusion):
         if kind == "slice":   # read in place: an alias of the operand's memory from the first element
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             a = inst.attrs
-            offset = a["lo"] * src.strides[a["axis"]]
+            k, step = a["axis"], a.get("step", 1)
+            offset = a["lo"] * src.strides[k]
+            strides = tuple(s * step if i == k else s for i, s in enumerate(src.strides))  # a step: wider
             if offset == 0:       # starts where the operand does: its slot, fewer elements
-                link = ("slice", (a["axis"], a["lo"], a["hi"]))
-                return Mat(src.slot, tuple(t.shape), str(t.dtype), tuple(src.strides), src.chain + (link,))
+                link = ("slice", (k, a["lo"], a["hi"]) + ((step,) if step != 1 else ()))
+                return Mat(src.slot, tuple(t.shape), str(t.dtype), strides, src.chain + (link,))
             size = math.prod(self.slots[src.slot].shape)
             alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
-            strides = tuple(src.strides)
             return Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+        if kind == "cumsum":   # a numpy/CuPy step (scan.py) on a buffer
+            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(ScanStep(_view(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "sliceScatter":   # zeros, then g written in place at every step-th entry
+            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            a = inst.attrs
+            self.steps.append(SliceScatterStep(_view(src), a["axis"], a["lo"], a["step"], out, name, order))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind in ("take", "scatterAdd"):   # a numpy/CuPy step (gather.py) on buffers
+            src, ids = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
+            self.steps.append(IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)

@@ -114,9 +114,9 @@ def apply_chain(a, chain, xp):
 
 
 def slice_index(rank: int, arg) -> tuple:
-    """numpy's index for a ("slice", (axis, lo, hi)) chain link."""
-    axis, lo, hi = arg
-    return (slice(None),) * axis + (slice(lo, hi),) + (slice(None),) * (rank - axis - 1)
+    """numpy's index for a ("slice", (axis, lo, hi[, step])) chain link."""
+    axis, lo, hi, *step = arg
+    return (slice(None),) * axis + (slice(lo, hi, *step),) + (slice(None),) * (rank - axis - 1)
 
 
 def chain_text(chain) -> str:
@@ -127,7 +127,8 @@ def chain_text(chain) -> str:
         elif op == "reshape":
             parts.append(f".reshape{tuple(arg)}")
         elif op == "slice":
-            parts.append("[" + ", ".join([":"] * arg[0] + [f"{arg[1]}:{arg[2]}"]) + "]")
+            by = f":{arg[3]}" if len(arg) > 3 and arg[3] != 1 else ""
+            parts.append("[" + ", ".join([":"] * arg[0] + [f"{arg[1]}:{arg[2]}{by}"]) + "]")
         elif op == "strided":
             parts.append(f"[strided {tuple(arg[1])}]")
         else:

@@ -1,0 +1,75 @@
+"""`take` and `scatterAdd` as plan steps: numpy on the CPU, CuPy on the GPU.
+
+    take:        out = x[..., ids, ...]                       (along `axis`)
+    scatterAdd:  out = zeros; out[..., ids[j], ...] += g[..., j, ...]   (repeated ids accumulate)
+
+Compiled code clamps every index into [0, size - 1] (numpy's mode="clip"): an out-of-range
+index reads or writes the nearest edge row instead of memory outside the buffer. The reference
+interpreter raises a DlvmError for the same index instead (ir/ops.checked_indices).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import View
+
+
+@dataclass
+class IndexStep:
+    op: str            # "take" or "scatterAdd"
+    src: View          # x (take) or g (scatterAdd)
+    ids: View          # the i32 index vector
+    axis: int
+    size: int          # the indexed axis' length: x's (take) or the result's (scatterAdd)
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return (f"{self.op}: {self.src.text(slots)} at {self.ids.text(slots)} along {self.axis} "
+                f"-> {slots[self.out].label()}    [%{self.value}]")
+
+
+@dataclass
+class SliceScatterStep:
+    """out = zeros; out[..., lo::step, ...] = src along `axis` (a strided slice's adjoint)."""
+    src: View
+    axis: int
+    lo: int
+    step: int
+    out: int
+    value: str = ""
+    order: int = 0
+
+    def text(self, slots) -> str:
+        return (f"sliceScatter: {self.src.text(slots)} at {self.lo}::{self.step} along {self.axis} "
+                f"-> {slots[self.out].label()}    [%{self.value}]")
+
+
+def index_run(step, xp, view_fn):
+    """env -> None running an IndexStep or SliceScatterStep with array module xp (numpy or
+    CuPy); view_fn(chain, xp) turns a view chain into a function (the executor's)."""
+    fs = view_fn(step.src.chain, xp) or (lambda a: a)
+    if isinstance(step, SliceScatterStep):
+        s, o = step.src.slot, step.out
+        n = step.src.shape[step.axis]
+        where = (slice(None),) * step.axis + (slice(step.lo, step.lo + (n - 1) * step.step + 1, step.step),)
+
+        def run_slice_scatter(env):
+            out = env[o]
+            out.fill(0)
+            out[where] = fs(env[s])
+        return run_slice_scatter
+    fi = view_fn(step.ids.chain, xp) or (lambda a: a)
+    s, i, o, axis, top = step.src.slot, step.ids.slot, step.out, step.axis, step.size - 1
+    if step.op == "take":
+        def run_take(env):
+            xp.take(fs(env[s]), xp.clip(fi(env[i]), 0, top), axis=axis, out=env[o])
+        return run_take
+    lead = (slice(None),) * axis
+
+    def run_scatter_add(env):
+        out = env[o]
+        out.fill(0)
+        xp.add.at(out, lead + (xp.clip(fi(env[i]), 0, top),), fs(env[s]))
+    return run_scatter_add
