@@ -149,7 +149,7 @@ func @f: (<3 x 4 x f32>) -> <3 x 4 x f32> {
 
 def test_cumsum_gradient_on_the_emulated_gpu_matches_the_cpu(monkeypatch):
     import fake_cupy
-    from dlvm_eq.codegen import compile
+    from dlvm_eq.pipeline import compile
     x = np.random.default_rng(6).standard_normal((4, 6)).astype(np.float32)
     module = dq.value_and_grad(lambda x: dq.sum(dq.tanh(dq.cumsum(x, axis=1)) * x)).lower(x)
     name = next(iter(module.functions))

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
 import fake_cupy
-from dlvm_eq.codegen import compile
+from dlvm_eq.pipeline import compile
 from dlvm_eq.pipeline import plan_function
 from dlvm_eq.codegen.planning.plan import BlasStep, ConcatStep, CopyStep
 from dlvm_eq.errors import IRError, SourceError

@@ -193,7 +193,7 @@ def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
     the float32 MLP (four parameter arguments, batch 128 in shards of 64) with the compiled
     step pickled to the workers, prints the single process's loss curve and accuracy, and
     exits (a hang at exit would be caught by the time limit)."""
-    from dlvm_eq import demo
+    from dlvm_eq.models import demo
     single = io.StringIO()
     demo.run(epochs=2, out=single)
     # the workers' program (shards of 64 rows) into the disk cache the subprocess inherits:

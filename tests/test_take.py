@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
 import fake_cupy
-from dlvm_eq.codegen import compile
+from dlvm_eq.pipeline import compile
 from dlvm_eq.errors import DlvmError, SourceError
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.parser import parse
