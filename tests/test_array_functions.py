@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
-from dlvm_eq.verify import check_grads
+from dlvm_eq.pipeline import check_grads
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

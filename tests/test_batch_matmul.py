@@ -17,7 +17,7 @@ from dlvm_eq.codegen.planning.plan import BlasStep, ConcatStep, CopyStep
 from dlvm_eq.errors import IRError, SourceError
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.parser import parse
-from dlvm_eq.verify import check_grads
+from dlvm_eq.pipeline import check_grads
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -239,8 +239,8 @@ def test_clip_matches_numpy():
     x = RNG.standard_normal((4, 5)) * 2
     x[np.abs(np.abs(x) - 1) < 1e-3] = 0.0   # no element at a kink, for central differences
     close_everywhere(lambda a: dq.clip(a, -1.0, 1.0), lambda a: np.clip(a, -1.0, 1.0), x)
-    close_everywhere(lambda a: dq.clip(a, hi=0.5), lambda a: np.minimum(a, 0.5), x,
+    close_everywhere(lambda a: dq.clip(a, a_max=0.5), lambda a: np.minimum(a, 0.5), x,
                      targets=["interp"])
     gradient_checks(lambda a: dq.clip(a, -1.0, 1.0), x)
-    with pytest.raises(ShapeError, match="at least one of lo and hi"):
+    with pytest.raises(ShapeError, match="give a_min, a_max or both"):
         dq.clip(x)

@@ -15,7 +15,8 @@ from scipy.special import erf as scipy_erf
 import dlvm_eq as dq
 from dlvm_eq.codegen import KernelInput, KernelSpec, Load, compile_cpu, unary
 from dlvm_eq.codegen import ptx_kernel
-from dlvm_eq.verify import check_grads, verify_gradient
+from dlvm_eq.pipeline import check_grads
+from dlvm_eq.verify import verify_gradient
 
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310, -1e-310, 1e-30, 5.9, 6.0, 6.1, 1e300])
 

@@ -2,7 +2,7 @@
 dot (matrix products), broadcasting multiply and reduce. No loop, no new primitive.
 
     dq.einsum("ij,jk->ik", a, b)      # one dot
-    dq.einsum("bij,bjk->bik", a, b)   # batched: one batched dot, or multiply + reduce
+    dq.einsum("bij,bjk->bik", a, b)   # batched: one batched matmul
     dq.einsum("ii->i", a)             # a diagonal: multiply by the identity, reduce
     dq.einsum("i,j->ij", u, v)        # an outer product: a broadcasting multiply
 
@@ -19,11 +19,10 @@ import re
 
 import numpy as np
 
-from ..errors import IRError
-from ..ir.ops import OPS
-from ..ir.types import F32, TensorType
+from ..ir.types import F32
 from . import ops
 from .constants import arange
+from .linalg import matmul   # numpy's rules: (B, M, K) @ (B, K, N) is one batched product
 from .context import shape_error
 from .ops import shape_of
 from .primitive import promote
@@ -128,8 +127,8 @@ def _contract(x, xt: str, y, yt: str, later: set, sizes):
     b, m, k, n = size(batch), size(x_own), size(summed), size(y_own)
     xm = ops.reshape(_permuted(x, xt, batch + x_own + summed), (b, m, k))
     ym = ops.reshape(_permuted(y, yt, batch + summed + y_own), (b, k, n))
-    product = _batched_matmul(xm, ym) if b > 1 else ops.reshape(
-        ops.matmul(ops.reshape(xm, (m, k)), ops.reshape(ym, (k, n))), (1, m, n))
+    product = matmul(xm, ym) if b > 1 else ops.reshape(
+        matmul(ops.reshape(xm, (m, k)), ops.reshape(ym, (k, n))), (1, m, n))
     return ops.reshape(product, tuple(sizes[c] for c in out_term)), out_term
 
 
@@ -151,25 +150,3 @@ def _arranged(x, term, order, sizes, pad_at=None, pad=0, pad_after=0):
         shape[pad_at:pad_at] = [1] * pad
     shape += [1] * pad_after
     return ops.reshape(x, tuple(shape))
-
-
-@functools.lru_cache(maxsize=1)
-def _dot_takes_batches() -> bool:
-    """Whether the op table's `dot` multiplies stacks of matrices (batched matmul)."""
-    t = TensorType((2, 1, 1), F32)
-    try:
-        OPS["dot"].result_type([t, t], {})
-    except IRError:
-        return False
-    return True
-
-
-def _batched_matmul(a, b):
-    """(B, M, K) @ (B, K, N): the batched `dot` where the op table has one; else a
-    broadcasting multiply to (B, M, K, N) reduced over K (no loop over the batch)."""
-    if _dot_takes_batches():
-        return ops.matmul(a, b)
-    bsz, m, k = shape_of(a)
-    n = shape_of(b)[2]
-    return ops.sum(ops.multiply(ops.reshape(a, (bsz, m, k, 1)), ops.reshape(b, (bsz, 1, k, n))),
-                   axis=2)
