@@ -39,8 +39,9 @@ from .cpu_runtime import MIN_PARALLEL_WORK, aligned_empty, compile_cpu, data_ptr
 from .layout import group_size
 from .kernel import KernelSpec
 from .plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                   RowStep)
+                   RowStep, WindowStep)
 from .rowwise import compile_rows
+from .window import window_run
 from .views import apply_chain
 
 _NP = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i32": np.dtype(np.int32),
@@ -224,6 +225,8 @@ class CpuProgram:
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
             return run_matmul
+        if isinstance(step, WindowStep):
+            return window_run(step, np, [_view_fn(v.chain, np) for v in step.inputs])
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out
@@ -344,6 +347,8 @@ class GpuProgram:
             if self.plan.slots[o].shape == ():   # vector . vector: no 0-d out= in CuPy's matmul
                 return lambda env: cp.copyto(env[o], cp.dot(fa(env[a]), fb(env[b])))
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
+        if isinstance(step, WindowStep):
+            return window_run(step, cp, [_view_fn(v.chain, cp) for v in step.inputs])
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out

@@ -39,14 +39,15 @@ import numpy as np
 
 from ..ir.module import Const as IRConst
 from ..ir.module import Function, Instruction, Module, Value
+from ..ir import window_ops
 from ..ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
-                      UNARY, transpose_perm)
+                      UNARY, WINDOW, transpose_perm)
 from ..ir.inline import Flat, flatten
 from .kernel import (Cast, Const, Expr, KernelInput, KernelSpec, Load, ReduceSpec, Select, binary,
                      c_strides, unary, walk)
 from .epilogue import fuse_epilogues
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
-                   Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
+                   Plan, PlanError, RowStep, Slot, View, WindowStep, step_inputs, step_outputs)
 from .rowfusion import RowFusion, short_op
 from .rowwise import loads, rebuild
 from .schedule import Node, arena, schedule
@@ -293,6 +294,12 @@ class _Planner(RowFusion):
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
             strides = tuple(src.strides)
             return _Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
+        if kind == "window":   # im2col + GEMM, pools: numpy/CuPy over buffers (codegen/window.py)
+            ins = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(WindowStep(inst.op, window_ops.pack(inst.op, inst.attrs),
+                                         tuple(_view(m) for m in ins), out, name, order))
+            return _Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
@@ -576,6 +583,8 @@ def _kind(inst: Instruction) -> str:
         return "dot"
     if inst.op == "concatenate":
         return "concat"
+    if spec.kind == WINDOW:
+        return "window"
     if spec.kind == LITERAL:
         return "const" if np.ndim(inst.attrs["value"]) == 0 else "literal"
     if spec.kind == TUPLE:

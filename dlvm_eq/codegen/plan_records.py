@@ -21,7 +21,7 @@ def plan_schema() -> Schema:
         from .rowwise import RowSpec
         _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
-            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep,
+            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, plan.WindowStep,
             kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
             kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
             FusionReport])

@@ -15,6 +15,7 @@ primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops),
 composites), tracing (trace / call_function), api (make_ir, jit, back ends).
 """
 from .api import DEFAULT_TARGET, Jitted, jit, make_ir, register_backend
+from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
 from .context import TracingError, current_trace, is_tracing
 from .indexing import split
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
@@ -28,6 +29,7 @@ from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure
 
 __all__ = [
     # ops
+    "avg_pool2d", "conv1d", "conv2d", "max_pool2d",
     "abs", "add", "astype", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "exp",
     "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",

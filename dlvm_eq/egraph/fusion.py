@@ -29,13 +29,15 @@ from ..ir.module import Const as IRConst
 from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
+from ..ir.window_ops import WINDOW_OPS
 from .schedule import Budget
 from .fusion_report import FusionReport
 from .terms import egg_float, egg_string, egg_vec, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
-COPY_OPS = ("concatenate", "slice")   # numpy/CuPy steps: they read and write buffers
+# numpy/CuPy steps: they read and write buffers (convolutions and pools too: im2col + GEMM)
+COPY_OPS = ("concatenate", "slice") + WINDOW_OPS
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from ..errors import DlvmError
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
-from ..ir.ops import ELEMENTWISE_KINDS, OPS, transpose_perm
+from ..ir import window_ops
+from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.types import TensorType
 
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
@@ -172,6 +173,8 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
             text = f"(Slice {ops[0][0]} {a['axis']} {a['lo']} {a['hi']})"
         elif inst.op == "dot":
             text = f"(Dot {ops[0][0]} {ops[1][0]})"
+        elif spec.kind == WINDOW:   # tensor operands, then the attributes packed in one IVec
+            text = f"({spec.egg} {' '.join(term for term, _ in ops)} {egg_vec(window_ops.pack(inst.op, a))})"
         else:  # pragma: no cover - every op kind is handled above
             raise DlvmError(f"the e-graph loader has no case for op {inst.op}")
         env[id(inst.result)] = loader.let(text, rt)
