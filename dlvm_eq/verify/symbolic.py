@@ -26,6 +26,7 @@ from ..errors import DlvmError
 from ..ir.module import Const, Function, Module
 from ..ir.ops import slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
+from .window_symbolic import window_table
 
 
 class rint(sp.Function):
@@ -265,6 +266,7 @@ def _build() -> dict[str, Callable]:
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
     table["apply"] = _apply
+    table.update(window_table(as_array, _extremum))   # convolution and pooling
     return table
 
 
