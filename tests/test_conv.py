@@ -18,49 +18,7 @@ from dlvm_eq.ir.parser import parse
 from dlvm_eq.ir.printer import print_module
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 from dlvm_eq.verify import check_grads
-from window_cases import case_window, conv_case, pool_case
-
-
-# ---------------------------------------------------------------- the reference (float64 loops)
-
-def ref_conv2d(x, w, stride, padding, dilation, groups):
-    """sum over taps (i, j) and input channels of x_padded[n, c, s*oh + d*i, s*ow + d*j] * w[o, c, i, j]."""
-    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    t, b, l, r = padding
-    xp = np.zeros((n, c, h + t + b, wd + l + r))
-    xp[:, :, t:t + h, l:l + wd] = x
-    oh = (h + t + b - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wd + l + r - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    y = np.zeros((n, o, oh, ow))
-    og = o // groups
-    for oc in range(o):
-        gi = oc // og
-        for ci in range(cg):
-            for i in range(kh):
-                for j in range(kw):
-                    r0, c0 = i * dilation[0], j * dilation[1]
-                    patch = xp[:, gi * cg + ci, r0:r0 + stride[0] * (oh - 1) + 1:stride[0],
-                               c0:c0 + stride[1] * (ow - 1) + 1:stride[1]]
-                    y[:, oc] += w[oc, ci, i, j] * patch
-    return y
-
-
-def ref_pool(x, kernel, stride, padding, kind):
-    x = np.asarray(x, np.float64)
-    n, c, h, wd = x.shape
-    t, b, l, r = padding
-    fill = -np.inf if kind == "max" else 0.0
-    xp = np.full((n, c, h + t + b, wd + l + r), fill)
-    xp[:, :, t:t + h, l:l + wd] = x
-    oh = (h + t + b - kernel[0]) // stride[0] + 1
-    ow = (wd + l + r - kernel[1]) // stride[1] + 1
-    taps = [xp[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0], j:j + stride[1] * (ow - 1) + 1:stride[1]]
-            for i in range(kernel[0]) for j in range(kernel[1])]
-    if kind == "max":
-        return np.max(taps, axis=0)
-    return np.sum(taps, axis=0) / (kernel[0] * kernel[1])   # count_include_pad, as torch
+from window_cases import case_window, conv_case, pool_case, ref_conv2d, ref_pool
 
 
 def _rng(seed):

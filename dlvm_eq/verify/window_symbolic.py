@@ -46,9 +46,13 @@ def _routed(conds, values):
     return np.frompyfunc(lambda c, v: sp.Piecewise((v, c), (0, True)), 2, 1)(conds, values)
 
 
+_SYMPIFY = np.frompyfunc(sp.sympify, 1, 1)
+
+
 def window_table(as_array, extremum) -> dict:
+    # sympified: array algorithms leave plain 0s (np.zeros of objects) where no tap lands
     def generic(op):
-        return lambda args, attrs, rtype: as_array(window_ops.evaluate(op, np, [as_array(a) for a in args], attrs))
+        return lambda args, attrs, rtype: as_array(_SYMPIFY(window_ops.evaluate(op, np, [as_array(a) for a in args], attrs)))
 
     def max_pool(args, attrs, rtype):
         taps = _taps(args[0], attrs, sp.S.NegativeInfinity)
@@ -61,12 +65,12 @@ def window_table(as_array, extremum) -> dict:
         x, dy = args
         conds = _first_max(_taps(x, attrs, sp.S.NegativeInfinity))
         cols = _routed(conds, np.broadcast_to(np.expand_dims(dy, 2), conds.shape))
-        return as_array(window_ops._spread(np, cols, attrs, x.shape[2:]))
+        return as_array(_SYMPIFY(window_ops._spread(np, cols, attrs, x.shape[2:])))
 
     def max_pool_gather(args, attrs, rtype):
         x, g = args
         conds = _first_max(_taps(x, attrs, sp.S.NegativeInfinity))
-        return as_array(np.sum(_routed(conds, _taps(g, attrs, sp.S.Zero)), axis=2))
+        return as_array(_SYMPIFY(np.sum(_routed(conds, _taps(g, attrs, sp.S.Zero)), axis=2)))
 
     table = {op: generic(op) for op in window_ops.CONV_OPS + ("avgPool2d", "avgPool2dBackward")}
     table.update(maxPool2d=max_pool, maxPool2dBackward=max_pool_backward, maxPool2dGather=max_pool_gather)
