@@ -84,6 +84,10 @@ add, multiply, maximum, minimum = (_on_device(np.add), _on_device(np.multiply),
 broadcast_to, transpose, reshape = (_on_device(np.broadcast_to), _on_device(np.transpose),
                                     _on_device(np.reshape))
 copyto = np.copyto
+# what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
+full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (
+    _on_device(np.full), _on_device(np.arange), _on_device(np.where), _on_device(np.expand_dims),
+    _on_device(np.argmax), _on_device(np.take_along_axis), _on_device(np.sum), _on_device(np.max))
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
     as_strided=lambda a, shape=None, strides=None: _device(np.lib.stride_tricks.as_strided(a, shape, strides))))
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64

@@ -304,3 +304,25 @@ def test_int_inputs_are_convolved_in_f32():
     w = np.ones((1, 1, 2, 2), np.int32)
     ir = str(dq.make_ir(lambda x, w: dq.conv2d(x, w))(x, w))
     assert "dataTypeCast" in ir and "<1 x 1 x 3 x 3 x f32>" in ir
+
+
+# ---------------------------------------------------------------- the GPU plan, emulated
+
+def test_cnn_step_on_the_emulated_gpu_matches_the_cpu(monkeypatch, tmp_path):
+    """The same plan on the gpu target (window steps through CuPy's array API, the kernels
+    around them as PTX assembled by ptxas and emulated: tests/fake_cupy.py)."""
+    import fake_cupy
+    if fake_cupy.PTXAS is None:
+        pytest.skip("ptxas is not installed")
+    from dlvm_eq.codegen import set_cache_dir
+    set_cache_dir(tmp_path)
+    args = _cnn_args(_rng(8), np.float32)
+    step = dq.value_and_grad(_cnn_loss, argnums=(0, 1, 2, 3))
+    v_cpu, g_cpu = dq.jit(step, target="cpu")(*args)
+    with fake_cupy.installed(monkeypatch, sms=2) as cp:
+        v_gpu, g_gpu = dq.jit(step, target="gpu")(*[cp.asarray(a) for a in args])
+        assert isinstance(v_gpu, fake_cupy.DeviceArray)
+        np.testing.assert_allclose(v_gpu.get(), v_cpu, rtol=1e-5)
+        for a, b in zip(g_gpu, g_cpu):
+            assert isinstance(a, fake_cupy.DeviceArray)
+            np.testing.assert_allclose(a.get(), b, rtol=1e-4, atol=1e-5)
