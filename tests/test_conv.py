@@ -326,3 +326,18 @@ def test_cnn_step_on_the_emulated_gpu_matches_the_cpu(monkeypatch, tmp_path):
         for a, b in zip(g_gpu, g_cpu):
             assert isinstance(a, fake_cupy.DeviceArray)
             np.testing.assert_allclose(a.get(), b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("dlvm_eq.codegen", fromlist=["gpu_available"]).gpu_available(),
+                    reason="CUDA is not usable here")
+def test_cnn_step_on_the_gpu_matches_the_cpu():
+    import cupy as cp
+    args = _cnn_args(_rng(9), np.float32)
+    step = dq.value_and_grad(_cnn_loss, argnums=(0, 1, 2, 3))
+    v_cpu, g_cpu = dq.jit(step, target="cpu")(*args)
+    v_gpu, g_gpu = dq.jit(step, target="gpu")(*[cp.asarray(a) for a in args])
+    np.testing.assert_allclose(cp.asnumpy(v_gpu), v_cpu, rtol=1e-5)
+    for a, b in zip(g_gpu, g_cpu):
+        assert isinstance(a, cp.ndarray)
+        np.testing.assert_allclose(cp.asnumpy(a), b, rtol=1e-4, atol=1e-5)
