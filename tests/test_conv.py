@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq.errors import DlvmError, SourceError
-from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
+from dlvm_eq.ir import Module, interpret
 from dlvm_eq.ir.parser import parse
 from dlvm_eq.ir.printer import print_module
 from dlvm_eq.ir.window_ops import WINDOW_OPS
