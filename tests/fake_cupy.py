@@ -87,6 +87,10 @@ copyto = np.copyto
 take, clip = _on_device(np.take), _on_device(np.clip)     # gather steps (codegen/gather.py)
 cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/scan.py)
 add.at = np.add.at                                        # CuPy's ufunc.at, as scatterAdd calls it
+# what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
+full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (
+    _on_device(np.full), _on_device(np.arange), _on_device(np.where), _on_device(np.expand_dims),
+    _on_device(np.argmax), _on_device(np.take_along_axis), _on_device(np.sum), _on_device(np.max))
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
     as_strided=lambda a, shape=None, strides=None: _device(np.lib.stride_tricks.as_strided(a, shape, strides))))
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64

@@ -21,6 +21,9 @@ from dlvm_eq.ir.interp import run_function
 from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
 from dlvm_eq.ir.types import BOOL, DType, TupleType
 
+from window_cases import case_window
+from dlvm_eq.ir.window_ops import WINDOW_OPS
+
 RULES = rule_file("adjoint.egg").read_text()
 
 
@@ -233,7 +236,8 @@ CASES = {**{op: case_unary for op in OPS if OPS[op].kind == UNARY},
          "reduce": case_reduce, "shapeCast": case_shape_cast, "padShape": case_pad_shape,
          "squeezeShape": case_squeeze_shape, "broadcast": case_broadcast,
          "dataTypeCast": case_cast, "concatenate": case_concatenate, "slice": case_slice,
-         "apply": case_call, "tuple": case_call, "extract": case_call}
+         "apply": case_call, "tuple": case_call, "extract": case_call,
+         **{op: case_window for op in WINDOW_OPS}}
 
 
 # ---- issue 14 part B (batched matmul, take, scatterAdd): own block
@@ -295,7 +299,8 @@ def test_every_differentiable_op_has_a_case():
 def test_op_adjoint_matches_finite_differences(op):
     rng = np.random.default_rng(zlib.crc32(op.encode()))
     for trial in range(4 if op in ("reduce", "transpose", "dot", "concatenate", "slice", "broadcast",
-                                   "take", "scatterAdd", "strided slice", "sliceScatter") else 2):
+                                   "take", "scatterAdd", "strided slice", "sliceScatter")
+                       + WINDOW_OPS else 2):
         case = CASES[op](op, rng)
         fn, args, module = case if len(case) == 3 else (*case, None)
         if trial == 0:

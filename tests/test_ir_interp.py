@@ -11,6 +11,8 @@ from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir import (BOOL, F32, F64, I32, OPS, Const, FunctionBuilder, Module, TensorType,
                         TupleType, interpret)
 from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
+from dlvm_eq.ir.window_ops import WINDOW_OPS
+from window_cases import check_window_op
 
 RNG = np.random.default_rng(1234)
 
@@ -345,6 +347,12 @@ def check_apply(op):
     close(interpret(m, "f", v), v - v * v, F32)
 
 
+def check_window(op):
+    rng = np.random.default_rng(len(op))
+    for _ in range(8):
+        check_window_op(op, rng)
+
+
 CHECKS = {
     **{op: check_unary for op in REF_UNARY}, **{op: check_binary for op in REF_BINARY},
     **{op: check_compare for op in REF_COMPARE}, **{op: check_logic for op in REF_LOGIC},
@@ -353,6 +361,7 @@ CHECKS = {
     "broadcast": check_broadcast, "dataTypeCast": check_dataTypeCast, "concatenate": check_concatenate,
     "slice": check_slice,
     "literal": check_literal, "tuple": check_tuple, "extract": check_extract, "apply": check_apply,
+    **{op: check_window for op in WINDOW_OPS},
 }
 
 

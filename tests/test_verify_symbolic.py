@@ -14,6 +14,8 @@ T23, T3, T32 = tensor(2, 3, F32), tensor(3, F32), tensor(3, 2, F32)
 B23 = tensor(2, 3, BOOL)
 _ANY, _POS = (-2.0, 2.0), (0.2, 2.5)
 UNARY_DOMAIN = {"log": _POS, "sqrt": _POS, "rsqrt": _POS, "log1p": _POS}
+_CONV = {"stride": (2, 1), "padding": (1, 0, 0, 1), "dilation": (1, 2), "groups": 1}
+_POOL = {"kernel": (2, 2), "stride": (1, 1), "padding": (1, 0, 0, 0)}
 EXAMPLES = {
     **{name: ([T23], {}, UNARY_DOMAIN.get(name, _ANY)) for name, s in OPS.items()
        if s.kind == "unary"},
@@ -42,6 +44,15 @@ EXAMPLES = {
     "cumsum": ([T23], {"axis": 1, "reverse": True}, _ANY),
     "take": None,        # indices must be concrete, not symbols: tests/test_take.py
     "scatterAdd": None,  # likewise
+    # convolution and pooling: odd sizes, asymmetric padding, a stride, groups, overlapping windows
+    "conv2d": ([tensor(1, 2, 3, 4, F32), tensor(2, 1, 2, 2, F32)], {**_CONV, "groups": 2}, _ANY),
+    "conv2dBackwardInput": ([tensor(1, 2, 2, 3, F32), tensor(2, 2, 2, 2, F32)], {**_CONV, "size": (3, 4)}, _ANY),
+    "conv2dBackwardWeight": ([tensor(1, 2, 3, 4, F32), tensor(1, 2, 2, 3, F32)], {**_CONV, "size": (2, 2)}, _ANY),
+    "maxPool2d": ([tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
+    "maxPool2dBackward": ([tensor(1, 1, 3, 4, F32), tensor(1, 1, 3, 3, F32)], _POOL, _ANY),
+    "maxPool2dGather": ([tensor(1, 1, 3, 4, F32), tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
+    "avgPool2d": ([tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
+    "avgPool2dBackward": ([tensor(1, 1, 3, 3, F32)], {**_POOL, "size": (3, 4)}, _ANY),
     "extract": None,   # needs a tuple operand: checked through evaluate_function below
     "apply": None,     # needs a module: checked through evaluate_function below
 }

@@ -22,6 +22,7 @@ targets live in dlvm_eq/pipeline (trace + compile). May import: ir, errors.
 from .tensor import Tensor  # first: tensor.py, primitive.py and indexing.py import each other
 from .api import make_ir  # noqa: E402
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like  # noqa: E402
+from .conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
 from .context import TracingError, current_trace, is_tracing
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .einsum import einsum
@@ -44,6 +45,7 @@ from . import optim  # noqa: E402 (last: it is written with the ops above)
 
 __all__ = [
     # ops
+    "avg_pool2d", "conv1d", "conv2d", "max_pool2d",
     "abs", "add", "argmax", "argmin", "astype", "clip", "cumsum", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
     "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",

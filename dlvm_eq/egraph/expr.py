@@ -23,7 +23,8 @@ import re
 
 from ..errors import DlvmError, IRError
 from ..ir.module import Const, Function, FunctionBuilder
-from ..ir.ops import OPS, UNARY_OPS
+from ..ir import window_ops
+from ..ir.ops import OPS, UNARY_OPS, WINDOW
 from ..ir.types import DType, TensorType
 from .serialized import EGG_TO_OP, Graph
 
@@ -204,6 +205,8 @@ class _Builder:
         if op == "slice":
             return self.emit(op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]),
                              hi=int(args[3]))
+        if spec.kind == WINDOW:     # operands, then the packed attributes (window_ops.pack)
+            return self.emit(op, [self.sexpr(a) for a in args[:-1]], **window_ops.unpack(op, _vec(args[-1])))
         if spec.arity is not None and len(args) != spec.arity:
             raise ExpressionError(f"({head} ...) takes {spec.arity} operand(s), got {len(args)}")
         return self.emit(op, [self.sexpr(a) for a in args])

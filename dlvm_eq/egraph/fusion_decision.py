@@ -29,13 +29,15 @@ from ..ir.module import Const as IRConst
 from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
+from ..ir.window_ops import WINDOW_OPS
 from .ruleset_schedule import Budget
 from ..codegen import FusionReport   # the plan's record of this decision (plain data)
 from .lets import Let, LetTable, inline, let_name
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
-COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum")   # numpy/CuPy steps: they read and write buffers
+# numpy/CuPy steps: they read and write buffers (convolutions and pools too: im2col + GEMM)
+COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum") + WINDOW_OPS
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from ..errors import DlvmError
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
-from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, transpose_perm
+from ..ir import window_ops
+from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.types import TensorType
 from .lets import Let, LetTable, commands
 
@@ -137,6 +138,8 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
         return loader.let("ScatterAdd", (x, ops[1][0], int(a["axis"]), int(a["size"])), rt)
     if spec.kind == DOT:     # dot, batchMatmul
         return loader.let(spec.egg, (x, ops[1][0]), rt)
+    if spec.kind == WINDOW:  # tensor operands, then the attributes packed in one IVec
+        return loader.let(spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt)
     raise DlvmError(f"the e-graph loader has no case for op {inst.op}")  # pragma: no cover
 
 

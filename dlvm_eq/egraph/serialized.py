@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import IRError
-from ..ir.ops import OPS
+from ..ir import window_ops
+from ..ir.ops import OPS, WINDOW
 from ..ir.types import DType, TensorType
 
 EGG_TO_OP: dict[str, str] = {spec.egg: name for name, spec in OPS.items()
@@ -124,6 +125,8 @@ def _decode(g: Graph, nid: str) -> Decoded:
                                            "step": int(p(ch[3])), "size": int(p(ch[4]))})
     if egg == "ScatterAdd":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
+    if OPS[op].kind == WINDOW:   # tensor operands, then one IVec of packed attributes
+        return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
     return Decoded(egg, op, tuple(ch), {})
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ..ir.ops import ELEMENTWISE_KINDS, OPS
+from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
 from .machine import Machine, machine
+from .window_cost import window_seconds
 
 INF = math.inf
 
@@ -113,4 +114,6 @@ class TargetCost:
         if op in ("Transpose", "Concatenate", "Slice", "Take", "ScatterAdd", "StridedSlice", "SliceScatter",
                   "Cumsum"):
             return self.kernel_seconds(0, t, copies=2)
+        if kind == WINDOW:
+            return window_seconds(self, op, t, child)
         return INF               # helper constructors (Adjoint, ...) are not programs

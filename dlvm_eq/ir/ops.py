@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import IRError
+from . import window_ops
 from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
 
 # Kinds group ops that every stage treats alike.
@@ -27,6 +28,8 @@ SLICE = "slice"
 # take and scatterAdd read or write along an axis at integer indices (a numpy/CuPy plan step)
 GATHER = "gather"
 SCAN = "scan"      # cumsum: a numpy/CuPy plan step
+# convolution and pooling (window_ops.py): a sliding window over the two trailing axes
+WINDOW = "window"
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -507,6 +510,14 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("tuple", TUPLE, None, "Tuple", _tuple_type, lambda args, at: tuple(args)))
     add(OpSpec("extract", TUPLE, 1, "Extract", _extract_type, lambda args, at: args[0][at["index"]],
                attrs=("index",)))
+    # ---- convolution and pooling (issue 14, part C): NCHW, torch's semantics, window_ops.py
+    for name in window_ops.WINDOW_OPS:
+        add(OpSpec(name, WINDOW, window_ops.ARITY[name], _PASCAL(name),
+                   (lambda n: lambda ts, at: window_ops.result_type(n, ts, at))(name),
+                   (lambda n: lambda args, at: window_ops.evaluate(n, np, args, at))(name),
+                   attrs=window_ops.attr_names(name), float_only=True,
+                   nondiff_operands=window_ops.NONDIFF.get(name, ())))
+    # ---- end of convolution and pooling
     add(OpSpec("apply", CALL, None, "Apply", _apply_type, _unevaluable, attrs=("callee", "type")))
     # ---- issue 14 part B (batched matmul, ...): own block
     # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;

@@ -33,9 +33,10 @@ from ..errors import DlvmError, IRError, SourceError
 from .fastlines import names as fast_names
 from .fastlines import scan
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
-from .ops import OPS, REDUCE_COMBINATORS
+from .ops import OPS, REDUCE_COMBINATORS, WINDOW
 from .parser_tables import lark_parser
 from .types import DType, TensorType, TupleType, Type, size_problem
+from .window_syntax import read_window_attrs
 
 MAX_RANK = 32                  # numpy's limit is 64; no real program comes near either
 MAX_DIM = 2**31 - 1
@@ -629,10 +630,15 @@ class _FunctionReader:
 
     # -- per-op syntax (the printer's format_instruction, in reverse)
     def generic(self, tree: Tree):
-        name, operands = tree.children
+        name, operands, *attr_trees = tree.children
         spec = OPS.get(str(name))
         if spec is None:
             raise self.src.at(name, f"unknown op '{name}'" + _suggest(name, OPS))
+        if spec.kind == WINDOW:
+            attrs = read_window_attrs(self.src, str(name), name, attr_trees, read_int)
+            return str(name), self.operands(operands), attrs
+        if attr_trees:
+            raise self.src.at(attr_trees[0], f"{name} takes no attributes")
         if spec.attrs:
             raise self.src.at(name, f"{name} is written with its attributes "
                               f"({', '.join(spec.attrs)}); this generic form has none")

@@ -14,6 +14,7 @@ import numpy as np
 
 from .module import AdjointDecl, Const, Function, Instruction, Module
 from .ops import transpose_perm
+from .window_ops import WINDOW_OPS, attr_names
 from .types import DType, TensorType
 
 
@@ -97,9 +98,22 @@ def format_instruction(inst: Instruction) -> str:
         text = f"literal ({args}): {inst.result.type}"
     elif name == "apply":
         text = f"apply @{a['callee']}({args})"
+    elif name in WINDOW_OPS:
+        text = f"{name} {args} {format_window_attrs(name, a)}"
     else:
         text = f"{name} {args}"
     return f"%{inst.result.name} = {text}"
+
+
+def format_window_attrs(op: str, attrs: dict) -> str:
+    """`stride [1, 1] padding [1, 1] dilation [1, 1] groups 1`; a padding of equal sides as [ph, pw]."""
+    parts = []
+    for name in attr_names(op):
+        v = attrs[name]
+        if name == "padding" and v[0] == v[1] and v[2] == v[3]:
+            v = (v[0], v[2])
+        parts.append(f"{name} {v}" if isinstance(v, int) else f"{name} [{', '.join(map(str, v))}]")
+    return " ".join(parts)
 
 
 def format_adjoint(d: AdjointDecl) -> str:

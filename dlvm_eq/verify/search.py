@@ -21,6 +21,8 @@ from ..ir.types import DType, TensorType, broadcast_shapes
 from .obligation import Obligation
 from .pattern import PRIM_SORTS, VEC, PCall, PVar, variables
 from .terms import Evaluator, Untypable, check_constant
+from .window_search import HEADS as WINDOW_HEADS
+from .window_search import window_attr_domain
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ class _Search:
             return list(dict.fromkeys(("f32", "f64", "bool") + self.dtypes))
         if head == "Adjoint":
             return [0, 1, 2]
+        if head in WINDOW_HEADS:       # convolution and pooling: packed attribute vectors
+            return window_attr_domain(head)
         t = self._operand(parent, asg)
         if t is None:
             return None

@@ -27,6 +27,7 @@ from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
 from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
+from .window_symbolic import window_table
 
 
 class rint(sp.Function):
@@ -318,6 +319,7 @@ def _build() -> dict[str, Callable]:
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
     table["apply"] = _apply
+    table.update(window_table(as_array, _extremum))   # convolution and pooling
     return table
 
 

@@ -21,12 +21,14 @@ import sympy as sp
 
 from ..egraph.serialized import EGG_TO_OP
 from ..errors import DlvmError
+from ..ir import window_ops
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, SELECT
 from ..ir.types import DType, TensorType
 from .helpers import HelperTypeError
 from .identity import derivative
 from .pattern import PCall, PLit, PVar, Vocab, pshow
 from .symbolic import apply_op, as_array, number, scalar_array, symbol_array
+from .window_search import HEADS as WINDOW_HEADS
 
 
 class Untypable(Exception):
@@ -60,6 +62,8 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"axis": int(prims[0])}
         if head == "ScatterAdd":
             return {"axis": int(prims[0]), "size": int(prims[1])}
+        if head in WINDOW_HEADS:     # one packed attribute vector (ir/window_ops.pack)
+            return window_ops.unpack(WINDOW_HEADS[head], tuple(int(v) for v in prims[0]))
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
     return {}

@@ -39,11 +39,12 @@ from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.threads import rest_workers
 from ..kernels.spec import DTYPES, KernelSpec
 from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                   RowStep)
+                   RowStep, WindowStep)
 from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
 from ..planning.scan import ScanStep, scan_run
+from ..planning.window import window_run
 
 KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
 
@@ -214,6 +215,8 @@ class CpuProgram:
             return index_run(step, np, _view_fn)
         if isinstance(step, ScanStep):
             return scan_run(step, np, _view_fn)
+        if isinstance(step, WindowStep):
+            return window_run(step, np, [_view_fn(v.chain, np) for v in step.inputs])
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out
@@ -338,6 +341,8 @@ class GpuProgram:
             return index_run(step, cp, _view_fn)
         if isinstance(step, ScanStep):
             return scan_run(step, cp, _view_fn)
+        if isinstance(step, WindowStep):
+            return window_run(step, cp, [_view_fn(v.chain, cp) for v in step.inputs])
         if isinstance(step, ConcatStep):
             parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]
             axis, o = step.axis, step.out

@@ -24,6 +24,7 @@ import numpy as np
 from ...errors import DlvmError
 from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
 from .views import chain_text
+from .window import WindowStep
 
 PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"
 
@@ -189,7 +190,7 @@ class GemmStep:
                 f"    [{' '.join('%' + v for v in self.epilogue.values)}]")
 
 
-Step = Union[KernelStep, RowStep, BlasStep, GemmStep, ConcatStep, CopyStep, AliasStep]
+Step = Union[KernelStep, RowStep, BlasStep, GemmStep, ConcatStep, CopyStep, AliasStep, WindowStep]
 
 
 def step_inputs(step: Step) -> tuple[int, ...]:
@@ -204,6 +205,8 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return tuple(p.slot for p in step.parts)
     if isinstance(step, AliasStep):
         return (step.src,)
+    if isinstance(step, WindowStep):
+        return tuple(v.slot for v in step.inputs)
     ids = getattr(step, "ids", None)     # gather.IndexStep reads its indices too
     return (step.src.slot,) if ids is None else (step.src.slot, ids.slot)
 

@@ -23,7 +23,8 @@ def plan_schema() -> Schema:
         from .fusion_report import FusionReport
         schema = _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
             plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
-            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, gather.IndexStep,
+            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, plan.WindowStep,
+            gather.IndexStep,
             gather.SliceScatterStep, scan.ScanStep,
             kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
             kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,

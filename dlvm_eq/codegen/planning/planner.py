@@ -39,14 +39,15 @@ import numpy as np
 from ...ir.inline import Flat
 from ...ir.module import Const as IRConst
 from ...ir.module import Instruction, Value
+from ...ir import window_ops
 from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
-                       UNARY, transpose_perm)
+                       UNARY, WINDOW, transpose_perm)
 from ..kernels.rows import loads, rebuild
 from ..kernels.spec import DTYPES, Cast, Const, Expr, Load, Select, binary, c_strides, unary
 from .epilogue import fuse_epilogues
 from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
-                   Plan, PlanError, RowStep, Slot, View, step_inputs, step_outputs)
+                   Plan, PlanError, RowStep, Slot, View, WindowStep, step_inputs, step_outputs)
 from .rowfusion import RowFusion
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
@@ -247,6 +248,12 @@ class _Planner(KernelGrouping, RowFusion):
             size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
             self.steps.append(IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order))
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "window":   # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
+            ins = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            self.steps.append(WindowStep(inst.op, window_ops.pack(inst.op, inst.attrs),
+                                         tuple(_view(m) for m in ins), out, name, order))
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
@@ -384,6 +391,8 @@ def _kind(inst: Instruction) -> str:
         return "dot"
     if inst.op == "concatenate":
         return "concat"
+    if spec.kind == WINDOW:
+        return "window"
     if spec.kind == LITERAL:
         return "const" if np.ndim(inst.attrs["value"]) == 0 else "literal"
     if spec.kind == TUPLE:
