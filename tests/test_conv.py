@@ -17,7 +17,7 @@ from dlvm_eq.ir import Module, interpret
 from dlvm_eq.ir.parser import parse
 from dlvm_eq.ir.printer import print_module
 from dlvm_eq.ir.window_ops import WINDOW_OPS
-from dlvm_eq.verify import check_grads
+from dlvm_eq.pipeline import check_grads
 from window_cases import case_window, conv_case, pool_case, ref_conv2d, ref_pool
 
 
