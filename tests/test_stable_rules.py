@@ -3,6 +3,8 @@ after dq.optimize / compile, the optimized IR holds the stable form (checked str
 and the interpreter without the optimizer still runs the program as written."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,13 @@ def test_logistic_loss_at_30_on_cpu():
     want = exact_logistic(Z, Y)
     got = float(dq.jit(logistic, target="cpu")(Z, Y))
     assert np.isfinite(got) and abs(got - want) <= 1e-4 * abs(want)
+
+
+def test_logreg_example_explains_its_stable_form():
+    module = dq.load(Path(__file__).resolve().parent.parent / "examples" / "logreg.dl")
+    (written, extracted), = dq.optimize(module, func="loss", explain=True).report["loss"].results
+    assert "log(sigmoid(x @ w + b))" in written and "log" not in extracted
+    assert "softplus(-(x @ w + b))" in extracted and "softplus(x @ w + b)" in extracted
 
 
 def test_stable_program_is_kept_even_where_the_cost_model_prices_it_higher():
