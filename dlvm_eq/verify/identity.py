@@ -333,6 +333,15 @@ def canonical(e) -> str:
     return _SYMBOL.sub(lambda m: f"Symbol('{index.get(m.group(1), m.group(1))}'", sp.srepr(e))
 
 
+def _logs_factored(e):
+    """Common factors out of every log's argument, then log(a*b) = log a + log b: proves that a
+    shift cancels, log(sum(exp(x - m))) = log(sum(exp x)) - m, which simplify does not see
+    (with m a Max, before any case split)."""
+    e = sp.expand(e)
+    e = e.replace(lambda t: isinstance(t, sp.log), lambda t: sp.log(sp.factor_terms(t.args[0])))
+    return sp.expand(sp.expand_log(e, force=True))
+
+
 class ZeroProver:
     """Decides d == 0 for sympy expressions, caching by canonical form."""
 
@@ -357,6 +366,8 @@ class ZeroProver:
         piecewise = d.has(*_PIECEWISE)
         if self._zero(sp.expand, d, deadline):
             return PROVEN
+        if d.has(sp.log) and self._zero(_logs_factored, d, deadline):
+            return PROVEN   # log(sum(exp(x - m))) + m = log(sum(exp x)): a shifted logsumexp
         if piecewise and self._by_cells(d, deadline):   # before simplify: it is slow on these
             return PROVEN_AE
         if self._zero(_by_groups, d, deadline):
