@@ -69,6 +69,7 @@ def test_logistic_loss_at_30_is_finite_and_exact_after_optimize():
     m, result, fn = optimized(logistic, Z, Y)
     # as written, log(1 - sigmoid(30)) = log(0): the interpreter without the optimizer says so
     assert not np.isfinite(interpret(m, "logistic", Z, Y))
+    assert not np.isfinite(dq.jit(logistic, target="interp")(Z, Y))   # no optimizer there either
     # structurally: softplus, and no log of a sigmoid or of 1 - sigmoid
     ops = ops_of(fn)
     assert ops.count("softplus") == 2 and "log" not in ops and "sigmoid" not in ops, fn
