@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlvm_eq as dq
+from dlvm_eq.egraph.stability import stable_rules_fired
 from dlvm_eq.ir import F32, F64, I32, Module, interpret, verify
 from dlvm_eq.ir.ops import BINARY, DOT, LAYOUT, REDUCE, SLICE, UNARY
 from ir_programs import random_function, random_inputs
@@ -22,7 +23,9 @@ def _check(fn, float64: bool = True, rtol: float = 1e-9):
     m.add(fn)
     result = dq.optimize(m, budget={"seconds": 2.0})
     verify(result.module)
-    assert result.cost_after <= result.cost_before
+    # never dearer, except where a numerical-stability rewrite outranks the cost model
+    assert result.cost_after <= result.cost_before or any(
+        stable_rules_fired(f.saturation.rule_matches) for f in result.report if f.saturation)
     rng = np.random.default_rng(0)
     for _ in range(2):
         args = random_inputs(fn, rng, float64=float64)

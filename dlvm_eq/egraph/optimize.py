@@ -40,6 +40,7 @@ from .serialized import Graph, class_types
 from .session import EGraphSession
 from .lets import Let
 from .loader import LoadedProgram, load_function
+from .stability import stable_rules_fired
 from .rule_origin import blame_user_rules
 from .unload import unload
 
@@ -349,7 +350,10 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
             raise blamed from None
         warnings.warn(f"optimize: @{fn.name}: the extracted program is invalid ({e}); kept the original")
         fr.kept_original, fr.note = True, f"internal error: {e}"
-    if not fr.kept_original and after < before:
+    stable = stable_rules_fired(res.saturation.rule_matches) if res.saturation else []
+    if not fr.kept_original and (after < before or stable):
+        if after >= before:   # stability outranks the cost model (egraph/stability.py)
+            fr.note = "kept although not cheaper: numerically stable forms (" + ", ".join(stable) + ")"
         fr.cost_after, fr.ops_after = after, len(new.body)
         new.adjoint, new.location = fn.adjoint, fn.location
         return new, fr

@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields, replace
 from ..errors import DlvmError
 
 # rules/algebra.egg's rulesets, in the order one saturation round runs them
-ALGEBRA_RULESETS = ("identities", "fold", "transpose", "matmul", "reduce", "sumproduct", "layout")
+ALGEBRA_RULESETS = ("identities", "fold", "stable", "softmax", "transpose", "matmul", "merge", "factor",
+                    "cheap", "reduce", "sumproduct", "layout")
 DEFAULT = ""   # egglog's default ruleset: rules of user files that name no ruleset
 
 

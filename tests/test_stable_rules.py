@@ -1,0 +1,130 @@
+"""rules/algebra.egg's `stable` ruleset: losses written the unstable way are finite and exact
+after dq.optimize / compile, the optimized IR holds the stable form (checked structurally),
+and the interpreter without the optimizer still runs the program as written."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dlvm_eq as dq
+from dlvm_eq.ir import interpret
+
+
+def logistic(z, y):
+    p = dq.sigmoid(z)
+    return dq.sum(-(y * dq.log(p) + (1 - y) * dq.log(1 - p)))
+
+
+def raw_logsumexp(x):
+    return dq.sum(dq.log(dq.sum(dq.exp(x), axis=1)))
+
+
+def raw_log_softmax_loss(x, y):
+    e = dq.exp(x)
+    return -dq.sum(y * dq.log(e / dq.sum(e, axis=1, keepdims=True)))
+
+
+Z = np.array([30.0, -30.0, 30.0, -30.0, 1.5], np.float32)
+Y = np.array([0.0, 1.0, 1.0, 0.0, 1.0], np.float32)
+# logits far beyond exp's f32 range (exp(89) overflows)
+X = np.array([[200.0, 3.0, -50.0, 1.0], [-300.0, -310.0, -290.0, -305.0], [0.5, 0.25, -0.5, 1.0]],
+             np.float32)
+ONEHOT = np.eye(4, dtype=np.float32)[[0, 2, 3]]
+
+
+def exact_logistic(z, y):
+    z = z.astype(np.float64)
+    return float(np.sum(y * np.logaddexp(0.0, -z) + (1 - y) * np.logaddexp(0.0, z)))
+
+
+def exact_logsumexp(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
+
+
+def ops_of(fn) -> list[str]:
+    return [ins.op for ins in fn.body]
+
+
+def producers(fn) -> dict[str, str]:
+    return {ins.result.name: ins.op for ins in fn.body}
+
+
+def operand_ops(fn, op: str) -> list[list[str | None]]:
+    """For each instruction `op`, the ops that produce its operands (None: a parameter/literal)."""
+    made = producers(fn)
+    return [[made.get(getattr(o, "name", None)) for o in ins.operands] for ins in fn.body if ins.op == op]
+
+
+def optimized(f, *args):
+    m = dq.make_ir(f)(*args)
+    result = dq.optimize(m)
+    return m, result, result.module[f.__name__]
+
+
+def test_logistic_loss_at_30_is_finite_and_exact_after_optimize():
+    m, result, fn = optimized(logistic, Z, Y)
+    # as written, log(1 - sigmoid(30)) = log(0): the interpreter without the optimizer says so
+    assert not np.isfinite(interpret(m, "logistic", Z, Y))
+    assert not np.isfinite(dq.jit(logistic, target="interp")(Z, Y))   # no optimizer there either
+    # structurally: softplus, and no log of a sigmoid or of 1 - sigmoid
+    ops = ops_of(fn)
+    assert ops.count("softplus") == 2 and "log" not in ops and "sigmoid" not in ops, fn
+    fr = result.report["logistic"]
+    assert not fr.kept_original
+    assert {"stable: log(sigmoid z)", "stable: log(1-sigmoid z)"} <= set(fr.saturation.rule_matches)
+    got = float(interpret(result.module, "logistic", Z, Y))
+    assert np.isfinite(got) and abs(got - exact_logistic(Z, Y)) <= 1e-4 * abs(exact_logistic(Z, Y))
+
+
+def test_logistic_loss_at_30_on_cpu():
+    want = exact_logistic(Z, Y)
+    got = float(dq.jit(logistic, target="cpu")(Z, Y))
+    assert np.isfinite(got) and abs(got - want) <= 1e-4 * abs(want)
+
+
+def test_logreg_example_explains_its_stable_form():
+    module = dq.load(Path(__file__).resolve().parent.parent / "examples" / "logreg.dl")
+    (written, extracted), = dq.optimize(module, func="loss", explain=True).report["loss"].results
+    assert "log(sigmoid(x @ w + b))" in written and "log" not in extracted
+    assert "softplus(-(x @ w + b))" in extracted and "softplus(x @ w + b)" in extracted
+
+
+def test_stable_program_is_kept_even_where_the_cost_model_prices_it_higher():
+    m, result, fn = optimized(raw_logsumexp, X)
+    fr = result.report["raw_logsumexp"]
+    # the max-shift costs a reduction more than the program as written: kept for stability
+    assert fr.cost_after >= fr.cost_before and not fr.kept_original
+    assert "numerically stable" in str(result.report)
+    assert any(ins.op == "reduce" and "max" in str(ins.attrs) for ins in fn.body), fn
+    # exp reads x minus its maximum, never x itself
+    assert all(ops == ["subtract"] for ops in operand_ops(fn, "exp")), fn
+    assert not np.isfinite(interpret(m, "raw_logsumexp", X))
+    got = interpret(result.module, "raw_logsumexp", X)
+    np.testing.assert_allclose(got, exact_logsumexp(X).sum(), rtol=1e-5)
+
+
+def test_log_of_softmax_becomes_log_softmax():
+    m, result, fn = optimized(raw_log_softmax_loss, X, ONEHOT)
+    # no division by the softmax's denominator: logits minus logsumexp
+    assert "divide" not in ops_of(fn), fn
+    assert all(ops == ["subtract"] for ops in operand_ops(fn, "exp")), fn
+    x = X.astype(np.float64)
+    want = -np.sum(ONEHOT * (x - exact_logsumexp(X)[:, None]))
+    # f32 terms of size ~300 cancel to ~1: their rounding (3e-5 each) bounds the error
+    np.testing.assert_allclose(interpret(result.module, "raw_log_softmax_loss", X, ONEHOT), want, atol=1e-3)
+    np.testing.assert_allclose(dq.jit(raw_log_softmax_loss, target="cpu")(X, ONEHOT), want, atol=1e-3)
+
+
+@pytest.mark.parametrize("z", [-30.0, -3.0, 0.0, 2.5, 30.0])
+def test_gradient_of_the_logistic_loss_stays_finite(z):
+    """The adjoint is expanded on the program as written; 1 - sigmoid z = sigmoid(-z) in the
+    same e-graph keeps its division finite at z = 30."""
+    zs, ys = np.array([z, -z], np.float32), np.array([1.0, 0.0], np.float32)
+    g = dq.grad(logistic)(zs, ys)
+    zz = zs.astype(np.float64)
+    want = 1 / (1 + np.exp(-zz)) - ys       # d/dz of the logistic loss
+    np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
