@@ -7,7 +7,7 @@ import numpy as np
 
 import dlvm_eq as dq
 from dlvm_eq.ad.driver import adjoint_function
-from dlvm_eq.codegen.plan import CopyStep
+from dlvm_eq.codegen.planning.plan import CopyStep
 from dlvm_eq.ir import Module, interpret
 from dlvm_eq.models import mlp
 
