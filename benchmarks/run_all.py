@@ -27,6 +27,7 @@ BENCHMARKS = {
     "softmax": ([], ["--update", str(REPORT)]),
     "mlp_step": ([], ["--update", str(REPORT)]),
     "contention": ([], ["--update", str(REPORT)]),
+    "egraph_value": ([], ["--update", str(REPORT)]),
     "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
 }
 
