@@ -28,6 +28,7 @@ BENCHMARKS = {
     "mlp_step": ([], ["--update", str(REPORT)]),
     "contention": ([], ["--update", str(REPORT)]),
     "egraph_value": ([], ["--update", str(REPORT)]),
+    "models": ([], ["--update", str(REPORT)]),
     "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
 }
 
