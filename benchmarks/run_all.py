@@ -28,6 +28,8 @@ BENCHMARKS = {
     "mlp_step": ([], ["--update", str(REPORT)]),
     "contention": ([], ["--update", str(REPORT)]),
     "data_parallel": ([], ["--update", str(REPORT)]),
+    "egraph_value": ([], ["--update", str(REPORT)]),
+    "models": ([], ["--update", str(REPORT)]),
     "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
 }
 

@@ -37,7 +37,7 @@ from typing import Sequence
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 from .machine import Machine
-from .target_cost import FLOPS
+from .target_cost import flops_per_element
 
 LOAD = "Load"
 # A kernel body expands at most this many scalar classes per member: the planner splits fused
@@ -48,11 +48,12 @@ EXPAND_LIMIT = 320
 VIEW_OPS = frozenset(("SBroadcast", "STranspose", "SShapeCast", "SPadShape", "SSqueezeShape"))
 
 
-def scalar_flops(op: str) -> float:
-    """Flops per element of a scalar constructor ("SExp" -> Exp's); views are index maps."""
+def scalar_flops(op: str, mc: Machine | None = None) -> float:
+    """Flops per element of a scalar constructor ("SExp" -> Exp's, as measured on `mc` when it
+    was calibrated); views are index maps."""
     if op in VIEW_OPS:
         return 0.0
-    return float(FLOPS.get(op[1:], 1))
+    return flops_per_element(op[1:], mc)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class FusionProblem:
                 if op == LOAD:
                     loads.append(g.children[n][0])
                 elif op.startswith("S") and op[1:2].isupper():
-                    f = scalar_flops(op)
+                    f = scalar_flops(op, self.machine)
                     kids = tuple(k for k in g.children[n] if _is_scalar(g, k))
                     if best is None or f < best[0]:
                         best = (f, kids)

@@ -5,14 +5,23 @@ copy bandwidth, 238-436 GFLOP/s sgemm); the GPU figures are an H100/H200-class d
 ~4 TB/s, ~60 TFLOP/s fp32). Only ratios matter to extraction; absolute values make the
 reported costs read as estimated seconds.
 
+`dlvm-eq calibrate` measures this host instead (`profile.py`); `machine(target)` returns the
+measured description when this host has a profile, and the shipped defaults otherwise. A
+measured machine also knows the per-element cost of each op class (`op_flops`) and matmul times
+over a grid of shapes (`matmul_seconds` interpolates them): a product that takes milliseconds
+is priced by what such products take here, not by a peak rate.
+
     >>> MACHINES["cpu"].blas_rate > MACHINES["cpu"].flop_rate
     True
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+import math
+from dataclasses import dataclass, field
 
 from ..errors import DlvmError
+from .profile import MatmulPoint, Profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,29 @@ class Machine:
     launch: float             # seconds per kernel launch or BLAS call
     fused_fraction: float = 0.25   # share of its output traffic and launch a fusable op pays
     node_overhead: float = 1e-10   # seconds per non-view e-node, so that fewer ops win ties
+    reduce_rate: float = 0.0       # reduced elements/s; 0: the flop rate
+    pool_wake: float = 0.0         # extra seconds of a launch that wakes the worker pool
+    op_flops: dict = field(default_factory=dict, hash=False)   # constructor -> flops/element
+    matmul_grid: tuple = ()        # ((flops, seconds), ...) sorted by flops, measured
+    profile: str = ""              # digest of the profile it came from; "" for the defaults
+
+    def matmul_seconds(self, m: int, k: int, n: int) -> float:
+        """Seconds of one (m, k) @ (k, n): interpolated between the measured products of
+        nearest size (log-log), or a call plus flops at the BLAS rate without measurements."""
+        flops = 2.0 * m * k * n
+        grid = self.matmul_grid
+        if not grid:
+            return self.launch + flops / self.blas_rate
+        sizes = [f for f, _ in grid]
+        i = bisect.bisect_left(sizes, flops)
+        if i == 0:
+            return grid[0][1]                      # smaller than any measured: the call dominates
+        if i == len(grid):
+            f, t = grid[-1]
+            return t * flops / f                   # beyond the grid: the largest one's rate
+        (f0, t0), (f1, t1) = grid[i - 1], grid[i]
+        w = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
+        return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
 
 
 MACHINES: dict[str, Machine] = {
@@ -32,11 +64,50 @@ MACHINES: dict[str, Machine] = {
 }
 
 
+def from_profile(profile: Profile, default: Machine) -> Machine:
+    """The machine a profile measured; what it did not measure comes from `default`."""
+    grid = _matmul_grid(profile.matmuls)
+    blas_rate = max((f / t for f, t in grid), default=default.blas_rate)
+    return Machine(profile.target, bandwidth=profile.bandwidth, flop_rate=profile.flop_rate,
+                   blas_rate=blas_rate, launch=profile.launch,
+                   fused_fraction=default.fused_fraction, node_overhead=default.node_overhead,
+                   reduce_rate=profile.reduce_rate, pool_wake=profile.pool_wake,
+                   op_flops=dict(profile.op_flops), matmul_grid=grid, profile=profile.digest())
+
+
+def _matmul_grid(points: tuple[MatmulPoint, ...]) -> tuple[tuple[float, float], ...]:
+    """One (flops, seconds) per product size, the fastest layout (extraction folds transposes
+    into operand flags, so the best layout is the one a program gets), times non-decreasing
+    in size so that interpolation never prices a bigger product below a smaller one."""
+    best: dict[float, float] = {}
+    for p in points:
+        best[p.flops] = min(best.get(p.flops, math.inf), p.seconds)
+    grid, slowest = [], 0.0
+    for f in sorted(best):
+        slowest = max(slowest, best[f])
+        grid.append((f, slowest))
+    return tuple(grid)
+
+
 def machine(target: str | Machine) -> Machine:
-    """The machine description of a target name (`cpu`, `gpu`), or the Machine itself."""
+    """The machine description of a target name (`cpu`, `gpu`): this host's measured profile
+    when there is one, else the shipped defaults; or the Machine itself."""
     if isinstance(target, Machine):
         return target
     try:
-        return MACHINES[target]
+        default = MACHINES[target]
     except KeyError:
         raise DlvmError(f"unknown target {target!r}; expected one of {', '.join(MACHINES)}") from None
+    profile = load_profile(target)
+    return default if profile is None else _calibrated(profile, default)
+
+
+_CALIBRATED: dict[str, Machine] = {}
+
+
+def _calibrated(profile: Profile, default: Machine) -> Machine:
+    key = profile.digest()
+    m = _CALIBRATED.get(key)
+    if m is None:
+        m = _CALIBRATED[key] = from_profile(profile, default)
+    return m

@@ -42,6 +42,14 @@ FLOPS.update({op: 20 for op in ("Exp", "Log", "Tanh", "Sigmoid", "Softplus", "Lo
                                  "Sin", "Cos", "Tan", "Sinh", "Cosh")})
 
 
+def flops_per_element(op: str, mc: Machine | None = None) -> float:
+    """An elementwise constructor's cost per element in flops: measured on a calibrated
+    machine (`dlvm-eq calibrate`), else the FLOPS table."""
+    if mc is not None and op in mc.op_flops:
+        return float(mc.op_flops[op])
+    return float(FLOPS.get(op, 1))
+
+
 class TargetCost:
     """A cost model (`node_cost(graph, node_id)`) for one target and one e-graph's class types."""
 
@@ -51,17 +59,17 @@ class TargetCost:
 
     # ------------------------------------------------------------ formulas
     def dot_seconds(self, m: int, k: int, n: int) -> float:
-        return self.machine.launch + 2.0 * m * k * n / self.machine.blas_rate
+        return self.machine.matmul_seconds(m, k, n)
 
     def elementwise_seconds(self, op: str, t: TensorType) -> float:
         mc = self.machine
         n = t.size
-        return (mc.node_overhead + n * FLOPS.get(op, 1) / mc.flop_rate
+        return (mc.node_overhead + n * flops_per_element(op, mc) / mc.flop_rate
                 + mc.fused_fraction * (n * t.dtype.itemsize / mc.bandwidth + mc.launch))
 
     def kernel_seconds(self, elements_in: int, t_out: TensorType, copies: int = 1) -> float:
         mc = self.machine
-        return (mc.node_overhead + mc.launch + elements_in / mc.flop_rate
+        return (mc.node_overhead + mc.launch + elements_in / (mc.reduce_rate or mc.flop_rate)
                 + copies * t_out.size * t_out.dtype.itemsize / mc.bandwidth)
 
     # ------------------------------------------------------------ the cost model

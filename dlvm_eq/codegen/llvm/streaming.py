@@ -20,13 +20,16 @@ from .loops import counted_loop, i64
 from .lower_expr import storage_type
 
 TILE = 1024              # elements per tile: <= 8 KiB of scratch per f64 output, fits L1
+
+
 def last_level_cache_bytes() -> int:
     """The largest CPU cache this process sees (Linux sysfs), 0 when unknown."""
     import glob
     best = 0
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
         try:
-            text = open(path).read().strip().upper()
+            with open(path) as f:      # closed here, not whenever the GC runs
+                text = f.read().strip().upper()
             best = max(best, int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
         except (OSError, ValueError):
             continue

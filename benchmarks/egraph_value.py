@@ -1,0 +1,293 @@
+"""What the e-graph buys on real training steps: each model's value-and-gradient program compiled
+twice for the CPU, with the algebra off (`dq.compile(..., optimize=False)`) and on, by the same
+code generator with the same fusion, side by side in one run.
+
+    .venv/bin/python benchmarks/egraph_value.py                          # prints the table
+    .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
+
+For each model: the measured speedup (median step time off / on, the two taking turns round by
+round), the speedup the cost model predicted (its program cost before / after extraction), the
+rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
+against the reference interpreter before anything is timed. Under the table: the Spearman rank
+correlation between predicted and measured program times over all the programs, and how far
+each prediction is from its measurement (the calibration target: rho >= 0.9, within 1.5x).
+Run `dlvm-eq calibrate` first to price with this machine's measured profile; the table says
+which cost model priced it. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed (the script
+restarts itself without them), as in the other benchmarks.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import reexec_without  # noqa: E402
+
+UNSET = reexec_without()
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from common import machine_line, markdown_table, update_section  # noqa: E402
+
+SECTION = "## What the e-graph buys (algebra off vs on)"
+rng = np.random.default_rng(0)
+
+
+def f32(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---------------------------------------------------------------- the models (loss, args, argnums)
+
+def mlp():
+    import dlvm_eq as dq
+    from dlvm_eq.models import mlp as m
+    params = m.init_params([784, 256, 10], seed=0)
+    x = rng.random((256, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    return "MLP 784-256-10, batch 256", m.loss, (*params, x, y), (0, 1, 2, 3)
+
+
+def _softmax_rows(s):
+    import dlvm_eq as dq
+    e = dq.exp(s - dq.max(s, axis=1, keepdims=True))
+    return e / dq.sum(e, axis=1, keepdims=True)
+
+
+def attention():
+    import dlvm_eq as dq
+    T, D = 128, 64
+
+    def loss(wq, wk, wv, wo, x, y):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
+        return dq.mean(dq.square((p @ v) @ wo - y))
+    ws = [f32(D, D, scale=D ** -0.5) for _ in range(4)]
+    return f"attention block, seq {T}, d {D}", loss, (*ws, f32(T, D), f32(T, D)), (0, 1, 2, 3)
+
+
+def _layer_norm(h):
+    import dlvm_eq as dq
+    mu = dq.mean(h, axis=1, keepdims=True)
+    c = h - mu
+    return c / dq.sqrt(dq.mean(c * c, axis=1, keepdims=True) + 1e-5)
+
+
+def _gelu(h):
+    import dlvm_eq as dq
+    return 0.5 * h * (1.0 + dq.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+
+
+def transformer():
+    import dlvm_eq as dq
+    T, D, F = 128, 64, 256
+
+    def loss(wq, wk, wv, wo, w1, w2, x, y):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
+        h = _layer_norm(x + (p @ v) @ wo)
+        out = _layer_norm(h + _gelu(h @ w1) @ w2)
+        return dq.mean(dq.square(out - y))
+    ws = [f32(D, D, scale=D ** -0.5) for _ in range(4)] + [f32(D, F, scale=D ** -0.5), f32(F, D, scale=F ** -0.5)]
+    return (f"transformer encoder layer (1 head), seq {T}, d {D}, MLP {F}", loss,
+            (*ws, f32(T, D), f32(T, D)), tuple(range(6)))
+
+
+def lstm():
+    import dlvm_eq as dq
+    STEPS, B, X, H = 8, 32, 16, 32
+
+    def loss(w, b, wo, y, *xs):
+        h = c = np.zeros((B, H), np.float32)
+        for x in xs:
+            z = dq.concatenate([x, h], axis=1) @ w + b
+            i, f, o, g = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+            c = dq.sigmoid(f) * c + dq.sigmoid(i) * dq.tanh(g)
+            h = dq.sigmoid(o) * dq.tanh(c)
+        return dq.mean(dq.square(h @ wo - y))
+    args = (f32(X + H, 4 * H, scale=0.2), f32(4 * H, scale=0.1), f32(H, 1, scale=0.3), f32(B, 1),
+            *[f32(B, X) for _ in range(STEPS)])
+    return f"LSTM, {STEPS} steps, batch {B}, hidden {H}", loss, args, (0, 1, 2)
+
+
+def matrix_factorization():
+    import dlvm_eq as dq
+    U, I, R = 512, 384, 32
+
+    def loss(u, v, ratings, mask):
+        err = (u @ dq.transpose(v) - ratings) * mask
+        return dq.sum(err * err) / U + 0.01 * (dq.sum(u * u) + dq.sum(v * v))
+    mask = (rng.random((U, I)) < 0.1).astype(np.float32)
+    return (f"matrix factorization {U}x{I}, rank {R}", loss,
+            (f32(U, R, scale=0.1), f32(I, R, scale=0.1), f32(U, I), mask), (0, 1))
+
+
+def logistic():
+    import dlvm_eq as dq
+    N, D = 1024, 128
+
+    def loss(w, b, x, y):
+        p = dq.sigmoid(x @ w + b)
+        return -dq.mean(y * dq.log(p) + (1.0 - y) * dq.log(1.0 - p))
+    y = (rng.random((N, 1)) < 0.5).astype(np.float32)
+    return (f"logistic regression, log(sigmoid) as written, {N}x{D}", loss,
+            (f32(D, 1, scale=0.05), f32(1), f32(N, D), y), (0, 1))
+
+
+def as_written():
+    import dlvm_eq as dq
+    N = 256
+
+    def loss(a, b, c, d, x):
+        t = dq.transpose(dq.transpose(a))                 # a transpose of a transpose
+        chain = ((t @ b) @ c) @ d                         # (256x256)(256x256)(256x8)(8x1): badly associated
+        return dq.sum(dq.square(chain - x)) + dq.sum(dq.transpose(dq.transpose(b)) * 0.0)
+    return (f"as a user wrote it: redundant transposes, badly associated {N}-chain", loss,
+            (f32(N, N, scale=N ** -0.5), f32(N, N, scale=N ** -0.5), f32(N, 8), f32(8, 1), f32(N, 1)),
+            (0, 1))
+
+
+MODELS = [mlp, attention, transformer, lstm, matrix_factorization, logistic, as_written]
+
+
+# ---------------------------------------------------------------- measuring
+
+def build(model, algebra: bool):
+    """(title, module holding the value-and-gradient function, its name, args). With the
+    algebra off, the adjoint is extracted without the algebra rules too: differentiation
+    itself runs in the e-graph, and would otherwise already optimize the program."""
+    import dlvm_eq as dq
+    from dlvm_eq.ad import adjoint_function
+    from dlvm_eq.ir.module import Module
+    title, loss, args, argnums = model()
+    loss.__name__ = model.__name__
+    forward = dq.make_ir(loss)(*args)[model.__name__]
+    grad = adjoint_function(None, forward, wrt=argnums, keeping=(0,), tuple_result=True,
+                            optimize=algebra, name=f"{model.__name__}_step")
+    module = Module(grad.name)
+    module.add(grad)
+    return title, module, grad.name, args
+
+
+def flat(out):
+    if isinstance(out, (tuple, list)):
+        return [a for o in out for a in flat(o)]
+    return [np.asarray(out, np.float64)]
+
+
+def check(name, module, fname, args, compiled):
+    import dlvm_eq as dq
+    want = flat(dq.interpret(module, fname, *args))
+    for label, f in compiled.items():
+        got = flat(f(*args))
+        for w, g in zip(want, got):
+            scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+            if not np.allclose(g, w, rtol=2e-3, atol=2e-3 * scale):
+                raise SystemExit(f"{name}: the {label} program disagrees with the interpreter "
+                                 f"(max error {np.max(np.abs(g - w)):.3g})")
+
+
+def time_pair(off, on, args, rounds: int, steps: int) -> tuple[float, float]:
+    """Median seconds per call of each, taking turns round by round."""
+    times = {"off": [], "on": []}
+    for f in (off, on):
+        for _ in range(3):
+            f(*args)
+    for _ in range(rounds):
+        for label, f in (("off", off), ("on", on)):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                f(*args)
+            times[label].append((time.perf_counter() - t0) / steps)
+    return statistics.median(times["off"]), statistics.median(times["on"])
+
+
+def spearman(xs, ys) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        for pos, i in enumerate(order):
+            r[i] = pos
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(xs)
+    mx, my = sum(rx) / n, sum(ry) / n
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / var if var else float("nan")
+
+
+def predicted_seconds(module, name) -> float:
+    """The cost model's estimate of the program a compiled function runs."""
+    from dlvm_eq.egraph.optimize import program_cost
+    return program_cost(module[name], module, target="cpu")
+
+
+def run(rounds: int, steps: int, only=None):
+    import dlvm_eq as dq
+    from dlvm_eq.extract.machine import machine
+    rows, programs = [], []
+    for model in MODELS:
+        if only and model.__name__ not in only:
+            continue
+        title, plain, fname, args = build(model, algebra=False)
+        _, algebraic, _, _ = build(model, algebra=True)
+        off = dq.compile(plain, fname, target="cpu", optimize=False)
+        t0 = time.perf_counter()
+        result = dq.optimize(algebraic, fname, target="cpu")
+        optimized = result.module
+        on = dq.compile(optimized, fname, target="cpu", optimize=False)
+        optimize_s = time.perf_counter() - t0
+        check(title, plain, fname, args, {"unoptimized": off, "optimized": on})
+        t_off, t_on = time_pair(off, on, args, rounds, steps)
+        p_off, p_on = predicted_seconds(plain, fname), predicted_seconds(optimized, fname)
+        fr = result.report[fname]
+        sat = fr.saturation
+        fired = ", ".join(f"{r} x{n}" for r, n in (sat.top_rules()[:4] if sat else []))
+        rows.append([title, f"{t_off * 1e3:.3f}", f"{t_on * 1e3:.3f}", f"{t_off / t_on:.2f}x",
+                     f"{p_off / p_on:.2f}x", f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
+                     f"{optimize_s:.2f} s", fired or "none"])
+        programs += [(p_off, t_off), (p_on, t_on)]
+        print(f"  {title}: off {t_off * 1e3:.3f} ms (predicted {p_off * 1e3:.3f}), "
+              f"on {t_on * 1e3:.3f} ms (predicted {p_on * 1e3:.3f})", flush=True)
+    mc = machine("cpu")
+    return rows, programs, ("measured profile " + mc.profile) if mc.profile else "shipped defaults"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
+    ap.add_argument("--update", type=Path, help="write the section into this markdown file")
+    args = ap.parse_args(argv)
+    rows, programs, cost_model = run(args.rounds, args.steps, args.only)
+    speedups = [float(r[3][:-1]) for r in rows]
+    gmean = math.exp(sum(map(math.log, speedups)) / len(speedups))
+    table = markdown_table(["model", "off ms", "on ms", "measured speedup", "predicted speedup",
+                            "e-graph", "differentiate + optimize", "rules fired (top 4)"], rows)
+    predicted, measured = [p for p, _ in programs], [m for _, m in programs]
+    rho = spearman(predicted, measured) if len(programs) > 2 else float("nan")
+    factors = [max(p / m, m / p) for p, m in programs if p > 0 and m > 0]
+    summary = (f"geometric-mean measured speedup {gmean:.2f}x over {len(rows)} models; slowest "
+               f"{min(speedups):.2f}x. Predicted vs measured program times ({len(programs)} programs, "
+               f"cost model: {cost_model}): Spearman rho {rho:.2f}; prediction / measurement within "
+               f"{max(factors):.1f}x at worst, median {statistics.median(factors):.1f}x.")
+    stamp = datetime.date.today().isoformat()
+    text = (f"{SECTION}\n\n`.venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md` "
+            f"({stamp}; {machine_line()}"
+            + (f"; unset {', '.join(UNSET)}" if UNSET else "") + ")\n\n" + table + "\n\n" + summary + "\n")
+    print(text)
+    if args.update:
+        update_section(args.update, SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

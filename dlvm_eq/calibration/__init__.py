@@ -1,0 +1,57 @@
+"""`dlvm-eq calibrate`: time this machine, so that the cost model prices e-nodes by what they
+take here (Tensat's measured operator costs), and store the result as a profile.
+
+    profile = calibrate("cpu")        # about half a minute; writes <cache dir>/profiles/cpu.json
+    print(profile_table(profile))
+
+It may import codegen (to build the kernels it times) and extract (the profile's data type);
+nothing below imports it: the cost model reads the stored profile, not this package.
+"""
+from __future__ import annotations
+
+import datetime
+import time
+
+from ..errors import DlvmError
+from ..extract.profile import Profile, host_id, write_profile
+from . import measure
+
+
+def calibrate(target: str = "cpu", write: bool = True) -> Profile:
+    """Measure `target` on this host; write the profile to the cache directory unless told not
+    to. Only the CPU is measured so far."""
+    if target != "cpu":
+        raise DlvmError(f"calibrating target {target!r} is not supported yet; only 'cpu' is "
+                        f"(the gpu cost model keeps its shipped H100-class defaults)")
+    t0 = time.perf_counter()
+    rate = measure.flop_rate()
+    launch, pool_wake = measure.launch_overheads()
+    profile = Profile(
+        target=target, host=host_id(), bandwidth=measure.bandwidth(), flop_rate=rate,
+        launch=launch, pool_wake=pool_wake, reduce_rate=measure.reduce_rate(),
+        op_flops=measure.op_flops(rate), matmuls=tuple(measure.matmuls()),
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    profile = Profile(**{**profile.__dict__, "seconds": round(time.perf_counter() - t0, 2)})
+    if write:
+        write_profile(profile)
+    return profile
+
+
+def profile_table(p: Profile) -> str:
+    """The profile as a reader wants it: rates with units, then the products."""
+    lines = [f"machine profile ({p.target}) of {p.host}, measured {p.measured_at} in {p.seconds:.1f} s",
+             f"  bandwidth     {p.bandwidth / 1e9:8.1f} GB/s   (streaming map, read + write)",
+             f"  elementwise   {p.flop_rate / 1e9:8.1f} GFLOP/s (multiply-add chain, in cache)",
+             f"  reductions    {p.reduce_rate / 1e9:8.2f} G elements/s",
+             f"  kernel call   {p.launch * 1e6:8.2f} us; waking the pool +{p.pool_wake * 1e6:.2f} us",
+             "  op classes (flops per element): " + ", ".join(
+                 f"{op} {v:.0f}" for op, v in sorted(p.op_flops.items())),
+             "  products (m x k x n, layout: seconds, GFLOP/s):"]
+    for q in p.matmuls:
+        layout = ("T" if q.trans_a else "N") + ("T" if q.trans_b else "N")
+        lines.append(f"    {q.m:5d} x {q.k:5d} x {q.n:5d} {layout}: {q.seconds * 1e6:10.1f} us "
+                     f"{q.flops / q.seconds / 1e9:8.1f}")
+    return "\n".join(lines)
+
+
+__all__ = ["calibrate", "profile_table"]

@@ -1,0 +1,161 @@
+"""The timings behind a machine profile, each a small compiled program run as compiled code
+runs it: kernels through `compile_cpu` (the same JIT, thread split and pool), products through
+the executor's matmul path (our GEMM where the host uses it, numpy's BLAS otherwise).
+
+Every figure is a median over repeats after one warm-up call, with a per-measurement time cap,
+so a whole calibration stays within its budget on a busy machine (and is then noisier: the
+profile records when it was measured; run it on a quiet machine).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, binary, compile_cpu, unary
+from ..extract.profile import MatmulPoint
+
+# elementwise op classes timed one by one; the others of a class are priced like its member
+# (the polynomial of tanh is that of exp plus a division, sinh/cosh are two exps...)
+OP_CLASSES = {
+    "Exp": ("exp", ("Exp", "Expm1")), "Log": ("log", ("Log", "Log1p")),
+    "Tanh": ("tanh", ("Tanh",)), "Sigmoid": ("sigmoid", ("Sigmoid",)),
+    "Softplus": ("softplus", ("Softplus",)), "Sin": ("sin", ("Sin", "Cos", "Tan")),
+    "Sqrt": ("sqrt", ("Sqrt",)), "Rsqrt": ("rsqrt", ("Rsqrt",)),
+}
+BINARY_CLASSES = {"Divide": "divide", "Power": "power"}
+SINH_COSH = ("Sinh", "Cosh")     # two exponentials and an add
+
+# products measured: the MLP's and attention's shapes, squares across cache levels, skinny ones
+MATMUL_SHAPES = [(m, m, m) for m in (16, 32, 64, 128, 256, 512, 1024)] + [
+    (256, 784, 256), (256, 256, 10), (784, 256, 256), (256, 10, 256), (128, 64, 128),
+    (2048, 256, 256), (64, 4096, 64), (4096, 64, 64)]
+LAYOUTS = ((False, False), (True, False), (False, True))
+
+STREAM_ELEMENTS = 1 << 23         # 32 MiB of f32: beyond the last-level cache
+CACHED_ELEMENTS = 1 << 14         # 64 KiB: inside L2 of every core
+FMA_CHAIN = 16                    # multiply-adds per element in the flop-rate kernel
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 9, cap_s: float = 1.0) -> float:
+    """Median wall time of fn() over up to `repeats` runs after a warm-up, stopping early once
+    `cap_s` is spent (at least 3 runs)."""
+    fn()
+    times, spent = [], 0.0
+    while len(times) < repeats and (len(times) < 3 or spent < cap_s):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        spent += dt
+    return statistics.median(times)
+
+
+def per_call(fn: Callable[[], object], calls: int) -> Callable[[], None]:
+    """fn repeated `calls` times: timing short calls in batches amortizes the timer."""
+    def run():
+        for _ in range(calls):
+            fn()
+    return run
+
+
+def _map_kernel(name: str, n: int, body, inputs: int = 1):
+    return compile_cpu(KernelSpec(name, (n,), [KernelInput("f32")] * inputs, [body]))
+
+
+def bandwidth() -> float:
+    """Bytes/s of a streaming map y = x + 1 over arrays beyond the cache (read + write)."""
+    k = _map_kernel("calib_stream", STREAM_ELEMENTS, Load(0) + 1.0)
+    x = np.ones(STREAM_ELEMENTS, np.float32)
+    out = np.empty_like(x)
+    t = median_seconds(lambda: k(x, out=out), repeats=5)
+    return 2 * x.nbytes / t
+
+
+def _cached_time(name: str, body, inputs: int = 1) -> float:
+    """Seconds per element of a map over cached data (many calls per timing)."""
+    n = CACHED_ELEMENTS
+    k = _map_kernel(f"calib_{name}", n, body, inputs)
+    xs = [np.linspace(0.1, 2.0, n, dtype=np.float32) for _ in range(inputs)]
+    out = np.empty(n, np.float32)
+    calls = 50
+    return median_seconds(per_call(lambda: k(*xs, out=out), calls)) / calls / n
+
+
+def flop_rate() -> float:
+    """Elementwise flop/s of compiled code: a chain of FMA_CHAIN multiply-adds per element
+    on cached data (2 flops each)."""
+    x = Load(0)
+    body = x
+    for _ in range(FMA_CHAIN):
+        body = body * 0.999 + 0.001
+    per_element = _cached_time("fma", body)
+    return 2 * FMA_CHAIN / per_element
+
+
+def op_flops(rate: float) -> dict[str, float]:
+    """Each op class's cost per element in flop equivalents at `rate`: its kernel's time per
+    element on cached data, less that of the copy-like kernel around it."""
+    base = _cached_time("add", Load(0) + 1.0)
+    out: dict[str, float] = {}
+    for op, (dlvm, members) in OP_CLASSES.items():
+        t = _cached_time(dlvm, unary(dlvm, Load(0)) + 1.0)
+        for member in members:
+            out[member] = max(1.0, (t - base) * rate)
+    for op, dlvm in BINARY_CLASSES.items():
+        t = _cached_time(dlvm, binary(dlvm, Load(0), Load(1)) + 1.0, inputs=2)
+        out[op] = max(1.0, (t - base) * rate)
+    for op in SINH_COSH:
+        out[op] = 2 * out["Exp"] + 1
+    return out
+
+
+def reduce_rate() -> float:
+    """Reduced elements/s of a sum over a large array (one output)."""
+    n = STREAM_ELEMENTS
+    k = compile_cpu(ReduceSpec("calib_sum", (n,), [KernelInput("f32")], Load(0), "add", (0,)))
+    x = np.ones(n, np.float32)
+    return n / median_seconds(lambda: k(x), repeats=5)
+
+
+def launch_overheads() -> tuple[float, float]:
+    """(seconds of one kernel call that runs on the calling thread, extra seconds when a call
+    is big enough to split over the worker pool)."""
+    tiny = _map_kernel("calib_tiny", 8, Load(0) + 1.0)
+    x, out = np.ones(8, np.float32), np.empty(8, np.float32)
+    calls = 2000
+    launch = median_seconds(per_call(lambda: tiny(x, out=out), calls)) / calls
+    # just above the size where work is split over threads vs just below: the difference, less
+    # the extra elements' share, is what waking the pool costs
+    from ..codegen.runtime.threads import MIN_PARALLEL_WORK
+    below, above = MIN_PARALLEL_WORK - 64, 2 * MIN_PARALLEL_WORK
+    ks = {n: _map_kernel(f"calib_split_{n}", n, Load(0) + 1.0) for n in (below, above)}
+    bufs = {n: (np.ones(n, np.float32), np.empty(n, np.float32)) for n in ks}
+    calls = 200
+    t = {n: median_seconds(per_call(lambda n=n: ks[n](*bufs[n][:1], out=bufs[n][1]), calls)) / calls
+         for n in ks}
+    serial_above = t[below] * above / below
+    return launch, max(0.0, t[above] - serial_above / 2)
+
+
+def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3) -> list[MatmulPoint]:
+    """Each product through the path compiled code takes: out = op(a) @ op(b)."""
+    from ..codegen.runtime.gemm_runtime import matmul as executor_matmul
+    rng = np.random.default_rng(0)
+    points = []
+    for m, k, n in shapes:
+        for ta, tb in layouts:
+            a = rng.random((k, m) if ta else (m, k), dtype=np.float32)
+            b = rng.random((n, k) if tb else (k, n), dtype=np.float32)
+            a_op, b_op = (a.T if ta else a), (b.T if tb else b)
+            out = np.empty((m, n), np.float32)
+
+            def run(a_op=a_op, b_op=b_op, out=out):
+                if not executor_matmul(a_op, b_op, out):
+                    np.matmul(a_op, b_op, out=out)
+            calls = max(1, int(2e6 // (2 * m * k * n)) or 1)
+            t = median_seconds(per_call(run, calls), repeats=5, cap_s=cap_s) / calls
+            points.append(MatmulPoint(m, k, n, t, ta, tb))
+    return points

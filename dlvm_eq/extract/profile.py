@@ -1,0 +1,182 @@
+"""A measured machine profile: what `dlvm-eq calibrate` timed on this host, as JSON data.
+
+Tensat prices e-nodes with measured operator times; this is the same idea for our cost model
+(`machine.py`, `target_cost.py`, `fusion_cost.py`): the profile holds the host's measured
+memory bandwidth, elementwise flop rate, per-element cost of each op class (exp, log, tanh,
+division...) in flop equivalents, reduction rate, kernel launch and pool wake-up overheads,
+and matmul times over a grid of shapes. Without a profile the shipped defaults
+(`machine.MACHINES`) are used.
+
+    profile = Profile.from_json(text)           # raises ProfileError on anything malformed
+    write_profile(profile)                      # <cache dir>/profiles/<target>.json
+    current = load_profile("cpu")               # None without one; a warning if it is corrupt
+
+A profile is data only (numbers and names), read with `json`: nothing on disk runs code. It is
+tied to the host it was measured on (`host_id`): a profile from another machine (a cache
+directory shared by CI) is ignored with a warning rather than trusted.
+
+Shared state: `_LOADED` memoizes one profile per target and process; a race between two
+threads reads the same file twice and keeps either result (they are equal).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..cache import default_cache_dir
+from ..errors import DlvmError
+
+PROFILE_VERSION = 1
+
+
+class ProfileError(DlvmError):
+    """A profile file that is not a profile of this version."""
+
+
+@dataclass(frozen=True)
+class MatmulPoint:
+    """One measured product: (m, k) @ (k, n) in `seconds`, operands transposed as flagged."""
+    m: int
+    k: int
+    n: int
+    seconds: float
+    trans_a: bool = False
+    trans_b: bool = False
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.k * self.n
+
+
+@dataclass(frozen=True)
+class Profile:
+    target: str
+    host: str                          # host_id() where it was measured
+    bandwidth: float                   # bytes/s, read + write, streaming
+    flop_rate: float                   # elementwise flop/s, all cores, in cache
+    launch: float                      # seconds per kernel call (argument checks + call)
+    pool_wake: float                   # extra seconds when a call wakes the worker pool
+    reduce_rate: float                 # reduced elements/s (a sum over a large array)
+    op_flops: dict[str, float] = field(default_factory=dict)   # constructor -> flops/element
+    matmuls: tuple[MatmulPoint, ...] = ()
+    measured_at: str = ""
+    seconds: float = 0.0               # how long the calibration took
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["version"] = PROFILE_VERSION
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Profile":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ProfileError(f"not JSON: {e}") from None
+        if not isinstance(data, dict) or data.get("version") != PROFILE_VERSION:
+            raise ProfileError(f"not a version-{PROFILE_VERSION} profile")
+        try:
+            matmuls = tuple(MatmulPoint(int(p["m"]), int(p["k"]), int(p["n"]), _positive(p["seconds"]),
+                                        bool(p.get("trans_a", False)), bool(p.get("trans_b", False)))
+                            for p in data["matmuls"])
+            op_flops = {str(k): _positive(v) for k, v in data["op_flops"].items()}
+            return cls(target=str(data["target"]), host=str(data["host"]),
+                       bandwidth=_positive(data["bandwidth"]), flop_rate=_positive(data["flop_rate"]),
+                       launch=_positive(data["launch"]), pool_wake=_non_negative(data["pool_wake"]),
+                       reduce_rate=_positive(data["reduce_rate"]), op_flops=op_flops,
+                       matmuls=matmuls, measured_at=str(data.get("measured_at", "")),
+                       seconds=_non_negative(data.get("seconds", 0.0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
+
+    def digest(self) -> str:
+        """Names the profile in cache keys: an extraction made under one profile is not reused
+        under another."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+def _positive(v) -> float:
+    x = float(v)
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{v!r} is not a positive number")
+    return x
+
+
+def _non_negative(v) -> float:
+    x = float(v)
+    if not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"{v!r} is not a non-negative number")
+    return x
+
+
+def host_id() -> str:
+    """The CPU model, architecture and usable CPU count: a profile is only valid where these
+    match (the count because bandwidth and flop rates are measured over all cores)."""
+    model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{platform.machine()} {model} x{cpus}"
+
+
+def profile_path(target: str) -> Path:
+    return default_cache_dir() / "profiles" / f"{target}.json"
+
+
+def write_profile(profile: Profile) -> Path:
+    """Write atomically (a reader sees the old profile or the new one, never half of one)."""
+    path = profile_path(profile.target)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(profile.to_json())
+    os.replace(tmp, path)
+    _LOADED.pop(profile.target, None)
+    return path
+
+
+_LOADED: dict[str, Profile | None] = {}
+
+
+def load_profile(target: str) -> Profile | None:
+    """This host's profile for `target`, or None (no file; or a corrupt or foreign one, with a
+    warning, so that compiling goes on with the shipped defaults)."""
+    if target in _LOADED:
+        return _LOADED[target]
+    path = profile_path(target)
+    profile = None
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = None
+    except OSError as e:
+        warnings.warn(f"cannot read the machine profile {path} ({e}); using the default cost model")
+        text = None
+    if text is not None:
+        try:
+            profile = Profile.from_json(text)
+        except ProfileError as e:
+            warnings.warn(f"ignoring the machine profile {path}: {e}; using the default cost model "
+                          f"(run `dlvm-eq calibrate` to measure a new one)")
+        else:
+            if profile.host != host_id() or profile.target != target:
+                warnings.warn(f"ignoring the machine profile {path}: measured on {profile.host!r}, "
+                              f"this is {host_id()!r}; run `dlvm-eq calibrate` here")
+                profile = None
+    _LOADED[target] = profile
+    return profile
+
+
+def forget_profiles() -> None:
+    """Read the profiles again on next use (after the cache directory changed)."""
+    _LOADED.clear()
