@@ -24,9 +24,13 @@ def sample_profile(**changes) -> Profile:
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
+    from dlvm_eq import config
     monkeypatch.setenv("DLVM_EQ_CACHE_DIR", str(tmp_path))
+    config.reload()               # settings are read once: re-read them for this cache directory
     forget_profiles()
     yield tmp_path
+    monkeypatch.undo()
+    config.reload()
     forget_profiles()
 
 
