@@ -5,6 +5,7 @@
     dlvm-eq fmt examples/mlp.dl [-i]                # canonical text (in place with -i)
     dlvm-eq run examples/mlp.dl -f mlp --random     # reference interpreter on random inputs
     dlvm-eq cache info | clear                      # the compile cache: what it holds, empty it
+    dlvm-eq calibrate                               # measure this machine for the cost model
 
 A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DlvmError, SourceError
-from . import PROG, cache, codegen, demo, grad, optimize, run, source, verify
+from . import PROG, cache, calibrate, codegen, demo, grad, optimize, run, source, verify
 
 @dataclass(frozen=True)
 class Command:
@@ -45,6 +46,8 @@ COMMANDS: list[Command] = [
     Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
             codegen.arguments, codegen.run),
     Command("cache", "show (info) or empty (clear) the compile cache", cache.arguments, cache.run),
+    Command("calibrate", "time this machine for the cost model (a profile in the cache)",
+            calibrate.arguments, calibrate.run),
 ]
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..codegen import Plan, program
 from ..egraph.rulefiles import rules_digest
+from ..extract.machine import machine
 from ..errors import DlvmError
 from ..ir.module import Module
 from ..ir.function_cache import cached_function
@@ -99,8 +100,9 @@ def _rules_fired(sat) -> str:
 
 
 def optimized(module: Module, name: str, target: str):
-    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text."""
-    key = (str(module), name, target)
+    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text and
+    per machine profile (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
+    key = (str(module), name, target, machine(target).profile)
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:
@@ -118,7 +120,7 @@ def optimized(module: Module, name: str, target: str):
             built.append(res)
             return res.module[name]
         # a second process compiling the same program reads the optimized function from disk
-        fn = cached_function("optimize", [key[0], name, target], build, rules_digest())
+        fn = cached_function("optimize", [key[0], name, target, key[3]], build, rules_digest())
         if built:
             out = (built[0].module, built[0], note)
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 
 from ..egraph.rulefiles import rules_digest
+from ..extract.machine import machine
 from ..ir import function_cache
 from ..cache import shared_cache, source_digest
 from ..codegen import Plan, cache_key, plan_schema, plan_settings
@@ -58,7 +59,8 @@ def planned(module: Module, name: str, target: str) -> Plan:
     if not function_cache.enabled():
         return build()
     key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), rules_digest(),
-                    name, target, print_module(module), plan_settings())
+                    name, target, print_module(module), plan_settings(),
+                    machine(target).profile)   # the fusion decision is priced with the profile
     cache = shared_cache()
     data = cache.get("plan", key)
     if data is not None:
