@@ -1,10 +1,8 @@
 """The pipeline (dlvm_eq/pipeline): declared adjoints resolved once and only there, the
-target table, `lower` (what `dq.compile` and `dlvm-eq codegen` plan), and the one-way layers
-it makes possible (checked on the source, lazy imports included)."""
+target table and `lower` (what `dq.compile` and `dlvm-eq codegen` plan). The one-way layers
+it makes possible are checked by tests/test_layers.py (import-linter)."""
 from __future__ import annotations
 
-import ast
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,6 @@ from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir import interpret as interpret_resolved
 from dlvm_eq.pipeline import planning
 
-ROOT = Path(__file__).parent.parent
-PACKAGE = ROOT / "dlvm_eq"
 
 # g applies the declared adjoint of f; h is declared but nothing g runs reaches it
 SOURCE = """
@@ -104,55 +100,3 @@ def test_jit_targets_come_from_the_pipelines_table():
     out = dq.jit(lambda x: dq.exp(x), target="doubled")(X)
     np.testing.assert_allclose(out, 2 * np.exp(X))
     assert len(seen) == 1
-
-
-# ---------------------------------------------------------------- the layers, on the source
-
-def _imports(path: Path) -> set[str]:
-    """Absolute names of the dlvm_eq modules a file imports, at any depth (lazy too)."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("dlvm_eq")}
-        elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
-            mod = ".".join(base + ([node.module] if node.module else []))
-            if node.level == 0 and not mod.startswith("dlvm_eq"):
-                continue
-            out |= {f"{mod}.{a.name}" if not node.module else mod for a in node.names}
-    return out
-
-
-def _layer_imports(layer: str) -> set[str]:
-    root = PACKAGE / layer
-    files = [root.with_suffix(".py")] if root.with_suffix(".py").is_file() else root.rglob("*.py")
-    return {name for p in files for name in _imports(p)}
-
-
-@pytest.mark.parametrize("layer,forbidden", [
-    ("codegen", ("dsl", "egraph", "ad", "pipeline", "verify", "cli")),
-    ("ir", ("ad", "egraph", "dsl", "codegen", "pipeline")),
-    ("egraph", ("ad", "pipeline", "verify", "cli")),
-    ("dsl", ("codegen", "egraph", "ad", "pipeline")),
-    ("verify", ("pipeline", "cli")),
-    ("ad", ("pipeline", "dsl", "codegen", "verify")),
-    ("pipeline", ("cli", "models")),
-    ("ir_cache", ("egraph", "ad", "pipeline")),
-    ("config", ("ir", "egraph", "codegen", "pipeline")),
-])
-def test_lower_layers_do_not_import_higher_ones(layer, forbidden):
-    bad = sorted(n for n in _layer_imports(layer)
-                 if any(n == f"dlvm_eq.{f}" or n.startswith(f"dlvm_eq.{f}.") for f in forbidden))
-    assert bad == []
-
-
-@pytest.mark.parametrize("layer", ["ir", "egraph", "extract", "codegen", "dsl", "ad", "verify",
-                                   "pipeline", "models", "ir_cache", "cache"])
-def test_no_layer_imports_the_root_package(layer):
-    names = _layer_imports(layer)
-    subpackages = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
-    root_names = sorted(n for n in names if n == "dlvm_eq"
-                        or (n.count(".") == 1 and n.split(".")[1] not in subpackages))
-    assert root_names == []
