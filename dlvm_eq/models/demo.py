@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from . import mlp
+from .training import ProgressBar, load_digits_split, median_ms, one_hot, plot_losses, sparkline  # noqa: F401
 
 HIDDEN = 128
 BATCH = 128
@@ -19,63 +20,11 @@ EPOCHS = 40
 LR = 0.2
 
 
-def load_digits_split(seed: int = 0):
-    """Digits scaled to [0, 1], one-hot labels, a 75/25 split (no download: sklearn bundles it)."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    d = load_digits()
-    x = (d.data / 16.0).astype(np.float32)
-    return train_test_split(x, d.target, test_size=0.25, random_state=seed, stratify=d.target)
-
-
-def one_hot(labels, n=10):
-    return np.eye(n, dtype=np.float32)[labels]
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr (no dependency; silent when stderr is not a terminal)."""
-
-    def __init__(self, total: int, width: int = 30, stream=None):
-        self.total, self.width = total, width
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-
-    def update(self, done: int, text: str = ""):
-        if not self.live:
-            return
-        fill = int(self.width * done / self.total)
-        self.stream.write(f"\r  [{'#' * fill}{'.' * (self.width - fill)}] {done}/{self.total} {text}")
-        self.stream.flush()
-
-    def close(self):
-        if self.live:
-            self.stream.write("\n")
-
-
-def _median_ms(fn, repeats: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(times))
-
-
-def _sparkline(values, width: int = 60) -> str:
-    bars = "▁▂▃▄▅▆▇█"
-    v = np.asarray(values)
-    idx = np.linspace(0, len(v) - 1, min(width, len(v))).astype(int)
-    v = v[idx]
-    lo, hi = float(v.min()), float(v.max())
-    scale = (v - lo) / (hi - lo + 1e-12)
-    return "".join(bars[int(round(s * (len(bars) - 1)))] for s in scale)
-
-
 def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed: int = 0,
-        out=sys.stdout, workers: int | None = None) -> dict:
+        out=None, workers: int | None = None) -> dict:
     from .. import pipeline as dq    # jit and value_and_grad (not the root package: it sits above)
+
+    out = out or sys.stdout     # read at the call: a caller may have replaced sys.stdout
 
     def say(*a):
         print(*a, file=out, flush=True)
@@ -123,13 +72,13 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
     bar.close()
 
     say("\nloss curve (per epoch):")
-    say(f"  {losses[0]:.4f} {_sparkline(losses)} {losses[-1]:.4f}")
+    say(f"  {losses[0]:.4f} {sparkline(losses)} {losses[-1]:.4f}")
     acc = mlp.accuracy(params, x_test, y_test)
     say(f"test accuracy: {100 * acc:.1f}%")
 
     # --- speed against the hand-written numpy step, same run, same batch
-    ours = _median_ms(lambda: step(*params, xb, yb))
-    ref = _median_ms(lambda: mlp.numpy_value_and_grad(*params, xb, yb))
+    ours = median_ms(lambda: step(*params, xb, yb))
+    ref = median_ms(lambda: mlp.numpy_value_and_grad(*params, xb, yb))
     ours_name = "dlvm_eq" if workers is None else f"dlvm_eq on {workers} Ray worker(s)"
     say(f"\nstep time (batch {BATCH}, median): {ours_name} {ours:.3f} ms, numpy hand-written "
         f"{ref:.3f} ms -> {ref / ours:.2f}x")
@@ -137,20 +86,6 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
         ray.shutdown()
 
     if plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            say(f"--plot: matplotlib is not installed; {plot} not written")
-        else:
-            fig, ax = plt.subplots(figsize=(5, 3))
-            ax.plot(range(1, epochs + 1), losses)
-            ax.set_xlabel("epoch")
-            ax.set_ylabel("training loss")
-            ax.set_title("dlvm_eq: MLP on digits")
-            fig.tight_layout()
-            fig.savefig(plot)
-            say(f"loss curve written to {plot}")
+        plot_losses(losses, plot, "dlvm_eq: MLP on digits", say)
     return {"accuracy": acc, "losses": losses, "step_ms": ours, "numpy_ms": ref,
             "compile_s": compile_s}
