@@ -354,11 +354,28 @@ def test_type_errors_are_kernel_errors():
         k(np.zeros(5, np.float32))
 
 
-def test_every_elementwise_ir_op_has_a_kernel_op_with_the_same_numpy_semantics():
-    """The IR's op table is the source of truth; this layer must not drift from it."""
+# numpy written out independently of the op table: what the kernels' oracle must compute
+INDEPENDENT_NP = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
+    "cosh": np.cosh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "sqrt": np.sqrt,
+    "rsqrt": lambda v: 1.0 / np.sqrt(v), "square": np.square, "sign": np.sign,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "abs": np.abs,
+    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "relu": lambda v: np.maximum(v, 0.0),
+    "log1p": np.log1p, "expm1": np.expm1, "softplus": lambda v: np.logaddexp(0.0, v),
+    "not": np.logical_not, "add": np.add, "sub": np.subtract, "mul": np.multiply,
+    "pow": np.power, "min": np.minimum, "max": np.maximum, "eq": np.equal, "ne": np.not_equal,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "and": np.logical_and, "or": np.logical_or, "div": np.true_divide,
+}
+
+
+def test_every_elementwise_ir_op_has_a_kernel_op_with_numpys_semantics():
+    """Every elementwise IR op has a kernel op, and the oracle the kernels are tested against
+    (derived from the op table) computes what numpy written out by hand computes."""
     from dlvm_eq.ir.ops import ELEMENTWISE_OPS, OPS
     x = np.array([-2.5, -1.0, -0.0, 0.3, 1.0, 2.5, 7.0])
     y = np.array([1.5, -1.0, 2.0, 0.3, -4.0, 2.0, 0.5])
+    checked = 0
     for name in set(ELEMENTWISE_OPS) - {"select"}:  # select is the Select node
         short, ir_op = op_name(name), OPS[name]
         if ir_op.arity == 1:
@@ -367,11 +384,15 @@ def test_every_elementwise_ir_op_has_a_kernel_op_with_the_same_numpy_semantics()
         else:
             assert short in BINARY_OPS, name
             args = [x > 0, y > 0] if short in ("and", "or") else [np.abs(x), y]
+        if short not in INDEPENDENT_NP:
+            continue       # e.g. erf: tested against mpmath in tests/test_erf.py
         with np.errstate(all="ignore"):
-            want = ir_op.evaluate(args, {})
+            want = INDEPENDENT_NP[short](*args)
             got = (UNARY_NP[short](*args) if ir_op.arity == 1 else
                    np.true_divide(*args) if short == "div" else BINARY_NP[short](*args))
-        np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_allclose(got, want, rtol=1e-15, err_msg=name)
+        checked += 1
+    assert checked >= 35
 
 
 def test_dlvm_op_names_are_accepted():
