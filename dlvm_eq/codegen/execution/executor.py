@@ -138,6 +138,25 @@ class _Outputs:
 
 # ------------------------------------------------------------------ the CPU program
 
+def array_step(step, xp):
+    """The run(env) of a step that the array library `xp` (numpy, or CuPy on the GPU) does
+    itself: gathers and scatters, scans, windows (im2col + GEMM, pools), concatenations and
+    copies; the same code on both targets."""
+    if isinstance(step, (IndexStep, SliceScatterStep)):
+        return index_run(step, xp, _view_fn)
+    if isinstance(step, ScanStep):
+        return scan_run(step, xp, _view_fn)
+    if isinstance(step, WindowStep):
+        return window_run(step, xp, [_view_fn(v.chain, xp) for v in step.inputs])
+    if isinstance(step, ConcatStep):
+        parts = [(p.slot, _view_fn(p.chain, xp) or (lambda x: x)) for p in step.parts]
+        axis, o = step.axis, step.out
+        return lambda env: xp.concatenate([f(env[s]) for s, f in parts], axis=axis, out=env[o])
+    assert isinstance(step, CopyStep), step
+    s, f, o = step.src.slot, _view_fn(step.src.chain, xp) or (lambda x: x), step.out
+    return lambda env: xp.copyto(env[o], f(env[s]))
+
+
 class CpuProgram:
     """A plan compiled for the host CPU; call it with numpy arrays."""
 
@@ -211,19 +230,7 @@ class CpuProgram:
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
             return run_matmul
-        if isinstance(step, (IndexStep, SliceScatterStep)):
-            return index_run(step, np, _view_fn)
-        if isinstance(step, ScanStep):
-            return scan_run(step, np, _view_fn)
-        if isinstance(step, WindowStep):
-            return window_run(step, np, [_view_fn(v.chain, np) for v in step.inputs])
-        if isinstance(step, ConcatStep):
-            parts = [(p.slot, _view_fn(p.chain, np) or (lambda x: x)) for p in step.parts]
-            axis, o = step.axis, step.out
-            return lambda env: np.concatenate([f(env[s]) for s, f in parts], axis=axis, out=env[o])
-        assert isinstance(step, CopyStep)
-        s, f, o = step.src.slot, _view_fn(step.src.chain, np) or (lambda x: x), step.out
-        return lambda env: np.copyto(env[o], f(env[s]))
+        return array_step(step, np)
 
     def _gemm_epilogue(self, step: GemmStep):
         """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only
@@ -337,18 +344,7 @@ class GpuProgram:
             if self.plan.slots[o].shape == ():   # vector . vector: no 0-d out= in CuPy's matmul
                 return lambda env: cp.copyto(env[o], cp.dot(fa(env[a]), fb(env[b])))
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
-        if isinstance(step, (IndexStep, SliceScatterStep)):
-            return index_run(step, cp, _view_fn)
-        if isinstance(step, ScanStep):
-            return scan_run(step, cp, _view_fn)
-        if isinstance(step, WindowStep):
-            return window_run(step, cp, [_view_fn(v.chain, cp) for v in step.inputs])
-        if isinstance(step, ConcatStep):
-            parts = [(p.slot, _view_fn(p.chain, cp) or (lambda x: x)) for p in step.parts]
-            axis, o = step.axis, step.out
-            return lambda env: cp.concatenate([f(env[s]) for s, f in parts], axis=axis, out=env[o])
-        s, f, o = step.src.slot, _view_fn(step.src.chain, cp) or (lambda x: x), step.out
-        return lambda env: cp.copyto(env[o], f(env[s]))
+        return array_step(step, cp)
 
     def __call__(self, *args):
         cp = self.cp
