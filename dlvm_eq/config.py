@@ -125,3 +125,10 @@ def rules_dir() -> Path:
 
 
 __all__ = ["SETTINGS", "Setting", "Settings", "read", "reload", "rules_dir", "settings"]
+
+
+def default_for_libraries(name: str, value: str) -> None:
+    """Set an environment variable that a library we start reads (e.g. Ray's
+    RAY_USAGE_STATS_ENABLED, read by ray.init), unless the user set it: this module is the one
+    place that touches the environment."""
+    os.environ.setdefault(name, value)

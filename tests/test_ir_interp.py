@@ -27,6 +27,7 @@ REF_UNARY = {
     "abs": lambda x: np.where(x < 0, -x, x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "relu": lambda x: np.where(x > 0, x, 0), "log1p": lambda x: np.log(1 + x),
     "expm1": lambda x: np.exp(x) - 1, "softplus": lambda x: np.log(1 + np.exp(x)),
+    "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
 }
 POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "log1p"}
 
@@ -347,6 +348,54 @@ def check_apply(op):
     close(interpret(m, "f", v), v - v * v, F32)
 
 
+def check_batchMatmul(op):
+    a, b = sample((2, 3, 4), F32), sample((2, 4, 5), F32)
+    t = [TensorType((2, 3, 4), F32), TensorType((2, 4, 5), F32)]
+    want = np.stack([a[i].astype(np.float64) @ b[i] for i in range(2)])   # one product per batch
+    close(_run_body(t, lambda bd: bd.emit(op, list(bd.params)), a, b), want, F32)
+
+
+def check_take(op):
+    x = sample((4, 3), F32)
+    ids = np.array([2, 0, 2, 3], np.int32)
+    t = [TensorType((4, 3), F32), TensorType((4,), I32)]
+    got = _run_body(t, lambda b: b.emit(op, list(b.params), axis=0), x, ids)
+    close(got, np.stack([x[i] for i in ids]), F32)
+    x2 = sample((2, 5), F32)
+    got = _run_body([TensorType((2, 5), F32), TensorType((4,), I32)],
+                    lambda b: b.emit(op, list(b.params), axis=1), x2, ids)
+    close(got, np.stack([x2[:, i] for i in ids], axis=1), F32)
+
+
+def check_scatterAdd(op):
+    g = sample((4, 3), F32)
+    ids = np.array([2, 0, 2, 3], np.int32)
+    want = np.zeros((5, 3))
+    for row, i in zip(g, ids):          # repeated indices accumulate
+        want[i] += row
+    t = [TensorType((4, 3), F32), TensorType((4,), I32)]
+    close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=0, size=5), g, ids), want, F32)
+
+
+def check_sliceScatter(op):
+    g = sample((2, 3), F32)
+    want = np.zeros((2, 8))
+    for j in range(3):                  # g's columns at 1, 4, 7
+        want[:, 1 + 3 * j] = g[:, j]
+    got = _run_body([TensorType((2, 3), F32)],
+                    lambda b: b.emit(op, list(b.params), axis=1, lo=1, step=3, size=8), g)
+    close(got, want, F32)
+
+
+def check_cumsum(op):
+    x = sample((3, 4), F32)
+    t = [TensorType((3, 4), F32)]
+    forward = np.array([[x[i, :j + 1].astype(np.float64).sum() for j in range(4)] for i in range(3)])
+    backward = np.array([[x[i, j:].astype(np.float64).sum() for j in range(4)] for i in range(3)])
+    close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=False), x), forward, F32)
+    close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=True), x), backward, F32)
+
+
 def check_window(op):
     rng = np.random.default_rng(len(op))
     for _ in range(8):
@@ -362,6 +411,8 @@ CHECKS = {
     "slice": check_slice,
     "literal": check_literal, "tuple": check_tuple, "extract": check_extract, "apply": check_apply,
     **{op: check_window for op in WINDOW_OPS},
+    "batchMatmul": check_batchMatmul, "take": check_take, "scatterAdd": check_scatterAdd,
+    "sliceScatter": check_sliceScatter, "cumsum": check_cumsum,
 }
 
 

@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import logging
-import os
 
+from ..config import default_for_libraries
 from ..errors import DlvmError
 
 
@@ -29,7 +29,7 @@ def start_local(num_cpus: int):
         raise DlvmError("start_local: Ray is already initialized in this process "
                         "(call ray.shutdown() first, or use the instance you started)")
     # read by ray.init itself: set before it, and only where the user did not choose
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    default_for_libraries("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              logging_level=logging.WARNING, log_to_driver=False)
     return ray
