@@ -34,7 +34,7 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
     params = cnn.init_params(seed=seed)
     optimizer = dsl.optim.adam(LR)
     state = optimizer.init(params)
-    step = train_step(cnn.loss, optimizer, pipeline)
+    step = train_step(cnn.loss, optimizer, pipeline, target)
     t0 = time.perf_counter()
     step(params, state, x_train[:BATCH], one_hot(y_train[:BATCH]))     # compiles; result unused
     compile_s = time.perf_counter() - t0

@@ -105,9 +105,10 @@ def fit(step, params, state, batches, epochs: int, say):
     return params, state, losses
 
 
-def train_step(loss, optimizer, pipeline):
+def train_step(loss, optimizer, pipeline, target: str = "cpu"):
     """The jitted step `(params, state, *data) -> (loss, params, state)`: value and gradient of
-    `loss(params, *data)` and the optimizer's update, all inside one compiled function."""
+    `loss(params, *data)` and the optimizer's update, all inside one function compiled for
+    `target`."""
     value_and_grad = pipeline.value_and_grad(loss)
 
     def step(params, state, *data):
@@ -115,4 +116,4 @@ def train_step(loss, optimizer, pipeline):
         params, state = optimizer.update(grads, state, params)
         return value, params, state
     step.__name__ = f"{getattr(loss, '__name__', 'loss')}_train_step"
-    return pipeline.jit(step)
+    return pipeline.jit(step, target=target)

@@ -36,7 +36,7 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
     params = tf.init_params(seed=seed)
     optimizer = dsl.optim.adam(LR)
     state = optimizer.init(params)
-    step = train_step(tf.loss, optimizer, pipeline)
+    step = train_step(tf.loss, optimizer, pipeline, target)
     t0 = time.perf_counter()
     step(params, state, x[:BATCH], eye[y[:BATCH]])     # compiles; result unused
     compile_s = time.perf_counter() - t0
