@@ -5,13 +5,12 @@ adjoint in the e-graph, im2col + GEMM window steps, Adam inside the jitted step.
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
 from .. import dsl, pipeline
 from . import cnn
-from .training import fit, load_digits_split, one_hot, plot_losses, train_step
+from .training import compiled_step, fit, load_digits_split, one_hot, plot_losses, shuffled_batches
 
 BATCH = 64
 EPOCHS = 25
@@ -32,22 +31,11 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
         f"dense 10) on the digits data set ({len(x_train)} train / {len(x_test)} test), "
         f"Adam lr={LR}, batch {BATCH}, target {target}")
     params = cnn.init_params(seed=seed)
-    optimizer = dsl.optim.adam(LR)
-    state = optimizer.init(params)
-    step = train_step(cnn.loss, optimizer, pipeline, target)
-    t0 = time.perf_counter()
-    step(params, state, x_train[:BATCH], one_hot(y_train[:BATCH]))     # compiles; result unused
-    compile_s = time.perf_counter() - t0
-    say(f"\ncompiled the training step (value, gradient, Adam) in {compile_s:.2f} s")
-
-    rng = np.random.default_rng(seed)
-
-    def batches(epoch):
-        order = rng.permutation(len(x_train))
-        for i in range(len(x_train) // BATCH):
-            idx = order[i * BATCH:(i + 1) * BATCH]
-            yield x_train[idx], one_hot(y_train[idx])
-
+    step, state, compile_s = compiled_step(cnn.loss, params, dsl.optim.adam(LR), "Adam",
+                                           (x_train[:BATCH], one_hot(y_train[:BATCH])),
+                                           pipeline, target, say)
+    batches = shuffled_batches(len(x_train), BATCH, seed,
+                               lambda idx: (x_train[idx], one_hot(y_train[idx])))
     params, state, losses = fit(step, params, state, batches, epochs, say)
     logits = pipeline.jit(cnn.logits, target=target)
     acc = float(np.mean(np.argmax(logits(params, x_test), axis=1) == y_test))

@@ -2,6 +2,9 @@
 sparkline or a matplotlib plot, a median step time, and one training loop over batches.
 
     x_train, x_test, y_train, y_test = load_digits_split(seed=0)
+    step, state, seconds = compiled_step(loss, params, optimizer, "Adam", first_batch,
+                                         pipeline, target, say)
+    batches = shuffled_batches(rows, batch, seed, take)      # take(indices) -> data arguments
     params, state, losses = fit(step, params, state, batches, epochs, say)
 """
 from __future__ import annotations
@@ -117,3 +120,27 @@ def train_step(loss, optimizer, pipeline, target: str = "cpu"):
         return value, params, state
     step.__name__ = f"{getattr(loss, '__name__', 'loss')}_train_step"
     return pipeline.jit(step, target=target)
+
+
+def compiled_step(loss, params, optimizer, name: str, first_batch, pipeline, target: str, say):
+    """(the jitted training step, the optimizer's initial state, seconds to compile it): the
+    step is compiled by one call on `first_batch`, whose result is dropped."""
+    state = optimizer.init(params)
+    step = train_step(loss, optimizer, pipeline, target)
+    t0 = time.perf_counter()
+    step(params, state, *first_batch)
+    seconds = time.perf_counter() - t0
+    say(f"\ncompiled the training step (value, gradient, {name}) in {seconds:.2f} s")
+    return step, state, seconds
+
+
+def shuffled_batches(rows: int, batch: int, seed: int, take):
+    """`batches(epoch)` for `fit`: each epoch a new permutation of `rows` rows cut into full
+    batches, each batch `take(indices)` (a tuple of the step's data arguments)."""
+    rng = np.random.default_rng(seed)
+
+    def batches(epoch):
+        order = rng.permutation(rows)
+        for i in range(rows // batch):
+            yield take(order[i * batch:(i + 1) * batch])
+    return batches

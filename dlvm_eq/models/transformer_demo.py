@@ -6,13 +6,12 @@ Token accuracy is measured on held-out sequences the model never saw.
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
 from .. import dsl, pipeline
 from . import transformer as tf
-from .training import fit, plot_losses, train_step
+from .training import compiled_step, fit, plot_losses, shuffled_batches
 
 BATCH = 128
 EPOCHS = 3
@@ -34,22 +33,9 @@ def run(target: str = "cpu", epochs: int = EPOCHS, plot: str | None = None, seed
         f"heads, MLP {tf.MLP}) sorting sequences of {tf.SEQ} digits ({train_size} train / "
         f"{HELD_OUT} held out), Adam lr={LR}, batch {BATCH}, target {target}")
     params = tf.init_params(seed=seed)
-    optimizer = dsl.optim.adam(LR)
-    state = optimizer.init(params)
-    step = train_step(tf.loss, optimizer, pipeline, target)
-    t0 = time.perf_counter()
-    step(params, state, x[:BATCH], eye[y[:BATCH]])     # compiles; result unused
-    compile_s = time.perf_counter() - t0
-    say(f"\ncompiled the training step (value, gradient, Adam) in {compile_s:.2f} s")
-
-    rng = np.random.default_rng(seed)
-
-    def batches(epoch):
-        order = rng.permutation(len(x))
-        for i in range(len(x) // BATCH):
-            idx = order[i * BATCH:(i + 1) * BATCH]
-            yield x[idx], eye[y[idx]]
-
+    step, state, compile_s = compiled_step(tf.loss, params, dsl.optim.adam(LR), "Adam",
+                                           (x[:BATCH], eye[y[:BATCH]]), pipeline, target, say)
+    batches = shuffled_batches(len(x), BATCH, seed, lambda idx: (x[idx], eye[y[idx]]))
     params, state, losses = fit(step, params, state, batches, epochs, say)
     encode = pipeline.jit(tf.encode, target=target)
     predicted = np.argmax(encode(params, x_test), axis=-1)
