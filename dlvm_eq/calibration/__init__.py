@@ -13,8 +13,9 @@ import datetime
 import time
 
 from ..errors import DlvmError
+from ..extract.machine import MACHINES, from_profile
 from ..extract.profile import Profile, host_id, write_profile
-from . import measure
+from . import measure, measure_steps
 
 
 def calibrate(target: str = "cpu", write: bool = True) -> Profile:
@@ -31,7 +32,11 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
         launch=launch, pool_wake=pool_wake, reduce_rate=measure.reduce_rate(),
         op_flops=measure.op_flops(rate), matmuls=tuple(measure.matmuls()),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    profile = Profile(**{**profile.__dict__, "seconds": round(time.perf_counter() - t0, 2)})
+    # plan steps last: windows are timed beyond their products, priced by the products above
+    call, step = measure_steps.call_overheads()
+    steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), call, step)
+    profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
+                         "seconds": round(time.perf_counter() - t0, 2)})
     if write:
         write_profile(profile)
     return profile
@@ -51,7 +56,21 @@ def profile_table(p: Profile) -> str:
         layout = ("T" if q.trans_a else "N") + ("T" if q.trans_b else "N")
         lines.append(f"    {q.m:5d} x {q.k:5d} x {q.n:5d} {layout}: {q.seconds * 1e6:10.1f} us "
                      f"{q.flops / q.seconds / 1e9:8.1f}")
+    if p.stale:
+        lines.append("  plan steps: not measured (an older profile): run `dlvm-eq calibrate` again")
+        return "\n".join(lines)
+    lines.append(f"  program call  {p.program_call * 1e6:8.2f} us; per step +{p.step_call * 1e6:.2f} us")
+    lines.append("  plan steps (bytes moved: seconds):")
+    for kind, grid in sorted(p.steps.items()):
+        lines.append(f"    {kind:<20} " + ", ".join(f"{_bytes(b)}: {t * 1e6:.1f} us" for b, t in grid))
     return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 __all__ = ["calibrate", "profile_table"]

@@ -38,24 +38,36 @@ class Machine:
     op_flops: dict = field(default_factory=dict, hash=False)   # constructor -> flops/element
     matmul_grid: tuple = ()        # ((flops, seconds), ...) sorted by flops, measured
     profile: str = ""              # digest of the profile it came from; "" for the defaults
+    # measured products, every layout (MatmulPoint), for pricing a planned product by shape
+    matmul_points: tuple = field(default=(), hash=False)
+    # plan step kind -> ((bytes moved, seconds), ...), as the executor ran one such step
+    step_grids: dict = field(default_factory=dict, hash=False)
+    program_call: float = 5e-6     # seconds of one call of a compiled program, steps aside
+    step_call: float = 3e-7        # the executor's seconds per step beyond the step's work
 
     def matmul_seconds(self, m: int, k: int, n: int) -> float:
         """Seconds of one (m, k) @ (k, n): interpolated between the measured products of
         nearest size (log-log), or a call plus flops at the BLAS rate without measurements."""
         flops = 2.0 * m * k * n
-        grid = self.matmul_grid
-        if not grid:
+        if not self.matmul_grid:
             return self.launch + flops / self.blas_rate
-        sizes = [f for f, _ in grid]
-        i = bisect.bisect_left(sizes, flops)
-        if i == 0:
-            return grid[0][1]                      # smaller than any measured: the call dominates
-        if i == len(grid):
-            f, t = grid[-1]
-            return t * flops / f                   # beyond the grid: the largest one's rate
-        (f0, t0), (f1, t1) = grid[i - 1], grid[i]
-        w = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
-        return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
+        return interpolate(self.matmul_grid, flops)
+
+
+def interpolate(grid, x: float) -> float:
+    """y at x on a measured grid ((x, y), ...) sorted by x: log-log between the two nearest
+    points; below the grid the smallest point's y (fixed costs dominate there), beyond it the
+    largest point's y scaled by x (its rate)."""
+    sizes = [g for g, _ in grid]
+    i = bisect.bisect_left(sizes, x)
+    if i == 0:
+        return grid[0][1]
+    if i == len(grid):
+        f, t = grid[-1]
+        return t * x / f
+    (f0, t0), (f1, t1) = grid[i - 1], grid[i]
+    w = (math.log(x) - math.log(f0)) / (math.log(f1) - math.log(f0))
+    return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
 
 
 MACHINES: dict[str, Machine] = {
@@ -72,7 +84,11 @@ def from_profile(profile: Profile, default: Machine) -> Machine:
                    blas_rate=blas_rate, launch=profile.launch,
                    fused_fraction=default.fused_fraction, node_overhead=default.node_overhead,
                    reduce_rate=profile.reduce_rate, pool_wake=profile.pool_wake,
-                   op_flops=dict(profile.op_flops), matmul_grid=grid, profile=profile.digest())
+                   op_flops=dict(profile.op_flops), matmul_grid=grid, profile=profile.digest(),
+                   matmul_points=profile.matmuls,
+                   step_grids={k: tuple(sorted(g)) for k, g in profile.steps.items()},
+                   program_call=profile.program_call or default.program_call,
+                   step_call=profile.step_call or default.step_call)
 
 
 def _matmul_grid(points: tuple[MatmulPoint, ...]) -> tuple[tuple[float, float], ...]:

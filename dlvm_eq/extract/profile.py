@@ -4,8 +4,11 @@ Tensat prices e-nodes with measured operator times; this is the same idea for ou
 (`machine.py`, `target_cost.py`, `fusion_cost.py`): the profile holds the host's measured
 memory bandwidth, elementwise flop rate, per-element cost of each op class (exp, log, tanh,
 division...) in flop equivalents, reduction rate, kernel launch and pool wake-up overheads,
-and matmul times over a grid of shapes. Without a profile the shipped defaults
-(`machine.MACHINES`) are used.
+matmul times over a grid of shapes, and (version 2) the time of each kind of plan step over a
+range of sizes as the executor runs it (`steps`, read by `pipeline/plan_cost.py` to predict a
+planned program's time), with the cost of a program call and of one step. Without a profile the
+shipped defaults (`machine.MACHINES`) are used; a version-1 profile still prices e-nodes, and
+plan steps are then priced from its rates (a warning asks for a new calibration).
 
     profile = Profile.from_json(text)           # raises ProfileError on anything malformed
     write_profile(profile)                      # <cache dir>/profiles/<target>.json
@@ -32,7 +35,8 @@ from pathlib import Path
 from ..cache import default_cache_dir
 from ..errors import DlvmError
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+READABLE_VERSIONS = (1, 2)     # a version-1 profile lacks the step timings only
 
 
 class ProfileError(DlvmError):
@@ -67,6 +71,17 @@ class Profile:
     matmuls: tuple[MatmulPoint, ...] = ()
     measured_at: str = ""
     seconds: float = 0.0               # how long the calibration took
+    # plan step kind -> ((size in bytes moved, seconds), ...) measured through the executor,
+    # sizes increasing; the kinds are pipeline/plan_cost.py's (map, reduce, rows, copy, ...)
+    steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    program_call: float = 0.0          # seconds of calling a compiled program, its steps aside
+    step_call: float = 0.0             # seconds the executor spends per step beyond its work
+
+    @property
+    def stale(self) -> bool:
+        """Measured before plan steps were timed (version 1): predictions of planned programs
+        fall back to the profile's rates."""
+        return not self.steps
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -79,19 +94,25 @@ class Profile:
             data = json.loads(text)
         except ValueError as e:
             raise ProfileError(f"not JSON: {e}") from None
-        if not isinstance(data, dict) or data.get("version") != PROFILE_VERSION:
+        if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
             raise ProfileError(f"not a version-{PROFILE_VERSION} profile")
         try:
             matmuls = tuple(MatmulPoint(int(p["m"]), int(p["k"]), int(p["n"]), _positive(p["seconds"]),
                                         bool(p.get("trans_a", False)), bool(p.get("trans_b", False)))
                             for p in data["matmuls"])
             op_flops = {str(k): _positive(v) for k, v in data["op_flops"].items()}
+            steps = {str(kind): tuple((_positive(size), _positive(t)) for size, t in grid)
+                     for kind, grid in data.get("steps", {}).items()}
+            if data["version"] >= 2 and not steps:
+                raise ValueError("a version-2 profile without step timings")
             return cls(target=str(data["target"]), host=str(data["host"]),
                        bandwidth=_positive(data["bandwidth"]), flop_rate=_positive(data["flop_rate"]),
                        launch=_positive(data["launch"]), pool_wake=_non_negative(data["pool_wake"]),
                        reduce_rate=_positive(data["reduce_rate"]), op_flops=op_flops,
                        matmuls=matmuls, measured_at=str(data.get("measured_at", "")),
-                       seconds=_non_negative(data.get("seconds", 0.0)))
+                       seconds=_non_negative(data.get("seconds", 0.0)), steps=steps,
+                       program_call=_non_negative(data.get("program_call", 0.0)),
+                       step_call=_non_negative(data.get("step_call", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
 
@@ -173,6 +194,10 @@ def load_profile(target: str) -> Profile | None:
                 warnings.warn(f"ignoring the machine profile {path}: measured on {profile.host!r}, "
                               f"this is {host_id()!r}; run `dlvm-eq calibrate` here")
                 profile = None
+    if profile is not None and profile.stale:
+        warnings.warn(f"the machine profile {path} is stale (measured by an older `dlvm-eq "
+                      f"calibrate`, without plan step timings): predicted program times use its "
+                      f"rates only; run `dlvm-eq calibrate` again")
     _LOADED[target] = profile
     return profile
 

@@ -265,6 +265,22 @@ class CpuProgram:
 
     # -- call
     def __call__(self, *args):
+        return self._call(args, self._runs)
+
+    def timed_call(self, *args) -> tuple[object, list[float]]:
+        """(the call's results, seconds of each plan step in this call): what `--measure`
+        prints next to each step's predicted time."""
+        seconds = [0.0] * len(self._runs)
+
+        def timed(i, run):
+            def run_timed(env):
+                t0 = time.perf_counter()
+                run(env)
+                seconds[i] = time.perf_counter() - t0
+            return run_timed
+        return self._call(args, [timed(i, r) for i, r in enumerate(self._runs)]), seconds
+
+    def _call(self, args, runs):
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
         try:
@@ -278,7 +294,7 @@ class CpuProgram:
                 env[slot] = a
             for slot, outs in self._outputs:
                 outs.take(env, slot)
-            for run in self._runs:
+            for run in runs:
                 run(env)
             results = [env[s] if f is None else f(env[s]) for s, f in self._results]
         finally:

@@ -1,0 +1,221 @@
+"""The time of each kind of plan step, over a range of sizes, as the executor runs it: tiny
+plans of one step built directly (no e-graph, no planner), compiled with `codegen.program` and
+timed like any compiled call. What `plan_cost.py` prices planned programs with.
+
+    call, step = call_overheads()                  # a program call; one step's bookkeeping
+    grids = step_grids(mc, call, step)             # kind -> ((bytes moved, seconds), ...)
+
+Each grid point is the step's own seconds: the one-step program's time less the call and the
+per-step cost. A window step's point is its time less its products as `plan_cost` prices them
+on `mc` (the products measured just before), so that the grid holds its passes only (im2col,
+col2im, the pool's reads), measured, whatever today's window code does.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, RowSpec, program
+from ..codegen.kernels.spec import c_strides
+from ..codegen.planning.gather import IndexStep, SliceScatterStep
+from ..codegen.planning.plan import (ALIAS, OUTPUT, PARAM, TEMP, AliasStep, ConcatStep, CopyStep, KernelStep, Plan,
+                                     RowStep, Slot, View)
+from ..codegen.planning.scan import ScanStep
+from ..codegen.planning.window import WindowStep
+from ..extract.machine import Machine
+from ..ir import window_ops
+from ..ir.types import F32, TensorType
+from .measure import median_seconds, per_call
+from .plan_cost import window_products_seconds, window_work
+
+SIZES = tuple(1 << p for p in (10, 13, 16, 19, 22))     # elements: L1 .. beyond the last cache
+COLS = 256                                              # row length of the 2-D steps
+# window ops timed at (batch, channels in, height = width, channels out): a small CNN's layers
+WINDOW_SIZES = ((4, 4, 8, 8), (32, 16, 14, 32), (64, 32, 14, 64))
+FLOOR = 1e-8                                            # a grid time is positive
+
+
+def _view(slot: int, shape) -> View:
+    return View(slot, tuple(shape), c_strides(tuple(shape)))
+
+
+def _plan(name, params: list[tuple], outputs: list[tuple], steps, temps: list[tuple] = (), aliases=0) -> Plan:
+    """A plan over slots: params then outputs then temporaries (each a (shape, dtype)), its
+    first output returned."""
+    slots, offsets, offset = [], {}, 0
+    for role, group in ((PARAM, params), (OUTPUT, outputs), (TEMP, temps)):
+        for shape, dtype in group:
+            slot = Slot(len(slots), tuple(shape), dtype, role, f"a{len(slots)}")
+            if role == TEMP:
+                offsets[slot.index] = offset
+                offset += -(-slot.nbytes // 64) * 64
+            slots.append(slot)
+    for _ in range(aliases):
+        slots.append(Slot(len(slots), params[0][0], params[0][1], ALIAS, f"a{len(slots)}"))
+    first_out = len(params)
+    return Plan(name, slots, list(range(len(params))), list(steps),
+                [_view(first_out, slots[first_out].shape)], False, offsets=offsets, arena_bytes=offset)
+
+
+def time_call(prog, args) -> float:
+    """Median seconds of prog(*args), short calls timed in batches of about a millisecond."""
+    prog(*args)
+    t0 = time.perf_counter()
+    prog(*args)
+    once = time.perf_counter() - t0
+    calls = max(1, min(2000, int(1e-3 / max(once, 1e-7))))
+    return median_seconds(per_call(lambda: prog(*args), calls), repeats=5, cap_s=0.15) / calls
+
+
+def call_overheads() -> tuple[float, float]:
+    """(seconds of a compiled program's call with one step that does nothing, a view; the
+    extra seconds of each further such step)."""
+    x = np.ones(8, np.float32)
+    times = {}
+    for k in (1, 17):
+        steps = [AliasStep(0, 2 + i, 0) for i in range(k)]
+        plan = _plan(f"calib_call_{k}", [((8,), "f32")], [((8,), "f32")], steps, aliases=k)
+        times[k] = time_call(program(plan), [x])
+    step = max(0.0, (times[17] - times[1]) / 16)
+    return max(FLOOR, times[1] - step), step
+
+
+# ---------------------------------------------------------------- one plan per (kind, size)
+
+def _rows_cols(n: int) -> tuple[int, int]:
+    return max(1, n // COLS), COLS
+
+
+def _map(n):
+    spec = KernelSpec(f"calib_map_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0])
+    return (_plan(spec.name, [((n,), "f32")], [((n,), "f32")], [KernelStep(spec, (0,), (1,))]),
+            [np.ones(n, np.float32)], 8 * n)
+
+
+def _reduce(n):
+    r, c = _rows_cols(n)
+    spec = ReduceSpec(f"calib_reduce_{n}", (r, c), [KernelInput("f32")], Load(0), "add", (1,))
+    return (_plan(spec.name, [((r, c), "f32")], [((r,), "f32")], [KernelStep(spec, (0,), (1,))]),
+            [np.ones((r, c), np.float32)], 4 * (r * c + r))
+
+
+def _rows(n):
+    r, c = _rows_cols(n)
+    x = Load(0)
+    spec = RowSpec(f"calib_rows_{n}", r, c, [KernelInput("f32")], [(x, "max", None)], [x - Load(1)])
+    plan = _plan(spec.name, [((r, c), "f32")], [((r, c), "f32")], [RowStep(spec, (0,), (1,), (2,))],
+                 temps=[((r,), "f32")])
+    return plan, [np.ones((r, c), np.float32)], 4 * (2 * r * c + r)
+
+
+def _copy(n):
+    r, c = _rows_cols(n)
+    src = View(0, (c, r), (1, c), (("transpose", (1, 0)),))    # materializing a transpose
+    return (_plan(f"calib_copy_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
+            [np.ones((r, c), np.float32)], 8 * r * c)
+
+
+def _concat(n):
+    r, c = _rows_cols(n)
+    h = c // 2
+    step = ConcatStep((_view(0, (r, h)), _view(1, (r, h))), 1, 2)
+    return (_plan(f"calib_concat_{n}", [((r, h), "f32"), ((r, h), "f32")], [((r, c), "f32")], [step]),
+            [np.ones((r, h), np.float32)] * 2, 8 * r * c)
+
+
+def _take(n):
+    d, vocab = 64, 1024
+    b = max(1, n // d)
+    ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
+    step = IndexStep("take", _view(0, (vocab, d)), _view(1, (b,)), 0, vocab, 2)
+    plan = _plan(f"calib_take_{n}", [((vocab, d), "f32"), ((b,), "i32")], [((b, d), "f32")], [step])
+    return plan, [np.ones((vocab, d), np.float32), ids], 4 * (2 * b * d + b)
+
+
+def _scatter_add(n):
+    d, vocab = 64, 1024
+    b = max(1, n // d)
+    ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
+    step = IndexStep("scatterAdd", _view(0, (b, d)), _view(1, (b,)), 0, vocab, 2)
+    plan = _plan(f"calib_scatter_{n}", [((b, d), "f32"), ((b,), "i32")], [((vocab, d), "f32")], [step])
+    return plan, [np.ones((b, d), np.float32), ids], 4 * (b * d + b + vocab * d)
+
+
+def _slice_scatter(n):
+    r, c = _rows_cols(n)
+    step = SliceScatterStep(_view(0, (r, c // 2)), 1, 0, 2, 1)
+    plan = _plan(f"calib_slicescatter_{n}", [((r, c // 2), "f32")], [((r, c), "f32")], [step])
+    return plan, [np.ones((r, c // 2), np.float32)], 4 * (r * c // 2 + r * c)
+
+
+def _cumsum(n):
+    r, c = _rows_cols(n)
+    step = ScanStep(_view(0, (r, c)), 1, False, 1)
+    return (_plan(f"calib_cumsum_{n}", [((r, c), "f32")], [((r, c), "f32")], [step]),
+            [np.ones((r, c), np.float32)], 8 * r * c)
+
+
+KINDS = {"map": _map, "reduce": _reduce, "rows": _rows, "copy": _copy, "concat": _concat,
+         "take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_scatter, "cumsum": _cumsum}
+
+
+# ---------------------------------------------------------------- windows
+
+def window_case(op: str, n: int, c: int, hw: int, o: int):
+    """(input shapes, attrs, output shape) of window op `op` on a layer of that size: 3x3
+    convolutions padded by 1, 2x2 pools of stride 2."""
+    x = (n, c, hw, hw)
+    if op in window_ops.CONV_OPS:
+        attrs = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+        w, y = (o, c, 3, 3), (n, o, hw, hw)
+        ins = {"conv2d": (x, w), "conv2dBackwardInput": (y, w), "conv2dBackwardWeight": (x, y)}[op]
+        if op != "conv2d":
+            attrs["size"] = (hw, hw) if op == "conv2dBackwardInput" else (3, 3)
+    else:
+        attrs = {"kernel": (2, 2), "stride": (2, 2), "padding": (0, 0, 0, 0)}
+        y = (n, c, hw // 2, hw // 2)
+        ins = {"maxPool2d": (x,), "avgPool2d": (x,), "maxPool2dBackward": (x, y), "maxPool2dGather": (x, x),
+               "avgPool2dBackward": (y,)}[op]
+        if op == "avgPool2dBackward":
+            attrs["size"] = (hw, hw)
+    out = window_ops.result_type(op, [TensorType(s, F32) for s in ins], attrs).shape
+    return ins, attrs, out
+
+
+def _window(op: str, size):
+    ins, attrs, out = window_case(op, *size)
+    packed = window_ops.pack(op, attrs)
+    step = WindowStep(op, packed, tuple(_view(i, s) for i, s in enumerate(ins)), len(ins))
+    plan = _plan(f"calib_{op}_{size[0]}", [(s, "f32") for s in ins], [(out, "f32")], [step])
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ins]
+    nbytes, products = window_work(op, packed, ins, out, 4)
+    return plan, args, nbytes, products
+
+
+def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES) -> dict:
+    """kind -> ((bytes moved, the step's seconds), ...) for every kind `plan_cost` prices by a
+    grid; `mc` prices the products inside windows (its measured products)."""
+    grids: dict[str, tuple] = {}
+    for kind, build in KINDS.items():
+        points = []
+        for n in sizes:
+            plan, args, nbytes = build(n)
+            t = time_call(program(plan), args)
+            points.append((float(nbytes), max(FLOOR, t - call - step)))
+        grids[kind] = tuple(points)
+    for op in window_ops.WINDOW_OPS:
+        points = []
+        for size in window_sizes:
+            plan, args, nbytes, products = _window(op, size)
+            t = time_call(program(plan), args) - call - step
+            products_s = window_products_seconds(mc, products)
+            # the passes: what the step takes beyond its products (at least a tenth of it:
+            # products priced a little high must not leave a negative pass)
+            points.append((float(nbytes), max(FLOOR, t - products_s, 0.1 * t)))
+        grids[op] = tuple(sorted(points))
+    return grids
+
+
+__all__ = ["KINDS", "call_overheads", "step_grids", "time_call", "window_case"]

@@ -1,0 +1,321 @@
+"""The predicted time of a planned program: each step of a kernel plan priced from the machine
+(this host's measured profile, or the shipped defaults), plus the cost of calling the program.
+
+    prediction = predict_plan(plan, "cpu")       # or a Machine
+    prediction.seconds                           # the whole call
+    print(prediction.table())                    # one line per step
+
+The cost model of extraction prices e-nodes before fusion and planning; this prices what
+actually runs, step by step, as the executor runs it:
+- products (BlasStep, GemmStep, the products inside convolutions) by the measured products of
+  the same layout and nearest shape (`product_seconds`), a batched product as its batch of
+  small products sharing one call;
+- generated kernels (maps, reductions, row kernels) by the bytes they move, on the grid of
+  times measured for that step kind, plus each op's measured per-element cost;
+- steps numpy runs (copies, concatenations, gathers, scatters, scans, the passes of windows)
+  by their bytes on the grid measured for that kind (for windows: per op, beyond the products);
+- an AliasStep moves nothing: only the executor's per-step cost.
+Without a measured grid for a kind, a step costs a launch plus its bytes at the machine's
+bandwidth (times the passes the kind makes over them).
+
+It lives in `calibration` because calibrating uses it (a window's measured passes are its time
+less its predicted products) and because it reads both codegen's plans and extract's machine;
+the pipeline (compile reports, `--measure`) and the benchmarks call it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..codegen.kernels.rows import RowSpec
+from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, KernelSpec, Select, Unary, walk
+from ..codegen.planning.gather import IndexStep, SliceScatterStep
+from ..codegen.planning.plan import (AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
+                                     RowStep, View)
+from ..codegen.planning.scan import ScanStep
+from ..codegen.planning.window import WindowStep
+from ..extract.machine import Machine, interpolate, machine
+from ..extract.target_cost import flops_per_element
+from ..ir import window_ops
+from ..ir.ops import OPS
+from ..units import seconds_text
+
+# bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
+# loop; a slice scatter fills then copies; a cumsum reads, adds and writes)
+DEFAULT_PASSES = {"scatterAdd": 8.0, "sliceScatter": 2.0, "cumsum": 2.0, "take": 1.5,
+                  **{op: 3.0 for op in window_ops.WINDOW_OPS}}
+_SHORT_TO_DLVM = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    kind: str            # the step kind ("map", "product", "conv2d", ...)
+    label: str           # what it computes, short
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PlanPrediction:
+    name: str
+    call: float                        # calling the program, its steps aside
+    steps: tuple[StepPrice, ...]
+    priced_by: str                     # "shipped defaults" or "measured profile <digest>"
+
+    @property
+    def seconds(self) -> float:
+        return self.call + sum(s.seconds for s in self.steps)
+
+    def table(self, measured: list[float] | None = None) -> str:
+        """One line per step: its predicted seconds (and its measured ones, when given)."""
+        lines = []
+        for i, s in enumerate(self.steps):
+            m = "" if measured is None else f"  measured {seconds_text(measured[i]):>10}"
+            lines.append(f"  {i:>3}  {s.kind:<20} predicted {seconds_text(s.seconds):>10}{m}  {s.label}")
+        return "\n".join(lines)
+
+
+def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
+    """The predicted seconds of one call of `plan` on `target`'s machine."""
+    mc = machine(target)
+    steps = tuple(step_price(step, plan, mc) for step in plan.steps)
+    by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"
+    return PlanPrediction(plan.name, mc.program_call, steps, by)
+
+
+def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
+    """One step's predicted seconds (the executor's per-step cost included)."""
+    price = _PRICES.get(type(step))
+    if price is None:
+        raise TypeError(f"no price for plan step {type(step).__name__}: add it to plan_cost._PRICES")
+    kind, label, seconds = price(step, plan, mc)
+    return StepPrice(kind, label, mc.step_call + seconds)
+
+
+# ---------------------------------------------------------------- products
+
+def product_seconds(mc: Machine, m: int, k: int, n: int, trans_a: bool = False, trans_b: bool = False,
+                    batch: int = 1) -> float:
+    """Seconds of `batch` products (m, k) @ (k, n) in one call, operands transposed as flagged:
+    from the measured products of that layout nearest in shape (log distance over m, k, n),
+    each scaled to this product's flops beyond the cost of a call; without measurements, the
+    machine's matmul formula."""
+    flops = 2.0 * m * k * n
+    points = mc.matmul_points
+    if not points:
+        one = mc.matmul_seconds(m, k, n)
+        return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
+    call = min(p.seconds for p in points)           # the smallest product: the call dominates
+    same = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
+    near = sorted(((abs(math.log(m / p.m)) + abs(math.log(k / p.k)) + abs(math.log(n / p.n)), p)
+                   for p in same), key=lambda dp: dp[0])[:3]
+    log_sum = weight_sum = 0.0
+    for d, p in near:
+        work = max(p.seconds - call, p.seconds * 0.05) * flops / p.flops
+        w = 1.0 / (d + 0.05) ** 2
+        log_sum += w * math.log(work)
+        weight_sum += w
+    return call + batch * math.exp(log_sum / weight_sum)
+
+
+def _transposed(v: View) -> bool:
+    """Whether a product operand is read transposed (a `.T` view: a flag to BLAS)."""
+    return any(op == "transpose" and tuple(p)[-2:] == (len(p) - 1, len(p) - 2) for op, p in v.chain)
+
+
+def _product_dims(a: View, b: View, out_shape) -> tuple[int, int, int, int]:
+    """(batch, m, k, n) of out = a @ b (1-D operands are a row or a column)."""
+    k = a.shape[-1] if a.shape else 1
+    m = a.shape[-2] if len(a.shape) >= 2 else 1
+    n = b.shape[-1] if len(b.shape) >= 2 else 1
+    batch = math.prod(out_shape[:-2]) if len(out_shape) > 2 else 1
+    return max(batch, 1), max(m, 1), max(k, 1), max(n, 1)
+
+
+def _blas(step: BlasStep, plan: Plan, mc: Machine):
+    batch, m, k, n = _product_dims(step.a, step.b, plan.slots[step.out].shape)
+    ta, tb = _transposed(step.a), _transposed(step.b)
+    layout = ("T" if ta else "N") + ("T" if tb else "N")
+    label = (f"{batch} x " if batch > 1 else "") + f"{m} x {k} x {n} {layout}"
+    return "product", label, product_seconds(mc, m, k, n, ta, tb, batch)
+
+
+def _gemm(step: GemmStep, plan: Plan, mc: Machine):
+    _, label, t = _blas(step.blas, plan, mc)
+    # the epilogue runs on each tile while it is in cache: its ops and its other operands' bytes
+    ep = step.epilogue
+    n = math.prod(ep.spec.shape)
+    extra = sum(plan.slots[s].nbytes for i, s in enumerate(ep.inputs) if i != step.c_input)
+    extra += sum(plan.slots[s].nbytes for s in ep.outputs)
+    return "product+epilogue", label, t + n * _expr_flops(ep.spec.outputs, mc) / mc.flop_rate + extra / mc.bandwidth
+
+
+# ---------------------------------------------------------------- generated kernels
+
+def _egg(op: str) -> str:
+    dlvm = _SHORT_TO_DLVM.get(op, op)
+    spec = OPS.get(dlvm)
+    return spec.egg if spec is not None else op
+
+
+def _expr_flops(roots, mc: Machine) -> float:
+    """Flop equivalents per element of an expression DAG (each shared node once, as LLVM's CSE
+    evaluates it): the measured cost of each op class."""
+    total = 0.0
+    for e in walk(list(roots)):
+        if isinstance(e, (Unary, Binary)):
+            total += flops_per_element(_egg(e.op), mc)
+        elif isinstance(e, (Select, Cast)):
+            total += 1.0
+    return total
+
+
+def _parallel(mc: Machine, elements: int) -> int:
+    """Threads a generated kernel of this many elements is split over (its compute share)."""
+    from ..codegen.runtime.threads import MIN_PARALLEL_WORK
+    if mc.name != "cpu" or elements < MIN_PARALLEL_WORK:
+        return 1
+    from ..codegen.runtime.cpu_count import thread_count
+    return thread_count()
+
+
+def _moved(mc: Machine, kind: str, nbytes: float, elements: int, passes: float = 1.0) -> float:
+    """Seconds of a step of `kind` moving `nbytes`: the measured grid of that kind, or a launch
+    plus the bytes (times `passes`) at the machine's bandwidth."""
+    grid = mc.step_grids.get(kind)
+    if grid:
+        return interpolate(grid, max(nbytes, 1.0))
+    wake = mc.pool_wake if _parallel(mc, elements) > 1 else 0.0
+    return mc.launch + wake + passes * nbytes / mc.bandwidth
+
+
+def _read_bytes(plan: Plan, slots, elements: int, inputs) -> int:
+    """Bytes a kernel reads: each input buffer once (a broadcast read: the buffer; a strided
+    read of part of a buffer: the elements it visits)."""
+    total = 0
+    for s, inp in zip(slots, inputs):
+        item = DTYPES[inp.dtype].itemsize
+        total += min(plan.slots[s].nbytes, elements * item)
+    return total
+
+
+def _kernel(step: KernelStep, plan: Plan, mc: Machine):
+    spec = step.spec
+    n = math.prod(spec.shape)
+    nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(plan.slots[s].nbytes for s in step.outputs)
+    if isinstance(spec, KernelSpec):
+        kind, roots = "map", spec.outputs
+    else:
+        kind, roots = "reduce", (spec.body,)
+    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
+    return kind, spec.name, _moved(mc, kind, nbytes, n) + compute
+
+
+def _rows(step: RowStep, plan: Plan, mc: Machine):
+    spec: RowSpec = step.spec
+    n = spec.rows * spec.cols
+    nbytes = (_read_bytes(plan, step.inputs, n, spec.inputs)
+              + sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
+    roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
+    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
+    return "rows", spec.name, _moved(mc, "rows", nbytes, n) + compute
+
+
+# ---------------------------------------------------------------- steps numpy runs
+
+def _out_bytes(step, plan: Plan) -> int:
+    return plan.slots[step.out].nbytes
+
+
+def _elements(step, plan: Plan) -> int:
+    return math.prod(plan.slots[step.out].shape)
+
+
+def _copy(step: CopyStep, plan: Plan, mc: Machine):
+    b = _out_bytes(step, plan)
+    return "copy", f"{b} B", _moved(mc, "copy", 2 * b, _elements(step, plan))
+
+
+def _concat(step: ConcatStep, plan: Plan, mc: Machine):
+    b = _out_bytes(step, plan)
+    return "concat", f"{len(step.parts)} parts, {b} B", _moved(mc, "concat", 2 * b, _elements(step, plan))
+
+
+def _alias(step: AliasStep, plan: Plan, mc: Machine):
+    return "alias", "a view, no copy", 0.0
+
+
+def _index(step: IndexStep, plan: Plan, mc: Machine):
+    ids = plan.slots[step.ids.slot].nbytes
+    # take reads the rows it gathers (as many as it writes); scatterAdd reads all of g
+    read = _out_bytes(step, plan) if step.op == "take" else plan.slots[step.src.slot].nbytes
+    b = read + ids + _out_bytes(step, plan)
+    kind = step.op
+    return kind, f"{b} B", _moved(mc, kind, b, _elements(step, plan), DEFAULT_PASSES.get(kind, 1.0))
+
+
+def _slice_scatter(step: SliceScatterStep, plan: Plan, mc: Machine):
+    b = plan.slots[step.src.slot].nbytes + _out_bytes(step, plan)
+    return "sliceScatter", f"{b} B", _moved(mc, "sliceScatter", b, _elements(step, plan),
+                                            DEFAULT_PASSES["sliceScatter"])
+
+
+def _scan(step: ScanStep, plan: Plan, mc: Machine):
+    b = 2 * _out_bytes(step, plan)
+    return "cumsum", f"{b} B", _moved(mc, "cumsum", b, _elements(step, plan), DEFAULT_PASSES["cumsum"])
+
+
+# ---------------------------------------------------------------- windows: passes + products
+
+def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[float, list[tuple]]:
+    """(bytes the window op's passes move, its products as (m, k, n, trans_a, trans_b, count)):
+    the im2col matrix (every window element of the big NCHW tensor once) plus its operands and
+    result; a convolution's products as window_ops runs them, one per group."""
+    attrs = window_ops.unpack(op, packed)
+    if op in ("conv2dBackwardInput", "avgPool2dBackward"):
+        small = in_shapes[0]                  # dY: the windows' positions
+    elif op in ("conv2dBackwardWeight", "maxPool2dBackward"):
+        small = in_shapes[1]
+    else:
+        small = out_shape
+    big = out_shape if op in ("conv2dBackwardInput", "maxPool2dBackward", "avgPool2dBackward") else in_shapes[0]
+    if op in window_ops.CONV_OPS:
+        w = in_shapes[1] if op != "conv2dBackwardWeight" else out_shape
+        kh, kw = w[2], w[3]
+    else:
+        kh, kw = attrs["kernel"]
+    n, c, oh, ow = big[0], big[1], small[2], small[3]
+    cols = n * c * kh * kw * oh * ow
+    nbytes = itemsize * (cols + math.prod(out_shape) + sum(math.prod(s) for s in in_shapes))
+    products = []
+    if op in window_ops.CONV_OPS:
+        g = attrs["groups"]
+        o = (out_shape if op == "conv2d" else in_shapes[1] if op == "conv2dBackwardWeight" else in_shapes[0])[1]
+        ckk, pos = c // g * kh * kw, n * oh * ow
+        products.append({"conv2d": (o // g, ckk, pos, False, False, g),
+                         "conv2dBackwardInput": (ckk, o // g, pos, True, False, g),
+                         "conv2dBackwardWeight": (o // g, pos, ckk, False, True, g)}[op])
+    return nbytes, products
+
+
+def window_products_seconds(mc: Machine, products) -> float:
+    return sum(count * product_seconds(mc, m, k, n, ta, tb) for m, k, n, ta, tb, count in products)
+
+
+def _window(step: WindowStep, plan: Plan, mc: Machine):
+    out = plan.slots[step.out]
+    nbytes, products = window_work(step.op, step.packed, [v.shape for v in step.inputs], out.shape,
+                                   DTYPES[out.dtype].itemsize)
+    passes = _moved(mc, step.op, nbytes, math.prod(out.shape), DEFAULT_PASSES[step.op])
+    label = " ".join(map(str, out.shape))
+    return step.op, f"-> {label}", passes + window_products_seconds(mc, products)
+
+
+_PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm, CopyStep: _copy,
+           ConcatStep: _concat, AliasStep: _alias, IndexStep: _index, SliceScatterStep: _slice_scatter,
+           ScanStep: _scan, WindowStep: _window}
+
+STEP_KINDS = ("map", "reduce", "rows", "copy", "concat", "take", "scatterAdd", "sliceScatter",
+              "cumsum") + window_ops.WINDOW_OPS     # the kinds calibration measures a grid for
+
+__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "step_price",
+           "window_work"]
