@@ -6,8 +6,9 @@ code generator with the same fusion, side by side in one run.
     .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
 
 For each model: the measured speedup (median step time off / on, the two taking turns round by
-round), the speedup the cost model predicted (its program cost before / after extraction), the
-rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
+round), the predicted speedup (the planned programs' predicted times, off / on:
+`calibration.plan_cost.predict_plan`, every step of the plan that runs priced from the
+machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
 correlation between predicted and measured program times over all the programs, and how far
 each prediction is from its measurement (the calibration target: rho >= 0.9, within 1.5x).
@@ -153,7 +154,21 @@ def as_written():
             (0, 1))
 
 
-MODELS = [mlp, attention, transformer, lstm, matrix_factorization, logistic, as_written]
+def cnn():
+    from dlvm_eq.models import cnn as m
+    B, IMAGE = 32, 16
+    p = m.init_params(image=IMAGE, seed=0)
+    names = ("c1", "b1", "c2", "b2", "w", "b")
+
+    def loss(c1, b1, c2, b2, w, b, x, y):
+        return m.loss(dict(zip(names, (c1, b1, c2, b2, w, b))), x, y)
+    x = rng.random((B, 1, IMAGE, IMAGE), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, B)]
+    return (f"CNN, batch {B}, 1x{IMAGE}x{IMAGE}: conv3x3 {m.CHANNELS[0]}, pool, conv3x3 {m.CHANNELS[1]}, "
+            f"pool, dense 10", loss, (*(p[k] for k in names), x, y), tuple(range(6)))
+
+
+MODELS = [mlp, attention, transformer, lstm, cnn, matrix_factorization, logistic, as_written]
 
 
 # ---------------------------------------------------------------- measuring
@@ -223,10 +238,10 @@ def spearman(xs, ys) -> float:
     return cov / var if var else float("nan")
 
 
-def predicted_seconds(module, name) -> float:
-    """The cost model's estimate of the program a compiled function runs."""
-    from dlvm_eq.egraph.optimize import program_cost
-    return program_cost(module[name], module, target="cpu")
+def predicted_seconds(compiled) -> float:
+    """The predicted time of the plan a compiled function runs."""
+    from dlvm_eq.calibration.plan_cost import predict_plan
+    return predict_plan(compiled.plan, "cpu").seconds
 
 
 def run(rounds: int, steps: int, only=None):
@@ -246,7 +261,7 @@ def run(rounds: int, steps: int, only=None):
         optimize_s = time.perf_counter() - t0
         check(title, plain, fname, args, {"unoptimized": off, "optimized": on})
         t_off, t_on = time_pair(off, on, args, rounds, steps)
-        p_off, p_on = predicted_seconds(plain, fname), predicted_seconds(optimized, fname)
+        p_off, p_on = predicted_seconds(off), predicted_seconds(on)
         fr = result.report[fname]
         sat = fr.saturation
         fired = ", ".join(f"{r} x{n}" for r, n in (sat.top_rules()[:4] if sat else []))

@@ -204,8 +204,10 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
     nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(plan.slots[s].nbytes for s in step.outputs)
     if isinstance(spec, KernelSpec):
         kind, roots = "map", spec.outputs
-    else:
-        kind, roots = "reduce", (spec.body,)
+    else:   # along the contiguous last axis (rows, or everything) or along leading axes only
+        last = len(spec.shape) - 1
+        kind = "reduce" if last < 0 or last in spec.axes else "reduce_lead"
+        roots = (spec.body,)
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
     return kind, spec.name, _moved(mc, kind, nbytes, n) + compute
 
@@ -213,11 +215,17 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
 def _rows(step: RowStep, plan: Plan, mc: Machine):
     spec: RowSpec = step.spec
     n = spec.rows * spec.cols
-    nbytes = (_read_bytes(plan, step.inputs, n, spec.inputs)
-              + sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
+    nbytes = row_bytes(_read_bytes(plan, step.inputs, n, spec.inputs), len(spec.reductions),
+                       bool(spec.outputs), sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
     roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
     return "rows", spec.name, _moved(mc, "rows", nbytes, n) + compute
+
+
+def row_bytes(read: int, reductions: int, maps: bool, written: int) -> int:
+    """Bytes a row kernel moves: its inputs once per pass over a row (each reduction, then the
+    map), plus what it writes."""
+    return read * (reductions + int(maps)) + written
 
 
 # ---------------------------------------------------------------- steps numpy runs
@@ -314,8 +322,8 @@ _PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm
            ConcatStep: _concat, AliasStep: _alias, IndexStep: _index, SliceScatterStep: _slice_scatter,
            ScanStep: _scan, WindowStep: _window}
 
-STEP_KINDS = ("map", "reduce", "rows", "copy", "concat", "take", "scatterAdd", "sliceScatter",
+STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "concat", "take", "scatterAdd", "sliceScatter",
               "cumsum") + window_ops.WINDOW_OPS     # the kinds calibration measures a grid for
 
-__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "step_price",
-           "window_work"]
+__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "row_bytes",
+           "step_price", "window_products_seconds", "window_work"]

@@ -85,8 +85,8 @@ def from_profile(profile: Profile, default: Machine) -> Machine:
                    fused_fraction=default.fused_fraction, node_overhead=default.node_overhead,
                    reduce_rate=profile.reduce_rate, pool_wake=profile.pool_wake,
                    op_flops=dict(profile.op_flops), matmul_grid=grid, profile=profile.digest(),
-                   matmul_points=profile.matmuls,
-                   step_grids={k: tuple(sorted(g)) for k, g in profile.steps.items()},
+                   matmul_points=_consistent_products(profile.matmuls),
+                   step_grids={k: _non_decreasing(g) for k, g in profile.steps.items()},
                    program_call=profile.program_call or default.program_call,
                    step_call=profile.step_call or default.step_call)
 
@@ -103,6 +103,33 @@ def _matmul_grid(points: tuple[MatmulPoint, ...]) -> tuple[tuple[float, float], 
         slowest = max(slowest, best[f])
         grid.append((f, slowest))
     return tuple(grid)
+
+
+def _non_decreasing(grid) -> tuple[tuple[float, float], ...]:
+    """A step grid sorted by size, each time at most that of every larger size: a point
+    measured while the machine was busy elsewhere does not price its neighbours."""
+    out, cap = [], math.inf
+    for size, t in sorted(grid, reverse=True):
+        cap = min(cap, t)
+        out.append((size, cap))
+    return tuple(reversed(out))
+
+
+def _consistent_products(points: tuple[MatmulPoint, ...]) -> tuple[MatmulPoint, ...]:
+    """The measured products, each at most as slow as any product of the same layout at least
+    as large in m, k and n, and at most twice the fastest layout of its own shape (a product
+    timed while the machine was busy would otherwise price every product near it)."""
+    fastest: dict[tuple, float] = {}
+    for p in points:
+        fastest[(p.m, p.k, p.n)] = min(fastest.get((p.m, p.k, p.n), math.inf), p.seconds)
+    out = []
+    for p in points:
+        t = min(p.seconds, 2 * fastest[(p.m, p.k, p.n)])
+        for q in points:
+            if (q.trans_a, q.trans_b) == (p.trans_a, p.trans_b) and q.m >= p.m and q.k >= p.k and q.n >= p.n:
+                t = min(t, q.seconds)
+        out.append(MatmulPoint(p.m, p.k, p.n, t, p.trans_a, p.trans_b))
+    return tuple(out)
 
 
 def machine(target: str | Machine) -> Machine:
