@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DlvmError, SourceError
-from . import PROG, cache, calibrate, codegen, demo, grad, optimize, run, source, verify
+from . import PROG, cache, calibrate, codegen, compile, demo, grad, optimize, run, source, verify
 
 @dataclass(frozen=True)
 class Command:
@@ -45,6 +45,8 @@ COMMANDS: list[Command] = [
     Command("demo", "compile and train an MLP on the digits data set", demo.arguments, demo.run),
     Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
             codegen.arguments, codegen.run),
+    Command("compile", "compile a function: its report, predicted time (and measured, --measure)",
+            compile.arguments, compile.run),
     Command("cache", "show (info) or empty (clear) the compile cache", cache.arguments, cache.run),
     Command("calibrate", "time this machine for the cost model (a profile in the cache)",
             calibrate.arguments, calibrate.run),

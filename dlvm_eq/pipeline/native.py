@@ -51,6 +51,13 @@ class CompileReport:
     optimize: object = None           # an OptimizeResult, or None when not optimized
     note: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
+    measured: object = None           # a measure_time.Measured, once `measure_compiled` ran it
+
+    @property
+    def predicted(self):
+        """The plan's predicted time on this target's machine (calibration/plan_cost.py)."""
+        from ..calibration.plan_cost import predict_plan    # loads the plan's step types
+        return predict_plan(self.plan, self.target)
 
     @property
     def kernel_names(self) -> list[str]:
@@ -88,7 +95,18 @@ class CompileReport:
                 for g in epilogues) + " (run on each tile of the product by our GEMM)")
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items()))
+        lines.append(_time_line(self))
         return "\n".join(lines)
+
+
+def _time_line(report: CompileReport) -> str:
+    """The predicted time of one call, and the measured one next to it when measured."""
+    p = report.predicted
+    line = f"  predicted time per call: {seconds_text(p.seconds)} ({p.priced_by})"
+    m = report.measured
+    if m is not None:
+        line += f"; measured median {seconds_text(m.median)} over {m.calls} calls (predicted / measured {p.seconds / m.median:.2f})"
+    return line
 
 
 def _rules_fired(sat) -> str:
@@ -150,6 +168,11 @@ class Compiled:
 
     def __call__(self, *args):
         return self._program(*args)
+
+    @property
+    def program(self):
+        """The CpuProgram or GpuProgram that runs the plan."""
+        return self._program
 
     def __repr__(self):
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
