@@ -36,11 +36,11 @@ WINDOW_SIZES = ((4, 4, 8, 8), (32, 1, 16, 32), (32, 16, 14, 32), (64, 32, 14, 64
 FLOOR = 1e-8                                            # a grid time is positive
 
 
-def _view(slot: int, shape) -> View:
+def c_view(slot: int, shape) -> View:
     return View(slot, tuple(shape), c_strides(tuple(shape)))
 
 
-def _plan(name, params: list[tuple], outputs: list[tuple], steps, temps: list[tuple] = (), aliases=0) -> Plan:
+def tiny_plan(name, params: list[tuple], outputs: list[tuple], steps, temps: list[tuple] = (), aliases=0) -> Plan:
     """A plan over slots: params then outputs then temporaries (each a (shape, dtype)), its
     first output returned."""
     slots, offsets, offset = [], {}, 0
@@ -55,7 +55,7 @@ def _plan(name, params: list[tuple], outputs: list[tuple], steps, temps: list[tu
         slots.append(Slot(len(slots), params[0][0], params[0][1], ALIAS, f"a{len(slots)}"))
     first_out = len(params)
     return Plan(name, slots, list(range(len(params))), list(steps),
-                [_view(first_out, slots[first_out].shape)], False, offsets=offsets, arena_bytes=offset)
+                [c_view(first_out, slots[first_out].shape)], False, offsets=offsets, arena_bytes=offset)
 
 
 def time_call(prog, args) -> float:
@@ -76,7 +76,7 @@ def call_overheads() -> tuple[float, float]:
     times = {}
     for k in (1, 17):
         steps = [AliasStep(0, 2 + i, 0) for i in range(k)]
-        plan = _plan(f"calib_call_{k}", [((8,), "f32")], [((8,), "f32")], steps, aliases=k)
+        plan = tiny_plan(f"calib_call_{k}", [((8,), "f32")], [((8,), "f32")], steps, aliases=k)
         times[k] = time_call(program(plan), [x])
     step = max(0.0, (times[17] - times[1]) / 16)
     return max(FLOOR, times[1] - step), step
@@ -90,21 +90,21 @@ def _rows_cols(n: int) -> tuple[int, int]:
 
 def _map(n):
     spec = KernelSpec(f"calib_map_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0])
-    return (_plan(spec.name, [((n,), "f32")], [((n,), "f32")], [KernelStep(spec, (0,), (1,))]),
+    return (tiny_plan(spec.name, [((n,), "f32")], [((n,), "f32")], [KernelStep(spec, (0,), (1,))]),
             [np.ones(n, np.float32)], 8 * n)
 
 
 def _reduce(n):
     r, c = _rows_cols(n)
     spec = ReduceSpec(f"calib_reduce_{n}", (r, c), [KernelInput("f32")], Load(0), "add", (1,))
-    return (_plan(spec.name, [((r, c), "f32")], [((r,), "f32")], [KernelStep(spec, (0,), (1,))]),
+    return (tiny_plan(spec.name, [((r, c), "f32")], [((r,), "f32")], [KernelStep(spec, (0,), (1,))]),
             [np.ones((r, c), np.float32)], 4 * (r * c + r))
 
 
 def _reduce_lead(n):
     r, c = _rows_cols(n)
     spec = ReduceSpec(f"calib_reduce_lead_{n}", (r, c), [KernelInput("f32")], Load(0), "add", (0,))
-    return (_plan(spec.name, [((r, c), "f32")], [((c,), "f32")], [KernelStep(spec, (0,), (1,))]),
+    return (tiny_plan(spec.name, [((r, c), "f32")], [((c,), "f32")], [KernelStep(spec, (0,), (1,))]),
             [np.ones((r, c), np.float32)], 4 * (r * c + c))
 
 
@@ -112,7 +112,7 @@ def _rows(n):
     r, c = _rows_cols(n)
     x = Load(0)
     spec = RowSpec(f"calib_rows_{n}", r, c, [KernelInput("f32")], [(x, "max", None)], [x - Load(1)])
-    plan = _plan(spec.name, [((r, c), "f32")], [((r, c), "f32")], [RowStep(spec, (0,), (1,), (2,))],
+    plan = tiny_plan(spec.name, [((r, c), "f32")], [((r, c), "f32")], [RowStep(spec, (0,), (1,), (2,))],
                  temps=[((r,), "f32")])
     return plan, [np.ones((r, c), np.float32)], row_bytes(4 * r * c, 1, True, 4 * (r * c + r))
 
@@ -120,15 +120,15 @@ def _rows(n):
 def _copy(n):
     r, c = _rows_cols(n)
     src = View(0, (c, r), (1, c), (("transpose", (1, 0)),))    # materializing a transpose
-    return (_plan(f"calib_copy_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
+    return (tiny_plan(f"calib_copy_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
             [np.ones((r, c), np.float32)], 8 * r * c)
 
 
 def _concat(n):
     r, c = _rows_cols(n)
     h = c // 2
-    step = ConcatStep((_view(0, (r, h)), _view(1, (r, h))), 1, 2)
-    return (_plan(f"calib_concat_{n}", [((r, h), "f32"), ((r, h), "f32")], [((r, c), "f32")], [step]),
+    step = ConcatStep((c_view(0, (r, h)), c_view(1, (r, h))), 1, 2)
+    return (tiny_plan(f"calib_concat_{n}", [((r, h), "f32"), ((r, h), "f32")], [((r, c), "f32")], [step]),
             [np.ones((r, h), np.float32)] * 2, 8 * r * c)
 
 
@@ -136,8 +136,8 @@ def _take(n):
     d, vocab = 64, 1024
     b = max(1, n // d)
     ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
-    step = IndexStep("take", _view(0, (vocab, d)), _view(1, (b,)), 0, vocab, 2)
-    plan = _plan(f"calib_take_{n}", [((vocab, d), "f32"), ((b,), "i32")], [((b, d), "f32")], [step])
+    step = IndexStep("take", c_view(0, (vocab, d)), c_view(1, (b,)), 0, vocab, 2)
+    plan = tiny_plan(f"calib_take_{n}", [((vocab, d), "f32"), ((b,), "i32")], [((b, d), "f32")], [step])
     return plan, [np.ones((vocab, d), np.float32), ids], 4 * (2 * b * d + b)
 
 
@@ -145,22 +145,22 @@ def _scatter_add(n):
     d, vocab = 64, 1024
     b = max(1, n // d)
     ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
-    step = IndexStep("scatterAdd", _view(0, (b, d)), _view(1, (b,)), 0, vocab, 2)
-    plan = _plan(f"calib_scatter_{n}", [((b, d), "f32"), ((b,), "i32")], [((vocab, d), "f32")], [step])
+    step = IndexStep("scatterAdd", c_view(0, (b, d)), c_view(1, (b,)), 0, vocab, 2)
+    plan = tiny_plan(f"calib_scatter_{n}", [((b, d), "f32"), ((b,), "i32")], [((vocab, d), "f32")], [step])
     return plan, [np.ones((b, d), np.float32), ids], 4 * (b * d + b + vocab * d)
 
 
 def _slice_scatter(n):
     r, c = _rows_cols(n)
-    step = SliceScatterStep(_view(0, (r, c // 2)), 1, 0, 2, 1)
-    plan = _plan(f"calib_slicescatter_{n}", [((r, c // 2), "f32")], [((r, c), "f32")], [step])
+    step = SliceScatterStep(c_view(0, (r, c // 2)), 1, 0, 2, 1)
+    plan = tiny_plan(f"calib_slicescatter_{n}", [((r, c // 2), "f32")], [((r, c), "f32")], [step])
     return plan, [np.ones((r, c // 2), np.float32)], 4 * (r * c // 2 + r * c)
 
 
 def _cumsum(n):
     r, c = _rows_cols(n)
-    step = ScanStep(_view(0, (r, c)), 1, False, 1)
-    return (_plan(f"calib_cumsum_{n}", [((r, c), "f32")], [((r, c), "f32")], [step]),
+    step = ScanStep(c_view(0, (r, c)), 1, False, 1)
+    return (tiny_plan(f"calib_cumsum_{n}", [((r, c), "f32")], [((r, c), "f32")], [step]),
             [np.ones((r, c), np.float32)], 8 * r * c)
 
 
@@ -191,11 +191,11 @@ def window_case(op: str, n: int, c: int, hw: int, o: int):
     return ins, attrs, out
 
 
-def _window(op: str, size):
+def window_plan(op: str, size):
     ins, attrs, out = window_case(op, *size)
     packed = window_ops.pack(op, attrs)
-    step = WindowStep(op, packed, tuple(_view(i, s) for i, s in enumerate(ins)), len(ins))
-    plan = _plan(f"calib_{op}_{size[0]}", [(s, "f32") for s in ins], [(out, "f32")], [step])
+    step = WindowStep(op, packed, tuple(c_view(i, s) for i, s in enumerate(ins)), len(ins))
+    plan = tiny_plan(f"calib_{op}_{size[0]}", [(s, "f32") for s in ins], [(out, "f32")], [step])
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(s).astype(np.float32) for s in ins]
     nbytes, products = window_work(op, packed, ins, out, 4)
@@ -216,7 +216,7 @@ def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=
     for op in window_ops.WINDOW_OPS:
         points = []
         for size in window_sizes:
-            plan, args, nbytes, products = _window(op, size)
+            plan, args, nbytes, products = window_plan(op, size)
             t = time_call(program(plan), args) - call - step
             products_s = window_products_seconds(mc, products)
             # the passes: what the step takes beyond its products (at least a tenth of it:
@@ -226,4 +226,4 @@ def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=
     return grids
 
 
-__all__ = ["KINDS", "call_overheads", "step_grids", "time_call", "window_case"]
+__all__ = ["KINDS", "c_view", "call_overheads", "step_grids", "time_call", "tiny_plan", "window_case", "window_plan"]
