@@ -196,13 +196,6 @@ def test_profile_with_step_timings_round_trips():
     assert q == p and not q.stale and q.steps["conv2d"] == GRID
 
 
-def test_a_version_two_profile_without_step_timings_is_refused():
-    data = json.loads(calibrated_profile().to_json())
-    data["steps"] = {}
-    with pytest.raises(ProfileError, match="without step timings"):
-        Profile.from_json(json.dumps(data))
-
-
 def test_corrupt_step_timings_fall_back_to_the_defaults_with_a_warning(cache_dir):  # noqa: F811
     data = json.loads(calibrated_profile().to_json())
     data["steps"]["map"] = [[1e3, -1.0]]

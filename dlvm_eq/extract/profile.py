@@ -103,8 +103,6 @@ class Profile:
             op_flops = {str(k): _positive(v) for k, v in data["op_flops"].items()}
             steps = {str(kind): tuple((_positive(size), _positive(t)) for size, t in grid)
                      for kind, grid in data.get("steps", {}).items()}
-            if data["version"] >= 2 and not steps:
-                raise ValueError("a version-2 profile without step timings")
             return cls(target=str(data["target"]), host=str(data["host"]),
                        bandwidth=_positive(data["bandwidth"]), flop_rate=_positive(data["flop_rate"]),
                        launch=_positive(data["launch"]), pool_wake=_non_negative(data["pool_wake"]),
