@@ -34,7 +34,7 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     # plan steps last: windows are timed beyond their products, priced by the products above
     call, step = measure_steps.call_overheads()
-    steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), call, step)
+    steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), step)
     profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
                          "seconds": round(time.perf_counter() - t0, 2)})
     if write:

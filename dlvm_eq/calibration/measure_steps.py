@@ -5,8 +5,8 @@ timed like any compiled call. What `plan_cost.py` prices planned programs with.
     call, step = call_overheads()                  # a program call; one step's bookkeeping
     grids = step_grids(mc, call, step)             # kind -> ((bytes moved, seconds), ...)
 
-Each grid point is the step's own seconds: the one-step program's time less the call and the
-per-step cost. A window step's point is its time less its products as `plan_cost` prices them
+Each grid point is the step's own seconds as the executor times it inside a call
+(`time_step`), less the per-step cost that `plan_cost` adds to every step. A window step's point is its time less its products as `plan_cost` prices them
 on `mc` (the products measured just before), so that the grid holds its passes only (im2col,
 col2im, the pool's reads), measured, whatever today's window code does.
 """
@@ -69,6 +69,21 @@ def time_call(prog, args) -> float:
     return fastest_seconds(per_call(lambda: prog(*args), calls), repeats=7, cap_s=0.15) / calls
 
 
+def time_step(prog, args, cap_s: float = 0.15, most: int = 200) -> float:
+    """Seconds of a one-step program's step, as the executor times it inside a call
+    (`CpuProgram.timed_call`): the lower quartile of up to `most` calls within `cap_s` (calls
+    another process interrupted are the slow ones; the quartile keeps the cold-cache cost a
+    step has inside a program, which the fastest call would hide)."""
+    prog(*args)
+    times, spent = [], 0.0
+    while len(times) < most and (len(times) < 5 or spent < cap_s):
+        t0 = time.perf_counter()
+        times.append(prog.timed_call(*args)[1][0])
+        spent += time.perf_counter() - t0
+    times.sort()
+    return times[len(times) // 4]
+
+
 def call_overheads() -> tuple[float, float]:
     """(seconds of a compiled program's call with one step that does nothing, a view; the
     extra seconds of each further such step)."""
@@ -119,8 +134,14 @@ def _rows(n):
 
 def _copy(n):
     r, c = _rows_cols(n)
+    return (tiny_plan(f"calib_copy_{n}", [((r, c), "f32")], [((r, c), "f32")], [CopyStep(c_view(0, (r, c)), 1)]),
+            [np.ones((r, c), np.float32)], 8 * r * c)
+
+
+def _copy_strided(n):
+    r, c = _rows_cols(n)
     src = View(0, (c, r), (1, c), (("transpose", (1, 0)),))    # materializing a transpose
-    return (tiny_plan(f"calib_copy_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
+    return (tiny_plan(f"calib_transpose_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
             [np.ones((r, c), np.float32)], 8 * r * c)
 
 
@@ -164,7 +185,8 @@ def _cumsum(n):
             [np.ones((r, c), np.float32)], 8 * r * c)
 
 
-KINDS = {"map": _map, "reduce": _reduce, "reduce_lead": _reduce_lead, "rows": _rows, "copy": _copy, "concat": _concat,
+KINDS = {"map": _map, "reduce": _reduce, "reduce_lead": _reduce_lead, "rows": _rows, "copy": _copy,
+         "copy_strided": _copy_strided, "concat": _concat,
          "take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_scatter, "cumsum": _cumsum}
 
 
@@ -202,7 +224,7 @@ def window_plan(op: str, size):
     return plan, args, nbytes, products
 
 
-def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES) -> dict:
+def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES) -> dict:
     """kind -> ((bytes moved, the step's seconds), ...) for every kind `plan_cost` prices by a
     grid; `mc` prices the products inside windows (its measured products)."""
     grids: dict[str, tuple] = {}
@@ -210,14 +232,14 @@ def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=
         points = []
         for n in sizes:
             plan, args, nbytes = build(n)
-            t = time_call(program(plan), args)
-            points.append((float(nbytes), max(FLOOR, t - call - step)))
+            t = time_step(program(plan), args)
+            points.append((float(nbytes), max(FLOOR, t - step)))
         grids[kind] = tuple(points)
     for op in window_ops.WINDOW_OPS:
         points = []
         for size in window_sizes:
             plan, args, nbytes, products = window_plan(op, size)
-            t = time_call(program(plan), args) - call - step
+            t = time_step(program(plan), args) - step
             products_s = window_products_seconds(mc, products)
             # the passes: what the step takes beyond its products (at least a tenth of it:
             # products priced a little high must not leave a negative pass)
@@ -226,4 +248,4 @@ def step_grids(mc: Machine, call: float, step: float, sizes=SIZES, window_sizes=
     return grids
 
 
-__all__ = ["KINDS", "c_view", "call_overheads", "step_grids", "time_call", "tiny_plan", "window_case", "window_plan"]
+__all__ = ["KINDS", "c_view", "call_overheads", "step_grids", "time_call", "time_step", "tiny_plan", "window_case", "window_plan"]

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from ..codegen.kernels.rows import RowSpec
-from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, KernelSpec, Select, Unary, walk
+from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, KernelSpec, Select, Unary, c_strides, walk
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
 from ..codegen.planning.plan import (AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                                      RowStep, View)
@@ -240,7 +240,10 @@ def _elements(step, plan: Plan) -> int:
 
 def _copy(step: CopyStep, plan: Plan, mc: Machine):
     b = _out_bytes(step, plan)
-    return "copy", f"{b} B", _moved(mc, "copy", 2 * b, _elements(step, plan))
+    src = step.src
+    # a contiguous read (a reshaped or twice-transposed view) streams; any other view gathers
+    kind = "copy" if src.strides == c_strides(src.shape) else "copy_strided"
+    return kind, f"{b} B", _moved(mc, kind, 2 * b, _elements(step, plan))
 
 
 def _concat(step: ConcatStep, plan: Plan, mc: Machine):
@@ -322,7 +325,7 @@ _PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm
            ConcatStep: _concat, AliasStep: _alias, IndexStep: _index, SliceScatterStep: _slice_scatter,
            ScanStep: _scan, WindowStep: _window}
 
-STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "concat", "take", "scatterAdd", "sliceScatter",
+STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "copy_strided", "concat", "take", "scatterAdd", "sliceScatter",
               "cumsum") + window_ops.WINDOW_OPS     # the kinds calibration measures a grid for
 
 __all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "row_bytes",
