@@ -32,8 +32,10 @@ SINH_COSH = ("Sinh", "Cosh")     # two exponentials and an add
 MATMUL_SHAPES = [(m, m, m) for m in (16, 32, 64, 128, 256, 512, 1024)] + [
     (256, 784, 256), (256, 256, 10), (784, 256, 256), (256, 10, 256), (128, 64, 128),
     (2048, 256, 256), (64, 4096, 64), (4096, 64, 64),
-    # matrix-vector products, and the long products of convolutions (O x C*9 x N*H*W)
-    (1024, 128, 1), (128, 1024, 1), (1, 256, 256), (32, 16, 8192), (64, 576, 2048), (576, 64, 2048)]
+    # matrix-vector and outer products (numpy runs k = 1 without BLAS: far slower per flop),
+    # and the long products of convolutions (O x C*9 x N*H*W)
+    (1024, 128, 1), (128, 1024, 1), (1, 256, 256), (256, 1, 256), (1024, 1, 128),
+    (32, 16, 8192), (64, 576, 2048), (576, 64, 2048)]
 LAYOUTS = ((False, False), (True, False), (False, True))
 
 STREAM_ELEMENTS = 1 << 23         # 32 MiB of f32: beyond the last-level cache

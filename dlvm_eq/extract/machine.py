@@ -118,7 +118,9 @@ def _non_decreasing(grid) -> tuple[tuple[float, float], ...]:
 def _consistent_products(points: tuple[MatmulPoint, ...]) -> tuple[MatmulPoint, ...]:
     """The measured products, each at most as slow as any product of the same layout at least
     as large in m, k and n, and at most twice the fastest layout of its own shape (a product
-    timed while the machine was busy would otherwise price every product near it)."""
+    timed while the machine was busy would otherwise price every product near it). Products
+    with a dimension of 1 are compared among themselves only: numpy runs an outer product
+    (k = 1) without BLAS, slower than a larger product that BLAS runs."""
     fastest: dict[tuple, float] = {}
     for p in points:
         fastest[(p.m, p.k, p.n)] = min(fastest.get((p.m, p.k, p.n), math.inf), p.seconds)
@@ -126,7 +128,8 @@ def _consistent_products(points: tuple[MatmulPoint, ...]) -> tuple[MatmulPoint, 
     for p in points:
         t = min(p.seconds, 2 * fastest[(p.m, p.k, p.n)])
         for q in points:
-            if (q.trans_a, q.trans_b) == (p.trans_a, p.trans_b) and q.m >= p.m and q.k >= p.k and q.n >= p.n:
+            if ((q.trans_a, q.trans_b) == (p.trans_a, p.trans_b) and q.m >= p.m and q.k >= p.k and q.n >= p.n
+                    and (1 in (q.m, q.k, q.n)) == (1 in (p.m, p.k, p.n))):
                 t = min(t, q.seconds)
         out.append(MatmulPoint(p.m, p.k, p.n, t, p.trans_a, p.trans_b))
     return tuple(out)
