@@ -182,6 +182,14 @@ def test_a_product_timed_on_a_busy_machine_does_not_price_its_neighbours():
     assert product_seconds(busy, 128, 128, 128) <= 4e-4 * (1 + 1e-9)
 
 
+def test_an_outer_product_keeps_its_own_measured_time():
+    # numpy runs k = 1 without BLAS: slower than a 10x larger product, and priced so
+    mc = from_profile(sample_profile(matmuls=(
+        MatmulPoint(16, 16, 16, 2e-6), MatmulPoint(256, 1, 256, 1e-4), MatmulPoint(256, 10, 256, 2.5e-5))),
+        MACHINES["cpu"])
+    assert product_seconds(mc, 256, 1, 256) == pytest.approx(1e-4, rel=1e-2)
+
+
 def test_step_grids_are_non_decreasing_in_size():
     mc = from_profile(calibrated_profile(steps={"copy": ((1e3, 5e-3), (1e5, 1e-5), (1e7, 1e-3))}),
                       MACHINES["cpu"])
