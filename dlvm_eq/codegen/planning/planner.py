@@ -18,8 +18,10 @@ The rules, in the order they apply:
   not create a cycle and the kernel stays under MAX_KERNEL_NODES expression nodes; a value
   read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
-  passed as views; `concatenate` and copies of views go through numpy/CuPy; a `slice` is read
-  in place (an alias of its operand's memory from its first element, plan.AliasStep).
+  passed as views; `concatenate` and copies of views go through numpy/CuPy (a concatenation
+  read only by a concatenation along the same axis is copied by that one: `spliced_concats`);
+  a `slice` is read in place (an alias of its operand's memory from its first element,
+  plan.AliasStep).
 - A map and the reductions over trailing axes it reads become one row kernel (`rowfusion.py`:
   softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
