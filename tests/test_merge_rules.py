@@ -89,7 +89,7 @@ def test_merged_attention_compiles_and_agrees_with_the_interpreter(args, monkeyp
 
     m = dq.make_ir(attention)(*args)
     monkeypatch.setattr(target_cost.TargetCost, "term_cost", views_free)
-    monkeypatch.setattr(target_cost.TargetCost, "concat_seconds", lambda self, graph, node_id, t: 0.0)
+    monkeypatch.setattr(target_cost.TargetCost, "concatenation_seconds", lambda self, t, nested=None: 0.0)
     merged = dq.optimize(m, budget={"seconds": 20.0}).module
     monkeypatch.undo()
     fn = merged["attention"]

@@ -108,21 +108,24 @@ class TargetCost:
         return self.term_cost(op, self.types.get(cls), child, flags)
 
     def concat_seconds(self, graph, node_id: str, t: TensorType) -> float:
-        """A concatenation copies its parts, except a first part that is itself a concatenation
-        along the same axis: the planner has the outer one copy that part's parts (planner.py,
-        spliced_concats), so [[A|B]|C] is one copy of A, B and C (one launch, the inner's).
-        Only the left nesting, which the merge rules build: [A|[B|C]] (concat-assoc) is priced
-        dearer, so that a three-way merge reuses the two-way merge's [A|B]."""
-        n = graph.node_index[node_id]
-        kids = graph.children[n]
+        """A concatenation e-node: `concatenation_seconds`, its first part nested when that
+        part's class holds a concatenation along the same axis."""
+        kids = graph.children[graph.node_index[node_id]]
         axis = _axis(graph, kids[2])
-        copied, launch = t.size * t.dtype.itemsize, self.machine.launch
-        part = self.types.get(graph.class_ids[kids[0]])
-        if part is not None and any(graph.ops[m] == "Concatenate" and _axis(graph, graph.children[m][2]) == axis
-                                    for m in graph.class_nodes[kids[0]]):
-            copied -= part.size * part.dtype.itemsize
-            launch = 0.0
+        nested = any(graph.ops[m] == "Concatenate" and _axis(graph, graph.children[m][2]) == axis
+                     for m in graph.class_nodes[kids[0]])
+        return self.concatenation_seconds(t, self.types.get(graph.class_ids[kids[0]]) if nested else None)
+
+    def concatenation_seconds(self, t: TensorType, nested: TensorType | None = None) -> float:
+        """A concatenation copies its parts, except a first part `nested` that is itself a
+        concatenation along the same axis: the planner has the outer one copy that part's parts
+        (planner.py, spliced_concats), so [[A|B]|C] is one copy of A, B and C (one launch, the
+        inner's). Only the left nesting, which the merge rules build: [A|[B|C]] (concat-assoc)
+        is priced dearer, so that a three-way merge reuses the two-way merge's [A|B]."""
         mc = self.machine
+        copied, launch = t.size * t.dtype.itemsize, mc.launch
+        if nested is not None:
+            copied, launch = copied - nested.size * nested.dtype.itemsize, 0.0
         return mc.node_overhead + launch + 2 * copied / mc.bandwidth
 
     def term_cost(self, op: str, t: TensorType | None, child, flags=(False, False)) -> float:
