@@ -239,7 +239,12 @@ def loaded_cost(prog: LoadedProgram, target="cpu") -> float:
                 flags = (plain[0] is not None, plain[1] is not None)
                 kids = tuple(p or k for p, k in zip(plain, kids))
                 ctor = "Gemm"
-        total.append(model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags))
+        if ctor == "Concatenate" and let.type is not None:   # priced as extraction prices it
+            inner = kids[0]
+            nested = inner.ctor == "Concatenate" and inner.args[-1] == let.args[-1]
+            total.append(model.concatenation_seconds(let.type, inner.type if nested else None))
+        else:
+            total.append(model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags))
         stack.extend(kids)
     return math.fsum(total)
 

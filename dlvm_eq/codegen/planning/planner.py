@@ -18,8 +18,10 @@ The rules, in the order they apply:
   not create a cycle and the kernel stays under MAX_KERNEL_NODES expression nodes; a value
   read element-for-element by a sibling output is computed once.
 - A reduction fuses its producer into its body; `dot` is a BLAS call with transposed operands
-  passed as views; `concatenate` and copies of views go through numpy/CuPy; a `slice` is read
-  in place (an alias of its operand's memory from its first element, plan.AliasStep).
+  passed as views; `concatenate` and copies of views go through numpy/CuPy (a concatenation
+  read only by a concatenation along the same axis is copied by that one: `spliced_concats`);
+  a `slice` is read in place (an alias of its operand's memory from its first element,
+  plan.AliasStep).
 - A map and the reductions over trailing axes it reads become one row kernel (`rowfusion.py`:
   softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
@@ -108,6 +110,7 @@ class _Planner(KernelGrouping, RowFusion):
         self.refs: dict[int, object] = {}
         self.op_of: dict[str, str] = {}     # IR value name -> op (kernel names)
         self.pos_of: dict[str, int] = {}
+        self.spliced: dict[int, list] = {}  # id(value) -> its parts: a concatenation copied by its reader
 
     # -- slots and leaves
     def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
@@ -170,6 +173,8 @@ class _Planner(KernelGrouping, RowFusion):
     def build(self) -> Plan:
         flat = self.flat
         materialize = self.decide()
+        # a value the e-graph found equal to a later one is read through it: never spliced
+        self.splice = spliced_concats(flat) - {id(v) for v in self.same_as.values()}
         params = []
         for p in flat.params:
             s = self.new_slot(p.type.shape, str(p.type.dtype), PARAM, p.name)
@@ -182,6 +187,8 @@ class _Planner(KernelGrouping, RowFusion):
                 self.refs[id(inst.result)] = self.refs[id(same)]
                 continue
             ref = self.instruction(inst, order)
+            if ref is None:            # a spliced concatenation: its reader copies its parts
+                continue
             if id(inst.result) in materialize and not isinstance(ref, Mat):
                 ref = self.materialize(ref, inst.result.name, order)
             elif isinstance(ref, Fused) and ref.nodes > MAX_EXPR_NODES:
@@ -255,7 +262,11 @@ class _Planner(KernelGrouping, RowFusion):
                                          tuple(_view(m) for m in ins), out, name, order))
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
-            parts = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
+            parts = [p for o in inst.operands for p in self.spliced.get(id(o), [o])]
+            if id(inst.result) in self.splice:    # its one reader copies these parts instead
+                self.spliced[id(inst.result)] = parts
+                return None
+            parts = [self.materialize(self.ref_of(o), _name(o), order) for o in parts]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order))
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
@@ -378,6 +389,26 @@ class _Planner(KernelGrouping, RowFusion):
 
 
 # ------------------------------------------------------------------ helpers
+
+def spliced_concats(flat: Flat) -> set[int]:
+    """ids of the concatenations read only by a concatenation along the same axis: their reader
+    copies their parts itself (x@[[A|B]|C], the merged weights of three products, is one copy)."""
+    users: dict[int, list] = {}
+    for inst in flat.body:
+        for o in inst.operands:
+            users.setdefault(id(o), []).append(inst)
+    for r in flat.results:
+        users.setdefault(id(r), []).append(None)
+    out = set()
+    for inst in flat.body:
+        if inst.op != "concatenate":
+            continue
+        (user, *more) = users.get(id(inst.result), [None])
+        if not more and user is not None and user.op == "concatenate" \
+                and user.attrs["axis"] == inst.attrs["axis"]:
+            out.add(id(inst.result))
+    return out
+
 
 def _kind(inst: Instruction) -> str:
     spec = OPS[inst.op]
