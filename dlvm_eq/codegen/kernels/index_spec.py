@@ -70,8 +70,9 @@ class IndexExtents:
         return self.outer * {"take": self.n, "cumsum": self.inner}.get(kind, self.size)
 
     def work(self, kind: str) -> int:
-        """Elements moved, roughly: what decides whether a call is worth threads."""
-        return self.outer * max(self.n, self.size) * self.inner
+        """Elements written (scatterAdd: and read): what decides whether a call is worth threads."""
+        rows = {"take": self.n, "cumsum": self.n, "sliceScatter": self.size}.get(kind, max(self.n, self.size))
+        return self.outer * rows * self.inner
 
 
 def extents(shape, axis: int) -> tuple[int, int]:
