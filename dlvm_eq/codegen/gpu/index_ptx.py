@@ -32,7 +32,7 @@ from ..kernels.spec import DTYPES
 from ..llvm.emitter import I32, I64
 from ..llvm.lower_expr import storage_type
 from ..cpu.llvm_cpu import symbol_for
-from .llvm_ptx import TRIPLE, PtxKernel, _grid_stride, _kernel, compile_ptx, target_machine
+from .llvm_ptx import TRIPLE, PtxKernel, compile_ptx, grid_stride, kernel_function, target_machine
 
 N_PTRS = 4            # out, src, ids, flag
 N_TAIL = 5            # n, size, inner, first, step
@@ -73,7 +73,7 @@ def _take(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
             with outside:
                 b.store(ir.Constant(vt, 0), _at(b, out, e, vt))
                 b.atomic_rmw("xchg", flag, ir.Constant(I32, 1), "monotonic")
-    _grid_stride(b, total, item)
+    grid_stride(b, total, item)
 
 
 def _scatter_add(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
@@ -89,7 +89,7 @@ def _scatter_add(b, spec, t, total, out, src, ids, flag, n, size, inner, first, 
                 b.atomic_rmw(op, dst, b.load(_at(b, src, e, vt), typ=vt), "monotonic")
             with outside:
                 b.atomic_rmw("xchg", flag, ir.Constant(I32, 1), "monotonic")
-    _grid_stride(b, total, item)
+    grid_stride(b, total, item)
 
 
 def _slice_scatter(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
@@ -108,7 +108,7 @@ def _slice_scatter(b, spec, t, total, out, src, ids, flag, n, size, inner, first
                 b.store(v, _at(b, out, e, vt))
             with no:
                 b.store(ir.Constant(vt, 0), _at(b, out, e, vt))
-    _grid_stride(b, total, item)
+    grid_stride(b, total, item)
 
 
 def _cumsum(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
@@ -147,7 +147,7 @@ def _cumsum(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
         b.position_at_end(done)
 
     with b.if_then(b.icmp_unsigned(">", n, ir.Constant(t, 0))):
-        _grid_stride(b, total, line)
+        grid_stride(b, total, line)
 
 
 _BODIES = {"take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_scatter, "cumsum": _cumsum}
@@ -163,7 +163,7 @@ def build_module(spec: IndexSpec, symbol: str, bits: int, arch: str = "sm_75",
         module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
     else:
         module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
-    fn = _kernel(module, symbol, 1, N_PTRS, N_TAIL, t)
+    fn = kernel_function(module, symbol, 1, N_PTRS, N_TAIL, t)
     total, out, src, ids, flag, n, size, inner, first, step = fn.args[:1 + N_PTRS + N_TAIL]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _BODIES[spec.kind](b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
