@@ -41,13 +41,23 @@ def _at(b, ptr, idx, t):
     return b.gep(ptr, [idx], inbounds=True, source_etype=t)
 
 
-def _copy(b, dst, src, count, t, name="copy"):
-    counted_loop(b, i64(0), count,
-                 lambda b, c: b.store(b.load(_at(b, src, c, t), typ=t), _at(b, dst, c, t)), name)
+def _bytes(b, count, t):
+    return b.mul(count, i64(t.width // 8 if isinstance(t, ir.IntType) else {"float": 4, "double": 8}[str(t)]))
 
 
-def _zero(b, dst, count, t, name="zero"):
-    counted_loop(b, i64(0), count, lambda b, c: b.store(ir.Constant(t, 0), _at(b, dst, c, t)), name)
+def _copy(b, dst, src, count, t):
+    """count elements of type t, as llvm.memcpy (what LLVM makes of a copy loop anyway)."""
+    fn = b.module.globals.get("llvm.memcpy.p0.p0.i64") or ir.Function(
+        b.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64")
+    b.call(fn, [dst, src, _bytes(b, count, t), ir.Constant(ir.IntType(1), 0)])
+
+
+def _zero(b, dst, count, t):
+    """count elements of type t set to 0 (all bits zero: 0.0 too), as llvm.memset (what LLVM
+    makes of a zeroing loop where it recognizes one; here wherever the loop sits)."""
+    fn = b.module.globals.get("llvm.memset.p0.i64") or ir.Function(
+        b.module, ir.FunctionType(ir.VoidType(), [PTR, ir.IntType(8), I64, ir.IntType(1)]), "llvm.memset.p0.i64")
+    b.call(fn, [dst, ir.Constant(ir.IntType(8), 0), _bytes(b, count, t), ir.Constant(ir.IntType(1), 0)])
 
 
 def _add(b, x, y, dt: str):
@@ -165,7 +175,7 @@ def _cumsum(b, spec, lo, hi, out, src, n, inner):
         width = b.sub(c1, c0)
         line0 = b.add(b.mul(b.mul(a, n), inner), c0)      # element (a, 0, c0)
         first = b.add(line0, b.mul(position(b, i64(0)), inner))
-        _copy(b, _at(b, out, first, t), _at(b, src, first, t), width, t, "first")
+        _copy(b, _at(b, out, first, t), _at(b, src, first, t), width, t)
         back = b.neg(inner) if not rev else inner          # from an element to the one before
 
         def step(b, k):

@@ -141,8 +141,8 @@ class _Outputs:
 
 def array_step(step, xp):
     """The run(env) of a step that the array library `xp` (numpy, or CuPy on the GPU) does
-    itself: gathers and scatters, scans, windows (im2col + GEMM, pools), concatenations and
-    copies; the same code on both targets."""
+    itself: gathers and scatters, scans (the GPU's; the CPU compiles those: index_steps.py),
+    windows (im2col + GEMM, pools), concatenations and copies; the same code on both targets."""
     if isinstance(step, (IndexStep, SliceScatterStep)):
         return index_run(step, xp, _view_fn)
     if isinstance(step, ScanStep):
