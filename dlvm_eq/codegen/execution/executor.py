@@ -43,6 +43,7 @@ from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, Co
 from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
+from .index_steps import native_index_run
 from ..planning.scan import ScanStep, scan_run
 from ..planning.window import window_run
 
@@ -140,8 +141,8 @@ class _Outputs:
 
 def array_step(step, xp):
     """The run(env) of a step that the array library `xp` (numpy, or CuPy on the GPU) does
-    itself: gathers and scatters, scans, windows (im2col + GEMM, pools), concatenations and
-    copies; the same code on both targets."""
+    itself: gathers and scatters, scans (the GPU's; the CPU compiles those: index_steps.py),
+    windows (im2col + GEMM, pools), concatenations and copies; the same code on both targets."""
     if isinstance(step, (IndexStep, SliceScatterStep)):
         return index_run(step, xp, _view_fn)
     if isinstance(step, ScanStep):
@@ -230,7 +231,7 @@ class CpuProgram:
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
             return run_matmul
-        return array_step(step, np)
+        return native_index_run(step, self.plan.slots) or array_step(step, np)
 
     def _gemm_epilogue(self, step: GemmStep):
         """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only

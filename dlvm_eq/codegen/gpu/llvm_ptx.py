@@ -351,3 +351,7 @@ def ptx_kernel(spec, arch: str = "sm_75") -> PtxKernel:
 def kernel_kind(spec) -> str:
     return "map" if isinstance(spec, KernelSpec) else "rows" if isinstance(spec, RowSpec) else "reduce"
 
+
+
+# The kernel skeleton (signature, grid-stride loop) for the GPU's other builders (index_ptx.py).
+kernel_function, grid_stride = _kernel, _grid_stride

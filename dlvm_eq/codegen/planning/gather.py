@@ -3,9 +3,11 @@
     take:        out = x[..., ids, ...]                       (along `axis`)
     scatterAdd:  out = zeros; out[..., ids[j], ...] += g[..., j, ...]   (repeated ids accumulate)
 
-Compiled code clamps every index into [0, size - 1] (numpy's mode="clip"): an out-of-range
-index reads or writes the nearest edge row instead of memory outside the buffer. The reference
-interpreter raises a DlvmError for the same index instead (ir/ops.checked_indices).
+On the CPU these steps run as compiled kernels (execution/index_steps.py), which raise the
+reference interpreter's DlvmError for an out-of-range index (ir/ops.checked_indices). Here
+(the GPU's CuPy calls) every index is clamped into [0, size - 1] (numpy's mode="clip"): an
+out-of-range index reads or writes the nearest edge row instead of memory outside the buffer;
+raising would need a device-to-host copy in every step.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""`cumsum` as a plan step: numpy's cumsum on the CPU, CuPy's on the GPU; `reverse` runs it
-over the flipped axis into a flipped view of the output (no copies).
+"""`cumsum` as a plan step: a compiled kernel on the CPU (execution/index_steps.py), CuPy's
+cumsum on the GPU (here); `reverse` runs it over the flipped axis into a flipped view of the
+output (no copies).
 
     out[..., i, ...] = sum of x[..., j, ...] for j <= i   (j >= i with reverse)
 """
