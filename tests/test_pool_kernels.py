@@ -249,3 +249,44 @@ def test_pool_ptx_assembles_for_sm_90_and_its_logic_matches_when_emulated(op, ke
     fn(items(spec, shape[0] * shape[1]), *ptrs, 0, 1, 0, 1, 0, 1)       # one thread of one block
     want = window_ops.evaluate(op, np, args, attrs)
     np.testing.assert_allclose(got, want, rtol=2e-6 if dt == "f32" else 1e-13, atol=1e-6 if dt == "f32" else 1e-13)
+
+
+def _pooled_loss(x, v):
+    return dq.sum(dq.max_pool2d(x, 2, 2) * v) + dq.sum(dq.avg_pool2d(x, 3, 2, 1))
+
+
+def test_the_gpu_program_runs_its_pools_on_the_pool_kernels(monkeypatch):
+    """On the gpu target (emulated: tests/fake_cupy.py) the pooling steps launch the PTX pool
+    kernels, and the step's value and gradient are the CPU's."""
+    import fake_cupy
+    if fake_cupy.PTXAS is None:
+        pytest.skip("ptxas is not installed")
+    from dlvm_eq.codegen.gpu import gpu_runtime
+    from dlvm_eq.codegen.kernels.pool_spec import PoolSpec
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 5)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 3, 2)).astype(np.float32)
+    step = dq.value_and_grad(_pooled_loss)
+    want = dq.jit(step, target="cpu")(x, v)
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        value, grad = dq.jit(step, target="gpu")(cp.asarray(x), cp.asarray(v))
+    launched = {spec.op for spec, _ in gpu_runtime._ptx_cache if isinstance(spec, PoolSpec)}
+    assert {"maxPool2d", "maxPool2dBackward", "avgPool2d", "avgPool2dBackward"} <= launched
+    np.testing.assert_allclose(value.get(), want[0], rtol=1e-5)
+    np.testing.assert_allclose(grad.get(), want[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_pool_kernels_on_a_gpu_match_the_cpu():
+    from dlvm_eq.codegen.gpu.gpu_runtime import cupy_module, gpu_available
+    if not gpu_available():
+        pytest.skip("no usable CUDA device")
+    cp = cupy_module()
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((16, 8, 28, 28)).astype(np.float32)
+    v = rng.standard_normal((16, 8, 14, 14)).astype(np.float32)
+    step = dq.value_and_grad(_pooled_loss)
+    want = dq.jit(step, target="cpu")(x, v)
+    value, grad = dq.jit(step, target="gpu")(cp.asarray(x), cp.asarray(v))
+    np.testing.assert_allclose(cp.asnumpy(value), want[0], rtol=1e-4)
+    np.testing.assert_allclose(cp.asnumpy(grad), want[1], rtol=1e-5, atol=1e-6)
