@@ -12,7 +12,9 @@ tap) in a stack row; the gather then reads g there, the backward op routes dY th
 - non-overlapping windows (stride >= kernel): every input position is written once, directly
   (dY where it is the window's argmax, else 0); rows and columns no window covers are zeroed;
 - overlapping windows: the plane is zeroed, then each window adds its dY at its argmax.
-avgPool2dBackward writes or adds dY / (kh * kw) the same two ways.
+avgPool2dBackward writes or adds dY / (kh * kw) the same two ways. Without padding and with
+few taps, windows are instead computed whole, taps unrolled, several at a time with explicit
+vectors where they tile the columns (cpu/pool_windows.py): the CNN's 2x2 pools take that path.
 
     >>> kir = pool_ir(pool_spec("maxPool2d", attrs, (28, 28), "f32"))   # kir.text: the module
 """

@@ -46,7 +46,8 @@ def pool_run(step, xp, view_fns):
         args = [xp.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]
         k = kernels.get(y.dtype)
         if k is None:
-            k = kernels[y.dtype] = _kernel(op, attrs, hw, {"float32": "f32", "float64": "f64"}.get(y.dtype.name, ""), gpu)
+            dtype = {"float32": "f32", "float64": "f64"}.get(y.dtype.name, "")
+            k = kernels[y.dtype] = _kernel(op, attrs, hw, dtype, gpu)
         if k is _NO_KERNEL or any(a.dtype != y.dtype for a in args):
             xp.copyto(y, window_ops.evaluate(op, xp, args, attrs))
             return
