@@ -9,8 +9,8 @@ ABI of the compiled function (cpu/pool_ir.py): void k(i64 p0, i64 p1, ptr out, p
 Shared state (threads): `_kernels` (compile_pool's memo) under `_lock` (a race builds an equal
 kernel twice, the last is kept); a PoolKernel is immutable after construction but for its
 `_chunks` (plane ranges per plane count, filled on first use: a race computes one list twice,
-both equal). A plane is
-always computed whole by one call, so results do not depend on how planes are split.
+both equal). A plane is always computed whole by one call, so results do not depend on how
+planes are split.
 """
 from __future__ import annotations
 
