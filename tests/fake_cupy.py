@@ -128,9 +128,15 @@ class Function:
         from dlvm_eq.codegen.runtime.jit import JIT
         from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
         from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
+        from dlvm_eq.codegen.gpu.pool_ptx import pool_host_emulation_ir
+        from dlvm_eq.codegen.kernels.pool_spec import PoolSpec
         self.symbol = symbol
         self.params = entry_params(ptx, symbol)
-        text, host_symbol, layout, _bits = host_emulation_ir(_spec_for(symbol))
+        spec = _spec_for(symbol)
+        if isinstance(spec, PoolSpec):      # pooling kernels: gpu/pool_ptx.py
+            (text, host_symbol), layout = pool_host_emulation_ir(spec), None
+        else:
+            text, host_symbol, layout, _bits = host_emulation_ir(spec)
         addr = JIT.address(CpuIR(text, host_symbol, layout, "emulated"))
         c = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "i64": ctypes.c_int64}
         self._fn = ctypes.CFUNCTYPE(None, *[c[p] for p in self.params], *[ctypes.c_int32] * 6)(addr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import window_ops
+from .pool_steps import pool_run
 
 
 @dataclass
@@ -50,6 +51,10 @@ def _cpu_matmul():
 def window_run(step: WindowStep, xp, view_fns):
     """The step as a function of the plan's environment (a list of arrays indexed by slot);
     view_fns[i] applies input i's view chain (None: the array as it is)."""
+    if step.op in window_ops.POOL_OPS:      # compiled pooling kernels where the target has them
+        run = pool_run(step, xp, view_fns)
+        if run is not None:
+            return run
     attrs = window_ops.unpack(step.op, step.packed)
     op, out = step.op, step.out
     slots = [v.slot for v in step.inputs]
