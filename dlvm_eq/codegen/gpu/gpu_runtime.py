@@ -75,13 +75,20 @@ _functions: dict = {}      # (symbol, arch, device id) -> (module, function)
 counters = {"ptx_generated": 0, "ptx_from_disk": 0}
 
 
-def ptx_for(spec, arch: str, disk: DiskCache | None = None) -> PtxKernel:
-    """PTX for `spec` on `arch`, from memory, the disk cache, or the code generator."""
+def _spec_ir(spec, arch: str) -> tuple:
+    """(LLVM IR text, symbol, layout, integer bits, kind) of an elementwise/reduce/row spec."""
+    return (*ptx_ir(spec, arch), kernel_kind(spec))
+
+
+def ptx_for(spec, arch: str, disk: DiskCache | None = None, build=_spec_ir) -> PtxKernel:
+    """PTX for `spec` on `arch`, from memory, the disk cache, or the code generator `build`
+    (spec, arch) -> (LLVM IR text, symbol, layout, integer bits, kind); other kernel families
+    (pools) pass their own builder and share these caches."""
     key = (spec, arch)
     with _lock:
         if key in _ptx_cache:
             return _ptx_cache[key]
-    text, symbol, layout, bits = ptx_ir(spec, arch)
+    text, symbol, layout, bits, kind = build(spec, arch)
     disk = disk or shared_cache()
     dkey = cache_key(text, arch, llvmlite.__version__)
     raw = disk.get(f"ptx-{arch}", dkey)
@@ -90,7 +97,7 @@ def ptx_for(spec, arch: str, disk: DiskCache | None = None) -> PtxKernel:
         disk.put(f"ptx-{arch}", dkey, ptx.encode())
     else:
         ptx = raw.decode()
-    kp = PtxKernel(ptx, symbol, layout, bits, kernel_kind(spec))
+    kp = PtxKernel(ptx, symbol, layout, bits, kind)
     with _lock:
         counters["ptx_generated" if raw is None else "ptx_from_disk"] += 1
         return _ptx_cache.setdefault(key, kp)     # a thread that lost the race takes the first
@@ -106,7 +113,7 @@ class _Loaded:
         self.spec = spec
         self.arch = arch_for(dev.compute_capability)
         self.ptx = ptx_for(spec, self.arch)
-        self._module, self._fn = _function(cp, self.ptx, self.arch, dev.id)
+        self._module, self._fn = load_function(cp, self.ptx, self.arch, dev.id)
         self.int_t = np.int32 if self.ptx.index_bits == 32 else np.int64
         self._sms = dev.attributes.get("MultiProcessorCount", 80)
 
@@ -177,7 +184,7 @@ class GpuKernel(_Loaded):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _function(cp, kp: PtxKernel, arch: str, device: int):
+def load_function(cp, kp: PtxKernel, arch: str, device: int):
     """(module, function) of a PTX kernel loaded on a device, once per process."""
     fkey = (kp.symbol, arch, device)
     with _lock:

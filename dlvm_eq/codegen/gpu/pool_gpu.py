@@ -9,34 +9,22 @@ PTX is made for the device's arch and kept where gpu_runtime keeps every kernel'
 """
 from __future__ import annotations
 
-import llvmlite
 import numpy as np
 
-from ..kernels.kernel_cache import cache_key, shared_cache
 from ..kernels.pool_spec import PoolSpec
 from . import gpu_runtime
-from .llvm_ptx import PtxKernel, compile_ptx
+from .llvm_ptx import PtxKernel
 from .pool_ptx import items, pool_ptx_ir
+
+
+def _pool_ir(spec: PoolSpec, arch: str) -> tuple:
+    text, symbol = pool_ptx_ir(spec, arch)
+    return text, symbol, None, 64, "pool"
 
 
 def pool_ptx_for(spec: PoolSpec, arch: str) -> PtxKernel:
     """PTX for `spec` on `arch`, from memory, the disk cache, or the code generator."""
-    key = (spec, arch)
-    with gpu_runtime._lock:
-        if key in gpu_runtime._ptx_cache:
-            return gpu_runtime._ptx_cache[key]
-    text, symbol = pool_ptx_ir(spec, arch)
-    disk, dkey = shared_cache(), cache_key(text, arch, llvmlite.__version__)
-    raw = disk.get(f"ptx-{arch}", dkey)
-    if raw is None:
-        ptx = compile_ptx(text, arch)
-        disk.put(f"ptx-{arch}", dkey, ptx.encode())
-    else:
-        ptx = raw.decode()
-    kp = PtxKernel(ptx, symbol, None, 64, "pool")
-    with gpu_runtime._lock:
-        gpu_runtime.counters["ptx_generated" if raw is None else "ptx_from_disk"] += 1
-        return gpu_runtime._ptx_cache.setdefault(key, kp)
+    return gpu_runtime.ptx_for(spec, arch, build=_pool_ir)
 
 
 class GpuPoolKernel:
@@ -47,7 +35,7 @@ class GpuPoolKernel:
         dev = cp.cuda.Device()
         arch = gpu_runtime.arch_for(dev.compute_capability)
         self.spec = spec
-        self._module, self._fn = gpu_runtime._function(cp, pool_ptx_for(spec, arch), arch, dev.id)
+        self._module, self._fn = gpu_runtime.load_function(cp, pool_ptx_for(spec, arch), arch, dev.id)
         self._sms = dev.attributes.get("MultiProcessorCount", 80)
 
     def run(self, out, ins, stream=None) -> None:

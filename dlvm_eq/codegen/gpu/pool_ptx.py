@@ -21,7 +21,7 @@ from ..cpu.pool_ir import PoolEmitter
 from ..kernels.pool_spec import PoolSpec
 from ..llvm.emitter import I64
 from ..llvm.loops import counted_loop, entry_alloca
-from .llvm_ptx import TRIPLE, _grid_stride, _kernel, target_machine
+from .llvm_ptx import TRIPLE, grid_stride, kernel_function, target_machine
 
 _PLACEHOLDER = "__dq_pool__"
 
@@ -126,12 +126,12 @@ def _module(spec: PoolSpec, symbol: str, arch: str, host_emulation: bool) -> str
         module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
     else:
         module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
-    fn = _kernel(module, symbol, 1, 3, 0, I64)
+    fn = kernel_function(module, symbol, 1, 3, 0, I64)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n, out, a, c = fn.args[:4]
     item = _Item(b, spec, I64)
     ins = [a, c][:len(spec.plane_sizes()[1])]
-    _grid_stride(b, n, lambda b, i: item.emit(i, out, ins))
+    grid_stride(b, n, lambda b, i: item.emit(i, out, ins))
     b.ret_void()
     return str(module)
 
