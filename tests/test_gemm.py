@@ -16,6 +16,7 @@ import dlvm_eq as dq
 from dlvm_eq import config
 from dlvm_eq.codegen.runtime import gemm_runtime
 from dlvm_eq.codegen.cpu.gemm_ir import GemmSpec
+from dlvm_eq.codegen.runtime.gemm_tiles import AVX2_TILE, AVX512_WIDE
 from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
 
 EPS32 = np.finfo(np.float32).eps
@@ -133,14 +134,17 @@ def test_a_order_names_the_contiguous_direction():
 
 
 def test_rows_whose_lines_share_l1_sets_are_packed():
-    """A 1024-float row stride puts every row of a micro-tile in one L1 set: A is packed."""
+    """A 1024-float row stride puts every row of a micro-tile in one L1 set: the AVX-512
+    tile's 12 rows are more than the L1's 8 ways, A is packed; the AVX2 tile's 6 fit."""
     from dlvm_eq.codegen.cpu.gemm_ir import A_ROWS_PACKED
+    from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_NARROW
     f32 = np.float32
-    wide, narrow = CpuGemm(), CpuGemm(narrow=True)
+    wide, narrow = CpuGemm(tile=AVX512_WIDE), CpuGemm(narrow=True, tile=AVX512_NARROW)
     assert wide.flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
     assert not wide.flags(np.ones((64, 784), f32), np.ones((784, 64), f32)) & A_ROWS_PACKED
     # one panel of B: each row is read once anyway
     assert not narrow.flags(np.ones((64, 1024), f32), np.ones((1024, 10), f32)) & A_ROWS_PACKED
+    assert not CpuGemm(tile=AVX2_TILE).flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
 
 
 def test_gemm_for_declines_what_it_cannot_read():
@@ -198,17 +202,19 @@ def test_disabled_by_environment(monkeypatch):
     assert gemm_for(big, big, np.empty_like(big)) is None
 
 
-def test_one_row_of_tiles_reads_b_in_place():
+@pytest.mark.parametrize("tile", [AVX512_WIDE, AVX2_TILE], ids=["avx512", "avx2"])
+def test_one_row_of_tiles_reads_b_in_place(tile):
     """At most MR rows and whole NR panels: B is read where it lies (no packing); with a row
     stride wider than B and two K slices."""
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((10, 300), dtype=np.float32)
+    rows = min(10, tile["mr"])
+    a = rng.standard_normal((rows, 300), dtype=np.float32)
     b = rng.standard_normal((300, 256 + 7), dtype=np.float32)[:, :256]
-    out = np.empty((10, 256), np.float32)
-    g = CpuGemm()
+    out = np.empty((rows, 256), np.float32)
+    g = CpuGemm(tile=tile)
     g(a, b, out)
     _check(out, a, b)
-    launch = next(iter(g._launches.values()))
+    [launch] = g._launches.idle()
     launch.scratch[0][1][:] = np.nan          # packB: a packing pass would overwrite it
     g(a, b, out)
     _check(out, a, b)
