@@ -287,7 +287,11 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
         return None
     if a_order(a) is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
-    narrow = n <= NARROW["nr"]
+    return shared_gemm(n <= NARROW["nr"])
+
+
+def shared_gemm(narrow: bool) -> CpuGemm:
+    """The process's CpuGemm of the wide or the narrow micro-tile."""
     g = _GEMMS.get(narrow)
     if g is None:
         with _GEMMS_LOCK:       # one CpuGemm per micro-tile: its launch cache is shared by all
