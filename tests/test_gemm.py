@@ -62,6 +62,35 @@ def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow
     _check(out, a, b)
 
 
+# the AVX2 tile's edges: MR 6, NR 16 (one 8-lane vector, two), KC 256, MC 144
+avx2_dims = st.one_of(st.integers(1, 20), st.sampled_from([5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 33,
+                                                           143, 144, 145, 150, 255, 256, 257, 300, 513]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(m=avx2_dims, n=avx2_dims, k=avx2_dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 5]),
+       threads=st.sampled_from([1, 2, 3]), pack_rows=st.sampled_from([None, True]), accumulate=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_avx2_tile_on_drawn_shapes(m, n, k, ta, tb, pad, threads, pack_rows, accumulate, seed):
+    """The 6x16 AVX2 tile (8-lane vectors: its plain-store paths for whole tiles and for
+    packing A, masked ones at the edges) on every layout; NaN around and in out shows any
+    write outside C or a missed element (NaN + x is NaN)."""
+    rng = np.random.default_rng(seed)
+    a = _operand(rng, m, k, ta, pad)
+    b = _operand(rng, k, n, tb, pad)
+    g = CpuGemm(threads=threads, pack_rows=pack_rows, tile=AVX2_TILE)
+    frame = np.full((m + 2, n + 2 * 16), np.nan, np.float32)
+    out = frame[1:-1, 16:-16]
+    base = rng.standard_normal((m, n), dtype=np.float32) if accumulate else None
+    if accumulate:
+        out[:] = base
+    g(a, b, out, accumulate=accumulate)      # out: a view with a row stride wider than n
+    _check(out, a, b, base)
+    inner = np.zeros(frame.shape, bool)
+    inner[1:-1, 16:-16] = True
+    assert np.isnan(frame[~inner]).all()        # nothing written outside C
+
+
 @pytest.mark.parametrize("order", ["rows", "cols"])
 def test_accumulate_adds_to_out(order):
     rng = np.random.default_rng(1)
