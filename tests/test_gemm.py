@@ -420,15 +420,17 @@ def test_big_products_keep_their_consumers_unfused():
     assert fused(side) and not fused(2 * side)
 
 
-def test_our_gemm_is_used_where_the_host_has_avx512_unless_set():
-    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, numpy's BLAS elsewhere (its
-    tiles spill on AVX2 alone); "0" and "1" decide by themselves. (The test session sets "1",
-    conftest.py, so the GEMM paths are tested on every host.)"""
+def test_our_gemm_is_used_where_the_host_has_avx512_or_avx2_and_fma_unless_set():
+    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, or AVX2 and FMA, numpy's BLAS
+    elsewhere; "0" and "1" decide by themselves. (The test session sets "1", conftest.py, so
+    the GEMM paths are tested on every host.)"""
     assert gemm_runtime.suits_host("+sse2,+avx2,+avx512f,+fma")
-    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,-fma")
+    assert not gemm_runtime.suits_host("+sse2,-avx2,+fma")
     assert not gemm_runtime.suits_host("+avx512fp16")
     import llvmlite.binding as llvm
-    host = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    host = gemm_runtime.suits_host(llvm.get_host_cpu_features().flatten())
     code = "from dlvm_eq.codegen.runtime import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
     for setting, want in (("auto", host), ("0", False), ("1", True)):
         env = {**os.environ, "DLVM_EQ_GEMM": setting}

@@ -122,15 +122,17 @@ class CpuGemm:
         small part of the product, and the caller takes the rest. Columns are split (whole
         NR panels) when A is read in place: each block then packs only its own columns of B,
         so nothing is packed twice (measured serially, 256x784x256 in 8 column blocks cost
-        what 2 row blocks do). A packed A would be packed again by every column block:
-        rows are split then (B is packed once per block; 784x256x256: 8 row blocks +4%)."""
+        what 2 row blocks do). A packed A would be packed again by every column block, and B
+        by every row block: the longer side is split (p blocks pack p*m*k + k*n elements split
+        by columns, p*k*n + m*k by rows; 784x256x256: 8 row blocks +4%; the transformer's
+        weight gradient X.T @ dY, 256x2048x1024, packed B 8 times split by rows)."""
         s, t = self.spec, self.threads
         macs = m * n * k
         if t == 1 or macs < PARALLEL_MACS:
             return [(0, m, 0, n)]
         want = max(t, min(BLOCKS_PER_THREAD * t, macs // MIN_BLOCK_MACS))
         row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
-        by_cols = col_tiles >= 2 and (row_tiles < 2 or (not a_packed and col_tiles >= min(want, row_tiles)))
+        by_cols = col_tiles >= 2 and (row_tiles < 2 or ((not a_packed or n > m) and col_tiles >= min(want, row_tiles)))
         if by_cols:
             cols = _tiles(n, min(want, col_tiles), s.nr)
             # more blocks wanted than column panels: rows too (B is then packed once per row band)
@@ -232,11 +234,16 @@ _GEMMS_LOCK = threading.Lock()
 
 
 def suits_host(features: str) -> bool:
-    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): its
-    micro-tiles are written for AVX-512 (24 accumulators of 16 floats). On AVX2 alone LLVM
-    splits every vector in two and spills (this 2-core EPYC without AVX-512: the MLP step
-    5.5 ms through ours, 1.6 ms through OpenBLAS), so there numpy's BLAS does the products."""
-    return "+avx512f" in features.split(",")
+    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): with
+    AVX-512, or AVX2 and FMA (gemm_tiles.py picks the micro-tile). Measured on this 2-core
+    EPYC (AVX2 only), shared with other jobs: single-threaded the 6x16 tile does the
+    transformer's and MLP's products within ~10% of OpenBLAS (CPU time per step 160-184 ms
+    against 154-170), and with two threads the transformer step took 0.46-0.66 s through
+    ours against 1.1-1.8 s through OpenBLAS, whose spinning threads lose their core to other
+    jobs (and to our pool: batched products through ours beside 2-D ones through OpenBLAS
+    were slower than either alone). Without FMA (or AVX2) numpy's BLAS does the products."""
+    flags = set(features.split(","))
+    return "+avx512f" in flags or {"+avx2", "+fma"} <= flags
 
 
 _ENABLED: bool | None = None
