@@ -32,10 +32,10 @@ def gemm_with(tile, threads):
     def shared(narrow):
         return gemms.setdefault(narrow, CpuGemm(narrow, threads=threads, tile=tile))
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(batch_gemm, "shared_gemm", shared)
-        m.setattr(batch_gemm, "GEMM_MIN_MACS", 1)
-        m.setattr(batch_gemm, "PARALLEL_MACS", 1)
-        m.setattr(batch_gemm, "MIN_BLOCK_MACS", 1)
+        m.setattr(gemm_runtime, "shared_gemm", shared)
+        m.setattr(gemm_runtime, "GEMM_MIN_MACS", 1)
+        m.setattr(gemm_runtime, "PARALLEL_MACS", 1)
+        m.setattr(gemm_runtime, "MIN_BLOCK_MACS", 1)
         m.setattr(batch_gemm, "_LAUNCHES", LaunchPool(64))
         yield
 

@@ -1,6 +1,7 @@
 """Our own float32 GEMM for the host CPU, in LLVM IR: C[m0:m1, n0:n1] (+)= A @ B, blocked and
 packed like BLIS/GotoBLAS, with a register-tiled micro-kernel of MR x NR accumulators (NR =
-one or more vectors), and an optional elementwise epilogue applied to each tile of C once it is
+one or more vectors of `GemmSpec.lanes` floats: 16 for AVX-512, 8 for AVX2; the runtime's
+gemm_tiles.py picks the shapes per host), and an optional elementwise epilogue applied to each tile of C once it is
 final (bias, activation, ...), so that the work after a matmul costs no pass of its own.
 
 ABI (one call computes one block of C; threads take disjoint blocks):

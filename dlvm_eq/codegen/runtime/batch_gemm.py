@@ -27,8 +27,8 @@ import numpy as np
 
 from . import threads as kernel_threads   # by module: tests swap native_workers
 from .buffers import data_ptr
-from .gemm_runtime import (_ARGS, BLOCKS_PER_THREAD, GEMM_MIN_MACS, MAX_LAUNCHES, MIN_BLOCK_MACS, NARROW,
-                           PARALLEL_MACS, CpuGemm, _tiles, a_order, enabled, shared_gemm)
+from . import gemm_runtime as gemm   # by module: its thresholds are read at each use (tests set them)
+from .gemm_runtime import _ARGS, MAX_LAUNCHES, NARROW, CpuGemm, _tiles, a_order
 from .jit import JIT
 from .launch_pool import LaunchPool
 
@@ -43,7 +43,7 @@ def worth_batched(out_shape: tuple, k: int) -> bool:
     """Whether a batched product of this result shape (batch..., m, n) and depth is one for
     our GEMM: it is enabled and all entries together reach GEMM_MIN_MACS (entries are never
     run one Python call each, so small ones add up)."""
-    return len(out_shape) >= 3 and math.prod(out_shape) * k >= GEMM_MIN_MACS and enabled()
+    return len(out_shape) >= 3 and math.prod(out_shape) * k >= gemm.GEMM_MIN_MACS and gemm.enabled()
 
 
 def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -86,7 +86,7 @@ def _plan(a, b, out):
     strides = whole_a.strides + whole_b.strides + out.strides
     if a_order(a2) is None or any(s % 4 or s < 0 for s in strides):
         return None
-    g = shared_gemm(n <= NARROW["nr"])
+    g = gemm.shared_gemm(n <= NARROW["nr"])
     return _launch(g, a2, b2, whole_a, whole_b, out, batch)
 
 
@@ -119,10 +119,10 @@ def _offsets(batch: tuple, strides: tuple) -> np.ndarray:
 def _parts(g: CpuGemm, count: int, m: int, n: int, k: int, a_packed: bool) -> list[tuple]:
     """(b0, b1, m0, m1, n0, n1) pieces of the work (see the module docstring)."""
     t, macs = g.threads, count * m * n * k
-    if t == 1 or macs < PARALLEL_MACS:
+    if t == 1 or macs < gemm.PARALLEL_MACS:
         return [(0, count, 0, m, 0, n)]
     if count >= t:
-        want = max(t, min(BLOCKS_PER_THREAD * t, macs // MIN_BLOCK_MACS, count))
+        want = max(t, min(gemm.BLOCKS_PER_THREAD * t, macs // gemm.MIN_BLOCK_MACS, count))
         return [(lo, hi, 0, m, 0, n) for lo, hi in _tiles(count, want, 1)]
     return [(i, i + 1, *blk) for i in range(count) for blk in g.blocks(m, n, k, a_packed)]
 
