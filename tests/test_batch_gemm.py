@@ -178,3 +178,21 @@ def test_compiled_batched_matmuls_run_through_it_from_many_threads(monkeypatch):
     for t in threads:
         t.join(timeout=120)
     assert not bad
+
+
+def test_concurrent_callers_get_plans_of_their_own():
+    """A plan being run is not handed out again (a second caller of the same layouts makes
+    its own instead of waiting on a lock); given back, it is reused; at most `limit` idle."""
+    pool = LaunchPool(2)
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+    first, second = pool.take("k", make), pool.take("k", make)
+    assert first is not second and len(made) == 2
+    pool.give("k", first)
+    assert pool.take("k", make) is first and len(made) == 2
+    for key in ("k", "j", "i"):
+        pool.give(key, make())
+    assert len(pool.idle()) <= 2
