@@ -11,8 +11,9 @@ and one broadcast A element live per k, 15 of the 16 registers. On this 2-core E
             A (6 x 1 KiB) stream beside it;
   MC = 144: a packed block of A (MC x KC floats, 144 KiB) stays in the L2 with room for C.
 Measured against 4 x 24 and 8 x 8 (the other shapes that fit 16 registers; single-threaded,
-CPU time of the calling thread on a loaded machine): 6 x 16 was as fast or faster on the
-transformer's and MLP's products. The same tile is the narrow one (16 columns is one tile).
+CPU time of the calling thread on a loaded machine, so within ~10% noise): 6 x 16 and 4 x 24
+alike (47-76 GFLOP/s on the transformer's and MLP's products), 8 x 8 slower on the large
+ones. The same tile is the narrow one (16 columns is one tile).
 A row-major A is read in place, never packed (`pack_rows`): its 6 rows fit the L1d's 8 ways
 even when they all map to one set (2048 x 1024 x 256: 72 GFLOP/s in place, 62 packed).
 """
