@@ -16,6 +16,7 @@ import dlvm_eq as dq
 from dlvm_eq import config
 from dlvm_eq.codegen.runtime import gemm_runtime
 from dlvm_eq.codegen.cpu.gemm_ir import GemmSpec
+from dlvm_eq.codegen.runtime.gemm_tiles import AVX2_TILE, AVX512_WIDE
 from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
 
 EPS32 = np.finfo(np.float32).eps
@@ -59,6 +60,35 @@ def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow
     out = np.full((m, n), np.nan, np.float32)
     g(a, b, out)
     _check(out, a, b)
+
+
+# the AVX2 tile's edges: MR 6, NR 16 (one 8-lane vector, two), KC 256, MC 144
+avx2_dims = st.one_of(st.integers(1, 20), st.sampled_from([5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 33,
+                                                           143, 144, 145, 150, 255, 256, 257, 300, 513]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(m=avx2_dims, n=avx2_dims, k=avx2_dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 5]),
+       threads=st.sampled_from([1, 2, 3]), pack_rows=st.sampled_from([None, True]), accumulate=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_avx2_tile_on_drawn_shapes(m, n, k, ta, tb, pad, threads, pack_rows, accumulate, seed):
+    """The 6x16 AVX2 tile (8-lane vectors: its plain-store paths for whole tiles and for
+    packing A, masked ones at the edges) on every layout; NaN around and in out shows any
+    write outside C or a missed element (NaN + x is NaN)."""
+    rng = np.random.default_rng(seed)
+    a = _operand(rng, m, k, ta, pad)
+    b = _operand(rng, k, n, tb, pad)
+    g = CpuGemm(threads=threads, pack_rows=pack_rows, tile=AVX2_TILE)
+    frame = np.full((m + 2, n + 2 * 16), np.nan, np.float32)
+    out = frame[1:-1, 16:-16]
+    base = rng.standard_normal((m, n), dtype=np.float32) if accumulate else None
+    if accumulate:
+        out[:] = base
+    g(a, b, out, accumulate=accumulate)      # out: a view with a row stride wider than n
+    _check(out, a, b, base)
+    inner = np.zeros(frame.shape, bool)
+    inner[1:-1, 16:-16] = True
+    assert np.isnan(frame[~inner]).all()        # nothing written outside C
 
 
 @pytest.mark.parametrize("order", ["rows", "cols"])
@@ -133,14 +163,17 @@ def test_a_order_names_the_contiguous_direction():
 
 
 def test_rows_whose_lines_share_l1_sets_are_packed():
-    """A 1024-float row stride puts every row of a micro-tile in one L1 set: A is packed."""
+    """A 1024-float row stride puts every row of a micro-tile in one L1 set: the AVX-512
+    tile's 12 rows are more than the L1's 8 ways, A is packed; the AVX2 tile's 6 fit."""
     from dlvm_eq.codegen.cpu.gemm_ir import A_ROWS_PACKED
+    from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_NARROW
     f32 = np.float32
-    wide, narrow = CpuGemm(), CpuGemm(narrow=True)
+    wide, narrow = CpuGemm(tile=AVX512_WIDE), CpuGemm(narrow=True, tile=AVX512_NARROW)
     assert wide.flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
     assert not wide.flags(np.ones((64, 784), f32), np.ones((784, 64), f32)) & A_ROWS_PACKED
     # one panel of B: each row is read once anyway
     assert not narrow.flags(np.ones((64, 1024), f32), np.ones((1024, 10), f32)) & A_ROWS_PACKED
+    assert not CpuGemm(tile=AVX2_TILE).flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
 
 
 def test_gemm_for_declines_what_it_cannot_read():
@@ -198,17 +231,19 @@ def test_disabled_by_environment(monkeypatch):
     assert gemm_for(big, big, np.empty_like(big)) is None
 
 
-def test_one_row_of_tiles_reads_b_in_place():
+@pytest.mark.parametrize("tile", [AVX512_WIDE, AVX2_TILE], ids=["avx512", "avx2"])
+def test_one_row_of_tiles_reads_b_in_place(tile):
     """At most MR rows and whole NR panels: B is read where it lies (no packing); with a row
     stride wider than B and two K slices."""
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((10, 300), dtype=np.float32)
+    rows = min(10, tile["mr"])
+    a = rng.standard_normal((rows, 300), dtype=np.float32)
     b = rng.standard_normal((300, 256 + 7), dtype=np.float32)[:, :256]
-    out = np.empty((10, 256), np.float32)
-    g = CpuGemm()
+    out = np.empty((rows, 256), np.float32)
+    g = CpuGemm(tile=tile)
     g(a, b, out)
     _check(out, a, b)
-    launch = next(iter(g._launches.values()))
+    [launch] = g._launches.idle()
     launch.scratch[0][1][:] = np.nan          # packB: a packing pass would overwrite it
     g(a, b, out)
     _check(out, a, b)
@@ -385,15 +420,17 @@ def test_big_products_keep_their_consumers_unfused():
     assert fused(side) and not fused(2 * side)
 
 
-def test_our_gemm_is_used_where_the_host_has_avx512_unless_set():
-    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, numpy's BLAS elsewhere (its
-    tiles spill on AVX2 alone); "0" and "1" decide by themselves. (The test session sets "1",
-    conftest.py, so the GEMM paths are tested on every host.)"""
+def test_our_gemm_is_used_where_the_host_has_avx512_or_avx2_and_fma_unless_set():
+    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, or AVX2 and FMA, numpy's BLAS
+    elsewhere; "0" and "1" decide by themselves. (The test session sets "1", conftest.py, so
+    the GEMM paths are tested on every host.)"""
     assert gemm_runtime.suits_host("+sse2,+avx2,+avx512f,+fma")
-    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,-fma")
+    assert not gemm_runtime.suits_host("+sse2,-avx2,+fma")
     assert not gemm_runtime.suits_host("+avx512fp16")
     import llvmlite.binding as llvm
-    host = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    host = gemm_runtime.suits_host(llvm.get_host_cpu_features().flatten())
     code = "from dlvm_eq.codegen.runtime import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
     for setting, want in (("auto", host), ("0", False), ("1", True)):
         env = {**os.environ, "DLVM_EQ_GEMM": setting}

@@ -1,6 +1,7 @@
 """Our own float32 GEMM for the host CPU, in LLVM IR: C[m0:m1, n0:n1] (+)= A @ B, blocked and
 packed like BLIS/GotoBLAS, with a register-tiled micro-kernel of MR x NR accumulators (NR =
-one or more vectors), and an optional elementwise epilogue applied to each tile of C once it is
+one or more vectors of `GemmSpec.lanes` floats: 16 for AVX-512, 8 for AVX2; the runtime's
+gemm_tiles.py picks the shapes per host), and an optional elementwise epilogue applied to each tile of C once it is
 final (bias, activation, ...), so that the work after a matmul costs no pass of its own.
 
 ABI (one call computes one block of C; threads take disjoint blocks):
@@ -48,9 +49,7 @@ I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
-LANES = 16                       # float32 lanes of an AVX-512 vector
-VEC = ir.VectorType(F32, LANES)
-MASK = ir.VectorType(I1, LANES)
+LANES = 16                       # float32 lanes of an AVX-512 vector (the default tile's)
 N_ARGS = 18                      # the GEMM's arguments (the worker pool passes up to 32)
 ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED = 1, 2, 4, 8
 
@@ -61,14 +60,15 @@ class GemmSpec:
     nr: int = 32                 # micro-tile columns (a multiple of LANES)
     kc: int = 256                # depth of a K slice (B's micro-panel KC x NR stays in L1)
     mc: int = 144                # rows of A per packed block (a multiple of mr)
+    lanes: int = LANES           # float32 lanes of one vector: 16 (AVX-512) or 8 (AVX2)
 
     def __post_init__(self):
-        if self.nr % LANES or self.mc % self.mr:
-            raise ValueError("nr must be a multiple of 16 and mc a multiple of mr")
+        if self.lanes not in (8, 16) or self.nr % self.lanes or self.mc % self.mr:
+            raise ValueError("lanes must be 8 or 16, nr a multiple of lanes and mc a multiple of mr")
 
     def scratch(self, n: int) -> tuple[int, int]:
         """(packA, packB) sizes in floats for blocks n columns wide."""
-        return self.mc * self.kc + LANES, self.kc * (-(-n // self.nr) * self.nr)
+        return self.mc * self.kc + self.lanes, self.kc * (-(-n // self.nr) * self.nr)
 
 
 def check_epilogue(spec: KernelSpec, c_input: int) -> None:
@@ -86,12 +86,15 @@ def _const(v: int) -> ir.Constant:
 class _Builder:
     def __init__(self, spec: GemmSpec, symbol: str):
         self.spec = spec
+        self.lanes = L = spec.lanes
+        self.vec = VEC = ir.VectorType(F32, L)
+        self.mask = MASK = ir.VectorType(I1, L)
         self.module = ir.Module(name="dq_gemm")
-        self.fma = ir.Function(self.module, ir.FunctionType(VEC, [VEC, VEC, VEC]), "llvm.fma.v16f32")
+        self.fma = ir.Function(self.module, ir.FunctionType(VEC, [VEC, VEC, VEC]), f"llvm.fma.v{L}f32")
         self.mload = ir.Function(self.module, ir.FunctionType(VEC, [PTR, I32, MASK, VEC]),
-                                 "llvm.masked.load.v16f32.p0")
+                                 f"llvm.masked.load.v{L}f32.p0")
         self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [VEC, PTR, I32, MASK]),
-                                  "llvm.masked.store.v16f32.p0")
+                                  f"llvm.masked.store.v{L}f32.p0")
         args = [I64] * 5 + [PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR, PTR, I32, PTR, PTR]
         self.fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), symbol)
         for i in (5, 8, 11, 13, 14):
@@ -108,19 +111,19 @@ class _Builder:
         return self.b.gep(base, [idx], source_etype=F32)
 
     def lane_mask(self, valid):
-        """<16 x i1>: lane l < valid."""
+        """<lanes x i1>: lane l < valid."""
         b = self.b
-        vt = ir.VectorType(I64, LANES)
+        vt = ir.VectorType(I64, self.lanes)
         splat = b.insert_element(ir.Constant(vt, ir.Undefined), valid, I32(0))
         splat = b.shuffle_vector(splat, ir.Constant(vt, ir.Undefined),
-                                 ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
-        return b.icmp_signed("<", ir.Constant(vt, list(range(LANES))), splat)
+                                 ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
+        return b.icmp_signed("<", ir.Constant(vt, list(range(self.lanes))), splat)
 
     def splat(self, x):
         b = self.b
-        v = b.insert_element(ir.Constant(VEC, ir.Undefined), x, I32(0))
-        return b.shuffle_vector(v, ir.Constant(VEC, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
+        v = b.insert_element(ir.Constant(self.vec, ir.Undefined), x, I32(0))
+        return b.shuffle_vector(v, ir.Constant(self.vec, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
 
     def minimum(self, a, c):
         return self.b.select(self.b.icmp_signed("<", a, c), a, c)
@@ -138,7 +141,7 @@ class _Builder:
 
     def pack_b_rows(self, bsrc, rsb, kc, n, packb):
         s, b = self.spec, self.b
-        zero = ir.Constant(VEC, [0.0] * LANES)
+        zero = ir.Constant(self.vec, [0.0] * self.lanes)
 
         def panel(j0):
             dst0 = b.mul(j0, _const(s.kc))        # panel p starts at p*NR*KC = j0*KC
@@ -146,10 +149,10 @@ class _Builder:
             def row(k):
                 src = b.add(b.mul(k, rsb), j0)
                 dst = b.add(dst0, b.mul(k, _const(s.nr)))
-                for v in range(s.nr // LANES):
-                    m = self.lane_mask(b.sub(n, b.add(j0, _const(v * LANES))))
-                    x = b.call(self.mload, [self.at(bsrc, b.add(src, _const(v * LANES))), I32(4), m, zero])
-                    b.store(x, self.at(packb, b.add(dst, _const(v * LANES))), align=4)
+                for v in range(s.nr // self.lanes):
+                    m = self.lane_mask(b.sub(n, b.add(j0, _const(v * self.lanes))))
+                    x = b.call(self.mload, [self.at(bsrc, b.add(src, _const(v * self.lanes))), I32(4), m, zero])
+                    b.store(x, self.at(packb, b.add(dst, _const(v * self.lanes))), align=4)
             self.loop(_const(0), kc, _const(1), row, "pb.k")
         self.loop(_const(0), n, _const(s.nr), panel, "pb.j")
 
@@ -177,9 +180,9 @@ class _Builder:
         """packA[q][k][0:MR] = A[q*MR : q*MR+MR, k] for an A whose rows are contiguous (rsA=1),
         zeros past mc: MR contiguous floats per k, copied as masked 16-lane vectors."""
         s, b = self.spec, self.b
-        zero = ir.Constant(VEC, [0.0] * LANES)
-        chunks = range(0, s.mr, LANES)
-        store_masks = [ir.Constant(MASK, [int(c + lane < s.mr) for lane in range(LANES)]) for c in chunks]
+        zero = ir.Constant(self.vec, [0.0] * self.lanes)
+        chunks = range(0, s.mr, self.lanes)
+        store_masks = [ir.Constant(self.mask, [int(c + lane < s.mr) for lane in range(self.lanes)]) for c in chunks]
 
         def panel(i0):
             dst0 = b.mul(i0, _const(s.kc))
@@ -191,7 +194,13 @@ class _Builder:
                 dst = b.add(dst0, b.mul(k, _const(s.mr)))
                 for c, lm, sm in zip(chunks, load_masks, store_masks):
                     x = b.call(self.mload, [self.at(asrc, b.add(src, _const(c))), I32(4), lm, zero])
-                    b.call(self.mstore, [x, self.at(packa, b.add(dst, _const(c))), I32(4), sm])
+                    if self.lanes == 8:
+                        # AVX2's masked store (vmaskmovps) is slow; a whole vector writes up to
+                        # lanes-1 floats past this k's MR, which the next k (or the panel after,
+                        # packed later) overwrites, and the last panel's into scratch padding
+                        b.store(x, self.at(packa, b.add(dst, _const(c))), align=4)
+                    else:
+                        b.call(self.mstore, [x, self.at(packa, b.add(dst, _const(c))), I32(4), sm])
             self.loop(_const(0), kc, _const(1), col, "pa.k")
         self.loop(_const(0), mc, _const(s.mr), panel, "pa.i")
 
@@ -222,21 +231,21 @@ class _Builder:
         a_rows[i] points at A's element (row i, k=0); the element at k is a_rows[i] + k*a_step;
         B's NR values for k start at bpanel + k*b_step."""
         s, b = self.spec, self.b
-        nv = s.nr // LANES
+        nv = s.nr // self.lanes
         pre = b.block
         body = b.append_basic_block("uk.body")
         done = b.append_basic_block("uk.end")
-        zero = ir.Constant(VEC, [0.0] * LANES)
+        zero = ir.Constant(self.vec, [0.0] * self.lanes)
         b.cbranch(b.icmp_signed(">", kc, _const(0)), body, done)
         b.position_at_end(body)
         k = b.phi(I64, name="k")
         k.add_incoming(_const(0), pre)
-        accs = [[b.phi(VEC) for _ in range(nv)] for _ in range(s.mr)]
+        accs = [[b.phi(self.vec) for _ in range(nv)] for _ in range(s.mr)]
         for row in accs:
             for p in row:
                 p.add_incoming(zero, pre)
         boff = b.mul(k, b_step)
-        bv = [b.load(self.at(bpanel, b.add(boff, _const(v * LANES))), typ=VEC, align=4) for v in range(nv)]
+        bv = [b.load(self.at(bpanel, b.add(boff, _const(v * self.lanes))), typ=self.vec, align=4) for v in range(nv)]
         aoff = b.mul(k, a_step) if not isinstance(a_step, ir.Constant) or a_step.constant != 1 else k
         new = []
         for i in range(s.mr):
@@ -253,7 +262,7 @@ class _Builder:
         for i in range(s.mr):
             row = []
             for v in range(nv):
-                phi = b.phi(VEC)
+                phi = b.phi(self.vec)
                 phi.add_incoming(zero, pre)
                 phi.add_incoming(new[i][v], body)
                 row.append(phi)
@@ -261,18 +270,36 @@ class _Builder:
         return out
 
     def store_tile(self, accs, c, ldc, mvalid, nvalid, add_old):
-        """C[i, v*16 + l] (+)= accs[i][v][l] for i < mvalid, v*16 + l < nvalid."""
+        """C[i, v*lanes + l] (+)= accs[i][v][l] for i < mvalid, v*lanes + l < nvalid."""
         s, b = self.spec, self.b
-        zero = ir.Constant(VEC, [0.0] * LANES)
-        masks = [self.lane_mask(b.sub(nvalid, _const(v * LANES))) for v in range(s.nr // LANES)]
+        if self.lanes == 8:
+            # whole-width tiles (most) with plain vector accesses: AVX2's masked store is slow
+            with b.if_else(b.icmp_signed("==", nvalid, _const(s.nr))) as (whole, part):
+                with whole:
+                    self.store_rows(accs, c, ldc, mvalid, nvalid, add_old, masked=False)
+                with part:
+                    self.store_rows(accs, c, ldc, mvalid, nvalid, add_old, masked=True)
+        else:
+            self.store_rows(accs, c, ldc, mvalid, nvalid, add_old, masked=True)
+
+    def store_rows(self, accs, c, ldc, mvalid, nvalid, add_old, masked: bool):
+        s, b = self.spec, self.b
+        zero = ir.Constant(self.vec, [0.0] * self.lanes)
+        masks = [self.lane_mask(b.sub(nvalid, _const(v * self.lanes))) for v in range(s.nr // self.lanes)]
         for i, row in enumerate(accs):
             with b.if_then(b.icmp_signed(">", mvalid, _const(i))):
                 base = b.mul(_const(i), ldc)
                 for v, acc in enumerate(row):
-                    ptr = self.at(c, b.add(base, _const(v * LANES)))
-                    old = b.call(self.mload, [ptr, I32(4), masks[v], zero])
+                    ptr = self.at(c, b.add(base, _const(v * self.lanes)))
+                    if masked:
+                        old = b.call(self.mload, [ptr, I32(4), masks[v], zero])
+                    else:
+                        old = b.load(ptr, typ=self.vec, align=4)
                     val = b.select(add_old, b.fadd(old, acc), acc)
-                    b.call(self.mstore, [val, ptr, I32(4), masks[v]])
+                    if masked:
+                        b.call(self.mstore, [val, ptr, I32(4), masks[v]])
+                    else:
+                        b.store(val, ptr, align=4)
 
     # ---------------------------------------------------------------- the loop nest
     def build(self) -> ir.Module:
@@ -323,18 +350,31 @@ class _Builder:
                         row0, col0 = b.add(ic, ir_), b.add(n0, jr)
                         c = self.at(C, b.add(b.mul(row0, ldc), col0))
 
-                        # one micro-kernel for both ways of reading A: row pointers into the
-                        # packed panel (constant offsets) or into A itself
                         panel = self.at(packa, b.mul(ir_, _const(s.kc)))
                         last_row = b.sub(b.add(row0, mvalid), _const(1))
                         base = self.at(A, pc)
                         # rows past the edge re-read the last valid row (never out of bounds)
-                        rows = [b.select(a_packed, self.at(panel, _const(i)),
-                                         self.at(base, b.mul(self.minimum(b.add(row0, _const(i)), last_row), rsa)))
-                                for i in range(s.mr)]
-                        step = b.select(a_packed, _const(s.mr), _const(1))
-                        accs = self.micro(kc, rows, step, bpanel, b_step)
-                        self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
+                        in_place = [self.at(base, b.mul(self.minimum(b.add(row0, _const(i)), last_row), rsa))
+                                    for i in range(s.mr)]
+                        if self.lanes == 8:
+                            # AVX2 has half the registers' width: a micro-kernel per way of
+                            # reading A, so that the packed one has one pointer and constant
+                            # offsets (a shared one kept MR row pointers, spilled to the stack)
+                            with b.if_else(a_packed) as (packed, rows_in_place):
+                                with packed:
+                                    accs = self.micro(kc, [self.at(panel, _const(i)) for i in range(s.mr)],
+                                                      _const(s.mr), bpanel, b_step)
+                                    self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
+                                with rows_in_place:
+                                    accs = self.micro(kc, in_place, _const(1), bpanel, b_step)
+                                    self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
+                        else:
+                            # one micro-kernel for both ways of reading A: row pointers into the
+                            # packed panel (constant offsets) or into A itself
+                            rows = [b.select(a_packed, self.at(panel, _const(i)), p) for i, p in enumerate(in_place)]
+                            step = b.select(a_packed, _const(s.mr), _const(1))
+                            accs = self.micro(kc, rows, step, bpanel, b_step)
+                            self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
                         with b.if_then(run_epi):
                             b.call(_FnPtr(epi, self.epi_type),
                                    [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), epi_args])
@@ -362,11 +402,12 @@ def gemm_ir(spec: GemmSpec, symbol: str) -> str:
     return str(_Builder(spec, symbol).build())
 
 
-def epilogue_ir(spec: KernelSpec, symbol: str) -> str:
+def epilogue_ir(spec: KernelSpec, symbol: str, width: int = 32) -> str:
     """LLVM IR of `void symbol(i64 r0, i64 r1, i64 c0, i64 c1, ptr args)`: the elementwise
     kernel `spec` over rows [r0, r1) and columns [c0, c1) of its 2-D space, args[j] the j-th
-    pointer (outputs, then inputs). Strides are the spec's (static); a whole tile's width is a
-    constant trip count, which LLVM turns into straight vector code."""
+    pointer (outputs, then inputs). Strides are the spec's (static); a whole tile's width (the
+    wide micro-tile's NR, `width`) is a constant trip count, which LLVM turns into straight
+    vector code."""
     from .llvm_cpu import has_avx512
     module = ir.Module(name="dq_epilogue")
     n_out, n_in = len(spec.outputs), len(spec.inputs)
@@ -393,7 +434,6 @@ def epilogue_ir(spec: KernelSpec, symbol: str) -> str:
     dtypes, odt = spec.input_dtypes, spec.output_dtypes
     cols = spec.shape[1]
     strides = [inp.strides if inp.strides is not None else c_strides(spec.shape) for inp in spec.inputs]
-    width = 32                   # the wide micro-tile's NR: most tiles are whole
     full = b.icmp_signed("==", b.sub(c1, c0), i64(width))
 
     def row(b, r):

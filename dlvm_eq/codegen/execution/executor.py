@@ -57,6 +57,25 @@ def _gemm_sized(out_shape, step) -> bool:
         worth_our_gemm(out_shape[0], step.a.shape[1], out_shape[1])
 
 
+def _batch_sized(out_shape, step) -> bool:
+    """Whether a batched matmul is one for our GEMM's batch loop (batch_gemm.worth_batched)."""
+    from ..runtime.batch_gemm import worth_batched
+    return len(step.a.shape) >= 2 and worth_batched(tuple(out_shape), step.a.shape[-1])
+
+
+def _batched_matmul(a: int, b: int, o: int, fa, fb):
+    """The step running a batched product through our GEMM, numpy where its layouts do not suit."""
+    from ..runtime.batch_gemm import batch_matmul
+    fa = fa or (lambda x: x)
+    fb = fb or (lambda x: x)
+
+    def run_batched(env):
+        x, y, out = fa(env[a]), fb(env[b]), env[o]
+        if not batch_matmul(x, y, out):
+            np.matmul(x, y, out=out)
+    return run_batched
+
+
 def _view_fn(chain, xp):
     """A function applying a view chain to an array (identity for an empty chain)."""
     if not chain:
@@ -216,6 +235,8 @@ class CpuProgram:
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
             matmul = np.matmul
+            if _batch_sized(self.plan.slots[o].shape, step):
+                return _batched_matmul(a, b, o, fa, fb)
             if not _gemm_sized(self.plan.slots[o].shape, step):
                 if fa is None and fb is None:
                     return lambda env: matmul(env[a], env[b], out=env[o])

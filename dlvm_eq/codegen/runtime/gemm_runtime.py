@@ -8,7 +8,8 @@ few blocks per thread (`CpuGemm.blocks`) that the native worker pool's threads c
 `gemm_for` says when ours is used: float32 2-D operands, A's columns or rows contiguous (a
 plain or transposed operand), any B, C-contiguous out, and at least GEMM_MIN_MACS of work;
 otherwise the caller keeps numpy's matmul. Products of PARALLEL_MACS or more run on all cores.
-There are two compiled GEMMs (a 12x32 and, for products at most 16 wide, a 24x16 micro-tile);
+There are two compiled GEMMs per host (gemm_tiles.py: on AVX-512 a 12x32 and, for products at
+most 16 wide, a 24x16 micro-tile; on AVX2 one 6x16 tile for both);
 operand layouts are run-time flags, epilogues separate small functions called through a
 pointer, so a program's products share them (and so do programs: they are cached on disk).
 
@@ -20,11 +21,11 @@ mixed the two took 2.8 ms instead of 1.4).
 
 Shared state (threads):
 - `_GEMMS` (one CpuGemm per micro-tile shape) is filled under `_GEMMS_LOCK`;
-- a CpuGemm's launch plans hold scratch (packed A and B) and argument blocks shared by every
-  call of that shape: `CpuGemm._lock` covers the lookup AND the whole product, so products on
-  one CpuGemm run one at a time (they would share the cores anyway);
+- a CpuGemm's launch plans hold scratch (packed A and B) and argument blocks: each is run by
+  one call at a time, taken from and given back to `CpuGemm._launches` (a LaunchPool, whose
+  lock covers the lookup only), so concurrent products run at once, each on its own plan;
 - the swapped path's scratch matrix is per thread (`_swap`, a threading.local): the copy out
-  of it runs after the product, outside that lock;
+  of it runs after the product, when the product's plan is already back in the pool;
 - CpuEpilogue is immutable. Results do not depend on the thread count: threads take blocks of
   C's rows or columns, K is never split, and every element sums its K products in one order.
 """
@@ -32,15 +33,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable
 
+import llvmlite.binding as llvm
 import numpy as np
 
 from ...config import settings
 from . import threads as kernel_threads   # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
+from .gemm_tiles import host_tiles, packs_row_major_a
 from .jit import JIT, KernelCode
+from .launch_pool import LaunchPool
 
 # Products of at most this many multiply-adds stay with numpy: OpenBLAS runs them on one
 # thread (its threading threshold is 65536 x 4 multiply-adds, interface/gemm.c), so no worker
@@ -58,10 +61,10 @@ BLOCKS_PER_THREAD = 4
 MIN_BLOCK_MACS = 1 << 17
 MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
 
-# Micro-tiles: 12 x 32 (24 accumulators, two B vectors per k) in general; 24 x 16 for products
-# at most 16 columns wide (the MLP's 10 classes would leave 22 of 32 columns idle).
-WIDE = dict(mr=12, nr=32, kc=256, mc=288)    # mc 144 -> 288: 2048^3 72 -> 65 ms (fewer passes over B)
-NARROW = dict(mr=24, nr=16, kc=256, mc=144)
+# Micro-tiles for the host's vector ISA (gemm_tiles.py): on AVX-512 12 x 32 in general and
+# 24 x 16 for products at most 16 columns wide (the MLP's 10 classes would leave 22 of 32
+# columns idle); on AVX2 6 x 16 for both.
+WIDE, NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
 
 _ARGS = ([ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
          + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
@@ -84,26 +87,28 @@ class CpuEpilogue:
     def _build_ir(self):
         from ..cpu.gemm_ir import epilogue_ir
         from ..cpu.llvm_cpu import CpuIR, symbol_for
-        text, symbol = symbol_for(lambda sym: epilogue_ir(self.spec, sym))
+        text, symbol = symbol_for(lambda sym: epilogue_ir(self.spec, sym, WIDE["nr"]))
         return CpuIR(text, symbol, None, "epilogue")
 
 
 class CpuGemm:
     """out (+)= a @ b for float32 matrices (a's rows or columns contiguous, any b, out
     C-contiguous); with `epilogue`, that kernel then runs on each finished tile, `extra` being
-    its output pointers then its input pointers (the product's among them)."""
+    its output pointers then its input pointers (the product's among them). `tile` (GemmSpec
+    fields) overrides the host's (tests run the AVX2 and AVX-512 tiles on any host)."""
 
-    def __init__(self, narrow: bool = False, threads: int | None = None, pack_rows: bool | None = None):
+    def __init__(self, narrow: bool = False, threads: int | None = None, pack_rows: bool | None = None,
+                 tile: dict | None = None):
         from ..cpu.gemm_ir import GemmSpec
-        self.spec = GemmSpec(**(NARROW if narrow else WIDE))
+        self.tile = tile or (NARROW if narrow else WIDE)
+        self.spec = GemmSpec(**self.tile)
         self.narrow = narrow
         self.pack_rows = pack_rows      # pack a row-major A: None = where its rows collide in L1
         self.threads = threads or usable_cpus()
         self.code: KernelCode = JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
         self._fn = ctypes.CFUNCTYPE(None, *_ARGS)(self.address)
-        self._launches: dict[tuple, Callable] = {}
-        self._lock = threading.Lock()
+        self._launches = LaunchPool(MAX_LAUNCHES)
 
     def _build_ir(self):
         from ..cpu.gemm_ir import gemm_ir
@@ -117,15 +122,17 @@ class CpuGemm:
         small part of the product, and the caller takes the rest. Columns are split (whole
         NR panels) when A is read in place: each block then packs only its own columns of B,
         so nothing is packed twice (measured serially, 256x784x256 in 8 column blocks cost
-        what 2 row blocks do). A packed A would be packed again by every column block:
-        rows are split then (B is packed once per block; 784x256x256: 8 row blocks +4%)."""
+        what 2 row blocks do). A packed A would be packed again by every column block, and B
+        by every row block: the longer side is split (p blocks pack p*m*k + k*n elements split
+        by columns, p*k*n + m*k by rows; 784x256x256: 8 row blocks +4%; the transformer's
+        weight gradient X.T @ dY, 256x2048x1024, packed B 8 times split by rows)."""
         s, t = self.spec, self.threads
         macs = m * n * k
         if t == 1 or macs < PARALLEL_MACS:
             return [(0, m, 0, n)]
         want = max(t, min(BLOCKS_PER_THREAD * t, macs // MIN_BLOCK_MACS))
         row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
-        by_cols = col_tiles >= 2 and (row_tiles < 2 or (not a_packed and col_tiles >= min(want, row_tiles)))
+        by_cols = col_tiles >= 2 and (row_tiles < 2 or ((not a_packed or n > m) and col_tiles >= min(want, row_tiles)))
         if by_cols:
             cols = _tiles(n, min(want, col_tiles), s.nr)
             # more blocks wanted than column panels: rows too (B is then packed once per row band)
@@ -144,7 +151,7 @@ class CpuGemm:
         f = A_COLS if order == "cols" else 0
         pack = self.pack_rows
         if pack is None:
-            pack = not self.narrow and _rows_collide(a.strides[0] // 4, self.spec.mr)
+            pack = not self.narrow and packs_row_major_a(self.tile) and _rows_collide(a.strides[0] // 4, self.spec.mr)
         if order == "rows" and pack:
             f |= A_ROWS_PACKED
         if b.strides[1] != 4:
@@ -165,13 +172,12 @@ class CpuGemm:
             return out
         key = (a.shape, a.strides, b.shape, b.strides, out.strides, accumulate,
                epilogue.address if epilogue is not None else 0)
-        with self._lock:            # the launch's scratch and argument blocks are shared
-            launch = self._launches.get(key)
-            if launch is None:
-                if len(self._launches) >= MAX_LAUNCHES:
-                    self._launches.clear()
-                launch = self._launches[key] = self._launch(a, b, out, accumulate, epilogue)
+        # a plan of this call's own: its scratch and argument blocks are written by the run
+        launch = self._launches.take(key, lambda: self._launch(a, b, out, accumulate, epilogue))
+        try:
             launch(data_ptr(a), data_ptr(b), data_ptr(out), extra)
+        finally:
+            self._launches.give(key, launch)
         return out
 
     def _launch(self, a, b, out, accumulate: bool, epilogue: CpuEpilogue | None):
@@ -228,11 +234,16 @@ _GEMMS_LOCK = threading.Lock()
 
 
 def suits_host(features: str) -> bool:
-    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): its
-    micro-tiles are written for AVX-512 (24 accumulators of 16 floats). On AVX2 alone LLVM
-    splits every vector in two and spills (this 2-core EPYC without AVX-512: the MLP step
-    5.5 ms through ours, 1.6 ms through OpenBLAS), so there numpy's BLAS does the products."""
-    return "+avx512f" in features.split(",")
+    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): with
+    AVX-512, or AVX2 and FMA (gemm_tiles.py picks the micro-tile). Measured on this 2-core
+    EPYC (AVX2 only), shared with other jobs: single-threaded the 6x16 tile does the
+    transformer's and MLP's products within ~10% of OpenBLAS (CPU time per step 160-184 ms
+    against 154-170), and with two threads the transformer step took 0.46-0.66 s through
+    ours against 1.1-1.8 s through OpenBLAS, whose spinning threads lose their core to other
+    jobs (and to our pool: batched products through ours beside 2-D ones through OpenBLAS
+    were slower than either alone). Without FMA (or AVX2) numpy's BLAS does the products."""
+    flags = set(features.split(","))
+    return "+avx512f" in flags or {"+avx2", "+fma"} <= flags
 
 
 _ENABLED: bool | None = None
@@ -246,7 +257,6 @@ def enabled() -> bool:
         if setting in ("0", "1"):
             _ENABLED = setting == "1"
         else:
-            import llvmlite.binding as llvm
             _ENABLED = suits_host(llvm.get_host_cpu_features().flatten())
     return _ENABLED
 
@@ -284,7 +294,11 @@ def gemm_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> CpuGemm | None:
         return None
     if a_order(a) is None or not out.flags.c_contiguous or b.strides[0] % 4 or b.strides[1] % 4:
         return None
-    narrow = n <= NARROW["nr"]
+    return shared_gemm(n <= NARROW["nr"])
+
+
+def shared_gemm(narrow: bool) -> CpuGemm:
+    """The process's CpuGemm of the wide or the narrow micro-tile."""
     g = _GEMMS.get(narrow)
     if g is None:
         with _GEMMS_LOCK:       # one CpuGemm per micro-tile: its launch cache is shared by all
@@ -313,7 +327,7 @@ _swap = threading.local()   # .scratch: {out shape: matrix}, this thread's own
 
 def _swap_scratch(shape: tuple[int, int]) -> np.ndarray:
     """This thread's scratch matrix for a swapped product of output `shape` (transposed).
-    Per thread, because the copy out of it runs after the product, outside the GEMM's lock:
+    Per thread, because the copy out of it runs after the product, when no lock is held:
     one shared matrix let a second thread overwrite it between its product and the copy
     (69 wrong results in 6,000 calls from two threads)."""
     mine = getattr(_swap, "scratch", None)
