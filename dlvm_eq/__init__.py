@@ -12,6 +12,7 @@ or `dq.compile` for a native target. A warm-cache compile never imports egglog o
 """
 from .errors import DlvmError, IRError, ShapeError, SourceError  # noqa: F401 (public API)
 from .ir import Module  # noqa: F401 (public API)
+from .lazy_attributes import lazy_attributes
 from .version import __version__  # noqa: F401 (public API)
 
 # The public API, assembled from the layers (left to right in the data flow).
@@ -19,25 +20,16 @@ from .dsl import *  # noqa: E402,F401,F403
 from .pipeline import (DEFAULT_TARGET, Jitted, grad, interpret, jit, register_backend,  # noqa: E402,F401
                        value_and_grad, vjp)
 
-# name -> module that defines it, imported on first access (PEP 562)
-_LAZY = {"load": "dlvm_eq.ir.parser", "parse": "dlvm_eq.ir.parser",
-         "optimize": "dlvm_eq.pipeline.module_calls"}
+# name -> submodule that defines it, imported on first access (PEP 562)
+_LAZY = {"load": "ir.parser", "parse": "ir.parser", "optimize": "pipeline.module_calls"}
+_lazy_attribute, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 def __getattr__(name):
     if name == "distributed":  # `dq.distributed.data_parallel`: Ray loads on this first use only
         import importlib
         return importlib.import_module("dlvm_eq.distributed")
-    if name in _LAZY:
-        import importlib
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return _lazy_attribute(name)
 
 
 def compile(module, name, target="cpu", optimize=True, cast=False):  # noqa: A001 - the user's word for it

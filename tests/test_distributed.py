@@ -86,10 +86,21 @@ def assert_trees_equal(got, want):
     assert all(np.array_equal(g, w) for g, w in zip(got_leaves, want_leaves))
 
 
+def compile_the_shards_programs():
+    """The workers' programs (shards of 7 and 6 rows) into the disk cache the workers share:
+    compiled one after the other here rather than at once in two workers on two cores (what
+    made a first step take minutes on a loaded machine). A worker still compiles its own
+    program, from the cache's optimized IR, plans and object code."""
+    step = dq.value_and_grad(DICT_LOSS, argnums=0)
+    for rows in ((ROWS + 1) // 2, ROWS // 2):
+        step(*dict_problem(rows=rows))
+
+
 @pytest.fixture(scope="class")
 def dict_step(local_ray):
     """Two workers, shared by the tests of one class (starting workers and compiling in them is
     what takes time). They hold all of Ray's CPUs: other tests start theirs after the class."""
+    compile_the_shards_programs()
     with data_parallel(dq.value_and_grad(DICT_LOSS, argnums=0), batch_argnums=(1, 2),
                        workers=2, timeout_s=LIMIT_S) as step:
         yield step
@@ -195,7 +206,7 @@ def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
     exits (a hang at exit would be caught by the time limit)."""
     from dlvm_eq.models import demo
     single = io.StringIO()
-    demo.run(epochs=2, out=single)
+    demo.run(epochs=1, out=single)
     # the workers' program (shards of 64 rows) into the disk cache the subprocess inherits:
     # compiled once here rather than twice at once in the two workers
     params = mlp.init_params([64, demo.HIDDEN, 10])
@@ -205,7 +216,7 @@ def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from dlvm_eq.cli import main; "
-                               "sys.exit(main(['demo', '--workers', '2', '--epochs', '2']))"],
+                               "sys.exit(main(['demo', '--workers', '2', '--epochs', '1']))"],
         cwd=ROOT, env=env, timeout=240, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "training data-parallel on 2 Ray worker(s)" in done.stdout

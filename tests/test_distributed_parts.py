@@ -139,3 +139,36 @@ def test_a_compiled_step_pickles_as_its_function_and_compiles_again():
     copy = cloudpickle.loads(cloudpickle.dumps(step))
     assert copy.cache_size() == 0 and copy.target == step.target
     _assert_close(copy(params, x, y), want, rtol=0)
+
+
+def _run_as_ray_does(worker, *args):
+    """worker.run called from a frame of a file outside dlvm_eq and the user's code, as Ray's
+    worker loop calls it in a worker process."""
+    code = compile("result = worker.run(*args)", "/opt/ray/_private/function_manager.py", "exec")
+    scope = {"worker": worker, "args": args}
+    exec(code, scope)
+    return scope["result"]
+
+
+def test_a_bundled_models_shape_error_in_a_worker_names_the_drivers_line():
+    # the loss is dlvm_eq's own (models/mlp.py): no frame of it is the user's, so in one process
+    # the error names the user's call; in a worker it names the driver's line it was given
+    from dlvm_eq.distributed.worker import ShardWorker
+    from dlvm_eq.models import mlp
+    params = mlp.init_params([5, 4, 3])
+    bad = (params[0][:4],) + tuple(params[1:])      # 5 inputs, 4 weight rows
+    x, y = np.ones((6, 5), np.float32), np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
+    step = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))
+    driver_line = ("/home/user/train.py", 42, 9)
+    out = _run_as_ray_does(ShardWorker(step), bad, (len(bad), len(bad) + 1), (x, y), driver_line)
+    assert isinstance(out, RaisedInWorker)
+    error = out.rebuild()
+    assert isinstance(error, dq.ShapeError)
+    assert str(error).startswith("/home/user/train.py:42:9: error: ")
+    assert "function_manager" not in str(error) and error.location == driver_line
+    with pytest.raises(dq.ShapeError) as single:
+        step(*bad, x, y)
+    assert str(single.value).startswith(f"{__file__}:")      # one process: the user's line
+    def message(e):    # the first line after the location (the source line differs)
+        return str(e).split(": error: ", 1)[1].splitlines()[0]
+    assert message(single.value) == message(error)

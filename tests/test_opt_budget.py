@@ -54,8 +54,9 @@ def test_time_budget_stops_an_exploding_ruleset():
     s = exploding_session()
     t0 = time.perf_counter()
     rep = saturate(s, Schedule(("explode",)), Budget(iterations=1000, nodes=10**9, seconds=0.3))
-    assert rep.stop_reason == "seconds"
-    assert time.perf_counter() - t0 < 3.0       # an iteration is never interrupted; it may overrun a bit
+    assert rep.stop_reason == "seconds" and rep.iterations < 1000
+    # an iteration is never interrupted, and a loaded machine runs it slowly: a hang guard only
+    assert time.perf_counter() - t0 < 60.0
     assert "time budget (0.3 s) reached" in str(rep)
 
 
@@ -74,13 +75,16 @@ def test_saturation_is_reported():
 
 
 def test_optimize_with_an_exploding_user_rule_file_stops_and_stays_correct(tmp_path):
+    # the rules grow the e-graph without bound and the time budget is never reached (however
+    # loaded the machine): the e-node budget must be what stops them
     path = tmp_path / "explode.egg"
     path.write_text(EXPLODING)
-    t0 = time.perf_counter()
-    r = dq.optimize(long_sum(), rules=[path], budget={"seconds": 1.0, "nodes": 20_000})
-    assert time.perf_counter() - t0 < 10
+    r = dq.optimize(long_sum(), rules=[path], budget={"seconds": 600.0, "nodes": 20_000,
+                                                      "iterations": 1000})
     fr = r.report["f"]
-    assert fr.saturation.stop_reason in ("nodes", "seconds")
+    assert fr.saturation.stop_reason == "nodes"
+    # stopped at the budget, or before a step whose matches would overrun it
+    assert fr.saturation.nodes <= 20_000 and fr.saturation.iterations < 1000
     assert any("Add" in name for name in fr.saturation.rule_matches)   # the user's rules ran
     assert len(r.module["f"].body) == 13
 

@@ -6,7 +6,7 @@ import sympy as sp
 
 from dlvm_eq.ir import BOOL, F32, I32, OPS, FunctionBuilder, Module, TensorType, interpret, tensor
 from dlvm_eq.verify import SYMBOLIC, apply_op, evaluate_function, symbol_array
-from dlvm_eq.verify.identity import PROVEN, PROVEN_AE, UNPROVEN, ZeroProver, derivative
+from dlvm_eq.verify.identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, UNPROVEN, ZeroProver, derivative
 from dlvm_eq.verify.symbolic import to_number
 
 # op -> (operand types, attributes, domain of the random operands)
@@ -157,3 +157,14 @@ def test_prover_exact_ae_and_false():
     # an Eq that holds on a half-plane is not a measure-zero tie
     assert prover.status(sp.Piecewise((1, sp.Eq(x, sp.Max(x, y))), (0, True))) == UNPROVEN
     assert prover.status(sp.Max(x, 0) - sp.Piecewise((x, x > 1), (0, True))) == UNPROVEN
+
+
+def test_running_out_of_time_is_numeric_only_and_a_finished_search_is_unproven():
+    # the time limit, which a loaded machine hits sooner, never turns into "unproven": that
+    # status is for differences every method finished on without showing zero
+    x, y = sp.symbols("x y", real=True)
+    hard = sp.tanh(x + y) - (sp.tanh(x) + sp.tanh(y)) / (1 + sp.tanh(x) * sp.tanh(y))
+    assert ZeroProver(timeout=0.0).status(hard) == NUMERIC_ONLY
+    assert ZeroProver(timeout=0.0).status(sp.sqrt(x ** 2) - x) == NUMERIC_ONLY
+    assert ZeroProver().status(sp.sqrt(x ** 2) - x) == UNPROVEN   # false for x < 0
+    assert ZeroProver().status(hard) == PROVEN

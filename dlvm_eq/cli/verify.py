@@ -6,7 +6,9 @@ rule files on small symbolic tensors (dlvm_eq.verify.rules); without files, the 
 
 Files are loaded in order after rules/schema.egg (pass the files a rule file builds on before
 it). Exit status: 0 when no rule fails, 1 when one does (or, with --strict, when one is
-skipped or stays unproven); rule-file syntax errors print file:line and exit 1.
+skipped or stays unproven; a rule sympy ran out of time on is listed as "checked numerically"
+and accepted: how far sympy gets depends on the machine's load); rule-file syntax errors print
+file:line and exit 1.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="*", metavar="FILE.egg",
                    help="rule files, loaded in order (default: the shipped rules/*.egg)")
     p.add_argument("--strict", action="store_true",
-                   help="also fail when a rule is skipped or sympy cannot prove it")
+                   help="also fail when a rule is skipped or sympy cannot prove it (rules sympy "
+                        "runs out of time on are listed as checked numerically)")
     p.add_argument("-v", "--verbose", action="store_true", help="list every rule, not only problems")
     p.add_argument("--quick", action="store_true",
                    help="at most 48 shape assignments per rule and 5 s of sympy (CI)")

@@ -32,7 +32,7 @@ docstring ("Shared state") what owns each object and why concurrent calls are sa
 other module holds constants only (kernels/spec.py's Expr nodes memoize their hash: a race
 computes the same value twice).
 """
-import importlib
+from ..lazy_attributes import lazy_attributes
 
 # name -> submodule; loaded on first access (PEP 562), so that a compile loads only what it
 # needs: a warm-cache compile loads no planner, no IR builder for the GPU and no CuPy launcher.
@@ -59,17 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -12,6 +12,7 @@ driver combines the outputs in shard order (reduction.py).
 from __future__ import annotations
 
 from ..cache import shared_cache
+from ..dsl.context import user_location
 from ..errors import DlvmError
 from .faults import gather, log
 from .ray_runtime import require_ray
@@ -73,9 +74,10 @@ class DataParallel:
         shared = ray.put(tuple(a for i, a in enumerate(args) if i not in self.batch_argnums))
         shards = [ray.put(s) for s in plan.slices([args[i] for i in self.batch_argnums])]
         self.steps += 1
+        location = user_location()     # the user's line here: a worker's error names it
         outputs = gather(
             self._actors,
-            lambda i: self._actors[i].run.remote(shared, self.batch_argnums, shards[i]),
+            lambda i: self._actors[i].run.remote(shared, self.batch_argnums, shards[i], location),
             len(shards), self.max_retries, self.timeout_s, self.steps)
         return combine(outputs, plan.weights(self.reduction))
 

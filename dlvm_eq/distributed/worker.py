@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from ..dsl.context import called_from
 from ..errors import DlvmError
 from .faults import RaisedInWorker
 
@@ -22,14 +23,16 @@ class ShardWorker:
     def __init__(self, fn):
         self.fn = fn
 
-    def run(self, shared, batch_positions, shard):
+    def run(self, shared, batch_positions, shard, location=None):
         """`shared` is the tuple of non-batch arguments (resolved from its object-store ref by
-        Ray), `shard` this worker's slices of the batch arguments, in `batch_positions` order."""
+        Ray), `shard` this worker's slices of the batch arguments, in `batch_positions` order;
+        `location` the user's (file, line, col) on the driver, for errors no frame of the
+        step's own locates."""
         args = list(shared)
         for position, value in zip(batch_positions, shard):
             args.insert(position, value)
         try:
-            return self.fn(*args)
+            return called_from(location, self.fn, *args)
         except DlvmError as e:  # a user error travels as itself, not as a RayTaskError
             return RaisedInWorker.capture(e)
 

@@ -40,9 +40,12 @@ def _inside_package(filename: str) -> bool:
 
 
 def user_location() -> tuple[str, int, int] | None:
-    """(file, line, col) of the innermost frame outside dlvm_eq: the user's line."""
+    """(file, line, col) of the innermost frame outside dlvm_eq: the user's line (or, inside
+    `called_from`, the caller's location it was given: a worker's frames above it are Ray's)."""
     frame = sys._getframe(1)
     while frame is not None and _inside_package(frame.f_code.co_filename):
+        if frame.f_code is _CALLED_FROM:
+            return frame.f_locals["location"]
         frame = frame.f_back
     if frame is None:
         return None
@@ -51,6 +54,16 @@ def user_location() -> tuple[str, int, int] | None:
     if frame.f_lasti // 2 < len(positions) and positions[frame.f_lasti // 2][2] is not None:
         col = positions[frame.f_lasti // 2][2] + 1
     return (frame.f_code.co_filename, frame.f_lineno, col)
+
+
+def called_from(location: tuple[str, int, int] | None, fn, *args):
+    """fn(*args), where the code calling it lives in another process (a data-parallel worker
+    runs the driver's call): errors and instructions that no frame of fn's own locates (fn is
+    a bundled model, say) get `location`, the user's line on the driver, not the worker's."""
+    return fn(*args)
+
+
+_CALLED_FROM = called_from.__code__
 
 
 @functools.lru_cache(maxsize=512)

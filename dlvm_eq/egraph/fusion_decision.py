@@ -11,7 +11,9 @@ budget (it adds a `Map` of scalar ops beside every elementwise term and makes ev
 map or a view its scalar expression), and extract/fusion_cost.py picks the materialized set
 with a kernel cost model. Values that must be in buffers are forced: function results, the
 operands of BLAS calls, concatenations and slices (through views), reduction outputs. When saturation
-stops on a budget, nothing is left to chance: every elementwise value is materialized.
+stops on a budget, nothing is left to chance: every elementwise value is materialized. The
+budget's `seconds` bound saturation and, again, the extraction: past them greedy extraction
+keeps what it decided and inlines the rest (the report's note says so).
 """
 from __future__ import annotations
 
@@ -167,7 +169,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
     from .saturate import saturate
     from .ruleset_schedule import Schedule
-    budget = budget or DEFAULT_BUDGET
+    budget = Budget.of(budget or DEFAULT_BUDGET)
     s = _base_session()
     s.run_text("(push)")
     try:
@@ -293,7 +295,13 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
         return set(ew_lets), report, {}
     problem = FusionProblem(g, list(forced.values()), list(kernels.candidates.values()),
                             kernels.buffers, machine(target), frozenset(kernels.free))
-    choice = exhaustive_fusion(problem) if method == "exhaustive" else greedy_fusion(problem)
+    if method == "exhaustive":
+        choice = exhaustive_fusion(problem)
+    else:   # the time left of the extraction's share of the budget
+        seconds = Budget.of(budget or DEFAULT_BUDGET).seconds
+        choice = greedy_fusion(problem, time_limit=max(0.0, seconds - (time.perf_counter() - t1)))
+        if choice.stopped:
+            report.note = f"fusion extraction stopped by the time budget: {choice.stopped}"
     keep = choice.materialized | set(forced)
     lets = {n for n in ew_lets if cls[n] in keep}
     report.values = len(ew_lets)

@@ -26,10 +26,14 @@ tensor counts as written elsewhere and loaded): evaluations stay local in deep p
 Greedy: candidates from the last consumer to the first producer, each materialized when that
 lowers the total given the decisions below it (consumers decide first: they fix which kernels
 would recompute a producer), then passes that toggle single candidates while the cost drops.
+`time_limit` bounds it (a large program costs far more than linear time here): past it, the
+candidates not yet decided stay inlined, a choice as valid as any (the planner splits long
+expressions), and `FusionChoice.stopped` says so.
 """
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -117,6 +121,7 @@ class FusionChoice:
     evaluations: int = 0                 # kernel cost evaluations
     seconds: float = 0.0
     method: str = "greedy"
+    stopped: str = ""                    # why the search stopped early ("" when it did not)
 
 
 @dataclass
@@ -209,9 +214,11 @@ def _key(k: Kernel):
     return ("k", k.cls) if k.group is None else ("g", k.group)
 
 
-def greedy_fusion(p: FusionProblem, passes: int = 3) -> FusionChoice:
-    """Materialized candidates by a backward greedy pass and toggle passes (see the module)."""
+def greedy_fusion(p: FusionProblem, passes: int = 3, time_limit: float | None = None) -> FusionChoice:
+    """Materialized candidates by a backward greedy pass and toggle passes (see the module),
+    within `time_limit` seconds (None: no limit)."""
     t0 = time.perf_counter()
+    deadline = math.inf if time_limit is None else t0 + time_limit
     ev = _Evaluator(p)
     mat: set[int] = set()
     groups = ev.groups(mat)
@@ -260,15 +267,24 @@ def greedy_fusion(p: FusionProblem, passes: int = 3) -> FusionChoice:
             else:
                 state[g] = s
 
-    for k in reversed(p.candidates):
+    cost_inlined = sum(s.cost for s in state.values())
+    stopped = ""
+    for i, k in enumerate(reversed(p.candidates)):
+        if time.perf_counter() > deadline:
+            stopped = (f"time limit ({time_limit:.2g} s) reached after {i} of {len(p.candidates)} "
+                       "candidates: the rest inlined")
+            break
         if not reads(k.cls):
             continue   # no kernel recomputes it: nothing to decide
         d, members, changes = delta(k.cls, True)
         if d < 0:
             apply(k.cls, True, members, changes)
-    for _ in range(passes):
+    for n in range(passes if not stopped else 0):
         improved = False
         for k in reversed(p.candidates):
+            if time.perf_counter() > deadline:
+                stopped = f"time limit ({time_limit:.2g} s) reached in improvement pass {n + 1}"
+                break
             add = k.cls not in mat
             if add and not reads(k.cls):
                 continue
@@ -276,11 +292,11 @@ def greedy_fusion(p: FusionProblem, passes: int = 3) -> FusionChoice:
             if d < -1e-15:
                 apply(k.cls, add, members, changes)
                 improved = True
-        if not improved:
+        if not improved or stopped:
             break
     cost = sum(s.cost for s in state.values())
-    return FusionChoice(frozenset(mat), cost, ev.total({k.cls for k in p.candidates}), ev.total(set()),
-                        ev.count, time.perf_counter() - t0)
+    return FusionChoice(frozenset(mat), cost, ev.total({k.cls for k in p.candidates}), cost_inlined,
+                        ev.count, time.perf_counter() - t0, stopped=stopped)
 
 
 def exhaustive_fusion(p: FusionProblem, limit: int = 16) -> FusionChoice:

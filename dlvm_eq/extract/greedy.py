@@ -59,79 +59,88 @@ def greedy_dag_sets(graph: SerializedEGraph, costs: Sequence[float],
     """(choice, sets): per class its chosen node and its cost set, {class: cost of the node
     used there} over the classes its term pulls in (None where it has no finite term). The
     choice may hold a rare stale cycle (greedy_dag_choice repairs it)."""
-    inf = math.inf
-    node_class, kids_of, parents = graph.node_class, graph.child_sets, graph.parents
+    node_class, kids_of = graph.node_class, graph.child_sets
     live = reachable_classes(graph, roots)
     ncls = graph.num_classes
-    best = [inf] * ncls                  # total of the class's cost set
+    best = [math.inf] * ncls                 # total of the class's cost set
     sets: list[dict | None] = [None] * ncls  # class -> {class: cost of the node used there}
     choice = [-1] * ncls
-    missing = [len(ks) for ks in kids_of]
+    missing = [len(ks) for ks in kids_of]    # per node: children without a term yet
     heap, queued = leaf_worklist(graph, costs, live)
-    pop, push = heapq.heappop, heapq.heappush
-
+    pop, best_of = heapq.heappop, best.__getitem__
     while heap:
         _, n = pop(heap)
         queued[n] = 0
         c = node_class[n]
-        prev = best[c]
-        own = costs[n]
         kids = kids_of[n]
-        if not kids:
-            if own >= prev:
-                continue
-            total, cset = own, {c: own}
-        elif len(kids) == 1:
+        own = costs[n]
+        # Lower bound first: a node's set is at least its dearest child's, so most
+        # re-evaluations are rejected before any set is built.
+        if len(kids) == 1:
             k = kids[0]
-            # Lower bound first: the union is at least the child's set, so most re-evaluations
-            # are rejected before any set is copied.
-            if own + best[k] >= prev:
+            if own + best[k] >= best[c]:
                 continue
-            child = sets[k]
-            if c in child:
+            found = _one_child_set(c, own, k, best, sets)
+        elif kids:
+            if own + max(map(best_of, kids)) >= best[c]:
                 continue
-            if len(child) > SET_LIMIT:
-                cset = child               # shared, not copied (see SET_LIMIT)
-            else:
-                cset = child.copy()
-                cset[c] = own
-            total = best[k] + own
+            found = _merged_set(c, own, kids, best, sets)
+        elif own >= best[c]:
+            continue
         else:
-            big = kids[0]
-            bound = best[big]
-            for k in kids:
-                b = best[k]
-                if b > bound:
-                    bound = b
-            if own + bound >= prev:
-                continue
-            # Copy the largest child set and merge the others into it (C-level dict.update).
-            big = max(kids, key=lambda k: len(sets[k]))
-            if len(sets[big]) > SET_LIMIT:    # tree-like above the limit: shared, not copied
-                if any(c in sets[k] for k in kids):
-                    continue
-                cset = sets[big]
-                total = own + sum(best[k] for k in kids)
-            else:
-                cset = sets[big].copy()
-                for k in kids:
-                    if k != big:
-                        cset.update(sets[k])
-                if c in cset:
-                    continue
-                cset[c] = own
-                total = sum(cset.values())
-            if total >= prev:
-                continue
-        best[c] = total
-        sets[c] = cset
+            found = own, {c: own}
+        if found is None:
+            continue
+        first = best[c] == math.inf
+        best[c], sets[c] = found
         choice[c] = n
-        first = prev == inf
-        for p in parents[c]:
-            if first:
-                missing[p] -= 1
-            if missing[p] == 0 and not queued[p] and costs[p] < inf and live[node_class[p]]:
-                queued[p] = 1
-                push(heap, (costs[p] + total, p))
-
+        _queue_parents(graph, costs, live, c, found[0], first, missing, queued, heap)
     return choice, sets
+
+
+def _one_child_set(c: int, own: float, k: int, best: list, sets: list) -> tuple[float, dict] | None:
+    """(total, cost set) of a node of class c (costing `own`, cheaper than c's current set by
+    the lower bound) with the one child class k, or None when it would close a cycle."""
+    child = sets[k]
+    if c in child:
+        return None
+    if len(child) > SET_LIMIT:
+        return best[k] + own, child    # shared, not copied (see SET_LIMIT)
+    cset = child.copy()
+    cset[c] = own
+    return best[k] + own, cset
+
+
+def _merged_set(c: int, own: float, kids, best: list, sets: list) -> tuple[float, dict] | None:
+    """(total, cost set) of a node of class c with several child classes: the union of their
+    sets (a class shared by two children paid once), or None when no cheaper or cyclic."""
+    prev = best[c]
+    # Copy the largest child set and merge the others into it (C-level dict.update).
+    big = max(kids, key=lambda k: len(sets[k]))
+    if len(sets[big]) > SET_LIMIT:     # tree-like above the limit: shared, not copied
+        if any(c in sets[k] for k in kids):
+            return None
+        total = own + sum(best[k] for k in kids)
+        return (total, sets[big]) if total < prev else None
+    cset = sets[big].copy()
+    for k in kids:
+        if k != big:
+            cset.update(sets[k])
+    if c in cset:
+        return None
+    cset[c] = own
+    total = sum(cset.values())
+    return (total, cset) if total < prev else None
+
+
+def _queue_parents(graph: SerializedEGraph, costs, live, c: int, total: float, first: bool,
+                   missing: list, queued, heap: list) -> None:
+    """Class c has a new, cheaper set: queue the parent nodes all of whose children now have
+    a term (on its first set, c counts as one more such child for each of them)."""
+    node_class, push, inf = graph.node_class, heapq.heappush, math.inf
+    for p in graph.parents[c]:
+        if first:
+            missing[p] -= 1
+        if missing[p] == 0 and not queued[p] and costs[p] < inf and live[node_class[p]]:
+            queued[p] = 1
+            push(heap, (costs[p] + total, p))

@@ -13,12 +13,11 @@ Owns: trace-then-compile (`jit`), the differentiation API (`grad`, `value_and_gr
 `check_grads` with dq.grad as default), the compile pipeline and its caches (optimized
 programs in memory, plans on disk), the target table, compile timings.
 May import: verify, ad, egraph, extract, codegen, dsl, ir, cache, json_records,
-config, errors, version (never cli, models, distributed, nor the root package).
+config, errors, version, lazy_attributes (never cli, models, distributed, nor the root package).
 `import dlvm_eq` loads jit and the differentiation API only; compile and planning (llvmlite,
 egglog, the planner) load on first use.
 """
-import importlib
-
+from ..lazy_attributes import lazy_attributes
 from .adjoints import resolve_adjoints
 from .differentiate import grad, value_and_grad, vjp
 from .jit import Jitted, jit
@@ -34,17 +33,7 @@ _LAZY = {"CompileReport": "native", "Compiled": "native", "compile": "native",
          "check_grads": "gradient_check"}
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = ["CompileReport", "Compiled", "DEFAULT_TARGET", "Jitted", "check_grads", "compile",

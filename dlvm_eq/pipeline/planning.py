@@ -29,17 +29,18 @@ _lock = threading.Lock()
 
 
 def plan_function(fn: Function, module: Module | None = None, rows: bool | int = True,
-                  target: str | None = None) -> Plan:
+                  target: str | None = None, budget=None) -> Plan:
     """The kernel plan of IR function `fn` (of `module`, for applies), its fusion decided by
     extraction from the fusion e-graph for `target` (default cpu). rows: as in
     `codegen.plan_flat` (True: row kernels of any length, an int: rows of at most that many
-    elements, False: none). Declared adjoints must be resolved (`resolve_adjoints`)."""
+    elements, False: none). budget: the fusion stage's (a Budget or a dict; default
+    egraph.fusion_decision.DEFAULT_BUDGET). Declared adjoints must be resolved (`resolve_adjoints`)."""
     from ..codegen import fusion_rows, plan_flat   # the planner loads only when a plan is built
     from ..egraph.fusion_decision import decide_fusion
     from ..ir.inline import flatten
     target = target or "cpu"
     flat = flatten(fn, module)
-    decision = decide_fusion(flat, target, rows=fusion_rows(rows))
+    decision = decide_fusion(flat, target, budget, rows=fusion_rows(rows))
     return plan_flat(flat, fn.name, decision, rows, target)
 
 

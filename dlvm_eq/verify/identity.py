@@ -7,7 +7,9 @@
 Statuses: PROVEN (d == 0 identically), PROVEN_AE (d == 0 wherever the values it compares are
 ordered: proven on each region of the total orders of the compared symbols and constants,
 not on ties, a set of measure zero; how max/relu/abs derivatives are defined anyway),
-UNPROVEN (not decided within the time limit; callers check numerically).
+NUMERIC_ONLY (the time limit ran out before any method decided: the load of the machine,
+not the identity, decided it; callers report the numeric check, which they ran first), UNPROVEN
+(every method ran to its end without showing d == 0: the same on any machine).
 
 Steps, cheap first: expand; by regions (Piecewise/Max/Min/Heaviside/sign/Abs whose
 comparisons are orders of symbols, see `_comparisons`); by groups of terms sharing the same
@@ -32,7 +34,8 @@ from contextlib import contextmanager
 import sympy as sp
 
 PROVEN, PROVEN_AE, UNPROVEN = "proven", "proven a.e.", "unproven"
-RANK = {PROVEN: 0, PROVEN_AE: 1, UNPROVEN: 2}
+NUMERIC_ONLY = "checked numerically"
+RANK = {PROVEN: 0, PROVEN_AE: 1, NUMERIC_ONLY: 2, UNPROVEN: 3}
 
 
 class _Timeout(BaseException):  # BaseException: sympy's own `except Exception` must not eat it
@@ -349,6 +352,7 @@ class ZeroProver:
         self.timeout = timeout
         self.cache: dict = {}
         self.calls = 0
+        self._ran_out = False      # the decision under way hit its time limit somewhere
 
     def status(self, d) -> str:
         d = sp.sympify(d)
@@ -362,6 +366,11 @@ class ZeroProver:
         return hit
 
     def _decide(self, d) -> str:
+        self._ran_out = False
+        status = self._methods(d)
+        return NUMERIC_ONLY if status == UNPROVEN and self._ran_out else status
+
+    def _methods(self, d) -> str:
         deadline = time.monotonic() + self.timeout
         piecewise = d.has(*_PIECEWISE)
         # sums over a batch's rows first: cheap where expanding the whole sum is not (a logistic
@@ -397,6 +406,7 @@ class ZeroProver:
             return False
         for point in points:
             if time.monotonic() > deadline:
+                self._ran_out = True
                 return False
             try:
                 branch = select_branch(d, point)
@@ -414,15 +424,16 @@ class ZeroProver:
                 return False
         return True
 
-    @staticmethod
-    def _zero(step, d, deadline) -> bool:
+    def _zero(self, step, d, deadline) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
+            self._ran_out = True
             return False
         try:
             with time_limit(left):
                 return step(d) == 0
         except _Timeout:
+            self._ran_out = True
             return False
         except (TypeError, ValueError, NotImplementedError, AttributeError, RecursionError):
             return False

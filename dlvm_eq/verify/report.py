@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .identity import PROVEN, PROVEN_AE, UNPROVEN
+from .identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, UNPROVEN
 
 FAILED, SKIPPED, NOTHING, DEFINITION = "FAILED", "skipped", "nothing to check", "definition"
 
@@ -17,7 +17,7 @@ FAILED, SKIPPED, NOTHING, DEFINITION = "FAILED", "skipped", "nothing to check", 
 class RuleResult:
     where: str            # file:line
     text: str             # the rule's source text
-    status: str           # proven, proven a.e., unproven, FAILED, skipped, nothing to check
+    status: str           # proven, proven a.e., checked numerically, unproven, FAILED, skipped, ...
     detail: str = ""      # why skipped / what failed / what is unproven
     assignments: int = 0  # shape assignments checked numerically
     symbolic: int = 0     # ... and exactly
@@ -63,6 +63,11 @@ class RulesReport:
         return [r for r in self.results if r.status == UNPROVEN]
 
     @property
+    def numeric_only(self) -> list[RuleResult]:
+        """Rules sympy ran out of time on (load-dependent): checked numerically only."""
+        return [r for r in self.results if r.status == NUMERIC_ONLY]
+
+    @property
     def ok(self) -> bool:
         return not self.failed
 
@@ -73,6 +78,7 @@ class RulesReport:
     def summary(self) -> str:
         parts = [f"{len(self.results)} rules in {', '.join(self.files)}:",
                  f"{self.count(PROVEN)} proven", f"{self.count(PROVEN_AE)} proven a.e.",
+                 f"{self.count(NUMERIC_ONLY)} checked numerically (sympy out of time)",
                  f"{self.count(UNPROVEN)} unproven (numerically consistent)",
                  f"{self.count(NOTHING)} with nothing to check",
                  f"{self.count(DEFINITION)} definitions",
@@ -80,7 +86,8 @@ class RulesReport:
         return parts[0] + " " + ", ".join(parts[1:]) + f" ({self.seconds:.1f} s)"
 
     def render(self, verbose: bool = False) -> str:
-        shown = [r for r in self.results if verbose or r.status in (FAILED, SKIPPED, UNPROVEN)]
+        shown = [r for r in self.results if verbose or r.status in (FAILED, SKIPPED, UNPROVEN,
+                                                                   NUMERIC_ONLY)]
         return "\n".join([r.render() for r in shown] + [self.summary()])
 
     def __str__(self) -> str:

@@ -73,6 +73,13 @@ _FCMP = {"eq": "==", "ne": "u!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _INT_BIN = {"add": "add", "sub": "sub", "mul": "mul"}
 _FLOAT_BIN = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+# The binary ops lower_binary emits, per operand dtype; llvm/vocabulary.py checks them and
+# UNARY_LOWER against the op table (ir/ops.py), so an op is never added to one alone.
+BINARY_LOWERED = {
+    "float": frozenset(_FLOAT_BIN) | {"min", "max", "pow"} | frozenset(_FCMP),
+    "i32": frozenset(_INT_BIN) | {"div", "min", "max"} | frozenset(_ICMP),
+    "bool": frozenset(_ICMP) | {"and", "or"},
+}
 
 
 def lower_binary(e: Emitter, op: str, a, b, dt: str):
