@@ -14,7 +14,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..llvm.loops import counted_loop, i64
-from .gemm_ir import F32, I32, I64, PTR, _FnPtr
+from .gemm_ir import F32, I32, I64, PTR, FnPtr
 
 GEMM_ARGS = [I64] * 5 + [PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR, PTR, I32, PTR, PTR]
 _A, _B, _C = 5, 8, 11            # the GEMM's per-product pointers
@@ -35,7 +35,7 @@ def gemm_batch_ir(symbol: str) -> str:
         for j, pos in enumerate((_A, _B, _C)):
             off = b.load(b.gep(offsets, [b.add(row, i64(j))], source_etype=I64), typ=I64)
             call[pos] = b.gep(args[pos], [off], source_etype=F32)
-        b.call(_FnPtr(gemm, gemm_type), call)
+        b.call(FnPtr(gemm, gemm_type), call)
     counted_loop(b, b0, b1, entry, "batch")
     b.ret_void()
     return str(module)

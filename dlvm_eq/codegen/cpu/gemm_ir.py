@@ -376,7 +376,7 @@ class _Builder:
                             accs = self.micro(kc, rows, step, bpanel, b_step)
                             self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
                         with b.if_then(run_epi):
-                            b.call(_FnPtr(epi, self.epi_type),
+                            b.call(FnPtr(epi, self.epi_type),
                                    [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), epi_args])
                     self.loop(_const(0), mc, _const(s.mr), itile, "ir")
                 self.loop(_const(0), n, _const(s.nr), jpanel, "jr")
@@ -386,7 +386,7 @@ class _Builder:
         return self.module
 
 
-class _FnPtr:
+class FnPtr:
     """A pointer argument as the callee of an indirect call of a known function type
     (llvmlite's CallInstr reads the callee's `function_type` and reference)."""
 

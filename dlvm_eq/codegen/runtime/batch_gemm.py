@@ -28,12 +28,12 @@ import numpy as np
 from . import threads as kernel_threads   # by module: tests swap native_workers
 from .buffers import data_ptr
 from . import gemm_runtime as gemm   # by module: its thresholds are read at each use (tests set them)
-from .gemm_runtime import _ARGS, MAX_LAUNCHES, NARROW, CpuGemm, _tiles, a_order
+from .gemm_runtime import GEMM_CTYPES, MAX_LAUNCHES, NARROW, CpuGemm, split_tiles, a_order
 from .jit import JIT
 from .launch_pool import LaunchPool
 
 _LAUNCHES = LaunchPool(MAX_LAUNCHES)
-_DRIVER_ARGS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + _ARGS
+_DRIVER_ARGS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + GEMM_CTYPES
 _A, _B, _C = 4 + 5, 4 + 8, 4 + 11          # the driver's arguments holding the operands' pointers
 _DRIVER = None
 _DRIVER_LOCK = threading.Lock()
@@ -123,7 +123,7 @@ def _parts(g: CpuGemm, count: int, m: int, n: int, k: int, a_packed: bool) -> li
         return [(0, count, 0, m, 0, n)]
     if count >= t:
         want = max(t, min(gemm.BLOCKS_PER_THREAD * t, macs // gemm.MIN_BLOCK_MACS, count))
-        return [(lo, hi, 0, m, 0, n) for lo, hi in _tiles(count, want, 1)]
+        return [(lo, hi, 0, m, 0, n) for lo, hi in split_tiles(count, want, 1)]
     return [(i, i + 1, *blk) for i in range(count) for blk in g.blocks(m, n, k, a_packed)]
 
 

@@ -66,7 +66,7 @@ MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape 
 # columns idle); on AVX2 6 x 16 for both.
 WIDE, NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
 
-_ARGS = ([ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
+GEMM_CTYPES = ([ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
          + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
             ctypes.c_void_p, ctypes.c_void_p])
 _A, _B, _C, _EPI_ARGS = 5, 8, 11, 17        # argument positions of the per-call pointers
@@ -107,7 +107,7 @@ class CpuGemm:
         self.threads = threads or usable_cpus()
         self.code: KernelCode = JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
-        self._fn = ctypes.CFUNCTYPE(None, *_ARGS)(self.address)
+        self._fn = ctypes.CFUNCTYPE(None, *GEMM_CTYPES)(self.address)
         self._launches = LaunchPool(MAX_LAUNCHES)
 
     def _build_ir(self):
@@ -134,12 +134,12 @@ class CpuGemm:
         row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
         by_cols = col_tiles >= 2 and (row_tiles < 2 or ((not a_packed or n > m) and col_tiles >= min(want, row_tiles)))
         if by_cols:
-            cols = _tiles(n, min(want, col_tiles), s.nr)
+            cols = split_tiles(n, min(want, col_tiles), s.nr)
             # more blocks wanted than column panels: rows too (B is then packed once per row band)
-            bands = _tiles(m, max(1, min(want // len(cols), row_tiles)), s.mr)
+            bands = split_tiles(m, max(1, min(want // len(cols), row_tiles)), s.mr)
             return [(r0, r1, c0, c1) for r0, r1 in bands for c0, c1 in cols]
         if row_tiles >= 2:
-            return [(lo, hi, 0, n) for lo, hi in _tiles(m, min(want, row_tiles), s.mr)]
+            return [(lo, hi, 0, n) for lo, hi in split_tiles(m, min(want, row_tiles), s.mr)]
         return [(0, m, 0, n)]
 
     def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
@@ -308,7 +308,7 @@ def shared_gemm(narrow: bool) -> CpuGemm:
     return g
 
 
-def _tiles(extent: int, parts: int, unit: int) -> list[tuple[int, int]]:
+def split_tiles(extent: int, parts: int, unit: int) -> list[tuple[int, int]]:
     """[lo, hi) ranges covering `extent` in about `parts` pieces of whole `unit`s."""
     step = -(-(-(-extent // parts)) // unit) * unit
     return [(lo, min(lo + step, extent)) for lo in range(0, extent, step)]
