@@ -1,8 +1,9 @@
 """LLVM IR for the host's im2col and col2im kernels (`conv_ir`; the GPU's is gpu/im2col_ptx.py).
 
-ABI, both kernels (a call covers [lo, hi): im2col rows (n, r), col2im planes (n, c)):
+ABI, both kernels (a call covers items [lo, hi): im2col rows r*images + n, col2im planes
+n*C + c):
     void k(i64 lo, i64 hi, ptr noalias dst, ptr noalias src, ptr noalias dims)
-with dims = [image_stride, row_stride] of the column matrix (kernels/conv_spec.py).
+with dims = [image_stride, row_stride, images] of the column matrix (kernels/conv_spec.py).
 
     >>> kir = conv_ir(Im2colSpec(g))      # CpuIR; the symbol hashes the IR
 """
@@ -29,10 +30,11 @@ def _build(spec: Im2colSpec | Col2imSpec, symbol: str, triple: str, datalayout: 
     mark_noalias(fn, 2)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lo, hi, dst, src, dims = fn.args
-    image_stride, row_stride = (b.load(b.gep(dims, [i64(j)], inbounds=True, source_etype=I64), typ=I64)
-                                for j in (0, 1))
+    image_stride, row_stride, images = (b.load(b.gep(dims, [i64(j)], inbounds=True, source_etype=I64),
+                                               typ=I64) for j in (0, 1, 2))
     body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
-    counted_loop(b, lo, hi, lambda b, i: body(b, i, dst, src, image_stride, row_stride, spec.geometry),
+    counted_loop(b, lo, hi, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
+                                                     spec.geometry),
                  "items")
     b.ret_void()
     return module

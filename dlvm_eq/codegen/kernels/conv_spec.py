@@ -66,7 +66,7 @@ class ConvGeometry:
 
 @dataclass(frozen=True)
 class Im2colSpec:
-    """x (n, C, H, W) -> column matrix; a call covers flat rows [lo, hi) of (n, r)."""
+    """x (n, C, H, W) -> column matrix; a call covers items [lo, hi), item r*n_images + n."""
     geometry: ConvGeometry
     name: str = "im2col"
 

@@ -5,7 +5,7 @@ row, one col2im plane (kernels/conv_spec.py says what they compute).
     >>> col2im_plane(b, plane, dx, cols, image_stride, row_stride, geometry)
 
 All integers are i64; the geometry is compiled in as constants, the two strides of the column
-matrix are values (run-time arguments). Padding is never read: for each tap the range of
+matrix and the image count are values (run-time arguments). Padding is never read: for each tap the range of
 output positions whose input lies inside the image is computed once (`_inside`), the rest
 is zero-filled (im2col) or skipped (col2im), so no load is ever out of bounds.
 """
@@ -60,11 +60,13 @@ def _fill_zero(b, ptr, lo, hi, t, name):
     counted_loop(b, lo, hi, lambda b, i: b.store(zero, _gep(b, ptr, i, t)), name)
 
 
-def im2col_row(b: ir.IRBuilder, row, cols, x, image_stride, row_stride, g: ConvGeometry):
-    """cols[n*image_stride + r*row_stride + p] for p in [0, OH*OW), row = n*R + r."""
+def im2col_row(b: ir.IRBuilder, item, cols, x, image_stride, row_stride, images, g: ConvGeometry):
+    """cols[n*image_stride + r*row_stride + p] for p in [0, OH*OW), item = r*images + n: the
+    images of one row are neighbours, so with the (R, images*P) layout a thread's items are
+    written one after the other (n-major items measured 4x slower there: a new page a row)."""
     t = storage_type(g.dtype)
     oh_n, ow_n = g.out_hw
-    n, r = b.udiv(row, i64(g.rows)), b.urem(row, i64(g.rows))
+    r, n = b.udiv(item, images), b.urem(item, images)
     c, k = b.udiv(r, i64(g.taps)), b.urem(r, i64(g.taps))
     (r_lo, r_hi), (c_lo, c_hi), top, left = _tap(b, k, g)
     src = b.mul(b.add(b.mul(n, i64(g.channels)), c), i64(g.plane))
@@ -86,7 +88,7 @@ def im2col_row(b: ir.IRBuilder, row, cols, x, image_stride, row_stride, g: ConvG
     counted_loop(b, r_lo, r_hi, out_row, "oh")
 
 
-def col2im_plane(b: ir.IRBuilder, plane, dx, cols, image_stride, row_stride, g: ConvGeometry):
+def col2im_plane(b: ir.IRBuilder, plane, dx, cols, image_stride, row_stride, images, g: ConvGeometry):
     """dx plane (n, c) = sum over its taps of the column rows (c, k): plane = n*C + c. Taps
     are added in order k = 0, 1, ... onto a zeroed plane (the reference's order)."""
     t = storage_type(g.dtype)

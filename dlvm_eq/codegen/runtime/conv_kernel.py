@@ -1,9 +1,9 @@
 """The compiled im2col and col2im kernels on the CPU: `ConvKernel` and `compile_conv`.
 
     >>> k = compile_conv(Im2colSpec(g))
-    >>> k.run(cols, x, items=n * g.rows, image_stride=g.rows * g.cols, row_stride=g.cols)
+    >>> k.run(cols, x, images=n, image_stride=g.rows * g.cols, row_stride=g.cols)
 
-Items (im2col rows (n, r), col2im planes (n, c)) are split over threads in whole items; an
+Items (im2col rows (r, n), col2im planes (n, c)) are split over threads in whole items; an
 item is written by one call only, so results do not depend on the thread count and two
 threads never write one element (col2im's sums stay inside a plane).
 
@@ -45,12 +45,12 @@ class ConvKernel:
         # elements one item touches: im2col a column row, col2im a plane's taps
         self.item_work = g.cols if isinstance(spec, Im2colSpec) else g.taps * g.cols + g.plane
 
-    def run(self, dst: np.ndarray, src: np.ndarray, items: int, image_stride: int, row_stride: int) -> None:
-        """Items [0, items) from src into dst (C-contiguous arrays of the kernel's dtype, large
-        enough for that many items: checked, an out-of-bounds pointer would corrupt memory)."""
+    def run(self, dst: np.ndarray, src: np.ndarray, images: int, image_stride: int, row_stride: int) -> None:
+        """All items of `images` images from src into dst (C-contiguous arrays of the kernel's
+        dtype, large enough: checked, an out-of-bounds pointer would corrupt memory)."""
         g = self.spec.geometry
         im2col = isinstance(self.spec, Im2colSpec)
-        images = -(-items // (g.rows if im2col else g.channels))
+        items = images * (g.rows if im2col else g.channels)
         x, cols = (src, dst) if im2col else (dst, src)
         col_need = (images - 1) * image_stride + (g.rows - 1) * row_stride + g.cols if items else 0
         for a, need in ((x, images * g.channels * g.plane), (cols, col_need)):
@@ -59,7 +59,7 @@ class ConvKernel:
                                   f"least {need} elements, got {a.dtype} {a.shape}")
         if items == 0:
             return
-        dims = np.array([image_stride, row_stride], np.int64)
+        dims = np.array([image_stride, row_stride, images], np.int64)
         tail = (data_ptr(dst), data_ptr(src), dims.ctypes.data)
         parts = max(1, min(CHUNKS_PER_THREAD * self.threads, items * self.item_work // MIN_PARALLEL_WORK, items))
         if parts == 1 or self.threads == 1:
