@@ -5,14 +5,19 @@ matrix product per group and chunk of images.
     >>> dx = conv2d_backward_input(dy, w, attrs, matmul)
     >>> dw = conv2d_backward_weight(x, dy, attrs, matmul)
 
-Strategy (the measurements are in the report of issue 14 and `CHUNK_BYTES`): a chunk of
-images is laid out as ONE column matrix (C*KH*KW, images*OH*OW), so that each group takes one
-product per chunk with a long dimension (images*OH*OW) instead of one small product per
-image: numpy's OpenBLAS synchronizes its threads on every call, and 128 per-image products
-(64x288 @ 288x196) measured 55 ms against 33 ms for one 64x288 @ 288x25088 (medians, 2-core
-EPYC under load). The price is a transposing copy between NCHW and (O, images*OH*OW) of the
-output (forward) or of dY (adjoints): 1.9 ms for 6.4 MB. The input adjoint sums the product
-back with col2im, the weight adjoint accumulates one product per chunk.
+Strategy, per shape (`per_image`; measured by benchmarks/conv_strategies.py, table in the report
+of issue 14): numpy's OpenBLAS wakes and synchronizes its second thread on every product above
+about 2**18 multiply-adds, and under load each such sync costs far more than the product.
+- Large per-image products (64x288 @ 288x196): ONE column matrix (C*KH*KW, n*OH*OW) for a
+  chunk of images, one product per group with the long dimension n*OH*OW, then a transposing
+  copy between NCHW and (O, n*OH*OW) of the output (forward) or of dY (adjoints), ~2 ms for
+  6.4 MB. Chunks of CHUNK_BYTES (the whole CNN batch): conv2d (128, 32, 14, 14) 112 ms median
+  against 177 (16 MB chunks), 212 (8 MB), 647 (2 MB) and 924 per image (2-core EPYC, load 8).
+- Small per-image products (the 1-channel layer, 32x9 @ 9x784, single-threaded in OpenBLAS):
+  one product per image straight into NCHW, column matrices (n, R, P), no copy: conv2d
+  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col).
+The input adjoint sums the products back with col2im, the weight adjoint adds one product
+per chunk (or per image) in a fixed order: results do not depend on the thread count.
 
 Shared state (threads): none; the column matrices are scratch of the calling thread
 (`_scratch`), so two threads running one program never share one.
@@ -28,8 +33,12 @@ from .conv_kernel import compile_conv
 
 OPS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-# Bytes of one chunk's column matrix: the images of a chunk share one product per group.
-CHUNK_BYTES = 16 << 20
+# Bytes of one chunk's column matrix: the images of a chunk share one product per group
+# (64 MB: the CNN's 29 MB batch in one; fewer, longer products measured faster, see above).
+CHUNK_BYTES = 64 << 20
+# A group's per-image product (multiply-adds) at most this big runs one product per image: in
+# OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
+PER_IMAGE_MACS = 1 << 18
 MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
 _local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
 
@@ -55,6 +64,14 @@ def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -
     return max(1, min(images, (chunk_bytes or CHUNK_BYTES) // per_image))
 
 
+def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
+    return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
+
+
+def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
+    return a[:k * rows * cols].reshape(k, rows, cols)
+
+
 def _chunks(images: int, per: int):
     for n0 in range(0, images, per):
         yield n0, min(per, images - n0)
@@ -76,7 +93,7 @@ def _geometry(x_shape, kernel, dtype, attrs) -> ConvGeometry:
     return geometry(DTYPE_NAMES[np.dtype(dtype)], x_shape, kernel, attrs)
 
 
-def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None):
+def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     n = x.shape[0]
     o, _, kh, kw = w.shape
     groups = attrs["groups"]
@@ -86,7 +103,15 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None):
     y = np.empty((n, o) + g.out_hw, x.dtype) if out is None else out
     per = chunk_images(g, n, chunk_bytes)
     im2col = compile_conv(Im2colSpec(g))
+    small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
+        if small:
+            cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
+            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
+            yk = y[n0:n0 + k].reshape(k, o, p)
+            for i in range(groups):
+                np.matmul(wm[i], cols[:, i * rg:(i + 1) * rg], out=yk[:, i * og:(i + 1) * og])
+            continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
         yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
@@ -96,7 +121,7 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None):
     return y
 
 
-def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None):
+def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     n, o = dy.shape[:2]
     _, cg, kh, kw = w.shape
     groups = attrs["groups"]
@@ -106,7 +131,15 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None):
     dx = np.empty((n, g.channels, g.height, g.width), dy.dtype) if out is None else out
     per = chunk_images(g, n, chunk_bytes)
     col2im = compile_conv(Col2imSpec(g))
+    small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
+        if small:
+            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            dcols = _stacked(_scratch(g.rows * per * p, dy.dtype, "cols"), k, g.rows, p)
+            for i in range(groups):
+                np.matmul(wm[i].T, dyk[:, i * og:(i + 1) * og], out=dcols[:, i * rg:(i + 1) * rg])
+            col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
+            continue
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
         dcols = _matrix(_scratch(g.rows * per * p, dy.dtype, "cols"), g.rows, k * p)
         for i in range(groups):
@@ -115,7 +148,7 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None):
     return dx
 
 
-def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None):
+def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, small=None):
     n, c = x.shape[:2]
     o = dy.shape[1]
     groups = attrs["groups"]
@@ -129,7 +162,16 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None):
     part = np.empty((og, rg), x.dtype)
     per = chunk_images(g, n, chunk_bytes)
     im2col = compile_conv(Im2colSpec(g))
+    small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
+        if small:
+            cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
+            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
+            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            for i in range(groups):
+                parts = np.matmul(dyk[:, i * og:(i + 1) * og], cols[:, i * rg:(i + 1) * rg].transpose(0, 2, 1))
+                acc[i * og:(i + 1) * og] += parts.sum(axis=0)
+            continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
@@ -143,6 +185,7 @@ RUNS = {"conv2d": conv2d, "conv2dBackwardInput": conv2d_backward_input,
         "conv2dBackwardWeight": conv2d_backward_weight}
 
 
-def evaluate(op: str, args, attrs, matmul, out=None, chunk_bytes=None):
-    """op's result (written into `out` where given: a C-contiguous array of the result's shape)."""
-    return RUNS[op](args[0], args[1], attrs, matmul, out, chunk_bytes)
+def evaluate(op: str, args, attrs, matmul, out=None, chunk_bytes=None, small=None):
+    """op's result (written into `out` where given: a C-contiguous array of the result's
+    shape); chunk_bytes and small (one product per image or not) override the rule."""
+    return RUNS[op](args[0], args[1], attrs, matmul, out, chunk_bytes, small)
