@@ -7,7 +7,8 @@ materializes it grouped as (groups, C/g * KH * KW, N * OH * OW), and the product
 product, else numpy's BLAS; CuPy/cuBLAS on the GPU), then a layout copy to NCHW. The input
 adjoint is the transposed product followed by col2im (KH * KW strided adds), the weight adjoint
 im2col(x)ᵀ-style products. Pools read the same window view of the input (ir/window_ops.py
-holds the array algorithms, written against numpy or CuPy).
+holds the array algorithms, written against numpy or CuPy). On the CPU the three convolution
+ops instead run runtime/conv_cpu.py (generated im2col/col2im kernels, its own product plan).
 
     step = WindowStep("conv2d", pack("conv2d", attrs), (x_view, w_view), out_slot)
 """

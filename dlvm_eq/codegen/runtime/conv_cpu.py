@@ -12,7 +12,8 @@ about 2**18 multiply-adds, and under load each such sync costs far more than the
   chunk of images, one product per group with the long dimension n*OH*OW, then a transposing
   copy between NCHW and (O, n*OH*OW) of the output (forward) or of dY (adjoints), ~2 ms for
   6.4 MB. Chunks of CHUNK_BYTES (the whole CNN batch): conv2d (128, 32, 14, 14) 112 ms median
-  against 177 (16 MB chunks), 212 (8 MB), 647 (2 MB) and 924 per image (2-core EPYC, load 8).
+  against 177 (16 MB chunks), 212 (8 MB), 647 (2 MB) and 924 per image (medians of one run,
+  2026-12-01, 2-core EPYC at load 5-8: the differences, not the times, carry over).
 - Small per-image products (the 1-channel layer, 32x9 @ 9x784, single-threaded in OpenBLAS):
   one product per image straight into NCHW, column matrices (n, R, P), no copy: conv2d
   (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col).
@@ -105,7 +106,7 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     im2col = compile_conv(Im2colSpec(g))
     small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
-        if small:
+        if small:     # numpy's stacked matmul: products this small are never our GEMM's
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
             im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
             yk = y[n0:n0 + k].reshape(k, o, p)
