@@ -20,7 +20,7 @@ from llvmlite import ir
 from ..kernels.conv_spec import Col2imSpec, Im2colSpec
 from ..llvm.emitter import I64
 from ..llvm.window_loops import col2im_plane, im2col_row
-from .llvm_ptx import TRIPLE, PtxKernel, _grid_stride, _kernel, compile_ptx, target_machine
+from .llvm_ptx import TRIPLE, PtxKernel, compile_ptx, grid_stride, kernel_function, target_machine
 
 _PLACEHOLDER = "__dq_conv__"
 
@@ -33,11 +33,11 @@ def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir
         module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
     else:
         module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
-    fn = _kernel(module, _PLACEHOLDER, 1, 2, 3, I64)
+    fn = kernel_function(module, _PLACEHOLDER, 1, 2, 3, I64)
     items, dst, src, image_stride, row_stride, images = fn.args[:6]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
-    _grid_stride(b, items, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
+    grid_stride(b, items, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
                                              spec.geometry))
     b.ret_void()
     return module

@@ -351,3 +351,7 @@ def ptx_kernel(spec, arch: str = "sm_75") -> PtxKernel:
 def kernel_kind(spec) -> str:
     return "map" if isinstance(spec, KernelSpec) else "rows" if isinstance(spec, RowSpec) else "reduce"
 
+
+
+# The kernel skeleton, public for the other PTX builders (gpu/im2col_ptx.py).
+grid_stride, kernel_function = _grid_stride, _kernel
