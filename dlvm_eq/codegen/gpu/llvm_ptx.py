@@ -353,5 +353,6 @@ def kernel_kind(spec) -> str:
 
 
 
-# The kernel skeleton (signature, grid-stride loop) for the GPU's other builders (index_ptx.py).
+# The kernel skeleton (signature, grid-stride loop), public for the GPU's other builders
+# (index_ptx.py, pool_ptx.py, im2col_ptx.py).
 kernel_function, grid_stride = _kernel, _grid_stride

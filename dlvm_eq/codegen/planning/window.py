@@ -7,7 +7,8 @@ materializes it grouped as (groups, C/g * KH * KW, N * OH * OW), and the product
 product, else numpy's BLAS; CuPy/cuBLAS on the GPU), then a layout copy to NCHW. The input
 adjoint is the transposed product followed by col2im (KH * KW strided adds), the weight adjoint
 im2col(x)ᵀ-style products. Pools read the same window view of the input (ir/window_ops.py
-holds the array algorithms, written against numpy or CuPy).
+holds the array algorithms, written against numpy or CuPy). On the CPU the three convolution
+ops instead run runtime/conv_cpu.py (generated im2col/col2im kernels, its own product plan).
 
     step = WindowStep("conv2d", pack("conv2d", attrs), (x_view, w_view), out_slot)
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import window_ops
+from ..runtime import conv_cpu
 from .pool_steps import pool_run
 
 
@@ -60,8 +62,25 @@ def window_run(step: WindowStep, xp, view_fns):
     slots = [v.slot for v in step.inputs]
     fns = [f or (lambda a: a) for f in view_fns]
     matmul = _cpu_matmul() if xp.__name__ == "numpy" else None
+    if matmul is not None and op in conv_cpu.OPS:
+        return _conv_run(op, attrs, slots, fns, out, matmul)
 
     def run(env):
         args = [f(env[s]) for f, s in zip(fns, slots)]
         xp.copyto(env[out], window_ops.evaluate(op, xp, args, attrs, matmul))
+    return run
+
+
+def _conv_run(op, attrs, slots, fns, out, matmul):
+    """A convolution on the CPU: generated im2col/col2im kernels around the products
+    (runtime/conv_cpu.py), written straight into the output slot."""
+    import numpy as np
+
+    def run(env):
+        args = [np.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]
+        dst = env[out]
+        if dst.flags.c_contiguous:
+            conv_cpu.evaluate(op, args, attrs, matmul, out=dst)
+        else:
+            np.copyto(dst, conv_cpu.evaluate(op, args, attrs, matmul))
     return run

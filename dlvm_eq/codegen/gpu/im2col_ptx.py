@@ -1,0 +1,59 @@
+"""im2col and col2im as PTX (the loop bodies of llvm/window_loops.py, shared with the CPU):
+one GPU thread per item (an im2col row (r, n), a col2im plane (n, c)), a grid-stride loop.
+
+ABI (i64 integers; items = images * rows or images * channels):
+    .entry k(i64 items, ptr.global dst, ptr.global src, i64 image_stride, i64 row_stride, i64 images)
+
+    >>> kp = conv_ptx(Im2colSpec(g), arch="sm_90")    # PtxKernel(ptx, symbol, None, 64, "im2col")
+
+`conv_host_emulation_ir` builds the same function for the host with the special registers as
+trailing i32 arguments (llvm_ptx.SREGS), so tests run the GPU logic on the CPU. On the GPU the
+products are CuPy/cuBLAS's; this module is not wired into GpuProgram (window_ops on CuPy runs
+there), see the report of issue 14.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from llvmlite import ir
+
+from ..kernels.conv_spec import Col2imSpec, Im2colSpec
+from ..llvm.emitter import I64
+from ..llvm.window_loops import col2im_plane, im2col_row
+from .llvm_ptx import TRIPLE, PtxKernel, compile_ptx, grid_stride, kernel_function, target_machine
+
+_PLACEHOLDER = "__dq_conv__"
+
+
+def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir.Module:
+    module = ir.Module(name="dlvm_eq")
+    module.host_emulation = host_emulation
+    if host_emulation:
+        from ..cpu.llvm_cpu import target_machine as host_tm
+        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
+    else:
+        module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
+    fn = kernel_function(module, _PLACEHOLDER, 1, 2, 3, I64)
+    items, dst, src, image_stride, row_stride, images = fn.args[:6]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
+    grid_stride(b, items, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
+                                             spec.geometry))
+    b.ret_void()
+    return module
+
+
+def _named(spec, prefix: str, arch: str, host_emulation: bool) -> tuple[str, str]:
+    draft = str(_build(spec, arch, host_emulation))
+    symbol = prefix + hashlib.sha256(draft.encode()).hexdigest()[:20]
+    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol
+
+
+def conv_ptx(spec: Im2colSpec | Col2imSpec, arch: str = "sm_75") -> PtxKernel:
+    text, symbol = _named(spec, "dq_conv_", arch, False)
+    return PtxKernel(compile_ptx(text, arch), symbol, None, 64, spec.name)
+
+
+def conv_host_emulation_ir(spec: Im2colSpec | Col2imSpec) -> tuple[str, str]:
+    """(LLVM IR for the host, symbol): the GPU kernel with SREGS as six trailing i32 arguments."""
+    return _named(spec, "dq_gpu_conv_", "sm_75", True)

@@ -1,0 +1,195 @@
+"""conv2d and its two adjoints on the CPU: the generated im2col / col2im kernels around one
+matrix product per group and chunk of images.
+
+    >>> y = conv2d(x, w, attrs, matmul)                   # matmul(a, b, out): 2-D products
+    >>> dx = conv2d_backward_input(dy, w, attrs, matmul)
+    >>> dw = conv2d_backward_weight(x, dy, attrs, matmul)
+
+Strategy, per shape (`per_image`; measured by benchmarks/conv_strategies.py, table in the report
+of issue 14): numpy's OpenBLAS wakes and synchronizes its second thread on every product above
+about 2**18 multiply-adds, and under load each such sync costs far more than the product.
+- Large per-image products (64x288 @ 288x196): ONE column matrix (C*KH*KW, n*OH*OW) for a
+  chunk of images, one product per group with the long dimension n*OH*OW, then a transposing
+  copy between NCHW and (O, n*OH*OW) of the output (forward) or of dY (adjoints), ~2 ms for
+  6.4 MB. Chunks of CHUNK_BYTES (the whole CNN batch): conv2d (128, 32, 14, 14) 112 ms median
+  against 177 (16 MB chunks), 212 (8 MB), 647 (2 MB) and 924 per image (medians of one run,
+  2026-12-01, 2-core EPYC at load 5-8: the differences, not the times, carry over).
+- Small per-image products (the 1-channel layer, 32x9 @ 9x784, single-threaded in OpenBLAS):
+  one product per image straight into NCHW, column matrices (n, R, P), no copy: conv2d
+  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col).
+The input adjoint sums the products back with col2im, the weight adjoint adds one product
+per chunk (or per image) in a fixed order: results do not depend on the thread count.
+WEIGHT_PRODUCT: the weight adjoint's long product is computed transposed, dWᵀ (288 x 64) =
+cols (288 x 25088) @ dYᵀ (25088 x 64): OpenBLAS took 1575 ms (median; min 412) for
+dY (64 x 25088) @ colsᵀ and 148 ms (min 66) for the transposed form, same operands, same run.
+
+Shared state (threads): none; the column matrices are scratch of the calling thread
+(`_scratch`), so two threads running one program never share one.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
+from .conv_kernel import compile_conv
+
+OPS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
+DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+# Bytes of one chunk's column matrix: the images of a chunk share one product per group
+# (64 MB: the CNN's 29 MB batch in one; fewer, longer products measured faster, see above).
+CHUNK_BYTES = 64 << 20
+# A group's per-image product (multiply-adds) at most this big runs one product per image: in
+# OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
+PER_IMAGE_MACS = 1 << 18
+MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
+_local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
+
+
+def _scratch(size: int, dtype, slot: str) -> np.ndarray:
+    """A flat scratch array of at least `size` elements of this thread (reused across calls:
+    fresh pages cost ~1.7 us per 4 KiB)."""
+    mine = getattr(_local, "scratch", None)
+    if mine is None:
+        mine = _local.scratch = {}
+    key = (slot, np.dtype(dtype))
+    a = mine.get(key)
+    if a is None or a.size < size:
+        if len(mine) >= MAX_SCRATCH:
+            mine.clear()
+        a = mine[key] = np.empty(size, dtype)
+    return a
+
+
+def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -> int:
+    """Images per chunk: as many as fit CHUNK_BYTES of column matrix (at least one)."""
+    per_image = g.rows * g.cols * g.itemsize
+    return max(1, min(images, (chunk_bytes or CHUNK_BYTES) // per_image))
+
+
+def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
+    return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
+
+
+def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
+    return a[:k * rows * cols].reshape(k, rows, cols)
+
+
+def _chunks(images: int, per: int):
+    for n0 in range(0, images, per):
+        yield n0, min(per, images - n0)
+
+
+def _matrix(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    return flat[:rows * cols].reshape(rows, cols)
+
+
+def _to_long(a: np.ndarray, slot: str) -> np.ndarray:
+    """(k, O, P) -> (O, k*P) in scratch: the NCHW images side by side."""
+    k, o, p = a.shape
+    t = _matrix(_scratch(o * k * p, a.dtype, slot), o, k * p)
+    np.copyto(t.reshape(o, k, p), a.transpose(1, 0, 2))
+    return t
+
+
+def _geometry(x_shape, kernel, dtype, attrs) -> ConvGeometry:
+    return geometry(DTYPE_NAMES[np.dtype(dtype)], x_shape, kernel, attrs)
+
+
+def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
+    n = x.shape[0]
+    o, _, kh, kw = w.shape
+    groups = attrs["groups"]
+    g = _geometry(x.shape, (kh, kw), x.dtype, attrs)
+    rg, og, p = g.rows // groups, o // groups, g.cols
+    wm = w.reshape(groups, og, rg)
+    y = np.empty((n, o) + g.out_hw, x.dtype) if out is None else out
+    per = chunk_images(g, n, chunk_bytes)
+    im2col = compile_conv(Im2colSpec(g))
+    small = per_image(g, o, groups) if small is None else small
+    for n0, k in _chunks(n, per):
+        if small:     # numpy's stacked matmul: products this small are never our GEMM's
+            cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
+            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
+            yk = y[n0:n0 + k].reshape(k, o, p)
+            for i in range(groups):
+                np.matmul(wm[i], cols[:, i * rg:(i + 1) * rg], out=yk[:, i * og:(i + 1) * og])
+            continue
+        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+        im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
+        for i in range(groups):
+            matmul(wm[i], cols[i * rg:(i + 1) * rg], yt[i * og:(i + 1) * og])
+        np.copyto(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
+    return y
+
+
+def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
+    n, o = dy.shape[:2]
+    _, cg, kh, kw = w.shape
+    groups = attrs["groups"]
+    g = _geometry((n, cg * groups) + tuple(attrs["size"]), (kh, kw), dy.dtype, attrs)
+    rg, og, p = g.rows // groups, o // groups, g.cols
+    wm = w.reshape(groups, og, rg)
+    dx = np.empty((n, g.channels, g.height, g.width), dy.dtype) if out is None else out
+    per = chunk_images(g, n, chunk_bytes)
+    col2im = compile_conv(Col2imSpec(g))
+    small = per_image(g, o, groups) if small is None else small
+    for n0, k in _chunks(n, per):
+        if small:
+            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            dcols = _stacked(_scratch(g.rows * per * p, dy.dtype, "cols"), k, g.rows, p)
+            for i in range(groups):
+                np.matmul(wm[i].T, dyk[:, i * og:(i + 1) * og], out=dcols[:, i * rg:(i + 1) * rg])
+            col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
+            continue
+        dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
+        dcols = _matrix(_scratch(g.rows * per * p, dy.dtype, "cols"), g.rows, k * p)
+        for i in range(groups):
+            matmul(wm[i].T, dyt[i * og:(i + 1) * og], dcols[i * rg:(i + 1) * rg])
+        col2im.run(dx[n0:n0 + k], dcols, k, p, k * p)
+    return dx
+
+
+def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, small=None):
+    n, c = x.shape[:2]
+    o = dy.shape[1]
+    groups = attrs["groups"]
+    kh, kw = attrs["size"]
+    g = _geometry(x.shape, (kh, kw), x.dtype, attrs)
+    rg, og, p = g.rows // groups, o // groups, g.cols
+    dw = np.zeros((o, c // groups, kh, kw), x.dtype) if out is None else out
+    acc = dw.reshape(o, rg)
+    if out is not None:
+        acc.fill(0)
+    part = np.empty((rg, og), x.dtype)
+    per = chunk_images(g, n, chunk_bytes)
+    im2col = compile_conv(Im2colSpec(g))
+    small = per_image(g, o, groups) if small is None else small
+    for n0, k in _chunks(n, per):
+        if small:
+            cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
+            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
+            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            for i in range(groups):
+                parts = np.matmul(dyk[:, i * og:(i + 1) * og], cols[:, i * rg:(i + 1) * rg].transpose(0, 2, 1))
+                acc[i * og:(i + 1) * og] += parts.sum(axis=0)
+            continue
+        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+        im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
+        for i in range(groups):   # dWᵀ = cols · dYᵀ: see WEIGHT_PRODUCT
+            matmul(cols[i * rg:(i + 1) * rg], dyt[i * og:(i + 1) * og].T, part)
+            acc[i * og:(i + 1) * og] += part.T
+    return dw
+
+
+RUNS = {"conv2d": conv2d, "conv2dBackwardInput": conv2d_backward_input,
+        "conv2dBackwardWeight": conv2d_backward_weight}
+
+
+def evaluate(op: str, args, attrs, matmul, out=None, chunk_bytes=None, small=None):
+    """op's result (written into `out` where given: a C-contiguous array of the result's
+    shape); chunk_bytes and small (one product per image or not) override the rule."""
+    return RUNS[op](args[0], args[1], attrs, matmul, out, chunk_bytes, small)
