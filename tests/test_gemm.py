@@ -420,12 +420,12 @@ def test_big_products_keep_their_consumers_unfused():
     assert fused(side) and not fused(2 * side)
 
 
-def test_our_gemm_is_used_where_the_host_has_avx512_or_avx2_and_fma_unless_set():
-    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, or AVX2 and FMA, numpy's BLAS
-    elsewhere; "0" and "1" decide by themselves. (The test session sets "1", conftest.py, so
+def test_our_gemm_is_the_default_where_the_host_has_avx512_unless_set():
+    """DLVM_EQ_GEMM unset: our GEMM where LLVM reports AVX-512, numpy's BLAS elsewhere (AVX2
+    hosts included: OpenBLAS is faster there when the machine is idle); "0" and "1" decide by themselves. (The test session sets "1", conftest.py, so
     the GEMM paths are tested on every host.)"""
     assert gemm_runtime.suits_host("+sse2,+avx2,+avx512f,+fma")
-    assert gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")
+    assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,+fma")   # OpenBLAS is faster (idle)
     assert not gemm_runtime.suits_host("+sse2,+avx2,-avx512f,-fma")
     assert not gemm_runtime.suits_host("+sse2,-avx2,+fma")
     assert not gemm_runtime.suits_host("+avx512fp16")

@@ -234,16 +234,15 @@ _GEMMS_LOCK = threading.Lock()
 
 
 def suits_host(features: str) -> bool:
-    """Whether our GEMM pays on a CPU with these LLVM features ("+avx2,-avx512f,..."): with
-    AVX-512, or AVX2 and FMA (gemm_tiles.py picks the micro-tile). Measured on this 2-core
-    EPYC (AVX2 only), shared with other jobs: single-threaded the 6x16 tile does the
-    transformer's and MLP's products within ~10% of OpenBLAS (CPU time per step 160-184 ms
-    against 154-170), and with two threads the transformer step took 0.46-0.66 s through
-    ours against 1.1-1.8 s through OpenBLAS, whose spinning threads lose their core to other
-    jobs (and to our pool: batched products through ours beside 2-D ones through OpenBLAS
-    were slower than either alone). Without FMA (or AVX2) numpy's BLAS does the products."""
-    flags = set(features.split(","))
-    return "+avx512f" in flags or {"+avx2", "+fma"} <= flags
+    """Whether our GEMM is the default on a CPU with these LLVM features ("+avx2,-avx512f,..."):
+    with AVX-512 (its 12x32 and 24x16 tiles). The AVX2+FMA 6x16 tile (gemm_tiles.py) works
+    and is used when DLVM_EQ_GEMM=1, but on this 2-core EPYC, idle, OpenBLAS is faster: 2-D
+    products of the MLP, transformer and CNN shapes ran at 80-130 GFLOP/s through OpenBLAS
+    against 40-96 through ours, and the attention's batched products 36-57 against 31-49
+    (`benchmarks/gemm_batched.py`, medians on the idle machine, 2026-12-01). Under load the order
+    flips (OpenBLAS's spinning threads lose their core: the transformer step 0.35 s through
+    ours against 0.76 s), which is what DLVM_EQ_GEMM=1 is for on a shared machine."""
+    return "+avx512f" in set(features.split(","))
 
 
 _ENABLED: bool | None = None
