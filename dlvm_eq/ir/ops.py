@@ -25,9 +25,10 @@ REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "ca
 # A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
 # fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
 SLICE = "slice"
-# take and scatterAdd read or write along an axis at integer indices (a numpy/CuPy plan step)
+# take and scatterAdd read or write along an axis at integer indices (a plan step of their own:
+# compiled index kernels on the CPU, codegen/runtime/index_kernel.py)
 GATHER = "gather"
-SCAN = "scan"      # cumsum: a numpy/CuPy plan step
+SCAN = "scan"      # cumsum: a plan step of its own (a compiled line scan on the CPU)
 # convolution and pooling (window_ops.py): a sliding window over the two trailing axes
 WINDOW = "window"
 
