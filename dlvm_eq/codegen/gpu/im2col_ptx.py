@@ -20,19 +20,13 @@ from llvmlite import ir
 from ..kernels.conv_spec import Col2imSpec, Im2colSpec
 from ..llvm.emitter import I64
 from ..llvm.window_loops import col2im_plane, im2col_row
-from .llvm_ptx import TRIPLE, PtxKernel, compile_ptx, grid_stride, kernel_function, target_machine
+from .llvm_ptx import PtxKernel, compile_ptx, grid_stride, kernel_function, new_module
 
 _PLACEHOLDER = "__dq_conv__"
 
 
 def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir.Module:
-    module = ir.Module(name="dlvm_eq")
-    module.host_emulation = host_emulation
-    if host_emulation:
-        from ..cpu.llvm_cpu import target_machine as host_tm
-        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
-    else:
-        module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
+    module = new_module(arch, host_emulation)
     fn = kernel_function(module, _PLACEHOLDER, 1, 2, 3, I64)
     items, dst, src, image_stride, row_stride, images = fn.args[:6]
     b = ir.IRBuilder(fn.append_basic_block("entry"))

@@ -32,7 +32,7 @@ from ..kernels.spec import DTYPES
 from ..llvm.emitter import I32, I64
 from ..llvm.lower_expr import storage_type
 from ..cpu.llvm_cpu import symbol_for
-from .llvm_ptx import TRIPLE, PtxKernel, compile_ptx, grid_stride, kernel_function, target_machine
+from .llvm_ptx import PtxKernel, compile_ptx, grid_stride, kernel_function, new_module
 
 N_PTRS = 4            # out, src, ids, flag
 N_TAIL = 5            # n, size, inner, first, step
@@ -156,13 +156,7 @@ _BODIES = {"take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_sca
 def build_module(spec: IndexSpec, symbol: str, bits: int, arch: str = "sm_75",
                  host_emulation: bool = False) -> ir.Module:
     t = I32 if bits == 32 else I64
-    module = ir.Module(name="dlvm_eq")
-    module.host_emulation = host_emulation
-    if host_emulation:
-        from ..cpu.llvm_cpu import target_machine as host_tm
-        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
-    else:
-        module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
+    module = new_module(arch, host_emulation)
     fn = kernel_function(module, symbol, 1, N_PTRS, N_TAIL, t)
     total, out, src, ids, flag, n, size, inner, first, step = fn.args[:1 + N_PTRS + N_TAIL]
     b = ir.IRBuilder(fn.append_basic_block("entry"))

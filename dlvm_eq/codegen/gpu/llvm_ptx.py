@@ -284,6 +284,20 @@ def target_machine(arch: str = "sm_75") -> llvm.TargetMachine:
         return _tms[arch]
 
 
+def new_module(arch: str, host_emulation: bool = False) -> ir.Module:
+    """An empty module for a GPU kernel on `arch`, or for the host CPU when `host_emulation`
+    (the kernel builders read `module.host_emulation` to take the special registers as
+    arguments). Named "dlvm_eq", not after the spec: equal kernels must have equal IR."""
+    module = ir.Module(name="dlvm_eq")
+    module.host_emulation = host_emulation
+    if host_emulation:
+        from ..cpu.llvm_cpu import target_machine as host_tm
+        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
+    else:
+        module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
+    return module
+
+
 def build_module(spec, symbol: str, arch: str = "sm_75",
                  host_emulation: bool = False) -> tuple[ir.Module, LoopLayout, int]:
     if isinstance(spec, RowSpec):
@@ -292,14 +306,7 @@ def build_module(spec, symbol: str, arch: str = "sm_75",
         layout = spec_layout(spec)
         bits = index_bits(spec, layout)
     t = I32 if bits == 32 else I64
-    module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
-    module.host_emulation = host_emulation
-    if host_emulation:
-        from ..cpu.llvm_cpu import target_machine as host_tm
-        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
-    else:
-        module.triple = TRIPLE
-        module.data_layout = str(target_machine(arch).target_data)
+    module = new_module(arch, host_emulation)
     if isinstance(spec, KernelSpec):
         _map_kernel(module, spec, layout, symbol, t)
     elif isinstance(spec, RowSpec):

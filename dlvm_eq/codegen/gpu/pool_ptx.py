@@ -21,7 +21,7 @@ from ..cpu.pool_ir import PoolEmitter
 from ..kernels.pool_spec import PoolSpec
 from ..llvm.emitter import I64
 from ..llvm.loops import counted_loop, entry_alloca
-from .llvm_ptx import TRIPLE, grid_stride, kernel_function, target_machine
+from .llvm_ptx import grid_stride, kernel_function, new_module
 
 _PLACEHOLDER = "__dq_pool__"
 
@@ -119,13 +119,7 @@ class _Item(PoolEmitter):
 
 
 def _module(spec: PoolSpec, symbol: str, arch: str, host_emulation: bool) -> str:
-    module = ir.Module(name="dlvm_eq")
-    module.host_emulation = host_emulation
-    if host_emulation:
-        from ..cpu.llvm_cpu import target_machine as host_tm
-        module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
-    else:
-        module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
+    module = new_module(arch, host_emulation)
     fn = kernel_function(module, symbol, 1, 3, 0, I64)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n, out, a, c = fn.args[:4]
