@@ -260,10 +260,11 @@ def _with_threads(monkeypatch, t: int):
     from dlvm_eq.codegen.runtime import cpu_kernel
     from dlvm_eq.codegen.runtime import gemm_runtime
     from dlvm_eq.codegen.runtime import row_kernel
+    from dlvm_eq.codegen.runtime.kernel_memo import KernelMemo
     for mod in (cpu_kernel, row_kernel, gemm_runtime):
         monkeypatch.setattr(mod, "usable_cpus", lambda: t)
-    monkeypatch.setattr(cpu_kernel, "_kernels", {})
-    monkeypatch.setattr(row_kernel, "_kernels", {})
+    monkeypatch.setattr(cpu_kernel, "_kernels", KernelMemo())
+    monkeypatch.setattr(row_kernel, "_kernels", KernelMemo())
     monkeypatch.setattr(gemm_runtime, "_GEMMS", {})
 
 

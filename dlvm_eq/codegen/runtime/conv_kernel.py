@@ -7,13 +7,12 @@ Items (im2col rows (r, n), col2im planes (n, c)) are split over threads in whole
 item is written by one call only, so results do not depend on the thread count and two
 threads never write one element (col2im's sums stay inside a plane).
 
-Shared state (threads): `_kernels` (compile_conv's memo) under `_lock` (a race builds an equal
+Shared state (threads): `_kernels` (compile_conv's memo, a kernel_memo.KernelMemo: a race builds an equal
 kernel twice, the last is kept); a ConvKernel is immutable; each run has its own dims array.
 """
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from ..kernels.spec import DTYPES, KernelError
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT
+from .kernel_memo import KernelMemo
 from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_range
 
 _PROTO = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
@@ -68,15 +68,8 @@ class ConvKernel:
         run_ranges(self.fn, split_range(items, parts, 1), tail, self.threads)
 
 
-_kernels: dict = {}
-_lock = threading.Lock()
+_kernels = KernelMemo()
 
 
 def compile_conv(spec: Im2colSpec | Col2imSpec) -> ConvKernel:
-    with _lock:
-        k = _kernels.get(spec)
-    if k is None:
-        k = ConvKernel(spec)
-        with _lock:
-            _kernels[spec] = k
-    return k
+    return _kernels.get(spec, lambda: ConvKernel(spec))

@@ -8,8 +8,8 @@ The object code comes from `jit.JIT` (memory, then disk, then LLVM); chunks run 
 `threads` (the native pool or Python threads); buffers come from `buffers`.
 
 Shared state (threads; every object here may be used by many Python threads at once):
-- `_kernels` (compile_cpu's memo) under `_kernels_lock`: two threads may both build an equal
-  kernel, the last one is kept, both are valid;
+- `_kernels` (compile_cpu's memo, a kernel_memo.KernelMemo): two threads may both build an
+  equal kernel, the last one is kept, both are valid;
 - `CpuKernel`: immutable after construction (its dims array is only read); a reduction's
   partial rows are allocated per call;
 - results do not depend on the thread count: maps compute every element alike wherever a
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
 from .buffers import BufferPool, aligned_empty, data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT, cpu_ir
+from .kernel_memo import KernelMemo
 from .threads import ALIGN, CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_chunks, run_ranges, split_range
 
 # A long reduction with few outputs is cut into at most this many slices of the reduced axes,
@@ -194,18 +194,10 @@ def _rows_of_outputs(layout, n_out: int, n_red: int) -> bool:
         and n_red >= 2 * MIN_SLICE_ROWS
 
 
-_kernels: dict = {}
-_kernels_lock = threading.Lock()
+_kernels = KernelMemo()
 
 
 def compile_cpu(spec: KernelSpec | ReduceSpec, pool: BufferPool | None = None) -> CpuKernel:
     """A CpuKernel for `spec`, reused for equal specs (and pools) within the process."""
-    key = (spec, id(pool))
-    with _kernels_lock:
-        k = _kernels.get(key)
-    if k is None:
-        k = CpuKernel(spec, pool=pool)
-        with _kernels_lock:
-            _kernels[key] = k
-    return k
+    return _kernels.get((spec, id(pool)), lambda: CpuKernel(spec, pool=pool))
 

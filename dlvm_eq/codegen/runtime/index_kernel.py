@@ -8,7 +8,7 @@ its units split over threads, and `compile_index` (one kernel per equal spec).
 The object code comes from `jit.JIT` (memory, disk, then cpu/index_ir.py); chunks run on
 `threads` (the native pool, the caller included).
 
-Shared state (threads): `_kernels` under `_lock` (a race builds an equal kernel twice, the
+Shared state (threads): `_kernels` (a kernel_memo.KernelMemo; a race builds an equal kernel twice, the
 last is kept); an IndexKernel is immutable after construction and `run` keeps its flag word
 per call, so one kernel may run on many threads at once. Results do not depend on the thread
 count: every unit (an output row, a cumsum line) is computed whole by one call.
@@ -16,7 +16,6 @@ count: every unit (an output row, a cumsum line) is computed whole by one call.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from ..kernels.index_spec import IndexExtents, IndexSpec
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT
+from .kernel_memo import KernelMemo
 from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_range
 
 # Smallest share of a threaded call (elements moved): below ~8K a chunk costs more to hand out
@@ -67,15 +67,8 @@ class IndexKernel:
         return bool(flag[0])
 
 
-_kernels: dict = {}
-_lock = threading.Lock()
+_kernels = KernelMemo()
 
 
 def compile_index(spec: IndexSpec) -> IndexKernel:
-    with _lock:
-        k = _kernels.get(spec)
-    if k is None:
-        k = IndexKernel(spec)
-        with _lock:
-            _kernels[spec] = k
-    return k
+    return _kernels.get(spec, lambda: IndexKernel(spec))

@@ -6,7 +6,7 @@
 
 ABI of the compiled function (cpu/pool_ir.py): void k(i64 p0, i64 p1, ptr out, ptr in_0, ptr in_1).
 
-Shared state (threads): `_kernels` (compile_pool's memo) under `_lock` (a race builds an equal
+Shared state (threads): `_kernels` (compile_pool's memo, a kernel_memo.KernelMemo: a race builds an equal
 kernel twice, the last is kept); a PoolKernel is immutable after construction but for its
 `_chunks` (plane ranges per plane count, filled on first use: a race computes one list twice,
 both equal). A plane is always computed whole by one call, so results do not depend on how
@@ -15,12 +15,12 @@ planes are split.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 from ..kernels.pool_spec import PoolSpec
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT
+from .kernel_memo import KernelMemo
 from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_range
 
 
@@ -65,15 +65,8 @@ class PoolKernel:
         run_ranges(self.fn, chunks, tuple(ptrs), self.threads)
 
 
-_kernels: dict = {}
-_lock = threading.Lock()
+_kernels = KernelMemo()
 
 
 def compile_pool(spec: PoolSpec) -> PoolKernel:
-    with _lock:
-        k = _kernels.get(spec)
-    if k is None:
-        k = PoolKernel(spec)
-        with _lock:
-            _kernels[spec] = k
-    return k
+    return _kernels.get(spec, lambda: PoolKernel(spec))

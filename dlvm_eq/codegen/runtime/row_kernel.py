@@ -7,14 +7,13 @@ ABI of the compiled function (cpu/rows_ir.py):
     void k(i64 r0, i64 r1, ptr out_0.., ptr red_0.., ptr in_0.., ptr dims)
 where dims = [rows, cols, row stride 0, col stride 0, row stride 1, ...].
 
-Shared state (threads): `_kernels` (compile_rows's memo) under `_lock` (a race builds an equal
+Shared state (threads): `_kernels` (compile_rows's memo, a kernel_memo.KernelMemo: a race builds an equal
 kernel twice, the last is kept); a RowKernel is immutable after construction. A row is always
 computed whole by one call, so results do not depend on how rows are split over threads.
 """
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from ..kernels.spec import DTYPES, KernelError
 from .buffers import aligned_empty, data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT
+from .kernel_memo import KernelMemo
 from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_range
 
 
@@ -74,15 +74,8 @@ class RowKernel:
         return tuple(outs) + tuple(reds)
 
 
-_kernels: dict = {}
-_lock = threading.Lock()
+_kernels = KernelMemo()
 
 
 def compile_rows(spec: RowSpec) -> RowKernel:
-    with _lock:
-        k = _kernels.get(spec)
-    if k is None:
-        k = RowKernel(spec)
-        with _lock:
-            _kernels[spec] = k
-    return k
+    return _kernels.get(spec, lambda: RowKernel(spec))
