@@ -15,7 +15,7 @@ from .ops import normalize_axes, shape_of
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along `axis`, stable for large inputs."""
     axis = normalize_axes(axis, shape_of(x), "softmax")
-    e = ops.exp(ops.subtract(x, ops.max(x, axis, keepdims=True)))
+    e = ops.exp(ops.subtract(x, _shift(x, axis)))
     return ops.divide(e, ops.sum(e, axis, keepdims=True))
 
 
@@ -41,3 +41,13 @@ def softmax_cross_entropy(logits, onehot, axis=-1):
     """Per-row loss -sum(onehot * log_softmax(logits)) along `axis` (the class axis)."""
     axis = normalize_axes(axis, shape_of(logits), "softmax_cross_entropy")
     return ops.negative(ops.sum(ops.multiply(onehot, log_softmax(logits, axis)), axis))
+
+
+def _shift(x, axes):
+    """floor(max(x)) along `axes`: within 1 of the maximum, so exp(x - shift) stays in (0, e]
+    and the row's largest term is >= 1 (as stable as subtracting the max), and piecewise
+    constant, so no adjoint flows back through it. Softmax is shift invariant: the adjoint
+    through a max shift sums to exactly zero, and computing it costs passes over the whole
+    tensor (the tie mask, its count, a sum of the shifted adjoint). JAX's softmax gets the same
+    with stop_gradient(max)."""
+    return ops.floor(ops.max(x, axes, keepdims=True))
