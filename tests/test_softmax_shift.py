@@ -63,3 +63,37 @@ def test_values_and_gradient_against_float64(rows, cols, offset, ties, seed):
     np.testing.assert_allclose(p, _softmax64(x), rtol=2e-5, atol=1e-7)
     got = dq.jit(dq.grad(weighted_softmax))(x, w)
     np.testing.assert_allclose(got, _want_grad(x, w), rtol=1e-4, atol=1e-5)
+
+
+# ---- rules/algebra.egg "(a/s-c/s)*x": softmax's adjoint reads p = e/s, not e
+
+_ROW_DECLS = "".join(f'(let ${n} (Var "{n}")) (set (shape ${n}) (vec-of {r} {c})) (set (dtype ${n}) "f32")\n'
+                     for n, (r, c) in {"g": (2, 3), "e": (2, 3), "s": (2, 1), "c": (2, 1)}.items())
+_B = "(vec-of 2 3)"
+_ADJOINT = f"(Multiply (Add (Divide $g (Broadcast $s {_B})) (Broadcast (Negate (Divide $c $s)) {_B})) $e)"
+_READS_P = f"(Multiply (Subtract $g (Broadcast $c {_B})) (Divide $e (Broadcast $s {_B})))"
+
+
+def _softmax_rules_equate(with_p: bool) -> bool:
+    from dlvm_eq.egraph import RuleFileError
+    from dlvm_eq.egraph.optimize import scratch_session
+    from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
+    from dlvm_eq.egraph.saturate import saturate
+    with scratch_session() as session:
+        p = f"(let $p (Divide $e (Broadcast $s {_B})))\n" if with_p else ""
+        session.run_text(_ROW_DECLS + p + f"(let $t {_ADJOINT})")
+        saturate(session, Schedule(("softmax",)), Budget(iterations=4))
+        try:
+            session.run_text(f"(check (= $t {_READS_P}))")   # check inserts nothing
+            return True
+        except RuleFileError:
+            return False
+
+
+def test_adjoint_is_rewritten_to_read_the_softmax():
+    assert _softmax_rules_equate(with_p=True)
+
+
+def test_rewrite_needs_the_softmax_in_the_egraph():
+    """Only where e/s already exists (the forward's softmax): the rule adds no tensor of its own."""
+    assert not _softmax_rules_equate(with_p=False)
