@@ -1,7 +1,7 @@
 """Numerically stable composites, built from primitives only (so the adjoint rules and the
-e-graph see nothing new): subtract the maximum before `exp`.
+e-graph see nothing new): subtract the maximum (softmax: its floor) before `exp`.
 
-    softmax(x)    = exp(x - max(x)) / sum(exp(x - max(x)))
+    softmax(x)    = exp(x - m) / sum(exp(x - m)),  m = floor(max(x))
     logsumexp(x)  = max(x) + log(sum(exp(x - max(x))))
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def softmax_cross_entropy(logits, onehot, axis=-1):
 
 
 def _shift(x, axes):
-    """floor(max(x)) along `axes`: within 1 of the maximum, so exp(x - shift) stays in (0, e]
+    """floor(max(x)) along `axes`: within 1 of the maximum, so exp(x - shift) stays in [0, e)
     and the row's largest term is >= 1 (as stable as subtracting the max), and piecewise
     constant, so no adjoint flows back through it. Softmax is shift invariant: the adjoint
     through a max shift sums to exactly zero, and computing it costs passes over the whole
