@@ -443,3 +443,17 @@ def test_second_process_loads_from_disk_and_corrupt_entry_is_rebuilt(tmp_path):
     assert (third["compiled"], third["corrupt"]) == (1, 1)
     fourth = _child_stats(tmp_path)
     assert (fourth["compiled"], fourth["loaded_from_disk"], fourth["corrupt"]) == (0, 1, 0)
+
+
+def test_kernel_op_tables_are_the_op_tables_elementwise_ops_and_nothing_else():
+    """UNARY_OPS and BINARY_OPS come from the IR op table's kinds: every kernel op is an IR op
+    of its arity; comparisons give bool, logic takes bool, float-only ops take floats only."""
+    from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
+    short = {op_name(n): s for n, s in OPS.items()}
+    assert set(UNARY_OPS) == {k for k, s in short.items() if s.kind in (UNARY, LOGIC) and s.arity == 1}
+    assert set(BINARY_OPS) == {k for k, s in short.items() if s.kind in (BINARY, COMPARE, LOGIC) and s.arity == 2}
+    for k, (dts, result) in BINARY_OPS.items():
+        kind = short[k].kind
+        assert result == (None if kind == BINARY else "bool"), k
+        assert ("bool" in dts) == (kind == LOGIC or k in ("eq", "ne")), k
+        assert ("i32" in dts) == (kind != LOGIC and not short[k].float_only), k

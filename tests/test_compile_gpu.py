@@ -103,3 +103,20 @@ def test_gpu_layouts_concatenate_and_numpy_arguments():
     a, b = x[:, :64], x[:64, :64].T.copy()
     np.testing.assert_allclose(cp.asnumpy(f(cp.asarray(a), cp.asarray(b))),
                                np.concatenate([a @ b, b.T], axis=0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_out_of_range_ids_on_the_gpu_are_the_interpreters_error():
+    """CuPy's gathers clamp ids; the program still raises as the CPU does, and good ids work."""
+    import cupy as cp
+    from dlvm_eq.errors import DlvmError
+    emb = np.arange(24.0, dtype=np.float32).reshape(6, 4)
+    vg = dq.jit(dq.value_and_grad(lambda e, i: dq.sum(dq.tanh(e[i]) * 1.5)), target="gpu")
+    with pytest.raises(DlvmError, match=r"take: index 6 \(position 2\) is out of range for an axis of size 6"):
+        vg(cp.asarray(emb), cp.asarray(np.array([5, 1, 6], np.int32)))
+    good = np.array([5, 1, 1], np.int32)
+    value, grad = vg(cp.asarray(emb), cp.asarray(good))
+    want = np.zeros_like(emb)
+    np.add.at(want, good, 1.5 * (1 - np.tanh(emb[good]) ** 2))
+    np.testing.assert_allclose(cp.asnumpy(grad), want, rtol=1e-5, atol=1e-6)

@@ -43,3 +43,15 @@ def test_corrupt_entry_is_rebuilt(tmp_path):
     entries[0].write_bytes(bytes(data))
     assert _run(tmp_path) == (1, 1)      # checksum mismatch: a miss, rebuilt and rewritten
     assert _run(tmp_path) == (2, 0)
+
+
+def test_a_calibrated_profile_has_entries_of_its_own(tmp_path):
+    """Optimizing (the adjoint's and the program's) prices e-nodes with this host's profile:
+    after `dlvm-eq calibrate` neither entry made with the shipped defaults is read back."""
+    from test_calibration import sample_profile
+    assert _run(tmp_path) == (0, 2)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir(mode=0o700)
+    (profiles / "cpu.json").write_text(sample_profile().to_json())
+    assert _run(tmp_path) == (0, 2)
+    assert _run(tmp_path) == (2, 0)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dlvm_eq as dq
 from dlvm_eq.egraph.query import query
 from dlvm_eq.ir import F64, FunctionBuilder, Module, interpret, tensor, verify
+from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 TEXTBOOK = (30, 35, 15, 5, 10, 20, 25)   # CLRS 15.2: the optimum is 15,125 multiplications
 

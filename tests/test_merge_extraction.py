@@ -16,6 +16,7 @@ from dlvm_eq.codegen.planning.plan import ConcatStep, CopyStep
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.module import Module
 from dlvm_eq.pipeline import compile, plan_function
+from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 RNG = np.random.default_rng(0)
 

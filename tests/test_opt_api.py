@@ -12,6 +12,7 @@ from dlvm_eq.egraph.optimize import (baseline_cost, new_session, optimize_sessio
 from dlvm_eq.extract.target_cost import TargetCost
 from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, tensor, verify
 from dlvm_eq.pipeline import interpret
+from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"

@@ -194,3 +194,43 @@ def test_take_and_its_gradient_on_the_emulated_gpu_match_the_cpu(monkeypatch):
     assert len(gpu) == len(cpu) == 2
     for g, c in zip(gpu, cpu):
         np.testing.assert_allclose(g.get(), c, rtol=1e-5, atol=1e-6)
+
+
+SCATTER_ONLY = """module "m"
+stage raw
+
+func @f: (<4 x 3 x f32>, <4 x i32>) -> <5 x 3 x f32> {
+'entry(%g: <4 x 3 x f32>, %ids: <4 x i32>):
+    %z = scatterAdd %g: <4 x 3 x f32>, %ids: <4 x i32> along 0 into 5
+    return %z: <5 x 3 x f32>
+}
+"""
+
+
+def test_out_of_range_indices_are_the_interpreters_error_on_the_emulated_gpu(monkeypatch):
+    """The GPU's CuPy gathers clamp ids (no launch leaves a buffer): the program must still
+    raise the interpreter's error, not return the edge rows (a result the CPU never gives)."""
+    emb = np.arange(24.0, dtype=np.float32).reshape(6, 4)
+    good = np.array([[5, 1, 1], [0, 5, 3]], np.int32)
+    vg = dq.value_and_grad(lambda e, i: dq.sum(dq.tanh(e[i]) * 1.5))
+    module = vg.lower(emb, good)
+    name = next(iter(module.functions))
+    scatter = parse(SCATTER_ONLY)
+    g = np.ones((4, 3), np.float32)
+    with fake_cupy.installed(monkeypatch, sms=2) as cp:
+        step = compile(module, name, target="gpu")
+        scatter_gpu = compile(scatter, "f", target="gpu")
+        for bad, words in (([[5, 1, 6], [0, 5, 3]], r"index 6 \(position 2\)"),
+                           ([[5, 1, 1], [-1, 5, 3]], r"index -1 \(position 3\)")):
+            bad = np.array(bad, np.int32)
+            for run in (lambda: interpret(module, name, emb, bad), lambda: compile(module, name, target="cpu")(emb, bad)):
+                with pytest.raises(DlvmError, match=f"take: {words} is out of range for an axis of size 6"):
+                    run()
+            with pytest.raises(DlvmError, match=f"take: {words} is out of range for an axis of size 6"):
+                step(cp.asarray(emb), cp.asarray(bad))
+        with pytest.raises(DlvmError, match=r"scatterAdd: index 5 \(position 1\) is out of range for an axis of size 5"):
+            scatter_gpu(cp.asarray(g), cp.asarray(np.array([0, 5, 2, 2], np.int32)))
+        ok = scatter_gpu(cp.asarray(g), cp.asarray(np.array([0, 4, 2, 2], np.int32)))   # still runs
+        np.testing.assert_array_equal(ok.get(), interpret(scatter, "f", g, np.array([0, 4, 2, 2], np.int32)))
+        value, grad = step(cp.asarray(emb), cp.asarray(good))
+        np.testing.assert_allclose(value.get(), compile(module, name, target="cpu")(emb, good)[0], rtol=1e-5)

@@ -27,6 +27,7 @@ from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..egraph.lets import Let, LetTable, inline
 from ..egraph.loader import LoadedProgram
 from ..errors import DlvmError
+from ..extract.machine import machine
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
 from ..ir.types import TensorType, TupleType, Type
@@ -281,8 +282,10 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
         out = build()
     else:
         # a second process differentiating the same program reads the result from disk
+        # optimizing prices the e-graph with this host's profile: another profile, another entry
         parts = [print_function(fn), print_module(module) if module is not None else "",
-                 repr((cfg, name, tuple_result, optimize, target, budget))]
+                 repr((cfg, name, tuple_result, optimize, target, budget)),
+                 machine(target).profile if optimize else ""]
         out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location
     return out
@@ -293,9 +296,11 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
     load_bindings()
     from ..egraph.optimize import ShortOfTime, extract_programs, optimize_session
     from ..egraph.saturate import saturate
-    # the budget's seconds bound the whole call: what the expansion takes, optimizing has not
-    deadline = Deadline(Budget.of(budget).seconds)
     with _session(rules) as (session, text, rules_name):
+        # the budget's seconds bound the rest of the call: what the expansion takes, optimizing
+        # has not; compiling the rules into the session (above) is not counted (see
+        # egraph.optimize.prepare_session: a fresh, busy process would optimize less)
+        deadline = Deadline(Budget.of(budget).seconds)
         prog = session.add_function(fn, module)
         prog.params = list(prog.params)
         prog.var_types = dict(prog.var_types)

@@ -4,8 +4,8 @@ onto the IR op `take` (whose adjoint is `scatterAdd`: repeated indices accumulat
     dq.take(emb, ids, axis=0)    # ids (2, 5) of i32: shapeCast to 10; take; shapeCast to 2 x 5 x d
     emb[ids]                     # the same, axis 0
 
-Indices must lie in [0, size): the interpreter (and eager calls) raise a DlvmError otherwise;
-compiled code clamps them into the axis (codegen/gather.py). Negative indices are not wrapped.
+Indices must lie in [0, size): the interpreter, eager calls and compiled code (CPU and GPU)
+raise the same DlvmError otherwise (ir/ops.checked_indices). Negative indices are not wrapped.
 """
 from __future__ import annotations
 

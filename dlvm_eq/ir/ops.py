@@ -526,7 +526,7 @@ def _build_table() -> dict[str, OpSpec]:
     add(OpSpec("batchMatmul", DOT, 2, "BatchMatmul", _batch_matmul_type,
                lambda args, at: np.matmul(args[0], args[1])))
     # `take %x: T, %ids: <n x i32> along k`: x[..., ids, ...] on axis k (numpy's take); indices
-    # outside the axis are an error here, clamped into it by compiled code
+    # outside the axis are an error (checked_indices), in compiled code too
     add(OpSpec("take", GATHER, 2, "Take", _take_type, _take, attrs=("axis",), nondiff_operands=(1,)))
     # `scatterAdd %g: T, %ids: <n x i32> along k into size`: zeros of `size` along k, g[..., j, ...]
     # added at ids[j] (repeated indices accumulate): take's adjoint

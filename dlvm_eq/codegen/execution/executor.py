@@ -44,6 +44,7 @@ from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
 from .index_steps import native_index_run
+from .index_range_check import IndexRangeCheck
 from ..planning.scan import ScanStep, scan_run
 from ..planning.window import window_run
 
@@ -353,6 +354,8 @@ class GpuProgram:
                        if s.role == OUTPUT or (s.role == TEMP and s.index in plan.offsets)]
         self._consts = {i: cp.asarray(a) for i, a in plan.constants.items()}
         self._runs = [self._step(s) for s in plan.steps]
+        # CuPy's gathers clamp ids: a bad one is the interpreter's error after the steps
+        self._index_check = IndexRangeCheck(plan.steps, cp, _view_fn)
         self._results = [(r.slot, _view_fn(r.chain, cp)) for r in plan.results]
         self._tuple = plan.tuple_result
 
@@ -401,6 +404,7 @@ class GpuProgram:
             env[slot] = cp.empty(shape, dt)
         for run in self._runs:
             run(env)
+        self._index_check(env)
         results = [env[s] if f is None else f(env[s]) for s, f in self._results]
         return tuple(results) if self._tuple else results[0]
 

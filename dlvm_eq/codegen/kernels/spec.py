@@ -31,7 +31,7 @@ from typing import Union
 import numpy as np
 
 from ...errors import DlvmError
-from ...ir.ops import BINARY, OPS, UNARY
+from ...ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
 from ...ir.types import DType
 
 
@@ -72,15 +72,21 @@ def _accepted(dlvm: str) -> tuple[str, ...]:
 # Unary: name -> dtypes it accepts (the op table's float_only). Result dtype = operand dtype.
 UNARY_OPS: dict[str, tuple[str, ...]] = {
     **{DLVM_NAMES.get(n, n): _accepted(n) for n, s in OPS.items() if s.kind == UNARY},
-    "not": ("bool",),
+    **{n: ("bool",) for n, s in OPS.items() if s.kind == LOGIC and s.arity == 1},      # not
 }
-# Binary: name -> (dtypes accepted, result dtype or None for "same as operands"). Comparisons
-# and logic are listed: kernels compare bools for equality only (the IR accepts any).
+# Binary: name -> (dtypes accepted, result dtype or None for "same as operands"), all from the
+# op table's kinds. Kernels compare bools for equality only (the IR accepts any).
+BOOL_EQUALITY = ("eq", "ne")
+
+
+def _compared(dlvm: str) -> tuple[str, ...]:
+    return FLOATS + ("i32", "bool") if DLVM_NAMES.get(dlvm, dlvm) in BOOL_EQUALITY else FLOATS + ("i32",)
+
+
 BINARY_OPS: dict[str, tuple[tuple[str, ...], str | None]] = {
     **{DLVM_NAMES.get(n, n): (_accepted(n), None) for n, s in OPS.items() if s.kind == BINARY},
-    **{n: (FLOATS + ("i32", "bool"), "bool") for n in ("eq", "ne")},
-    **{n: (FLOATS + ("i32",), "bool") for n in ("lt", "le", "gt", "ge")},
-    **{n: (("bool",), "bool") for n in ("and", "or")},
+    **{DLVM_NAMES.get(n, n): (_compared(n), "bool") for n, s in OPS.items() if s.kind == COMPARE},
+    **{n: (("bool",), "bool") for n, s in OPS.items() if s.kind == LOGIC and s.arity == 2},
 }
 REDUCE_OPS = ("add", "mul", "max", "min")
 REDUCE_INIT = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}

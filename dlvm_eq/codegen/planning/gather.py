@@ -5,9 +5,9 @@
 
 On the CPU these steps run as compiled kernels (execution/index_steps.py), which raise the
 reference interpreter's DlvmError for an out-of-range index (ir/ops.checked_indices). Here
-(the GPU's CuPy calls) every index is clamped into [0, size - 1] (numpy's mode="clip"): an
-out-of-range index reads or writes the nearest edge row instead of memory outside the buffer;
-raising would need a device-to-host copy in every step.
+(the GPU's CuPy calls) every index is clamped into [0, size - 1] (numpy's mode="clip") so that
+no launch reads or writes memory outside a buffer; the GPU program then raises the same error
+after its steps, from one device-side check per call (execution/index_range_check.py).
 """
 from __future__ import annotations
 
