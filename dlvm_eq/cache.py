@@ -22,10 +22,22 @@ damage, not tampering; what keeps others' bytes out is where the files are:
 entries that hold results of code that has no version number of its own include it: an
 edited (or reinstalled) dlvm_eq never reads a stale entry.
 
+Results cut short by a wall-clock budget (saturation stopped by "seconds", an extraction or
+fusion search past its time limit) depend on the machine's speed and load at that moment:
+stored, one busy process's worse program would be every later process's (and a CI cache's).
+The code that cuts calls `note_time_cut(what)`; a caller that stores a result builds it inside
+`watching_time_cuts()` and does not store it when the list it yields is not empty.
+
+    >>> with watching_time_cuts() as cuts:
+    ...     fn = build()
+    >>> if not cuts: cache.put(...)
+
 `dlvm-eq cache info` prints `DiskCache.info()`, `dlvm-eq cache clear` runs `DiskCache.clear()`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import shutil
@@ -262,6 +274,27 @@ def tree_digest(root, suffixes=(".py", ".lark")) -> str:
 
 
 _shared: DiskCache | None = None
+# the recorders of the builds in progress in this context (nested builds each get every cut)
+_time_cut_recorders: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar(
+    "dlvm_eq_time_cut_recorders", default=())
+
+
+@contextlib.contextmanager
+def watching_time_cuts():
+    """Yields a list that receives what `note_time_cut` is told inside the block (this thread
+    or task only: contextvars)."""
+    cuts: list[str] = []
+    token = _time_cut_recorders.set(_time_cut_recorders.get() + (cuts,))
+    try:
+        yield cuts
+    finally:
+        _time_cut_recorders.reset(token)
+
+
+def note_time_cut(what: str) -> None:
+    """A wall-clock budget cut the result being built short (`what`: which and where)."""
+    for cuts in _time_cut_recorders.get():
+        cuts.append(what)
 
 
 def shared_cache() -> DiskCache:

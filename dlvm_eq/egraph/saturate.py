@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..cache import note_time_cut
 from ..errors import DlvmError
 from .deadline import Deadline
 from .ruleset_schedule import Budget, Schedule
@@ -87,7 +88,10 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     e-nodes per match it applies and cannot overshoot far. Held-back rules are reported."""
     run = _Saturation(session, schedule or Schedule.default(), Budget.of(budget), deadline,
                       reserve or (lambda nodes: 0.0), analysis)
-    return run.report(run.rounds_until_stop())
+    why = run.rounds_until_stop()
+    if why == "seconds":
+        note_time_cut(f"saturation: time budget ({run.budget.seconds:g} s) reached")
+    return run.report(why)
 
 
 class _Saturation:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+from ..cache import note_time_cut
 from .choice import dag_cost_of, tree_cost_of, walk
 from .cost_model import CostLike, CostModel, FieldCost, node_costs
 from .extraction_error import ExtractionError
@@ -71,6 +72,8 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
             from .ilp import ilp_choice     # scipy (~0.2 s to import) only for the ILP
             res = ilp_choice(graph, costs, root_ids, time_limit=time_limit, greedy=choice)
             choice, status, optimal, fallback = res.choice, res.status, res.optimal, res.fallback
+            if "time limit" in status:
+                note_time_cut(f"ILP extraction: {status}")
     seconds = time.perf_counter() - start
     for r in root_ids:
         if choice[r] < 0:

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..cache import note_time_cut
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 from .machine import Machine
@@ -294,6 +295,8 @@ def greedy_fusion(p: FusionProblem, passes: int = 3, time_limit: float | None = 
                 improved = True
         if not improved or stopped:
             break
+    if stopped:
+        note_time_cut("fusion: " + stopped)
     cost = sum(s.cost for s in state.values())
     return FusionChoice(frozenset(mat), cost, ev.total({k.cls for k in p.candidates}), cost_inlined,
                         ev.count, time.perf_counter() - t0, stopped=stopped)

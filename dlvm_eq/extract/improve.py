@@ -35,6 +35,7 @@ import math
 import time
 from typing import Sequence
 
+from ..cache import note_time_cut
 from .graph import SerializedEGraph
 
 MAX_PAIR_TRIES = 16     # second moves tried after one single move that does not pay
@@ -181,7 +182,10 @@ def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list
                     s.reindex()
                 else:
                     s.revert(c, old, trail)
-        if not improved or time.perf_counter() > deadline:
+        if time.perf_counter() > deadline:
+            note_time_cut(f"extraction's local search: time limit ({time_limit:g} s) reached")
+            break
+        if not improved:
             break
     for c in range(graph.num_classes):      # classes no longer reached keep no choice
         if s.refs[c] <= 0:

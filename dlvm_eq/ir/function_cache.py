@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable
 
-from ..cache import shared_cache, source_digest
+from ..cache import shared_cache, source_digest, watching_time_cuts
 from ..config import settings
 from ..json_records import RecordError, Schema
 from .module import AdjointDecl, Const, Function, Instruction, Value
@@ -46,6 +46,7 @@ def function_key(kind: str, parts: list[str], rules_digest: str) -> str:
 class _Stats:
     hits = 0
     misses = 0
+    time_cut = 0        # built, but not stored: a wall-clock budget cut it short
 
 
 stats = _Stats()
@@ -67,7 +68,11 @@ def cached_function(kind: str, parts: list[str], build: Callable[[], Function],
             return fn
         cache.corrupt += 1      # checksum fine but not a Function: rebuilt and overwritten
     stats.misses += 1
-    fn = build()
+    with watching_time_cuts() as cuts:
+        fn = build()
+    if cuts:    # depends on this moment's load: a later process builds its own (cache.py)
+        stats.time_cut += 1
+        return fn
     try:
         cache.put("ir-" + kind, key, FUNCTION_SCHEMA.dumps(fn).encode())
     except RecordError:

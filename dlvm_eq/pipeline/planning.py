@@ -18,7 +18,7 @@ import threading
 from ..egraph.rulefiles import rules_digest
 from ..extract.machine import machine
 from ..ir import function_cache
-from ..cache import shared_cache, source_digest
+from ..cache import shared_cache, source_digest, watching_time_cuts
 from ..codegen import Plan, cache_key, plan_schema, plan_settings
 from ..ir.module import Function, Module
 from ..ir.printer import print_module
@@ -45,7 +45,7 @@ def plan_function(fn: Function, module: Module | None = None, rows: bool | int =
 
 
 PLAN_FORMAT = "2"     # bump when what a plan entry holds changes (2: JSON, was a pickle)
-plan_cache_stats = {"hits": 0, "misses": 0}
+plan_cache_stats = {"hits": 0, "misses": 0, "time_cut": 0}   # time_cut: built, not stored
 
 
 def planned(module: Module, name: str, target: str) -> Plan:
@@ -74,7 +74,12 @@ def planned(module: Module, name: str, target: str) -> Plan:
             cache.corrupt += 1   # checksum fine but not a plan: rebuilt and overwritten
     with _lock:
         plan_cache_stats["misses"] += 1
-    plan = build()
+    with watching_time_cuts() as cuts:
+        plan = build()
+    if cuts:    # depends on this moment's load: a later process plans again (cache.py)
+        with _lock:
+            plan_cache_stats["time_cut"] += 1
+        return plan
     try:
         cache.put("plan", key, plan_schema().dumps(plan).encode())
     except RecordError:
