@@ -137,3 +137,14 @@ def test_each_product_is_its_fastest_sweep(monkeypatch):
     points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2)
     calls = [max(1, int(2e6 // (2 * s ** 3))) for s in (8, 16)]
     assert [p.seconds for p in points] == pytest.approx([1e-5 / calls[0], 2e-5 / calls[1]])
+
+
+# ---------------------------------------------------------------- the extraction cost of a product
+
+def test_a_measured_product_is_not_charged_its_operands_traffic_again():
+    from dlvm_eq.extract.target_cost import TargetCost
+    calibrated = TargetCost(from_profile(sample_profile(), MACHINES["cpu"]), {})
+    assert calibrated.gemm_seconds(1024, 1024, 1024, 4) == calibrated.dot_seconds(1024, 1024, 1024)
+    # the shipped formula (flops at a peak rate) still adds the operands beyond the cache
+    defaults = TargetCost(MACHINES["cpu"], {})
+    assert defaults.gemm_seconds(1024, 1024, 1024, 4) > defaults.dot_seconds(1024, 1024, 1024)
