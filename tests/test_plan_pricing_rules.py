@@ -122,6 +122,20 @@ def test_arithmetic_within_a_kernels_traffic_costs_nothing_more():
     assert predict_plan(map_plan(n, ops=1), slow).steps[0].seconds == pytest.approx(slow.step_call + call + compute)
 
 
+def test_a_column_sum_is_priced_as_a_contiguous_reduction():
+    from dlvm_eq.codegen import ReduceSpec
+    steps = {"reduce": ((1e3, 1e-6), (1e7, 1e-3)), "reduce_lead": ((1e3, 5e-6), (1e7, 5e-3))}
+    mc = from_profile(calibrated_profile(steps=steps), MACHINES["cpu"])
+
+    def kind(shape, axes):
+        spec = ReduceSpec("s", shape, [KernelInput("f32")], Load(0), "add", axes)
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
+        plan = tiny_plan("s", [(shape, "f32")], [(out, "f32")], [KernelStep(spec, (0,), (1,))])
+        return step_price(plan.steps[0], plan, mc).kind
+    assert kind((1024, 1), (0,)) == kind((1024,), (0,)) == "reduce"
+    assert kind((1024, 8), (0,)) == "reduce_lead"
+
+
 # ---------------------------------------------------------------- calibration measurements
 
 def test_the_flop_rate_leaves_out_the_copy_kernel_around_the_arithmetic(monkeypatch):
