@@ -203,10 +203,11 @@ def _bound(mc: Machine, kind: str, nbytes: float, elements: int, compute: float)
     arithmetic, which overlap (the loads of a vectorized loop are in flight while it computes;
     summing them priced a 4-multiply-add map over 1 MB at 112 us against 74 for the copy and 67
     measured, a 3-tanh one at 651 against 683 measured: the max gives 74 and 582). The call is
-    the grid's smallest point (a kernel of 1K elements: call and dispatch), or a launch."""
+    the grid's smallest point (a kernel of 1K elements: call and dispatch), or a launch (and
+    the pool's wake-up when the kernel is split over threads)."""
     moved = _moved(mc, kind, nbytes, elements)
     grid = mc.step_grids.get(kind)
-    call = grid[0][1] if grid else mc.launch
+    call = grid[0][1] if grid else mc.launch + (mc.pool_wake if _parallel(mc, elements) > 1 else 0.0)
     return max(moved, call + compute)
 
 
