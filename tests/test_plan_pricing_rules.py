@@ -5,6 +5,8 @@ arithmetic, the flop rate beyond the kernel call, products measured over several
 from __future__ import annotations
 
 import dataclasses
+import json
+import warnings
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from dlvm_eq.codegen.planning.plan import BlasStep, ConcatStep, GemmStep, Kernel
 from dlvm_eq.extract.machine import MACHINES, from_profile
 from dlvm_eq.extract.profile import MatmulPoint, Profile
 
-from test_calibration import sample_profile
+from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
 from test_plan_prediction import GRID, calibrated_profile, map_plan
 
 BROADCAST_S = 7e-6     # what np.broadcast_to costs a call here, about
@@ -162,3 +164,30 @@ def test_a_measured_product_is_not_charged_its_operands_traffic_again():
     # the shipped formula (flops at a peak rate) still adds the operands beyond the cache
     defaults = TargetCost(MACHINES["cpu"], {})
     assert defaults.gemm_seconds(1024, 1024, 1024, 4) > defaults.dot_seconds(1024, 1024, 1024)
+
+
+# ---------------------------------------------------------------- profiles of an older calibrate
+
+def test_a_version_2_profile_still_prices_with_a_warning(cache_dir):  # noqa: F811
+    from dlvm_eq.extract.machine import machine
+    from dlvm_eq.extract.profile import load_profile, profile_path
+    data = json.loads(calibrated_profile().to_json())
+    data["version"] = 2
+    for kind in VIEW_KINDS:
+        data["steps"].pop(kind, None)
+    profile_path("cpu").parent.mkdir(parents=True)
+    profile_path("cpu").write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="older `dlvm-eq calibrate`.*version 2"):
+        p = load_profile("cpu")
+    assert p is not None and p.outdated and not p.stale
+    assert predict_plan(concat_plan(True), machine("cpu")).priced_by == f"measured profile {machine('cpu').profile}"
+    assert Profile.from_json(p.to_json()) == p          # it stays a version-2 profile
+
+
+def test_a_profile_of_this_calibrate_loads_without_a_warning(cache_dir):  # noqa: F811
+    from dlvm_eq.extract.profile import load_profile, write_profile
+    write_profile(calibrated_profile())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = load_profile("cpu")
+    assert p is not None and not p.outdated
