@@ -150,7 +150,7 @@ def test_the_flop_rate_leaves_out_the_copy_kernel_around_the_arithmetic(monkeypa
 def test_each_product_is_its_fastest_sweep(monkeypatch):
     sweeps = iter([5e-3, 2e-5, 1e-5, 3e-5])     # two shapes, two sweeps: the first product disturbed once
     monkeypatch.setattr(measure, "fastest_seconds", lambda fn, repeats=9, cap_s=1.0: next(sweeps))
-    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2)
+    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=0)
     calls = [max(1, int(2e6 // (2 * s ** 3))) for s in (8, 16)]
     assert [p.seconds for p in points] == pytest.approx([1e-5 / calls[0], 2e-5 / calls[1]])
 
@@ -191,3 +191,20 @@ def test_a_profile_of_this_calibrate_loads_without_a_warning(cache_dir):  # noqa
         warnings.simplefilter("error")
         p = load_profile("cpu")
     assert p is not None and not p.outdated
+
+
+def test_a_product_slower_than_a_larger_one_is_measured_again(monkeypatch):
+    # 8^3 disturbed in both sweeps (slower than 16^3), quiet on the third: only it is timed again
+    times = {8: iter([5e-3, 4e-3, 1e-6]), 16: iter([2e-5, 3e-5])}
+    timed = []
+
+    def fastest(side, repeats=9, cap_s=1.0):
+        timed.append(side)
+        return next(times[side])
+    # a product's timed function stands for its side here (its A operand's rows)
+    monkeypatch.setattr(measure, "per_call", lambda run, calls: run.__defaults__[0].shape[0])
+    monkeypatch.setattr(measure, "fastest_seconds", fastest)
+    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
+    calls = [max(1, int(2e6 // (2 * s ** 3))) for s in (8, 16)]
+    assert [p.seconds for p in points] == pytest.approx([1e-6 / calls[0], 2e-5 / calls[1]])
+    assert timed == [8, 16, 8, 16, 8]
