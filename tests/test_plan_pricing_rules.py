@@ -194,18 +194,32 @@ def test_a_profile_of_this_calibrate_loads_without_a_warning(cache_dir):  # noqa
     assert p is not None and not p.outdated
 
 
-def test_a_product_slower_than_a_larger_one_is_measured_again(monkeypatch):
-    # 8^3 disturbed in both sweeps (slower than 16^3), quiet on the third: only it is timed again
-    times = {8: iter([5e-3, 4e-3, 1e-6]), 16: iter([2e-5, 3e-5])}
+def fake_sweeps(monkeypatch, per_call_seconds: dict) -> list:
+    """matmuls' timings replaced: product of side s takes the next of per_call_seconds[s] per
+    call; returns the sides in the order they were timed."""
     timed = []
 
-    def fastest(side, repeats=9, cap_s=1.0):
+    def fastest(run, repeats=9, cap_s=1.0):
+        side, calls = run
         timed.append(side)
-        return next(times[side])
-    # a product's timed function stands for its side here (its A operand's rows)
-    monkeypatch.setattr(measure, "per_call", lambda run, calls: run.__defaults__[0].shape[0])
+        return next(per_call_seconds[side]) * calls
+    # a product's timed function stands for (its side: its A operand's rows, its calls)
+    monkeypatch.setattr(measure, "per_call", lambda run, calls: (run.__defaults__[0].shape[0], calls))
     monkeypatch.setattr(measure, "fastest_seconds", fastest)
+    return timed
+
+
+def test_a_product_slower_than_a_larger_one_is_measured_again(monkeypatch):
+    # 8^3 disturbed in both sweeps (slower than 16^3), quiet on the third: only it is timed again
+    timed = fake_sweeps(monkeypatch, {8: iter([5e-3, 4e-3, 1e-6]), 16: iter([8e-6, 9e-6])})
     points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
-    calls = [max(1, int(2e6 // (2 * s ** 3))) for s in (8, 16)]
-    assert [p.seconds for p in points] == pytest.approx([1e-6 / calls[0], 2e-5 / calls[1]])
+    assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
     assert timed == [8, 16, 8, 16, 8]
+
+
+def test_a_product_far_slower_per_flop_than_a_smaller_one_is_measured_again(monkeypatch):
+    # 16^3 at 8x the per-flop time of 8^3 in both sweeps (nothing larger to compare with), then quiet
+    timed = fake_sweeps(monkeypatch, {8: iter([1e-6, 1e-6]), 16: iter([64e-6, 64e-6, 8e-6])})
+    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
+    assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
+    assert timed == [8, 16, 8, 16, 16]

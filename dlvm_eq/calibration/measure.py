@@ -40,6 +40,7 @@ MATMUL_SHAPES = [(m, m, m) for m in (16, 32, 64, 128, 256, 512, 1024)] + [
     (1024, 128, 1), (128, 1024, 1), (1, 256, 256), (256, 1, 256), (1024, 1, 128),
     (32, 16, 8192), (64, 576, 2048), (576, 64, 2048)]
 LAYOUTS = ((False, False), (True, False), (False, True))
+SLOWER_PER_FLOP = 4.0     # a product this much slower per flop than a smaller one is timed again
 
 STREAM_ELEMENTS = 1 << 23         # 32 MiB of f32: beyond the last-level cache
 CACHED_ELEMENTS = 1 << 14         # 64 KiB: inside L2 of every core
@@ -204,10 +205,21 @@ def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: i
 
 
 def _slower_than_a_larger(keys, seconds) -> list[int]:
-    """Indices of the products (m, k, n, trans_a, trans_b) that took longer than one of the same
-    layout at least as large in every dimension (outer products, k = 1, compared among
-    themselves: numpy runs them without BLAS, slower than larger BLAS products)."""
-    return [i for i, (m, k, n, ta, tb) in enumerate(keys)
-            if any(j != i and (qa, qb) == (ta, tb) and qm >= m and qk >= k and qn >= n
-                   and (qk == 1) == (k == 1) and seconds[j] < seconds[i]
-                   for j, (qm, qk, qn, qa, qb) in enumerate(keys))]
+    """Indices of the products (m, k, n, trans_a, trans_b) that look disturbed against another
+    of the same layout: slower than one at least as large in every dimension, or more than
+    SLOWER_PER_FLOP times slower per flop than one at most as large in every dimension (a
+    larger product runs at least as fast per flop, but for cache cliffs: 1024^3 ran at 44
+    GFLOP/s where 512^3 ran at 125; 256x784x256 disturbed ran at 4, 256^3 at 90). Outer
+    products (k = 1) are compared among themselves: numpy runs them without BLAS."""
+    def disturbed(i):
+        m, k, n, ta, tb = keys[i]
+        for j, (qm, qk, qn, qa, qb) in enumerate(keys):
+            if j == i or (qa, qb) != (ta, tb) or (qk == 1) != (k == 1):
+                continue
+            if qm >= m and qk >= k and qn >= n and seconds[j] < seconds[i]:
+                return True
+            if (qm <= m and qk <= k and qn <= n and
+                    seconds[i] / (m * k * n) > SLOWER_PER_FLOP * seconds[j] / (qm * qk * qn)):
+                return True
+        return False
+    return [i for i in range(len(keys)) if disturbed(i)]
