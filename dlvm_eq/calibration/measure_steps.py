@@ -13,6 +13,7 @@ col2im, the pool's reads), measured, whatever today's window code does.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -38,6 +39,7 @@ COLS = 256                                              # row length of the 2-D 
 # window ops timed at (batch, channels in, height = width, channels out): a small CNN's layers
 WINDOW_SIZES = ((4, 4, 8, 8), (32, 1, 16, 32), (32, 16, 14, 32), (64, 32, 14, 64))
 FLOOR = 1e-8                                            # a grid time is positive
+WINDOW_SWEEPS = 2                                       # window points: the fastest of this many sweeps
 
 
 def c_view(slot: int, shape) -> View:
@@ -273,11 +275,19 @@ def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES)
             t = time_step(program(plan), args) - views_seconds(mc, plan.steps[0])
             points.append((float(nbytes), max(FLOOR, t - step)))
         grids[kind] = tuple(points)
+    # windows (milliseconds each, split over the cores: the steps another process disturbs
+    # most, 5-10x under a load of 4) in WINDOW_SWEEPS sweeps, each point its fastest
+    cases = [(op, window_plan(op, size)) for op in window_ops.WINDOW_OPS for size in window_sizes]
+    progs = [program(plan) for _, (plan, _, _, _) in cases]
+    best = [math.inf] * len(cases)
+    for _ in range(WINDOW_SWEEPS):
+        best = [min(b, time_step(prog, args)) for b, prog, (_, (_, args, _, _)) in zip(best, progs, cases)]
     for op in window_ops.WINDOW_OPS:
         points = []
-        for size in window_sizes:
-            plan, args, nbytes, products = window_plan(op, size)
-            t = time_step(program(plan), args) - step - views_seconds(mc, plan.steps[0])
+        for (case_op, (plan, _, nbytes, products)), t in zip(cases, best):
+            if case_op != op:
+                continue
+            t = t - step - views_seconds(mc, plan.steps[0])
             products_s = window_products_seconds(mc, products)
             # the passes: what the step takes beyond its products (at least a tenth of it:
             # products priced a little high must not leave a negative pass)
