@@ -14,7 +14,9 @@ actually runs, step by step, as the executor runs it:
   times measured for that step kind, plus each op's measured per-element cost;
 - steps numpy runs (copies, concatenations, gathers, scatters, scans, the passes of windows)
   by their bytes on the grid measured for that kind (for windows: per op, beyond the products);
-- an AliasStep moves nothing: only the executor's per-step cost.
+- an AliasStep moves nothing: only the executor's per-step cost;
+- and every step (and the program's results) the view chains of its operands, applied at call
+  time, by the measured cost of each view op (`view_cost.py`).
 Without a measured grid for a kind, a step costs a launch plus its bytes at the machine's
 bandwidth (times the passes the kind makes over them).
 
@@ -39,6 +41,7 @@ from ..extract.target_cost import flops_per_element
 from ..ir import window_ops
 from ..ir.ops import OPS
 from ..units import seconds_text
+from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 
 # bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
 # loop; a slice scatter fills then copies; a cumsum reads, adds and writes)
@@ -79,7 +82,9 @@ def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
     mc = machine(target)
     steps = tuple(step_price(step, plan, mc) for step in plan.steps)
     by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"
-    return PlanPrediction(plan.name, mc.program_call, steps, by)
+    # the results' views are applied once per call, after the steps
+    call = mc.program_call + sum(chain_seconds(mc, r.chain) for r in plan.results)
+    return PlanPrediction(plan.name, call, steps, by)
 
 
 def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
@@ -88,7 +93,7 @@ def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
     if price is None:
         raise TypeError(f"no price for plan step {type(step).__name__}: add it to plan_cost._PRICES")
     kind, label, seconds = price(step, plan, mc)
-    return StepPrice(kind, label, mc.step_call + seconds)
+    return StepPrice(kind, label, mc.step_call + seconds + views_seconds(mc, step))
 
 
 # ---------------------------------------------------------------- products
@@ -105,7 +110,12 @@ def product_seconds(mc: Machine, m: int, k: int, n: int, trans_a: bool = False, 
         one = mc.matmul_seconds(m, k, n)
         return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
     call = min(p.seconds for p in points)           # the smallest product: the call dominates
-    same = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
+    layout = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
+    # numpy runs k = 1 (an outer product) in its own loop, without BLAS: 256x1x256 takes 100 us,
+    # 256x2x256 13 us. Each regime is priced from its own products only (a k = 2 product next
+    # to a measured outer product would otherwise cost 7x too much, and the reverse)
+    same = ([p for p in layout if (p.k == 1) == (k == 1)] or [p for p in points if (p.k == 1) == (k == 1)]
+            or layout)
     near = sorted(((abs(math.log(m / p.m)) + abs(math.log(k / p.k)) + abs(math.log(n / p.n)), p)
                    for p in same), key=lambda dp: dp[0])[:3]
     log_sum = weight_sum = 0.0
@@ -188,6 +198,19 @@ def _moved(mc: Machine, kind: str, nbytes: float, elements: int, passes: float =
     return mc.launch + wake + passes * nbytes / mc.bandwidth
 
 
+def _bound(mc: Machine, kind: str, nbytes: float, elements: int, compute: float) -> float:
+    """Seconds of a generated kernel: its call, then the slower of moving its bytes and its
+    arithmetic, which overlap (the loads of a vectorized loop are in flight while it computes;
+    summing them priced a 4-multiply-add map over 1 MB at 112 us against 74 for the copy and 67
+    measured, a 3-tanh one at 651 against 683 measured: the max gives 74 and 582). The call is
+    the grid's smallest point (a kernel of 1K elements: call and dispatch), or a launch (and
+    the pool's wake-up when the kernel is split over threads)."""
+    moved = _moved(mc, kind, nbytes, elements)
+    grid = mc.step_grids.get(kind)
+    call = grid[0][1] if grid else mc.launch + (mc.pool_wake if _parallel(mc, elements) > 1 else 0.0)
+    return max(moved, call + compute)
+
+
 def _read_bytes(plan: Plan, slots, elements: int, inputs) -> int:
     """Bytes a kernel reads: each input buffer once (a broadcast read: the buffer; a strided
     read of part of a buffer: the elements it visits)."""
@@ -204,12 +227,14 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
     nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(plan.slots[s].nbytes for s in step.outputs)
     if isinstance(spec, KernelSpec):
         kind, roots = "map", spec.outputs
-    else:   # along the contiguous last axis (rows, or everything) or along leading axes only
-        last = len(spec.shape) - 1
+    else:   # along the contiguous last axis (rows, or everything) or along leading axes only;
+        # trailing axes of extent 1 are no axes (a sum of a 1024 x 1 column is a contiguous
+        # sum: measured 2.5 us in logistic regression, where reduce_lead priced it 4.3)
+        last = max((i for i, d in enumerate(spec.shape) if d > 1), default=-1)
         kind = "reduce" if last < 0 or last in spec.axes else "reduce_lead"
         roots = (spec.body,)
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
-    return kind, spec.name, _moved(mc, kind, nbytes, n) + compute
+    return kind, spec.name, _bound(mc, kind, nbytes, n, compute)
 
 
 def _rows(step: RowStep, plan: Plan, mc: Machine):
@@ -219,7 +244,7 @@ def _rows(step: RowStep, plan: Plan, mc: Machine):
                        bool(spec.outputs), sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
     roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
-    return "rows", spec.name, _moved(mc, "rows", nbytes, n) + compute
+    return "rows", spec.name, _bound(mc, "rows", nbytes, n, compute)
 
 
 def row_bytes(read: int, reductions: int, maps: bool, written: int) -> int:
@@ -326,7 +351,7 @@ _PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm
            ScanStep: _scan, WindowStep: _window}
 
 STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "copy_strided", "concat", "take", "scatterAdd", "sliceScatter",
-              "cumsum") + window_ops.WINDOW_OPS     # the kinds calibration measures a grid for
+              "cumsum") + window_ops.WINDOW_OPS + VIEW_KINDS     # the kinds calibration measures a grid for
 
 __all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "row_bytes",
            "step_price", "window_products_seconds", "window_work"]

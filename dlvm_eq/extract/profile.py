@@ -6,9 +6,11 @@ memory bandwidth, elementwise flop rate, per-element cost of each op class (exp,
 division...) in flop equivalents, reduction rate, kernel launch and pool wake-up overheads,
 matmul times over a grid of shapes, and (version 2) the time of each kind of plan step over a
 range of sizes as the executor runs it (`steps`, read by `pipeline/plan_cost.py` to predict a
-planned program's time), with the cost of a program call and of one step. Without a profile the
-shipped defaults (`machine.MACHINES`) are used; a version-1 profile still prices e-nodes, and
-plan steps are then priced from its rates (a warning asks for a new calibration).
+planned program's time), with the cost of a program call and of one step, and (version 3) of
+each view op a step reads its operands through. Without a profile the shipped defaults
+(`machine.MACHINES`) are used; a version-1 profile still prices e-nodes, and plan steps are then
+priced from its rates; a version-2 one prices views at nothing (a warning asks for a new
+calibration either way).
 
     profile = Profile.from_json(text)           # raises ProfileError on anything malformed
     write_profile(profile)                      # <cache dir>/profiles/<target>.json
@@ -35,8 +37,10 @@ from pathlib import Path
 from ..cache import default_cache_dir
 from ..errors import DlvmError
 
-PROFILE_VERSION = 2
-READABLE_VERSIONS = (1, 2)     # a version-1 profile lacks the step timings only
+PROFILE_VERSION = 3
+# a version-1 profile lacks the step timings; a version-2 one the view-op timings, and its flop
+# rate counted the kernel call as arithmetic (about half the rate): both still price, with a warning
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class ProfileError(DlvmError):
@@ -76,6 +80,7 @@ class Profile:
     steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     program_call: float = 0.0          # seconds of calling a compiled program, its steps aside
     step_call: float = 0.0             # seconds the executor spends per step beyond its work
+    version: int = PROFILE_VERSION     # of the `dlvm-eq calibrate` that measured it
 
     @property
     def stale(self) -> bool:
@@ -83,10 +88,13 @@ class Profile:
         fall back to the profile's rates."""
         return not self.steps
 
+    @property
+    def outdated(self) -> bool:
+        """Measured by an older `dlvm-eq calibrate` than this one (a recalibration measures more)."""
+        return self.version < PROFILE_VERSION
+
     def to_json(self) -> str:
-        data = asdict(self)
-        data["version"] = PROFILE_VERSION
-        return json.dumps(data, indent=1, sort_keys=True)
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Profile":
@@ -110,7 +118,7 @@ class Profile:
                        matmuls=matmuls, measured_at=str(data.get("measured_at", "")),
                        seconds=_non_negative(data.get("seconds", 0.0)), steps=steps,
                        program_call=_non_negative(data.get("program_call", 0.0)),
-                       step_call=_non_negative(data.get("step_call", 0.0)))
+                       step_call=_non_negative(data.get("step_call", 0.0)), version=int(data["version"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
 
@@ -196,6 +204,10 @@ def load_profile(target: str) -> Profile | None:
         warnings.warn(f"the machine profile {path} is stale (measured by an older `dlvm-eq "
                       f"calibrate`, without plan step timings): predicted program times use its "
                       f"rates only; run `dlvm-eq calibrate` again")
+    elif profile is not None and profile.outdated:
+        warnings.warn(f"the machine profile {path} was measured by an older `dlvm-eq calibrate` "
+                      f"(profile version {profile.version}, this is {PROFILE_VERSION}: without view-op "
+                      f"timings, its flop rate counting the kernel call); run `dlvm-eq calibrate` again")
     _LOADED[target] = profile
     return profile
 
