@@ -4,6 +4,7 @@ direct loop written out here; many threads on one compiled program; PTX through 
 from __future__ import annotations
 
 import ctypes
+import platform
 import shutil
 import subprocess
 import threading
@@ -147,6 +148,34 @@ def test_col2im_sums_every_window_element_back_like_the_reference(case):
     compile_conv(Col2imSpec(g)).run(dx, cols, n, r * p, p)
     np.testing.assert_array_equal(dx.reshape(xs), want)    # same sums in the same order
     assert np.isnan(raw[:64]).all() and np.isnan(raw[-64:]).all()
+
+
+def test_col2im_items_are_channel_major_planes():
+    """Items [0, images) are channel 0 of every image (item c*images + n -> plane n*C + c):
+    the planes of one channel read neighbouring segments of the same column rows."""
+    g = geometry("f64", (3, 2, 4, 5), (2, 3), {"stride": (1, 2), "padding": (1, 0, 2, 1), "dilation": (1, 1)})
+    n, r, p = 3, g.rows, g.cols
+    cols = np.random.default_rng(3).standard_normal((r, n * p))
+    k = compile_conv(Col2imSpec(g))
+    dx = np.full((n, g.channels, g.height, g.width), np.nan)
+    dims = np.array([p, n * p, n], np.int64)
+    k.fn(0, n, dx.ctypes.data, cols.ctypes.data, dims.ctypes.data)
+    full = np.empty_like(dx)
+    k.run(full, cols, n, p, n * p)
+    np.testing.assert_array_equal(dx[:, 0], full[:, 0])
+    assert np.isnan(dx[:, 1:]).all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="checks x86 assembly")
+def test_col2im_has_no_masked_vector_stores():
+    """The taps are unrolled with constant row and column ranges: with run-time trip counts
+    LLVM vectorized the sums with masked AVX loads and stores (vmaskmov), slow on Zen and
+    defeating store forwarding between taps."""
+    from dlvm_eq.codegen.cpu.im2col_ir import conv_ir
+    from dlvm_eq.codegen.cpu.llvm_cpu import assembly
+    g = geometry("f32", (128, 32, 14, 14), (3, 3), {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)})
+    asm = assembly(conv_ir(Col2imSpec(g)).text)
+    assert "vaddps" in asm and "vmaskmov" not in asm
 
 
 def test_a_too_small_buffer_is_a_clear_error_not_a_write_out_of_bounds():
