@@ -197,6 +197,25 @@ def test_the_rule_takes_per_image_products_only_where_they_are_small():
     assert conv_cpu.chunk_images(second, 128) == 128 and conv_cpu.chunk_images(second, 128, 1 << 20) == 4
 
 
+def test_per_image_products_run_in_image_blocks_on_many_threads_with_the_same_bits(monkeypatch):
+    """The per-image strategy splits a chunk's images into blocks over the usable CPUs (its
+    products are too small for OpenBLAS to thread); the bits do not depend on the CPU count."""
+    attrs = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((9, 1, 6, 5)).astype(np.float32), rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((9, 4, 6, 5)).astype(np.float32)
+    blocks = []
+    real = conv_cpu.run_python
+    monkeypatch.setattr(conv_cpu, "run_python", lambda fn, chunks, t: blocks.append(len(chunks)) or real(fn, chunks, t))
+    results = {}
+    for cpus in (1, 3):
+        monkeypatch.setattr(conv_cpu, "usable_cpus", lambda cpus=cpus: cpus)
+        results[cpus] = _three(x, w, dy, attrs, small=True)
+    assert blocks == [3] * 3 + [9] * 3      # 9 images in min(9, 4 per CPU) blocks: 3 of 3, or 9 of 1
+    for one, many in zip(results[1], results[3]):
+        np.testing.assert_array_equal(one, many)
+
+
 def _cnn_loss(x, w1, w2):
     h = dq.relu(dq.conv2d(x, w1, stride=(2, 1), padding=1))
     return dq.sum(dq.conv2d(h, w2, padding=(0, 2), dilation=(1, 2), groups=2) ** 2)

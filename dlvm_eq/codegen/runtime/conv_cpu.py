@@ -34,6 +34,8 @@ import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
 from .conv_kernel import compile_conv
+from .cpu_count import usable_cpus
+from .threads import run_python, split_range
 
 OPS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -43,6 +45,9 @@ CHUNK_BYTES = 64 << 20
 # A group's per-image product (multiply-adds) at most this big runs one product per image: in
 # OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
 PER_IMAGE_MACS = 1 << 18
+# Image blocks per thread in the per-image strategy: a few, so that a descheduled thread holds
+# up little; Python threads wake in 15-60 us, a block of the CNN's first layer takes ~0.4 ms.
+BLOCKS_PER_THREAD = 4
 MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
 _local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
 
@@ -70,6 +75,14 @@ def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -
 
 def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
     return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
+
+
+def _image_blocks(k: int, product) -> None:
+    """product(i0, i1) for blocks of a chunk's k images, on the usable CPUs: each per-image
+    product is too small for OpenBLAS to thread (PER_IMAGE_MACS), so the images are split
+    here instead; a block writes only its own images' results, in any thread order."""
+    threads = usable_cpus()
+    run_python(product, split_range(k, min(k, BLOCKS_PER_THREAD * threads), 1), threads)
 
 
 def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
@@ -113,8 +126,11 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
             im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
             yk = y[n0:n0 + k].reshape(k, o, p)
-            for i in range(groups):
-                np.matmul(wm[i], cols[:, i * rg:(i + 1) * rg], out=yk[:, i * og:(i + 1) * og])
+
+            def forward(a, b, cols=cols, yk=yk):
+                for i in range(groups):
+                    np.matmul(wm[i], cols[a:b, i * rg:(i + 1) * rg], out=yk[a:b, i * og:(i + 1) * og])
+            _image_blocks(k, forward)
             continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
@@ -140,8 +156,11 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, smal
         if small:
             dyk = dy[n0:n0 + k].reshape(k, o, p)
             dcols = _stacked(_scratch(g.rows * per * p, dy.dtype, "cols"), k, g.rows, p)
-            for i in range(groups):
-                np.matmul(wm[i].T, dyk[:, i * og:(i + 1) * og], out=dcols[:, i * rg:(i + 1) * rg])
+
+            def adjoint(a, b, dyk=dyk, dcols=dcols):
+                for i in range(groups):
+                    np.matmul(wm[i].T, dyk[a:b, i * og:(i + 1) * og], out=dcols[a:b, i * rg:(i + 1) * rg])
+            _image_blocks(k, adjoint)
             col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
             continue
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
@@ -172,9 +191,14 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
             im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
             dyk = dy[n0:n0 + k].reshape(k, o, p)
-            for i in range(groups):
-                parts = np.matmul(dyk[:, i * og:(i + 1) * og], cols[:, i * rg:(i + 1) * rg].transpose(0, 2, 1))
-                acc[i * og:(i + 1) * og] += parts.sum(axis=0)
+            parts = np.empty((k, groups, og, rg), x.dtype)
+
+            def weight(a, b, cols=cols, dyk=dyk, parts=parts):
+                for i in range(groups):
+                    np.matmul(dyk[a:b, i * og:(i + 1) * og], cols[a:b, i * rg:(i + 1) * rg].transpose(0, 2, 1),
+                              out=parts[a:b, i])
+            _image_blocks(k, weight)
+            acc += parts.sum(axis=0).reshape(o, rg)     # one fixed order, whatever the blocks
             continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
