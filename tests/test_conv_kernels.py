@@ -197,21 +197,25 @@ def test_the_rule_takes_per_image_products_only_where_they_are_small():
     assert conv_cpu.chunk_images(second, 128) == 128 and conv_cpu.chunk_images(second, 128, 1 << 20) == 4
 
 
-def test_per_image_products_run_in_image_blocks_on_many_threads_with_the_same_bits(monkeypatch):
-    """The per-image strategy splits a chunk's images into blocks over the usable CPUs (its
-    products are too small for OpenBLAS to thread); the bits do not depend on the CPU count."""
+@pytest.mark.parametrize("small", [True, False])
+def test_products_and_copies_run_in_blocks_on_many_threads_with_the_same_bits(monkeypatch, small):
+    """The per-image products (too small for OpenBLAS to thread) and the transposing copies
+    of the long strategy run in blocks over the usable CPUs; the bits do not depend on the
+    CPU count."""
     attrs = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
     rng = np.random.default_rng(4)
-    x, w = rng.standard_normal((9, 1, 6, 5)).astype(np.float32), rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    x, w = rng.standard_normal((9, 2, 6, 5)).astype(np.float32), rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
     dy = rng.standard_normal((9, 4, 6, 5)).astype(np.float32)
-    blocks = []
+    monkeypatch.setattr(conv_cpu, "BLOCK_MACS", 1)      # blocks however small the work
+    monkeypatch.setattr(conv_cpu, "BLOCK_BYTES", 1)
     real = conv_cpu.run_python
-    monkeypatch.setattr(conv_cpu, "run_python", lambda fn, chunks, t: blocks.append(len(chunks)) or real(fn, chunks, t))
-    results = {}
+    results, blocks = {}, {}
     for cpus in (1, 3):
         monkeypatch.setattr(conv_cpu, "usable_cpus", lambda cpus=cpus: cpus)
-        results[cpus] = _three(x, w, dy, attrs, small=True)
-    assert blocks == [3] * 3 + [9] * 3      # 9 images in min(9, 4 per CPU) blocks: 3 of 3, or 9 of 1
+        monkeypatch.setattr(conv_cpu, "run_python", lambda fn, chunks, t, cpus=cpus:
+                            blocks.setdefault(cpus, []).append(len(chunks)) or real(fn, chunks, t))
+        results[cpus] = _three(x, w, dy, attrs, small=small)
+    assert blocks[1][0] == 3 and blocks[3][0] == 9        # 9 images: min(9, 4 per CPU) blocks
     for one, many in zip(results[1], results[3]):
         np.testing.assert_array_equal(one, many)
 

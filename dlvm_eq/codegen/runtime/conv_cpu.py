@@ -45,9 +45,13 @@ CHUNK_BYTES = 64 << 20
 # A group's per-image product (multiply-adds) at most this big runs one product per image: in
 # OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
 PER_IMAGE_MACS = 1 << 18
-# Image blocks per thread in the per-image strategy: a few, so that a descheduled thread holds
-# up little; Python threads wake in 15-60 us, a block of the CNN's first layer takes ~0.4 ms.
+# Blocks per thread of the per-image products and the transposing copies: a few, so that a
+# descheduled thread holds up little. Python threads wake in 15-60 us, so a block is at least
+# BLOCK_MACS multiply-adds or BLOCK_BYTES copied (~0.1 ms; a block of the CNN's first layer
+# takes ~0.4 ms).
 BLOCKS_PER_THREAD = 4
+BLOCK_MACS = 1 << 20
+BLOCK_BYTES = 1 << 20
 MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
 _local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
 
@@ -77,12 +81,19 @@ def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
     return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
 
 
-def _image_blocks(k: int, product) -> None:
-    """product(i0, i1) for blocks of a chunk's k images, on the usable CPUs: each per-image
-    product is too small for OpenBLAS to thread (PER_IMAGE_MACS), so the images are split
-    here instead; a block writes only its own images' results, in any thread order."""
+def _blocks(fn, n: int, size: int, per_block: int) -> None:
+    """fn(i0, i1) for blocks of range(n) on the usable CPUs; `size` (work or bytes) over
+    `per_block` bounds the block count. Each block writes its own results only."""
     threads = usable_cpus()
-    run_python(product, split_range(k, min(k, BLOCKS_PER_THREAD * threads), 1), threads)
+    blocks = max(1, min(n, BLOCKS_PER_THREAD * threads, size // per_block))
+    run_python(fn, split_range(n, blocks, 1), threads)
+
+
+def _image_blocks(k: int, macs: int, product) -> None:
+    """product(i0, i1) for blocks of a chunk's k images (`macs` multiply-adds in all): each
+    per-image product is too small for OpenBLAS to thread (PER_IMAGE_MACS), so the images
+    are split here instead."""
+    _blocks(product, k, macs, BLOCK_MACS)
 
 
 def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
@@ -102,8 +113,16 @@ def _to_long(a: np.ndarray, slot: str) -> np.ndarray:
     """(k, O, P) -> (O, k*P) in scratch: the NCHW images side by side."""
     k, o, p = a.shape
     t = _matrix(_scratch(o * k * p, a.dtype, slot), o, k * p)
-    np.copyto(t.reshape(o, k, p), a.transpose(1, 0, 2))
+    _copy_blocks(t.reshape(o, k, p), a.transpose(1, 0, 2))
     return t
+
+
+def _copy_blocks(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src in blocks of the first axis on the usable CPUs (numpy copies on one
+    thread, without the GIL): the transposing copies move 6.4 MB per call in the CNN."""
+    def copy(a, b):
+        np.copyto(dst[a:b], src[a:b])
+    _blocks(copy, dst.shape[0], dst.nbytes, BLOCK_BYTES)
 
 
 def _geometry(x_shape, kernel, dtype, attrs) -> ConvGeometry:
@@ -130,14 +149,14 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
             def forward(a, b, cols=cols, yk=yk):
                 for i in range(groups):
                     np.matmul(wm[i], cols[a:b, i * rg:(i + 1) * rg], out=yk[a:b, i * og:(i + 1) * og])
-            _image_blocks(k, forward)
+            _image_blocks(k, k * o * g.rows // groups * p, forward)
             continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
         yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
         for i in range(groups):
             matmul(wm[i], cols[i * rg:(i + 1) * rg], yt[i * og:(i + 1) * og])
-        np.copyto(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
+        _copy_blocks(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
     return y
 
 
@@ -160,7 +179,7 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, smal
             def adjoint(a, b, dyk=dyk, dcols=dcols):
                 for i in range(groups):
                     np.matmul(wm[i].T, dyk[a:b, i * og:(i + 1) * og], out=dcols[a:b, i * rg:(i + 1) * rg])
-            _image_blocks(k, adjoint)
+            _image_blocks(k, k * o * g.rows // groups * p, adjoint)
             col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
             continue
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
@@ -197,7 +216,7 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
                 for i in range(groups):
                     np.matmul(dyk[a:b, i * og:(i + 1) * og], cols[a:b, i * rg:(i + 1) * rg].transpose(0, 2, 1),
                               out=parts[a:b, i])
-            _image_blocks(k, weight)
+            _image_blocks(k, k * o * g.rows // groups * p, weight)
             acc += parts.sum(axis=0).reshape(o, rg)     # one fixed order, whatever the blocks
             continue
         cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
