@@ -16,7 +16,9 @@ about 2**18 multiply-adds, and under load each such sync costs far more than the
   2026-12-01, 2-core EPYC at load 5-8: the differences, not the times, carry over).
 - Small per-image products (the 1-channel layer, 32x9 @ 9x784, single-threaded in OpenBLAS):
   one product per image straight into NCHW, column matrices (n, R, P), no copy: conv2d
-  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col).
+  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col). OpenBLAS runs
+  products this small on the calling thread, so the images are split into blocks over the
+  usable CPUs here (`_image_blocks`); the transposing copies are split the same way.
 The input adjoint sums the products back with col2im, the weight adjoint adds one product
 per chunk (or per image) in a fixed order: results do not depend on the thread count.
 WEIGHT_PRODUCT: the weight adjoint's long product is computed transposed, dWᵀ (288 x 64) =
@@ -24,7 +26,8 @@ cols (288 x 25088) @ dYᵀ (25088 x 64): OpenBLAS took 1575 ms (median; min 412)
 dY (64 x 25088) @ colsᵀ and 148 ms (min 66) for the transposed form, same operands, same run.
 
 Shared state (threads): none; the column matrices are scratch of the calling thread
-(`_scratch`), so two threads running one program never share one.
+(`_scratch`), so two threads running one program never share one. The blocks of one call run
+on threads.run_python's workers and write disjoint slices of the call's own arrays.
 """
 from __future__ import annotations
 
