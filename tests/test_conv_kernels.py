@@ -220,6 +220,43 @@ def test_products_and_copies_run_in_blocks_on_many_threads_with_the_same_bits(mo
         np.testing.assert_array_equal(one, many)
 
 
+def _in_fresh_thread(fn):
+    """fn() on a new thread: one with no kept column matrix (conv_reuse is per thread)."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(fn()))
+    t.start()
+    t.join(timeout=60)
+    return got[0]
+
+
+def test_the_weight_adjoint_reuses_the_forwards_column_matrix_only_for_the_same_bits(monkeypatch):
+    from dlvm_eq.codegen.runtime import conv_reuse
+    attrs = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2}
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((3, 4, 7, 6)).astype(np.float32), rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
+    y = conv_cpu.evaluate("conv2d", [x, w], attrs, _np_matmul, small=False)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    hits = []
+    real = conv_reuse.kept_matrix
+    monkeypatch.setattr(conv_reuse, "kept_matrix", lambda *a: hits.append(real(*a) is not None) or real(*a))
+
+    def weight(x):
+        return conv_cpu.evaluate("conv2dBackwardWeight", [x, dy], dict(attrs, size=(3, 2)), _np_matmul, small=False)
+    reused = weight(x)
+    np.testing.assert_array_equal(reused, _in_fresh_thread(lambda: weight(x)))
+    assert hits == [True, False]
+    x[1, 2, 3, 4] = np.float32(0.5) + x[1, 2, 3, 4]     # the same buffer, other bits: recomputed
+    np.testing.assert_array_equal(weight(x), _in_fresh_thread(lambda: weight(x)))
+    assert hits[2:] == [False, False]
+    zeros = np.zeros_like(x)                            # -0.0 is not 0.0: the bits decide
+    conv_cpu.evaluate("conv2d", [zeros, w], attrs, _np_matmul, small=False)
+    assert real(-zeros, conv_reuse._local.kept.geometry) is None and real(zeros.copy(), conv_reuse._local.kept.geometry) is not None
+    other = dict(attrs, stride=(1, 1))                  # another geometry's forward replaces it
+    conv_cpu.evaluate("conv2d", [zeros, w], other, _np_matmul, small=False)
+    weight(zeros)
+    assert hits[-1] is False
+
+
 def _cnn_loss(x, w1, w2):
     h = dq.relu(dq.conv2d(x, w1, stride=(2, 1), padding=1))
     return dq.sum(dq.conv2d(h, w2, padding=(0, 2), dilation=(1, 2), groups=2) ** 2)

@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
+from . import conv_reuse
 from .conv_kernel import compile_conv
 from .cpu_count import usable_cpus
 from .threads import run_python, split_range
@@ -154,8 +155,12 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
                     np.matmul(wm[i], cols[a:b, i * rg:(i + 1) * rg], out=yk[a:b, i * og:(i + 1) * og])
             _image_blocks(k, k * o * g.rows // groups * p, forward)
             continue
-        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+        whole = k == n and x.flags.c_contiguous   # one chunk: kept for the weight adjoint
+        cols = conv_reuse.forward_matrix(g, n, x.dtype) if whole else \
+            _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        if whole:
+            conv_reuse.remember(x, g)
         yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
         for i in range(groups):
             matmul(wm[i], cols[i * rg:(i + 1) * rg], yt[i * og:(i + 1) * og])
@@ -222,8 +227,10 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
             _image_blocks(k, k * o * g.rows // groups * p, weight)
             acc += parts.sum(axis=0).reshape(o, rg)     # one fixed order, whatever the blocks
             continue
-        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
-        im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        cols = conv_reuse.kept_matrix(x, g) if k == n else None    # the forward's, see conv_reuse
+        if cols is None:
+            cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+            im2col.run(cols, x[n0:n0 + k], k, p, k * p)
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
         for i in range(groups):   # dWᵀ = cols · dYᵀ: see WEIGHT_PRODUCT
             matmul(cols[i * rg:(i + 1) * rg], dyt[i * og:(i + 1) * og].T, part)
