@@ -4,6 +4,7 @@ direct loop written out here; many threads on one compiled program; PTX through 
 from __future__ import annotations
 
 import ctypes
+import platform
 import shutil
 import subprocess
 import threading
@@ -149,6 +150,34 @@ def test_col2im_sums_every_window_element_back_like_the_reference(case):
     assert np.isnan(raw[:64]).all() and np.isnan(raw[-64:]).all()
 
 
+def test_col2im_items_are_channel_major_planes():
+    """Items [0, images) are channel 0 of every image (item c*images + n -> plane n*C + c):
+    the planes of one channel read neighbouring segments of the same column rows."""
+    g = geometry("f64", (3, 2, 4, 5), (2, 3), {"stride": (1, 2), "padding": (1, 0, 2, 1), "dilation": (1, 1)})
+    n, r, p = 3, g.rows, g.cols
+    cols = np.random.default_rng(3).standard_normal((r, n * p))
+    k = compile_conv(Col2imSpec(g))
+    dx = np.full((n, g.channels, g.height, g.width), np.nan)
+    dims = np.array([p, n * p, n], np.int64)
+    k.fn(0, n, dx.ctypes.data, cols.ctypes.data, dims.ctypes.data)
+    full = np.empty_like(dx)
+    k.run(full, cols, n, p, n * p)
+    np.testing.assert_array_equal(dx[:, 0], full[:, 0])
+    assert np.isnan(dx[:, 1:]).all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="checks x86 assembly")
+def test_col2im_has_no_masked_vector_stores():
+    """The taps are unrolled with constant row and column ranges: with run-time trip counts
+    LLVM vectorized the sums with masked AVX loads and stores (vmaskmov), slow on Zen and
+    defeating store forwarding between taps."""
+    from dlvm_eq.codegen.cpu.im2col_ir import conv_ir
+    from dlvm_eq.codegen.cpu.llvm_cpu import assembly
+    g = geometry("f32", (128, 32, 14, 14), (3, 3), {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)})
+    asm = assembly(conv_ir(Col2imSpec(g)).text)
+    assert "vaddps" in asm and "vmaskmov" not in asm
+
+
 def test_a_too_small_buffer_is_a_clear_error_not_a_write_out_of_bounds():
     g = geometry("f32", (2, 3, 5, 5), (3, 3), {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)})
     x = np.zeros((2, 3, 5, 5), np.float32)
@@ -166,6 +195,66 @@ def test_the_rule_takes_per_image_products_only_where_they_are_small():
     assert conv_cpu.per_image(first, 32, 1) and not conv_cpu.per_image(second, 64, 1)
     assert conv_cpu.per_image(second, 64, 32)                    # 2x9 @ 9x196 per group
     assert conv_cpu.chunk_images(second, 128) == 128 and conv_cpu.chunk_images(second, 128, 1 << 20) == 4
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_products_and_copies_run_in_blocks_on_many_threads_with_the_same_bits(monkeypatch, small):
+    """The per-image products (too small for OpenBLAS to thread) and the transposing copies
+    of the long strategy run in blocks over the usable CPUs; the bits do not depend on the
+    CPU count."""
+    attrs = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((9, 2, 6, 5)).astype(np.float32), rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((9, 4, 6, 5)).astype(np.float32)
+    monkeypatch.setattr(conv_cpu, "BLOCK_MACS", 1)      # blocks however small the work
+    monkeypatch.setattr(conv_cpu, "BLOCK_BYTES", 1)
+    real = conv_cpu.run_python
+    results, blocks = {}, {}
+    for cpus in (1, 3):
+        monkeypatch.setattr(conv_cpu, "usable_cpus", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(conv_cpu, "run_python", lambda fn, chunks, t, cpus=cpus:
+                            blocks.setdefault(cpus, []).append(len(chunks)) or real(fn, chunks, t))
+        results[cpus] = _three(x, w, dy, attrs, small=small)
+    assert blocks[1][0] == 3 and blocks[3][0] == 9        # 9 images: min(9, 4 per CPU) blocks
+    for one, many in zip(results[1], results[3]):
+        np.testing.assert_array_equal(one, many)
+
+
+def _in_fresh_thread(fn):
+    """fn() on a new thread: one with no kept column matrix (conv_reuse is per thread)."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(fn()))
+    t.start()
+    t.join(timeout=60)
+    return got[0]
+
+
+def test_the_weight_adjoint_reuses_the_forwards_column_matrix_only_for_the_same_bits(monkeypatch):
+    from dlvm_eq.codegen.runtime import conv_reuse
+    attrs = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2}
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((3, 4, 7, 6)).astype(np.float32), rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
+    y = conv_cpu.evaluate("conv2d", [x, w], attrs, _np_matmul, small=False)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    hits = []
+    real = conv_reuse.kept_matrix
+    monkeypatch.setattr(conv_reuse, "kept_matrix", lambda *a: hits.append(real(*a) is not None) or real(*a))
+
+    def weight(x):
+        return conv_cpu.evaluate("conv2dBackwardWeight", [x, dy], dict(attrs, size=(3, 2)), _np_matmul, small=False)
+    reused = weight(x)
+    np.testing.assert_array_equal(reused, _in_fresh_thread(lambda: weight(x)))
+    assert hits == [True, False]
+    x[1, 2, 3, 4] = np.float32(0.5) + x[1, 2, 3, 4]     # the same buffer, other bits: recomputed
+    np.testing.assert_array_equal(weight(x), _in_fresh_thread(lambda: weight(x)))
+    assert hits[2:] == [False, False]
+    zeros = np.zeros_like(x)                            # -0.0 is not 0.0: the bits decide
+    conv_cpu.evaluate("conv2d", [zeros, w], attrs, _np_matmul, small=False)
+    assert real(-zeros, conv_reuse._local.kept.geometry) is None and real(zeros.copy(), conv_reuse._local.kept.geometry) is not None
+    other = dict(attrs, stride=(1, 1))                  # another geometry's forward replaces it
+    conv_cpu.evaluate("conv2d", [zeros, w], other, _np_matmul, small=False)
+    weight(zeros)
+    assert hits[-1] is False
 
 
 def _cnn_loss(x, w1, w2):

@@ -1,7 +1,7 @@
 """LLVM IR for the host's im2col and col2im kernels (`conv_ir`; the GPU's is gpu/im2col_ptx.py).
 
 ABI, both kernels (a call covers items [lo, hi): im2col rows r*images + n, col2im planes
-n*C + c):
+c*images + n, the plane n*C + c of dx):
     void k(i64 lo, i64 hi, ptr noalias dst, ptr noalias src, ptr noalias dims)
 with dims = [image_stride, row_stride, images] of the column matrix (kernels/conv_spec.py).
 

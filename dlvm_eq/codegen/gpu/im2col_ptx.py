@@ -1,5 +1,5 @@
 """im2col and col2im as PTX (the loop bodies of llvm/window_loops.py, shared with the CPU):
-one GPU thread per item (an im2col row (r, n), a col2im plane (n, c)), a grid-stride loop.
+one GPU thread per item (an im2col row (r, n), a col2im plane (c, n)), a grid-stride loop.
 
 ABI (i64 integers; items = images * rows or images * channels):
     .entry k(i64 items, ptr.global dst, ptr.global src, i64 image_stride, i64 row_stride, i64 images)

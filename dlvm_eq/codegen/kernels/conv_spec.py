@@ -74,7 +74,7 @@ class Im2colSpec:
 @dataclass(frozen=True)
 class Col2imSpec:
     """Column matrix -> dx (n, C, H, W), summing every window element onto its input position;
-    a call covers whole planes [lo, hi) of (n, c), so threads never write the same element."""
+    a call covers whole planes [lo, hi), item c*n_images + n, so threads never write the same element."""
     geometry: ConvGeometry
     name: str = "col2im"
 

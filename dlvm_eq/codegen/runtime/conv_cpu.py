@@ -16,7 +16,9 @@ about 2**18 multiply-adds, and under load each such sync costs far more than the
   2026-12-01, 2-core EPYC at load 5-8: the differences, not the times, carry over).
 - Small per-image products (the 1-channel layer, 32x9 @ 9x784, single-threaded in OpenBLAS):
   one product per image straight into NCHW, column matrices (n, R, P), no copy: conv2d
-  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col).
+  (128, 1, 28, 28) 25 ms against 64 (one product) and 47 (numpy's im2col). OpenBLAS runs
+  products this small on the calling thread, so the images are split into blocks over the
+  usable CPUs here (`_image_blocks`); the transposing copies are split the same way.
 The input adjoint sums the products back with col2im, the weight adjoint adds one product
 per chunk (or per image) in a fixed order: results do not depend on the thread count.
 WEIGHT_PRODUCT: the weight adjoint's long product is computed transposed, dWᵀ (288 x 64) =
@@ -24,7 +26,8 @@ cols (288 x 25088) @ dYᵀ (25088 x 64): OpenBLAS took 1575 ms (median; min 412)
 dY (64 x 25088) @ colsᵀ and 148 ms (min 66) for the transposed form, same operands, same run.
 
 Shared state (threads): none; the column matrices are scratch of the calling thread
-(`_scratch`), so two threads running one program never share one.
+(`_scratch`), so two threads running one program never share one. The blocks of one call run
+on threads.run_python's workers and write disjoint slices of the call's own arrays.
 """
 from __future__ import annotations
 
@@ -33,7 +36,10 @@ import threading
 import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
+from . import conv_reuse
 from .conv_kernel import compile_conv
+from .cpu_count import usable_cpus
+from .threads import run_python, split_range
 
 OPS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -43,6 +49,13 @@ CHUNK_BYTES = 64 << 20
 # A group's per-image product (multiply-adds) at most this big runs one product per image: in
 # OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
 PER_IMAGE_MACS = 1 << 18
+# Blocks per thread of the per-image products and the transposing copies: a few, so that a
+# descheduled thread holds up little. Python threads wake in 15-60 us, so a block is at least
+# BLOCK_MACS multiply-adds or BLOCK_BYTES copied (~0.1 ms; a block of the CNN's first layer
+# takes ~0.4 ms).
+BLOCKS_PER_THREAD = 4
+BLOCK_MACS = 1 << 20
+BLOCK_BYTES = 1 << 20
 MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
 _local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
 
@@ -72,6 +85,21 @@ def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
     return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
 
 
+def _blocks(fn, n: int, size: int, per_block: int) -> None:
+    """fn(i0, i1) for blocks of range(n) on the usable CPUs; `size` (work or bytes) over
+    `per_block` bounds the block count. Each block writes its own results only."""
+    threads = usable_cpus()
+    blocks = max(1, min(n, BLOCKS_PER_THREAD * threads, size // per_block))
+    run_python(fn, split_range(n, blocks, 1), threads)
+
+
+def _image_blocks(k: int, macs: int, product) -> None:
+    """product(i0, i1) for blocks of a chunk's k images (`macs` multiply-adds in all): each
+    per-image product is too small for OpenBLAS to thread (PER_IMAGE_MACS), so the images
+    are split here instead."""
+    _blocks(product, k, macs, BLOCK_MACS)
+
+
 def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
     return a[:k * rows * cols].reshape(k, rows, cols)
 
@@ -89,8 +117,16 @@ def _to_long(a: np.ndarray, slot: str) -> np.ndarray:
     """(k, O, P) -> (O, k*P) in scratch: the NCHW images side by side."""
     k, o, p = a.shape
     t = _matrix(_scratch(o * k * p, a.dtype, slot), o, k * p)
-    np.copyto(t.reshape(o, k, p), a.transpose(1, 0, 2))
+    _copy_blocks(t.reshape(o, k, p), a.transpose(1, 0, 2))
     return t
+
+
+def _copy_blocks(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src in blocks of the first axis on the usable CPUs (numpy copies on one
+    thread, without the GIL): the transposing copies move 6.4 MB per call in the CNN."""
+    def copy(a, b):
+        np.copyto(dst[a:b], src[a:b])
+    _blocks(copy, dst.shape[0], dst.nbytes, BLOCK_BYTES)
 
 
 def _geometry(x_shape, kernel, dtype, attrs) -> ConvGeometry:
@@ -113,15 +149,22 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
             im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
             yk = y[n0:n0 + k].reshape(k, o, p)
-            for i in range(groups):
-                np.matmul(wm[i], cols[:, i * rg:(i + 1) * rg], out=yk[:, i * og:(i + 1) * og])
+
+            def forward(a, b, cols=cols, yk=yk):
+                for i in range(groups):
+                    np.matmul(wm[i], cols[a:b, i * rg:(i + 1) * rg], out=yk[a:b, i * og:(i + 1) * og])
+            _image_blocks(k, k * o * g.rows // groups * p, forward)
             continue
-        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+        whole = k == n and x.flags.c_contiguous   # one chunk: kept for the weight adjoint
+        cols = conv_reuse.forward_matrix(g, n, x.dtype) if whole else \
+            _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
         im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        if whole:
+            conv_reuse.remember(x, g)
         yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
         for i in range(groups):
             matmul(wm[i], cols[i * rg:(i + 1) * rg], yt[i * og:(i + 1) * og])
-        np.copyto(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
+        _copy_blocks(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
     return y
 
 
@@ -140,8 +183,11 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, smal
         if small:
             dyk = dy[n0:n0 + k].reshape(k, o, p)
             dcols = _stacked(_scratch(g.rows * per * p, dy.dtype, "cols"), k, g.rows, p)
-            for i in range(groups):
-                np.matmul(wm[i].T, dyk[:, i * og:(i + 1) * og], out=dcols[:, i * rg:(i + 1) * rg])
+
+            def adjoint(a, b, dyk=dyk, dcols=dcols):
+                for i in range(groups):
+                    np.matmul(wm[i].T, dyk[a:b, i * og:(i + 1) * og], out=dcols[a:b, i * rg:(i + 1) * rg])
+            _image_blocks(k, k * o * g.rows // groups * p, adjoint)
             col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
             continue
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
@@ -172,12 +218,19 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
             im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
             dyk = dy[n0:n0 + k].reshape(k, o, p)
-            for i in range(groups):
-                parts = np.matmul(dyk[:, i * og:(i + 1) * og], cols[:, i * rg:(i + 1) * rg].transpose(0, 2, 1))
-                acc[i * og:(i + 1) * og] += parts.sum(axis=0)
+            parts = np.empty((k, groups, og, rg), x.dtype)
+
+            def weight(a, b, cols=cols, dyk=dyk, parts=parts):
+                for i in range(groups):
+                    np.matmul(dyk[a:b, i * og:(i + 1) * og], cols[a:b, i * rg:(i + 1) * rg].transpose(0, 2, 1),
+                              out=parts[a:b, i])
+            _image_blocks(k, k * o * g.rows // groups * p, weight)
+            acc += parts.sum(axis=0).reshape(o, rg)     # one fixed order, whatever the blocks
             continue
-        cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
-        im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        cols = conv_reuse.kept_matrix(x, g) if k == n else None    # the forward's, see conv_reuse
+        if cols is None:
+            cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+            im2col.run(cols, x[n0:n0 + k], k, p, k * p)
         dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
         for i in range(groups):   # dWᵀ = cols · dYᵀ: see WEIGHT_PRODUCT
             matmul(cols[i * rg:(i + 1) * rg], dyt[i * og:(i + 1) * og].T, part)

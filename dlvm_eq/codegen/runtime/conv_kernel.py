@@ -3,7 +3,7 @@
     >>> k = compile_conv(Im2colSpec(g))
     >>> k.run(cols, x, images=n, image_stride=g.rows * g.cols, row_stride=g.cols)
 
-Items (im2col rows (r, n), col2im planes (n, c)) are split over threads in whole items; an
+Items (im2col rows (r, n), col2im planes (c, n)) are split over threads in whole items; an
 item is written by one call only, so results do not depend on the thread count and two
 threads never write one element (col2im's sums stay inside a plane).
 

@@ -89,6 +89,16 @@ def run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) -> 
     _run_python(fn, [(lo, hi, *tail) for lo, hi in ranges], threads)
 
 
+def run_python(fn, chunks: list[tuple], threads: int) -> None:
+    """run_chunks for a Python callable that releases the GIL (numpy's products): on Python
+    threads, the caller's included."""
+    if len(chunks) == 1 or threads == 1:
+        for args in chunks:
+            fn(*args)
+        return
+    _run_python(fn, chunks, threads)
+
+
 def _run_python(fn, chunks: list[tuple], threads: int) -> None:
     """Python threads take chunks from one shared iterator (next() on it is atomic under the
     GIL); the caller works too, and waits only for helpers that started, not for queued ones."""
