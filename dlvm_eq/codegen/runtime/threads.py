@@ -73,7 +73,7 @@ def run_chunks(fn, chunks: list[tuple], threads: int) -> None:
     if pool is not None and len(chunks[0]) <= pool.max_args:
         pool.run(ctypes.cast(fn, ctypes.c_void_p).value, chunks, threads)
         return
-    _run_python(fn, chunks, threads)
+    run_python(fn, chunks, threads)
 
 
 def run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) -> None:
@@ -86,22 +86,18 @@ def run_ranges(fn, ranges: list[tuple[int, int]], tail: tuple, threads: int) -> 
     if pool is not None and 2 + len(tail) <= pool.max_args:
         pool.run_ranges(ctypes.cast(fn, ctypes.c_void_p).value, ranges, tail, threads)
         return
-    _run_python(fn, [(lo, hi, *tail) for lo, hi in ranges], threads)
+    run_python(fn, [(lo, hi, *tail) for lo, hi in ranges], threads)
 
 
 def run_python(fn, chunks: list[tuple], threads: int) -> None:
-    """run_chunks for a Python callable that releases the GIL (numpy's products): on Python
-    threads, the caller's included."""
+    """run_chunks for a Python callable that releases the GIL (numpy's products), and the
+    others' fallback: Python threads take chunks from one shared iterator (next() on it is
+    atomic under the GIL); the caller works too, and waits only for helpers that started, not
+    for queued ones."""
     if len(chunks) == 1 or threads == 1:
         for args in chunks:
             fn(*args)
         return
-    _run_python(fn, chunks, threads)
-
-
-def _run_python(fn, chunks: list[tuple], threads: int) -> None:
-    """Python threads take chunks from one shared iterator (next() on it is atomic under the
-    GIL); the caller works too, and waits only for helpers that started, not for queued ones."""
     todo = iter(chunks)
 
     def work():
