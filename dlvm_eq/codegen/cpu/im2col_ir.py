@@ -9,18 +9,15 @@ with dims = [image_stride, row_stride, images] of the column matrix (kernels/con
 """
 from __future__ import annotations
 
-import hashlib
-
 from llvmlite import ir
 
 from ..kernels.conv_spec import Col2imSpec, Im2colSpec
 from ..llvm.emitter import I64
 from ..llvm.loops import counted_loop, i64
 from ..llvm.window_loops import col2im_plane, im2col_row
-from .llvm_cpu import CpuIR, mark_noalias, target_machine
+from .llvm_cpu import CpuIR, mark_noalias, symbol_for, target_machine
 
 PTR = ir.PointerType()
-_PLACEHOLDER = "__dq_conv__"
 
 
 def _build(spec: Im2colSpec | Col2imSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
@@ -42,6 +39,5 @@ def _build(spec: Im2colSpec | Col2imSpec, symbol: str, triple: str, datalayout: 
 
 def conv_ir(spec: Im2colSpec | Col2imSpec) -> CpuIR:
     tm = target_machine()
-    draft = str(_build(spec, _PLACEHOLDER, tm.triple, str(tm.target_data)))
-    symbol = "dq_conv_" + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return CpuIR(draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol, None, spec.name)
+    text, symbol = symbol_for(lambda sym: str(_build(spec, sym, tm.triple, str(tm.target_data))))
+    return CpuIR(text, symbol, None, spec.name)

@@ -13,8 +13,6 @@ where dims = [rows, cols, row stride 0, col stride 0, row stride 1, ...]. Consta
 """
 from __future__ import annotations
 
-import hashlib
-
 from llvmlite import ir
 
 from ..kernels.rows import RowSpec, pattern, reduce_identity, rebuild, stash_nodes
@@ -23,12 +21,11 @@ from ..llvm.emitter import I64, Emitter
 from ..llvm.loops import counted_loop, entry_alloca, i64
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
 from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
-from .llvm_cpu import CpuIR, has_avx512, mark_noalias, target_machine
+from .llvm_cpu import CpuIR, has_avx512, mark_noalias, symbol_for, target_machine
 
 PTR = ir.PointerType()
 SHORT_ROW = 32     # rows at most this long are compiled for their exact length
 SCRATCH = 8192        # row elements kept on the stack for the map pass (32 KiB of f32)
-_PLACEHOLDER = "__dq_rows__"
 
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
@@ -159,6 +156,5 @@ def rows_ir(spec: RowSpec) -> CpuIR:
     if not spec.reductions:
         raise KernelError(f"{spec.name}: a row kernel needs at least one reduction")
     tm = target_machine()
-    draft = str(_build(spec, _PLACEHOLDER, tm.triple, str(tm.target_data)))
-    symbol = "dq_rows_" + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return CpuIR(draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol, None, "rows")
+    text, symbol = symbol_for(lambda sym: str(_build(spec, sym, tm.triple, str(tm.target_data))))
+    return CpuIR(text, symbol, None, "rows")
