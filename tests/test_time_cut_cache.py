@@ -84,3 +84,27 @@ def test_saturation_stopped_by_its_time_budget_says_so():
     (report,) = out.report.functions.values()
     assert report.saturation.stop_reason == "saturated" and cuts == []
 
+
+
+def test_a_cut_in_one_thread_is_not_another_threads():
+    """Two builds on two threads at once: each recorder hears only its own thread's cuts (a
+    cut seen by the other would leave a finished result uncached; a lost one would cache a
+    load-dependent one)."""
+    import threading
+    barrier = threading.Barrier(2)
+    heard = {}
+
+    def build(name, cut):
+        with watching_time_cuts() as cuts:
+            barrier.wait(timeout=30)
+            if cut:
+                note_time_cut(f"{name}: time limit")
+            barrier.wait(timeout=30)
+        heard[name] = cuts
+    threads = [threading.Thread(target=build, args=("cut", True)),
+               threading.Thread(target=build, args=("finished", False))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert heard == {"cut": ["cut: time limit"], "finished": []}
