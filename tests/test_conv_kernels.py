@@ -231,6 +231,7 @@ def _in_fresh_thread(fn):
 
 def test_the_weight_adjoint_reuses_the_forwards_column_matrix_only_for_the_same_bits(monkeypatch):
     from dlvm_eq.codegen.runtime import conv_reuse
+    monkeypatch.setattr(conv_reuse._local, "kept", {}, raising=False)   # what earlier tests kept aside
     attrs = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2}
     rng = np.random.default_rng(8)
     x, w = rng.standard_normal((3, 4, 7, 6)).astype(np.float32), rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
@@ -250,9 +251,14 @@ def test_the_weight_adjoint_reuses_the_forwards_column_matrix_only_for_the_same_
     assert hits[2:] == [False, False]
     zeros = np.zeros_like(x)                            # -0.0 is not 0.0: the bits decide
     conv_cpu.evaluate("conv2d", [zeros, w], attrs, _np_matmul, small=False)
-    assert real(-zeros, conv_reuse._local.kept.geometry) is None and real(zeros.copy(), conv_reuse._local.kept.geometry) is not None
-    other = dict(attrs, stride=(1, 1))                  # another geometry's forward replaces it
+    (kept,) = conv_reuse._local.kept.values()
+    assert real(-zeros, kept.geometry) is None and real(zeros.copy(), kept.geometry) is not None
+    other = dict(attrs, stride=(1, 1))                  # another geometry's forward keeps its own
     conv_cpu.evaluate("conv2d", [zeros, w], other, _np_matmul, small=False)
+    assert len(conv_reuse._local.kept) == 2
+    weight(zeros)                                       # and this one's is still there
+    assert hits[-1] is True
+    conv_cpu.evaluate("conv2d", [x, w], attrs, _np_matmul, small=False)   # same shape, other x: replaced
     weight(zeros)
     assert hits[-1] is False
 

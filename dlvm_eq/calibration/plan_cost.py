@@ -15,8 +15,11 @@ actually runs, step by step, as the executor runs it:
 - steps numpy runs (copies, concatenations, gathers, scatters, scans, the passes of windows)
   by their bytes on the grid measured for that kind (for windows: per op, beyond the products);
 - an AliasStep moves nothing: only the executor's per-step cost;
-- and every step (and the program's results) the view chains of its operands, applied at call
-  time, by the measured cost of each view op (`view_cost.py`).
+- every step (and the program's results) the view chains of its operands, applied at call
+  time, by the measured cost of each view op (`view_cost.py`);
+- and, on top of those (each measured with its data in cache), the share of each buffer a step
+  touches that the caches have lost since it was last touched, by the bytes and seconds in
+  between (`reuse.py`), at the measured cost of a byte from memory (`program_state.py`).
 Without a measured grid for a kind, a step costs a launch plus its bytes at the machine's
 bandwidth (times the passes the kind makes over them).
 
@@ -41,6 +44,7 @@ from ..extract.target_cost import flops_per_element
 from ..ir import window_ops
 from ..ir.ops import OPS
 from ..units import seconds_text
+from .reuse import reuse
 from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 
 # bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
@@ -54,7 +58,8 @@ _SHORT_TO_DLVM = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
 class StepPrice:
     kind: str            # the step kind ("map", "product", "conv2d", ...)
     label: str           # what it computes, short
-    seconds: float
+    seconds: float       # lost included
+    lost: float = 0.0    # of the seconds: fetching data the caches lost since its last touch
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ class PlanPrediction:
         lines = []
         for i, s in enumerate(self.steps):
             m = "" if measured is None else f"  measured {seconds_text(measured[i]):>10}"
-            lines.append(f"  {i:>3}  {s.kind:<20} predicted {seconds_text(s.seconds):>10}{m}  {s.label}")
+            lost = f" (lost data {seconds_text(s.lost)})" if s.lost >= 5e-7 else ""
+            lines.append(f"  {i:>3}  {s.kind:<20} predicted {seconds_text(s.seconds):>10}{m}  {s.label}{lost}")
         return "\n".join(lines)
 
 
@@ -81,6 +87,8 @@ def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
     """The predicted seconds of one call of `plan` on `target`'s machine."""
     mc = machine(target)
     steps = tuple(step_price(step, plan, mc) for step in plan.steps)
+    if mc.cache_miss_seconds > 0:
+        steps = _with_lost_data(plan, steps, mc)
     by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"
     # the results' views are applied once per call, after the steps
     call = mc.program_call + sum(chain_seconds(mc, r.chain) for r in plan.results)
@@ -94,6 +102,32 @@ def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
         raise TypeError(f"no price for plan step {type(step).__name__}: add it to plan_cost._PRICES")
     kind, label, seconds = price(step, plan, mc)
     return StepPrice(kind, label, mc.step_call + seconds + views_seconds(mc, step))
+
+
+def _with_lost_data(plan: Plan, steps: tuple[StepPrice, ...], mc: Machine) -> tuple[StepPrice, ...]:
+    """Each step with the fetching of the data the caches lost added: a buffer's lost share is
+    the larger of the fractions measured for the bytes and for the seconds since its last
+    touch (the seconds: the steps' own predictions, data in cache)."""
+    out = []
+    for price, touches in zip(steps, reuse(plan, [p.seconds for p in steps])):
+        lost = mc.cache_miss_seconds * sum(
+            nbytes * max(lost_fraction(mc.cache_by_bytes, moved), lost_fraction(mc.cache_by_seconds, spent))
+            for nbytes, moved, spent in touches)
+        out.append(StepPrice(price.kind, price.label, price.seconds + lost, lost))
+    return tuple(out)
+
+
+def lost_fraction(curve, amount: float) -> float:
+    """The fraction lost after `amount` (bytes or seconds) on a measured curve ((amount,
+    fraction), ...): linear between points, the last point's fraction beyond them."""
+    if not curve:
+        return 0.0
+    if amount >= curve[-1][0]:
+        return curve[-1][1]
+    for (a0, f0), (a1, f1) in zip(curve, curve[1:]):
+        if amount <= a1:
+            return f0 + (f1 - f0) * (amount - a0) / (a1 - a0) if a1 > a0 else f1
+    return curve[-1][1]    # pragma: no cover - amount < the last point is caught above
 
 
 # ---------------------------------------------------------------- products
@@ -353,5 +387,5 @@ _PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm
 STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "copy_strided", "concat", "take", "scatterAdd", "sliceScatter",
               "cumsum") + window_ops.WINDOW_OPS + VIEW_KINDS     # the kinds calibration measures a grid for
 
-__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "predict_plan", "product_seconds", "row_bytes",
+__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "lost_fraction", "predict_plan", "product_seconds", "row_bytes",
            "step_price", "window_products_seconds", "window_work"]

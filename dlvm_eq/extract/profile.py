@@ -7,7 +7,9 @@ division...) in flop equivalents, reduction rate, kernel launch and pool wake-up
 matmul times over a grid of shapes, and (version 2) the time of each kind of plan step over a
 range of sizes as the executor runs it (`steps`, read by `pipeline/plan_cost.py` to predict a
 planned program's time), with the cost of a program call and of one step, and (version 3) of
-each view op a step reads its operands through. Without a profile the shipped defaults
+each view op a step reads its operands through, and (version 4) how the caches lose a buffer
+while a program does other work (`cache_*`: read by plan_cost to price the steps that find
+their data gone). Without a profile the shipped defaults
 (`machine.MACHINES`) are used; a version-1 profile still prices e-nodes, and plan steps are then
 priced from its rates; a version-2 one prices views at nothing (a warning asks for a new
 calibration either way).
@@ -37,10 +39,16 @@ from pathlib import Path
 from ..cache import default_cache_dir
 from ..errors import DlvmError
 
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4
 # a version-1 profile lacks the step timings; a version-2 one the view-op timings, and its flop
-# rate counted the kernel call as arithmetic (about half the rate): both still price, with a warning
-READABLE_VERSIONS = (1, 2, 3)
+# rate counted the kernel call as arithmetic (about half the rate); a version-3 one lacks how
+# the caches lose data (every step priced with its data in cache): all still price, with a warning
+READABLE_VERSIONS = (1, 2, 3, 4)
+
+
+# what a profile of an older version lacks (the warning names it)
+_MISSING = {1: "without plan step timings", 2: "without view-op timings, its flop rate counting the kernel call",
+            3: "without the cache timings: every step priced with its data in cache"}
 
 
 class ProfileError(DlvmError):
@@ -80,6 +88,13 @@ class Profile:
     steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     program_call: float = 0.0          # seconds of calling a compiled program, its steps aside
     step_call: float = 0.0             # seconds the executor spends per step beyond its work
+    # how a buffer leaves the caches while a program works on other things: the extra seconds
+    # per byte a step pays for data the caches lost, and the fraction lost after so many
+    # bytes of other data moved ((bytes, fraction), ...) or so many seconds of other work
+    # ((seconds, fraction), ...); 0 and () (an older profile): nothing is ever lost
+    cache_miss_seconds: float = 0.0
+    cache_by_bytes: tuple[tuple[float, float], ...] = ()
+    cache_by_seconds: tuple[tuple[float, float], ...] = ()
     version: int = PROFILE_VERSION     # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -118,7 +133,11 @@ class Profile:
                        matmuls=matmuls, measured_at=str(data.get("measured_at", "")),
                        seconds=_non_negative(data.get("seconds", 0.0)), steps=steps,
                        program_call=_non_negative(data.get("program_call", 0.0)),
-                       step_call=_non_negative(data.get("step_call", 0.0)), version=int(data["version"]))
+                       step_call=_non_negative(data.get("step_call", 0.0)),
+                       cache_miss_seconds=_non_negative(data.get("cache_miss_seconds", 0.0)),
+                       cache_by_bytes=_fractions(data.get("cache_by_bytes", ())),
+                       cache_by_seconds=_fractions(data.get("cache_by_seconds", ())),
+                       version=int(data["version"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
 
@@ -133,6 +152,14 @@ def _positive(v) -> float:
     if not (math.isfinite(x) and x > 0):
         raise ValueError(f"{v!r} is not a positive number")
     return x
+
+
+def _fractions(curve) -> tuple[tuple[float, float], ...]:
+    """((amount, fraction), ...): amounts non-negative and increasing, fractions in [0, 1]."""
+    out = tuple((_non_negative(a), _non_negative(f)) for a, f in curve)
+    if any(f > 1 for _, f in out) or any(b[0] <= a[0] for a, b in zip(out, out[1:])):
+        raise ValueError(f"{curve!r} is not a curve of increasing amounts and fractions in [0, 1]")
+    return out
 
 
 def _non_negative(v) -> float:
@@ -206,8 +233,8 @@ def load_profile(target: str) -> Profile | None:
                       f"rates only; run `dlvm-eq calibrate` again")
     elif profile is not None and profile.outdated:
         warnings.warn(f"the machine profile {path} was measured by an older `dlvm-eq calibrate` "
-                      f"(profile version {profile.version}, this is {PROFILE_VERSION}: without view-op "
-                      f"timings, its flop rate counting the kernel call); run `dlvm-eq calibrate` again")
+                      f"(profile version {profile.version}, this is {PROFILE_VERSION}: "
+                      f"{_MISSING[profile.version]}); run `dlvm-eq calibrate` again")
     _LOADED[target] = profile
     return profile
 

@@ -31,7 +31,11 @@ class _Kept:
     x_bits: np.ndarray | None = None
 
 
-_local = threading.local()      # .kept: this thread's _Kept
+_local = threading.local()      # .kept: this thread's {(shape, dtype): _Kept}
+# Column matrices kept per thread, one per shape: a network's convolutions each keep their own
+# (with one for all, the CNN's two layers took turns: each forward threw the other's matrix
+# away, allocated its own afresh, and the first layer's weight adjoint never found its own).
+MAX_KEPT = 4
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -40,20 +44,33 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return flat.view(np.uint64) if flat.size % 8 == 0 else flat
 
 
+def _mine() -> dict:
+    kept = getattr(_local, "kept", None)
+    if kept is None:
+        kept = _local.kept = {}
+    return kept
+
+
+def _key(g: ConvGeometry, images: int, dtype) -> tuple:
+    return (g.rows, images * g.cols), np.dtype(dtype)
+
+
 def forward_matrix(g: ConvGeometry, images: int, dtype) -> np.ndarray:
     """The (R, images*P) matrix the forward writes its columns into; what it held is
     forgotten until `remember`."""
-    shape = (g.rows, images * g.cols)
-    kept = getattr(_local, "kept", None)
-    if kept is None or kept.matrix.shape != shape or kept.matrix.dtype != np.dtype(dtype):
-        kept = _local.kept = _Kept(np.empty(shape, dtype))
+    mine, key = _mine(), _key(g, images, dtype)
+    kept = mine.get(key)
+    if kept is None:
+        if len(mine) >= MAX_KEPT:
+            mine.clear()
+        kept = mine[key] = _Kept(np.empty(key[0], dtype))
     kept.geometry = None
     return kept.matrix
 
 
 def remember(x: np.ndarray, g: ConvGeometry) -> None:
-    """forward_matrix now holds the column matrix of x (C-contiguous) for geometry g."""
-    kept = _local.kept
+    """forward_matrix(g, ...) now holds the column matrix of x (C-contiguous) for geometry g."""
+    kept = _mine()[_key(g, x.shape[0], x.dtype)]
     if kept.x_bits is None or kept.x_bits.shape != x.shape or kept.x_bits.dtype != x.dtype:
         kept.x_bits = np.empty_like(x)
     np.copyto(kept.x_bits, x)
@@ -61,9 +78,11 @@ def remember(x: np.ndarray, g: ConvGeometry) -> None:
 
 
 def kept_matrix(x: np.ndarray, g: ConvGeometry) -> np.ndarray | None:
-    """The last forward's column matrix on this thread if it is x's for geometry g, else None."""
-    kept = getattr(_local, "kept", None)
-    if kept is None or kept.geometry != g or not x.flags.c_contiguous:
+    """This thread's last forward column matrix for geometry g if it is x's, else None."""
+    if not x.flags.c_contiguous:
+        return None
+    kept = _mine().get(_key(g, x.shape[0], x.dtype))
+    if kept is None or kept.geometry != g:
         return None
     if kept.x_bits.shape != x.shape or kept.x_bits.dtype != x.dtype:
         return None

@@ -1,0 +1,99 @@
+"""How the caches lose a buffer while a program works on other things: what `calibrate` measures
+so that `plan_cost` can price a step whose operands were last touched long before it.
+
+    miss, by_bytes, by_seconds = cache_timings()
+    # miss: extra seconds per byte a step pays for data the caches no longer hold
+    # by_bytes: ((bytes of other data moved since, fraction lost), ...)
+    # by_seconds: ((seconds of other work since, fraction lost), ...)
+
+Every other calibration calls the same step again and again, its data hot in the caches.
+Inside a program it is not: the small CNN's steps (batch 32, 16x16) summed to 4.3-5.4 ms
+called one at a time, 6.2-8.4 ms in the program's order. Two things take the data away:
+- the program's own traffic (a map over 1 MiB kept its speed after 8 MiB of other data had
+  been moved, and ran at memory speed, 4x slower, after 16-32 MiB: the share of the 32 MiB L3
+  that this VM gets);
+- time: on this shared host, 1 MiB untouched for 2-4 ms while the cores computed on other,
+  small data (products of 128 x 128) was mostly gone (other tenants share the caches, and the
+  host moves virtual CPUs between cores). How fast varies from minute to minute.
+Both are measured here with one probe, a compiled map over PROBE_BYTES read and PROBE_BYTES
+written: its time right after itself (hot), after a pass over 64 MiB of other data (cold), and
+after each amount of other data or of other work; a point's lost fraction is where its time
+lies between hot and cold.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+PROBE_ELEMENTS = 1 << 18                 # 1 MiB of f32 read, 1 MiB written
+PROBE_BYTES = 4 * PROBE_ELEMENTS
+OTHER_MIB = (1, 2, 4, 8, 12, 16, 24, 32)  # other data moved between two probes
+COLD_MIB = 64                            # twice the L3: nothing of the probe's data is left
+WORK_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # other work between two probes
+REPEATS = 9
+
+
+def _probe():
+    from ..codegen import KernelInput, KernelSpec, Load, compile_cpu
+    k = compile_cpu(KernelSpec("calib_cache_probe", (PROBE_ELEMENTS,), [KernelInput("f32")], [Load(0) + 1.0]))
+    x, out = np.ones(PROBE_ELEMENTS, np.float32), np.empty(PROBE_ELEMENTS, np.float32)
+    return lambda: k(x, out=out)
+
+
+def _median_after(before, probe, repeats: int = REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        before()
+        t0 = time.perf_counter()
+        probe()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _fraction(t: float, hot: float, cold: float) -> float:
+    return min(1.0, max(0.0, (t - hot) / (cold - hot))) if cold > hot else 0.0
+
+
+def _monotone(curve) -> tuple[tuple[float, float], ...]:
+    """Starting at (0, 0) (data just touched is in cache), each fraction at least the last."""
+    out, most = [(0.0, 0.0)], 0.0
+    for amount, f in curve:
+        most = max(most, f)
+        out.append((float(amount), round(most, 4)))
+    return tuple(out)
+
+
+def cache_timings() -> tuple[float, tuple, tuple]:
+    """(extra seconds per byte of lost data, lost fraction by bytes moved, by seconds of work)."""
+    probe = _probe()
+    probe()
+    hot_times = []
+    for _ in range(3 * REPEATS):
+        t0 = time.perf_counter()
+        probe()
+        hot_times.append(time.perf_counter() - t0)
+    hot = sorted(hot_times)[len(hot_times) // 4]
+    other = np.zeros(COLD_MIB << 18, np.float32)
+
+    def move(mib: int):
+        part = other[:mib << 18]
+        return lambda: np.add(part, 1.0, out=part)
+    cold = _median_after(move(COLD_MIB), probe)
+    by_bytes = [(mib << 20, _fraction(_median_after(move(mib), probe), hot, cold)) for mib in OTHER_MIB]
+    a = np.ones((128, 128), np.float32)
+    c = np.empty_like(a)
+
+    def work(ms: float):
+        def run():
+            end = time.perf_counter() + ms * 1e-3
+            while time.perf_counter() < end:
+                np.matmul(a, a, out=c)
+        return run
+    by_seconds = [(ms * 1e-3, _fraction(_median_after(work(ms), probe), hot, cold)) for ms in WORK_MS]
+    miss = max(0.0, cold - hot) / (2 * PROBE_BYTES)
+    return miss, _monotone(by_bytes), _monotone(by_seconds)
+
+
+__all__ = ["PROBE_BYTES", "cache_timings"]
