@@ -32,7 +32,7 @@ PROBE_BYTES = 4 * PROBE_ELEMENTS
 OTHER_MIB = (1, 2, 4, 8, 12, 16, 24, 32)  # other data moved between two probes
 COLD_MIB = 64                            # twice the L3: nothing of the probe's data is left
 WORK_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # other work between two probes
-REPEATS = 9
+REPEATS = 15
 
 
 def _probe():
@@ -42,14 +42,18 @@ def _probe():
     return lambda: k(x, out=out)
 
 
-def _median_after(before, probe, repeats: int = REPEATS) -> float:
-    times = []
+def _medians(conditions: list, probe, repeats: int = REPEATS) -> list[float]:
+    """The median probe time after each condition (a function run first, not timed), the
+    conditions taking turns repeat by repeat: a machine that slows for a second or two (this
+    one does, by 1.5x) slows every condition alike instead of the few measured then."""
+    times: list[list[float]] = [[] for _ in conditions]
     for _ in range(repeats):
-        before()
-        t0 = time.perf_counter()
-        probe()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for before, out in zip(conditions, times):
+            before()
+            t0 = time.perf_counter()
+            probe()
+            out.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def _fraction(t: float, hot: float, cold: float) -> float:
@@ -69,21 +73,13 @@ def cache_timings() -> tuple[float, tuple, tuple]:
     """(extra seconds per byte of lost data, lost fraction by bytes moved, by seconds of work)."""
     probe = _probe()
     probe()
-    hot_times = []
-    for _ in range(3 * REPEATS):
-        t0 = time.perf_counter()
-        probe()
-        hot_times.append(time.perf_counter() - t0)
-    hot = sorted(hot_times)[len(hot_times) // 4]
     other = np.zeros(COLD_MIB << 18, np.float32)
+    a = np.ones((128, 128), np.float32)
+    c = np.empty_like(a)
 
     def move(mib: int):
         part = other[:mib << 18]
         return lambda: np.add(part, 1.0, out=part)
-    cold = _median_after(move(COLD_MIB), probe)
-    by_bytes = [(mib << 20, _fraction(_median_after(move(mib), probe), hot, cold)) for mib in OTHER_MIB]
-    a = np.ones((128, 128), np.float32)
-    c = np.empty_like(a)
 
     def work(ms: float):
         def run():
@@ -91,7 +87,11 @@ def cache_timings() -> tuple[float, tuple, tuple]:
             while time.perf_counter() < end:
                 np.matmul(a, a, out=c)
         return run
-    by_seconds = [(ms * 1e-3, _fraction(_median_after(work(ms), probe), hot, cold)) for ms in WORK_MS]
+    conditions = [lambda: None, move(COLD_MIB)] + [move(m) for m in OTHER_MIB] + [work(ms) for ms in WORK_MS]
+    hot, cold, *rest = _medians(conditions, probe)
+    moved, worked = rest[:len(OTHER_MIB)], rest[len(OTHER_MIB):]
+    by_bytes = [(mib << 20, _fraction(t, hot, cold)) for mib, t in zip(OTHER_MIB, moved)]
+    by_seconds = [(ms * 1e-3, _fraction(t, hot, cold)) for ms, t in zip(WORK_MS, worked)]
     miss = max(0.0, cold - hot) / (2 * PROBE_BYTES)
     return miss, _monotone(by_bytes), _monotone(by_seconds)
 
