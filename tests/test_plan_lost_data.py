@@ -180,3 +180,10 @@ def test_a_version_3_profile_warns_that_it_lacks_the_cache_timings(cache_dir):  
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert predict_plan(chain_plan(1 << 10, 2), from_profile(p, MACHINES["cpu"])).steps[0].lost == 0.0
+
+
+def test_a_noisy_low_point_is_averaged_with_its_neighbours_not_carried_on():
+    from dlvm_eq.calibration.program_state import _monotone
+    fitted = _monotone([(1, 0.3), (2, 0.0), (3, 0.0), (4, 0.9)])
+    assert fitted == ((0.0, 0.0), (1.0, 0.1), (2.0, 0.1), (3.0, 0.1), (4.0, 0.9))
+    assert _monotone([(1, 0.0), (2, 0.5), (3, 0.2), (4, 1.0)])[1:] == ((1.0, 0.0), (2.0, 0.35), (3.0, 0.35), (4.0, 1.0))

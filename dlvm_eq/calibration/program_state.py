@@ -12,9 +12,9 @@ called one at a time, 6.2-8.4 ms in the program's order. Two things take the dat
 - the program's own traffic (a map over 1 MiB kept its speed after 8 MiB of other data had
   been moved, and ran at memory speed, 4x slower, after 16-32 MiB: the share of the 32 MiB L3
   that this VM gets);
-- time: on this shared host, 1 MiB untouched for 2-4 ms while the cores computed on other,
-  small data (products of 128 x 128) was mostly gone (other tenants share the caches, and the
-  host moves virtual CPUs between cores). How fast varies from minute to minute.
+- time: on this shared host, 1 MiB untouched for 4 ms while the thread only spun (or computed
+  products of small matrices) was mostly gone (other tenants share the caches, and the host
+  moves virtual CPUs between cores). How fast varies from minute to minute.
 Both are measured here with one probe, a compiled map over PROBE_BYTES read and PROBE_BYTES
 written: its time right after itself (hot), after a pass over 64 MiB of other data (cold), and
 after each amount of other data or of other work; a point's lost fraction is where its time
@@ -36,8 +36,11 @@ REPEATS = 15
 
 
 def _probe():
-    from ..codegen import KernelInput, KernelSpec, Load, compile_cpu
-    k = compile_cpu(KernelSpec("calib_cache_probe", (PROBE_ELEMENTS,), [KernelInput("f32")], [Load(0) + 1.0]))
+    """The probe on the calling thread only: split over the pool, a probe after a spin of
+    more than DLVM_EQ_SPIN_US found the workers asleep and timed their wake-up as lost data."""
+    from ..codegen import KernelInput, KernelSpec, Load
+    from ..codegen.runtime.cpu_kernel import CpuKernel
+    k = CpuKernel(KernelSpec("calib_cache_probe", (PROBE_ELEMENTS,), [KernelInput("f32")], [Load(0) + 1.0]), threads=1)
     x, out = np.ones(PROBE_ELEMENTS, np.float32), np.empty(PROBE_ELEMENTS, np.float32)
     return lambda: k(x, out=out)
 
@@ -61,12 +64,18 @@ def _fraction(t: float, hot: float, cold: float) -> float:
 
 
 def _monotone(curve) -> tuple[tuple[float, float], ...]:
-    """Starting at (0, 0) (data just touched is in cache), each fraction at least the last."""
-    out, most = [(0.0, 0.0)], 0.0
-    for amount, f in curve:
-        most = max(most, f)
-        out.append((float(amount), round(most, 4)))
-    return tuple(out)
+    """The least-squares non-decreasing fit of the fractions (pool adjacent violators: a noisy
+    point is averaged with its neighbours, not carried onto every larger amount as a running
+    maximum would), starting at (0, 0): data just touched is in cache."""
+    blocks: list[list[float]] = []        # [sum, count] of each pooled run
+    for _, f in curve:
+        blocks.append([f, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+    return ((0.0, 0.0),) + tuple((float(a), round(f, 4)) for (a, _), f in zip(curve, fitted))
 
 
 def cache_timings() -> tuple[float, tuple, tuple]:
@@ -74,18 +83,19 @@ def cache_timings() -> tuple[float, tuple, tuple]:
     probe = _probe()
     probe()
     other = np.zeros(COLD_MIB << 18, np.float32)
-    a = np.ones((128, 128), np.float32)
-    c = np.empty_like(a)
 
     def move(mib: int):
         part = other[:mib << 18]
         return lambda: np.add(part, 1.0, out=part)
 
     def work(ms: float):
+        # other work that moves no data of its own (that is `move`'s part): the thread spins.
+        # Work on both cores (products) read as 13-25% lost already after 0.1 ms: OpenBLAS's
+        # threads spinning on after a product, not the caches
         def run():
             end = time.perf_counter() + ms * 1e-3
             while time.perf_counter() < end:
-                np.matmul(a, a, out=c)
+                pass
         return run
     conditions = [lambda: None, move(COLD_MIB)] + [move(m) for m in OTHER_MIB] + [work(ms) for ms in WORK_MS]
     hot, cold, *rest = _medians(conditions, probe)
