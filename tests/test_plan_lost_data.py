@@ -16,7 +16,7 @@ from dlvm_eq.calibration.reuse import distances, reuse, step_touches
 from dlvm_eq.codegen import KernelInput, KernelSpec, Load
 from dlvm_eq.codegen.planning.plan import KernelStep
 from dlvm_eq.extract.machine import MACHINES, from_profile
-from dlvm_eq.extract.profile import Profile, ProfileError
+from dlvm_eq.extract.profile import CacheCurve, Profile, ProfileError
 
 from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
 from test_plan_prediction import calibrated_profile
@@ -27,9 +27,12 @@ BY_SECONDS = ((0.0, 0.0), (1e-3, 0.0), (8e-3, 1.0))
 MISS = 1e-10     # seconds per lost byte
 
 
-def lossy_machine(**changes):
-    fields = {"cache_miss_seconds": MISS, "cache_by_bytes": BY_BYTES, "cache_by_seconds": BY_SECONDS, **changes}
-    return from_profile(calibrated_profile(**fields), MACHINES["cpu"])
+def curve(probe_bytes=1 << 20, by_bytes=BY_BYTES, by_seconds=BY_SECONDS, miss=MISS):
+    return CacheCurve(float(probe_bytes), miss, by_bytes, by_seconds)
+
+
+def lossy_machine(*curves):
+    return from_profile(calibrated_profile(cache=curves or (curve(),)), MACHINES["cpu"])
 
 
 # ---------------------------------------------------------------- reuse distances
@@ -131,37 +134,47 @@ def test_the_lost_share_follows_the_measured_curves():
 
 def test_time_alone_loses_data():
     # a buffer reused with little in between but long after: lost by the seconds curve
-    mc = lossy_machine(cache_by_bytes=((0.0, 0.0), (1e12, 0.0)))
+    mc = lossy_machine(curve(by_bytes=((0.0, 0.0), (1e12, 0.0))))
     plan = chain_plan(1 << 16, 3)
     quick = predict_plan(plan, mc)
-    slow_mc = lossy_machine(cache_by_bytes=((0.0, 0.0), (1e12, 0.0)),
-                            cache_by_seconds=((0.0, 0.0), (1e-9, 1.0)))
+    slow_mc = lossy_machine(curve(by_bytes=((0.0, 0.0), (1e12, 0.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0))))
     slow = predict_plan(plan, slow_mc)
     assert sum(s.lost for s in slow.steps) > sum(s.lost for s in quick.steps)
 
 
 # ---------------------------------------------------------------- measurement and profile
 
+def test_each_buffer_is_priced_on_the_curve_of_the_probe_nearest_its_size():
+    # a small buffer's curve loses everything at once, a large one's nothing
+    small = curve(256 << 10, by_bytes=((0.0, 0.0), (1.0, 1.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0)))
+    large = curve(1 << 20, by_bytes=((0.0, 0.0), (1e12, 0.0)), by_seconds=((0.0, 0.0), (1e3, 0.0)))
+    mc = lossy_machine(small, large)
+    assert sum(s.lost for s in predict_plan(chain_plan(1 << 16, 3), mc).steps) > 0      # 256 KiB
+    assert sum(s.lost for s in predict_plan(chain_plan(1 << 20, 3), mc).steps) == 0.0   # 4 MiB
+
+
 def test_the_measured_curves_start_in_cache_and_never_fall():
-    from dlvm_eq.calibration.program_state import cache_timings
-    miss, by_bytes, by_seconds = cache_timings()
-    assert miss >= 0.0
-    for curve in (by_bytes, by_seconds):
-        assert curve[0] == (0.0, 0.0)
-        assert all(0.0 <= f <= 1.0 for _, f in curve)
-        assert all(b[0] > a[0] and b[1] >= a[1] for a, b in zip(curve, curve[1:]))
+    from dlvm_eq.calibration.program_state import PROBE_SIZES, cache_timings
+    curves = cache_timings()
+    assert [c.probe_bytes for c in curves] == list(PROBE_SIZES)
+    for c in curves:
+        assert c.miss_seconds >= 0.0
+        for points in (c.by_bytes, c.by_seconds):
+            assert points[0] == (0.0, 0.0)
+            assert all(0.0 <= f <= 1.0 for _, f in points)
+            assert all(b[0] > a[0] and b[1] >= a[1] for a, b in zip(points, points[1:]))
 
 
 def test_the_cache_timings_round_trip_in_the_profile():
-    p = sample_profile(cache_miss_seconds=MISS, cache_by_bytes=BY_BYTES, cache_by_seconds=BY_SECONDS)
+    p = sample_profile(cache=(curve(256 << 10), curve()))
     q = Profile.from_json(p.to_json())
-    assert q == p and q.cache_by_bytes == BY_BYTES
+    assert q == p and q.cache[1].by_bytes == BY_BYTES
 
 
-@pytest.mark.parametrize("curve", [[[0, 0], [1, 1.5]], [[0, 0], [0, 0.5]], [[2, 0.1], [1, 0.2]], [[0, -0.1]]])
-def test_a_malformed_cache_curve_is_refused(curve):
-    data = json.loads(sample_profile().to_json())
-    data["cache_by_bytes"] = curve
+@pytest.mark.parametrize("points", [[[0, 0], [1, 1.5]], [[0, 0], [0, 0.5]], [[2, 0.1], [1, 0.2]], [[0, -0.1]]])
+def test_a_malformed_cache_curve_is_refused(points):
+    data = json.loads(sample_profile(cache=(curve(),)).to_json())
+    data["cache"][0]["by_bytes"] = points
     with pytest.raises(ProfileError):
         Profile.from_json(json.dumps(data))
 
@@ -170,13 +183,12 @@ def test_a_version_3_profile_warns_that_it_lacks_the_cache_timings(cache_dir):  
     from dlvm_eq.extract.profile import load_profile, profile_path
     data = json.loads(calibrated_profile().to_json())
     data["version"] = 3
-    for k in ("cache_miss_seconds", "cache_by_bytes", "cache_by_seconds"):
-        data.pop(k)
+    data.pop("cache")
     profile_path("cpu").parent.mkdir(parents=True)
     profile_path("cpu").write_text(json.dumps(data))
     with pytest.warns(UserWarning, match="version 3.*without the cache timings"):
         p = load_profile("cpu")
-    assert p is not None and p.outdated and p.cache_miss_seconds == 0.0
+    assert p is not None and p.outdated and p.cache == ()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert predict_plan(chain_plan(1 << 10, 2), from_profile(p, MACHINES["cpu"])).steps[0].lost == 0.0

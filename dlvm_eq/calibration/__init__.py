@@ -35,10 +35,8 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
     # plan steps last: windows are timed beyond their products, priced by the products above
     call, step = measure_steps.call_overheads()
     steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), step)
-    miss, by_bytes, by_seconds = program_state.cache_timings()
     profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
-                         "cache_miss_seconds": miss, "cache_by_bytes": by_bytes, "cache_by_seconds": by_seconds,
-                         "seconds": round(time.perf_counter() - t0, 2)})
+                         "cache": program_state.cache_timings(), "seconds": round(time.perf_counter() - t0, 2)})
     if write:
         write_profile(profile)
     return profile
@@ -62,10 +60,10 @@ def profile_table(p: Profile) -> str:
         lines.append("  plan steps: not measured (an older profile): run `dlvm-eq calibrate` again")
         return "\n".join(lines)
     lines.append(f"  program call  {p.program_call * 1e6:8.2f} us; per step +{p.step_call * 1e6:.2f} us")
-    if p.cache_miss_seconds:
-        lines.append(f"  data the caches lost: +{p.cache_miss_seconds * 1e12:.1f} ps per byte; lost after "
-                     + ", ".join(f"{_bytes(b)} moved: {f:.0%}" for b, f in p.cache_by_bytes[1:]) + "; after "
-                     + ", ".join(f"{t * 1e3:g} ms of other work: {f:.0%}" for t, f in p.cache_by_seconds[1:]))
+    for c in p.cache:
+        lines.append(f"  a {_bytes(c.probe_bytes)} buffer the caches lost: +{c.miss_seconds * 1e12:.1f} ps per byte; "
+                     "lost after " + ", ".join(f"{_bytes(b)} moved: {f:.0%}" for b, f in c.by_bytes[1:])
+                     + "; after " + ", ".join(f"{t * 1e3:g} ms: {f:.0%}" for t, f in c.by_seconds[1:]))
     lines.append("  plan steps (bytes moved: seconds):")
     for kind, grid in sorted(p.steps.items()):
         lines.append(f"    {kind:<20} " + ", ".join(f"{_bytes(b)}: {t * 1e6:.1f} us" for b, t in grid))

@@ -87,7 +87,7 @@ def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
     """The predicted seconds of one call of `plan` on `target`'s machine."""
     mc = machine(target)
     steps = tuple(step_price(step, plan, mc) for step in plan.steps)
-    if mc.cache_miss_seconds > 0:
+    if mc.cache:
         steps = _with_lost_data(plan, steps, mc)
     by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"
     # the results' views are applied once per call, after the steps
@@ -107,14 +107,21 @@ def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
 def _with_lost_data(plan: Plan, steps: tuple[StepPrice, ...], mc: Machine) -> tuple[StepPrice, ...]:
     """Each step with the fetching of the data the caches lost added: a buffer's lost share is
     the larger of the fractions measured for the bytes and for the seconds since its last
-    touch (the seconds: the steps' own predictions, data in cache)."""
+    touch (the seconds: the steps' own predictions, data in cache), on the curve measured with
+    the probe nearest the buffer in size."""
     out = []
     for price, touches in zip(steps, reuse(plan, [p.seconds for p in steps])):
-        lost = mc.cache_miss_seconds * sum(
-            nbytes * max(lost_fraction(mc.cache_by_bytes, moved), lost_fraction(mc.cache_by_seconds, spent))
-            for nbytes, moved, spent in touches)
+        lost = 0.0
+        for nbytes, moved, spent in touches:
+            c = cache_curve(mc, nbytes)
+            lost += nbytes * c.miss_seconds * max(lost_fraction(c.by_bytes, moved), lost_fraction(c.by_seconds, spent))
         out.append(StepPrice(price.kind, price.label, price.seconds + lost, lost))
     return tuple(out)
+
+
+def cache_curve(mc: Machine, nbytes: float):
+    """The measured cache curve whose probe is nearest `nbytes` (log distance)."""
+    return min(mc.cache, key=lambda c: abs(math.log(max(nbytes, 1.0) / c.probe_bytes)))
 
 
 def lost_fraction(curve, amount: float) -> float:
@@ -387,5 +394,5 @@ _PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm
 STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "copy_strided", "concat", "take", "scatterAdd", "sliceScatter",
               "cumsum") + window_ops.WINDOW_OPS + VIEW_KINDS     # the kinds calibration measures a grid for
 
-__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "lost_fraction", "predict_plan", "product_seconds", "row_bytes",
+__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "cache_curve", "lost_fraction", "predict_plan", "product_seconds", "row_bytes",
            "step_price", "window_products_seconds", "window_work"]

@@ -1,10 +1,10 @@
 """How the caches lose a buffer while a program works on other things: what `calibrate` measures
 so that `plan_cost` can price a step whose operands were last touched long before it.
 
-    miss, by_bytes, by_seconds = cache_timings()
-    # miss: extra seconds per byte a step pays for data the caches no longer hold
-    # by_bytes: ((bytes of other data moved since, fraction lost), ...)
-    # by_seconds: ((seconds of other work since, fraction lost), ...)
+    curves = cache_timings()       # one CacheCurve per probe size (extract/profile.py)
+    # .probe_bytes: the probe buffers' size; .miss_seconds: extra seconds per byte a step pays
+    # for data the caches no longer hold; .by_bytes: ((bytes of other data moved since, fraction
+    # lost), ...); .by_seconds: ((seconds of other work since, fraction lost), ...)
 
 Every other calibration calls the same step again and again, its data hot in the caches.
 Inside a program it is not: the small CNN's steps (batch 32, 16x16) summed to 4.3-5.4 ms
@@ -12,13 +12,16 @@ called one at a time, 6.2-8.4 ms in the program's order. Two things take the dat
 - the program's own traffic (a map over 1 MiB kept its speed after 8 MiB of other data had
   been moved, and ran at memory speed, 4x slower, after 16-32 MiB: the share of the 32 MiB L3
   that this VM gets);
-- time: on this shared host, 1 MiB untouched for 4 ms while the thread only spun (or computed
-  products of small matrices) was mostly gone (other tenants share the caches, and the host
-  moves virtual CPUs between cores). How fast varies from minute to minute.
-Both are measured here with one probe, a compiled map over PROBE_BYTES read and PROBE_BYTES
-written: its time right after itself (hot), after a pass over 64 MiB of other data (cold), and
-after each amount of other data or of other work; a point's lost fraction is where its time
-lies between hot and cold.
+- time: on this shared host, data untouched while the cores do other work goes (other tenants
+  share the caches, and the host moves virtual CPUs between cores): a map over 256 KiB (in the
+  1 MiB L2) ran 1.4x slower after 200 us of a spin, 5x after 3 ms; one over 1 MiB (already
+  mostly in L3) kept its speed for 2 ms and lost half after 4. How fast varies from minute to
+  minute.
+Both are measured with a compiled map reading and writing PROBE_SIZES bytes each (the two cache
+levels), split over the pool as a program's steps are: its time right after itself (hot), after a pass over 64 MiB of
+other data (cold), and after each amount of other data or of other work; a point's lost
+fraction is where its time lies between hot and cold, the points fitted to a curve that never
+falls. The conditions take turns repeat by repeat, so a slow second slows all of them alike.
 """
 from __future__ import annotations
 
@@ -27,21 +30,21 @@ import time
 
 import numpy as np
 
-PROBE_ELEMENTS = 1 << 18                 # 1 MiB of f32 read, 1 MiB written
-PROBE_BYTES = 4 * PROBE_ELEMENTS
+from ..extract.profile import CacheCurve
+
+PROBE_SIZES = (256 << 10, 1 << 20)       # bytes read (and written) by each probe: L2, L3
 OTHER_MIB = (1, 2, 4, 8, 12, 16, 24, 32)  # other data moved between two probes
 COLD_MIB = 64                            # twice the L3: nothing of the probe's data is left
 WORK_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # other work between two probes
 REPEATS = 15
 
 
-def _probe():
-    """The probe on the calling thread only: split over the pool, a probe after a spin of
-    more than DLVM_EQ_SPIN_US found the workers asleep and timed their wake-up as lost data."""
-    from ..codegen import KernelInput, KernelSpec, Load
-    from ..codegen.runtime.cpu_kernel import CpuKernel
-    k = CpuKernel(KernelSpec("calib_cache_probe", (PROBE_ELEMENTS,), [KernelInput("f32")], [Load(0) + 1.0]), threads=1)
-    x, out = np.ones(PROBE_ELEMENTS, np.float32), np.empty(PROBE_ELEMENTS, np.float32)
+def _probe(nbytes: int):
+    """The probe as a program's steps run: split over the worker pool."""
+    from ..codegen import KernelInput, KernelSpec, Load, compile_cpu
+    n = nbytes // 4
+    k = compile_cpu(KernelSpec(f"calib_cache_probe_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0]))
+    x, out = np.ones(n, np.float32), np.empty(n, np.float32)
     return lambda: k(x, out=out)
 
 
@@ -78,32 +81,43 @@ def _monotone(curve) -> tuple[tuple[float, float], ...]:
     return ((0.0, 0.0),) + tuple((float(a), round(f, 4)) for (a, _), f in zip(curve, fitted))
 
 
-def cache_timings() -> tuple[float, tuple, tuple]:
-    """(extra seconds per byte of lost data, lost fraction by bytes moved, by seconds of work)."""
-    probe = _probe()
-    probe()
+def _products(ms: float):
+    """Other work as a program does it, moving little data of its own (that is the passes'
+    part): products of 128 x 128 matrices on both cores, for `ms`. What the probe finds after
+    them is what a step finds after a program's products: its data partly gone, and the cores
+    still held by OpenBLAS's threads for a while (a spin, which leaves the cores to the pool,
+    read as 0-3% lost where products read 6-30%; the small CNN's steps that follow its
+    convolutions ran 1.7x their time with the convolutions skipped)."""
+    a = np.ones((128, 128), np.float32)
+    c = np.empty_like(a)
+
+    def run():
+        end = time.perf_counter() + ms * 1e-3
+        while time.perf_counter() < end:
+            np.matmul(a, a, out=c)
+    return run
+
+
+def cache_timings(probe_sizes=PROBE_SIZES) -> tuple[CacheCurve, ...]:
+    """One CacheCurve per probe size: the miss cost per byte and the lost fraction by bytes
+    moved and by seconds of other work."""
     other = np.zeros(COLD_MIB << 18, np.float32)
 
     def move(mib: int):
         part = other[:mib << 18]
         return lambda: np.add(part, 1.0, out=part)
-
-    def work(ms: float):
-        # other work that moves no data of its own (that is `move`'s part): the thread spins.
-        # Work on both cores (products) read as 13-25% lost already after 0.1 ms: OpenBLAS's
-        # threads spinning on after a product, not the caches
-        def run():
-            end = time.perf_counter() + ms * 1e-3
-            while time.perf_counter() < end:
-                pass
-        return run
-    conditions = [lambda: None, move(COLD_MIB)] + [move(m) for m in OTHER_MIB] + [work(ms) for ms in WORK_MS]
-    hot, cold, *rest = _medians(conditions, probe)
-    moved, worked = rest[:len(OTHER_MIB)], rest[len(OTHER_MIB):]
-    by_bytes = [(mib << 20, _fraction(t, hot, cold)) for mib, t in zip(OTHER_MIB, moved)]
-    by_seconds = [(ms * 1e-3, _fraction(t, hot, cold)) for ms, t in zip(WORK_MS, worked)]
-    miss = max(0.0, cold - hot) / (2 * PROBE_BYTES)
-    return miss, _monotone(by_bytes), _monotone(by_seconds)
+    conditions = [lambda: None, move(COLD_MIB)] + [move(m) for m in OTHER_MIB] + [_products(ms) for ms in WORK_MS]
+    curves = []
+    for nbytes in probe_sizes:
+        probe = _probe(nbytes)
+        probe()
+        hot, cold, *rest = _medians(conditions, probe)
+        moved, worked = rest[:len(OTHER_MIB)], rest[len(OTHER_MIB):]
+        curves.append(CacheCurve(
+            probe_bytes=float(nbytes), miss_seconds=max(0.0, cold - hot) / (2 * nbytes),
+            by_bytes=_monotone([(mib << 20, _fraction(t, hot, cold)) for mib, t in zip(OTHER_MIB, moved)]),
+            by_seconds=_monotone([(ms * 1e-3, _fraction(t, hot, cold)) for ms, t in zip(WORK_MS, worked)])))
+    return tuple(curves)
 
 
-__all__ = ["PROBE_BYTES", "cache_timings"]
+__all__ = ["PROBE_SIZES", "cache_timings"]

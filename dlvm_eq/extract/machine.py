@@ -44,11 +44,9 @@ class Machine:
     step_grids: dict = field(default_factory=dict, hash=False)
     program_call: float = 5e-6     # seconds of one call of a compiled program, steps aside
     step_call: float = 3e-7        # the executor's seconds per step beyond the step's work
-    # the caches losing a buffer while the program works elsewhere (profile.py): extra seconds
-    # per byte of lost data, and the lost fraction by bytes moved / seconds spent in between
-    cache_miss_seconds: float = 0.0
-    cache_by_bytes: tuple = field(default=(), hash=False)
-    cache_by_seconds: tuple = field(default=(), hash=False)
+    # the caches losing a buffer while the program works elsewhere: one profile.CacheCurve
+    # per probe size; () for the defaults: nothing is lost
+    cache: tuple = field(default=(), hash=False)
 
     def matmul_seconds(self, m: int, k: int, n: int) -> float:
         """Seconds of one (m, k) @ (k, n): interpolated between the measured products of
@@ -94,8 +92,7 @@ def from_profile(profile: Profile, default: Machine) -> Machine:
                    step_grids={k: _non_decreasing(g) for k, g in profile.steps.items()},
                    program_call=profile.program_call or default.program_call,
                    step_call=profile.step_call or default.step_call,
-                   cache_miss_seconds=profile.cache_miss_seconds, cache_by_bytes=profile.cache_by_bytes,
-                   cache_by_seconds=profile.cache_by_seconds)
+                   cache=profile.cache)
 
 
 def _matmul_grid(points: tuple[MatmulPoint, ...]) -> tuple[tuple[float, float], ...]:

@@ -71,6 +71,23 @@ class MatmulPoint:
 
 
 @dataclass(frozen=True)
+class CacheCurve:
+    """How the caches lose a buffer of about `probe_bytes` (calibration/program_state.py): the
+    extra seconds per byte fetched once lost, and the fraction lost after so many bytes of
+    other data moved ((bytes, fraction), ...) or so many seconds of other work ((seconds,
+    fraction), ...)."""
+    probe_bytes: float
+    miss_seconds: float
+    by_bytes: tuple[tuple[float, float], ...]
+    by_seconds: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def from_data(cls, d: dict) -> "CacheCurve":
+        return cls(_positive(d["probe_bytes"]), _non_negative(d["miss_seconds"]),
+                   _fractions(d["by_bytes"]), _fractions(d["by_seconds"]))
+
+
+@dataclass(frozen=True)
 class Profile:
     target: str
     host: str                          # host_id() where it was measured
@@ -88,13 +105,9 @@ class Profile:
     steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     program_call: float = 0.0          # seconds of calling a compiled program, its steps aside
     step_call: float = 0.0             # seconds the executor spends per step beyond its work
-    # how a buffer leaves the caches while a program works on other things: the extra seconds
-    # per byte a step pays for data the caches lost, and the fraction lost after so many
-    # bytes of other data moved ((bytes, fraction), ...) or so many seconds of other work
-    # ((seconds, fraction), ...); 0 and () (an older profile): nothing is ever lost
-    cache_miss_seconds: float = 0.0
-    cache_by_bytes: tuple[tuple[float, float], ...] = ()
-    cache_by_seconds: tuple[tuple[float, float], ...] = ()
+    # how a buffer leaves the caches while a program works on other things, one curve per
+    # probe size (CacheCurve); () (an older profile): nothing is ever lost
+    cache: tuple["CacheCurve", ...] = ()
     version: int = PROFILE_VERSION     # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -134,9 +147,7 @@ class Profile:
                        seconds=_non_negative(data.get("seconds", 0.0)), steps=steps,
                        program_call=_non_negative(data.get("program_call", 0.0)),
                        step_call=_non_negative(data.get("step_call", 0.0)),
-                       cache_miss_seconds=_non_negative(data.get("cache_miss_seconds", 0.0)),
-                       cache_by_bytes=_fractions(data.get("cache_by_bytes", ())),
-                       cache_by_seconds=_fractions(data.get("cache_by_seconds", ())),
+                       cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
                        version=int(data["version"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
