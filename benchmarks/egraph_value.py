@@ -5,8 +5,8 @@ code generator with the same fusion, side by side in one run.
     .venv/bin/python benchmarks/egraph_value.py                          # prints the table
     .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
 
-For each model: the measured speedup (median step time off / on, the two taking turns round by
-round), the predicted speedup (the planned programs' predicted times, off / on:
+For each model: the measured speedup (the two taking turns round by round: the median over
+rounds of off's step time over on's in the round that followed), the predicted speedup (the planned programs' predicted times, off / on:
 `calibration.plan_cost.predict_plan`, every step of the plan that runs priced from the
 machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
@@ -208,10 +208,13 @@ def check(name, module, fname, args, compiled):
                                  f"(max error {np.max(np.abs(g - w)):.3g})")
 
 
-def time_pair(off, on, args, rounds: int, steps: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((median, fastest) seconds per call of off, the same of on), taking turns round by round:
-    the median over rounds of a round's mean call, and the fastest single call (what a quiet
-    machine gives; on a loaded one, rounds get interrupted and the medians grow)."""
+def time_pair(off, on, args, rounds: int, steps: int):
+    """((median, fastest) seconds per call of off, the same of on, the measured speedup),
+    taking turns round by round: the median over rounds of a round's mean call, the fastest
+    single call (what a quiet machine gives; on a loaded one, rounds get interrupted and the
+    medians grow), and the median over rounds of off's round over on's round that followed it
+    (this machine slows by 1.5x for seconds at a time: a ratio of two medians can set a slow
+    stretch of one against a quick one of the other; a round and the next share one)."""
     rounds_of = {"off": [], "on": []}
     fastest = {"off": math.inf, "on": math.inf}
     for f in (off, on):
@@ -227,7 +230,8 @@ def time_pair(off, on, args, rounds: int, steps: int) -> tuple[tuple[float, floa
                 total += dt
                 fastest[label] = min(fastest[label], dt)
             rounds_of[label].append(total / steps)
-    return tuple((statistics.median(rounds_of[k]), fastest[k]) for k in ("off", "on"))
+    speedup = statistics.median(a / b for a, b in zip(rounds_of["off"], rounds_of["on"]))
+    return (*((statistics.median(rounds_of[k]), fastest[k]) for k in ("off", "on")), speedup)
 
 
 def spearman(xs, ys) -> float:
@@ -267,12 +271,12 @@ def run(rounds: int, steps: int, only=None):
         on = dq.compile(optimized, fname, target="cpu", optimize=False)
         optimize_s = time.perf_counter() - t0
         check(title, plain, fname, args, {"unoptimized": off, "optimized": on})
-        (t_off, fast_off), (t_on, fast_on) = time_pair(off, on, args, rounds, steps)
+        (t_off, fast_off), (t_on, fast_on), speedup = time_pair(off, on, args, rounds, steps)
         p_off, p_on = predicted_seconds(off), predicted_seconds(on)
         fr = result.report[fname]
         sat = fr.saturation
         fired = ", ".join(f"{r} x{n}" for r, n in (sat.top_rules()[:4] if sat else []))
-        rows.append([title, f"{t_off * 1e3:.3f}", f"{t_on * 1e3:.3f}", f"{t_off / t_on:.2f}x",
+        rows.append([title, f"{t_off * 1e3:.3f}", f"{t_on * 1e3:.3f}", f"{speedup:.2f}x",
                      f"{p_off / p_on:.2f}x", f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
                      f"{optimize_s:.2f} s", fired or "none"])
         programs += [(p_off, t_off, fast_off), (p_on, t_on, fast_on)]
@@ -292,8 +296,8 @@ def agreement(predicted, measured) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
     args = ap.parse_args(argv)
