@@ -199,3 +199,30 @@ def test_a_noisy_low_point_is_averaged_with_its_neighbours_not_carried_on():
     fitted = _monotone([(1, 0.3), (2, 0.0), (3, 0.0), (4, 0.9)])
     assert fitted == ((0.0, 0.0), (1.0, 0.1), (2.0, 0.1), (3.0, 0.1), (4.0, 0.9))
     assert _monotone([(1, 0.0), (2, 0.5), (3, 0.2), (4, 1.0)])[1:] == ((1.0, 0.0), (2.0, 0.35), (3.0, 0.35), (4.0, 1.0))
+
+
+def test_every_kind_of_step_is_priced_with_its_lost_data():
+    # windows, gathers and their scatter-add adjoint, cumsum, concatenation, products
+    import numpy as np
+    import dlvm_eq as dq
+    from dlvm_eq.pipeline import plan_function
+    rng = np.random.default_rng(0)
+
+    def loss(x, w, e, ids):
+        p = dq.max_pool2d(dq.relu(dq.conv2d(x, w, padding=1)), 2)
+        z = dq.concatenate([dq.reshape(p, (2, -1)), dq.take(e, ids, axis=0)], axis=1)
+        return dq.sum(dq.cumsum(z, axis=1) * ((z @ dq.transpose(z)) @ z))
+    args = (rng.standard_normal((2, 3, 8, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+            rng.standard_normal((10, 5)).astype(np.float32), np.array([1, 7], np.int32))
+    ir = dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args)
+    name = next(iter(ir.functions))
+    plan = plan_function(ir[name], ir)
+    kinds = {type(s).__name__ for s in plan.steps}
+    assert {"WindowStep", "IndexStep", "KernelStep", "BlasStep"} <= kinds, kinds
+    # everything touched is lost the moment any time passes
+    mc = lossy_machine(curve(by_seconds=((0.0, 0.0), (1e-12, 1.0))))
+    prediction = predict_plan(plan, mc)
+    touched = [sum(b for _, b in t) for t in step_touches(plan)]
+    assert len(prediction.steps) == len(plan.steps) and sum(s.lost for s in prediction.steps) > 0
+    for price, nbytes in zip(prediction.steps, touched):
+        assert 0.0 <= price.lost <= nbytes * MISS * (1 + 1e-9)
