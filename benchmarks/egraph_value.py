@@ -6,9 +6,9 @@ code generator with the same fusion, side by side in one run.
     .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
 
 For each model: the measured speedup (the two taking turns round by round: the median over
-rounds of off's step time over on's in the round that followed), the predicted speedup (the planned programs' predicted times, off / on:
-`calibration.plan_cost.predict_plan`, every step of the plan that runs priced from the
-machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
+rounds of off's step time over on's in the round that followed), the predicted speedup (the
+planned programs' predicted times, off / on: `calibration.plan_cost.predict_plan`, every step
+of the plan that runs priced from the machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
 correlation between predicted and measured program times over all the programs, and how far
 each prediction is from its measurement (the calibration target: rho >= 0.9, within 1.5x).
