@@ -210,7 +210,10 @@ class Device:
 def _build_cuda():
     cuda = types.SimpleNamespace()
     cuda.Device = Device
-    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, deviceSynchronize=lambda: None)
+    cuda.runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1, deviceSynchronize=lambda: None,
+        getDeviceProperties=lambda i: {"name": b"fake GPU", "major": 9, "minor": 0,
+                                       "multiProcessorCount": Device.sms})
     cuda.function = types.SimpleNamespace(Module=Module)
     return cuda
 

@@ -123,8 +123,45 @@ def test_calibrate_measures_this_host(cache_dir, monkeypatch):
     assert "GFLOP/s" in profile_table(p)
 
 
-def test_calibrating_the_gpu_says_it_is_not_supported():
+@pytest.mark.skipif(__import__("dlvm_eq.codegen.gpu.gpu_runtime", fromlist=["x"]).gpu_available(),
+                    reason="a CUDA device is here: calibrating it is no error")
+def test_calibrating_the_gpu_without_one_says_why(cache_dir):
     from dlvm_eq.calibration import calibrate
     from dlvm_eq.errors import DlvmError
-    with pytest.raises(DlvmError, match="only 'cpu'"):
-        calibrate("gpu", write=False)
+    with pytest.raises(DlvmError, match="CuPy|CUDA"):
+        calibrate("gpu")
+    assert not (cache_dir / "profiles" / "gpu.json").exists()
+
+
+def test_calibrating_an_unknown_target_is_an_error():
+    from dlvm_eq.calibration import calibrate
+    from dlvm_eq.errors import DlvmError
+    with pytest.raises(DlvmError, match="unknown calibration target 'tpu'"):
+        calibrate("tpu", write=False)
+
+
+def test_calibrate_measures_the_gpu_as_gpu_programs_run(cache_dir, monkeypatch):
+    # the emulated device (fake_cupy) runs every launch thread by thread on the host: tiny sizes;
+    # the timings mean nothing there, the code paths and the profile are what is checked
+    import fake_cupy
+    from dlvm_eq.calibration import calibrate, measure_gpu, measure_steps, profile_table
+    monkeypatch.setattr(measure_gpu, "STREAM_ELEMENTS", 1 << 12)
+    monkeypatch.setattr(measure_gpu, "CACHED_ELEMENTS", 1 << 10)
+    monkeypatch.setattr(measure_gpu, "MATMUL_SHAPES", [(8, 8, 8), (16, 16, 16)])
+    monkeypatch.setattr(measure_gpu, "REPEATS", 3)
+    monkeypatch.setattr(measure_steps, "GPU_SIZES", (1 << 8, 1 << 10))
+    monkeypatch.setattr(measure_steps, "WINDOW_SIZES", ((2, 2, 4, 2),))
+    with fake_cupy.installed(monkeypatch, sms=1):
+        p = calibrate("gpu")
+        assert p.target == "gpu" and p.host == host_id("gpu") and "fake GPU sm_90" in p.host
+        assert all(v > 0 for v in (p.bandwidth, p.flop_rate, p.launch, p.reduce_rate))
+        assert len(p.matmuls) == 2 * 3 and set(p.op_flops) >= {"Exp", "Log", "Tanh", "Divide"}
+        assert {"map", "reduce", "rows", "conv2d", "view_transpose"} <= set(p.steps) and not p.outdated
+        assert load_profile("gpu") == p and machine("gpu").profile == p.digest()
+        assert "GFLOP/s" in profile_table(p)
+    # another GPU does not trust it
+    from dlvm_eq.extract import profile as profile_mod
+    monkeypatch.setattr(profile_mod, "_gpu_id", lambda: "another GPU sm_80")
+    forget_profiles()
+    with pytest.warns(UserWarning, match="ignoring the machine profile"):
+        assert load_profile("gpu") is None

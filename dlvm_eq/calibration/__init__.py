@@ -1,7 +1,8 @@
 """`dlvm-eq calibrate`: time this machine, so that the cost model prices e-nodes by what they
 take here (Tensat's measured operator costs), and store the result as a profile.
 
-    profile = calibrate("cpu")        # about half a minute; writes <cache dir>/profiles/cpu.json
+    profile = calibrate("cpu")        # about 16 s here; writes <cache dir>/profiles/cpu.json
+    profile = calibrate("gpu")        # the current CUDA device; <cache dir>/profiles/gpu.json
     print(profile_table(profile))
 
 It may import codegen (to build the kernels it times) and extract (the profile's data type);
@@ -19,11 +20,12 @@ from . import measure, measure_steps, program_state
 
 
 def calibrate(target: str = "cpu", write: bool = True) -> Profile:
-    """Measure `target` on this host; write the profile to the cache directory unless told not
-    to. Only the CPU is measured so far."""
+    """Measure `target` on this host (the gpu: the current CUDA device); write the profile to
+    the cache directory unless told not to."""
+    if target == "gpu":
+        return _calibrate_gpu(write)
     if target != "cpu":
-        raise DlvmError(f"calibrating target {target!r} is not supported yet; only 'cpu' is "
-                        f"(the gpu cost model keeps its shipped H100-class defaults)")
+        raise DlvmError(f"unknown calibration target {target!r}; expected cpu or gpu")
     t0 = time.perf_counter()
     rate = measure.flop_rate()
     launch, pool_wake = measure.launch_overheads()
@@ -31,7 +33,7 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
         target=target, host=host_id(), bandwidth=measure.bandwidth(), flop_rate=rate,
         launch=launch, pool_wake=pool_wake, reduce_rate=measure.reduce_rate(),
         op_flops=measure.op_flops(rate), matmuls=tuple(measure.matmuls()),
-        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        measured_at=_now())
     # plan steps last: windows are timed beyond their products, priced by the products above
     call, step = measure_steps.call_overheads()
     steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), step)
@@ -40,6 +42,31 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
     if write:
         write_profile(profile)
     return profile
+
+
+def _calibrate_gpu(write: bool) -> Profile:
+    """The CPU's measurements on the current CUDA device (measure_gpu.py), with the plan steps
+    timed as GpuProgram runs them. Not measured there: the pool wake-up (there is none) and
+    the caches' losses (every step is priced with its data where the last step left it)."""
+    from ..codegen.gpu.gpu_runtime import cupy_module
+    from . import measure_gpu
+    cp = cupy_module()               # GpuUnavailable (a DlvmError) says why there is no GPU
+    t0 = time.perf_counter()
+    rates = measure_gpu.gpu_rates(cp)
+    profile = Profile(target="gpu", host=host_id("gpu"), pool_wake=0.0,
+                      matmuls=tuple(measure_gpu.gpu_matmuls(cp)), measured_at=_now(), **rates)
+    call, step = measure_steps.call_overheads("gpu")
+    steps = measure_steps.step_grids(from_profile(profile, MACHINES["gpu"]), step, measure_steps.GPU_SIZES,
+                                     measure_steps.WINDOW_SIZES, target="gpu")
+    profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
+                         "seconds": round(time.perf_counter() - t0, 2)})
+    if write:
+        write_profile(profile)
+    return profile
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def profile_table(p: Profile) -> str:

@@ -28,13 +28,15 @@ from ..codegen.planning.window import WindowStep
 from ..extract.machine import Machine
 from ..ir import window_ops
 from ..ir.types import F32, TensorType
-from .measure import fastest_seconds, per_call
+from .measure import fastest_seconds
 from .plan_cost import row_bytes, window_products_seconds, window_work
 from .view_cost import VIEW_OPS, views_seconds
 
 # elements: L1, L2, L3 (32 MB here: 2^21 elements, 16 MB moved, is in it, and a map over it ran
 # at 219 us where the grid without that point interpolated 836 between 4 MB and 33 MB), beyond
 SIZES = tuple(1 << p for p in (10, 13, 16, 19, 21, 22))
+# on a GPU: one block's worth, the L2's (50 MiB on an H100/H200: 2^22 elements moved twice), beyond
+GPU_SIZES = tuple(1 << p for p in (10, 14, 18, 22, 24, 26))
 COLS = 256                                              # row length of the 2-D steps
 # window ops timed at (batch, channels in, height = width, channels out): a small CNN's layers
 WINDOW_SIZES = ((4, 4, 8, 8), (32, 1, 16, 32), (32, 16, 14, 32), (64, 32, 14, 64))
@@ -66,13 +68,24 @@ def tiny_plan(name, params: list[tuple], outputs: list[tuple], steps, temps: lis
 
 def time_call(prog, args) -> float:
     """Fastest seconds of prog(*args) (measure.fastest_seconds), short calls timed in batches
-    of about a millisecond."""
-    prog(*args)
+    of about a millisecond (a GPU program's batch ends when the device is done)."""
+    cp = getattr(prog, "cp", None)
+    sync = cp.cuda.runtime.deviceSynchronize if cp is not None else (lambda: None)
+
+    def call():
+        prog(*args)
+        sync()
+    call()
     t0 = time.perf_counter()
-    prog(*args)
+    call()
     once = time.perf_counter() - t0
     calls = max(1, min(2000, int(1e-3 / max(once, 1e-7))))
-    return fastest_seconds(per_call(lambda: prog(*args), calls), repeats=7, cap_s=0.15) / calls
+
+    def batch():
+        for _ in range(calls):
+            prog(*args)
+        sync()
+    return fastest_seconds(batch, repeats=7, cap_s=0.15) / calls
 
 
 def time_step(prog, args, cap_s: float = 0.15, most: int = 200) -> float:
@@ -90,7 +103,7 @@ def time_step(prog, args, cap_s: float = 0.15, most: int = 200) -> float:
     return times[len(times) // 4]
 
 
-def call_overheads() -> tuple[float, float]:
+def call_overheads(target: str = "cpu") -> tuple[float, float]:
     """(seconds of a compiled program's call with one step that does nothing, a view; the
     extra seconds of each further such step)."""
     x = np.ones(8, np.float32)
@@ -98,7 +111,7 @@ def call_overheads() -> tuple[float, float]:
     for k in (1, 17):
         steps = [AliasStep(0, 2 + i, 0) for i in range(k)]
         plan = tiny_plan(f"calib_call_{k}", [((8,), "f32")], [((8,), "f32")], steps, aliases=k)
-        times[k] = time_call(program(plan), [x])
+        times[k] = time_call(program(plan, target), [x])
     step = max(0.0, (times[17] - times[1]) / 16)
     return max(FLOOR, times[1] - step), step
 
@@ -216,14 +229,14 @@ def view_plan(op: str | None):
     return plan, [np.ones(src_shape, np.float32)]
 
 
-def view_grids() -> dict:
+def view_grids(target: str = "cpu") -> dict:
     """view_<op> -> ((1, seconds),): what reading an operand through that view op adds to a
     step, as the executor runs it (a copy through the view less the plain copy)."""
-    plain = time_step(program(view_plan(None)[0]), view_plan(None)[1])
+    plain = time_step(program(view_plan(None)[0], target), view_plan(None)[1])
     grids = {}
     for op in VIEW_OPS:
         plan, args = view_plan(op)
-        grids[f"view_{op}"] = ((1.0, max(FLOOR, time_step(program(plan), args) - plain)),)
+        grids[f"view_{op}"] = ((1.0, max(FLOOR, time_step(program(plan, target), args) - plain)),)
     return grids
 
 
@@ -261,24 +274,24 @@ def window_plan(op: str, size):
     return plan, args, nbytes, products
 
 
-def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES) -> dict:
+def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES, target: str = "cpu") -> dict:
     """kind -> ((bytes moved, the step's seconds), ...) for every kind `plan_cost` prices by a
     grid; `mc` prices the products inside windows (its measured products). Each point is the
     step's time less the views its plan reads through (priced from the view grids, measured
     first), which plan_cost adds to every step."""
-    grids: dict[str, tuple] = view_grids()
+    grids: dict[str, tuple] = view_grids(target)
     mc = dataclasses.replace(mc, step_grids={**mc.step_grids, **grids})
     for kind, build in KINDS.items():
         points = []
         for n in sizes:
             plan, args, nbytes = build(n)
-            t = time_step(program(plan), args) - views_seconds(mc, plan.steps[0])
+            t = time_step(program(plan, target), args) - views_seconds(mc, plan.steps[0])
             points.append((float(nbytes), max(FLOOR, t - step)))
         grids[kind] = tuple(points)
     # windows (milliseconds each, split over the cores: the steps another process disturbs
     # most, 5-10x under a load of 4) in WINDOW_SWEEPS sweeps, each point its fastest
     cases = [(op, window_plan(op, size)) for op in window_ops.WINDOW_OPS for size in window_sizes]
-    progs = [program(plan) for _, (plan, _, _, _) in cases]
+    progs = [program(plan, target) for _, (plan, _, _, _) in cases]
     best = [math.inf] * len(cases)
     for _ in range(WINDOW_SWEEPS):
         best = [min(b, time_step(prog, args)) for b, prog, (_, (_, args, _, _)) in zip(best, progs, cases)]
@@ -296,5 +309,5 @@ def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES)
     return grids
 
 
-__all__ = ["KINDS", "c_view", "call_overheads", "step_grids", "time_call", "time_step", "tiny_plan", "view_grids",
+__all__ = ["GPU_SIZES", "KINDS", "c_view", "call_overheads", "step_grids", "time_call", "time_step", "tiny_plan", "view_grids",
            "view_plan", "window_case", "window_plan"]

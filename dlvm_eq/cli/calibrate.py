@@ -3,6 +3,7 @@
     $ dlvm-eq calibrate                 # about 10-30 s; writes <cache dir>/profiles/cpu.json
     $ dlvm-eq calibrate --show          # print the stored profile (or say there is none)
     $ dlvm-eq calibrate --no-write      # measure and print only
+    $ dlvm-eq calibrate --target gpu    # the current CUDA device: <cache dir>/profiles/gpu.json
 
 Compiles made after a calibration price e-nodes with the measured rates (optimize and plan
 caches key on the profile, so nothing extracted under the old prices is reused).
@@ -14,7 +15,7 @@ import argparse
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", choices=("cpu", "gpu"),
-                   help="the machine to measure (default: cpu; gpu is not measured yet)")
+                   help="the machine to measure (default: cpu; gpu: the current CUDA device)")
     p.add_argument("--show", action="store_true", help="print the stored profile, measure nothing")
     p.add_argument("--no-write", action="store_true", help="measure and print, store nothing")
 

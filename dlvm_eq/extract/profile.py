@@ -180,9 +180,25 @@ def _non_negative(v) -> float:
     return x
 
 
-def host_id() -> str:
+def host_id(target: str = "cpu") -> str:
     """The CPU model, architecture and usable CPU count: a profile is only valid where these
-    match (the count because bandwidth and flop rates are measured over all cores)."""
+    match (the count because bandwidth and flop rates are measured over all cores); for the
+    gpu target, also the CUDA device's name and compute capability."""
+    cpu = _cpu_id()
+    return cpu if target != "gpu" else f"{cpu} | {_gpu_id()}"
+
+
+def _gpu_id() -> str:
+    try:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        return f"{name} sm_{props['major']}{props['minor']}"
+    except Exception:       # no CuPy, no driver, no device: no GPU profile matches
+        return "no CUDA device"
+
+
+def _cpu_id() -> str:
     model = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -234,9 +250,9 @@ def load_profile(target: str) -> Profile | None:
             warnings.warn(f"ignoring the machine profile {path}: {e}; using the default cost model "
                           f"(run `dlvm-eq calibrate` to measure a new one)")
         else:
-            if profile.host != host_id() or profile.target != target:
+            if profile.host != host_id(target) or profile.target != target:
                 warnings.warn(f"ignoring the machine profile {path}: measured on {profile.host!r}, "
-                              f"this is {host_id()!r}; run `dlvm-eq calibrate` here")
+                              f"this is {host_id(target)!r}; run `dlvm-eq calibrate` here")
                 profile = None
     if profile is not None and profile.stale:
         warnings.warn(f"the machine profile {path} is stale (measured by an older `dlvm-eq "

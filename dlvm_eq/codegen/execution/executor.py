@@ -388,6 +388,25 @@ class GpuProgram:
         return array_step(step, cp)
 
     def __call__(self, *args):
+        return self._call(args, self._runs)
+
+    def timed_call(self, *args) -> tuple[object, list[float]]:
+        """(the call's results, seconds of each plan step in this call), the device synchronized
+        around each step (what calibration and `--measure` time; a plain call overlaps them)."""
+        seconds = [0.0] * len(self._runs)
+        sync = self.cp.cuda.runtime.deviceSynchronize
+
+        def timed(i, run):
+            def run_timed(env):
+                sync()
+                t0 = time.perf_counter()
+                run(env)
+                sync()
+                seconds[i] = time.perf_counter() - t0
+            return run_timed
+        return self._call(args, [timed(i, r) for i, r in enumerate(self._runs)]), seconds
+
+    def _call(self, args, runs):
         cp = self.cp
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
@@ -402,7 +421,7 @@ class GpuProgram:
             env[slot] = arr
         for slot, shape, dt in self._fresh:
             env[slot] = cp.empty(shape, dt)
-        for run in self._runs:
+        for run in runs:
             run(env)
         self._index_check(env)
         results = [env[s] if f is None else f(env[s]) for s, f in self._results]
