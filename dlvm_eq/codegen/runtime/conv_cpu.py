@@ -50,12 +50,15 @@ CHUNK_BYTES = 64 << 20
 # OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
 PER_IMAGE_MACS = 1 << 18
 # Blocks per thread of the per-image products and the transposing copies: a few, so that a
-# descheduled thread holds up little. Python threads wake in 15-60 us, so a block is at least
-# BLOCK_MACS multiply-adds or BLOCK_BYTES copied (~0.1 ms; a block of the CNN's first layer
-# takes ~0.4 ms).
+# descheduled thread holds up little. Python threads wake in 15-60 us and then contend for the
+# GIL between numpy calls, so a block is at least BLOCK_MACS multiply-adds or BLOCK_BYTES
+# copied. 1 MiB blocks (~0.1 ms) lost to 16 MiB ones in every in-process A/B here (calls
+# alternating, 12-40 rounds): the small CNN (batch 32, 16x16), whose convolutions then run on
+# one thread, 7.5 -> 7.2 and 6.8 -> 6.3 ms; the batch-128 CNN 77.0 -> 75.4, 74.9 -> 70.5,
+# 70.8 -> 69.6 ms.
 BLOCKS_PER_THREAD = 4
-BLOCK_MACS = 1 << 20
-BLOCK_BYTES = 1 << 20
+BLOCK_MACS = 1 << 24
+BLOCK_BYTES = 1 << 24
 MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
 _local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
 
