@@ -111,28 +111,31 @@ def _beyond_copy(name: str, body, inputs: int = 1, rounds: int = 3) -> float:
     return t - c
 
 
-def flop_rate() -> float:
+def flop_rate(beyond_copy=None) -> float:
     """Elementwise flop/s of compiled code: a chain of FMA_CHAIN multiply-adds per element
     on cached data (2 flops each), beyond the copy-like kernel y = x + 1 (its call and its
     loads and stores: one call of the 16K-element map costs ~6.5 us here, which counted as
-    compute would halve the rate, and plan_cost adds the call and the bytes separately)."""
+    compute would halve the rate, and plan_cost adds the call and the bytes separately).
+    `beyond_copy(name, body, inputs=1)` times a kernel on another device (measure_gpu.py)."""
     x = Load(0)
     body = x
     for _ in range(FMA_CHAIN):
         body = body * 0.999 + 0.001
-    return (2 * FMA_CHAIN - 1) / max(_beyond_copy("fma", body), 1e-13)
+    return (2 * FMA_CHAIN - 1) / max((beyond_copy or _beyond_copy)("fma", body), 1e-13)
 
 
-def op_flops(rate: float) -> dict[str, float]:
+def op_flops(rate: float, beyond_copy=None) -> dict[str, float]:
     """Each op class's cost per element in flop equivalents at `rate`: its kernel's time per
-    element on cached data, less that of the copy-like kernel around it."""
+    element on cached data, less that of the copy-like kernel around it (`beyond_copy`: as
+    in flop_rate)."""
+    beyond_copy = beyond_copy or _beyond_copy
     out: dict[str, float] = {}
     for op, (dlvm, members) in OP_CLASSES.items():
-        t = _beyond_copy(dlvm, unary(dlvm, Load(0)) + 1.0)
+        t = beyond_copy(dlvm, unary(dlvm, Load(0)) + 1.0)
         for member in members:
             out[member] = max(1.0, t * rate)
     for op, dlvm in BINARY_CLASSES.items():
-        out[op] = max(1.0, _beyond_copy(dlvm, binary(dlvm, Load(0), Load(1)) + 1.0, inputs=2) * rate)
+        out[op] = max(1.0, beyond_copy(dlvm, binary(dlvm, Load(0), Load(1)) + 1.0, inputs=2) * rate)
     for op in SINH_COSH:
         out[op] = 2 * out["Exp"] + 1
     return out

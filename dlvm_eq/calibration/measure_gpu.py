@@ -7,7 +7,8 @@ once; the work finishes later).
     points = gpu_matmuls(cp)       # MatmulPoint per shape and layout
 
 The measurements are those of `measure.py` (the same kernels: a streaming map, a chain of
-multiply-adds, one map per op class beyond the copy-like one, a sum, a tiny launch), at sizes
+multiply-adds and one map per op class beyond the copy-like one, timed by `measure.flop_rate`
+and `measure.op_flops` themselves, a sum, a tiny launch), at sizes
 for a data-centre GPU: STREAM_ELEMENTS is beyond an H100/H200's 50 MiB L2 and CACHED_ELEMENTS
 fills every SM many times over while staying in it. Each figure is the fastest of several
 timings (`measure.fastest_seconds`' reasoning: the least disturbed run).
@@ -15,13 +16,12 @@ timings (`measure.fastest_seconds`' reasoning: the least disturbed run).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, binary, unary
+from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec
 from ..extract.profile import MatmulPoint
-from .measure import BINARY_CLASSES, FMA_CHAIN, LAYOUTS, OP_CLASSES, SINH_COSH
+from .measure import LAYOUTS, fastest_seconds, flop_rate, op_flops, per_call
 
 STREAM_ELEMENTS = 1 << 26         # 256 MiB of f32: beyond the L2
 CACHED_ELEMENTS = 1 << 22         # 16 MiB: in the L2, thousands of blocks
@@ -33,21 +33,15 @@ REPEATS = 7
 
 
 def seconds_of(cp, fn, repeats: int | None = None, cap_s: float = 1.0, calls: int = 1) -> float:
-    """Fastest seconds of one fn() (a batch of `calls` per timing), synchronized before and
-    after each timing, after a warm-up; REPEATS timings unless told."""
-    repeats = REPEATS if repeats is None else repeats
+    """Fastest seconds of one fn() (`measure.fastest_seconds` of batches of `calls`), each
+    batch timed until the device is done with it; REPEATS timings unless told."""
+    batch = per_call(fn, calls)
     sync = cp.cuda.runtime.deviceSynchronize
-    fn()
-    sync()
-    best, spent, n = math.inf, 0.0, 0
-    while n < repeats and (n < 3 or spent < cap_s):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
+
+    def timed():
+        batch()
         sync()
-        dt = time.perf_counter() - t0
-        best, spent, n = min(best, dt / calls), spent + dt, n + 1
-    return best
+    return fastest_seconds(timed, repeats=REPEATS if repeats is None else repeats, cap_s=cap_s) / calls
 
 
 def _map(name: str, n: int, body, inputs: int = 1):
@@ -75,26 +69,18 @@ def gpu_rates(cp) -> dict:
     x, out = cp.asarray(np.ones(n, np.float32)), cp.empty(n, np.float32)
     stream = _map("calib_gpu_stream", n, Load(0) + 1.0)
     bandwidth = 2 * 4 * n / seconds_of(cp, lambda: stream(x, out=out))
-    body = Load(0)
-    for _ in range(FMA_CHAIN):
-        body = body * 0.999 + 0.001
-    rate = (2 * FMA_CHAIN - 1) / max(_beyond_copy(cp, "fma", body), 1e-15)
-    op_flops: dict[str, float] = {}
-    for op, (dlvm, members) in OP_CLASSES.items():
-        t = _beyond_copy(cp, dlvm, unary(dlvm, Load(0)) + 1.0)
-        for member in members:
-            op_flops[member] = max(1.0, t * rate)
-    for op, dlvm in BINARY_CLASSES.items():
-        op_flops[op] = max(1.0, _beyond_copy(cp, dlvm, binary(dlvm, Load(0), Load(1)) + 1.0, inputs=2) * rate)
-    for op in SINH_COSH:
-        op_flops[op] = 2 * op_flops["Exp"] + 1
+
+    def beyond_copy(name, body, inputs=1):
+        return _beyond_copy(cp, name, body, inputs)
+    rate = flop_rate(beyond_copy)
+    ops = op_flops(rate, beyond_copy)
     from ..codegen.gpu.gpu_runtime import compile_gpu
     total = compile_gpu(ReduceSpec("calib_gpu_sum", (n,), [KernelInput("f32")], Load(0), "add", (0,)))
     reduce_rate = n / seconds_of(cp, lambda: total(x))
     tiny_x, tiny_out = cp.asarray(np.ones(8, np.float32)), cp.empty(8, np.float32)
     tiny = _map("calib_gpu_tiny", 8, Load(0) + 1.0)
     launch = seconds_of(cp, lambda: tiny(tiny_x, out=tiny_out), calls=200)
-    return {"bandwidth": bandwidth, "flop_rate": rate, "op_flops": op_flops, "reduce_rate": reduce_rate,
+    return {"bandwidth": bandwidth, "flop_rate": rate, "op_flops": ops, "reduce_rate": reduce_rate,
             "launch": launch}
 
 

@@ -28,7 +28,7 @@ from ..codegen.planning.window import WindowStep
 from ..extract.machine import Machine
 from ..ir import window_ops
 from ..ir.types import F32, TensorType
-from .measure import fastest_seconds
+from .measure import fastest_seconds, per_call
 from .plan_cost import row_bytes, window_products_seconds, window_work
 from .view_cost import VIEW_OPS, views_seconds
 
@@ -81,9 +81,10 @@ def time_call(prog, args) -> float:
     once = time.perf_counter() - t0
     calls = max(1, min(2000, int(1e-3 / max(once, 1e-7))))
 
+    run = per_call(lambda: prog(*args), calls)
+
     def batch():
-        for _ in range(calls):
-            prog(*args)
+        run()
         sync()
     return fastest_seconds(batch, repeats=7, cap_s=0.15) / calls
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..codegen.planning.plan import TEMP, AliasStep, Plan, step_inputs, step_outputs
+from ..codegen.planning.steps_order import alias_root
 from ..codegen.planning.window import WindowStep
 from ..codegen.kernels.spec import DTYPES
 from ..ir import window_ops
@@ -48,11 +49,10 @@ class _Fenwick:
 
 def step_touches(plan: Plan) -> list[list[tuple[object, int]]]:
     """Per step, the buffers it reads or writes: (buffer key, bytes), each buffer once."""
-    source = {st.out: st.src for st in plan.steps if isinstance(st, AliasStep)}
+    root = alias_root(plan.steps)
 
     def key(s: int):
-        while s in source:
-            s = source[s]
+        s = root(s)
         if plan.slots[s].role == TEMP and s in plan.offsets:
             return ("arena", plan.offsets[s])
         return ("slot", s)

@@ -5,13 +5,12 @@ Tensat prices e-nodes with measured operator times; this is the same idea for ou
 memory bandwidth, elementwise flop rate, per-element cost of each op class (exp, log, tanh,
 division...) in flop equivalents, reduction rate, kernel launch and pool wake-up overheads,
 matmul times over a grid of shapes, and (version 2) the time of each kind of plan step over a
-range of sizes as the executor runs it (`steps`, read by `pipeline/plan_cost.py` to predict a
+range of sizes as the executor runs it (`steps`, read by `calibration/plan_cost.py` to predict a
 planned program's time), with the cost of a program call and of one step, and (version 3) of
 each view op a step reads its operands through, and (version 4) how the caches lose a buffer
-while a program does other work (`cache_*`: read by plan_cost to price the steps that find
-their data gone). Without a profile the shipped defaults
-(`machine.MACHINES`) are used; a version-1 profile still prices e-nodes, and plan steps are then
-priced from its rates; a version-2 one prices views at nothing (a warning asks for a new
+while a program does other work (`cache`: read by plan_cost to price the steps that find
+their data gone). Without a profile the shipped defaults (`machine.MACHINES`) are used; a
+version-1 profile still prices e-nodes, and plan steps are then priced from its rates; a version-2 one prices views at nothing (a warning asks for a new
 calibration either way).
 
     profile = Profile.from_json(text)           # raises ProfileError on anything malformed

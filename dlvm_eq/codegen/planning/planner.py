@@ -112,7 +112,7 @@ class _Planner(KernelGrouping, RowFusion):
         self.pos_of: dict[str, int] = {}
         self.spliced: dict[int, list] = {}  # id(value) -> its parts: a concatenation copied by its reader
         self.producer: dict[int, Instruction] = {id(i.result): i for i in flat.body}
-        self.uses = use_counts(flat)        # id(value) -> readers (a function result counts)
+        self.readers = readers(flat)       # id(value) -> its readers (None: a function result)
         self.reduce_of: dict[int, ReduceNode] = {}   # id(value) -> the reduction computing it
 
     # -- slots and leaves
@@ -179,7 +179,7 @@ class _Planner(KernelGrouping, RowFusion):
         # a value the e-graph found equal to a later one is read through it: never spliced
         # (nor merged into its reader: others read it too)
         self.read_through = {id(v) for v in self.same_as.values()}
-        self.splice = spliced_concats(flat) - self.read_through
+        self.splice = spliced_concats(flat, self.readers) - self.read_through
         params = []
         for p in flat.params:
             s = self.new_slot(p.type.shape, str(p.type.dtype), PARAM, p.name)
@@ -346,10 +346,11 @@ class _Planner(KernelGrouping, RowFusion):
             return None
         inner = self.reduce_of.get(id(cast.operands[0]))
         op = inst.attrs["combinator"]
-        if (inner is None or inner.op != op or self.uses.get(id(cast.result)) != 1
-                or self.uses.get(id(cast.operands[0])) != 1 or inner not in self.reductions
+        # one reader each: the inner reduction is merged into this one only, at most once
+        if (inner is None or inner.op != op or len(self.readers.get(id(cast.result), ())) != 1
+                or len(self.readers.get(id(cast.operands[0]), ())) != 1
                 or {id(cast.result), id(cast.operands[0])} & self.read_through
-                or not _same_value(inner.init, REDUCE_INIT[op])):
+                or float(inner.init) != float(REDUCE_INIT[op])):
             return None
         if tuple(cast.result.type.shape) != tuple(1 if i in inner.axes else d for i, d in enumerate(inner.shape)):
             return None
@@ -429,30 +430,21 @@ class _Planner(KernelGrouping, RowFusion):
 
 # ------------------------------------------------------------------ helpers
 
-def use_counts(flat: Flat) -> dict[int, int]:
-    """id(value) -> how many operands and results read it."""
-    uses: dict[int, int] = {}
-    for inst in flat.body:
-        for o in inst.operands:
-            uses[id(o)] = uses.get(id(o), 0) + 1
-    for r in flat.results:
-        uses[id(r)] = uses.get(id(r), 0) + 1
-    return uses
-
-
-def _same_value(a, b) -> bool:
-    return float(a) == float(b)
-
-
-def spliced_concats(flat: Flat) -> set[int]:
-    """ids of the concatenations read only by a concatenation along the same axis: their reader
-    copies their parts itself (x@[[A|B]|C], the merged weights of three products, is one copy)."""
+def readers(flat: Flat) -> dict[int, list]:
+    """id(value) -> the instructions reading it, once per operand (None: a function result)."""
     users: dict[int, list] = {}
     for inst in flat.body:
         for o in inst.operands:
             users.setdefault(id(o), []).append(inst)
     for r in flat.results:
         users.setdefault(id(r), []).append(None)
+    return users
+
+
+def spliced_concats(flat: Flat, users: dict[int, list]) -> set[int]:
+    """ids of the concatenations read only by a concatenation along the same axis: their reader
+    copies their parts itself (x@[[A|B]|C], the merged weights of three products, is one copy).
+    `users`: readers(flat)."""
     out = set()
     for inst in flat.body:
         if inst.op != "concatenate":

@@ -89,16 +89,21 @@ def schedule(nodes: list[Node]) -> list[Node]:
     return out
 
 
-def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
-    """Byte offsets of the temporaries in one arena: a temporary's bytes are reused once its
-    last reader has run (outputs of a step never overlap its inputs)."""
+def alias_root(steps):
+    """slot -> the slot whose bytes it is: reading an alias reads the slot it aliases."""
     source = {st.out: st.src for st in steps if isinstance(st, AliasStep)}
 
-    def root(s: int) -> int:           # reading an alias reads the slot it aliases
+    def root(s: int) -> int:
         while s in source:
             s = source[s]
         return s
+    return root
 
+
+def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
+    """Byte offsets of the temporaries in one arena: a temporary's bytes are reused once its
+    last reader has run (outputs of a step never overlap its inputs)."""
+    root = alias_root(steps)
     last: dict[int, int] = {}
     first: dict[int, int] = {}
     for i, step in enumerate(steps):
