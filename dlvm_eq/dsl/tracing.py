@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DlvmError
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
+from ..ir.inline import live_instructions
 from ..ir.types import DType, TensorType, TupleType
 from .context import Trace, current_trace, tracing_error, user_location
 from .primitive import _own_value, is_weak, lift_value, promote, to_dtype
@@ -112,6 +113,8 @@ def _trace(fn, arg_types, name, names, allow_captures):
         else:
             ret = _result_value(out, t)
         function = builder.finish(ret)
+    # values the result does not depend on (a loss whose gradient alone is returned) are dropped
+    function.body = live_instructions(function.body, [function.ret])
     code = getattr(fn, "__code__", None)
     if code is not None:
         function.location = (code.co_filename, code.co_firstlineno, 1)

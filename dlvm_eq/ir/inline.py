@@ -1,5 +1,6 @@
 """IR Function -> a straight list of tensor instructions: `apply` inlined (declared adjoints
-must be resolved first: dlvm_eq.pipeline.resolve_adjoints), tuples and `extract` resolved. What the e-graph loader and the code generator's
+must be resolved first: dlvm_eq.pipeline.resolve_adjoints), tuples and `extract` resolved,
+instructions no result depends on dropped. What the e-graph loader and the code generator's
 planner both start from.
 
     flat = flatten(module["f"], module)
@@ -37,7 +38,21 @@ def flatten(fn: Function, module: Module | None) -> Flat:
     ret = _get(env, fn.ret)
     tuple_result = isinstance(fn.result_type, TupleType)
     results = list(ret) if isinstance(ret, tuple) else [ret]
-    return Flat(list(fn.params), body, results, tuple_result)
+    return Flat(list(fn.params), live_instructions(body, results), results, tuple_result)
+
+
+def live_instructions(body: list[Instruction], results: list) -> list[Instruction]:
+    """The instructions that a result depends on, in their order. Every op is pure, so the
+    rest is dead: a gradient's function holds the whole forward pass, loss included, of which
+    the adjoint reads only some values (dq.grad of a loss never needs the loss itself)."""
+    needed = {id(r) for r in results if isinstance(r, Value)}
+    live = []
+    for inst in reversed(body):
+        if id(inst.result) in needed:
+            live.append(inst)
+            needed.update(id(o) for o in inst.operands if isinstance(o, Value))
+    live.reverse()
+    return live
 
 
 def _get(env, o):

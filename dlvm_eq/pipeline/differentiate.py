@@ -80,13 +80,18 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
                       for n in nums)   # each gradient has its argument's structure
         return value, (grads[0] if single else grads)
 
-    functools.update_wrapper(traced, fn, updated=())   # jit names the IR and its parameters
-    traced.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
-    compiled = jit(traced)
+    def traced_grads(*args):
+        return traced(*args)[1]
+
+    # grad's program returns the gradients only: the loss is not computed where the gradient
+    # does not need it (its final reduction, say)
+    run = traced if with_value else traced_grads
+    functools.update_wrapper(run, fn, updated=())   # jit names the IR and its parameters
+    run.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
+    compiled = jit(run)
 
     def call(*args):
-        value, grads = traced(*args) if is_tracing() else compiled(*args)
-        return (value, grads) if with_value else grads
+        return run(*args) if is_tracing() else compiled(*args)
 
     functools.update_wrapper(call, fn, updated=())
     call.lower = compiled.lower           # the Module that runs, like Jitted.lower
