@@ -33,14 +33,13 @@ UNSET = reexec_without()   # before numpy loads OpenBLAS
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
+from common import Busy, machine_line, markdown_table, median_time, update_section  # noqa: E402
 
 SECTION = "## Contention: a busy core, and numpy beside dlvm_eq"
 HERE = Path(__file__).resolve()
@@ -136,23 +135,6 @@ def probe(workload: str, name: str, steps: int) -> dict:
 
 
 # ---------------------------------------------------------------- the driver
-
-class Busy:
-    """A process spinning on the last CPU while the `with` block runs."""
-
-    def __enter__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
-            os.sched_setaffinity(self.proc.pid, {max(os.sched_getaffinity(0))})
-        except (AttributeError, OSError):
-            pass
-        time.sleep(0.3)
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
-
 
 def run_probe(workload: str, name: str, steps: int) -> float | str:
     """Median seconds from a fresh process, or the reason it failed."""

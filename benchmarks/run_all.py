@@ -29,6 +29,7 @@ BENCHMARKS = {
     "contention": ([], ["--update", str(REPORT)]),
     "data_parallel": ([], ["--update", str(REPORT)]),
     "egraph_value": ([], ["--update", str(REPORT)]),
+    "blas_pool": ([], ["--update", str(REPORT)]),
     "models": ([], ["--update", str(REPORT)]),
     "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
 }

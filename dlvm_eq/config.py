@@ -44,6 +44,9 @@ SETTINGS = (
             "the CPUs of the affinity mask, capped by the cgroup CPU quota"),
     Setting("DLVM_EQ_NATIVE_POOL", "1",
             "0: run parallel kernels on Python threads instead of the native worker pool"),
+    Setting("DLVM_EQ_BLAS_POOL", "0",
+            "1: run OpenBLAS's threaded calls (numpy's matmul) on the native worker pool instead "
+            "of OpenBLAS's own threads (OpenBLAS 0.3.27 or later)"),
     Setting("DLVM_EQ_SPIN_US", "300",
             "microseconds an idle native worker spins before it sleeps on a futex"),
     Setting("DLVM_EQ_GEMM", "auto",
@@ -61,6 +64,7 @@ class Settings:
     ir_cache: bool        # DLVM_EQ_NO_IR_CACHE unset or empty
     num_threads: str      # as written ("" when unset); codegen/cpu_count.py parses it
     native_pool: bool
+    blas_pool: bool
     spin_us: float
     gemm: str             # "0", "1" or "auto"
     epilogues: bool
@@ -85,6 +89,7 @@ def read(environ=None) -> Settings:
         ir_cache=text("DLVM_EQ_NO_IR_CACHE") == "",
         num_threads=text("DLVM_EQ_NUM_THREADS"),
         native_pool=(text("DLVM_EQ_NATIVE_POOL") or "1") != "0",
+        blas_pool=text("DLVM_EQ_BLAS_POOL").strip() == "1",
         spin_us=spin_us,
         gemm=gemm,
         epilogues=(text("DLVM_EQ_EPILOGUES") or "1") != "0",

@@ -2,7 +2,8 @@
 below hung at exit, spinning in NativePool.close). 100 fresh processes, four at a time, each
 with a generous limit: the issue's script; a process that exits while another Python thread
 is inside a compiled GEMM / kernel; one that forks, child and parent both running compiled
-code; and one with DLVM_EQ_NUM_THREADS=1. A hang is a failure, so is any exit code but 0."""
+code; one with DLVM_EQ_NUM_THREADS=1; and the first three with OpenBLAS's jobs on the native pool
+(DLVM_EQ_BLAS_POOL=1). A hang is a failure, so is any exit code but 0."""
 from __future__ import annotations
 
 import os
@@ -53,8 +54,15 @@ assert os.waitstatus_to_exitcode(status) == 0, status
 assert ok
 """
 
-SCRIPTS = [("issue", _ISSUE, {})] * 55 + [("mid-call", _MID_CALL, {})] * 15 + \
-          [("fork", _FORK, {})] * 15 + [("one thread", _ISSUE, {"DLVM_EQ_NUM_THREADS": "1"})] * 15
+# OpenBLAS's jobs on the pool (DLVM_EQ_BLAS_POOL=1): numpy's own products on another thread too,
+# at exit and across a fork
+_BLAS_MID_CALL = _MID_CALL.replace("f(x, w); g(x, w)", "f(x, w); g(x, w); x @ w; x.astype(np.float64) @ w")
+BLAS = {"DLVM_EQ_BLAS_POOL": "1"}
+
+SCRIPTS = [("issue", _ISSUE, {})] * 40 + [("mid-call", _MID_CALL, {})] * 10 + \
+          [("fork", _FORK, {})] * 10 + [("one thread", _ISSUE, {"DLVM_EQ_NUM_THREADS": "1"})] * 10 + \
+          [("blas pool", _ISSUE, BLAS)] * 10 + [("blas pool mid-call", _BLAS_MID_CALL, BLAS)] * 10 + \
+          [("blas pool fork", _FORK + "\nassert np.allclose(np.maximum(x @ w, 0), want, rtol=1e-4, atol=1e-4)\n", BLAS)] * 10
 
 
 @pytest.fixture(scope="module")

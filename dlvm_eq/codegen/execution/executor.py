@@ -36,7 +36,8 @@ from ...errors import DlvmError
 from .arguments import check_argument
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
-from ..runtime.threads import rest_workers
+from ...config import settings
+from ..runtime.threads import native_workers, rest_workers
 from ..kernels.spec import DTYPES, KernelSpec
 from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
                    RowStep, WindowStep)
@@ -196,6 +197,8 @@ class CpuProgram:
         self._results = [(r.slot, _view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
         self._arenas: list[list] = []
+        if settings().blas_pool and any(isinstance(s, (BlasStep, WindowStep)) for s in plan.steps):
+            native_workers()    # starts the pool, which takes OpenBLAS's jobs (blas_threads.py)
 
     # -- build
     def _new_env(self) -> list:

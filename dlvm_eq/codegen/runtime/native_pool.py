@@ -29,18 +29,27 @@ chunk is claimed the caller stores (gen, CLOSED): it never goes back to (gen, i 
 helper holding an old (gen, i) fails its CAS and never runs a stale task or a new task's chunk
 twice. The next task is stored only after that and after every claimed chunk is done.
 
-Shutdown never waits without bound. `close` sets `stop` and futex-wakes every sleeper; it
-waits for the threads (at most `wait` seconds) only when asked. At exit (atexit) the workers
-are told to park: they end in a futex wait of their own in native code and never return into
-a finalizing interpreter (a daemon thread taking the GIL then is ended or hung by CPython).
-The control block is allocated outside Python (never freed: a worker may still read it while
-the interpreter tears down its objects). After fork the child has no workers: the parent's
-pools run on the calling thread alone there, and `native_pool()` starts a new one.
+Ownership. One run holds the shared task at a time: `owner` goes 0 -> 1 by compare-and-swap
+(a run posted while another is in flight, from Python or from OpenBLAS, does not queue: ours
+runs alone on its caller, OpenBLAS's on threads of its own). With DLVM_EQ_BLAS_POOL=1 the pool
+also runs OpenBLAS's threaded calls (`{symbol}_blas`, installed by blas_threads.py): OpenBLAS's
+jobs wait for each other, so they run only where each has a thread (the pool when it is free
+and has enough workers, else threads made for the call), and one such call at a time (a futex
+mutex: OpenBLAS gives the jobs of every call the same per-thread buffers).
+
+Shutdown never waits without bound: `close` takes the pool (waiting only for a run in flight,
+whose chunks all run), sets `stop` and futex-wakes every sleeper; it waits for the threads (at
+most `wait` seconds) only when asked. At exit (atexit) the workers are told to park: they end
+in a futex wait of their own in native code and never return into a finalizing interpreter (a
+daemon thread taking the GIL then is ended or hung by CPython). The control block is allocated
+outside Python (never freed: a worker may still read it while the interpreter tears down its
+objects). After fork the child has no workers: the parent's pools run on the calling thread
+alone there, and `native_pool()` starts a new one.
 
 Layout of the control block (int64 words; words one thread writes often are on lines of
 their own): [state, fn, blocks, n, helpers, syscall, spin, gap] [done, caller_waiting,
-caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, rest] [timeout_s, timeout_ns, min_spin, -], then per
-worker [chunks, status, budget, preemptions, park, -, -, -]; spin, gap and budgets in TSC
+caller_budget, wait_ticks, waits_slept, -] [wake, sleepers, stop, rest] [timeout_s, timeout_ns,
+min_spin, owner, blas_cb, pthread_create, pthread_join, workers], then per worker [chunks, status, budget, preemptions, park, -, -, -]; spin, gap and budgets in TSC
 ticks. The thread count is `cpu_count.usable_cpus()` (DLVM_EQ_NUM_THREADS, affinity, cgroup
 quota); with one usable CPU there is no pool at all.
 
@@ -76,6 +85,9 @@ STATE, FN, BLOCKS, N, HELPERS, SYSCALL, SPIN, GAP = range(8)
 DONE, CALLER_WAITING, CALLER_BUDGET, WAIT_TICKS, WAITS_SLEPT = 8, 9, 10, 11, 12
 WAKE, SLEEPERS, STOP, REST = 16, 17, 18, 19
 TIMEOUT_S, TIMEOUT_NS, MIN_SPIN = 24, 25, 26
+OWNER, BLAS_CB, PTHREAD_CREATE, PTHREAD_JOIN, WORKERS = 27, 28, 29, 30, 31
+BLAS_POOLED, BLAS_THREADED = 20, 21     # OpenBLAS calls run on the pool / on threads of their own
+BLAS_LOCK = 22                          # one OpenBLAS call through the callback at a time
 _HEADER = 32
 _LINE = 8
 W_CHUNKS, W_STATUS, W_BUDGET, W_PREEMPTED, W_PARK = range(5)
@@ -97,7 +109,8 @@ def _words(names: dict[str, int], base: str = "%pool") -> str:
 
 # One entry function; `op` selects: 0 = worker loop of worker a (returns or parks on `stop`),
 # 1 = run fn a on blocks b (c of them) with at most d helpers, 2 = stop with mode a,
-# 3 = run fn a on blocks b (c of them) on the calling thread alone (touches no shared word).
+# 3 = run fn a on blocks b (c of them) on the calling thread alone (touches no shared word),
+# 4 = make the BLAS callback (`{symbol}_blas`) run on this pool and store its address in BLAS_CB.
 POOL_IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
@@ -367,8 +380,20 @@ finished:
   ret void
 }}
 
+; Stop takes the pool for good first (waiting out a run in flight, whose jobs may need every
+; worker: OpenBLAS's do), so no run starts on workers that are about to go; later runs find
+; it owned and run alone (ours) or on threads of their own (OpenBLAS's).
 define internal void @stop(ptr %pool, i64 %mode) {{
+entry:
 {_words(dict(stopp=STOP, wakep=WAKE))}
+  br label %take
+take:
+  %mine = call i1 @own(ptr %pool)
+  br i1 %mine, label %taken, label %busy
+busy:
+  call void @llvm.x86.sse2.pause()
+  br label %take
+taken:
   store atomic i64 %mode, ptr %stopp seq_cst, align 8
   %old = atomicrmw add ptr %wakep, i64 1 seq_cst
   call void @futex(ptr %pool, ptr %wakep, i64 {FUTEX_WAKE_PRIVATE}, i64 2147483647, ptr null)
@@ -392,16 +417,207 @@ exit:
   ret void
 }}
 
+; One run owns the shared task at a time: `owner` goes 0 -> 1 for it (a compare-and-swap, so
+; that Python's runs and OpenBLAS's, which come from C without the GIL, exclude each other).
+define internal i1 @own(ptr %pool) {{
+{_words(dict(ownp=OWNER))}
+  %r = cmpxchg ptr %ownp, i64 0, i64 1 seq_cst seq_cst
+  %ok = extractvalue {{ i64, i1 }} %r, 1
+  ret i1 %ok
+}}
+
+define internal void @disown(ptr %pool) {{
+{_words(dict(ownp=OWNER))}
+  store atomic i64 0, ptr %ownp seq_cst, align 8
+  ret void
+}}
+
+@blas_pool = internal global ptr null
+
+; A futex mutex (Drepper, "Futexes are tricky", mutex 2): 0 free, 1 taken, 2 taken and waited for.
+define internal void @lock(ptr %pool, ptr %m) {{
+entry:
+  %r = cmpxchg ptr %m, i64 0, i64 1 seq_cst seq_cst
+  %ok = extractvalue {{ i64, i1 }} %r, 1
+  br i1 %ok, label %done, label %contended
+contended:
+  %c0 = extractvalue {{ i64, i1 }} %r, 0
+  br label %loop
+loop:
+  %c = phi i64 [ %c0, %contended ], [ %c3, %retry ]
+  %two = icmp eq i64 %c, 2
+  br i1 %two, label %sleep, label %mark
+mark:
+  %r2 = cmpxchg ptr %m, i64 1, i64 2 seq_cst seq_cst
+  %was = extractvalue {{ i64, i1 }} %r2, 0
+  %freed = icmp eq i64 %was, 0
+  br i1 %freed, label %retry, label %sleep
+sleep:
+  call void @futex(ptr %pool, ptr %m, i64 {FUTEX_WAIT_PRIVATE}, i64 2, ptr null)
+  br label %retry
+retry:
+  %r3 = cmpxchg ptr %m, i64 0, i64 2 seq_cst seq_cst
+  %c3 = extractvalue {{ i64, i1 }} %r3, 0
+  %got = extractvalue {{ i64, i1 }} %r3, 1
+  br i1 %got, label %done, label %loop
+done:
+  ret void
+}}
+
+define internal void @unlock(ptr %pool, ptr %m) {{
+entry:
+  %old = atomicrmw sub ptr %m, i64 1 seq_cst
+  %alone = icmp eq i64 %old, 1
+  br i1 %alone, label %done, label %wake
+wake:
+  store atomic i64 0, ptr %m seq_cst, align 8
+  call void @futex(ptr %pool, ptr %m, i64 {FUTEX_WAKE_PRIVATE}, i64 1, ptr null)
+  br label %done
+done:
+  ret void
+}}
+
+; A job of OpenBLAS's on a thread of its own: row = (i, job data, buffer index, dojob).
+define internal ptr @blas_thread(ptr %row) {{
+  %p1 = getelementptr i64, ptr %row, i64 1
+  %p2 = getelementptr i64, ptr %row, i64 2
+  %p3 = getelementptr i64, ptr %row, i64 3
+  %a0 = load i64, ptr %row
+  %a1 = load i64, ptr %p1
+  %a2 = load i64, ptr %p2
+  %fi = load i64, ptr %p3
+  %f = inttoptr i64 %fi to ptr
+  call void %f(i64 %a0, i64 %a1, i64 %a2)
+  ret ptr null
+}}
+
+; OpenBLAS's caller-managed threading (openblas_set_threads_callback_function): run
+; dojob(i, jobdata + i * elsize, data) for i < numjobs, ALL AT ONCE, and return when every job
+; is done. The jobs of a level-3 call wait for each other's packed panels, so each needs a
+; thread of its own: on the pool when it is free and has numjobs - 1 workers, else job 0 here
+; and the others on threads made for them (pthread_create; a nested or concurrent call).
+define void @"{{symbol}}_blas"(i32 %sync, ptr %dojob, i32 %numjobs, i64 %elsize, ptr %jobdata, i32 %data) {{
+entry:
+  %pool = load ptr, ptr @blas_pool
+  %n = sext i32 %numjobs to i64
+  %few = icmp slt i64 %n, 1
+  br i1 %few, label %done, label %start
+start:
+  %dd = sext i32 %data to i64
+  %jd = ptrtoint ptr %jobdata to i64
+  %fn = ptrtoint ptr %dojob to i64
+  %cells = mul i64 %n, {MAX_ARGS}
+  %blocks = alloca i64, i64 %cells, align 16
+  br label %fill
+fill:
+  %i = phi i64 [ 0, %start ], [ %i1, %fill ]
+  %at = mul i64 %i, {MAX_ARGS}
+  %q0 = getelementptr i64, ptr %blocks, i64 %at
+  %q1 = getelementptr i64, ptr %q0, i64 1
+  %q2 = getelementptr i64, ptr %q0, i64 2
+  %q3 = getelementptr i64, ptr %q0, i64 3
+  %off = mul i64 %i, %elsize
+  %job = add i64 %jd, %off
+  store i64 %i, ptr %q0
+  store i64 %job, ptr %q1
+  store i64 %dd, ptr %q2
+  store i64 %fn, ptr %q3
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %fill, label %filled
+filled:
+{_words(dict(workersp=WORKERS, stopp=STOP, pcp=PTHREAD_CREATE, pjp=PTHREAD_JOIN,
+             pooledp=BLAS_POOLED, threadedp=BLAS_THREADED, mutexp=BLAS_LOCK))}
+  ; OpenBLAS hands each job its buffers by thread number (0 .. numjobs-1), the same numbers
+  ; for every call: two calls at once (an sgemm and a dgemm from two Python threads, which
+  ; OpenBLAS's own server would queue) would pack into the same buffers. One at a time.
+  call void @lock(ptr %pool, ptr %mutexp)
+  %workers = load atomic i64, ptr %workersp monotonic, align 8
+  %need = sub i64 %n, 1
+  %fits = icmp sle i64 %need, %workers
+  %stop = load atomic i64, ptr %stopp seq_cst, align 8
+  %live = icmp eq i64 %stop, 0
+  %usable = and i1 %fits, %live
+  br i1 %usable, label %try, label %threads
+try:
+  %mine = call i1 @own(ptr %pool)
+  br i1 %mine, label %pooled, label %threads
+pooled:
+  %np0 = atomicrmw add ptr %pooledp, i64 1 monotonic
+  %bi = ptrtoint ptr %blocks to i64
+  call void @run(ptr %pool, i64 %fn, i64 %bi, i64 %n, i64 %need)
+  call void @disown(ptr %pool)
+  br label %finished
+threads:
+  %nt0 = atomicrmw add ptr %threadedp, i64 1 monotonic
+  %tids = alloca i64, i64 %n, align 8
+  %pci = load i64, ptr %pcp
+  %pc = inttoptr i64 %pci to ptr
+  %pji = load i64, ptr %pjp
+  %pj = inttoptr i64 %pji to ptr
+  br label %spawn
+spawn:
+  %j = phi i64 [ 1, %threads ], [ %j1, %spawned ]
+  %go = icmp slt i64 %j, %n
+  br i1 %go, label %make, label %here
+make:
+  %jat = mul i64 %j, {MAX_ARGS}
+  %row = getelementptr i64, ptr %blocks, i64 %jat
+  %tid = getelementptr i64, ptr %tids, i64 %j
+  br label %create
+create:
+  %rc = call i32 %pc(ptr %tid, ptr null, ptr @blas_thread, ptr %row)
+  %made = icmp eq i32 %rc, 0
+  ; EAGAIN (threads exhausted for the moment): try again; a job run here instead would wait
+  ; for the others forever
+  br i1 %made, label %spawned, label %create
+spawned:
+  %j1 = add i64 %j, 1
+  br label %spawn
+here:
+  call ptr @blas_thread(ptr %blocks)
+  br label %join
+join:
+  %k = phi i64 [ 1, %here ], [ %k1, %joined ]
+  %jn = icmp slt i64 %k, %n
+  br i1 %jn, label %wait, label %finished
+wait:
+  %tk = getelementptr i64, ptr %tids, i64 %k
+  %t = load i64, ptr %tk
+  %jr = call i32 %pj(i64 %t, ptr null)
+  br label %joined
+joined:
+  %k1 = add i64 %k, 1
+  br label %join
+finished:
+  call void @unlock(ptr %pool, ptr %mutexp)
+  br label %done
+done:
+  ret void
+}}
+
 define void @"{{symbol}}"(i64 %op, ptr %pool, i64 %a, i64 %b, i64 %c, i64 %d) {{
 entry:
   switch i64 %op, label %alone [ i64 0, label %wk
                                  i64 1, label %rn
-                                 i64 2, label %st ]
+                                 i64 2, label %st
+                                 i64 4, label %blas ]
 wk:
   call void @worker(ptr %pool, i64 %a)
   ret void
 rn:
+  %mine = call i1 @own(ptr %pool)
+  br i1 %mine, label %owned, label %alone
+owned:
   call void @run(ptr %pool, i64 %a, i64 %b, i64 %c, i64 %d)
+  call void @disown(ptr %pool)
+  ret void
+blas:
+  ; OpenBLAS's jobs will run on this pool: remember it, and say where the callback is
+  store ptr %pool, ptr @blas_pool
+{_words(dict(cbp=BLAS_CB))}
+  %cb = ptrtoint ptr @"{{symbol}}_blas" to i64
+  store i64 %cb, ptr %cbp
   ret void
 st:
   call void @stop(ptr %pool, i64 %a)
@@ -449,6 +665,10 @@ class NativePool:
         ctl[TIMEOUT_NS] = WAIT_TIMEOUT_NS
         for w in range(workers):
             ctl[_HEADER + _LINE * w + W_BUDGET] = ctl[SPIN]
+        ctl[WORKERS] = workers
+        libc = ctypes.CDLL(None)
+        ctl[PTHREAD_CREATE] = ctypes.cast(libc.pthread_create, ctypes.c_void_p).value
+        ctl[PTHREAD_JOIN] = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
         self._lock = threading.Lock()
         self._closed = False
         self._threads = [threading.Thread(target=self._work, args=(w, start_gate), daemon=True,
@@ -500,6 +720,12 @@ class NativePool:
         finally:
             self._lock.release()
 
+    def blas_callback(self) -> int:
+        """The address of a function for OpenBLAS's `openblas_set_threads_callback_function`
+        that runs its jobs on this pool's threads (runtime/blas_threads.py)."""
+        self._entry(4, self._ctl_addr, 0, 0, 0, 0)
+        return int(self.ctl[BLAS_CB])
+
     def rest(self) -> None:
         """Idle workers sleep now instead of spinning out their budget; the next run wakes
         them (and clears this). Called when a compiled program call returns: the user's code
@@ -537,12 +763,17 @@ class NativePool:
         how many of those waits slept, and the callers' current spin budget (us)."""
         tsc = _tsc_per_us()
         return dict(wait_us=self.ctl[WAIT_TICKS] / tsc, waits_slept=int(self.ctl[WAITS_SLEPT]),
-                    spin_us=self.ctl[CALLER_BUDGET] / tsc)
+                    spin_us=self.ctl[CALLER_BUDGET] / tsc, blas_pooled=int(self.ctl[BLAS_POOLED]),
+                    blas_threaded=int(self.ctl[BLAS_THREADED]))
 
     def _after_fork_in_child(self) -> None:
-        """The child has none of the workers: every run is the caller's alone from now on."""
+        """The child has none of the workers: every run is the caller's alone from now on
+        (stopped and owned in the child's copy of the control block: OpenBLAS's jobs, should
+        they still come here, run on threads of their own)."""
         self._lock = threading.Lock()
         self._closed = True
+        self.ctl[OWNER] = 1
+        self.ctl[STOP] = STOP_RETURN
         self._threads = []
 
 
@@ -594,6 +825,12 @@ def native_pool() -> NativePool | None:
             if _POOL is None:
                 _POOL = NativePool(entry, usable_cpus() - 1)
                 atexit.register(_POOL.close, 0.0, True)   # no wait; the workers park
+                if settings().blas_pool:
+                    from . import blas_threads
+                    if blas_threads.install(_POOL):
+                        # atexit runs last-registered first: OpenBLAS has its threads back
+                        # before the workers park
+                        atexit.register(blas_threads.uninstall)
     return _POOL
 
 

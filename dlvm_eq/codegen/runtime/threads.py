@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ...config import settings
-from . import native_pool
+from . import blas_threads, native_pool
 from .cpu_count import usable_cpus
 
 # Work (elements) below which a kernel runs on the calling thread: waking workers costs
@@ -50,9 +50,12 @@ def native_workers():
 def rest_workers() -> None:
     """A compiled program call has returned: the native pool's idle workers go to sleep now
     rather than spin out their budget while the user's own code (numpy and its BLAS threads)
-    runs. Costs the next call a futex wake; the caller starts its first kernel alone meanwhile."""
+    runs. Costs the next call a futex wake; the caller starts its first kernel alone meanwhile.
+    Not when OpenBLAS's jobs run on the pool too (DLVM_EQ_BLAS_POOL=1): the user's numpy then
+    has no threads of its own to give the cores to, and the next call's first product would
+    wait for the woken worker (OpenBLAS's jobs wait for each other)."""
     pool = native_pool.running_pool()
-    if RESTING and pool is not None:
+    if RESTING and pool is not None and not blas_threads.installed():
         pool.rest()
 
 

@@ -1,0 +1,118 @@
+"""OpenBLAS's parallel jobs on our native worker pool, not on OpenBLAS's own threads.
+
+    >>> install(native_pool())     # True: numpy's threaded BLAS calls now run on the pool
+    >>> uninstall()                # OpenBLAS's own threads again
+
+Why: OpenBLAS's workers busy-wait for ~100 ms after each threaded call (gemm_runtime.py's
+docstring), on the core where our pool's helper must run the kernel that follows; a program
+that mixes products and kernels pays for two pools fighting over two cores. OpenBLAS 0.3.27
+and later take a "threads callback" (`openblas_set_threads_callback_function`): every
+parallel section is handed to it as `numjobs` jobs. Ours (native_pool's `{symbol}_blas`, no
+Python, no GIL) runs them on the pool's workers and the caller, or, when the pool is busy or
+has too few workers, on threads made for that call (the jobs of a level-3 call wait for each
+other, so each must have a thread of its own). Results are the same: the jobs and their
+partition are OpenBLAS's; only the threads that run them change.
+
+Which OpenBLAS: every one loaded in the process (/proc/self/maps) whose thread count fits the
+pool (OpenBLAS splits into as many jobs as it has threads). A library without the callback
+(older than 0.3.27, or not OpenBLAS) is left alone. After fork the child uninstalls it: the
+child has no workers, and OpenBLAS starts threads of its own there.
+
+Module state: `_INSTALLED` (libraries whose callback is ours) is written under `_LOCK` or in
+the fork child.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+_SETTERS = ("scipy_openblas_set_threads_callback_function64_",
+            "scipy_openblas_set_threads_callback_function",
+            "openblas_set_threads_callback_function64_",
+            "openblas_set_threads_callback_function")
+_THREAD_COUNTS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                  "openblas_get_num_threads64_", "openblas_get_num_threads")
+
+_LOCK = threading.Lock()
+_INSTALLED: list[ctypes.CDLL] = []
+
+
+def loaded_openblas() -> list[str]:
+    """Paths of the OpenBLAS libraries mapped into this process."""
+    paths = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rsplit(" ", 1)[-1].strip()
+                name = os.path.basename(path)
+                if "openblas" in name.lower() and ".so" in name and path not in paths:
+                    paths.append(path)
+    except OSError:
+        pass
+    return paths
+
+
+def _function(lib: ctypes.CDLL, names):
+    for name in names:
+        try:
+            return getattr(lib, name)
+        except AttributeError:
+            continue
+    return None
+
+
+def install(pool) -> bool:
+    """Route the threaded calls of every loaded OpenBLAS that fits `pool` to it; True if any."""
+    if pool is None:
+        return False
+    import numpy  # noqa: F401  (numpy loads its OpenBLAS)
+    with _LOCK:
+        if _INSTALLED:
+            return True
+        callback = None
+        for path in loaded_openblas():
+            try:
+                lib = ctypes.CDLL(path)       # already loaded: the same handle
+            except OSError:
+                continue
+            setter, count = _function(lib, _SETTERS), _function(lib, _THREAD_COUNTS)
+            if setter is None or count is None:
+                continue
+            count.restype = ctypes.c_int
+            if count() > pool.workers + 1:    # more jobs per call than the pool has threads
+                continue
+            if callback is None:
+                callback = pool.blas_callback()
+            setter.argtypes = [ctypes.c_void_p]
+            setter.restype = None
+            setter(callback)
+            _INSTALLED.append(lib)
+        return bool(_INSTALLED)
+
+
+def uninstall() -> None:
+    """OpenBLAS's own threads again, for every library `install` changed."""
+    with _LOCK:
+        _clear()
+
+
+def installed() -> bool:
+    return bool(_INSTALLED)
+
+
+def _clear() -> None:
+    while _INSTALLED:
+        lib = _INSTALLED.pop()
+        setter = _function(lib, _SETTERS)
+        setter.argtypes = [ctypes.c_void_p]
+        setter(None)
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()      # perhaps held at the fork
+    _clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
