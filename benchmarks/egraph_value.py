@@ -5,8 +5,8 @@ code generator with the same fusion, side by side in one run.
     .venv/bin/python benchmarks/egraph_value.py                          # prints the table
     .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
 
-For each model: the measured speedup (the two taking turns round by round: the median over
-rounds of off's step time over on's in the round that followed), the predicted speedup (the
+For each model: the measured speedup (the two taking turns round by round, in alternating order:
+the median over rounds of off's step time over on's in the round next to it), the predicted speedup (the
 planned programs' predicted times, off / on: `calibration.plan_cost.predict_plan`, every step
 of the plan that runs priced from the machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
@@ -212,16 +212,19 @@ def time_pair(off, on, args, rounds: int, steps: int):
     """((median, fastest) seconds per call of off, the same of on, the measured speedup),
     taking turns round by round: the median over rounds of a round's mean call, the fastest
     single call (what a quiet machine gives; on a loaded one, rounds get interrupted and the
-    medians grow), and the median over rounds of off's round over on's round that followed it
+    medians grow), and the median over rounds of off's round over on's round next to it
     (this machine slows by 1.5x for seconds at a time: a ratio of two medians can set a slow
-    stretch of one against a quick one of the other; a round and the next share one)."""
+    stretch of one against a quick one of the other; a round and the next share one). The
+    order alternates (off then on, on then off), so that a drift within a pair of rounds
+    favours neither."""
     rounds_of = {"off": [], "on": []}
     fastest = {"off": math.inf, "on": math.inf}
     for f in (off, on):
         for _ in range(3):
             f(*args)
-    for _ in range(rounds):
-        for label, f in (("off", off), ("on", on)):
+    for i in range(rounds):
+        pair = (("off", off), ("on", on))
+        for label, f in (pair if i % 2 == 0 else pair[::-1]):
             total = 0.0
             for _ in range(steps):
                 t0 = time.perf_counter()
@@ -296,7 +299,7 @@ def agreement(predicted, measured) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
