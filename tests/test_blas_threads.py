@@ -34,6 +34,8 @@ def operands():
     return out
 pairs = operands()
 want = [a @ b for a, b in pairs]          # OpenBLAS's own threads
+def all_right():
+    return all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
 """
 
 
@@ -44,6 +46,11 @@ def _run(script: str, **env) -> str:
                           capture_output=True, text=True, timeout=LIMIT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
+
+
+def _run_ok(script: str, **env) -> None:
+    """The script (ending in print("ok")) ran to its end."""
+    assert _run(script, **env).strip() == "ok"
 
 
 def _needs_callback():
@@ -58,7 +65,7 @@ def _needs_callback():
 
 def test_products_on_the_pool_equal_openblas_threads():
     _needs_callback()
-    out = _run("""
+    _run_ok("""
         pool = native_pool()
         assert bt.install(pool) and bt.installed()
         got = [a @ b for a, b in pairs]
@@ -66,11 +73,10 @@ def test_products_on_the_pool_equal_openblas_threads():
         stats = pool.caller_stats()
         assert stats["blas_pooled"] >= 6, stats        # the threaded ones ran on the pool
         bt.uninstall()
-        assert all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+        assert all_right()
         assert pool.caller_stats()["blas_pooled"] == stats["blas_pooled"]   # back on OpenBLAS's
         print("ok")
     """)
-    assert out.strip() == "ok"
 
 
 def test_the_setting_installs_it_and_is_off_by_default():
@@ -93,7 +99,7 @@ def test_many_threads_beside_compiled_kernels():
     """Python threads' products meet each other and the program's kernels on the pool: a call
     that finds it busy runs its jobs on threads of its own."""
     _needs_callback()
-    out = _run("""
+    _run_ok("""
         import dlvm_eq as dq
         x = rng.standard_normal((256, 784)).astype(np.float32)
         w = (rng.standard_normal((784, 256)) * 0.05).astype(np.float32)
@@ -119,7 +125,6 @@ def test_many_threads_beside_compiled_kernels():
         assert pool.caller_stats()["blas_pooled"] > 0
         print("ok")
     """)
-    assert out.strip() == "ok"
 
 
 def test_a_busy_pool_leaves_them_threads_of_their_own():
@@ -127,53 +132,50 @@ def test_a_busy_pool_leaves_them_threads_of_their_own():
     it (the run may be the caller's own) nor run its jobs one after another (they wait for each
     other): each job gets a thread made for it."""
     _needs_callback()
-    out = _run("""
+    _run_ok("""
         from dlvm_eq.codegen.runtime.native_pool import OWNER
         pool = native_pool()
         assert bt.install(pool)
         pool.ctl[OWNER] = 1
-        assert all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+        assert all_right()
         stats = pool.caller_stats()
         assert stats["blas_threaded"] >= 6 and stats["blas_pooled"] == 0, stats
         pool.ctl[OWNER] = 0
-        assert all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+        assert all_right()
         assert pool.caller_stats()["blas_pooled"] >= 6
         print("ok")
     """)
-    assert out.strip() == "ok"
 
 
 def test_a_closed_pool_runs_them_on_threads_of_their_own():
     _needs_callback()
-    out = _run("""
+    _run_ok("""
         pool = native_pool()
         assert bt.install(pool)
         pool.close()
-        assert all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+        assert all_right()
         stats = pool.caller_stats()
         assert stats["blas_threaded"] >= 6 and stats["blas_pooled"] == 0, stats
         print("ok")
     """)
-    assert out.strip() == "ok"
 
 
 def test_a_fork_child_gets_openblas_threads_back():
     _needs_callback()
-    out = _run("""
+    _run_ok("""
         import os
         pool = native_pool()
         assert bt.install(pool)
         pid = os.fork()
         if pid == 0:
-            ok = not bt.installed() and all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+            ok = not bt.installed() and all_right()
             os._exit(0 if ok else 3)
-        ok = all(np.array_equal(a @ b, w) for (a, b), w in zip(pairs, want))
+        ok = all_right()
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         assert ok and bt.installed()
         print("ok")
     """)
-    assert out.strip() == "ok"
 
 
 def test_no_openblas_leaves_nothing_installed(monkeypatch):

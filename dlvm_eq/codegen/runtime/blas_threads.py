@@ -18,8 +18,8 @@ pool (OpenBLAS splits into as many jobs as it has threads). A library without th
 (older than 0.3.27, or not OpenBLAS) is left alone. After fork the child uninstalls it: the
 child has no workers, and OpenBLAS starts threads of its own there.
 
-Module state: `_INSTALLED` (libraries whose callback is ours) is written under `_LOCK` or in
-the fork child.
+Module state: `_INSTALLED` (the callback setters of the libraries whose callback is ours) is
+written under `_LOCK` or in the fork child.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ _THREAD_COUNTS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_t
                   "openblas_get_num_threads64_", "openblas_get_num_threads")
 
 _LOCK = threading.Lock()
-_INSTALLED: list[ctypes.CDLL] = []
+_INSTALLED: list = []        # each library's openblas_set_threads_callback_function
 
 
 def loaded_openblas() -> list[str]:
@@ -87,7 +87,7 @@ def install(pool) -> bool:
             setter.argtypes = [ctypes.c_void_p]
             setter.restype = None
             setter(callback)
-            _INSTALLED.append(lib)
+            _INSTALLED.append(setter)
         return bool(_INSTALLED)
 
 
@@ -103,10 +103,7 @@ def installed() -> bool:
 
 def _clear() -> None:
     while _INSTALLED:
-        lib = _INSTALLED.pop()
-        setter = _function(lib, _SETTERS)
-        setter.argtypes = [ctypes.c_void_p]
-        setter(None)
+        _INSTALLED.pop()(None)
 
 
 def _after_fork_in_child() -> None:
