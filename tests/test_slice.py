@@ -240,3 +240,56 @@ def test_slices_are_read_in_place_and_keep_their_buffer_alive():
     a = np.tanh(x64 @ w64 * 3.0)
     c = np.maximum((1 / (1 + np.exp(-(a @ w2.astype(np.float64))))) @ w3.astype(np.float64), 0)
     np.testing.assert_allclose(got, np.sum(t[:, 1:] * a[:, 1:] + c[:, 1:], axis=1), rtol=1e-4)
+
+
+def test_views_of_temporaries_are_made_once_per_arena_and_views_of_arguments_per_call():
+    """The executor makes a view of a temporary once, with the arena (the step never runs, is
+    timed and priced 0), and a view of an argument at every call: results follow each call's
+    arguments, from many threads at once (each call its own arena)."""
+    import threading
+    from dlvm_eq.calibration.plan_cost import predict_plan
+    from dlvm_eq.codegen.planning.plan import PARAM, AliasStep, arena_aliases
+
+    def f(x, w):
+        t = dq.exp(x @ w)
+        return dq.tanh(x[1:, :] * 2.0) @ w + t[1:, :] * x[:-1, :]
+
+    def want(x, w):
+        x, w = x.astype(np.float64), w.astype(np.float64)
+        return np.tanh(x[1:] * 2.0) @ w + np.exp(x @ w)[1:] * x[:-1]
+
+    rng = np.random.default_rng(7)
+    w = (0.3 * rng.standard_normal((8, 8))).astype(np.float32)
+    xs = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(6)]
+    jf = dq.jit(f)
+    plan = jf.report(xs[0], w).plan
+    aliases = {i: s for i, s in enumerate(plan.steps) if isinstance(s, AliasStep)}
+    made = arena_aliases(plan)
+    assert made and made < set(aliases)                     # both kinds are in this program
+    assert all(plan.slots[aliases[i].src].role != PARAM for i in made)
+    assert all(plan.slots[aliases[i].src].role == PARAM for i in set(aliases) - made)
+    prediction = predict_plan(plan, "cpu")
+    assert all(prediction.steps[i].seconds == 0.0 for i in made)
+    assert all(prediction.steps[i].seconds > 0.0 for i in set(aliases) - made)
+    from dlvm_eq.codegen import program
+    compiled = program(plan, "cpu")
+    out, seconds = compiled.timed_call(xs[1], w)
+    np.testing.assert_allclose(out, want(xs[1], w), rtol=1e-4, atol=1e-5)
+    assert all(seconds[i] == 0.0 for i in made) and all(seconds[i] > 0.0 for i in set(aliases) - made)
+    for x in xs:                                            # one arena, new arguments each call
+        np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(40):
+                x = xs[(i + k) % len(xs)]
+                np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
+        except AssertionError as e:            # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

@@ -14,7 +14,8 @@ actually runs, step by step, as the executor runs it:
   times measured for that step kind, plus each op's measured per-element cost;
 - steps numpy runs (copies, concatenations, gathers, scatters, scans, the passes of windows)
   by their bytes on the grid measured for that kind (for windows: per op, beyond the products);
-- an AliasStep moves nothing: only the executor's per-step cost;
+- an AliasStep moves nothing: only the executor's per-step cost, and on the CPU nothing at all
+  when its source lives in the arena (`arena_aliases`: the view is made with the arena);
 - every step (and the program's results) the view chains of its operands, applied at call
   time, by the measured cost of each view op (`view_cost.py`);
 - and, on top of those (each measured with its data in cache), the share of each buffer a step
@@ -36,7 +37,7 @@ from ..codegen.kernels.rows import RowSpec
 from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, KernelSpec, Select, Unary, c_strides, walk
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
 from ..codegen.planning.plan import (AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                                     RowStep, View)
+                                     RowStep, View, arena_aliases)
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.machine import Machine, interpolate, machine
@@ -86,7 +87,9 @@ class PlanPrediction:
 def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
     """The predicted seconds of one call of `plan` on `target`'s machine."""
     mc = machine(target)
-    steps = tuple(step_price(step, plan, mc) for step in plan.steps)
+    made = arena_aliases(plan) if mc.name == "cpu" else set()   # views the CPU arena holds: never run
+    steps = tuple(StepPrice("alias", "a view made with the arena", 0.0) if i in made else step_price(step, plan, mc)
+                  for i, step in enumerate(plan.steps))
     if mc.cache:
         steps = _with_lost_data(plan, steps, mc)
     by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"

@@ -7,7 +7,12 @@ Everything that does not depend on the arguments is done once, when the program 
 kernels compiled, steps turned into small closures, temporaries placed.
 
 Buffers (CPU). Temporaries live in an *arena*, one allocation laid out by the plan's liveness
-analysis, reused by every call (fresh pages cost ~1.7 us per 4 KiB here). Outputs are handed
+analysis, reused by every call (fresh pages cost ~1.7 us per 4 KiB here). An arena is a slot
+list twice the plan's slots long: env[s] is slot s's array, env[n + s] its data pointer, taken
+once when the array is placed (per arena for temporaries, constants and the views of them that
+alias steps make, which then never run; per call for arguments, outputs and their views), so
+that a small kernel's call is its pointers picked from the list (data_ptr costs ~0.35 us, and
+the LSTM's 102 steps took 265 of them per call). Outputs are handed
 to the caller: each call takes an output buffer that the caller no longer references (checked
 with its reference count, views included) or allocates one, so results of one call are never
 overwritten by the next, and a loop that drops its results reuses the same memory. A call
@@ -26,6 +31,7 @@ Shared state (threads: one CpuProgram may be called from many threads at once):
 """
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -40,7 +46,7 @@ from ...config import settings
 from ..runtime.threads import native_workers, rest_workers
 from ..kernels.spec import DTYPES, KernelSpec
 from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                   RowStep, WindowStep)
+                   RowStep, WindowStep, arena_aliases, step_outputs)
 from ..runtime.row_kernel import compile_rows
 from ..planning.views import apply_chain
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
@@ -90,11 +96,16 @@ def _view_fn(chain, xp):
     return lambda a: apply_chain(a, chain, xp)
 
 
+def _alias_view(a, step: AliasStep):
+    """The source's memory from `offset` on, flat (a view on numpy and CuPy alike; sources are
+    C-contiguous)."""
+    return a.reshape(-1)[step.offset:]
+
+
 def _alias_run(step: AliasStep):
-    """The step as a closure on the slot list: the source's memory from `offset` on, flat
-    (a view on numpy and CuPy alike; sources are C-contiguous)."""
-    src, out, off = step.src, step.out, step.offset
-    return lambda env: env.__setitem__(out, env[src].reshape(-1)[off:])
+    """The step as a closure on the slot list (the GPU's; the CPU's keeps pointers too)."""
+    src, out = step.src, step.out
+    return lambda env: env.__setitem__(out, _alias_view(env[src], step))
 
 
 def _row_run(kernel, step: RowStep):
@@ -102,6 +113,16 @@ def _row_run(kernel, step: RowStep):
     run = kernel.run
     ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
     return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
+
+
+def _direct_call(fn, head: tuple, pointers: list[int], tail: int):
+    """A kernel's call on this thread as a closure on the slot list: the leading integers,
+    the data pointers at env[pointers], the dims array."""
+    if len(pointers) == 1:
+        p = pointers[0]
+        return lambda env: fn(*head, env[p], tail)
+    pick = operator.itemgetter(*pointers)
+    return lambda env: fn(*head, *pick(env), tail)
 
 
 def _argument_error(plan: Plan, i: int, a, shape, dtype) -> DlvmError:
@@ -190,10 +211,15 @@ class CpuProgram:
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
         self._outputs = [(s.index, _Outputs(s.shape, DTYPES[s.dtype])) for s in plan.slots if s.role == OUTPUT]
+        self._n = len(plan.slots)          # env[self._n + s]: the data pointer of env[s]
+        made_with_arena = arena_aliases(plan)
+        self._arena_aliases = [plan.steps[i] for i in sorted(made_with_arena)]
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
         self._clear = [s for s in plan.params] + [i for i, _ in self._outputs] + \
-            [s.index for s in plan.slots if s.role == ALIAS]
-        self._runs = [self._step(s) for s in plan.steps]
+            [s.index for s in plan.slots if s.role == ALIAS and s.index not in
+             {plan.steps[i].out for i in made_with_arena}]
+        self._indexed_runs = [(i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena]
+        self._runs = [r for _, r in self._indexed_runs]
         self._results = [(r.slot, _view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
         self._arenas: list[list] = []
@@ -202,32 +228,44 @@ class CpuProgram:
 
     # -- build
     def _new_env(self) -> list:
-        plan = self.plan
-        env: list = [None] * len(plan.slots)
+        plan, n = self.plan, self._n
+        env: list = [None] * (2 * n)
         raw = aligned_empty((max(plan.arena_bytes, 64),), np.uint8)
         for s in plan.slots:
             if s.role == TEMP and s.index in plan.offsets:   # (a temporary fused away has none)
                 off = plan.offsets[s.index]
                 dt = DTYPES[s.dtype]
-                n = int(np.prod(s.shape, dtype=np.int64)) * dt.itemsize
-                env[s.index] = raw[off:off + n].view(dt).reshape(s.shape)
+                size = int(np.prod(s.shape, dtype=np.int64)) * dt.itemsize
+                env[s.index] = raw[off:off + size].view(dt).reshape(s.shape)
             elif s.role == CONST:
                 env[s.index] = plan.constants[s.index]
+        for step in self._arena_aliases:                     # in plan order: an alias of an alias
+            env[step.out] = _alias_view(env[step.src], step)
+        for s in range(n):
+            if type(env[s]) is np.ndarray:
+                env[n + s] = data_ptr(env[s])
         return env
 
     def _step(self, step):
-        if isinstance(step, AliasStep):
-            return _alias_run(step)
+        n = self._n
+        if isinstance(step, AliasStep):      # of an argument or an output: made per call
+            src, out = step.src, step.out
+
+            def run_alias(env):
+                v = env[out] = _alias_view(env[src], step)
+                env[n + out] = data_ptr(v)
+            return run_alias
+        if isinstance(step, (KernelStep, RowStep)):
+            k = self.kernels[id(step)]
+            fast = k.one_call_head()
+            if fast is not None:     # small kernels: one call on this thread, pointers ready
+                slots = tuple(step_outputs(step)) + tuple(step.inputs)     # the kernels' argument order
+                return _direct_call(k.fn, fast, [n + s for s in slots], k.dims_ptr)
         if isinstance(step, RowStep):
             return _row_run(self.kernels[id(step)], step)
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]
             ins, outs = list(step.inputs), list(step.outputs)
-            fast = k.one_call_head()
-            if fast is not None:     # small kernels: one call on this thread, arguments ready
-                fn, head, tail = k.fn, fast, k.dims_ptr
-                slots = outs + ins
-                return lambda env: fn(*head, *[data_ptr(env[s]) for s in slots], tail)
             if isinstance(step.spec, KernelSpec):
                 run_map = k.run_map
                 return lambda env: run_map([env[s] for s in ins], [env[s] for s in outs])
@@ -296,7 +334,7 @@ class CpuProgram:
     def timed_call(self, *args) -> tuple[object, list[float]]:
         """(the call's results, seconds of each plan step in this call): what `--measure`
         prints next to each step's predicted time."""
-        seconds = [0.0] * len(self._runs)
+        seconds = [0.0] * len(self.plan.steps)     # an alias made with the arena: 0
 
         def timed(i, run):
             def run_timed(env):
@@ -304,9 +342,10 @@ class CpuProgram:
                 run(env)
                 seconds[i] = time.perf_counter() - t0
             return run_timed
-        return self._call(args, [timed(i, r) for i, r in enumerate(self._runs)]), seconds
+        return self._call(args, [timed(i, r) for i, r in self._indexed_runs]), seconds
 
     def _call(self, args, runs):
+        n = self._n
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
         try:
@@ -318,8 +357,10 @@ class CpuProgram:
                 if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
                     a = self._coerce(i, a, shape, dt)
                 env[slot] = a
+                env[n + slot] = data_ptr(a)
             for slot, outs in self._outputs:
                 outs.take(env, slot)
+                env[n + slot] = data_ptr(env[slot])
             for run in runs:
                 run(env)
             results = [env[s] if f is None else f(env[s]) for s, f in self._results]

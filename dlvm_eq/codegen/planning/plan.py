@@ -219,6 +219,19 @@ def step_outputs(step: Step) -> tuple[int, ...]:
     return step.outputs if isinstance(step, KernelStep) else (step.out,)
 
 
+
+def arena_aliases(plan: "Plan") -> set[int]:
+    """Indexes of the AliasSteps whose source is fixed for the life of an arena (a temporary
+    placed in it, a constant, or such an alias): the CPU executor makes those views once per
+    arena, so they cost nothing per call. Aliases of parameters and outputs are made per call."""
+    fixed = {s.index for s in plan.slots if s.role == CONST or (s.role == TEMP and s.index in plan.offsets)}
+    steps = set()
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, AliasStep) and step.src in fixed:
+            fixed.add(step.out)
+            steps.add(i)
+    return steps
+
 @dataclass
 class Plan:
     name: str

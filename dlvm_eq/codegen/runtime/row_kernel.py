@@ -53,6 +53,11 @@ class RowKernel:
         parts = max(1, min(CHUNKS_PER_THREAD * self.threads, work // MIN_PARALLEL_WORK, spec.rows))
         self._chunks = split_range(spec.rows, parts, 1) if spec.rows else []
 
+    def one_call_head(self) -> tuple | None:
+        """The leading integer arguments when `run` is one call on the calling thread (as
+        CpuKernel.one_call_head: a plan's small row kernels are called directly), else None."""
+        return (0, self.spec.rows) if len(self._chunks) == 1 and self.spec.cols != 0 else None
+
     def run(self, ins, outs, reds) -> None:
         if not self._chunks or self.spec.cols == 0:
             for red, (_, op, init) in zip(reds, self.spec.reductions):
