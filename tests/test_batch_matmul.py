@@ -241,3 +241,33 @@ def test_dsl_shape_errors_point_at_the_users_line(sa, sb, words):
         dq.make_ir(lambda a, b: a @ b)(a, b)   # <- the user's line
     assert words in str(info.value)
     assert f"{__file__}:" in str(info.value)
+
+
+def test_outer_products_run_as_a_broadcasting_multiply_and_agree(monkeypatch):
+    """A product whose shared dimension is 1 (the weight gradient of a matrix-vector product, a
+    rank-1 update) runs as a broadcasting multiply, exact since nothing is summed; transposed
+    operands and batches included. numpy's matmul into an output buffer (the executor's call)
+    is made to fail: the programs must not call it."""
+    from dlvm_eq.codegen.runtime.gemm_runtime import is_outer_product
+    matmul = np.matmul
+
+    def no_matmul_into_a_buffer(*args, **kwargs):
+        assert "out" not in kwargs, "an outer product ran through np.matmul"
+        return matmul(*args, **kwargs)
+    monkeypatch.setattr(np, "matmul", no_matmul_into_a_buffer)
+    rng = np.random.default_rng(3)
+    cases = [
+        (lambda u, v: u @ v, (rng.standard_normal((64, 1)), rng.standard_normal((1, 48)))),
+        (lambda u, v: u @ v.T, (rng.standard_normal((64, 1)), rng.standard_normal((48, 1)))),
+        (lambda u, v: u.T @ v, (rng.standard_normal((1, 64)), rng.standard_normal((1, 48)))),
+        (lambda u, v: u @ v, (rng.standard_normal((3, 16, 1)), rng.standard_normal((3, 1, 8)))),
+        (lambda u, v: u @ v, (rng.standard_normal((16, 1)), rng.standard_normal((2, 1, 8)))),
+    ]
+    for f, args in cases:
+        args = tuple(a.astype(np.float32) for a in args)
+        jf = dq.jit(f)
+        got = jf(*args)
+        want = f(*(a.astype(np.float64) for a in args))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        blas = [s for s in jf.report(*args).plan.steps if isinstance(s, BlasStep)]
+        assert blas and all(is_outer_product(s.a.shape, s.b.shape) for s in blas)

@@ -155,9 +155,10 @@ def product_seconds(mc: Machine, m: int, k: int, n: int, trans_a: bool = False, 
         return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
     call = min(p.seconds for p in points)           # the smallest product: the call dominates
     layout = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
-    # numpy runs k = 1 (an outer product) in its own loop, without BLAS: 256x1x256 takes 100 us,
-    # 256x2x256 13 us. Each regime is priced from its own products only (a k = 2 product next
-    # to a measured outer product would otherwise cost 7x too much, and the reverse)
+    # k = 1 (an outer product) runs as a broadcasting multiply, without BLAS (gemm_runtime.
+    # is_outer_product; numpy's own matmul loop took 100 us at 256x1x256, against 13 for
+    # 256x2x256). Each regime is priced from its own products only (a k = 2 product next to a
+    # measured outer product would otherwise be priced from a different kind of loop)
     same = ([p for p in layout if (p.k == 1) == (k == 1)] or [p for p in points if (p.k == 1) == (k == 1)]
             or layout)
     near = sorted(((abs(math.log(m / p.m)) + abs(math.log(k / p.k)) + abs(math.log(n / p.n)), p)

@@ -123,8 +123,8 @@ def _consistent_products(points: tuple[MatmulPoint, ...]) -> tuple[MatmulPoint, 
     """The measured products, each at most as slow as any product of the same layout at least
     as large in m, k and n, and at most twice the fastest layout of its own shape (a product
     timed while the machine was busy would otherwise price every product near it). Products
-    with a dimension of 1 are compared among themselves only: numpy runs an outer product
-    (k = 1) without BLAS, slower than a larger product that BLAS runs."""
+    with a dimension of 1 are compared among themselves only: an outer product (k = 1) runs as
+    a broadcasting multiply, not through BLAS."""
     fastest: dict[tuple, float] = {}
     for p in points:
         fastest[(p.m, p.k, p.n)] = min(fastest.get((p.m, p.k, p.n), math.inf), p.seconds)

@@ -9,7 +9,8 @@ range of sizes as the executor runs it (`steps`, read by `calibration/plan_cost.
 planned program's time), with the cost of a program call and of one step, and (version 3) of
 each view op a step reads its operands through, and (version 4) how the caches lose a buffer
 while a program does other work (`cache`: read by plan_cost to price the steps that find
-their data gone). Without a profile the shipped defaults (`machine.MACHINES`) are used; a
+their data gone), and (version 5) outer products timed as the executor now runs them (a
+broadcasting multiply). Without a profile the shipped defaults (`machine.MACHINES`) are used; a
 version-1 profile still prices e-nodes, and plan steps are then priced from its rates; a version-2 one prices views at nothing (a warning asks for a new
 calibration either way).
 
@@ -38,16 +39,18 @@ from pathlib import Path
 from ..cache import default_cache_dir
 from ..errors import DlvmError
 
-PROFILE_VERSION = 4
+PROFILE_VERSION = 5
 # a version-1 profile lacks the step timings; a version-2 one the view-op timings, and its flop
 # rate counted the kernel call as arithmetic (about half the rate); a version-3 one lacks how
-# the caches lose data (every step priced with its data in cache): all still price, with a warning
-READABLE_VERSIONS = (1, 2, 3, 4)
+# the caches lose data (every step priced with its data in cache); a version-4 one timed outer
+# products through numpy's matmul loop, 4-6x slower than what runs: all still price, with a warning
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 # what a profile of an older version lacks (the warning names it)
 _MISSING = {1: "without plan step timings", 2: "without view-op timings, its flop rate counting the kernel call",
-            3: "without the cache timings: every step priced with its data in cache"}
+            3: "without the cache timings: every step priced with its data in cache",
+            4: "with its outer products timed through numpy's matmul loop, 4-6x slower than what runs"}
 
 
 class ProfileError(DlvmError):

@@ -42,6 +42,7 @@ from ...errors import DlvmError
 from .arguments import check_argument
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
+from ..runtime.gemm_runtime import is_outer_product
 from ...config import settings
 from ..runtime.threads import native_workers, rest_workers
 from ..kernels.spec import DTYPES, KernelSpec
@@ -277,6 +278,9 @@ class CpuProgram:
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
             matmul = np.matmul
+            if is_outer_product(step.a.shape, step.b.shape):
+                fa, fb, multiply = fa or (lambda x: x), fb or (lambda x: x), np.multiply
+                return lambda env: multiply(fa(env[a]), fb(env[b]), out=env[o])
             if _batch_sized(self.plan.slots[o].shape, step):
                 return _batched_matmul(a, b, o, fa, fb)
             if not _gemm_sized(self.plan.slots[o].shape, step):

