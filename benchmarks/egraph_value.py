@@ -5,8 +5,9 @@ code generator with the same fusion, side by side in one run.
     .venv/bin/python benchmarks/egraph_value.py                          # prints the table
     .venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md   # and writes its section
 
-For each model: the measured speedup (the two taking turns round by round, in alternating order:
-the median over rounds of off's step time over on's in the round next to it), the predicted speedup (the
+For each model: the measured speedup (the two taking turns round by round, in alternating order,
+each model's rounds spread over the whole run: the median over rounds of off's step time over
+on's in the round next to it), the predicted speedup (the
 planned programs' predicted times, off / on: `calibration.plan_cost.predict_plan`, every step
 of the plan that runs priced from the machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
@@ -208,33 +209,41 @@ def check(name, module, fname, args, compiled):
                                  f"(max error {np.max(np.abs(g - w)):.3g})")
 
 
-def time_pair(off, on, args, rounds: int, steps: int):
-    """((median, fastest) seconds per call of off, the same of on, the measured speedup),
-    taking turns round by round: the median over rounds of a round's mean call, the fastest
-    single call (what a quiet machine gives; on a loaded one, rounds get interrupted and the
-    medians grow), and the median over rounds of off's round over on's round next to it
-    (this machine slows by 1.5x for seconds at a time: a ratio of two medians can set a slow
-    stretch of one against a quick one of the other; a round and the next share one). The
-    order alternates (off then on, on then off), so that a drift within a pair of rounds
-    favours neither."""
-    rounds_of = {"off": [], "on": []}
-    fastest = {"off": math.inf, "on": math.inf}
-    for f in (off, on):
-        for _ in range(3):
-            f(*args)
-    for i in range(rounds):
-        pair = (("off", off), ("on", on))
-        for label, f in (pair if i % 2 == 0 else pair[::-1]):
-            total = 0.0
-            for _ in range(steps):
-                t0 = time.perf_counter()
+def time_pairs(pairs, rounds: int, steps: int):
+    """For each (off, on, args): ((median, fastest) seconds per call of off, the same of on, the
+    measured speedup). Off and on take turns round by round: the median over rounds of a
+    round's mean call, the fastest single call (what a quiet machine gives; on a loaded one,
+    rounds get interrupted and the medians grow), and the median over rounds of off's round
+    over on's round next to it (this machine slows by 1.5x for seconds at a time: a ratio of
+    two medians can set a slow stretch of one against a quick one of the other; a round and
+    the next share one). The order alternates (off then on, on then off), so that a drift
+    within a pair of rounds favours neither. Round r of every model runs before round r + 1 of
+    any: each model's rounds are spread over the whole run, so that no model is measured
+    only inside one slow stretch of this VM (a fixed 128x64x128 product's fastest of 20 calls
+    moves between 30 and 63 us from one second to the next here)."""
+    rounds_of = [{"off": [], "on": []} for _ in pairs]
+    fastest = [{"off": math.inf, "on": math.inf} for _ in pairs]
+    for off, on, args in pairs:
+        for f in (off, on):
+            for _ in range(3):
                 f(*args)
-                dt = time.perf_counter() - t0
-                total += dt
-                fastest[label] = min(fastest[label], dt)
-            rounds_of[label].append(total / steps)
-    speedup = statistics.median(a / b for a, b in zip(rounds_of["off"], rounds_of["on"]))
-    return (*((statistics.median(rounds_of[k]), fastest[k]) for k in ("off", "on")), speedup)
+    for i in range(rounds):
+        for j, (off, on, args) in enumerate(pairs):
+            pair = (("off", off), ("on", on))
+            for label, f in (pair if i % 2 == 0 else pair[::-1]):
+                total = 0.0
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    f(*args)
+                    dt = time.perf_counter() - t0
+                    total += dt
+                    fastest[j][label] = min(fastest[j][label], dt)
+                rounds_of[j][label].append(total / steps)
+    out = []
+    for r, fast in zip(rounds_of, fastest):
+        speedup = statistics.median(a / b for a, b in zip(r["off"], r["on"]))
+        out.append((*((statistics.median(r[k]), fast[k]) for k in ("off", "on")), speedup))
+    return out
 
 
 def spearman(xs, ys) -> float:
@@ -261,7 +270,7 @@ def predicted_seconds(compiled) -> float:
 def run(rounds: int, steps: int, only=None):
     import dlvm_eq as dq
     from dlvm_eq.extract.machine import machine
-    rows, programs = [], []
+    built = []
     for model in MODELS:
         if only and model.__name__ not in only:
             continue
@@ -270,11 +279,14 @@ def run(rounds: int, steps: int, only=None):
         off = dq.compile(plain, fname, target="cpu", optimize=False)
         t0 = time.perf_counter()
         result = dq.optimize(algebraic, fname, target="cpu")
-        optimized = result.module
-        on = dq.compile(optimized, fname, target="cpu", optimize=False)
+        on = dq.compile(result.module, fname, target="cpu", optimize=False)
         optimize_s = time.perf_counter() - t0
         check(title, plain, fname, args, {"unoptimized": off, "optimized": on})
-        (t_off, fast_off), (t_on, fast_on), speedup = time_pair(off, on, args, rounds, steps)
+        built.append((title, fname, off, on, args, result, optimize_s))
+    rows, programs = [], []
+    timings = time_pairs([(off, on, args) for _, _, off, on, args, _, _ in built], rounds, steps)
+    for (title, fname, off, on, args, result, optimize_s), timing in zip(built, timings):
+        (t_off, fast_off), (t_on, fast_on), speedup = timing
         p_off, p_on = predicted_seconds(off), predicted_seconds(on)
         fr = result.report[fname]
         sat = fr.saturation
