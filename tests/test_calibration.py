@@ -112,7 +112,7 @@ def test_calibrate_measures_this_host(cache_dir, monkeypatch):
     monkeypatch.setattr(measure, "MATMUL_SHAPES", [(32, 32, 32), (128, 128, 128)])
     monkeypatch.setattr(measure, "STREAM_ELEMENTS", 1 << 20)
     original = measure.matmuls
-    monkeypatch.setattr(measure, "matmuls", lambda: original(measure.MATMUL_SHAPES))
+    monkeypatch.setattr(measure, "matmuls", lambda **kw: original(measure.MATMUL_SHAPES, **kw))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         p = calibrate("cpu")

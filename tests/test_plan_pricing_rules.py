@@ -223,3 +223,15 @@ def test_a_product_far_slower_per_flop_than_a_smaller_one_is_measured_again(monk
     points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
     assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
     assert timed == [8, 16, 8, 16, 16]
+
+
+def test_the_other_measurements_run_between_the_product_sweeps(monkeypatch):
+    # three sweeps, a measurement after each of the first two; a third measurement with no
+    # sweep left after it still runs, once
+    events = []
+    timed = fake_sweeps(monkeypatch, {8: iter([1e-6] * 3), 16: iter([8e-6] * 3)})
+    between = [lambda k=k: events.append((k, len(timed))) for k in range(4)]
+    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=3, retries=0,
+                             between=between)
+    assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
+    assert events == [(0, 2), (1, 4), (2, 6), (3, 6)]

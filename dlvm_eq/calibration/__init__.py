@@ -27,17 +27,25 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
     if target != "cpu":
         raise DlvmError(f"unknown calibration target {target!r}; expected cpu or gpu")
     t0 = time.perf_counter()
-    rate = measure.flop_rate()
-    launch, pool_wake = measure.launch_overheads()
-    profile = Profile(
-        target=target, host=host_id(), bandwidth=measure.bandwidth(), flop_rate=rate,
-        launch=launch, pool_wake=pool_wake, reduce_rate=measure.reduce_rate(),
-        op_flops=measure.op_flops(rate), matmuls=tuple(measure.matmuls()),
-        measured_at=_now())
-    # plan steps last: windows are timed beyond their products, priced by the products above
-    call, step = measure_steps.call_overheads()
-    steps = measure_steps.step_grids(from_profile(profile, MACHINES[target]), step)
-    profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
+    got: dict = {}
+
+    def rates():
+        got["flop_rate"] = rate = measure.flop_rate()
+        got["launch"], got["pool_wake"] = measure.launch_overheads()
+        got.update(bandwidth=measure.bandwidth(), reduce_rate=measure.reduce_rate(), op_flops=measure.op_flops(rate))
+
+    def steps():
+        got["program_call"], got["step_call"] = measure_steps.call_overheads()
+        got["steps"] = measure_steps.kind_grids(got["step_call"])
+    # the products' sweeps with the other measurements between them, seconds apart
+    matmuls = tuple(measure.matmuls(passes=3, between=(rates, steps)))
+    profile = Profile(target=target, host=host_id(), matmuls=matmuls, measured_at=_now(),
+                      **{k: got[k] for k in ("bandwidth", "flop_rate", "launch", "pool_wake", "reduce_rate",
+                                             "op_flops", "program_call", "step_call")})
+    # windows last: timed beyond their products, priced by the products above
+    windows = measure_steps.window_grids(from_profile(Profile(**{**profile.__dict__, "steps": got["steps"]}),
+                                                      MACHINES[target]), got["step_call"])
+    profile = Profile(**{**profile.__dict__, "steps": {**got["steps"], **windows},
                          "cache": program_state.cache_timings(), "seconds": round(time.perf_counter() - t0, 2)})
     if write:
         write_profile(profile)

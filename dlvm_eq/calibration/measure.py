@@ -170,10 +170,14 @@ def launch_overheads() -> tuple[float, float]:
 
 
 def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: int = 2,
-            retries: int = 3) -> list[MatmulPoint]:
+            retries: int = 3, between=()) -> list[MatmulPoint]:
     """Each product through the path compiled code takes: out = op(a) @ op(b); the fastest
     over `passes` sweeps of the whole grid, then up to `retries` more sweeps over the products
-    still slower than a product at least as large. One sweep is not enough on a shared machine:
+    still slower than a product at least as large. `between[i]` (other measurements) runs after
+    sweep i: sweeps seconds apart do not all fall in one slow stretch of this VM (the fastest
+    of 20 calls of a 128x64x128 product moved between 30 and 63 us from one second to the next;
+    a calibration whose sweeps ran back to back priced attention's products 1.4x the fastest
+    calls of the benchmark run after it). One sweep is not enough on a shared machine:
     OpenBLAS's second thread, its core taken by another process, holds every call of a product
     for whole scheduler ticks (128x64x128: 12 ms instead of 35 us, all 7 repeats, seen in
     three calibrations out of four under a load of 2), and that lasts about as long as one
@@ -202,10 +206,14 @@ def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: i
         for i in todo:
             _, run, calls = runs[i]
             best[i] = min(best[i], fastest_seconds(run, repeats=7, cap_s=cap_s) / calls)
+        if sweep < len(between):
+            between[sweep]()
         if sweep + 1 >= passes:
             todo = _slower_than_a_larger([key for key, _, _ in runs], best)
             if not todo:
                 break
+    for later in between[sweep + 1:]:     # fewer sweeps than measurements between them
+        later()
     return [MatmulPoint(m, k, n, t, ta, tb) for ((m, k, n, ta, tb), _, _), t in zip(runs, best)]
 
 

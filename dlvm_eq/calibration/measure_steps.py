@@ -25,7 +25,7 @@ from ..codegen.planning.plan import (ALIAS, OUTPUT, PARAM, TEMP, AliasStep, Conc
                                      RowStep, Slot, View)
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
-from ..extract.machine import Machine
+from ..extract.machine import MACHINES, Machine
 from ..ir import window_ops
 from ..ir.types import F32, TensorType
 from .measure import fastest_seconds, per_call
@@ -280,15 +280,30 @@ def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES,
     grid; `mc` prices the products inside windows (its measured products). Each point is the
     step's time less the views its plan reads through (priced from the view grids, measured
     first), which plan_cost adds to every step."""
+    grids = kind_grids(step, sizes, target)
+    return {**grids, **window_grids(dataclasses.replace(mc, step_grids={**mc.step_grids, **grids}), step,
+                                    window_sizes, target)}
+
+
+def kind_grids(step: float, sizes=SIZES, target: str = "cpu") -> dict:
+    """The view grids and the grid of every kind in KINDS (step_grids but the windows: these
+    need no products, so calibrate times them between two sweeps of the products)."""
     grids: dict[str, tuple] = view_grids(target)
-    mc = dataclasses.replace(mc, step_grids={**mc.step_grids, **grids})
+    views = dataclasses.replace(MACHINES[target], step_grids=dict(grids))   # prices the views
     for kind, build in KINDS.items():
         points = []
         for n in sizes:
             plan, args, nbytes = build(n)
-            t = time_step(program(plan, target), args) - views_seconds(mc, plan.steps[0])
+            t = time_step(program(plan, target), args) - views_seconds(views, plan.steps[0])
             points.append((float(nbytes), max(FLOOR, t - step)))
         grids[kind] = tuple(points)
+    return grids
+
+
+def window_grids(mc: Machine, step: float, window_sizes=WINDOW_SIZES, target: str = "cpu") -> dict:
+    """window op -> its grid: each point the step's time beyond its products as `mc` prices
+    them (its measured products) and its views (`mc`'s view grids)."""
+    grids: dict[str, tuple] = {}
     # windows (milliseconds each, split over the cores: the steps another process disturbs
     # most, 5-10x under a load of 4) in WINDOW_SWEEPS sweeps, each point its fastest
     cases = [(op, window_plan(op, size)) for op in window_ops.WINDOW_OPS for size in window_sizes]
@@ -310,5 +325,5 @@ def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES,
     return grids
 
 
-__all__ = ["GPU_SIZES", "KINDS", "c_view", "call_overheads", "step_grids", "time_call", "time_step", "tiny_plan", "view_grids",
-           "view_plan", "window_case", "window_plan"]
+__all__ = ["GPU_SIZES", "KINDS", "c_view", "call_overheads", "kind_grids", "step_grids", "time_call", "time_step", "tiny_plan",
+           "view_grids", "view_plan", "window_case", "window_grids", "window_plan"]
