@@ -137,8 +137,21 @@ def test_gradient_of_the_logistic_loss_stays_finite(z, target):
     np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
-def test_logistic_gradient_has_no_division():
+def test_logistic_gradient_is_sigmoid_minus_y():
+    """The quotients cancel into y * sigmoid(-z) - (1-y) * sigmoid(z), which is y - sigmoid(z)
+    (sigmoid(z) + sigmoid(-z) = 1): the gradient reads one sigmoid, of z itself, and divides
+    by nothing."""
     m = dq.make_ir(dq.grad(logistic))(Z, Y)
     (fn,) = m.functions.values() if isinstance(m.functions, dict) else m.functions
-    assert "divide" not in ops_of(fn), fn
-    assert sorted(ops_of(fn)).count("sigmoid") == 2, fn     # sigmoid(z) and sigmoid(-z)
+    ops = ops_of(fn)
+    assert "divide" not in ops and "negate" not in ops and ops.count("sigmoid") == 1, fn
+    assert operand_ops(fn, "sigmoid") == [[None]], fn          # sigmoid(%z): a parameter
+
+
+def test_logistic_loss_reads_one_softplus_and_no_sigmoid():
+    """y*log(p) + (1-y)*log(1-p) in its stable form is y*z - softplus(z) (torch's
+    BCEWithLogits): one softplus, a product, a difference."""
+    m, result, fn = optimized(logistic, Z, Y)
+    ops = ops_of(fn)
+    assert ops.count("softplus") == 1 and "sigmoid" not in ops and "log" not in ops, fn
+    assert ops.count("multiply") == 1 and "y*(z-sp z)+(1-y)*(-sp z)" in result.report["logistic"].saturation.rule_matches
