@@ -311,7 +311,7 @@ def agreement(predicted, measured) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=80)   # a pair takes 1-20 ms: 80 rounds are ~20 s
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
