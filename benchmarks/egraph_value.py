@@ -48,7 +48,6 @@ def f32(*shape, scale=1.0):
 # ---------------------------------------------------------------- the models (loss, args, argnums)
 
 def mlp():
-    import dlvm_eq as dq
     from dlvm_eq.models import mlp as m
     params = m.init_params([784, 256, 10], seed=0)
     x = rng.random((256, 784), dtype=np.float32)

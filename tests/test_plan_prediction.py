@@ -290,3 +290,24 @@ def test_measure_refuses_zero_repeats(tmp_path):
     from dlvm_eq.cli import main
     rc = main(["compile", str(ROOT / "examples" / "mlp.dl"), "-f", "mlp", "--measure", "--repeats", "0"])
     assert rc == 1
+
+
+def test_the_prediction_splits_a_kernel_over_threads_where_the_executor_does():
+    """A kernel is priced as split over the pool exactly when the executor splits it (a map
+    from two minimum works, a row kernel by its chunks, a reduction from one): around each
+    threshold, plan_cost's thread count against the compiled kernel's own decision."""
+    from dlvm_eq.calibration.plan_cost import _parallel
+    from dlvm_eq.codegen import KernelInput, KernelSpec, Load, ReduceSpec, RowSpec, compile_cpu
+    from dlvm_eq.codegen.runtime.row_kernel import compile_rows
+    from dlvm_eq.codegen.runtime.threads import MIN_PARALLEL_WORK as W
+    mc = MACHINES["cpu"]
+    for n in (W - 64, W, 2 * W - 64, 2 * W):
+        k = compile_cpu(KernelSpec(f"split_map_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0]))
+        assert (_parallel(mc, "map", n) > 1) == (k.one_call_head() is None and k.threads > 1), n
+        r = compile_cpu(ReduceSpec(f"split_sum_{n}", (n // 64, 64), [KernelInput("f32")], Load(0), "add", (1,)))
+        assert (_parallel(mc, "reduce", n) > 1) == (r.one_call_head() is None and r.threads > 1), n
+        rows = n // 256
+        x = Load(0)
+        spec = RowSpec(f"split_rows_{n}", rows, 256, [KernelInput("f32")], [(x, "max", None)], [x - Load(1)])
+        rk = compile_rows(spec)
+        assert (_parallel(mc, "rows", rows * 256 * 2) > 1) == (rk.one_call_head() is None and rk.threads > 1), n

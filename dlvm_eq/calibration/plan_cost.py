@@ -224,10 +224,17 @@ def _expr_flops(roots, mc: Machine) -> float:
     return total
 
 
-def _parallel(mc: Machine, elements: int) -> int:
-    """Threads a generated kernel of this many elements is split over (its compute share)."""
+# where the executor starts to split a kernel over threads, in MIN_PARALLEL_WORKs of work: a map
+# from two (CpuKernel.run_map), a row kernel from two (its chunks), a reduction from one
+# (CpuKernel.one_call_head)
+SPLIT_FROM = {"map": 2, "rows": 2}
+
+
+def _parallel(mc: Machine, kind: str, work: int) -> int:
+    """Threads a generated kernel of `kind` is split over (its compute share), for `work`:
+    its elements (a row kernel: elements times its passes, reductions and map)."""
     from ..codegen.runtime.threads import MIN_PARALLEL_WORK
-    if mc.name != "cpu" or elements < MIN_PARALLEL_WORK:
+    if mc.name != "cpu" or work < SPLIT_FROM.get(kind, 1) * MIN_PARALLEL_WORK:
         return 1
     from ..codegen.runtime.cpu_count import thread_count
     return thread_count()
@@ -239,7 +246,7 @@ def _moved(mc: Machine, kind: str, nbytes: float, elements: int, passes: float =
     grid = mc.step_grids.get(kind)
     if grid:
         return interpolate(grid, max(nbytes, 1.0))
-    wake = mc.pool_wake if _parallel(mc, elements) > 1 else 0.0
+    wake = mc.pool_wake if _parallel(mc, kind, elements) > 1 else 0.0
     return mc.launch + wake + passes * nbytes / mc.bandwidth
 
 
@@ -252,7 +259,7 @@ def _bound(mc: Machine, kind: str, nbytes: float, elements: int, compute: float)
     the pool's wake-up when the kernel is split over threads)."""
     moved = _moved(mc, kind, nbytes, elements)
     grid = mc.step_grids.get(kind)
-    call = grid[0][1] if grid else mc.launch + (mc.pool_wake if _parallel(mc, elements) > 1 else 0.0)
+    call = grid[0][1] if grid else mc.launch + (mc.pool_wake if _parallel(mc, kind, elements) > 1 else 0.0)
     return max(moved, call + compute)
 
 
@@ -278,7 +285,7 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
         last = max((i for i, d in enumerate(spec.shape) if d > 1), default=-1)
         kind = "reduce" if last < 0 or last in spec.axes else "reduce_lead"
         roots = (spec.body,)
-    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
+    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, kind, n)
     return kind, spec.name, _bound(mc, kind, nbytes, n, compute)
 
 
@@ -288,8 +295,9 @@ def _rows(step: RowStep, plan: Plan, mc: Machine):
     nbytes = row_bytes(_read_bytes(plan, step.inputs, n, spec.inputs), len(spec.reductions),
                        bool(spec.outputs), sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
     roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
-    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, n)
-    return "rows", spec.name, _bound(mc, "rows", nbytes, n, compute)
+    work = n * (len(spec.reductions) + 1)          # what row_kernel splits into chunks
+    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, "rows", work)
+    return "rows", spec.name, _bound(mc, "rows", nbytes, work, compute)
 
 
 def row_bytes(read: int, reductions: int, maps: bool, written: int) -> int:
