@@ -168,3 +168,21 @@ def test_running_out_of_time_is_numeric_only_and_a_finished_search_is_unproven()
     assert ZeroProver(timeout=0.0).status(sp.sqrt(x ** 2) - x) == NUMERIC_ONLY
     assert ZeroProver().status(sp.sqrt(x ** 2) - x) == UNPROVEN   # false for x < 0
     assert ZeroProver().status(hard) == PROVEN
+
+
+def test_exponentials_as_symbols_cancel_the_logistic_adjoint_and_nothing_false():
+    """Each exp(u) a symbol (exp(-u) its reciprocal) makes sigmoid algebra rational: the
+    logistic loss's derivative against (sigmoid(z) - y) / N over a batch cancels, and a
+    difference that is not zero does not."""
+    from dlvm_eq.verify.identity import _exps_as_symbols
+    w, b = sp.symbols("w b")
+    xs, ys = sp.symbols("x0:8"), sp.symbols("y0:8")
+    sig = lambda t: 1 / (1 + sp.exp(-t))        # noqa: E731
+    loss = -sum(y * sp.log(sig(w * x + b)) + (1 - y) * sp.log(1 - sig(w * x + b)) for x, y in zip(xs, ys)) / 8
+    adjoint = sum((sig(w * x + b) - y) * x for x, y in zip(xs, ys)) / 8
+    d = sp.diff(loss, w) - adjoint
+    assert _exps_as_symbols(d) == 0
+    assert ZeroProver().status(d) == PROVEN
+    z = sp.Symbol("z")
+    assert _exps_as_symbols(sig(z) + sig(-z) - 1) == 0
+    assert _exps_as_symbols(sig(z) - sig(2 * z)) != 0
