@@ -246,7 +246,7 @@ def test_views_of_temporaries_are_made_once_per_arena_and_views_of_arguments_per
     """The executor makes a view of a temporary once, with the arena (the step never runs, is
     timed and priced 0), and a view of an argument at every call: results follow each call's
     arguments, from many threads at once (each call its own arena)."""
-    import threading
+    from at_once import run_at_once
     from dlvm_eq.calibration.plan_cost import predict_plan
     from dlvm_eq.codegen.planning.plan import PARAM, AliasStep, arena_aliases
 
@@ -278,18 +278,10 @@ def test_views_of_temporaries_are_made_once_per_arena_and_views_of_arguments_per
     assert all(seconds[i] == 0.0 for i in made) and all(seconds[i] > 0.0 for i in set(aliases) - made)
     for x in xs:                                            # one arena, new arguments each call
         np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
-    errors = []
 
     def worker(k):
-        try:
-            for i in range(40):
-                x = xs[(i + k) % len(xs)]
-                np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
-        except AssertionError as e:            # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        for i in range(40):
+            x = xs[(i + k) % len(xs)]
+            np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
+    errors = run_at_once(worker, n=4)
     assert not errors, errors[0]

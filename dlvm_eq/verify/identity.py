@@ -349,8 +349,9 @@ def _exps_as_symbols(e):
     """e with sigmoid, tanh and softplus written with exp, and each exp(u) a symbol of its own
     (exp(-u) its reciprocal): a rational function of those symbols (and of the others), which
     `cancel` brings to 0 when it is 0. Sound: a rational identity still holds with the
-    exponentials put back. Proves in milliseconds what simplify may not within its time: the
-    logistic adjoint (sigmoid(z) - y) / N against the derivative of y*log(p) + (1-y)*log(1-p)."""
+    exponentials put back. Proves within the time limit what the exp-kept cancel does not: the
+    logistic adjoint (sigmoid(z) - y) / N against the derivative of y*log(p) + (1-y)*log(1-p)
+    over 8 rows, 1.5 s against 14."""
     names: dict = {}
 
     def symbol(u):

@@ -215,10 +215,10 @@ class CpuProgram:
         self._n = len(plan.slots)          # env[self._n + s]: the data pointer of env[s]
         made_with_arena = arena_aliases(plan)
         self._arena_aliases = [plan.steps[i] for i in sorted(made_with_arena)]
+        arena_views = {step.out for step in self._arena_aliases}
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
         self._clear = [s for s in plan.params] + [i for i, _ in self._outputs] + \
-            [s.index for s in plan.slots if s.role == ALIAS and s.index not in
-             {plan.steps[i].out for i in made_with_arena}]
+            [s.index for s in plan.slots if s.role == ALIAS and s.index not in arena_views]
         self._indexed_runs = [(i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena]
         self._runs = [r for _, r in self._indexed_runs]
         self._results = [(r.slot, _view_fn(r.chain, np)) for r in plan.results]

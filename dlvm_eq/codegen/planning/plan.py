@@ -219,7 +219,6 @@ def step_outputs(step: Step) -> tuple[int, ...]:
     return step.outputs if isinstance(step, KernelStep) else (step.out,)
 
 
-
 def arena_aliases(plan: "Plan") -> set[int]:
     """Indexes of the AliasSteps whose source is fixed for the life of an arena (a temporary
     placed in it, a constant, or such an alias): the CPU executor makes those views once per
@@ -231,6 +230,7 @@ def arena_aliases(plan: "Plan") -> set[int]:
             fixed.add(step.out)
             steps.add(i)
     return steps
+
 
 @dataclass
 class Plan:
