@@ -7,7 +7,7 @@ code generator with the same fusion, side by side in one run.
 
 For each model: the measured speedup (the two taking turns round by round, in alternating order,
 each model's rounds spread over the whole run: the median over rounds of off's step time over
-on's in the round next to it), the predicted speedup (the
+on's in the round next to it, a round's first call aside: `time_pairs`), the predicted speedup (the
 planned programs' predicted times, off / on: `calibration.plan_cost.predict_plan`, every step
 of the plan that runs priced from the machine), the rules that fired most, the e-graph's size and the optimizer's time. Both programs are checked
 against the reference interpreter before anything is timed. Under the table: the Spearman rank
@@ -209,18 +209,29 @@ def check(name, module, fname, args, compiled):
 
 
 def time_pairs(pairs, rounds: int, steps: int):
-    """For each (off, on, args): ((median, fastest) seconds per call of off, the same of on, the
-    measured speedup). Off and on take turns round by round: the median over rounds of a
-    round's mean call, the fastest single call (what a quiet machine gives; on a loaded one,
-    rounds get interrupted and the medians grow), and the median over rounds of off's round
-    over on's round next to it (this machine slows by 1.5x for seconds at a time: a ratio of
-    two medians can set a slow stretch of one against a quick one of the other; a round and
-    the next share one). The order alternates (off then on, on then off), so that a drift
-    within a pair of rounds favours neither. Round r of every model runs before round r + 1 of
-    any: each model's rounds are spread over the whole run, so that no model is measured
-    only inside one slow stretch of this VM (a fixed 128x64x128 product's fastest of 20 calls
-    moves between 30 and 63 us from one second to the next here)."""
+    """For each (off, on, args): ((median, fastest, first) seconds per call of off, the same of
+    on, the measured speedup). Off and on take turns round by round, `steps` calls a round:
+    - median: the median over rounds of a round's mean call after its first, i.e. back-to-back
+      calls, as a training loop makes them and as the cost model prices them (each step's data
+      in cache, its workers awake);
+    - fastest: the fastest single call (what a quiet machine gives; on a loaded one rounds get
+      interrupted and the medians grow);
+    - first: the median over rounds of a round's first call, which follows the other models'
+      rounds: the caches hold their data and the pool's workers sleep (the logistic loss: 96 us
+      against 29 for the calls after it);
+    - speedup: the median over rounds of off's round (after its first call) over on's round
+      next to it (this machine slows by 1.5x for seconds at a time: a ratio of two medians can
+      set a slow stretch of one against a quick one of the other; a round and the next share
+      one).
+    The order alternates (off then on, on then off), so that a drift within a pair of rounds
+    favours neither. Round r of every model runs before round r + 1 of any: each model's rounds
+    are spread over the whole run, so that no model is measured only inside one slow stretch of
+    this VM (a fixed 128x64x128 product's fastest of 20 calls moves between 30 and 63 us from
+    one second to the next here)."""
+    if steps < 2:
+        raise SystemExit("--steps must be at least 2 (a round's first call is reported apart)")
     rounds_of = [{"off": [], "on": []} for _ in pairs]
+    firsts = [{"off": [], "on": []} for _ in pairs]
     fastest = [{"off": math.inf, "on": math.inf} for _ in pairs]
     for off, on, args in pairs:
         for f in (off, on):
@@ -230,18 +241,19 @@ def time_pairs(pairs, rounds: int, steps: int):
         for j, (off, on, args) in enumerate(pairs):
             pair = (("off", off), ("on", on))
             for label, f in (pair if i % 2 == 0 else pair[::-1]):
-                total = 0.0
+                calls = []
                 for _ in range(steps):
                     t0 = time.perf_counter()
                     f(*args)
-                    dt = time.perf_counter() - t0
-                    total += dt
-                    fastest[j][label] = min(fastest[j][label], dt)
-                rounds_of[j][label].append(total / steps)
+                    calls.append(time.perf_counter() - t0)
+                fastest[j][label] = min(fastest[j][label], *calls)
+                firsts[j][label].append(calls[0])
+                rounds_of[j][label].append(sum(calls[1:]) / (steps - 1))
     out = []
-    for r, fast in zip(rounds_of, fastest):
+    for r, first, fast in zip(rounds_of, firsts, fastest):
         speedup = statistics.median(a / b for a, b in zip(r["off"], r["on"]))
-        out.append((*((statistics.median(r[k]), fast[k]) for k in ("off", "on")), speedup))
+        out.append((*((statistics.median(r[k]), fast[k], statistics.median(first[k])) for k in ("off", "on")),
+                    speedup))
     return out
 
 
@@ -285,7 +297,7 @@ def run(rounds: int, steps: int, only=None):
     rows, programs = [], []
     timings = time_pairs([(off, on, args) for _, _, off, on, args, _, _ in built], rounds, steps)
     for (title, fname, off, on, args, result, optimize_s), timing in zip(built, timings):
-        (t_off, fast_off), (t_on, fast_on), speedup = timing
+        (t_off, fast_off, first_off), (t_on, fast_on, first_on), speedup = timing
         p_off, p_on = predicted_seconds(off), predicted_seconds(on)
         fr = result.report[fname]
         sat = fr.saturation
@@ -293,11 +305,19 @@ def run(rounds: int, steps: int, only=None):
         rows.append([title, f"{t_off * 1e3:.3f}", f"{t_on * 1e3:.3f}", f"{speedup:.2f}x",
                      f"{p_off / p_on:.2f}x", f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
                      f"{optimize_s:.2f} s", fired or "none"])
-        programs += [(p_off, t_off, fast_off), (p_on, t_on, fast_on)]
-        print(f"  {title}: off {t_off * 1e3:.3f} ms, fastest {fast_off * 1e3:.3f} (predicted {p_off * 1e3:.3f}), "
-              f"on {t_on * 1e3:.3f} ms, fastest {fast_on * 1e3:.3f} (predicted {p_on * 1e3:.3f})", flush=True)
+        programs += [(p_off, t_off, fast_off, first_off), (p_on, t_on, fast_on, first_on)]
+        print(f"  {title}: off {t_off * 1e3:.3f} ms, fastest {fast_off * 1e3:.3f}, first {first_off * 1e3:.3f} "
+              f"(predicted {p_off * 1e3:.3f}), on {t_on * 1e3:.3f} ms, fastest {fast_on * 1e3:.3f}, first "
+              f"{first_on * 1e3:.3f} (predicted {p_on * 1e3:.3f})", flush=True)
     mc = machine("cpu")
     return rows, programs, ("measured profile " + mc.profile) if mc.profile else "shipped defaults"
+
+
+def first_calls(programs) -> str:
+    """How much slower a round's first call is than the calls after it, over the programs."""
+    slower = sorted(first / median for _, median, _, first in programs)
+    return (f"{statistics.median(slower):.2f}x the calls after it (median program; "
+            f"{slower[0]:.2f}-{slower[-1]:.2f}x)")
 
 
 def agreement(predicted, measured) -> str:
@@ -323,9 +343,10 @@ def main(argv=None) -> int:
     summary = (f"geometric-mean measured speedup {gmean:.2f}x over {len(rows)} models; slowest "
                f"{min(speedups):.2f}x. Predicted (the planned programs, cost model: {cost_model}) vs "
                f"measured program times ({len(programs)} programs): "
-               + agreement([p for p, _, _ in programs], [m for _, m, _ in programs]) + " against the "
-               "median rounds; " + agreement([p for p, _, _ in programs], [f for _, _, f in programs])
-               + " against the fastest calls.")
+               + agreement([p[0] for p in programs], [p[1] for p in programs]) + " against the "
+               "median rounds (back-to-back calls); " + agreement([p[0] for p in programs], [p[2] for p in programs])
+               + " against the fastest calls. A round's first call (after the other models' rounds: "
+               "caches cold, workers asleep) took " + first_calls(programs) + ".")
     stamp = datetime.date.today().isoformat()
     text = (f"{SECTION}\n\n`.venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md` "
             f"({stamp}; {machine_line()}"

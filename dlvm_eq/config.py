@@ -50,8 +50,8 @@ SETTINGS = (
     Setting("DLVM_EQ_SPIN_US", "300",
             "microseconds an idle native worker spins before it sleeps on a futex"),
     Setting("DLVM_EQ_GEMM", "auto",
-            "1: always use our float32 GEMM for large products, 0: never (numpy's BLAS); unset "
-            "or anything else: where the host has AVX-512"),
+            "1: always use our float32 GEMM for large products (and fuse epilogues into it); 0, "
+            "unset or anything else: never (numpy's BLAS, faster on idle hosts)"),
     Setting("DLVM_EQ_EPILOGUES", "1",
             "0: do not fuse elementwise consumers of a matmul into our GEMM's tiles"),
 )
@@ -78,7 +78,7 @@ def read(environ=None) -> Settings:
         return env.get(name, "")
 
     gemm = text("DLVM_EQ_GEMM").strip()
-    gemm = gemm if gemm in ("0", "1") else "auto"     # anything else: decided by the host
+    gemm = gemm if gemm in ("0", "1") else "auto"     # anything else: the default (gemm_runtime.DEFAULT_ENABLED)
     spin = text("DLVM_EQ_SPIN_US").strip() or "300"
     try:
         spin_us = float(spin)

@@ -233,30 +233,29 @@ _GEMMS: dict[bool, CpuGemm] = {}
 _GEMMS_LOCK = threading.Lock()
 
 
-def suits_host(features: str) -> bool:
-    """Whether our GEMM is the default on a CPU with these LLVM features ("+avx2,-avx512f,..."):
-    with AVX-512 (its 12x32 and 24x16 tiles). The AVX2+FMA 6x16 tile (gemm_tiles.py) works
-    and is used when DLVM_EQ_GEMM=1, but on this 2-core EPYC, idle, OpenBLAS is faster: 2-D
-    products of the MLP, transformer and CNN shapes ran at 80-130 GFLOP/s through OpenBLAS
-    against 40-96 through ours, and the attention's batched products 36-57 against 31-49
-    (`benchmarks/gemm_batched.py`, medians on the idle machine, 2026-12-01). Under load the order
-    flips (OpenBLAS's spinning threads lose their core: the transformer step 0.35 s through
-    ours against 0.76 s), which is what DLVM_EQ_GEMM=1 is for on a shared machine."""
-    return "+avx512f" in set(features.split(","))
-
+# Unset (DLVM_EQ_GEMM=auto), products go to numpy's BLAS on every host: measured at the program
+# level it was faster wherever we looked. On the 2-core AVX2 EPYC (2026-12-01, idle) OpenBLAS ran
+# the MLP, transformer and CNN products at 80-130 GFLOP/s against 40-96 through our 6x16 tile.
+# On a 2-core AVX-512 Xeon (2026-12-05), where our 12x32 tile had been the default, the
+# training steps of benchmarks/egraph_value.py ran faster through OpenBLAS in two alternated
+# runs each: attention 1.75x, the transformer layer 1.65x, the user's 256-chain 1.77x, the MLP
+# 1.17x, the CNN, LSTM, matrix factorization and logistic loss within 5%; its small products
+# (64-128 a side, attention's) took 12-30 us through ours against 4-16 through OpenBLAS (ours
+# pays a launch's set-up and, from PARALLEL_MACS, waking a worker). Our GEMM stays for
+# DLVM_EQ_GEMM=1: under load the order flips (OpenBLAS's spinning threads lose their core: the
+# transformer step 0.35 s through ours against 0.76 s on the EPYC), and it is what runs the
+# fused epilogues (a GemmStep).
+DEFAULT_ENABLED = False
 
 _ENABLED: bool | None = None
 
 
 def enabled() -> bool:
-    """Our GEMM is used: DLVM_EQ_GEMM=1, or unset and the host suits it (read once)."""
+    """Our GEMM is used: DLVM_EQ_GEMM=1; "0" never; unset, DEFAULT_ENABLED (read once)."""
     global _ENABLED
     if _ENABLED is None:
-        setting = settings().gemm    # DLVM_EQ_GEMM: "0" never, "1" always, "auto" by the host
-        if setting in ("0", "1"):
-            _ENABLED = setting == "1"
-        else:
-            _ENABLED = suits_host(llvm.get_host_cpu_features().flatten())
+        setting = settings().gemm    # DLVM_EQ_GEMM: "0" never, "1" always, "auto" the default
+        _ENABLED = setting == "1" if setting in ("0", "1") else DEFAULT_ENABLED
     return _ENABLED
 
 
