@@ -253,13 +253,13 @@ class OurMatmulsOnly(MatmulsOnly):
         self.products = [(a, b, o) for (a, b), o in zip(pairs, outs)]
         self.g = gemm_runtime
         if not gemm_runtime.enabled():
-            self.note += "; forced: not used by compiled code on this host (no AVX-512)"
+            self.note += "; forced: compiled code uses numpy's BLAS unless DLVM_EQ_GEMM=1"
         if not all(self._ours(a, b, o) for a, b, o in self.products):
             self.note += "; some through numpy (layouts it declines)"
 
     def _ours(self, a, b, o) -> bool:
-        """Through our GEMM even where compiled code would not pick it (enabled() is false on
-        hosts without AVX-512); the switch is restored at once, so other rows are unaffected."""
+        """Through our GEMM even where compiled code would not pick it (enabled() is false
+        unless DLVM_EQ_GEMM=1); the switch is restored at once, so other rows are unaffected."""
         saved, self.g._ENABLED = self.g._ENABLED, True
         try:
             return self.g.matmul(a, b, o)

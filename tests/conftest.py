@@ -4,8 +4,8 @@ import tempfile
 
 # Set before dlvm_eq creates its shared cache; subprocesses started by tests inherit it.
 os.environ["DLVM_EQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="dlvm_eq-test-cache-")
-# Our GEMM on every host (by default it is used only where the CPU has AVX-512): the tests of
-# its paths and epilogues must run on the machines that would not pick it, too.
+# Our GEMM on every host (by default products go to numpy's BLAS, gemm_runtime.DEFAULT_ENABLED):
+# the tests of its paths and fused epilogues must run, and they run where users turn it on.
 os.environ["DLVM_EQ_GEMM"] = "1"
 
 from hypothesis import HealthCheck, settings  # noqa: E402
