@@ -155,3 +155,45 @@ def test_logistic_loss_reads_one_softplus_and_no_sigmoid():
     ops = ops_of(fn)
     assert ops.count("softplus") == 1 and "sigmoid" not in ops and "log" not in ops, fn
     assert ops.count("multiply") == 1 and "y*(z-sp z)+(1-y)*(-sp z)" in result.report["logistic"].saturation.rule_matches
+
+
+# ---------------------------------------------------------------- the gpu target
+# Issue 17: the stable logistic loss is finite and exact at z = +-30 on every target. The GPU
+# target's kernels run here through tests/fake_cupy (each launch emulated on the host from the
+# kernel's own LLVM IR, its PTX assembled by ptxas), and on a device where CUDA works.
+
+def _logistic_programs():
+    """The loss as written (log of sigmoid: the GPU target's optimizer must make it stable) and
+    its value and gradient."""
+    loss, both = dq.make_ir(logistic)(Z, Y), dq.value_and_grad(logistic).lower(Z, Y)
+    return (loss, next(iter(loss.functions))), (both, next(iter(both.functions)))
+
+
+def _check(loss, value, grad):
+    want = exact_logistic(Z, Y)
+    for v in (loss, value):
+        assert np.isfinite(v) and abs(v - want) <= 1e-4 * abs(want), (v, want)
+    np.testing.assert_allclose(grad, scipy.special.expit(Z.astype(np.float64)) - Y, rtol=1e-4, atol=1e-6)
+
+
+def test_logistic_loss_at_30_on_the_emulated_gpu(monkeypatch):
+    import fake_cupy
+    from dlvm_eq.pipeline import compile
+    (loss, f), (both, g) = _logistic_programs()
+    with fake_cupy.installed(monkeypatch, sms=2) as cp:
+        z, y = cp.asarray(Z), cp.asarray(Y)
+        # the program as written is not finite there: the optimizer's stable form is what passes
+        assert not np.isfinite(compile(loss, f, target="gpu", optimize=False)(z, y).get())
+        value, grad = compile(both, g, target="gpu")(z, y)
+        _check(float(compile(loss, f, target="gpu")(z, y).get()), float(value.get()), grad.get())
+
+
+@pytest.mark.gpu
+def test_logistic_loss_at_30_on_the_gpu():
+    from dlvm_eq.codegen import gpu_available
+    if not gpu_available():
+        pytest.skip("CUDA is not usable here")
+    import cupy
+    value, grad = dq.jit(dq.value_and_grad(logistic), target="gpu")(Z, Y)
+    loss = dq.jit(logistic, target="gpu")(Z, Y)
+    _check(float(cupy.asnumpy(loss)), float(cupy.asnumpy(value)), cupy.asnumpy(grad))
