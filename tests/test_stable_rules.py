@@ -158,7 +158,7 @@ def test_logistic_loss_reads_one_softplus_and_no_sigmoid():
 
 
 # ---------------------------------------------------------------- the gpu target
-# Issue 17: the stable logistic loss is finite and exact at z = +-30 on every target. The GPU
+# The stable logistic loss is finite and exact at z = +-30 on every target. The GPU
 # target's kernels run here through tests/fake_cupy (each launch emulated on the host from the
 # kernel's own LLVM IR, its PTX assembled by ptxas), and on a device where CUDA works.
 
