@@ -13,13 +13,14 @@ both alike. Quiet, and "busy": one process spinning on the last CPU (common.Busy
 settings' probes of a round run.
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed (the script restarts itself without them).
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 UNSET = reexec_without()
 
@@ -41,6 +42,7 @@ def probe(name: str, batches: int, calls: int) -> None:
 
     import dlvm_eq as dq
     from dlvm_eq.codegen.runtime import blas_threads
+
     model = next(m for m in ev.MODELS if m.__name__ == name)
     title, program, fname, args = ev.build(model, algebra=True)
     step = dq.compile(program, fname, target="cpu", optimize=True)
@@ -58,15 +60,32 @@ def probe(name: str, batches: int, calls: int) -> None:
 def run_probe(name: str, setting: str, args) -> float | None:
     """Seconds per step from a fresh process with DLVM_EQ_BLAS_POOL=setting (None: it failed)."""
     env = dict(os.environ, DLVM_EQ_BLAS_POOL=setting)
-    out = subprocess.run([sys.executable, __file__, "--probe", name, setting, "--batches",
-                          str(args.batches), "--calls", str(args.calls)],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--probe",
+            name,
+            setting,
+            "--batches",
+            str(args.batches),
+            "--calls",
+            str(args.calls),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode != 0:
         print(out.stderr[-2000:], file=sys.stderr)
         return None
     value, installed = out.stdout.split()[-2:]
     if installed != setting:
-        print(f"{name}: DLVM_EQ_BLAS_POOL={setting} but the callback installed={installed}", file=sys.stderr)
+        print(
+            f"{name}: DLVM_EQ_BLAS_POOL={setting} but the callback installed={installed}",
+            file=sys.stderr,
+        )
         return None
     return float(value)
 
@@ -84,6 +103,7 @@ def main(argv=None) -> int:
         probe(args.probe[0], args.batches, args.calls)
         return 0
     import egraph_value as ev
+
     names = args.only or [m.__name__ for m in ev.MODELS]
     conditions = ("quiet", "busy")
     seconds = {(n, c, s): [] for n in names for c in conditions for s in "01"}
@@ -102,20 +122,34 @@ def main(argv=None) -> int:
         for condition in conditions:
             off, on = seconds[name, condition, "0"], seconds[name, condition, "1"]
             ratios = [a / b for a, b in zip(off, on)]
-            row += [f"{statistics.median(off) * 1e3:.3f}", f"{statistics.median(on) * 1e3:.3f}",
-                    f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"]
+            row += [
+                f"{statistics.median(off) * 1e3:.3f}",
+                f"{statistics.median(on) * 1e3:.3f}",
+                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+            ]
         rows.append(row)
     load = os.getloadavg()[0]
-    unset = (f"; removed {', '.join(UNSET)}" if UNSET else "")
-    text = (f"{HEADING}\n\n`.venv/bin/python benchmarks/blas_pool.py --update BENCHMARKS.md` "
-            f"({datetime.date.today()}; {machine_line()}; load average {load:.2f} before the "
-            f"summary{unset}). {args.rounds} rounds; in each, every model's two settings in fresh "
-            f"processes, quiet and then with one process spinning on the last CPU (busy); a "
-            f"process's figure is the median of {args.batches} batches of {args.calls} steps; "
-            f"speedup = OpenBLAS's threads / the pool.\n\n"
-            + markdown_table(["model", "quiet: OpenBLAS's threads ms", "native pool ms",
-                              "speedup (median of rounds; range)", "busy: OpenBLAS's threads ms",
-                              "native pool ms", "speedup (median of rounds; range)"], rows))
+    unset = f"; removed {', '.join(UNSET)}" if UNSET else ""
+    text = (
+        f"{HEADING}\n\n`.venv/bin/python benchmarks/blas_pool.py --update BENCHMARKS.md` "
+        f"({datetime.date.today()}; {machine_line()}; load average {load:.2f} before the "
+        f"summary{unset}). {args.rounds} rounds; in each, every model's two settings in fresh "
+        f"processes, quiet and then with one process spinning on the last CPU (busy); a "
+        f"process's figure is the median of {args.batches} batches of {args.calls} steps; "
+        f"speedup = OpenBLAS's threads / the pool.\n\n"
+        + markdown_table(
+            [
+                "model",
+                "quiet: OpenBLAS's threads ms",
+                "native pool ms",
+                "speedup (median of rounds; range)",
+                "busy: OpenBLAS's threads ms",
+                "native pool ms",
+                "speedup (median of rounds; range)",
+            ],
+            rows,
+        )
+    )
     print(text)
     if args.update:
         update_section(args.update, HEADING, text)

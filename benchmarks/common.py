@@ -9,6 +9,7 @@
 Imports nothing heavy at module level, so that `reexec_without` runs before numpy loads
 OpenBLAS (which reads its environment once, at load time).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 # OpenBLAS's core-type override picks the Haswell kernels on this AVX-512 machine: x @ w1 of
 # the MLP step takes 0.43 ms instead of 0.24 (shared/MEASUREMENTS.md).
@@ -64,8 +65,12 @@ class Timing:
         return (self.q3 - self.q1) * 1e3
 
 
-def median_time(fn: Callable[[], object], repeats: int = 50, warmup: int = 5,
-                sync: Callable[[object], object] | None = None) -> Timing:
+def median_time(
+    fn: Callable[[], object],
+    repeats: int = 50,
+    warmup: int = 5,
+    sync: Callable[[object], object] | None = None,
+) -> Timing:
     """Call `fn` `warmup` times, then time `repeats` calls one by one. `sync(result)` runs
     inside the timed region (e.g. `block_until_ready` for asynchronous JAX results)."""
     for _ in range(warmup):
@@ -92,25 +97,37 @@ def ratio_text(value: float, baseline: float) -> str:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub markdown table; cells are str()-ed, None prints as '-'."""
-    cell = lambda v: "-" if v is None else str(v)  # noqa: E731
+    cell = lambda v: "-" if v is None else str(v)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def timing_table(rows: Sequence[dict], baseline: str, name_header: str = "implementation",
-                 ratio_header: str | None = None) -> str:
+def timing_table(
+    rows: Sequence[dict],
+    baseline: str,
+    name_header: str = "implementation",
+    ratio_header: str | None = None,
+) -> str:
     """A table of timings with a ratio column against the row named `baseline`.
 
     rows: dicts with "name", "timing" (a Timing or None when it did not run), "note"."""
-    base = next((r["timing"].median for r in rows if r["name"] == baseline and r.get("timing")), None)
+    base = next(
+        (r["timing"].median for r in rows if r["name"] == baseline and r.get("timing")), None
+    )
     ratio_header = ratio_header or f"time / {baseline}"
     body = []
     for r in rows:
         t = r.get("timing")
-        body.append([r["name"], f"{t.ms:.3f}" if t else None,
-                     f"{t.spread_ms:.3f}" if t else None,
-                     ratio_text(t.median, base) if t else None, r.get("note", "")])
+        body.append(
+            [
+                r["name"],
+                f"{t.ms:.3f}" if t else None,
+                f"{t.spread_ms:.3f}" if t else None,
+                ratio_text(t.median, base) if t else None,
+                r.get("note", ""),
+            ]
+        )
     return markdown_table([name_header, "median ms", "IQR ms", ratio_header, "note"], body)
 
 
@@ -127,17 +144,23 @@ def machine_line() -> str:
     parts = [cpu, f"{os.cpu_count()} cores", f"Python {platform.python_version()}"]
     try:
         import numpy as np
+
         parts.append(f"numpy {np.__version__}")
         config = np.show_config(mode="dicts") or {}
         blas = config.get("Build Dependencies", {}).get("blas", {})
         if blas:
             parts.append(f"{blas.get('name', 'BLAS')} {blas.get('version', '')}".strip())
-        from threadpoolctl import threadpool_info   # which kernels OpenBLAS picked
+        from threadpoolctl import threadpool_info  # which kernels OpenBLAS picked
+
         for info in threadpool_info():
-            if info.get("internal_api") == "openblas" and "numpy" in info.get("filepath", "") + info.get("prefix", ""):
-                parts.append(f"OpenBLAS core {info.get('architecture')}, {info.get('num_threads')} threads")
+            if info.get("internal_api") == "openblas" and "numpy" in info.get(
+                "filepath", ""
+            ) + info.get("prefix", ""):
+                parts.append(
+                    f"OpenBLAS core {info.get('architecture')}, {info.get('num_threads')} threads"
+                )
                 break
-    except Exception:  # noqa: BLE001 - describing the machine must not stop a benchmark
+    except Exception:
         pass
     return ", ".join(parts)
 

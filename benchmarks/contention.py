@@ -20,15 +20,16 @@ to spin out their budget after each compiled call instead of sleeping when it re
 Targets (issue 11): dlvm_eq's MLP step busy/quiet <= 1.25 and its busy time <= every peer's;
 numpy's step right after dlvm_eq's within 1.1x of numpy alone.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
-UNSET = reexec_without()   # before numpy loads OpenBLAS
+UNSET = reexec_without()  # before numpy loads OpenBLAS
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -38,7 +39,6 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import Busy, machine_line, markdown_table, median_time, update_section  # noqa: E402
 
 SECTION = "## Contention: a busy core, and numpy beside dlvm_eq"
@@ -49,17 +49,21 @@ WORKLOADS = {
     "chain": ["dlvm_eq", "numpy", "torch", "jax"],
     "coexist": ["numpy alone", "numpy after dlvm_eq", "numpy after dlvm_eq, no rest"],
 }
-TITLES = {"mlp": "MLP training step (batch 256, 784 -> 256 -> 10, value_and_grad + SGD)",
-          "chain": "elementwise chain `sigmoid(x*1.5 + 0.25) * x`, 10M float32"}
+TITLES = {
+    "mlp": "MLP training step (batch 256, 784 -> 256 -> 10, value_and_grad + SGD)",
+    "chain": "elementwise chain `sigmoid(x*1.5 + 0.25) * x`, 10M float32",
+}
 
 
 # ---------------------------------------------------------------- probes (one per process)
 
+
 def no_rest(name: str) -> str:
-    """"X, no rest": X with the workers left spinning after each compiled call (the switch
+    """ "X, no rest": X with the workers left spinning after each compiled call (the switch
     threads.RESTING; by default they are put to sleep when a call returns)."""
     if name.endswith(", no rest"):
         from dlvm_eq.codegen.runtime import threads
+
         threads.RESTING = False
         return name[: -len(", no rest")]
     return name
@@ -68,12 +72,15 @@ def no_rest(name: str) -> str:
 def mlp_impl(name: str):
     """A checked mlp_step implementation: `step()` and `sync(out)`."""
     import mlp_step as m
+
     name = no_rest(name)
     params, x, y = m.data()
-    impl = {"dlvm_eq": lambda: m.DlvmEq(params, x, y, "cpu"),
-            "numpy": lambda: m.NumpyHandWritten(params, x, y),
-            "torch": lambda: m.Torch(params, x, y, compiled=False),
-            "jax": lambda: m.Jax(params, x, y)}[name]()
+    impl = {
+        "dlvm_eq": lambda: m.DlvmEq(params, x, y, "cpu"),
+        "numpy": lambda: m.NumpyHandWritten(params, x, y),
+        "torch": lambda: m.Torch(params, x, y, compiled=False),
+        "jax": lambda: m.Jax(params, x, y),
+    }[name]()
     problem = m.check(impl, m.reference(params, x, y))
     if problem:
         raise SystemExit(f"{name}: wrong result: {problem}")
@@ -83,20 +90,23 @@ def mlp_impl(name: str):
 def chain_impl(name: str):
     """(fn, sync) computing sigmoid(x*1.5 + 0.25) * x on 10M float32, checked first."""
     x = np.random.default_rng(0).standard_normal(CHAIN_N, dtype=np.float32)
-    sync = lambda out: out  # noqa: E731
+    sync = lambda out: out
     if name == "dlvm_eq":
         import dlvm_eq as dq
+
         f = dq.jit(lambda v: dq.sigmoid(v * 1.5 + 0.25) * v)
-        fn = lambda: f(x)  # noqa: E731
+        fn = lambda: f(x)
     elif name == "numpy":
-        fn = lambda: x / (1 + np.exp(-(x * 1.5 + 0.25)))  # noqa: E731
+        fn = lambda: x / (1 + np.exp(-(x * 1.5 + 0.25)))
     elif name == "torch":
         import torch
+
         tx = torch.from_numpy(x)
-        fn = lambda: torch.sigmoid(tx * 1.5 + 0.25) * tx  # noqa: E731
+        fn = lambda: torch.sigmoid(tx * 1.5 + 0.25) * tx
     else:
         import jax
         import jax.numpy as jnp
+
         jx = jnp.asarray(x)
         jf = jax.jit(lambda v: jax.nn.sigmoid(v * 1.5 + 0.25) * v)
         fn, sync = (lambda: jf(jx)), jax.block_until_ready
@@ -136,6 +146,7 @@ def probe(workload: str, name: str, steps: int) -> dict:
 
 # ---------------------------------------------------------------- the driver
 
+
 def run_probe(workload: str, name: str, steps: int) -> float | str:
     """Median seconds from a fresh process, or the reason it failed."""
     cmd = [sys.executable, str(HERE), "--probe", workload, name, "--steps", str(steps)]
@@ -165,8 +176,11 @@ def measure(args) -> dict:
                         results[key] = got
                     elif not isinstance(results.get(key), str):
                         results.setdefault(key, []).append(got)
-                    print(f"round {rnd + 1} {condition:5s} {workload:7s} {name:20s} "
-                          + (got if isinstance(got, str) else f"{got * 1e3:.3f} ms"), flush=True)
+                    print(
+                        f"round {rnd + 1} {condition:5s} {workload:7s} {name:20s} "
+                        + (got if isinstance(got, str) else f"{got * 1e3:.3f} ms"),
+                        flush=True,
+                    )
     return results
 
 
@@ -184,24 +198,49 @@ def workload_table(results, workload: str) -> tuple[str, dict]:
     rows, figures = [], {}
     for name in WORKLOADS[workload]:
         quiet, busy = ms(results, (workload, name, "quiet")), ms(results, (workload, name, "busy"))
-        failure = next((results[(workload, name, c)] for c in ("quiet", "busy")
-                        if isinstance(results.get((workload, name, c)), str)), "")
+        failure = next(
+            (
+                results[(workload, name, c)]
+                for c in ("quiet", "busy")
+                if isinstance(results.get((workload, name, c)), str)
+            ),
+            "",
+        )
         figures[name] = (quiet, busy)
-        rows.append([name, fmt(quiet), fmt(busy),
-                     fmt(busy / quiet, 2) + "x" if quiet and busy else None,
-                     fmt(busy / ours_busy, 2) + "x" if busy and ours_busy else None, failure])
-    table = markdown_table(["implementation", "quiet ms", "one core busy ms", "busy / quiet",
-                            "busy / dlvm_eq busy", "note"], rows)
+        rows.append(
+            [
+                name,
+                fmt(quiet),
+                fmt(busy),
+                fmt(busy / quiet, 2) + "x" if quiet and busy else None,
+                fmt(busy / ours_busy, 2) + "x" if busy and ours_busy else None,
+                failure,
+            ]
+        )
+    table = markdown_table(
+        [
+            "implementation",
+            "quiet ms",
+            "one core busy ms",
+            "busy / quiet",
+            "busy / dlvm_eq busy",
+            "note",
+        ],
+        rows,
+    )
     return table, figures
 
 
 def section(results, args) -> str:
-    parts = [SECTION, "",
-             f"`.venv/bin/python benchmarks/contention.py --update BENCHMARKS.md` "
-             f"({datetime.date.today().isoformat()}; {args.rounds} rounds, medians of round medians; "
-             f"each figure from its own process; \"busy\": one process spinning on the last CPU). "
-             f"{machine_line()}."
-             + (f" Removed for this run: {', '.join(UNSET)}." if UNSET else ""), ""]
+    parts = [
+        SECTION,
+        "",
+        f"`.venv/bin/python benchmarks/contention.py --update BENCHMARKS.md` "
+        f"({datetime.date.today().isoformat()}; {args.rounds} rounds, medians of round medians; "
+        f'each figure from its own process; "busy": one process spinning on the last CPU). '
+        f"{machine_line()}." + (f" Removed for this run: {', '.join(UNSET)}." if UNSET else ""),
+        "",
+    ]
     verdicts = []
     for workload in ("mlp", "chain"):
         table, figures = workload_table(results, workload)
@@ -209,28 +248,51 @@ def section(results, args) -> str:
         quiet, busy = figures.get("dlvm_eq", (None, None))
         if workload == "mlp" and quiet and busy:
             peers_busy = [b for n, (_, b) in figures.items() if not n.startswith("dlvm_eq") and b]
-            verdicts.append(f"MLP step busy / quiet = {busy / quiet:.2f} (target <= 1.25: "
-                            f"{'met' if busy / quiet <= 1.25 else 'NOT met'})")
+            verdicts.append(
+                f"MLP step busy / quiet = {busy / quiet:.2f} (target <= 1.25: "
+                f"{'met' if busy / quiet <= 1.25 else 'NOT met'})"
+            )
             if peers_busy:
-                verdicts.append(f"dlvm_eq busy {busy:.3f} ms vs the fastest peer busy {min(peers_busy):.3f} ms "
-                                f"(target <= every peer: {'met' if busy <= min(peers_busy) else 'NOT met'})")
-    alone, after = ms(results, ("coexist", "numpy alone", "quiet")), ms(results, ("coexist", "numpy after dlvm_eq", "quiet"))
+                verdicts.append(
+                    f"dlvm_eq busy {busy:.3f} ms vs the fastest peer busy {min(peers_busy):.3f} ms "
+                    f"(target <= every peer: {'met' if busy <= min(peers_busy) else 'NOT met'})"
+                )
+    alone, after = (
+        ms(results, ("coexist", "numpy alone", "quiet")),
+        ms(results, ("coexist", "numpy after dlvm_eq", "quiet")),
+    )
     spinning = ms(results, ("coexist", "numpy after dlvm_eq, no rest", "quiet"))
+
     def rounds(name):
         v = results.get(("coexist", name, "quiet"))
         return ", ".join(f"{x * 1e3:.2f}" for x in v) if isinstance(v, list) else None
 
-    rows = [["numpy step alone", fmt(alone), "1.00x" if alone else None, rounds("numpy alone")],
-            ["numpy step, each right after one dlvm_eq step", fmt(after),
-             fmt(after / alone, 2) + "x" if alone and after else None, rounds("numpy after dlvm_eq")],
-            ["the same, our workers left spinning after each call (no rest)", fmt(spinning),
-             fmt(spinning / alone, 2) + "x" if alone and spinning else None,
-             rounds("numpy after dlvm_eq, no rest")]]
-    parts += ["### numpy beside dlvm_eq in one process (quiet)", "",
-              markdown_table(["what is timed", "median ms", "/ numpy alone", "round medians ms"], rows), ""]
+    rows = [
+        ["numpy step alone", fmt(alone), "1.00x" if alone else None, rounds("numpy alone")],
+        [
+            "numpy step, each right after one dlvm_eq step",
+            fmt(after),
+            fmt(after / alone, 2) + "x" if alone and after else None,
+            rounds("numpy after dlvm_eq"),
+        ],
+        [
+            "the same, our workers left spinning after each call (no rest)",
+            fmt(spinning),
+            fmt(spinning / alone, 2) + "x" if alone and spinning else None,
+            rounds("numpy after dlvm_eq, no rest"),
+        ],
+    ]
+    parts += [
+        "### numpy beside dlvm_eq in one process (quiet)",
+        "",
+        markdown_table(["what is timed", "median ms", "/ numpy alone", "round medians ms"], rows),
+        "",
+    ]
     if alone and after:
-        verdicts.append(f"numpy after dlvm_eq / numpy alone = {after / alone:.2f} (target <= 1.1: "
-                        f"{'met' if after / alone <= 1.1 else 'NOT met'})")
+        verdicts.append(
+            f"numpy after dlvm_eq / numpy alone = {after / alone:.2f} (target <= 1.1: "
+            f"{'met' if after / alone <= 1.1 else 'NOT met'})"
+        )
     parts += ["Targets: " + "; ".join(verdicts) + "." if verdicts else "", ""]
     return "\n".join(parts)
 
@@ -238,7 +300,9 @@ def section(results, args) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
-    ap.add_argument("--steps", type=int, default=60, help="timed calls per probe (MLP; chain: a third)")
+    ap.add_argument(
+        "--steps", type=int, default=60, help="timed calls per probe (MLP; chain: a third)"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
     args = ap.parse_args(argv)

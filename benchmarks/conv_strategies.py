@@ -6,6 +6,7 @@ picks.
 
     .venv/bin/python benchmarks/conv_strategies.py [--rounds 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 reexec_without()
 
@@ -26,13 +27,20 @@ from dlvm_eq.ir import window_ops  # noqa: E402
 
 PAD1 = dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
 # (op, x or dY shape, weight shape): the CNN step's five convolutions
-CASES = [("conv2d", (128, 1, 28, 28), (32, 1, 3, 3)), ("conv2d", (128, 32, 14, 14), (64, 32, 3, 3)),
-         ("conv2dBackwardInput", (128, 64, 14, 14), (64, 32, 3, 3)),
-         ("conv2dBackwardWeight", (128, 1, 28, 28), (32, 1, 3, 3)),
-         ("conv2dBackwardWeight", (128, 32, 14, 14), (64, 32, 3, 3))]
+CASES = [
+    ("conv2d", (128, 1, 28, 28), (32, 1, 3, 3)),
+    ("conv2d", (128, 32, 14, 14), (64, 32, 3, 3)),
+    ("conv2dBackwardInput", (128, 64, 14, 14), (64, 32, 3, 3)),
+    ("conv2dBackwardWeight", (128, 1, 28, 28), (32, 1, 3, 3)),
+    ("conv2dBackwardWeight", (128, 32, 14, 14), (64, 32, 3, 3)),
+]
 # name: (chunk bytes, one product per image)
-STRATEGIES = {"one product, 4 MB chunks": (4 << 20, False), "one product, 16 MB chunks": (16 << 20, False),
-              "one product, whole batch": (1 << 40, False), "one product per image": (None, True)}
+STRATEGIES = {
+    "one product, 4 MB chunks": (4 << 20, False),
+    "one product, 16 MB chunks": (16 << 20, False),
+    "one product, whole batch": (1 << 40, False),
+    "one product per image": (None, True),
+}
 
 
 def _args(op, a_shape, w_shape, rng):
@@ -60,10 +68,13 @@ def main():
         variants = {"numpy im2col + BLAS": lambda: window_ops.evaluate(op, np, args, attrs, matmul)}
         for name, (nbytes, small) in STRATEGIES.items():
             variants[name] = lambda nbytes=nbytes, small=small: conv_cpu.evaluate(
-                op, args, attrs, matmul, chunk_bytes=nbytes, small=small)
-        variants["the rule (runtime/conv_cpu.py)"] = lambda: conv_cpu.evaluate(op, args, attrs, matmul)
+                op, args, attrs, matmul, chunk_bytes=nbytes, small=small
+            )
+        variants["the rule (runtime/conv_cpu.py)"] = lambda: conv_cpu.evaluate(
+            op, args, attrs, matmul
+        )
         times = {k: [] for k in variants}
-        for name, f in variants.items():     # checked before anything is timed
+        for name, f in variants.items():  # checked before anything is timed
             np.testing.assert_allclose(f(), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
         for _ in range(opts.rounds):
             for name, f in variants.items():
@@ -72,8 +83,10 @@ def main():
                     f()
                     times[name].append(time.perf_counter() - t0)
         for name, ts in times.items():
-            print(f"| {op} | {a_shape} x {w_shape} | {name} | {np.median(ts) * 1e3:.1f} | {min(ts) * 1e3:.1f} |",
-                  flush=True)
+            print(
+                f"| {op} | {a_shape} x {w_shape} | {name} | {np.median(ts) * 1e3:.1f} | {min(ts) * 1e3:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

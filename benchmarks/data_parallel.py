@@ -14,6 +14,7 @@ shards, fetching and combining gradients, Ray's scheduling): 1 - compute / step.
 efficiency: steps/s with N workers / (N x steps/s with 1 worker). Before timing, each
 data-parallel step's result is checked against the single-process step (rtol 1e-5).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
-UNSET = reexec_without()   # before numpy loads OpenBLAS
+UNSET = reexec_without()  # before numpy loads OpenBLAS
 # one compute thread everywhere, BLAS included (Ray gives a 1-CPU worker OMP_NUM_THREADS=1):
 # set before numpy and dlvm_eq load, both read them once
 for name in ("DLVM_EQ_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -34,7 +35,6 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
 
 SECTION = "## Data-parallel training on Ray"
@@ -47,12 +47,14 @@ READING = (
     "Ray's own processes share two cores (with whatever else runs on this shared machine), so "
     "the second worker's half of the compute is not a free core's: scaling stays well below "
     "100%. Data parallelism pays where each worker has its own cores and a shard's compute "
-    "outweighs the gradients' round trip; the communication column is the share to watch.")
+    "outweighs the gradients' round trip; the communication column is the share to watch."
+)
 SIZES, BATCHES, WORKERS = (784, 256, 10), (256, 2048), (1, 2)
 
 
 def problem(batch: int, seed: int = 0):
     from dlvm_eq.models import mlp
+
     rng = np.random.default_rng(seed)
     x = rng.random((batch, SIZES[0]), dtype=np.float32)
     onehot = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], batch)]
@@ -62,7 +64,7 @@ def problem(batch: int, seed: int = 0):
 def check(got, want) -> None:
     (value, grads), (want_value, want_grads) = got, want
     assert abs(value - want_value) <= 1e-5 * abs(want_value), (value, want_value)
-    for g, w in zip(grads, want_grads):   # float32 sums in another order: compared as vectors
+    for g, w in zip(grads, want_grads):  # float32 sums in another order: compared as vectors
         assert np.linalg.norm(g - w) <= 1e-5 * np.linalg.norm(w)
 
 
@@ -75,12 +77,22 @@ def measure(batch: int, repeats: int) -> list[list]:
     f = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))
     want = f(*params, x, y)
     single = median_time(lambda: f(*params, x, y), repeats=repeats)
-    rows = [[batch, "single process", "-", f"{single.ms:.2f}", f"{1e3 / single.ms:.1f}",
-             f"{single.ms:.2f}", "-", "-"]]
+    rows = [
+        [
+            batch,
+            "single process",
+            "-",
+            f"{single.ms:.2f}",
+            f"{1e3 / single.ms:.1f}",
+            f"{single.ms:.2f}",
+            "-",
+            "-",
+        ]
+    ]
     one_worker_rate = None
     for workers in WORKERS:
-        shard = -(-batch // workers)           # the largest shard: the step waits for it
-        f(*params, x[:shard], y[:shard])       # compiled here first, so the workers hit the cache
+        shard = -(-batch // workers)  # the largest shard: the step waits for it
+        f(*params, x[:shard], y[:shard])  # compiled here first, so the workers hit the cache
         compute = median_time(lambda: f(*params, x[:shard], y[:shard]), repeats=repeats)
         with data_parallel(f, batch_argnums=(4, 5), workers=workers, timeout_s=600) as step:
             check(step(*params, x, y), want)
@@ -88,10 +100,18 @@ def measure(batch: int, repeats: int) -> list[list]:
         rate = 1e3 / timing.ms
         one_worker_rate = one_worker_rate or rate
         efficiency = rate / (workers * one_worker_rate)
-        rows.append([batch, f"{workers} worker{'s' * (workers > 1)}", f"{shard}",
-                     f"{timing.ms:.2f}", f"{rate:.1f}", f"{compute.ms:.2f}",
-                     f"{100 * max(0.0, 1 - compute.ms / timing.ms):.0f}%",
-                     f"{100 * efficiency:.0f}%"])
+        rows.append(
+            [
+                batch,
+                f"{workers} worker{'s' * (workers > 1)}",
+                f"{shard}",
+                f"{timing.ms:.2f}",
+                f"{rate:.1f}",
+                f"{compute.ms:.2f}",
+                f"{100 * max(0.0, 1 - compute.ms / timing.ms):.0f}%",
+                f"{100 * efficiency:.0f}%",
+            ]
+        )
     return rows
 
 
@@ -112,21 +132,36 @@ def main(argv=None) -> int:
     finally:
         ray.shutdown()
     megabytes = sum(p.nbytes for p in params) / 1e6
-    put_line = (f"One `ray.put` of the parameters ({megabytes:.2f} MB, what every step "
-                f"broadcasts) takes {put.ms:.2f} ms here; a step also puts each shard and "
-                f"fetches each worker's gradients (the parameters' size again).")
+    put_line = (
+        f"One `ray.put` of the parameters ({megabytes:.2f} MB, what every step "
+        f"broadcasts) takes {put.ms:.2f} ms here; a step also puts each shard and "
+        f"fetches each worker's gradients (the parameters' size again)."
+    )
     print(put_line)
-    table = markdown_table(["batch", "run", "rows per worker", "ms / step", "steps / s",
-                            "compute ms", "communication", "scaling efficiency"], rows)
+    table = markdown_table(
+        [
+            "batch",
+            "run",
+            "rows per worker",
+            "ms / step",
+            "steps / s",
+            "compute ms",
+            "communication",
+            "scaling efficiency",
+        ],
+        rows,
+    )
     print(table)
     if args.update:
         how_measured = __doc__.split("\n\n", 2)[2].strip()
         command = "python benchmarks/data_parallel.py --update BENCHMARKS.md"
-        text = (f"{SECTION}\n\nCommand: `{command}`  \nMachine: {machine_line()}; measured "
-                f"{datetime.date.today().isoformat()}, load average {load:.2f} before the run. "
-                f"A local Ray (`num_cpus=2`) on this 2-core machine, shared with other work: "
-                f"noisy, and the driver, Ray's own processes and two workers share two cores.\n\n"
-                f"{table}\n\n{put_line}\n\n{READING}\n\n{how_measured}\n")
+        text = (
+            f"{SECTION}\n\nCommand: `{command}`  \nMachine: {machine_line()}; measured "
+            f"{datetime.date.today().isoformat()}, load average {load:.2f} before the run. "
+            f"A local Ray (`num_cpus=2`) on this 2-core machine, shared with other work: "
+            f"noisy, and the driver, Ray's own processes and two workers share two cores.\n\n"
+            f"{table}\n\n{put_line}\n\n{READING}\n\n{how_measured}\n"
+        )
         update_section(args.update, SECTION, text)
     return 0
 

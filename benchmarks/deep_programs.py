@@ -9,6 +9,7 @@ cache directory (cold: no IR, plan or object-code entries).
 Targets: growth linear; the 30-layer gradient compiles in < 2 s cold; a 10k-instruction chain
 in < 20 s; parsing <= 3 s per 100k instructions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, markdown_table, update_section  # noqa: E402
+from common import machine_line, markdown_table, update_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Deep programs"
@@ -50,30 +51,42 @@ print(f"{t2 - t1:.3f} {t1 - t0:.3f}")
 
 def chain_text(n: int) -> str:
     """A straight chain of n elementwise instructions (multiply, add, tanh)."""
-    lines = ['module "chain"', "stage raw", "", f"func @chain: ({T}, {T}) -> {T} {{",
-             f"'entry(%x: {T}, %y: {T}):"]
+    lines = [
+        'module "chain"',
+        "stage raw",
+        "",
+        f"func @chain: ({T}, {T}) -> {T} {{",
+        f"'entry(%x: {T}, %y: {T}):",
+    ]
     prev = "%x"
     for i in range(n):
-        rhs = (f"multiply {prev}: {T}, 0.999: f32", f"add {prev}: {T}, %y: {T}",
-               f"tanh {prev}: {T}")[i % 3]
+        rhs = (
+            f"multiply {prev}: {T}, 0.999: f32",
+            f"add {prev}: {T}, %y: {T}",
+            f"tanh {prev}: {T}",
+        )[i % 3]
         lines.append(f"    %v{i} = {rhs}")
         prev = f"%v{i}"
     return "\n".join(lines + [f"    return {prev}: {T}", "}", ""])
 
 
-MEMORY_LIMIT = 8 << 30     # bytes of address space per child: a shared machine stays usable
+MEMORY_LIMIT = 8 << 30  # bytes of address space per child: a shared machine stays usable
 
 
 def _limit_memory():
     import resource
+
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def _failure(r) -> str:
     last = (r.stderr.strip().splitlines() or ["?"])[-1]
     if "MemoryError" in r.stderr or r.returncode < 0:
-        return f"over the {MEMORY_LIMIT >> 30} GiB memory limit" if "MemoryError" in r.stderr \
+        return (
+            f"over the {MEMORY_LIMIT >> 30} GiB memory limit"
+            if "MemoryError" in r.stderr
             else f"killed by signal {-r.returncode}"
+        )
     return "failed: " + last[:80]
 
 
@@ -86,9 +99,15 @@ def _env(cache: str) -> dict:
 def tanh_chain(n: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="dq-deep-") as cache:
         try:
-            r = subprocess.run([sys.executable, "-c", TANH_CHILD, str(n)], capture_output=True,
-                               text=True, timeout=timeout, env=_env(cache), cwd=ROOT,
-                               preexec_fn=_limit_memory)
+            r = subprocess.run(
+                [sys.executable, "-c", TANH_CHILD, str(n)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_env(cache),
+                cwd=ROOT,
+                preexec_fn=_limit_memory,
+            )
         except subprocess.TimeoutExpired:
             return {"n": n, "compile": None, "note": f"over {timeout:.0f} s"}
     if r.returncode != 0:
@@ -104,10 +123,26 @@ def dl_chain(n: int, timeout: float) -> dict:
         cache = str(Path(tmp) / "cache")
         t0 = time.perf_counter()
         try:
-            r = subprocess.run([sys.executable, "-m", "dlvm_eq.cli", "run", str(src), "-f", "chain",
-                                "--random", "--target", "cpu"], capture_output=True, text=True,
-                               timeout=timeout, env=_env(cache), cwd=ROOT,
-                               preexec_fn=_limit_memory)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dlvm_eq.cli",
+                    "run",
+                    str(src),
+                    "-f",
+                    "chain",
+                    "--random",
+                    "--target",
+                    "cpu",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_env(cache),
+                cwd=ROOT,
+                preexec_fn=_limit_memory,
+            )
         except subprocess.TimeoutExpired:
             return {"n": n, "wall": None, "note": f"over {timeout:.0f} s"}
         wall = time.perf_counter() - t0
@@ -118,7 +153,8 @@ def dl_chain(n: int, timeout: float) -> dict:
 
 def parse_time(n: int) -> dict:
     from dlvm_eq.ir.parser import parse
-    parse(chain_text(3))           # builds the parser once
+
+    parse(chain_text(3))  # builds the parser once
     text = chain_text(n)
     t0 = time.perf_counter()
     m = parse(text, "chain.dl")
@@ -132,27 +168,48 @@ def _fmt(v, digits=2):
 
 
 def report(grads, chains, parses) -> str:
-    rows = [[r["n"], _fmt(r["compile"]),
-             _fmt(r["compile"] / r["n"] * 1000, 1) if r["compile"] is not None else None, r["note"]]
-            for r in grads]
+    rows = [
+        [
+            r["n"],
+            _fmt(r["compile"]),
+            _fmt(r["compile"] / r["n"] * 1000, 1) if r["compile"] is not None else None,
+            r["note"],
+        ]
+        for r in grads
+    ]
     t1 = markdown_table(["layers n", "first call s (cold)", "ms per layer", "note"], rows)
-    rows = [[f"{r['n']:,}", _fmt(r["wall"]), _fmt(r["wall"] / r["n"] * 1000, 2) if r["wall"] else None,
-             r["note"]] for r in chains]
-    t2 = markdown_table(["instructions", "`dlvm-eq run --target cpu` wall s (cold)", "ms per instruction",
-                         "note"], rows)
+    rows = [
+        [
+            f"{r['n']:,}",
+            _fmt(r["wall"]),
+            _fmt(r["wall"] / r["n"] * 1000, 2) if r["wall"] else None,
+            r["note"],
+        ]
+        for r in chains
+    ]
+    t2 = markdown_table(
+        ["instructions", "`dlvm-eq run --target cpu` wall s (cold)", "ms per instruction", "note"],
+        rows,
+    )
     rows = [[f"{r['n']:,}", _fmt(r["parse"], 3), _fmt(r["per100k"])] for r in parses]
     t3 = markdown_table(["instructions", "parse s", "s per 100k instructions"], rows)
-    return "\n\n".join([
-        f"Machine: {machine_line()}. Shared by several engineers while measured: noisy.  \n"
-        "Command: `.venv/bin/python benchmarks/deep_programs.py --update BENCHMARKS.md`",
-        "`for _ in range(n): x = dq.tanh(x * x + x)`, then `dq.jit(dq.grad(deep))` on 6 floats, "
-        "first call in a fresh process with an empty cache (trace, differentiate, optimize, plan, "
-        "build kernels, run; the import is not counted). Target: 30 layers < 2 s.", t1,
-        "A straight chain of elementwise instructions (multiply, add, tanh on 4 x 8 f32) through "
-        "`dlvm-eq run FILE -f chain --random --target cpu`, a fresh process and an empty cache "
-        "(process start and import included). Target: 10k instructions < 20 s.", t2,
-        "Parsing the same chains (`dlvm_eq.ir.parser.parse`, in one process, the parser built "
-        "beforehand). Target: <= 3 s per 100k instructions.", t3])
+    return "\n\n".join(
+        [
+            f"Machine: {machine_line()}. Shared by several engineers while measured: noisy.  \n"
+            "Command: `.venv/bin/python benchmarks/deep_programs.py --update BENCHMARKS.md`",
+            "`for _ in range(n): x = dq.tanh(x * x + x)`, then `dq.jit(dq.grad(deep))` on 6 floats, "
+            "first call in a fresh process with an empty cache (trace, differentiate, optimize, plan, "
+            "build kernels, run; the import is not counted). Target: 30 layers < 2 s.",
+            t1,
+            "A straight chain of elementwise instructions (multiply, add, tanh on 4 x 8 f32) through "
+            "`dlvm-eq run FILE -f chain --random --target cpu`, a fresh process and an empty cache "
+            "(process start and import included). Target: 10k instructions < 20 s.",
+            t2,
+            "Parsing the same chains (`dlvm_eq.ir.parser.parse`, in one process, the parser built "
+            "beforehand). Target: <= 3 s per 100k instructions.",
+            t3,
+        ]
+    )
 
 
 def main() -> None:

@@ -17,13 +17,14 @@ Run `dlvm-eq calibrate` first to price with this machine's measured profile; the
 which cost model priced it. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed (the script
 restarts itself without them), as in the other benchmarks.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 UNSET = reexec_without()
 
@@ -40,7 +41,6 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import machine_line, markdown_table, update_section  # noqa: E402
 
 SECTION = "## What the e-graph buys (algebra off vs on)"
@@ -53,8 +53,10 @@ def f32(*shape, scale=1.0):
 
 # ---------------------------------------------------------------- the models (loss, args, argnums)
 
+
 def mlp():
     from dlvm_eq.models import mlp as m
+
     params = m.init_params([784, 256, 10], seed=0)
     x = rng.random((256, 784), dtype=np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
@@ -63,24 +65,28 @@ def mlp():
 
 def _softmax_rows(s):
     import dlvm_eq as dq
+
     e = dq.exp(s - dq.max(s, axis=1, keepdims=True))
     return e / dq.sum(e, axis=1, keepdims=True)
 
 
 def attention():
     import dlvm_eq as dq
+
     T, D = 128, 64
 
     def loss(wq, wk, wv, wo, x, y):
         q, k, v = x @ wq, x @ wk, x @ wv
         p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
         return dq.mean(dq.square((p @ v) @ wo - y))
-    ws = [f32(D, D, scale=D ** -0.5) for _ in range(4)]
+
+    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)]
     return f"attention block, seq {T}, d {D}", loss, (*ws, f32(T, D), f32(T, D)), (0, 1, 2, 3)
 
 
 def _layer_norm(h):
     import dlvm_eq as dq
+
     mu = dq.mean(h, axis=1, keepdims=True)
     c = h - mu
     return c / dq.sqrt(dq.mean(c * c, axis=1, keepdims=True) + 1e-5)
@@ -88,11 +94,13 @@ def _layer_norm(h):
 
 def _gelu(h):
     import dlvm_eq as dq
+
     return 0.5 * h * (1.0 + dq.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
 
 
 def transformer():
     import dlvm_eq as dq
+
     T, D, F = 128, 64, 256
 
     def loss(wq, wk, wv, wo, w1, w2, x, y):
@@ -101,83 +109,123 @@ def transformer():
         h = _layer_norm(x + (p @ v) @ wo)
         out = _layer_norm(h + _gelu(h @ w1) @ w2)
         return dq.mean(dq.square(out - y))
-    ws = [f32(D, D, scale=D ** -0.5) for _ in range(4)] + [f32(D, F, scale=D ** -0.5), f32(F, D, scale=F ** -0.5)]
-    return (f"transformer encoder layer (1 head), seq {T}, d {D}, MLP {F}", loss,
-            (*ws, f32(T, D), f32(T, D)), tuple(range(6)))
+
+    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)] + [
+        f32(D, F, scale=D**-0.5),
+        f32(F, D, scale=F**-0.5),
+    ]
+    return (
+        f"transformer encoder layer (1 head), seq {T}, d {D}, MLP {F}",
+        loss,
+        (*ws, f32(T, D), f32(T, D)),
+        tuple(range(6)),
+    )
 
 
 def lstm():
     import dlvm_eq as dq
+
     STEPS, B, X, H = 8, 32, 16, 32
 
     def loss(w, b, wo, y, *xs):
         h = c = np.zeros((B, H), np.float32)
         for x in xs:
             z = dq.concatenate([x, h], axis=1) @ w + b
-            i, f, o, g = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+            i, f, o, g = z[:, :H], z[:, H : 2 * H], z[:, 2 * H : 3 * H], z[:, 3 * H :]
             c = dq.sigmoid(f) * c + dq.sigmoid(i) * dq.tanh(g)
             h = dq.sigmoid(o) * dq.tanh(c)
         return dq.mean(dq.square(h @ wo - y))
-    args = (f32(X + H, 4 * H, scale=0.2), f32(4 * H, scale=0.1), f32(H, 1, scale=0.3), f32(B, 1),
-            *[f32(B, X) for _ in range(STEPS)])
+
+    args = (
+        f32(X + H, 4 * H, scale=0.2),
+        f32(4 * H, scale=0.1),
+        f32(H, 1, scale=0.3),
+        f32(B, 1),
+        *[f32(B, X) for _ in range(STEPS)],
+    )
     return f"LSTM, {STEPS} steps, batch {B}, hidden {H}", loss, args, (0, 1, 2)
 
 
 def matrix_factorization():
     import dlvm_eq as dq
+
     U, I, R = 512, 384, 32
 
     def loss(u, v, ratings, mask):
         err = (u @ dq.transpose(v) - ratings) * mask
         return dq.sum(err * err) / U + 0.01 * (dq.sum(u * u) + dq.sum(v * v))
+
     mask = (rng.random((U, I)) < 0.1).astype(np.float32)
-    return (f"matrix factorization {U}x{I}, rank {R}", loss,
-            (f32(U, R, scale=0.1), f32(I, R, scale=0.1), f32(U, I), mask), (0, 1))
+    return (
+        f"matrix factorization {U}x{I}, rank {R}",
+        loss,
+        (f32(U, R, scale=0.1), f32(I, R, scale=0.1), f32(U, I), mask),
+        (0, 1),
+    )
 
 
 def logistic():
     import dlvm_eq as dq
+
     N, D = 1024, 128
 
     def loss(w, b, x, y):
         p = dq.sigmoid(x @ w + b)
         return -dq.mean(y * dq.log(p) + (1.0 - y) * dq.log(1.0 - p))
+
     y = (rng.random((N, 1)) < 0.5).astype(np.float32)
-    return (f"logistic regression, log(sigmoid) as written, {N}x{D}", loss,
-            (f32(D, 1, scale=0.05), f32(1), f32(N, D), y), (0, 1))
+    return (
+        f"logistic regression, log(sigmoid) as written, {N}x{D}",
+        loss,
+        (f32(D, 1, scale=0.05), f32(1), f32(N, D), y),
+        (0, 1),
+    )
 
 
 def as_written():
     import dlvm_eq as dq
+
     N = 256
 
     def loss(a, b, c, d, x):
-        t = dq.transpose(dq.transpose(a))                 # a transpose of a transpose
-        chain = ((t @ b) @ c) @ d                         # (256x256)(256x256)(256x8)(8x1): badly associated
+        t = dq.transpose(dq.transpose(a))  # a transpose of a transpose
+        chain = ((t @ b) @ c) @ d  # (256x256)(256x256)(256x8)(8x1): badly associated
         return dq.sum(dq.square(chain - x)) + dq.sum(dq.transpose(dq.transpose(b)) * 0.0)
-    return (f"as a user wrote it: redundant transposes, badly associated {N}-chain", loss,
-            (f32(N, N, scale=N ** -0.5), f32(N, N, scale=N ** -0.5), f32(N, 8), f32(8, 1), f32(N, 1)),
-            (0, 1))
+
+    return (
+        f"as a user wrote it: redundant transposes, badly associated {N}-chain",
+        loss,
+        (f32(N, N, scale=N**-0.5), f32(N, N, scale=N**-0.5), f32(N, 8), f32(8, 1), f32(N, 1)),
+        (0, 1),
+    )
 
 
 def cnn():
     from dlvm_eq.models import cnn as m
+
     B, IMAGE = 32, 16
     p = m.init_params(image=IMAGE, seed=0)
     names = ("c1", "b1", "c2", "b2", "w", "b")
 
     def loss(c1, b1, c2, b2, w, b, x, y):
         return m.loss(dict(zip(names, (c1, b1, c2, b2, w, b))), x, y)
+
     x = rng.random((B, 1, IMAGE, IMAGE), dtype=np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, B)]
-    return (f"CNN, batch {B}, 1x{IMAGE}x{IMAGE}: conv3x3 {m.CHANNELS[0]}, pool, conv3x3 {m.CHANNELS[1]}, "
-            f"pool, dense 10", loss, (*(p[k] for k in names), x, y), tuple(range(6)))
+    return (
+        f"CNN, batch {B}, 1x{IMAGE}x{IMAGE}: conv3x3 {m.CHANNELS[0]}, pool, conv3x3 {m.CHANNELS[1]}, "
+        f"pool, dense 10",
+        loss,
+        (*(p[k] for k in names), x, y),
+        tuple(range(6)),
+    )
 
 
 MODELS = [mlp, attention, transformer, lstm, cnn, matrix_factorization, logistic, as_written]
 
 
 # ---------------------------------------------------------------- measuring
+
 
 def build(model, algebra: bool):
     """(title, module holding the value-and-gradient function, its name, args). With the
@@ -186,11 +234,19 @@ def build(model, algebra: bool):
     import dlvm_eq as dq
     from dlvm_eq.ad import adjoint_function
     from dlvm_eq.ir.module import Module
+
     title, loss, args, argnums = model()
     loss.__name__ = model.__name__
     forward = dq.make_ir(loss)(*args)[model.__name__]
-    grad = adjoint_function(None, forward, wrt=argnums, keeping=(0,), tuple_result=True,
-                            optimize=algebra, name=f"{model.__name__}_step")
+    grad = adjoint_function(
+        None,
+        forward,
+        wrt=argnums,
+        keeping=(0,),
+        tuple_result=True,
+        optimize=algebra,
+        name=f"{model.__name__}_step",
+    )
     module = Module(grad.name)
     module.add(grad)
     return title, module, grad.name, args
@@ -204,14 +260,17 @@ def flat(out):
 
 def check(name, module, fname, args, compiled):
     import dlvm_eq as dq
+
     want = flat(dq.interpret(module, fname, *args))
     for label, f in compiled.items():
         got = flat(f(*args))
         for w, g in zip(want, got):
             scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
             if not np.allclose(g, w, rtol=2e-3, atol=2e-3 * scale):
-                raise SystemExit(f"{name}: the {label} program disagrees with the interpreter "
-                                 f"(max error {np.max(np.abs(g - w)):.3g})")
+                raise SystemExit(
+                    f"{name}: the {label} program disagrees with the interpreter "
+                    f"(max error {np.max(np.abs(g - w)):.3g})"
+                )
 
 
 def time_pairs(pairs, rounds: int, steps: int):
@@ -246,7 +305,7 @@ def time_pairs(pairs, rounds: int, steps: int):
     for i in range(rounds):
         for j, (off, on, args) in enumerate(pairs):
             pair = (("off", off), ("on", on))
-            for label, f in (pair if i % 2 == 0 else pair[::-1]):
+            for label, f in pair if i % 2 == 0 else pair[::-1]:
                 calls = []
                 for _ in range(steps):
                     t0 = time.perf_counter()
@@ -258,8 +317,15 @@ def time_pairs(pairs, rounds: int, steps: int):
     out = []
     for r, first, fast in zip(rounds_of, firsts, fastest):
         speedup = statistics.median(a / b for a, b in zip(r["off"], r["on"]))
-        out.append((*((statistics.median(r[k]), fast[k], statistics.median(first[k])) for k in ("off", "on")),
-                    speedup))
+        out.append(
+            (
+                *(
+                    (statistics.median(r[k]), fast[k], statistics.median(first[k]))
+                    for k in ("off", "on")
+                ),
+                speedup,
+            )
+        )
     return out
 
 
@@ -270,6 +336,7 @@ def spearman(xs, ys) -> float:
         for pos, i in enumerate(order):
             r[i] = pos
         return r
+
     rx, ry = ranks(xs), ranks(ys)
     n = len(xs)
     mx, my = sum(rx) / n, sum(ry) / n
@@ -281,12 +348,14 @@ def spearman(xs, ys) -> float:
 def predicted_seconds(compiled) -> float:
     """The predicted time of the plan a compiled function runs."""
     from dlvm_eq.calibration.plan_cost import predict_plan
+
     return predict_plan(compiled.plan, "cpu").seconds
 
 
 def run(rounds: int, steps: int, only=None):
     import dlvm_eq as dq
     from dlvm_eq.extract.machine import machine
+
     built = []
     for model in MODELS:
         if only and model.__name__ not in only:
@@ -308,13 +377,25 @@ def run(rounds: int, steps: int, only=None):
         fr = result.report[fname]
         sat = fr.saturation
         fired = ", ".join(f"{r} x{n}" for r, n in (sat.top_rules()[:4] if sat else []))
-        rows.append([title, f"{t_off * 1e3:.3f}", f"{t_on * 1e3:.3f}", f"{speedup:.2f}x",
-                     f"{p_off / p_on:.2f}x", f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
-                     f"{optimize_s:.2f} s", fired or "none"])
+        rows.append(
+            [
+                title,
+                f"{t_off * 1e3:.3f}",
+                f"{t_on * 1e3:.3f}",
+                f"{speedup:.2f}x",
+                f"{p_off / p_on:.2f}x",
+                f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
+                f"{optimize_s:.2f} s",
+                fired or "none",
+            ]
+        )
         programs += [(p_off, t_off, fast_off, first_off), (p_on, t_on, fast_on, first_on)]
-        print(f"  {title}: off {t_off * 1e3:.3f} ms, fastest {fast_off * 1e3:.3f}, first {first_off * 1e3:.3f} "
-              f"(predicted {p_off * 1e3:.3f}), on {t_on * 1e3:.3f} ms, fastest {fast_on * 1e3:.3f}, first "
-              f"{first_on * 1e3:.3f} (predicted {p_on * 1e3:.3f})", flush=True)
+        print(
+            f"  {title}: off {t_off * 1e3:.3f} ms, fastest {fast_off * 1e3:.3f}, first {first_off * 1e3:.3f} "
+            f"(predicted {p_off * 1e3:.3f}), on {t_on * 1e3:.3f} ms, fastest {fast_on * 1e3:.3f}, first "
+            f"{first_on * 1e3:.3f} (predicted {p_on * 1e3:.3f})",
+            flush=True,
+        )
     mc = machine("cpu")
     return rows, programs, ("measured profile " + mc.profile) if mc.profile else "shipped defaults"
 
@@ -322,21 +403,25 @@ def run(rounds: int, steps: int, only=None):
 def first_calls(programs) -> str:
     """How much slower a round's first call is than the calls after it, over the programs."""
     slower = sorted(first / median for _, median, _, first in programs)
-    return (f"{statistics.median(slower):.2f}x the calls after it (median program; "
-            f"{slower[0]:.2f}-{slower[-1]:.2f}x)")
+    return (
+        f"{statistics.median(slower):.2f}x the calls after it (median program; "
+        f"{slower[0]:.2f}-{slower[-1]:.2f}x)"
+    )
 
 
 def agreement(predicted, measured) -> str:
     """Spearman rho, and the worst and median factor between prediction and measurement."""
     rho = spearman(predicted, measured) if len(predicted) > 2 else float("nan")
     factors = [max(p / m, m / p) for p, m in zip(predicted, measured) if p > 0 and m > 0]
-    return (f"Spearman rho {rho:.2f}, prediction / measurement within {max(factors):.2f}x at worst, "
-            f"median {statistics.median(factors):.2f}x")
+    return (
+        f"Spearman rho {rho:.2f}, prediction / measurement within {max(factors):.2f}x at worst, "
+        f"median {statistics.median(factors):.2f}x"
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=80)   # a pair takes 1-20 ms: 80 rounds are ~20 s
+    ap.add_argument("--rounds", type=int, default=80)  # a pair takes 1-20 ms: 80 rounds are ~20 s
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
@@ -344,19 +429,41 @@ def main(argv=None) -> int:
     rows, programs, cost_model = run(args.rounds, args.steps, args.only)
     speedups = [float(r[3][:-1]) for r in rows]
     gmean = math.exp(sum(map(math.log, speedups)) / len(speedups))
-    table = markdown_table(["model", "off ms", "on ms", "measured speedup", "predicted speedup",
-                            "e-graph", "differentiate + optimize", "rules fired (top 4)"], rows)
-    summary = (f"geometric-mean measured speedup {gmean:.2f}x over {len(rows)} models; slowest "
-               f"{min(speedups):.2f}x. Predicted (the planned programs, cost model: {cost_model}) vs "
-               f"measured program times ({len(programs)} programs): "
-               + agreement([p[0] for p in programs], [p[1] for p in programs]) + " against the "
-               "median rounds (back-to-back calls); " + agreement([p[0] for p in programs], [p[2] for p in programs])
-               + " against the fastest calls. A round's first call (after the other models' rounds: "
-               "caches cold, workers asleep) took " + first_calls(programs) + ".")
+    table = markdown_table(
+        [
+            "model",
+            "off ms",
+            "on ms",
+            "measured speedup",
+            "predicted speedup",
+            "e-graph",
+            "differentiate + optimize",
+            "rules fired (top 4)",
+        ],
+        rows,
+    )
+    summary = (
+        f"geometric-mean measured speedup {gmean:.2f}x over {len(rows)} models; slowest "
+        f"{min(speedups):.2f}x. Predicted (the planned programs, cost model: {cost_model}) vs "
+        f"measured program times ({len(programs)} programs): "
+        + agreement([p[0] for p in programs], [p[1] for p in programs])
+        + " against the "
+        "median rounds (back-to-back calls); "
+        + agreement([p[0] for p in programs], [p[2] for p in programs])
+        + " against the fastest calls. A round's first call (after the other models' rounds: "
+        "caches cold, workers asleep) took " + first_calls(programs) + "."
+    )
     stamp = datetime.date.today().isoformat()
-    text = (f"{SECTION}\n\n`.venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md` "
-            f"({stamp}; {machine_line()}"
-            + (f"; unset {', '.join(UNSET)}" if UNSET else "") + ")\n\n" + table + "\n\n" + summary + "\n")
+    text = (
+        f"{SECTION}\n\n`.venv/bin/python benchmarks/egraph_value.py --update BENCHMARKS.md` "
+        f"({stamp}; {machine_line()}"
+        + (f"; unset {', '.join(UNSET)}" if UNSET else "")
+        + ")\n\n"
+        + table
+        + "\n\n"
+        + summary
+        + "\n"
+    )
     print(text)
     if args.update:
         update_section(args.update, SECTION, text)

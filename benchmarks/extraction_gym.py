@@ -9,6 +9,7 @@ ILP extractors the DAG cost of the extracted program and the wall time of extrac
 "greedy alone" is the greedy pass without the local search that `extract` runs after it. Every result is
 validated (one node per reachable class, acyclic) before it is reported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,8 @@ NOTES = (
     "existed, HiGHS's 60 s incumbents here were bert 0.780955 and resnet50 4.385795 against greedy's "
     "0.824704 and 4.396867: the search beats the first by 10% and matches the second. The data set's README "
     "reports for a plain big-M ILP: vgg no solution in 60 s, resnet50 4.392080, bert 5.82 after "
-    "120 s. `bert_acyclic` is not acyclic: it has bert's cycles, only other costs.")
+    "120 s. `bert_acyclic` is not acyclic: it has bert's cycles, only other costs."
+)
 
 
 def greedy_alone(g) -> tuple[float, float]:
@@ -66,34 +68,39 @@ def run(data: Path, time_limit: float) -> list[str]:
         lines.append(
             f"| {path.stem} | {g.num_nodes} / {g.num_classes} | {t.dag_cost:.6f} | {t.seconds:.3f} "
             f"| {alone:.6f} | {alone_s:.3f} | {gr.dag_cost:.6f} | {gr.seconds:.3f} "
-            f"| {ilp.dag_cost:.6f} | {ilp.seconds:.2f} | {ilp.status} | {gr.dag_cost / ilp.dag_cost:.4f} |")
+            f"| {ilp.dag_cost:.6f} | {ilp.seconds:.2f} | {ilp.status} | {gr.dag_cost / ilp.dag_cost:.4f} |"
+        )
         print(lines[-1], file=sys.stderr, flush=True)
     return lines
 
 
 def section(lines: list[str], command: str, time_limit: float) -> str:
-    return "\n".join([
-        SECTION,
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {_machine()}, Python {platform.python_version()}, "
-        f"scipy's HiGHS for the ILP (time limit {time_limit:g} s; no warm start). DAG cost = sum of the "
-        "measured operator costs of the distinct chosen e-nodes; seconds = extraction only (loading "
-        "excluded; ILP includes its greedy run and model building). \"greedy result\" in the status "
-        "means HiGHS found nothing better in time and the greedy answer was returned (`fallback`).",
-        "",
-        *lines,
-        "",
-        NOTES,
-        "",
-    ])
+    return "\n".join(
+        [
+            SECTION,
+            "",
+            f"Command: `{command}`",
+            "",
+            f"Machine: {_machine()}, Python {platform.python_version()}, "
+            f"scipy's HiGHS for the ILP (time limit {time_limit:g} s; no warm start). DAG cost = sum of the "
+            "measured operator costs of the distinct chosen e-nodes; seconds = extraction only (loading "
+            'excluded; ILP includes its greedy run and model building). "greedy result" in the status '
+            "means HiGHS found nothing better in time and the greedy answer was returned (`fallback`).",
+            "",
+            *lines,
+            "",
+            NOTES,
+            "",
+        ]
+    )
 
 
 def _machine() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            model = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         model = platform.machine()
     return f"{model}, {os.cpu_count()} cores"
@@ -112,8 +119,12 @@ def update(path: Path, text: str) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of extraction-gym *.json")
-    ap.add_argument("--time-limit", type=float, default=60.0, help="ILP time limit per graph, seconds")
+    ap.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="folder of extraction-gym *.json"
+    )
+    ap.add_argument(
+        "--time-limit", type=float, default=60.0, help="ILP time limit per graph, seconds"
+    )
     ap.add_argument("--update", type=Path, help="write the table into this markdown file's section")
     args = ap.parse_args(argv)
     if not any(args.data.glob("*.json")):
@@ -124,7 +135,8 @@ def main(argv=None) -> None:
     print(f"({time.perf_counter() - start:.0f} s in all)", file=sys.stderr)
     if args.update:
         command = "python benchmarks/extraction_gym.py " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:]))
+            a for a in (argv if argv is not None else sys.argv[1:])
+        )
         update(args.update, section(lines, command.strip(), args.time_limit))
 
 

@@ -14,13 +14,14 @@ implementation runs next; each round starts with one untimed call, so that worke
 to sleep in the pause are awake (on this VM waking a sleeping thread takes 0.3-4 ms, which a
 single product of a few ms would otherwise run without).
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 UNSET = reexec_without()
 
@@ -29,7 +30,6 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import machine_line, markdown_table, update_section  # noqa: E402
 
 SECTION = "## GEMM (CPU, float32)"
@@ -51,13 +51,16 @@ def operands(m, k, n, transposed, rng):
 
 def implementations(a, b, out):
     from dlvm_eq.codegen.runtime import gemm_runtime
+
     impls = {}
-    if gemm_runtime.matmul(a, b, out):        # False: it leaves this product to numpy
+    if gemm_runtime.matmul(a, b, out):  # False: it leaves this product to numpy
         impls["dlvm_eq GEMM"] = lambda: gemm_runtime.matmul(a, b, out)
     impls["numpy (OpenBLAS)"] = lambda: np.matmul(a, b, out=out)
     try:
         import torch
+
         from dlvm_eq.codegen.runtime.cpu_count import usable_cpus
+
         torch.set_num_threads(usable_cpus())
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
         impls[f"PyTorch {torch.__version__} mm"] = lambda: torch.mm(ta, tb, out=tout)
@@ -73,7 +76,7 @@ def interleaved(impls: dict, rounds: int, reps: int, before=None) -> dict:
         f()
     for _ in range(rounds):
         for name, f in impls.items():
-            f()       # untimed: worker threads asleep after the pause wake up (steady state)
+            f()  # untimed: worker threads asleep after the pause wake up (steady state)
             for _ in range(reps):
                 if before is not None:
                     before()
@@ -98,27 +101,44 @@ def gemm_table(rounds: int, reps: int) -> str:
             if err > 1e-5:
                 raise SystemExit(f"{name} on {label}: relative error {err:.2g}")
         big = m * n * k >= 1 << 30
-        t = interleaved(impls, max(2, rounds // (2 if big else 1)), max(8, reps // (4 if big else 1)))
+        t = interleaved(
+            impls, max(2, rounds // (2 if big else 1)), max(8, reps // (4 if big else 1))
+        )
         base = t["numpy (OpenBLAS)"]
         for name, s in t.items():
-            rows.append([label, name, f"{s * 1e6:.1f}", f"{2 * m * n * k / s / 1e9:.0f}", f"{s / base:.2f}x"])
-    return markdown_table(["product", "implementation", "median us", "GFLOP/s", "time / numpy"], rows)
+            rows.append(
+                [
+                    label,
+                    name,
+                    f"{s * 1e6:.1f}",
+                    f"{2 * m * n * k / s / 1e9:.0f}",
+                    f"{s / base:.2f}x",
+                ]
+            )
+    return markdown_table(
+        ["product", "implementation", "median us", "GFLOP/s", "time / numpy"], rows
+    )
 
 
 def epilogue_table(rounds: int, reps: int) -> str:
     """x @ w1 then relu(. + b1) and the mask (. + b1) > 0, three ways, warm and cold."""
+    from dlvm_eq.codegen.kernels.spec import Const, KernelInput, KernelSpec, Load, binary, unary
     from dlvm_eq.codegen.runtime.buffers import data_ptr
     from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu
     from dlvm_eq.codegen.runtime.gemm_runtime import CpuEpilogue, CpuGemm
-    from dlvm_eq.codegen.kernels.spec import Const, KernelInput, KernelSpec, Load, binary, unary
+
     rng = np.random.default_rng(1)
     rows = []
     for m, k, n in ((256, 784, 256), (1024, 1024, 1024)):
         x, w = operands(m, k, n, False, rng)
         bias = rng.standard_normal(n, dtype=np.float32)
         z = binary("add", Load(0), Load(1))
-        spec = KernelSpec("bias_relu_mask", (m, n), [KernelInput("f32"), KernelInput("f32", (0, 1))],
-                          [unary("relu", z), binary("gt", z, Const(0.0, "f32"))])
+        spec = KernelSpec(
+            "bias_relu_mask",
+            (m, n),
+            [KernelInput("f32"), KernelInput("f32", (0, 1))],
+            [unary("relu", z), binary("gt", z, Const(0.0, "f32"))],
+        )
         c, h = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         mask = np.empty((m, n), bool)
         gemm, epilogue = CpuGemm(), CpuEpilogue(spec, 0)
@@ -130,25 +150,38 @@ def epilogue_table(rounds: int, reps: int) -> str:
             np.add(c, bias, out=c)
             np.greater(c, 0, out=mask)
             np.maximum(c, 0, out=h)
-        impls = {"dlvm_eq GEMM + epilogue (fused)": lambda: gemm(x, w, c, epilogue=epilogue, extra=extra),
-                 "dlvm_eq GEMM, then the kernel": lambda: (gemm(x, w, c), kernel(c, bias, out=(h, mask))),
-                 "numpy matmul, then add/greater/maximum": numpy_way}
+
+        impls = {
+            "dlvm_eq GEMM + epilogue (fused)": lambda: gemm(
+                x, w, c, epilogue=epilogue, extra=extra
+            ),
+            "dlvm_eq GEMM, then the kernel": lambda: (
+                gemm(x, w, c),
+                kernel(c, bias, out=(h, mask)),
+            ),
+            "numpy matmul, then add/greater/maximum": numpy_way,
+        }
         want_h = np.maximum(x.astype(np.float64) @ w + bias, 0)
         for name, f in impls.items():
             h[:] = np.nan
             f()
             if np.abs(h - want_h).max() > 1e-4 * np.abs(want_h).max():
                 raise SystemExit(f"{name}: wrong result")
-        junk = np.ones(16 << 20, np.float32)        # 64 MiB: more than L2 + a share of L3
+        junk = np.ones(16 << 20, np.float32)  # 64 MiB: more than L2 + a share of L3
 
         def flush():
             np.add(junk, 1.0, out=junk)
+
         for state, before in (("warm", None), ("cold", flush)):
             t = interleaved(impls, rounds, reps, before)
             base = t["numpy matmul, then add/greater/maximum"]
             for name, s in t.items():
-                rows.append([f"{m}x{k} @ {k}x{n}", state, name, f"{s * 1e6:.1f}", f"{s / base:.2f}x"])
-    return markdown_table(["product", "caches", "implementation", "median us", "time / numpy"], rows)
+                rows.append(
+                    [f"{m}x{k} @ {k}x{n}", state, name, f"{s * 1e6:.1f}", f"{s / base:.2f}x"]
+                )
+    return markdown_table(
+        ["product", "caches", "implementation", "median us", "time / numpy"], rows
+    )
 
 
 def main() -> None:
@@ -157,8 +190,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
     args = ap.parse_args()
-    env = ("environment: " + ", ".join(UNSET) + " unset for this run") if UNSET else \
-        "environment: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE not set (nothing to unset)"
+    env = (
+        ("environment: " + ", ".join(UNSET) + " unset for this run")
+        if UNSET
+        else "environment: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE not set (nothing to unset)"
+    )
     print(env)
     print("machine:", machine_line())
     g = gemm_table(args.rounds, args.reps)
@@ -166,17 +202,20 @@ def main() -> None:
     e = epilogue_table(args.rounds, args.reps)
     print(e)
     if args.update:
-        text = "\n\n".join([
-            SECTION,
-            f"Command: `.venv/bin/python benchmarks/gemm.py --update BENCHMARKS.md` ({env}). "
-            f"Machine: {machine_line()}.",
-            "Medians over interleaved rounds (0.2 s pause after each implementation's round, so that "
-            "BLAS threads still spinning from one implementation do not slow the next).",
-            g,
-            "A GEMM with an epilogue (bias + ReLU + the ReLU mask, as in the MLP's first layer): "
-            "warm = operands in cache from the previous call; cold = a 64 MiB array written "
-            "between calls.",
-            e])
+        text = "\n\n".join(
+            [
+                SECTION,
+                f"Command: `.venv/bin/python benchmarks/gemm.py --update BENCHMARKS.md` ({env}). "
+                f"Machine: {machine_line()}.",
+                "Medians over interleaved rounds (0.2 s pause after each implementation's round, so that "
+                "BLAS threads still spinning from one implementation do not slow the next).",
+                g,
+                "A GEMM with an epilogue (bias + ReLU + the ReLU mask, as in the MLP's first layer): "
+                "warm = operands in cache from the previous call; cold = a 64 MiB array written "
+                "between calls.",
+                e,
+            ]
+        )
         update_section(args.update, SECTION, text)
         print(f"wrote {SECTION!r} into {args.update}")
 

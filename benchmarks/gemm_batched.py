@@ -6,20 +6,20 @@ broadcast one. Implementations take turns round by round (gemm.interleaved); med
 
     .venv/bin/python benchmarks/gemm_batched.py
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 UNSET = reexec_without()
 
 import argparse  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import machine_line, markdown_table  # noqa: E402
 from gemm import interleaved  # noqa: E402
 
@@ -46,21 +46,29 @@ def main():
     args = ap.parse_args()
     from dlvm_eq.codegen.runtime import batch_gemm
     from dlvm_eq.codegen.runtime.cpu_count import usable_cpus
+
     rng = np.random.default_rng(0)
     rows = []
     for label, sa, sb, ta, tb in CASES:
         a, b = operands(rng, sa, sb, ta, tb)
-        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
+        out = np.empty(
+            np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32
+        )
         if not batch_gemm.batch_matmul(a, b, out):
-            raise SystemExit(f"{label}: batch_matmul declined it (DLVM_EQ_GEMM=0, or not an AVX2/AVX-512 host?)")
+            raise SystemExit(
+                f"{label}: batch_matmul declined it (DLVM_EQ_GEMM=0, or not an AVX2/AVX-512 host?)"
+            )
         ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
         err = np.abs(out - ref).max() / np.abs(ref).max()
         if err > 1e-5:
             raise SystemExit(f"{label}: relative error {err:.2g}")
-        impls = {"dlvm_eq batched GEMM": lambda: batch_gemm.batch_matmul(a, b, out),
-                 "numpy (OpenBLAS per entry)": lambda: np.matmul(a, b, out=out)}
+        impls = {
+            "dlvm_eq batched GEMM": lambda: batch_gemm.batch_matmul(a, b, out),
+            "numpy (OpenBLAS per entry)": lambda: np.matmul(a, b, out=out),
+        }
         try:
             import torch
+
             torch.set_num_threads(usable_cpus())
             ta_, tb_, to_ = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
             impls[f"PyTorch {torch.__version__} matmul"] = lambda: torch.matmul(ta_, tb_, out=to_)
@@ -70,9 +78,13 @@ def main():
         flops = 2 * out.size * a.shape[-1]
         base = t["numpy (OpenBLAS per entry)"]
         for name, s in t.items():
-            rows.append([label, name, f"{s * 1e3:.2f}", f"{flops / s / 1e9:.0f}", f"{s / base:.2f}x"])
+            rows.append(
+                [label, name, f"{s * 1e3:.2f}", f"{flops / s / 1e9:.0f}", f"{s / base:.2f}x"]
+            )
     print(machine_line())
-    print(markdown_table(["product", "implementation", "median ms", "GFLOP/s", "time / numpy"], rows))
+    print(
+        markdown_table(["product", "implementation", "median ms", "GFLOP/s", "time / numpy"], rows)
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Batch 256, 784 -> 256 -> 10, ReLU, mean softmax cross-entropy; gradients with re
 weights and biases (not x, y). Flops: a matmul 2·m·k·n, an elementwise op one per output
 element, a reduction one per input element, layout ops (transpose, reshape, broadcast) none.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,36 +25,69 @@ N, D, H, C = 256, 784, 256, 10
 
 def hand_written() -> list[tuple[str, float]]:
     """The numpy pass of numpy_value_and_grad, op by op: (op, flops)."""
-    mm = lambda m, k, n: ("dot", 2.0 * m * k * n)          # noqa: E731
-    ew = lambda op, n: (op, float(n))                       # noqa: E731
+    mm = lambda m, k, n: ("dot", 2.0 * m * k * n)
+    ew = lambda op, n: (op, float(n))
     return [
-        mm(N, D, H), ew("add", N * H), ew("max", N * H),                      # z1 = x@w1 + b1; relu
-        mm(N, H, C), ew("add", N * C),                                         # z2 = h@w2 + b2
-        ew("reduce", N * C), ew("subtract", N * C), ew("exp", N * C),         # z2 - max; exp
-        ew("reduce", N * C), ew("log", N), ew("multiply", N * C),             # s; log s; z2*y
-        ew("reduce", N * C), ew("subtract", N), ew("reduce", N), ew("divide", 1),   # the mean loss
-        ew("divide", N * C), ew("subtract", N * C), ew("multiply", N * C),    # dz2 = (e/s - y)/n
-        mm(H, N, C), ew("reduce", N * C),                                      # dw2 = h.T@dz2; db2
-        mm(N, C, H), ew("greaterThan", N * H), ew("multiply", N * H),         # dh = dz2@w2.T * (h>0)
-        mm(D, N, H), ew("reduce", N * H),                                      # dw1 = x.T@dh; db1
+        mm(N, D, H),
+        ew("add", N * H),
+        ew("max", N * H),  # z1 = x@w1 + b1; relu
+        mm(N, H, C),
+        ew("add", N * C),  # z2 = h@w2 + b2
+        ew("reduce", N * C),
+        ew("subtract", N * C),
+        ew("exp", N * C),  # z2 - max; exp
+        ew("reduce", N * C),
+        ew("log", N),
+        ew("multiply", N * C),  # s; log s; z2*y
+        ew("reduce", N * C),
+        ew("subtract", N),
+        ew("reduce", N),
+        ew("divide", 1),  # the mean loss
+        ew("divide", N * C),
+        ew("subtract", N * C),
+        ew("multiply", N * C),  # dz2 = (e/s - y)/n
+        mm(H, N, C),
+        ew("reduce", N * C),  # dw2 = h.T@dz2; db2
+        mm(N, C, H),
+        ew("greaterThan", N * H),
+        ew("multiply", N * H),  # dh = dz2@w2.T * (h>0)
+        mm(D, N, H),
+        ew("reduce", N * H),  # dw1 = x.T@dh; db1
     ]
 
 
 def summarize(name: str, ops: list[tuple[str, float]]) -> dict:
     dots = [f for op, f in ops if op == "dot"]
-    return {"program": name, "ops": len(ops), "matmuls": len(dots), "matmul": sum(dots),
-            "other": sum(f for op, f in ops if op != "dot"), "total": sum(f for _, f in ops)}
+    return {
+        "program": name,
+        "ops": len(ops),
+        "matmuls": len(dots),
+        "matmul": sum(dots),
+        "other": sum(f for op, f in ops if op != "dot"),
+        "total": sum(f for _, f in ops),
+    }
 
 
 def extracted_ops(fn) -> list[tuple[str, float]]:
     from dlvm_eq.ad.flops import op_flops
     from dlvm_eq.ir.types import TensorType
-    return [(i.op, op_flops(i.op, i.result.type, [o.type for o in i.operands]))
-            for i in fn.body if i.op not in ("literal", "tuple") and isinstance(i.result.type, TensorType)]
+
+    return [
+        (i.op, op_flops(i.op, i.result.type, [o.type for o in i.operands]))
+        for i in fn.body
+        if i.op not in ("literal", "tuple") and isinstance(i.result.type, TensorType)
+    ]
 
 
 def main() -> None:
-    specs = [dq.spec((D, H)), dq.spec((H,)), dq.spec((H, C)), dq.spec((C,)), dq.spec((N, D)), dq.spec((N, C))]
+    specs = [
+        dq.spec((D, H)),
+        dq.spec((H,)),
+        dq.spec((H, C)),
+        dq.spec((C,)),
+        dq.spec((N, D)),
+        dq.spec((N, C)),
+    ]
     forward = dq.trace(loss, specs)
     rows, programs = [summarize("numpy, hand-written", hand_written())], {}
     for optimize in (True, False):
@@ -78,16 +112,22 @@ def main() -> None:
 
     base = rows[0]["total"]
     print(f"MLP loss gradient, batch {N}, {D} -> {H} -> {C}, w.r.t. w1, b1, w2, b2 (loss kept)\n")
-    print("| program | ops | matmuls | matmul MFLOP | other MFLOP | total MFLOP | vs hand-written | differentiate s |")
+    print(
+        "| program | ops | matmuls | matmul MFLOP | other MFLOP | total MFLOP | vs hand-written | differentiate s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         secs = f"{r['seconds']:.2f}" if "seconds" in r else "-"
-        print(f"| {r['program']} | {r['ops']} | {r['matmuls']} | {r['matmul'] / 1e6:.2f} | "
-              f"{r['other'] / 1e6:.3f} | {r['total'] / 1e6:.2f} | {r['total'] / base:.4f}x | {secs} |")
+        print(
+            f"| {r['program']} | {r['ops']} | {r['matmuls']} | {r['matmul'] / 1e6:.2f} | "
+            f"{r['other'] / 1e6:.3f} | {r['total'] / 1e6:.2f} | {r['total'] / base:.4f}x | {secs} |"
+        )
     best = programs["e-graph, adjoint + algebra rules"]
     counts = {k: v for k, v in program_flops(best).items() if k not in ("flops", "ops")}
-    print("\nops of the optimized gradient program: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+    print(
+        "\nops of the optimized gradient program: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    )
 
 
 if __name__ == "__main__":

@@ -23,15 +23,16 @@ row is written), and the step's five matmuls alone, through numpy's OpenBLAS (th
 step that calls that BLAS, as the numpy step does) and through dlvm_eq's own GEMM (what its CPU
 target calls).
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
-UNSET = reexec_without()   # before numpy loads OpenBLAS
+UNSET = reexec_without()  # before numpy loads OpenBLAS
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -44,7 +45,6 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import Timing, machine_line, markdown_table, median_time, timing_table, update_section  # noqa: E402
 
 SECTION = "## MLP training step"
@@ -58,6 +58,7 @@ ARGNUMS = (0, 1, 2, 3)
 def data(seed: int = 0):
     """MNIST-shaped inputs in [0, 1), one-hot labels, He-initialised parameters."""
     from dlvm_eq.models import mlp
+
     rng = np.random.default_rng(seed)
     x = rng.random((BATCH, SIZES[0]), dtype=np.float32)
     onehot = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
@@ -71,7 +72,7 @@ class Implementation:
 
     name = ""
     note = ""
-    reference_only = False            # timed for context, not a training step: not checked
+    reference_only = False  # timed for context, not a training step: not checked
 
     def sync(self, out):
         return out
@@ -84,6 +85,7 @@ class Device:
         self.gpu = target == "gpu"
         if self.gpu:
             import cupy
+
             self.cp = cupy
 
     def put(self, a):
@@ -115,6 +117,7 @@ class OnDevice(Implementation):
 
 # ---------------------------------------------------------------- dlvm_eq
 
+
 def dlvm_value_and_grad(target: str, args):
     """`dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)), target=...)`, compiled on
     `args` (its first call traces, differentiates, optimizes and generates kernels)."""
@@ -130,19 +133,24 @@ def pick_target(wanted: str, args) -> tuple[str, object, str]:
     """(target that ran, compiled value_and_grad, note); falls back to interp only where the
     wanted target raises."""
     import dlvm_eq as dq
+
     try:
         return wanted, dlvm_value_and_grad(wanted, args), ""
     except dq.DlvmError as e:
         if wanted == "interp":
             raise
         reason = str(e).strip().splitlines()[0]
-        return ("interp", dlvm_value_and_grad("interp", args),
-                f"target {wanted!r} failed ({reason}); ran on 'interp'")
+        return (
+            "interp",
+            dlvm_value_and_grad("interp", args),
+            f"target {wanted!r} failed ({reason}); ran on 'interp'",
+        )
 
 
 class DlvmEq(OnDevice):
     def __init__(self, params, x, y, target: str):
         from dlvm_eq.models import mlp
+
         self.sgd = mlp.sgd
         t0 = time.perf_counter()
         self.target, self.fn, self.detail = pick_target(target, (*params, x, y))
@@ -182,7 +190,7 @@ class DlvmEqUpdateInside(OnDevice):
         self.name = f"{BASELINE}, SGD inside the jit" + ("" if target == "cpu" else f" ({target})")
         self.note = f"jit(train_step) returning (loss, new params), target {target}"
 
-    value_and_grad = None            # checked through its loss and one step only
+    value_and_grad = None  # checked through its loss and one step only
 
     def step(self):
         value, self.p = self.fn(*self.p, self.x, self.y)
@@ -195,10 +203,13 @@ class NumpyHandWritten(OnDevice):
 
     def __init__(self, params, x, y, target: str = "cpu"):
         from dlvm_eq.models import mlp
+
         self.place(target, params, x, y)
         self.mlp = mlp
         self.name = "CuPy hand-written" if self.dev.gpu else "numpy hand-written"
-        self.note = "mlp.numpy_value_and_grad + mlp.sgd" + (" on CuPy arrays" if self.dev.gpu else "")
+        self.note = "mlp.numpy_value_and_grad + mlp.sgd" + (
+            " on CuPy arrays" if self.dev.gpu else ""
+        )
 
     def value_and_grad(self):
         value, grads = self.mlp.numpy_value_and_grad(*self.p, self.x, self.y)
@@ -224,7 +235,10 @@ class MatmulsOnly(Implementation):
         n, (_, h, c) = BATCH, SIZES
         self.dev = dev = Device(target)
         if dev.gpu:
-            self.name, self.note = "CuPy: the 5 matmuls alone", self.note.replace("reference", "cuBLAS; reference")
+            self.name, self.note = (
+                "CuPy: the 5 matmuls alone",
+                self.note.replace("reference", "cuBLAS; reference"),
+            )
         self.x, self.w1, self.w2 = dev.put(x), dev.put(params[0]), dev.put(params[2])
         self.h = dev.put(rng.random((n, h), dtype=np.float32))
         self.dz2 = dev.put(rng.random((n, c), dtype=np.float32))
@@ -234,8 +248,13 @@ class MatmulsOnly(Implementation):
         return self.dev.sync(out)
 
     def step(self):
-        return (self.x @ self.w1, self.h @ self.w2, self.dz2 @ self.w2.T, self.x.T @ self.dh,
-                self.h.T @ self.dz2)
+        return (
+            self.x @ self.w1,
+            self.h @ self.w2,
+            self.dz2 @ self.w2.T,
+            self.x.T @ self.dh,
+            self.h.T @ self.dz2,
+        )
 
 
 class OurMatmulsOnly(MatmulsOnly):
@@ -247,8 +266,14 @@ class OurMatmulsOnly(MatmulsOnly):
     def __init__(self, params, x, y, target: str = "cpu"):
         super().__init__(params, x, y, target)
         from dlvm_eq.codegen.runtime import gemm_runtime
-        pairs = [(self.x, self.w1), (self.h, self.w2), (self.dz2, self.w2.T), (self.x.T, self.dh),
-                 (self.h.T, self.dz2)]
+
+        pairs = [
+            (self.x, self.w1),
+            (self.h, self.w2),
+            (self.dz2, self.w2.T),
+            (self.x.T, self.dh),
+            (self.h.T, self.dz2),
+        ]
         outs = [np.empty((a.shape[0], b.shape[1]), np.float32) for a, b in pairs]
         self.products = [(a, b, o) for (a, b), o in zip(pairs, outs)]
         self.g = gemm_runtime
@@ -275,24 +300,29 @@ class OurMatmulsOnly(MatmulsOnly):
 
 # ---------------------------------------------------------------- PyTorch
 
+
 def torch_loss(w1, b1, w2, b2, x, y):
     import torch
+
     h = torch.relu(x @ w1 + b1)
-    return torch.nn.functional.cross_entropy(h @ w2 + b2, y)   # y: class probabilities (one-hot)
+    return torch.nn.functional.cross_entropy(h @ w2 + b2, y)  # y: class probabilities (one-hot)
 
 
 class Torch(Implementation):
     def __init__(self, params, x, y, compiled: bool):
         import torch
+
         self.torch = torch
         self.p = [torch.tensor(p.copy(), requires_grad=True) for p in params]
         self.x, self.y = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
         self.opt = torch.optim.SGD(self.p, lr=LR)
         self.loss = torch.compile(torch_loss) if compiled else torch_loss
         self.name = "torch.compile" if compiled else "PyTorch eager"
-        self.note = (f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-                     + ("torch.compile(loss), backward by AOTAutograd, optim.SGD eager"
-                        if compiled else "loss.backward() + optim.SGD"))
+        self.note = f"torch {torch.__version__}, {torch.get_num_threads()} threads; " + (
+            "torch.compile(loss), backward by AOTAutograd, optim.SGD eager"
+            if compiled
+            else "loss.backward() + optim.SGD"
+        )
         if compiled:
             t0 = time.perf_counter()
             self.value_and_grad()
@@ -319,6 +349,7 @@ class Torch(Implementation):
 
 # ---------------------------------------------------------------- JAX
 
+
 class Jax(Implementation):
     name = "JAX jit(value_and_grad)"
 
@@ -332,7 +363,7 @@ class Jax(Implementation):
             return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(h @ w2 + b2), axis=1))
 
         @jax.jit
-        def train_step(params, x, y):          # the SGD update inside the jit, as JAX users write it
+        def train_step(params, x, y):  # the SGD update inside the jit, as JAX users write it
             value, grads = jax.value_and_grad(loss)(params, x, y)
             return value, [p - LR * g for p, g in zip(params, grads)]
 
@@ -344,7 +375,7 @@ class Jax(Implementation):
         t0 = time.perf_counter()
         jax.block_until_ready(train_step(self.p, self.x, self.y))
         self.compile_s = time.perf_counter() - t0
-        self.note = (f"jax {jax.__version__}, SGD inside the jit; {self.compile_s:.2f} s to compile")
+        self.note = f"jax {jax.__version__}, SGD inside the jit; {self.compile_s:.2f} s to compile"
 
     def value_and_grad(self):
         value, grads = self.vg(self.p, self.x, self.y)
@@ -363,9 +394,11 @@ class Jax(Implementation):
 
 # ---------------------------------------------------------------- the check
 
+
 def reference(params, x, y):
     """float64: loss, gradients, and the parameters after one SGD step."""
     from dlvm_eq.models import mlp
+
     p64 = [p.astype(np.float64) for p in params]
     value, grads = mlp.numpy_value_and_grad(*p64, x.astype(np.float64), y.astype(np.float64))
     return float(value), [np.asarray(g) for g in grads], [p - LR * g for p, g in zip(p64, grads)]
@@ -396,18 +429,23 @@ def check(impl: Implementation, ref) -> str | None:
 
 # ---------------------------------------------------------------- compile time (subprocess)
 
+
 def compile_probe(target: str) -> None:
     """In a fresh process: time `import dlvm_eq` and the jitted step's first call."""
     t0 = time.perf_counter()
     import dlvm_eq  # noqa: F401
+
     t1 = time.perf_counter()
     params, x, y = data()
     t2 = time.perf_counter()
-    ran, fn, _ = pick_target(target, (*params, x, y))   # traces, differentiates, compiles, runs once
+    ran, fn, _ = pick_target(target, (*params, x, y))  # traces, differentiates, compiles, runs once
     t3 = time.perf_counter()
     steady = median_time(lambda: fn(*params, x, y), repeats=10, warmup=1).median
-    print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "steady_s": steady,
-                      "target": ran}))
+    print(
+        json.dumps(
+            {"import_s": t1 - t0, "first_call_s": t3 - t2, "steady_s": steady, "target": ran}
+        )
+    )
 
 
 def measure_compile(target: str, repeats: int) -> dict:
@@ -416,23 +454,35 @@ def measure_compile(target: str, repeats: int) -> dict:
     editable install has none, and with PYTHONDONTWRITEBYTECODE set every process would
     recompile the package's source: ~25 ms that is Python's, not the compiler's)."""
     import compileall
+
     import dlvm_eq
+
     compileall.compile_dir(str(Path(dlvm_eq.__file__).parent), quiet=1)
     cold, warm, imports, ran = [], [], [], None
     for _ in range(repeats):
         with tempfile.TemporaryDirectory(prefix="dlvm_eq_cache_") as cache:
             env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache)
             for into in (cold, warm):
-                proc = subprocess.run([sys.executable, __file__, "--compile-probe", "--target", target],
-                                      capture_output=True, text=True, env=env, timeout=600)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--compile-probe", "--target", target],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=600,
+                )
                 if proc.returncode != 0:
                     raise RuntimeError(f"compile probe failed:\n{proc.stderr[-2000:]}")
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
                 into.append(r["first_call_s"] - r["steady_s"])
                 imports.append(r["import_s"])
                 ran = r["target"]
-    return {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm),
-            "import_s": statistics.median(imports), "target": ran, "repeats": repeats}
+    return {
+        "cold_s": statistics.median(cold),
+        "warm_s": statistics.median(warm),
+        "import_s": statistics.median(imports),
+        "target": ran,
+        "repeats": repeats,
+    }
 
 
 # ---------------------------------------------------------------- main
@@ -443,17 +493,21 @@ PEERS = ("numpy", "torch", "torch.compile", "jax")
 def peers(params, x, y, notes: list[str], skip=(), target: str = "cpu") -> list[Implementation]:
     out: list[Implementation] = []
     cpu_only = ("torch", "torch.compile", "jax") if target == "gpu" else ()
-    if cpu_only:   # the bench extra's PyTorch and JAX are CPU builds: compared on cpu
-        notes.append("gpu target: the hand-written step and the matmuls run on CuPy; PyTorch and "
-                     "JAX (CPU builds in the bench extra) are compared on the cpu target")
+    if cpu_only:  # the bench extra's PyTorch and JAX are CPU builds: compared on cpu
+        notes.append(
+            "gpu target: the hand-written step and the matmuls run on CuPy; PyTorch and "
+            "JAX (CPU builds in the bench extra) are compared on the cpu target"
+        )
     if "numpy" not in skip:
         out.append(MatmulsOnly(params, x, y, target))
         if target == "cpu":
             out.append(OurMatmulsOnly(params, x, y, target))
-    for key, label, make in (("numpy", "numpy hand-written", lambda: NumpyHandWritten(params, x, y, target)),
-                             ("torch", "PyTorch eager", lambda: Torch(params, x, y, compiled=False)),
-                             ("torch.compile", "torch.compile", lambda: Torch(params, x, y, compiled=True)),
-                             ("jax", "JAX", lambda: Jax(params, x, y))):
+    for key, label, make in (
+        ("numpy", "numpy hand-written", lambda: NumpyHandWritten(params, x, y, target)),
+        ("torch", "PyTorch eager", lambda: Torch(params, x, y, compiled=False)),
+        ("torch.compile", "torch.compile", lambda: Torch(params, x, y, compiled=True)),
+        ("jax", "JAX", lambda: Jax(params, x, y)),
+    ):
         if key in cpu_only:
             continue
         if key in skip:
@@ -462,9 +516,11 @@ def peers(params, x, y, notes: list[str], skip=(), target: str = "cpu") -> list[
         try:
             out.append(make())
         except ImportError as e:
-            notes.append(f"{label}: not installed ({e.name or e}); skipped. "
-                         "Install the bench extra: pip install -e '.[bench]'")
-        except Exception as e:  # noqa: BLE001 - a peer that fails here is reported, not fatal
+            notes.append(
+                f"{label}: not installed ({e.name or e}); skipped. "
+                "Install the bench extra: pip install -e '.[bench]'"
+            )
+        except Exception as e:
             last = traceback.format_exception_only(type(e), e)[-1].strip()
             notes.append(f"{label}: failed to set up ({last[:300]}); skipped")
     return out
@@ -474,15 +530,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="cpu", help="dlvm_eq's jit target (default cpu)")
     ap.add_argument("--steps", type=int, default=50, help="timed steps per round (default 50)")
-    ap.add_argument("--skip", action="append", default=[], choices=PEERS,
-                    help="leave out a peer (repeatable)")
+    ap.add_argument(
+        "--skip", action="append", default=[], choices=PEERS, help="leave out a peer (repeatable)"
+    )
     ap.add_argument("--rounds", type=int, default=5, help="rounds, implementations taking turns")
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--compile-repeats", type=int, default=3,
-                    help="(cold, warm) pairs of fresh processes for compile time; 0 skips")
-    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                    help="wait up to this long for the 1-minute load average to fall below 1")
-    ap.add_argument("--update", type=Path, help="write the results into this markdown file's section")
+    ap.add_argument(
+        "--compile-repeats",
+        type=int,
+        default=3,
+        help="(cold, warm) pairs of fresh processes for compile time; 0 skips",
+    )
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for the 1-minute load average to fall below 1",
+    )
+    ap.add_argument(
+        "--update", type=Path, help="write the results into this markdown file's section"
+    )
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.steps < 2 or args.rounds < 1:
@@ -492,12 +560,15 @@ def main(argv=None) -> int:
         return 0
 
     if UNSET:
-        print("environment: unset " + ", ".join(f"{k} (was {v!r})" for k, v in UNSET.items())
-              + " and restarted, so that OpenBLAS picks its kernels for this CPU")
+        print(
+            "environment: unset "
+            + ", ".join(f"{k} (was {v!r})" for k, v in UNSET.items())
+            + " and restarted, so that OpenBLAS picks its kernels for this CPU"
+        )
     else:
         print("environment: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE not set (nothing to unset)")
     wait_for_idle(args.wait_idle)
-    load = os.getloadavg()[0]            # before this run adds its own
+    load = os.getloadavg()[0]  # before this run adds its own
     print(f"machine: {machine_line()}; load average {load:.2f}")
     busy = busy_warning(load)
 
@@ -513,8 +584,10 @@ def main(argv=None) -> int:
     impls = [ours]
     try:
         impls.append(DlvmEqUpdateInside(params, x, y, ours.target))
-    except Exception as e:  # noqa: BLE001 - the variant is extra; the main row stands
-        notes.append(f"dlvm_eq, SGD inside the jit: failed ({str(e).strip().splitlines()[0][:300]})")
+    except Exception as e:
+        notes.append(
+            f"dlvm_eq, SGD inside the jit: failed ({str(e).strip().splitlines()[0][:300]})"
+        )
     impls += peers(params, x, y, notes, args.skip, ours.target)
 
     ref = reference(params, x, y)
@@ -524,9 +597,13 @@ def main(argv=None) -> int:
             checked.append(impl)
             continue
         problem = check(impl, ref)
-        what = "loss and SGD step" if impl.value_and_grad is None else "loss, gradients and SGD step"
-        print(f"check {impl.name}: " + (f"{what} agree with float64 numpy"
-                                       if problem is None else f"WRONG: {problem}"))
+        what = (
+            "loss and SGD step" if impl.value_and_grad is None else "loss, gradients and SGD step"
+        )
+        print(
+            f"check {impl.name}: "
+            + (f"{what} agree with float64 numpy" if problem is None else f"WRONG: {problem}")
+        )
         if problem is None:
             checked.append(impl)
         else:
@@ -539,7 +616,7 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         order = checked if r % 2 == 0 else checked[::-1]
         for impl in order:
-            time.sleep(0.2)          # let the previous library's worker threads go idle
+            time.sleep(0.2)  # let the previous library's worker threads go idle
             t = median_time(impl.step, repeats=args.steps, warmup=args.warmup, sync=impl.sync)
             samples[impl.name].append(t)
     timings = {name: combine(ts) for name, ts in samples.items()}
@@ -566,10 +643,15 @@ def main(argv=None) -> int:
         print("note: " + n)
 
     if args.update:
-        command = "python benchmarks/mlp_step.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python benchmarks/mlp_step.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
         heading = section_heading(ours.target)
-        update_section(args.update, heading, section_text(command.strip(), table, compile_info,
-                                                          verdicts, notes, ours, load))
+        update_section(
+            args.update,
+            heading,
+            section_text(command.strip(), table, compile_info, verdicts, notes, ours, load),
+        )
         print(f"wrote {heading!r} in {args.update}")
     return 0
 
@@ -586,25 +668,34 @@ def busy_warning(load: float) -> str | None:
     cores = os.cpu_count() or 1
     if load < 0.5 * cores:
         return None
-    text = (f"the machine is busy (load average {load:.2f} on {cores} cores): other processes "
-            "stall multi-threaded steps, so these timings are noisy; rerun on an idle machine "
-            "(--wait-idle 600 waits for one)")
+    text = (
+        f"the machine is busy (load average {load:.2f} on {cores} cores): other processes "
+        "stall multi-threaded steps, so these timings are noisy; rerun on an idle machine "
+        "(--wait-idle 600 waits for one)"
+    )
     print("WARNING: " + text)
     return text
 
 
 def combine(timings: list[Timing]) -> Timing:
     """One Timing from several rounds: median of the round medians, quartiles likewise."""
-    return Timing(statistics.median(t.median for t in timings), statistics.median(t.q1 for t in timings),
-                  statistics.median(t.q3 for t in timings), sum(t.repeats for t in timings))
+    return Timing(
+        statistics.median(t.median for t in timings),
+        statistics.median(t.q1 for t in timings),
+        statistics.median(t.q3 for t in timings),
+        sum(t.repeats for t in timings),
+    )
 
 
 def compile_table(info: dict) -> str:
     return markdown_table(
         ["dlvm_eq compile (fresh process)", "seconds", "target"],
-        [["cold: empty kernel cache", f"{info['cold_s']:.3f}", "<= 1 s"],
-         ["warm: same cache, new process", f"{info['warm_s']:.3f}", "<= 0.1 s"],
-         ["(import dlvm_eq, not included)", f"{info['import_s']:.3f}", ""]])
+        [
+            ["cold: empty kernel cache", f"{info['cold_s']:.3f}", "<= 1 s"],
+            ["warm: same cache, new process", f"{info['warm_s']:.3f}", "<= 0.1 s"],
+            ["(import dlvm_eq, not included)", f"{info['import_s']:.3f}", ""],
+        ],
+    )
 
 
 def targets(timings: dict, ours: str, compile_info: dict | None) -> list[str]:
@@ -614,35 +705,48 @@ def targets(timings: dict, ours: str, compile_info: dict | None) -> list[str]:
     jax_t = timings.get("JAX jit(value_and_grad)")
     np_t = timings.get("numpy hand-written")
     if mine and jax_t:
-        out.append(f"target step time <= JAX's: {mine.ms:.3f} ms vs {jax_t.ms:.3f} ms -> "
-                   f"{'met' if mine.median <= jax_t.median else 'NOT met'}")
+        out.append(
+            f"target step time <= JAX's: {mine.ms:.3f} ms vs {jax_t.ms:.3f} ms -> "
+            f"{'met' if mine.median <= jax_t.median else 'NOT met'}"
+        )
     if mine and np_t:
         speedup = np_t.median / mine.median
-        out.append(f"target >= 1.5x faster than numpy hand-written: {speedup:.2f}x -> "
-                   f"{'met' if speedup >= 1.5 else 'NOT met'}")
+        out.append(
+            f"target >= 1.5x faster than numpy hand-written: {speedup:.2f}x -> "
+            f"{'met' if speedup >= 1.5 else 'NOT met'}"
+        )
     floor, own = timings.get(MATMULS), timings.get(OUR_MATMULS)
     if mine and np_t and floor:
-        text = (f"(for the 1.5x target: 1.5x faster than numpy is {np_t.ms / 1.5:.3f} ms; the 5 "
-                f"matmuls alone take {floor.ms:.3f} ms through numpy's OpenBLAS")
+        text = (
+            f"(for the 1.5x target: 1.5x faster than numpy is {np_t.ms / 1.5:.3f} ms; the 5 "
+            f"matmuls alone take {floor.ms:.3f} ms through numpy's OpenBLAS"
+        )
         if own:
             text += f", {own.ms:.3f} ms through dlvm_eq's GEMM"
         best = min(t.median for t in (floor, own) if t)
-        text += (f": the target is {'below' if np_t.median / 1.5 < best else 'above'} the faster of "
-                 f"them; dlvm_eq spends {mine.ms - (own if own and ours_used() else floor).ms:.3f} ms "
-                 f"beyond its matmuls, "
-                 f"numpy {np_t.ms - floor.ms:.3f} ms beyond its)")
+        text += (
+            f": the target is {'below' if np_t.median / 1.5 < best else 'above'} the faster of "
+            f"them; dlvm_eq spends {mine.ms - (own if own and ours_used() else floor).ms:.3f} ms "
+            f"beyond its matmuls, "
+            f"numpy {np_t.ms - floor.ms:.3f} ms beyond its)"
+        )
         out.append(text)
     if compile_info:
-        out.append(f"target cold compile <= 1 s: {compile_info['cold_s']:.3f} s -> "
-                   f"{'met' if compile_info['cold_s'] <= 1.0 else 'NOT met'}")
-        out.append(f"target warm-cache compile <= 100 ms: {compile_info['warm_s'] * 1e3:.0f} ms -> "
-                   f"{'met' if compile_info['warm_s'] <= 0.1 else 'NOT met'}")
+        out.append(
+            f"target cold compile <= 1 s: {compile_info['cold_s']:.3f} s -> "
+            f"{'met' if compile_info['cold_s'] <= 1.0 else 'NOT met'}"
+        )
+        out.append(
+            f"target warm-cache compile <= 100 ms: {compile_info['warm_s'] * 1e3:.0f} ms -> "
+            f"{'met' if compile_info['warm_s'] <= 0.1 else 'NOT met'}"
+        )
     return out
 
 
 def ours_used() -> bool:
     """Whether compiled CPU code runs its products through our GEMM on this host."""
     from dlvm_eq.codegen.runtime import gemm_runtime
+
     return gemm_runtime.enabled()
 
 
@@ -652,30 +756,45 @@ def section_heading(target: str) -> str:
 
 
 def section_text(command, table, compile_info, verdicts, notes, ours, load) -> str:
-    env = ("OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were unset for the run (the script restarts "
-           "itself without them)" if UNSET else "OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were not set")
+    env = (
+        "OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were unset for the run (the script restarts "
+        "itself without them)"
+        if UNSET
+        else "OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were not set"
+    )
     parts = [
-        section_heading(ours.target), "",
+        section_heading(ours.target),
+        "",
         f"Command: `{command}`  ",
         f"Machine: {machine_line()}; measured {datetime.date.today().isoformat()}, load average "
-        f"{load:.2f} before the run. {env}.", "",
+        f"{load:.2f} before the run. {env}.",
+        "",
         "One training step: batch 256, 784 -> 256 -> 10, ReLU, mean softmax cross-entropy, SGD "
         f"(lr {LR}) update included. Loss, gradients and one updated step of every implementation "
         "were checked against float64 numpy before timing. Median over rounds x steps after "
-        "warm-up, the implementations taking turns; IQR is the interquartile range of a round.", "",
-        table, "",
+        "warm-up, the implementations taking turns; IQR is the interquartile range of a round.",
+        "",
+        table,
+        "",
     ]
     if ours.target != "cpu":
-        parts += [f"**dlvm_eq ran on target `{ours.target}`**, not the CPU code generator; "
-                  "see the notes.", ""]
+        parts += [
+            f"**dlvm_eq ran on target `{ours.target}`**, not the CPU code generator; "
+            "see the notes.",
+            "",
+        ]
     if ours.report:
         parts += ["What dlvm_eq compiled (`step.report(...)`):", "", "```", ours.report, "```", ""]
     if compile_info:
-        parts += ["Compile time: the jitted step's first call (trace, differentiate and optimize "
-                  "in the e-graph, generate kernels) minus one steady step, in a fresh process "
-                  f"after `import dlvm_eq`; median of {compile_info['repeats']} (cold, warm) pairs; "
-                  "dlvm_eq's bytecode compiled beforehand, as `pip install` does.",
-                  "", compile_table(compile_info), ""]
+        parts += [
+            "Compile time: the jitted step's first call (trace, differentiate and optimize "
+            "in the e-graph, generate kernels) minus one steady step, in a fresh process "
+            f"after `import dlvm_eq`; median of {compile_info['repeats']} (cold, warm) pairs; "
+            "dlvm_eq's bytecode compiled beforehand, as `pip install` does.",
+            "",
+            compile_table(compile_info),
+            "",
+        ]
     parts += ["Targets (issue 6):", ""] + [f"- {v}" for v in verdicts]
     if notes:
         parts += ["", "Notes:", ""] + [f"- {n}" for n in notes]

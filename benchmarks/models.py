@@ -18,13 +18,14 @@ turns round by round. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are removed (the scri
 itself without them), as in the other benchmarks. Peers come from the `bench` extra; a missing
 one is noted and skipped.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without  # noqa: E402
+from common import reexec_without
 
 UNSET = reexec_without()
 
@@ -38,7 +39,6 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from common import Timing, machine_line, timing_table, update_section  # noqa: E402
 
 SECTION = "## Model training steps (CNN, transformer encoder layer)"
@@ -48,6 +48,7 @@ BASELINE = "dlvm_eq"
 
 # ---------------------------------------------------------------- the models, as data
 
+
 class CNN:
     name = "cnn"
     title = "CNN, batch 128, 1x28x28: conv3x3 32, pool, conv3x3 64, pool, dense 10"
@@ -56,11 +57,15 @@ class CNN:
     @staticmethod
     def params(seed=0):
         rng = np.random.default_rng(seed)
-        he = lambda *s: (rng.standard_normal(s) * np.sqrt(2.0 / np.prod(s[1:]))).astype(np.float32)  # noqa: E731
-        return {"c1": he(32, 1, 3, 3), "b1": np.zeros(32, np.float32),
-                "c2": he(64, 32, 3, 3), "b2": np.zeros(64, np.float32),
-                "w": (rng.standard_normal((64 * 7 * 7, 10)) * 0.01).astype(np.float32),
-                "b": np.zeros(10, np.float32)}
+        he = lambda *s: (rng.standard_normal(s) * np.sqrt(2.0 / np.prod(s[1:]))).astype(np.float32)
+        return {
+            "c1": he(32, 1, 3, 3),
+            "b1": np.zeros(32, np.float32),
+            "c2": he(64, 32, 3, 3),
+            "b2": np.zeros(64, np.float32),
+            "w": (rng.standard_normal((64 * 7 * 7, 10)) * 0.01).astype(np.float32),
+            "b": np.zeros(10, np.float32),
+        }
 
     @classmethod
     def data(cls, seed=0):
@@ -87,12 +92,22 @@ class Transformer:
     @classmethod
     def params(cls, seed=0):
         rng = np.random.default_rng(seed)
-        w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)  # noqa: E731
+        w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
         D, FF = cls.D, cls.FF
-        return {"wq": w(D, D), "wk": w(D, D), "wv": w(D, D), "wo": w(D, D),
-                "w1": w(D, FF), "b1": np.zeros(FF, np.float32), "w2": w(FF, D), "b2": np.zeros(D, np.float32),
-                "g1": np.ones(D, np.float32), "be1": np.zeros(D, np.float32),
-                "g2": np.ones(D, np.float32), "be2": np.zeros(D, np.float32)}
+        return {
+            "wq": w(D, D),
+            "wk": w(D, D),
+            "wv": w(D, D),
+            "wo": w(D, D),
+            "w1": w(D, FF),
+            "b1": np.zeros(FF, np.float32),
+            "w2": w(FF, D),
+            "b2": np.zeros(D, np.float32),
+            "g1": np.ones(D, np.float32),
+            "be1": np.zeros(D, np.float32),
+            "g2": np.ones(D, np.float32),
+            "be2": np.zeros(D, np.float32),
+        }
 
     @classmethod
     def data(cls, seed=0):
@@ -106,8 +121,9 @@ class Transformer:
         B, T, D, H = cls.B, cls.T, cls.D, cls.H
         hd = D // H
 
-        def heads(t):                                   # (B, T, D) -> (B, H, T, hd)
+        def heads(t):  # (B, T, D) -> (B, H, T, hd)
             return F.transpose(F.reshape(t, (B, T, H, hd)), (0, 2, 1, 3))
+
         q, k, v = heads(x @ p["wq"]), heads(x @ p["wk"]), heads(x @ p["wv"])
         scores = (q @ F.transpose(k, (0, 1, 3, 2))) * (1.0 / np.sqrt(hd))
         attn = F.softmax(scores)
@@ -122,48 +138,94 @@ MODELS = {"cnn": CNN, "transformer": Transformer}
 
 # ---------------------------------------------------------------- the frameworks' vocabularies
 
+
 class TorchOps:
     def __init__(self):
         import torch
         import torch.nn.functional as tf
+
         self.t, self.f = torch, tf
 
-    def conv2d(self, x, w, padding): return self.f.conv2d(x, w, padding=padding)
-    def max_pool2d(self, x, k): return self.f.max_pool2d(x, k)
-    def relu(self, x): return self.t.relu(x)
-    def channel(self, b): return b.reshape(1, -1, 1, 1)
-    def reshape(self, x, s): return x.reshape(s)
-    def transpose(self, x, axes): return x.permute(*axes)
-    def log_softmax(self, x): return self.f.log_softmax(x, dim=-1)
-    def softmax(self, x): return self.t.softmax(x, dim=-1)
-    def mean(self, x): return x.mean()
-    def sum(self, x, axis): return x.sum(axis)
-    def gelu(self, x): return self.f.gelu(x, approximate="tanh")
-    def layer_norm(self, x, g, b): return self.f.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5)
+    def conv2d(self, x, w, padding):
+        return self.f.conv2d(x, w, padding=padding)
+
+    def max_pool2d(self, x, k):
+        return self.f.max_pool2d(x, k)
+
+    def relu(self, x):
+        return self.t.relu(x)
+
+    def channel(self, b):
+        return b.reshape(1, -1, 1, 1)
+
+    def reshape(self, x, s):
+        return x.reshape(s)
+
+    def transpose(self, x, axes):
+        return x.permute(*axes)
+
+    def log_softmax(self, x):
+        return self.f.log_softmax(x, dim=-1)
+
+    def softmax(self, x):
+        return self.t.softmax(x, dim=-1)
+
+    def mean(self, x):
+        return x.mean()
+
+    def sum(self, x, axis):
+        return x.sum(axis)
+
+    def gelu(self, x):
+        return self.f.gelu(x, approximate="tanh")
+
+    def layer_norm(self, x, g, b):
+        return self.f.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5)
 
 
 class JaxOps:
     def __init__(self):
         import jax
         import jax.numpy as jnp
+
         self.jax, self.np = jax, jnp
 
     def conv2d(self, x, w, padding):
-        return self.jax.lax.conv_general_dilated(x, w, (1, 1), [(padding, padding)] * 2,
-                                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return self.jax.lax.conv_general_dilated(
+            x, w, (1, 1), [(padding, padding)] * 2, dimension_numbers=("NCHW", "OIHW", "NCHW")
+        )
 
     def max_pool2d(self, x, k):
-        return self.jax.lax.reduce_window(x, -self.np.inf, self.jax.lax.max, (1, 1, k, k), (1, 1, k, k), "VALID")
+        return self.jax.lax.reduce_window(
+            x, -self.np.inf, self.jax.lax.max, (1, 1, k, k), (1, 1, k, k), "VALID"
+        )
 
-    def relu(self, x): return self.jax.nn.relu(x)
-    def channel(self, b): return b.reshape(1, -1, 1, 1)
-    def reshape(self, x, s): return x.reshape(s)
-    def transpose(self, x, axes): return self.np.transpose(x, axes)
-    def log_softmax(self, x): return self.jax.nn.log_softmax(x, axis=-1)
-    def softmax(self, x): return self.jax.nn.softmax(x, axis=-1)
-    def mean(self, x): return self.np.mean(x)
-    def sum(self, x, axis): return self.np.sum(x, axis)
-    def gelu(self, x): return self.jax.nn.gelu(x, approximate=True)
+    def relu(self, x):
+        return self.jax.nn.relu(x)
+
+    def channel(self, b):
+        return b.reshape(1, -1, 1, 1)
+
+    def reshape(self, x, s):
+        return x.reshape(s)
+
+    def transpose(self, x, axes):
+        return self.np.transpose(x, axes)
+
+    def log_softmax(self, x):
+        return self.jax.nn.log_softmax(x, axis=-1)
+
+    def softmax(self, x):
+        return self.jax.nn.softmax(x, axis=-1)
+
+    def mean(self, x):
+        return self.np.mean(x)
+
+    def sum(self, x, axis):
+        return self.np.sum(x, axis)
+
+    def gelu(self, x):
+        return self.jax.nn.gelu(x, approximate=True)
 
     def layer_norm(self, x, g, b):
         mu = self.np.mean(x, -1, keepdims=True)
@@ -174,30 +236,58 @@ class JaxOps:
 class DlvmOps:
     def __init__(self):
         import dlvm_eq as dq
+
         self.dq = dq
 
-    def conv2d(self, x, w, padding): return self.dq.conv2d(x, w, padding=padding)
-    def max_pool2d(self, x, k): return self.dq.max_pool2d(x, k)
-    def relu(self, x): return self.dq.relu(x)
-    def channel(self, b): return self.dq.reshape(b, (1, -1, 1, 1))
-    def reshape(self, x, s): return self.dq.reshape(x, s)
-    def transpose(self, x, axes): return self.dq.transpose(x, axes)
-    def log_softmax(self, x): return self.dq.log_softmax(x, axis=-1)
-    def softmax(self, x): return self.dq.softmax(x, axis=-1)
-    def mean(self, x): return self.dq.mean(x)
-    def sum(self, x, axis): return self.dq.sum(x, axis=axis)
-    def gelu(self, x): return self.dq.gelu(x, approximate=True)
-    def layer_norm(self, x, g, b): return self.dq.layer_norm(x, axis=-1, eps=1e-5) * g + b
+    def conv2d(self, x, w, padding):
+        return self.dq.conv2d(x, w, padding=padding)
+
+    def max_pool2d(self, x, k):
+        return self.dq.max_pool2d(x, k)
+
+    def relu(self, x):
+        return self.dq.relu(x)
+
+    def channel(self, b):
+        return self.dq.reshape(b, (1, -1, 1, 1))
+
+    def reshape(self, x, s):
+        return self.dq.reshape(x, s)
+
+    def transpose(self, x, axes):
+        return self.dq.transpose(x, axes)
+
+    def log_softmax(self, x):
+        return self.dq.log_softmax(x, axis=-1)
+
+    def softmax(self, x):
+        return self.dq.softmax(x, axis=-1)
+
+    def mean(self, x):
+        return self.dq.mean(x)
+
+    def sum(self, x, axis):
+        return self.dq.sum(x, axis=axis)
+
+    def gelu(self, x):
+        return self.dq.gelu(x, approximate=True)
+
+    def layer_norm(self, x, g, b):
+        return self.dq.layer_norm(x, axis=-1, eps=1e-5) * g + b
 
 
 # ---------------------------------------------------------------- implementations
 
+
 def reference_grads(model, params, x, y):
     """Loss and gradients in float64 PyTorch: the oracle every implementation is checked against."""
     import torch
+
     F = TorchOps()
     p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params.items()}
-    loss = model.loss(F, p, torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64))
+    loss = model.loss(
+        F, p, torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+    )
     loss.backward()
     return loss.item(), {k: v.grad.numpy() for k, v in p.items()}
 
@@ -221,10 +311,11 @@ class Implementation:
 class Torch(Implementation):
     def __init__(self, model, params, x, y, compiled: bool):
         import torch
+
         self.torch, F = torch, TorchOps()
         self.p = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in params.items()}
         self.x, self.y = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
-        loss = lambda p, x, y: model.loss(F, p, x, y)  # noqa: E731
+        loss = lambda p, x, y: model.loss(F, p, x, y)
         self.loss = torch.compile(loss) if compiled else loss
         self.opt = torch.optim.SGD(list(self.p.values()), lr=LR)
         self.name = "torch.compile" if compiled else "PyTorch eager"
@@ -248,15 +339,17 @@ class Torch(Implementation):
 class Jax(Implementation):
     def __init__(self, model, params, x, y):
         import jax
+
         F = JaxOps()
         self.jax = jax
-        loss = lambda p, x, y: model.loss(F, p, x, y)  # noqa: E731
+        loss = lambda p, x, y: model.loss(F, p, x, y)
         self.vg = jax.jit(jax.value_and_grad(loss))
 
         @jax.jit
         def train_step(p, x, y):
             value, grads = jax.value_and_grad(loss)(p, x, y)
             return value, jax.tree_util.tree_map(lambda a, g: a - LR * g, p, grads)
+
         self.train_step = train_step
         self.p = {k: jax.numpy.asarray(v) for k, v in params.items()}
         self.x, self.y = jax.numpy.asarray(x), jax.numpy.asarray(y)
@@ -277,13 +370,15 @@ class Jax(Implementation):
 def dlvm_step_functions(model):
     """(value_and_grad, train_step) as dlvm_eq functions of a params pytree."""
     import dlvm_eq as dq
+
     F = DlvmOps()
-    loss = lambda p, x, y: model.loss(F, p, x, y)  # noqa: E731
+    loss = lambda p, x, y: model.loss(F, p, x, y)
     vg = dq.value_and_grad(loss, argnums=0)
 
     def train_step(p, x, y):
         value, grads = vg(p, x, y)
         return value, dq.tree_map(lambda a, g: a - LR * g, p, grads)
+
     return dq.jit(vg), dq.jit(train_step)
 
 
@@ -329,8 +424,13 @@ def compile_times(name: str) -> tuple[float, float]:
         env = {**os.environ, "DLVM_EQ_CACHE_DIR": cache}
         out = []
         for _ in range(2):
-            run = subprocess.run([sys.executable, "-c", COMPILE_SNIPPET.format(here=here, name=name)],
-                                 env=env, capture_output=True, text=True, timeout=1800)
+            run = subprocess.run(
+                [sys.executable, "-c", COMPILE_SNIPPET.format(here=here, name=name)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             if run.returncode != 0:
                 raise RuntimeError(run.stderr[-2000:])
             out.append(float(run.stdout.strip().splitlines()[-1]))
@@ -339,18 +439,21 @@ def compile_times(name: str) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- running
 
+
 def implementations(model, params, x, y):
     made, skipped = [], []
-    makers = [("dlvm_eq", lambda: DlvmEq(model, params, x, y)),
-              ("PyTorch eager", lambda: Torch(model, params, x, y, compiled=False)),
-              ("torch.compile", lambda: Torch(model, params, x, y, compiled=True)),
-              ("JAX jit", lambda: Jax(model, params, x, y))]
+    makers = [
+        ("dlvm_eq", lambda: DlvmEq(model, params, x, y)),
+        ("PyTorch eager", lambda: Torch(model, params, x, y, compiled=False)),
+        ("torch.compile", lambda: Torch(model, params, x, y, compiled=True)),
+        ("JAX jit", lambda: Jax(model, params, x, y)),
+    ]
     for name, make in makers:
         try:
             made.append(make())
         except ImportError as e:
             skipped.append((name, f"not installed ({e.name})"))
-        except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+        except Exception as e:
             traceback.print_exc()
             skipped.append((name, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"))
     return made, skipped
@@ -375,8 +478,13 @@ def bench(model, rounds: int, steps: int):
     for impl in impls:
         t = times[impl.name]
         q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
-        rows.append({"name": impl.name, "timing": Timing(statistics.median(t), q[0], q[2], len(t)),
-                     "note": impl.note})
+        rows.append(
+            {
+                "name": impl.name,
+                "timing": Timing(statistics.median(t), q[0], q[2], len(t)),
+                "note": impl.note,
+            }
+        )
     rows += [{"name": n, "timing": None, "note": why} for n, why in skipped]
     return rows
 
@@ -389,10 +497,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile-times", action="store_true")
     ap.add_argument("--update", type=Path)
     args = ap.parse_args(argv)
-    parts = [f"{SECTION}\n\n`.venv/bin/python benchmarks/models.py --update BENCHMARKS.md` "
-             f"({datetime.date.today().isoformat()}; {machine_line()}"
-             + (f"; unset {', '.join(UNSET)}" if UNSET else "") + "). Gradients of every row "
-             "checked against float64 PyTorch before timing; step = value, gradient and SGD update."]
+    parts = [
+        f"{SECTION}\n\n`.venv/bin/python benchmarks/models.py --update BENCHMARKS.md` "
+        f"({datetime.date.today().isoformat()}; {machine_line()}"
+        + (f"; unset {', '.join(UNSET)}" if UNSET else "")
+        + "). Gradients of every row "
+        "checked against float64 PyTorch before timing; step = value, gradient and SGD update."
+    ]
     for name in args.only or list(MODELS):
         model = MODELS[name]
         print(f"  {model.title} ...", flush=True)
@@ -400,7 +511,9 @@ def main(argv=None) -> int:
         parts.append(f"### {model.title}\n\n" + timing_table(rows, BASELINE))
         if not args.no_compile_times:
             cold, warm = compile_times(name)
-            parts.append(f"dlvm_eq compile to the first step: cold {cold:.2f} s, warm cache {warm:.2f} s.")
+            parts.append(
+                f"dlvm_eq compile to the first step: cold {cold:.2f} s, warm cache {warm:.2f} s."
+            )
     text = "\n\n".join(parts) + "\n"
     print(text)
     if args.update:

@@ -7,6 +7,7 @@ Programs are a realistic mix: MLP-like layers (dot + bias + activation), element
 (with a few algebraic no-ops, as traced code has), softmax-style reductions and residual adds.
 Default budgets; the median of --repeat runs (after one warm-up that compiles the rules).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,15 +45,23 @@ def program(n_ops: int, seed: int = 0) -> Module:
             z = b.emit("add", [b.emit("dot", [h, param(WIDTH, WIDTH)]), param(WIDTH)])
             h = b.emit(rng.choice(["relu", "tanh", "sigmoid"]), [z])
         elif kind == "chain":
-            one = b.emit("multiply", [h, Const.of(1.0, F32)])              # x * 1
+            one = b.emit("multiply", [h, Const.of(1.0, F32)])  # x * 1
             s = b.emit("add", [b.emit("multiply", [one, Const.of(0.5, F32)]), Const.of(0.0, F32)])
-            h = b.emit(rng.choice(["tanh", "exp", "negate"]), [b.emit("multiply", [s, param(WIDTH)])])
+            h = b.emit(
+                rng.choice(["tanh", "exp", "negate"]), [b.emit("multiply", [s, param(WIDTH)])]
+            )
             if rng.random() < 0.5:
                 h = b.emit("negate", [b.emit("negate", [h])])
         elif kind == "softmax":
-            m = b.emit("padShape", [b.emit("reduce", [h], combinator="max", init=float("-inf"), axes=(1,))], at=1)
+            m = b.emit(
+                "padShape",
+                [b.emit("reduce", [h], combinator="max", init=float("-inf"), axes=(1,))],
+                at=1,
+            )
             e = b.emit("exp", [b.emit("subtract", [h, m])])
-            n = b.emit("padShape", [b.emit("reduce", [e], combinator="add", init=0.0, axes=(1,))], at=1)
+            n = b.emit(
+                "padShape", [b.emit("reduce", [e], combinator="add", init=0.0, axes=(1,))], at=1
+            )
             h = b.emit("divide", [e, n])
         else:
             h = b.emit("add", [h, rng.choice(history)])
@@ -96,23 +105,36 @@ def measure(n_ops: int, repeat: int, kind: str = "mix"):
     total, fr = sorted(runs, key=lambda x: x[0])[len(runs) // 2]
     ph = fr.seconds
     return {
-        "kind": kind, "ops": ops, "total": total, "load": ph["load"], "saturate": ph["saturate"],
-        "extract": ph["serialize"] + ph["extract"], "unload": ph["unload"], "baseline": ph["baseline"],
+        "kind": kind,
+        "ops": ops,
+        "total": total,
+        "load": ph["load"],
+        "saturate": ph["saturate"],
+        "extract": ph["serialize"] + ph["extract"],
+        "unload": ph["unload"],
+        "baseline": ph["baseline"],
         "recost": ph.get("recost", 0.0),
-        "stop": fr.saturation.stop_reason, "iters": fr.saturation.iterations,
-        "nodes": f"{fr.saturation.nodes_before}->{fr.saturation.nodes}", "classes": fr.e_classes,
-        "speedup": fr.speedup, "ops_after": fr.ops_after,
+        "stop": fr.saturation.stop_reason,
+        "iters": fr.saturation.iterations,
+        "nodes": f"{fr.saturation.nodes_before}->{fr.saturation.nodes}",
+        "classes": fr.e_classes,
+        "speedup": fr.speedup,
+        "ops_after": fr.ops_after,
     }
 
 
 def table(rows) -> str:
-    head = ("| program | IR ops | total s | load | baseline | saturate | extract | unload | recost | stop (iterations) "
-            "| e-nodes | e-classes | ops after | est. speedup |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = (
+        "| program | IR ops | total s | load | baseline | saturate | extract | unload | recost | stop (iterations) "
+        "| e-nodes | e-classes | ops after | est. speedup |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['ops']} | {r['total']:.2f} | {r['load']:.3f} | {r['baseline']:.3f} | {r['saturate']:.3f} | "
-                     f"{r['extract']:.3f} | {r['unload']:.3f} | {r['recost']:.3f} | {r['stop']} ({r['iters']}) | "
-                     f"{r['nodes']} | {r['classes']} | {r['ops_after']} | x{r['speedup']:.2f} |")
+        lines.append(
+            f"| {r['kind']} | {r['ops']} | {r['total']:.2f} | {r['load']:.3f} | {r['baseline']:.3f} | {r['saturate']:.3f} | "
+            f"{r['extract']:.3f} | {r['unload']:.3f} | {r['recost']:.3f} | {r['stop']} ({r['iters']}) | "
+            f"{r['nodes']} | {r['classes']} | {r['ops_after']} | x{r['speedup']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -137,7 +159,7 @@ def write_section(text: str) -> None:
         doc = doc.rstrip("\n") + "\n\n" + text + "\n"
     else:
         nxt = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + ("\n" + doc[nxt + 1:] if nxt >= 0 else "\n")
+        doc = doc[:start] + text + ("\n" + doc[nxt + 1 :] if nxt >= 0 else "\n")
     path.write_text(doc)
 
 
@@ -146,24 +168,28 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-chains", action="store_true", help="skip the matrix-chain worst case")
-    ap.add_argument("--write", action="store_true", help="update the Optimizer section of BENCHMARKS.md")
+    ap.add_argument(
+        "--write", action="store_true", help="update the Optimizer section of BENCHMARKS.md"
+    )
     args = ap.parse_args(argv)
-    dq.optimize(program(10))                         # warm-up: compiles the rule files once
+    dq.optimize(program(10))  # warm-up: compiles the rule files once
     rows = [measure(n, args.repeat) for n in args.sizes]
     if not args.no_chains:
         rows.append(measure(max(args.sizes), args.repeat, "chains"))
     b = Budget()
     load = os.getloadavg()[0]
-    text = (f"{SECTION}\n\n`dq.optimize` compile time on generated programs (MLP-like layers, elementwise "
-            f"chains with algebraic no-ops, softmax reductions, residual adds; batch {BATCH}, width {WIDTH}), "
-            f"and a worst case for saturation (`chains`: 12-matrix chains of random dimensions, one after "
-            f"another); default budgets (iterations {b.iterations}, e-nodes {b.nodes}, {b.seconds:g} s), target cpu, "
-            f"greedy extraction; seconds, median of {args.repeat}. `baseline` and `recost` price the program "
-            f"as written and as optimized (the never-worse check); `extract` includes serializing the "
-            f"e-graph; est. speedup is the cost model's. Target: 1,000 ops under 10 s.\n\n"
-            f"Command: `.venv/bin/python benchmarks/optimize_compile_time.py --write`  \n"
-            f"Machine: {cpu_name()}, Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d')} "
-            f"with a load average of {load:.1f} (a shared machine: an idle one is faster).\n\n{table(rows)}\n")
+    text = (
+        f"{SECTION}\n\n`dq.optimize` compile time on generated programs (MLP-like layers, elementwise "
+        f"chains with algebraic no-ops, softmax reductions, residual adds; batch {BATCH}, width {WIDTH}), "
+        f"and a worst case for saturation (`chains`: 12-matrix chains of random dimensions, one after "
+        f"another); default budgets (iterations {b.iterations}, e-nodes {b.nodes}, {b.seconds:g} s), target cpu, "
+        f"greedy extraction; seconds, median of {args.repeat}. `baseline` and `recost` price the program "
+        f"as written and as optimized (the never-worse check); `extract` includes serializing the "
+        f"e-graph; est. speedup is the cost model's. Target: 1,000 ops under 10 s.\n\n"
+        f"Command: `.venv/bin/python benchmarks/optimize_compile_time.py --write`  \n"
+        f"Machine: {cpu_name()}, Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d')} "
+        f"with a load average of {load:.1f} (a shared machine: an idle one is faster).\n\n{table(rows)}\n"
+    )
     print(text)
     if args.write:
         write_section(text)

@@ -7,6 +7,7 @@
 Each runs in its own process (they set up OpenBLAS's environment and thread pools their own way).
 A benchmark that fails is reported and the others still run; the exit status is 1 if any failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,16 @@ BENCHMARKS = {
     "egraph_value": ([], ["--update", str(REPORT)]),
     "blas_pool": ([], ["--update", str(REPORT)]),
     "models": ([], ["--update", str(REPORT)]),
-    "deep_programs": ([], ["--update", str(REPORT)]),   # ~15 minutes: 100k instructions
+    "deep_programs": ([], ["--update", str(REPORT)]),  # ~15 minutes: 100k instructions
 }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
-    ap.add_argument("--no-write", action="store_true", help="print the tables, leave BENCHMARKS.md alone")
+    ap.add_argument(
+        "--no-write", action="store_true", help="print the tables, leave BENCHMARKS.md alone"
+    )
     args = ap.parse_args(argv)
     failed = []
     for name in args.only or list(BENCHMARKS):

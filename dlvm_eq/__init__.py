@@ -10,15 +10,23 @@ on first use: the parser (lark) with `dq.parse`/`dq.load`, the e-graph (egglog, 
 `dq.optimize` or the first e-graph built, the code generator (llvmlite) with the first `dq.jit`
 or `dq.compile` for a native target. A warm-cache compile never imports egglog or scipy.
 """
-from .errors import DlvmError, IRError, ShapeError, SourceError  # noqa: F401 (public API)
-from .ir import Module  # noqa: F401 (public API)
-from .lazy_attributes import lazy_attributes
-from .version import __version__  # noqa: F401 (public API)
 
 # The public API, assembled from the layers (left to right in the data flow).
-from .dsl import *  # noqa: E402,F401,F403
-from .pipeline import (DEFAULT_TARGET, Jitted, grad, interpret, jit, register_backend,  # noqa: E402,F401
-                       value_and_grad, vjp)
+from .dsl import *  # noqa: F403
+from .errors import DlvmError, IRError, ShapeError, SourceError
+from .ir import Module
+from .lazy_attributes import lazy_attributes
+from .pipeline import (
+    DEFAULT_TARGET,
+    Jitted,
+    grad,
+    interpret,
+    jit,
+    register_backend,
+    value_and_grad,
+    vjp,
+)
+from .version import __version__
 
 # name -> submodule that defines it, imported on first access (PEP 562)
 _LAZY = {"load": "ir.parser", "parse": "ir.parser", "optimize": "pipeline.module_calls"}
@@ -28,15 +36,17 @@ _lazy_attribute, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 def __getattr__(name):
     if name == "distributed":  # `dq.distributed.data_parallel`: Ray loads on this first use only
         import importlib
+
         return importlib.import_module("dlvm_eq.distributed")
     return _lazy_attribute(name)
 
 
-def compile(module, name, target="cpu", optimize=True, cast=False):  # noqa: A001 - the user's word for it
+def compile(module, name, target="cpu", optimize=True, cast=False):
     """`dq.compile(module, "f", target="cpu"|"gpu")`: a callable running function `f` of a
     `.dl` module (declared adjoints included) as native kernels; `.report` and `.plan` say
     what was optimized and fused. The code generator loads on first use (llvmlite).
     Arguments must have the declared dtypes (a DlvmError names the one that does not), or
     `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed."""
     from .pipeline.native import compile as _compile
+
     return _compile(module, name, target, optimize, cast)

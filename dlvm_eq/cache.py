@@ -34,6 +34,7 @@ The code that cuts calls `note_time_cut(what)`; a caller that stores a result bu
 
 `dlvm-eq cache info` prints `DiskCache.info()`, `dlvm-eq cache clear` runs `DiskCache.clear()`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,7 +61,7 @@ class UntrustedCache(UserWarning):
 
 
 def default_cache_dir() -> Path:
-    return settings().cache_dir     # $DLVM_EQ_CACHE_DIR, default ~/.cache/dlvm_eq
+    return settings().cache_dir  # $DLVM_EQ_CACHE_DIR, default ~/.cache/dlvm_eq
 
 
 def _owned_by_another(st: os.stat_result) -> bool:
@@ -87,9 +88,12 @@ def _warn_once(message: str, key: str | None = None) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(f"dlvm_eq: not using the compile cache: {message}; compiling without it "
-                  "(fix the permissions, or set DLVM_EQ_CACHE_DIR to a private directory)",
-                  UntrustedCache, stacklevel=3)
+    warnings.warn(
+        f"dlvm_eq: not using the compile cache: {message}; compiling without it "
+        "(fix the permissions, or set DLVM_EQ_CACHE_DIR to a private directory)",
+        UntrustedCache,
+        stacklevel=3,
+    )
 
 
 class DiskCache:
@@ -117,9 +121,12 @@ class DiskCache:
                 self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = os.stat(self.root)
         except OSError:
-            return False            # absent (reading) or not creatable: no cache, no warning
-        problem = (f"{self.root} is not a directory" if not stat.S_ISDIR(st.st_mode)
-                   else _problem(st, "cache directory", self.root))
+            return False  # absent (reading) or not creatable: no cache, no warning
+        problem = (
+            f"{self.root} is not a directory"
+            if not stat.S_ISDIR(st.st_mode)
+            else _problem(st, "cache directory", self.root)
+        )
         with self._lock:
             self._root_checked, self._root_problem = True, problem
         if problem:
@@ -141,8 +148,11 @@ class DiskCache:
             st = os.lstat(d)
         except OSError:
             return False
-        problem = (f"{d} is not a directory" if not stat.S_ISDIR(st.st_mode)
-                   else _problem(st, "cache directory", d))
+        problem = (
+            f"{d} is not a directory"
+            if not stat.S_ISDIR(st.st_mode)
+            else _problem(st, "cache directory", d)
+        )
         if problem:
             _warn_once(problem)
             return False
@@ -150,8 +160,11 @@ class DiskCache:
         return True
 
     def _dirs_ok(self, p: Path, create: bool) -> bool:
-        return (self._root_ok(create) and self._dir_ok(p.parent.parent, create)
-                and self._dir_ok(p.parent, create))
+        return (
+            self._root_ok(create)
+            and self._dir_ok(p.parent.parent, create)
+            and self._dir_ok(p.parent, create)
+        )
 
     # ---------------------------------------------------------------- entries
 
@@ -165,17 +178,23 @@ class DiskCache:
             return None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            problem = (f"{p} is not a regular file" if not stat.S_ISREG(st.st_mode)
-                       else _problem(st, "cache entry", p))
-            if problem:     # one warning per cache, however many such entries
+            problem = (
+                f"{p} is not a regular file"
+                if not stat.S_ISREG(st.st_mode)
+                else _problem(st, "cache entry", p)
+            )
+            if problem:  # one warning per cache, however many such entries
                 _warn_once(problem + " (and maybe others)", key=f"entry {self.root}")
                 return None
             try:
                 data = f.read()
             except OSError:
                 return None
-        payload = data[len(MAGIC) + 32:]
-        if data[:len(MAGIC)] != MAGIC or hashlib.sha256(payload).digest() != data[len(MAGIC):len(MAGIC) + 32]:
+        payload = data[len(MAGIC) + 32 :]
+        if (
+            data[: len(MAGIC)] != MAGIC
+            or hashlib.sha256(payload).digest() != data[len(MAGIC) : len(MAGIC) + 32]
+        ):
             self.corrupt += 1
             return None
         return payload
@@ -187,7 +206,7 @@ class DiskCache:
         if not self._dirs_ok(p, create=True):
             return
         try:
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")   # mkstemp: mode 0600
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")  # mkstemp: mode 0600
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, p)
@@ -199,10 +218,17 @@ class DiskCache:
     def info(self) -> dict:
         """{path, exists, trusted, problem, bytes, entries: {kind: n}, stale: n}; `stale`
         counts entries of an older format (never read; `clear` removes them)."""
-        out = {"path": str(self.root), "exists": self.root.is_dir(), "trusted": False,
-               "problem": None, "bytes": 0, "entries": {}, "stale": 0}
+        out = {
+            "path": str(self.root),
+            "exists": self.root.is_dir(),
+            "trusted": False,
+            "problem": None,
+            "bytes": 0,
+            "entries": {},
+            "stale": 0,
+        }
         if not out["exists"]:
-            out["trusted"] = True       # created private on first use
+            out["trusted"] = True  # created private on first use
             return out
         out["problem"] = self.trust_problem()
         out["trusted"] = out["problem"] is None
@@ -238,7 +264,7 @@ class DiskCache:
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 removed += sum(1 for f in child.rglob("*") if not f.is_dir())
-                shutil.rmtree(child)          # does not follow symbolic links
+                shutil.rmtree(child)  # does not follow symbolic links
             else:
                 child.unlink()
                 removed += 1
@@ -265,7 +291,7 @@ def tree_digest(root, suffixes=(".py", ".lark")) -> str:
     root = os.fspath(root)
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        prefix = directory[len(root):].lstrip(os.sep)
+        prefix = directory[len(root) :].lstrip(os.sep)
         for name in sorted(files):
             if name.endswith(suffixes):
                 with open(os.path.join(directory, name), "rb") as f:
@@ -276,7 +302,8 @@ def tree_digest(root, suffixes=(".py", ".lark")) -> str:
 _shared: DiskCache | None = None
 # the recorders of the builds in progress in this context (nested builds each get every cut)
 _time_cut_recorders: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar(
-    "dlvm_eq_time_cut_recorders", default=())
+    "dlvm_eq_time_cut_recorders", default=()
+)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ The rule files' directory is found here too, so that the caches need not import 
 Shared state (threads): `_current` is replaced whole (a frozen object) under `_lock`; readers
 take a reference without locking.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ from .errors import DlvmError
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default (as text) and what it does."""
+
     name: str
     default: str
     help: str
@@ -33,40 +35,65 @@ class Setting:
 
 # The table (the README's table of settings is checked against it, tests/test_config.py).
 SETTINGS = (
-    Setting("DLVM_EQ_CACHE_DIR", "~/.cache/dlvm_eq",
-            "where compiled kernels, optimized programs, adjoints and plans are cached (a "
-            "directory private to the user; another owner's is not used)"),
-    Setting("DLVM_EQ_NO_IR_CACHE", "",
-            "any non-empty value: do not read or write optimized programs, adjoints and plans "
-            "on disk (kernel object code is still cached)"),
-    Setting("DLVM_EQ_NUM_THREADS", "",
-            "threads for parallel kernels, the caller's included (a whole number >= 1); unset: "
-            "the CPUs of the affinity mask, capped by the cgroup CPU quota"),
-    Setting("DLVM_EQ_NATIVE_POOL", "1",
-            "0: run parallel kernels on Python threads instead of the native worker pool"),
-    Setting("DLVM_EQ_BLAS_POOL", "0",
-            "1: run OpenBLAS's threaded calls (numpy's matmul) on the native worker pool instead "
-            "of OpenBLAS's own threads (OpenBLAS 0.3.27 or later)"),
-    Setting("DLVM_EQ_SPIN_US", "300",
-            "microseconds an idle native worker spins before it sleeps on a futex"),
-    Setting("DLVM_EQ_GEMM", "auto",
-            "1: always use our float32 GEMM for large products (and fuse epilogues into it); 0, "
-            "unset or anything else: never (numpy's BLAS, faster on idle hosts)"),
-    Setting("DLVM_EQ_EPILOGUES", "1",
-            "0: do not fuse elementwise consumers of a matmul into our GEMM's tiles"),
+    Setting(
+        "DLVM_EQ_CACHE_DIR",
+        "~/.cache/dlvm_eq",
+        "where compiled kernels, optimized programs, adjoints and plans are cached (a "
+        "directory private to the user; another owner's is not used)",
+    ),
+    Setting(
+        "DLVM_EQ_NO_IR_CACHE",
+        "",
+        "any non-empty value: do not read or write optimized programs, adjoints and plans "
+        "on disk (kernel object code is still cached)",
+    ),
+    Setting(
+        "DLVM_EQ_NUM_THREADS",
+        "",
+        "threads for parallel kernels, the caller's included (a whole number >= 1); unset: "
+        "the CPUs of the affinity mask, capped by the cgroup CPU quota",
+    ),
+    Setting(
+        "DLVM_EQ_NATIVE_POOL",
+        "1",
+        "0: run parallel kernels on Python threads instead of the native worker pool",
+    ),
+    Setting(
+        "DLVM_EQ_BLAS_POOL",
+        "0",
+        "1: run OpenBLAS's threaded calls (numpy's matmul) on the native worker pool instead "
+        "of OpenBLAS's own threads (OpenBLAS 0.3.27 or later)",
+    ),
+    Setting(
+        "DLVM_EQ_SPIN_US",
+        "300",
+        "microseconds an idle native worker spins before it sleeps on a futex",
+    ),
+    Setting(
+        "DLVM_EQ_GEMM",
+        "auto",
+        "1: always use our float32 GEMM for large products (and fuse epilogues into it); 0, "
+        "unset or anything else: never (numpy's BLAS, faster on idle hosts)",
+    ),
+    Setting(
+        "DLVM_EQ_EPILOGUES",
+        "1",
+        "0: do not fuse elementwise consumers of a matmul into our GEMM's tiles",
+    ),
 )
 
 
 @dataclass(frozen=True)
 class Settings:
     """The settings of this process, parsed (see SETTINGS for what each one does)."""
+
     cache_dir: Path
-    ir_cache: bool        # DLVM_EQ_NO_IR_CACHE unset or empty
-    num_threads: str      # as written ("" when unset); codegen/cpu_count.py parses it
+    ir_cache: bool  # DLVM_EQ_NO_IR_CACHE unset or empty
+    num_threads: str  # as written ("" when unset); codegen/cpu_count.py parses it
     native_pool: bool
     blas_pool: bool
     spin_us: float
-    gemm: str             # "0", "1" or "auto"
+    gemm: str  # "0", "1" or "auto"
     epilogues: bool
 
 
@@ -78,7 +105,9 @@ def read(environ=None) -> Settings:
         return env.get(name, "")
 
     gemm = text("DLVM_EQ_GEMM").strip()
-    gemm = gemm if gemm in ("0", "1") else "auto"     # anything else: the default (gemm_runtime.DEFAULT_ENABLED)
+    gemm = (
+        gemm if gemm in ("0", "1") else "auto"
+    )  # anything else: the default (gemm_runtime.DEFAULT_ENABLED)
     spin = text("DLVM_EQ_SPIN_US").strip() or "300"
     try:
         spin_us = float(spin)
@@ -126,7 +155,9 @@ def rules_dir() -> Path:
     for candidate in (_PACKAGE.parent / "rules", _PACKAGE / "rules"):
         if (candidate / "schema.egg").is_file():
             return candidate
-    raise DlvmError("cannot find the rule files (rules/schema.egg); is dlvm_eq installed correctly?")
+    raise DlvmError(
+        "cannot find the rule files (rules/schema.egg); is dlvm_eq installed correctly?"
+    )
 
 
 __all__ = ["SETTINGS", "Setting", "Settings", "read", "reload", "rules_dir", "settings"]

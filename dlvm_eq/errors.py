@@ -1,4 +1,5 @@
 """The project's own errors: everything a user can cause derives from DlvmError."""
+
 from __future__ import annotations
 
 
@@ -9,8 +10,14 @@ class DlvmError(Exception):
 class SourceError(DlvmError):
     """An error at a place in a source file: file:line:col, the line, a caret, what was expected."""
 
-    def __init__(self, message: str, filename: str = "<string>", line: int | None = None,
-                 column: int | None = None, source_line: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        filename: str = "<string>",
+        line: int | None = None,
+        column: int | None = None,
+        source_line: str | None = None,
+    ):
         self.message, self.filename, self.line, self.column = message, filename, line, column
         self.source_line = source_line
         super().__init__(self._render())

@@ -14,6 +14,7 @@ after loading, and neither writing nor reading recurses along a chain of objects
 non-string dict keys, numpy arrays and scalars keep their types. A document that does not
 match its schema raises `RecordError`: the cache treats it as a miss.
 """
+
 from __future__ import annotations
 
 import base64
@@ -60,8 +61,15 @@ class Schema:
         """The JSON text of `root`; RecordError if it holds an object outside the schema."""
         writer = _Writer(self)
         value = writer.value(root)
-        return json.dumps({"schema": self.name, "version": self.version,
-                           "objects": writer.objects, "root": value}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "schema": self.name,
+                "version": self.version,
+                "objects": writer.objects,
+                "root": value,
+            },
+            separators=(",", ":"),
+        )
 
     # ---------------------------------------------------------------- reading
 
@@ -70,7 +78,7 @@ class Schema:
         version, an unknown class, a reference forward, a constructor that refuses)."""
         try:
             return self._loads(text)
-        except RecursionError:       # lists nested thousands deep: never written by dumps
+        except RecursionError:  # lists nested thousands deep: never written by dumps
             raise RecordError("nested too deeply") from None
 
     def _loads(self, text: str | bytes):
@@ -78,7 +86,11 @@ class Schema:
             doc = json.loads(text)
         except (ValueError, UnicodeDecodeError) as e:
             raise RecordError(f"not JSON: {e}") from None
-        if not isinstance(doc, dict) or doc.get("schema") != self.name or doc.get("version") != self.version:
+        if (
+            not isinstance(doc, dict)
+            or doc.get("schema") != self.name
+            or doc.get("version") != self.version
+        ):
             raise RecordError("another schema or version")
         objects = doc.get("objects")
         if not isinstance(objects, list):
@@ -95,7 +107,7 @@ class Schema:
             args = [reader.value(v) for v in entry[1]]
             try:
                 obj = cls(**dict(zip(names, args))) if dataclasses.is_dataclass(cls) else cls(*args)
-            except Exception as e:   # noqa: BLE001 - a constructor's own check refused the data
+            except Exception as e:
                 raise RecordError(f"{entry[0]}: {type(e).__name__}: {e}") from None
             built.append(obj)
         return reader.value(doc.get("root"))
@@ -106,7 +118,7 @@ class _Writer:
         self.schema = schema
         self.objects: list = []
         self.index: dict[int, int] = {}
-        self.keep: list = []          # ids stay valid while the objects live
+        self.keep: list = []  # ids stay valid while the objects live
 
     def value(self, v):
         if v is None or isinstance(v, (bool, str)):
@@ -126,10 +138,20 @@ class _Writer:
         if isinstance(v, dict):
             return {"d": [[self.value(k), self.value(x)] for k, x in v.items()]}
         if isinstance(v, np.ndarray):
-            return {"a": [_dtype_text(v.dtype), list(v.shape),
-                          base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]}
+            return {
+                "a": [
+                    _dtype_text(v.dtype),
+                    list(v.shape),
+                    base64.b64encode(np.ascontiguousarray(v).tobytes()).decode(),
+                ]
+            }
         if isinstance(v, np.generic):
-            return {"n": [_dtype_text(v.dtype), v.item() if not isinstance(v.item(), float) else repr(v.item())]}
+            return {
+                "n": [
+                    _dtype_text(v.dtype),
+                    v.item() if not isinstance(v.item(), float) else repr(v.item()),
+                ]
+            }
         if type(v) in self.schema._fields:
             return {"$": self.ref(v)}
         raise RecordError(f"{type(v).__name__} is not in schema {self.schema.name}")
@@ -147,7 +169,9 @@ class _Writer:
                 continue
             names = self.schema._fields[type(o)]
             fields = [getattr(o, n) for n in names]
-            pending = [c for c in _objects_in(fields, self.schema._fields) if id(c) not in self.index]
+            pending = [
+                c for c in _objects_in(fields, self.schema._fields) if id(c) not in self.index
+            ]
             if pending:
                 if id(o) in busy:
                     raise RecordError(f"{type(o).__name__} holds itself (a cycle)")
@@ -187,9 +211,13 @@ class _Reader:
             return [self.value(x) for x in v]
         if not (isinstance(v, dict) and len(v) == 1):
             raise RecordError("malformed value")
-        (tag, body), = v.items()
+        ((tag, body),) = v.items()
         if tag == "$":
-            if not isinstance(body, int) or isinstance(body, bool) or not 0 <= body < len(self.built):
+            if (
+                not isinstance(body, int)
+                or isinstance(body, bool)
+                or not 0 <= body < len(self.built)
+            ):
                 raise RecordError("reference to an object not yet read")
             return self.built[body]
         if tag == "t" and isinstance(body, list):
@@ -225,7 +253,7 @@ class _Reader:
 
 
 def _hashable(k):
-    hash(k)    # a list key (malformed) raises TypeError here
+    hash(k)  # a list key (malformed) raises TypeError here
     return k
 
 
@@ -243,4 +271,3 @@ def _dtype(text) -> np.dtype:
     if dt.kind not in _ARRAY_KINDS:
         raise RecordError(f"arrays of dtype {dt} are not data")
     return dt
-

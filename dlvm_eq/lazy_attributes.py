@@ -7,6 +7,7 @@ loads only what it needs; one helper for every package that does this.
 Submodules are named relative to the package. The value is stored in the package's namespace
 on first access, so later lookups never reach `__getattr__` again.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,6 +16,7 @@ import importlib
 def lazy_attributes(package: str, table: dict[str, str], namespace: dict):
     """(__getattr__, __dir__) for package `package`: attribute `name` of submodule
     `table[name]`, imported on first access and kept in `namespace` (the package's globals())."""
+
     def __getattr__(name: str):
         module = table.get(name)
         if module is None:

@@ -4,6 +4,7 @@ decision and the compile pipeline all print them).
     >>> seconds_text(2.5e-6)
     '2.5 us'
 """
+
 from __future__ import annotations
 
 

@@ -5,6 +5,7 @@
 
 Not part of the package: the examples import it from their own folder.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -24,18 +25,20 @@ def jit_value_and_grad(loss, argnums, args, target: str = "cpu"):
     except dq.DlvmError as e:
         if target == "interp":
             raise
-        print(f"note: dq.jit(..., target={target!r}) failed ({first_line(e)}); "
-              "running on target 'interp' instead")
+        print(
+            f"note: dq.jit(..., target={target!r}) failed ({first_line(e)}); "
+            "running on target 'interp' instead"
+        )
         return _compiled(loss, argnums, args, "interp"), "interp"
     report = step.report(*args) if hasattr(step, "report") else None
-    if report is not None:            # the code generator's account: kernels, BLAS calls, times
+    if report is not None:  # the code generator's account: kernels, BLAS calls, times
         print("\n" + str(report))
     return step, target
 
 
 def _compiled(loss, argnums, args, target):
     step = dq.jit(dq.value_and_grad(loss, argnums=argnums), target=target)
-    step(*args)                       # trace, differentiate, optimize, compile: errors show here
+    step(*args)  # trace, differentiate, optimize, compile: errors show here
     return step
 
 
@@ -54,10 +57,15 @@ def show_optimization(title: str, module: dq.Module, show_ir: bool = False, rule
     before, after = op_counts(module), op_counts(result.module)
     print(f"== {title} ==")
     print(f"  instructions: {sum(before.values())} -> {sum(after.values())}")
-    print(f"  estimated cost (cpu model): {seconds(result.cost_before)} -> "
-          f"{seconds(result.cost_after)} (x{result.cost_before / result.cost_after:.2f})")
-    changed = [f"{op} {before[op]} -> {after[op]}" for op in sorted(before | after)
-               if before[op] != after[op]]
+    print(
+        f"  estimated cost (cpu model): {seconds(result.cost_before)} -> "
+        f"{seconds(result.cost_after)} (x{result.cost_before / result.cost_after:.2f})"
+    )
+    changed = [
+        f"{op} {before[op]} -> {after[op]}"
+        for op in sorted(before | after)
+        if before[op] != after[op]
+    ]
     print("  ops changed: " + (", ".join(changed) if changed else "none"))
     for fr in result.report:
         if fr.kept_original:
@@ -81,8 +89,9 @@ def raw_gradient(loss, argnums, args) -> dq.Module:
     from dlvm_eq.ad import adjoint_function
 
     forward = dq.trace(loss, list(args))
-    fn = adjoint_function(None, forward, wrt=tuple(argnums), keeping=(0,), tuple_result=True,
-                          optimize=False)
+    fn = adjoint_function(
+        None, forward, wrt=tuple(argnums), keeping=(0,), tuple_result=True, optimize=False
+    )
     module = dq.Module(fn.name)
     module.add(fn)
     return module
@@ -125,4 +134,3 @@ def train(step, params, data, train_steps: int, lr: float, target: str) -> None:
             p -= lr * g
         if i % 10 == 0 or i == train_steps - 1:
             print(f"  step {i:3d}  loss {float(value):.5f}")
-

@@ -4,10 +4,11 @@
 
 Prints what the optimizer changed in the loss and in its gradient program, then trains.
 """
+
 import numpy as np
+from _support import jit_value_and_grad, raw_gradient, show_optimization
 
 import dlvm_eq as dq
-from _support import jit_value_and_grad, raw_gradient, show_optimization
 
 
 def loss(w, b, x, y):
@@ -27,8 +28,11 @@ def main(steps: int = 50, lr: float = 0.5):
 
     print(dq.make_ir(loss)(*args))
     show_optimization("forward: dq.optimize(dq.make_ir(loss)(...))", dq.make_ir(loss)(*args))
-    show_optimization("gradient wrt (w, b): adjoint rules alone -> dq.optimize",
-                      raw_gradient(loss, (0, 1), args), show_ir=True)
+    show_optimization(
+        "gradient wrt (w, b): adjoint rules alone -> dq.optimize",
+        raw_gradient(loss, (0, 1), args),
+        show_ir=True,
+    )
 
     step, target = jit_value_and_grad(loss, (0, 1), args)
     print(f"\ntraining {steps} SGD steps on target {target!r}")

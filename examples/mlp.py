@@ -5,12 +5,13 @@
 Prints what the optimizer changed in the gradient program, trains, and checks the compiled
 gradient against the hand-written numpy backward pass.
 """
+
 import inspect
 
 import numpy as np
+from _support import jit_value_and_grad, raw_gradient, show_optimization
 
 import dlvm_eq as dq
-from _support import jit_value_and_grad, raw_gradient, show_optimization
 from dlvm_eq.models import mlp
 
 
@@ -26,20 +27,27 @@ def main(steps: int = 30, lr: float = 0.1):
 
     print(inspect.getsource(mlp.loss))
     show_optimization("forward: dq.optimize(dq.make_ir(loss)(...))", dq.make_ir(mlp.loss)(*args))
-    show_optimization("gradient wrt w1, b1, w2, b2: adjoint rules alone -> dq.optimize",
-                      raw_gradient(mlp.loss, argnums, args))
+    show_optimization(
+        "gradient wrt w1, b1, w2, b2: adjoint rules alone -> dq.optimize",
+        raw_gradient(mlp.loss, argnums, args),
+    )
 
     step, target = jit_value_and_grad(mlp.loss, argnums, args)
     value, grads = step(*args)
     ref_value, ref_grads = mlp.numpy_value_and_grad(*args)
-    worst = max(float(np.max(np.abs(g - r)) / (np.max(np.abs(r)) + 1e-30))
-                for g, r in zip(grads, ref_grads))
-    print(f"\ncompiled gradient vs hand-written numpy: loss {float(value):.6f} vs {ref_value:.6f}, "
-          f"largest relative difference {worst:.1e}")
+    worst = max(
+        float(np.max(np.abs(g - r)) / (np.max(np.abs(r)) + 1e-30)) for g, r in zip(grads, ref_grads)
+    )
+    print(
+        f"\ncompiled gradient vs hand-written numpy: loss {float(value):.6f} vs {ref_value:.6f}, "
+        f"largest relative difference {worst:.1e}"
+    )
     assert worst < 1e-4, "the compiled gradient disagrees with the hand-written one"
 
-    print(f"training {steps} SGD steps (batch {batch}, {sizes[0]} -> {sizes[1]} -> {sizes[2]}) "
-          f"on target {target!r}")
+    print(
+        f"training {steps} SGD steps (batch {batch}, {sizes[0]} -> {sizes[1]} -> {sizes[2]}) "
+        f"on target {target!r}"
+    )
     for i in range(steps):
         value, grads = step(*params, x, onehot)
         mlp.sgd(params, grads, lr)

@@ -3,6 +3,7 @@ what each raised: shared by the compile-thread and runtime-concurrency tests.
 
     errors = run_at_once(lambda i: results.__setitem__(i, f(x)), n=4)
 """
+
 from __future__ import annotations
 
 import threading
@@ -18,8 +19,9 @@ def run_at_once(work, n: int = 4) -> list:
         try:
             barrier.wait(timeout=60)
             work(i)
-        except BaseException as e:   # noqa: BLE001 - what we test is that none escapes
+        except BaseException as e:
             errors.append(e)
+
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()

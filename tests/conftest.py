@@ -1,4 +1,5 @@
 """Test-session setup: a fresh compile cache, so no test reads what an earlier run stored."""
+
 import os
 import tempfile
 
@@ -8,14 +9,19 @@ os.environ["DLVM_EQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="dlvm_eq-test-cache-")
 # the tests of its paths and fused epilogues must run, and they run where users turn it on.
 os.environ["DLVM_EQ_GEMM"] = "1"
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 # This machine is shared and noisy: no per-example deadlines. In CI the examples are derived
 # from each test's name (derandomize), so a landing never depends on a lucky draw; locally they
 # stay random, which is where new counterexamples come from.
 settings.register_profile("dlvm_eq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dlvm_eq-ci", deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dlvm_eq-ci",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("dlvm_eq-ci" if os.environ.get("CI") else "dlvm_eq")
 
 
@@ -28,4 +34,5 @@ def _settings_follow_the_environment():
     then config.reload()) leaves the settings of the restored environment behind it."""
     yield
     from dlvm_eq import config
+
     config.reload()

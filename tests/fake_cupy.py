@@ -17,6 +17,7 @@ It is strict where a mistake would silently corrupt results on a real GPU:
     with fake_cupy.installed(monkeypatch, sms=2):
         f = dq.compile(module, "f", target="gpu")
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,25 +75,45 @@ def asnumpy(a):
 def _on_device(fn):
     def wrapped(*args, **kw):
         return _device(fn(*args, **kw))
+
     return wrapped
 
 
 # the numpy functions the GPU program calls, returning device arrays
 matmul, dot, concatenate = _on_device(np.matmul), _on_device(np.dot), _on_device(np.concatenate)
-add, multiply, maximum, minimum = (_on_device(np.add), _on_device(np.multiply),
-                                   _on_device(np.maximum), _on_device(np.minimum))
-broadcast_to, transpose, reshape = (_on_device(np.broadcast_to), _on_device(np.transpose),
-                                    _on_device(np.reshape))
+add, multiply, maximum, minimum = (
+    _on_device(np.add),
+    _on_device(np.multiply),
+    _on_device(np.maximum),
+    _on_device(np.minimum),
+)
+broadcast_to, transpose, reshape = (
+    _on_device(np.broadcast_to),
+    _on_device(np.transpose),
+    _on_device(np.reshape),
+)
 copyto = np.copyto
-take, clip = _on_device(np.take), _on_device(np.clip)     # gather steps (codegen/gather.py)
+take, clip = _on_device(np.take), _on_device(np.clip)  # gather steps (codegen/gather.py)
 cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/scan.py)
-add.at = np.add.at                                        # CuPy's ufunc.at, as scatterAdd calls it
+add.at = np.add.at  # CuPy's ufunc.at, as scatterAdd calls it
 # what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
 full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (
-    _on_device(np.full), _on_device(np.arange), _on_device(np.where), _on_device(np.expand_dims),
-    _on_device(np.argmax), _on_device(np.take_along_axis), _on_device(np.sum), _on_device(np.max))
-lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
-    as_strided=lambda a, shape=None, strides=None: _device(np.lib.stride_tricks.as_strided(a, shape, strides))))
+    _on_device(np.full),
+    _on_device(np.arange),
+    _on_device(np.where),
+    _on_device(np.expand_dims),
+    _on_device(np.argmax),
+    _on_device(np.take_along_axis),
+    _on_device(np.sum),
+    _on_device(np.max),
+)
+lib = types.SimpleNamespace(
+    stride_tricks=types.SimpleNamespace(
+        as_strided=lambda a, shape=None, strides=None: _device(
+            np.lib.stride_tricks.as_strided(a, shape, strides)
+        )
+    )
+)
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64
 
 
@@ -115,6 +136,7 @@ def entry_params(ptx: str, symbol: str) -> list[str]:
 def _spec_for(symbol: str):
     """The kernel spec whose PTX has this symbol (the launcher generated and cached it)."""
     from dlvm_eq.codegen.gpu import gpu_runtime
+
     for (spec, _arch), kp in list(gpu_runtime._ptx_cache.items()):
         if kp.symbol == symbol:
             return spec
@@ -125,15 +147,16 @@ class Function:
     """One kernel; calling it runs the launch on the host, thread by thread."""
 
     def __init__(self, ptx: str, symbol: str):
-        from dlvm_eq.codegen.runtime.jit import JIT
         from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
         from dlvm_eq.codegen.gpu.llvm_ptx import host_emulation_ir
         from dlvm_eq.codegen.gpu.pool_ptx import pool_host_emulation_ir
         from dlvm_eq.codegen.kernels.pool_spec import PoolSpec
+        from dlvm_eq.codegen.runtime.jit import JIT
+
         self.symbol = symbol
         self.params = entry_params(ptx, symbol)
         spec = _spec_for(symbol)
-        if isinstance(spec, PoolSpec):      # pooling kernels: gpu/pool_ptx.py
+        if isinstance(spec, PoolSpec):  # pooling kernels: gpu/pool_ptx.py
             (text, host_symbol), layout = pool_host_emulation_ir(spec), None
         else:
             text, host_symbol, layout, _bits = host_emulation_ir(spec)
@@ -144,20 +167,26 @@ class Function:
 
     def _check(self, args) -> list:
         if len(args) != len(self.params):
-            raise RuntimeError(f"{self.symbol}: {len(args)} arguments for {len(self.params)} parameters")
+            raise RuntimeError(
+                f"{self.symbol}: {len(args)} arguments for {len(self.params)} parameters"
+            )
         out = []
         for i, (a, p) in enumerate(zip(args, self.params)):
             if p == "ptr":
                 if not isinstance(a, DeviceArray):
-                    raise TypeError(f"{self.symbol}: argument {i} is a {type(a).__name__}, not a device array")
+                    raise TypeError(
+                        f"{self.symbol}: argument {i} is a {type(a).__name__}, not a device array"
+                    )
                 if not a.flags.c_contiguous:
                     raise ValueError(f"{self.symbol}: argument {i} is not C-contiguous")
                 out.append(a.ctypes.data)
             else:
                 want = np.int32 if p == "i32" else np.int64
                 if type(a) is not want:
-                    raise TypeError(f"{self.symbol}: argument {i} must be {want.__name__} for its "
-                                    f".param ({p}), got {type(a).__name__}")
+                    raise TypeError(
+                        f"{self.symbol}: argument {i} must be {want.__name__} for its "
+                        f".param ({p}), got {type(a).__name__}"
+                    )
                 out.append(int(a))
         return out
 
@@ -166,7 +195,9 @@ class Function:
         if not (1 <= grid[0] < 2**31 and 1 <= grid[1] <= 65535 and grid[2] == 1):
             raise ValueError(f"{self.symbol}: grid {grid} outside CUDA's limits (or unsupported z)")
         if not (1 <= block[0] <= 1024 and block[1] == block[2] == 1):
-            raise ValueError(f"{self.symbol}: block {block} outside CUDA's limits (or unsupported y/z)")
+            raise ValueError(
+                f"{self.symbol}: block {block} outside CUDA's limits (or unsupported y/z)"
+            )
         values = self._check(args)
         self.launches += 1
         for by in range(grid[1]):
@@ -183,12 +214,16 @@ class Module:
 
     def load(self, data: bytes):
         self.ptx = data.decode()
-        if PTXAS is not None:   # the driver JIT-compiles PTX on load; ptxas finds the same errors
+        if PTXAS is not None:  # the driver JIT-compiles PTX on load; ptxas finds the same errors
             with tempfile.TemporaryDirectory() as d:
                 src = Path(d) / "k.ptx"
                 src.write_text(self.ptx)
-                r = subprocess.run([PTXAS, "-arch=sm_90", str(src), "-o", str(Path(d) / "k.cubin")],
-                                   capture_output=True, text=True, timeout=120)
+                r = subprocess.run(
+                    [PTXAS, "-arch=sm_90", str(src), "-o", str(Path(d) / "k.cubin")],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
                 if r.returncode != 0:
                     raise RuntimeError(f"CUDA_ERROR_INVALID_PTX:\n{r.stderr}")
 
@@ -197,6 +232,7 @@ class Module:
 
 
 # ------------------------------------------------------------------ the cuda namespace
+
 
 class Device:
     sms = 2
@@ -211,9 +247,15 @@ def _build_cuda():
     cuda = types.SimpleNamespace()
     cuda.Device = Device
     cuda.runtime = types.SimpleNamespace(
-        getDeviceCount=lambda: 1, deviceSynchronize=lambda: None,
-        getDeviceProperties=lambda i: {"name": b"fake GPU", "major": 9, "minor": 0,
-                                       "multiProcessorCount": Device.sms})
+        getDeviceCount=lambda: 1,
+        deviceSynchronize=lambda: None,
+        getDeviceProperties=lambda i: {
+            "name": b"fake GPU",
+            "major": 9,
+            "minor": 0,
+            "multiProcessorCount": Device.sms,
+        },
+    )
     cuda.function = types.SimpleNamespace(Module=Module)
     return cuda
 
@@ -225,6 +267,7 @@ cuda = _build_cuda()
 def installed(monkeypatch, sms: int = 2):
     """This module as `cupy` (and fresh launcher caches) for the duration of the block."""
     from dlvm_eq.codegen.gpu import gpu_runtime
+
     monkeypatch.setitem(sys.modules, "cupy", sys.modules[__name__])
     monkeypatch.setattr(Device, "sms", sms)
     monkeypatch.setattr(gpu_runtime, "_functions", {})

@@ -20,6 +20,7 @@ guarded (log(|x| + 1), exp(tanh x), ...; see GUARDS) so results are finite for i
 which is what differential tests need. Which ops exist is read from the op table: a new op of
 an elementwise kind is generated without changes here.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,21 @@ import numpy as np
 from hypothesis import strategies as st
 
 from dlvm_eq.ir import Const, Function, Instruction, Module, Value
-from dlvm_eq.ir.ops import (BINARY, CAST, COMPARE, DOT, LAYOUT, LITERAL, LOGIC, OPS, REDUCE,
-                            REDUCE_COMBINATORS, SELECT, SLICE, UNARY)
+from dlvm_eq.ir.ops import (
+    BINARY,
+    CAST,
+    COMPARE,
+    DOT,
+    LAYOUT,
+    LITERAL,
+    LOGIC,
+    OPS,
+    REDUCE,
+    REDUCE_COMBINATORS,
+    SELECT,
+    SLICE,
+    UNARY,
+)
 from dlvm_eq.ir.sample import sample_array
 from dlvm_eq.ir.types import BOOL, F32, F64, I32, DType, TensorType, broadcast_shapes
 from dlvm_eq.ir.verifier import verify_function
@@ -39,17 +53,34 @@ DEFAULT_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, REDUCE, DOT, LAYOUT, SLI
 
 # op -> operand guards: "positive" makes x into |x| + 1, "bounded" into tanh(x) (safe=True only)
 GUARDS: dict[str, tuple[str | None, ...]] = {
-    "log": ("positive",), "sqrt": ("positive",), "rsqrt": ("positive",), "log1p": ("positive",),
-    "exp": ("bounded",), "expm1": ("bounded",), "sinh": ("bounded",), "cosh": ("bounded",),
-    "tan": ("bounded",), "divide": (None, "positive"), "power": ("positive", "bounded"),
+    "log": ("positive",),
+    "sqrt": ("positive",),
+    "rsqrt": ("positive",),
+    "log1p": ("positive",),
+    "exp": ("bounded",),
+    "expm1": ("bounded",),
+    "sinh": ("bounded",),
+    "cosh": ("bounded",),
+    "tan": ("bounded",),
+    "divide": (None, "positive"),
+    "power": ("positive", "bounded"),
 }
 
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
 
 
-def random_function(draw, n_ops: int = 20, *, name: str = "f", dtype: DType = F32,
-                    kinds=DEFAULT_KINDS, max_rank: int = 3, max_dim: int = 4, safe: bool = True,
-                    tuple_result: bool | None = None) -> Function:
+def random_function(
+    draw,
+    n_ops: int = 20,
+    *,
+    name: str = "f",
+    dtype: DType = F32,
+    kinds=DEFAULT_KINDS,
+    max_rank: int = 3,
+    max_dim: int = 4,
+    safe: bool = True,
+    tuple_result: bool | None = None,
+) -> Function:
     """A random well-typed function of about `n_ops` instructions (guards add a few).
 
     dtype: the element type of the parameters (F32, F64 or I32; I32 uses only integer ops).
@@ -61,7 +92,7 @@ def random_function(draw, n_ops: int = 20, *, name: str = "f", dtype: DType = F3
         gen.step()
     ret = gen.result(tuple_result)
     used = {id(o) for inst in gen.body for o in inst.operands}
-    params = [p for p in gen.params if id(p) in used]   # an op may have passed over the first one
+    params = [p for p in gen.params if id(p) in used]  # an op may have passed over the first one
     fn = Function(name, params, ret.type, gen.body, ret)
     verify_function(fn)
     return fn
@@ -75,11 +106,13 @@ def random_module(draw, n_ops: int = 20, **kwargs) -> Module:
     return m
 
 
-functions = st.composite(random_function)   # functions(n_ops=10, kinds=...) -> strategy
+functions = st.composite(random_function)  # functions(n_ops=10, kinds=...) -> strategy
 modules = st.composite(random_module)
 
 
-def random_inputs(fn: Function, rng: np.random.Generator, float64: bool = False) -> list[np.ndarray]:
+def random_inputs(
+    fn: Function, rng: np.random.Generator, float64: bool = False
+) -> list[np.ndarray]:
     """One array per parameter: floats ~ N(0, 1), i32 in [-5, 5], random bools."""
     out = []
     for p in fn.params:
@@ -90,18 +123,31 @@ def random_inputs(fn: Function, rng: np.random.Generator, float64: bool = False)
 
 # ---------------------------------------------------------------- the generator
 
+
 class _Generator:
-    def __init__(self, draw, dtype: DType, kinds: tuple[str, ...], max_rank: int, max_dim: int,
-                 safe: bool):
-        self.draw, self.dtype, self.max_rank, self.max_dim, self.safe = draw, dtype, max_rank, max_dim, safe
+    def __init__(
+        self, draw, dtype: DType, kinds: tuple[str, ...], max_rank: int, max_dim: int, safe: bool
+    ):
+        self.draw, self.dtype, self.max_rank, self.max_dim, self.safe = (
+            draw,
+            dtype,
+            max_rank,
+            max_dim,
+            safe,
+        )
         self.params: list[Value] = []
         self.body: list[Instruction] = []
-        self.values: list[Value] = []          # tensor values usable as operands
+        self.values: list[Value] = []  # tensor values usable as operands
         self.n = 0
         self.ops: dict[str, list[str]] = {}
         for kind in kinds:
-            names = [n for n, s in OPS.items() if s.kind == kind and n in self._supported(kind)
-                     and (dtype.is_float or not s.float_only)]
+            names = [
+                n
+                for n, s in OPS.items()
+                if s.kind == kind
+                and n in self._supported(kind)
+                and (dtype.is_float or not s.float_only)
+            ]
             if names:
                 self.ops[kind] = sorted(names)
         if not self.ops:
@@ -168,7 +214,7 @@ class _Generator:
         if how == "ones":
             return tuple(1 if self.draw(st.booleans()) else d for d in shape)
         if how == "suffix":
-            return shape[self.draw(st.integers(0, len(shape))):]
+            return shape[self.draw(st.integers(0, len(shape))) :]
         if how == "scalar":
             return ()
         extra = self.draw(st.integers(0, max(0, self.max_rank - len(shape))))
@@ -203,8 +249,11 @@ class _Generator:
 
     def result(self, tuple_result: bool | None) -> Value:
         mine = [v for v in self.values if v.type.dtype == self.dtype and v not in self.params]
-        last = mine[-1] if mine else self.emit("negate" if self.dtype is not BOOL else "not",
-                                               [self.params[0]])
+        last = (
+            mine[-1]
+            if mine
+            else self.emit("negate" if self.dtype is not BOOL else "not", [self.params[0]])
+        )
         if tuple_result is None:
             tuple_result = self.draw(st.integers(0, 3)) == 0
         others = [v for v in self.values if v is not last and v not in self.params]
@@ -215,6 +264,7 @@ class _Generator:
 
 
 # ---------------------------------------------------------------- per kind / per op
+
 
 def _unary(g: _Generator, op: str) -> None:
     x = g.main_value()
@@ -268,16 +318,23 @@ def _reduce(g: _Generator, op: str) -> None:
     comb = g.draw(st.sampled_from(sorted(REDUCE_COMBINATORS)))
     init = REDUCE_IDENTITY[comb] if g.draw(st.booleans()) else g.const(x.type.dtype).value
     if x.type.dtype is I32 and math.isinf(init):
-        init = {"max": -2**31, "min": 2**31 - 1}[comb]
+        init = {"max": -(2**31), "min": 2**31 - 1}[comb]
     init = Const.of(init, x.type.dtype).value
-    g.emit(op, [x], combinator=comb, init=init, axes=tuple(sorted(axes) if g.draw(st.booleans())
-                                                           else axes))
+    g.emit(
+        op,
+        [x],
+        combinator=comb,
+        init=init,
+        axes=tuple(sorted(axes) if g.draw(st.booleans()) else axes),
+    )
 
 
 def _dot(g: _Generator, op: str) -> None:
     a = g.pick(where=lambda t: t.rank in (1, 2))
     if a is None:
-        a = g.new_param(tuple(g.draw(st.integers(1, g.max_dim)) for _ in range(g.draw(st.integers(1, 2)))))
+        a = g.new_param(
+            tuple(g.draw(st.integers(1, g.max_dim)) for _ in range(g.draw(st.integers(1, 2))))
+        )
     k = a.type.shape[-1]
     b_shape = (k,) if g.draw(st.booleans()) else (k, g.draw(st.integers(1, g.max_dim)))
     b = g.value(b_shape, allow_const=False)
@@ -337,7 +394,8 @@ def _concatenate(g: _Generator, op: str) -> None:
 def _slice(g: _Generator, op: str) -> None:
     # an axis longer than 1 (so that the slice drops something); may slice the last value again
     x = g.pick(where=lambda t: any(d > 1 for d in t.shape)) or g.new_param(
-        (g.draw(st.integers(2, max(2, g.max_dim))),) + g.draw_shape()[1:])
+        (g.draw(st.integers(2, max(2, g.max_dim))),) + g.draw_shape()[1:]
+    )
     axis = g.draw(st.sampled_from([i for i, d in enumerate(x.type.shape) if d > 1]))
     n = x.type.shape[axis]
     lo = g.draw(st.integers(0, n - 1))
@@ -380,7 +438,15 @@ def _prime_factors(n: int) -> list[int]:
 
 _BY_KIND = {UNARY: _unary, BINARY: _binary, COMPARE: _compare, LOGIC: _logic, SELECT: _select}
 _BUILDERS = {
-    "reduce": _reduce, "dot": _dot, "transpose": _transpose, "shapeCast": _shape_cast,
-    "padShape": _pad_shape, "squeezeShape": _squeeze_shape, "broadcast": _broadcast,
-    "concatenate": _concatenate, "slice": _slice, "dataTypeCast": _data_type_cast, "literal": _literal,
+    "reduce": _reduce,
+    "dot": _dot,
+    "transpose": _transpose,
+    "shapeCast": _shape_cast,
+    "padShape": _pad_shape,
+    "squeezeShape": _squeeze_shape,
+    "broadcast": _broadcast,
+    "concatenate": _concatenate,
+    "slice": _slice,
+    "dataTypeCast": _data_type_cast,
+    "literal": _literal,
 }

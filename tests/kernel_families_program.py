@@ -5,6 +5,7 @@ products), each big enough to be split over threads. Shared by the contention te
 
     >>> f = dq.jit(STEP); check_from_threads(f, want, threads=6, reps=3)
 """
+
 from __future__ import annotations
 
 import threading
@@ -15,10 +16,10 @@ import dlvm_eq as dq
 
 
 def loss(emb, c1, q, k, x, ids):
-    e = dq.take(emb, ids, axis=0)                                   # take; its adjoint scatterAdd
-    h = dq.max_pool2d(dq.relu(dq.conv2d(x, c1, padding=1)), 2)      # im2col + max pool; col2im
+    e = dq.take(emb, ids, axis=0)  # take; its adjoint scatterAdd
+    h = dq.max_pool2d(dq.relu(dq.conv2d(x, c1, padding=1)), 2)  # im2col + max pool; col2im
     a = dq.avg_pool2d(h, 2)
-    s = dq.softmax(q @ dq.transpose(k, (0, 2, 1)), axis=-1)         # batched GEMM
+    s = dq.softmax(q @ dq.transpose(k, (0, 2, 1)), axis=-1)  # batched GEMM
     c = dq.cumsum(e, axis=0)
     return dq.sum(a * a) + dq.sum(dq.tanh(e) * c) * 1e-3 + dq.sum(s @ q)
 
@@ -28,12 +29,14 @@ STEP = dq.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
 
 def step_args(seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal((1000, 64)).astype(np.float32),
-            (rng.standard_normal((16, 4, 3, 3)) * 0.2).astype(np.float32),
-            rng.standard_normal((16, 64, 32)).astype(np.float32),
-            rng.standard_normal((16, 64, 32)).astype(np.float32),
-            rng.standard_normal((16, 4, 32, 32)).astype(np.float32),
-            rng.integers(0, 1000, 2048).astype(np.int32)]
+    return [
+        rng.standard_normal((1000, 64)).astype(np.float32),
+        (rng.standard_normal((16, 4, 3, 3)) * 0.2).astype(np.float32),
+        rng.standard_normal((16, 64, 32)).astype(np.float32),
+        rng.standard_normal((16, 64, 32)).astype(np.float32),
+        rng.standard_normal((16, 4, 32, 32)).astype(np.float32),
+        rng.integers(0, 1000, 2048).astype(np.int32),
+    ]
 
 
 def flat(v) -> list:
@@ -69,8 +72,9 @@ def check_from_threads(f, args, want, threads: int, reps: int) -> list:
                 got = flat(f(*args))
                 for g, w in zip(got, first):
                     assert np.array_equal(g, w), "a concurrent call differs from the first call"
-        except BaseException as e:   # noqa: BLE001 - every failure is reported
+        except BaseException as e:
             errors.append(repr(e))
+
     pool = [threading.Thread(target=work) for _ in range(threads)]
     for t in pool:
         t.start()

@@ -2,6 +2,7 @@
 counts[lo:hi] atomically, then spins `ticks` TSC ticks (a slow chunk). Every index counted
 exactly once is what a correct pool gives; a chunk run twice, or a stale task run late,
 leaves a 2 (or a 1 in an array that belongs to an earlier run)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -5,6 +5,7 @@ calibrated profile prices products by measured times and legitimately picks othe
 
     from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse for this module
 """
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """dq.grad / dq.value_and_grad / dq.vjp with JAX's conventions, under dq.jit, higher order
 (Hessian-vector products), and the MLP loss: its gradient program against the hand-written
 numpy backward pass (values, matmul count, flops, forward values reused)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_grad_and_value_and_grad_follow_jax_conventions():
 def test_gradient_dtype_follows_the_argument():
     g = dq.grad(f)(X.astype(np.float32), W.astype(np.float32))
     assert g.dtype == np.float32 and g.shape == (3, 4)
-    g = dq.grad(lambda s, x: dq.sum(x * s))(2.0, X.astype(np.float32))   # a Python scalar
+    g = dq.grad(lambda s, x: dq.sum(x * s))(2.0, X.astype(np.float32))  # a Python scalar
     np.testing.assert_allclose(g, X.sum(), rtol=1e-5)
 
 
@@ -62,7 +63,7 @@ def test_jit_of_grad_and_value_and_grad():
     step(X + 1, W)
     assert step.cache_size() == 1
     (lowered,) = step.lower(X, W).functions.values()
-    assert sum(i.op == "dot" for i in lowered.body) == 2   # x@w, then d@w.T; never x.T@d
+    assert sum(i.op == "dot" for i in lowered.body) == 2  # x@w, then d@w.T; never x.T@d
     np.testing.assert_allclose(dq.jit(dq.grad(f, argnums=1))(X, W), f_grads(X, W)[1], rtol=1e-10)
 
 
@@ -73,8 +74,9 @@ def test_jit_of_value_and_grad_with_tuple_argnums():
 
 def test_grad_inside_a_traced_function_closes_over_outer_values():
     def outer(x, w):
-        g = dq.grad(lambda v: dq.sum(dq.tanh(v @ w) ** 2))(x)    # closes over the traced w
+        g = dq.grad(lambda v: dq.sum(dq.tanh(v @ w) ** 2))(x)  # closes over the traced w
         return dq.sum(g * x)
+
     expected = np.sum(f_grads(X, W)[0] * X)
     np.testing.assert_allclose(dq.jit(outer)(X, W), expected, rtol=1e-10)
 
@@ -82,12 +84,16 @@ def test_grad_inside_a_traced_function_closes_over_outer_values():
 def test_hessian_vector_product():
     def h(x):
         return dq.sum(dq.exp(x) * x) + dq.sum(dq.sin(x)) * dq.sum(x * x)
+
     x0 = RNG.standard_normal(5)
     v = RNG.standard_normal(5)
     hvp = dq.grad(lambda x: dq.sum(dq.grad(h)(x) * v))(x0)
     S, T = np.sum(np.sin(x0)), np.sum(x0 * x0)
-    H = (np.diag(np.exp(x0) * (2 + x0) - np.sin(x0) * T + 2 * S)
-         + np.outer(np.cos(x0), 2 * x0) + np.outer(2 * x0, np.cos(x0)))
+    H = (
+        np.diag(np.exp(x0) * (2 + x0) - np.sin(x0) * T + 2 * S)
+        + np.outer(np.cos(x0), 2 * x0)
+        + np.outer(2 * x0, np.cos(x0))
+    )
     np.testing.assert_allclose(hvp, H @ v, rtol=1e-9)
 
 
@@ -113,7 +119,8 @@ def test_vjp_inside_jit():
     def g(x):
         out, back = dq.vjp(dq.exp, x)
         (dx,) = back(out)
-        return dx                       # e^x * e^x
+        return dx  # e^x * e^x
+
     x = RNG.standard_normal(4)
     np.testing.assert_allclose(dq.jit(g)(x), np.exp(2 * x), rtol=1e-10)
 
@@ -134,8 +141,14 @@ BATCH, SIZES = 256, [784, 256, 10]
 
 @pytest.fixture(scope="module")
 def mlp_grad():
-    specs = [dq.spec((784, 256)), dq.spec((256,)), dq.spec((256, 10)), dq.spec((10,)),
-             dq.spec((BATCH, 784)), dq.spec((BATCH, 10))]
+    specs = [
+        dq.spec((784, 256)),
+        dq.spec((256,)),
+        dq.spec((256, 10)),
+        dq.spec((10,)),
+        dq.spec((BATCH, 784)),
+        dq.spec((BATCH, 10)),
+    ]
     fn = dq.trace(loss, specs)
     return fn, adjoint_function(None, fn, wrt=(0, 1, 2, 3), keeping=(0,))
 
@@ -161,7 +174,7 @@ def test_mlp_gradient_program_is_as_cheap_as_by_hand(mlp_grad):
     assert all(i.result.type.shape != (BATCH, 784) for i in dots)
     matmul = 2 * (2 * BATCH * 784 * 256) + 3 * (2 * BATCH * 256 * 10)
     flops = program_flops(adj)["flops"]
-    assert matmul <= flops <= 1.01 * matmul       # the hand-written pass does matmul + ~0.4%
+    assert matmul <= flops <= 1.01 * matmul  # the hand-written pass does matmul + ~0.4%
     # forward values are reused, not recomputed
     counts = program_flops(adj)
     assert counts["relu"] == 1 and counts["exp"] == 1 and counts["log"] == 1
@@ -169,11 +182,12 @@ def test_mlp_gradient_program_is_as_cheap_as_by_hand(mlp_grad):
 
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_check_grads_of_dq_grad(order):
-    verify = pytest.importorskip("dlvm_eq.pipeline")   # check_grads defaulting to dq.grad
+    verify = pytest.importorskip("dlvm_eq.pipeline")  # check_grads defaulting to dq.grad
     if not hasattr(verify, "check_grads"):
         pytest.skip("dlvm_eq.verify.check_grads is not there yet")
 
     def h(x, w):
         return dq.sum(dq.softplus(x @ w) * dq.tanh(x @ w))
+
     checks = verify.check_grads(h, (X, W), order=order, argnums=(0, 1))
     assert [c.order for c in checks] == list(range(1, order + 1))

@@ -1,13 +1,15 @@
 """Gradients of random well-typed programs (tests/ir_programs.py: broadcasting, reductions, dot,
 layout, casts, compare/select) against float64 central differences; second order on a few."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from dlvm_eq.ir import F64
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ir_programs import functions, random_inputs
 from test_adjoint_rules import fd_check, fd_check2
+
+from dlvm_eq.ir import F64
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -3,6 +3,7 @@ cpu/gemm_batch_ir.py) against float64 numpy: drawn batch shapes with broadcast d
 (size 1, missing, stride 0), transposed operands read through their strides, both micro-tiles,
 one to several threads; the layouts it declines; compiled programs whose batched matmuls it
 runs, called from many Python threads at once, against the interpreter."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,13 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_gemm import _check
 
 import dlvm_eq as dq
 from dlvm_eq.codegen.runtime import batch_gemm, gemm_runtime
 from dlvm_eq.codegen.runtime.gemm_runtime import CpuGemm
 from dlvm_eq.codegen.runtime.gemm_tiles import AVX2_TILE, AVX512_WIDE
 from dlvm_eq.codegen.runtime.launch_pool import LaunchPool
-from test_gemm import _check
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -31,6 +32,7 @@ def gemm_with(tile, threads):
 
     def shared(narrow):
         return gemms.setdefault(narrow, CpuGemm(narrow, threads=threads, tile=tile))
+
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gemm_runtime, "shared_gemm", shared)
         m.setattr(gemm_runtime, "GEMM_MIN_MACS", 1)
@@ -56,7 +58,9 @@ def _matrices(rng, batch, rows, cols, transposed):
     return rng.standard_normal(batch + (rows, cols), dtype=np.float32)
 
 
-dims = st.one_of(st.integers(1, 20), st.sampled_from([5, 6, 7, 15, 16, 17, 33, 63, 64, 65, 129, 257]))
+dims = st.one_of(
+    st.integers(1, 20), st.sampled_from([5, 6, 7, 15, 16, 17, 33, 63, 64, 65, 129, 257])
+)
 
 
 @st.composite
@@ -65,8 +69,9 @@ def batch_shapes(draw):
     batch = draw(st.lists(st.integers(1, 4), max_size=3))
 
     def side():
-        kept = batch[len(batch) - draw(st.integers(0, len(batch))):]
+        kept = batch[len(batch) - draw(st.integers(0, len(batch))) :]
         return tuple(1 if draw(st.booleans()) else d for d in kept)
+
     sa, sb = side(), side()
     if not sa and not sb:
         sa = (2,)
@@ -74,8 +79,17 @@ def batch_shapes(draw):
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(shapes=batch_shapes(), m=dims, k=dims, n=dims, ta=st.booleans(), tb=st.booleans(),
-       tile=st.sampled_from(["avx2", "avx512"]), threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
+@given(
+    shapes=batch_shapes(),
+    m=dims,
+    k=dims,
+    n=dims,
+    ta=st.booleans(),
+    tb=st.booleans(),
+    tile=st.sampled_from(["avx2", "avx512"]),
+    threads=st.sampled_from([1, 2, 3]),
+    seed=st.integers(0, 2**31),
+)
 def test_drawn_batched_products_against_float64(shapes, m, k, n, ta, tb, tile, threads, seed):
     rng = np.random.default_rng(seed)
     sa, sb = shapes
@@ -109,7 +123,9 @@ def test_stride_zero_operands_and_a_batch_of_one():
 def test_empty_batches_and_zero_depth():
     with gemm_with(AVX2_TILE, 2):
         f32 = np.float32
-        assert batch_gemm.batch_matmul(np.ones((0, 3, 4), f32), np.ones((0, 4, 5), f32), np.empty((0, 3, 5), f32))
+        assert batch_gemm.batch_matmul(
+            np.ones((0, 3, 4), f32), np.ones((0, 4, 5), f32), np.empty((0, 3, 5), f32)
+        )
         out = np.full((2, 3, 5), np.nan, f32)
         assert batch_gemm.batch_matmul(np.ones((2, 3, 0), f32), np.ones((2, 0, 5), f32), out)
         assert (out == 0).all()
@@ -123,9 +139,15 @@ def test_declined_layouts_are_left_to_numpy():
         a = rng.standard_normal((3, 8, 6), dtype=np.float32)
         b = rng.standard_normal((3, 6, 5), dtype=np.float32)
         out = np.full((3, 8, 5), np.nan, np.float32)
-        assert not batch_gemm.batch_matmul(a.astype(np.float64), b.astype(np.float64), out.astype(np.float64))
-        assert not batch_gemm.batch_matmul(a, b, np.full((3, 5, 8), np.nan, np.float32).transpose(0, 2, 1))
-        assert not batch_gemm.batch_matmul(a[:, ::2, ::2], b[:, :3], np.empty((3, 4, 5), np.float32))
+        assert not batch_gemm.batch_matmul(
+            a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)
+        )
+        assert not batch_gemm.batch_matmul(
+            a, b, np.full((3, 5, 8), np.nan, np.float32).transpose(0, 2, 1)
+        )
+        assert not batch_gemm.batch_matmul(
+            a[:, ::2, ::2], b[:, :3], np.empty((3, 4, 5), np.float32)
+        )
         assert not batch_gemm.batch_matmul(a, rng.standard_normal((2, 6, 5), dtype=np.float32), out)
         assert not batch_gemm.batch_matmul(a[0], b[0], out[0])
         assert np.isnan(out).all()
@@ -154,7 +176,9 @@ def test_compiled_batched_matmuls_run_through_it_from_many_threads(monkeypatch):
     operands, each result against the interpreter's."""
     calls = []
     real = batch_gemm.batch_matmul
-    monkeypatch.setattr(batch_gemm, "batch_matmul", lambda a, b, out: calls.append(out.shape) or real(a, b, out))
+    monkeypatch.setattr(
+        batch_gemm, "batch_matmul", lambda a, b, out: calls.append(out.shape) or real(a, b, out)
+    )
     rng = np.random.default_rng(3)
     shape = (2, 4, 64, 32)
     f = dq.jit(_attention)
@@ -172,6 +196,7 @@ def test_compiled_batched_matmuls_run_through_it_from_many_threads(monkeypatch):
             got = f(*args)
             if not np.allclose(got, want, rtol=1e-4, atol=1e-3):
                 bad.append(float(np.abs(got - want).max()))
+
     threads = [threading.Thread(target=work, args=c) for c in cases]
     for t in threads:
         t.start()
@@ -189,6 +214,7 @@ def test_concurrent_callers_get_plans_of_their_own():
     def make():
         made.append(object())
         return made[-1]
+
     first, second = pool.take("k", make), pool.take("k", make)
     assert first is not second and len(made) == 2
     pool.give("k", first)

@@ -3,21 +3,21 @@
 np.dot, in the interpreter and compiled; the IR op `batchMatmul` (syntax, round trip, located
 errors); gradients against central differences; the CPU plan (one BLAS call, transposed and
 broadcast operands read as views); the emulated GPU."""
+
 from __future__ import annotations
 
+import fake_cupy
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dlvm_eq as dq
-import fake_cupy
-from dlvm_eq.pipeline import compile
-from dlvm_eq.pipeline import plan_function
 from dlvm_eq.codegen.planning.plan import BlasStep, ConcatStep, CopyStep
 from dlvm_eq.errors import IRError, SourceError
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.parser import parse
-from dlvm_eq.pipeline import check_grads
+from dlvm_eq.pipeline import check_grads, compile, plan_function
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -50,8 +50,8 @@ def operand_shapes(draw):
 
     def side(last):
         if draw(st.integers(0, 4)) == 0:
-            return (k,)                                       # a vector
-        kept = batch[len(batch) - draw(st.integers(0, len(batch))):]
+            return (k,)  # a vector
+        kept = batch[len(batch) - draw(st.integers(0, len(batch))) :]
         return tuple(1 if draw(st.booleans()) else d for d in kept) + last
 
     return side((m, k)), side((k, n))
@@ -59,8 +59,9 @@ def operand_shapes(draw):
 
 # ---------------------------------------------------------------- against the reference
 
+
 @settings(max_examples=30, **SETTINGS)
-@given(operand_shapes(), st.integers(0, 2 ** 16))
+@given(operand_shapes(), st.integers(0, 2**16))
 def test_matmul_matches_numpy_rules_in_the_interpreter_and_eagerly(shapes, seed):
     sa, sb = shapes
     rng = np.random.default_rng(seed)
@@ -69,11 +70,11 @@ def test_matmul_matches_numpy_rules_in_the_interpreter_and_eagerly(shapes, seed)
     got = dq.jit(lambda a, b: a @ b, target="interp")(a, b)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(dq.matmul(a, b), want, rtol=1e-12, atol=1e-12)   # eager
+    np.testing.assert_allclose(dq.matmul(a, b), want, rtol=1e-12, atol=1e-12)  # eager
 
 
 @settings(max_examples=20, **SETTINGS)
-@given(operand_shapes(), st.integers(0, 2 ** 16))
+@given(operand_shapes(), st.integers(0, 2**16))
 def test_compiled_matmul_matches_numpy_rules(shapes, seed):
     sa, sb = shapes
     rng = np.random.default_rng(seed)
@@ -104,6 +105,7 @@ def test_unbatched_right_operand_is_one_gemm_over_all_rows_through_our_gemm():
 
 # ---------------------------------------------------------------- the CPU plan
 
+
 def _plan(f, *args):
     module = dq.make_ir(f)(*args)
     return plan_function(module[next(iter(module.functions))], module)
@@ -116,15 +118,23 @@ def test_transposed_and_broadcast_operands_are_views_of_one_blas_call_each():
     plan = _plan(lambda a, b, c: dq.relu(a @ dq.transpose(b, (0, 2, 1))) @ c, a, b, c)
     blas = [s for s in plan.steps if isinstance(s, BlasStep)]
     assert len(blas) == 2
-    assert [op for op, _ in blas[0].b.chain] == ["transpose"]      # b read transposed, in place
-    assert [op for op, _ in blas[1].b.chain] == ["broadcast"]      # c read with batch stride 0
+    assert [op for op, _ in blas[0].b.chain] == ["transpose"]  # b read transposed, in place
+    assert [op for op, _ in blas[1].b.chain] == ["broadcast"]  # c read with batch stride 0
     assert not [s for s in plan.steps if isinstance(s, (CopyStep, ConcatStep))]
 
 
 def test_transposed_operands_compute_what_numpy_does():
     rng = np.random.default_rng(5)
-    q, k = rng.standard_normal((2, 3, 7, 4)).astype(np.float32), rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
-    f = dq.jit(lambda q, k: dq.transpose(q, (0, 1, 3, 2)) @ dq.transpose(k @ dq.transpose(q, (0, 1, 3, 2)), (0, 1, 3, 2)))
+    q, k = (
+        rng.standard_normal((2, 3, 7, 4)).astype(np.float32),
+        rng.standard_normal((2, 3, 6, 4)).astype(np.float32),
+    )
+    f = dq.jit(
+        lambda q, k: (
+            dq.transpose(q, (0, 1, 3, 2))
+            @ dq.transpose(k @ dq.transpose(q, (0, 1, 3, 2)), (0, 1, 3, 2))
+        )
+    )
     qt = np.swapaxes(q.astype(np.float64), -1, -2)
     want = reference_matmul(qt, np.swapaxes(reference_matmul(k, qt), -1, -2))
     np.testing.assert_allclose(f(q, k), want, rtol=1e-4, atol=1e-4)
@@ -132,8 +142,15 @@ def test_transposed_operands_compute_what_numpy_does():
 
 # ---------------------------------------------------------------- gradients
 
-GRAD_CASES = [((2, 3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5)), ((4,), (2, 4, 5)), ((3, 4), (2, 4, 5)),
-              ((2, 1, 3, 4), (5, 4, 2)), ((1, 2, 3), (4, 1, 3, 2)), ((2, 1, 2, 1, 2, 3), (2, 2, 1, 3, 2))]
+GRAD_CASES = [
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((4,), (2, 4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)),
+    ((1, 2, 3), (4, 1, 3, 2)),
+    ((2, 1, 2, 1, 2, 3), (2, 2, 1, 3, 2)),
+]
 
 
 @pytest.mark.parametrize("sa, sb", GRAD_CASES)
@@ -147,7 +164,7 @@ def test_gradients_match_central_differences(sa, sb):
 def test_gradient_through_transposed_operands_matches_central_differences():
     rng = np.random.default_rng(6)
     q, k = rng.standard_normal((2, 2, 3, 4)), rng.standard_normal((2, 2, 5, 4))
-    scores = lambda q, k: dq.sum(dq.softmax(q @ dq.transpose(k, (0, 1, 3, 2))) * q[..., :1])  # noqa: E731
+    scores = lambda q, k: dq.sum(dq.softmax(q @ dq.transpose(k, (0, 1, 3, 2))) * q[..., :1])
     checks = check_grads(scores, (q, k), order=1, rtol=1e-4, atol=1e-6)
     assert abs(checks[0].analytic) > 1e-3
 
@@ -156,6 +173,7 @@ def _attention_grad():
     def loss(q, k, v):
         att = dq.softmax(q @ dq.transpose(k, (0, 2, 1)) * 0.5)
         return dq.sum((att @ v) ** 2)
+
     return dq.value_and_grad(loss, argnums=(0, 1, 2))
 
 
@@ -180,7 +198,7 @@ def test_gradient_on_the_emulated_gpu_matches_the_cpu(monkeypatch):
     cpu = compile(module, name, target="cpu")(*args)
     with fake_cupy.installed(monkeypatch, sms=2) as cp:
         gpu = compile(module, name, target="gpu")(*[cp.asarray(a) for a in args])
-    assert len(gpu) == len(cpu) == 4       # the value, then one gradient per argument
+    assert len(gpu) == len(cpu) == 4  # the value, then one gradient per argument
     for g, c in zip(gpu, cpu):
         assert isinstance(g, fake_cupy.DeviceArray)
         np.testing.assert_allclose(g.get(), c, rtol=1e-5, atol=1e-6)
@@ -204,18 +222,24 @@ def test_ir_round_trips_and_means_one_product_per_batch_index():
     assert str(m).strip() == SRC.strip()
     assert str(parse(str(m))) == str(m)
     rng = np.random.default_rng(8)
-    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 4, 5)).astype(np.float32)
+    a, b = (
+        rng.standard_normal((2, 3, 4)).astype(np.float32),
+        rng.standard_normal((2, 4, 5)).astype(np.float32),
+    )
     np.testing.assert_allclose(interpret(m, "f", a, b), reference_matmul(a, b), rtol=1e-5)
 
 
-@pytest.mark.parametrize("b_type, words", [
-    ("<3 x 4 x 5 x f32>", "batch dimensions differ"),
-    ("<2 x 3 x 5 x f32>", "contracted dimensions differ"),
-    ("<4 x 5 x f32>", "expected operands of one rank from 3 to 4"),
-    ("<2 x 4 x 5 x f64>", "different data types"),
-])
+@pytest.mark.parametrize(
+    "b_type, words",
+    [
+        ("<3 x 4 x 5 x f32>", "batch dimensions differ"),
+        ("<2 x 3 x 5 x f32>", "contracted dimensions differ"),
+        ("<4 x 5 x f32>", "expected operands of one rank from 3 to 4"),
+        ("<2 x 4 x 5 x f64>", "different data types"),
+    ],
+)
 def test_bad_operands_are_located_parse_errors(b_type, words):
-    text = SRC.replace("<2 x 4 x 5 x f32>", b_type)     # in the signature too
+    text = SRC.replace("<2 x 4 x 5 x f32>", b_type)  # in the signature too
     with pytest.raises(SourceError) as info:
         parse(text, "m.dl")
     e = info.value
@@ -223,22 +247,26 @@ def test_bad_operands_are_located_parse_errors(b_type, words):
 
 
 def test_op_table_rejects_ranks_beyond_the_adjoint_rules():
-    from dlvm_eq.ir import tensor, F32
+    from dlvm_eq.ir import F32, tensor
     from dlvm_eq.ir.ops import OPS
+
     t = tensor(1, 1, 1, 2, 2, F32)
     with pytest.raises(IRError, match="rank from 3 to 4"):
         OPS["batchMatmul"].result_type([t, t], {})
 
 
-@pytest.mark.parametrize("sa, sb, words", [
-    ((2, 3, 4), (2, 5, 6), "contracted dimensions differ (4 vs 5)"),
-    ((2, 3, 4), (3, 4, 6), "batch dimensions (2,) and (3,) do not broadcast"),
-    ((), (3, 4), "at least one dimension"),
-])
+@pytest.mark.parametrize(
+    "sa, sb, words",
+    [
+        ((2, 3, 4), (2, 5, 6), "contracted dimensions differ (4 vs 5)"),
+        ((2, 3, 4), (3, 4, 6), "batch dimensions (2,) and (3,) do not broadcast"),
+        ((), (3, 4), "at least one dimension"),
+    ],
+)
 def test_dsl_shape_errors_point_at_the_users_line(sa, sb, words):
     a, b = np.zeros(sa, np.float32), np.zeros(sb, np.float32)
     with pytest.raises(dq.ShapeError) as info:
-        dq.make_ir(lambda a, b: a @ b)(a, b)   # <- the user's line
+        dq.make_ir(lambda a, b: a @ b)(a, b)  # <- the user's line
     assert words in str(info.value)
     assert f"{__file__}:" in str(info.value)
 
@@ -249,11 +277,13 @@ def test_outer_products_run_as_a_broadcasting_multiply_and_agree(monkeypatch):
     operands and batches included. numpy's matmul into an output buffer (the executor's call)
     is made to fail: the programs must not call it."""
     from dlvm_eq.codegen.runtime.gemm_runtime import is_outer_product
+
     matmul = np.matmul
 
     def no_matmul_into_a_buffer(*args, **kwargs):
         assert "out" not in kwargs, "an outer product ran through np.matmul"
         return matmul(*args, **kwargs)
+
     monkeypatch.setattr(np, "matmul", no_matmul_into_a_buffer)
     rng = np.random.default_rng(3)
     cases = [

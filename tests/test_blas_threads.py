@@ -3,6 +3,7 @@ Each case runs in a process of its own (the callback is process-wide state of nu
 OpenBLAS), under a time limit: a hang (a level-3 job left without a thread) is a failure.
 Products must equal OpenBLAS's own threads' bit for bit (the jobs are OpenBLAS's; only the
 threads change), and the pool's counters must show which path ran them."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from dlvm_eq.codegen.runtime import blas_threads, native_pool
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 120
 
-pytestmark = pytest.mark.skipif(not native_pool.supported(), reason="the native pool is x86-64 Linux only")
+pytestmark = pytest.mark.skipif(
+    not native_pool.supported(), reason="the native pool is x86-64 Linux only"
+)
 
 _PRELUDE = """
 import numpy as np, threading
@@ -42,8 +45,13 @@ def all_right():
 def _run(script: str, **env) -> str:
     environ = dict(os.environ, PYTHONPATH=str(ROOT), **env)
     environ.pop("DLVM_EQ_NUM_THREADS", None)
-    proc = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(script)], env=environ,
-                          capture_output=True, text=True, timeout=LIMIT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

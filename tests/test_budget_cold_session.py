@@ -4,6 +4,7 @@ machine), optimizes to the program a warm one does. Counted against the budget, 
 session stopped saturation early, and a fresh subprocess computed other bits than the test
 process (test_determinism flaked so). Each thread has its own sessions, so a new thread is a
 cold start here; the session's making is slowed past the whole budget."""
+
 from __future__ import annotations
 
 import threading
@@ -15,13 +16,15 @@ import dlvm_eq as dq
 from dlvm_eq import config
 from dlvm_eq.egraph import optimize as optimize_mod
 
-SECONDS = 0.6       # the budget; the cold session takes longer than all of it
+SECONDS = 0.6  # the budget; the cold session takes longer than all of it
 
 
 def _chain():
     rng = np.random.default_rng(0)
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((64, 8), (8, 64), (64, 2)))
-    return dq.make_ir(lambda a, b, c: dq.exp((a @ b) @ c) * 2.0 + dq.transpose(dq.transpose(a @ b) * 1.0)[:, :2])(a, b, c)
+    return dq.make_ir(
+        lambda a, b, c: dq.exp((a @ b) @ c) * 2.0 + dq.transpose(dq.transpose(a @ b) * 1.0)[:, :2]
+    )(a, b, c)
 
 
 def _in_a_cold_thread(monkeypatch, work):
@@ -31,6 +34,7 @@ def _in_a_cold_thread(monkeypatch, work):
     def slow_session(rules=()):
         time.sleep(SECONDS + 0.3)
         return real(rules)
+
     out: list = []
     with monkeypatch.context() as m:
         m.setattr(optimize_mod, "new_session", slow_session)
@@ -53,9 +57,10 @@ def test_a_cold_session_does_not_count_against_the_optimize_budget(monkeypatch):
 
 
 def test_a_cold_session_does_not_count_against_the_adjoint_budget(monkeypatch):
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")      # really differentiate in each thread
+    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")  # really differentiate in each thread
     config.reload()
     from dlvm_eq.ad.driver import adjoint_function
+
     module = _chain()
     fn = next(iter(module.functions.values()))
     budget = {"seconds": SECONDS}

@@ -3,6 +3,7 @@ commutativity and distributivity over a 24-term sum, tests/data/blowup), `second
 saturation, serialization and extraction, the e-node budget holds, and the report says which
 budget stopped saturation. Wall times are printed, never asserted tightly (a noisy machine):
 the bounds below only catch a hang or a budget ignored by far."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,14 @@ def _agrees_with_the_input(fn, module, seed=0):
 def _cli(*args, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "dlvm_eq.cli", *args], capture_output=True, text=True,
-                       env=env, timeout=timeout, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, "-m", "dlvm_eq.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     return p, time.perf_counter() - t0
 
 
@@ -47,15 +54,18 @@ def test_the_seconds_budget_covers_saturation_and_extraction():
     wall = time.perf_counter() - t0
     fr = r.report["f"]
     phases = ", ".join(f"{k} {v:.2f}" for k, v in fr.seconds.items())
-    print(f"\nblow-up dq.optimize, seconds=2: {wall:.2f} s wall ({phases}); "
-          f"e-nodes {fr.saturation.nodes}, stopped by {fr.saturation.stop_reason}")
-    assert wall < 8.0                     # 4x the budget: a hang guard, not a timing claim
+    print(
+        f"\nblow-up dq.optimize, seconds=2: {wall:.2f} s wall ({phases}); "
+        f"e-nodes {fr.saturation.nodes}, stopped by {fr.saturation.stop_reason}"
+    )
+    assert wall < 8.0  # 4x the budget: a hang guard, not a timing claim
     assert fr.saturation.stop_reason in ("seconds", "nodes")
     assert fr.saturation.nodes <= 50_000
-    assert ("time budget (2 s)" if fr.saturation.stop_reason == "seconds" else "e-node budget") \
-        in str(r.report)
+    assert (
+        "time budget (2 s)" if fr.saturation.stop_reason == "seconds" else "e-node budget"
+    ) in str(r.report)
     _agrees_with_the_input(r.module["f"], module)
-    assert r.cost_after < r.cost_before          # w * (...) factored out: fewer multiplies
+    assert r.cost_after < r.cost_before  # w * (...) factored out: fewer multiplies
     assert len([i for i in r.module["f"].body if i.op == "multiply"]) < 24
 
 
@@ -93,7 +103,9 @@ def _blowup_expression():
 
 def test_query_without_alternatives_is_quick():
     expr, shapes = _blowup_expression()
-    p, wall = _cli("query", expr, *shapes, "--rules", str(RULES), "--budget", "seconds=2", "-k", "0")
+    p, wall = _cli(
+        "query", expr, *shapes, "--rules", str(RULES), "--budget", "seconds=2", "-k", "0"
+    )
     print(f"\n`dlvm-eq query` blow-up, -k 0, seconds=2: {wall:.2f} s wall")
     assert p.returncode == 0, p.stderr
     assert wall < 8.0
@@ -103,6 +115,7 @@ def test_query_without_alternatives_is_quick():
 def test_query_alternatives_come_from_one_pass():
     load_bindings()
     from dlvm_eq.egraph.query import query
+
     shapes = {f"x{i}": (3,) for i in range(6)} | {"w": (3,)}
     expr = " + ".join(f"x{i} * w" for i in range(6))
     t0 = time.perf_counter()
@@ -112,7 +125,7 @@ def test_query_alternatives_come_from_one_pass():
     assert wall < 20.0
     assert 1 <= len(r.alternatives) <= 4
     texts = [r.best.text] + [a.text for a in r.alternatives]
-    assert len(set(texts)) == len(texts)                       # distinct forms
+    assert len(set(texts)) == len(texts)  # distinct forms
     costs = [a.cost for a in r.alternatives]
     assert costs == sorted(costs) and all(c >= r.best.cost * (1 - 1e-9) for c in costs)
     # each alternative is the same function: evaluate the infix forms with numpy
@@ -120,7 +133,7 @@ def test_query_alternatives_come_from_one_pass():
     env = {n: rng.standard_normal(s) for n, s in shapes.items()}
     want = sum(env[f"x{i}"] * env["w"] for i in range(6))
     for text in texts:
-        np.testing.assert_allclose(eval(text, {}, dict(env)), want, rtol=1e-12)   # noqa: S307
+        np.testing.assert_allclose(eval(text, {}, dict(env)), want, rtol=1e-12)
     assert query(expr, shapes, rules=[RULES], alternatives=0).alternatives == []
 
 
@@ -130,11 +143,12 @@ def test_extraction_degrades_to_greedy_when_time_is_short(left):
     from dlvm_eq.egraph.deadline import Deadline
     from dlvm_eq.egraph.optimize import extract_programs, new_session
     from dlvm_eq.egraph.saturate import node_count
+
     module = load(PROGRAM)
     s = new_session([RULES])
     prog = s.add_function(module["f"], module)
     s.run_analysis()
-    for _ in range(4):                   # ~70k e-nodes: seconds to extract in full
+    for _ in range(4):  # ~70k e-nodes: seconds to extract in full
         s.run_text("(run-schedule (run blowup))\n(run-schedule (saturate (run analysis)))")
     n = node_count(s)
     t0 = time.perf_counter()
@@ -154,9 +168,10 @@ def test_a_gradient_comes_out_whole_when_the_budget_is_spent():
     differentiator then extracts it whole rather than fail."""
     from dlvm_eq.ad import adjoint_function
     from dlvm_eq.ir import F64, FunctionBuilder, Module, tensor
+
     b = FunctionBuilder("chain", [tensor(3, F64), tensor(3, F64)], ["x", "y"])
     v, y = b.params
-    for _ in range(150):             # more rows per constructor than a row-capped serialization keeps
+    for _ in range(150):  # more rows per constructor than a row-capped serialization keeps
         v = b.emit("tanh", [b.emit("add", [b.emit("multiply", [v, y]), y])])
     module = Module("m")
     module.add(b.finish(v))
@@ -164,5 +179,8 @@ def test_a_gradient_comes_out_whole_when_the_budget_is_spent():
     spent = adjoint_function(module, module["chain"], budget={"seconds": 0.0}, name="chain_grad0")
     rng = np.random.default_rng(3)
     args = [rng.random(3), rng.random(3)]
-    np.testing.assert_allclose(run_function(None, spent, args, float64=True),
-                               run_function(None, plain, args, float64=True), rtol=1e-12)
+    np.testing.assert_allclose(
+        run_function(None, spent, args, float64=True),
+        run_function(None, plain, args, float64=True),
+        rtol=1e-12,
+    )

@@ -1,6 +1,7 @@
 """The compile cache holds data, lives in a private directory, and is never a way to run code:
 planted pickles (old and new entry format), planted object code and a cache directory others
 can write all lead to no code run, no crash, and a correct result computed without the entry."""
+
 import hashlib
 import json
 import os
@@ -47,15 +48,25 @@ def _env(cache_dir):
 
 
 def _child(cache_dir):
-    r = subprocess.run([sys.executable, "-c", CHILD], env=_env(cache_dir), capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"   # a crash (segfault) is -11
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        env=_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"  # a crash (segfault) is -11
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
 def _check_cli(cache_dir):
-    r = subprocess.run([sys.executable, "-m", "dlvm_eq.cli", "check", str(ROOT / "examples" / "mlp.dl")],
-                       env=_env(cache_dir), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dlvm_eq.cli", "check", str(ROOT / "examples" / "mlp.dl")],
+        env=_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok: 2 functions"
     return r.stderr
@@ -101,6 +112,7 @@ def cold(tmp_path_factory):
 
 def _copy(src, dst):
     import shutil
+
     shutil.copytree(src, dst)
     return dst
 
@@ -117,9 +129,9 @@ def test_planted_pickles_never_run(cold, tmp_path, magic):
     assert marker.exists()
     marker.unlink()
     stats, _ = _child(cache_dir)
-    _check_cli(cache_dir)                   # the parser's tables are read under `check`
+    _check_cli(cache_dir)  # the parser's tables are read under `check`
     assert not marker.exists()
-    assert stats["ir"][0] == 0 and stats["plan"] == [0, 1]      # no entry used
+    assert stats["ir"][0] == 0 and stats["plan"] == [0, 1]  # no entry used
     assert stats["kernels"]["loaded_from_disk"] == 0 and stats["kernels"]["compiled"] >= 1
 
 
@@ -127,21 +139,25 @@ def _real_object(cache_dir) -> tuple[Path, dict, bytes]:
     for p in _entries(cache_dir):
         if p.parent.parent.name != "cpu":
             continue
-        payload = p.read_bytes()[len(MAGIC) + 32:]
+        payload = p.read_bytes()[len(MAGIC) + 32 :]
         head, _, obj = payload.partition(b"\n")
         return p, json.loads(head), obj
     raise AssertionError("no object code in the cache")
 
 
-@pytest.mark.parametrize("damage", ["garbage", "elf-garbage", "truncated", "other-symbol", "other-host"])
+@pytest.mark.parametrize(
+    "damage", ["garbage", "elf-garbage", "truncated", "other-symbol", "other-host"]
+)
 def test_planted_object_code_is_not_loaded(cold, tmp_path, damage):
     cache_dir = _copy(cold, tmp_path / "cache")
     _, meta, real = _real_object(cache_dir)
 
     def payload(p):
-        obj = {"garbage": os.urandom(4096),
-               "elf-garbage": b"\x7fELF\x02\x01\x01" + b"\xff" * 4089,
-               "truncated": real[:len(real) // 2]}.get(damage, real)
+        obj = {
+            "garbage": os.urandom(4096),
+            "elf-garbage": b"\x7fELF\x02\x01\x01" + b"\xff" * 4089,
+            "truncated": real[: len(real) // 2],
+        }.get(damage, real)
         m = dict(meta, sha256=hashlib.sha256(obj).hexdigest())
         if damage == "other-symbol":
             m["symbol"] = "dq_not_this_one"
@@ -149,9 +165,10 @@ def test_planted_object_code_is_not_loaded(cold, tmp_path, damage):
             m["host"] = "x86_64-unknown-linux-gnu|some other cpu"
         # a valid entry checksum, and a valid header checksum for the bytes planted
         return _framed(MAGIC, json.dumps(m).encode() + b"\n" + obj)
+
     n = _plant_everywhere(cache_dir / "cpu", payload)
     assert n >= 1
-    stats, _ = _child(cache_dir)          # exit 0: no crash; the result checked in the child
+    stats, _ = _child(cache_dir)  # exit 0: no crash; the result checked in the child
     assert stats["kernels"]["loaded_from_disk"] == 0
     assert stats["kernels"]["compiled"] >= 1
 
@@ -164,12 +181,12 @@ def test_a_cache_others_can_write_is_not_used(cold, tmp_path):
     os.chmod(cache_dir, 0o777)
     stats, err = _child(cache_dir)
     assert "not using the compile cache" in err and "writable by others" in err
-    assert err.count("not using the compile cache") == 1          # warned once
+    assert err.count("not using the compile cache") == 1  # warned once
     assert stats["ir"] == [0, 2] and stats["plan"] == [0, 1]
     assert stats["kernels"]["loaded_from_disk"] == 0
     assert "writable by others" in _check_cli(cache_dir)
     assert not marker.exists()
-    assert {p: p.read_bytes() for p in _entries(cache_dir)} == before   # nothing written either
+    assert {p: p.read_bytes() for p in _entries(cache_dir)} == before  # nothing written either
 
 
 def test_group_writable_subdirectory_and_entry_are_not_used(tmp_path, monkeypatch):
@@ -187,7 +204,7 @@ def test_group_writable_subdirectory_and_entry_are_not_used(tmp_path, monkeypatc
     os.chmod(entry.parent, 0o700)
     assert DiskCache(tmp_path / "c").get("plan", "ab" * 32) == b"payload"
     real = os.getuid()
-    monkeypatch.setattr(os, "getuid", lambda: real + 1)         # now the files are someone else's
+    monkeypatch.setattr(os, "getuid", lambda: real + 1)  # now the files are someone else's
     with pytest.warns(UntrustedCache, match="owned by another user"):
         assert DiskCache(tmp_path / "c").get("plan", "ab" * 32) is None
 
@@ -204,13 +221,14 @@ def test_directories_are_private_under_any_umask(tmp_path):
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
     with warnings.catch_warnings():
-        warnings.simplefilter("error")       # trusted: no warning
+        warnings.simplefilter("error")  # trusted: no warning
         assert DiskCache(cache.root).get("cpu", "cd" * 32) == b"x"
 
 
 def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
     from dlvm_eq import cache as cache_mod
     from dlvm_eq.cli import main
+
     cache_dir = _copy(cold, tmp_path / "cache")
     (cache_dir / "lark" / "old.lark.pickle").write_bytes(b"\x80\x04old lark cache")
     monkeypatch.setattr(cache_mod, "_shared", DiskCache(cache_dir))
@@ -219,7 +237,9 @@ def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert f"cache: {cache_dir} (trusted: private to you)" in out
     assert f"in {n} entries" in out
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line.startswith("  ")}
+    counts = {
+        line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line.startswith("  ")
+    }
     assert counts["plan"] == 1 and counts["cpu"] >= 1 and sum(counts.values()) == n
     assert "stale: 1 file of an older format" in out
     assert main(["cache", "clear"]) == 0
@@ -235,27 +255,32 @@ def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
 
 def test_elf_checks_on_real_object_code(cold):
     from dlvm_eq.codegen.runtime.object_check import elf_problem
+
     _, meta, obj = _real_object(cold)
     arch = meta["host"].split("-", 1)[0]
     assert elf_problem(obj, meta["symbol"], arch) is None
     assert "not defined" in elf_problem(obj, "dq_missing", arch)
-    assert elf_problem(obj[:len(obj) // 2], meta["symbol"], arch) is not None
+    assert elf_problem(obj[: len(obj) // 2], meta["symbol"], arch) is not None
     assert elf_problem(b"\x7fELF" + bytes(60), meta["symbol"], arch) is not None
     shoff = int.from_bytes(obj[40:48], "little")
     bad = bytearray(obj)
-    bad[40:48] = (len(obj) - 10).to_bytes(8, "little")         # section headers past the end
+    bad[40:48] = (len(obj) - 10).to_bytes(8, "little")  # section headers past the end
     assert elf_problem(bytes(bad), meta["symbol"], arch) == "section headers out of range"
     bad = bytearray(obj)
-    bad[shoff + 64 + 24:shoff + 64 + 32] = (len(obj) * 4).to_bytes(8, "little")  # a section's offset
+    bad[shoff + 64 + 24 : shoff + 64 + 32] = (len(obj) * 4).to_bytes(
+        8, "little"
+    )  # a section's offset
     assert elf_problem(bytes(bad), meta["symbol"], arch) is not None
     assert elf_problem(obj, meta["symbol"], "aarch64" if arch == "x86_64" else "x86_64") is not None
 
 
 def test_records_keep_sharing_and_refuse_what_is_not_in_the_schema():
-    from dlvm_eq.ir.parser import parse
     from dlvm_eq.ir.function_cache import FUNCTION_SCHEMA
+    from dlvm_eq.ir.parser import parse
     from dlvm_eq.json_records import RecordError
-    m = parse(textwrap.dedent("""
+
+    m = parse(
+        textwrap.dedent("""
         module "m"
         stage raw
         func @f: (<2 x f32>) -> <2 x f32> {
@@ -263,20 +288,28 @@ def test_records_keep_sharing_and_refuse_what_is_not_in_the_schema():
             %0 = exp %x: <2 x f32>
             %1 = multiply %0: <2 x f32>, %x: <2 x f32>
             return %1: <2 x f32>
-        }"""))
+        }""")
+    )
     f = m["f"]
     g = FUNCTION_SCHEMA.loads(FUNCTION_SCHEMA.dumps(f))
     assert g.body[1].operands[0] is g.body[0].result and g.body[1].operands[1] is g.params[0]
     assert str(g) == str(f)
     text = FUNCTION_SCHEMA.dumps(f)
-    for evil in (text.replace('"Instruction"', '"os.system"'),
-                 text.replace('"version":1', '"version":2'),
-                 json.dumps({"schema": FUNCTION_SCHEMA.name, "version": 1, "objects": [],
-                             "root": {"$": 0}}),
-                 json.dumps({"schema": FUNCTION_SCHEMA.name, "version": 1, "objects": [],
-                             "root": {"a": ["|O", [1], "AAAAAAAAAAA="]}}),
-                 '{"schema":"%s","version":1,"objects":[],"root":%s}' % (
-                     FUNCTION_SCHEMA.name, "[" * 100_000 + "]" * 100_000)):
+    for evil in (
+        text.replace('"Instruction"', '"os.system"'),
+        text.replace('"version":1', '"version":2'),
+        json.dumps({"schema": FUNCTION_SCHEMA.name, "version": 1, "objects": [], "root": {"$": 0}}),
+        json.dumps(
+            {
+                "schema": FUNCTION_SCHEMA.name,
+                "version": 1,
+                "objects": [],
+                "root": {"a": ["|O", [1], "AAAAAAAAAAA="]},
+            }
+        ),
+        '{"schema":"%s","version":1,"objects":[],"root":%s}'
+        % (FUNCTION_SCHEMA.name, "[" * 100_000 + "]" * 100_000),
+    ):
         with pytest.raises(RecordError):
             FUNCTION_SCHEMA.loads(evil)
     with pytest.raises(RecordError):
@@ -286,5 +319,11 @@ def test_records_keep_sharing_and_refuse_what_is_not_in_the_schema():
 def test_no_pickle_in_the_package():
     for p in (ROOT / "dlvm_eq").rglob("*.py"):
         text = p.read_text()
-        for word in ("import pickle", "import marshal", "import shelve", "pickle.load", "marshal.load"):
+        for word in (
+            "import pickle",
+            "import marshal",
+            "import shelve",
+            "pickle.load",
+            "marshal.load",
+        ):
             assert word not in text, f"{p}: {word}"

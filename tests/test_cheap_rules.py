@@ -1,14 +1,15 @@
 """rules/algebra.egg's `factor` and `cheap` rulesets: each rewrite on its own (input term ->
 expected term, and the guarded ones leave unsafe inputs alone), then programs whose optimized
 form holds the cheaper result and computes what the interpreter computes."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_algebra_rules import K, equal_after
 
 import dlvm_eq as dq
 from dlvm_eq.ir import interpret
-from test_algebra_rules import K, equal_after
 
 CASES = [
     ("factor", "(Add (Multiply $x $y) (Multiply $x $A2))", "(Multiply $x (Add $y $A2))"),
@@ -19,7 +20,7 @@ CASES = [
     ("cheap", f"(Divide $x {K(4.0)})", f"(Multiply $x {K(0.25)})"),
     ("cheap", f"(Divide $x {K(-0.125)})", f"(Multiply $x {K(-8.0)})"),
 ]
-A2 = "(Exp $y)"   # a third (2, 3) operand
+A2 = "(Exp $y)"  # a third (2, 3) operand
 
 
 @pytest.mark.parametrize("ruleset,term,expected", CASES, ids=[f"{r}:{t[:40]}" for r, t, _ in CASES])
@@ -37,8 +38,10 @@ def _variance_terms(dtype: str) -> tuple[str, str]:
     n = f'(Broadcast (Const 2.0 "{dtype}") (vec-of 3))'
     s = '(Reduce $x "add" 0.0 0)'
     d = f"(Subtract $x (Broadcast (Divide {s} {n}) (vec-of 2 3)))"
-    return (f'(Reduce (Multiply {d} {d}) "add" 0.0 0)',
-            f'(Subtract (Reduce (Multiply $x $x) "add" 0.0 0) (Divide (Multiply {s} {s}) {n}))')
+    return (
+        f'(Reduce (Multiply {d} {d}) "add" 0.0 0)',
+        f'(Subtract (Reduce (Multiply $x $x) "add" 0.0 0) (Divide (Multiply {s} {s}) {n}))',
+    )
 
 
 def test_one_pass_variance_in_f64_only():
@@ -52,7 +55,7 @@ def _ops(result, name):
 
 def test_cube_and_power_of_two_division_programs():
     def f(x):
-        return x ** 3 + x / 4.0
+        return x**3 + x / 4.0
 
     x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     m = dq.make_ir(f)(x)
@@ -71,4 +74,6 @@ def test_common_factor_program_saves_a_product():
     m = dq.make_ir(f)(*args)
     r = dq.optimize(m)
     assert _ops(r, "f").count("multiply") == 1, r.module
-    np.testing.assert_allclose(interpret(r.module, "f", *args), interpret(m, "f", *args), rtol=1e-12)
+    np.testing.assert_allclose(
+        interpret(r.module, "f", *args), interpret(m, "f", *args), rtol=1e-12
+    )

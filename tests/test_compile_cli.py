@@ -1,4 +1,5 @@
 """`dlvm-eq run --target cpu|gpu` and `dlvm-eq codegen --emit llvm|ptx [-o DIR]`."""
+
 from __future__ import annotations
 
 import re
@@ -59,19 +60,39 @@ def test_codegen_llvm_to_stdout(capsys):
 
 def test_codegen_ptx_files_per_kernel_and_the_plan(tmp_path, capsys):
     out_dir = tmp_path / "ptx"
-    assert main(["codegen", MLP, "-f", "predict", "--emit", "ptx", "-o", str(out_dir), "--arch", "sm_90"]) == 0
+    assert (
+        main(
+            [
+                "codegen",
+                MLP,
+                "-f",
+                "predict",
+                "--emit",
+                "ptx",
+                "-o",
+                str(out_dir),
+                "--arch",
+                "sm_90",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     files = sorted(out_dir.glob("*.ptx"))
     assert files and printed.startswith("plan @predict:")
     for f in files:
-        assert f.stem in printed                      # the plan names every kernel written
+        assert f.stem in printed  # the plan names every kernel written
         text = f.read_text()
         assert ".target sm_90" in text and ".entry" in text
     ptxas = shutil.which("ptxas")
     if ptxas:
         for f in files:
-            r = subprocess.run([ptxas, "-arch=sm_90", str(f), "-o", str(f.with_suffix(".cubin"))],
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [ptxas, "-arch=sm_90", str(f), "-o", str(f.with_suffix(".cubin"))],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert r.returncode == 0, r.stderr
 
 
@@ -80,7 +101,7 @@ def test_codegen_llvm_files_and_errors(tmp_path, capsys):
     assert main(["codegen", MLP, "-f", "mlp", "--emit", "llvm", "-o", str(out_dir)]) == 0
     assert [p.suffix for p in out_dir.iterdir()] == [".ll"] * len(list(out_dir.iterdir())) != []
     capsys.readouterr()
-    assert main(["codegen", MLP, "--emit", "llvm"]) == 1                 # two functions: which?
+    assert main(["codegen", MLP, "--emit", "llvm"]) == 1  # two functions: which?
     assert "-f NAME" in capsys.readouterr().err
     assert main(["codegen", MLP, "-f", "nope", "--emit", "ptx"]) == 1
     assert "no function @nope" in capsys.readouterr().err

@@ -9,21 +9,26 @@
 - odd sizes (1, 7, 1000003), non-contiguous arguments (transposed, strided, broadcast views),
   broadcasting operands, and the optimized program (dq.optimize) compiled as well.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ir_programs import GUARDS, random_function, random_inputs
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.pipeline import compile
 from dlvm_eq.ir import BOOL, F32, F64, I32, FunctionBuilder, Module, interpret, tensor
 from dlvm_eq.ir.ops import BINARY, CAST, COMPARE, DOT, LAYOUT, LOGIC, OPS, REDUCE, SELECT, UNARY
-from ir_programs import GUARDS, random_function, random_inputs
+from dlvm_eq.pipeline import compile
 
-SETTINGS = dict(deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -84,7 +89,9 @@ def test_random_f32_programs_against_float64(data):
 @settings(max_examples=10, **SETTINGS)
 @given(st.data())
 def test_optimized_programs_compile_and_agree(data):
-    _agree(random_function(data.draw, n_ops=data.draw(st.integers(4, 20)), dtype=F64), optimize=True)
+    _agree(
+        random_function(data.draw, n_ops=data.draw(st.integers(4, 20)), dtype=F64), optimize=True
+    )
 
 
 # ---------------------------------------------------------------- every op
@@ -109,7 +116,7 @@ def _one_op(op, types, args, rtol=2e-6, **attrs):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype or w.dtype.kind == "f"
         if w.dtype.kind == "f":
-            w32 = w.astype(g.dtype)      # rounded to f32: overflow and subnormals compare fairly
+            w32 = w.astype(g.dtype)  # rounded to f32: overflow and subnormals compare fairly
             np.testing.assert_allclose(g, w32, rtol=rtol, atol=1e-37, err_msg=op)
         else:
             np.testing.assert_array_equal(g, w, err_msg=op)
@@ -142,11 +149,15 @@ def test_logic_ops_compiled(op):
 
 def test_select_and_casts_compiled():
     _one_op("select", [T, ROW, tensor(33, 17, BOOL)], [X, Y[0], X > Y])
-    for src, arr in ((F32, X), (F64, X.astype(np.float64)), (I32, (X * 10).astype(np.int32)),
-                     (BOOL, X > 0)):
+    for src, arr in (
+        (F32, X),
+        (F64, X.astype(np.float64)),
+        (I32, (X * 10).astype(np.int32)),
+        (BOOL, X > 0),
+    ):
         for dst in (F32, F64, I32, BOOL):
             if src.is_float and dst is I32:
-                arr = np.round(arr * 10)      # in range: float -> int of inf/NaN is undefined
+                arr = np.round(arr * 10)  # in range: float -> int of inf/NaN is undefined
             _one_op("dataTypeCast", [tensor(33, 17, src)], [arr], dtype=dst)
 
 
@@ -154,20 +165,37 @@ def test_select_and_casts_compiled():
 @pytest.mark.parametrize("axes", [(0,), (1,), (0, 1), (1, 0)])
 def test_reductions_compiled(comb, axes):
     x = np.tanh(X) + 1.0 if comb == "multiply" else X
-    _one_op("reduce", [T], [x], rtol=2e-5 if comb == "multiply" else 2e-6,
-            combinator=comb, init=0.5, axes=axes)
+    _one_op(
+        "reduce",
+        [T],
+        [x],
+        rtol=2e-5 if comb == "multiply" else 2e-6,
+        combinator=comb,
+        init=0.5,
+        axes=axes,
+    )
 
 
-@pytest.mark.parametrize("a, b", [((33, 17), (17, 5)), ((33, 17), (17,)), ((17,), (17, 5)), ((17,), (17,))])
+@pytest.mark.parametrize(
+    "a, b", [((33, 17), (17, 5)), ((33, 17), (17,)), ((17,), (17, 5)), ((17,), (17,))]
+)
 def test_dot_compiled(a, b):
     rng = np.random.default_rng(6)
     args = [rng.standard_normal(a).astype(np.float32), rng.standard_normal(b).astype(np.float32)]
     _one_op("dot", [tensor(*a, F32), tensor(*b, F32)], args, rtol=1e-5)
 
 
-@pytest.mark.parametrize("op, attrs", [("transpose", {}), ("transpose", {"perm": (1, 0)}),
-                                       ("shapeCast", {"shape": (17, 3, 11)}), ("padShape", {"at": 1}),
-                                       ("squeezeShape", None), ("broadcast", {"shape": (2, 33, 17)})])
+@pytest.mark.parametrize(
+    "op, attrs",
+    [
+        ("transpose", {}),
+        ("transpose", {"perm": (1, 0)}),
+        ("shapeCast", {"shape": (17, 3, 11)}),
+        ("padShape", {"at": 1}),
+        ("squeezeShape", None),
+        ("broadcast", {"shape": (2, 33, 17)}),
+    ],
+)
 def test_layout_ops_compiled(op, attrs):
     if attrs is None:
         _one_op(op, [tensor(33, 1, 17, F32)], [X.reshape(33, 1, 17)], at=1)
@@ -181,7 +209,9 @@ def test_literals_and_concatenate_compiled():
     lit = b.emit("literal", [], value=np.arange(17, dtype=np.float32), type=ROW)
     two = b.emit("literal", [], value=2.0, type=T)
     y = b.emit("multiply", [b.emit("add", [x, lit]), two])
-    cat = b.emit("concatenate", [y, b.emit("padShape", [r], at=0), b.emit("padShape", [lit], at=0)], axis=0)
+    cat = b.emit(
+        "concatenate", [y, b.emit("padShape", [r], at=0), b.emit("padShape", [lit], at=0)], axis=0
+    )
     fn = b.finish([cat, lit, two])
     m = Module("lit")
     m.add(fn)
@@ -205,7 +235,7 @@ def _run_both(fn, *args, rtol=2e-6):
         assert g.shape == w.shape
         if w.dtype.kind == "f":
             scale = max(1.0, float(np.abs(w).max(initial=0.0)))
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)   # cancellation: scale
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)  # cancellation: scale
         else:
             np.testing.assert_array_equal(g, w)
 
@@ -217,6 +247,7 @@ def test_odd_sizes(n):
     def f(x):
         y = dq.sigmoid(x * 1.5 + 0.25) * x
         return y, dq.sum(y), dq.max(dq.exp(dq.tanh(x)))
+
     _run_both(f, x, rtol=2e-6 if n < 1000 else 2e-5)
 
 
@@ -228,8 +259,12 @@ def test_odd_shapes_through_row_kernels(shape):
 
 def test_non_contiguous_arguments():
     base = np.random.default_rng(3).standard_normal((70, 60)).astype(np.float32)
-    views = [base.T[:17, :33].T, base[::2, ::3][:33, :17], np.broadcast_to(base[0, :17], (33, 17)),
-             np.asfortranarray(X)]
+    views = [
+        base.T[:17, :33].T,
+        base[::2, ::3][:33, :17],
+        np.broadcast_to(base[0, :17], (33, 17)),
+        np.asfortranarray(X),
+    ]
     f = dq.jit(lambda a, b: dq.exp(a) * b - dq.sum(a, axis=0))
     for a in views:
         for b in views:
@@ -237,11 +272,21 @@ def test_non_contiguous_arguments():
             np.testing.assert_allclose(f(a, b), want, rtol=2e-6, atol=1e-5)
     w = np.random.default_rng(4).standard_normal((17, 20)).astype(np.float32)
     g = dq.jit(lambda a, w: dq.relu(a @ w))
-    np.testing.assert_allclose(g(views[0], w[:, ::-1]), np.maximum(views[0] @ w[:, ::-1], 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        g(views[0], w[:, ::-1]), np.maximum(views[0] @ w[:, ::-1], 0), rtol=1e-5, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("shapes", [[(33, 17), (17,)], [(33, 1), (1, 17)], [(), (33, 17)],
-                                    [(2, 1, 17), (33, 1)], [(33, 17), (33, 17), (1,)]])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(33, 17), (17,)],
+        [(33, 1), (1, 17)],
+        [(), (33, 17)],
+        [(2, 1, 17), (33, 1)],
+        [(33, 17), (33, 17), (1,)],
+    ],
+)
 def test_broadcasting(shapes):
     rng = np.random.default_rng(5)
     args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -251,19 +296,21 @@ def test_broadcasting(shapes):
         for x in xs[1:]:
             out = out * dq.tanh(x) + x
         return out, dq.sum(out, axis=-1)
+
     _run_both(f, *args, rtol=1e-5)
 
 
 def test_python_and_numpy_scalars_and_int64_arguments():
     f = dq.jit(lambda x, s, k: x * s + dq.astype(k, np.float32))
-    k = np.arange(17)                       # int64 traces as i32
+    k = np.arange(17)  # int64 traces as i32
     x = X.astype(np.float64)
     np.testing.assert_allclose(f(X, 2.0, k), x * 2 + k, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(f(X, np.float32(3), k), x * 3 + k, rtol=1e-6, atol=1e-6)
-    assert f.cache_size() == 1            # a Python float and an f32 scalar trace alike
+    assert f.cache_size() == 1  # a Python float and an f32 scalar trace alike
 
 
 # ---------------------------------------------------------------- row kernels (reduce, then map)
+
 
 def _layernorm(x):
     mu = dq.mean(x, axis=-1, keepdims=True)
@@ -276,8 +323,10 @@ ROW_PROGRAMS = {
     "log_softmax": lambda x: dq.log_softmax(x, axis=-1),
     "layernorm": _layernorm,
     "l2_normalize": lambda x: x / dq.sqrt(dq.sum(x * x, axis=-1, keepdims=True) + 1.0),
-    "minmax_scale": lambda x: (x - dq.min(x, axis=-1, keepdims=True)) /
-                              (dq.max(x, axis=-1, keepdims=True) - dq.min(x, axis=-1, keepdims=True) + 1.0),
+    "minmax_scale": lambda x: (
+        (x - dq.min(x, axis=-1, keepdims=True))
+        / (dq.max(x, axis=-1, keepdims=True) - dq.min(x, axis=-1, keepdims=True) + 1.0)
+    ),
     "two_trailing_axes": lambda x: x - dq.logsumexp(x, axis=(1, 2), keepdims=True),
 }
 
@@ -286,6 +335,7 @@ ROW_PROGRAMS = {
 @pytest.mark.parametrize("shape", [(1, 1, 9), (5, 3, 7), (6, 1, 32), (3, 2, 33), (2, 4, 257)])
 def test_row_kernel_programs(name, shape):
     from dlvm_eq.codegen.planning.plan import RowStep
+
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
     f = ROW_PROGRAMS[name]
     _run_both(f, x, rtol=1e-5)
@@ -298,24 +348,31 @@ def test_random_f32_programs_through_our_gemm_and_epilogues(data):
     """The same, with every float32 matrix product (however small) through our GEMM, so that
     random programs reach its edge tiles and the epilogues fused into it."""
     from dlvm_eq.codegen.runtime import gemm_runtime
+
     calls = []
     real = gemm_runtime.CpuGemm.__call__
 
     def counted(self, a, b, out, accumulate=False, epilogue=None, extra=()):
         calls.append(a.shape)
         return real(self, a, b, out, accumulate, epilogue, extra)
+
     saved = gemm_runtime.GEMM_MIN_MACS
     gemm_runtime.GEMM_MIN_MACS = 1
     gemm_runtime.CpuGemm.__call__ = counted
     try:
         n = data.draw(st.integers(1, 24))
-        compiled = _agree(random_function(data.draw, n_ops=n, dtype=F32, kinds=GEMM_KINDS),
-                          rtol=2e-6 * (1 + n / 4))
+        compiled = _agree(
+            random_function(data.draw, n_ops=n, dtype=F32, kinds=GEMM_KINDS),
+            rtol=2e-6 * (1 + n / 4),
+        )
     finally:
         gemm_runtime.GEMM_MIN_MACS = saved
         gemm_runtime.CpuGemm.__call__ = real
-    products = [b for b in compiled.plan.blas_calls if len(b.a.shape) == 2 and len(b.b.shape) == 2
-                and 0 not in b.a.shape + b.b.shape]
+    products = [
+        b
+        for b in compiled.plan.blas_calls
+        if len(b.a.shape) == 2 and len(b.b.shape) == 2 and 0 not in b.a.shape + b.b.shape
+    ]
     assert len(calls) >= len(products) > 0 or not products
 
 

@@ -1,6 +1,7 @@
 """The kernel plan: what is fused, what is a view, what is a BLAS call, and how temporaries
 share memory. Each test checks the plan's structure and that running it gives the
 interpreter's answer."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,9 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import KernelSpec, set_cache_dir
-from dlvm_eq.pipeline import compile, plan_function
-from dlvm_eq.codegen.planning.plan import ConcatStep, CopyStep, KernelStep, RowStep, TEMP
+from dlvm_eq.codegen.planning.plan import TEMP, ConcatStep, CopyStep, KernelStep, RowStep
 from dlvm_eq.ir import interpret
+from dlvm_eq.pipeline import compile, plan_function
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,7 +31,9 @@ def _check(module, *args, rtol=2e-6, **kw):
     want = want if isinstance(want, tuple) else (want,)
     for g, w in zip(got, want):
         assert g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * max(1.0, float(np.abs(w).max(initial=0))))
+        np.testing.assert_allclose(
+            g, w, rtol=rtol, atol=rtol * max(1.0, float(np.abs(w).max(initial=0)))
+        )
 
 
 def _plan(module, rows=True):
@@ -85,13 +88,14 @@ def test_transposed_matmul_operands_are_blas_views_not_copies():
 
 def test_mlp_gradient_plan_has_five_blas_calls_and_no_copies():
     from dlvm_eq.models import mlp
+
     params = mlp.init_params([20, 16, 5])
     x = RNG.standard_normal((8, 20)).astype(np.float32)
     y = np.eye(5, dtype=np.float32)[RNG.integers(0, 5, 8)]
     m = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)).lower(*params, x, y)
     plan = _plan(m)
     assert len(plan.blas_calls) == 5
-    assert sum(1 for b in plan.blas_calls for v in (b.a, b.b) if v.chain) == 3   # x.T, h.T, w2.T
+    assert sum(1 for b in plan.blas_calls for v in (b.a, b.b) if v.chain) == 3  # x.T, h.T, w2.T
     assert not any(isinstance(s, (CopyStep, ConcatStep)) for s in plan.steps)
     _check(m, *params, x, y, rtol=1e-5)
 
@@ -101,7 +105,7 @@ def test_transpose_read_by_a_kernel_is_a_strided_load():
     m = _ir(lambda x, y: dq.exp(dq.transpose(x)) + y, X, y)
     (k,) = _plan(m).kernels
     strides = {inp.strides for inp in k.spec.inputs}
-    assert (1, 48) in strides          # x read down its columns, nothing copied
+    assert (1, 48) in strides  # x read down its columns, nothing copied
     _check(m, X, y)
 
 
@@ -132,7 +136,7 @@ def test_values_read_by_two_kernels_are_recomputed_when_cheap_and_stored_when_no
     assert all(len(k.outputs) == 1 for k in plan.kernels) and plan.arena_bytes == 0
     plan = _plan(_ir(costly, big), rows=False)
     temps = [s for s in plan.slots if s.role == TEMP and s.shape == (512, 512)]
-    assert len(temps) == 1      # exp(tanh(sin(x))) written once, read by the sum and the product
+    assert len(temps) == 1  # exp(tanh(sin(x))) written once, read by the sum and the product
     _check(_ir(costly, big), big, rtol=1e-5)
 
 
@@ -140,6 +144,7 @@ def test_siblings_of_one_iteration_space_share_a_kernel():
     def two(x):
         e = dq.exp(x)
         return e + 1.0, e * 2.0, dq.sum(e, axis=0)
+
     plan = _plan(_ir(two, X))
     maps = [k for k in plan.kernels if isinstance(k.spec, KernelSpec)]
     # both results come from one kernel (whether e is also stored for the sum is the fusion
@@ -155,6 +160,7 @@ def test_temporaries_share_bytes_when_lifetimes_do_not_overlap():
         for _ in range(4):
             x = dq.tanh(x @ w)
         return x
+
     m = _ir(chain, X, w)
     plan = _plan(m)
     temps = [s for s in plan.slots if s.role == TEMP]
@@ -167,7 +173,7 @@ def test_concatenate_and_returned_parameter_views():
     m = _ir(lambda x, y: (dq.concatenate([dq.exp(x), y], axis=1), dq.transpose(y), x), X, y)
     plan = _plan(m)
     assert any(isinstance(s, ConcatStep) for s in plan.steps)
-    assert sum(isinstance(s, CopyStep) for s in plan.steps) == 2   # results never alias arguments
+    assert sum(isinstance(s, CopyStep) for s in plan.steps) == 2  # results never alias arguments
     _check(m, X, y)
 
 
@@ -207,8 +213,8 @@ func @f: (<3 x f32>) -> f32 {
 func @f_grad: (<3 x f32>) -> <3 x f32>
 """)
     x = np.array([1.0, -2.0, 0.5], np.float32)
-    assert float(dq.compile(m, "f")(x)) == pytest.approx(float(np.sum(x ** 4)), rel=1e-6)
-    np.testing.assert_allclose(dq.compile(m, "f_grad")(x), 4 * x ** 3, rtol=1e-6)
+    assert float(dq.compile(m, "f")(x)) == pytest.approx(float(np.sum(x**4)), rel=1e-6)
+    np.testing.assert_allclose(dq.compile(m, "f_grad")(x), 4 * x**3, rtol=1e-6)
 
 
 def test_planning_a_long_program():
@@ -217,10 +223,11 @@ def test_planning_a_long_program():
     w = (RNG.standard_normal((48, 48)) / 7).astype(np.float32)
 
     def deep(x, w):
-        for i in range(60):     # ~10 ops a layer: matmul, bias, activation, row statistics
+        for i in range(60):  # ~10 ops a layer: matmul, bias, activation, row statistics
             h = dq.tanh(x @ w + 0.1 * i)
             x = h - dq.mean(h, axis=1, keepdims=True) + dq.max(h, axis=0) * 0.01
         return x
+
     m = _ir(deep, X, w)
     plan = _plan(m)
     assert len(plan.blas_calls) == 60 and len(m["deep"].body) > 500
@@ -244,27 +251,45 @@ GX = RNG.standard_normal((4, 3, 5, 6)).astype(np.float32)
 
 
 def _reductions(plan):
-    return [s.spec for s in plan.steps if isinstance(s, KernelStep) and not isinstance(s.spec, KernelSpec)]
+    return [
+        s.spec
+        for s in plan.steps
+        if isinstance(s, KernelStep) and not isinstance(s.spec, KernelSpec)
+    ]
 
 
 def test_a_bias_gradient_summed_one_axis_at_a_time_is_one_reduction():
     # how the adjoint sums a bias gradient: along 3, a shape cast keeping the 1, along 2, along 0
-    m = dq.parse(BIAS_GRAD.format(results="<3 x 1 x 1 x f32>", outer="add", init="0.0",
-                                  returned="%e: <3 x 1 x 1 x f32>"))
+    m = dq.parse(
+        BIAS_GRAD.format(
+            results="<3 x 1 x 1 x f32>", outer="add", init="0.0", returned="%e: <3 x 1 x 1 x f32>"
+        )
+    )
     (spec,) = _reductions(_plan(m))
     assert spec.axes == (0, 2, 3) and spec.shape == (4, 3, 5, 6)
     _check(m, GX)
 
 
-@pytest.mark.parametrize("outer, init, results, returned, kernels", [
-    # another reader of an inner sum: it is computed, and the reductions stay apart
-    ("add", "0.0", "(<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)",
-     "%t: (<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)", 2),
-    # another combinator: a max of sums is not one reduction
-    ("max", "-inf", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 2),
-    # an initial value on the outer one is added once
-    ("add", "2.5", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 1)])
-def test_reductions_merge_only_where_the_result_is_the_same(outer, init, results, returned, kernels):
+@pytest.mark.parametrize(
+    "outer, init, results, returned, kernels",
+    [
+        # another reader of an inner sum: it is computed, and the reductions stay apart
+        (
+            "add",
+            "0.0",
+            "(<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)",
+            "%t: (<3 x 1 x 1 x f32>, <4 x 3 x 5 x f32>)",
+            2,
+        ),
+        # another combinator: a max of sums is not one reduction
+        ("max", "-inf", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 2),
+        # an initial value on the outer one is added once
+        ("add", "2.5", "<3 x 1 x 1 x f32>", "%e: <3 x 1 x 1 x f32>", 1),
+    ],
+)
+def test_reductions_merge_only_where_the_result_is_the_same(
+    outer, init, results, returned, kernels
+):
     m = dq.parse(BIAS_GRAD.format(results=results, outer=outer, init=init, returned=returned))
     assert len(_reductions(_plan(m))) == kernels
     _check(m, GX)

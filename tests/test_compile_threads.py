@@ -1,25 +1,28 @@
 """Compiling from any thread: egglog sessions per thread, trace state per thread (contextvars),
 one compile per jit signature, and no BaseException from egglog reaching the user."""
+
 from __future__ import annotations
 
 import threading
 
 import numpy as np
 import pytest
+from at_once import run_at_once
 
 import dlvm_eq as dq
-from dlvm_eq.errors import DlvmError
 from dlvm_eq.egraph import load_bindings
+from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir.interp import interpret
-from at_once import run_at_once
 
 X = np.linspace(-1.5, 1.5, 12).reshape(3, 4)
 
 
 def _family(k: float):
     """A function no other test compiles (its constant is its own), so compiles are cold."""
+
     def f(a, b):
         return dq.tanh(a * k) * b + dq.exp(-(a * a)) / (b * b + 1.0)
+
     f.__name__ = f"family_{str(k).replace('.', '_')}"
     return f
 
@@ -46,14 +49,15 @@ def test_four_threads_first_call_of_one_function_compile_it_once():
     traced = []
 
     def g(a, b):
-        traced.append(threading.get_ident())      # runs once per trace, on the tracing thread
+        traced.append(threading.get_ident())  # runs once per trace, on the tracing thread
         return _family(3.75)(a, b) + a
+
     f = dq.jit(g)
     a, b = X.astype(np.float32), (X * X + 0.5).astype(np.float32)
     out: dict[int, np.ndarray] = {}
     errors = run_at_once(lambda i: out.__setitem__(i, f(a, b)))
     assert errors == []
-    assert len(traced) == 1 and f.cache_size() == 1     # one thread compiled, the others waited
+    assert len(traced) == 1 and f.cache_size() == 1  # one thread compiled, the others waited
     want = _reference(g, a, b)
     for i in range(4):
         np.testing.assert_allclose(out[i], want, rtol=2e-5, atol=2e-6)
@@ -63,7 +67,7 @@ def test_compile_on_another_thread_after_the_main_thread_compiled():
     a, b = X.astype(np.float32), (X + 3.0).astype(np.float32)
     first = dq.jit(_family(5.5))
     np.testing.assert_allclose(first(a, b), _reference(first.fn, a, b), rtol=2e-5, atol=2e-6)
-    second = dq.jit(_family(6.5))        # a new function: its first compile needs an e-graph
+    second = dq.jit(_family(6.5))  # a new function: its first compile needs an e-graph
     out = {}
     errors = run_at_once(lambda i: out.__setitem__(i, second(a, b)), n=1)
     assert errors == []
@@ -78,21 +82,26 @@ def test_traces_on_several_threads_overlap_without_sharing_state():
     def work(i):
         def h(x):
             y = dq.exp(x) * float(i + 1)
-            inside.wait(timeout=60)              # every thread is mid-trace here
+            inside.wait(timeout=60)  # every thread is mid-trace here
             return y + dq.tanh(x)
+
         modules[i] = dq.make_ir(h)(X.astype(np.float32))
+
     assert run_at_once(work) == []
     for i, m in modules.items():
         got = interpret(m, m.name, X)
-        np.testing.assert_allclose(got, np.exp(X) * (i + 1) + np.tanh(X), rtol=1e-5, atol=1e-6)  # f32
+        np.testing.assert_allclose(
+            got, np.exp(X) * (i + 1) + np.tanh(X), rtol=1e-5, atol=1e-6
+        )  # f32
     assert not dq.is_tracing()
 
 
 def test_an_egglog_panic_is_a_dlvm_error_and_retires_the_session():
     load_bindings()
-    from dlvm_eq.egraph.session import EGraphSession, EgglogPanic
+    from dlvm_eq.egraph.session import EgglogPanic, EGraphSession
+
     s = EGraphSession()
-    with pytest.raises(EgglogPanic, match="egglog failed"):   # egglog panics on an unknown ruleset
+    with pytest.raises(EgglogPanic, match="egglog failed"):  # egglog panics on an unknown ruleset
         s.run_text("(run-schedule (run no_such_ruleset))")
     assert issubclass(EgglogPanic, DlvmError) and s.broken
     with pytest.raises(EgglogPanic, match="cannot be used again"):
@@ -102,8 +111,9 @@ def test_an_egglog_panic_is_a_dlvm_error_and_retires_the_session():
 def test_a_session_refuses_another_thread():
     load_bindings()
     from dlvm_eq.egraph.session import EGraphSession
+
     s = EGraphSession()
     errors = run_at_once(lambda i: s.run_text("(print-size)"), n=1)
     assert len(errors) == 1 and isinstance(errors[0], DlvmError)
     assert "thread" in str(errors[0])
-    s.run_text("(print-size)")         # still fine on its own thread
+    s.run_text("(print-size)")  # still fine on its own thread

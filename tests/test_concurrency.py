@@ -8,23 +8,24 @@
   kernels and long reductions) many times each, against the float64 interpreter and bitwise
   against the program's single-threaded result.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from dlvm_eq import config
-from dlvm_eq.codegen.runtime import gemm_runtime
-from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.pipeline import compile
-from dlvm_eq.ir import F32, Module, interpret
 from at_once import run_at_once
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ir_programs import random_function, random_inputs
 from test_compile_differential import GEMM_KINDS, assert_close
+
+from dlvm_eq import config
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen.runtime import gemm_runtime
+from dlvm_eq.ir import F32, Module, interpret
+from dlvm_eq.pipeline import compile
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,15 +36,20 @@ def _private_cache(tmp_path_factory):
 def test_swapped_narrow_products_from_four_threads():
     """a.T @ b with a (64, 512), b (64, 10): the swapped path (512x64 transposed A, 10 columns)."""
     rng = np.random.default_rng(0)
-    pairs = [(rng.standard_normal((64, 512), dtype=np.float32), rng.standard_normal((64, 10), dtype=np.float32))
-             for _ in range(4)]
+    pairs = [
+        (
+            rng.standard_normal((64, 512), dtype=np.float32),
+            rng.standard_normal((64, 10), dtype=np.float32),
+        )
+        for _ in range(4)
+    ]
     wants = []
     for a, b in pairs:
         out = np.empty((512, 10), np.float32)
         assert gemm_runtime.matmul(a.T, b, out)
         np.testing.assert_allclose(out, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
         wants.append(out)
-    assert (512, 10) in gemm_runtime._swap.scratch     # it took the swapped path
+    assert (512, 10) in gemm_runtime._swap.scratch  # it took the swapped path
     bad = [0] * 4
 
     def work(i):
@@ -52,6 +58,7 @@ def test_swapped_narrow_products_from_four_threads():
             out = np.empty((512, 10), np.float32)
             gemm_runtime.matmul(a.T, b, out)
             bad[i] += not np.array_equal(out, wants[i])
+
     assert not run_at_once(work, 4)
     assert bad == [0] * 4, f"wrong results per thread: {bad}"
 
@@ -59,8 +66,12 @@ def test_swapped_narrow_products_from_four_threads():
 # ---------------------------------------------------------------- 8 threads, the same programs
 
 THREADS = 8
-SETTINGS = dict(deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _tuple(x):
@@ -98,12 +109,13 @@ def _hammer(programs, reps: int) -> None:
     wrong: list = []
 
     def work(i):
-        order = programs[i % len(programs):] + programs[:i % len(programs)]
+        order = programs[i % len(programs) :] + programs[: i % len(programs)]
         for _ in range(reps):
             for name, f, args, ref in order:
                 got = _flat(f(*args))
                 if len(got) != len(ref) or not all(_same(g, r) for g, r in zip(got, ref)):
                     wrong.append((i, name))
+
     interval = sys.getswitchinterval()
     sys.setswitchinterval(2e-6)
     try:
@@ -127,7 +139,7 @@ def test_eight_threads_call_the_same_random_programs(data):
             module = Module("random")
             module.add(fn)
             f = compile(module, fn.name, optimize=False)
-            for seed in (i, i + 100):      # other operands per call site (see below)
+            for seed in (i, i + 100):  # other operands per call site (see below)
                 args = random_inputs(fn, np.random.default_rng(seed))
                 first = f(*args)
                 _close_to_interpreter(fn, first, args, rtol=2e-6 * (1 + n / 4))
@@ -139,9 +151,11 @@ def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
     """Programs built to reach the swapped GEMM path, GEMM epilogues, row kernels and long
     reductions: the MLP training step (value_and_grad), a reduction-heavy program, and a
     lone swapped product."""
+    from test_determinism import heavy, heavy_args
+
     import dlvm_eq as dq
     from dlvm_eq.models import mlp
-    from test_determinism import heavy, heavy_args
+
     params = mlp.init_params([784, 256, 10], seed=0)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((256, 784)).astype(np.float32)
@@ -155,22 +169,31 @@ def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
     assert step.report(*params, x, y).plan.epilogues
     h = dq.jit(heavy)
     hargs = heavy_args()
-    swap = dq.jit(lambda a, b: dq.transpose(a) @ b)     # nothing to fuse: the swapped product alone
-    programs = [("mlp_step", step, [*params, x, y], [a.copy() for a in _flat(step(*params, x, y))]),
-                ("heavy", h, hargs, [a.copy() for a in _flat(h(*hargs))])]
+    swap = dq.jit(lambda a, b: dq.transpose(a) @ b)  # nothing to fuse: the swapped product alone
+    programs = [
+        ("mlp_step", step, [*params, x, y], [a.copy() for a in _flat(step(*params, x, y))]),
+        ("heavy", h, hargs, [a.copy() for a in _flat(h(*hargs))]),
+    ]
     # different operands per call site: threads computing the same product would hide a
     # shared scratch (they would write the same values into it)
     for i in range(20):
-        sargs = [rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((64, 10)).astype(np.float32)]
+        sargs = [
+            rng.standard_normal((64, 512)).astype(np.float32),
+            rng.standard_normal((64, 10)).astype(np.float32),
+        ]
         got = swap(*sargs)
-        np.testing.assert_allclose(got, sargs[0].T.astype(np.float64) @ sargs[1], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            got, sargs[0].T.astype(np.float64) @ sargs[1], rtol=1e-4, atol=1e-4
+        )
         programs.append((f"swapped{i}", swap, sargs, [got.copy()]))
     xs = [x * (1 + i / 8) for i in range(4)]
-    programs += [(f"mlp_step{i}", step, [*params, xi, y], [a.copy() for a in _flat(step(*params, xi, y))])
-                 for i, xi in enumerate(xs)]
+    programs += [
+        (f"mlp_step{i}", step, [*params, xi, y], [a.copy() for a in _flat(step(*params, xi, y))])
+        for i, xi in enumerate(xs)
+    ]
     swapped = []
     real = gemm_runtime._swap_scratch
-    with pytest.MonkeyPatch.context() as m:     # count the products that take the swapped path
+    with pytest.MonkeyPatch.context() as m:  # count the products that take the swapped path
         m.setattr(gemm_runtime, "_swap_scratch", lambda shape: swapped.append(shape) or real(shape))
         _hammer(programs, reps=6)
     assert swapped
@@ -178,19 +201,27 @@ def test_eight_threads_call_the_same_gemm_row_and_reduction_programs():
 
 # ---------------------------------------------------------------- compiling from threads
 
+
 def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
     """egglog's EGraph belongs to the thread that made it (used from another one it panics):
     a compile in a second thread, and 8 threads making the first call of one jitted function
     at once (8 compiles), all work and agree."""
     import dlvm_eq as dq
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")     # really optimize and plan in each thread
-    config.reload()      # (conftest re-reads the restored environment after the test)
+
+    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")  # really optimize and plan in each thread
+    config.reload()  # (conftest re-reads the restored environment after the test)
     x = np.random.default_rng(5).standard_normal((64, 48)).astype(np.float32)
     w = np.random.default_rng(6).standard_normal((48, 40)).astype(np.float32)
-    np.testing.assert_allclose(dq.jit(lambda x: dq.softmax(x * 2.0, axis=-1))(x),
-                               _softmax(x.astype(np.float64) * 2.0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        dq.jit(lambda x: dq.softmax(x * 2.0, axis=-1))(x),
+        _softmax(x.astype(np.float64) * 2.0),
+        rtol=1e-5,
+        atol=1e-7,
+    )
     got: list = []
-    assert not run_at_once(lambda i: got.append(dq.jit(lambda x: dq.softmax(x + 1.0, axis=-1) * 3.0)(x)), 1)
+    assert not run_at_once(
+        lambda i: got.append(dq.jit(lambda x: dq.softmax(x + 1.0, axis=-1) * 3.0)(x)), 1
+    )
     np.testing.assert_allclose(got[0], _softmax(x.astype(np.float64)) * 3.0, rtol=1e-5, atol=1e-7)
 
     f = dq.jit(lambda x, w: dq.softmax(dq.relu(x @ w), axis=-1) + dq.sum(x))
@@ -198,6 +229,7 @@ def test_compiles_in_other_threads_and_concurrent_first_calls(monkeypatch):
 
     def first_call(i):
         results[i] = f(x, w)
+
     assert not run_at_once(first_call, THREADS)
     want = _softmax(np.maximum(x.astype(np.float64) @ w, 0)) + x.astype(np.float64).sum()
     np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-4)
@@ -214,6 +246,7 @@ def test_output_buffers_are_never_handed_to_two_calls():
     dropped output buffer must go to one call only (the reference-count check and the
     hand-out are one step)."""
     import dlvm_eq as dq
+
     f = dq.jit(lambda x: x * 2.0 + 1.0)
     xs = [np.full(16, i, np.float32) for i in range(THREADS)]
     f(xs[0])
@@ -223,9 +256,10 @@ def test_output_buffers_are_never_handed_to_two_calls():
         want = xs[i] * 2 + 1
         for _ in range(3000):
             y = f(xs[i])
-            z = f(xs[i])           # two results alive at once: two buffers in use
+            z = f(xs[i])  # two results alive at once: two buffers in use
             wrong[i] += not (np.array_equal(y, want) and np.array_equal(z, want))
             del y, z
+
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:

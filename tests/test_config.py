@@ -1,4 +1,5 @@
 """dlvm_eq.config: the one reader of DLVM_EQ_* variables, and the README's table of them."""
+
 from __future__ import annotations
 
 import re
@@ -21,12 +22,20 @@ def test_defaults_when_nothing_is_set():
 
 
 def test_values_are_parsed():
-    s = config.read({"DLVM_EQ_CACHE_DIR": "/tmp/x", "DLVM_EQ_NO_IR_CACHE": "1",
-                     "DLVM_EQ_NUM_THREADS": "3", "DLVM_EQ_NATIVE_POOL": "0",
-                     "DLVM_EQ_SPIN_US": "12.5", "DLVM_EQ_GEMM": "0", "DLVM_EQ_EPILOGUES": "0"})
+    s = config.read(
+        {
+            "DLVM_EQ_CACHE_DIR": "/tmp/x",
+            "DLVM_EQ_NO_IR_CACHE": "1",
+            "DLVM_EQ_NUM_THREADS": "3",
+            "DLVM_EQ_NATIVE_POOL": "0",
+            "DLVM_EQ_SPIN_US": "12.5",
+            "DLVM_EQ_GEMM": "0",
+            "DLVM_EQ_EPILOGUES": "0",
+        }
+    )
     assert s.cache_dir == Path("/tmp/x") and not s.ir_cache and not s.native_pool
     assert (s.num_threads, s.spin_us, s.gemm, s.epilogues) == ("3", 12.5, "0", False)
-    assert config.read({"DLVM_EQ_GEMM": "maybe"}).gemm == "auto"     # as before: the host decides
+    assert config.read({"DLVM_EQ_GEMM": "maybe"}).gemm == "auto"  # as before: the host decides
 
 
 def test_a_bad_number_is_the_users_error():
@@ -38,9 +47,10 @@ def test_settings_are_read_once_and_reload_rereads(monkeypatch):
     first = config.settings()
     assert config.settings() is first
     monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
-    assert config.settings().epilogues == first.epilogues      # not re-read on its own
+    assert config.settings().epilogues == first.epilogues  # not re-read on its own
     assert config.reload().epilogues is False and config.settings().epilogues is False
     from dlvm_eq.codegen.runtime import gemm_runtime
+
     assert gemm_runtime.epilogues_enabled() is False
 
 
@@ -49,8 +59,11 @@ def _sources():
 
 
 def test_only_config_reads_the_environment():
-    readers = [str(p.relative_to(ROOT)) for p, text in _sources()
-               if p.name != "config.py" and re.search(r"os\.environ|os\.getenv|getenv\(", text)]
+    readers = [
+        str(p.relative_to(ROOT))
+        for p, text in _sources()
+        if p.name != "config.py" and re.search(r"os\.environ|os\.getenv|getenv\(", text)
+    ]
     assert readers == []
 
 

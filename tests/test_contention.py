@@ -1,6 +1,7 @@
 """Compiled programs on one CPU and on a busy machine: right answers (against the reference
 interpreter, float64), and with one usable CPU no helper thread at all. Correctness only:
 no timings (the contention figures are benchmarks, not tests)."""
+
 from __future__ import annotations
 
 import json
@@ -62,36 +63,49 @@ _ONE_CPU = _PROGRAMS + textwrap.dedent("""
 def _run_child(env_extra, prefix=()):
     env = {k: v for k, v in os.environ.items() if k != "DLVM_EQ_NUM_THREADS"}
     env.update(PYTHONPATH=str(ROOT), **env_extra)
-    out = subprocess.run([*prefix, sys.executable, "-c", _ONE_CPU], env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", _ONE_CPU],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))     # shared: the second child loads kernels
+    return str(tmp_path_factory.mktemp("cache"))  # shared: the second child loads kernels
 
 
 @pytest.mark.skipif(not shutil.which("taskset"), reason="needs taskset")
 def test_one_cpu_right_answers_and_no_helper_threads(cache):
-    got = _run_child({"DLVM_EQ_CACHE_DIR": cache}, ("taskset", "-c", str(min(os.sched_getaffinity(0)))))
+    got = _run_child(
+        {"DLVM_EQ_CACHE_DIR": cache}, ("taskset", "-c", str(min(os.sched_getaffinity(0))))
+    )
     assert got["cpus"] == 1 and not got["pool"]
-    assert not [t for t in got["threads"] if t.startswith(("dq-native", "dq-kernel"))], got["threads"]
+    assert not [t for t in got["threads"] if t.startswith(("dq-native", "dq-kernel"))], got[
+        "threads"
+    ]
 
 
 def test_one_thread_setting_starts_no_helper_threads(cache):
     got = _run_child({"DLVM_EQ_CACHE_DIR": cache, "DLVM_EQ_NUM_THREADS": "1"})
     assert got["cpus"] == 1 and not got["pool"]
-    assert not [t for t in got["threads"] if t.startswith(("dq-native", "dq-kernel"))], got["threads"]
+    assert not [t for t in got["threads"] if t.startswith(("dq-native", "dq-kernel"))], got[
+        "threads"
+    ]
 
 
 @pytest.fixture
 def busy_core():
     """`python -c 'while True: pass'` pinned to one of our CPUs, for the test's duration."""
     cpu = max(os.sched_getaffinity(0))
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                               preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"],
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
     time.sleep(0.2)
     try:
         yield
@@ -102,7 +116,7 @@ def busy_core():
 
 def test_right_answers_while_a_core_is_busy(busy_core):
     ns: dict = {}
-    exec(_PROGRAMS, ns)        # noqa: S102 - the same programs as the subprocess tests run
+    exec(_PROGRAMS, ns)
     for seed in range(2):
         ns["check"](seed, 10)
 
@@ -110,10 +124,16 @@ def test_right_answers_while_a_core_is_busy(busy_core):
 def test_pool_counts_exactly_once_while_a_core_is_busy(busy_core):
     from pool_kernels import count_kernel
 
-    from dlvm_eq.codegen.runtime.native_pool import NativePool, _tsc_per_us, entry_address, supported
+    from dlvm_eq.codegen.runtime.native_pool import (
+        NativePool,
+        _tsc_per_us,
+        entry_address,
+        supported,
+    )
+
     if not supported():
         pytest.skip("the native pool is Linux x86-64 only")
-    pool = NativePool(entry_address(), max(2, len(os.sched_getaffinity(0))))   # oversubscribed
+    pool = NativePool(entry_address(), max(2, len(os.sched_getaffinity(0))))  # oversubscribed
     try:
         rng = np.random.default_rng(0)
         tick = int(_tsc_per_us())
@@ -122,8 +142,13 @@ def test_pool_counts_exactly_once_while_a_core_is_busy(busy_core):
             chunks = int(rng.integers(1, 64))
             step = -(-n // chunks)
             counts = np.zeros(n, np.int64)
-            pool.run(count_kernel(), [(lo, min(lo + step, n), counts.ctypes.data, tick * (i % 3))
-                                      for lo in range(0, n, step)])
+            pool.run(
+                count_kernel(),
+                [
+                    (lo, min(lo + step, n), counts.ctypes.data, tick * (i % 3))
+                    for lo in range(0, n, step)
+                ],
+            )
             assert (counts == 1).all(), i
     finally:
         pool.close()

@@ -5,6 +5,7 @@ CPU-hogging process and beside OpenBLAS's own threads, on the native pool and on
 concurrent calls agree bitwise, and the process finishes (a subprocess with a timeout; the
 native pool's caller takes every unclaimed chunk itself, so a descheduled worker delays a call
 but cannot stall it). Correctness only: no timings."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from test_contention import busy_core  # noqa: F401 - the fixture: a spinning process on one of our CPUs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,26 +64,36 @@ _CHILD = textwrap.dedent("""
 
 def _run_child(threads: int, reps: int, cache: str, native_pool: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "DLVM_EQ_NUM_THREADS"}
-    env.update(PYTHONPATH=str(ROOT), DLVM_EQ_CACHE_DIR=cache, DLVM_EQ_GEMM="1", DLVM_EQ_NATIVE_POOL=native_pool)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        DLVM_EQ_CACHE_DIR=cache,
+        DLVM_EQ_GEMM="1",
+        DLVM_EQ_NATIVE_POOL=native_pool,
+    )
     script = _CHILD.format(tests=str(ROOT / "tests"), threads=threads, reps=reps)
     # generous: a loaded 2-core machine runs this in well under a minute; a stall would not end
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=400)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))     # shared: the second child loads the program
+    return str(tmp_path_factory.mktemp("cache"))  # shared: the second child loads the program
 
 
-@pytest.mark.parametrize("native_pool", ["1", "0"])      # the native pool, or Python threads
-def test_kernel_families_from_many_threads_beside_a_busy_process_and_openblas(busy_core, cache, native_pool):  # noqa: F811
+@pytest.mark.parametrize("native_pool", ["1", "0"])  # the native pool, or Python threads
+def test_kernel_families_from_many_threads_beside_a_busy_process_and_openblas(
+    busy_core, cache, native_pool
+):
     got = _run_child(threads=6, reps=3, cache=cache, native_pool=native_pool)
     assert got["errors"] == [], got["errors"]
-    if len(os.sched_getaffinity(0)) > 1:       # with one CPU nothing is split (test_contention)
-        assert all(got["split"].values()), f"a kernel family never ran split over threads: {got['split']}"
+    if len(os.sched_getaffinity(0)) > 1:  # with one CPU nothing is split (test_contention)
+        assert all(got["split"].values()), (
+            f"a kernel family never ran split over threads: {got['split']}"
+        )
         assert got["batched_parts"] > 1, "the batched GEMM never ran split over threads"
         assert (got["pool"] is not None) == (native_pool == "1")
     assert got["blas_calls"] > 0, "the OpenBLAS load never ran"

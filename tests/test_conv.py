@@ -4,12 +4,14 @@ where it is installed, in the interpreter and compiled for the CPU; gradients ag
 differences; the IR syntax, its round trip and located errors; DSL attribute errors; and a
 small CNN's value_and_grad compiled for the CPU against the interpreter and central differences.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from window_cases import case_window, conv_case, pool_case, ref_conv2d, ref_pool
 
 import dlvm_eq as dq
 from dlvm_eq.errors import DlvmError, SourceError
@@ -18,7 +20,6 @@ from dlvm_eq.ir.parser import parse
 from dlvm_eq.ir.printer import print_module
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 from dlvm_eq.pipeline import check_grads
-from window_cases import case_window, conv_case, pool_case, ref_conv2d, ref_pool
 
 
 def _rng(seed):
@@ -27,10 +28,13 @@ def _rng(seed):
 
 def _sym(padding):
     """padding (t, b, l, r) as the DSL's pair when both sides are alike, else None."""
-    return (padding[0], padding[2]) if padding[0] == padding[1] and padding[2] == padding[3] else None
+    return (
+        (padding[0], padding[2]) if padding[0] == padding[1] and padding[2] == padding[3] else None
+    )
 
 
 # ---------------------------------------------------------------- interpreter and CPU
+
 
 @settings(max_examples=40)
 @given(st.integers(0, 2**32 - 1))
@@ -49,8 +53,9 @@ def test_pools_in_the_interpreter_match_the_loop_reference(seed, kind):
     attrs, xs = pool_case(rng)
     x = rng.standard_normal(xs)
     got = dq.ir.OPS[f"{kind}Pool2d"].evaluate([x], attrs)
-    np.testing.assert_allclose(got, ref_pool(x, attrs["kernel"], attrs["stride"], attrs["padding"], kind),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        got, ref_pool(x, attrs["kernel"], attrs["stride"], attrs["padding"], kind), rtol=1e-12
+    )
 
 
 def test_conv_and_pools_match_torch():
@@ -63,17 +68,32 @@ def test_conv_and_pools_match_torch():
         if pad is None:
             continue
         x, w = rng.standard_normal(xs), rng.standard_normal(ws)
-        want = F.conv2d(torch.tensor(x), torch.tensor(w), stride=attrs["stride"], padding=pad,
-                        dilation=attrs["dilation"], groups=attrs["groups"]).numpy()
-        got = dq.conv2d(x, w, stride=attrs["stride"], padding=pad, dilation=attrs["dilation"],
-                        groups=attrs["groups"])
+        want = F.conv2d(
+            torch.tensor(x),
+            torch.tensor(w),
+            stride=attrs["stride"],
+            padding=pad,
+            dilation=attrs["dilation"],
+            groups=attrs["groups"],
+        ).numpy()
+        got = dq.conv2d(
+            x,
+            w,
+            stride=attrs["stride"],
+            padding=pad,
+            dilation=attrs["dilation"],
+            groups=attrs["groups"],
+        )
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
         pattrs, ps = pool_case(rng)
         x = rng.standard_normal(ps)
         k, s, p = pattrs["kernel"], pattrs["stride"], (pattrs["padding"][0], pattrs["padding"][2])
-        np.testing.assert_allclose(dq.max_pool2d(x, k, s, p), F.max_pool2d(torch.tensor(x), k, s, p).numpy())
-        np.testing.assert_allclose(dq.avg_pool2d(x, k, s, p), F.avg_pool2d(torch.tensor(x), k, s, p).numpy(),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            dq.max_pool2d(x, k, s, p), F.max_pool2d(torch.tensor(x), k, s, p).numpy()
+        )
+        np.testing.assert_allclose(
+            dq.avg_pool2d(x, k, s, p), F.avg_pool2d(torch.tensor(x), k, s, p).numpy(), rtol=1e-12
+        )
 
 
 @settings(max_examples=6)
@@ -93,9 +113,16 @@ def test_conv2d_and_pools_compiled_for_the_cpu_match_the_reference(seed):
     pp = (min(pattrs["padding"][0], k[0] // 2), min(pattrs["padding"][2], k[1] // 2))
 
     def f(x, w):
-        y = dq.conv2d(x, w, stride=attrs["stride"], padding=pad, dilation=attrs["dilation"],
-                      groups=attrs["groups"])
+        y = dq.conv2d(
+            x,
+            w,
+            stride=attrs["stride"],
+            padding=pad,
+            dilation=attrs["dilation"],
+            groups=attrs["groups"],
+        )
         return y, dq.avg_pool2d(x, k, s, pp), dq.max_pool2d(x, k, s, pp)
+
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
     y, a, m = dq.jit(f, target="cpu")(x, w)
@@ -112,11 +139,17 @@ def test_a_larger_conv_goes_through_one_gemm_per_group_and_matches():
 
     def f(x, w):
         return dq.conv2d(x, w, padding="same", groups=2)
-    np.testing.assert_allclose(dq.jit(f, target="cpu")(x, w),
-                               ref_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 2), rtol=1e-4, atol=1e-4)
+
+    np.testing.assert_allclose(
+        dq.jit(f, target="cpu")(x, w),
+        ref_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 2),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 # ---------------------------------------------------------------- conv1d and padding="same"
+
 
 def test_conv1d_is_conv2d_over_a_unit_height():
     rng = _rng(11)
@@ -124,8 +157,12 @@ def test_conv1d_is_conv2d_over_a_unit_height():
     got = dq.conv1d(x, w, stride=2, padding=3, dilation=2, groups=2)
     want = ref_conv2d(x[:, :, None], w[:, :, None], (1, 2), (0, 0, 3, 3), (1, 2), 2)[:, :, 0]
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
-    ir = str(dq.make_ir(lambda x, w: dq.conv1d(x, w, padding=1))(x.astype(np.float32), w[:4, :].repeat(2, 1).astype(np.float32)))
-    assert "padShape" in ir and "squeezeShape" in ir and "conv2d" in ir   # views around one conv2d
+    ir = str(
+        dq.make_ir(lambda x, w: dq.conv1d(x, w, padding=1))(
+            x.astype(np.float32), w[:4, :].repeat(2, 1).astype(np.float32)
+        )
+    )
+    assert "padShape" in ir and "squeezeShape" in ir and "conv2d" in ir  # views around one conv2d
 
 
 def test_same_padding_puts_the_odd_pad_after_as_torch():
@@ -135,13 +172,18 @@ def test_same_padding_puts_the_odd_pad_after_as_torch():
     # dilated extents 4 and 3: pads (1 before, 2 after) and (1, 1)
     np.testing.assert_allclose(got, ref_conv2d(x, w, (1, 1), (1, 2, 1, 1), (1, 2), 1), rtol=1e-10)
     assert got.shape == x.shape
-    np.testing.assert_allclose(dq.conv2d(x, w, padding="valid"), ref_conv2d(x, w, (1, 1), (0,) * 4, (1, 1), 1))
+    np.testing.assert_allclose(
+        dq.conv2d(x, w, padding="valid"), ref_conv2d(x, w, (1, 1), (0,) * 4, (1, 1), 1)
+    )
     torch = pytest.importorskip("torch")
-    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding="same", dilation=(1, 2))
+    want = torch.nn.functional.conv2d(
+        torch.tensor(x), torch.tensor(w), padding="same", dilation=(1, 2)
+    )
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-10)
 
 
 # ---------------------------------------------------------------- gradients
+
 
 @pytest.mark.parametrize("seed", range(4))
 def test_grad_through_conv_and_pools_matches_central_differences(seed):
@@ -150,11 +192,18 @@ def test_grad_through_conv_and_pools_matches_central_differences(seed):
     pad = _sym(attrs["padding"]) or 1
 
     def loss(x, w):
-        y = dq.conv2d(x, w, stride=attrs["stride"], padding=pad, dilation=attrs["dilation"],
-                      groups=attrs["groups"])
+        y = dq.conv2d(
+            x,
+            w,
+            stride=attrs["stride"],
+            padding=pad,
+            dilation=attrs["dilation"],
+            groups=attrs["groups"],
+        )
         y = dq.tanh(y)
         k = (min(2, y.shape[2]), min(2, y.shape[3]))
         return dq.sum(dq.max_pool2d(y, k, 1) * 1.5) + dq.sum(dq.avg_pool2d(y, k, 1, 0) ** 2)
+
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
     check_grads(loss, (x, w), order=1, rtol=1e-5)
 
@@ -174,6 +223,7 @@ def test_max_pool_gradient_goes_to_the_first_maximum_as_torch():
 
 
 # ---------------------------------------------------------------- a small CNN, compiled
+
 
 def _cnn_loss(w1, b1, w2, wd, x, y):
     h = dq.relu(dq.conv2d(x, w1, padding=1) + b1)
@@ -215,6 +265,7 @@ def test_cnn_value_and_grad_compiles_for_the_cpu_and_matches():
 
 # ---------------------------------------------------------------- IR syntax
 
+
 def _module_of(fn) -> Module:
     m = Module("m")
     m.add(fn)
@@ -230,7 +281,9 @@ def test_every_window_op_round_trips_through_the_textual_ir(op):
         assert op in text
         again = parse(text)
         assert print_module(again) == text
-        np.testing.assert_array_equal(interpret(again, "f", *args), interpret(_module_of(fn), "f", *args))
+        np.testing.assert_array_equal(
+            interpret(again, "f", *args), interpret(_module_of(fn), "f", *args)
+        )
 
 
 SRC = """module "m"
@@ -251,20 +304,36 @@ def test_conv_syntax_parses_prints_and_computes():
     rng = _rng(1)
     x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((4, 1, 3, 3))
     y = ref_conv2d(x, w, (2, 2), (0, 1, 0, 1), (1, 1), 2)
-    np.testing.assert_allclose(interpret(m, "f", x, w, float64=True), ref_pool(y, (2, 2), (1, 1), (0,) * 4, "avg"),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        interpret(m, "f", x, w, float64=True),
+        ref_pool(y, (2, 2), (1, 1), (0,) * 4, "avg"),
+        rtol=1e-12,
+    )
 
 
-@pytest.mark.parametrize("old, new, column, words", [
-    ("stride [2, 2]", "stride [2, 2, 2]", 70, "stride of conv2d takes 2 integers, got 3"),
-    ("padding [0, 1, 0, 1]", "padding [0, 1, 0]", 84, "padding of conv2d takes 2 (each side alike) or 4"),
-    ("groups 2", "groups [2]", 121, "groups of conv2d is one integer"),
-    ("dilation [1, 1]", "dilations [1, 1]", 105, "conv2d has no attribute 'dilations'"),
-    ("groups 2", "groups 2 stride [1, 1]", 130, "attribute 'stride' of conv2d is written twice"),
-    (" groups 2", "", 10, "conv2d needs its attribute groups"),
-    ("groups 2", "groups 3", 10, "input has 2 channels but the weights"),
-    ("stride [2, 2]", "stride [0, 2]", 10, "stride [0, 2] must be positive"),
-])
+@pytest.mark.parametrize(
+    "old, new, column, words",
+    [
+        ("stride [2, 2]", "stride [2, 2, 2]", 70, "stride of conv2d takes 2 integers, got 3"),
+        (
+            "padding [0, 1, 0, 1]",
+            "padding [0, 1, 0]",
+            84,
+            "padding of conv2d takes 2 (each side alike) or 4",
+        ),
+        ("groups 2", "groups [2]", 121, "groups of conv2d is one integer"),
+        ("dilation [1, 1]", "dilations [1, 1]", 105, "conv2d has no attribute 'dilations'"),
+        (
+            "groups 2",
+            "groups 2 stride [1, 1]",
+            130,
+            "attribute 'stride' of conv2d is written twice",
+        ),
+        (" groups 2", "", 10, "conv2d needs its attribute groups"),
+        ("groups 2", "groups 3", 10, "input has 2 channels but the weights"),
+        ("stride [2, 2]", "stride [0, 2]", 10, "stride [0, 2] must be positive"),
+    ],
+)
 def test_bad_attributes_are_located_errors(old, new, column, words):
     text = SRC.replace(old, new, 1)
     with pytest.raises(SourceError) as err:
@@ -275,29 +344,40 @@ def test_bad_attributes_are_located_errors(old, new, column, words):
 
 
 def test_generic_ops_take_no_attributes():
-    text = SRC.replace("%p = avgPool2d %y: <1 x 4 x 2 x 2 x f32> kernel [2, 2] stride [1, 1] padding [0, 0]",
-                       "%p = exp %y: <1 x 4 x 2 x 2 x f32> stride [1, 1]")
+    text = SRC.replace(
+        "%p = avgPool2d %y: <1 x 4 x 2 x 2 x f32> kernel [2, 2] stride [1, 1] padding [0, 0]",
+        "%p = exp %y: <1 x 4 x 2 x 2 x f32> stride [1, 1]",
+    )
     with pytest.raises(SourceError, match="exp takes no attributes"):
         parse(text, "bad.dl")
 
 
 # ---------------------------------------------------------------- DSL errors
 
-@pytest.mark.parametrize("call, words", [
-    (lambda x, w: dq.conv2d(x, w, stride=0), "conv2d: stride 0 must be positive"),
-    (lambda x, w: dq.conv2d(x, w, stride=(1, 2, 3)), "stride must be an int or 2 ints"),
-    (lambda x, w: dq.conv2d(x, w, padding="full"), "padding must be an int, 2 ints, 'same' or 'valid'"),
-    (lambda x, w: dq.conv2d(x, w, padding="same", stride=2), "padding='same' needs stride 1"),
-    (lambda x, w: dq.conv2d(x, w, groups=3), "input has 2 channels but the weights"),
-    (lambda x, w: dq.conv2d(x[0], w), "the input must be NCHW (rank 4)"),
-    (lambda x, w: dq.conv2d(x, w, dilation=4), "does not fit the padded input"),
-    (lambda x, w: dq.max_pool2d(x, 3, padding=2), "at most half the kernel"),
-    (lambda x, w: dq.avg_pool2d(x, (2, 2.5)), "kernel must be an int or 2 ints"),
-])
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda x, w: dq.conv2d(x, w, stride=0), "conv2d: stride 0 must be positive"),
+        (lambda x, w: dq.conv2d(x, w, stride=(1, 2, 3)), "stride must be an int or 2 ints"),
+        (
+            lambda x, w: dq.conv2d(x, w, padding="full"),
+            "padding must be an int, 2 ints, 'same' or 'valid'",
+        ),
+        (lambda x, w: dq.conv2d(x, w, padding="same", stride=2), "padding='same' needs stride 1"),
+        (lambda x, w: dq.conv2d(x, w, groups=3), "input has 2 channels but the weights"),
+        (lambda x, w: dq.conv2d(x[0], w), "the input must be NCHW (rank 4)"),
+        (lambda x, w: dq.conv2d(x, w, dilation=4), "does not fit the padded input"),
+        (lambda x, w: dq.max_pool2d(x, 3, padding=2), "at most half the kernel"),
+        (lambda x, w: dq.avg_pool2d(x, (2, 2.5)), "kernel must be an int or 2 ints"),
+    ],
+)
 def test_bad_dsl_arguments_are_clear_errors_at_the_users_line(call, words):
     x = np.zeros((1, 2, 5, 5), np.float32)
     w = np.zeros((4, 1, 3, 3), np.float32)
-    with pytest.raises(DlvmError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")) as err:
+    with pytest.raises(
+        DlvmError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ) as err:
         dq.make_ir(lambda x, w: call(x, w))(x, w)
     assert "test_conv.py" in str(err.value)
 
@@ -311,13 +391,16 @@ def test_int_inputs_are_convolved_in_f32():
 
 # ---------------------------------------------------------------- the GPU plan, emulated
 
+
 def test_cnn_step_on_the_emulated_gpu_matches_the_cpu(monkeypatch, tmp_path):
     """The same plan on the gpu target (window steps through CuPy's array API, the kernels
     around them as PTX assembled by ptxas and emulated: tests/fake_cupy.py)."""
     import fake_cupy
+
     if fake_cupy.PTXAS is None:
         pytest.skip("ptxas is not installed")
     from dlvm_eq.codegen import set_cache_dir
+
     set_cache_dir(tmp_path)
     args = _cnn_args(_rng(8), np.float32)
     step = dq.value_and_grad(_cnn_loss, argnums=(0, 1, 2, 3))
@@ -332,10 +415,13 @@ def test_cnn_step_on_the_emulated_gpu_matches_the_cpu(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("dlvm_eq.codegen", fromlist=["gpu_available"]).gpu_available(),
-                    reason="CUDA is not usable here")
+@pytest.mark.skipif(
+    not __import__("dlvm_eq.codegen", fromlist=["gpu_available"]).gpu_available(),
+    reason="CUDA is not usable here",
+)
 def test_cnn_step_on_the_gpu_matches_the_cpu():
     import cupy as cp
+
     args = _cnn_args(_rng(9), np.float32)
     step = dq.value_and_grad(_cnn_loss, argnums=(0, 1, 2, 3))
     v_cpu, g_cpu = dq.jit(step, target="cpu")(*args)

@@ -1,5 +1,6 @@
 """Deep programs compile, and agree with the interpreter: no recursion limit anywhere in compile,
 and shared sub-expressions are built once (interned kernel expressions)."""
+
 import pickle
 import subprocess
 import sys
@@ -9,8 +10,18 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen.kernels.spec import (Binary, Const, KernelInput, KernelSpec, Load, ReduceSpec,
-                                    Unary, dtype_of, resolve, walk)
+from dlvm_eq.codegen.kernels.spec import (
+    Binary,
+    Const,
+    KernelInput,
+    KernelSpec,
+    Load,
+    ReduceSpec,
+    Unary,
+    dtype_of,
+    resolve,
+    walk,
+)
 from dlvm_eq.ir.parser import parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from deep_programs import chain_text  # noqa: E402
 
-
 # ------------------------------------------------------------------ interning (pattern level)
+
 
 def test_building_a_node_twice_returns_the_same_object():
     x = Load(0)
@@ -40,6 +51,7 @@ def test_constants_that_python_calls_equal_stay_distinct():
 
 def test_pickle_and_copy_keep_identity():
     import copy
+
     e = Unary("exp", Load(0) * 1.5 + Load(1))
     assert pickle.loads(pickle.dumps(e)) is e
     assert copy.deepcopy(e) is e and copy.copy(e) is e
@@ -50,11 +62,11 @@ def test_shared_dag_walks_and_resolves_linearly():
     x = Load(0)
     for _ in range(60):
         x = Unary("tanh", x * x + x)
-    assert len(walk([x])) == 1 + 3 * 60   # the Load, and per level: mul, add, tanh
+    assert len(walk([x])) == 1 + 3 * 60  # the Load, and per level: mul, add, tanh
     spec = KernelSpec("deep", (4,), [KernelInput("f32")], [x])
     assert len(walk(spec.outputs)) == len(walk([x]))
     assert spec.output_dtypes == ("f32",)
-    assert len(repr(x)) < 3000       # printed as a tree, cut off: not 2^60 characters
+    assert len(repr(x)) < 3000  # printed as a tree, cut off: not 2^60 characters
 
 
 def test_a_very_deep_expression_resolves_without_recursion():
@@ -64,7 +76,9 @@ def test_a_very_deep_expression_resolves_without_recursion():
     out = resolve(x, ("f64", "f64"))
     assert dtype_of(out, ("f64", "f64")) == "f64"
     assert out.b is Load(1) and out.a.b is Const(0.5, "f64")
-    spec = ReduceSpec("deep_sum", (3,), [KernelInput("f32"), KernelInput("f32")], x, "add", axes=(0,))
+    spec = ReduceSpec(
+        "deep_sum", (3,), [KernelInput("f32"), KernelInput("f32")], x, "add", axes=(0,)
+    )
     assert spec.dtype == "f32"
 
 
@@ -79,17 +93,21 @@ def test_an_ill_typed_deep_expression_is_a_kernel_error():
 
 # ------------------------------------------------------------------ deep programs end to end
 
+
 def _tanh_chain(n):
     def deep(x):
         for _ in range(n):
             x = dq.tanh(x * x + x)
         return dq.sum(x)
+
     return deep
 
 
 @pytest.mark.parametrize("n", [30, 200])
 def test_tanh_chain_gradient_compiles_and_agrees_with_the_interpreter(n):
-    x = np.array([-4e-3, -2e-3, -1e-3, 0.0, 5e-4, 1e-3], np.float32)   # gradients 0.1..2 at depth 200
+    x = np.array(
+        [-4e-3, -2e-3, -1e-3, 0.0, 5e-4, 1e-3], np.float32
+    )  # gradients 0.1..2 at depth 200
     want = dq.jit(dq.grad(_tanh_chain(n)), target="interp")(x)
     got = dq.jit(dq.grad(_tanh_chain(n)))(x)
     assert np.all(np.isfinite(want)) and np.abs(want).min() > 0.05
@@ -101,6 +119,7 @@ def test_two_hundred_affine_steps_compile():
         for _ in range(200):
             x = x * 0.999 + y
         return x
+
     x = np.linspace(-1, 1, 6).astype(np.float32)
     y = np.full(6, 0.01, np.float32)
     want = dq.jit(f, target="interp")(x, y)
@@ -119,14 +138,34 @@ def test_thousand_instruction_chain_through_the_cli(tmp_path):
     src = tmp_path / "chain.dl"
     src.write_text(chain_text(1000))
     rng = np.random.default_rng(1)
-    np.savez(tmp_path / "in.npz", x=rng.standard_normal((4, 8)).astype(np.float32),
-             y=rng.standard_normal((4, 8)).astype(np.float32))
+    np.savez(
+        tmp_path / "in.npz",
+        x=rng.standard_normal((4, 8)).astype(np.float32),
+        y=rng.standard_normal((4, 8)).astype(np.float32),
+    )
     outs = {}
     for target in ("cpu", "interp"):
-        r = subprocess.run([sys.executable, "-m", "dlvm_eq.cli", "run", str(src), "-f", "chain",
-                            "--inputs", str(tmp_path / "in.npz"), "--target", target,
-                            "-o", str(tmp_path / f"{target}.npz")],
-                           capture_output=True, text=True, timeout=600, cwd=ROOT)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dlvm_eq.cli",
+                "run",
+                str(src),
+                "-f",
+                "chain",
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--target",
+                target,
+                "-o",
+                str(tmp_path / f"{target}.npz"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
         outs[target] = np.load(tmp_path / f"{target}.npz")["out"]
@@ -139,18 +178,21 @@ def test_optimizing_a_deep_chain_needs_no_recursion_headroom(monkeypatch):
 
     def refuse(limit):
         raise AssertionError(f"compile set the recursion limit to {limit}")
+
     monkeypatch.setattr(sys, "setrecursionlimit", refuse)
     out = dq.optimize(m).module
     rng = np.random.default_rng(2)
     x, y = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
-    np.testing.assert_allclose(dq.interpret(out, "chain", x, y), dq.interpret(m, "chain", x, y),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        dq.interpret(out, "chain", x, y), dq.interpret(m, "chain", x, y), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_a_deep_kernel_expression_compiles_and_runs():
     # spec_text (the object-code cache key) and lowering walk the DAG without recursion
     from dlvm_eq.codegen.kernels.spec_text import spec_text
     from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu
+
     x, want = Load(0), np.linspace(-1, 1, 16).astype(np.float32)
     acc = want.astype(np.float64)
     for i in range(1500):
@@ -166,6 +208,7 @@ def test_greedy_extraction_of_a_chain_deeper_than_the_cost_set_limit():
     # and, on a chain (no sharing), optimal
     from dlvm_eq.extract.graph import load_json
     from dlvm_eq.extract.greedy import SET_LIMIT, greedy_dag_choice
+
     n = SET_LIMIT + 500
     nodes = {"x": {"op": "x", "children": [], "eclass": "C0", "cost": 1.0}}
     for i in range(1, n):

@@ -10,6 +10,7 @@ loop), the thread count, or the load on the machine.
   reduction-heavy program (sums, means, softmax, products through our GEMM) with 1, 2 and 5
   threads, on one CPU (`taskset -c 0`) and while a busy process spins: bitwise equal.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,10 +24,18 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen.kernels.spec import (
+    DTYPES,
+    UNARY_OPS,
+    KernelInput,
+    KernelSpec,
+    Load,
+    ReduceSpec,
+    binary,
+    unary,
+)
 from dlvm_eq.codegen.runtime.buffers import data_ptr
 from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
-from dlvm_eq.codegen.kernels.spec import (DTYPES, UNARY_OPS, KernelInput, KernelSpec, Load, ReduceSpec, binary,
-                                    unary)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,10 +56,34 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 # Values that reach every branch of the polynomial math: tiny, small (series), around the
 # switch points (0.5, 0.625, 1), large (saturation, overflow), negative, special.
-PROBES = [0.0, -0.0, 1e-30, 3e-4, 0.1, -0.3, 0.49, 0.55, 0.7, -1.5, 2.5, 7.0, 9.4, 9.6, 15.0,
-          25.0, -25.0, 60.0, 88.5, -100.0, 700.0, np.inf, -np.inf, np.nan]
+PROBES = [
+    0.0,
+    -0.0,
+    1e-30,
+    3e-4,
+    0.1,
+    -0.3,
+    0.49,
+    0.55,
+    0.7,
+    -1.5,
+    2.5,
+    7.0,
+    9.4,
+    9.6,
+    15.0,
+    25.0,
+    -25.0,
+    60.0,
+    88.5,
+    -100.0,
+    700.0,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
 OFFSETS = [0, 1, 3, 7, 8, 13, 16]
-SIZE = 96        # OFFSETS[-1] + 70 < SIZE
+SIZE = 96  # OFFSETS[-1] + 70 < SIZE
 
 
 def _assert_position_independent(k: CpuKernel, dtype, probes=PROBES, n_in=1):
@@ -66,11 +99,12 @@ def _assert_position_independent(k: CpuKernel, dtype, probes=PROBES, n_in=1):
             for n in range(1, 71):
                 out.fill(np.nan)
                 k.fn(lo, lo + n, *ptrs)
-                got = _bits(out)[lo:lo + n]
+                got = _bits(out)[lo : lo + n]
                 assert (got == want).all(), (
                     f"{k.spec.name} at {p!r} ({np.dtype(dtype).name}): [{lo}, {lo + n}) gives "
-                    f"{out[lo:lo + n][got != want][:3]} at positions {np.flatnonzero(got != want)[:5] + lo}, "
-                    f"alone {out.dtype.type(np.frombuffer(want.tobytes(), dtype)[0])}")
+                    f"{out[lo : lo + n][got != want][:3]} at positions {np.flatnonzero(got != want)[:5] + lo}, "
+                    f"alone {out.dtype.type(np.frombuffer(want.tobytes(), dtype)[0])}"
+                )
 
 
 FLOAT_UNARY = sorted(op for op, dts in UNARY_OPS.items() if "f32" in dts)
@@ -117,7 +151,7 @@ def test_strided_and_broadcast_kernels_of_one_value_are_one_value(shape):
     broadcast operand: every element alike."""
     f = dq.jit(lambda x, b: dq.sigmoid(x + b) * dq.exp(x * 0.5) - dq.tanh(b))
     x = np.full(shape, 0.0, np.float32)
-    b = np.full(shape[-1:], 0.0, np.float32)          # sigmoid(0) = 0.5 exactly
+    b = np.full(shape[-1:], 0.0, np.float32)  # sigmoid(0) = 0.5 exactly
     y = f(x, b)
     assert (_bits(y) == _bits(y).flat[0]).all(), np.unique(y)
 
@@ -132,7 +166,7 @@ def test_large_outputs_with_streaming_stores_are_one_value():
 def test_gemm_epilogue_tiles_whole_and_partial_compute_alike():
     """A product whose every element is the same exact value (ones @ 0.25s), then a fused
     epilogue: whole 32-wide tiles (straight vector code) and edge tiles (a loop) agree."""
-    f = dq.jit(lambda a, b: dq.sigmoid(a @ b - 16.0) * 3.0)    # sigmoid(0): 0.5 exactly
+    f = dq.jit(lambda a, b: dq.sigmoid(a @ b - 16.0) * 3.0)  # sigmoid(0): 0.5 exactly
     a = np.ones((333, 64), np.float32)
     b = np.full((64, 77), 0.25, np.float32)
     y = f(a, b)
@@ -146,8 +180,13 @@ ROW_FNS = {
     "softmax": lambda x: dq.softmax(x, axis=-1),
     "logsumexp": lambda x: dq.logsumexp(x, axis=-1, keepdims=True) + x * 0.0,
     "gated_softmax": lambda x: dq.sigmoid(x) * dq.softmax(x, axis=-1),
-    "layernorm": lambda x: (x - dq.mean(x, axis=-1, keepdims=True)) * dq.rsqrt(
-        dq.mean(dq.square(x - dq.mean(x, axis=-1, keepdims=True)), axis=-1, keepdims=True) + 1e-5),
+    "layernorm": lambda x: (
+        (x - dq.mean(x, axis=-1, keepdims=True))
+        * dq.rsqrt(
+            dq.mean(dq.square(x - dq.mean(x, axis=-1, keepdims=True)), axis=-1, keepdims=True)
+            + 1e-5
+        )
+    ),
 }
 
 
@@ -156,6 +195,7 @@ def test_row_kernel_columns_of_a_constant_row_are_equal(name):
     """Rows of one repeated value: every element of a row the same bits (the map pass's vector
     body and remainder, and the stashed exp values, compute alike)."""
     from dlvm_eq.codegen.planning.plan import RowStep
+
     f = dq.jit(ROW_FNS[name])
     for cols in (1, 3, 8, 10, 15, 16, 17, 31, 33, 40, 64, 70):
         x = np.repeat(np.array([[0.0], [25.0], [-7.0]], np.float32), cols, axis=1)
@@ -169,7 +209,7 @@ def test_row_kernel_columns_of_a_constant_row_are_equal(name):
 
 THREADS = [1, 2, 3, 5, 8]
 
-REDUCTIONS = [   # (shape, axes): one long output, few long ones (both layouts), many short ones
+REDUCTIONS = [  # (shape, axes): one long output, few long ones (both layouts), many short ones
     ((1 << 21,), (0,)),
     ((3, 700_001), (1,)),
     ((700_001, 3), (0,)),
@@ -183,7 +223,9 @@ REDUCTIONS = [   # (shape, axes): one long output, few long ones (both layouts),
 @pytest.mark.parametrize("shape, axes", REDUCTIONS)
 def test_reductions_give_the_same_bits_with_any_thread_count(shape, axes, op):
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    spec = ReduceSpec("r", shape, [KernelInput("f32")], unary("exp", Load(0) * 0.1) * Load(0), op, axes)
+    spec = ReduceSpec(
+        "r", shape, [KernelInput("f32")], unary("exp", Load(0) * 0.1) * Load(0), op, axes
+    )
     results = {t: CpuKernel(spec, threads=t)(x) for t in THREADS}
     want = np.exp(x.astype(np.float64) * 0.1) * x
     want = want.sum(axis=axes) if op == "add" else want.max(axis=axes)
@@ -195,11 +237,16 @@ def test_reductions_give_the_same_bits_with_any_thread_count(shape, axes, op):
 def test_row_kernels_give_the_same_bits_with_any_thread_count():
     from dlvm_eq.codegen.kernels.rows import RowSpec
     from dlvm_eq.codegen.runtime.row_kernel import RowKernel
+
     x = np.random.default_rng(2).standard_normal((3000, 257)).astype(np.float32)
     v = Load(0)
-    spec = RowSpec("softmax", *x.shape, [KernelInput("f32")],
-                   [(v, "max", None), (unary("exp", v - Load(1)), "add", None)],
-                   [unary("exp", v - Load(1)) / Load(2)])
+    spec = RowSpec(
+        "softmax",
+        *x.shape,
+        [KernelInput("f32")],
+        [(v, "max", None), (unary("exp", v - Load(1)), "add", None)],
+        [unary("exp", v - Load(1)) / Load(2)],
+    )
     results = [RowKernel(spec, threads=t)(x) for t in THREADS]
     for r in results[1:]:
         for a, b in zip(r, results[0]):
@@ -210,6 +257,7 @@ def test_row_kernels_give_the_same_bits_with_any_thread_count():
 def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     """Blocks of C per thread; K is never split, so no element's sum depends on the split."""
     from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, CpuGemm
+
     rng = np.random.default_rng(3)
     n = 16 if narrow else 300
     a = rng.standard_normal((700, 900), dtype=np.float32)
@@ -217,7 +265,7 @@ def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
     outs = []
     for t in THREADS:
         g = CpuGemm(narrow, threads=t)
-        assert t == 1 or 1 < len(g.blocks(700, n, 900)) <= BLOCKS_PER_THREAD * t   # really split
+        assert t == 1 or 1 < len(g.blocks(700, n, 900)) <= BLOCKS_PER_THREAD * t  # really split
         out = np.empty((700, n), np.float32)
         g(a, b, out)
         outs.append(out)
@@ -228,27 +276,39 @@ def test_gemm_gives_the_same_bits_with_any_thread_count(narrow):
 
 # ---------------------------------------------------------------- whole programs
 
+
 def heavy(x, w, b, d, v):
     """Reduction-heavy: products through our GEMM (plain, with a fused epilogue, and the swapped
     narrow one), softmax rows, sums and means over long axes."""
-    h = dq.relu(x @ w + b)                         # GEMM + epilogue
-    p = dq.softmax(h, axis=-1)                     # row kernel
-    g = dq.transpose(x) @ d                        # (784, 512) @ (512, 10): the swapped path
-    return (h, p, g, dq.sum(x, axis=0), dq.mean(dq.exp(v * 0.01)), dq.sum(v.reshape(4, -1) ** 2, axis=1),
-            dq.sum(x * x, axis=1), dq.max(dq.tanh(v)))
+    h = dq.relu(x @ w + b)  # GEMM + epilogue
+    p = dq.softmax(h, axis=-1)  # row kernel
+    g = dq.transpose(x) @ d  # (784, 512) @ (512, 10): the swapped path
+    return (
+        h,
+        p,
+        g,
+        dq.sum(x, axis=0),
+        dq.mean(dq.exp(v * 0.01)),
+        dq.sum(v.reshape(4, -1) ** 2, axis=1),
+        dq.sum(x * x, axis=1),
+        dq.max(dq.tanh(v)),
+    )
 
 
 def heavy_args():
     rng = np.random.default_rng(4)
-    return [rng.standard_normal((512, 784)).astype(np.float32),
-            (rng.standard_normal((784, 256)) * 0.05).astype(np.float32),
-            rng.standard_normal(256).astype(np.float32),
-            rng.standard_normal((512, 10)).astype(np.float32),
-            rng.standard_normal(1 << 21).astype(np.float32)]
+    return [
+        rng.standard_normal((512, 784)).astype(np.float32),
+        (rng.standard_normal((784, 256)) * 0.05).astype(np.float32),
+        rng.standard_normal(256).astype(np.float32),
+        rng.standard_normal((512, 10)).astype(np.float32),
+        rng.standard_normal(1 << 21).astype(np.float32),
+    ]
 
 
 def _digest(results) -> str:
     import hashlib
+
     h = hashlib.sha256()
     for r in results:
         h.update(_bits(np.ascontiguousarray(r)).tobytes())
@@ -257,10 +317,9 @@ def _digest(results) -> str:
 
 def _with_threads(monkeypatch, t: int):
     """What a process with `t` usable CPUs builds: every kernel and GEMM made afresh for t threads."""
-    from dlvm_eq.codegen.runtime import cpu_kernel
-    from dlvm_eq.codegen.runtime import gemm_runtime
-    from dlvm_eq.codegen.runtime import row_kernel
+    from dlvm_eq.codegen.runtime import cpu_kernel, gemm_runtime, row_kernel
     from dlvm_eq.codegen.runtime.kernel_memo import KernelMemo
+
     for mod in (cpu_kernel, row_kernel, gemm_runtime):
         monkeypatch.setattr(mod, "usable_cpus", lambda: t)
     monkeypatch.setattr(cpu_kernel, "_kernels", KernelMemo())
@@ -276,7 +335,7 @@ def test_a_reduction_heavy_program_gives_the_same_bits_with_1_2_and_5_threads(mo
             _with_threads(m, t)
             f = dq.jit(heavy)
             out = f(*args)
-            assert f.report(*args).plan.epilogues          # the fused-epilogue path is taken
+            assert f.report(*args).plan.epilogues  # the fused-epilogue path is taken
             digests[t] = _digest(out)
     assert len(set(digests.values())) == 1, digests
 
@@ -293,8 +352,14 @@ print(_digest(f(*args)))
 
 def _run(prefix=()) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([*prefix, sys.executable, "-c", SCRIPT.format(tests=str(ROOT / "tests"))],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-c", SCRIPT.format(tests=str(ROOT / "tests"))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
 
@@ -305,7 +370,7 @@ def test_the_program_gives_the_same_bits_on_one_cpu_all_cpus_and_a_busy_machine(
     assert _run() == here
     if shutil.which("taskset") and len(os.sched_getaffinity(0)) > 1:
         assert _run(["taskset", "-c", str(min(os.sched_getaffinity(0)))]) == here
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])   # this session: same group
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # this session: same group
     try:
         assert _run() == here
     finally:

@@ -9,6 +9,7 @@ Ray starts once for the module (`num_cpus=2`, `address="local"`: never another m
 stops in the fixture's teardown; every wait on a worker has a time limit. Sharding, weights
 (mean and sum losses) and the combine without Ray: test_distributed_parts.py.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,8 +31,8 @@ from dlvm_eq.errors import DlvmError, ShapeError  # noqa: E402
 from dlvm_eq.models import mlp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_S = 120          # per step: a hang, not a slow machine (the first step compiles)
-ROWS = 13              # two workers get 7 and 6 rows: unequal shards
+LIMIT_S = 120  # per step: a hang, not a slow machine (the first step compiles)
+ROWS = 13  # two workers get 7 and 6 rows: unequal shards
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +46,11 @@ def local_ray():
 def make_loss():
     """Defined in a function so that Ray pickles it by value (the workers cannot import this
     test module by name)."""
+
     def dict_loss(params, x, y):
         h = dq.tanh(x @ params["w1"] + params["b1"])
         return dq.mean(dq.softmax_cross_entropy(h @ params["w2"], y))
+
     return dict_loss
 
 
@@ -57,8 +60,11 @@ DICT_LOSS = make_loss()
 def dict_problem(dtype=np.float64, rows=ROWS, seed=0):
     """Parameters, and a batch labelled by a fixed teacher (so that SGD has something to learn)."""
     rng = np.random.default_rng(seed)
-    params = {"w1": rng.standard_normal((5, 4)) * 0.5, "b1": rng.standard_normal(4) * 0.1,
-              "w2": rng.standard_normal((4, 3)) * 0.5}
+    params = {
+        "w1": rng.standard_normal((5, 4)) * 0.5,
+        "b1": rng.standard_normal(4) * 0.1,
+        "w2": rng.standard_normal((4, 3)) * 0.5,
+    }
     params = {k: v.astype(dtype) for k, v in params.items()}
     x = rng.standard_normal((rows, 5)).astype(dtype)
     teacher = np.random.default_rng(99).standard_normal((5, 3))
@@ -101,8 +107,9 @@ def dict_step(local_ray):
     """Two workers, shared by the tests of one class (starting workers and compiling in them is
     what takes time). They hold all of Ray's CPUs: other tests start theirs after the class."""
     compile_the_shards_programs()
-    with data_parallel(dq.value_and_grad(DICT_LOSS, argnums=0), batch_argnums=(1, 2),
-                       workers=2, timeout_s=LIMIT_S) as step:
+    with data_parallel(
+        dq.value_and_grad(DICT_LOSS, argnums=0), batch_argnums=(1, 2), workers=2, timeout_s=LIMIT_S
+    ) as step:
         yield step
 
 
@@ -123,7 +130,7 @@ class TestTwoWorkersOfOneStep:
         want_params, want_losses = train(single, params, data, dq.optim.sgd(0.5))
         got_params, got_losses = train(dict_step, params, data, dq.optim.sgd(0.5))
         np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=0)
-        assert got_losses[-1] < 0.8 * got_losses[0]       # it trained
+        assert got_losses[-1] < 0.8 * got_losses[0]  # it trained
         assert_trees_close(got_params, want_params, rtol=1e-5)
         again_params, again_losses = train(dict_step, params, data, dq.optim.sgd(0.5))
         assert again_losses == got_losses
@@ -139,16 +146,17 @@ class TestTwoWorkersOfOneStep:
             if i == 4:
                 os.kill(before[1], signal.SIGKILL)
 
-        got_params, got_losses = train(dict_step, params, data, dq.optim.sgd(0.5),
-                                       on_step=kill_worker_one)
+        got_params, got_losses = train(
+            dict_step, params, data, dq.optim.sgd(0.5), on_step=kill_worker_one
+        )
         after = dict_step.worker_pids()
-        assert after[0] == before[0] and after[1] != before[1]     # Ray restarted worker 1
+        assert after[0] == before[0] and after[1] != before[1]  # Ray restarted worker 1
         assert got_losses == want_losses
         assert_trees_equal(got_params, want_params)
 
     def test_a_user_error_in_a_worker_is_the_same_dlvm_error(self, dict_step):
         params, x, y = dict_problem()
-        bad = {**params, "w1": params["w1"][:4]}           # 5 inputs, 4 weight rows
+        bad = {**params, "w1": params["w1"][:4]}  # 5 inputs, 4 weight rows
         with pytest.raises(DlvmError) as single:
             dq.value_and_grad(DICT_LOSS, argnums=0)(bad, x, y)
         with pytest.raises(DlvmError) as distributed:
@@ -157,7 +165,7 @@ class TestTwoWorkersOfOneStep:
         # the same message (the shard has 7 rows where the whole batch has 13)
         want = str(single.value).replace("(13, 5)", "(7, 5)").replace("<13 x", "<7 x")
         assert str(distributed.value) == want
-        value, _ = dict_step(params, x, y)                 # the workers are still usable
+        value, _ = dict_step(params, x, y)  # the workers are still usable
         assert np.isfinite(value)
 
     def test_data_parallel_rejects_bad_arguments(self, dict_step):
@@ -177,15 +185,17 @@ def test_a_worker_dying_inside_a_step_is_retried_and_logged(local_ray, tmp_path,
     base = dq.value_and_grad(DICT_LOSS, argnums=0)
 
     def dies_once(params, x, y):
-        try:      # exactly one worker process creates the marker, and kills itself mid-step
+        try:  # exactly one worker process creates the marker, and kills itself mid-step
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return base(params, x, y)
         os.kill(os.getpid(), signal.SIGKILL)
 
     params, x, y = dict_problem()
-    with caplog.at_level(logging.WARNING, logger="dlvm_eq.distributed"), \
-            data_parallel(dies_once, batch_argnums=(1, 2), workers=2, timeout_s=LIMIT_S) as step:
+    with (
+        caplog.at_level(logging.WARNING, logger="dlvm_eq.distributed"),
+        data_parallel(dies_once, batch_argnums=(1, 2), workers=2, timeout_s=LIMIT_S) as step,
+    ):
         got = step(params, x, y)
     assert_trees_close(got, base(params, x, y), rtol=1e-5)
     died = [r for r in caplog.records if "died during step 1" in r.getMessage()]
@@ -205,6 +215,7 @@ def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
     step pickled to the workers, prints the single process's loss curve and accuracy, and
     exits (a hang at exit would be caught by the time limit)."""
     from dlvm_eq.models import demo
+
     single = io.StringIO()
     demo.run(epochs=1, out=single)
     # the workers' program (shards of 64 rows) into the disk cache the subprocess inherits:
@@ -215,9 +226,18 @@ def test_the_demo_on_two_workers_prints_what_one_process_prints(local_ray):
     step(*params, x, demo.one_hot([0] * len(x)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from dlvm_eq.cli import main; "
-                               "sys.exit(main(['demo', '--workers', '2', '--epochs', '1']))"],
-        cwd=ROOT, env=env, timeout=240, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dlvm_eq.cli import main; "
+            "sys.exit(main(['demo', '--workers', '2', '--epochs', '1']))",
+        ],
+        cwd=ROOT,
+        env=env,
+        timeout=240,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "training data-parallel on 2 Ray worker(s)" in done.stdout
     assert _printed(done.stdout) == _printed(single.getvalue())

@@ -2,6 +2,7 @@
 fixed-order combine, the transport of user errors, and the training loop. The sharded results
 are computed in this process (the step on each shard) and combined as the workers' would be;
 the oracle is the step on the whole batch."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ from dlvm_eq.errors import DlvmError, SourceError
 def test_shards_are_contiguous_and_differ_by_at_most_one_row():
     assert shard_plan(10, 3).bounds == ((0, 4), (4, 7), (7, 10))
     assert shard_plan(13, 2).bounds == ((0, 7), (7, 13))
-    assert shard_plan(2, 4).bounds == ((0, 1), (1, 2))          # no empty shard
+    assert shard_plan(2, 4).bounds == ((0, 1), (1, 2))  # no empty shard
     assert shard_plan(10, 3).weights("mean") == (0.4, 0.3, 0.3)
     assert shard_plan(10, 3).weights("sum") == (1.0, 1.0, 1.0)
     with pytest.raises(DlvmError, match="batch is empty"):
@@ -99,8 +100,8 @@ def test_combine_is_fixed_order_float64_and_keeps_dtypes():
 
 def test_a_user_error_travels_as_itself():
     error = SourceError("expected a type", "model.dl", 3, 7, "  %x = add %a")
-    plain = pickle.loads(pickle.dumps(error))       # what Ray would do with the exception
-    assert str(plain) != str(error)                 # SourceError renders its message twice
+    plain = pickle.loads(pickle.dumps(error))  # what Ray would do with the exception
+    assert str(plain) != str(error)  # SourceError renders its message twice
     carried = pickle.loads(pickle.dumps(RaisedInWorker.capture(error))).rebuild()
     assert type(carried) is SourceError and str(carried) == str(error)
     assert (carried.filename, carried.line, carried.column) == ("model.dl", 3, 7)
@@ -113,7 +114,7 @@ def test_train_runs_the_update_on_the_step_gradients():
     f = dq.value_and_grad(mean_loss)
     got, losses = train(f, params, data, dq.optim.momentum(0.1, beta=0.5))
     want, velocity = params["w"], np.zeros_like(params["w"])
-    for i, (x, y) in enumerate(data):            # the loop by hand, the state carried along
+    for i, (x, y) in enumerate(data):  # the loop by hand, the state carried along
         value, grads = f({"w": want}, x, y)
         assert losses[i] == float(value)
         velocity = 0.5 * velocity + grads["w"]
@@ -124,18 +125,24 @@ def test_train_runs_the_update_on_the_step_gradients():
 def test_import_dlvm_eq_does_not_import_ray():
     code = "import sys, dlvm_eq; assert 'ray' not in sys.modules; dlvm_eq.distributed"
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, timeout=120, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        timeout=120,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_compiled_step_pickles_as_its_function_and_compiles_again():
-    cloudpickle = pytest.importorskip("ray.cloudpickle")   # what Ray sends actors with
+    cloudpickle = pytest.importorskip("ray.cloudpickle")  # what Ray sends actors with
     rng = np.random.default_rng(3)
     params = {"w": rng.standard_normal((3, 2))}
     x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
     step = dq.jit(dq.value_and_grad(mean_loss))
-    want = step(params, x, y)                       # compiled: holds native code and locks
+    want = step(params, x, y)  # compiled: holds native code and locks
     copy = cloudpickle.loads(cloudpickle.dumps(step))
     assert copy.cache_size() == 0 and copy.target == step.target
     _assert_close(copy(params, x, y), want, rtol=0)
@@ -155,8 +162,9 @@ def test_a_bundled_models_shape_error_in_a_worker_names_the_drivers_line():
     # the error names the user's call; in a worker it names the driver's line it was given
     from dlvm_eq.distributed.worker import ShardWorker
     from dlvm_eq.models import mlp
+
     params = mlp.init_params([5, 4, 3])
-    bad = (params[0][:4],) + tuple(params[1:])      # 5 inputs, 4 weight rows
+    bad = (params[0][:4],) + tuple(params[1:])  # 5 inputs, 4 weight rows
     x, y = np.ones((6, 5), np.float32), np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
     step = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))
     driver_line = ("/home/user/train.py", 42, 9)
@@ -168,7 +176,9 @@ def test_a_bundled_models_shape_error_in_a_worker_names_the_drivers_line():
     assert "function_manager" not in str(error) and error.location == driver_line
     with pytest.raises(dq.ShapeError) as single:
         step(*bad, x, y)
-    assert str(single.value).startswith(f"{__file__}:")      # one process: the user's line
-    def message(e):    # the first line after the location (the source line differs)
+    assert str(single.value).startswith(f"{__file__}:")  # one process: the user's line
+
+    def message(e):  # the first line after the location (the source line differs)
         return str(e).split(": error: ", 1)[1].splitlines()[0]
+
     assert message(single.value) == message(error)

@@ -1,4 +1,5 @@
 """The staged DSL: traced programs, run by the reference interpreter, agree with numpy."""
+
 from __future__ import annotations
 
 import os
@@ -39,12 +40,28 @@ def line_of(marker: str) -> int:
 
 LOW = {"log": 0.1, "sqrt": 0.1, "rsqrt": 0.1, "log1p": -0.9}
 UNARY = {
-    "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": special.expit,
-    "relu": lambda x: np.maximum(x, 0), "sqrt": np.sqrt, "abs": np.abs, "square": np.square,
-    "log1p": np.log1p, "expm1": np.expm1, "softplus": lambda x: np.logaddexp(0, x),
-    "negative": np.negative, "sin": np.sin, "cos": np.cos, "sinh": np.sinh, "cosh": np.cosh,
-    "tan": np.tan, "rsqrt": lambda x: 1 / np.sqrt(x), "sign": np.sign, "floor": np.floor,
-    "ceil": np.ceil, "round": np.round,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": special.expit,
+    "relu": lambda x: np.maximum(x, 0),
+    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "square": np.square,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+    "softplus": lambda x: np.logaddexp(0, x),
+    "negative": np.negative,
+    "sin": np.sin,
+    "cos": np.cos,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tan": np.tan,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,
 }
 
 
@@ -60,13 +77,24 @@ def test_unary_matches_numpy(name, dtype):
 
 
 BINARY = {
-    "add": (lambda a, b: a + b, np.add), "subtract": (lambda a, b: a - b, np.subtract),
-    "multiply": (lambda a, b: a * b, np.multiply), "divide": (lambda a, b: a / b, np.divide),
-    "power": (lambda a, b: a ** b, np.power), "maximum": (dq.maximum, np.maximum),
-    "minimum": (dq.minimum, np.minimum), "add (function)": (dq.add, np.add),
+    "add": (lambda a, b: a + b, np.add),
+    "subtract": (lambda a, b: a - b, np.subtract),
+    "multiply": (lambda a, b: a * b, np.multiply),
+    "divide": (lambda a, b: a / b, np.divide),
+    "power": (lambda a, b: a**b, np.power),
+    "maximum": (dq.maximum, np.maximum),
+    "minimum": (dq.minimum, np.minimum),
+    "add (function)": (dq.add, np.add),
 }
-SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)),
-          ((), (3,)), ((4,), ()), ((2, 1, 4), (3, 1))]
+SHAPES = [
+    ((3, 4), (3, 4)),
+    ((3, 4), (4,)),
+    ((3, 1), (1, 4)),
+    ((2, 3, 4), (3, 1)),
+    ((), (3,)),
+    ((4,), ()),
+    ((2, 1, 4), (3, 1)),
+]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -81,8 +109,17 @@ def test_binary_broadcasting_matches_numpy(name, shapes, dtype):
     np.testing.assert_allclose(out, expected, **TOL[dtype])
 
 
-@pytest.mark.parametrize("op,ref", [("<", np.less), ("<=", np.less_equal), (">", np.greater),
-                                    (">=", np.greater_equal), ("==", np.equal), ("!=", np.not_equal)])
+@pytest.mark.parametrize(
+    "op,ref",
+    [
+        ("<", np.less),
+        ("<=", np.less_equal),
+        (">", np.greater),
+        (">=", np.greater_equal),
+        ("==", np.equal),
+        ("!=", np.not_equal),
+    ],
+)
 def test_comparisons_give_bool_tensors(op, ref):
     a = RNG.integers(0, 3, (3, 4)).astype(np.float32)
     b = RNG.integers(0, 3, (4,)).astype(np.float32)
@@ -96,19 +133,19 @@ def test_comparisons_give_bool_tensors(op, ref):
 
 def test_scalar_operands_are_weakly_typed():
     x = rand(3, dtype=np.float32)
-    module = dq.make_ir(lambda x: 2 * x + np.float64(0.5) - 1.0 / x + 2 ** x)(x)
+    module = dq.make_ir(lambda x: 2 * x + np.float64(0.5) - 1.0 / x + 2**x)(x)
     text = str(module)
     assert "f64" not in text and "2.0: f32" in text and "0.5: f32" in text
     out = dq.interpret(module, "lambda", x)
     assert out.dtype == np.float32
-    np.testing.assert_allclose(out, 2 * x + 0.5 - 1 / x + 2 ** x, rtol=1e-5)
+    np.testing.assert_allclose(out, 2 * x + 0.5 - 1 / x + 2**x, rtol=1e-5)
     # the same with f64 tensors stays f64
     x64 = x.astype(np.float64)
     assert traced(lambda x: 3.0 * x, x64).dtype == np.float64
 
 
 def test_dtype_promotion():
-    i = np.arange(6, dtype=np.int64).reshape(2, 3)        # int arrays trace as i32
+    i = np.arange(6, dtype=np.int64).reshape(2, 3)  # int arrays trace as i32
     f = rand(2, 3, dtype=np.float32)
     d = rand(3)
     m = dq.make_ir(lambda i, f, d: (i / 2, i * 0.5, i + 1, f + d, i + f))(i, f, d)
@@ -161,8 +198,10 @@ def test_tensor_methods_and_integer_reductions():
 
 # ------------------------------------------------------------------ layout and linear algebra
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((3, 4), (4,)), ((4,), (4, 5)),
-                                   ((4,), (4,))], ids=str)
+
+@pytest.mark.parametrize(
+    "sa,sb", [((3, 4), (4, 5)), ((3, 4), (4,)), ((4,), (4, 5)), ((4,), (4,))], ids=str
+)
 def test_matmul(sa, sb):
     a, b = rand(*sa), rand(*sb)
     np.testing.assert_allclose(traced(lambda a, b: a @ b, a, b), a @ b, rtol=1e-12)
@@ -172,13 +211,29 @@ def test_matmul(sa, sb):
 
 def test_transpose_reshape_concatenate():
     x = rand(2, 3, 4)
-    out = traced(lambda x: (x.T, dq.transpose(x), dq.transpose(x, (1, -1, 0)),
-                            dq.reshape(x, (4, -1)), x.reshape(-1), dq.reshape(x, (2, 12)),
-                            dq.concatenate([x, 2 * x], axis=-1),
-                            dq.concatenate((x, x, x), axis=0)), x)
-    expected = (x.T, np.transpose(x), np.transpose(x, (1, 2, 0)), x.reshape(4, -1),
-                x.reshape(-1), x.reshape(2, 12), np.concatenate([x, 2 * x], -1),
-                np.concatenate([x, x, x], 0))
+    out = traced(
+        lambda x: (
+            x.T,
+            dq.transpose(x),
+            dq.transpose(x, (1, -1, 0)),
+            dq.reshape(x, (4, -1)),
+            x.reshape(-1),
+            dq.reshape(x, (2, 12)),
+            dq.concatenate([x, 2 * x], axis=-1),
+            dq.concatenate((x, x, x), axis=0),
+        ),
+        x,
+    )
+    expected = (
+        x.T,
+        np.transpose(x),
+        np.transpose(x, (1, 2, 0)),
+        x.reshape(4, -1),
+        x.reshape(-1),
+        x.reshape(2, 12),
+        np.concatenate([x, 2 * x], -1),
+        np.concatenate([x, x, x], 0),
+    )
     for o, e in zip(out, expected):
         assert o.shape == e.shape
         np.testing.assert_array_equal(o, e)
@@ -186,8 +241,16 @@ def test_transpose_reshape_concatenate():
 
 def test_where_broadcasts_and_accepts_non_bool_conditions():
     c, a, b = rand(3, 1), rand(4), rand(3, 4)
-    out = traced(lambda c, a, b: (dq.where(c > 0, a, b), dq.where(c > 0, a, 0.0),
-                                  dq.where(dq.relu(c), 1.0, b)), c, a, b)
+    out = traced(
+        lambda c, a, b: (
+            dq.where(c > 0, a, b),
+            dq.where(c > 0, a, 0.0),
+            dq.where(dq.relu(c), 1.0, b),
+        ),
+        c,
+        a,
+        b,
+    )
     np.testing.assert_array_equal(out[0], np.where(c > 0, a, b))
     np.testing.assert_array_equal(out[1], np.where(c > 0, a, 0.0))
     np.testing.assert_array_equal(out[2], np.where(np.maximum(c, 0) != 0, 1.0, b))
@@ -195,14 +258,26 @@ def test_where_broadcasts_and_accepts_non_bool_conditions():
 
 # ------------------------------------------------------------------ stable composites
 
+
 @pytest.mark.parametrize("scale", [1.0, 1e4])
 @pytest.mark.parametrize("axis", [-1, 0, (0, 1)], ids=str)
 def test_softmax_family_is_stable(scale, axis):
     x = rand(3, 5) * scale
-    out = traced(lambda x: (dq.softmax(x, axis), dq.log_softmax(x, axis),
-                            dq.logsumexp(x, axis), dq.logsumexp(x, axis, keepdims=True)), x)
-    expected = (special.softmax(x, axis), special.log_softmax(x, axis),
-                special.logsumexp(x, axis), special.logsumexp(x, axis, keepdims=True))
+    out = traced(
+        lambda x: (
+            dq.softmax(x, axis),
+            dq.log_softmax(x, axis),
+            dq.logsumexp(x, axis),
+            dq.logsumexp(x, axis, keepdims=True),
+        ),
+        x,
+    )
+    expected = (
+        special.softmax(x, axis),
+        special.log_softmax(x, axis),
+        special.logsumexp(x, axis),
+        special.logsumexp(x, axis, keepdims=True),
+    )
     for o, e in zip(out, expected):
         assert np.all(np.isfinite(o)) and o.shape == e.shape
         np.testing.assert_allclose(o, e, rtol=1e-12, atol=1e-12 * scale)
@@ -233,11 +308,13 @@ def test_softmax_cross_entropy_against_direct_formula():
     assert out.shape == (6,)
     np.testing.assert_allclose(out, direct, rtol=1e-12)
     big = traced(dq.softmax_cross_entropy, logits * 1e4, onehot)  # still finite
-    np.testing.assert_allclose(big, 1e4 * (logits.max(1) - logits[onehot.astype(bool)]),
-                               rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(
+        big, 1e4 * (logits.max(1) - logits[onehot.astype(bool)]), rtol=1e-9, atol=1e-6
+    )
 
 
 # ------------------------------------------------------------------ tracing semantics
+
 
 def mlp_loss(w1, b1, w2, b2, x, y):
     h = dq.relu(x @ w1 + b1)
@@ -246,8 +323,14 @@ def mlp_loss(w1, b1, w2, b2, x, y):
 
 def mlp_args(dtype=np.float32):
     y = np.eye(3)[RNG.integers(0, 3, 5)].astype(dtype)
-    return [rand(4, 8, dtype=dtype), rand(8, dtype=dtype), rand(8, 3, dtype=dtype),
-            rand(3, dtype=dtype), rand(5, 4, dtype=dtype), y]
+    return [
+        rand(4, 8, dtype=dtype),
+        rand(8, dtype=dtype),
+        rand(8, 3, dtype=dtype),
+        rand(3, dtype=dtype),
+        rand(5, 4, dtype=dtype),
+        y,
+    ]
 
 
 def numpy_mlp_loss(w1, b1, w2, b2, x, y):
@@ -265,8 +348,9 @@ def test_mlp_traced_eager_and_numpy_agree():
     out = dq.jit(mlp_loss)(*args32)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, mlp_loss(*args32), rtol=1e-6)
-    np.testing.assert_allclose(out, numpy_mlp_loss(*(a.astype(np.float64) for a in args32)),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        out, numpy_mlp_loss(*(a.astype(np.float64) for a in args32)), rtol=1e-5
+    )
 
 
 def test_python_loops_unroll_into_a_five_step_rnn():
@@ -315,14 +399,21 @@ def test_shape_error_names_op_shapes_and_user_line():
     assert isinstance(info.value, dq.DlvmError)
 
 
-@pytest.mark.parametrize("fn,shapes,words", [
-    (lambda a, b: a + b, [(2, 3), (4,)], ["add", "(2, 3)", "(4,)"]),  # <- broadcast error
-    (lambda a, b: dq.where(a > 0, a, b), [(2, 3), (3, 2)], ["where", "(2, 3)", "(3, 2)"]),
-    (lambda a: dq.reshape(a, (4, -1)), [(2, 3)], ["reshape", "(2, 3)", "(4, -1)"]),
-    (lambda a: dq.sum(a, axis=2), [(2, 3)], ["sum", "axis 2"]),
-    (lambda a, b: dq.concatenate([a, b], 1), [(2, 3), (3, 3)], ["concatenate", "(2, 3)", "(3, 3)"]),
-    (lambda a: dq.transpose(a, (0, 0)), [(2, 3)], ["transpose", "(2, 3)"]),
-])
+@pytest.mark.parametrize(
+    "fn,shapes,words",
+    [
+        (lambda a, b: a + b, [(2, 3), (4,)], ["add", "(2, 3)", "(4,)"]),  # <- broadcast error
+        (lambda a, b: dq.where(a > 0, a, b), [(2, 3), (3, 2)], ["where", "(2, 3)", "(3, 2)"]),
+        (lambda a: dq.reshape(a, (4, -1)), [(2, 3)], ["reshape", "(2, 3)", "(4, -1)"]),
+        (lambda a: dq.sum(a, axis=2), [(2, 3)], ["sum", "axis 2"]),
+        (
+            lambda a, b: dq.concatenate([a, b], 1),
+            [(2, 3), (3, 3)],
+            ["concatenate", "(2, 3)", "(3, 3)"],
+        ),
+        (lambda a: dq.transpose(a, (0, 0)), [(2, 3)], ["transpose", "(2, 3)"]),
+    ],
+)
 def test_shape_errors_at_trace_time(fn, shapes, words):
     with pytest.raises(dq.ShapeError) as info:
         dq.make_ir(fn)(*(dq.spec(s) for s in shapes))
@@ -364,8 +455,10 @@ def test_python_control_flow_on_traced_values_is_a_clear_error():
 
     with pytest.raises(dq.TracingError, match="dq.where"):
         dq.make_ir(f)(dq.spec((3,)))
-    with pytest.raises(dq.ShapeError, match="by a traced tensor is supported only as the whole index"):
-        dq.make_ir(lambda x, i: x[i, 0])(dq.spec((3, 2)), dq.spec((), "i32"))   # x[i] alone: a take
+    with pytest.raises(
+        dq.ShapeError, match="by a traced tensor is supported only as the whole index"
+    ):
+        dq.make_ir(lambda x, i: x[i, 0])(dq.spec((3, 2)), dq.spec((), "i32"))  # x[i] alone: a take
 
 
 def test_leaked_tensor_is_reported():
@@ -376,6 +469,7 @@ def test_leaked_tensor_is_reported():
 
 
 # ------------------------------------------------------------------ make_ir and jit
+
 
 def test_make_ir_names_types_and_printing():
     def loss(w, x, n, flag):
@@ -414,9 +508,9 @@ def test_jit_caches_per_shape_and_dtype():
     assert len(calls) == 1 and jf.cache_size() == 1
     assert isinstance(out1, tuple) and out1[0].dtype == np.float32
     np.testing.assert_allclose(out2[0], np.tanh(a * 2) * b, rtol=1e-6)
-    jf(rand(5, 4, dtype=np.float32), b)                 # new shape: retrace
+    jf(rand(5, 4, dtype=np.float32), b)  # new shape: retrace
     assert len(calls) == 2 and jf.cache_size() == 2
-    jf(a.astype(np.float64), b.astype(np.float64))      # new dtypes: retrace
+    jf(a.astype(np.float64), b.astype(np.float64))  # new dtypes: retrace
     assert len(calls) == 3 and jf.cache_size() == 3
     assert jf(a.astype(np.float64), b.astype(np.float64))[0].dtype == np.float64
     jf(a, b)
@@ -448,10 +542,11 @@ def test_loss_prints_as_func_loss():
         return dq.mean(dq.square(x @ w))
 
     text = str(dq.make_ir(loss)(rand(3, 1), rand(5, 3)))
-    assert "func @loss" in text and "module \"loss\"" in text
+    assert "func @loss" in text and 'module "loss"' in text
 
 
 # ------------------------------------------------------------------ composition with IR functions
+
 
 def test_call_function_inlines_ir_into_a_trace():
     f_ir = dq.trace(lambda x, w: (dq.tanh(x @ w), dq.sum(x)), [dq.spec((2, 3)), dq.spec((3, 4))])
@@ -477,6 +572,7 @@ def test_call_function_checks_types():
 
 def test_nested_trace_with_closure_capture():
     """What `dq.grad(lambda w: loss(w, x))` inside a jit needs: x is captured."""
+
     def outer(w, x):
         inner, captured = dq.trace_closure(lambda w: dq.sum(w * x), [w])
         assert len(captured) == 1 and captured[0] is x
@@ -489,7 +585,8 @@ def test_nested_trace_with_closure_capture():
 
 
 def test_call_function_inlines_apply_from_a_module():
-    from dlvm_eq.ir import FunctionBuilder, tensor, F64
+    from dlvm_eq.ir import F64, FunctionBuilder, tensor
+
     module = dq.make_ir(lambda v: (dq.exp(v), v * 2.0))(dq.spec((3,), "f64"))
     b = FunctionBuilder("outer", [tensor(3, F64)], ["x"])
     pair = b.emit("apply", [b.params[0]], callee="lambda", type=module["lambda"].result_type)
@@ -505,7 +602,7 @@ def test_call_function_inlines_apply_from_a_module():
 def test_shape_metadata_drives_python_control_flow():
     def f(x):
         assert x.dtype == np.float32 and x.ndim == 2 and x.size == 6
-        for _ in range(x.shape[0]):          # unrolled twice
+        for _ in range(x.shape[0]):  # unrolled twice
             x = dq.sigmoid(x)
         return x if x.shape[1] == 3 else -x
 
@@ -525,6 +622,7 @@ def test_captures_through_two_nested_traces():
         def middle(u):
             inner, caps = dq.trace_closure(lambda v: v * b + a, [u])
             return dq.call_function(inner, u, *caps)
+
         mid, caps = dq.trace_closure(middle, [a])
         assert len(mid.params) == 3  # u, then a and b captured from `outer`
         return dq.call_function(mid, a, *caps)
@@ -535,6 +633,7 @@ def test_captures_through_two_nested_traces():
 
 def test_jit_rebuilds_nested_results():
     import dlvm_eq as dq
+
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = dq.jit(lambda x: (dq.sum(x), [x * 2, (x + 1,)]), target="interp")(a)
     assert isinstance(out, tuple) and isinstance(out[1], list) and isinstance(out[1][1], tuple)

@@ -4,6 +4,7 @@ An expression is a tree over three inputs whose shapes broadcast to (3, 4). Ever
 continuous and kept in a safe domain (exp of tanh, log1p of abs, division by 1 + b^2), so that
 float64 results must agree to rounding whatever tree hypothesis builds.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,30 +18,43 @@ FULL = (3, 4)
 LEAF_SHAPES = [(3, 4), (4,), (3, 1), (), (1, 4)]
 
 UNARY = {  # name -> (DSL, numpy)
-    "tanh": (dq.tanh, np.tanh), "sigmoid": (dq.sigmoid, special.expit),
-    "sin": (dq.sin, np.sin), "cos": (dq.cos, np.cos), "neg": (lambda x: -x, np.negative),
-    "abs": (dq.abs, np.abs), "relu": (dq.relu, lambda x: np.maximum(x, 0)),
-    "square": (dq.square, np.square), "softplus": (dq.softplus, lambda x: np.logaddexp(0, x)),
+    "tanh": (dq.tanh, np.tanh),
+    "sigmoid": (dq.sigmoid, special.expit),
+    "sin": (dq.sin, np.sin),
+    "cos": (dq.cos, np.cos),
+    "neg": (lambda x: -x, np.negative),
+    "abs": (dq.abs, np.abs),
+    "relu": (dq.relu, lambda x: np.maximum(x, 0)),
+    "square": (dq.square, np.square),
+    "softplus": (dq.softplus, lambda x: np.logaddexp(0, x)),
     "exp_tanh": (lambda x: dq.exp(dq.tanh(x)), lambda x: np.exp(np.tanh(x))),
     "log1p_abs": (lambda x: dq.log1p(abs(x)), lambda x: np.log1p(np.abs(x))),
     "sqrt_1_sq": (lambda x: dq.sqrt(1.0 + x * x), lambda x: np.sqrt(1 + x * x)),
-    "pow3": (lambda x: x ** 3, lambda x: x ** 3),
+    "pow3": (lambda x: x**3, lambda x: x**3),
 }
 BINARY = {
-    "add": (lambda a, b: a + b, np.add), "sub": (lambda a, b: a - b, np.subtract),
+    "add": (lambda a, b: a + b, np.add),
+    "sub": (lambda a, b: a - b, np.subtract),
     "mul": (lambda a, b: a * b, np.multiply),
     "div": (lambda a, b: a / (1.0 + b * b), lambda a, b: a / (1 + b * b)),
     "rdiv": (lambda a, b: 2.0 / (1.5 + dq.tanh(b)) - a, lambda a, b: 2 / (1.5 + np.tanh(b)) - a),
-    "maximum": (dq.maximum, np.maximum), "minimum": (dq.minimum, np.minimum),
+    "maximum": (dq.maximum, np.maximum),
+    "minimum": (dq.minimum, np.minimum),
     "where": (lambda a, b: dq.where(a > b, a, b), lambda a, b: np.where(a > b, a, b)),
 }
 REDUCE = {
-    "sum": (dq.sum, np.sum), "mean": (dq.mean, np.mean), "max": (dq.max, np.max),
+    "sum": (dq.sum, np.sum),
+    "mean": (dq.mean, np.mean),
+    "max": (dq.max, np.max),
     "min": (dq.min, np.min),
-    "logsumexp": (dq.logsumexp, lambda x, axis, keepdims: special.logsumexp(x, axis, keepdims=keepdims)),
+    "logsumexp": (
+        dq.logsumexp,
+        lambda x, axis, keepdims: special.logsumexp(x, axis, keepdims=keepdims),
+    ),
 }
 AXIS_OPS = {  # shape-preserving ops along an axis
-    "softmax": (dq.softmax, special.softmax), "log_softmax": (dq.log_softmax, special.log_softmax),
+    "softmax": (dq.softmax, special.softmax),
+    "log_softmax": (dq.log_softmax, special.log_softmax),
 }
 
 
@@ -59,7 +73,7 @@ def expressions(draw, depth=4):
     if kind == "unary":
         return ("unary", draw(st.sampled_from(sorted(UNARY))), a)
     name = draw(st.sampled_from(sorted(REDUCE if kind == "reduce" else AXIS_OPS)))
-    return (kind, name, a, draw(st.integers(0, 10 ** 6)))
+    return (kind, name, a, draw(st.integers(0, 10**6)))
 
 
 def broadcasts_to_full(shape) -> bool:
@@ -89,7 +103,7 @@ def resolve(tree, leaf_shapes):
     if rank == 0:
         return a, s
     if tag == "axis":
-        axis = seed % rank - (rank if seed % 2 else 0)     # negative axes too
+        axis = seed % rank - (rank if seed % 2 else 0)  # negative axes too
         return ("axis", tree[1], a, axis), s
     choices = [None] + list(range(rank)) + list(range(-rank, 0)) + ([(0, -1)] if rank == 2 else [])
     axis = choices[seed % len(choices)]
@@ -119,8 +133,11 @@ def evaluate(tree, env, lib: int):
 
 
 @settings(max_examples=300, deadline=None)
-@given(expressions(), st.lists(st.sampled_from(LEAF_SHAPES), min_size=3, max_size=3),
-       st.integers(0, 2 ** 32 - 1))
+@given(
+    expressions(),
+    st.lists(st.sampled_from(LEAF_SHAPES), min_size=3, max_size=3),
+    st.integers(0, 2**32 - 1),
+)
 def test_random_expressions_match_numpy(raw, leaf_shapes, seed):
     tree, shape = resolve(raw, leaf_shapes)
     rng = np.random.default_rng(seed)

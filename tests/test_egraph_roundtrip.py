@@ -1,4 +1,5 @@
 """Loader and unloader: IR -> egglog terms -> serialized e-graph -> IR computes the same thing."""
+
 import numpy as np
 import pytest
 
@@ -26,7 +27,9 @@ def _round_trip(fn, module=None):
 
 
 def _mixed_function():
-    b = FunctionBuilder("f", [tensor(2, 3, F32), tensor(3, F32), tensor(3, 4, F32)], ["x", "y", "w"])
+    b = FunctionBuilder(
+        "f", [tensor(2, 3, F32), tensor(3, F32), tensor(3, 4, F32)], ["x", "y", "w"]
+    )
     x, y, w = b.params
     z = b.emit("add", [x, y])
     r = b.emit("reduce", [z], combinator="max", init=-np.inf, axes=(0, 1))
@@ -43,7 +46,9 @@ def test_round_trip_agrees_with_interpreter():
     m1, m2, _, _ = _round_trip(_mixed_function())
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((2, 3)), rng.standard_normal(3), rng.standard_normal((3, 4))]
-    for a, b in zip(interpret(m1, "f", *args, float64=True), interpret(m2, "f", *args, float64=True)):
+    for a, b in zip(
+        interpret(m1, "f", *args, float64=True), interpret(m2, "f", *args, float64=True)
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
@@ -58,7 +63,7 @@ def test_shared_values_stay_shared():
     b = FunctionBuilder("g", [tensor(4, F64)], ["x"])
     (x,) = b.params
     h = b.emit("tanh", [x])
-    for _ in range(20):   # a DAG whose tree would have 2^20 leaves
+    for _ in range(20):  # a DAG whose tree would have 2^20 leaves
         h = b.emit("add", [h, h])
     _, m2, g, _ = _round_trip(b.finish(h))
     assert len(m2["g"].body) == 21
@@ -82,8 +87,9 @@ def test_broadcasts_are_explicit_in_the_egraph_and_implicit_again_after():
     assert [i.op for i in m2["h"].body] == ["add", "multiply"]
 
 
-@pytest.mark.parametrize("v", [0.0, -0.0, 1.0, 1e-7, 3.4028234663852886e38, float("inf"),
-                               float("-inf"), 0.1, 5e-324])
+@pytest.mark.parametrize(
+    "v", [0.0, -0.0, 1.0, 1e-7, 3.4028234663852886e38, float("inf"), float("-inf"), 0.1, 5e-324]
+)
 def test_float_literals_survive_egglog(v):
     sess = EGraphSession(schema=False)
     out = sess.run_text(f"(let $a {egg_float(v)}) (extract $a)")

@@ -1,5 +1,6 @@
 """Each examples/*.py script runs as a newcomer runs it (`python examples/NAME.py`, a fresh
 process) and prints what it claims: the optimizer's effect, and training that works."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def run_example(name: str, tmp_path) -> str:
     env = dict(os.environ, PYTHONIOENCODING="utf-8", DLVM_EQ_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
-                          text=True, encoding="utf-8", env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -53,7 +60,9 @@ def test_mlp(tmp_path):
 def test_rnn_gradient_matches_finite_differences(tmp_path):
     out = run_example("rnn.py", tmp_path)
     assert "8 time steps unrolled into" in out and "(8 tanh)" in out
-    checks = re.findall(r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out)
+    checks = re.findall(
+        r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out
+    )
     assert [c[0] for c in checks] == ["wx", "wh", "b", "wo"]
     for _, got, expected in checks:
         assert float(got) == pytest.approx(float(expected), rel=1e-3, abs=1e-3)
@@ -65,7 +74,9 @@ def test_least_squares_avoids_materializing_uvt(tmp_path):
     out = run_example("least_squares.py", tmp_path)
     assert "matmul results before: 1000x800" in out
     assert "U Vᵀ (1000x800) materialized after optimization: no" in out
-    before, after = map(float, re.search(r"cost before: ([0-9.]+) us, cost after: ([0-9.]+) us", out).groups())
+    before, after = map(
+        float, re.search(r"cost before: ([0-9.]+) us, cost after: ([0-9.]+) us", out).groups()
+    )
     assert after < before
 
     # in float64 the expansion is accurate; in float32 it is not applied
@@ -78,7 +89,9 @@ def test_lstm_gates_are_slices_and_training_works(tmp_path):
     out = run_example("lstm.py", tmp_path)
     assert "6 time steps unrolled into" in out and "(24 slices, 7 dot)" in out
     assert "== gradient wrt w, b, wo: adjoint rules alone -> dq.optimize ==" in out
-    checks = re.findall(r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out)
+    checks = re.findall(
+        r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out
+    )
     assert [c[0] for c in checks] == ["w", "b", "wo"]
     for _, got, expected in checks:
         assert float(got) == pytest.approx(float(expected), rel=1e-3, abs=1e-5)

@@ -1,5 +1,6 @@
 """`--explain` / `optimize(..., explain=True)`: each result is shown as written and as extracted
 (infix, the same renderer as `dlvm-eq query`), cut short with `...` when it is large."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,6 +27,7 @@ def test_unchanged_results_and_no_explanation_by_default():
     # nor is softplus.dl: softplus(x) = softplus(-x) + x leaves it one softplus)
     def f(x):
         return dq.tanh(x) * dq.exp(x)
+
     module = dq.make_ir(f)(np.zeros((4, 3), np.float32))
     assert optimize(module).report["f"].results == []
     report = optimize(module, explain=True).report["f"]
@@ -35,18 +37,28 @@ def test_unchanged_results_and_no_explanation_by_default():
 
 def test_large_results_are_cut_short():
     def deep(x):
-        for _ in range(12):          # a DAG that written as a tree has 2**12 leaves
+        for _ in range(12):  # a DAG that written as a tree has 2**12 leaves
             x = dq.tanh(x) * dq.sigmoid(x)
         return x
+
     module = dq.make_ir(deep)(np.zeros((3,), np.float32))
-    (before, after), = optimize(module, explain=True).report.functions.popitem()[1].results
+    ((before, after),) = optimize(module, explain=True).report.functions.popitem()[1].results
     for text in (before, after):
         assert "..." in text and text.count("(") <= 2 * RENDER_LIMIT
 
 
 def test_cli_explain_prints_the_results(capsys, tmp_path):
-    code = main(["opt", str(EXAMPLES / "softplus.dl"), "--rules", str(EXAMPLES / "rules" / "softplus.egg"),
-                 "--explain", "-o", str(tmp_path / "out.dl")])
+    code = main(
+        [
+            "opt",
+            str(EXAMPLES / "softplus.dl"),
+            "--rules",
+            str(EXAMPLES / "rules" / "softplus.egg"),
+            "--explain",
+            "-o",
+            str(tmp_path / "out.dl"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0
     assert "result: (softplus(x) - softplus(-x)) * 2\n      ->  x * 2" in err

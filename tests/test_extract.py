@@ -1,5 +1,6 @@
 """Extraction: hand-built e-graphs with known optima, brute force on random small e-graphs,
 validity and known costs on Tensat's e-graphs, and an e-graph that egglog built itself."""
+
 from __future__ import annotations
 
 import itertools
@@ -20,18 +21,23 @@ TENSAT = sorted(DATA.glob("*.json"))
 
 def egraph(classes: dict[str, list[tuple]], roots=("R",)) -> dict:
     """{class: [(node_id, cost, [child node ids]), ...]} -> the serialized JSON dict."""
-    nodes = {nid: {"op": nid, "cost": cost, "eclass": c, "children": list(kids)}
-             for c, ns in classes.items() for nid, cost, kids in ns}
+    nodes = {
+        nid: {"op": nid, "cost": cost, "eclass": c, "children": list(kids)}
+        for c, ns in classes.items()
+        for nid, cost, kids in ns
+    }
     return {"nodes": nodes, "root_eclasses": list(roots)}
 
 
 # r1 needs x twice (through a and b): tree cost 11 but DAG cost 7; r2 costs 10 either way.
-SHARED = egraph({
-    "X": [("x", 4.0, [])],
-    "A": [("a", 1.0, ["x"])],
-    "B": [("b", 1.0, ["x"])],
-    "R": [("r1", 1.0, ["a", "b"]), ("r2", 10.0, [])],
-})
+SHARED = egraph(
+    {
+        "X": [("x", 4.0, [])],
+        "A": [("a", 1.0, ["x"])],
+        "B": [("b", 1.0, ["x"])],
+        "R": [("r1", 1.0, ["a", "b"]), ("r2", 10.0, [])],
+    }
+)
 
 
 def test_dag_extractors_pay_a_shared_subterm_once():
@@ -43,14 +49,18 @@ def test_dag_extractors_pay_a_shared_subterm_once():
 
 def test_sharing_across_siblings_greedy_misses_and_the_local_search_finds():
     # Alone, A and B each prefer their leaf (2 < 3); together, sharing s costs 3 + 0 + 0.
-    g = load_json(egraph({
-        "S": [("s", 3.0, [])],
-        "A": [("a1", 2.0, []), ("a2", 0.0, ["s"])],
-        "B": [("b1", 2.0, []), ("b2", 0.0, ["s"])],
-        "R": [("h", 1.0, ["a1", "b1"])],
-    }))
+    g = load_json(
+        egraph(
+            {
+                "S": [("s", 3.0, [])],
+                "A": [("a1", 2.0, []), ("a2", 0.0, ["s"])],
+                "B": [("b1", 2.0, []), ("b2", 0.0, ["s"])],
+                "R": [("h", 1.0, ["a1", "b1"])],
+            }
+        )
+    )
     alone = greedy_dag_choice(g, g.costs, g.roots)
-    assert [g.node_ids[alone[g.class_index[c]]] for c in "AB"] == ["a1", "b1"]   # 5.0
+    assert [g.node_ids[alone[g.class_index[c]]] for c in "AB"] == ["a1", "b1"]  # 5.0
     greedy, ilp = extract(g), extract(g, method="ilp")
     assert greedy.dag_cost == ilp.dag_cost == 4.0
     assert greedy.choice == ilp.choice == {"R": "h", "A": "a2", "B": "b2", "S": "s"}
@@ -58,11 +68,16 @@ def test_sharing_across_siblings_greedy_misses_and_the_local_search_finds():
 
 def test_local_search_never_worsens_and_stays_valid():
     from dlvm_eq.extract.improve import improve_choice
-    g = load_json(egraph({
-        "X": [("x", 4.0, []), ("x2", 1.0, ["r"])],           # x2 would close a cycle through R
-        "A": [("a", 1.0, ["x"]), ("a2", 9.0, [])],
-        "R": [("r", 1.0, ["a", "x"])],
-    }))
+
+    g = load_json(
+        egraph(
+            {
+                "X": [("x", 4.0, []), ("x2", 1.0, ["r"])],  # x2 would close a cycle through R
+                "A": [("a", 1.0, ["x"]), ("a2", 9.0, [])],
+                "R": [("r", 1.0, ["a", "x"])],
+            }
+        )
+    )
     choice = greedy_dag_choice(g, g.costs, g.roots)
     improved = improve_choice(g, g.costs, list(choice), g.roots)
     result = {g.class_ids[c]: g.node_ids[n] for c, n in enumerate(improved) if n >= 0}
@@ -78,10 +93,14 @@ def test_tree_cost_counts_each_use_and_dag_cost_each_node():
 
 
 def test_validate_names_the_problem():
-    g = load_json(egraph({
-        "X": [("x", 1.0, []), ("x2", 0.0, ["r"])],
-        "R": [("r", 1.0, ["x"])],
-    }))
+    g = load_json(
+        egraph(
+            {
+                "X": [("x", 1.0, []), ("x2", 0.0, ["r"])],
+                "R": [("r", 1.0, ["x"])],
+            }
+        )
+    )
     validate(g, {"R": "r", "X": "x"})
     with pytest.raises(ExtractionError, match="'X' is reachable .* no chosen"):
         validate(g, {"R": "r"})
@@ -99,13 +118,17 @@ def test_validate_names_the_problem():
 def test_stale_cycles_are_repaired_with_the_safe_choice():
     from dlvm_eq.extract.choice import break_cycles, walk
 
-    g = load_json(egraph({
-        "A": [("a_leaf", 5.0, []), ("a_b", 0.0, ["b_a"])],
-        "B": [("b_leaf", 5.0, []), ("b_a", 0.0, ["a_b"])],
-        "R": [("r", 1.0, ["a_b", "b_a"])],
-    }))
+    g = load_json(
+        egraph(
+            {
+                "A": [("a_leaf", 5.0, []), ("a_b", 0.0, ["b_a"])],
+                "B": [("b_leaf", 5.0, []), ("b_a", 0.0, ["a_b"])],
+                "R": [("r", 1.0, ["a_b", "b_a"])],
+            }
+        )
+    )
     ix = g.node_index
-    cyclic = [ix["a_b"], ix["b_a"], ix["r"]]         # A -> B -> A
+    cyclic = [ix["a_b"], ix["b_a"], ix["r"]]  # A -> B -> A
     safe = [ix["a_leaf"], ix["b_leaf"], ix["r"]]
     assert break_cycles(g, cyclic, safe, g.roots) == 2
     assert [g.node_ids[n] for n in cyclic] == ["a_leaf", "b_leaf", "r"]
@@ -120,10 +143,32 @@ def test_stale_cycles_are_repaired_with_the_safe_choice():
 def test_loader_tolerates_egglog_details(tmp_path):
     data = {
         "nodes": {
-            "primitive-i64-2": {"op": "2", "children": [], "eclass": "i64-2", "cost": 1.0, "subsumed": False},
-            "function-0-Num": {"op": "Num", "children": ["primitive-i64-2"], "eclass": "M-1", "cost": 1.0},
-            "function-0-Neg": {"op": "Neg", "children": ["M-1"], "eclass": "M-2", "cost": 1.0},  # child as class
-            "function-1-Neg": {"op": "Cheap", "children": [], "eclass": "M-2", "cost": 0.0, "subsumed": True},
+            "primitive-i64-2": {
+                "op": "2",
+                "children": [],
+                "eclass": "i64-2",
+                "cost": 1.0,
+                "subsumed": False,
+            },
+            "function-0-Num": {
+                "op": "Num",
+                "children": ["primitive-i64-2"],
+                "eclass": "M-1",
+                "cost": 1.0,
+            },
+            "function-0-Neg": {
+                "op": "Neg",
+                "children": ["M-1"],
+                "eclass": "M-2",
+                "cost": 1.0,
+            },  # child as class
+            "function-1-Neg": {
+                "op": "Cheap",
+                "children": [],
+                "eclass": "M-2",
+                "cost": 0.0,
+                "subsumed": True,
+            },
         },
         "root_eclasses": ["M-2"],
     }
@@ -138,13 +183,21 @@ def test_loader_tolerates_egglog_details(tmp_path):
         assert r.term() == "(Neg (Num 2))" and r.dag_cost == 3.0
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"nodes": {"a": {"op": "a", "children": ["zz"], "eclass": "A", "cost": 1}}}, "child 'zz'"),
-    ({"nodes": {"a": {"op": "a", "children": [], "eclass": "A", "cost": 1}}, "root_eclasses": ["B"]},
-     "root e-class 'B'"),
-    ({"nodes": {"a": {"op": "a", "children": [], "cost": 1}}}, "no 'eclass'"),
-    ("{not json", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"nodes": {"a": {"op": "a", "children": ["zz"], "eclass": "A", "cost": 1}}}, "child 'zz'"),
+        (
+            {
+                "nodes": {"a": {"op": "a", "children": [], "eclass": "A", "cost": 1}},
+                "root_eclasses": ["B"],
+            },
+            "root e-class 'B'",
+        ),
+        ({"nodes": {"a": {"op": "a", "children": [], "cost": 1}}}, "no 'eclass'"),
+        ("{not json", "not JSON"),
+    ],
+)
 def test_loader_errors(bad, message):
     with pytest.raises(ExtractionError, match=message):
         load_json(bad)
@@ -171,15 +224,16 @@ def test_cost_models_are_pluggable():
     g = load_json(SHARED)
     assert extract(g, cost=Flat()).choice == {"R": "r2"}
     # A callable; infinity forbids a node.
-    forbid = lambda graph, nid: math.inf if nid == "r1" else graph.costs[graph.node_index[nid]]  # noqa: E731
+    forbid = lambda graph, nid: math.inf if nid == "r1" else graph.costs[graph.node_index[nid]]
     assert extract(g, cost=forbid, method="ilp").choice == {"R": "r2"}
-    only_r1 = lambda graph, nid: math.inf if nid == "r2" else 1.0  # noqa: E731
+    only_r1 = lambda graph, nid: math.inf if nid == "r2" else 1.0
     assert extract(g, cost=only_r1, method="greedy").dag_cost == 4.0
     with pytest.raises(ExtractionError, match="no finite, acyclic term"):
         extract(g, cost=lambda graph, nid: math.inf)
 
 
 # ---- random small e-graphs against brute force ---------------------------------------------
+
 
 @st.composite
 def small_egraphs(draw, acyclic: bool):
@@ -303,8 +357,10 @@ def test_known_tensat_costs(tensat):
     # Greedy alone against the data set README's values (measured with independent extractors).
     def greedy_alone(g):
         from dlvm_eq.extract.choice import dag_cost_of, walk
+
         choice = greedy_dag_choice(g, g.costs, g.roots)
         return dag_cost_of(g.costs, choice, walk(g, choice, g.roots))
+
     assert greedy_alone(tensat["vgg_acyclic"]) == pytest.approx(4.866775, abs=1e-6)
     assert greedy_alone(tensat["resnet50_acyclic"]) == pytest.approx(4.425745, abs=1e-6)
     assert greedy_alone(tensat["bert"]) == pytest.approx(0.824704, abs=1e-6)
@@ -315,7 +371,6 @@ def test_known_tensat_costs(tensat):
     assert ilp.optimal and ilp.dag_cost == pytest.approx(4.415993, abs=1e-6)
     assert extract(tensat["resnet50_acyclic"]).dag_cost == pytest.approx(4.415993, abs=1e-6)
     assert extract(tensat["bert"]).dag_cost < 0.78
-
 
 
 # ---- an e-graph built by egglog itself ------------------------------------------------------

@@ -2,18 +2,20 @@
 order, next to the code it was written beside; the formatted text parses to the same module
 and formatting is idempotent. Checked on the examples, hand-written placements and random
 programs with comments inserted at random lines."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ir_programs import random_module
 
 from dlvm_eq.cli import main
 from dlvm_eq.ir import print_module
 from dlvm_eq.ir.comments import format_with_comments, scan, split_comment
 from dlvm_eq.ir.parser import parse
-from ir_programs import random_module
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.dl"))
 
@@ -39,7 +41,7 @@ def test_examples_keep_every_comment(path):
     _check(path.read_text())
 
 
-SOURCE = '''// header comment
+SOURCE = """// header comment
 module "a//b"   // a string with slashes is not a comment
 stage raw
 
@@ -58,7 +60,7 @@ func @f: (<3 x f32>) -> <3 x f32> {
 [adjoint @f]   // declared
 func @df: (<3 x f32>) -> <3 x f32>
 // the end
-'''
+"""
 
 
 def test_comments_stay_where_they_were_written():
@@ -71,7 +73,7 @@ def test_comments_stay_where_they_were_written():
     assert out[out.index("// about @f") + 1].startswith("func @f:")
     assert out[out.index("[adjoint @f]  // declared") + 1].startswith("func @df:")
     assert out[-1] == "// the end"
-    assert "// jump" in "\n".join(out)          # the merged branch's comment is kept too
+    assert "// jump" in "\n".join(out)  # the merged branch's comment is kept too
 
 
 def test_split_comment_respects_strings():
@@ -91,7 +93,9 @@ def test_fmt_in_place_keeps_comments(tmp_path):
 def test_random_programs_with_random_comments(data):
     text = print_module(random_module(data.draw, n_ops=data.draw(st.integers(1, 10))))
     lines = text.splitlines()
-    for i in sorted(data.draw(st.lists(st.integers(0, len(lines) - 1), max_size=6, unique=True)), reverse=True):
+    for i in sorted(
+        data.draw(st.lists(st.integers(0, len(lines) - 1), max_size=6, unique=True)), reverse=True
+    ):
         if data.draw(st.booleans()):
             lines.insert(i, f"  // own line {i}")
         else:

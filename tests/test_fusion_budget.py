@@ -2,6 +2,7 @@
 what it decided and inlines the rest (a valid decision: checked against the interpreter), and
 the report says so. Deep programs plan and compile with a recursion limit far below their depth.
 Wall times are hang guards, never timing claims (a noisy machine)."""
+
 from __future__ import annotations
 
 import os
@@ -18,19 +19,28 @@ from dlvm_eq.extract import fusion_cost
 from dlvm_eq.pipeline import plan_function
 
 ROOT = Path(__file__).resolve().parent.parent
-LOW_RECURSION_LIMIT = 250    # far short of the programs' depth: any recursion per op fails
+LOW_RECURSION_LIMIT = 250  # far short of the programs' depth: any recursion per op fails
 
 
 def _child(code: str, timeout: float) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"),
-                                                       str(ROOT / "benchmarks")]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_a_deep_program_is_planned_within_the_fusion_budget():
     # 5,000 ops: unbounded, greedy fusion took 25 s at 2,000 ops and grows quadratically
-    r = _child(f"""
+    r = _child(
+        f"""
         import sys, time
         from deep_ladder import ladder_text
         from dlvm_eq.ir.parser import parse
@@ -41,17 +51,20 @@ def test_a_deep_program_is_planned_within_the_fusion_budget():
         plan = plan_function(m["ladder"], m, budget={{"seconds": 1.0}})
         print(f"{{time.perf_counter() - t0:.2f}}")
         print(plan.fusion)
-        """, timeout=300)
+        """,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     seconds, report = r.stdout.splitlines()[:2]
     print(f"\n5,000-op program planned in {seconds} s: {report}")
     assert "fusion extraction stopped by the time budget" in report
-    assert float(seconds) < 60.0      # 1 s saturating + 1 s extracting + linear loading
+    assert float(seconds) < 60.0  # 1 s saturating + 1 s extracting + linear loading
 
 
 def test_a_five_thousand_op_chain_compiles_without_recursion_headroom():
     # optimize (greedy_dag_sets), unload, fusion, planning and kernels, all iterative
-    r = _child(f"""
+    r = _child(
+        f"""
         import sys
         import numpy as np
         import dlvm_eq as dq
@@ -65,7 +78,9 @@ def test_a_five_thousand_op_chain_compiles_without_recursion_headroom():
         got = dq.compile(m, "chain", "cpu")(x, y)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         print("ok")
-        """, timeout=600)
+        """,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "ok"
 
@@ -89,12 +104,13 @@ def test_the_decision_greedy_leaves_at_its_time_limit_runs_correctly(monkeypatch
     def no_time(problem, passes=3, time_limit=None):
         timed.append(time_limit)
         return greedy(problem, passes, time_limit=0.0)
+
     greedy = fusion_cost.greedy_fusion
     monkeypatch.setattr(fusion_cost, "greedy_fusion", no_time)
     cut = plan_function(fn, module, budget={"seconds": 5.0})
-    assert timed and 0.0 <= timed[0] <= 5.0          # the budget's seconds reach greedy
+    assert timed and 0.0 <= timed[0] <= 5.0  # the budget's seconds reach greedy
     assert "fusion extraction stopped by the time budget" in cut.fusion.note
-    assert cut.fusion.materialized == 0                # only what must be in buffers
+    assert cut.fusion.materialized == 0  # only what must be in buffers
     want = dq.interpret(module, fn.name, x, float64=True)
     np.testing.assert_allclose(program(cut, "cpu")(x), want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(program(full, "cpu")(x), want, rtol=2e-5, atol=2e-5)

@@ -1,20 +1,22 @@
 """Fusion decided by extraction: costs decide what is materialized, the greedy extractor meets
 the exhaustive optimum on small random programs, and the plan shows the decision."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ir_programs import random_function
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.pipeline import compile, plan_function
 from dlvm_eq.codegen.planning.plan import TEMP
 from dlvm_eq.egraph.fusion_decision import decide_fusion
 from dlvm_eq.extract.machine import Machine
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.inline import flatten
-from ir_programs import random_function
+from dlvm_eq.pipeline import compile, plan_function
 
 RNG = np.random.default_rng(0)
 NO_LAUNCH = Machine("no-launch", bandwidth=40e9, flop_rate=100e9, blas_rate=300e9, launch=0.0)
@@ -49,7 +51,7 @@ def _agrees(module, *args):
 def test_an_expensive_value_read_by_several_kernels_is_materialized_a_cheap_one_recomputed():
     x = RNG.standard_normal((512, 512)).astype(np.float32)
 
-    def f(x, op):   # t read by two reductions (two kernels) and the returned product
+    def f(x, op):  # t read by two reductions (two kernels) and the returned product
         t = op(x)
         return t * dq.sum(t, axis=1, keepdims=True) + dq.max(t, axis=0)
 
@@ -95,8 +97,12 @@ def test_a_kernel_reading_a_materialized_value_does_not_recompute_it():
     assert "fusion:" in str(plan) and "materialized" in str(plan)
 
 
-SETTINGS = dict(deadline=None, derandomize=True, max_examples=60,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @settings(**SETTINGS)
@@ -111,5 +117,6 @@ def test_greedy_extraction_meets_the_exhaustive_optimum_on_small_programs(data):
         best = decide_fusion(flat, machine, method="exhaustive")
         assert best.report.cost <= greedy.report.cost * (1 + 1e-9) + 1e-15
         assert greedy.report.cost <= best.report.cost * (1 + 1e-9) + 1e-15, (
-            f"greedy {greedy.report} vs optimum {best.report}")
+            f"greedy {greedy.report} vs optimum {best.report}"
+        )
         assert greedy.report.cost <= greedy.report.cost_unfused * (1 + 1e-9) + 1e-15

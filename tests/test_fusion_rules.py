@@ -1,5 +1,6 @@
 """rules/fusion.egg: generated from the op table (they agree), loads after the schema, and the
 fusion e-graph's saturation always stops, by the budget when the budget is small."""
+
 from __future__ import annotations
 
 import re
@@ -39,7 +40,9 @@ def test_every_elementwise_op_has_a_scalar_op_and_a_map_rule_and_nothing_else():
         arity = sum(1 for s in schema_signatures()[egg] if s == "Term")
         assert arity == (OPS[n].arity or 0), n
     for n in views:
-        assert re.search(rf"\(rewrite \(Load \({OPS[n].egg} t[^\n]*\(S{OPS[n].egg} \(Load t\)", text), n
+        assert re.search(
+            rf"\(rewrite \(Load \({OPS[n].egg} t[^\n]*\(S{OPS[n].egg} \(Load t\)", text
+        ), n
     assert "(rewrite (Load (Map s)) s :ruleset fusion)" in text
 
 
@@ -50,12 +53,13 @@ def test_saturation_builds_maps_and_reads_and_stops():
     data, facts = fusion_graph(loaded)
     assert facts["stop_reason"] == "saturated" and facts["iterations"] <= 6
     ops = [n["op"] for n in data["nodes"].values()]
-    assert ops.count("Map") == 3                     # add, exp, multiply
+    assert ops.count("Map") == 3  # add, exp, multiply
     assert {"SAdd", "SExp", "SMultiply", "SBroadcast", "Load"} <= set(ops)
 
 
 def test_a_small_budget_stops_saturation_and_everything_is_materialized():
     from dlvm_eq.egraph.fusion_decision import decide_fusion
+
     x = np.ones((8, 4), np.float32)
     flat = _flat(lambda x: dq.tanh(dq.exp(x + 1.0) * x) - x, x)
     _, facts = fusion_graph(load_fusion(flat), Budget(iterations=1, nodes=10**6, seconds=10))

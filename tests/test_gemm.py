@@ -1,6 +1,7 @@
 """Our GEMM (codegen/cpu/gemm_ir.py, codegen/runtime/gemm_runtime.py) against float64 numpy: random shapes around the
 micro-tile and block edges, plain and transposed operands, strided views, accumulation, one
 and several threads; and compiled programs whose matmuls it runs."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,16 @@ from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq import config
-from dlvm_eq.codegen.runtime import gemm_runtime
 from dlvm_eq.codegen.cpu.gemm_ir import GemmSpec
+from dlvm_eq.codegen.runtime import gemm_runtime
+from dlvm_eq.codegen.runtime.gemm_runtime import (
+    BLOCKS_PER_THREAD,
+    PARALLEL_MACS,
+    CpuGemm,
+    a_order,
+    gemm_for,
+)
 from dlvm_eq.codegen.runtime.gemm_tiles import AVX2_TILE, AVX512_WIDE
-from dlvm_eq.codegen.runtime.gemm_runtime import BLOCKS_PER_THREAD, PARALLEL_MACS, CpuGemm, a_order, gemm_for
 
 EPS32 = np.finfo(np.float32).eps
 
@@ -26,9 +33,15 @@ def _check(c, a, b, base=None):
     """|c - a@b| within the float32 summation bound k * eps * (|a| @ |b|) (plus the base)."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     ref = a64 @ b64 + (0 if base is None else base.astype(np.float64))
-    bound = (a.shape[1] + 2) * EPS32 * (np.abs(a64) @ np.abs(b64) + (0 if base is None else np.abs(base)))
+    bound = (
+        (a.shape[1] + 2)
+        * EPS32
+        * (np.abs(a64) @ np.abs(b64) + (0 if base is None else np.abs(base)))
+    )
     err = np.abs(c.astype(np.float64) - ref)
-    assert (err <= bound + 1e-30).all(), f"max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
+    assert (err <= bound + 1e-30).all(), (
+        f"max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
+    )
 
 
 def _operand(rng, rows, cols, transposed, pad):
@@ -41,13 +54,26 @@ def _operand(rng, rows, cols, transposed, pad):
     return base[:, :cols]
 
 
-dims = st.one_of(st.integers(1, 40), st.sampled_from([11, 12, 13, 31, 32, 33, 143, 144, 145, 255, 256, 257, 300]))
+dims = st.one_of(
+    st.integers(1, 40), st.sampled_from([11, 12, 13, 31, 32, 33, 143, 144, 145, 255, 256, 257, 300])
+)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(m=dims, n=dims, k=dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 3]),
-       threads=st.sampled_from([1, 2, 3]), narrow=st.booleans(), pack_rows=st.booleans(),
-       seed=st.integers(0, 2**31))
+@settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    m=dims,
+    n=dims,
+    k=dims,
+    ta=st.booleans(),
+    tb=st.booleans(),
+    pad=st.sampled_from([0, 3]),
+    threads=st.sampled_from([1, 2, 3]),
+    narrow=st.booleans(),
+    pack_rows=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow, pack_rows, seed):
     """Both micro-tiles (12x32 and the narrow 24x16) on every layout, a row-major A read in
     place or packed."""
@@ -55,7 +81,7 @@ def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow
     a = _operand(rng, m, k, ta, pad)
     b = _operand(rng, k, n, tb, pad)
     order = a_order(a)
-    assert order is not None        # a C-ordered matrix or a transpose of one, padded or not
+    assert order is not None  # a C-ordered matrix or a transpose of one, padded or not
     g = CpuGemm(narrow, threads=threads, pack_rows=pack_rows)
     out = np.full((m, n), np.nan, np.float32)
     g(a, b, out)
@@ -63,14 +89,29 @@ def test_random_shapes_layouts_and_threads(m, n, k, ta, tb, pad, threads, narrow
 
 
 # the AVX2 tile's edges: MR 6, NR 16 (one 8-lane vector, two), KC 256, MC 144
-avx2_dims = st.one_of(st.integers(1, 20), st.sampled_from([5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 33,
-                                                           143, 144, 145, 150, 255, 256, 257, 300, 513]))
+avx2_dims = st.one_of(
+    st.integers(1, 20),
+    st.sampled_from(
+        [5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 33, 143, 144, 145, 150, 255, 256, 257, 300, 513]
+    ),
+)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(m=avx2_dims, n=avx2_dims, k=avx2_dims, ta=st.booleans(), tb=st.booleans(), pad=st.sampled_from([0, 5]),
-       threads=st.sampled_from([1, 2, 3]), pack_rows=st.sampled_from([None, True]), accumulate=st.booleans(),
-       seed=st.integers(0, 2**31))
+@settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    m=avx2_dims,
+    n=avx2_dims,
+    k=avx2_dims,
+    ta=st.booleans(),
+    tb=st.booleans(),
+    pad=st.sampled_from([0, 5]),
+    threads=st.sampled_from([1, 2, 3]),
+    pack_rows=st.sampled_from([None, True]),
+    accumulate=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_avx2_tile_on_drawn_shapes(m, n, k, ta, tb, pad, threads, pack_rows, accumulate, seed):
     """The 6x16 AVX2 tile (8-lane vectors: its plain-store paths for whole tiles and for
     packing A, masked ones at the edges) on every layout; NaN around and in out shows any
@@ -84,11 +125,11 @@ def test_avx2_tile_on_drawn_shapes(m, n, k, ta, tb, pad, threads, pack_rows, acc
     base = rng.standard_normal((m, n), dtype=np.float32) if accumulate else None
     if accumulate:
         out[:] = base
-    g(a, b, out, accumulate=accumulate)      # out: a view with a row stride wider than n
+    g(a, b, out, accumulate=accumulate)  # out: a view with a row stride wider than n
     _check(out, a, b, base)
     inner = np.zeros(frame.shape, bool)
     inner[1:-1, 16:-16] = True
-    assert np.isnan(frame[~inner]).all()        # nothing written outside C
+    assert np.isnan(frame[~inner]).all()  # nothing written outside C
 
 
 @pytest.mark.parametrize("order", ["rows", "cols"])
@@ -106,19 +147,32 @@ def test_the_mlp_products_split_over_threads():
     """The two big products of the MLP step, as the step runs them (2 threads, split rows)."""
     rng = np.random.default_rng(2)
     x = rng.random((256, 784), dtype=np.float32)
-    for a, b in [(x, rng.random((784, 256), dtype=np.float32)), (x.T, rng.random((256, 256), dtype=np.float32))]:
+    for a, b in [
+        (x, rng.random((784, 256), dtype=np.float32)),
+        (x.T, rng.random((256, 256), dtype=np.float32)),
+    ]:
         out = np.empty((a.shape[0], b.shape[1]), np.float32)
         g = gemm_for(a, b, out)
         assert g is not None
         blocks = g.blocks(*out.shape, a.shape[1])
-        assert len(blocks) == 1 if g.threads == 1 else 2 * g.threads <= len(blocks) <= BLOCKS_PER_THREAD * g.threads
+        assert (
+            len(blocks) == 1
+            if g.threads == 1
+            else 2 * g.threads <= len(blocks) <= BLOCKS_PER_THREAD * g.threads
+        )
         g(a, b, out)
         _check(out, a, b)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(m=st.integers(1, 2000), n=st.integers(1, 2000), k=st.integers(1, 2000), threads=st.integers(1, 16),
-       a_packed=st.booleans(), narrow=st.booleans())
+@given(
+    m=st.integers(1, 2000),
+    n=st.integers(1, 2000),
+    k=st.integers(1, 2000),
+    threads=st.integers(1, 16),
+    a_packed=st.booleans(),
+    narrow=st.booleans(),
+)
 def test_blocks_tile_the_product_once(m, n, k, threads, a_packed, narrow):
     """The pool's GEMM blocks cover C exactly once, on whole micro-tiles, a few per thread."""
     g = CpuGemm(narrow=narrow, threads=threads)
@@ -167,13 +221,17 @@ def test_rows_whose_lines_share_l1_sets_are_packed():
     tile's 12 rows are more than the L1's 8 ways, A is packed; the AVX2 tile's 6 fit."""
     from dlvm_eq.codegen.cpu.gemm_ir import A_ROWS_PACKED
     from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_NARROW
+
     f32 = np.float32
     wide, narrow = CpuGemm(tile=AVX512_WIDE), CpuGemm(narrow=True, tile=AVX512_NARROW)
     assert wide.flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
     assert not wide.flags(np.ones((64, 784), f32), np.ones((784, 64), f32)) & A_ROWS_PACKED
     # one panel of B: each row is read once anyway
     assert not narrow.flags(np.ones((64, 1024), f32), np.ones((1024, 10), f32)) & A_ROWS_PACKED
-    assert not CpuGemm(tile=AVX2_TILE).flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32)) & A_ROWS_PACKED
+    assert (
+        not CpuGemm(tile=AVX2_TILE).flags(np.ones((64, 1024), f32), np.ones((1024, 64), f32))
+        & A_ROWS_PACKED
+    )
 
 
 def test_gemm_for_declines_what_it_cannot_read():
@@ -181,16 +239,19 @@ def test_gemm_for_declines_what_it_cannot_read():
     big = np.ones((128, 128), f32)
     out = np.empty((128, 128), f32)
     assert gemm_for(big, big, out) is not None
-    assert gemm_for(big.astype(np.float64), big, out) is None                    # dtype
-    assert gemm_for(np.ones((4, 4), f32), np.ones((4, 4), f32), np.empty((4, 4), f32)) is None  # tiny
-    strided = np.ones((128, 256), f32)[:, ::2]                                     # no unit stride
+    assert gemm_for(big.astype(np.float64), big, out) is None  # dtype
+    assert (
+        gemm_for(np.ones((4, 4), f32), np.ones((4, 4), f32), np.empty((4, 4), f32)) is None
+    )  # tiny
+    strided = np.ones((128, 256), f32)[:, ::2]  # no unit stride
     assert gemm_for(strided, big, out) is None
-    assert gemm_for(big, big, np.empty((128, 256), f32)[:, ::2]) is None             # out strided
+    assert gemm_for(big, big, np.empty((128, 256), f32)[:, ::2]) is None  # out strided
 
 
 def test_spec_validation():
     from dlvm_eq.codegen.cpu.gemm_ir import check_epilogue
     from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load
+
     with pytest.raises(ValueError, match="multiple"):
         GemmSpec(nr=24)
     flat = KernelSpec("k", (64,), [KernelInput("f32")], [Load(0)])
@@ -202,12 +263,14 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
     """A compiled MLP gradient calls our GEMM for its products (counted), and agrees with the
     float64 interpreter."""
     from dlvm_eq.models import mlp
+
     calls = []
     real = CpuGemm.__call__
 
     def counting(self, a, b, out, accumulate=False, epilogue=None, extra=()):
         calls.append((a.shape, b.shape, epilogue is not None))
         return real(self, a, b, out, accumulate, epilogue, extra)
+
     monkeypatch.setattr(CpuGemm, "__call__", counting)
     rng = np.random.default_rng(4)
     params = mlp.init_params([784, 256, 10], seed=4)
@@ -218,8 +281,9 @@ def test_jit_programs_run_their_matmuls_through_it(monkeypatch):
     assert len(calls) == 5, calls
     # bias + ReLU after x @ w1 and the ReLU gradient after dz @ w2.T run as GEMM epilogues
     assert sum(e for *_, e in calls) == 2, calls
-    ref_loss, ref_grads = mlp.numpy_value_and_grad(*[p.astype(np.float64) for p in params],
-                                                   x.astype(np.float64), y.astype(np.float64))
+    ref_loss, ref_grads = mlp.numpy_value_and_grad(
+        *[p.astype(np.float64) for p in params], x.astype(np.float64), y.astype(np.float64)
+    )
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
     for g, r in zip(grads, ref_grads):
         np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-5)
@@ -244,7 +308,7 @@ def test_one_row_of_tiles_reads_b_in_place(tile):
     g(a, b, out)
     _check(out, a, b)
     [launch] = g._launches.idle()
-    launch.scratch[0][1][:] = np.nan          # packB: a packing pass would overwrite it
+    launch.scratch[0][1][:] = np.nan  # packB: a packing pass would overwrite it
     g(a, b, out)
     _check(out, a, b)
     assert np.isnan(launch.scratch[0][1]).all()
@@ -258,16 +322,22 @@ def test_matmul_computes_narrow_transposed_products_the_other_way_round():
     out = np.empty((256, 10), np.float32)
     assert gemm_runtime.matmul(h.T, dz, out)
     _check(out, h.T, dz)
-    assert (256, 10) in gemm_runtime._swap.scratch      # this thread's scratch
+    assert (256, 10) in gemm_runtime._swap.scratch  # this thread's scratch
 
 
 def test_concurrent_products_from_python_threads():
     """Launch plans (scratch, argument blocks) are shared per GEMM: calls from several Python
     threads must not mix them up."""
     import threading
+
     rng = np.random.default_rng(7)
-    pairs = [(rng.standard_normal((256, 300), dtype=np.float32), rng.standard_normal((300, 256), dtype=np.float32))
-             for _ in range(4)]
+    pairs = [
+        (
+            rng.standard_normal((256, 300), dtype=np.float32),
+            rng.standard_normal((300, 256), dtype=np.float32),
+        )
+        for _ in range(4)
+    ]
     bad = []
 
     def work(a, b):
@@ -276,8 +346,9 @@ def test_concurrent_products_from_python_threads():
             assert gemm_runtime.matmul(a, b, out)
             try:
                 _check(out, a, b)
-            except AssertionError as e:      # pragma: no cover - reported below
+            except AssertionError as e:  # pragma: no cover - reported below
                 bad.append(e)
+
     threads = [threading.Thread(target=work, args=p) for p in pairs]
     for t in threads:
         t.start()
@@ -288,6 +359,7 @@ def test_concurrent_products_from_python_threads():
 
 def test_python_threads_instead_of_the_native_pool(monkeypatch):
     from dlvm_eq.codegen.runtime import threads
+
     monkeypatch.setattr(threads, "native_workers", lambda: None)
     rng = np.random.default_rng(8)
     a = rng.standard_normal((300, 200), dtype=np.float32)
@@ -304,18 +376,34 @@ def test_python_threads_instead_of_the_native_pool(monkeypatch):
 _EPILOGUE_OPS = ["bias", "relu", "other", "select", "sigmoid", "exp_tanh", "scale", "mask_out"]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(m=dims, n=dims, k=dims, transposed=st.booleans(),
-       ops=st.lists(st.sampled_from(_EPILOGUE_OPS), min_size=1, max_size=5), seed=st.integers(0, 2**31))
+@settings(
+    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    m=dims,
+    n=dims,
+    k=dims,
+    transposed=st.booleans(),
+    ops=st.lists(st.sampled_from(_EPILOGUE_OPS), min_size=1, max_size=5),
+    seed=st.integers(0, 2**31),
+)
 def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed):
     """dot then a random elementwise chain (broadcast bias, another matrix, compares, selects,
     transcendental ops, a bool output): the chain runs as the GEMM's epilogue (every product
     through our GEMM) and agrees with the float64 interpreter."""
-    from dlvm_eq.pipeline import compile
     from dlvm_eq.codegen.planning.plan import GemmStep
     from dlvm_eq.ir import F32, FunctionBuilder, Module, interpret, tensor
-    b = FunctionBuilder("f", [tensor(k, m, F32) if transposed else tensor(m, k, F32), tensor(k, n, F32),
-                              tensor(n, F32), tensor(m, n, F32)])
+    from dlvm_eq.pipeline import compile
+
+    b = FunctionBuilder(
+        "f",
+        [
+            tensor(k, m, F32) if transposed else tensor(m, k, F32),
+            tensor(k, n, F32),
+            tensor(n, F32),
+            tensor(m, n, F32),
+        ],
+    )
     x, w, bias, other = b.params
     if transposed:
         x = b.emit("transpose", [x])
@@ -340,7 +428,7 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
         else:
             mask, witness = b.emit("greaterThan", [z, b.const(0.0, F32)]), z
     outs.append(z)
-    if mask is not None:      # the compare, and the difference it decided on (the witness)
+    if mask is not None:  # the compare, and the difference it decided on (the witness)
         outs += [mask, witness]
     fn = b.finish(outs if len(outs) > 1 else z)
     mod = Module("epi")
@@ -358,7 +446,10 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
     want = interpret(mod, "f", *args, float64=True)
     got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     a64 = np.abs(args[0].astype(np.float64))
-    scale = float((a64.T if transposed else a64).max(initial=0) * np.abs(args[1]).max(initial=0) * k) + 1
+    scale = (
+        float((a64.T if transposed else a64).max(initial=0) * np.abs(args[1]).max(initial=0) * k)
+        + 1
+    )
     for i, (g, w_) in enumerate(zip(got, want)):
         if w_.dtype == bool:
             # a compare may flip under f32 rounding where the float64 difference it decided on
@@ -372,32 +463,36 @@ def test_random_epilogues_against_the_interpreter(m, n, k, transposed, ops, seed
 
 def _mlp_plans():
     """The MLP gradient's plans for the cpu and gpu targets."""
-    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.models import mlp
+    from dlvm_eq.pipeline import plan_function
+
     rng = np.random.default_rng(9)
     params = mlp.init_params([784, 256, 10], seed=9)
     x = rng.random((256, 784), dtype=np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
     module = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))).lower(*params, x, y)
     fn = next(iter(module.functions.values()))
-    return (plan_function(fn, module, target="cpu"),
-            plan_function(fn, module, target="gpu"))
+    return (plan_function(fn, module, target="cpu"), plan_function(fn, module, target="gpu"))
 
 
 def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
     from dlvm_eq.codegen.planning.plan import GemmStep
+
     cpu, gpu = _mlp_plans()
     fused = [s for s in cpu.steps if isinstance(s, GemmStep)]
     # bias + ReLU (+ its mask) after x @ w1; the ReLU gradient's select after dz @ w2.T
     assert [(f.blas.a.text(cpu.slots), f.blas.b.text(cpu.slots)) for f in fused][0] == ("%x", "%w1")
     assert fused[1].blas.b.text(cpu.slots) == "%w2.T"
     assert len(fused) == 2
-    assert [f.epilogue.spec.name.split("_", 1)[1] for f in fused] == ["add_relu_greaterThan", "select"]
+    assert [f.epilogue.spec.name.split("_", 1)[1] for f in fused] == [
+        "add_relu_greaterThan",
+        "select",
+    ]
     assert "+ epilogue k0_add_relu_greaterThan" in str(cpu)
     assert not any(isinstance(s, GemmStep) for s in gpu.steps)
-    assert len(cpu.kernels) == 7             # the epilogues count as kernels (of their GEMMs)
+    assert len(cpu.kernels) == 7  # the epilogues count as kernels (of their GEMMs)
     monkeypatch.setenv("DLVM_EQ_EPILOGUES", "0")
-    config.reload()      # (conftest re-reads the restored environment after the test)
+    config.reload()  # (conftest re-reads the restored environment after the test)
     off, _ = _mlp_plans()
     assert not any(isinstance(s, GemmStep) for s in off.steps)
 
@@ -405,8 +500,8 @@ def test_the_mlp_plan_fuses_its_two_epilogues_on_the_cpu_only(monkeypatch):
 def test_big_products_keep_their_consumers_unfused():
     """Only products of at most MAX_FUSED_ELEMENTS elements take an epilogue."""
     from dlvm_eq.codegen.planning.epilogue import MAX_FUSED_ELEMENTS
-    from dlvm_eq.pipeline import plan_function
     from dlvm_eq.codegen.planning.plan import GemmStep
+    from dlvm_eq.pipeline import plan_function
 
     def layer(x, w, b):
         return dq.relu(x @ w + b)
@@ -416,7 +511,8 @@ def test_big_products_keep_their_consumers_unfused():
         module = dq.jit(layer).lower(*args)
         fn = next(iter(module.functions.values()))
         return any(isinstance(s, GemmStep) for s in plan_function(fn, module, target="cpu").steps)
-    side = int(MAX_FUSED_ELEMENTS ** 0.5)
+
+    side = int(MAX_FUSED_ELEMENTS**0.5)
     assert fused(side) and not fused(2 * side)
 
 
@@ -427,6 +523,8 @@ def test_numpys_blas_is_the_default_and_dlvm_eq_gemm_1_turns_ours_on():
     code = "from dlvm_eq.codegen.runtime import gemm_runtime as g; print(g.enabled(), g.worth_our_gemm(512, 512, 512))"
     for setting, want in (("auto", False), ("", False), ("0", False), ("1", True)):
         env = {**os.environ, "DLVM_EQ_GEMM": setting}
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == [str(want), str(want)], (setting, r.stdout)

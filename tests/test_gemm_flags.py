@@ -1,6 +1,7 @@
 """Transposes fold into GEMM operand flags, forward and adjoint: an MLP's gradient program runs
 every product as one BLAS call, transposed operands read through views (x.T), and no transpose
 is ever copied; the compiled gradient agrees with the interpreter."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,7 @@ def test_mlp_gradient_has_no_standalone_transpose():
     m.add(g)
     compiled = dq.compile(m, g.name)
     steps = _plan_steps(compiled)
-    assert len(compiled.plan.blas_calls) == 5, compiled.plan             # 2 forward, 3 backward products
+    assert len(compiled.plan.blas_calls) == 5, compiled.plan  # 2 forward, 3 backward products
     assert not any(isinstance(s, CopyStep) for s in steps), compiled.plan
     # the three backward products read x^T, h^T and w2^T as transposed views
     assert str(compiled.plan).count(".T") == 3, compiled.plan

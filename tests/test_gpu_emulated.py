@@ -7,24 +7,32 @@ several times and split reductions combine partial rows, as on a busy GPU.
 
 What this cannot check is CuPy and the driver themselves: `scripts/gpu-check` runs the `gpu`
 tests on a real device."""
+
 from __future__ import annotations
 
+import fake_cupy
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ir_programs import random_function, random_inputs
 
 import dlvm_eq as dq
-import fake_cupy
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.pipeline import compile
 from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load, ReduceSpec
 from dlvm_eq.ir import F64, Module, interpret
 from dlvm_eq.models import mlp
-from ir_programs import random_function, random_inputs
+from dlvm_eq.pipeline import compile
 
-SETTINGS = dict(deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +47,9 @@ def cp(monkeypatch):
 
 
 def _host(a) -> np.ndarray:
-    assert isinstance(a, fake_cupy.DeviceArray), f"a GPU result should stay on the device, got {type(a)}"
+    assert isinstance(a, fake_cupy.DeviceArray), (
+        f"a GPU result should stay on the device, got {type(a)}"
+    )
     return a.get()
 
 
@@ -78,22 +88,29 @@ def test_softmax_and_elementwise_chain_on_the_emulated_gpu(cp, shape):
     s, c = f(cp.asarray(x))
     w = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     np.testing.assert_allclose(_host(s), w / w.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
-    np.testing.assert_allclose(_host(c), x / (1 + np.exp(-(1.5 * x.astype(np.float64) + 0.25))),
-                               rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        _host(c), x / (1 + np.exp(-(1.5 * x.astype(np.float64) + 0.25))), rtol=2e-6, atol=1e-7
+    )
 
 
 def test_layouts_concatenate_and_host_arguments_on_the_emulated_gpu(cp):
     x = np.random.default_rng(2).standard_normal((64, 100)).astype(np.float32)
     c = np.random.default_rng(3).standard_normal((64, 1)).astype(np.float32)
-    f = dq.jit(lambda x, c: (dq.transpose(dq.exp(x)) * 2.0, dq.max(dq.where(x > c, x, c), axis=0)),
-               target="gpu")
-    t, m = f(x, c)                                  # numpy arguments are copied to the device
+    f = dq.jit(
+        lambda x, c: (dq.transpose(dq.exp(x)) * 2.0, dq.max(dq.where(x > c, x, c), axis=0)),
+        target="gpu",
+    )
+    t, m = f(x, c)  # numpy arguments are copied to the device
     np.testing.assert_allclose(_host(t), np.exp(x).T * 2.0, rtol=2e-6)
     np.testing.assert_array_equal(_host(m), np.where(x > c, x, c).max(axis=0))
     g = dq.jit(lambda a, b: dq.concatenate([a @ b, dq.transpose(b)], axis=0), target="gpu")
     a, b = x[:, :64], x[:64, :64].T.copy()
-    np.testing.assert_allclose(_host(g(cp.asarray(a), cp.asarray(b))),
-                               np.concatenate([a @ b, b.T], axis=0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        _host(g(cp.asarray(a), cp.asarray(b))),
+        np.concatenate([a @ b, b.T], axis=0),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_slices_on_the_emulated_gpu(cp):
@@ -110,6 +127,7 @@ def test_slices_on_the_emulated_gpu(cp):
     def gates(x, w):
         i, f_, o = dq.split(x @ w, [2, 5], axis=1)
         return dq.sum(dq.sigmoid(i) * dq.tanh(o[:, :2]) + f_[:, 1:] * f_[:, :2])
+
     g = dq.jit(dq.grad(gates, argnums=1), target="gpu")
     want = dq.jit(dq.grad(gates, argnums=1), target="interp")(x, w)
     np.testing.assert_allclose(_host(g(cp.asarray(x), cp.asarray(w))), want, rtol=1e-4, atol=1e-5)
@@ -119,6 +137,7 @@ def test_long_reduction_is_split_across_blocks_and_combined(cp):
     """Few outputs, many reduced elements: blockIdx.y takes slices whose partial rows the
     launcher combines (max and a sum whose identity differs from its initial value)."""
     from dlvm_eq.codegen.gpu.gpu_runtime import compile_gpu
+
     x = np.random.default_rng(4).standard_normal((3, 40000)).astype(np.float64)
     for op, want in (("add", x.sum(axis=1) + 2.5), ("max", np.maximum(x.max(axis=1), 2.5))):
         spec = ReduceSpec(f"r_{op}", x.shape, (KernelInput("f64"),), Load(0), op, (1,), init=2.5)
@@ -131,6 +150,7 @@ def test_long_reduction_is_split_across_blocks_and_combined(cp):
 def test_the_stand_in_rejects_what_a_real_launch_would_get_wrong(cp):
     """The checks have teeth: a wrong integer width, a host array and a strided array fail."""
     from dlvm_eq.codegen.gpu.gpu_runtime import compile_gpu
+
     spec = KernelSpec("copy", (10,), (KernelInput("f32"),), (Load(0),))
     k = compile_gpu(spec)
     x, out = cp.asarray(np.arange(10, dtype=np.float32)), cp.empty((10,), np.float32)
@@ -159,8 +179,13 @@ def test_random_programs_on_the_emulated_gpu_agree_with_the_interpreter(cp, data
         g = _host(g)
         assert g.shape == w.shape
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(w).max(initial=0))),
-                                       equal_nan=True)
+            np.testing.assert_allclose(
+                g,
+                w,
+                rtol=1e-9,
+                atol=1e-12 * max(1.0, float(np.abs(w).max(initial=0))),
+                equal_nan=True,
+            )
         else:
             np.testing.assert_array_equal(g, w)
 
@@ -169,8 +194,8 @@ def test_random_programs_on_the_emulated_gpu_agree_with_the_interpreter(cp, data
 def test_row_kernels_for_short_rows_on_the_emulated_gpu(cp, shape):
     """One thread per row for rows of at most GPU_ROW_COLS elements (9000 rows: the grid-stride
     loop over rows wraps on 2 SMs); longer rows stay a reduction and a map."""
-    from dlvm_eq.codegen.planning.planner import GPU_ROW_COLS
     from dlvm_eq.codegen.planning.plan import RowStep
+    from dlvm_eq.codegen.planning.planner import GPU_ROW_COLS
 
     x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
 
@@ -203,15 +228,27 @@ def _run_with_stand_in(tmp_path, args):
     (tmp_path / "cupy" / "__init__.py").write_text("from fake_cupy import *  # noqa: F401,F403\n")
     path = os.pathsep.join([str(tmp_path), str(tests), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path, DLVM_EQ_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600,
-                       cwd=tests.parent)
+    r = subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tests.parent,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout
 
 
 def test_demo_trains_on_the_gpu_target_with_the_stand_in(tmp_path):
-    out = _run_with_stand_in(tmp_path, ["-c", "import sys; from dlvm_eq.cli import main; "
-                                        "sys.exit(main(['demo', '--target', 'gpu', '--epochs', '2']))"])
+    out = _run_with_stand_in(
+        tmp_path,
+        [
+            "-c",
+            "import sys; from dlvm_eq.cli import main; "
+            "sys.exit(main(['demo', '--target', 'gpu', '--epochs', '2']))",
+        ],
+    )
     assert "compiled @loss for gpu" in out and "test accuracy:" in out
 
 
@@ -219,8 +256,22 @@ def test_mlp_step_benchmark_runs_its_gpu_path_on_the_stand_in(tmp_path):
     """`benchmarks/mlp_step.py --target gpu` (what scripts/gpu-check runs on a device) keeps its
     arrays on the device, checks every implementation and times it: run here with the
     stand-in as `cupy` (the figures mean nothing; the path and the checks do)."""
-    out = _run_with_stand_in(tmp_path, ["benchmarks/mlp_step.py", "--target", "gpu", "--rounds", "1",
-                                        "--steps", "2", "--warmup", "0", "--compile-repeats", "0"])
+    out = _run_with_stand_in(
+        tmp_path,
+        [
+            "benchmarks/mlp_step.py",
+            "--target",
+            "gpu",
+            "--rounds",
+            "1",
+            "--steps",
+            "2",
+            "--warmup",
+            "0",
+            "--compile-repeats",
+            "0",
+        ],
+    )
     for name in ("dlvm_eq (gpu)", "CuPy hand-written"):
         assert f"check {name}: loss, gradients and SGD step agree" in out, out[-3000:]
     assert "check dlvm_eq, SGD inside the jit (gpu): loss and SGD step agree" in out

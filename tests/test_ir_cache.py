@@ -1,5 +1,6 @@
 """The persistent IR cache: a second process reads adjoints back instead of saturating again,
 and a corrupt entry is rebuilt."""
+
 import os
 import subprocess
 import sys
@@ -21,8 +22,9 @@ print(ir_cache.stats.hits, ir_cache.stats.misses)
 
 def _run(cache_dir):
     env = dict(os.environ, DLVM_EQ_CACHE_DIR=str(cache_dir))
-    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     hits, misses = map(int, out.stdout.split())
     return hits, misses
@@ -41,7 +43,7 @@ def test_corrupt_entry_is_rebuilt(tmp_path):
     data = bytearray(entries[0].read_bytes())
     data[-5] ^= 0xFF
     entries[0].write_bytes(bytes(data))
-    assert _run(tmp_path) == (1, 1)      # checksum mismatch: a miss, rebuilt and rewritten
+    assert _run(tmp_path) == (1, 1)  # checksum mismatch: a miss, rebuilt and rewritten
     assert _run(tmp_path) == (2, 0)
 
 
@@ -49,6 +51,7 @@ def test_a_calibrated_profile_has_entries_of_its_own(tmp_path):
     """Optimizing (the adjoint's and the program's) prices e-nodes with this host's profile:
     after `dlvm-eq calibrate` neither entry made with the shipped defaults is read back."""
     from test_calibration import sample_profile
+
     assert _run(tmp_path) == (0, 2)
     profiles = tmp_path / "profiles"
     profiles.mkdir(mode=0o700)

@@ -1,32 +1,58 @@
 """The reference interpreter against numpy written out directly, for every op in the op table
 (a new op without a case here fails test_every_op_has_a_case), with broadcasting corner cases
 and reductions over several axes with each combinator and init."""
+
 import itertools
 import math
 
 import numpy as np
 import pytest
+from window_cases import check_window_op
 
 from dlvm_eq.errors import DlvmError
-from dlvm_eq.ir import (BOOL, F32, F64, I32, OPS, Const, FunctionBuilder, Module, TensorType,
-                        TupleType, interpret)
+from dlvm_eq.ir import (
+    BOOL,
+    F32,
+    F64,
+    I32,
+    OPS,
+    Const,
+    FunctionBuilder,
+    Module,
+    TensorType,
+    TupleType,
+    interpret,
+)
 from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.window_ops import WINDOW_OPS
-from window_cases import check_window_op
 
 RNG = np.random.default_rng(1234)
 
 # ---------------------------------------------------------------- references, written independently
 
 REF_UNARY = {
-    "negate": lambda x: 0 - x, "exp": lambda x: np.e ** x, "log": np.log, "tanh": np.tanh,
-    "sinh": lambda x: (np.exp(x) - np.exp(-x)) / 2, "cosh": lambda x: (np.exp(x) + np.exp(-x)) / 2,
-    "sin": np.sin, "cos": np.cos, "tan": lambda x: np.sin(x) / np.cos(x), "sqrt": lambda x: x ** 0.5,
-    "rsqrt": lambda x: x ** -0.5, "square": lambda x: x * x, "sign": lambda x: (x > 0) * 1 - (x < 0) * 1,
-    "floor": np.floor, "ceil": np.ceil, "round": lambda x: np.round(x),  # half to even, like DLVM/LLVM rint
-    "abs": lambda x: np.where(x < 0, -x, x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "relu": lambda x: np.where(x > 0, x, 0), "log1p": lambda x: np.log(1 + x),
-    "expm1": lambda x: np.exp(x) - 1, "softplus": lambda x: np.log(1 + np.exp(x)),
+    "negate": lambda x: 0 - x,
+    "exp": lambda x: np.e**x,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sinh": lambda x: (np.exp(x) - np.exp(-x)) / 2,
+    "cosh": lambda x: (np.exp(x) + np.exp(-x)) / 2,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": lambda x: np.sin(x) / np.cos(x),
+    "sqrt": lambda x: x**0.5,
+    "rsqrt": lambda x: x**-0.5,
+    "square": lambda x: x * x,
+    "sign": lambda x: (x > 0) * 1 - (x < 0) * 1,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": lambda x: np.round(x),  # half to even, like DLVM/LLVM rint
+    "abs": lambda x: np.where(x < 0, -x, x),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.where(x > 0, x, 0),
+    "log1p": lambda x: np.log(1 + x),
+    "expm1": lambda x: np.exp(x) - 1,
+    "softplus": lambda x: np.log(1 + np.exp(x)),
     "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
 }
 POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "log1p"}
@@ -35,26 +61,45 @@ POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "log1p"}
 def _c_divide(a, b):
     """C-style: truncate toward zero; x / 0 is 0 (the IR's definition, like LLVM's sdiv without UB)."""
     a, b = np.broadcast_arrays(a, b)
-    out = [0 if y == 0 else int(x / y) if abs(x) < 2**52 else 0 for x, y in zip(a.ravel().tolist(), b.ravel().tolist())]
+    out = [
+        0 if y == 0 else int(x / y) if abs(x) < 2**52 else 0
+        for x, y in zip(a.ravel().tolist(), b.ravel().tolist())
+    ]
     return np.array(out, dtype=np.int64).reshape(a.shape)
 
 
 REF_BINARY = {
-    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
     "divide": lambda a, b: a / b if np.result_type(a, b).kind == "f" else _c_divide(a, b),
-    "power": lambda a, b: np.exp(b * np.log(a)), "min": lambda a, b: np.where(a < b, a, b),
+    "power": lambda a, b: np.exp(b * np.log(a)),
+    "min": lambda a, b: np.where(a < b, a, b),
     "max": lambda a, b: np.where(a > b, a, b),
 }
 REF_COMPARE = {
-    "equal": lambda a, b: a == b, "notEqual": lambda a, b: a != b, "lessThan": lambda a, b: a < b,
-    "lessThanOrEqual": lambda a, b: a <= b, "greaterThan": lambda a, b: a > b,
+    "equal": lambda a, b: a == b,
+    "notEqual": lambda a, b: a != b,
+    "lessThan": lambda a, b: a < b,
+    "lessThanOrEqual": lambda a, b: a <= b,
+    "greaterThan": lambda a, b: a > b,
     "greaterThanOrEqual": lambda a, b: a >= b,
 }
 REF_LOGIC = {"and": lambda a, b: a & b, "or": lambda a, b: a | b, "not": lambda a: ~a}
 
 # broadcasting corner cases: scalars, (1, n) vs (m, 1), rank extension, size-1 axes, equal shapes
-SHAPE_PAIRS = [((), ()), ((), (3,)), ((4,), ()), ((1, 4), (3, 1)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)),
-               ((2, 1, 4), (3, 1)), ((3, 4), (3, 4)), ((1,), (2, 3)), ((2, 1, 1), (1, 3, 1))]
+SHAPE_PAIRS = [
+    ((), ()),
+    ((), (3,)),
+    ((4,), ()),
+    ((1, 4), (3, 1)),
+    ((3, 1), (1, 4)),
+    ((4,), (2, 3, 4)),
+    ((2, 1, 4), (3, 1)),
+    ((3, 4), (3, 4)),
+    ((1,), (2, 3)),
+    ((2, 1, 1), (1, 3, 1)),
+]
 
 
 def run(op, operand_types, arrays, float64=False, **attrs):
@@ -82,12 +127,15 @@ def close(got, want, dtype):
     assert np.shape(got) == want.shape
     if dtype in (F32, F64):
         rtol = 1e-5 if dtype is F32 else 1e-12
-        np.testing.assert_allclose(np.asarray(got, np.float64), want.astype(np.float64), rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(
+            np.asarray(got, np.float64), want.astype(np.float64), rtol=rtol, atol=rtol
+        )
     else:
         np.testing.assert_array_equal(got, want)
 
 
 # ---------------------------------------------------------------- elementwise
+
 
 def check_unary(op):
     spec = OPS[op]
@@ -118,8 +166,10 @@ def check_binary(op):
             close(got, REF_BINARY[op](*ref_args), dtype)
     # a scalar literal operand on either side
     x = sample((2, 3), F32, positive=True)
-    for operands, want in [(("x", 2.0), REF_BINARY[op](x.astype(np.float64), 2.0)),
-                           ((0.5, "x"), REF_BINARY[op](0.5, x.astype(np.float64)))]:
+    for operands, want in [
+        (("x", 2.0), REF_BINARY[op](x.astype(np.float64), 2.0)),
+        ((0.5, "x"), REF_BINARY[op](0.5, x.astype(np.float64))),
+    ]:
         b = FunctionBuilder("f", [TensorType((2, 3), F32)])
         ops = [b.params[0] if o == "x" else Const.of(o, F32) for o in operands]
         m = Module("t")
@@ -131,7 +181,7 @@ def check_compare(op):
     for dtype in (F32, I32):
         for sa, sb in SHAPE_PAIRS:
             a, b = sample(sa, dtype), sample(sb, dtype)
-            if dtype is I32:   # few distinct values, so that equal elements occur
+            if dtype is I32:  # few distinct values, so that equal elements occur
                 a, b = (a % 3).astype(np.int32), (b % 3).astype(np.int32)
             got = run(op, [TensorType(sa, dtype), TensorType(sb, dtype)], [a, b])
             assert got.dtype == np.bool_
@@ -149,27 +199,46 @@ def check_logic(op):
         return
     for sa, sb in SHAPE_PAIRS:
         a, b = sample(sa, BOOL), sample(sb, BOOL)
-        close(run(op, [TensorType(sa, BOOL), TensorType(sb, BOOL)], [a, b]), REF_LOGIC[op](a, b), BOOL)
+        close(
+            run(op, [TensorType(sa, BOOL), TensorType(sb, BOOL)], [a, b]), REF_LOGIC[op](a, b), BOOL
+        )
 
 
 # ---------------------------------------------------------------- the other ops
 
+
 def check_select(op):
-    for sa, sb, sm in [((2, 3), (2, 3), (2, 3)), ((2, 3), (), (2, 1)), ((), (3,), (2, 3)), ((4,), (1,), ())]:
+    for sa, sb, sm in [
+        ((2, 3), (2, 3), (2, 3)),
+        ((2, 3), (), (2, 1)),
+        ((), (3,), (2, 3)),
+        ((4,), (1,), ()),
+    ]:
         a, b, m = sample(sa, F32), sample(sb, F32), sample(sm, BOOL)
         got = run(op, [TensorType(sa, F32), TensorType(sb, F32), TensorType(sm, BOOL)], [a, b, m])
         shape = np.broadcast_shapes(sa, sb, sm)
-        want = np.array([x if c else y for x, y, c in zip(*(np.broadcast_to(v, shape).ravel() for v in (a, b, m)))],
-                        np.float32).reshape(shape)
+        want = np.array(
+            [
+                x if c else y
+                for x, y, c in zip(*(np.broadcast_to(v, shape).ravel() for v in (a, b, m)))
+            ],
+            np.float32,
+        ).reshape(shape)
         close(got, want, F32)
 
 
 def _reduce_ref(x, comb, init, axes):
     """Fold the reduced axes with a Python loop, starting from init."""
-    fn = {"add": lambda s, v: s + v, "multiply": lambda s, v: s * v,
-          "max": lambda s, v: v if v > s else s, "min": lambda s, v: v if v < s else s}[comb]
+    fn = {
+        "add": lambda s, v: s + v,
+        "multiply": lambda s, v: s * v,
+        "max": lambda s, v: v if v > s else s,
+        "min": lambda s, v: v if v < s else s,
+    }[comb]
     keep = [i for i in range(x.ndim) if i not in axes]
-    out = np.empty([x.shape[i] for i in keep], dtype=np.float64 if x.dtype.kind == "f" else np.int64)
+    out = np.empty(
+        [x.shape[i] for i in keep], dtype=np.float64 if x.dtype.kind == "f" else np.int64
+    )
     for kept in itertools.product(*(range(x.shape[i]) for i in keep)):
         acc = init
         for red in itertools.product(*(range(x.shape[i]) for i in axes)):
@@ -190,36 +259,60 @@ def check_reduce(op):
         identity = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}[comb]
         for init in (identity, 0.25, -1.5):
             for axes in all_axes:
-                got = run(op, [TensorType(x.shape, F64)], [x], combinator=comb, init=init, axes=axes)
+                got = run(
+                    op, [TensorType(x.shape, F64)], [x], combinator=comb, init=init, axes=axes
+                )
                 close(got, _reduce_ref(x, comb, init, sorted(axes)), F64)
         # no axes: the init is combined with every element
         got = run(op, [TensorType(x.shape, F64)], [x], combinator=comb, init=0.25, axes=())
         close(got, _reduce_ref(x, comb, 0.25, []), F64)
-    for comb in REDUCE_COMBINATORS:      # in f32 and i32 too
+    for comb in REDUCE_COMBINATORS:  # in f32 and i32 too
         xf = sample((3, 5), F32)
-        close(run(op, [TensorType((3, 5), F32)], [xf], combinator=comb, init=1.0, axes=(1,)),
-              _reduce_ref(xf.astype(np.float64), comb, 1.0, [1]), F32)
+        close(
+            run(op, [TensorType((3, 5), F32)], [xf], combinator=comb, init=1.0, axes=(1,)),
+            _reduce_ref(xf.astype(np.float64), comb, 1.0, [1]),
+            F32,
+        )
         xi = sample((3, 4), I32)
-        close(run(op, [TensorType((3, 4), I32)], [xi], combinator=comb, init=2, axes=(0, 1)),
-              _reduce_ref(xi, comb, 2, [0, 1]), I32)
+        close(
+            run(op, [TensorType((3, 4), I32)], [xi], combinator=comb, init=2, axes=(0, 1)),
+            _reduce_ref(xi, comb, 2, [0, 1]),
+            I32,
+        )
 
 
 def check_dot(op):
-    for sa, sb in [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((1, 1), (1, 1))]:
+    for sa, sb in [
+        ((3, 4), (4, 5)),
+        ((4,), (4, 5)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((1, 1), (1, 1)),
+    ]:
         a, b = sample(sa, F64), sample(sb, F64)
         a2, b2 = a.reshape(-1, sa[-1]), b.reshape(sb[0], -1)
-        want = np.array([[sum(a2[i, k] * b2[k, j] for k in range(sa[-1])) for j in range(b2.shape[1])]
-                         for i in range(a2.shape[0])]).reshape(sa[:-1] + sb[1:])
+        want = np.array(
+            [
+                [sum(a2[i, k] * b2[k, j] for k in range(sa[-1])) for j in range(b2.shape[1])]
+                for i in range(a2.shape[0])
+            ]
+        ).reshape(sa[:-1] + sb[1:])
         close(run(op, [TensorType(sa, F64), TensorType(sb, F64)], [a, b]), want, F64)
     a, b = sample((2, 3), I32), sample((3, 2), I32)
-    close(run(op, [TensorType((2, 3), I32), TensorType((3, 2), I32)], [a, b]),
-          np.einsum("ij,jk->ik", a.astype(np.int64), b.astype(np.int64)), I32)
+    close(
+        run(op, [TensorType((2, 3), I32), TensorType((3, 2), I32)], [a, b]),
+        np.einsum("ij,jk->ik", a.astype(np.int64), b.astype(np.int64)),
+        I32,
+    )
 
 
 def check_transpose(op):
     x = sample((2, 3, 4), F32)
-    close(run(op, [TensorType(x.shape, F32)], [x]),
-          np.array([[[x[i, j, k] for i in range(2)] for j in range(3)] for k in range(4)]), F32)
+    close(
+        run(op, [TensorType(x.shape, F32)], [x]),
+        np.array([[[x[i, j, k] for i in range(2)] for j in range(3)] for k in range(4)]),
+        F32,
+    )
     for perm in [(1, 0, 2), (2, 0, 1), (0, 1, 2)]:
         got = run(op, [TensorType(x.shape, F32)], [x], perm=perm)
         assert got.shape == tuple(x.shape[p] for p in perm)
@@ -239,7 +332,7 @@ def check_shapeCast(op):
     for shape in [(6, 4), (24,), (4, 3, 2), (1, 24, 1)]:
         got = run(op, [TensorType(x.shape, F32)], [x], shape=shape)
         assert got.shape == shape
-        close(got.ravel(), x.ravel(), F32)   # row-major order is kept
+        close(got.ravel(), x.ravel(), F32)  # row-major order is kept
     s = np.array(2.5, np.float32)
     close(run(op, [TensorType((), F32)], [s], shape=(1, 1)), [[2.5]], F32)
     close(run(op, [TensorType((1,), F32)], [np.array([3.0], np.float32)], shape=()), 3.0, F32)
@@ -271,18 +364,31 @@ def check_broadcast(op):
 
 def check_dataTypeCast(op):
     x = np.array([-2.7, -0.5, 0.0, 0.5, 1.9, 3.0], np.float32)
-    close(run(op, [TensorType((6,), F32)], [x], dtype=I32), [-2, 0, 0, 0, 1, 3], I32)   # toward zero
-    close(run(op, [TensorType((6,), F32)], [x], dtype=BOOL), [True, True, False, True, True, True], BOOL)
+    close(run(op, [TensorType((6,), F32)], [x], dtype=I32), [-2, 0, 0, 0, 1, 3], I32)  # toward zero
+    close(
+        run(op, [TensorType((6,), F32)], [x], dtype=BOOL),
+        [True, True, False, True, True, True],
+        BOOL,
+    )
     got = run(op, [TensorType((6,), F32)], [x], dtype=F64)
     assert got.dtype == np.float64
     close(got, [float(v) for v in x], F64)
-    close(run(op, [TensorType((3,), I32)], [np.array([1, -2, 7], np.int32)], dtype=F32), [1.0, -2.0, 7.0], F32)
+    close(
+        run(op, [TensorType((3,), I32)], [np.array([1, -2, 7], np.int32)], dtype=F32),
+        [1.0, -2.0, 7.0],
+        F32,
+    )
     close(run(op, [TensorType((2,), BOOL)], [np.array([True, False])], dtype=F32), [1.0, 0.0], F32)
 
 
 def check_concatenate(op):
     a, b, c = sample((2, 3), F32), sample((2, 1), F32), sample((2, 2), F32)
-    got = run(op, [TensorType((2, 3), F32), TensorType((2, 1), F32), TensorType((2, 2), F32)], [a, b, c], axis=1)
+    got = run(
+        op,
+        [TensorType((2, 3), F32), TensorType((2, 1), F32), TensorType((2, 2), F32)],
+        [a, b, c],
+        axis=1,
+    )
     close(got, [list(a[i]) + list(b[i]) + list(c[i]) for i in range(2)], F32)
     got = run(op, [TensorType((2, 3), F32)] * 2, [a, a], axis=0)
     close(got, list(a) + list(a), F32)
@@ -292,7 +398,7 @@ def check_slice(op):
     x = sample((2, 5, 3), F32)
     got = run(op, [TensorType((2, 5, 3), F32)], [x], axis=1, lo=1, hi=4)
     assert got.shape == (2, 3, 3)
-    close(got, [[list(x[i, j]) for j in (1, 2, 3)] for i in range(2)], F32)   # x[:, 1:4] by hand
+    close(got, [[list(x[i, j]) for j in (1, 2, 3)] for i in range(2)], F32)  # x[:, 1:4] by hand
     got = run(op, [TensorType((2, 5, 3), F32)], [x], axis=2, lo=2, hi=3)
     close(got.ravel(), [x[i, j, 2] for i in range(2) for j in range(5)], F32)
     n = np.array([4, -1, 7], np.int32)
@@ -319,8 +425,12 @@ def check_literal(op):
 
 def check_tuple(op):
     x, y = sample((2,), F32), sample((), F32)
-    got = _run_body([TensorType((2,), F32), TensorType((), F32)],
-                    lambda b: b.emit(op, [b.params[1], b.params[0], b.params[1]]), x, y)
+    got = _run_body(
+        [TensorType((2,), F32), TensorType((), F32)],
+        lambda b: b.emit(op, [b.params[1], b.params[0], b.params[1]]),
+        x,
+        y,
+    )
     assert isinstance(got, tuple) and len(got) == 3
     close(got[0], y, F32)
     close(got[1], x, F32)
@@ -332,6 +442,7 @@ def check_extract(op):
     def build(b):
         t = b.emit("tuple", list(b.params))
         return b.emit(op, [t], index=1)
+
     close(_run_body([TensorType((2,), F32), TensorType((3,), F32)], build, x, y), y, F32)
 
 
@@ -351,7 +462,7 @@ def check_apply(op):
 def check_batchMatmul(op):
     a, b = sample((2, 3, 4), F32), sample((2, 4, 5), F32)
     t = [TensorType((2, 3, 4), F32), TensorType((2, 4, 5), F32)]
-    want = np.stack([a[i].astype(np.float64) @ b[i] for i in range(2)])   # one product per batch
+    want = np.stack([a[i].astype(np.float64) @ b[i] for i in range(2)])  # one product per batch
     close(_run_body(t, lambda bd: bd.emit(op, list(bd.params)), a, b), want, F32)
 
 
@@ -362,8 +473,12 @@ def check_take(op):
     got = _run_body(t, lambda b: b.emit(op, list(b.params), axis=0), x, ids)
     close(got, np.stack([x[i] for i in ids]), F32)
     x2 = sample((2, 5), F32)
-    got = _run_body([TensorType((2, 5), F32), TensorType((4,), I32)],
-                    lambda b: b.emit(op, list(b.params), axis=1), x2, ids)
+    got = _run_body(
+        [TensorType((2, 5), F32), TensorType((4,), I32)],
+        lambda b: b.emit(op, list(b.params), axis=1),
+        x2,
+        ids,
+    )
     close(got, np.stack([x2[:, i] for i in ids], axis=1), F32)
 
 
@@ -371,7 +486,7 @@ def check_scatterAdd(op):
     g = sample((4, 3), F32)
     ids = np.array([2, 0, 2, 3], np.int32)
     want = np.zeros((5, 3))
-    for row, i in zip(g, ids):          # repeated indices accumulate
+    for row, i in zip(g, ids):  # repeated indices accumulate
         want[i] += row
     t = [TensorType((4, 3), F32), TensorType((4,), I32)]
     close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=0, size=5), g, ids), want, F32)
@@ -380,20 +495,29 @@ def check_scatterAdd(op):
 def check_sliceScatter(op):
     g = sample((2, 3), F32)
     want = np.zeros((2, 8))
-    for j in range(3):                  # g's columns at 1, 4, 7
+    for j in range(3):  # g's columns at 1, 4, 7
         want[:, 1 + 3 * j] = g[:, j]
-    got = _run_body([TensorType((2, 3), F32)],
-                    lambda b: b.emit(op, list(b.params), axis=1, lo=1, step=3, size=8), g)
+    got = _run_body(
+        [TensorType((2, 3), F32)],
+        lambda b: b.emit(op, list(b.params), axis=1, lo=1, step=3, size=8),
+        g,
+    )
     close(got, want, F32)
 
 
 def check_cumsum(op):
     x = sample((3, 4), F32)
     t = [TensorType((3, 4), F32)]
-    forward = np.array([[x[i, :j + 1].astype(np.float64).sum() for j in range(4)] for i in range(3)])
+    forward = np.array(
+        [[x[i, : j + 1].astype(np.float64).sum() for j in range(4)] for i in range(3)]
+    )
     backward = np.array([[x[i, j:].astype(np.float64).sum() for j in range(4)] for i in range(3)])
-    close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=False), x), forward, F32)
-    close(_run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=True), x), backward, F32)
+    close(
+        _run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=False), x), forward, F32
+    )
+    close(
+        _run_body(t, lambda b: b.emit(op, list(b.params), axis=1, reverse=True), x), backward, F32
+    )
 
 
 def check_window(op):
@@ -403,16 +527,31 @@ def check_window(op):
 
 
 CHECKS = {
-    **{op: check_unary for op in REF_UNARY}, **{op: check_binary for op in REF_BINARY},
-    **{op: check_compare for op in REF_COMPARE}, **{op: check_logic for op in REF_LOGIC},
-    "select": check_select, "reduce": check_reduce, "dot": check_dot, "transpose": check_transpose,
-    "shapeCast": check_shapeCast, "padShape": check_padShape, "squeezeShape": check_squeezeShape,
-    "broadcast": check_broadcast, "dataTypeCast": check_dataTypeCast, "concatenate": check_concatenate,
+    **{op: check_unary for op in REF_UNARY},
+    **{op: check_binary for op in REF_BINARY},
+    **{op: check_compare for op in REF_COMPARE},
+    **{op: check_logic for op in REF_LOGIC},
+    "select": check_select,
+    "reduce": check_reduce,
+    "dot": check_dot,
+    "transpose": check_transpose,
+    "shapeCast": check_shapeCast,
+    "padShape": check_padShape,
+    "squeezeShape": check_squeezeShape,
+    "broadcast": check_broadcast,
+    "dataTypeCast": check_dataTypeCast,
+    "concatenate": check_concatenate,
     "slice": check_slice,
-    "literal": check_literal, "tuple": check_tuple, "extract": check_extract, "apply": check_apply,
+    "literal": check_literal,
+    "tuple": check_tuple,
+    "extract": check_extract,
+    "apply": check_apply,
     **{op: check_window for op in WINDOW_OPS},
-    "batchMatmul": check_batchMatmul, "take": check_take, "scatterAdd": check_scatterAdd,
-    "sliceScatter": check_sliceScatter, "cumsum": check_cumsum,
+    "batchMatmul": check_batchMatmul,
+    "take": check_take,
+    "scatterAdd": check_scatterAdd,
+    "sliceScatter": check_sliceScatter,
+    "cumsum": check_cumsum,
 }
 
 
@@ -433,6 +572,7 @@ def test_op_against_numpy(op):
 
 
 # ---------------------------------------------------------------- interpreter behaviour
+
 
 def test_float64_mode_is_more_accurate():
     x = np.full((1000,), 0.1, np.float32)

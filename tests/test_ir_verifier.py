@@ -1,9 +1,21 @@
 """Verifier messages name the function, the value and the mismatch."""
+
 import pytest
 
 from dlvm_eq.errors import IRError
-from dlvm_eq.ir import (F32, F64, AdjointDecl, Const, Function, Instruction, Module, TensorType,
-                        Value, verify, verify_function)
+from dlvm_eq.ir import (
+    F32,
+    F64,
+    AdjointDecl,
+    Const,
+    Function,
+    Instruction,
+    Module,
+    TensorType,
+    Value,
+    verify,
+    verify_function,
+)
 
 V2 = TensorType((2,), F32)
 V3 = TensorType((3,), F32)
@@ -51,7 +63,9 @@ def test_dtype_mismatch():
 def test_return_type_mismatch():
     x = Value("x", V2)
     fn = Function("g", [x], V3, [], x)
-    with pytest.raises(IRError, match=r"in @g: returns <2 x f32> but is declared to return <3 x f32>"):
+    with pytest.raises(
+        IRError, match=r"in @g: returns <2 x f32> but is declared to return <3 x f32>"
+    ):
         verify_function(fn)
 
 

@@ -1,5 +1,6 @@
 """dq.jit on the cpu target (the default) end to end: the MLP step against the hand-written
 numpy step, output buffers across calls, threads, the compile report, the disk cache."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir, stats
-from dlvm_eq.pipeline import compile_seconds
 from dlvm_eq.errors import DlvmError
 from dlvm_eq.models import mlp
+from dlvm_eq.pipeline import compile_seconds
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,6 +61,7 @@ def test_sgd_training_step_inside_jit_reuses_its_outputs():
     def train(w1, b1, w2, b2, x, y):
         loss, grads = dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3))(w1, b1, w2, b2, x, y)
         return (loss,) + tuple(p - 0.1 * g for p, g in zip((w1, b1, w2, b2), grads))
+
     step = dq.jit(train)
     ref = [p.copy() for p in params]
     p = params
@@ -71,7 +73,7 @@ def test_sgd_training_step_inside_jit_reuses_its_outputs():
         value, grads = mlp.numpy_value_and_grad(*ref, x, y)
         ref = [r - np.float32(0.1) * g for r, g in zip(ref, grads)]
     assert losses[-1] < losses[0]
-    assert len(addresses) <= 3     # new parameters cycle through a few buffers: no fresh pages
+    assert len(addresses) <= 3  # new parameters cycle through a few buffers: no fresh pages
     for a, b in zip(p, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -98,8 +100,8 @@ def test_dropped_results_are_reused_and_a_held_view_keeps_its_buffer():
     addr = first.ctypes.data
     del first
     again = f(x)
-    assert again.ctypes.data == addr            # the caller dropped it: reused, no fresh pages
-    held = again[3:5]                           # a view keeps the buffer alive and in use
+    assert again.ctypes.data == addr  # the caller dropped it: reused, no fresh pages
+    held = again[3:5]  # a view keeps the buffer alive and in use
     del again
     other = f(x * 0)
     assert not np.shares_memory(other, held)
@@ -110,7 +112,7 @@ def test_nested_results_of_value_and_grad_are_reused_once_dropped():
     params, x, y = _mlp_data(batch=8, sizes=(12, 8, 3))
     step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
     addr = step(*params, x, y)[1][0].ctypes.data
-    for _ in range(3):      # the (value, (grads...)) tuples must not keep the buffers alive
+    for _ in range(3):  # the (value, (grads...)) tuples must not keep the buffers alive
         assert step(*params, x, y)[1][0].ctypes.data == addr
 
 
@@ -128,6 +130,7 @@ def test_concurrent_calls_from_threads_give_correct_results():
             got = f(xs[i], w)
             if not np.allclose(got, want[i], rtol=1e-4, atol=1e-4):
                 errors.append(i)
+
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
@@ -140,8 +143,17 @@ def test_report_shows_egraph_costs_kernels_blas_and_times():
     params, x, y = _mlp_data(batch=16, sizes=(12, 8, 3))
     step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
     text = str(step.report(*params, x, y))
-    for word in ("e-graph:", "e-classes", "rules fired:", "cost (model):", "kernels:", "matmuls: 5",
-                 "optimize", "plan", "kernels"):
+    for word in (
+        "e-graph:",
+        "e-classes",
+        "rules fired:",
+        "cost (model):",
+        "kernels:",
+        "matmuls: 5",
+        "optimize",
+        "plan",
+        "kernels",
+    ):
         assert word in text
     rep = step.report(*params, x, y)
     assert rep.kernel_names == [k.name for k in rep.plan.kernels]
@@ -163,6 +175,7 @@ def test_argument_errors_are_dlvm_errors():
 
 def test_gpu_target_without_cuda_is_one_clear_error():
     from dlvm_eq.codegen import GpuUnavailable, gpu_available
+
     if gpu_available():
         pytest.skip("CUDA works here")
     m = dq.make_ir(lambda x: x * 2.0)(np.ones(3, np.float32))
@@ -185,8 +198,14 @@ def test_a_second_process_finds_every_kernel_on_disk(tmp_path):
     env = dict(os.environ, DLVM_EQ_CACHE_DIR=str(tmp_path))
     runs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                             timeout=300, cwd=Path(__file__).parent)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=Path(__file__).parent,
+        )
         assert out.returncode == 0, out.stderr
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first, second = runs
@@ -201,5 +220,6 @@ def test_kernel_counters_move():
     f = dq.jit(lambda x: dq.cosh(x) * 3.0 - 1.25)
     f(np.ones(7, np.float32))
     after = stats()
-    assert sum(after[k] for k in ("compiled", "loaded_from_disk", "memory_hits")) > \
-        sum(before[k] for k in ("compiled", "loaded_from_disk", "memory_hits"))
+    assert sum(after[k] for k in ("compiled", "loaded_from_disk", "memory_hits")) > sum(
+        before[k] for k in ("compiled", "loaded_from_disk", "memory_hits")
+    )

@@ -4,6 +4,7 @@ pyproject.toml pass, and no two packages of dlvm_eq import each other, lazy impo
 `lint-imports` reads every import statement in a module, also those inside functions, so a
 lazy import that points up a layer fails here as an eager one would.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,18 +23,25 @@ def test_import_linter_contracts_hold():
     exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     if not Path(exe).exists():
         pytest.fail("lint-imports is not installed: the test extra installs import-linter")
-    run = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [exe, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def _package_edges(graph, depth: int, under: str) -> dict[str, set[str]]:
     """Edges between the packages `depth` levels below the root, for modules under `under`."""
+
     def package(module: str) -> str | None:
         parts = module.split(".")
         if not module.startswith(under + ".") or len(parts) <= depth:
             return None
-        return ".".join(parts[:depth + 1])
+        return ".".join(parts[: depth + 1])
+
     edges: dict[str, set[str]] = defaultdict(set)
     for module in graph.modules:
         a = package(module)

@@ -2,6 +2,7 @@
 slices of the reduced rows, each call updating a whole row of outputs, not as calls that each
 own a few outputs and read a short piece of every input row a page apart (measured 12 ms
 instead of ~1 here). Results against float64 numpy, and the same bits with 1 and 2 threads."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,13 +25,15 @@ def _calls(monkeypatch) -> list:
     def ranges(fn, rs, tail, threads):
         seen.extend((lo, hi) + tuple(tail[:2]) for lo, hi in rs)
         real_ranges(fn, rs, tail, threads)
+
     monkeypatch.setattr(cpu_kernel, "run_chunks", chunks)
     monkeypatch.setattr(cpu_kernel, "run_ranges", ranges)
     return seen
 
 
-@pytest.mark.parametrize("shape, axes", [((16, 128, 1024), (0, 1)), ((3000, 7, 33), (0,)),
-                                         ((2048, 64), (0,))])
+@pytest.mark.parametrize(
+    "shape, axes", [((16, 128, 1024), (0, 1)), ((3000, 7, 33), (0,)), ((2048, 64), (0,))]
+)
 def test_leading_axes_reductions_run_over_whole_rows_of_outputs(monkeypatch, shape, axes):
     spec = ReduceSpec("bias_grad", shape, [KernelInput("f32")], Load(0) * 2.0, "add", axes)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -38,7 +41,7 @@ def test_leading_axes_reductions_run_over_whole_rows_of_outputs(monkeypatch, sha
     one, two = CpuKernel(spec, threads=1)(x), CpuKernel(spec, threads=2)(x)
     n_out = int(np.prod(spec.out_shape))
     assert len(seen) >= 4 and all((o0, o1) == (0, n_out) for o0, o1, _, _ in seen), seen[:4]
-    np.testing.assert_array_equal(one, two)          # the thread count changes no bit
+    np.testing.assert_array_equal(one, two)  # the thread count changes no bit
     want = 2.0 * x.astype(np.float64).sum(axes)
     np.testing.assert_allclose(one, want, rtol=1e-5, atol=1e-4 * np.sqrt(x.size / n_out))
 

@@ -1,6 +1,7 @@
 """Loaded programs are data (egraph/lets.py): interned Lets, written as egglog text only when
 sent. The text the data gives is the text the loaders used to write line by line, and walks
 over the Lets stay linear on DAGs whose trees are exponential."""
+
 import math
 import time
 
@@ -40,7 +41,7 @@ def test_building_a_term_twice_is_one_let_and_attributes_are_told_apart_exactly(
 def test_a_let_is_written_with_its_operands_named_and_its_attributes_by_sort():
     t = TensorType((2, 3), F32)
     lets = LetTable("v")
-    x = lets.let("Var", ("x \"q\"",), t)
+    x = lets.let("Var", ('x "q"',), t)
     r = lets.let("Reduce", (x, "add", 0.0, 1), t.with_shape((2,)))
     v = lets.let("ReduceMap", (inline("Load", (x,)), "max", -math.inf, (0, 1)), TensorType((), F32))
     e = lets.let("ShapeCast", (x, ()), TensorType((6,), F32))
@@ -50,7 +51,7 @@ def test_a_let_is_written_with_its_operands_named_and_its_attributes_by_sort():
     assert x.command() == r'(let $v0_ (Var "x \"q\""))'
     assert r.children == (x,) and v.children == (v.args[0],)
     assert x.facts() == ["(set (shape $v0_) (vec-of 2 3))", '(set (dtype $v0_) "f32")']
-    assert r.facts() == []                  # only leaves: the analysis derives the rest
+    assert r.facts() == []  # only leaves: the analysis derives the rest
     with pytest.raises(TypeError, match="not an egglog attribute"):
         Let("$bad_", "Frob", ([1],)).term()
 
@@ -62,28 +63,30 @@ def test_rows_written_from_the_data_are_the_rows_the_text_gave():
     from_data = BoundValues().bind(prog.lets)
     from_text = BoundValues().bind_lines(commands(prog.lets))
     assert from_data == from_text
-    assert f"(set ({MARKER} 0) (Var \"x\"))" in from_data
+    assert f'(set ({MARKER} 0) (Var "x"))' in from_data
     assert "(set (shape (dlvm-value 0)) (vec-of 4))" in from_data
-    assert "$" not in from_data             # every value is read through its row
+    assert "$" not in from_data  # every value is read through its row
 
 
 def test_loading_and_costing_a_doubling_dag_is_linear():
     """60 levels are 2^60 tree nodes: a walk that revisits shared lets would never finish."""
     from dlvm_eq.egraph.optimize import loaded_cost
+
     m = _doubling_dag(60)
     t0 = time.perf_counter()
     prog = load_function(m["deep"], m)
     cost = loaded_cost(prog)
     took = time.perf_counter() - t0
-    assert len(prog.lets) == 1 + 3 * 60 + 1          # x, per level 3 values, the sum
+    assert len(prog.lets) == 1 + 3 * 60 + 1  # x, per level 3 values, the sum
     assert 0 < cost < math.inf
-    assert took < 30                                 # a hang guard, not a timing claim
+    assert took < 30  # a hang guard, not a timing claim
     small = _doubling_dag(30)
     assert loaded_cost(load_function(small["deep"], small)) < cost
 
 
 def test_the_reverse_pass_builds_lets_from_the_loaded_structure():
     from dlvm_eq.ad.driver import _ReversePass, configure
+
     m = _doubling_dag(3)
     fn = m["deep"]
     prog = load_function(fn, m, prefix="p0_")

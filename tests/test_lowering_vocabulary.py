@@ -1,6 +1,7 @@
 """The lowering's op vocabulary agrees with the op table (codegen/llvm/vocabulary.py): an
 elementwise op added to ir/ops.py without a lowering, or a lowering for an op the table lacks,
 or a dtype the kernels accept that the lowering does not handle, is reported."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,9 @@ def test_the_lowering_covers_exactly_the_op_tables_elementwise_ops():
 
 
 def test_an_op_added_to_the_table_alone_is_reported(monkeypatch):
-    monkeypatch.setitem(ops.OPS, "cbrt", dataclasses.replace(ops.OPS["exp"], name="cbrt", egg="Cbrt"))
+    monkeypatch.setitem(
+        ops.OPS, "cbrt", dataclasses.replace(ops.OPS["exp"], name="cbrt", egg="Cbrt")
+    )
     gaps = lowering_gaps()
     assert "unary op 'cbrt' of the op table has no lowering" in gaps
     assert "op 'cbrt' of the op table is not a kernel op" in gaps
@@ -28,7 +31,9 @@ def test_a_lowering_of_an_op_the_table_lacks_is_reported(monkeypatch):
 
 
 def test_a_dtype_the_kernels_accept_but_the_lowering_lacks_is_reported(monkeypatch):
-    monkeypatch.setitem(lower_expr.BINARY_LOWERED, "i32", lower_expr.BINARY_LOWERED["i32"] - {"div"})
+    monkeypatch.setitem(
+        lower_expr.BINARY_LOWERED, "i32", lower_expr.BINARY_LOWERED["i32"] - {"div"}
+    )
     assert lowering_gaps() == ["binary op 'div' is accepted on i32 but not lowered for it"]
     monkeypatch.undo()
     monkeypatch.setitem(kernel_spec.UNARY_OPS, "exp", kernel_spec.UNARY_OPS["exp"] + ("i32",))

@@ -4,10 +4,12 @@ and stay three products when the weights' copy would cost more (a few rows times
 weights). In the training step, the adjoint's dX (dQ Wq^T + dK Wk^T + dV Wv^T) and the weights'
 adjoints (x^T dQ, x^T dK, x^T dV) become one product each where the cost model says so. The
 optimized programs agree with the interpreter, and their plans copy [[Wq|Wk]|Wv] once."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 import dlvm_eq as dq
 from dlvm_eq.ad import adjoint_function
@@ -16,7 +18,6 @@ from dlvm_eq.codegen.planning.plan import ConcatStep, CopyStep
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.module import Module
 from dlvm_eq.pipeline import compile, plan_function
-from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 RNG = np.random.default_rng(0)
 
@@ -32,7 +33,7 @@ def projections(wq, wk, wv, x):
 
 
 def _args(m: int, k: int, n: int):
-    ws = [(RNG.standard_normal((k, n)) * k ** -0.5).astype(np.float32) for _ in range(3)]
+    ws = [(RNG.standard_normal((k, n)) * k**-0.5).astype(np.float32) for _ in range(3)]
     return ws + [RNG.standard_normal((m, k)).astype(np.float32)]
 
 
@@ -52,6 +53,7 @@ def _concat_leaves(fn, value) -> list[str]:
         if ins is None or ins.op != "concatenate":
             return [v.name]
         return [n for o in ins.operands for n in walk(o)]
+
     return walk(value)
 
 
@@ -60,17 +62,22 @@ def _dots(fn):
 
 
 def test_projections_of_a_large_x_are_one_product_of_concatenated_weights():
-    args = _args(2048, 256, 256)          # x 2 MiB, each weight 256 KiB
+    args = _args(2048, 256, 256)  # x 2 MiB, each weight 256 KiB
     module = dq.make_ir(projections)(*args)
     opt = _optimized(module, "projections")
     fn = opt["projections"]
     (dot,) = _dots(fn)
-    assert dot.operands[0].name == "x" and sorted(_concat_leaves(fn, dot.operands[1])) == ["wk", "wq", "wv"], fn
+    assert dot.operands[0].name == "x" and sorted(_concat_leaves(fn, dot.operands[1])) == [
+        "wk",
+        "wq",
+        "wv",
+    ], fn
     defs = _defs(fn)
 
-    def reads_dot(ins):   # a slice of the product, directly or through a slice
+    def reads_dot(ins):  # a slice of the product, directly or through a slice
         src = defs.get(ins.operands[0].name)
         return src is dot or (src is not None and src.op == "slice" and reads_dot(src))
+
     assert sum(1 for ins in fn.body if ins.op == "slice" and reads_dot(ins)) >= 3, fn
     want = interpret(module, "projections", *args, float64=True)
     np.testing.assert_allclose(interpret(opt, "projections", *args, float64=True), want, rtol=1e-9)
@@ -96,8 +103,15 @@ def test_projections_of_a_few_rows_by_big_weights_stay_three_products(m, k, n):
 
 def _step(args, n_weights: int = 3) -> Module:
     fn = dq.make_ir(projections)(*args)["projections"]
-    grad = adjoint_function(None, fn, wrt=tuple(range(n_weights + 1)), keeping=(0,), tuple_result=True,
-                            optimize=False, name="step")
+    grad = adjoint_function(
+        None,
+        fn,
+        wrt=tuple(range(n_weights + 1)),
+        keeping=(0,),
+        tuple_result=True,
+        optimize=False,
+        name="step",
+    )
     module = Module("step")
     module.add(grad)
     return module
@@ -112,10 +126,10 @@ def test_the_adjoints_of_merged_projections_are_one_product_each():
     opt = _optimized(module, "step")
     fn = opt["step"]
     dots = _dots(fn)
-    assert len(dots) == 3, fn             # forward, the weights' adjoints, dX: 9 as written
+    assert len(dots) == 3, fn  # forward, the weights' adjoints, dX: 9 as written
     assert len(_dots(module["step"])) == 9
     defs = _defs(fn)
-    dx = defs[defs[fn.ret.name].operands[4].name]          # results: loss, dWq, dWk, dWv, dX
+    dx = defs[defs[fn.ret.name].operands[4].name]  # results: loss, dWq, dWk, dWv, dX
     assert dx.op == "dot" and len(_concat_leaves(fn, dx.operands[0])) == 3, fn
     want = interpret(module, "step", *args, float64=True)
     got = interpret(opt, "step", *args, float64=True)
@@ -134,6 +148,7 @@ def test_a_concatenation_read_only_by_a_concatenation_is_copied_once(shared):
         inner = dq.concatenate([a, b], axis=1)
         outer = dq.concatenate([inner, c], axis=1)
         return (outer, inner * 2.0) if shared else outer * 3.0
+
     module = dq.make_ir(f)(a, b, c)
     name = next(iter(module.functions))
     plan = plan_function(module[name], module)

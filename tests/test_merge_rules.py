@@ -1,19 +1,21 @@
 """rules/algebra.egg's `merge` ruleset (TASO): products sharing an operand become slices of
 one product of concatenated weights. It fires on an attention block's projections; the merged
 program, extracted and compiled, computes what the interpreter computes."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_algebra_rules import _decls
 
 import dlvm_eq as dq
-from dlvm_eq.extract import target_cost
-from dlvm_eq.ir import interpret
 from dlvm_eq.egraph import RuleFileError
 from dlvm_eq.egraph.optimize import scratch_session
-from dlvm_eq.egraph.saturate import saturate
 from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
-from test_algebra_rules import _decls
+from dlvm_eq.egraph.saturate import saturate
+from dlvm_eq.extract import target_cost
+from dlvm_eq.ir import interpret
+
 
 def _slices(w: str, axis: int, cuts) -> list[str]:
     return [f"(Slice {w} {axis} {lo} {hi})" for lo, hi in zip(cuts, cuts[1:])]
@@ -23,8 +25,11 @@ def merged(products: list[str], expected: list[str]) -> bool:
     """Whether, with all `products` in one e-graph (and a third weight G (6, 4)), each equals
     its expected term after the merge ruleset."""
     with scratch_session() as s:
-        s.run_text(_decls() + '(let $G (Var "G")) (set (shape $G) (vec-of 6 4)) (set (dtype $G) "f32")\n'
-                   + "".join(f"(let $p{i} {p})\n" for i, p in enumerate(products)))
+        s.run_text(
+            _decls()
+            + '(let $G (Var "G")) (set (shape $G) (vec-of 6 4)) (set (dtype $G) "f32")\n'
+            + "".join(f"(let $p{i} {p})\n" for i, p in enumerate(products))
+        )
         saturate(s, Schedule(("merge",)), Budget(iterations=4))
         try:
             for i, e in enumerate(expected):
@@ -36,24 +41,34 @@ def merged(products: list[str], expected: list[str]) -> bool:
 
 def test_two_products_sharing_x_are_slices_of_one():
     # X (7, 6) times the weights V (6, 2) and C (6, 3)
-    assert merged(["(Dot $X $V)", "(Dot $X $C)"], _slices("(Dot $X (Concatenate $V $C 1))", 1, (0, 2, 5)))
+    assert merged(
+        ["(Dot $X $V)", "(Dot $X $C)"], _slices("(Dot $X (Concatenate $V $C 1))", 1, (0, 2, 5))
+    )
 
 
 def test_three_products_sharing_x_are_slices_of_one():
-    assert merged(["(Dot $X $V)", "(Dot $X $C)", "(Dot $X $G)"],
-                  _slices("(Dot $X (Concatenate (Concatenate $V $C 1) $G 1))", 1, (0, 2, 5, 9)))
+    assert merged(
+        ["(Dot $X $V)", "(Dot $X $C)", "(Dot $X $G)"],
+        _slices("(Dot $X (Concatenate (Concatenate $V $C 1) $G 1))", 1, (0, 2, 5, 9)),
+    )
 
 
 def test_products_sharing_dy_are_row_slices_of_one():
     # A (4, 5) and E (4, 5) times B (5, 6)
-    assert merged(["(Dot $A $B)", "(Dot $E $B)"], _slices("(Dot (Concatenate $A $E 0) $B)", 0, (0, 4, 8)))
+    assert merged(
+        ["(Dot $A $B)", "(Dot $E $B)"], _slices("(Dot (Concatenate $A $E 0) $B)", 0, (0, 4, 8))
+    )
 
 
 def test_intermediates_are_not_merged():
     """Only parameters: a merged product (not a parameter) never merges again."""
-    assert merged(["(Dot $X $V)", "(Dot $X $C)"], _slices("(Dot $X (Concatenate $V $C 1))", 1, (0, 2, 5)))
-    assert not merged(["(Dot $X (Exp $V))", "(Dot $X (Exp $C))"],
-                      _slices("(Dot $X (Concatenate (Exp $V) (Exp $C) 1))", 1, (0, 2, 5)))
+    assert merged(
+        ["(Dot $X $V)", "(Dot $X $C)"], _slices("(Dot $X (Concatenate $V $C 1))", 1, (0, 2, 5))
+    )
+    assert not merged(
+        ["(Dot $X (Exp $V))", "(Dot $X (Exp $C))"],
+        _slices("(Dot $X (Concatenate (Exp $V) (Exp $C) 1))", 1, (0, 2, 5)),
+    )
 
 
 def attention(x, wq, wk, wv):
@@ -89,12 +104,16 @@ def test_merged_attention_compiles_and_agrees_with_the_interpreter(args, monkeyp
 
     m = dq.make_ir(attention)(*args)
     monkeypatch.setattr(target_cost.TargetCost, "term_cost", views_free)
-    monkeypatch.setattr(target_cost.TargetCost, "concatenation_seconds", lambda self, t, nested=None: 0.0)
+    monkeypatch.setattr(
+        target_cost.TargetCost, "concatenation_seconds", lambda self, t, nested=None: 0.0
+    )
     merged = dq.optimize(m, budget={"seconds": 20.0}).module
     monkeypatch.undo()
     fn = merged["attention"]
     ops = [ins.op for ins in fn.body]
-    dots_of_x = [ins for ins in fn.body if ins.op == "dot" and getattr(ins.operands[0], "name", "") == "x"]
+    dots_of_x = [
+        ins for ins in fn.body if ins.op == "dot" and getattr(ins.operands[0], "name", "") == "x"
+    ]
     # at least two projections share one product of x (which ones is the extractor's choice)
     assert "concatenate" in ops and ops.count("slice") >= 2 and len(dots_of_x) <= 2, fn
     want = interpret(m, "attention", *args, float64=True)

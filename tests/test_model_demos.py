@@ -2,6 +2,7 @@
 epochs than the demos' defaults, still asserting the targets: >= 98% test accuracy on the
 digits for the CNN, >= 99% held-out token accuracy sorting digit sequences for the
 transformer), and `dlvm-eq demo --model` reaches them."""
+
 from __future__ import annotations
 
 import io
@@ -37,18 +38,19 @@ def test_cnn_logits_match_a_numpy_forward_pass():
     p = cnn.init_params(seed=1)
     x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
 
-    def conv_same(h, w, b):             # 3x3, padding 1, NCHW/OIHW, as torch's conv2d
+    def conv_same(h, w, b):  # 3x3, padding 1, NCHW/OIHW, as torch's conv2d
         n, c, hh, ww = h.shape
         hp = np.pad(h, ((0, 0), (0, 0), (1, 1), (1, 1)))
         out = np.zeros((n, w.shape[0], hh, ww))
         for i in range(3):
             for j in range(3):
-                out += np.einsum("nchw,oc->nohw", hp[:, :, i:i + hh, j:j + ww], w[:, :, i, j])
+                out += np.einsum("nchw,oc->nohw", hp[:, :, i : i + hh, j : j + ww], w[:, :, i, j])
         return out + b[None, :, None, None]
 
     def pool(h):
         n, c, hh, ww = h.shape
         return h.reshape(n, c, hh // 2, 2, ww // 2, 2).max(axis=(3, 5))
+
     h = pool(np.maximum(conv_same(x.astype(np.float64), p["c1"], p["b1"]), 0))
     h = pool(np.maximum(conv_same(h, p["c2"], p["b2"]), 0))
     want = h.reshape(3, -1) @ p["w"] + p["b"]

@@ -1,6 +1,7 @@
 """The native worker pool (codegen/native_pool.py): every call runs exactly once, on fresh,
 spinning, sleeping and closed pools, from several Python threads and after fork. A hang is
 the typical failure of such code, so the risky scenarios run in a subprocess with a timeout."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,13 @@ import numpy as np
 import pytest
 
 from dlvm_eq.codegen import CpuKernel, KernelInput, KernelSpec, Load
-from dlvm_eq.codegen.runtime.native_pool import MAX_ARGS, NativePool, entry_address, native_pool, supported
+from dlvm_eq.codegen.runtime.native_pool import (
+    MAX_ARGS,
+    NativePool,
+    entry_address,
+    native_pool,
+    supported,
+)
 
 pytestmark = pytest.mark.skipif(not supported(), reason="the native pool is Linux x86-64 only")
 
@@ -73,7 +80,7 @@ def test_sleeping_workers_are_woken():
         for i in range(200):
             out = np.zeros(N, np.float32)
             if i % 10 == 0:
-                time.sleep(0.002)           # the worker is asleep for sure
+                time.sleep(0.002)  # the worker is asleep for sure
             _run(pool, k, x, out)
             np.testing.assert_array_equal(out, x * 2 + 1)
     finally:
@@ -96,8 +103,9 @@ def test_concurrent_callers_from_python_threads():
                 out = np.zeros(N, np.float32)
                 _run(pool, k, x, out, parts=7)
                 np.testing.assert_array_equal(out, x * 2 + 1)
-        except AssertionError as e:     # pragma: no cover - reported below
+        except AssertionError as e:  # pragma: no cover - reported below
             errors.append(e)
+
     threads = [threading.Thread(target=work, args=(x,)) for x in xs]
     for t in threads:
         t.start()
@@ -142,7 +150,9 @@ _SCRIPT = textwrap.dedent("""
 
 
 def test_start_up_race_and_fork_in_a_subprocess():
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
 
@@ -157,8 +167,11 @@ from dlvm_eq.codegen.runtime.native_pool import _tsc_per_us  # noqa: E402
 def _count_run(pool, counts, chunks, ticks=0, threads=None):
     n = len(counts)
     step = -(-n // chunks)
-    pool.run(count_kernel(), [(lo, min(lo + step, n), counts.ctypes.data, ticks) for lo in range(0, n, step)],
-             threads)
+    pool.run(
+        count_kernel(),
+        [(lo, min(lo + step, n), counts.ctypes.data, ticks) for lo in range(0, n, step)],
+        threads,
+    )
 
 
 def test_helpers_that_never_start_are_not_waited_for_and_late_ones_run_nothing_stale():
@@ -181,7 +194,7 @@ def test_helpers_that_never_start_are_not_waited_for_and_late_ones_run_nothing_s
         deadline = time.monotonic() + 60
         while sum(s["chunks"] for s in pool.worker_stats()) == 0 and time.monotonic() < deadline:
             counts = np.zeros(512, np.int64)
-            _count_run(pool, counts, 64, ticks=20 * tick)     # slow chunks: helpers get some
+            _count_run(pool, counts, 64, ticks=20 * tick)  # slow chunks: helpers get some
             assert (counts == 1).all()
             done.append(counts)
         for i in range(300):
@@ -202,7 +215,7 @@ def test_close_while_helpers_are_mid_chunk_and_runs_after_close():
     pool = NativePool(entry_address(), 2)
     tick = int(_tsc_per_us())
     counts = np.zeros(64, np.int64)
-    t = threading.Thread(target=_count_run, args=(pool, counts, 64, 2000 * tick))   # 2 ms chunks
+    t = threading.Thread(target=_count_run, args=(pool, counts, 64, 2000 * tick))  # 2 ms chunks
     t.start()
     time.sleep(0.01)
     t0 = time.monotonic()
@@ -214,7 +227,7 @@ def test_close_while_helpers_are_mid_chunk_and_runs_after_close():
     after = np.zeros(1000, np.int64)
     _count_run(pool, after, 50)
     assert (after == 1).all()
-    assert [s["chunks"] for s in pool.worker_stats()] == before     # the caller alone
+    assert [s["chunks"] for s in pool.worker_stats()] == before  # the caller alone
     for th in pool._threads:
         th.join(10)
     assert all(s["status"] == "returned" for s in pool.worker_stats())
@@ -227,13 +240,16 @@ def test_close_parks_sleeping_and_spinning_workers_without_waiting():
         _count_run(pool, counts, 10)
         t0 = time.monotonic()
         pool.close(wait=0.0, park=True)
-        pool.close()                                     # twice: a no-op
+        pool.close()  # twice: a no-op
         assert time.monotonic() - t0 < 0.5
         deadline = time.monotonic() + 30
-        while any(s["status"] != "parked" for s in pool.worker_stats()) and time.monotonic() < deadline:
+        while (
+            any(s["status"] != "parked" for s in pool.worker_stats())
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         assert all(s["status"] == "parked" for s in pool.worker_stats())
-        assert all(th.is_alive() for th in pool._threads)   # in native code for good, not in Python
+        assert all(th.is_alive() for th in pool._threads)  # in native code for good, not in Python
 
 
 def test_exactly_once_from_many_threads_and_thread_limits():
@@ -250,6 +266,7 @@ def test_exactly_once_from_many_threads_and_thread_limits():
                 _count_run(pool, counts, int(rng.integers(1, 70)))
                 if not (counts == 1).all():
                     errors.append(seed)
+
         threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
         for th in threads:
             th.start()
@@ -279,16 +296,23 @@ def test_rest_puts_spinning_workers_to_sleep_and_the_next_run_wakes_them():
         # descheduled may already have gone to sleep: either way rest must end in sleep)
         pool.rest()
         deadline = time.monotonic() + 20
-        while any(s["status"] != "asleep" for s in pool.worker_stats()) and time.monotonic() < deadline:
+        while (
+            any(s["status"] != "asleep" for s in pool.worker_stats())
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         assert all(s["status"] == "asleep" for s in pool.worker_stats())
         before = sum(s["chunks"] for s in pool.worker_stats())
         deadline = time.monotonic() + 60
-        while sum(s["chunks"] for s in pool.worker_stats()) == before and time.monotonic() < deadline:
+        while (
+            sum(s["chunks"] for s in pool.worker_stats()) == before and time.monotonic() < deadline
+        ):
             counts = np.zeros(512, np.int64)
             _count_run(pool, counts, 64, ticks=20 * tick)
             assert (counts == 1).all()
-        assert sum(s["chunks"] for s in pool.worker_stats()) > before, "woken workers never took part"
+        assert sum(s["chunks"] for s in pool.worker_stats()) > before, (
+            "woken workers never took part"
+        )
     finally:
         pool.close()
 
@@ -298,6 +322,7 @@ def test_a_compiled_call_rests_the_process_pool():
     a call returns and cleared by the next parallel run."""
     import dlvm_eq as dq
     from dlvm_eq.codegen.runtime import native_pool as np_mod
+
     f = dq.jit(lambda x: dq.exp(x) * 2.0)
     x = np.ones(1 << 20, np.float32)
     np.testing.assert_allclose(f(x), np.exp(x) * 2, rtol=1e-6)

@@ -1,18 +1,24 @@
 """dq.optimize, the report, the composable session API, and the opt / query commands."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 import dlvm_eq as dq
-from dlvm_eq.egraph.optimize import (baseline_cost, new_session, optimize_session, program_cost,
-                                     scratch_session)
+from dlvm_eq.egraph.optimize import (
+    baseline_cost,
+    new_session,
+    optimize_session,
+    program_cost,
+    scratch_session,
+)
 from dlvm_eq.extract.target_cost import TargetCost
 from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, tensor, verify
 from dlvm_eq.pipeline import interpret
-from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse: the shipped cost model
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -47,15 +53,19 @@ def _same_results(m1, m2, name, rng=None):
     rng = rng or np.random.default_rng(0)
     fn = m1[name]
     args = [rng.standard_normal(p.type.shape) for p in fn.params]
-    np.testing.assert_allclose(interpret(m2, name, *args, float64=True),
-                               interpret(m1, name, *args, float64=True), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        interpret(m2, name, *args, float64=True),
+        interpret(m1, name, *args, float64=True),
+        rtol=1e-9,
+        atol=1e-12,
+    )
 
 
 def test_optimize_simplifies_and_reports():
     m = dq.parse(SIMPLIFIABLE)
     r = dq.optimize(m)
     verify(r.module)
-    assert [i.op for i in r.module["f"].body] == []        # x*1 + 0 + (log(exp y) - y) = x
+    assert [i.op for i in r.module["f"].body] == []  # x*1 + 0 + (log(exp y) - y) = x
     assert r.module["f"].ret is r.module["f"].params[0]
     assert [i.op for i in r.module["g"].body] == []
     assert r.cost_after < r.cost_before
@@ -92,7 +102,7 @@ def test_targets_differ_in_cost_but_both_verify():
     m = dq.load(EXAMPLES / "mlp.dl")
     cpu, gpu = dq.optimize(m, target="cpu"), dq.optimize(m, target="gpu")
     verify(cpu.module), verify(gpu.module)
-    assert gpu.cost_before > cpu.cost_before       # tiny kernels: the GPU's launches dominate
+    assert gpu.cost_before > cpu.cost_before  # tiny kernels: the GPU's launches dominate
     b = FunctionBuilder("big", [tensor(2048, 2048, F32)] * 2, ["a", "b"])
     big = b.finish(b.emit("dot", list(b.params)))
     assert program_cost(big, target="gpu") < program_cost(big, target="cpu") / 50
@@ -102,12 +112,19 @@ def test_targets_differ_in_cost_but_both_verify():
 
 def test_layout_costs_no_transpose_copy_for_a_matmul_operand():
     """dot(transpose(A), B) is one BLAS call with a flag: no cheaper than dot(C, B) with C given."""
+
     def fn(transposed: bool):
-        b = FunctionBuilder("f", [tensor(64, 32, F32), tensor(64, 16, F32)] if transposed
-                            else [tensor(32, 64, F32), tensor(64, 16, F32)], ["a", "b"])
+        b = FunctionBuilder(
+            "f",
+            [tensor(64, 32, F32), tensor(64, 16, F32)]
+            if transposed
+            else [tensor(32, 64, F32), tensor(64, 16, F32)],
+            ["a", "b"],
+        )
         a, c = b.params
         x = b.emit("transpose", [a]) if transposed else a
         return b.finish(b.emit("dot", [x, c]))
+
     plain, flagged = program_cost(fn(False)), program_cost(fn(True))
     assert flagged == pytest.approx(plain, rel=1e-9)
 
@@ -127,14 +144,21 @@ def test_program_cost_matches_the_egraph_baseline(path):
 
 
 def test_transposed_product_is_reassociated():
-    b = FunctionBuilder("f", [tensor(50, 40, F64), tensor(40, 30, F64), tensor(50, 20, F64)], ["A", "B", "C"])
+    b = FunctionBuilder(
+        "f", [tensor(50, 40, F64), tensor(40, 30, F64), tensor(50, 20, F64)], ["A", "B", "C"]
+    )
     A, B, C = b.params
     m = Module("m")
     m.add(b.finish(b.emit("dot", [b.emit("transpose", [b.emit("dot", [A, B])]), C])))
     r = dq.optimize(m)
     dots = [i for i in r.module["f"].body if i.op == "dot"]
-    assert sum(i.operands[0].type.shape[0] * i.operands[0].type.shape[1] * i.operands[1].type.shape[1]
-               for i in dots) == 30 * 40 * 20 + 40 * 50 * 20     # B^T (A^T C): 64,000 < 90,000
+    assert (
+        sum(
+            i.operands[0].type.shape[0] * i.operands[0].type.shape[1] * i.operands[1].type.shape[1]
+            for i in dots
+        )
+        == 30 * 40 * 20 + 40 * 50 * 20
+    )  # B^T (A^T C): 64,000 < 90,000
     _same_results(m, r.module, "f")
 
 
@@ -146,8 +170,10 @@ def test_declared_adjoint_is_synthesized():
     assert not g.is_declaration and g.adjoint is not None
     rng = np.random.default_rng(1)
     args = [rng.standard_normal(p.type.shape) for p in m["loss"].params]
-    for want, got in zip(interpret(m, "loss_grad", *args, float64=True),
-                         interpret(r.module, "loss_grad", *args, float64=True)):
+    for want, got in zip(
+        interpret(m, "loss_grad", *args, float64=True),
+        interpret(r.module, "loss_grad", *args, float64=True),
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-9)
 
 
@@ -160,21 +186,27 @@ def test_optimize_session_extracts_programs_jointly():
     m.add(b.finish([b.emit("exp", [p]), b.emit("tanh", [p])]))
     session = new_session()
     prog = session.add_function(m["f"], m)
-    first = type(prog)(**{**prog.__dict__, "name": "first", "roots": prog.roots[:1], "result_is_tuple": False})
-    second = type(prog)(**{**prog.__dict__, "name": "second", "roots": prog.roots[1:], "result_is_tuple": False})
+    first = type(prog)(
+        **{**prog.__dict__, "name": "first", "roots": prog.roots[:1], "result_is_tuple": False}
+    )
+    second = type(prog)(
+        **{**prog.__dict__, "name": "second", "roots": prog.roots[1:], "result_is_tuple": False}
+    )
     res = optimize_session(session, [first, second])
     f1, f2 = res.functions
     assert (f1.name, f2.name) == ("first", "second")
     assert [i.op for i in f1.body] == ["dot", "exp"] and [i.op for i in f2.body] == ["dot", "tanh"]
     one_dot = TargetCost("cpu", {}).dot_seconds(30, 30, 30)
-    assert res.extraction.dag_cost < 2 * one_dot      # the shared product is paid once
+    assert res.extraction.dag_cost < 2 * one_dot  # the shared product is paid once
     assert res.saturation is not None and res.seconds["extract"] >= 0
 
 
 # ---------------------------------------------------------------- the command line
 
+
 def cli(capsys, *argv):
     from dlvm_eq.cli import main
+
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     assert "Traceback" not in err
@@ -186,14 +218,33 @@ def test_cli_opt_prints_the_optimized_module(capsys, tmp_path):
     assert code == 0
     m = dq.parse(out)
     fn = m["chain"]
-    assert sum(i.operands[0].type.shape[0] * i.operands[0].type.shape[1] * i.operands[1].type.shape[1]
-               for i in fn.body if i.op == "dot") == 9375
+    assert (
+        sum(
+            i.operands[0].type.shape[0] * i.operands[0].type.shape[1] * i.operands[1].type.shape[1]
+            for i in fn.body
+            if i.op == "dot"
+        )
+        == 9375
+    )
     assert "cost" in err and "saturated" in err and "(AB)C" in err and "e-classes" in err
     path = tmp_path / "s.dl"
     path.write_text(SIMPLIFIABLE)
     out_path = tmp_path / "out.dl"
-    code, out, err = cli(capsys, "opt", path, "-f", "f", "--target", "gpu", "-o", out_path,
-                         "--budget", "seconds=2", "--budget", "nodes=5000")
+    code, out, err = cli(
+        capsys,
+        "opt",
+        path,
+        "-f",
+        "f",
+        "--target",
+        "gpu",
+        "-o",
+        out_path,
+        "--budget",
+        "seconds=2",
+        "--budget",
+        "nodes=5000",
+    )
     assert (code, out, err) == (0, "", "")
     assert len(dq.load(out_path)["f"].body) == 0 and len(dq.load(out_path)["g"].body) == 2
 
@@ -211,40 +262,68 @@ def test_cli_query_textbook_chain(capsys):
     code, out, err = cli(capsys, "query", "M0 @ M1 @ M2 @ M3 @ M4 @ M5", *shapes, "-k", "2")
     assert code == 0 and err == ""
     assert "best:   M0 @ (M1 @ M2) @ (M3 @ M4 @ M5)" in out and "15,125 multiplies" in out
-    assert "40,500 multiplies" in out and out.count("cost ") == 4     # input, best, 2 alternatives
+    assert "40,500 multiplies" in out and out.count("cost ") == 4  # input, best, 2 alternatives
 
 
 def test_cli_query_sexpr_and_sum_product(capsys):
-    code, out, _ = cli(capsys, "query", "(Dot (Dot A B) C)", "--shape", "A=10x100", "--shape", "B=100x5",
-                       "--shape", "C=5x50")
+    code, out, _ = cli(
+        capsys,
+        "query",
+        "(Dot (Dot A B) C)",
+        "--shape",
+        "A=10x100",
+        "--shape",
+        "B=100x5",
+        "--shape",
+        "C=5x50",
+    )
     assert code == 0 and "best:   A @ B @ C" in out and "7,500 multiplies" in out
-    code, out, _ = cli(capsys, "query", "sum(X * (U @ V.T))", "--shape", "X=500x400",
-                       "--shape", "U=500x8", "--shape", "V=400x8")
+    code, out, _ = cli(
+        capsys,
+        "query",
+        "sum(X * (U @ V.T))",
+        "--shape",
+        "X=500x400",
+        "--shape",
+        "U=500x8",
+        "--shape",
+        "V=400x8",
+    )
     assert code == 0
     best = out.split("best:")[1].splitlines()[0]
-    assert "U @ V.T" not in best and "sum(" in best     # U V^T is never materialized
+    assert "U @ V.T" not in best and "sum(" in best  # U V^T is never materialized
 
 
-@pytest.mark.parametrize("expr,ops", [
-    ("(A @ B) @ C", ["dot", "dot"]),
-    ("(Dot (Dot A B) C)", ["dot", "dot"]),
-    ("-A.T + 2", ["transpose", "negate", "add"]),
-    ("mean(tanh(A), axis=1)", ["tanh", "reduce", "divide"]),
-    ("(Reduce (Exp A) \"max\" -inf 0)", ["exp", "reduce"]),
-    ("sum((A - B @ C) ** 2)", ["dot", "subtract", "power", "reduce"]),
-])
+@pytest.mark.parametrize(
+    "expr,ops",
+    [
+        ("(A @ B) @ C", ["dot", "dot"]),
+        ("(Dot (Dot A B) C)", ["dot", "dot"]),
+        ("-A.T + 2", ["transpose", "negate", "add"]),
+        ("mean(tanh(A), axis=1)", ["tanh", "reduce", "divide"]),
+        ('(Reduce (Exp A) "max" -inf 0)', ["exp", "reduce"]),
+        ("sum((A - B @ C) ** 2)", ["dot", "subtract", "power", "reduce"]),
+    ],
+)
 def test_expressions_parse_to_ir(expr, ops):
     from dlvm_eq.egraph.expr import parse_expression
+
     fn = parse_expression(expr, {"A": (4, 4), "B": (4, 4), "C": (4, 4)})
     assert [i.op for i in fn.body] == ops
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["query", "A @ B", "--shape", "A=2x3"], "variable 'B' has no shape"),
-    (["query", "A @ B", "--shape", "A=2x3", "--shape", "B=4x5"], "contracted dimensions differ"),
-    (["query", "A @@ B", "--shape", "A=2x3"], "not an expression"),
-    (["query", "(Frob A)", "--shape", "A=2x3"], "unknown constructor Frob"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["query", "A @ B", "--shape", "A=2x3"], "variable 'B' has no shape"),
+        (
+            ["query", "A @ B", "--shape", "A=2x3", "--shape", "B=4x5"],
+            "contracted dimensions differ",
+        ),
+        (["query", "A @@ B", "--shape", "A=2x3"], "not an expression"),
+        (["query", "(Frob A)", "--shape", "A=2x3"], "unknown constructor Frob"),
+    ],
+)
 def test_cli_query_mistakes(capsys, argv, message):
     code, out, err = cli(capsys, *argv)
     assert code == 1 and message in err

@@ -1,4 +1,5 @@
 """Saturation always stops and says why; rule-file mistakes are the project's own errors."""
+
 from __future__ import annotations
 
 import time
@@ -6,11 +7,11 @@ import time
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.errors import DlvmError
 from dlvm_eq.egraph import EGraphSession, RuleFileError
 from dlvm_eq.egraph.optimize import new_session
-from dlvm_eq.egraph.saturate import node_count, saturate
 from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
+from dlvm_eq.egraph.saturate import node_count, saturate
+from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir import F32, FunctionBuilder, Module, tensor
 
 # associativity and commutativity of + with nothing to stop them: the e-graph of a sum of n
@@ -79,13 +80,14 @@ def test_optimize_with_an_exploding_user_rule_file_stops_and_stays_correct(tmp_p
     # loaded the machine): the e-node budget must be what stops them
     path = tmp_path / "explode.egg"
     path.write_text(EXPLODING)
-    r = dq.optimize(long_sum(), rules=[path], budget={"seconds": 600.0, "nodes": 20_000,
-                                                      "iterations": 1000})
+    r = dq.optimize(
+        long_sum(), rules=[path], budget={"seconds": 600.0, "nodes": 20_000, "iterations": 1000}
+    )
     fr = r.report["f"]
     assert fr.saturation.stop_reason == "nodes"
     # stopped at the budget, or before a step whose matches would overrun it
     assert fr.saturation.nodes <= 20_000 and fr.saturation.iterations < 1000
-    assert any("Add" in name for name in fr.saturation.rule_matches)   # the user's rules ran
+    assert any("Add" in name for name in fr.saturation.rule_matches)  # the user's rules ran
     assert len(r.module["f"].body) == 13
 
 

@@ -3,19 +3,24 @@ float64, tight tolerance), on hypothesis-generated programs of every op kind.
 
 Programs are f64 so that constant folding (done in f64) is exact; folding an f32 program's
 constants rounds them to f32 once, as running it in f32 would, but the float64 oracle does not."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ir_programs import random_function, random_inputs
 
 import dlvm_eq as dq
 from dlvm_eq.egraph.stability import stable_rules_fired
 from dlvm_eq.ir import F32, F64, I32, Module, interpret, verify
 from dlvm_eq.ir.ops import BINARY, DOT, LAYOUT, REDUCE, SLICE, UNARY
-from ir_programs import random_function, random_inputs
 
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _check(fn, float64: bool = True, rtol: float = 1e-9):
@@ -25,7 +30,8 @@ def _check(fn, float64: bool = True, rtol: float = 1e-9):
     verify(result.module)
     # never dearer, except where a numerical-stability rewrite outranks the cost model
     assert result.cost_after <= result.cost_before or any(
-        stable_rules_fired(f.saturation.rule_matches) for f in result.report if f.saturation)
+        stable_rules_fired(f.saturation.rule_matches) for f in result.report if f.saturation
+    )
     rng = np.random.default_rng(0)
     for _ in range(2):
         args = random_inputs(fn, rng, float64=float64)
@@ -36,8 +42,14 @@ def _check(fn, float64: bool = True, rtol: float = 1e-9):
         assert len(want) == len(got)
         for w, g in zip(want, got):
             assert w.shape == g.shape and w.dtype == g.dtype
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True,
-                                       err_msg=f"\n{fn}\n---- optimized:\n{result.module[fn.name]}")
+            np.testing.assert_allclose(
+                g,
+                w,
+                rtol=rtol,
+                atol=rtol,
+                equal_nan=True,
+                err_msg=f"\n{fn}\n---- optimized:\n{result.module[fn.name]}",
+            )
     return result
 
 
@@ -51,8 +63,9 @@ def test_random_programs_of_every_kind(data):
 @given(st.data())
 def test_random_linear_algebra_programs(data):
     """Matmuls, transposes, reductions and arithmetic: the algebra rules' home ground."""
-    fn = random_function(data.draw, n_ops=22, dtype=F64, kinds=(DOT, LAYOUT, SLICE, REDUCE, BINARY, UNARY),
-                         max_dim=5)
+    fn = random_function(
+        data.draw, n_ops=22, dtype=F64, kinds=(DOT, LAYOUT, SLICE, REDUCE, BINARY, UNARY), max_dim=5
+    )
     _check(fn)
 
 

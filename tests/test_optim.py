@@ -1,6 +1,7 @@
 """dq.optim (sgd, momentum, adam) against float64 numpy implementations of each update rule
 over several steps: eagerly on numpy pytrees, inside dq.jit (interp and cpu), and as part of
 a jitted value_and_grad training step on nested dict parameters."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,11 @@ class NumpyAdam:
         t += 1
         m = {k: self.b1 * m[k] + (1 - self.b1) * grads[k] for k in params}
         v = {k: self.b2 * v[k] + (1 - self.b2) * grads[k] ** 2 for k in params}
-        new = {k: params[k] - self.lr * (m[k] / (1 - self.b1 ** t))
-               / (np.sqrt(v[k] / (1 - self.b2 ** t)) + self.eps) for k in params}
+        new = {
+            k: params[k]
+            - self.lr * (m[k] / (1 - self.b1**t)) / (np.sqrt(v[k] / (1 - self.b2**t)) + self.eps)
+            for k in params
+        }
         return new, (t, m, v)
 
 
@@ -57,15 +61,19 @@ CASES = [
     (lambda: dq.optim.sgd(0.1), lambda: NumpySgd(0.1)),
     (lambda: dq.optim.momentum(0.05, beta=0.8), lambda: NumpyMomentum(0.05, beta=0.8)),
     (lambda: dq.optim.adam(0.01), lambda: NumpyAdam(0.01)),
-    (lambda: dq.optim.adam(0.1, b1=0.5, b2=0.9, eps=1e-3),
-     lambda: NumpyAdam(0.1, b1=0.5, b2=0.9, eps=1e-3)),
+    (
+        lambda: dq.optim.adam(0.1, b1=0.5, b2=0.9, eps=1e-3),
+        lambda: NumpyAdam(0.1, b1=0.5, b2=0.9, eps=1e-3),
+    ),
 ]
 IDS = ["sgd", "momentum", "adam", "adam-options"]
 
 
 def random_tree(dtype):
-    return {"w": RNG.standard_normal((3, 2)).astype(dtype),
-            "b": RNG.standard_normal(2).astype(dtype)}
+    return {
+        "w": RNG.standard_normal((3, 2)).astype(dtype),
+        "b": RNG.standard_normal(2).astype(dtype),
+    }
 
 
 def run(opt, ref, update, dtype):
@@ -77,8 +85,9 @@ def run(opt, ref, update, dtype):
     for _ in range(STEPS):
         grads = random_tree(dtype)
         params, state = update(grads, state, params)
-        ref_params, ref_state = ref.update({k: v.astype(np.float64) for k, v in grads.items()},
-                                           ref_state, ref_params)
+        ref_params, ref_state = ref.update(
+            {k: v.astype(np.float64) for k, v in grads.items()}, ref_state, ref_params
+        )
         yield params, ref_params
 
 
@@ -97,9 +106,9 @@ def test_jitted_updates_match_float64_numpy(make, make_ref, target):
     update = dq.jit(opt.update, target=target)
     for params, expected in run(opt, make_ref(), update, np.float32):
         for k in expected:
-            assert params[k].dtype == np.float32    # the state and parameters keep their dtype
+            assert params[k].dtype == np.float32  # the state and parameters keep their dtype
             np.testing.assert_allclose(params[k], expected[k], rtol=2e-5, atol=2e-6)
-    assert update.cache_size() == 1                 # the state's structure stays the same
+    assert update.cache_size() == 1  # the state's structure stays the same
 
 
 def test_state_is_a_pytree_of_arrays_with_the_parameters_structure():
@@ -124,7 +133,8 @@ def test_jitted_training_step_with_adam_on_dict_params():
         h = np.tanh(x @ p["w1"])
         r = h @ p["w2"] - y
         d = 2 * r / r.size
-        return np.mean(r ** 2), {"w1": x.T @ ((d @ p["w2"].T) * (1 - h * h)), "w2": h.T @ d}
+        return np.mean(r**2), {"w1": x.T @ ((d @ p["w2"].T) * (1 - h * h)), "w2": h.T @ d}
+
     opt, ref = dq.optim.adam(0.05), NumpyAdam(0.05)
 
     @dq.jit(target="cpu")

@@ -1,5 +1,6 @@
 """Parser fuzz: random text and mutated examples never raise anything but DlvmError; whatever
 parses, verifies, and prints to text that parses back to the same text."""
+
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -11,11 +12,67 @@ from dlvm_eq.ir import verify
 
 EXAMPLES = [p.read_text() for p in sorted((Path(__file__).parent.parent / "examples").glob("*.dl"))]
 # pieces of the language, so that mutations make near-misses rather than only noise
-TOKENS = ["%x", "%0", "@f", "'entry", "'b", ":", ",", "(", ")", "<", ">", "{", "}", "[", "]", "=", "->",
-          " x ", "f32", "f64", "i32", "bool", "1", "0", "-1.5e3", "nan", "-inf", "true", "along", "by",
-          "init", "to", "at", "from", "scalar", "func", "return", "branch", "conditional", "literal",
-          "reduce", "apply", "extract", "add", "dot", "exp", "select", "shapeCast", "transpose",
-          "[adjoint @f wrt 0]", "\n", " ", "//", "\"", "module", "stage", "\t", "\x00", "é"]
+TOKENS = [
+    "%x",
+    "%0",
+    "@f",
+    "'entry",
+    "'b",
+    ":",
+    ",",
+    "(",
+    ")",
+    "<",
+    ">",
+    "{",
+    "}",
+    "[",
+    "]",
+    "=",
+    "->",
+    " x ",
+    "f32",
+    "f64",
+    "i32",
+    "bool",
+    "1",
+    "0",
+    "-1.5e3",
+    "nan",
+    "-inf",
+    "true",
+    "along",
+    "by",
+    "init",
+    "to",
+    "at",
+    "from",
+    "scalar",
+    "func",
+    "return",
+    "branch",
+    "conditional",
+    "literal",
+    "reduce",
+    "apply",
+    "extract",
+    "add",
+    "dot",
+    "exp",
+    "select",
+    "shapeCast",
+    "transpose",
+    "[adjoint @f wrt 0]",
+    "\n",
+    " ",
+    "//",
+    '"',
+    "module",
+    "stage",
+    "\t",
+    "\x00",
+    "é",
+]
 
 
 def check(text: str) -> None:
@@ -72,7 +129,13 @@ def test_mutated_examples(text):
 
 
 def test_deep_nesting_is_an_error_not_a_crash():
-    text = "func @f: () -> f32 {\n'entry():\n  %0 = literal " + "<" * 5000 + "1" + ">" * 5000 + ": f32\n"
+    text = (
+        "func @f: () -> f32 {\n'entry():\n  %0 = literal "
+        + "<" * 5000
+        + "1"
+        + ">" * 5000
+        + ": f32\n"
+    )
     check(text)
     check("func @f: () -> f32 {\n'entry():\n  %0 = literal 1: <" + "1 x " * 100 + "f32>\n")
     check("func @f: () -> f32 {\n'entry():\n  %0 = literal 1: <99999999999999999999 x f32>\n")

@@ -1,15 +1,16 @@
 """print(parse(text)) is a fixed point, on the examples, on DLVM's own spellings and on random
 programs; and parsing keeps what the text says (names, types, attributes, values, locations)."""
+
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ir_programs import functions, random_inputs
 
 import dlvm_eq as dq
-from dlvm_eq.ir import Const, F32, F64, I32, Module, TensorType, TupleType, interpret, verify
-from ir_programs import functions, random_inputs
+from dlvm_eq.ir import F32, F64, I32, Const, Module, TensorType, TupleType, interpret, verify
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.dl"))
 
@@ -48,12 +49,16 @@ def test_random_programs_round_trip(fn):
     # the parsed program computes the same thing as the one that was printed
     args = random_inputs(fn, np.random.default_rng(0))
     want, got = interpret(m, fn.name, *args), interpret(parsed, fn.name, *args)
-    for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+    for w, g in zip(
+        want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)
+    ):
         np.testing.assert_array_equal(w, g)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([F64, I32]).flatmap(lambda dtype: functions(n_ops=10, dtype=dtype, safe=False)))
+@given(
+    st.sampled_from([F64, I32]).flatmap(lambda dtype: functions(n_ops=10, dtype=dtype, safe=False))
+)
 def test_random_f64_and_i32_programs_round_trip(fn):
     m = Module("random")
     m.add(fn)
@@ -65,13 +70,16 @@ HEADER = 'module "t"\nstage raw\n\n'
 
 
 def test_parse_keeps_names_types_and_locations():
-    text = HEADER + """func @f: (<2 x 3 x f32>, f32) -> <3 x f32> {
+    text = (
+        HEADER
+        + """func @f: (<2 x 3 x f32>, f32) -> <3 x f32> {
 'entry(%x: <2 x 3 x f32>, %s: f32):
     %0.0 = multiply %x: <2 x 3 x f32>, %s: f32
     %r = reduce %0.0: <2 x 3 x f32> by max init -inf: f32 along 0
     return %r: <3 x f32>
 }
 """
+    )
     m = roundtrip(text, "f.dl")
     fn = m["f"]
     assert m.name == "t" and m.stage == "raw"
@@ -87,7 +95,9 @@ def test_parse_keeps_names_types_and_locations():
 
 
 def test_every_special_form_round_trips():
-    text = HEADER + """func @g: (<2 x 2 x f64>) -> (<2 x 2 x f64>, f64) {
+    text = (
+        HEADER
+        + """func @g: (<2 x 2 x f64>) -> (<2 x 2 x f64>, f64) {
 'entry(%a: <2 x 2 x f64>):
     %t = transpose %a: <2 x 2 x f64>
     %s = reduce %t: <2 x 2 x f64> by add init 0.5: f64 along 1, 0
@@ -124,21 +134,30 @@ func @f: (<2 x 3 x f32>, <3 x i32>) -> <4 x 3 x f32> {
 [adjoint @g from 1 wrt 0 keeping 0, 1 seedable]
 func @g_grad: (<2 x 2 x f64>, f64) -> (<2 x 2 x f64>, <2 x 2 x f64>, f64)
 """
+    )
     m = roundtrip(text)
     f = m["f"]
     ops = [i.op for i in f.body]
     assert ops[:4] == ["shapeCast", "transpose", "padShape", "squeezeShape"]
-    assert f.body[1].attrs == {}            # `along 1, 0` is the default order of a matrix
+    assert f.body[1].attrs == {}  # `along 1, 0` is the default order of a matrix
     assert m["g"].body[0].attrs == {}
     assert m["g"].body[1].attrs["axes"] == (1, 0)
     lit = f.body[6].attrs["value"]
     assert lit.dtype == np.float32 and np.isnan(lit[0, 2]) and lit[1, 1] == -np.inf
-    assert f.body[13].attrs == {"callee": "g", "type": TupleType((TensorType((2, 2), F64), TensorType((), F64)))}
+    assert f.body[13].attrs == {
+        "callee": "g",
+        "type": TupleType((TensorType((2, 2), F64), TensorType((), F64))),
+    }
     assert f.body[19].attrs["axes"] == () and f.body[19].result.type == TensorType((4, 3), F32)
     decl = m["g_grad"]
     assert decl.is_declaration and decl.ret is None
-    assert (decl.adjoint.of, decl.adjoint.from_index, decl.adjoint.wrt, decl.adjoint.keeping,
-            decl.adjoint.seedable) == ("g", 1, (0,), (0, 1), True)
+    assert (
+        decl.adjoint.of,
+        decl.adjoint.from_index,
+        decl.adjoint.wrt,
+        decl.adjoint.keeping,
+        decl.adjoint.seedable,
+    ) == ("g", 1, (0,), (0, 1), True)
     out = interpret(m, "f", np.ones((2, 3), np.float32), np.arange(3, dtype=np.int32))
     assert out.shape == (4, 3)
 
@@ -146,7 +165,9 @@ func @g_grad: (<2 x 2 x f64>, f64) -> (<2 x 2 x f64>, <2 x 2 x f64>, f64)
 def test_dlvm_spellings_are_accepted():
     # DLVM's own forms: [gradient ...], apply with a function type, typed array elements,
     # literal operands of tensor type, init given by a literal value, a chain of blocks.
-    text = HEADER + """func @inference: (<1 x 4 x f32>, <4 x 2 x f32>, <1 x 2 x f32>) -> <1 x 2 x f32> {
+    text = (
+        HEADER
+        + """func @inference: (<1 x 4 x f32>, <4 x 2 x f32>, <1 x 2 x f32>) -> <1 x 2 x f32> {
 'entry(%x: <1 x 4 x f32>, %w: <4 x 2 x f32>, %b: <1 x 2 x f32>):
     %0.0 = dot %x: <1 x 4 x f32>, %w: <4 x 2 x f32>
     %0.1 = add %0.0: <1 x 2 x f32>, %b : <1 x 2 x f32>
@@ -171,6 +192,7 @@ func @foo: () -> <1 x 2 x f32> {
 [gradient @inference wrt 1, 2 seedable]
 func @inference_grad: (<1 x 4 x f32>, <4 x 2 x f32>, <1 x 2 x f32>, <1 x 2 x f32>) -> (<4 x 2 x f32>, <1 x 2 x f32>)
 """
+    )
     m = roundtrip(text)
     foo = m["foo"]
     # two literal instructions were made for the tensor-typed operands of apply
@@ -178,23 +200,28 @@ func @inference_grad: (<1 x 4 x f32>, <4 x 2 x f32>, <1 x 2 x f32>, <1 x 2 x f32
     assert foo.body[3].op == "apply" and foo.body[3].operands[1] is foo.body[0].result
     assert foo.body[-2].attrs["init"] == 0.0
     assert "[adjoint @inference wrt 1, 2 seedable]" in str(m)
-    np.testing.assert_array_equal(interpret(m, "foo"), [[7.0, 7.0]])   # 1·1·4 + 3
+    np.testing.assert_array_equal(interpret(m, "foo"), [[7.0, 7.0]])  # 1·1·4 + 3
 
 
 def test_synthesized_literal_names_do_not_clash():
-    text = HEADER + """func @f: (<2 x f32>) -> <2 x f32> {
+    text = (
+        HEADER
+        + """func @f: (<2 x f32>) -> <2 x f32> {
 'entry(%lit0: <2 x f32>):
     %lit1 = add %lit0: <2 x f32>, 1: <2 x f32>
     return %lit1: <2 x f32>
 }
 """
+    )
     m = roundtrip(text)
     names = [i.result.name for i in m["f"].body]
     assert len(set(names) | {"lit0"}) == len(names) + 1
 
 
 def test_scalar_literals_keep_their_values():
-    text = HEADER + """func @f: (f32) -> f32 {
+    text = (
+        HEADER
+        + """func @f: (f32) -> f32 {
 'entry(%x: f32):
     %0 = add %x: f32, 0.1: f32
     %1 = multiply %0: f32, 1.5e-3: f32
@@ -202,6 +229,7 @@ def test_scalar_literals_keep_their_values():
     return %2: f32
 }
 """
+    )
     m = roundtrip(text)
     c = [o for i in m["f"].body for o in i.operands if isinstance(o, Const)]
     assert [x.value for x in c] == [float(np.float32(0.1)), float(np.float32(1.5e-3)), 3.0]

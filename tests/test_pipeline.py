@@ -1,8 +1,8 @@
 """The pipeline (dlvm_eq/pipeline): declared adjoints resolved once and only there, the
 target table and `lower` (what `dq.compile` and `dlvm-eq codegen` plan). The one-way layers
 it makes possible are checked by tests/test_layers.py (import-linter)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pytest
@@ -13,7 +13,6 @@ from dlvm_eq.cli import main
 from dlvm_eq.errors import DlvmError
 from dlvm_eq.ir import interpret as interpret_resolved
 from dlvm_eq.pipeline import planning
-
 
 # g applies the declared adjoint of f; h is declared but nothing g runs reaches it
 SOURCE = """
@@ -49,10 +48,10 @@ def test_resolve_adjoints_fills_in_only_what_the_roots_reach():
     m = dq.parse(SOURCE)
     r = pipeline.resolve_adjoints(m, ["g"])
     assert not r["f_grad"].is_declaration and r["h"].is_declaration
-    assert m["f_grad"].is_declaration                   # the module given is not changed
+    assert m["f_grad"].is_declaration  # the module given is not changed
     everything = pipeline.resolve_adjoints(m)
     assert not everything["h"].is_declaration
-    assert pipeline.resolve_adjoints(everything) is everything    # nothing left to resolve
+    assert pipeline.resolve_adjoints(everything) is everything  # nothing left to resolve
 
 
 def test_stages_below_the_pipeline_refuse_a_declaration_and_say_what_to_do():
@@ -63,7 +62,7 @@ def test_stages_below_the_pipeline_refuse_a_declaration_and_say_what_to_do():
 
 def test_public_entry_points_resolve_first():
     m = dq.parse(SOURCE)
-    dx = 2 * X * Y                                      # d/dx sum(x*y*x)
+    dx = 2 * X * Y  # d/dx sum(x*y*x)
     np.testing.assert_allclose(dq.interpret(m, "g", X, Y), dx * dx, rtol=1e-12)
     np.testing.assert_allclose(dq.interpret(m, "h", X, Y), X * X, rtol=1e-12)
     np.testing.assert_allclose(dq.compile(m, "g")(X, Y), dx * dx, rtol=1e-9)
@@ -96,6 +95,7 @@ def test_jit_targets_come_from_the_pipelines_table():
     def compile_doubled(module, name):
         seen.append(name)
         return lambda *a: dq.interpret(module, name, *a) * 2
+
     pipeline.register_backend("doubled", compile_doubled)
     out = dq.jit(lambda x: dq.exp(x), target="doubled")(X)
     np.testing.assert_allclose(out, 2 * np.exp(X))

@@ -1,6 +1,7 @@
 """Data the caches lost between a buffer's touches (calibration/reuse.py, program_state.py and
 plan_cost's lost-data price): the reuse distances against a brute-force count, the price's
 rules on plans whose answer is certain, the measured curves' shape, and the profile fields."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,10 @@ import math
 import warnings
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
+from test_plan_prediction import calibrated_profile
 
 from dlvm_eq.calibration.measure_steps import tiny_plan
 from dlvm_eq.calibration.plan_cost import lost_fraction, predict_plan
@@ -18,13 +22,10 @@ from dlvm_eq.codegen.planning.plan import KernelStep
 from dlvm_eq.extract.machine import MACHINES, from_profile
 from dlvm_eq.extract.profile import CacheCurve, Profile, ProfileError
 
-from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
-from test_plan_prediction import calibrated_profile
-
 MIB = 1 << 20
 BY_BYTES = ((0.0, 0.0), (8 * MIB, 0.0), (32 * MIB, 1.0))
 BY_SECONDS = ((0.0, 0.0), (1e-3, 0.0), (8e-3, 1.0))
-MISS = 1e-10     # seconds per lost byte
+MISS = 1e-10  # seconds per lost byte
 
 
 def curve(probe_bytes=1 << 20, by_bytes=BY_BYTES, by_seconds=BY_SECONDS, miss=MISS):
@@ -36,6 +37,7 @@ def lossy_machine(*curves):
 
 
 # ---------------------------------------------------------------- reuse distances
+
 
 def brute_force(touches, seconds):
     """The same quantities by their definitions, quadratic: the steps twice, the second reported."""
@@ -49,7 +51,11 @@ def brute_force(touches, seconds):
     for e, (call, i, k, b) in enumerate(flat):
         if call != 1:
             continue
-        prev = max(j for j in range(e) if flat[j][2] == k) if any(f[2] == k for f in flat[:e]) else None
+        prev = (
+            max(j for j in range(e) if flat[j][2] == k)
+            if any(f[2] == k for f in flat[:e])
+            else None
+        )
         latest = {}
         for j in range(prev + 1, e):
             latest[flat[j][2]] = flat[j][3]
@@ -60,8 +66,13 @@ def brute_force(touches, seconds):
     return out
 
 
-step_lists = st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1000)), max_size=4,
-                               unique_by=lambda t: t[0]), min_size=1, max_size=12)
+step_lists = st.lists(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 1000)), max_size=4, unique_by=lambda t: t[0]
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -104,6 +115,7 @@ def test_a_long_plan_is_measured_without_recursion():
 
 # ---------------------------------------------------------------- the price
 
+
 def test_the_shipped_defaults_and_older_profiles_lose_nothing():
     plan = chain_plan(1 << 22, 12)
     for mc in (MACHINES["cpu"], from_profile(calibrated_profile(), MACHINES["cpu"])):
@@ -112,9 +124,9 @@ def test_the_shipped_defaults_and_older_profiles_lose_nothing():
 
 def test_a_chain_in_cache_loses_nothing_and_one_beyond_it_pays_per_byte():
     mc = lossy_machine()
-    small = predict_plan(chain_plan(1 << 10, 4), mc)       # 4 KiB buffers: all in cache
+    small = predict_plan(chain_plan(1 << 10, 4), mc)  # 4 KiB buffers: all in cache
     assert all(s.lost == 0.0 for s in small.steps)
-    big = predict_plan(chain_plan(1 << 23, 4), mc)          # 32 MiB buffers
+    big = predict_plan(chain_plan(1 << 23, 4), mc)  # 32 MiB buffers
     # each later step reads what the last wrote (nothing in between) and writes a buffer last
     # touched a call ago (3 x 32 MiB and more in between: all lost); the first reads x, last
     # touched a call ago too
@@ -137,24 +149,30 @@ def test_time_alone_loses_data():
     mc = lossy_machine(curve(by_bytes=((0.0, 0.0), (1e12, 0.0))))
     plan = chain_plan(1 << 16, 3)
     quick = predict_plan(plan, mc)
-    slow_mc = lossy_machine(curve(by_bytes=((0.0, 0.0), (1e12, 0.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0))))
+    slow_mc = lossy_machine(
+        curve(by_bytes=((0.0, 0.0), (1e12, 0.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0)))
+    )
     slow = predict_plan(plan, slow_mc)
     assert sum(s.lost for s in slow.steps) > sum(s.lost for s in quick.steps)
 
 
 # ---------------------------------------------------------------- measurement and profile
 
+
 def test_each_buffer_is_priced_on_the_curve_of_the_probe_nearest_its_size():
     # a small buffer's curve loses everything at once, a large one's nothing
-    small = curve(256 << 10, by_bytes=((0.0, 0.0), (1.0, 1.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0)))
+    small = curve(
+        256 << 10, by_bytes=((0.0, 0.0), (1.0, 1.0)), by_seconds=((0.0, 0.0), (1e-9, 1.0))
+    )
     large = curve(1 << 20, by_bytes=((0.0, 0.0), (1e12, 0.0)), by_seconds=((0.0, 0.0), (1e3, 0.0)))
     mc = lossy_machine(small, large)
-    assert sum(s.lost for s in predict_plan(chain_plan(1 << 16, 3), mc).steps) > 0      # 256 KiB
-    assert sum(s.lost for s in predict_plan(chain_plan(1 << 20, 3), mc).steps) == 0.0   # 4 MiB
+    assert sum(s.lost for s in predict_plan(chain_plan(1 << 16, 3), mc).steps) > 0  # 256 KiB
+    assert sum(s.lost for s in predict_plan(chain_plan(1 << 20, 3), mc).steps) == 0.0  # 4 MiB
 
 
 def test_the_measured_curves_start_in_cache_and_never_fall():
     from dlvm_eq.calibration.program_state import PROBE_SIZES, cache_timings
+
     curves = cache_timings()
     assert [c.probe_bytes for c in curves] == list(PROBE_SIZES)
     for c in curves:
@@ -171,7 +189,9 @@ def test_the_cache_timings_round_trip_in_the_profile():
     assert q == p and q.cache[1].by_bytes == BY_BYTES
 
 
-@pytest.mark.parametrize("points", [[[0, 0], [1, 1.5]], [[0, 0], [0, 0.5]], [[2, 0.1], [1, 0.2]], [[0, -0.1]]])
+@pytest.mark.parametrize(
+    "points", [[[0, 0], [1, 1.5]], [[0, 0], [0, 0.5]], [[2, 0.1], [1, 0.2]], [[0, -0.1]]]
+)
 def test_a_malformed_cache_curve_is_refused(points):
     data = json.loads(sample_profile(cache=(curve(),)).to_json())
     data["cache"][0]["by_bytes"] = points
@@ -179,8 +199,9 @@ def test_a_malformed_cache_curve_is_refused(points):
         Profile.from_json(json.dumps(data))
 
 
-def test_a_version_3_profile_warns_that_it_lacks_the_cache_timings(cache_dir):  # noqa: F811
+def test_a_version_3_profile_warns_that_it_lacks_the_cache_timings(cache_dir):
     from dlvm_eq.extract.profile import load_profile, profile_path
+
     data = json.loads(calibrated_profile().to_json())
     data["version"] = 3
     data.pop("cache")
@@ -191,29 +212,45 @@ def test_a_version_3_profile_warns_that_it_lacks_the_cache_timings(cache_dir):  
     assert p is not None and p.outdated and p.cache == ()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert predict_plan(chain_plan(1 << 10, 2), from_profile(p, MACHINES["cpu"])).steps[0].lost == 0.0
+        assert (
+            predict_plan(chain_plan(1 << 10, 2), from_profile(p, MACHINES["cpu"])).steps[0].lost
+            == 0.0
+        )
 
 
 def test_a_noisy_low_point_is_averaged_with_its_neighbours_not_carried_on():
     from dlvm_eq.calibration.program_state import _monotone
+
     fitted = _monotone([(1, 0.3), (2, 0.0), (3, 0.0), (4, 0.9)])
     assert fitted == ((0.0, 0.0), (1.0, 0.1), (2.0, 0.1), (3.0, 0.1), (4.0, 0.9))
-    assert _monotone([(1, 0.0), (2, 0.5), (3, 0.2), (4, 1.0)])[1:] == ((1.0, 0.0), (2.0, 0.35), (3.0, 0.35), (4.0, 1.0))
+    assert _monotone([(1, 0.0), (2, 0.5), (3, 0.2), (4, 1.0)])[1:] == (
+        (1.0, 0.0),
+        (2.0, 0.35),
+        (3.0, 0.35),
+        (4.0, 1.0),
+    )
 
 
 def test_every_kind_of_step_is_priced_with_its_lost_data():
     # windows, gathers and their scatter-add adjoint, cumsum, concatenation, products
     import numpy as np
+
     import dlvm_eq as dq
     from dlvm_eq.pipeline import plan_function
+
     rng = np.random.default_rng(0)
 
     def loss(x, w, e, ids):
         p = dq.max_pool2d(dq.relu(dq.conv2d(x, w, padding=1)), 2)
         z = dq.concatenate([dq.reshape(p, (2, -1)), dq.take(e, ids, axis=0)], axis=1)
         return dq.sum(dq.cumsum(z, axis=1) * ((z @ dq.transpose(z)) @ z))
-    args = (rng.standard_normal((2, 3, 8, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-            rng.standard_normal((10, 5)).astype(np.float32), np.array([1, 7], np.int32))
+
+    args = (
+        rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+        rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        rng.standard_normal((10, 5)).astype(np.float32),
+        np.array([1, 7], np.int32),
+    )
     ir = dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args)
     name = next(iter(ir.functions))
     plan = plan_function(ir[name], ir)

@@ -2,14 +2,16 @@
 the calibration measurements behind them: operand views priced by their measured ops, outer
 products (k = 1) by their own measured products, a kernel by the slower of its bytes and its
 arithmetic, the flop rate beyond the kernel call, products measured over several sweeps."""
+
 from __future__ import annotations
 
-import dataclasses
 import json
 import warnings
 
 import numpy as np
 import pytest
+from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
+from test_plan_prediction import GRID, calibrated_profile, map_plan
 
 from dlvm_eq.calibration import measure, measure_steps
 from dlvm_eq.calibration.measure_steps import c_view, tiny_plan, view_plan
@@ -20,10 +22,7 @@ from dlvm_eq.codegen.planning.plan import BlasStep, ConcatStep, GemmStep, Kernel
 from dlvm_eq.extract.machine import MACHINES, from_profile
 from dlvm_eq.extract.profile import MatmulPoint, Profile
 
-from test_calibration import cache_dir, sample_profile  # noqa: F401 - the fixture is used by name
-from test_plan_prediction import GRID, calibrated_profile, map_plan
-
-BROADCAST_S = 7e-6     # what np.broadcast_to costs a call here, about
+BROADCAST_S = 7e-6  # what np.broadcast_to costs a call here, about
 
 
 def view_machine(**views):
@@ -35,13 +34,20 @@ def view_machine(**views):
 def concat_plan(broadcast: bool):
     """[zeros | x] along axis 1, the zeros a broadcast scalar (the adjoint of a slice) or an
     array of the same shape."""
-    zeros = (View(0, (32, 96), (0, 0), (("broadcast", (32, 96)),)) if broadcast else c_view(0, (32, 96)))
+    zeros = (
+        View(0, (32, 96), (0, 0), (("broadcast", (32, 96)),)) if broadcast else c_view(0, (32, 96))
+    )
     step = ConcatStep((zeros, c_view(1, (32, 32))), 1, 2)
-    return tiny_plan("cat", [((), "f32") if broadcast else ((32, 96), "f32"), ((32, 32), "f32")],
-                     [((32, 128), "f32")], [step])
+    return tiny_plan(
+        "cat",
+        [((), "f32") if broadcast else ((32, 96), "f32"), ((32, 32), "f32")],
+        [((32, 128), "f32")],
+        [step],
+    )
 
 
 # ---------------------------------------------------------------- views
+
 
 def test_a_broadcast_part_costs_its_measured_view_op():
     mc = view_machine(broadcast=BROADCAST_S, transpose=2e-7)
@@ -51,8 +57,13 @@ def test_a_broadcast_part_costs_its_measured_view_op():
 
 
 def test_views_cost_nothing_without_a_measurement():
-    for mc in (MACHINES["cpu"], from_profile(calibrated_profile(steps={"concat": GRID}), MACHINES["cpu"])):
-        assert predict_plan(concat_plan(True), mc).seconds == pytest.approx(predict_plan(concat_plan(False), mc).seconds)
+    for mc in (
+        MACHINES["cpu"],
+        from_profile(calibrated_profile(steps={"concat": GRID}), MACHINES["cpu"]),
+    ):
+        assert predict_plan(concat_plan(True), mc).seconds == pytest.approx(
+            predict_plan(concat_plan(False), mc).seconds
+        )
 
 
 def test_a_gemm_step_reads_through_its_products_views_and_results_are_priced_in_the_call():
@@ -61,9 +72,13 @@ def test_a_gemm_step_reads_through_its_products_views_and_results_are_priced_in_
     spec = KernelSpec("relu", (16, 4), [KernelInput("f32")], [Load(0)])
     gemm = GemmStep(blas, KernelStep(spec, (2,), (3,)), 0)
     assert step_views(gemm) == [a_t, blas.b]
-    plan = tiny_plan("gemm", [((8, 16), "f32"), ((8, 4), "f32")], [((16, 4), "f32"), ((16, 4), "f32")], [gemm])
+    plan = tiny_plan(
+        "gemm", [((8, 16), "f32"), ((8, 4), "f32")], [((16, 4), "f32"), ((16, 4), "f32")], [gemm]
+    )
     mc, free = view_machine(transpose=3e-7), view_machine()
-    assert step_price(gemm, plan, mc).seconds - step_price(gemm, plan, free).seconds == pytest.approx(3e-7)
+    assert step_price(gemm, plan, mc).seconds - step_price(
+        gemm, plan, free
+    ).seconds == pytest.approx(3e-7)
     plan.results = [View(3, (4, 16), (1, 4), (("transpose", (1, 0)),))]
     assert predict_plan(plan, mc).call == pytest.approx(mc.program_call + 3e-7)
 
@@ -73,8 +88,13 @@ def test_each_view_calibration_plan_reads_through_its_view(op):
     plan, args = view_plan(op)
     assert [link[0] for link in plan.steps[0].src.chain] == [op]
     x = args[0]
-    want = {"transpose": lambda: x.T, "reshape": lambda: x.reshape(-1), "broadcast": lambda: np.broadcast_to(x, (8, 8)),
-            "slice": lambda: x[:, :8], "strided": lambda: x.reshape(8, 8)}[op]()
+    want = {
+        "transpose": lambda: x.T,
+        "reshape": lambda: x.reshape(-1),
+        "broadcast": lambda: np.broadcast_to(x, (8, 8)),
+        "slice": lambda: x[:, :8],
+        "strided": lambda: x.reshape(8, 8),
+    }[op]()
     np.testing.assert_array_equal(program(plan)(*args), want)
 
 
@@ -90,11 +110,19 @@ def test_the_view_grids_round_trip_in_the_profile():
 
 # ---------------------------------------------------------------- outer products
 
+
 def outer_machine():
     """k = 1 products measured 4x slower per flop than k = 8 (numpy's loop without BLAS)."""
-    return from_profile(sample_profile(matmuls=(
-        MatmulPoint(16, 16, 16, 2e-6), MatmulPoint(256, 1, 256, 1e-4), MatmulPoint(256, 8, 256, 2.5e-5))),
-        MACHINES["cpu"])
+    return from_profile(
+        sample_profile(
+            matmuls=(
+                MatmulPoint(16, 16, 16, 2e-6),
+                MatmulPoint(256, 1, 256, 1e-4),
+                MatmulPoint(256, 8, 256, 2.5e-5),
+            )
+        ),
+        MACHINES["cpu"],
+    )
 
 
 def test_an_outer_product_is_priced_from_the_measured_outer_products():
@@ -113,19 +141,26 @@ def test_a_small_k_product_is_not_priced_from_an_outer_product():
 
 # ---------------------------------------------------------------- kernels: bytes or arithmetic
 
+
 def test_arithmetic_within_a_kernels_traffic_costs_nothing_more():
     # fast arithmetic: an exp per element is hidden by the bytes moved
     fast = from_profile(calibrated_profile(flop_rate=1e15), MACHINES["cpu"])
-    assert predict_plan(map_plan(1 << 14, ops=1), fast).seconds == predict_plan(map_plan(1 << 14, ops=0), fast).seconds
+    assert (
+        predict_plan(map_plan(1 << 14, ops=1), fast).seconds
+        == predict_plan(map_plan(1 << 14, ops=0), fast).seconds
+    )
     # slow arithmetic: the kernel costs its call and its arithmetic, not its bytes on top
     slow = from_profile(calibrated_profile(flop_rate=1e8), MACHINES["cpu"])
     n, call = 1 << 14, GRID[0][1]
-    compute = n * 14.0 / 1e8          # sample_profile's exp: 14 flops per element; one thread
-    assert predict_plan(map_plan(n, ops=1), slow).steps[0].seconds == pytest.approx(slow.step_call + call + compute)
+    compute = n * 14.0 / 1e8  # sample_profile's exp: 14 flops per element; one thread
+    assert predict_plan(map_plan(n, ops=1), slow).steps[0].seconds == pytest.approx(
+        slow.step_call + call + compute
+    )
 
 
 def test_a_column_sum_is_priced_as_a_contiguous_reduction():
     from dlvm_eq.codegen import ReduceSpec
+
     steps = {"reduce": ((1e3, 1e-6), (1e7, 1e-3)), "reduce_lead": ((1e3, 5e-6), (1e7, 5e-3))}
     mc = from_profile(calibrated_profile(steps=steps), MACHINES["cpu"])
 
@@ -134,32 +169,45 @@ def test_a_column_sum_is_priced_as_a_contiguous_reduction():
         out = tuple(d for i, d in enumerate(shape) if i not in axes)
         plan = tiny_plan("s", [(shape, "f32")], [(out, "f32")], [KernelStep(spec, (0,), (1,))])
         return step_price(plan.steps[0], plan, mc).kind
+
     assert kind((1024, 1), (0,)) == kind((1024,), (0,)) == "reduce"
     assert kind((1024, 8), (0,)) == "reduce_lead"
 
 
 # ---------------------------------------------------------------- calibration measurements
 
+
 def test_the_flop_rate_leaves_out_the_copy_kernel_around_the_arithmetic(monkeypatch):
     # per element: the chain's kernel 1.0 ns, the copy kernel 0.4 (each disturbed once)
-    times = {"calib_fma": iter([1.5e-9, 1.0e-9, 1.2e-9]), "calib_add": iter([0.4e-9, 0.4e-9, 0.9e-9])}
-    monkeypatch.setattr(measure, "_cached_timer", lambda name, body, inputs=1: lambda: next(times[f"calib_{name}"]))
+    times = {
+        "calib_fma": iter([1.5e-9, 1.0e-9, 1.2e-9]),
+        "calib_add": iter([0.4e-9, 0.4e-9, 0.9e-9]),
+    }
+    monkeypatch.setattr(
+        measure, "_cached_timer", lambda name, body, inputs=1: lambda: next(times[f"calib_{name}"])
+    )
     # 16 multiply-adds less the copy kernel's one add, in the 0.6 ns they add
     assert measure.flop_rate() == pytest.approx((2 * measure.FMA_CHAIN - 1) / 0.6e-9)
 
 
 def test_each_product_is_its_fastest_sweep(monkeypatch):
-    sweeps = iter([5e-3, 2e-5, 1e-5, 3e-5])     # two shapes, two sweeps: the first product disturbed once
+    sweeps = iter(
+        [5e-3, 2e-5, 1e-5, 3e-5]
+    )  # two shapes, two sweeps: the first product disturbed once
     monkeypatch.setattr(measure, "fastest_seconds", lambda fn, repeats=9, cap_s=1.0: next(sweeps))
-    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=0)
-    calls = [max(1, int(2e6 // (2 * s ** 3))) for s in (8, 16)]
+    points = measure.matmuls(
+        shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=0
+    )
+    calls = [max(1, int(2e6 // (2 * s**3))) for s in (8, 16)]
     assert [p.seconds for p in points] == pytest.approx([1e-5 / calls[0], 2e-5 / calls[1]])
 
 
 # ---------------------------------------------------------------- the extraction cost of a product
 
+
 def test_a_measured_product_is_not_charged_its_operands_traffic_again():
     from dlvm_eq.extract.target_cost import TargetCost
+
     calibrated = TargetCost(from_profile(sample_profile(), MACHINES["cpu"]), {})
     assert calibrated.gemm_seconds(1024, 1024, 1024, 4) == calibrated.dot_seconds(1024, 1024, 1024)
     # the shipped formula (flops at a peak rate) still adds the operands beyond the cache
@@ -169,9 +217,11 @@ def test_a_measured_product_is_not_charged_its_operands_traffic_again():
 
 # ---------------------------------------------------------------- profiles of an older calibrate
 
-def test_a_version_2_profile_still_prices_with_a_warning(cache_dir):  # noqa: F811
+
+def test_a_version_2_profile_still_prices_with_a_warning(cache_dir):
     from dlvm_eq.extract.machine import machine
     from dlvm_eq.extract.profile import load_profile, profile_path
+
     data = json.loads(calibrated_profile().to_json())
     data["version"] = 2
     for kind in VIEW_KINDS:
@@ -181,12 +231,16 @@ def test_a_version_2_profile_still_prices_with_a_warning(cache_dir):  # noqa: F8
     with pytest.warns(UserWarning, match="older `dlvm-eq calibrate`.*version 2"):
         p = load_profile("cpu")
     assert p is not None and p.outdated and not p.stale
-    assert predict_plan(concat_plan(True), machine("cpu")).priced_by == f"measured profile {machine('cpu').profile}"
-    assert Profile.from_json(p.to_json()) == p          # it stays a version-2 profile
+    assert (
+        predict_plan(concat_plan(True), machine("cpu")).priced_by
+        == f"measured profile {machine('cpu').profile}"
+    )
+    assert Profile.from_json(p.to_json()) == p  # it stays a version-2 profile
 
 
-def test_a_profile_of_this_calibrate_loads_without_a_warning(cache_dir):  # noqa: F811
+def test_a_profile_of_this_calibrate_loads_without_a_warning(cache_dir):
     from dlvm_eq.extract.profile import load_profile, write_profile
+
     write_profile(calibrated_profile())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -203,8 +257,11 @@ def fake_sweeps(monkeypatch, per_call_seconds: dict) -> list:
         side, calls = run
         timed.append(side)
         return next(per_call_seconds[side]) * calls
+
     # a product's timed function stands for (its side: its A operand's rows, its calls)
-    monkeypatch.setattr(measure, "per_call", lambda run, calls: (run.__defaults__[0].shape[0], calls))
+    monkeypatch.setattr(
+        measure, "per_call", lambda run, calls: (run.__defaults__[0].shape[0], calls)
+    )
     monkeypatch.setattr(measure, "fastest_seconds", fastest)
     return timed
 
@@ -212,7 +269,9 @@ def fake_sweeps(monkeypatch, per_call_seconds: dict) -> list:
 def test_a_product_slower_than_a_larger_one_is_measured_again(monkeypatch):
     # 8^3 disturbed in both sweeps (slower than 16^3), quiet on the third: only it is timed again
     timed = fake_sweeps(monkeypatch, {8: iter([5e-3, 4e-3, 1e-6]), 16: iter([8e-6, 9e-6])})
-    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
+    points = measure.matmuls(
+        shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3
+    )
     assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
     assert timed == [8, 16, 8, 16, 8]
 
@@ -220,7 +279,9 @@ def test_a_product_slower_than_a_larger_one_is_measured_again(monkeypatch):
 def test_a_product_far_slower_per_flop_than_a_smaller_one_is_measured_again(monkeypatch):
     # 16^3 at 8x the per-flop time of 8^3 in both sweeps (nothing larger to compare with), then quiet
     timed = fake_sweeps(monkeypatch, {8: iter([1e-6, 1e-6]), 16: iter([64e-6, 64e-6, 8e-6])})
-    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3)
+    points = measure.matmuls(
+        shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=2, retries=3
+    )
     assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
     assert timed == [8, 16, 8, 16, 16]
 
@@ -231,7 +292,12 @@ def test_the_other_measurements_run_between_the_product_sweeps(monkeypatch):
     events = []
     timed = fake_sweeps(monkeypatch, {8: iter([1e-6] * 3), 16: iter([8e-6] * 3)})
     between = [lambda k=k: events.append((k, len(timed))) for k in range(4)]
-    points = measure.matmuls(shapes=[(8, 8, 8), (16, 16, 16)], layouts=((False, False),), passes=3, retries=0,
-                             between=between)
+    points = measure.matmuls(
+        shapes=[(8, 8, 8), (16, 16, 16)],
+        layouts=((False, False),),
+        passes=3,
+        retries=0,
+        between=between,
+    )
     assert [p.seconds for p in points] == pytest.approx([1e-6, 8e-6])
     assert events == [(0, 2), (1, 4), (2, 6), (3, 6)]

@@ -2,6 +2,7 @@
 namedtuples and None, and jit / grad / value_and_grad / vjp taking and returning them (argnums
 selects whole subtrees; gradients have the parameters' structure; the jit cache keys on the
 structure). Oracles: jax.tree_util where installed, float64 numpy, central differences."""
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -22,13 +23,18 @@ def trees(leaf=st.integers(-9, 9)):
     keys = st.text("abcxyz", min_size=1, max_size=3)
     return st.recursive(
         st.one_of(leaf, st.none()),
-        lambda sub: st.one_of(st.lists(sub, max_size=3), st.lists(sub, max_size=3).map(tuple),
-                              st.dictionaries(keys, sub, max_size=3),
-                              st.tuples(sub, sub).map(lambda p: Layer(*p))),
-        max_leaves=8)
+        lambda sub: st.one_of(
+            st.lists(sub, max_size=3),
+            st.lists(sub, max_size=3).map(tuple),
+            st.dictionaries(keys, sub, max_size=3),
+            st.tuples(sub, sub).map(lambda p: Layer(*p)),
+        ),
+        max_leaves=8,
+    )
 
 
 # ------------------------------------------------------------------ the tree library
+
 
 def test_flatten_sorts_dict_keys_and_drops_none():
     tree = {"b": [1, None, (2,)], "a": Layer(w=3, b={"z": 4, "y": 5})}
@@ -59,16 +65,18 @@ def test_leaf_order_and_structure_agree_with_jax(tree, other):
     assert (dq.tree_structure(other) == treedef) == (jtu.tree_structure(other) == j_def)
     same = dq.tree_map(lambda x: x + 1, tree)
     assert dq.tree_structure(same) == treedef and jtu.tree_structure(same) == j_def
-    assert dq.tree_unflatten(treedef, [x * 2 for x in leaves]) == \
-        jtu.tree_unflatten(j_def, [x * 2 for x in leaves])
+    assert dq.tree_unflatten(treedef, [x * 2 for x in leaves]) == jtu.tree_unflatten(
+        j_def, [x * 2 for x in leaves]
+    )
 
 
 def test_treedefs_compare_by_structure_and_hash():
     a = dq.tree_structure({"w": 1, "b": (2, 3)})
     assert a == dq.tree_structure({"b": (7, 8), "w": 9}) and hash(a) == hash(
-        dq.tree_structure({"b": (7, 8), "w": 9}))
-    assert a != dq.tree_structure({"w": 1, "c": (2, 3)})       # another key
-    assert a != dq.tree_structure({"w": 1, "b": [2, 3]})       # list, not tuple
+        dq.tree_structure({"b": (7, 8), "w": 9})
+    )
+    assert a != dq.tree_structure({"w": 1, "c": (2, 3)})  # another key
+    assert a != dq.tree_structure({"w": 1, "b": [2, 3]})  # list, not tuple
     assert dq.tree_structure(Layer(1, 2)) != dq.tree_structure((1, 2))
 
 
@@ -81,8 +89,10 @@ def test_tree_map_over_several_trees():
     assert out["b"][1] is None
     with pytest.raises(DlvmError, match=r"tree_map: tree 1 has structure"):
         dq.tree_map(lambda a, b: a, p, {"w": 1, "b": 2})
-    assert dq.tree_map(lambda x: x, [[1, 2], 3], is_leaf=lambda x: isinstance(x, list)) == \
-        [[1, 2], 3]
+    assert dq.tree_map(lambda x: x, [[1, 2], 3], is_leaf=lambda x: isinstance(x, list)) == [
+        [1, 2],
+        3,
+    ]
 
 
 def test_unflatten_checks_the_leaf_count():
@@ -91,6 +101,7 @@ def test_unflatten_checks_the_leaf_count():
 
 
 # ------------------------------------------------------------------ jit
+
 
 def mlp_loss(params, x, y):
     h = dq.tanh(x @ params["l1"].w + params["l1"].b)
@@ -111,9 +122,12 @@ def mlp_grads_np(params, x, y):
 
 
 def make_params(dtype=np.float64):
-    return {"l1": Layer(w=RNG.standard_normal((3, 4)).astype(dtype),
-                        b=RNG.standard_normal(4).astype(dtype)),
-            "l2": {"w": RNG.standard_normal((4, 2)).astype(dtype)}}
+    return {
+        "l1": Layer(
+            w=RNG.standard_normal((3, 4)).astype(dtype), b=RNG.standard_normal(4).astype(dtype)
+        ),
+        "l2": {"w": RNG.standard_normal((4, 2)).astype(dtype)},
+    }
 
 
 def assert_trees_close(a, b, **tol):
@@ -128,6 +142,7 @@ def test_jit_takes_and_returns_pytrees(target):
 
     def f(p, x):
         return {"h": x @ p["l1"].w + p["l1"].b, "pair": (dq.sum(x), None)}
+
     out = dq.jit(f, target=target)(params, x)
     assert dq.tree_structure(out) == dq.tree_structure({"h": 0, "pair": (0, None)})
     np.testing.assert_allclose(out["h"], x @ params["l1"].w + params["l1"].b, rtol=1e-5)
@@ -139,24 +154,32 @@ def test_jit_cache_keys_on_the_tree_structure():
     a = np.arange(3.0, dtype=np.float32)
     assert f({"a": a}) == 6.0 and f({"a": a + 1}) == 12.0
     assert f.cache_size() == 1
-    assert f({"b": a}) == 6.0                 # same leaves, another key: another trace
-    assert f([a]) == 6.0 and f((a,)) == 6.0   # list and tuple are distinct structures
+    assert f({"b": a}) == 6.0  # same leaves, another key: another trace
+    assert f([a]) == 6.0 and f((a,)) == 6.0  # list and tuple are distinct structures
     assert f.cache_size() == 4
 
 
 @settings(max_examples=20)
-@given(trees(leaf=st.lists(st.integers(1, 3), max_size=2).map(
-    lambda shape: RNG.standard_normal(shape))).filter(lambda t: dq.tree_leaves(t)))
+@given(
+    trees(
+        leaf=st.lists(st.integers(1, 3), max_size=2).map(lambda shape: RNG.standard_normal(shape))
+    ).filter(lambda t: dq.tree_leaves(t))
+)
 def test_jit_round_trips_drawn_trees(tree):
     out = dq.jit(lambda t: dq.tree_map(lambda a: a * 2.0 + 1.0, t), target="interp")(tree)
     assert_trees_close(out, dq.tree_map(lambda a: a * 2.0 + 1.0, tree), rtol=1e-12)
 
 
 def test_ir_parameters_are_named_after_their_paths():
-    ir = str(dq.make_ir(mlp_loss)(make_params(np.float32), np.zeros((5, 3), np.float32),
-                                  np.zeros((5, 2), np.float32)))
-    assert "%params_l1_w: <3 x 4 x f32>, %params_l1_b: <4 x f32>, %params_l2_w: <4 x 2 x f32>, " \
-           "%x: <5 x 3 x f32>" in ir
+    ir = str(
+        dq.make_ir(mlp_loss)(
+            make_params(np.float32), np.zeros((5, 3), np.float32), np.zeros((5, 2), np.float32)
+        )
+    )
+    assert (
+        "%params_l1_w: <3 x 4 x f32>, %params_l1_b: <4 x f32>, %params_l2_w: <4 x 2 x f32>, "
+        "%x: <5 x 3 x f32>" in ir
+    )
 
 
 def test_a_bad_leaf_is_named_by_its_path():
@@ -172,12 +195,14 @@ def test_a_bad_leaf_is_named_by_its_path():
 
 # ------------------------------------------------------------------ differentiation
 
+
 def central_difference_check(f, params, grads, eps=1e-6):
     """<grads, v> against (f(p + eps v) - f(p - eps v)) / 2 eps along a random v, in float64."""
     leaves, treedef = dq.tree_flatten(params)
     v = [RNG.standard_normal(np.shape(p)) for p in leaves]
-    shifted = [dq.tree_unflatten(treedef, [p + s * eps * d for p, d in zip(leaves, v)])
-               for s in (1, -1)]
+    shifted = [
+        dq.tree_unflatten(treedef, [p + s * eps * d for p, d in zip(leaves, v)]) for s in (1, -1)
+    ]
     numeric = (f(shifted[0]) - f(shifted[1])) / (2 * eps)
     analytic = sum(np.sum(g * d) for g, d in zip(dq.tree_leaves(grads), v))
     np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-9)
@@ -199,11 +224,12 @@ def test_argnums_selects_whole_subtrees():
 
     def loss(l1, x, l2, y):
         return mlp_loss({"l1": l1, "l2": l2}, x, y)
+
     g_l2, g_x = dq.grad(loss, argnums=(2, 1))(params["l1"], x, params["l2"], y)
     expected = mlp_grads_np(params, x, y)
     assert_trees_close(g_l2, expected["l2"], rtol=1e-9)
     central_difference_check(lambda x_: mlp_loss_np(params, x_, y), x, g_x)
-    g_l1 = dq.grad(loss)(params["l1"], x, params["l2"], y)     # a single argnum: no tuple
+    g_l1 = dq.grad(loss)(params["l1"], x, params["l2"], y)  # a single argnum: no tuple
     assert isinstance(g_l1, Layer)
     assert_trees_close(g_l1, expected["l1"], rtol=1e-9)
 
@@ -215,6 +241,7 @@ def test_grad_inside_jit_with_a_pytree_update():
     def sgd_step(params, x, y):
         loss, grads = dq.value_and_grad(mlp_loss)(params, x, y)
         return dq.tree_map(lambda p, g: p - 0.1 * g, params, grads), loss
+
     new, loss = sgd_step(params, x, y)
     expected = dq.tree_map(lambda p, g: p - 0.1 * g, params, mlp_grads_np(params, x, y))
     assert_trees_close(new, expected, rtol=1e-9)
@@ -226,13 +253,13 @@ def test_vjp_of_pytree_inputs_and_outputs():
 
     def f(p):
         return {"prod": p["a"] * p["b"][0], "s": dq.sum(dq.sin(p["a"]))}
+
     out, f_vjp = dq.vjp(f, p)
     np.testing.assert_allclose(out["prod"], p["a"] * p["b"][0])
     ct = {"prod": RNG.standard_normal(3), "s": 0.5}
     (g,) = f_vjp(ct)
     assert g["n"] is None
-    np.testing.assert_allclose(g["a"], ct["prod"] * p["b"][0] + 0.5 * np.cos(p["a"]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(g["a"], ct["prod"] * p["b"][0] + 0.5 * np.cos(p["a"]), rtol=1e-12)
     np.testing.assert_allclose(g["b"][0], ct["prod"] * p["a"], rtol=1e-12)
     with pytest.raises(DlvmError, match=r"expected 2 cotangent\(s\) in the output's structure"):
         f_vjp({"prod": ct["prod"]})

@@ -7,6 +7,7 @@ read by the backward kernel) or recomputed inside the backward kernel from what 
 Here t feeds the forward's product (t*t) @ w and the adjoint 2 t dY: with cheap flops a cheap t
 (x*2 + 1) is recomputed, and the same program on a machine whose flops are dear stores it; a
 dear t (exp(sin x)) is stored there too. Both plans compute what the interpreter computes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,11 @@ def _step(kind: str, x, w) -> Module:
     def f(x, w):
         t = pre(x)
         return dq.sum((t * t) @ w)
+
     fn = dq.make_ir(f)(x, w)["f"]
-    grad = adjoint_function(None, fn, wrt=(0, 1), keeping=(0,), tuple_result=True, optimize=False, name="step")
+    grad = adjoint_function(
+        None, fn, wrt=(0, 1), keeping=(0,), tuple_result=True, optimize=False, name="step"
+    )
     module = Module("step")
     module.add(grad)
     return module
@@ -51,14 +55,18 @@ def _step(kind: str, x, w) -> Module:
 def _t_stored(module: Module, kind: str, mc: Machine) -> bool:
     flat = flatten(module["step"], module)
     # the forward's t: the first such value (the adjoint's sums come after it)
-    t = next(i.result for i in flat.body if i.op == T_OP[kind] and i.result.type.shape == (256, 128))
+    t = next(
+        i.result for i in flat.body if i.op == T_OP[kind] and i.result.type.shape == (256, 128)
+    )
     # t is read by the forward kernel (t*t) and by the backward one (2 t dY): two kernels
     assert sum(1 for i in flat.body for o in i.operands if o is t) >= 2
     return id(t) in decide_fusion(flat, target=mc).materialize
 
 
-@pytest.mark.parametrize("kind, mc, stored", [("cheap", CHEAP_FLOPS, False), ("cheap", DEAR_FLOPS, True),
-                                              ("dear", DEAR_FLOPS, True)])
+@pytest.mark.parametrize(
+    "kind, mc, stored",
+    [("cheap", CHEAP_FLOPS, False), ("cheap", DEAR_FLOPS, True), ("dear", DEAR_FLOPS, True)],
+)
 def test_the_backward_recomputes_or_stores_a_forward_value_by_the_machine_costs(kind, mc, stored):
     x = RNG.standard_normal((256, 128)).astype(np.float32)
     w = RNG.standard_normal((128, 32)).astype(np.float32)
@@ -67,4 +75,6 @@ def test_the_backward_recomputes_or_stores_a_forward_value_by_the_machine_costs(
     got = compile(module, "step", optimize=False)(x, w)
     want = interpret(module, "step", x, w, float64=True)
     for g, wv in zip(got, want):
-        np.testing.assert_allclose(g, wv, rtol=1e-4, atol=1e-4 * max(1.0, float(np.max(np.abs(wv)))))
+        np.testing.assert_allclose(
+            g, wv, rtol=1e-4, atol=1e-4 * max(1.0, float(np.max(np.abs(wv))))
+        )

@@ -1,5 +1,6 @@
 """Every use of saturation goes through the one budgeted driver (egraph/saturate.py), with the
 caller's deadline: the adjoint's budget seconds cover its expansion and its optimization."""
+
 import time
 
 import numpy as np
@@ -25,6 +26,7 @@ def test_the_adjoint_budget_counts_from_before_the_expansion(monkeypatch):
     load_bindings()
     from dlvm_eq.ad import adjoint_function
     from dlvm_eq.egraph import optimize, saturate
+
     calls = []
     real_saturate, real_optimize = saturate.saturate, optimize.optimize_session
 
@@ -46,13 +48,15 @@ def test_the_adjoint_budget_counts_from_before_the_expansion(monkeypatch):
     assert isinstance(deadline, Deadline) and deadline.seconds == 5.0
     assert deadline.start <= expansion[2]
     x = np.array([0.1, -0.4, 0.7])
-    np.testing.assert_allclose(run_function(None, g, [x], float64=True),
-                               2 * x * (1 - np.tanh(x * x) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(
+        run_function(None, g, [x], float64=True), 2 * x * (1 - np.tanh(x * x) ** 2), rtol=1e-12
+    )
 
 
 def test_the_layout_encodings_of_the_baseline_run_through_the_driver(monkeypatch):
     load_bindings()
     from dlvm_eq.egraph import optimize
+
     schedules = []
     real = optimize.saturate
 

@@ -1,4 +1,5 @@
 """rules/schema.egg and the op table agree both ways; rule-file constructors are known."""
+
 from __future__ import annotations
 
 import re
@@ -15,7 +16,7 @@ NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL)
 def schema_constructors() -> dict[str, int]:
     """Constructor name -> number of arguments, from the `(datatype Term ...)` block."""
     text = rule_file("schema.egg").read_text()
-    text = re.sub(r";[^\n]*", "", text)                      # comments
+    text = re.sub(r";[^\n]*", "", text)  # comments
     start = text.index("(datatype Term")
     depth, end = 0, start
     for i in range(start, len(text)):
@@ -23,7 +24,7 @@ def schema_constructors() -> dict[str, int]:
         if depth == 0:
             end = i
             break
-    body = text[start + len("(datatype Term"):end]
+    body = text[start + len("(datatype Term") : end]
     return {m.group(1): len(m.group(2).split()) for m in re.finditer(r"\((\w+)([^()]*)\)", body)}
 
 
@@ -37,7 +38,7 @@ def test_every_op_has_its_constructor():
 
 def test_every_constructor_is_an_op_or_a_leaf():
     ops_egg = {spec.egg for spec in OPS.values() if spec.kind not in NOT_IN_EGRAPH}
-    ops_egg.add("StridedSlice")     # the IR's slice with a step (egraph/serialized.EGG_TO_OP)
+    ops_egg.add("StridedSlice")  # the IR's slice with a step (egraph/serialized.EGG_TO_OP)
     for ctor in schema_constructors():
         assert ctor in ops_egg or ctor in LEAVES, f"schema.egg constructor {ctor} is no IR op"
 
@@ -48,7 +49,9 @@ def test_operand_counts_agree():
         if spec.kind in NOT_IN_EGRAPH or spec.arity is None:
             continue
         terms = sum(1 for a in re.findall(r"\w+", _signature(spec.egg)) if a == "Term")
-        assert terms == spec.arity, f"{spec.egg}: {terms} Term arguments, op {name} has arity {spec.arity}"
+        assert terms == spec.arity, (
+            f"{spec.egg}: {terms} Term arguments, op {name} has arity {spec.arity}"
+        )
     assert set(EGG_TO_OP) <= set(ctors)
 
 
@@ -60,7 +63,7 @@ def _signature(ctor: str) -> str:
 def test_every_constructor_has_a_shape_rule():
     text = rule_file("schema.egg").read_text()
     for ctor in schema_constructors():
-        if ctor in ("Var", "Lit"):       # the loader sets their shapes
+        if ctor in ("Var", "Lit"):  # the loader sets their shapes
             continue
         assert re.search(rf"\(= e \({ctor} ", text), f"no shape/dtype analysis rule for {ctor}"
 

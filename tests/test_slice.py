@@ -1,6 +1,7 @@
 """The slice op end to end: IR syntax and its errors, the DSL's basic indexing and split against
 numpy (interpreter and compiled), gradients through slices and concatenations against finite
 differences, and what the slice op saved in concatenate's adjoint."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,7 @@ X = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5) - 50.0
 
 # ---------------------------------------------------------------- IR syntax
 
+
 def test_slice_round_trips_and_means_numpy_slicing():
     m = parse(SRC)
     assert str(m).strip() == SRC.strip()
@@ -35,14 +37,17 @@ def test_slice_round_trips_and_means_numpy_slicing():
     np.testing.assert_array_equal(interpret(m, "f", x), x[:, 2:6])
 
 
-@pytest.mark.parametrize("bounds, column, words", [
-    ("along 1 from 2 to 9", 52, "slice end 9 is outside axis 1"),
-    ("along 1 from 8 to 9", 47, "slice start 8 is outside axis 1"),
-    ("along 1 from 6 to 2", 52, "empty slice"),
-    ("along 1 from 3 to 3", 52, "empty slice"),
-    ("along 1 from -1 to 2", 47, "non-negative integer"),
-    ("along 2 from 0 to 1", 40, "axis 2 out of range"),
-])
+@pytest.mark.parametrize(
+    "bounds, column, words",
+    [
+        ("along 1 from 2 to 9", 52, "slice end 9 is outside axis 1"),
+        ("along 1 from 8 to 9", 47, "slice start 8 is outside axis 1"),
+        ("along 1 from 6 to 2", 52, "empty slice"),
+        ("along 1 from 3 to 3", 52, "empty slice"),
+        ("along 1 from -1 to 2", 47, "non-negative integer"),
+        ("along 2 from 0 to 1", 40, "axis 2 out of range"),
+    ],
+)
 def test_bad_bounds_are_located_parse_errors(bounds, column, words):
     with pytest.raises(SourceError) as info:
         parse(SRC.replace("along 1 from 2 to 6", bounds), "m.dl")
@@ -55,21 +60,35 @@ def test_verifier_checks_slice_bounds_and_result_type():
     b = FunctionBuilder("f", [tensor(4, 8, F32)])
     y = b.emit("slice", [b.params[0]], axis=1, lo=2, hi=6)
     fn = b.finish(y)
-    fn.body[0].attrs["hi"] = 9                       # as a buggy pass could leave it
+    fn.body[0].attrs["hi"] = 9  # as a buggy pass could leave it
     m = Module("m")
     m.add(fn)
     with pytest.raises(IRError, match=r"%0: slice: range 2 to 9 is empty or outside axis 1"):
         verify(m)
-    fn.body[0].attrs["hi"] = 5                       # in range, but the declared type is 4 wide
+    fn.body[0].attrs["hi"] = 5  # in range, but the declared type is 4 wide
     with pytest.raises(IRError, match=r"declared <4 x 4 x f32> but slice gives <4 x 3 x f32>"):
         verify(m)
 
 
 # ---------------------------------------------------------------- DSL indexing
 
-INDICES = [np.s_[0], np.s_[-1], np.s_[1:3], np.s_[:, 2:6], np.s_[..., :2], np.s_[None],
-           np.s_[:, None, -2], np.s_[1, ..., None], np.s_[-3:], np.s_[:100], np.s_[2, 3, 4],
-           np.s_[...], np.s_[:, -100:2], np.s_[None, ..., None, 0], np.s_[:, :, 4:]]
+INDICES = [
+    np.s_[0],
+    np.s_[-1],
+    np.s_[1:3],
+    np.s_[:, 2:6],
+    np.s_[..., :2],
+    np.s_[None],
+    np.s_[:, None, -2],
+    np.s_[1, ..., None],
+    np.s_[-3:],
+    np.s_[:100],
+    np.s_[2, 3, 4],
+    np.s_[...],
+    np.s_[:, -100:2],
+    np.s_[None, ..., None, 0],
+    np.s_[:, :, 4:],
+]
 
 
 @pytest.mark.parametrize("target", ["interp", "cpu"])
@@ -85,7 +104,7 @@ def test_integer_index_is_a_slice_and_a_squeeze():
     text = str(dq.make_ir(lambda x: x[1, ..., None])(X))
     assert "slice %x: <4 x 6 x 5 x f32> along 0 from 1 to 2" in text
     assert "squeezeShape" in text and "padShape" in text
-    assert "slice" not in str(dq.make_ir(lambda x: x[:, :, :] + x[...])(X))   # whole axes: no op
+    assert "slice" not in str(dq.make_ir(lambda x: x[:, :, :] + x[...])(X))  # whole axes: no op
 
 
 def test_iteration_and_split_match_numpy():
@@ -95,23 +114,26 @@ def test_iteration_and_split_match_numpy():
         got = dq.jit(lambda x: tuple(dq.split(x, spec, axis=axis)))(X)
         want = np.split(X, spec, axis=axis)
         assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
-    eager = dq.split(X, [2], axis=0)                 # numpy arrays in, numpy arrays out
+    eager = dq.split(X, [2], axis=0)  # numpy arrays in, numpy arrays out
     assert all(np.array_equal(g, w) for g, w in zip(eager, np.split(X, [2], axis=0)))
 
 
-@pytest.mark.parametrize("index, words", [
-    (np.s_[::-1], "slice step -1 on axis 0 is not supported"),
-    (np.s_[[0, 1]], "with list [0, 1] is not supported"),
-    (np.s_[True], "with a bool is not supported"),
-    (np.s_[4], "index 4 is out of bounds for axis 0 with size 4"),
-    (np.s_[:, -7], "index -7 is out of bounds for axis 1 with size 6"),
-    (np.s_[2:2], "the slice 2:2 of axis 0 (size 4) is empty"),
-    (np.s_[0, 0, 0, 0], "too many indices for shape (4, 6, 5)"),
-    (np.s_[..., ...], "a single ellipsis"),
-])
+@pytest.mark.parametrize(
+    "index, words",
+    [
+        (np.s_[::-1], "slice step -1 on axis 0 is not supported"),
+        (np.s_[[0, 1]], "with list [0, 1] is not supported"),
+        (np.s_[True], "with a bool is not supported"),
+        (np.s_[4], "index 4 is out of bounds for axis 0 with size 4"),
+        (np.s_[:, -7], "index -7 is out of bounds for axis 1 with size 6"),
+        (np.s_[2:2], "the slice 2:2 of axis 0 (size 4) is empty"),
+        (np.s_[0, 0, 0, 0], "too many indices for shape (4, 6, 5)"),
+        (np.s_[..., ...], "a single ellipsis"),
+    ],
+)
 def test_bad_indices_are_shape_errors_at_the_users_line(index, words):
     with pytest.raises(dq.ShapeError) as info:
-        dq.make_ir(lambda x: x[index])(X)   # <- the user's line
+        dq.make_ir(lambda x: x[index])(X)  # <- the user's line
     assert words in str(info.value)
     assert f"{__file__}:" in str(info.value) and "<- the user's line" in str(info.value)
 
@@ -124,6 +146,7 @@ def test_split_errors():
 
 
 # ---------------------------------------------------------------- gradients
+
 
 def _gates(x, w):
     """An LSTM-style split of one matmul into gates, with a concatenation."""
@@ -139,14 +162,22 @@ def test_gradients_through_slices_and_concatenations_match_finite_differences():
     checks = check_grads(_gates, (x, w), order=2, rtol=1e-4, atol=1e-6)
     assert [c.order for c in checks] == [1, 2] and all(abs(c.analytic) > 1e-3 for c in checks)
     cube = rng.standard_normal((3, 4, 5))
-    checks = check_grads(lambda c: dq.sum(dq.exp(c[1, :, 2:]) * c[-1, :, None, 0]), (cube,),
-                         order=2, rtol=1e-4, atol=1e-6)
+    checks = check_grads(
+        lambda c: dq.sum(dq.exp(c[1, :, 2:]) * c[-1, :, None, 0]),
+        (cube,),
+        order=2,
+        rtol=1e-4,
+        atol=1e-6,
+    )
     assert all(abs(c.analytic) > 1e-3 for c in checks)
 
 
 def test_compiled_gradient_matches_the_interpreter():
     rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((4, 12)).astype(np.float32)
+    x, w = (
+        rng.standard_normal((5, 4)).astype(np.float32),
+        rng.standard_normal((4, 12)).astype(np.float32),
+    )
     vg = dq.value_and_grad(_gates, argnums=(0, 1))
     (v, gs), (v0, gs0) = dq.jit(vg)(x, w), dq.jit(vg, target="interp")(x, w)
     np.testing.assert_allclose(v, v0, rtol=1e-5)
@@ -156,8 +187,10 @@ def test_compiled_gradient_matches_the_interpreter():
 
 def test_concatenate_adjoint_is_slices():
     """The adjoint of concatenate slices g (it was a one-hot mask and a sum: 19 ops, 3n work)."""
+
     def f(a, b):
         return dq.sum(dq.concatenate([a * a, b], 0))
+
     a, b = np.ones((64, 32), np.float32), np.ones((32, 32), np.float32)
     module = dq.make_ir(dq.grad(f, argnums=(0, 1)))(a, b)
     fn = next(iter(module.functions.values()))
@@ -188,12 +221,14 @@ def _arena_is_sound(plan):
     """No two temporaries share bytes while both are live; reading an alias keeps the slot it
     aliases live (checked independently of schedule.arena)."""
     from dlvm_eq.codegen.planning.plan import TEMP, AliasStep, step_inputs, step_outputs
+
     source = {s.out: s.src for s in plan.steps if isinstance(s, AliasStep)}
 
     def root(s):
         while s in source:
             s = source[s]
         return s
+
     live = {}
     for i, step in enumerate(plan.steps):
         for s in step_outputs(step):
@@ -218,9 +253,9 @@ def test_slices_are_read_in_place_and_keep_their_buffer_alive():
 
     def f(x, w, w2, w3):
         t = dq.exp(x @ w)
-        s = t[:, 1:]                               # read in place, late in the program
+        s = t[:, 1:]  # read in place, late in the program
         a = dq.tanh(x @ w * 3.0)
-        b = dq.sigmoid(a @ w2)                     # bigger than t: it would take t's bytes
+        b = dq.sigmoid(a @ w2)  # bigger than t: it would take t's bytes
         c = dq.relu(b @ w3)
         return dq.sum(s * a[:, 1:] + c[:, 1:], axis=1)
 
@@ -233,7 +268,7 @@ def test_slices_are_read_in_place_and_keep_their_buffer_alive():
     got = jf(x, w, w2, w3)
     plan = jf.report(x, w, w2, w3).plan
     assert any(isinstance(s, AliasStep) for s in plan.steps)
-    assert not any(isinstance(s, CopyStep) for s in plan.steps)      # no slice is copied
+    assert not any(isinstance(s, CopyStep) for s in plan.steps)  # no slice is copied
     _arena_is_sound(plan)
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     t = np.exp(x64 @ w64)
@@ -247,6 +282,7 @@ def test_views_of_temporaries_are_made_once_per_arena_and_views_of_arguments_per
     timed and priced 0), and a view of an argument at every call: results follow each call's
     arguments, from many threads at once (each call its own arena)."""
     from at_once import run_at_once
+
     from dlvm_eq.calibration.plan_cost import predict_plan
     from dlvm_eq.codegen.planning.plan import PARAM, AliasStep, arena_aliases
 
@@ -265,23 +301,27 @@ def test_views_of_temporaries_are_made_once_per_arena_and_views_of_arguments_per
     plan = jf.report(xs[0], w).plan
     aliases = {i: s for i, s in enumerate(plan.steps) if isinstance(s, AliasStep)}
     made = arena_aliases(plan)
-    assert made and made < set(aliases)                     # both kinds are in this program
+    assert made and made < set(aliases)  # both kinds are in this program
     assert all(plan.slots[aliases[i].src].role != PARAM for i in made)
     assert all(plan.slots[aliases[i].src].role == PARAM for i in set(aliases) - made)
     prediction = predict_plan(plan, "cpu")
     assert all(prediction.steps[i].seconds == 0.0 for i in made)
     assert all(prediction.steps[i].seconds > 0.0 for i in set(aliases) - made)
     from dlvm_eq.codegen import program
+
     compiled = program(plan, "cpu")
     out, seconds = compiled.timed_call(xs[1], w)
     np.testing.assert_allclose(out, want(xs[1], w), rtol=1e-4, atol=1e-5)
-    assert all(seconds[i] == 0.0 for i in made) and all(seconds[i] > 0.0 for i in set(aliases) - made)
-    for x in xs:                                            # one arena, new arguments each call
+    assert all(seconds[i] == 0.0 for i in made) and all(
+        seconds[i] > 0.0 for i in set(aliases) - made
+    )
+    for x in xs:  # one arena, new arguments each call
         np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
 
     def worker(k):
         for i in range(40):
             x = xs[(i + k) % len(xs)]
             np.testing.assert_allclose(jf(x, w), want(x, w), rtol=1e-4, atol=1e-5)
+
     errors = run_at_once(worker, n=4)
     assert not errors, errors[0]

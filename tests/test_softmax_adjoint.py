@@ -1,6 +1,7 @@
 """rules/algebra.egg's `softmax` ruleset: the gradient of a softmax cross-entropy extracts to
 (softmax(x) * sum(y) - y) / N, i.e. (softmax - y)/N for one-hot rows, with no division by p and
 no path back through the max-subtraction (checked structurally), and computes that value."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,7 @@ def dsl_cross_entropy(x, y):
     return dq.mean(dq.softmax_cross_entropy(x, y))
 
 
-def log_of_softmax(x, y):        # as a user might write it: the log of the probabilities
+def log_of_softmax(x, y):  # as a user might write it: the log of the probabilities
     return dq.mean(-dq.sum(y * dq.log(dq.softmax(x)), axis=1))
 
 

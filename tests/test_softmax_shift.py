@@ -1,17 +1,19 @@
 """dq.softmax shifts by floor(max): as stable as the max shift, and no adjoint runs back through
 the shift (no tie mask, no count of ties, no extra pass over the tensor), so the gradient of any
 consumer of a softmax (attention: softmax(scores) @ v) is the plain p * (g - sum(g * p))."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq.ad.driver import adjoint_function
 from dlvm_eq.ir import Module, interpret
 
 
-def weighted_softmax(x, w):         # a consumer that is not a cross-entropy: attention-like
+def weighted_softmax(x, w):  # a consumer that is not a cross-entropy: attention-like
     return dq.sum(dq.softmax(x) * w)
 
 
@@ -47,15 +49,20 @@ def test_no_path_back_through_the_shift():
 
 
 @settings(max_examples=25, deadline=None)
-@given(rows=st.integers(1, 4), cols=st.integers(1, 9), offset=st.sampled_from([0.0, 3.0, -2.5, 80.0, 1e4, -1e4]),
-       ties=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(1, 4),
+    cols=st.integers(1, 9),
+    offset=st.sampled_from([0.0, 3.0, -2.5, 80.0, 1e4, -1e4]),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_values_and_gradient_against_float64(rows, cols, offset, ties, seed):
     """Ties of the maximum, integer maxima, and offsets far beyond exp's range (|x| = 1e4)."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, cols)) * 3 + offset).astype(np.float32)
     if ties:
         x[:, -1] = x.max(axis=1)
-        x[0, 0] = np.round(x[0].max())          # an integer maximum: the shift is the max itself
+        x[0, 0] = np.round(x[0].max())  # an integer maximum: the shift is the max itself
         x[0] = np.minimum(x[0], x[0, 0])
     w = rng.standard_normal((rows, cols)).astype(np.float32)
     p = dq.jit(dq.softmax)(x)
@@ -67,10 +74,14 @@ def test_values_and_gradient_against_float64(rows, cols, offset, ties, seed):
 
 # ---- rules/algebra.egg "(a/s-c/s)*x": softmax's adjoint reads p = e/s, not e
 
-_ROW_DECLS = "".join(f'(let ${n} (Var "{n}")) (set (shape ${n}) (vec-of {r} {c})) (set (dtype ${n}) "f32")\n'
-                     for n, (r, c) in {"g": (2, 3), "e": (2, 3), "s": (2, 1), "c": (2, 1)}.items())
+_ROW_DECLS = "".join(
+    f'(let ${n} (Var "{n}")) (set (shape ${n}) (vec-of {r} {c})) (set (dtype ${n}) "f32")\n'
+    for n, (r, c) in {"g": (2, 3), "e": (2, 3), "s": (2, 1), "c": (2, 1)}.items()
+)
 _B = "(vec-of 2 3)"
-_ADJOINT = f"(Multiply (Add (Divide $g (Broadcast $s {_B})) (Broadcast (Negate (Divide $c $s)) {_B})) $e)"
+_ADJOINT = (
+    f"(Multiply (Add (Divide $g (Broadcast $s {_B})) (Broadcast (Negate (Divide $c $s)) {_B})) $e)"
+)
 _READS_P = f"(Multiply (Subtract $g (Broadcast $c {_B})) (Divide $e (Broadcast $s {_B})))"
 
 
@@ -79,12 +90,13 @@ def _softmax_rules_equate(with_p: bool) -> bool:
     from dlvm_eq.egraph.optimize import scratch_session
     from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
     from dlvm_eq.egraph.saturate import saturate
+
     with scratch_session() as session:
         p = f"(let $p (Divide $e (Broadcast $s {_B})))\n" if with_p else ""
         session.run_text(_ROW_DECLS + p + f"(let $t {_ADJOINT})")
         saturate(session, Schedule(("softmax",)), Budget(iterations=4))
         try:
-            session.run_text(f"(check (= $t {_READS_P}))")   # check inserts nothing
+            session.run_text(f"(check (= $t {_READS_P}))")  # check inserts nothing
             return True
         except RuleFileError:
             return False

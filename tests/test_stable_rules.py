@@ -1,6 +1,7 @@
 """rules/algebra.egg's `stable` ruleset: losses written the unstable way are finite and exact
 after dq.optimize / compile, the optimized IR holds the stable form (checked structurally),
 and the interpreter without the optimizer still runs the program as written."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,9 @@ def raw_log_softmax_loss(x, y):
 Z = np.array([30.0, -30.0, 30.0, -30.0, 1.5], np.float32)
 Y = np.array([0.0, 1.0, 1.0, 0.0, 1.0], np.float32)
 # logits far beyond exp's f32 range (exp(89) overflows)
-X = np.array([[200.0, 3.0, -50.0, 1.0], [-300.0, -310.0, -290.0, -305.0], [0.5, 0.25, -0.5, 1.0]],
-             np.float32)
+X = np.array(
+    [[200.0, 3.0, -50.0, 1.0], [-300.0, -310.0, -290.0, -305.0], [0.5, 0.25, -0.5, 1.0]], np.float32
+)
 ONEHOT = np.eye(4, dtype=np.float32)[[0, 2, 3]]
 
 
@@ -63,7 +65,11 @@ def producers(fn) -> dict[str, str]:
 def operand_ops(fn, op: str) -> list[list[str | None]]:
     """For each instruction `op`, the ops that produce its operands (None: a parameter/literal)."""
     made = producers(fn)
-    return [[made.get(getattr(o, "name", None)) for o in ins.operands] for ins in fn.body if ins.op == op]
+    return [
+        [made.get(getattr(o, "name", None)) for o in ins.operands]
+        for ins in fn.body
+        if ins.op == op
+    ]
 
 
 def optimized(f, *args):
@@ -76,15 +82,18 @@ def test_logistic_loss_at_30_is_finite_and_exact_after_optimize():
     m, result, fn = optimized(logistic, Z, Y)
     # as written, log(1 - sigmoid(30)) = log(0): the interpreter without the optimizer says so
     assert not np.isfinite(interpret(m, "logistic", Z, Y))
-    assert not np.isfinite(dq.jit(logistic, target="interp")(Z, Y))   # no optimizer there either
+    assert not np.isfinite(dq.jit(logistic, target="interp")(Z, Y))  # no optimizer there either
     # structurally: softplus, and no log of a sigmoid or of 1 - sigmoid; softplus(z) is read
     # as softplus(-z) + z, so one softplus serves both terms
     ops = ops_of(fn)
     assert ops.count("softplus") == 1 and "log" not in ops and "sigmoid" not in ops, fn
     fr = result.report["logistic"]
     assert not fr.kept_original
-    assert {"stable: log(sigmoid z)", "stable: log(1-sigmoid z)",
-            "softplus(z)=softplus(-z)+z"} <= set(fr.saturation.rule_matches)
+    assert {
+        "stable: log(sigmoid z)",
+        "stable: log(1-sigmoid z)",
+        "softplus(z)=softplus(-z)+z",
+    } <= set(fr.saturation.rule_matches)
     assert_exact_logistic(float(interpret(result.module, "logistic", Z, Y)))
 
 
@@ -94,7 +103,7 @@ def test_logistic_loss_at_30_on_cpu():
 
 def test_logreg_example_explains_its_stable_form():
     module = dq.load(Path(__file__).resolve().parent.parent / "examples" / "logreg.dl")
-    (written, extracted), = dq.optimize(module, func="loss", explain=True).report["loss"].results
+    ((written, extracted),) = dq.optimize(module, func="loss", explain=True).report["loss"].results
     assert "log(sigmoid(x @ w + b))" in written and "log" not in extracted
     # one softplus for both terms: softplus(-z) = softplus(z) - z, or the other way round
     forms = {f for f in ("softplus(x @ w + b)", "softplus(-(x @ w + b))") if f in extracted}
@@ -123,8 +132,12 @@ def test_log_of_softmax_becomes_log_softmax():
     x = X.astype(np.float64)
     want = -np.sum(ONEHOT * (x - exact_logsumexp(X)[:, None]))
     # f32 terms of size ~300 cancel to ~1: their rounding (3e-5 each) bounds the error
-    np.testing.assert_allclose(interpret(result.module, "raw_log_softmax_loss", X, ONEHOT), want, atol=1e-3)
-    np.testing.assert_allclose(dq.jit(raw_log_softmax_loss, target="cpu")(X, ONEHOT), want, atol=1e-3)
+    np.testing.assert_allclose(
+        interpret(result.module, "raw_log_softmax_loss", X, ONEHOT), want, atol=1e-3
+    )
+    np.testing.assert_allclose(
+        dq.jit(raw_log_softmax_loss, target="cpu")(X, ONEHOT), want, atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("target", ["cpu", "interp"])
@@ -136,7 +149,7 @@ def test_gradient_of_the_logistic_loss_stays_finite(z, target):
     zs, ys = np.array([z, -z, z], np.float32), np.array([1.0, 0.0, 0.0], np.float32)
     g = dq.jit(dq.grad(logistic), target=target)(zs, ys)
     zz = zs.astype(np.float64)
-    want = scipy.special.expit(zz) - ys       # d/dz of the logistic loss
+    want = scipy.special.expit(zz) - ys  # d/dz of the logistic loss
     np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
@@ -148,7 +161,7 @@ def test_logistic_gradient_is_sigmoid_minus_y():
     (fn,) = m.functions.values() if isinstance(m.functions, dict) else m.functions
     ops = ops_of(fn)
     assert "divide" not in ops and "negate" not in ops and ops.count("sigmoid") == 1, fn
-    assert operand_ops(fn, "sigmoid") == [[None]], fn          # sigmoid(%z): a parameter
+    assert operand_ops(fn, "sigmoid") == [[None]], fn  # sigmoid(%z): a parameter
 
 
 def test_logistic_loss_reads_one_softplus_and_no_sigmoid():
@@ -157,13 +170,17 @@ def test_logistic_loss_reads_one_softplus_and_no_sigmoid():
     m, result, fn = optimized(logistic, Z, Y)
     ops = ops_of(fn)
     assert ops.count("softplus") == 1 and "sigmoid" not in ops and "log" not in ops, fn
-    assert ops.count("multiply") == 1 and "y*(z-sp z)+(1-y)*(-sp z)" in result.report["logistic"].saturation.rule_matches
+    assert (
+        ops.count("multiply") == 1
+        and "y*(z-sp z)+(1-y)*(-sp z)" in result.report["logistic"].saturation.rule_matches
+    )
 
 
 # ---------------------------------------------------------------- the gpu target
 # The stable logistic loss is finite and exact at z = +-30 on every target. The GPU
 # target's kernels run here through tests/fake_cupy (each launch emulated on the host from the
 # kernel's own LLVM IR, its PTX assembled by ptxas), and on a device where CUDA works.
+
 
 def _logistic_programs():
     """The loss as written (log of sigmoid: the GPU target's optimizer must make it stable) and
@@ -175,12 +192,16 @@ def _logistic_programs():
 def _check(loss, value, grad):
     assert_exact_logistic(loss)
     assert_exact_logistic(value)
-    np.testing.assert_allclose(grad, scipy.special.expit(Z.astype(np.float64)) - Y, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        grad, scipy.special.expit(Z.astype(np.float64)) - Y, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_logistic_loss_at_30_on_the_emulated_gpu(monkeypatch):
     import fake_cupy
+
     from dlvm_eq.pipeline import compile
+
     (loss, f), (both, g) = _logistic_programs()
     with fake_cupy.installed(monkeypatch, sms=2) as cp:
         z, y = cp.asarray(Z), cp.asarray(Y)
@@ -193,9 +214,11 @@ def test_logistic_loss_at_30_on_the_emulated_gpu(monkeypatch):
 @pytest.mark.gpu
 def test_logistic_loss_at_30_on_the_gpu():
     from dlvm_eq.codegen import gpu_available
+
     if not gpu_available():
         pytest.skip("CUDA is not usable here")
     import cupy
+
     value, grad = dq.jit(dq.value_and_grad(logistic), target="gpu")(Z, Y)
     loss = dq.jit(logistic, target="gpu")(Z, Y)
     _check(float(cupy.asnumpy(loss)), float(cupy.asnumpy(value)), cupy.asnumpy(grad))

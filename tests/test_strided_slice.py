@@ -2,21 +2,21 @@
 hypothesis-drawn shapes, bounds and steps); the IR's `slice ... by s` and its adjoint
 `sliceScatter` (syntax, round trip, located errors); gradients against central differences;
 compiled code reading the slice in place; the emulated GPU."""
+
 from __future__ import annotations
 
+import fake_cupy
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dlvm_eq as dq
-import fake_cupy
-from dlvm_eq.pipeline import compile
-from dlvm_eq.pipeline import plan_function
 from dlvm_eq.codegen.planning.plan import ConcatStep, CopyStep
 from dlvm_eq.errors import SourceError
 from dlvm_eq.ir import interpret
 from dlvm_eq.ir.parser import parse
-from dlvm_eq.pipeline import check_grads
+from dlvm_eq.pipeline import check_grads, compile, plan_function
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -36,13 +36,13 @@ def strided_index(draw):
     entries = []
     for n in shape:
         lo = draw(st.integers(0, n - 1))
-        hi = draw(st.integers(lo + 1, n + 2))       # past the end is clamped, as numpy does
+        hi = draw(st.integers(lo + 1, n + 2))  # past the end is clamped, as numpy does
         entries.append(slice(lo if draw(st.booleans()) else None, hi, draw(st.integers(1, 4))))
     return shape, tuple(entries)
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(strided_index(), st.integers(0, 2 ** 16))
+@given(strided_index(), st.integers(0, 2**16))
 def test_strided_slices_match_numpy(case, seed):
     shape, index = case
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
@@ -52,7 +52,7 @@ def test_strided_slices_match_numpy(case, seed):
 
 
 @settings(max_examples=15, **SETTINGS)
-@given(strided_index(), st.integers(0, 2 ** 16))
+@given(strided_index(), st.integers(0, 2**16))
 def test_compiled_gradient_is_the_strided_scatter(case, seed):
     shape, index = case
     rng = np.random.default_rng(seed)
@@ -68,6 +68,7 @@ def test_gradients_match_central_differences():
 
     def f(x):
         return dq.sum(dq.tanh(x[1:7:3, ::2]) ** 2) + dq.sum(x[..., 1::2] * x[..., ::2][..., :2])
+
     checks = check_grads(f, (x,), order=2, rtol=1e-4, atol=1e-6)
     assert [c.order for c in checks] == [1, 2] and all(abs(c.analytic) > 1e-3 for c in checks)
 
@@ -78,12 +79,12 @@ def test_strided_slices_are_read_in_place():
     assert "slice %x: <8 x 6 x f32> along 0 from 1 to 8 by 3" in str(module)
     plan = plan_function(module[next(iter(module.functions))], module)
     assert not [s for s in plan.steps if isinstance(s, (CopyStep, ConcatStep))]
-    assert len(plan.kernels) == 1          # one kernel reads both strided views of %x
+    assert len(plan.kernels) == 1  # one kernel reads both strided views of %x
 
 
 def test_one_entry_slices_and_negative_steps():
     x = np.arange(12.0, dtype=np.float32).reshape(4, 3)
-    assert " by " not in str(dq.make_ir(lambda x: x[2::5])(x))      # one entry: a plain slice
+    assert " by " not in str(dq.make_ir(lambda x: x[2::5])(x))  # one entry: a plain slice
     np.testing.assert_array_equal(dq.jit(lambda x: x[2::5])(x), x[2::5])
     with pytest.raises(dq.ShapeError, match="slice step -1 on axis 1 is not supported"):
         dq.make_ir(lambda x: x[:, ::-1])(x)
@@ -111,17 +112,29 @@ def test_ir_round_trips_and_means_numpy_slicing():
     want[1:7:3] = x[1:7:3]
     np.testing.assert_array_equal(interpret(m, "f", x), want)
     np.testing.assert_array_equal(compile(m, "f", target="cpu")(x), want)
-    plain = parse(SRC.replace("from 1 to 7 by 3", "from 1 to 3 by 1").replace("<2 x 3 x f32> along 0 from 1 by 3",
-                                                                           "<2 x 3 x f32> along 0 from 1 by 1"))
-    assert "from 1 to 3\n" in str(plain)      # `by 1` is the plain slice
+    plain = parse(
+        SRC.replace("from 1 to 7 by 3", "from 1 to 3 by 1").replace(
+            "<2 x 3 x f32> along 0 from 1 by 3", "<2 x 3 x f32> along 0 from 1 by 1"
+        )
+    )
+    assert "from 1 to 3\n" in str(plain)  # `by 1` is the plain slice
 
 
-@pytest.mark.parametrize("old, new, line, column, words", [
-    ("to 7 by 3", "to 7 by 0", 6, 57, "a slice step must be positive"),
-    ("from 1 by 3 into 7", "from 1 by 3 into 4", 7, 66, "2 entries from 1 by 3 do not fit in size 4"),
-    ("from 1 by 3 into 7", "from 1 by 0 into 7", 7, 59, "a slice step must be positive"),
-    ("along 0 from 1 by", "along 2 from 1 by", 7, 47, "axis 2 out of range"),
-])
+@pytest.mark.parametrize(
+    "old, new, line, column, words",
+    [
+        ("to 7 by 3", "to 7 by 0", 6, 57, "a slice step must be positive"),
+        (
+            "from 1 by 3 into 7",
+            "from 1 by 3 into 4",
+            7,
+            66,
+            "2 entries from 1 by 3 do not fit in size 4",
+        ),
+        ("from 1 by 3 into 7", "from 1 by 0 into 7", 7, 59, "a slice step must be positive"),
+        ("along 0 from 1 by", "along 2 from 1 by", 7, 47, "axis 2 out of range"),
+    ],
+)
 def test_bad_attributes_are_located_parse_errors(old, new, line, column, words):
     with pytest.raises(SourceError) as info:
         parse(SRC.replace(old, new, 1), "m.dl")
@@ -131,6 +144,7 @@ def test_bad_attributes_are_located_parse_errors(old, new, line, column, words):
 
 
 # ---------------------------------------------------------------- GPU, emulated
+
 
 def test_strided_gradient_on_the_emulated_gpu_matches_the_cpu(monkeypatch):
     x = np.random.default_rng(2).standard_normal((9, 6)).astype(np.float32)

@@ -1,4 +1,5 @@
 """verify_adjoint / verify_gradient: exact sympy checks of adjoint programs."""
+
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +17,15 @@ def _forward():
     b = FunctionBuilder("f", [tensor(3, F32)], ["x"])
     (x,) = b.params
     e = b.emit("exp", [x])
-    return b.finish(b.emit("reduce", [b.emit("multiply", [e, x])], combinator="add", init=0.0,
-                           axes=(0,)))
+    return b.finish(
+        b.emit("reduce", [b.emit("multiply", [e, x])], combinator="add", init=0.0, axes=(0,))
+    )
 
 
 def _adjoint(correct: bool, seedable: bool = False):
     """d/dx sum(exp(x) x) = exp(x) x + exp(x) (the wrong one forgets the second term)."""
     types = [tensor(3, F32)] + ([tensor(F32)] if seedable else [])
-    b = FunctionBuilder("f_grad", types, ["x", "seed"][:len(types)])
+    b = FunctionBuilder("f_grad", types, ["x", "seed"][: len(types)])
     x = b.params[0]
     e = b.emit("exp", [x])
     g = b.emit("multiply", [e, x])
@@ -67,22 +69,30 @@ def test_keeping_checks_the_kept_output_too():
     b = FunctionBuilder("f_grad", [tensor(3, F32)], ["x"])
     (x,) = b.params
     e = b.emit("exp", [x])
-    wrong = b.finish([b.emit("reduce", [e], combinator="add", init=0.0, axes=(0,)),
-                      b.emit("add", [b.emit("multiply", [e, x]), e])])
+    wrong = b.finish(
+        [
+            b.emit("reduce", [e], combinator="add", init=0.0, axes=(0,)),
+            b.emit("add", [b.emit("multiply", [e, x]), e]),
+        ]
+    )
     with pytest.raises(VerificationError, match="kept output 0"):
         verify_adjoint(_forward(), wrong, wrt=(0,), keeping=(0,))
 
 
-@pytest.mark.parametrize("fn, shapes, argnums", [
-    (lambda x, w: dq.sum(dq.tanh(x @ w)), [(2, 3), (3, 2)], (0, 1)),
-    (lambda x: dq.sum(dq.sigmoid(x) * dq.log1p(x * x)), [(2, 2)], 0),
-    (lambda x, b: dq.mean(dq.relu(x + b) ** 2.0), [(2, 3), (3,)], (0, 1)),
-    (lambda x: dq.logsumexp(x), [(3,)], 0),
-])
+@pytest.mark.parametrize(
+    "fn, shapes, argnums",
+    [
+        (lambda x, w: dq.sum(dq.tanh(x @ w)), [(2, 3), (3, 2)], (0, 1)),
+        (lambda x: dq.sum(dq.sigmoid(x) * dq.log1p(x * x)), [(2, 2)], 0),
+        (lambda x, b: dq.mean(dq.relu(x + b) ** 2.0), [(2, 3), (3,)], (0, 1)),
+        (lambda x: dq.logsumexp(x), [(3,)], 0),
+    ],
+)
 def test_verify_gradient_of_generated_adjoints(fn, shapes, argnums):
     report = verify_gradient(fn, shapes, argnums=argnums)
-    assert report.elements == sum(int(np.prod(shapes[i])) for i in
-                                  ((argnums,) if isinstance(argnums, int) else argnums))
+    assert report.elements == sum(
+        int(np.prod(shapes[i])) for i in ((argnums,) if isinstance(argnums, int) else argnums)
+    )
 
 
 def test_declared_adjoint_of_an_example_program():
@@ -94,6 +104,13 @@ def test_declared_adjoint_of_an_example_program():
     assert declared
     for fn in declared:
         d = fn.adjoint
-        report = verify_adjoint(m[d.of], fn, wrt=d.wrt, module=m, seedable=d.seedable,
-                                keeping=d.keeping, from_index=d.from_index)
+        report = verify_adjoint(
+            m[d.of],
+            fn,
+            wrt=d.wrt,
+            module=m,
+            seedable=d.seedable,
+            keeping=d.keeping,
+            from_index=d.from_index,
+        )
         assert report.exact, str(report)

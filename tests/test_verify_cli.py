@@ -1,4 +1,5 @@
 """dlvm-eq verify-rules: exit codes, the report on stdout, one clear message on errors."""
+
 from pathlib import Path
 
 from dlvm_eq.cli import main
@@ -54,4 +55,3 @@ def test_syntax_error_and_missing_file(capsys):
 def test_usage_error_exits_2(capsys):
     code, _, err = cli(capsys, "verify-rules", "--max-assignments", "many")
     assert code == 2 and "--max-assignments" in err
-

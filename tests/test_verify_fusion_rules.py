@@ -1,6 +1,7 @@
 """verify-rules on rules/fusion.egg: the scalar sub-language has a meaning (Load and Map are the
 identity on values, S<op> is the op, S<view> the view, ReduceMap a Reduce), so every fusion
 rule is proven, and a wrong fusion rule is reported FAILED with a counterexample."""
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,7 @@ QUICK = Settings(space=Space(limit=48), symbolic_seconds=5.0)
 def _declarations() -> str:
     """rules/fusion.egg without its rules: the Scalar datatype, Map and ReduceMap."""
     text = fusion_rules_text()
-    return text[:text.index("(ruleset fusion)")]
+    return text[: text.index("(ruleset fusion)")]
 
 
 def _rule_file(tmp_path, rules: str):
@@ -52,10 +53,18 @@ def test_every_fusion_rule_is_proven():
         assert r.assignments > 0 and r.symbolic == r.assignments, r.render()
     by_text = {" ".join(r.text.split()): r for r in fusion}
     # views and the reduction ran over many shapes and attributes, not one
-    assert by_text["(rewrite (Load (Broadcast t p1)) (SBroadcast (Load t) p1) :ruleset fusion)"] \
-        .assignments >= 20
-    assert by_text["(rewrite (Reduce x c i k) (ReduceMap (Load x) c i (vec-of k)) "
-                   ":ruleset fusion)"].assignments >= 20
+    assert (
+        by_text[
+            "(rewrite (Load (Broadcast t p1)) (SBroadcast (Load t) p1) :ruleset fusion)"
+        ].assignments
+        >= 20
+    )
+    assert (
+        by_text[
+            "(rewrite (Reduce x c i k) (ReduceMap (Load x) c i (vec-of k)) :ruleset fusion)"
+        ].assignments
+        >= 20
+    )
 
 
 def test_wrong_fusion_rules_fail(tmp_path):
@@ -79,7 +88,7 @@ def test_wrong_fusion_rules_fail(tmp_path):
     assert "SMultiply" in bad.detail and "counterexample" in bad.detail
     transpose = report.results[1].detail
     assert "different types" in transpose or "counterexample" in transpose
-    assert "counterexample" in report.results[2].detail   # e.g. add from init -1, not 0
+    assert "counterexample" in report.results[2].detail  # e.g. add from init -1, not 0
     assert not report.ok
 
 

@@ -1,4 +1,5 @@
 """check_vjp / check_grads: central differences accept right gradients, catch wrong ones."""
+
 import numpy as np
 import pytest
 
@@ -32,12 +33,13 @@ def test_check_vjp_catches_a_wrong_gradient():
     def wrong(x, w):
         gx, gw = grad_f(x, w)
         return gx, gw * 1.01
+
     with pytest.raises(GradientCheckError, match="finite differences"):
         check_vjp(f, (X, W), wrong)
 
 
 def test_check_vjp_with_a_vjp_function_and_argnums():
-    g = lambda x: np.sin(x) * x          # noqa: E731  vector output: a VJP
+    g = lambda x: np.sin(x) * x
     x = RNG.standard_normal(5)
     check_vjp(g, (x,), lambda ct: (ct * (np.cos(x) * x + np.sin(x)),), mode="vjp")
     with pytest.raises(GradientCheckError):
@@ -63,6 +65,7 @@ def _fd_grad(fn, argnums=0, h=1e-5):
                 gi[k] = (-vals[0] + 8 * vals[1] - 8 * vals[2] + vals[3]) / (12 * h)
             out.append(gi)
         return out[0] if isinstance(argnums, int) else tuple(out)
+
     return g
 
 
@@ -70,11 +73,12 @@ def test_check_grads_order_two_recurses_through_the_gradient():
     checks = check_grads(f, (X, W), order=2, grad=_fd_grad, rtol=1e-4)
     assert [c.order for c in checks] == [1, 2]
 
-    def sloppy(fn, argnums=0):   # right gradient, wrong second derivative
+    def sloppy(fn, argnums=0):  # right gradient, wrong second derivative
         g = _fd_grad(fn, argnums)
         if fn is f:
             return lambda *a: tuple(x + 1e-3 * np.sin(7 * a[0]).sum() for x in g(*a))
         return g
+
     with pytest.raises(GradientCheckError):
         check_grads(f, (X, W), order=2, grad=sloppy, rtol=1e-4)
 
@@ -82,5 +86,6 @@ def test_check_grads_order_two_recurses_through_the_gradient():
 def test_check_grads_of_dq_grad():
     def loss(x, w):
         return dq.sum(dq.tanh(x @ w) * dq.sigmoid(x @ w))
+
     checks = check_grads(loss, (X, W), order=2)
     assert len(checks) == 2

@@ -1,5 +1,6 @@
 """verify_rules: true identities pass, false and shape-unsound rules are reported with file:line
 and a counterexample, unknown vocabulary is skipped (and counted), the shipped rules pass."""
+
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def _by_line(report):
 def test_true_identities_pass():
     report = verify_rules(DATA / "identities.egg")
     assert report.ok_strict, report.render(verbose=True)
-    assert len(report.results) == 21   # the birewrite counts twice
+    assert len(report.results) == 21  # the birewrite counts twice
     assert all(r.assignments > 0 for r in report.results)
     # shapes really vary: the transpose-of-dot rule ran on several matrix shapes
     dot_t = next(r for r in report.results if "(Transpose (Dot a b)" in r.text)
@@ -45,14 +46,14 @@ def test_shape_unsound_rule_is_reported():
     (bad,) = report.failed
     assert bad.where.endswith("shape_unsound.egg:2")
     assert "different types" in bad.detail
-    assert "f32" in bad.detail and "x:" in bad.detail   # the types and the shape assignment
+    assert "f32" in bad.detail and "x:" in bad.detail  # the types and the shape assignment
 
 
 def test_domain_guards_are_required():
     report = verify_rules(DATA / "unguarded.egg")
     exp_log, div = report.results
     assert exp_log.status == FAILED and "positive" in exp_log.detail
-    assert div.status == FAILED and "nonzero" in div.detail   # x = 0 is a special point
+    assert div.status == FAILED and "nonzero" in div.detail  # x = 0 is a special point
 
 
 def test_wrong_adjoint_rule_is_reported():
@@ -103,13 +104,15 @@ def test_shipped_rule_files_pass_thoroughly():
     files = _shipped()
     report = verify_rules(files)
     print(report.render())
-    assert report.ok_strict, report.render()   # what `dlvm-eq verify-rules --strict` requires
+    assert report.ok_strict, report.render()  # what `dlvm-eq verify-rules --strict` requires
 
 
 def _shipped():
     order = ["schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg"]
-    files = sorted(rules_dir().glob("*.egg"), key=lambda p: (order.index(p.name) if p.name in order
-                                                             else len(order), p.name))
+    files = sorted(
+        rules_dir().glob("*.egg"),
+        key=lambda p: (order.index(p.name) if p.name in order else len(order), p.name),
+    )
     assert files and files[0].name == "schema.egg"
     return files
 
@@ -118,12 +121,26 @@ def test_shipped_rule_files_pass():
     report = verify_rules(_shipped(), settings=QUICK)
     print(report.render())
     assert report.ok, "a shipped rule is not an identity:\n" + report.render()
-    counted = sum(report.count(s) for s in ("proven", "proven a.e.", "checked numerically",
-                                            "unproven", "definition",
-                                            "nothing to check", SKIPPED, FAILED))
+    counted = sum(
+        report.count(s)
+        for s in (
+            "proven",
+            "proven a.e.",
+            "checked numerically",
+            "unproven",
+            "definition",
+            "nothing to check",
+            SKIPPED,
+            FAILED,
+        )
+    )
     assert counted == len(report.results) > 100
-    assert {Path(f).name for f in report.files} >= {"schema.egg", "algebra.egg", "adjoint.egg",
-                                                     "fusion.egg"}
+    assert {Path(f).name for f in report.files} >= {
+        "schema.egg",
+        "algebra.egg",
+        "adjoint.egg",
+        "fusion.egg",
+    }
     # every shipped rule has a meaning verify-rules knows: none is skipped
     assert not report.skipped, report.render()
     # a rule sympy cannot prove within the quick budget is allowed but must be visible
@@ -134,8 +151,9 @@ def test_shipped_rule_files_pass():
 def test_a_rule_sympy_runs_out_of_time_on_is_checked_numerically_not_proven():
     # no time for sympy at all: what a loaded machine can make of any rule. Strict accepts it
     # (the verdict must not depend on the load) and says it was only checked numerically
-    report = verify_rules(DATA / "identities.egg", settings=Settings(symbolic_seconds=0.0),
-                          strict=True)
+    report = verify_rules(
+        DATA / "identities.egg", settings=Settings(symbolic_seconds=0.0), strict=True
+    )
     numeric = report.numeric_only
     assert numeric and report.ok_strict
     assert all(r.status == "checked numerically" and r.symbolic == 0 for r in numeric)

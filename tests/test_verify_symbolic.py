@@ -1,12 +1,20 @@
 """dlvm_eq.verify.symbolic: every op of the op table on sympy agrees with its numpy semantics,
 and the zero prover tells exact, almost-everywhere and false identities apart."""
+
 import numpy as np
 import pytest
 import sympy as sp
 
 from dlvm_eq.ir import BOOL, F32, I32, OPS, FunctionBuilder, Module, TensorType, interpret, tensor
 from dlvm_eq.verify import SYMBOLIC, apply_op, evaluate_function, symbol_array
-from dlvm_eq.verify.identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, UNPROVEN, ZeroProver, derivative
+from dlvm_eq.verify.identity import (
+    NUMERIC_ONLY,
+    PROVEN,
+    PROVEN_AE,
+    UNPROVEN,
+    ZeroProver,
+    derivative,
+)
 from dlvm_eq.verify.symbolic import to_number
 
 # op -> (operand types, attributes, domain of the random operands)
@@ -17,11 +25,28 @@ UNARY_DOMAIN = {"log": _POS, "sqrt": _POS, "rsqrt": _POS, "log1p": _POS}
 _CONV = {"stride": (2, 1), "padding": (1, 0, 0, 1), "dilation": (1, 2), "groups": 1}
 _POOL = {"kernel": (2, 2), "stride": (1, 1), "padding": (1, 0, 0, 0)}
 EXAMPLES = {
-    **{name: ([T23], {}, UNARY_DOMAIN.get(name, _ANY)) for name, s in OPS.items()
-       if s.kind == "unary"},
-    **{name: ([T23, T23], {}, _ANY) for name in ("add", "subtract", "multiply", "divide", "min", "max",
-                                                  "equal", "notEqual", "lessThan", "lessThanOrEqual",
-                                                  "greaterThan", "greaterThanOrEqual")},
+    **{
+        name: ([T23], {}, UNARY_DOMAIN.get(name, _ANY))
+        for name, s in OPS.items()
+        if s.kind == "unary"
+    },
+    **{
+        name: ([T23, T23], {}, _ANY)
+        for name in (
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "min",
+            "max",
+            "equal",
+            "notEqual",
+            "lessThan",
+            "lessThanOrEqual",
+            "greaterThan",
+            "greaterThanOrEqual",
+        )
+    },
     "power": ([T23, T23], {}, _POS),
     "not": ([B23], {}, _ANY),
     "and": ([B23, B23], {}, _ANY),
@@ -42,21 +67,29 @@ EXAMPLES = {
     "batchMatmul": ([tensor(2, 2, 3, F32), tensor(2, 3, 2, F32)], {}, _ANY),
     "sliceScatter": ([T23], {"axis": 1, "lo": 1, "step": 2, "size": 7}, _ANY),
     "cumsum": ([T23], {"axis": 1, "reverse": True}, _ANY),
-    "take": None,        # indices must be concrete, not symbols: tests/test_take.py
+    "take": None,  # indices must be concrete, not symbols: tests/test_take.py
     "scatterAdd": None,  # likewise
     # convolution and pooling: odd sizes, asymmetric padding, a stride, groups, overlapping windows
     "conv2d": ([tensor(1, 2, 3, 4, F32), tensor(2, 1, 2, 2, F32)], {**_CONV, "groups": 2}, _ANY),
-    "conv2dBackwardInput": ([tensor(1, 2, 2, 3, F32), tensor(2, 2, 2, 2, F32)], {**_CONV, "size": (3, 4)}, _ANY),
-    "conv2dBackwardWeight": ([tensor(1, 2, 3, 4, F32), tensor(1, 2, 2, 3, F32)], {**_CONV, "size": (2, 2)}, _ANY),
+    "conv2dBackwardInput": (
+        [tensor(1, 2, 2, 3, F32), tensor(2, 2, 2, 2, F32)],
+        {**_CONV, "size": (3, 4)},
+        _ANY,
+    ),
+    "conv2dBackwardWeight": (
+        [tensor(1, 2, 3, 4, F32), tensor(1, 2, 2, 3, F32)],
+        {**_CONV, "size": (2, 2)},
+        _ANY,
+    ),
     "maxPool2d": ([tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
     "maxPool2dBackward": ([tensor(1, 1, 3, 4, F32), tensor(1, 1, 3, 3, F32)], _POOL, _ANY),
     "maxPool2dGather": ([tensor(1, 1, 3, 4, F32), tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
     "avgPool2d": ([tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
     "avgPool2dBackward": ([tensor(1, 1, 3, 3, F32)], {**_POOL, "size": (3, 4)}, _ANY),
-    "extract": None,   # needs a tuple operand: checked through evaluate_function below
-    "apply": None,     # needs a module: checked through evaluate_function below
+    "extract": None,  # needs a tuple operand: checked through evaluate_function below
+    "apply": None,  # needs a module: checked through evaluate_function below
 }
-MORE = [   # further attribute cases of ops with attributes
+MORE = [  # further attribute cases of ops with attributes
     ("reduce", [T23], {"combinator": "add", "init": 0.5, "axes": (0, 1)}),
     ("reduce", [T23], {"combinator": "multiply", "init": 1.0, "axes": (0,)}),
     ("reduce", [T23], {"combinator": "min", "init": 1.0, "axes": ()}),
@@ -76,8 +109,12 @@ MORE = [   # further attribute cases of ops with attributes
 
 
 def test_every_op_has_a_symbolic_implementation_and_an_example():
-    assert set(SYMBOLIC) == set(OPS), "ops without sympy semantics: " + str(set(OPS) - set(SYMBOLIC))
-    assert set(EXAMPLES) == set(OPS), "ops without an example here: " + str(set(OPS) - set(EXAMPLES))
+    assert set(SYMBOLIC) == set(OPS), "ops without sympy semantics: " + str(
+        set(OPS) - set(SYMBOLIC)
+    )
+    assert set(EXAMPLES) == set(OPS), "ops without an example here: " + str(
+        set(OPS) - set(EXAMPLES)
+    )
 
 
 def _random(t: TensorType, rng, domain):
@@ -92,8 +129,13 @@ def _check(op, types, attrs, domain, rng):
     rtype = OPS[op].result_type(types, attrs)
     values = [_random(t, rng, domain) for t in types]
     symbols = [symbol_array(f"a{i}", t.shape, t.dtype) for i, t in enumerate(types)]
-    point = {s: (sp.true if v else sp.false) if isinstance(v, (bool, np.bool_)) else sp.Float(float(v), 30)
-             for sym, val in zip(symbols, values) for s, v in zip(sym.flat, np.asarray(val).flat)}
+    point = {
+        s: (sp.true if v else sp.false)
+        if isinstance(v, (bool, np.bool_))
+        else sp.Float(float(v), 30)
+        for sym, val in zip(symbols, values)
+        for s, v in zip(sym.flat, np.asarray(val).flat)
+    }
     got = apply_op(op, symbols, attrs, rtype)
     want = OPS[op].evaluate([np.asarray(v) for v in values], attrs)
     if op == "tuple":
@@ -107,8 +149,9 @@ def _check(op, types, attrs, domain, rng):
             v = to_number(sp.sympify(g[idx]).xreplace(point))
             v = complex(sp.N(v, 30))
             assert v.imag == 0, f"{op}{idx}: complex {v}"
-            assert np.isclose(v.real, float(w[idx]), rtol=1e-9, atol=1e-12), \
+            assert np.isclose(v.real, float(w[idx]), rtol=1e-9, atol=1e-12), (
                 f"{op}{idx} with {attrs}: sympy {v.real}, numpy {w[idx]}"
+            )
 
 
 @pytest.mark.parametrize("op", sorted(n for n, e in EXAMPLES.items() if e is not None))
@@ -150,7 +193,7 @@ def test_prover_exact_ae_and_false():
     prover = ZeroProver()
     assert prover.status(sp.tanh(x) + 1 - 2 / (1 + sp.exp(-2 * x))) == PROVEN
     assert prover.status(sp.exp(sp.log(p)) - p) == PROVEN
-    assert prover.status(sp.sqrt(x ** 2) - x) == UNPROVEN   # false for x < 0
+    assert prover.status(sp.sqrt(x**2) - x) == UNPROVEN  # false for x < 0
     # relu' with the tie at 0 going either way: equal except where x == 0
     relu_grad = g * derivative(sp.Max(x, 0), x)
     assert prover.status(relu_grad - sp.Piecewise((g, x >= 0), (0, True))) == PROVEN_AE
@@ -165,8 +208,8 @@ def test_running_out_of_time_is_numeric_only_and_a_finished_search_is_unproven()
     x, y = sp.symbols("x y", real=True)
     hard = sp.tanh(x + y) - (sp.tanh(x) + sp.tanh(y)) / (1 + sp.tanh(x) * sp.tanh(y))
     assert ZeroProver(timeout=0.0).status(hard) == NUMERIC_ONLY
-    assert ZeroProver(timeout=0.0).status(sp.sqrt(x ** 2) - x) == NUMERIC_ONLY
-    assert ZeroProver().status(sp.sqrt(x ** 2) - x) == UNPROVEN   # false for x < 0
+    assert ZeroProver(timeout=0.0).status(sp.sqrt(x**2) - x) == NUMERIC_ONLY
+    assert ZeroProver().status(sp.sqrt(x**2) - x) == UNPROVEN  # false for x < 0
     assert ZeroProver().status(hard) == PROVEN
 
 
@@ -175,10 +218,17 @@ def test_exponentials_as_symbols_cancel_the_logistic_adjoint_and_nothing_false()
     logistic loss's derivative against (sigmoid(z) - y) / N over a batch cancels, and a
     difference that is not zero does not."""
     from dlvm_eq.verify.identity import _exps_as_symbols
+
     w, b = sp.symbols("w b")
     xs, ys = sp.symbols("x0:8"), sp.symbols("y0:8")
-    sig = lambda t: 1 / (1 + sp.exp(-t))        # noqa: E731
-    loss = -sum(y * sp.log(sig(w * x + b)) + (1 - y) * sp.log(1 - sig(w * x + b)) for x, y in zip(xs, ys)) / 8
+    sig = lambda t: 1 / (1 + sp.exp(-t))
+    loss = (
+        -sum(
+            y * sp.log(sig(w * x + b)) + (1 - y) * sp.log(1 - sig(w * x + b))
+            for x, y in zip(xs, ys)
+        )
+        / 8
+    )
     adjoint = sum((sig(w * x + b) - y) * x for x, y in zip(xs, ys)) / 8
     d = sp.diff(loss, w) - adjoint
     assert _exps_as_symbols(d) == 0

@@ -2,6 +2,7 @@
 compiles the same program finds the optimized program, the adjoint, the kernel plan and every
 kernel on disk, so that it builds no e-graph, plans nothing and generates no LLVM IR. Every
 cache level rebuilds an entry it cannot read, and keys change with what the result depends on."""
+
 import json
 import os
 import pickle
@@ -47,8 +48,9 @@ CHILD = textwrap.dedent("""
 def _run(cache_dir) -> dict:
     env = dict(os.environ, DLVM_EQ_CACHE_DIR=str(cache_dir))
     env.pop("DLVM_EQ_NO_IR_CACHE", None)
-    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -72,7 +74,7 @@ def test_a_warm_process_builds_nothing(tmp_path):
     # the GEMM for each micro-tile shape used (two at most) and the native worker pool
     assert 1 <= cold["kernels"]["compiled"] <= cold["n_kernels"] + 3
     warm = _run(tmp_path)
-    assert warm["at_import"] == [] and warm["after_call"] == []   # no egglog, scipy, lark, sympy
+    assert warm["at_import"] == [] and warm["after_call"] == []  # no egglog, scipy, lark, sympy
     assert warm["ir"] == [2, 0] and warm["plan"] == [1, 0]
     assert warm["kernels"]["compiled"] == 0
     # every kernel from disk, and the GEMMs and worker pool it used (at most 3 objects)
@@ -86,6 +88,7 @@ def _overwrite(cache_dir, kind, payload: bytes) -> int:
     """Replace every entry of `kind` with `payload` under a valid checksum (a readable file
     whose content is not what the cache level expects)."""
     from dlvm_eq.cache import DiskCache
+
     cache = DiskCache(cache_dir)
     entries = _entries(cache_dir, kind)
     for p in entries:
@@ -98,10 +101,10 @@ def test_unreadable_entries_of_every_level_are_rebuilt(tmp_path):
     assert _overwrite(tmp_path, "plan", b"not JSON") == 1
     assert _overwrite(tmp_path, "ir-optimize", pickle.dumps(["not", "a", "function"])) == 1
     n_kernels = _overwrite(tmp_path, "cpu", b"no symbol here")
-    assert n_kernels >= cold["n_kernels"]       # the kernels, the GEMMs and the worker pool
+    assert n_kernels >= cold["n_kernels"]  # the kernels, the GEMMs and the worker pool
     broken = _run(tmp_path)
     assert broken["plan"] == [0, 1]
-    assert broken["ir"] == [1, 1]                    # the adjoint still read, the program rebuilt
+    assert broken["ir"] == [1, 1]  # the adjoint still read, the program rebuilt
     assert broken["kernels"]["compiled"] == cold["kernels"]["compiled"]
     assert broken["corrupt"] == 2 + n_kernels
     assert broken["value"] == pytest.approx(cold["value"], rel=1e-6)
@@ -123,17 +126,19 @@ def test_a_damaged_plan_file_is_a_miss(tmp_path):
 
 # ------------------------------------------------------------------ keys, in process
 
+
 def test_spec_text_tells_constants_apart_and_stays_linear():
     from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
     from dlvm_eq.codegen.kernels.spec_text import spec_text
 
     def spec(c):
         return KernelSpec("k", (4,), [KernelInput("f32")], [Load(0) * c])
+
     texts = {spec_text(spec(c)) for c in (2.0, 2.5, 2.0000001)}
-    assert len(texts) == 3                            # floats written exactly
+    assert len(texts) == 3  # floats written exactly
     assert spec_text(spec(2)) == spec_text(spec(2.0))  # equal specs (2 is typed as f32 here)
     e = Load(0)
-    for _ in range(60):            # a DAG of 60 levels: 2**60 nodes as a tree
+    for _ in range(60):  # a DAG of 60 levels: 2**60 nodes as a tree
         e = unary("tanh", e) + unary("tanh", e) * 0.5
     assert len(spec_text(KernelSpec("deep", (4,), [KernelInput("f32")], [e]))) < 50_000
 
@@ -143,27 +148,29 @@ def test_kernel_key_covers_the_package_source(tmp_path, monkeypatch):
     from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
     from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
     from dlvm_eq.codegen.runtime.jit import stats
+
     old = cache.shared_cache().root
     cache.set_cache_dir(tmp_path)
     try:
         spec = KernelSpec("src", (16,), [KernelInput("f32")], [unary("cosh", Load(0)) * 1.75])
         before = stats()["compiled"]
         CpuKernel(spec)
-        CpuKernel(spec)                                   # memory hit
+        CpuKernel(spec)  # memory hit
         assert stats()["compiled"] == before + 1
         assert len(_entries(tmp_path, "cpu")) == 1
         monkeypatch.setattr(cache, "_SOURCE_DIGEST", "an edited dlvm_eq")
-        k = CpuKernel(spec)                               # another key: a miss, a new entry
+        k = CpuKernel(spec)  # another key: a miss, a new entry
         assert len(_entries(tmp_path, "cpu")) == 2
         x = np.linspace(-1, 1, 16, dtype=np.float32)
         assert np.allclose(k(x), np.cosh(x) * 1.75, rtol=1e-6)
-        assert "define" in k.ir.text                      # the IR is still there on demand
+        assert "define" in k.ir.text  # the IR is still there on demand
     finally:
         cache.set_cache_dir(old)
 
 
 def test_tree_digest_follows_file_contents(tmp_path):
     from dlvm_eq.cache import tree_digest
+
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
     (tmp_path / "pkg" / "notes.txt").write_text("ignored")

@@ -12,9 +12,23 @@ Owns the reverse pass over a loaded program's Lets (driver.py) and flop counts (
 May import: egraph, extract, ir, cache, errors (never dsl, codegen, verify, pipeline); egraph
 never imports it.
 """
-from .driver import (AdjointConfig, AdjointError, adjoint_function, adjoint_signature, configure,
-                     synthesize_declared)
+
+from .driver import (
+    AdjointConfig,
+    AdjointError,
+    adjoint_function,
+    adjoint_signature,
+    configure,
+    synthesize_declared,
+)
 from .resolve import resolve_declared
 
-__all__ = ["AdjointConfig", "AdjointError", "adjoint_function", "adjoint_signature", "configure",
-           "resolve_declared", "synthesize_declared"]
+__all__ = [
+    "AdjointConfig",
+    "AdjointError",
+    "adjoint_function",
+    "adjoint_signature",
+    "configure",
+    "resolve_declared",
+    "synthesize_declared",
+]

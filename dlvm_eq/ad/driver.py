@@ -10,6 +10,7 @@ Without `seedable` the seed is ones of the output's shape. `from` picks one outp
 without it every float output is differentiated (their seeds add up). A single result is returned
 as itself rather than as a one-element tuple.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,19 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..egraph.deadline import Deadline
+from ..egraph.lets import Let, LetTable, inline
+from ..egraph.loader import LoadedProgram
 from ..egraph.rulefiles import read_rule_file, rule_file, rules_digest
 from ..egraph.ruleset_schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
-from ..egraph.lets import Let, LetTable, inline
-from ..egraph.loader import LoadedProgram
 from ..errors import DlvmError
 from ..extract.machine import machine
+from ..ir.function_cache import cached_function
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
-from ..ir.types import TensorType, TupleType, Type
 from ..ir.printer import print_function, print_module
+from ..ir.types import TensorType, TupleType, Type
 from ..ir.verifier import verify_function
-from ..ir.function_cache import cached_function
 
 
 class AdjointError(DlvmError):
@@ -54,16 +55,18 @@ _TERMS = set(EGG_TO_OP) | set(LEAVES)
 class AdjointConfig:
     """A normalized adjoint request (indices checked against the function)."""
 
-    wrt: tuple[int, ...]          # parameters to differentiate with respect to
-    outputs: tuple[int, ...]      # outputs differentiated (their seeds add up)
-    keeping: tuple[int, ...]      # outputs also returned, first
+    wrt: tuple[int, ...]  # parameters to differentiate with respect to
+    outputs: tuple[int, ...]  # outputs differentiated (their seeds add up)
+    keeping: tuple[int, ...]  # outputs also returned, first
     seedable: bool
 
     def describe(self, fn: Function) -> str:
-        return (f"the adjoint of @{fn.name} from {', '.join(map(str, self.outputs))} "
-                f"wrt {', '.join(map(str, self.wrt))}"
-                + (f" keeping {', '.join(map(str, self.keeping))}" if self.keeping else "")
-                + (" seedable" if self.seedable else ""))
+        return (
+            f"the adjoint of @{fn.name} from {', '.join(map(str, self.outputs))} "
+            f"wrt {', '.join(map(str, self.wrt))}"
+            + (f" keeping {', '.join(map(str, self.keeping))}" if self.keeping else "")
+            + (" seedable" if self.seedable else "")
+        )
 
 
 def _outputs(fn: Function) -> list[TensorType]:
@@ -71,44 +74,57 @@ def _outputs(fn: Function) -> list[TensorType]:
     return list(t.elements) if isinstance(t, TupleType) else [t]
 
 
-def configure(fn: Function, wrt=None, from_index=None, keeping=None,
-              seedable=False) -> AdjointConfig:
+def configure(
+    fn: Function, wrt=None, from_index=None, keeping=None, seedable=False
+) -> AdjointConfig:
     """Check `wrt`, `from`, `keeping` against fn; defaults: every float parameter and output."""
     outs = _outputs(fn)
     if wrt is None:
-        wrt = tuple(i for i, p in enumerate(fn.params)
-                    if isinstance(p.type, TensorType) and p.type.dtype.is_float)
+        wrt = tuple(
+            i
+            for i, p in enumerate(fn.params)
+            if isinstance(p.type, TensorType) and p.type.dtype.is_float
+        )
     wrt = tuple(int(i) for i in ([wrt] if isinstance(wrt, int) else wrt))
     for i in wrt:
         if not 0 <= i < len(fn.params):
-            raise AdjointError(f"@{fn.name} has {len(fn.params)} parameters; "
-                               f"wrt {i} is out of range")
+            raise AdjointError(
+                f"@{fn.name} has {len(fn.params)} parameters; wrt {i} is out of range"
+            )
         t = fn.params[i].type
         if not (isinstance(t, TensorType) and t.dtype.is_float):
-            raise AdjointError(f"@{fn.name}: parameter {i} (%{fn.params[i].name}: {t}) is not a "
-                               "float tensor; only float parameters can be differentiated")
+            raise AdjointError(
+                f"@{fn.name}: parameter {i} (%{fn.params[i].name}: {t}) is not a "
+                "float tensor; only float parameters can be differentiated"
+            )
     if len(set(wrt)) != len(wrt):
         raise AdjointError(f"@{fn.name}: wrt {list(wrt)} repeats a parameter")
-    if from_index is None:   # every float output (a bool or int output has no adjoint)
+    if from_index is None:  # every float output (a bool or int output has no adjoint)
         outputs = tuple(i for i, t in enumerate(outs) if t.dtype.is_float)
         if not outputs:
             raise AdjointError(f"@{fn.name} has no float output to differentiate")
     else:
         if not 0 <= from_index < len(outs):
-            raise AdjointError(f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
-                               f"from {from_index} is out of range")
+            raise AdjointError(
+                f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
+                f"from {from_index} is out of range"
+            )
         outputs = (int(from_index),)
     for i in outputs:
         if not outs[i].dtype.is_float:
-            raise AdjointError(f"@{fn.name}: output {i} ({outs[i]}) is not a float tensor and "
-                               "cannot be differentiated")
+            raise AdjointError(
+                f"@{fn.name}: output {i} ({outs[i]}) is not a float tensor and "
+                "cannot be differentiated"
+            )
     keeping = tuple(int(i) for i in (keeping or ()))
     if len(set(keeping)) != len(keeping):
         raise AdjointError(f"@{fn.name}: keeping {list(keeping)} repeats an output")
     for i in keeping:
         if not 0 <= i < len(outs):
-            raise AdjointError(f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
-                               f"keeping {i} is out of range")
+            raise AdjointError(
+                f"@{fn.name} has {len(outs)} output{'s' * (len(outs) != 1)}; "
+                f"keeping {i} is out of range"
+            )
     return AdjointConfig(wrt, outputs, keeping, bool(seedable))
 
 
@@ -122,13 +138,14 @@ def adjoint_signature(fn: Function, cfg: AdjointConfig) -> tuple[list[Type], lis
 
 # ---------------------------------------------------------------- the reverse pass
 
+
 class _ReversePass:
     """Builds the adjoint lets: adj(v) = sum over the uses (i, u) of v of (Adjoint i u adj(u))."""
 
     def __init__(self, prog: LoadedProgram, fn: Function, cfg: AdjointConfig):
         self.prog, self.fn, self.cfg = prog, fn, cfg
-        self.table = LetTable("adj", intern=False)   # each use its own Adjoint term
-        self.adjoints: list[Let] = []    # every (Adjoint i u g) built
+        self.table = LetTable("adj", intern=False)  # each use its own Adjoint term
+        self.adjoints: list[Let] = []  # every (Adjoint i u g) built
         var_lets = {let.args[0]: let for let in prog.lets if let.ctor == "Var"}
         self.param_lets = [var_lets[p.name] for p in fn.params]
 
@@ -141,7 +158,9 @@ class _ReversePass:
 
     def constant(self, value: float, t: TensorType) -> Let:
         const = ("Const", (float(value), str(t.dtype)))
-        return self.let("Broadcast", (inline(*const), t.shape), t) if t.shape else self.let(*const, t)
+        return (
+            self.let("Broadcast", (inline(*const), t.shape), t) if t.shape else self.let(*const, t)
+        )
 
     def seed_param(self, t: TensorType, index: int, count: int) -> Let:
         taken = {p.name for p in self.prog.params}
@@ -151,7 +170,7 @@ class _ReversePass:
             name, k = f"{base}_{k}", k + 1
         self.prog.params.append(Value(name, t))
         self.prog.var_types[name] = t
-        return self.let("Var", (name,), t)    # with its shape and dtype, as a parameter's
+        return self.let("Var", (name,), t)  # with its shape and dtype, as a parameter's
 
     def active(self) -> set[Let]:
         """Float values that depend on a wrt parameter: the only ones that get adjoints."""
@@ -169,7 +188,7 @@ class _ReversePass:
         pending: dict[Let, list[Let]] = defaultdict(list)
         for k, i in enumerate(cfg.outputs):
             t = out_types[i]
-            seed = (self.seed_param(t, k, len(cfg.outputs)) if cfg.seedable else None)
+            seed = self.seed_param(t, k, len(cfg.outputs)) if cfg.seedable else None
             pending[named[prog.roots[i]]].append(seed or self.constant(1.0, t))
         live = self.active()
         adjoint: dict[Let, Let] = {}
@@ -198,6 +217,7 @@ class _ReversePass:
 
 # ---------------------------------------------------------------- checks
 
+
 def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
     """Every Adjoint (and helper) must share its e-class with an IR op after saturation."""
     missing: dict[tuple[str, int], None] = {}
@@ -222,16 +242,25 @@ def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
             has_rule = re.search(rf"\(Adjoint\s+{i}\s+\({user}\s", rules_text)
             (no_match if has_rule else no_rule).append(what)
         if no_rule:
-            raise AdjointError(f"no adjoint rule in {rules_name} for " + "; ".join(no_rule)
-                               + " (expected a rule rewriting (Adjoint i (Op ...) g))")
-        raise AdjointError(f"the adjoint rule in {rules_name} for " + "; ".join(no_match)
-                           + " did not apply: a shape or dtype it needs is unknown")
+            raise AdjointError(
+                f"no adjoint rule in {rules_name} for "
+                + "; ".join(no_rule)
+                + " (expected a rule rewriting (Adjoint i (Op ...) g))"
+            )
+        raise AdjointError(
+            f"the adjoint rule in {rules_name} for "
+            + "; ".join(no_match)
+            + " did not apply: a shape or dtype it needs is unknown"
+        )
     if stuck:
-        raise AdjointError(f"{rules_name}: helper(s) {', '.join(stuck)} left unexpanded "
-                           "(a shape or dtype they need is unknown)")
+        raise AdjointError(
+            f"{rules_name}: helper(s) {', '.join(stuck)} left unexpanded "
+            "(a shape or dtype they need is unknown)"
+        )
 
 
 # ---------------------------------------------------------------- the entry points
+
 
 @contextmanager
 def _session(rules):
@@ -239,15 +268,18 @@ def _session(rules):
     the adjoint rules. The shipped rules share one compiled session (push/pop per use)."""
     # egglog loads here, not on import: a warm-cache compile reads adjoints from disk
     from ..egraph import load_bindings
+
     load_bindings()
     from ..egraph.optimize import new_session, scratch_session
+
     if rules is None:
         path = rule_file("adjoint.egg")
         with scratch_session([path]) as session:
             yield (session, *read_rule_file(path))
         return
-    if isinstance(rules, Path) or (isinstance(rules, str) and "\n" not in rules and
-                                   rules.endswith(".egg")):
+    if isinstance(rules, Path) or (
+        isinstance(rules, str) and "\n" not in rules and rules.endswith(".egg")
+    ):
         text, name = read_rule_file(rules)
     else:
         text, name = str(rules), "<adjoint rules>"
@@ -256,10 +288,21 @@ def _session(rules):
     yield session, text, name
 
 
-def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=None,
-                     keeping=None, seedable: bool = False, name: str | None = None, *,
-                     rules=None, tuple_result: bool | None = None, optimize: bool = True,
-                     target: str = "cpu", budget=None) -> Function:
+def adjoint_function(
+    module: Module | None,
+    fn: Function,
+    wrt=None,
+    from_index=None,
+    keeping=None,
+    seedable: bool = False,
+    name: str | None = None,
+    *,
+    rules=None,
+    tuple_result: bool | None = None,
+    optimize: bool = True,
+    target: str = "cpu",
+    budget=None,
+) -> Function:
     """The adjoint of `fn` as an IR Function (see the module docstring for its signature).
 
     rules: adjoint rules (a path or the text) instead of rules/adjoint.egg. tuple_result: a
@@ -271,31 +314,40 @@ def adjoint_function(module: Module | None, fn: Function, wrt=None, from_index=N
     name = name or f"{fn.name}_grad"
 
     def build() -> Function:
-        from .resolve import resolve_declared   # (resolve.py imports this module)
+        from .resolve import resolve_declared  # (resolve.py imports this module)
+
         # declared adjoints that fn applies get their bodies before the e-graph loads fn
         applied = [i.attrs["callee"] for i in fn.body if i.op == "apply"]
         body_module = resolve_declared(module, applied) if applied else module
-        return _adjoint_function(body_module, fn, cfg, name, rules, tuple_result, optimize, target,
-                                 budget)
+        return _adjoint_function(
+            body_module, fn, cfg, name, rules, tuple_result, optimize, target, budget
+        )
 
-    if rules is not None:   # a user's rule file: not covered by the cache key
+    if rules is not None:  # a user's rule file: not covered by the cache key
         out = build()
     else:
         # a second process differentiating the same program reads the result from disk
         # optimizing prices the e-graph with this host's profile: another profile, another entry
-        parts = [print_function(fn), print_module(module) if module is not None else "",
-                 repr((cfg, name, tuple_result, optimize, target, budget)),
-                 machine(target).profile if optimize else ""]
+        parts = [
+            print_function(fn),
+            print_module(module) if module is not None else "",
+            repr((cfg, name, tuple_result, optimize, target, budget)),
+            machine(target).profile if optimize else "",
+        ]
         out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location
     return out
 
 
-def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, target, budget) -> Function:
+def _adjoint_function(
+    module, fn, cfg, name, rules, tuple_result, optimize, target, budget
+) -> Function:
     from ..egraph import load_bindings
+
     load_bindings()
     from ..egraph.optimize import ShortOfTime, extract_programs, optimize_session
     from ..egraph.saturate import saturate
+
     with _session(rules) as (session, text, rules_name):
         # the budget's seconds bound the rest of the call: what the expansion takes, optimizing
         # has not; compiling the rules into the session (above) is not counted (see
@@ -309,19 +361,26 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
         session.add_lets(rev.lets, f"<adjoint of @{fn.name}>")
         sat = saturate(session, EXPANSION, EXPANSION_BUDGET)
         if not sat.saturated:
-            raise AdjointError(f"expanding the adjoint of @{fn.name} with {rules_name} stopped: {sat}")
+            raise AdjointError(
+                f"expanding the adjoint of @{fn.name} with {rules_name} stopped: {sat}"
+            )
         _check_expanded(session.serialize(roots), rules_name, text)
         # An Adjoint is a function of its user's syntax, not of its value: once expanded it
         # must go, or congruence after algebra rewrites would merge unrelated adjoints.
         session.delete(rev.adjoints)
-        grad = dataclasses.replace(prog, name=name, roots=roots, result_is_tuple=(
-            len(roots) > 1 if tuple_result is None else tuple_result))
+        grad = dataclasses.replace(
+            prog,
+            name=name,
+            roots=roots,
+            result_is_tuple=(len(roots) > 1 if tuple_result is None else tuple_result),
+        )
         out = None
         if optimize:
             try:
-                out = optimize_session(session, [grad], budget=budget, target=target,
-                                       deadline=deadline).functions[0]
-            except ShortOfTime:   # the budget ran out: the gradient must still come out whole
+                out = optimize_session(
+                    session, [grad], budget=budget, target=target, deadline=deadline
+                ).functions[0]
+            except ShortOfTime:  # the budget ran out: the gradient must still come out whole
                 pass
         if out is None:
             out = extract_programs(session, [grad], target).functions[0]
@@ -330,7 +389,7 @@ def _adjoint_function(module, fn, cfg, name, rules, tuple_result, optimize, targ
 
 
 _SYNTHESIZED: dict[int, tuple[Function, Function, int, Function]] = {}
-_LOCAL = threading.local()     # per thread: the declarations being synthesized (cycle check)
+_LOCAL = threading.local()  # per thread: the declarations being synthesized (cycle check)
 
 
 def _in_progress() -> set[str]:
@@ -358,7 +417,7 @@ def synthesize_declared(module: Module, decl_fn: Function) -> Function:
     hit = _SYNTHESIZED.get(id(decl_fn))
     if hit and hit[0] is decl_fn and hit[1] is source and hit[2] == len(source.body):
         return hit[3]
-    if of.is_declaration:          # an adjoint of a declared adjoint: synthesize that first
+    if of.is_declaration:  # an adjoint of a declared adjoint: synthesize that first
         in_progress = _in_progress()
         if decl_fn.name in in_progress:
             raise AdjointError(f"@{decl_fn.name}: adjoint declarations form a cycle")
@@ -374,10 +433,20 @@ def synthesize_declared(module: Module, decl_fn: Function) -> Function:
     want = list(declared.elements) if as_tuple else [declared]
     if list(decl_fn.param_types) != params or want != results:
         declared_sig = _signature(decl_fn.param_types, want, as_tuple)
-        raise AdjointError(f"@{decl_fn.name} is declared {declared_sig} but {cfg.describe(of)} "
-                           f"has type {_signature(params, results, False)}")
-    out = adjoint_function(module, of, decl.wrt, decl.from_index, decl.keeping, decl.seedable,
-                           name=decl_fn.name, tuple_result=as_tuple)
+        raise AdjointError(
+            f"@{decl_fn.name} is declared {declared_sig} but {cfg.describe(of)} "
+            f"has type {_signature(params, results, False)}"
+        )
+    out = adjoint_function(
+        module,
+        of,
+        decl.wrt,
+        decl.from_index,
+        decl.keeping,
+        decl.seedable,
+        name=decl_fn.name,
+        tuple_result=as_tuple,
+    )
     out.adjoint = decl
     if len(_SYNTHESIZED) > 256:
         _SYNTHESIZED.clear()

@@ -6,6 +6,7 @@ one per input element, layout ops (reshape, broadcast, transpose, concatenate, s
 
     >>> program_flops(fn)          # {"flops": 1.3e6, "ops": 12, "dot": 3, ...}
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,8 +16,18 @@ from ..ir.ops import ELEMENTWISE_KINDS, OPS
 from ..ir.types import TensorType
 
 # layout ops move data but compute nothing (a transpose read by a matmul is a BLAS flag)
-_FREE = {"shapeCast", "padShape", "squeezeShape", "broadcast", "transpose", "concatenate",
-         "slice", "literal", "tuple", "extract"}
+_FREE = {
+    "shapeCast",
+    "padShape",
+    "squeezeShape",
+    "broadcast",
+    "transpose",
+    "concatenate",
+    "slice",
+    "literal",
+    "tuple",
+    "extract",
+}
 
 
 def op_flops(op: str, result: TensorType, operands: list[TensorType]) -> float:

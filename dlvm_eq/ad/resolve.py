@@ -9,6 +9,7 @@ interpreter, the e-graph loader, the planner, the symbolic evaluator); those sta
 DlvmError for a declaration they are handed unresolved. Synthesis is memoized per declaration
 (`synthesize_declared`), so resolving an already-resolved module returns it unchanged.
 """
+
 from __future__ import annotations
 
 from ..ir.module import Function, Module
@@ -24,8 +25,9 @@ def reachable(module: Module, roots) -> list[str]:
         if name in seen:
             continue
         seen.append(name)
-        todo.extend(inst.attrs["callee"].lstrip("@") for inst in module[name].body
-                    if inst.op == "apply")
+        todo.extend(
+            inst.attrs["callee"].lstrip("@") for inst in module[name].body if inst.op == "apply"
+        )
     return seen
 
 
@@ -35,8 +37,9 @@ def resolve_declared(module: Module | None, roots=None) -> Module | None:
     if module is None:
         return None
     names = list(module.functions) if roots is None else reachable(module, roots)
-    bodies: dict[str, Function] = {n: synthesize_declared(module, module[n]) for n in names
-                                   if module[n].is_declaration}
+    bodies: dict[str, Function] = {
+        n: synthesize_declared(module, module[n]) for n in names if module[n].is_declaration
+    }
     if not bodies:
         return module
     out = Module(module.name, module.stage)

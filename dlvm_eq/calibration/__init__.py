@@ -8,6 +8,7 @@ take here (Tensat's measured operator costs), and store the result as a profile.
 It may import codegen (to build the kernels it times) and extract (the profile's data type);
 nothing below imports it: the cost model reads the stored profile, not this package.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -32,21 +33,50 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
     def rates():
         got["flop_rate"] = rate = measure.flop_rate()
         got["launch"], got["pool_wake"] = measure.launch_overheads()
-        got.update(bandwidth=measure.bandwidth(), reduce_rate=measure.reduce_rate(), op_flops=measure.op_flops(rate))
+        got.update(
+            bandwidth=measure.bandwidth(),
+            reduce_rate=measure.reduce_rate(),
+            op_flops=measure.op_flops(rate),
+        )
 
     def steps():
         got["program_call"], got["step_call"] = measure_steps.call_overheads()
         got["steps"] = measure_steps.kind_grids(got["step_call"])
+
     # the products' sweeps with the other measurements between them, seconds apart
     matmuls = tuple(measure.matmuls(passes=3, between=(rates, steps)))
-    profile = Profile(target=target, host=host_id(), matmuls=matmuls, measured_at=_now(),
-                      **{k: got[k] for k in ("bandwidth", "flop_rate", "launch", "pool_wake", "reduce_rate",
-                                             "op_flops", "program_call", "step_call")})
+    profile = Profile(
+        target=target,
+        host=host_id(),
+        matmuls=matmuls,
+        measured_at=_now(),
+        **{
+            k: got[k]
+            for k in (
+                "bandwidth",
+                "flop_rate",
+                "launch",
+                "pool_wake",
+                "reduce_rate",
+                "op_flops",
+                "program_call",
+                "step_call",
+            )
+        },
+    )
     # windows last: timed beyond their products, priced by the products above
-    windows = measure_steps.window_grids(from_profile(Profile(**{**profile.__dict__, "steps": got["steps"]}),
-                                                      MACHINES[target]), got["step_call"])
-    profile = Profile(**{**profile.__dict__, "steps": {**got["steps"], **windows},
-                         "cache": program_state.cache_timings(), "seconds": round(time.perf_counter() - t0, 2)})
+    windows = measure_steps.window_grids(
+        from_profile(Profile(**{**profile.__dict__, "steps": got["steps"]}), MACHINES[target]),
+        got["step_call"],
+    )
+    profile = Profile(
+        **{
+            **profile.__dict__,
+            "steps": {**got["steps"], **windows},
+            "cache": program_state.cache_timings(),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     if write:
         write_profile(profile)
     return profile
@@ -58,16 +88,35 @@ def _calibrate_gpu(write: bool) -> Profile:
     the caches' losses (every step is priced with its data where the last step left it)."""
     from ..codegen.gpu.gpu_runtime import cupy_module
     from . import measure_gpu
-    cp = cupy_module()               # GpuUnavailable (a DlvmError) says why there is no GPU
+
+    cp = cupy_module()  # GpuUnavailable (a DlvmError) says why there is no GPU
     t0 = time.perf_counter()
     rates = measure_gpu.gpu_rates(cp)
-    profile = Profile(target="gpu", host=host_id("gpu"), pool_wake=0.0,
-                      matmuls=tuple(measure_gpu.gpu_matmuls(cp)), measured_at=_now(), **rates)
+    profile = Profile(
+        target="gpu",
+        host=host_id("gpu"),
+        pool_wake=0.0,
+        matmuls=tuple(measure_gpu.gpu_matmuls(cp)),
+        measured_at=_now(),
+        **rates,
+    )
     call, step = measure_steps.call_overheads("gpu")
-    steps = measure_steps.step_grids(from_profile(profile, MACHINES["gpu"]), step, measure_steps.GPU_SIZES,
-                                     measure_steps.WINDOW_SIZES, target="gpu")
-    profile = Profile(**{**profile.__dict__, "steps": steps, "program_call": call, "step_call": step,
-                         "seconds": round(time.perf_counter() - t0, 2)})
+    steps = measure_steps.step_grids(
+        from_profile(profile, MACHINES["gpu"]),
+        step,
+        measure_steps.GPU_SIZES,
+        measure_steps.WINDOW_SIZES,
+        target="gpu",
+    )
+    profile = Profile(
+        **{
+            **profile.__dict__,
+            "steps": steps,
+            "program_call": call,
+            "step_call": step,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     if write:
         write_profile(profile)
     return profile
@@ -79,29 +128,41 @@ def _now() -> str:
 
 def profile_table(p: Profile) -> str:
     """The profile as a reader wants it: rates with units, then the products."""
-    lines = [f"machine profile ({p.target}) of {p.host}, measured {p.measured_at} in {p.seconds:.1f} s",
-             f"  bandwidth     {p.bandwidth / 1e9:8.1f} GB/s   (streaming map, read + write)",
-             f"  elementwise   {p.flop_rate / 1e9:8.1f} GFLOP/s (multiply-add chain, in cache)",
-             f"  reductions    {p.reduce_rate / 1e9:8.2f} G elements/s",
-             f"  kernel call   {p.launch * 1e6:8.2f} us; waking the pool +{p.pool_wake * 1e6:.2f} us",
-             "  op classes (flops per element): " + ", ".join(
-                 f"{op} {v:.0f}" for op, v in sorted(p.op_flops.items())),
-             "  products (m x k x n, layout: seconds, GFLOP/s):"]
+    lines = [
+        f"machine profile ({p.target}) of {p.host}, measured {p.measured_at} in {p.seconds:.1f} s",
+        f"  bandwidth     {p.bandwidth / 1e9:8.1f} GB/s   (streaming map, read + write)",
+        f"  elementwise   {p.flop_rate / 1e9:8.1f} GFLOP/s (multiply-add chain, in cache)",
+        f"  reductions    {p.reduce_rate / 1e9:8.2f} G elements/s",
+        f"  kernel call   {p.launch * 1e6:8.2f} us; waking the pool +{p.pool_wake * 1e6:.2f} us",
+        "  op classes (flops per element): "
+        + ", ".join(f"{op} {v:.0f}" for op, v in sorted(p.op_flops.items())),
+        "  products (m x k x n, layout: seconds, GFLOP/s):",
+    ]
     for q in p.matmuls:
         layout = ("T" if q.trans_a else "N") + ("T" if q.trans_b else "N")
-        lines.append(f"    {q.m:5d} x {q.k:5d} x {q.n:5d} {layout}: {q.seconds * 1e6:10.1f} us "
-                     f"{q.flops / q.seconds / 1e9:8.1f}")
+        lines.append(
+            f"    {q.m:5d} x {q.k:5d} x {q.n:5d} {layout}: {q.seconds * 1e6:10.1f} us "
+            f"{q.flops / q.seconds / 1e9:8.1f}"
+        )
     if p.stale:
         lines.append("  plan steps: not measured (an older profile): run `dlvm-eq calibrate` again")
         return "\n".join(lines)
-    lines.append(f"  program call  {p.program_call * 1e6:8.2f} us; per step +{p.step_call * 1e6:.2f} us")
+    lines.append(
+        f"  program call  {p.program_call * 1e6:8.2f} us; per step +{p.step_call * 1e6:.2f} us"
+    )
     for c in p.cache:
-        lines.append(f"  a {_bytes(c.probe_bytes)} buffer the caches lost: +{c.miss_seconds * 1e12:.1f} ps per byte; "
-                     "lost after " + ", ".join(f"{_bytes(b)} moved: {f:.0%}" for b, f in c.by_bytes[1:])
-                     + "; after " + ", ".join(f"{t * 1e3:g} ms: {f:.0%}" for t, f in c.by_seconds[1:]))
+        lines.append(
+            f"  a {_bytes(c.probe_bytes)} buffer the caches lost: +{c.miss_seconds * 1e12:.1f} ps per byte; "
+            "lost after "
+            + ", ".join(f"{_bytes(b)} moved: {f:.0%}" for b, f in c.by_bytes[1:])
+            + "; after "
+            + ", ".join(f"{t * 1e3:g} ms: {f:.0%}" for t, f in c.by_seconds[1:])
+        )
     lines.append("  plan steps (bytes moved: seconds):")
     for kind, grid in sorted(p.steps.items()):
-        lines.append(f"    {kind:<20} " + ", ".join(f"{_bytes(b)}: {t * 1e6:.1f} us" for b, t in grid))
+        lines.append(
+            f"    {kind:<20} " + ", ".join(f"{_bytes(b)}: {t * 1e6:.1f} us" for b, t in grid)
+        )
     return "\n".join(lines)
 
 

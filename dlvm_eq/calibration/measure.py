@@ -9,6 +9,7 @@ run least disturbed by other processes; medians of repeats were seen 2-30x off o
 budget on a busy machine (and is then noisier: the profile records when it was measured; run
 it on a quiet machine).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,28 +24,45 @@ from ..extract.profile import MatmulPoint
 # elementwise op classes timed one by one; the others of a class are priced like its member
 # (the polynomial of tanh is that of exp plus a division, sinh/cosh are two exps...)
 OP_CLASSES = {
-    "Exp": ("exp", ("Exp", "Expm1")), "Log": ("log", ("Log", "Log1p")),
-    "Tanh": ("tanh", ("Tanh",)), "Sigmoid": ("sigmoid", ("Sigmoid",)),
-    "Softplus": ("softplus", ("Softplus",)), "Sin": ("sin", ("Sin", "Cos", "Tan")),
-    "Sqrt": ("sqrt", ("Sqrt",)), "Rsqrt": ("rsqrt", ("Rsqrt",)),
+    "Exp": ("exp", ("Exp", "Expm1")),
+    "Log": ("log", ("Log", "Log1p")),
+    "Tanh": ("tanh", ("Tanh",)),
+    "Sigmoid": ("sigmoid", ("Sigmoid",)),
+    "Softplus": ("softplus", ("Softplus",)),
+    "Sin": ("sin", ("Sin", "Cos", "Tan")),
+    "Sqrt": ("sqrt", ("Sqrt",)),
+    "Rsqrt": ("rsqrt", ("Rsqrt",)),
 }
 BINARY_CLASSES = {"Divide": "divide", "Power": "power"}
-SINH_COSH = ("Sinh", "Cosh")     # two exponentials and an add
+SINH_COSH = ("Sinh", "Cosh")  # two exponentials and an add
 
 # products measured: the MLP's and attention's shapes, squares across cache levels, skinny ones
 MATMUL_SHAPES = [(m, m, m) for m in (16, 32, 64, 128, 256, 512, 1024)] + [
-    (256, 784, 256), (256, 256, 10), (784, 256, 256), (256, 10, 256), (128, 64, 128),
-    (2048, 256, 256), (64, 4096, 64), (4096, 64, 64),
+    (256, 784, 256),
+    (256, 256, 10),
+    (784, 256, 256),
+    (256, 10, 256),
+    (128, 64, 128),
+    (2048, 256, 256),
+    (64, 4096, 64),
+    (4096, 64, 64),
     # matrix-vector and outer products (k = 1 is a broadcasting multiply, not BLAS),
     # and the long products of convolutions (O x C*9 x N*H*W)
-    (1024, 128, 1), (128, 1024, 1), (1, 256, 256), (256, 1, 256), (1024, 1, 128),
-    (32, 16, 8192), (64, 576, 2048), (576, 64, 2048)]
+    (1024, 128, 1),
+    (128, 1024, 1),
+    (1, 256, 256),
+    (256, 1, 256),
+    (1024, 1, 128),
+    (32, 16, 8192),
+    (64, 576, 2048),
+    (576, 64, 2048),
+]
 LAYOUTS = ((False, False), (True, False), (False, True))
-SLOWER_PER_FLOP = 4.0     # a product this much slower per flop than a smaller one is timed again
+SLOWER_PER_FLOP = 4.0  # a product this much slower per flop than a smaller one is timed again
 
-STREAM_ELEMENTS = 1 << 23         # 32 MiB of f32: beyond the last-level cache
-CACHED_ELEMENTS = 1 << 14         # 64 KiB: inside L2 of every core
-FMA_CHAIN = 16                    # multiply-adds per element in the flop-rate kernel
+STREAM_ELEMENTS = 1 << 23  # 32 MiB of f32: beyond the last-level cache
+CACHED_ELEMENTS = 1 << 14  # 64 KiB: inside L2 of every core
+FMA_CHAIN = 16  # multiply-adds per element in the flop-rate kernel
 
 
 def wall_times(fn: Callable[[], object], repeats: int = 9, cap_s: float = 1.0) -> list[float]:
@@ -69,9 +87,11 @@ def fastest_seconds(fn: Callable[[], object], repeats: int = 9, cap_s: float = 1
 
 def per_call(fn: Callable[[], object], calls: int) -> Callable[[], None]:
     """fn repeated `calls` times: timing short calls in batches amortizes the timer."""
+
     def run():
         for _ in range(calls):
             fn()
+
     return run
 
 
@@ -159,18 +179,27 @@ def launch_overheads() -> tuple[float, float]:
     # just above the size where work is split over threads vs just below: the difference, less
     # the extra elements' share, is what waking the pool costs
     from ..codegen.runtime.threads import MIN_PARALLEL_WORK
+
     below, above = MIN_PARALLEL_WORK - 64, 2 * MIN_PARALLEL_WORK
     ks = {n: _map_kernel(f"calib_split_{n}", n, Load(0) + 1.0) for n in (below, above)}
     bufs = {n: (np.ones(n, np.float32), np.empty(n, np.float32)) for n in ks}
     calls = 200
-    t = {n: fastest_seconds(per_call(lambda n=n: ks[n](*bufs[n][:1], out=bufs[n][1]), calls)) / calls
-         for n in ks}
+    t = {
+        n: fastest_seconds(per_call(lambda n=n: ks[n](*bufs[n][:1], out=bufs[n][1]), calls)) / calls
+        for n in ks
+    }
     serial_above = t[below] * above / below
     return launch, max(0.0, t[above] - serial_above / 2)
 
 
-def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: int = 2,
-            retries: int = 3, between=()) -> list[MatmulPoint]:
+def matmuls(
+    shapes=MATMUL_SHAPES,
+    layouts=LAYOUTS,
+    cap_s: float = 0.3,
+    passes: int = 2,
+    retries: int = 3,
+    between=(),
+) -> list[MatmulPoint]:
     """Each product through the path compiled code takes: out = op(a) @ op(b); the fastest
     over `passes` sweeps of the whole grid, then up to `retries` more sweeps over the products
     still slower than a product at least as large. `between[i]` (other measurements) runs after
@@ -183,7 +212,9 @@ def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: i
     three calibrations out of four under a load of 2), and that lasts about as long as one
     product's repeats; a later sweep, seconds on, finds the core again (under a load of 5, two
     sweeps still left 3-8 of the 69 products so slowed)."""
-    from ..codegen.runtime.gemm_runtime import is_outer_product, matmul as executor_matmul
+    from ..codegen.runtime.gemm_runtime import is_outer_product
+    from ..codegen.runtime.gemm_runtime import matmul as executor_matmul
+
     rng = np.random.default_rng(0)
     runs = []
     for m, k, n in shapes:
@@ -194,10 +225,11 @@ def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: i
             out = np.empty((m, n), np.float32)
 
             def run(a_op=a_op, b_op=b_op, out=out):
-                if is_outer_product(a_op.shape, b_op.shape):     # as the executor runs it
+                if is_outer_product(a_op.shape, b_op.shape):  # as the executor runs it
                     np.multiply(a_op, b_op, out=out)
                 elif not executor_matmul(a_op, b_op, out):
                     np.matmul(a_op, b_op, out=out)
+
             calls = max(1, int(2e6 // (2 * m * k * n)) or 1)
             runs.append(((m, k, n, ta, tb), per_call(run, calls), calls))
     best = [math.inf] * len(runs)
@@ -212,7 +244,7 @@ def matmuls(shapes=MATMUL_SHAPES, layouts=LAYOUTS, cap_s: float = 0.3, passes: i
             todo = _slower_than_a_larger([key for key, _, _ in runs], best)
             if not todo:
                 break
-    for later in between[sweep + 1:]:     # fewer sweeps than measurements between them
+    for later in between[sweep + 1 :]:  # fewer sweeps than measurements between them
         later()
     return [MatmulPoint(m, k, n, t, ta, tb) for ((m, k, n, ta, tb), _, _), t in zip(runs, best)]
 
@@ -224,6 +256,7 @@ def _slower_than_a_larger(keys, seconds) -> list[int]:
     larger product runs at least as fast per flop, but for cache cliffs: 1024^3 ran at 44
     GFLOP/s where 512^3 ran at 125; 256x784x256 disturbed ran at 4, 256^3 at 90). Outer
     products (k = 1) are compared among themselves: they run as a multiply, without BLAS."""
+
     def disturbed(i):
         m, k, n, ta, tb = keys[i]
         for j, (qm, qk, qn, qa, qb) in enumerate(keys):
@@ -231,8 +264,13 @@ def _slower_than_a_larger(keys, seconds) -> list[int]:
                 continue
             if qm >= m and qk >= k and qn >= n and seconds[j] < seconds[i]:
                 return True
-            if (qm <= m and qk <= k and qn <= n and
-                    seconds[i] / (m * k * n) > SLOWER_PER_FLOP * seconds[j] / (qm * qk * qn)):
+            if (
+                qm <= m
+                and qk <= k
+                and qn <= n
+                and seconds[i] / (m * k * n) > SLOWER_PER_FLOP * seconds[j] / (qm * qk * qn)
+            ):
                 return True
         return False
+
     return [i for i in range(len(keys)) if disturbed(i)]

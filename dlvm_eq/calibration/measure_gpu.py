@@ -13,6 +13,7 @@ for a data-centre GPU: STREAM_ELEMENTS is beyond an H100/H200's 50 MiB L2 and CA
 fills every SM many times over while staying in it. Each figure is the fastest of several
 timings (`measure.fastest_seconds`' reasoning: the least disturbed run).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,12 +24,20 @@ from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec
 from ..extract.profile import MatmulPoint
 from .measure import LAYOUTS, fastest_seconds, flop_rate, op_flops, per_call
 
-STREAM_ELEMENTS = 1 << 26         # 256 MiB of f32: beyond the L2
-CACHED_ELEMENTS = 1 << 22         # 16 MiB: in the L2, thousands of blocks
+STREAM_ELEMENTS = 1 << 26  # 256 MiB of f32: beyond the L2
+CACHED_ELEMENTS = 1 << 22  # 16 MiB: in the L2, thousands of blocks
 # products: squares across sizes, transformer and MLP layer shapes, skinny and batched-like ones
 MATMUL_SHAPES = [(m, m, m) for m in (128, 256, 512, 1024, 2048, 4096, 8192)] + [
-    (4096, 1024, 4096), (4096, 4096, 1024), (1024, 4096, 4096), (8192, 512, 512), (512, 8192, 512),
-    (16384, 256, 256), (256, 256, 16384), (8192, 64, 8192), (64, 8192, 64)]
+    (4096, 1024, 4096),
+    (4096, 4096, 1024),
+    (1024, 4096, 4096),
+    (8192, 512, 512),
+    (512, 8192, 512),
+    (16384, 256, 256),
+    (256, 256, 16384),
+    (8192, 64, 8192),
+    (64, 8192, 64),
+]
 REPEATS = 7
 
 
@@ -41,11 +50,15 @@ def seconds_of(cp, fn, repeats: int | None = None, cap_s: float = 1.0, calls: in
     def timed():
         batch()
         sync()
-    return fastest_seconds(timed, repeats=REPEATS if repeats is None else repeats, cap_s=cap_s) / calls
+
+    return (
+        fastest_seconds(timed, repeats=REPEATS if repeats is None else repeats, cap_s=cap_s) / calls
+    )
 
 
 def _map(name: str, n: int, body, inputs: int = 1):
     from ..codegen.gpu.gpu_runtime import compile_gpu
+
     return compile_gpu(KernelSpec(name, (n,), [KernelInput("f32")] * inputs, [body]))
 
 
@@ -72,16 +85,25 @@ def gpu_rates(cp) -> dict:
 
     def beyond_copy(name, body, inputs=1):
         return _beyond_copy(cp, name, body, inputs)
+
     rate = flop_rate(beyond_copy)
     ops = op_flops(rate, beyond_copy)
     from ..codegen.gpu.gpu_runtime import compile_gpu
-    total = compile_gpu(ReduceSpec("calib_gpu_sum", (n,), [KernelInput("f32")], Load(0), "add", (0,)))
+
+    total = compile_gpu(
+        ReduceSpec("calib_gpu_sum", (n,), [KernelInput("f32")], Load(0), "add", (0,))
+    )
     reduce_rate = n / seconds_of(cp, lambda: total(x))
     tiny_x, tiny_out = cp.asarray(np.ones(8, np.float32)), cp.empty(8, np.float32)
     tiny = _map("calib_gpu_tiny", 8, Load(0) + 1.0)
     launch = seconds_of(cp, lambda: tiny(tiny_x, out=tiny_out), calls=200)
-    return {"bandwidth": bandwidth, "flop_rate": rate, "op_flops": ops, "reduce_rate": reduce_rate,
-            "launch": launch}
+    return {
+        "bandwidth": bandwidth,
+        "flop_rate": rate,
+        "op_flops": ops,
+        "reduce_rate": reduce_rate,
+        "launch": launch,
+    }
 
 
 def gpu_matmuls(cp, shapes=None, layouts=LAYOUTS, cap_s: float = 0.3) -> list[MatmulPoint]:
@@ -96,11 +118,23 @@ def gpu_matmuls(cp, shapes=None, layouts=LAYOUTS, cap_s: float = 0.3) -> list[Ma
             b = cp.asarray(rng.random((n, k) if tb else (k, n), dtype=np.float32))
             a_op, b_op = (a.T if ta else a), (b.T if tb else b)
             out = cp.empty((m, n), np.float32)
-            runs.append(((m, k, n, ta, tb), lambda a_op=a_op, b_op=b_op, out=out: cp.matmul(a_op, b_op, out=out)))
+            runs.append(
+                (
+                    (m, k, n, ta, tb),
+                    lambda a_op=a_op, b_op=b_op, out=out: cp.matmul(a_op, b_op, out=out),
+                )
+            )
     best = [math.inf] * len(runs)
     for _ in range(2):
         best = [min(t, seconds_of(cp, run, cap_s=cap_s)) for t, (_, run) in zip(best, runs)]
     return [MatmulPoint(m, k, n, t, ta, tb) for ((m, k, n, ta, tb), _), t in zip(runs, best)]
 
 
-__all__ = ["CACHED_ELEMENTS", "MATMUL_SHAPES", "STREAM_ELEMENTS", "gpu_matmuls", "gpu_rates", "seconds_of"]
+__all__ = [
+    "CACHED_ELEMENTS",
+    "MATMUL_SHAPES",
+    "STREAM_ELEMENTS",
+    "gpu_matmuls",
+    "gpu_rates",
+    "seconds_of",
+]

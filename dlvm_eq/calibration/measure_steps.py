@@ -10,6 +10,7 @@ Each grid point is the step's own seconds as the executor times it inside a call
 on `mc` (the products measured just before), so that the grid holds its passes only (im2col,
 col2im, the pool's reads), measured, whatever today's window code does.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,20 @@ import numpy as np
 from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, RowSpec, program
 from ..codegen.kernels.spec import c_strides
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
-from ..codegen.planning.plan import (ALIAS, OUTPUT, PARAM, TEMP, AliasStep, ConcatStep, CopyStep, KernelStep, Plan,
-                                     RowStep, Slot, View)
+from ..codegen.planning.plan import (
+    ALIAS,
+    OUTPUT,
+    PARAM,
+    TEMP,
+    AliasStep,
+    ConcatStep,
+    CopyStep,
+    KernelStep,
+    Plan,
+    RowStep,
+    Slot,
+    View,
+)
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.machine import MACHINES, Machine
@@ -37,18 +50,20 @@ from .view_cost import VIEW_OPS, views_seconds
 SIZES = tuple(1 << p for p in (10, 13, 16, 19, 21, 22))
 # on a GPU: one block's worth, the L2's (50 MiB on an H100/H200: 2^22 elements moved twice), beyond
 GPU_SIZES = tuple(1 << p for p in (10, 14, 18, 22, 24, 26))
-COLS = 256                                              # row length of the 2-D steps
+COLS = 256  # row length of the 2-D steps
 # window ops timed at (batch, channels in, height = width, channels out): a small CNN's layers
 WINDOW_SIZES = ((4, 4, 8, 8), (32, 1, 16, 32), (32, 16, 14, 32), (64, 32, 14, 64))
-FLOOR = 1e-8                                            # a grid time is positive
-WINDOW_SWEEPS = 2                                       # window points: the fastest of this many sweeps
+FLOOR = 1e-8  # a grid time is positive
+WINDOW_SWEEPS = 2  # window points: the fastest of this many sweeps
 
 
 def c_view(slot: int, shape) -> View:
     return View(slot, tuple(shape), c_strides(tuple(shape)))
 
 
-def tiny_plan(name, params: list[tuple], outputs: list[tuple], steps, temps: list[tuple] = (), aliases=0) -> Plan:
+def tiny_plan(
+    name, params: list[tuple], outputs: list[tuple], steps, temps: list[tuple] = (), aliases=0
+) -> Plan:
     """A plan over slots: params then outputs then temporaries (each a (shape, dtype)), its
     first output returned."""
     slots, offsets, offset = [], {}, 0
@@ -62,8 +77,16 @@ def tiny_plan(name, params: list[tuple], outputs: list[tuple], steps, temps: lis
     for _ in range(aliases):
         slots.append(Slot(len(slots), params[0][0], params[0][1], ALIAS, f"a{len(slots)}"))
     first_out = len(params)
-    return Plan(name, slots, list(range(len(params))), list(steps),
-                [c_view(first_out, slots[first_out].shape)], False, offsets=offsets, arena_bytes=offset)
+    return Plan(
+        name,
+        slots,
+        list(range(len(params))),
+        list(steps),
+        [c_view(first_out, slots[first_out].shape)],
+        False,
+        offsets=offsets,
+        arena_bytes=offset,
+    )
 
 
 def time_call(prog, args) -> float:
@@ -75,6 +98,7 @@ def time_call(prog, args) -> float:
     def call():
         prog(*args)
         sync()
+
     call()
     t0 = time.perf_counter()
     call()
@@ -86,6 +110,7 @@ def time_call(prog, args) -> float:
     def batch():
         run()
         sync()
+
     return fastest_seconds(batch, repeats=7, cap_s=0.15) / calls
 
 
@@ -119,58 +144,89 @@ def call_overheads(target: str = "cpu") -> tuple[float, float]:
 
 # ---------------------------------------------------------------- one plan per (kind, size)
 
+
 def _rows_cols(n: int) -> tuple[int, int]:
     return max(1, n // COLS), COLS
 
 
 def _map(n):
     spec = KernelSpec(f"calib_map_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0])
-    return (tiny_plan(spec.name, [((n,), "f32")], [((n,), "f32")], [KernelStep(spec, (0,), (1,))]),
-            [np.ones(n, np.float32)], 8 * n)
+    return (
+        tiny_plan(spec.name, [((n,), "f32")], [((n,), "f32")], [KernelStep(spec, (0,), (1,))]),
+        [np.ones(n, np.float32)],
+        8 * n,
+    )
 
 
 def _reduce(n):
     r, c = _rows_cols(n)
     spec = ReduceSpec(f"calib_reduce_{n}", (r, c), [KernelInput("f32")], Load(0), "add", (1,))
-    return (tiny_plan(spec.name, [((r, c), "f32")], [((r,), "f32")], [KernelStep(spec, (0,), (1,))]),
-            [np.ones((r, c), np.float32)], 4 * (r * c + r))
+    return (
+        tiny_plan(spec.name, [((r, c), "f32")], [((r,), "f32")], [KernelStep(spec, (0,), (1,))]),
+        [np.ones((r, c), np.float32)],
+        4 * (r * c + r),
+    )
 
 
 def _reduce_lead(n):
     r, c = _rows_cols(n)
     spec = ReduceSpec(f"calib_reduce_lead_{n}", (r, c), [KernelInput("f32")], Load(0), "add", (0,))
-    return (tiny_plan(spec.name, [((r, c), "f32")], [((c,), "f32")], [KernelStep(spec, (0,), (1,))]),
-            [np.ones((r, c), np.float32)], 4 * (r * c + c))
+    return (
+        tiny_plan(spec.name, [((r, c), "f32")], [((c,), "f32")], [KernelStep(spec, (0,), (1,))]),
+        [np.ones((r, c), np.float32)],
+        4 * (r * c + c),
+    )
 
 
 def _rows(n):
     r, c = _rows_cols(n)
     x = Load(0)
     spec = RowSpec(f"calib_rows_{n}", r, c, [KernelInput("f32")], [(x, "max", None)], [x - Load(1)])
-    plan = tiny_plan(spec.name, [((r, c), "f32")], [((r, c), "f32")], [RowStep(spec, (0,), (1,), (2,))],
-                 temps=[((r,), "f32")])
+    plan = tiny_plan(
+        spec.name,
+        [((r, c), "f32")],
+        [((r, c), "f32")],
+        [RowStep(spec, (0,), (1,), (2,))],
+        temps=[((r,), "f32")],
+    )
     return plan, [np.ones((r, c), np.float32)], row_bytes(4 * r * c, 1, True, 4 * (r * c + r))
 
 
 def _copy(n):
     r, c = _rows_cols(n)
-    return (tiny_plan(f"calib_copy_{n}", [((r, c), "f32")], [((r, c), "f32")], [CopyStep(c_view(0, (r, c)), 1)]),
-            [np.ones((r, c), np.float32)], 8 * r * c)
+    return (
+        tiny_plan(
+            f"calib_copy_{n}",
+            [((r, c), "f32")],
+            [((r, c), "f32")],
+            [CopyStep(c_view(0, (r, c)), 1)],
+        ),
+        [np.ones((r, c), np.float32)],
+        8 * r * c,
+    )
 
 
 def _copy_strided(n):
     r, c = _rows_cols(n)
-    src = View(0, (c, r), (1, c), (("transpose", (1, 0)),))    # materializing a transpose
-    return (tiny_plan(f"calib_transpose_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
-            [np.ones((r, c), np.float32)], 8 * r * c)
+    src = View(0, (c, r), (1, c), (("transpose", (1, 0)),))  # materializing a transpose
+    return (
+        tiny_plan(f"calib_transpose_{n}", [((r, c), "f32")], [((c, r), "f32")], [CopyStep(src, 1)]),
+        [np.ones((r, c), np.float32)],
+        8 * r * c,
+    )
 
 
 def _concat(n):
     r, c = _rows_cols(n)
     h = c // 2
     step = ConcatStep((c_view(0, (r, h)), c_view(1, (r, h))), 1, 2)
-    return (tiny_plan(f"calib_concat_{n}", [((r, h), "f32"), ((r, h), "f32")], [((r, c), "f32")], [step]),
-            [np.ones((r, h), np.float32)] * 2, 8 * r * c)
+    return (
+        tiny_plan(
+            f"calib_concat_{n}", [((r, h), "f32"), ((r, h), "f32")], [((r, c), "f32")], [step]
+        ),
+        [np.ones((r, h), np.float32)] * 2,
+        8 * r * c,
+    )
 
 
 def _take(n):
@@ -178,7 +234,9 @@ def _take(n):
     b = max(1, n // d)
     ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
     step = IndexStep("take", c_view(0, (vocab, d)), c_view(1, (b,)), 0, vocab, 2)
-    plan = tiny_plan(f"calib_take_{n}", [((vocab, d), "f32"), ((b,), "i32")], [((b, d), "f32")], [step])
+    plan = tiny_plan(
+        f"calib_take_{n}", [((vocab, d), "f32"), ((b,), "i32")], [((b, d), "f32")], [step]
+    )
     return plan, [np.ones((vocab, d), np.float32), ids], 4 * (2 * b * d + b)
 
 
@@ -187,7 +245,9 @@ def _scatter_add(n):
     b = max(1, n // d)
     ids = np.random.default_rng(0).integers(0, vocab, b).astype(np.int32)
     step = IndexStep("scatterAdd", c_view(0, (b, d)), c_view(1, (b,)), 0, vocab, 2)
-    plan = tiny_plan(f"calib_scatter_{n}", [((b, d), "f32"), ((b,), "i32")], [((vocab, d), "f32")], [step])
+    plan = tiny_plan(
+        f"calib_scatter_{n}", [((b, d), "f32"), ((b,), "i32")], [((vocab, d), "f32")], [step]
+    )
     return plan, [np.ones((b, d), np.float32), ids], 4 * (b * d + b + vocab * d)
 
 
@@ -201,18 +261,31 @@ def _slice_scatter(n):
 def _cumsum(n):
     r, c = _rows_cols(n)
     step = ScanStep(c_view(0, (r, c)), 1, False, 1)
-    return (tiny_plan(f"calib_cumsum_{n}", [((r, c), "f32")], [((r, c), "f32")], [step]),
-            [np.ones((r, c), np.float32)], 8 * r * c)
+    return (
+        tiny_plan(f"calib_cumsum_{n}", [((r, c), "f32")], [((r, c), "f32")], [step]),
+        [np.ones((r, c), np.float32)],
+        8 * r * c,
+    )
 
 
-KINDS = {"map": _map, "reduce": _reduce, "reduce_lead": _reduce_lead, "rows": _rows, "copy": _copy,
-         "copy_strided": _copy_strided, "concat": _concat,
-         "take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_scatter, "cumsum": _cumsum}
+KINDS = {
+    "map": _map,
+    "reduce": _reduce,
+    "reduce_lead": _reduce_lead,
+    "rows": _rows,
+    "copy": _copy,
+    "copy_strided": _copy_strided,
+    "concat": _concat,
+    "take": _take,
+    "scatterAdd": _scatter_add,
+    "sliceScatter": _slice_scatter,
+    "cumsum": _cumsum,
+}
 
 
 # ---------------------------------------------------------------- view ops
 
-VIEW_SIDE = 8     # views of an 8 x 8 array: the copy behind them is next to nothing
+VIEW_SIDE = 8  # views of an 8 x 8 array: the copy behind them is next to nothing
 
 
 def view_plan(op: str | None):
@@ -226,7 +299,9 @@ def view_plan(op: str | None):
         "slice": ((s, 2 * s), (s, s), View(0, (s, s), (2 * s, 1), (("slice", (1, 0, s)),))),
         "strided": ((s * s,), (s, s), View(0, (s, s), (s, 1), (("strided", ((s, s), (s, 1))),))),
     }[op]
-    plan = tiny_plan(f"calib_view_{op or 'none'}", [(src_shape, "f32")], [(out, "f32")], [CopyStep(view, 1)])
+    plan = tiny_plan(
+        f"calib_view_{op or 'none'}", [(src_shape, "f32")], [(out, "f32")], [CopyStep(view, 1)]
+    )
     return plan, [np.ones(src_shape, np.float32)]
 
 
@@ -243,6 +318,7 @@ def view_grids(target: str = "cpu") -> dict:
 
 # ---------------------------------------------------------------- windows
 
+
 def window_case(op: str, n: int, c: int, hw: int, o: int):
     """(input shapes, attrs, output shape) of window op `op` on a layer of that size: 3x3
     convolutions padded by 1, 2x2 pools of stride 2."""
@@ -256,8 +332,13 @@ def window_case(op: str, n: int, c: int, hw: int, o: int):
     else:
         attrs = {"kernel": (2, 2), "stride": (2, 2), "padding": (0, 0, 0, 0)}
         y = (n, c, hw // 2, hw // 2)
-        ins = {"maxPool2d": (x,), "avgPool2d": (x,), "maxPool2dBackward": (x, y), "maxPool2dGather": (x, x),
-               "avgPool2dBackward": (y,)}[op]
+        ins = {
+            "maxPool2d": (x,),
+            "avgPool2d": (x,),
+            "maxPool2dBackward": (x, y),
+            "maxPool2dGather": (x, x),
+            "avgPool2dBackward": (y,),
+        }[op]
         if op == "avgPool2dBackward":
             attrs["size"] = (hw, hw)
     out = window_ops.result_type(op, [TensorType(s, F32) for s in ins], attrs).shape
@@ -275,21 +356,30 @@ def window_plan(op: str, size):
     return plan, args, nbytes, products
 
 
-def step_grids(mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES, target: str = "cpu") -> dict:
+def step_grids(
+    mc: Machine, step: float, sizes=SIZES, window_sizes=WINDOW_SIZES, target: str = "cpu"
+) -> dict:
     """kind -> ((bytes moved, the step's seconds), ...) for every kind `plan_cost` prices by a
     grid; `mc` prices the products inside windows (its measured products). Each point is the
     step's time less the views its plan reads through (priced from the view grids, measured
     first), which plan_cost adds to every step."""
     grids = kind_grids(step, sizes, target)
-    return {**grids, **window_grids(dataclasses.replace(mc, step_grids={**mc.step_grids, **grids}), step,
-                                    window_sizes, target)}
+    return {
+        **grids,
+        **window_grids(
+            dataclasses.replace(mc, step_grids={**mc.step_grids, **grids}),
+            step,
+            window_sizes,
+            target,
+        ),
+    }
 
 
 def kind_grids(step: float, sizes=SIZES, target: str = "cpu") -> dict:
     """The view grids and the grid of every kind in KINDS (step_grids but the windows: these
     need no products, so calibrate times them between two sweeps of the products)."""
     grids: dict[str, tuple] = view_grids(target)
-    views = dataclasses.replace(MACHINES[target], step_grids=dict(grids))   # prices the views
+    views = dataclasses.replace(MACHINES[target], step_grids=dict(grids))  # prices the views
     for kind, build in KINDS.items():
         points = []
         for n in sizes:
@@ -310,7 +400,10 @@ def window_grids(mc: Machine, step: float, window_sizes=WINDOW_SIZES, target: st
     progs = [program(plan, target) for _, (plan, _, _, _) in cases]
     best = [math.inf] * len(cases)
     for _ in range(WINDOW_SWEEPS):
-        best = [min(b, time_step(prog, args)) for b, prog, (_, (_, args, _, _)) in zip(best, progs, cases)]
+        best = [
+            min(b, time_step(prog, args))
+            for b, prog, (_, (_, args, _, _)) in zip(best, progs, cases)
+        ]
     for op in window_ops.WINDOW_OPS:
         points = []
         for (case_op, (plan, _, nbytes, products)), t in zip(cases, best):
@@ -325,5 +418,19 @@ def window_grids(mc: Machine, step: float, window_sizes=WINDOW_SIZES, target: st
     return grids
 
 
-__all__ = ["GPU_SIZES", "KINDS", "c_view", "call_overheads", "kind_grids", "step_grids", "time_call", "time_step", "tiny_plan",
-           "view_grids", "view_plan", "window_case", "window_grids", "window_plan"]
+__all__ = [
+    "GPU_SIZES",
+    "KINDS",
+    "c_view",
+    "call_overheads",
+    "kind_grids",
+    "step_grids",
+    "time_call",
+    "time_step",
+    "tiny_plan",
+    "view_grids",
+    "view_plan",
+    "window_case",
+    "window_grids",
+    "window_plan",
+]

@@ -28,16 +28,37 @@ It lives in `calibration` because calibrating uses it (a window's measured passe
 less its predicted products) and because it reads both codegen's plans and extract's machine;
 the pipeline (compile reports, `--measure`) and the benchmarks call it.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
 from ..codegen.kernels.rows import RowSpec
-from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, KernelSpec, Select, Unary, c_strides, walk
+from ..codegen.kernels.spec import (
+    DLVM_NAMES,
+    DTYPES,
+    Binary,
+    Cast,
+    KernelSpec,
+    Select,
+    Unary,
+    c_strides,
+    walk,
+)
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
-from ..codegen.planning.plan import (AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                                     RowStep, View, arena_aliases)
+from ..codegen.planning.plan import (
+    AliasStep,
+    BlasStep,
+    ConcatStep,
+    CopyStep,
+    GemmStep,
+    KernelStep,
+    Plan,
+    RowStep,
+    View,
+    arena_aliases,
+)
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.machine import Machine, interpolate, machine
@@ -50,25 +71,30 @@ from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 
 # bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
 # loop; a slice scatter fills then copies; a cumsum reads, adds and writes)
-DEFAULT_PASSES = {"scatterAdd": 8.0, "sliceScatter": 2.0, "cumsum": 2.0, "take": 1.5,
-                  **{op: 3.0 for op in window_ops.WINDOW_OPS}}
+DEFAULT_PASSES = {
+    "scatterAdd": 8.0,
+    "sliceScatter": 2.0,
+    "cumsum": 2.0,
+    "take": 1.5,
+    **{op: 3.0 for op in window_ops.WINDOW_OPS},
+}
 _SHORT_TO_DLVM = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
 
 
 @dataclass(frozen=True)
 class StepPrice:
-    kind: str            # the step kind ("map", "product", "conv2d", ...)
-    label: str           # what it computes, short
-    seconds: float       # lost included
-    lost: float = 0.0    # of the seconds: fetching data the caches lost since its last touch
+    kind: str  # the step kind ("map", "product", "conv2d", ...)
+    label: str  # what it computes, short
+    seconds: float  # lost included
+    lost: float = 0.0  # of the seconds: fetching data the caches lost since its last touch
 
 
 @dataclass(frozen=True)
 class PlanPrediction:
     name: str
-    call: float                        # calling the program, its steps aside
+    call: float  # calling the program, its steps aside
     steps: tuple[StepPrice, ...]
-    priced_by: str                     # "shipped defaults" or "measured profile <digest>"
+    priced_by: str  # "shipped defaults" or "measured profile <digest>"
 
     @property
     def seconds(self) -> float:
@@ -80,16 +106,24 @@ class PlanPrediction:
         for i, s in enumerate(self.steps):
             m = "" if measured is None else f"  measured {seconds_text(measured[i]):>10}"
             lost = f" (lost data {seconds_text(s.lost)})" if s.lost >= 5e-7 else ""
-            lines.append(f"  {i:>3}  {s.kind:<20} predicted {seconds_text(s.seconds):>10}{m}  {s.label}{lost}")
+            lines.append(
+                f"  {i:>3}  {s.kind:<20} predicted {seconds_text(s.seconds):>10}{m}  {s.label}{lost}"
+            )
         return "\n".join(lines)
 
 
 def predict_plan(plan: Plan, target: str | Machine = "cpu") -> PlanPrediction:
     """The predicted seconds of one call of `plan` on `target`'s machine."""
     mc = machine(target)
-    made = arena_aliases(plan) if mc.name == "cpu" else set()   # views the CPU arena holds: never run
-    steps = tuple(StepPrice("alias", "a view made with the arena", 0.0) if i in made else step_price(step, plan, mc)
-                  for i, step in enumerate(plan.steps))
+    made = (
+        arena_aliases(plan) if mc.name == "cpu" else set()
+    )  # views the CPU arena holds: never run
+    steps = tuple(
+        StepPrice("alias", "a view made with the arena", 0.0)
+        if i in made
+        else step_price(step, plan, mc)
+        for i, step in enumerate(plan.steps)
+    )
     if mc.cache:
         steps = _with_lost_data(plan, steps, mc)
     by = f"measured profile {mc.profile}" if mc.profile else "shipped defaults"
@@ -102,7 +136,9 @@ def step_price(step, plan: Plan, mc: Machine) -> StepPrice:
     """One step's predicted seconds (the executor's per-step cost included)."""
     price = _PRICES.get(type(step))
     if price is None:
-        raise TypeError(f"no price for plan step {type(step).__name__}: add it to plan_cost._PRICES")
+        raise TypeError(
+            f"no price for plan step {type(step).__name__}: add it to plan_cost._PRICES"
+        )
     kind, label, seconds = price(step, plan, mc)
     return StepPrice(kind, label, mc.step_call + seconds + views_seconds(mc, step))
 
@@ -117,7 +153,11 @@ def _with_lost_data(plan: Plan, steps: tuple[StepPrice, ...], mc: Machine) -> tu
         lost = 0.0
         for nbytes, moved, spent in touches:
             c = cache_curve(mc, nbytes)
-            lost += nbytes * c.miss_seconds * max(lost_fraction(c.by_bytes, moved), lost_fraction(c.by_seconds, spent))
+            lost += (
+                nbytes
+                * c.miss_seconds
+                * max(lost_fraction(c.by_bytes, moved), lost_fraction(c.by_seconds, spent))
+            )
         out.append(StepPrice(price.kind, price.label, price.seconds + lost, lost))
     return tuple(out)
 
@@ -137,13 +177,21 @@ def lost_fraction(curve, amount: float) -> float:
     for (a0, f0), (a1, f1) in zip(curve, curve[1:]):
         if amount <= a1:
             return f0 + (f1 - f0) * (amount - a0) / (a1 - a0) if a1 > a0 else f1
-    return curve[-1][1]    # pragma: no cover - amount < the last point is caught above
+    return curve[-1][1]  # pragma: no cover - amount < the last point is caught above
 
 
 # ---------------------------------------------------------------- products
 
-def product_seconds(mc: Machine, m: int, k: int, n: int, trans_a: bool = False, trans_b: bool = False,
-                    batch: int = 1) -> float:
+
+def product_seconds(
+    mc: Machine,
+    m: int,
+    k: int,
+    n: int,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    batch: int = 1,
+) -> float:
     """Seconds of `batch` products (m, k) @ (k, n) in one call, operands transposed as flagged:
     from the measured products of that layout nearest in shape (log distance over m, k, n),
     each scaled to this product's flops beyond the cost of a call; without measurements, the
@@ -153,16 +201,24 @@ def product_seconds(mc: Machine, m: int, k: int, n: int, trans_a: bool = False, 
     if not points:
         one = mc.matmul_seconds(m, k, n)
         return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
-    call = min(p.seconds for p in points)           # the smallest product: the call dominates
+    call = min(p.seconds for p in points)  # the smallest product: the call dominates
     layout = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
     # k = 1 (an outer product) runs as a broadcasting multiply, without BLAS (gemm_runtime.
     # is_outer_product; numpy's own matmul loop took 100 us at 256x1x256, against 13 for
     # 256x2x256). Each regime is priced from its own products only (a k = 2 product next to a
     # measured outer product would otherwise be priced from a different kind of loop)
-    same = ([p for p in layout if (p.k == 1) == (k == 1)] or [p for p in points if (p.k == 1) == (k == 1)]
-            or layout)
-    near = sorted(((abs(math.log(m / p.m)) + abs(math.log(k / p.k)) + abs(math.log(n / p.n)), p)
-                   for p in same), key=lambda dp: dp[0])[:3]
+    same = (
+        [p for p in layout if (p.k == 1) == (k == 1)]
+        or [p for p in points if (p.k == 1) == (k == 1)]
+        or layout
+    )
+    near = sorted(
+        (
+            (abs(math.log(m / p.m)) + abs(math.log(k / p.k)) + abs(math.log(n / p.n)), p)
+            for p in same
+        ),
+        key=lambda dp: dp[0],
+    )[:3]
     log_sum = weight_sum = 0.0
     for d, p in near:
         work = max(p.seconds - call, p.seconds * 0.05) * flops / p.flops
@@ -201,10 +257,15 @@ def _gemm(step: GemmStep, plan: Plan, mc: Machine):
     n = math.prod(ep.spec.shape)
     extra = sum(plan.slots[s].nbytes for i, s in enumerate(ep.inputs) if i != step.c_input)
     extra += sum(plan.slots[s].nbytes for s in ep.outputs)
-    return "product+epilogue", label, t + n * _expr_flops(ep.spec.outputs, mc) / mc.flop_rate + extra / mc.bandwidth
+    return (
+        "product+epilogue",
+        label,
+        t + n * _expr_flops(ep.spec.outputs, mc) / mc.flop_rate + extra / mc.bandwidth,
+    )
 
 
 # ---------------------------------------------------------------- generated kernels
+
 
 def _egg(op: str) -> str:
     dlvm = _SHORT_TO_DLVM.get(op, op)
@@ -234,9 +295,11 @@ def _parallel(mc: Machine, kind: str, work: int) -> int:
     """Threads a generated kernel of `kind` is split over (its compute share), for `work`:
     its elements (a row kernel: elements times its passes, reductions and map)."""
     from ..codegen.runtime.threads import MIN_PARALLEL_WORK
+
     if mc.name != "cpu" or work < SPLIT_FROM.get(kind, 1) * MIN_PARALLEL_WORK:
         return 1
     from ..codegen.runtime.cpu_count import thread_count
+
     return thread_count()
 
 
@@ -259,7 +322,11 @@ def _bound(mc: Machine, kind: str, nbytes: float, elements: int, compute: float)
     the pool's wake-up when the kernel is split over threads)."""
     moved = _moved(mc, kind, nbytes, elements)
     grid = mc.step_grids.get(kind)
-    call = grid[0][1] if grid else mc.launch + (mc.pool_wake if _parallel(mc, kind, elements) > 1 else 0.0)
+    call = (
+        grid[0][1]
+        if grid
+        else mc.launch + (mc.pool_wake if _parallel(mc, kind, elements) > 1 else 0.0)
+    )
     return max(moved, call + compute)
 
 
@@ -276,10 +343,12 @@ def _read_bytes(plan: Plan, slots, elements: int, inputs) -> int:
 def _kernel(step: KernelStep, plan: Plan, mc: Machine):
     spec = step.spec
     n = math.prod(spec.shape)
-    nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(plan.slots[s].nbytes for s in step.outputs)
+    nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(
+        plan.slots[s].nbytes for s in step.outputs
+    )
     if isinstance(spec, KernelSpec):
         kind, roots = "map", spec.outputs
-    else:   # along the contiguous last axis (rows, or everything) or along leading axes only;
+    else:  # along the contiguous last axis (rows, or everything) or along leading axes only;
         # trailing axes of extent 1 are no axes (a sum of a 1024 x 1 column is a contiguous
         # sum: measured 2.5 us in logistic regression, where reduce_lead priced it 4.3)
         last = max((i for i, d in enumerate(spec.shape) if d > 1), default=-1)
@@ -292,10 +361,14 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
 def _rows(step: RowStep, plan: Plan, mc: Machine):
     spec: RowSpec = step.spec
     n = spec.rows * spec.cols
-    nbytes = row_bytes(_read_bytes(plan, step.inputs, n, spec.inputs), len(spec.reductions),
-                       bool(spec.outputs), sum(plan.slots[s].nbytes for s in step.outputs + step.reductions))
+    nbytes = row_bytes(
+        _read_bytes(plan, step.inputs, n, spec.inputs),
+        len(spec.reductions),
+        bool(spec.outputs),
+        sum(plan.slots[s].nbytes for s in step.outputs + step.reductions),
+    )
     roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
-    work = n * (len(spec.reductions) + 1)          # what row_kernel splits into chunks
+    work = n * (len(spec.reductions) + 1)  # what row_kernel splits into chunks
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, "rows", work)
     return "rows", spec.name, _bound(mc, "rows", nbytes, work, compute)
 
@@ -307,6 +380,7 @@ def row_bytes(read: int, reductions: int, maps: bool, written: int) -> int:
 
 
 # ---------------------------------------------------------------- steps numpy runs
+
 
 def _out_bytes(step, plan: Plan) -> int:
     return plan.slots[step.out].nbytes
@@ -326,7 +400,11 @@ def _copy(step: CopyStep, plan: Plan, mc: Machine):
 
 def _concat(step: ConcatStep, plan: Plan, mc: Machine):
     b = _out_bytes(step, plan)
-    return "concat", f"{len(step.parts)} parts, {b} B", _moved(mc, "concat", 2 * b, _elements(step, plan))
+    return (
+        "concat",
+        f"{len(step.parts)} parts, {b} B",
+        _moved(mc, "concat", 2 * b, _elements(step, plan)),
+    )
 
 
 def _alias(step: AliasStep, plan: Plan, mc: Machine):
@@ -344,16 +422,24 @@ def _index(step: IndexStep, plan: Plan, mc: Machine):
 
 def _slice_scatter(step: SliceScatterStep, plan: Plan, mc: Machine):
     b = plan.slots[step.src.slot].nbytes + _out_bytes(step, plan)
-    return "sliceScatter", f"{b} B", _moved(mc, "sliceScatter", b, _elements(step, plan),
-                                            DEFAULT_PASSES["sliceScatter"])
+    return (
+        "sliceScatter",
+        f"{b} B",
+        _moved(mc, "sliceScatter", b, _elements(step, plan), DEFAULT_PASSES["sliceScatter"]),
+    )
 
 
 def _scan(step: ScanStep, plan: Plan, mc: Machine):
     b = 2 * _out_bytes(step, plan)
-    return "cumsum", f"{b} B", _moved(mc, "cumsum", b, _elements(step, plan), DEFAULT_PASSES["cumsum"])
+    return (
+        "cumsum",
+        f"{b} B",
+        _moved(mc, "cumsum", b, _elements(step, plan), DEFAULT_PASSES["cumsum"]),
+    )
 
 
 # ---------------------------------------------------------------- windows: passes + products
+
 
 def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[float, list[tuple]]:
     """(bytes the window op's passes move, its products as (m, k, n, trans_a, trans_b, count)):
@@ -361,12 +447,16 @@ def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[f
     result; a convolution's products as window_ops runs them, one per group."""
     attrs = window_ops.unpack(op, packed)
     if op in ("conv2dBackwardInput", "avgPool2dBackward"):
-        small = in_shapes[0]                  # dY: the windows' positions
+        small = in_shapes[0]  # dY: the windows' positions
     elif op in ("conv2dBackwardWeight", "maxPool2dBackward"):
         small = in_shapes[1]
     else:
         small = out_shape
-    big = out_shape if op in ("conv2dBackwardInput", "maxPool2dBackward", "avgPool2dBackward") else in_shapes[0]
+    big = (
+        out_shape
+        if op in ("conv2dBackwardInput", "maxPool2dBackward", "avgPool2dBackward")
+        else in_shapes[0]
+    )
     if op in window_ops.CONV_OPS:
         w = in_shapes[1] if op != "conv2dBackwardWeight" else out_shape
         kh, kw = w[2], w[3]
@@ -378,11 +468,21 @@ def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[f
     products = []
     if op in window_ops.CONV_OPS:
         g = attrs["groups"]
-        o = (out_shape if op == "conv2d" else in_shapes[1] if op == "conv2dBackwardWeight" else in_shapes[0])[1]
+        o = (
+            out_shape
+            if op == "conv2d"
+            else in_shapes[1]
+            if op == "conv2dBackwardWeight"
+            else in_shapes[0]
+        )[1]
         ckk, pos = c // g * kh * kw, n * oh * ow
-        products.append({"conv2d": (o // g, ckk, pos, False, False, g),
-                         "conv2dBackwardInput": (ckk, o // g, pos, True, False, g),
-                         "conv2dBackwardWeight": (o // g, pos, ckk, False, True, g)}[op])
+        products.append(
+            {
+                "conv2d": (o // g, ckk, pos, False, False, g),
+                "conv2dBackwardInput": (ckk, o // g, pos, True, False, g),
+                "conv2dBackwardWeight": (o // g, pos, ckk, False, True, g),
+            }[op]
+        )
     return nbytes, products
 
 
@@ -392,19 +492,56 @@ def window_products_seconds(mc: Machine, products) -> float:
 
 def _window(step: WindowStep, plan: Plan, mc: Machine):
     out = plan.slots[step.out]
-    nbytes, products = window_work(step.op, step.packed, [v.shape for v in step.inputs], out.shape,
-                                   DTYPES[out.dtype].itemsize)
+    nbytes, products = window_work(
+        step.op, step.packed, [v.shape for v in step.inputs], out.shape, DTYPES[out.dtype].itemsize
+    )
     passes = _moved(mc, step.op, nbytes, math.prod(out.shape), DEFAULT_PASSES[step.op])
     label = " ".join(map(str, out.shape))
     return step.op, f"-> {label}", passes + window_products_seconds(mc, products)
 
 
-_PRICES = {KernelStep: _kernel, RowStep: _rows, BlasStep: _blas, GemmStep: _gemm, CopyStep: _copy,
-           ConcatStep: _concat, AliasStep: _alias, IndexStep: _index, SliceScatterStep: _slice_scatter,
-           ScanStep: _scan, WindowStep: _window}
+_PRICES = {
+    KernelStep: _kernel,
+    RowStep: _rows,
+    BlasStep: _blas,
+    GemmStep: _gemm,
+    CopyStep: _copy,
+    ConcatStep: _concat,
+    AliasStep: _alias,
+    IndexStep: _index,
+    SliceScatterStep: _slice_scatter,
+    ScanStep: _scan,
+    WindowStep: _window,
+}
 
-STEP_KINDS = ("map", "reduce", "reduce_lead", "rows", "copy", "copy_strided", "concat", "take", "scatterAdd", "sliceScatter",
-              "cumsum") + window_ops.WINDOW_OPS + VIEW_KINDS     # the kinds calibration measures a grid for
+STEP_KINDS = (
+    (
+        "map",
+        "reduce",
+        "reduce_lead",
+        "rows",
+        "copy",
+        "copy_strided",
+        "concat",
+        "take",
+        "scatterAdd",
+        "sliceScatter",
+        "cumsum",
+    )
+    + window_ops.WINDOW_OPS
+    + VIEW_KINDS
+)  # the kinds calibration measures a grid for
 
-__all__ = ["PlanPrediction", "STEP_KINDS", "StepPrice", "cache_curve", "lost_fraction", "predict_plan", "product_seconds", "row_bytes",
-           "step_price", "window_products_seconds", "window_work"]
+__all__ = [
+    "PlanPrediction",
+    "STEP_KINDS",
+    "StepPrice",
+    "cache_curve",
+    "lost_fraction",
+    "predict_plan",
+    "product_seconds",
+    "row_bytes",
+    "step_price",
+    "window_products_seconds",
+    "window_work",
+]

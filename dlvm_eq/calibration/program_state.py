@@ -23,6 +23,7 @@ other data (cold), and after each amount of other data or of other work; a point
 fraction is where its time lies between hot and cold, the points fitted to a curve that never
 falls. The conditions take turns repeat by repeat, so a slow second slows all of them alike.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -32,18 +33,21 @@ import numpy as np
 
 from ..extract.profile import CacheCurve
 
-PROBE_SIZES = (256 << 10, 1 << 20)       # bytes read (and written) by each probe: L2, L3
+PROBE_SIZES = (256 << 10, 1 << 20)  # bytes read (and written) by each probe: L2, L3
 OTHER_MIB = (1, 2, 4, 8, 12, 16, 24, 32)  # other data moved between two probes
-COLD_MIB = 64                            # twice the L3: nothing of the probe's data is left
-WORK_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # other work between two probes
+COLD_MIB = 64  # twice the L3: nothing of the probe's data is left
+WORK_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # other work between two probes
 REPEATS = 15
 
 
 def _probe(nbytes: int):
     """The probe as a program's steps run: split over the worker pool."""
     from ..codegen import KernelInput, KernelSpec, Load, compile_cpu
+
     n = nbytes // 4
-    k = compile_cpu(KernelSpec(f"calib_cache_probe_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0]))
+    k = compile_cpu(
+        KernelSpec(f"calib_cache_probe_{n}", (n,), [KernelInput("f32")], [Load(0) + 1.0])
+    )
     x, out = np.ones(n, np.float32), np.empty(n, np.float32)
     return lambda: k(x, out=out)
 
@@ -70,7 +74,7 @@ def _monotone(curve) -> tuple[tuple[float, float], ...]:
     """The least-squares non-decreasing fit of the fractions (pool adjacent violators: a noisy
     point is averaged with its neighbours, not carried onto every larger amount as a running
     maximum would), starting at (0, 0): data just touched is in cache."""
-    blocks: list[list[float]] = []        # [sum, count] of each pooled run
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
     for _, f in curve:
         blocks.append([f, 1.0])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
@@ -95,6 +99,7 @@ def _products(ms: float):
         end = time.perf_counter() + ms * 1e-3
         while time.perf_counter() < end:
             np.matmul(a, a, out=c)
+
     return run
 
 
@@ -104,19 +109,32 @@ def cache_timings(probe_sizes=PROBE_SIZES) -> tuple[CacheCurve, ...]:
     other = np.zeros(COLD_MIB << 18, np.float32)
 
     def move(mib: int):
-        part = other[:mib << 18]
+        part = other[: mib << 18]
         return lambda: np.add(part, 1.0, out=part)
-    conditions = [lambda: None, move(COLD_MIB)] + [move(m) for m in OTHER_MIB] + [_products(ms) for ms in WORK_MS]
+
+    conditions = (
+        [lambda: None, move(COLD_MIB)]
+        + [move(m) for m in OTHER_MIB]
+        + [_products(ms) for ms in WORK_MS]
+    )
     curves = []
     for nbytes in probe_sizes:
         probe = _probe(nbytes)
         probe()
         hot, cold, *rest = _medians(conditions, probe)
-        moved, worked = rest[:len(OTHER_MIB)], rest[len(OTHER_MIB):]
-        curves.append(CacheCurve(
-            probe_bytes=float(nbytes), miss_seconds=max(0.0, cold - hot) / (2 * nbytes),
-            by_bytes=_monotone([(mib << 20, _fraction(t, hot, cold)) for mib, t in zip(OTHER_MIB, moved)]),
-            by_seconds=_monotone([(ms * 1e-3, _fraction(t, hot, cold)) for ms, t in zip(WORK_MS, worked)])))
+        moved, worked = rest[: len(OTHER_MIB)], rest[len(OTHER_MIB) :]
+        curves.append(
+            CacheCurve(
+                probe_bytes=float(nbytes),
+                miss_seconds=max(0.0, cold - hot) / (2 * nbytes),
+                by_bytes=_monotone(
+                    [(mib << 20, _fraction(t, hot, cold)) for mib, t in zip(OTHER_MIB, moved)]
+                ),
+                by_seconds=_monotone(
+                    [(ms * 1e-3, _fraction(t, hot, cold)) for ms, t in zip(WORK_MS, worked)]
+                ),
+            )
+        )
     return tuple(curves)
 
 

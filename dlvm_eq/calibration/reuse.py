@@ -12,14 +12,15 @@ an alias is the buffer it views, and a convolution's column matrix is a buffer o
 Bytes since is the LRU stack distance (each other buffer counted once, however often touched),
 kept in a Fenwick tree over the touches: O(touches log touches) for the whole plan.
 """
+
 from __future__ import annotations
 
 import math
 
+from ..codegen.kernels.spec import DTYPES
 from ..codegen.planning.plan import TEMP, AliasStep, Plan, step_inputs, step_outputs
 from ..codegen.planning.steps_order import alias_root
 from ..codegen.planning.window import WindowStep
-from ..codegen.kernels.spec import DTYPES
 from ..ir import window_ops
 
 # window ops whose column matrix is the forward's (same input x, same geometry: one buffer)
@@ -59,7 +60,7 @@ def step_touches(plan: Plan) -> list[list[tuple[object, int]]]:
 
     out = []
     for step in plan.steps:
-        if isinstance(step, AliasStep):       # a view: it touches nothing
+        if isinstance(step, AliasStep):  # a view: it touches nothing
             out.append([])
             continue
         seen: dict = {}
@@ -77,9 +78,11 @@ def step_touches(plan: Plan) -> list[list[tuple[object, int]]]:
 
 def _column_bytes(step: WindowStep, plan: Plan) -> int:
     from .plan_cost import window_work
+
     out = plan.slots[step.out]
-    nbytes, _ = window_work(step.op, step.packed, [v.shape for v in step.inputs], out.shape,
-                            DTYPES[out.dtype].itemsize)
+    nbytes, _ = window_work(
+        step.op, step.packed, [v.shape for v in step.inputs], out.shape, DTYPES[out.dtype].itemsize
+    )
     own = sum(plan.slots[v.slot].nbytes for v in step.inputs) + out.nbytes
     return max(0, int(nbytes) - own)
 
@@ -90,13 +93,15 @@ def reuse(plan: Plan, seconds: list[float]) -> list[list[tuple[int, float, float
     return distances(step_touches(plan), seconds)
 
 
-def distances(touches: list[list[tuple[object, int]]], seconds: list[float]) -> list[list[tuple[int, float, float]]]:
+def distances(
+    touches: list[list[tuple[object, int]]], seconds: list[float]
+) -> list[list[tuple[int, float, float]]]:
     """`reuse` over per-step touches ((buffer key, bytes), ...) and per-step seconds: the
     steps run twice in a row, the second time reported. A buffer's bytes are its latest
     touch's; steps start and end on one clock, a touch counting from the end of its step."""
     events = 2 * sum(len(t) for t in touches)
     tree = _Fenwick(max(events, 1))
-    last: dict = {}              # key -> (event position, bytes, end of the touching step)
+    last: dict = {}  # key -> (event position, bytes, end of the touching step)
     position, clock = 0, 0.0
     result: list[list[tuple[int, float, float]]] = []
     for call in range(2):

@@ -9,6 +9,7 @@ three times one of plain parts).
 Each view op is priced by its measured grid (kind `view_<op>`, one point: a view's cost does not
 depend on the array's size), 0 without one (the shipped defaults and older profiles: as before).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,13 @@ import dataclasses
 from ..codegen.planning.plan import BlasStep, View
 from ..extract.machine import Machine
 
-VIEW_OPS = ("transpose", "reshape", "broadcast", "slice", "strided")   # codegen/planning/views.apply_chain
+VIEW_OPS = (
+    "transpose",
+    "reshape",
+    "broadcast",
+    "slice",
+    "strided",
+)  # codegen/planning/views.apply_chain
 VIEW_KINDS = tuple(f"view_{op}" for op in VIEW_OPS)
 
 

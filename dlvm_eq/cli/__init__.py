@@ -10,7 +10,8 @@ and `run(args)`; main.py holds the table (COMMANDS) and `main`.
 May import every layer below it (pipeline, models, verify, ad, egraph, extract, codegen, ir,
 cache, config, errors); nothing imports the CLI.
 """
-PROG = "dlvm-eq"    # (set before the submodules load: they read it)
+
+PROG = "dlvm-eq"  # (set before the submodules load: they read it)
 
 from .main import COMMANDS, build_parser, main  # noqa: E402
 from .run import TARGETS  # noqa: E402

@@ -1,4 +1,5 @@
 """`python -m dlvm_eq.cli ARGS`: the dlvm-eq command."""
+
 import sys
 
 from .main import main

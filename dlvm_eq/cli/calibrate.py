@@ -8,14 +8,19 @@
 Compiles made after a calibration price e-nodes with the measured rates (optimize and plan
 caches key on the profile, so nothing extracted under the old prices is reused).
 """
+
 from __future__ import annotations
 
 import argparse
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="cpu", choices=("cpu", "gpu"),
-                   help="the machine to measure (default: cpu; gpu: the current CUDA device)")
+    p.add_argument(
+        "--target",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="the machine to measure (default: cpu; gpu: the current CUDA device)",
+    )
     p.add_argument("--show", action="store_true", help="print the stored profile, measure nothing")
     p.add_argument("--no-write", action="store_true", help="measure and print, store nothing")
 
@@ -23,11 +28,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from ..calibration import calibrate, profile_table
     from ..extract.profile import load_profile, profile_path
+
     if args.show:
         profile = load_profile(args.target)
         if profile is None:
-            print(f"no profile for {args.target} at {profile_path(args.target)}: the shipped "
-                  f"defaults are used (run `dlvm-eq calibrate`)")
+            print(
+                f"no profile for {args.target} at {profile_path(args.target)}: the shipped "
+                f"defaults are used (run `dlvm-eq calibrate`)"
+            )
             return 0
         print(profile_table(profile))
         return 0

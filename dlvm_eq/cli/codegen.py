@@ -9,6 +9,7 @@ plan is emitted: LLVM IR for the host CPU (before LLVM's O3 pipeline, as handed 
 for `--arch` (default sm_75). BLAS calls, views and copies
 are not kernels; the plan printed with `-o` (or `--plan`) shows them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,22 +20,33 @@ from ..errors import DlvmError
 from ..ir import verify
 from ..ir.parser import load
 
-EMITS = ("llvm", "ptx")     # codegen.kernel_texts' kinds
+EMITS = ("llvm", "ptx")  # codegen.kernel_texts' kinds
 SUFFIX = {"llvm": ".ll", "ptx": ".ptx"}
 COMMENT = {"llvm": ";", "ptx": "//"}
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dl file")
-    p.add_argument("-f", "--function", metavar="NAME",
-                   help="the function (default: the only one in the file)")
+    p.add_argument(
+        "-f", "--function", metavar="NAME", help="the function (default: the only one in the file)"
+    )
     p.add_argument("--emit", choices=EMITS, required=True, help="LLVM IR (host CPU) or PTX")
-    p.add_argument("-o", "--output-dir", metavar="DIR",
-                   help="write DIR/<kernel>.ll or .ptx, one file per kernel, and print the plan")
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        help="write DIR/<kernel>.ll or .ptx, one file per kernel, and print the plan",
+    )
     p.add_argument("--arch", default="sm_75", help="PTX target (default sm_75; sm_75 .. sm_90)")
-    p.add_argument("--plan", action="store_true", help="also print the kernel plan (to stderr without -o)")
-    p.add_argument("--no-optimize", dest="optimize", action="store_false",
-                   help="plan the IR as written (skip the e-graph)")
+    p.add_argument(
+        "--plan", action="store_true", help="also print the kernel plan (to stderr without -o)"
+    )
+    p.add_argument(
+        "--no-optimize",
+        dest="optimize",
+        action="store_false",
+        help="plan the IR as written (skip the e-graph)",
+    )
 
 
 def _function_name(module, name: str | None) -> str:
@@ -43,17 +55,20 @@ def _function_name(module, name: str | None) -> str:
     if len(module.functions) == 1:
         return next(iter(module.functions))
     known = ", ".join("@" + n for n in module.functions)
-    raise DlvmError(f"{len(module.functions)} functions in the file ({known}): pick one with -f NAME")
+    raise DlvmError(
+        f"{len(module.functions)} functions in the file ({known}): pick one with -f NAME"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from ..codegen import kernel_texts
     from ..pipeline import lower
+
     module = load(args.file)
     verify(module)
     name = _function_name(module, args.function)
-    target = "cpu" if args.emit == "llvm" else "gpu"    # fusion is costed for that machine
-    report = lower(module, name, target, optimize=args.optimize)   # as dq.compile plans it
+    target = "cpu" if args.emit == "llvm" else "gpu"  # fusion is costed for that machine
+    report = lower(module, name, target, optimize=args.optimize)  # as dq.compile plans it
     if report.note:
         print(f"dlvm-eq: note: {report.note}", file=sys.stderr)
     plan = report.plan
@@ -64,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
         if args.plan:
             print(plan, file=sys.stderr)
         if not texts:
-            print(f"dlvm-eq: note: @{name} has no kernels (only BLAS calls, views or copies)", file=sys.stderr)
+            print(
+                f"dlvm-eq: note: @{name} has no kernels (only BLAS calls, views or copies)",
+                file=sys.stderr,
+            )
         return 0
     out = Path(args.output_dir)
     try:

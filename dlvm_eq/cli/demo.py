@@ -1,28 +1,47 @@
 """`dlvm-eq demo`: compile and train a bundled model: the MLP on the digits data set (the default,
 what `make demo` runs), a CNN on the same digits (`--model cnn`), or a transformer encoder that
 learns to sort digit sequences (`--model transformer`)."""
+
 from __future__ import annotations
 
 import argparse
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="mlp", choices=("mlp", "cnn", "transformer"),
-                   help="which bundled model to train (default: mlp)")
-    p.add_argument("--target", default="cpu", choices=("cpu", "gpu", "interp"),
-                   help="where the compiled training step runs (default: cpu)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="training epochs (default: mlp 40, cnn 25, transformer 3)")
+    p.add_argument(
+        "--model",
+        default="mlp",
+        choices=("mlp", "cnn", "transformer"),
+        help="which bundled model to train (default: mlp)",
+    )
+    p.add_argument(
+        "--target",
+        default="cpu",
+        choices=("cpu", "gpu", "interp"),
+        help="where the compiled training step runs (default: cpu)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="training epochs (default: mlp 40, cnn 25, transformer 3)",
+    )
     p.add_argument("--plot", metavar="PNG", help="draw the loss curve with matplotlib")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="train data-parallel on N Ray workers, on a local Ray instance started "
-                        "for the run (needs the 'distributed' extra)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train data-parallel on N Ray workers, on a local Ray instance started "
+        "for the run (needs the 'distributed' extra)",
+    )
 
 
 def run(args) -> int:
     from ..errors import DlvmError
     from ..models import cnn_demo, demo, transformer_demo
+
     kwargs = {"target": args.target, "plot": args.plot, "seed": args.seed}
     if args.epochs is not None:
         kwargs["epochs"] = args.epochs

@@ -4,6 +4,7 @@ adjoint of a function as DLVM IR, as a `[adjoint @NAME ...]` declaration would s
     $ dlvm-eq grad examples/logreg.dl -f loss --wrt 0
     func @loss_grad: (<...>, ...) -> <...> { ... }
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,20 +25,38 @@ def _indices(text: str) -> tuple[int, ...]:
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dl file")
-    p.add_argument("-f", "--function", required=True, metavar="NAME",
-                   help="the function to differentiate")
-    p.add_argument("--wrt", type=_indices, metavar="I,J",
-                   help="parameters to differentiate (default: every float one)")
-    p.add_argument("--from", dest="from_index", type=int, metavar="I",
-                   help="the output of a tuple result to differentiate (default: all)")
+    p.add_argument(
+        "-f", "--function", required=True, metavar="NAME", help="the function to differentiate"
+    )
+    p.add_argument(
+        "--wrt",
+        type=_indices,
+        metavar="I,J",
+        help="parameters to differentiate (default: every float one)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_index",
+        type=int,
+        metavar="I",
+        help="the output of a tuple result to differentiate (default: all)",
+    )
     p.add_argument("--keeping", type=_indices, metavar="I,J", help="outputs also returned, first")
-    p.add_argument("--seedable", action="store_true",
-                   help="take the output's adjoint as a last parameter (default: ones)")
+    p.add_argument(
+        "--seedable",
+        action="store_true",
+        help="take the output's adjoint as a last parameter (default: ones)",
+    )
     p.add_argument("--name", help="the adjoint's name (default NAME_grad)")
-    p.add_argument("--no-optimize", dest="optimize", action="store_false",
-                   help="skip the algebra rules (adjoint rules only)")
-    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu",
-                   help="cost model for extraction")
+    p.add_argument(
+        "--no-optimize",
+        dest="optimize",
+        action="store_false",
+        help="skip the algebra rules (adjoint rules only)",
+    )
+    p.add_argument(
+        "--target", choices=("cpu", "gpu"), default="cpu", help="cost model for extraction"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +65,16 @@ def run(args: argparse.Namespace) -> int:
     fn = module[args.function]
     if fn.is_declaration and fn.adjoint is None:
         raise DlvmError(f"@{fn.name} has no body to differentiate")
-    adj = adjoint_function(module, fn, wrt=args.wrt, from_index=args.from_index,
-                           keeping=args.keeping, seedable=args.seedable, name=args.name,
-                           optimize=args.optimize, target=args.target)
+    adj = adjoint_function(
+        module,
+        fn,
+        wrt=args.wrt,
+        from_index=args.from_index,
+        keeping=args.keeping,
+        seedable=args.seedable,
+        name=args.name,
+        optimize=args.optimize,
+        target=args.target,
+    )
     sys.stdout.write(str(adj) + "\n")
     return 0

@@ -9,6 +9,7 @@
 
 A user mistake prints one message to stderr and exits 1 (usage errors exit 2); no traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,11 +17,12 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import DlvmError, SourceError
 from . import PROG, cache, calibrate, codegen, compile, demo, grad, optimize, run, source, verify
+
 
 @dataclass(frozen=True)
 class Command:
@@ -38,23 +40,42 @@ COMMANDS: list[Command] = [
     Command("run", "run a function of a .dl file", run.arguments, run.run),
     Command("grad", "print the adjoint of a function as DLVM IR", grad.arguments, grad.run),
     Command("opt", "optimize a .dl file with the e-graph", optimize.opt_arguments, optimize.opt),
-    Command("query", "the cheapest equivalent form of an expression", optimize.query_arguments,
-            optimize.query),
-    Command("verify-rules", "check rule files on small symbolic tensors", verify.arguments,
-            verify.run),
+    Command(
+        "query",
+        "the cheapest equivalent form of an expression",
+        optimize.query_arguments,
+        optimize.query,
+    ),
+    Command(
+        "verify-rules", "check rule files on small symbolic tensors", verify.arguments, verify.run
+    ),
     Command("demo", "compile and train an MLP on the digits data set", demo.arguments, demo.run),
-    Command("codegen", "print or write the kernels of a function (LLVM IR or PTX)",
-            codegen.arguments, codegen.run),
-    Command("compile", "compile a function: its report, predicted time (and measured, --measure)",
-            compile.arguments, compile.run),
+    Command(
+        "codegen",
+        "print or write the kernels of a function (LLVM IR or PTX)",
+        codegen.arguments,
+        codegen.run,
+    ),
+    Command(
+        "compile",
+        "compile a function: its report, predicted time (and measured, --measure)",
+        compile.arguments,
+        compile.run,
+    ),
     Command("cache", "show (info) or empty (clear) the compile cache", cache.arguments, cache.run),
-    Command("calibrate", "time this machine for the cost model (a profile in the cache)",
-            calibrate.arguments, calibrate.run),
+    Command(
+        "calibrate",
+        "time this machine for the cost model (a profile in the cache)",
+        calibrate.arguments,
+        calibrate.run,
+    ),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="DLVM IR, adjoints and optimizations in an e-graph.")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="DLVM IR, adjoints and optimizations in an e-graph."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)

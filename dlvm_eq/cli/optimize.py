@@ -7,6 +7,7 @@
 `dlvm_eq.cli.main` lists both in its COMMANDS table (`opt_arguments`/`opt`,
 `query_arguments`/`query`); `opt` goes through the pipeline (declared adjoints resolved).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,18 @@ from ..extract.machine import MACHINES
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     name, sep, dims = text.partition("=")
     if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=DIMS like A=30x35 (or s=scalar), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=DIMS like A=30x35 (or s=scalar), got {text!r}"
+        )
     dims = dims.strip()
     if dims in ("", "scalar", "()"):
         return name.strip(), ()
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: dimensions are positive integers joined by x, "
-                                         "like 30x35") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: dimensions are positive integers joined by x, like 30x35"
+        ) from None
     if any(d < 1 for d in shape):
         raise argparse.ArgumentTypeError(f"{text!r}: dimensions must be at least 1")
     return name.strip(), shape
@@ -38,7 +42,9 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
 def _budget_item(text: str) -> tuple[str, float]:
     key, sep, value = text.partition("=")
     if key not in ("iterations", "nodes", "seconds") or not sep:
-        raise argparse.ArgumentTypeError(f"expected iterations=N, nodes=N or seconds=S, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected iterations=N, nodes=N or seconds=S, got {text!r}"
+        )
     try:
         return key, (float(value) if key == "seconds" else int(value))
     except ValueError:
@@ -46,24 +52,46 @@ def _budget_item(text: str) -> tuple[str, float]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rules", nargs="+", action="extend", default=[], metavar="R.egg",
-                   help="extra rule files, loaded after rules/algebra.egg")
-    p.add_argument("--target", choices=sorted(MACHINES), default="cpu", help="cost model (default cpu)")
-    p.add_argument("--budget", type=_budget_item, action="append", default=[], metavar="KEY=VALUE",
-                   help="saturation budget: iterations=N, nodes=N, seconds=S (repeatable)")
+    p.add_argument(
+        "--rules",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="R.egg",
+        help="extra rule files, loaded after rules/algebra.egg",
+    )
+    p.add_argument(
+        "--target", choices=sorted(MACHINES), default="cpu", help="cost model (default cpu)"
+    )
+    p.add_argument(
+        "--budget",
+        type=_budget_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="saturation budget: iterations=N, nodes=N, seconds=S (repeatable)",
+    )
 
 
 # ---------------------------------------------------------------- opt
+
 
 def opt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dl file")
     p.add_argument("-f", "--function", metavar="NAME", help="optimize only this function")
     _common(p)
-    p.add_argument("--extractor", choices=("greedy", "ilp", "tree"), default="greedy",
-                   help="extraction method (default greedy)")
-    p.add_argument("--explain", action="store_true",
-                   help="write each result before and after, costs, stop reason, e-graph sizes and "
-                        "rules fired to stderr")
+    p.add_argument(
+        "--extractor",
+        choices=("greedy", "ilp", "tree"),
+        default="greedy",
+        help="extraction method (default greedy)",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="write each result before and after, costs, stop reason, e-graph sizes and "
+        "rules fired to stderr",
+    )
     p.add_argument("-o", "--output", metavar="OUT.dl", help="write the optimized module here")
 
 
@@ -72,21 +100,31 @@ def _deadline(args: argparse.Namespace):
     egglog, the rules and the program are part of the time the user waits for)."""
     from ..egraph.deadline import Deadline
     from ..egraph.ruleset_schedule import Budget
-    started = getattr(args, "started", None)      # set by dlvm_eq.cli.main.main
-    return Deadline(Budget.of(dict(args.budget) or None).seconds,
-                    start=time.perf_counter() if started is None else started)
+
+    started = getattr(args, "started", None)  # set by dlvm_eq.cli.main.main
+    return Deadline(
+        Budget.of(dict(args.budget) or None).seconds,
+        start=time.perf_counter() if started is None else started,
+    )
 
 
 def opt(args: argparse.Namespace) -> int:
     from ..ir import verify
-    from ..pipeline import optimize   # declared adjoints resolved first
     from ..ir.parser import load
+    from ..pipeline import optimize  # declared adjoints resolved first
 
     module = load(args.file)
     verify(module)
-    result = optimize(module, func=args.function, rules=args.rules, target=args.target,
-                      budget=dict(args.budget) or None, extractor=args.extractor, explain=args.explain,
-                      deadline=_deadline(args))
+    result = optimize(
+        module,
+        func=args.function,
+        rules=args.rules,
+        target=args.target,
+        budget=dict(args.budget) or None,
+        extractor=args.extractor,
+        explain=args.explain,
+        deadline=_deadline(args),
+    )
     text = str(result.module)
     if args.output:
         try:
@@ -102,23 +140,48 @@ def opt(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- query
 
+
 def query_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("expression", metavar="EXPR",
-                   help='infix like "A @ B @ C" or "sum(X * (U @ V.T))", or an s-expression over '
-                        'the schema constructors like "(Dot (Dot A B) C)"')
-    p.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME=DIMS",
-                   help="a variable's shape, e.g. A=30x35 (repeat per variable; s=scalar)")
-    p.add_argument("--dtype", choices=("f32", "f64"), default="f32", help="element type (default f32)")
+    p.add_argument(
+        "expression",
+        metavar="EXPR",
+        help='infix like "A @ B @ C" or "sum(X * (U @ V.T))", or an s-expression over '
+        'the schema constructors like "(Dot (Dot A B) C)"',
+    )
+    p.add_argument(
+        "--shape",
+        type=_shape,
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
+        help="a variable's shape, e.g. A=30x35 (repeat per variable; s=scalar)",
+    )
+    p.add_argument(
+        "--dtype", choices=("f32", "f64"), default="f32", help="element type (default f32)"
+    )
     _common(p)
-    p.add_argument("-k", "--alternatives", type=int, default=4, metavar="N",
-                   help="how many next-best forms to show (default 4)")
+    p.add_argument(
+        "-k",
+        "--alternatives",
+        type=int,
+        default=4,
+        metavar="N",
+        help="how many next-best forms to show (default 4)",
+    )
 
 
 def query(args: argparse.Namespace) -> int:
     from ..egraph.query import query as run_query
 
-    result = run_query(args.expression, dict(args.shape), dtype=args.dtype, target=args.target,
-                       rules=args.rules, budget=dict(args.budget) or None,
-                       alternatives=max(args.alternatives, 0), deadline=_deadline(args))
+    result = run_query(
+        args.expression,
+        dict(args.shape),
+        dtype=args.dtype,
+        target=args.target,
+        rules=args.rules,
+        budget=dict(args.budget) or None,
+        alternatives=max(args.alternatives, 0),
+        deadline=_deadline(args),
+    )
     print(result)
     return 0

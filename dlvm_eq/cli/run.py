@@ -6,12 +6,13 @@ function of a .dl file (declared adjoints included) and print or save its output
 
 `run` targets are registered in TARGETS; every one goes through the pipeline.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -32,13 +33,17 @@ def _run_interp(module: Module, name: str, arrays: list[np.ndarray], float64: bo
 def _run_compiled(target: str):
     def run(module: Module, name: str, arrays: list[np.ndarray], float64: bool):
         if float64:
-            raise DlvmError(f"--float64 runs the interpreter in float64; the {target} target "
-                            "computes in the function's own dtypes (drop --float64 or use --target interp)")
+            raise DlvmError(
+                f"--float64 runs the interpreter in float64; the {target} target "
+                "computes in the function's own dtypes (drop --float64 or use --target interp)"
+            )
         from ..pipeline import compile
+
         out = compile(module, name, target)(*arrays)
-        if target == "gpu":   # CuPy arrays back to the host for printing and saving
+        if target == "gpu":  # CuPy arrays back to the host for printing and saving
             out = tuple(a.get() for a in out) if isinstance(out, tuple) else out.get()
         return out
+
     return run
 
 
@@ -54,16 +59,27 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dl file")
     p.add_argument("-f", "--function", required=True, metavar="NAME", help="the function to run")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--inputs", metavar="IN.npz",
-                        help="arrays named after the parameters (x, w, ...) or arg0, arg1, ...")
-    source.add_argument("--random", action="store_true",
-                        help="standard-normal floats, small ints, random bools")
+    source.add_argument(
+        "--inputs",
+        metavar="IN.npz",
+        help="arrays named after the parameters (x, w, ...) or arg0, arg1, ...",
+    )
+    source.add_argument(
+        "--random", action="store_true", help="standard-normal floats, small ints, random bools"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
-    p.add_argument("-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)")
+    p.add_argument(
+        "-o", "--output", metavar="OUT.npz", help="also save the outputs (out or out0, out1, ...)"
+    )
     p.add_argument("--float64", action="store_true", help="compute float tensors in float64")
-    p.add_argument("--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)")
-    p.add_argument("--cast", action="store_true",
-                   help="cast --inputs arrays to the declared dtypes (cpu/gpu targets refuse others)")
+    p.add_argument(
+        "--target", choices=sorted(TARGETS), default="interp", help="where to run (default interp)"
+    )
+    p.add_argument(
+        "--cast",
+        action="store_true",
+        help="cast --inputs arrays to the declared dtypes (cpu/gpu targets refuse others)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         arrays = sample_inputs(fn, np.random.default_rng(args.seed))
     else:
         arrays = _read_inputs(Path(args.inputs), fn)
-        if args.target != "interp":    # compiled code takes the declared dtypes only
+        if args.target != "interp":  # compiled code takes the declared dtypes only
             arrays = _declared_dtypes(fn, arrays, args.cast)
     result = TARGETS[args.target](module, fn.name, arrays, args.float64)
     outputs = _name_outputs(result)
@@ -104,28 +120,39 @@ def _read_inputs(path: Path, fn: Function) -> list[np.ndarray]:
         raise
     except FileNotFoundError:
         raise DlvmError(f"{path}: no such file") from None
-    except Exception as e:  # noqa: BLE001 - numpy raises many types for a file that is not an .npz
+    except Exception as e:
         raise DlvmError(f"{path}: cannot read as a .npz archive: {e}") from None
     arrays, used = [], set()
     for i, p in enumerate(fn.params):
         key = p.name if p.name in stored else f"arg{i}"
         if key not in stored:
             held = ", ".join(sorted(stored)) or "nothing"
-            raise DlvmError(f"{path}: no array for parameter {i} (%{p.name}: {p.type}) of @{fn.name}; "
-                            f"expected '{p.name}' or 'arg{i}', the file holds {held}")
+            raise DlvmError(
+                f"{path}: no array for parameter {i} (%{p.name}: {p.type}) of @{fn.name}; "
+                f"expected '{p.name}' or 'arg{i}', the file holds {held}"
+            )
         arrays.append(stored[key])
         used.add(key)
     unused = sorted(set(stored) - used)
     if unused:
-        print(f"{PROG}: note: {path} arrays not used by @{fn.name}: {', '.join(unused)}", file=sys.stderr)
+        print(
+            f"{PROG}: note: {path} arrays not used by @{fn.name}: {', '.join(unused)}",
+            file=sys.stderr,
+        )
     return arrays
 
 
 def _declared_dtypes(fn: Function, arrays: list[np.ndarray], cast: bool) -> list[np.ndarray]:
     from ..codegen import check_argument
-    return [check_argument(fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast")
-            if isinstance(p.type, TensorType) else a
-            for i, (p, a) in enumerate(zip(fn.params, arrays))]
+
+    return [
+        check_argument(
+            fn.name, i, p.name, a, p.type.shape, p.type.dtype.numpy, cast, "run with --cast"
+        )
+        if isinstance(p.type, TensorType)
+        else a
+        for i, (p, a) in enumerate(zip(fn.params, arrays))
+    ]
 
 
 def _save_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:

@@ -4,6 +4,7 @@ or printed in canonical form with its comments kept.
     $ dlvm-eq check examples/mlp.dl                   # "ok: 2 functions"
     $ dlvm-eq fmt examples/mlp.dl -i                  # rewritten in place
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,16 @@ def check(args: argparse.Namespace) -> int:
 
 def fmt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dl file")
-    p.add_argument("-i", "--in-place", action="store_true", help="rewrite the file instead of printing")
+    p.add_argument(
+        "-i", "--in-place", action="store_true", help="rewrite the file instead of printing"
+    )
 
 
 def fmt(args: argparse.Namespace) -> int:
     source = read_source(args.file)
     module = parse(source, args.file)
     verify(module)
-    text = format_with_comments(module, source)   # the source's comments kept
+    text = format_with_comments(module, source)  # the source's comments kept
     if args.in_place:
         write_text(Path(args.file), text)
     else:

@@ -12,6 +12,7 @@ Ray. Files: step (data_parallel), sharding (split and weights), reduction (combi
 (the actor), faults (user errors, lost workers), training (the loop, a dq.optim optimizer on
 the driver), ray_runtime (importing Ray, a local instance).
 """
+
 from .ray_runtime import require_ray, start_local
 from .step import DataParallel, data_parallel
 from .training import train

@@ -10,6 +10,7 @@ A worker whose process dies (killed, out of memory) is restarted by Ray (`max_re
 shard is submitted again with the same parameter ref, so the step's result is the one an
 undisturbed step gives. Each such event is logged on the `dlvm_eq.distributed` logger.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,21 +28,20 @@ class RaisedInWorker:
         self.cls, self.args, self.state = cls, args, state
 
     @classmethod
-    def capture(cls, error: DlvmError) -> "RaisedInWorker":
+    def capture(cls, error: DlvmError) -> RaisedInWorker:
         return cls(type(error), error.args, dict(vars(error)))
 
     def rebuild(self) -> DlvmError:
-        error = self.cls.__new__(self.cls)   # not __init__: it may re-render the message
+        error = self.cls.__new__(self.cls)  # not __init__: it may re-render the message
         error.args = self.args
         vars(error).update(self.state)
         return error
 
 
-RESTART_WAIT_S = 120.0   # how long a restarting worker may take when the step has no timeout
+RESTART_WAIT_S = 120.0  # how long a restarting worker may take when the step has no timeout
 
 
-def gather(actors, submit, count: int, max_retries: int, timeout_s: float | None,
-           step_number: int):
+def gather(actors, submit, count: int, max_retries: int, timeout_s: float | None, step_number: int):
     """The results of shards 0..count-1, in that order. `submit(i)` sends shard i to
     `actors[i]` and returns the object ref. A shard whose worker died is sent again (up to
     `max_retries` times per step) once Ray has restarted the worker; a user error is raised
@@ -59,13 +59,21 @@ def gather(actors, submit, count: int, max_retries: int, timeout_s: float | None
                 raise _timeout(i, step_number) from None
             except ray.exceptions.RayActorError as e:
                 if retries >= max_retries:
-                    raise DlvmError(f"data_parallel: worker {i} died during step {step_number} "
-                                    f"and the step's {max_retries} retries are used up: "
-                                    f"{type(e).__name__}") from None
+                    raise DlvmError(
+                        f"data_parallel: worker {i} died during step {step_number} "
+                        f"and the step's {max_retries} retries are used up: "
+                        f"{type(e).__name__}"
+                    ) from None
                 retries += 1
-                log.warning("data_parallel: worker %d died during step %d (%s); Ray restarts "
-                            "it, its shard is retried with the same parameters (retry %d of %d)",
-                            i, step_number, type(e).__name__, retries, max_retries)
+                log.warning(
+                    "data_parallel: worker %d died during step %d (%s); Ray restarts "
+                    "it, its shard is retried with the same parameters (retry %d of %d)",
+                    i,
+                    step_number,
+                    type(e).__name__,
+                    retries,
+                    max_retries,
+                )
                 _wait_restarted(ray, actors[i], i, deadline, step_number)
                 refs[i] = submit(i)
         if isinstance(out, RaisedInWorker):
@@ -86,15 +94,19 @@ def _wait_restarted(ray, actor, index: int, deadline, step_number: int) -> None:
         except ray.exceptions.GetTimeoutError:
             raise _timeout(index, step_number) from None
         except ray.exceptions.ActorDiedError as e:  # out of restarts: Ray gave it up
-            raise DlvmError(f"data_parallel: worker {index} died during step {step_number} and "
-                            f"Ray did not restart it: {e}") from None
+            raise DlvmError(
+                f"data_parallel: worker {index} died during step {step_number} and "
+                f"Ray did not restart it: {e}"
+            ) from None
         if time.monotonic() > until:
             raise _timeout(index, step_number)
 
 
 def _timeout(index: int, step_number: int) -> DlvmError:
-    return DlvmError(f"data_parallel: worker {index} did not answer within the step's time "
-                     f"limit (step {step_number})")
+    return DlvmError(
+        f"data_parallel: worker {index} did not answer within the step's time "
+        f"limit (step {step_number})"
+    )
 
 
 def _left(deadline):
@@ -103,4 +115,5 @@ def _left(deadline):
 
 def _ray():
     from .ray_runtime import require_ray
+
     return require_ray()

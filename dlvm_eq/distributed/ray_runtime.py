@@ -5,6 +5,7 @@
 
 `import dlvm_eq` never imports Ray; `dlvm_eq.distributed` imports it when a step is built.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,10 +27,17 @@ def start_local(num_cpus: int):
     whatever RAY_ADDRESS says), with `num_cpus` CPUs, no dashboard, no usage statistics."""
     ray = require_ray()
     if ray.is_initialized():
-        raise DlvmError("start_local: Ray is already initialized in this process "
-                        "(call ray.shutdown() first, or use the instance you started)")
+        raise DlvmError(
+            "start_local: Ray is already initialized in this process "
+            "(call ray.shutdown() first, or use the instance you started)"
+        )
     # read by ray.init itself: set before it, and only where the user did not choose
     default_for_libraries("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             logging_level=logging.WARNING, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
     return ray

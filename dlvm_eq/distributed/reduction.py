@@ -9,6 +9,7 @@ worker's output is one object the driver fetches. (Ray's own collectives, `ray.u
 run their CPU backend on torch.distributed's gloo, which dlvm_eq does not depend on; a driver-side
 sum also fixes the order, which a ring all-reduce over a changing worker count would not.)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,10 @@ def combine(outputs, weights):
     for k, first in enumerate(leaves0):
         dtype = np.asarray(first).dtype
         if dtype.kind != "f":
-            raise DlvmError(f"data_parallel: output {k} has dtype {dtype}; only float outputs "
-                            f"(values and gradients) can be combined across shards")
+            raise DlvmError(
+                f"data_parallel: output {k} has dtype {dtype}; only float outputs "
+                f"(values and gradients) can be combined across shards"
+            )
         total = np.zeros(np.shape(first), np.float64)
         for (leaves, _), w in zip(flat, weights):
             total += w * np.asarray(leaves[k], np.float64)

@@ -8,6 +8,7 @@ Shards are contiguous row ranges along axis 0 whose sizes differ by at most one 
 array_split), fixed by the batch size and the worker count alone, so a rerun splits the same
 way. With fewer rows than workers the extra workers get no shard (an empty shard has no mean).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,11 +52,15 @@ def batch_rows(args, batch_argnums) -> int:
     for i in batch_argnums:
         shape = np.shape(args[i])
         if len(shape) == 0:
-            raise DlvmError(f"data_parallel: batch argument {i} is a scalar; batch arguments are "
-                            f"split along axis 0")
+            raise DlvmError(
+                f"data_parallel: batch argument {i} is a scalar; batch arguments are "
+                f"split along axis 0"
+            )
         if rows is None:
             rows, first = shape[0], i
         elif shape[0] != rows:
-            raise DlvmError(f"data_parallel: batch arguments disagree along axis 0: argument "
-                            f"{first} has {rows} rows, argument {i} has {shape[0]}")
+            raise DlvmError(
+                f"data_parallel: batch arguments disagree along axis 0: argument "
+                f"{first} has {rows} rows, argument {i} has {shape[0]}"
+            )
     return rows

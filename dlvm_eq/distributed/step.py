@@ -9,6 +9,7 @@ Per call: the non-batch arguments (the parameters) go into Ray's object store on
 ref that every worker reads; each shard is put once too (a retried shard reuses its ref); the
 driver combines the outputs in shard order (reduction.py).
 """
+
 from __future__ import annotations
 
 from ..cache import shared_cache
@@ -32,18 +33,32 @@ class DataParallel:
     not equal the single-process step, so do not use it for one.
     """
 
-    def __init__(self, fn, batch_argnums, workers: int = 2, reduction: str = "mean",
-                 max_retries: int = 3, max_restarts: int = 10, timeout_s: float | None = None):
+    def __init__(
+        self,
+        fn,
+        batch_argnums,
+        workers: int = 2,
+        reduction: str = "mean",
+        max_retries: int = 3,
+        max_restarts: int = 10,
+        timeout_s: float | None = None,
+    ):
         positions = (batch_argnums,) if isinstance(batch_argnums, int) else tuple(batch_argnums)
-        if not positions or not all(isinstance(p, int) and p >= 0 for p in positions) \
-                or len(set(positions)) != len(positions):
-            raise DlvmError(f"data_parallel: batch_argnums must be distinct non-negative argument "
-                            f"positions, got {batch_argnums!r}")
+        if (
+            not positions
+            or not all(isinstance(p, int) and p >= 0 for p in positions)
+            or len(set(positions)) != len(positions)
+        ):
+            raise DlvmError(
+                f"data_parallel: batch_argnums must be distinct non-negative argument "
+                f"positions, got {batch_argnums!r}"
+            )
         if not isinstance(workers, int) or workers < 1:
             raise DlvmError(f"data_parallel: workers must be a positive int, got {workers!r}")
         if reduction not in REDUCTIONS:
-            raise DlvmError(f"data_parallel: reduction must be one of {REDUCTIONS}, "
-                            f"got {reduction!r}")
+            raise DlvmError(
+                f"data_parallel: reduction must be one of {REDUCTIONS}, got {reduction!r}"
+            )
         self.fn, self.batch_argnums, self.workers = fn, tuple(sorted(positions)), workers
         self.reduction, self.max_retries, self.timeout_s = reduction, max_retries, timeout_s
         self.steps = 0
@@ -52,10 +67,16 @@ class DataParallel:
             ray.init(include_dashboard=False)
         cpus = ray.cluster_resources().get("CPU", 0)
         if cpus < workers:  # one CPU each: the rest wait for a node to join (an autoscaler)
-            log.warning("data_parallel: %d workers need %d CPUs, the Ray cluster has %g; the "
-                        "steps wait for more", workers, workers, cpus)
+            log.warning(
+                "data_parallel: %d workers need %d CPUs, the Ray cluster has %g; the "
+                "steps wait for more",
+                workers,
+                workers,
+                cpus,
+            )
         actor = ray.remote(ShardWorker).options(
-            **worker_options(str(shared_cache().root), max_restarts))
+            **worker_options(str(shared_cache().root), max_restarts)
+        )
         # pickled once for all workers; held here, since a restart reads it again (Ray frees an
         # object nobody refers to, and a finished constructor no longer does)
         self._fn_ref = ray.put(fn)
@@ -67,18 +88,24 @@ class DataParallel:
         if self._actors is None:
             raise DlvmError("data_parallel: this step was shut down")
         if self.batch_argnums[-1] >= len(args):
-            raise DlvmError(f"data_parallel: batch_argnums {self.batch_argnums} name argument "
-                            f"{self.batch_argnums[-1]}, but the step got {len(args)} arguments")
+            raise DlvmError(
+                f"data_parallel: batch_argnums {self.batch_argnums} name argument "
+                f"{self.batch_argnums[-1]}, but the step got {len(args)} arguments"
+            )
         ray = self._ray
         plan = shard_plan(batch_rows(args, self.batch_argnums), self.workers)
         shared = ray.put(tuple(a for i, a in enumerate(args) if i not in self.batch_argnums))
         shards = [ray.put(s) for s in plan.slices([args[i] for i in self.batch_argnums])]
         self.steps += 1
-        location = user_location()     # the user's line here: a worker's error names it
+        location = user_location()  # the user's line here: a worker's error names it
         outputs = gather(
             self._actors,
             lambda i: self._actors[i].run.remote(shared, self.batch_argnums, shards[i], location),
-            len(shards), self.max_retries, self.timeout_s, self.steps)
+            len(shards),
+            self.max_retries,
+            self.timeout_s,
+            self.steps,
+        )
         return combine(outputs, plan.weights(self.reduction))
 
     def worker_pids(self) -> list[int]:

@@ -9,6 +9,7 @@ restarted worker needs no state: it is given the current parameters with its nex
 same loop with the undistributed step (`train(dq.value_and_grad(loss), ...)`) is the
 single-process reference.
 """
+
 from __future__ import annotations
 
 from ..dsl import optim

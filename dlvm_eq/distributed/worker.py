@@ -8,6 +8,7 @@ reachable (it is passed in the actor's environment, with one compute thread per 
     actor = ShardWorker.options(**worker_options(cache_dir, restarts)).remote(fn)
     out = actor.run.remote(shared_ref, batch_positions, shard)   # fn's output, a pytree
 """
+
 from __future__ import annotations
 
 import os

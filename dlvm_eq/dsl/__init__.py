@@ -19,47 +19,178 @@ Compositions of the ops, one small file each: constants (zeros, ones, full, aran
 stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the
 targets live in dlvm_eq/pipeline (trace + compile). May import: ir, errors.
 """
-from .tensor import Tensor  # first: tensor.py, primitive.py and indexing.py import each other
-from .api import make_ir  # noqa: E402
-from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like  # noqa: E402
-from .conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
-from .context import TracingError, current_trace, is_tracing
+
+# first: tensor.py, primitive.py and indexing.py import each other
+from .tensor import Tensor  # isort: skip
+
+# isort: split
+from . import optim
+from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
+from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
+from .context import TracingError, current_trace, is_tracing
+from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
 from .einsum import einsum
 from .gather import take
 from .indexing import split
 from .layers import gelu, layer_norm, one_hot
 from .linalg import matmul
-from .special import erf
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
-from .ops import (abs, add, astype, ceil, concatenate, cos, cosh, divide, equal, exp, expm1, floor,
-                  greater, greater_equal, less, less_equal, log, log1p, logical_and, logical_not,
-                  logical_or, max, maximum, mean, min, minimum, multiply, negative,
-                  not_equal, power, relu, reshape, round, rsqrt, sigmoid, sign, sin, sinh, softplus,
-                  sqrt, square, subtract, sum, tan, tanh, transpose, where)
+from .ops import (
+    abs,
+    add,
+    astype,
+    ceil,
+    concatenate,
+    cos,
+    cosh,
+    divide,
+    equal,
+    exp,
+    expm1,
+    floor,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    relu,
+    reshape,
+    round,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sinh,
+    softplus,
+    sqrt,
+    square,
+    subtract,
+    sum,
+    tan,
+    tanh,
+    transpose,
+    where,
+)
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
+from .special import erf
 from .stack import stack
 from .stats import std, var
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
-from . import optim  # noqa: E402 (last: it is written with the ops above)
 
 __all__ = [
     # ops
-    "avg_pool2d", "conv1d", "conv2d", "max_pool2d",
-    "abs", "add", "argmax", "argmin", "astype", "clip", "cumsum", "ceil", "concatenate", "cos", "cosh", "divide", "equal", "erf", "exp",
-    "expm1", "floor", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
-    "log_softmax", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "pad", "power", "relu",
-    "reshape", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "softmax",
-    "softmax_cross_entropy", "softplus", "split", "sqrt", "square", "subtract", "sum", "take", "tan",
-    "tanh", "transpose", "where",
+    "avg_pool2d",
+    "conv1d",
+    "conv2d",
+    "max_pool2d",
+    "abs",
+    "add",
+    "argmax",
+    "argmin",
+    "astype",
+    "clip",
+    "cumsum",
+    "ceil",
+    "concatenate",
+    "cos",
+    "cosh",
+    "divide",
+    "equal",
+    "erf",
+    "exp",
+    "expm1",
+    "floor",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "log_softmax",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logsumexp",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "pad",
+    "power",
+    "relu",
+    "reshape",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "softmax",
+    "softmax_cross_entropy",
+    "softplus",
+    "split",
+    "sqrt",
+    "square",
+    "subtract",
+    "sum",
+    "take",
+    "tan",
+    "tanh",
+    "transpose",
+    "where",
     # compositions of the ops
-    "arange", "clip", "einsum", "full", "full_like", "gelu", "layer_norm", "one_hot", "ones",
-    "ones_like", "stack", "std", "var", "zeros", "zeros_like",
+    "arange",
+    "clip",
+    "einsum",
+    "full",
+    "full_like",
+    "gelu",
+    "layer_norm",
+    "one_hot",
+    "ones",
+    "ones_like",
+    "stack",
+    "std",
+    "var",
+    "zeros",
+    "zeros_like",
     # pytrees and optimizers over them
-    "optim", "PyTreeDef", "tree_flatten", "tree_leaves", "tree_map", "tree_structure",
+    "optim",
+    "PyTreeDef",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_map",
+    "tree_structure",
     "tree_unflatten",
     # tracing and the API
-    "ShapeDtypeStruct", "Tensor", "TracingError", "call_function", "current_trace", "is_tracing",
-    "make_ir", "spec", "trace", "trace_closure", "type_of",
+    "ShapeDtypeStruct",
+    "Tensor",
+    "TracingError",
+    "call_function",
+    "current_trace",
+    "is_tracing",
+    "make_ir",
+    "spec",
+    "trace",
+    "trace_closure",
+    "type_of",
 ]

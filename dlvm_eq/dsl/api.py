@@ -5,6 +5,7 @@
 `dq.jit` (trace, then compile) lives with the pipeline (dlvm_eq/pipeline/jit.py); it traces
 through `traced_module` here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,10 @@ def make_ir(fn, name: str | None = None):
     """`make_ir(fn)(*example_args) -> Module` holding one function named after `fn`. Example
     args are numpy arrays, Python or numpy scalars, `dq.spec(shape, dtype)`, or pytrees of
     them (dicts, lists, tuples, namedtuples: one IR parameter per leaf)."""
+
     def build(*example_args) -> Module:
         return traced_module(fn, example_args, name)[0]
+
     functools.update_wrapper(build, fn, updated=())
     return build
 
@@ -34,10 +37,9 @@ def traced_module(fn, args, name=None, leaves=None) -> tuple[Module, object]:
     else:
         in_tree = tree_flatten(tuple(args))[1]
     flat, out_trees = flat_function(fn, in_tree)
-    function = trace(flat, leaves, name=name or function_name(fn),
-                     names=leaf_names(fn, in_tree))
+    function = trace(flat, leaves, name=name or function_name(fn), names=leaf_names(fn, in_tree))
     code = getattr(fn, "__code__", None)
-    if code is not None:   # the user's def, not the flattening wrapper
+    if code is not None:  # the user's def, not the flattening wrapper
         function.location = (code.co_filename, code.co_firstlineno, 1)
     module = Module(function.name)
     module.add(function)

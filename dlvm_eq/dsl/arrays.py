@@ -12,16 +12,30 @@ where their derivative is zero. As numpy, NaN counts as the extreme (its first i
 clip at a bound passes half of the gradient (maximum/minimum split ties equally, as JAX's
 `jnp.clip` built on them does).
 """
+
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
 
-from .context import shape_error
 from ..ir.types import BOOL, I32
-from .ops import (astype, concatenate, equal, logical_or, max, maximum, min, minimum, normalize_axes,
-                  not_equal, reshape, shape_of, where)
+from .context import shape_error
+from .ops import (
+    astype,
+    concatenate,
+    equal,
+    logical_or,
+    max,
+    maximum,
+    min,
+    minimum,
+    normalize_axes,
+    not_equal,
+    reshape,
+    shape_of,
+    where,
+)
 from .primitive import bind, dtype_of, lift_value
 from .tensor import Tensor
 
@@ -42,7 +56,7 @@ def _arg_extreme(x, axis, keepdims: bool, extreme, name: str):
     x, shape, axis = _one_axis(x, axis, name)
     n = shape[axis]
     iota = np.arange(n, dtype=np.int32).reshape([n if i == axis else 1 for i in range(len(shape))])
-    hit = logical_or(equal(x, extreme(x, axis=axis, keepdims=True)), not_equal(x, x))   # x != x: NaN
+    hit = logical_or(equal(x, extreme(x, axis=axis, keepdims=True)), not_equal(x, x))  # x != x: NaN
     return min(where(hit, iota, n), axis=axis, keepdims=keepdims)
 
 
@@ -61,7 +75,7 @@ def cumsum(x, axis=None, reverse=False):
     reverse, from the end (the IR op `cumsum`, whose adjoint is the cumsum the other way)."""
     x, _, axis = _one_axis(x, axis, "cumsum")
     if dtype_of(x) is BOOL:
-        x = astype(x, I32)       # numpy sums bools as integers
+        x = astype(x, I32)  # numpy sums bools as integers
     return bind("cumsum", [x], name="cumsum", axis=axis, reverse=bool(reverse))
 
 
@@ -96,12 +110,14 @@ def pad(x, pad_width, mode="constant", constant_values=0):
         raise shape_error("pad: a zero-dimensional array cannot be padded")
     value = np.asarray(constant_values, dtype_of(x).numpy)
     if isinstance(x, Tensor):
-        value = Tensor(lift_value(value, x.trace), x.trace)    # one scalar literal, broadcast
+        value = Tensor(lift_value(value, x.trace), x.trace)  # one scalar literal, broadcast
     for axis, (before, after) in enumerate(_pad_widths(pad_width, len(shape))):
         parts = []
         for count in (before, after):
-            block = shape[:axis] + [count] + shape[axis + 1:]
-            parts.append(bind("broadcast", [value], name="pad", shape=tuple(block)) if count else None)
+            block = shape[:axis] + [count] + shape[axis + 1 :]
+            parts.append(
+                bind("broadcast", [value], name="pad", shape=tuple(block)) if count else None
+            )
         if parts[0] is not None or parts[1] is not None:
             x = concatenate([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis)
             shape[axis] += before + after

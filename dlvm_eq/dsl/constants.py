@@ -6,6 +6,7 @@ array is one splat `literal`, DLVM's `0.0: <3 x 4 x f32>`, not an array of copie
     dq.full((4,), 7)              # int32: the fill value's kind, unless dtype= says
     dq.arange(1, 7, 2)            # array([1, 3, 5], dtype=int32)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,18 +33,24 @@ def full(shape, fill_value, dtype=None):
     dtype = to_dtype(dtype) if dtype is not None else promote([fill_value])
     if isinstance(fill_value, Tensor):
         if fill_value.shape != ():
-            raise shape_error(f"full: the fill value must be a scalar, got shape "
-                              f"{fill_value.shape}")
+            raise shape_error(
+                f"full: the fill value must be a scalar, got shape {fill_value.shape}"
+            )
         return bind("broadcast", [astype(fill_value, dtype)], name="full", shape=shape)
     if not is_weak(fill_value) and np.ndim(fill_value) != 0:
-        raise shape_error(f"full: the fill value must be a scalar, got shape "
-                          f"{np.shape(fill_value)}")
+        raise shape_error(
+            f"full: the fill value must be a scalar, got shape {np.shape(fill_value)}"
+        )
     trace = current_trace()
     if trace is None:
         return np.full(shape, fill_value, dtype=dtype.numpy)
-    value = trace.builder.emit("literal", [], location=user_location(),
-                               value=Const.of(fill_value, dtype).value,
-                               type=TensorType(shape, dtype))
+    value = trace.builder.emit(
+        "literal",
+        [],
+        location=user_location(),
+        value=Const.of(fill_value, dtype).value,
+        type=TensorType(shape, dtype),
+    )
     return Tensor(value, trace)
 
 
@@ -75,8 +82,10 @@ def arange(start, stop=None, step=1, dtype=None):
         start, stop = 0, start
     bounds = (start, stop, step)
     if not all(is_weak(b) for b in bounds):
-        raise shape_error(f"arange: bounds must be Python numbers, got {bounds!r:.80} (the "
-                          "length of an array must be known while tracing)")
+        raise shape_error(
+            f"arange: bounds must be Python numbers, got {bounds!r:.80} (the "
+            "length of an array must be known while tracing)"
+        )
     if step == 0:
         raise shape_error("arange: step must not be zero")
     dtype = to_dtype(dtype) if dtype is not None else promote(list(bounds))

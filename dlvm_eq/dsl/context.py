@@ -8,6 +8,7 @@ the (file, line, col) of the first stack frame outside the dlvm_eq package, and 
     with Trace(FunctionBuilder("f", [tensor(3, F32)])) as t:
         ...                       # dsl ops emit into t.builder
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -102,12 +103,12 @@ class Trace:
         self.builder = builder
         self.parent: Trace | None = None
         self.allow_captures = allow_captures
-        self.captured: list = []                 # Tensors of the parent trace, in param order
+        self.captured: list = []  # Tensors of the parent trace, in param order
         self._capture_params: dict[int, Value] = {}
         self._literals: dict[tuple, tuple] = {}  # (id(array), dtype) -> (array, Value)
         self.active = False
 
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         stack = _STACK.get()
         self.parent = stack[-1] if stack else None
         self._token = _STACK.set(stack + (self,))
@@ -121,15 +122,20 @@ class Trace:
     def capture(self, tensor) -> Value:
         """The value standing for `tensor` (of an enclosing trace) inside this trace."""
         from .tensor import Tensor
+
         key = id(tensor.value)
         if key in self._capture_params:
             return self._capture_params[key]
         if not self.allow_captures:
             raise tracing_error(
                 f"a traced value {tensor.value!r} of an enclosing trace is used inside a nested "
-                "trace; pass it as an argument instead of closing over it")
-        outer = tensor if tensor.trace is self.parent else Tensor(self.parent.capture(tensor),
-                                                                  self.parent)
+                "trace; pass it as an argument instead of closing over it"
+            )
+        outer = (
+            tensor
+            if tensor.trace is self.parent
+            else Tensor(self.parent.capture(tensor), self.parent)
+        )
         param = Value(self.builder.fresh("capture"), tensor.value.type)
         self.builder.params.append(param)
         self.captured.append(outer)
@@ -142,8 +148,14 @@ class Trace:
         hit = self._literals.get(key)
         if hit is None:
             from ..ir.types import TensorType
-            value = self.builder.emit("literal", [], location=loc, value=array.astype(dtype.numpy),
-                                      type=TensorType(array.shape, dtype))
+
+            value = self.builder.emit(
+                "literal",
+                [],
+                location=loc,
+                value=array.astype(dtype.numpy),
+                type=TensorType(array.shape, dtype),
+            )
             hit = self._literals[key] = (array, value)  # keep the array alive: its id is the key
         return hit[1]
 

@@ -7,6 +7,7 @@
 
 Attributes are checked here, with messages naming the user's line; shapes by the op table.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -22,8 +23,11 @@ def _ints(name: str, op: str, value, n: int, floor: int) -> tuple[int, ...]:
         vals = tuple(vals)
     except TypeError:
         vals = None
-    if vals is None or len(vals) != n or any(isinstance(v, bool) or not isinstance(v, numbers.Integral)
-                                             for v in vals):
+    if (
+        vals is None
+        or len(vals) != n
+        or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in vals)
+    ):
         raise shape_error(f"{op}: {name} must be an int or {n} ints, got {value!r}")
     if any(v < floor for v in vals):
         raise shape_error(f"{op}: {name} {value!r} must be {'>= 0' if floor == 0 else 'positive'}")
@@ -33,8 +37,11 @@ def _ints(name: str, op: str, value, n: int, floor: int) -> tuple[int, ...]:
 def _rank(op: str, x, rank: int, what: str):
     shape = shape_of(x)
     if len(shape) != rank:
-        layout = {4: "NCHW", 3: "NCW"}.get(rank, f"rank {rank}") if what == "input" else \
-            {4: "OIHW", 3: "OIW"}.get(rank, f"rank {rank}")
+        layout = (
+            {4: "NCHW", 3: "NCW"}.get(rank, f"rank {rank}")
+            if what == "input"
+            else {4: "OIHW", 3: "OIW"}.get(rank, f"rank {rank}")
+        )
         raise shape_error(f"{op}: the {what} must be {layout} (rank {rank}), got shape {shape}")
     return shape
 
@@ -46,13 +53,17 @@ def _conv_padding(op: str, padding, kernel, stride, dilation, n: int) -> tuple[i
             return (0,) * (2 * n)
         if padding == "same":
             if any(s != 1 for s in stride):
-                raise shape_error(f"{op}: padding='same' needs stride 1 (as torch), got stride {stride}")
+                raise shape_error(
+                    f"{op}: padding='same' needs stride 1 (as torch), got stride {stride}"
+                )
             out = []
             for k, d in zip(kernel, dilation):
                 total = d * (k - 1)
                 out += [total // 2, total - total // 2]
             return tuple(out)
-        raise shape_error(f"{op}: padding must be an int, {n} ints, 'same' or 'valid', got {padding!r}")
+        raise shape_error(
+            f"{op}: padding must be an int, {n} ints, 'same' or 'valid', got {padding!r}"
+        )
     pads = _ints("padding", op, padding, n, 0)
     return tuple(p for p in pads for _ in (0, 1))
 
@@ -65,8 +76,16 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
     stride, dilation = _ints("stride", op, stride, 2, 1), _ints("dilation", op, dilation, 2, 1)
     (groups,) = _ints("groups", op, groups, 1, 1)
     pad = _conv_padding(op, padding, ws[2:], stride, dilation, 2)
-    return bind("conv2d", [x, w], name=op, float_result=True, stride=stride, padding=pad,
-                dilation=dilation, groups=groups)
+    return bind(
+        "conv2d",
+        [x, w],
+        name=op,
+        float_result=True,
+        stride=stride,
+        padding=pad,
+        dilation=dilation,
+        groups=groups,
+    )
 
 
 def conv1d(x, w, stride=1, padding=0, dilation=1, groups=1):
@@ -78,8 +97,16 @@ def conv1d(x, w, stride=1, padding=0, dilation=1, groups=1):
     (groups,) = _ints("groups", op, groups, 1, 1)
     lo, hi = _conv_padding(op, padding, ws[2:], (s,), (d,), 1)
     x4, w4 = bind("padShape", [x], name=op, at=2), bind("padShape", [w], name=op, at=2)
-    y = bind("conv2d", [x4, w4], name=op, float_result=True, stride=(1, s), padding=(0, 0, lo, hi),
-             dilation=(1, d), groups=groups)
+    y = bind(
+        "conv2d",
+        [x4, w4],
+        name=op,
+        float_result=True,
+        stride=(1, s),
+        padding=(0, 0, lo, hi),
+        dilation=(1, d),
+        groups=groups,
+    )
     return bind("squeezeShape", [y], name=op, at=2)
 
 
@@ -88,8 +115,15 @@ def _pool(op: str, ir_op: str, x, kernel, stride, padding):
     kernel = _ints("kernel", op, kernel, 2, 1)
     stride = kernel if stride is None else _ints("stride", op, stride, 2, 1)
     pads = _ints("padding", op, padding, 2, 0)
-    return bind(ir_op, [x], name=op, float_result=True, kernel=kernel, stride=stride,
-                padding=(pads[0], pads[0], pads[1], pads[1]))
+    return bind(
+        ir_op,
+        [x],
+        name=op,
+        float_result=True,
+        kernel=kernel,
+        stride=stride,
+        padding=(pads[0], pads[0], pads[1], pads[1]),
+    )
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):

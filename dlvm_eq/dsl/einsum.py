@@ -12,6 +12,7 @@ batch axes, the other shared ones are contracted, by a matrix product of
 (batch, free_a, contracted) and (batch, contracted, free_b) arrays. Not supported (a ShapeError):
 `...` (ellipsis), and an index repeated in the output.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,8 @@ import numpy as np
 from ..ir.types import F32
 from . import ops
 from .constants import arange
-from .linalg import matmul   # numpy's rules: (B, M, K) @ (B, K, N) is one batched product
 from .context import shape_error
+from .linalg import matmul  # numpy's rules: (B, M, K) @ (B, K, N) is one batched product
 from .ops import shape_of
 from .primitive import promote
 
@@ -31,23 +32,23 @@ from .primitive import promote
 def _parse(spec: str, n: int) -> tuple[list[str], str]:
     spec = spec.replace(" ", "")
     if "." in spec:
-        raise shape_error(f"einsum: {spec!r}: ellipsis ('...') is not supported; write the "
-                          "axes out")
+        raise shape_error(
+            f"einsum: {spec!r}: ellipsis ('...') is not supported; write the axes out"
+        )
     inputs, arrow, output = spec.partition("->")
     terms = inputs.split(",")
     if not re.fullmatch(r"[a-zA-Z,]*", inputs) or not re.fullmatch(r"[a-zA-Z]*", output):
         raise shape_error(f"einsum: {spec!r}: indices must be letters")
     if len(terms) != n:
         raise shape_error(f"einsum: {spec!r} names {len(terms)} operand(s), got {n}")
-    if not arrow:   # numpy's implicit output: the indices used once, in alphabetical order
+    if not arrow:  # numpy's implicit output: the indices used once, in alphabetical order
         counts = "".join(terms)
         output = "".join(sorted(c for c in set(counts) if counts.count(c) == 1))
     if len(set(output)) != len(output):
         raise shape_error(f"einsum: {spec!r}: an index is repeated in the output")
     missing = set(output) - set("".join(terms))
     if missing:
-        raise shape_error(f"einsum: {spec!r}: output index {sorted(missing)[0]!r} is in no "
-                          "operand")
+        raise shape_error(f"einsum: {spec!r}: output index {sorted(missing)[0]!r} is in no operand")
     return terms, output
 
 
@@ -56,8 +57,9 @@ def _sizes(terms, operands, spec) -> dict[str, int]:
     for term, x in zip(terms, operands):
         shape = tuple(shape_of(x))
         if len(term) != len(shape):
-            raise shape_error(f"einsum: {spec!r}: operand {term!r} has {len(shape)} axes "
-                              f"(shape {shape})")
+            raise shape_error(
+                f"einsum: {spec!r}: operand {term!r} has {len(shape)} axes (shape {shape})"
+            )
         for c, d in zip(term, shape):
             if sizes.setdefault(c, d) != d:
                 raise shape_error(f"einsum: {spec!r}: index {c!r} has sizes {sizes[c]} and {d}")
@@ -73,7 +75,7 @@ def einsum(spec: str, *operands):
     sizes = _sizes(terms, operands, spec)
     x, term = _diagonals(operands[0], terms[0], sizes)
     for i in range(1, len(operands)):
-        later = set(output).union(*terms[i + 1:])
+        later = set(output).union(*terms[i + 1 :])
         y, y_term = _diagonals(operands[i], terms[i], sizes)
         x, term = _sum_alone(x, term, later | set(y_term))
         y, y_term = _sum_alone(y, y_term, later | set(term))
@@ -94,7 +96,7 @@ def _diagonals(x, term: str, sizes):
         shape = [1] * len(term)
         shape[a] = shape[b] = n
         x = ops.sum(ops.multiply(x, ops.reshape(eye, shape)), axis=b)
-        term = term[:b] + term[b + 1:]
+        term = term[:b] + term[b + 1 :]
     return x, term
 
 
@@ -120,15 +122,18 @@ def _contract(x, xt: str, y, yt: str, later: set, sizes):
     y_own = [c for c in yt if c not in xt]
     out_term = "".join(batch + x_own + y_own)
     size = functools.partial(_product, sizes)
-    if not summed:   # an outer product (per batch): a broadcasting multiply
+    if not summed:  # an outer product (per batch): a broadcasting multiply
         xs = _arranged(x, xt, batch + x_own, sizes, pad_after=len(y_own))
         ys = _arranged(y, yt, batch + y_own, sizes, pad_at=len(batch), pad=len(x_own))
         return ops.multiply(xs, ys), out_term
     b, m, k, n = size(batch), size(x_own), size(summed), size(y_own)
     xm = ops.reshape(_permuted(x, xt, batch + x_own + summed), (b, m, k))
     ym = ops.reshape(_permuted(y, yt, batch + summed + y_own), (b, k, n))
-    product = matmul(xm, ym) if b > 1 else ops.reshape(
-        matmul(ops.reshape(xm, (m, k)), ops.reshape(ym, (k, n))), (1, m, n))
+    product = (
+        matmul(xm, ym)
+        if b > 1
+        else ops.reshape(matmul(ops.reshape(xm, (m, k)), ops.reshape(ym, (k, n))), (1, m, n))
+    )
     return ops.reshape(product, tuple(sizes[c] for c in out_term)), out_term
 
 

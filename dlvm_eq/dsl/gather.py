@@ -7,6 +7,7 @@ onto the IR op `take` (whose adjoint is `scatterAdd`: repeated indices accumulat
 Indices must lie in [0, size): the interpreter, eager calls and compiled code (CPU and GPU)
 raise the same DlvmError otherwise (ir/ops.checked_indices). Negative indices are not wrapped.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,9 @@ def take(x, ids, axis=0):
             raise shape_error(f"take: indices must be integers, got an array of {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= shape[axis]):
             bad = ids.flat[np.flatnonzero((ids < 0) | (ids >= shape[axis]))[0]]
-            raise shape_error(f"take: index {int(bad)} is out of range for axis {axis} with size "
-                              f"{shape[axis]}")
+            raise shape_error(
+                f"take: index {int(bad)} is out of range for axis {axis} with size {shape[axis]}"
+            )
         ids = ids.astype(np.int32)
     elif dtype_of(ids) is not I32:
         raise shape_error(f"take: indices must be integers, got a tensor of {dtype_of(ids)}")
@@ -50,5 +52,5 @@ def take(x, ids, axis=0):
         raise shape_error(f"take: no indices (shape {ids_shape})")
     flat = ids if len(ids_shape) == 1 else reshape(ids, (math.prod(ids_shape),))
     out = bind("take", [x, flat], name="take", promote_only=(), axis=axis)
-    want = shape[:axis] + ids_shape + shape[axis + 1:]
+    want = shape[:axis] + ids_shape + shape[axis + 1 :]
     return out if tuple(shape_of(out)) == want else reshape(out, want)

@@ -11,6 +11,7 @@ Bounds follow numpy: negative from the end, slice bounds clamped to the axis; a 
 tensor alone, `x[ids]`, is a `take` (dsl/gather.py). Not supported (a ShapeError at the user's
 line): negative steps, empty slices, boolean indices, arrays mixed with other entries.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -32,16 +33,22 @@ def _check_entry(e, shape) -> None:
     if e is None or e is Ellipsis or isinstance(e, slice):
         return
     if isinstance(e, (bool, np.bool_)):
-        raise shape_error(f"indexing shape {shape} with a bool is not supported (boolean masks "
-                          "select data-dependent shapes; use dq.where)")
+        raise shape_error(
+            f"indexing shape {shape} with a bool is not supported (boolean masks "
+            "select data-dependent shapes; use dq.where)"
+        )
     if isinstance(e, Tensor):
-        raise shape_error(f"indexing shape {shape} by a traced tensor is supported only as the "
-                          "whole index, x[ids] (dq.take); here use dq.take for each axis")
+        raise shape_error(
+            f"indexing shape {shape} by a traced tensor is supported only as the "
+            "whole index, x[ids] (dq.take); here use dq.take for each axis"
+        )
     if isinstance(e, (numbers.Integral, np.integer)):
         return
-    raise shape_error(f"indexing shape {shape} with {type(e).__name__} {e!r} is not supported: "
-                      "only ints, slices with positive steps, ... and None, or one integer array "
-                      "as the whole index (x[ids])")
+    raise shape_error(
+        f"indexing shape {shape} with {type(e).__name__} {e!r} is not supported: "
+        "only ints, slices with positive steps, ... and None, or one integer array "
+        "as the whole index (x[ids])"
+    )
 
 
 def _expand(index, shape) -> list:
@@ -53,30 +60,38 @@ def _expand(index, shape) -> list:
         raise shape_error(f"indexing shape {shape}: an index can only have a single ellipsis (...)")
     used = sum(e is not None and e is not Ellipsis for e in entries)
     if used > len(shape):
-        raise shape_error(f"too many indices for shape {shape}: {used} indexed axes, "
-                          f"{len(shape)} axes")
+        raise shape_error(
+            f"too many indices for shape {shape}: {used} indexed axes, {len(shape)} axes"
+        )
     fill = [slice(None)] * (len(shape) - used)
     if Ellipsis in entries:
         i = next(i for i, e in enumerate(entries) if e is Ellipsis)
-        return entries[:i] + fill + entries[i + 1:]
+        return entries[:i] + fill + entries[i + 1 :]
     return entries + fill
 
 
 def _bounds(e, n: int, axis: int, shape) -> tuple[int, int, int, bool]:
     """(lo, hi, step, squeeze) of entry e on an axis of size n."""
     if isinstance(e, slice):
-        if e.step is not None and (not isinstance(e.step, (numbers.Integral, np.integer)) or e.step < 1):
-            raise shape_error(f"indexing shape {shape}: slice step {e.step} on axis {axis} is not "
-                              "supported (only positive steps; reverse with a take of the indices)")
+        if e.step is not None and (
+            not isinstance(e.step, (numbers.Integral, np.integer)) or e.step < 1
+        ):
+            raise shape_error(
+                f"indexing shape {shape}: slice step {e.step} on axis {axis} is not "
+                "supported (only positive steps; reverse with a take of the indices)"
+            )
         lo, hi, step = e.indices(n)
         if hi <= lo:
-            raise shape_error(f"indexing shape {shape}: the slice {_text(e)} of axis {axis} "
-                              f"(size {n}) is empty; empty tensors are not supported")
+            raise shape_error(
+                f"indexing shape {shape}: the slice {_text(e)} of axis {axis} "
+                f"(size {n}) is empty; empty tensors are not supported"
+            )
         return lo, hi, step, False
     i = int(e)
     if not -n <= i < n:
-        raise shape_error(f"index {i} is out of bounds for axis {axis} with size {n} "
-                          f"(shape {shape})")
+        raise shape_error(
+            f"index {i} is out of bounds for axis {axis} with size {n} (shape {shape})"
+        )
     i %= n
     return i, i + 1, 1, True
 
@@ -102,7 +117,7 @@ def getitem(x, index):
         n = shape[axis]
         lo, hi, step, drop = _bounds(e, n, axis, shape)
         if step != 1 and len(range(lo, hi, step)) == 1:
-            hi, step = lo + 1, 1             # one entry: a plain slice
+            hi, step = lo + 1, 1  # one entry: a plain slice
         if step != 1:
             out = bind("slice", [out], name="indexing", axis=axis, lo=lo, hi=hi, step=step)
         elif (lo, hi) != (0, n):
@@ -117,7 +132,7 @@ def getitem(x, index):
     for a in new_axes:
         out = bind("padShape", [out], name="indexing", at=a)
     if out is x and not isinstance(x, Tensor):
-        out = np.array(x)   # numpy's x[:] is a view; eager DSL results are fresh arrays
+        out = np.array(x)  # numpy's x[:] is a view; eager DSL results are fresh arrays
     return out
 
 
@@ -133,8 +148,10 @@ def split(x, indices_or_sections, axis=0) -> list:
     if isinstance(indices_or_sections, (numbers.Integral, np.integer)):
         k = int(indices_or_sections)
         if k <= 0 or n % k:
-            raise shape_error(f"split: axis {axis} of shape {shape} (size {n}) does not divide "
-                              f"into {k} equal parts")
+            raise shape_error(
+                f"split: axis {axis} of shape {shape} (size {n}) does not divide "
+                f"into {k} equal parts"
+            )
         cuts = [n // k * i for i in range(1, k)]
     else:
         cuts = [int(c) for c in indices_or_sections]

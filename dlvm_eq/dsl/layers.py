@@ -5,6 +5,7 @@ e-graph see nothing new): `gelu`, `layer_norm`, `one_hot`.
     dq.layer_norm(x, axis=-1)        # (x - mean) / sqrt(var + eps) over the last axis
     dq.one_hot(ids, 10)              # f32 rows with a 1 at each id (none for ids out of range)
 """
+
 from __future__ import annotations
 
 import math
@@ -25,14 +26,17 @@ def gelu(x, approximate=False):
     """x * Phi(x) (Hendrycks and Gimpel): exact with `erf`, or the tanh form with
     `approximate=True`, as `jax.nn.gelu` and PyTorch's `approximate="tanh"`."""
     if approximate:
-        inner = ops.multiply(_SQRT_2_OVER_PI,
-                             ops.add(x, ops.multiply(0.044715, ops.power(x, 3))))
+        inner = ops.multiply(_SQRT_2_OVER_PI, ops.add(x, ops.multiply(0.044715, ops.power(x, 3))))
         return ops.multiply(ops.multiply(0.5, x), ops.add(1, ops.tanh(inner)))
     erf = _erf()
     if erf is None:
-        raise DlvmError(located("gelu(approximate=False) needs dq.erf, which this build of the "
-                                "DSL does not have; use gelu(x, approximate=True) (the tanh "
-                                "form)"))
+        raise DlvmError(
+            located(
+                "gelu(approximate=False) needs dq.erf, which this build of the "
+                "DSL does not have; use gelu(x, approximate=True) (the tanh "
+                "form)"
+            )
+        )
     return ops.multiply(ops.multiply(0.5, x), ops.add(1, erf(ops.multiply(x, math.sqrt(0.5)))))
 
 

@@ -8,6 +8,7 @@
 Batch dimensions broadcast as numpy's do, through explicit `broadcast` ops: codegen reads them
 as stride-0 views (no copy), and their adjoints sum the gradient back over the broadcast axes.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,15 +25,18 @@ def matmul(a, b):
     dimensions broadcast, e.g. (2, 3, 4) @ (4, 5) -> (2, 3, 5)."""
     sa, sb = tuple(shape_of(a)), tuple(shape_of(b))
     if not sa or not sb:
-        raise shape_error(f"matmul of shapes {sa} and {sb}: operands must have at least one "
-                          "dimension (use * for scalars)")
+        raise shape_error(
+            f"matmul of shapes {sa} and {sb}: operands must have at least one "
+            "dimension (use * for scalars)"
+        )
     k_a, k_b = sa[-1], (sb[0] if len(sb) == 1 else sb[-2])
     if k_a != k_b:
-        raise shape_error(f"matmul of shapes {sa} and {sb}: contracted dimensions differ "
-                          f"({k_a} vs {k_b})")
+        raise shape_error(
+            f"matmul of shapes {sa} and {sb}: contracted dimensions differ ({k_a} vs {k_b})"
+        )
     if len(sa) <= 2 and len(sb) <= 2:
         return bind("dot", [a, b], name="matmul")
-    if len(sb) <= 2:   # b has no batch: one GEMM over a's rows, all batches at once
+    if len(sb) <= 2:  # b has no batch: one GEMM over a's rows, all batches at once
         rows = reshape(a, (math.prod(sa[:-1]), k_a))
         return reshape(bind("dot", [rows, b], name="matmul"), sa[:-1] + sb[1:])
     return _batched(a, b, sa, sb)
@@ -40,14 +44,16 @@ def matmul(a, b):
 
 def _batched(a, b, sa, sb):
     vector_a = len(sa) == 1
-    ma = (1,) + sa if vector_a else sa            # numpy: a vector is a row, dropped after
+    ma = (1,) + sa if vector_a else sa  # numpy: a vector is a row, dropped after
     batch = broadcast_shapes(ma[:-2], sb[:-2])
     if batch is None:
-        raise shape_error(f"matmul of shapes {sa} and {sb}: batch dimensions {ma[:-2]} and "
-                          f"{sb[:-2]} do not broadcast")
+        raise shape_error(
+            f"matmul of shapes {sa} and {sb}: batch dimensions {ma[:-2]} and "
+            f"{sb[:-2]} do not broadcast"
+        )
     full_a, full_b = batch + ma[-2:], batch + sb[-2:]
     a, b = _to(a, sa, full_a), _to(b, sb, full_b)
-    if len(batch) + 2 > MAX_BATCH_MATMUL_RANK:   # fold the batch into one axis
+    if len(batch) + 2 > MAX_BATCH_MATMUL_RANK:  # fold the batch into one axis
         flat = (math.prod(batch),)
         a, b = reshape(a, flat + ma[-2:]), reshape(b, flat + sb[-2:])
     out = bind("batchMatmul", [a, b], name="matmul")

@@ -4,10 +4,10 @@ e-graph see nothing new): subtract the maximum (softmax: its floor) before `exp`
     softmax(x)    = exp(x - m) / sum(exp(x - m)),  m = floor(max(x))
     logsumexp(x)  = max(x) + log(sum(exp(x - max(x))))
 """
+
 from __future__ import annotations
 
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
-
 from . import ops
 from .ops import normalize_axes, shape_of
 

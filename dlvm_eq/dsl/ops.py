@@ -4,6 +4,7 @@ IR) and on numpy arrays (computes eagerly with the op table's numpy semantics):
     dq.sum(x, axis=(0, -1), keepdims=True)   # reduce %x by add ... along 0, 2; shapeCast
     dq.exp(np.zeros(3, np.float32))          # array([1., 1., 1.], dtype=float32)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,18 +21,45 @@ from .tensor import Tensor
 
 # DSL name -> IR op; the op table says whether the op needs floats (ints are promoted to f32).
 UNARY = {
-    "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu",
-    "sqrt": "sqrt", "abs": "abs", "square": "square", "log1p": "log1p", "expm1": "expm1",
-    "softplus": "softplus", "negative": "negate", "sin": "sin", "cos": "cos", "sinh": "sinh",
-    "cosh": "cosh", "tan": "tan", "rsqrt": "rsqrt", "sign": "sign", "floor": "floor",
-    "ceil": "ceil", "round": "round",
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "sqrt": "sqrt",
+    "abs": "abs",
+    "square": "square",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "softplus": "softplus",
+    "negative": "negate",
+    "sin": "sin",
+    "cos": "cos",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tan": "tan",
+    "rsqrt": "rsqrt",
+    "sign": "sign",
+    "floor": "floor",
+    "ceil": "ceil",
+    "round": "round",
 }
 BINARY = {
-    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
-    "power": "power", "maximum": "max", "minimum": "min",
-    "equal": "equal", "not_equal": "notEqual", "less": "lessThan", "less_equal": "lessThanOrEqual",
-    "greater": "greaterThan", "greater_equal": "greaterThanOrEqual",
-    "logical_and": "and", "logical_or": "or",
+    "add": "add",
+    "subtract": "subtract",
+    "multiply": "multiply",
+    "divide": "divide",
+    "power": "power",
+    "maximum": "max",
+    "minimum": "min",
+    "equal": "equal",
+    "not_equal": "notEqual",
+    "less": "lessThan",
+    "less_equal": "lessThanOrEqual",
+    "greater": "greaterThan",
+    "greater_equal": "greaterThanOrEqual",
+    "logical_and": "and",
+    "logical_or": "or",
 }
 _TRUE_DIVIDE = {"divide"}  # `/` is true division, as in numpy and JAX: ints give floats
 
@@ -39,6 +67,7 @@ _TRUE_DIVIDE = {"divide"}  # `/` is true division, as in numpy and JAX: ints giv
 def _unary(name: str, ir_op: str):
     def op(x):
         return bind(ir_op, [x], name=name, float_result=OPS[ir_op].float_only)
+
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} (IR `{ir_op}`)."
     return op
@@ -49,15 +78,53 @@ def _binary(name: str, ir_op: str):
 
     def op(x, y):
         return bind(ir_op, [x, y], name=name, float_result=float_result)
+
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} with broadcasting (IR `{ir_op}`)."
     return op
 
 
-exp, log, tanh, sigmoid, relu, sqrt, abs, square, log1p, expm1, softplus, negative, sin, cos, \
-    sinh, cosh, tan, rsqrt, sign, floor, ceil, round = (_unary(n, o) for n, o in UNARY.items())
-add, subtract, multiply, divide, power, maximum, minimum, equal, not_equal, less, less_equal, \
-    greater, greater_equal, logical_and, logical_or = (_binary(n, o) for n, o in BINARY.items())
+(
+    exp,
+    log,
+    tanh,
+    sigmoid,
+    relu,
+    sqrt,
+    abs,
+    square,
+    log1p,
+    expm1,
+    softplus,
+    negative,
+    sin,
+    cos,
+    sinh,
+    cosh,
+    tan,
+    rsqrt,
+    sign,
+    floor,
+    ceil,
+    round,
+) = (_unary(n, o) for n, o in UNARY.items())
+(
+    add,
+    subtract,
+    multiply,
+    divide,
+    power,
+    maximum,
+    minimum,
+    equal,
+    not_equal,
+    less,
+    less_equal,
+    greater,
+    greater_equal,
+    logical_and,
+    logical_or,
+) = (_binary(n, o) for n, o in BINARY.items())
 
 
 def logical_not(x):
@@ -79,6 +146,7 @@ def astype(x, dtype):
 
 
 # ---------------------------------------------------------------- shapes
+
 
 def shape_of(x) -> tuple[int, ...]:
     return x.shape if isinstance(x, Tensor) else np.shape(x)
@@ -106,10 +174,12 @@ def _kept_shape(shape, axes):
 
 _INIT = {
     "add": lambda d: False if d is BOOL else 0,
-    "max": lambda d: (False if d is BOOL else float("-inf") if d.is_float
-                      else int(np.iinfo(np.int32).min)),
-    "min": lambda d: (True if d is BOOL else float("inf") if d.is_float
-                      else int(np.iinfo(np.int32).max)),
+    "max": lambda d: (
+        False if d is BOOL else float("-inf") if d.is_float else int(np.iinfo(np.int32).min)
+    ),
+    "min": lambda d: (
+        True if d is BOOL else float("inf") if d.is_float else int(np.iinfo(np.int32).max)
+    ),
 }
 
 
@@ -137,8 +207,7 @@ def mean(x, axis=None, keepdims=False):
     if not promote([x]).is_float:
         x = astype(x, F32)
     shape = shape_of(x)
-    count = int(np.prod([shape[a] for a in normalize_axes(axis, shape, "mean")],
-                        dtype=np.int64))
+    count = int(np.prod([shape[a] for a in normalize_axes(axis, shape, "mean")], dtype=np.int64))
     return divide(sum(x, axis, keepdims), count)
 
 
@@ -159,8 +228,10 @@ def transpose(x, axes=None):
     ndim = len(shape_of(x))
     perm = tuple(int(a) % ndim if -ndim <= a < ndim else a for a in axes)
     if sorted(perm) != list(range(ndim)):
-        raise shape_error(f"transpose: axes {tuple(axes)} are not a permutation of the "
-                          f"{ndim} axes of shape {shape_of(x)}")
+        raise shape_error(
+            f"transpose: axes {tuple(axes)} are not a permutation of the "
+            f"{ndim} axes of shape {shape_of(x)}"
+        )
     return bind("transpose", [x], name="transpose", perm=perm)
 
 
@@ -189,4 +260,3 @@ def concatenate(arrays, axis=0):
         raise shape_error("concatenate: zero-dimensional arrays cannot be concatenated")
     (axis,) = normalize_axes(axis, first, "concatenate")
     return bind("concatenate", arrays, name="concatenate", axis=axis)
-

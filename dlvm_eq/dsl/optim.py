@@ -16,11 +16,12 @@ Update rules (t counts updates from 1; each leaf keeps its dtype):
     adam:      m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
                p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -52,41 +53,51 @@ def _descend(params, step, lr):
 
 def sgd(lr: float) -> Optimizer:
     """Plain gradient descent: p -= lr * g."""
+
     def update(grads, state, params):
         return _descend(params, grads, lr), state
+
     return Optimizer(lambda params: SgdState(), update)
 
 
 def momentum(lr: float, beta: float = 0.9) -> Optimizer:
     """Heavy-ball momentum: v = beta * v + g; p -= lr * v (velocity starts at zero)."""
+
     def init(params):
         return MomentumState(tree_map(zeros_like, params))
 
     def update(grads, state, params):
-        velocity = tree_map(lambda v, g: ops.add(ops.multiply(beta, v), g),
-                            state.velocity, grads)
+        velocity = tree_map(lambda v, g: ops.add(ops.multiply(beta, v), g), state.velocity, grads)
         return _descend(params, velocity, lr), MomentumState(velocity)
+
     return Optimizer(init, update)
 
 
 def adam(lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Optimizer:
     """Adam (Kingma and Ba) with bias-corrected moments; eps is added outside the square
     root, as optax and PyTorch do."""
+
     def init(params):
         zeros = tree_map(zeros_like, params)
         return AdamState(np.zeros((), np.int32), zeros, zeros)
 
     def update(grads, state, params):
         count = ops.add(state.count, 1)
-        mu = tree_map(lambda m, g: ops.add(ops.multiply(b1, m), ops.multiply(1 - b1, g)),
-                      state.mu, grads)
-        nu = tree_map(lambda v, g: ops.add(ops.multiply(b2, v),
-                                           ops.multiply(1 - b2, ops.square(g))), state.nu, grads)
+        mu = tree_map(
+            lambda m, g: ops.add(ops.multiply(b1, m), ops.multiply(1 - b1, g)), state.mu, grads
+        )
+        nu = tree_map(
+            lambda v, g: ops.add(ops.multiply(b2, v), ops.multiply(1 - b2, ops.square(g))),
+            state.nu,
+            grads,
+        )
 
         def step(m, v):
-            t = ops.astype(count, dtype_of(m))    # the corrections in the leaf's dtype
+            t = ops.astype(count, dtype_of(m))  # the corrections in the leaf's dtype
             m_hat = ops.divide(m, ops.subtract(1, ops.power(b1, t)))
             v_hat = ops.divide(v, ops.subtract(1, ops.power(b2, t)))
             return ops.divide(m_hat, ops.add(ops.sqrt(v_hat), eps))
+
         return _descend(params, tree_map(step, mu, nu), lr), AdamState(count, mu, nu)
+
     return Optimizer(init, update)

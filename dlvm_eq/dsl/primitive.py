@@ -12,6 +12,7 @@ gives f32). Strong dtypes promote along bool < i32 < f32 < f64 with a `dataTypeC
 An op on weak scalars alone (eagerly, `dq.exp(1.0)`) computes in f64 and returns a numpy
 scalar, which stays weak: `dq.exp(1.0) * x_f32` is f32, rounded once.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -27,8 +28,18 @@ from .tensor import Tensor
 
 _ORDER = {BOOL: 0, I32: 1, F32: 2, F64: 3}
 _KIND_DEFAULT = {0: BOOL, 1: I32, 2: F32, 3: F64}
-_NAMES = {"f32": F32, "float32": F32, "f64": F64, "float64": F64, "i32": I32, "int32": I32,
-          "int64": I32, "int": I32, "float": F32, "bool": BOOL}
+_NAMES = {
+    "f32": F32,
+    "float32": F32,
+    "f64": F64,
+    "float64": F64,
+    "i32": I32,
+    "int32": I32,
+    "int64": I32,
+    "int": I32,
+    "float": F32,
+    "bool": BOOL,
+}
 
 
 def to_dtype(d) -> DType:
@@ -73,8 +84,9 @@ def dtype_of(x) -> DType:
     try:
         return DType.from_numpy(a.dtype)
     except ValueError:
-        raise DlvmError(f"arrays of dtype {a.dtype} are not supported (f32, f64, i32, bool)") \
-            from None
+        raise DlvmError(
+            f"arrays of dtype {a.dtype} are not supported (f32, f64, i32, bool)"
+        ) from None
 
 
 def promote(operands, float_result: bool = False) -> DType:
@@ -82,7 +94,7 @@ def promote(operands, float_result: bool = False) -> DType:
     strong = [_ORDER[dtype_of(x)] for x in operands if not is_weak(x)]
     weak = [_weak_kind(x) for x in operands if is_weak(x)]
     if strong:
-        rank = max(strong + weak)   # weak kinds stop at float: they never widen f32 to f64
+        rank = max(strong + weak)  # weak kinds stop at float: they never widen f32 to f64
     else:
         rank = max(weak, default=2)
     if float_result and rank < 2:
@@ -90,8 +102,14 @@ def promote(operands, float_result: bool = False) -> DType:
     return _KIND_DEFAULT[rank]
 
 
-def bind(op: str, operands, name: str | None = None, promote_only=None,
-         float_result: bool = False, **attrs):
+def bind(
+    op: str,
+    operands,
+    name: str | None = None,
+    promote_only=None,
+    float_result: bool = False,
+    **attrs,
+):
     """Apply IR op `op`; `name` is the user-facing op name for errors; `promote_only` lists the
     operand positions that share one promoted dtype (default: all); `float_result` promotes
     integers to f32 first (true division, exp, ...)."""
@@ -124,7 +142,7 @@ def bind(op: str, operands, name: str | None = None, promote_only=None,
 def _shape_error(name: str, op: str, types, err: IRError, loc):
     detail = str(err)
     if detail.startswith(op + ": "):
-        detail = detail[len(op) + 2:]
+        detail = detail[len(op) + 2 :]
     shapes = " and ".join(str(t.shape) for t in types)
     what = f"{name} of shapes {shapes}" if types else name
     return shape_error(f"{what}: {detail}", loc)
@@ -150,8 +168,10 @@ def _own_value(x: Tensor, trace) -> Value:
     if x.trace is trace:
         return x.value
     if not x.trace.active:
-        raise tracing_error(f"the traced value {x.value!r} escaped the trace that made it "
-                            "(stored in a global or returned through a side channel?)")
+        raise tracing_error(
+            f"the traced value {x.value!r} escaped the trace that made it "
+            "(stored in a global or returned through a side channel?)"
+        )
     return trace.capture(x)
 
 
@@ -167,6 +187,7 @@ def lift_value(x, trace=None) -> Value:
     loc = user_location()
     operand = _lift(x, None, trace, loc)
     if isinstance(operand, Const):
-        operand = trace.builder.emit("literal", [], location=loc, value=operand.value,
-                                     type=operand.type)
+        operand = trace.builder.emit(
+            "literal", [], location=loc, value=operand.value, type=operand.type
+        )
     return operand

@@ -10,6 +10,7 @@ A `PyTreeDef` is hashable and compares by structure (dict keys and namedtuple cl
 included): the jit cache keys on it. The IR returns flat tuples; `jit` and `grad` flatten
 arguments and results through here and rebuild them after a call.
 """
+
 from __future__ import annotations
 
 from ..errors import DlvmError
@@ -31,9 +32,13 @@ class PyTreeDef:
         return self._hash
 
     def __eq__(self, other) -> bool:
-        return self is other or (isinstance(other, PyTreeDef) and self._hash == other._hash
-                                 and self.kind == other.kind and self.aux == other.aux
-                                 and self.children == other.children)
+        return self is other or (
+            isinstance(other, PyTreeDef)
+            and self._hash == other._hash
+            and self.kind == other.kind
+            and self.aux == other.aux
+            and self.children == other.children
+        )
 
     def __repr__(self) -> str:
         return f"PyTreeDef({_show(self)})"
@@ -54,8 +59,9 @@ def _show(t: PyTreeDef) -> str:
     if t.kind == "list":
         return "[" + ", ".join(inner) + "]"
     if t.kind == "namedtuple":
-        return f"{t.aux.__name__}(" + ", ".join(
-            f"{f}={s}" for f, s in zip(t.aux._fields, inner)) + ")"
+        return (
+            f"{t.aux.__name__}(" + ", ".join(f"{f}={s}" for f, s in zip(t.aux._fields, inner)) + ")"
+        )
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
 
 
@@ -63,8 +69,9 @@ def _sorted_keys(d: dict) -> tuple:
     try:
         return tuple(sorted(d))
     except TypeError:
-        raise DlvmError(f"pytree: dict keys must be sortable (as JAX sorts them), got "
-                        f"{list(d)!r:.80}") from None
+        raise DlvmError(
+            f"pytree: dict keys must be sortable (as JAX sorts them), got {list(d)!r:.80}"
+        ) from None
 
 
 def tree_flatten(tree, is_leaf=None) -> tuple[list, PyTreeDef]:
@@ -81,14 +88,17 @@ def _flatten(x, leaves: list, is_leaf) -> PyTreeDef:
         return LEAF
     t = type(x)
     if t is tuple or t is list:
-        return PyTreeDef("tuple" if t is tuple else "list", None,
-                         tuple([_flatten(c, leaves, is_leaf) for c in x]))
+        return PyTreeDef(
+            "tuple" if t is tuple else "list",
+            None,
+            tuple([_flatten(c, leaves, is_leaf) for c in x]),
+        )
     if isinstance(x, dict):
         keys = _sorted_keys(x)
         return PyTreeDef("dict", keys, tuple([_flatten(x[k], leaves, is_leaf) for k in keys]))
     if x is None:
         return _NONE
-    if isinstance(x, tuple) and hasattr(t, "_fields"):   # a namedtuple
+    if isinstance(x, tuple) and hasattr(t, "_fields"):  # a namedtuple
         return PyTreeDef("namedtuple", t, tuple([_flatten(c, leaves, is_leaf) for c in x]))
     leaves.append(x)
     return LEAF
@@ -98,8 +108,9 @@ def tree_unflatten(treedef: PyTreeDef, leaves):
     """The tree of structure `treedef` holding `leaves` (as many as it has leaves)."""
     leaves = list(leaves)
     if len(leaves) != treedef.num_leaves:
-        raise DlvmError(f"tree_unflatten: {treedef} has {treedef.num_leaves} leaves, "
-                        f"got {len(leaves)}")
+        raise DlvmError(
+            f"tree_unflatten: {treedef} has {treedef.num_leaves} leaves, got {len(leaves)}"
+        )
     return _build(treedef, iter(leaves))
 
 
@@ -136,8 +147,7 @@ def tree_map(f, tree, *rest, is_leaf=None):
     for i, r in enumerate(rest, 1):
         r_leaves, r_def = tree_flatten(r, is_leaf)
         if r_def != treedef:
-            raise DlvmError(f"tree_map: tree {i} has structure {r_def}, but tree 0 has "
-                            f"{treedef}")
+            raise DlvmError(f"tree_map: tree {i} has structure {r_def}, but tree 0 has {treedef}")
         others.append(r_leaves)
     return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
 
@@ -165,5 +175,8 @@ def _paths(t: PyTreeDef, prefix: str, out: list) -> None:
 
 def is_flat(tree: PyTreeDef) -> bool:
     """A bare leaf or a tuple of leaves: what the IR returns as it is."""
-    return tree.kind == "leaf" or (tree.kind == "tuple" and tree.children != ()
-                                   and all(c.kind == "leaf" for c in tree.children))
+    return tree.kind == "leaf" or (
+        tree.kind == "tuple"
+        and tree.children != ()
+        and all(c.kind == "leaf" for c in tree.children)
+    )

@@ -3,6 +3,7 @@ axis (`shapeCast`), then one `concatenate` joins them.
 
     dq.stack([a, b, c], axis=1)      # three (4, 5) arrays -> (4, 3, 5)
 """
+
 from __future__ import annotations
 
 from .context import shape_error
@@ -18,8 +19,9 @@ def stack(arrays, axis=0):
     shape = tuple(shape_of(arrays[0]))
     for a in arrays[1:]:
         if tuple(shape_of(a)) != shape:
-            raise shape_error(f"stack: all arrays must have one shape, got {shape} and "
-                              f"{tuple(shape_of(a))}")
+            raise shape_error(
+                f"stack: all arrays must have one shape, got {shape} and {tuple(shape_of(a))}"
+            )
     rank = len(shape) + 1
     if not isinstance(axis, int) or not -rank <= axis < rank:
         raise shape_error(f"stack: axis {axis} is out of range for {rank}-dimensional results")

@@ -4,6 +4,7 @@ mean squared deviation), with numpy's `ddof`:
     dq.var(x, axis=0)          # sum((x - mean)^2) / n
     dq.std(x, ddof=1)          # sqrt(sum((x - mean)^2) / (n - 1))
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,10 @@ def var(x, axis=None, ddof=0, keepdims=False):
     axes = normalize_axes(axis, shape, "var")
     count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
     if count - ddof <= 0:
-        raise shape_error(f"var: ddof {ddof} leaves no degrees of freedom for {count} "
-                          f"element{'s' * (count != 1)} along axis {axis}")
+        raise shape_error(
+            f"var: ddof {ddof} leaves no degrees of freedom for {count} "
+            f"element{'s' * (count != 1)} along axis {axis}"
+        )
     deviation = ops.subtract(x, ops.mean(x, axes, keepdims=True))
     return ops.divide(ops.sum(ops.square(deviation), axes, keepdims), count - ddof)
 

@@ -1,11 +1,12 @@
 """Tracing a Python function into an IR `Function`, and inlining a `Function` into a trace.
 
-    f_ir = trace(lambda x: dq.exp(x) * 2.0, [spec((3,), "f32")])
-    # func @lambda: (<3 x f32>) -> <3 x f32> { %0 = exp %x ...; %1 = multiply %0, 2.0: f32 }
+f_ir = trace(lambda x: dq.exp(x) * 2.0, [spec((3,), "f32")])
+# func @lambda: (<3 x f32>) -> <3 x f32> { %0 = exp %x ...; %1 = multiply %0, 2.0: f32 }
 
-    def g(x):                       # inside another trace: reuse f_ir (e.g. an adjoint program)
-        return call_function(f_ir, x) + 1.0
+def g(x):                       # inside another trace: reuse f_ir (e.g. an adjoint program)
+    return call_function(f_ir, x) + 1.0
 """
+
 from __future__ import annotations
 
 import inspect
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DlvmError
-from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.inline import live_instructions
+from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.types import DType, TensorType, TupleType
 from .context import Trace, current_trace, tracing_error, user_location
 from .primitive import _own_value, is_weak, lift_value, promote, to_dtype
@@ -123,8 +124,9 @@ def _trace(fn, arg_types, name, names, allow_captures):
 
 def _result_value(x, t: Trace) -> Value:
     if isinstance(x, (tuple, list)):
-        raise tracing_error("nested tuples cannot be returned from a traced function; "
-                            "return a flat tuple of arrays")
+        raise tracing_error(
+            "nested tuples cannot be returned from a traced function; return a flat tuple of arrays"
+        )
     if x is None:
         raise tracing_error("the traced function returned None; return an array or a tuple")
     return lift_value(x, t)
@@ -139,6 +141,7 @@ def call_function(fn: Function, *args, module: Module | None = None):
     t = current_trace()
     if t is None or not any(isinstance(a, Tensor) for a in args):
         from ..ir.interp import run_function
+
         return run_function(module, fn, [_concrete_arg(a, p.type) for a, p in zip(args, fn.params)])
     if fn.is_declaration:
         raise DlvmError(f"@{fn.name} has no body to inline (synthesize the adjoint first)")
@@ -154,12 +157,14 @@ def call_function(fn: Function, *args, module: Module | None = None):
         elif inst.op == "apply":
             if module is None:
                 raise DlvmError(f"@{fn.name} applies @{inst.attrs['callee']}: pass module=")
-            out = call_function(module[inst.attrs["callee"]], *(_wrap(o, t) for o in ops),
-                                module=module)
+            out = call_function(
+                module[inst.attrs["callee"]], *(_wrap(o, t) for o in ops), module=module
+            )
             env[id(inst.result)] = _unwrap(out)
         else:
-            env[id(inst.result)] = t.builder.emit(inst.op, ops, location=inst.location or
-                                                  user_location(), **inst.attrs)
+            env[id(inst.result)] = t.builder.emit(
+                inst.op, ops, location=inst.location or user_location(), **inst.attrs
+            )
     return _wrap(_get(env, fn.ret), t)
 
 
@@ -187,8 +192,9 @@ def _param_value(a, p: Value, fn: Function, i: int, t: Trace):
     else:
         v = lift_value(np.asarray(a).astype(p.type.dtype.numpy), t)
     if v.type != p.type:
-        raise tracing_error(f"@{fn.name}: argument {i} has type {v.type}, parameter %{p.name} "
-                            f"expects {p.type}")
+        raise tracing_error(
+            f"@{fn.name}: argument {i} has type {v.type}, parameter %{p.name} expects {p.type}"
+        )
     return v
 
 

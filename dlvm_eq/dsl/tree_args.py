@@ -6,6 +6,7 @@ named after their paths, and rebuilt before the user's function sees them.
     leaf_names(loss, in_tree)                        # ['params_b1', 'params_w1', 'x']
     flat, out_trees = flat_function(loss, in_tree)   # flat(*leaves): loss(*args), flattened
 """
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,11 @@ def leaf_types(leaves, in_tree: PyTreeDef, fn, who: str) -> list:
             types.append(type_of(leaf))
         except DlvmError:
             path = _roots_paths(fn, in_tree)[i]
-            raise DlvmError(f"{who}: argument {path} ({type(leaf).__name__} {leaf!r:.60}) is "
-                            "not an array or a scalar; pytrees hold arrays in dicts, lists, "
-                            "tuples and namedtuples") from None
+            raise DlvmError(
+                f"{who}: argument {path} ({type(leaf).__name__} {leaf!r:.60}) is "
+                "not an array or a scalar; pytrees hold arrays in dicts, lists, "
+                "tuples and namedtuples"
+            ) from None
     return types
 
 
@@ -68,8 +71,11 @@ def flat_function(fn, in_tree: PyTreeDef):
         if out_tree.kind == "leaf":
             return out_leaves[0]
         if not out_leaves:
-            raise DlvmError(f"{getattr(fn, '__name__', 'the function')} returned {out_tree}, "
-                            "which holds no array; return an array or a pytree of arrays")
+            raise DlvmError(
+                f"{getattr(fn, '__name__', 'the function')} returned {out_tree}, "
+                "which holds no array; return an array or a pytree of arrays"
+            )
         return tuple(out_leaves)
+
     flat.__name__ = getattr(fn, "__name__", "f")
     return flat, out_trees

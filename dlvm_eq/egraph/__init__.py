@@ -9,20 +9,30 @@ import extract, ir and the base modules (errors, cache, json_records); never ad 
 `EGraphSession` and `RuleFileError` load on first use (PEP 562): they import egglog, which a
 warm-cache compile (no e-graph built) never needs. `load_bindings()` loads egglog's Rust
 bindings alone (see there); entry points that are about to build an e-graph call it first."""
+
 import threading
 
-from .serialized import Graph, class_types
 from .loader import LoadedProgram, load_function
+from .serialized import Graph, class_types
 from .unload import unload
 
-__all__ = ["EGraphSession", "Graph", "LoadedProgram", "RuleFileError", "class_types",
-           "load_bindings", "load_function", "unload"]
+__all__ = [
+    "EGraphSession",
+    "Graph",
+    "LoadedProgram",
+    "RuleFileError",
+    "class_types",
+    "load_bindings",
+    "load_function",
+    "unload",
+]
 
 
 def __getattr__(name):
     if name in ("EGraphSession", "RuleFileError"):
         load_bindings()
         from . import session
+
         return getattr(session, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -37,9 +47,10 @@ def load_bindings() -> None:
     twice, and gets its `bindings` attribute (`_EgglogFinder`). Anything unexpected falls back to
     the ordinary import."""
     import sys
+
     if "egglog.bindings" in sys.modules and not _loading:
         return
-    with _load_lock:     # threads compiling at once: one loads, the others wait for it
+    with _load_lock:  # threads compiling at once: one loads, the others wait for it
         if "egglog.bindings" in sys.modules:
             return
         _loading.append(True)
@@ -50,17 +61,20 @@ def load_bindings() -> None:
 
 
 _load_lock = threading.Lock()
-_loading: list = []      # non-empty while a thread is loading (the module is registered first)
+_loading: list = []  # non-empty while a thread is loading (the module is registered first)
 
 
 def _load() -> None:
     import sys
+
     try:
         import importlib.machinery
         import importlib.util
-        package = importlib.util.find_spec("egglog")      # finds it; runs nothing
+
+        package = importlib.util.find_spec("egglog")  # finds it; runs nothing
         spec = importlib.machinery.PathFinder.find_spec(
-            "egglog.bindings", list(package.submodule_search_locations or ()))
+            "egglog.bindings", list(package.submodule_search_locations or ())
+        )
         if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
             raise ImportError("egglog.bindings is not an extension module here")
         module = importlib.util.module_from_spec(spec)
@@ -71,7 +85,7 @@ def _load() -> None:
             del sys.modules["egglog.bindings"]
             raise
         sys.meta_path.insert(0, _EgglogFinder)
-    except Exception:   # noqa: BLE001 - the ordinary import says what is wrong, if anything
+    except Exception:
         import egglog.bindings  # noqa: F401
 
 
@@ -87,6 +101,7 @@ class _EgglogFinder:
             return None
         import importlib.machinery
         import sys
+
         if cls in sys.meta_path:
             sys.meta_path.remove(cls)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -99,7 +114,7 @@ class _WithBindings:
     def __init__(self, loader):
         self._loader = loader
 
-    def __getattr__(self, name):          # resource readers and the rest: the real loader's
+    def __getattr__(self, name):  # resource readers and the rest: the real loader's
         return getattr(self._loader, name)
 
     def create_module(self, spec):
@@ -107,6 +122,7 @@ class _WithBindings:
 
     def exec_module(self, module):
         import sys
+
         bindings = sys.modules.get("egglog.bindings")
         if bindings is not None:
             module.bindings = bindings

@@ -7,6 +7,7 @@ so that saturation stops while there is still time to extract.
     part = d.split(3)                 # a third of what is left, for the first of 3 functions
     extraction_seconds(20_000)        # about what serialize + greedy extract of 20k e-nodes take
 """
+
 from __future__ import annotations
 
 import threading
@@ -15,7 +16,7 @@ import time
 # serialize + json + class types + greedy extraction + unload, per e-node (measured on this
 # project's 2-core machines: 40-80 us); adjusted by what this process measures (`observe`)
 _DEFAULT_SECONDS_PER_NODE = 60e-6
-_FIXED_SECONDS = 0.02       # per extraction, whatever its size (JSON, cost model, unload)
+_FIXED_SECONDS = 0.02  # per extraction, whatever its size (JSON, cost model, unload)
 _rate = _DEFAULT_SECONDS_PER_NODE
 _lock = threading.Lock()
 
@@ -38,7 +39,7 @@ class Deadline:
     def expired(self) -> bool:
         return time.perf_counter() >= self.at
 
-    def split(self, parts: int) -> "Deadline":
+    def split(self, parts: int) -> Deadline:
         """A deadline 1/parts of the time left from now: the first of `parts` equal shares
         (call it again for the next part: what the first left unused is shared again)."""
         now = time.perf_counter()
@@ -67,5 +68,7 @@ def observe(nodes: int, seconds: float) -> None:
     with _lock:
         # move halfway, never below a quarter nor above four times the default: one odd
         # measurement (a busy machine) must not make the next call overrun or stop too early
-        _rate = min(4 * _DEFAULT_SECONDS_PER_NODE,
-                    max(_DEFAULT_SECONDS_PER_NODE / 4, (_rate + measured) / 2))
+        _rate = min(
+            4 * _DEFAULT_SECONDS_PER_NODE,
+            max(_DEFAULT_SECONDS_PER_NODE / 4, (_rate + measured) / 2),
+        )

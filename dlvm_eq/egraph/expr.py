@@ -16,14 +16,15 @@ Variables take their shapes from ``shapes`` (``{"A": (30, 35)}``); numbers are s
     >>> str(fn.result_type)
     '<2 x 4 x f32>'
 """
+
 from __future__ import annotations
 
 import ast
 import re
 
 from ..errors import DlvmError, IRError
-from ..ir.module import Const, Function, FunctionBuilder
 from ..ir import window_ops
+from ..ir.module import Const, Function, FunctionBuilder
 from ..ir.ops import OPS, UNARY_OPS, WINDOW
 from ..ir.types import DType, TensorType
 from .serialized import EGG_TO_OP, Graph
@@ -33,8 +34,9 @@ class ExpressionError(DlvmError):
     """An expression `dlvm-eq query` cannot read: what is wrong and where."""
 
 
-def parse_expression(text: str, shapes: dict[str, tuple[int, ...]], dtype: str | DType = "f32",
-                     name: str = "query") -> Function:
+def parse_expression(
+    text: str, shapes: dict[str, tuple[int, ...]], dtype: str | DType = "f32", name: str = "query"
+) -> Function:
     """The expression as a function of its variables (in order of first use)."""
     dtype = DType(str(dtype))
     builder = _Builder(shapes, dtype, name)
@@ -54,25 +56,30 @@ def _is_sexpr(text: str) -> bool:
     if not head:
         return False
     name = head.group(1)
-    return name in EGG_TO_OP or name in ("Var", "Const") or (
-        name[0].isupper() and not re.search(r"[@*/+]| - ", text))
+    return (
+        name in EGG_TO_OP
+        or name in ("Var", "Const")
+        or (name[0].isupper() and not re.search(r"[@*/+]| - ", text))
+    )
 
 
 # ---------------------------------------------------------------- building
+
 
 class _Builder:
     def __init__(self, shapes, dtype: DType, name: str):
         self.shapes, self.dtype, self.name = shapes, dtype, name
         self.vars: dict[str, int] = {}
-        self.steps: list = []      # recorded (op, operands, attrs), replayed once params are known
+        self.steps: list = []  # recorded (op, operands, attrs), replayed once params are known
         self.counter = 0
 
     # values are recorded symbolically first: parameters are only known at the end
     def var(self, name: str):
         if name not in self.shapes:
             known = ", ".join(sorted(self.shapes)) or "none"
-            raise ExpressionError(f"variable {name!r} has no shape; pass --shape {name}=2x3 "
-                                  f"(shapes given: {known})")
+            raise ExpressionError(
+                f"variable {name!r} has no shape; pass --shape {name}=2x3 (shapes given: {known})"
+            )
         self.vars.setdefault(name, len(self.vars))
         return ("var", name)
 
@@ -82,7 +89,9 @@ class _Builder:
 
     def finish(self, result) -> Function:
         names = list(self.vars)
-        b = FunctionBuilder(self.name, [TensorType(tuple(self.shapes[n]), self.dtype) for n in names], names)
+        b = FunctionBuilder(
+            self.name, [TensorType(tuple(self.shapes[n]), self.dtype) for n in names], names
+        )
         params = dict(zip(names, b.params))
         done: list = []
 
@@ -95,7 +104,7 @@ class _Builder:
         for op, operands, attrs in self.steps:
             done.append(b.emit(op, [value(o) for o in operands], **attrs))
         out = value(result)
-        if isinstance(out, Const):   # a constant expression: return it as a literal
+        if isinstance(out, Const):  # a constant expression: return it as a literal
             out = b.emit("literal", [], value=out.value, type=out.type)
         return b.finish(out)
 
@@ -104,13 +113,19 @@ class _Builder:
         try:
             tree = ast.parse(text, mode="eval").body
         except SyntaxError as e:
-            raise ExpressionError(f"{text}: not an expression ({e.msg} at column {e.offset})") from None
+            raise ExpressionError(
+                f"{text}: not an expression ({e.msg} at column {e.offset})"
+            ) from None
         return self.visit(tree)
 
     def visit(self, n):
         if isinstance(n, ast.Name):
             return self.var(n.id)
-        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+        if (
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, (int, float))
+            and not isinstance(n.value, bool)
+        ):
             return n.value
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             x = self.visit(n.operand)
@@ -122,10 +137,15 @@ class _Builder:
         if isinstance(n, ast.Attribute) and n.attr == "T":
             return self.emit("transpose", [self.visit(n.value)])
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            return self.call(n.func.id, [self.visit(a) for a in n.args],
-                             {k.arg: ast.literal_eval(k.value) for k in n.keywords})
-        raise ExpressionError(f"cannot read {ast.unparse(n)!r}: expected variables, numbers, "
-                              "+ - * / ** @, x.T or a function call")
+            return self.call(
+                n.func.id,
+                [self.visit(a) for a in n.args],
+                {k.arg: ast.literal_eval(k.value) for k in n.keywords},
+            )
+        raise ExpressionError(
+            f"cannot read {ast.unparse(n)!r}: expected variables, numbers, "
+            "+ - * / ** @, x.T or a function call"
+        )
 
     def call(self, fn: str, args: list, kw: dict):
         if fn in UNARY_OPS and len(args) == 1:
@@ -134,7 +154,13 @@ class _Builder:
             x = args[0]
             rank = self.rank(x)
             axis = kw.get("axis")
-            axes = tuple(range(rank)) if axis is None else tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+            axes = (
+                tuple(range(rank))
+                if axis is None
+                else tuple(axis)
+                if isinstance(axis, (tuple, list))
+                else (axis,)
+            )
             comb = {"sum": "add", "mean": "add", "prod": "multiply"}.get(fn, fn)
             init = {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}[comb]
             r = self.emit("reduce", [x], combinator=comb, init=init, axes=axes)
@@ -145,7 +171,9 @@ class _Builder:
                 r = self.emit("divide", [r, float(n)])
             return r
         if fn == "transpose" and len(args) == 1:
-            return self.emit("transpose", args, **({"perm": tuple(kw["axes"])} if "axes" in kw else {}))
+            return self.emit(
+                "transpose", args, **({"perm": tuple(kw["axes"])} if "axes" in kw else {})
+            )
         if fn in ("dot", "matmul") and len(args) == 2:
             return self.emit("dot", args)
         if fn in ("minimum", "maximum") and len(args) == 2:
@@ -192,8 +220,13 @@ class _Builder:
             x = self.sexpr(args[0])
             return self.emit(op, [x], **({"perm": _vec(args[1])} if len(args) > 1 else {}))
         if op == "reduce":
-            return self.emit(op, [self.sexpr(args[0])], combinator=_string(args[1]),
-                             init=float(args[2]), axes=(int(args[3]),))
+            return self.emit(
+                op,
+                [self.sexpr(args[0])],
+                combinator=_string(args[1]),
+                init=float(args[2]),
+                axes=(int(args[3]),),
+            )
         if op in ("shapeCast", "broadcast"):
             return self.emit(op, [self.sexpr(args[0])], shape=_vec(args[1]))
         if op in ("padShape", "squeezeShape"):
@@ -203,17 +236,26 @@ class _Builder:
         if op == "concatenate":
             return self.emit(op, [self.sexpr(args[0]), self.sexpr(args[1])], axis=int(args[2]))
         if op == "slice":
-            return self.emit(op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]),
-                             hi=int(args[3]))
-        if spec.kind == WINDOW:     # operands, then the packed attributes (window_ops.pack)
-            return self.emit(op, [self.sexpr(a) for a in args[:-1]], **window_ops.unpack(op, _vec(args[-1])))
+            return self.emit(
+                op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]), hi=int(args[3])
+            )
+        if spec.kind == WINDOW:  # operands, then the packed attributes (window_ops.pack)
+            return self.emit(
+                op, [self.sexpr(a) for a in args[:-1]], **window_ops.unpack(op, _vec(args[-1]))
+            )
         if spec.arity is not None and len(args) != spec.arity:
             raise ExpressionError(f"({head} ...) takes {spec.arity} operand(s), got {len(args)}")
         return self.emit(op, [self.sexpr(a) for a in args])
 
 
-_BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
-           ast.Pow: "power", ast.MatMult: "dot"}
+_BINOPS = {
+    ast.Add: "add",
+    ast.Sub: "subtract",
+    ast.Mult: "multiply",
+    ast.Div: "divide",
+    ast.Pow: "power",
+    ast.MatMult: "dot",
+}
 
 
 def _string(tok) -> str:
@@ -241,7 +283,9 @@ class _SexprParser:
             m = self._TOKEN.match(text, pos)
             if not m or m.end() == pos:
                 if text[pos:].strip():
-                    raise ExpressionError(f"cannot read {text[pos:pos + 20]!r} at column {pos + 1}")
+                    raise ExpressionError(
+                        f"cannot read {text[pos : pos + 20]!r} at column {pos + 1}"
+                    )
                 break
             self.tokens.append(next(g for g in m.groups() if g is not None))
             pos = m.end()
@@ -273,12 +317,19 @@ class _SexprParser:
 
 # ---------------------------------------------------------------- rendering
 
+
 def _is_matmul(g: Graph, choice, cls) -> bool:
     return g.nodes[choice[cls]]["op"] in ("Dot", "Gemm")
 
 
-_INFIX = {"Add": ("+", 1), "Subtract": ("-", 1), "Multiply": ("*", 2), "Divide": ("/", 2),
-          "Dot": ("@", 2), "Power": ("**", 4)}
+_INFIX = {
+    "Add": ("+", 1),
+    "Subtract": ("-", 1),
+    "Multiply": ("*", 2),
+    "Divide": ("/", 2),
+    "Dot": ("@", 2),
+    "Power": ("**", 4),
+}
 
 
 class _Elided(Exception):
@@ -313,8 +364,11 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
     def sub(i, prec):
         text, p = _render(g, choice, kids[i], types, budget, cut)
         # numpy gives * / and @ one precedence; mixed, they read better with parentheses
-        mixed = (p == 2 and d.egg in ("Multiply", "Divide", "Dot", "Gemm")
-                 and _is_matmul(g, choice, kids[i]) != (d.egg in ("Dot", "Gemm")))
+        mixed = (
+            p == 2
+            and d.egg in ("Multiply", "Divide", "Dot", "Gemm")
+            and _is_matmul(g, choice, kids[i]) != (d.egg in ("Dot", "Gemm"))
+        )
         return f"({text})" if p < prec or mixed else text
 
     if d.egg == "Var":
@@ -324,7 +378,7 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         return (repr(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)), (9 if v >= 0 else 3)
     if d.egg == "Lit":
         return d.attrs["key"], 9
-    if d.egg == "Broadcast":        # implicit again, as in the IR
+    if d.egg == "Broadcast":  # implicit again, as in the IR
         return _render(g, choice, kids[0], types, budget, cut)
     if d.egg == "Gemm":
         ta, tb = d.attrs["transpose"]

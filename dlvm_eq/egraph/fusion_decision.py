@@ -15,6 +15,7 @@ stops on a budget, nothing is left to chance: every elementwise value is materia
 budget's `seconds` bound saturation and, again, the extraction: past them greedy extraction
 keeps what it decided and inlines the rest (the report's note says so).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..codegen import FusionReport  # the plan's record of this decision (plain data)
 from ..errors import DlvmError
 from ..ir.inline import Flat
 from ..ir.module import Const as IRConst
@@ -32,9 +34,8 @@ from ..ir.module import Value
 from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, REDUCE, transpose_perm
 from ..ir.types import TensorType
 from ..ir.window_ops import WINDOW_OPS
-from .ruleset_schedule import Budget
-from ..codegen import FusionReport   # the plan's record of this decision (plain data)
 from .lets import Let, LetTable, inline, let_name
+from .ruleset_schedule import Budget
 
 FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
@@ -45,30 +46,31 @@ DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 @dataclass
 class FusionDecision:
-    materialize: set               # id() of the IR values to keep in buffers
+    materialize: set  # id() of the IR values to keep in buffers
     report: FusionReport
-    same_as: dict = field(default_factory=dict)   # id(value) -> an earlier Value it equals
+    same_as: dict = field(default_factory=dict)  # id(value) -> an earlier Value it equals
 
 
 # ------------------------------------------------------------------ the loader
 
+
 @dataclass
 class _Loaded:
-    terms: list = field(default_factory=list)         # Term Lets (bound as marker rows)
-    loads: list = field(default_factory=list)         # Scalar Lets of result loads (globals)
-    names: list = field(default_factory=list)         # let names, in order
-    kind: dict = field(default_factory=dict)          # let -> param, const, ew, view, ...
-    type: dict = field(default_factory=dict)          # let -> TensorType
-    of_value: dict = field(default_factory=dict)      # id(IR Value) -> Let
+    terms: list = field(default_factory=list)  # Term Lets (bound as marker rows)
+    loads: list = field(default_factory=list)  # Scalar Lets of result loads (globals)
+    names: list = field(default_factory=list)  # let names, in order
+    kind: dict = field(default_factory=dict)  # let -> param, const, ew, view, ...
+    type: dict = field(default_factory=dict)  # let -> TensorType
+    of_value: dict = field(default_factory=dict)  # id(IR Value) -> Let
     result_loads: dict = field(default_factory=dict)  # view result let -> let of (Load it)
     reduce_input: dict = field(default_factory=dict)  # reduce let -> (input type, axes)
-    depth: dict = field(default_factory=dict)         # let -> kernel boundaries above it
+    depth: dict = field(default_factory=dict)  # let -> kernel boundaries above it
 
 
 class _Loader:
     def __init__(self):
         self.out = _Loaded()
-        self.table = LetTable("fu")       # interned: one let per distinct term
+        self.table = LetTable("fu")  # interned: one let per distinct term
         self.out.terms = self.table.lets
 
     def let(self, ctor: str, args: tuple, t: TensorType, kind: str) -> Let:
@@ -127,8 +129,12 @@ def _load_instruction(ld: _Loader, inst) -> Let:
     if inst.op in VIEW_OPS:
         x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
         if inst.op == "transpose":
-            return ld.let("Transpose", (x, tuple(transpose_perm(inst.operands[0].type.rank, a))), t, "view")
-        return ld.let("Broadcast" if inst.op == "broadcast" else "ShapeCast", (x, t.shape), t, "view")
+            return ld.let(
+                "Transpose", (x, tuple(transpose_perm(inst.operands[0].type.rank, a))), t, "view"
+            )
+        return ld.let(
+            "Broadcast" if inst.op == "broadcast" else "ShapeCast", (x, t.shape), t, "view"
+        )
     if spec.kind == REDUCE:
         x = ld.operand(inst.operands[0], inst.operands[0].type.shape)
         axes = tuple(int(ax) for ax in sorted(a["axes"]))
@@ -138,7 +144,7 @@ def _load_instruction(ld: _Loader, inst) -> Let:
         return ld.let("ReduceMap", (inline("Load", (x,)), *head, axes), t, "reduce")
     if spec.kind == DOT:
         return ld.let(spec.egg, tuple(ld.operand(o, o.type.shape) for o in inst.operands), t, "dot")
-    if inst.op in COPY_OPS:   # opaque here: its operands are buffers
+    if inst.op in COPY_OPS:  # opaque here: its operands are buffers
         return ld.let("Var", (inst.op + " %" + inst.result.name,), t, "concat")
     raise DlvmError(f"the fusion stage has no case for op {inst.op}")
 
@@ -157,6 +163,7 @@ def _base_session():
         from .fusion_rules import schema_declarations
         from .rulefiles import rule_file
         from .session import EGraphSession
+
         s = EGraphSession(schema=False)
         s.add_rules_text(schema_declarations(), str(rule_file("schema.egg")))
         s.declare_marker()
@@ -167,14 +174,15 @@ def _base_session():
 
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
-    from .saturate import saturate
     from .ruleset_schedule import Schedule
+    from .saturate import saturate
+
     budget = Budget.of(budget or DEFAULT_BUDGET)
     s = _base_session()
     s.run_text("(push)")
     try:
         t0 = time.perf_counter()
-        s.add_lets(loaded.terms, "<fusion program>", facts=False)    # no analysis here
+        s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
         if loaded.loads:
             s.add_globals(loaded.loads, "<fusion program>")
         t1 = time.perf_counter()
@@ -185,20 +193,31 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
         data = s.serialize(roots).data
         t3 = time.perf_counter()
     except BaseException:
-        _local.session = None      # egglog may be left in any state: never reuse it
+        _local.session = None  # egglog may be left in any state: never reuse it
         raise
     s.run_text("(pop)")
     if len(data.get("root_eclasses", ())) != len(roots):
         raise DlvmError("fusion e-graph: serialized roots do not match the program's values")
-    facts = {"stop_reason": sat.stop_reason, "iterations": sat.iterations, "nodes": sat.nodes,
-             "roots": roots, "seconds": {"load": t1 - t0, "saturate": t2 - t1, "serialize": t3 - t2}}
+    facts = {
+        "stop_reason": sat.stop_reason,
+        "iterations": sat.iterations,
+        "nodes": sat.nodes,
+        "roots": roots,
+        "seconds": {"load": t1 - t0, "saturate": t2 - t1, "serialize": t3 - t2},
+    }
     return data, facts
 
 
 # ------------------------------------------------------------------ the decision
 
-def decide_fusion(flat: Flat, target="cpu", budget: Budget | None = None,
-                  method: str = "greedy", rows: bool = True) -> FusionDecision:
+
+def decide_fusion(
+    flat: Flat,
+    target="cpu",
+    budget: Budget | None = None,
+    method: str = "greedy",
+    rows: bool = True,
+) -> FusionDecision:
     """Which values of `flat` to materialize, chosen by extraction from the fusion e-graph.
     method: "greedy" (default) or "exhaustive" (small programs only; tests). rows: the
     planner fuses reductions over trailing axes with the maps of their rows (row kernels):
@@ -244,6 +263,7 @@ def _required(flat: Flat) -> list:
         while isinstance(o, Value) and id(o) in producer and producer[id(o)].op in VIEW_OPS:
             o = producer[id(o)].operands[0]
         return o
+
     required = [r for r in flat.results if isinstance(r, Value)]
     for inst in flat.body:
         if OPS[inst.op].kind == DOT or inst.op in COPY_OPS:
@@ -284,20 +304,33 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     cls = {r: g.class_index[str(c)] for r, c in zip(facts["roots"], data["root_eclasses"])}
     kernels = _Kernels(loaded, g, cls, required_lets, rows)
     forced = kernels.forced
-    report = FusionReport(nodes=facts["nodes"], classes=g.num_classes, stop_reason=facts["stop_reason"],
-                          iterations=facts["iterations"], method=method)
+    report = FusionReport(
+        nodes=facts["nodes"],
+        classes=g.num_classes,
+        stop_reason=facts["stop_reason"],
+        iterations=facts["iterations"],
+        method=method,
+    )
     report.seconds = dict(facts["seconds"])
     ew_lets = [n for n in loaded.names if loaded.kind[n] == "ew"]
     if kernels.unsaturated or facts["stop_reason"] != "saturated":
-        report.note = "fusion rules not saturated within the budget: every elementwise value materialized"
+        report.note = (
+            "fusion rules not saturated within the budget: every elementwise value materialized"
+        )
         report.values = report.forced = len(ew_lets)
         report.seconds["extract"] = time.perf_counter() - t1
         return set(ew_lets), report, {}
-    problem = FusionProblem(g, list(forced.values()), list(kernels.candidates.values()),
-                            kernels.buffers, machine(target), frozenset(kernels.free))
+    problem = FusionProblem(
+        g,
+        list(forced.values()),
+        list(kernels.candidates.values()),
+        kernels.buffers,
+        machine(target),
+        frozenset(kernels.free),
+    )
     if method == "exhaustive":
         choice = exhaustive_fusion(problem)
-    else:   # the time left of the extraction's share of the budget
+    else:  # the time left of the extraction's share of the budget
         seconds = Budget.of(budget or DEFAULT_BUDGET).seconds
         choice = greedy_fusion(problem, time_limit=max(0.0, seconds - (time.perf_counter() - t1)))
         if choice.stopped:
@@ -329,7 +362,7 @@ class _Kernels:
         self.unsaturated = False
         for let in loaded.names:
             self.add(let, let in required_lets)
-        for v, load in loaded.result_loads.items():       # a view returned: a kernel copies it
+        for v, load in loaded.result_loads.items():  # a view returned: a kernel copies it
             t = loaded.type[v]
             self.forced.setdefault(cls[v], self._kernel(v, cls[load], _size(t), self._group(v, t)))
         for c in self.forced:
@@ -365,7 +398,8 @@ class _Kernels:
         trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
         group = self._group(let, src) if self.rows and trailing else None
         self.forced[self.cls[let]] = dataclasses.replace(
-            self._kernel(let, self.g.children[rm[0]][0], _size(src), group), reduction=True)
+            self._kernel(let, self.g.children[rm[0]][0], _size(src), group), reduction=True
+        )
 
     def _nodes_of(self, c: int, op: str) -> list[int]:
         return [n for n in self.g.class_nodes[c] if self.g.ops[n] == op]
@@ -376,9 +410,16 @@ class _Kernels:
 
     def _kernel(self, let: str, body: int, space: int, group=None):
         from ..extract.fusion_cost import Kernel
+
         t = self.loaded.type[let]
         return Kernel(self.cls[let], body, space, _size(t) * t.dtype.itemsize, group)
 
 
-__all__ = ["DEFAULT_BUDGET", "FusionDecision", "FusionReport", "decide_fusion", "fusion_graph",
-           "load_fusion"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "FusionDecision",
+    "FusionReport",
+    "decide_fusion",
+    "fusion_graph",
+    "load_fusion",
+]

@@ -9,6 +9,7 @@ op's schema constructor, with the schema's argument sorts (Term -> Scalar). `(Lo
 tensor t at the current index, `(Map s)` is the tensor whose every element is s, `(ReduceMap s
 combinator init axes)` a reduction with its producer fused into its body.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,13 +43,13 @@ def schema_declarations() -> str:
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         if depth == 0:
             break
-    return text[:i + 1]
+    return text[: i + 1]
 
 
 def schema_signatures() -> dict[str, tuple[str, ...]]:
     """Constructor -> argument sorts, from rules/schema.egg's `(datatype Term ...)` block."""
     text = schema_declarations()
-    body = text[text.index("(datatype Term") + len("(datatype Term"):-1]
+    body = text[text.index("(datatype Term") + len("(datatype Term") : -1]
     return {m.group(1): tuple(m.group(2).split()) for m in re.finditer(r"\((\w+)([^()]*)\)", body)}
 
 
@@ -87,15 +88,19 @@ def fusion_rules_text() -> str:
         lhs = f"({OPS[name].egg} {' '.join(args)})"
         rhs = f"(Map ({ctor} " + " ".join(f"(Load {a})" if a[0] == "x" else a for a in args) + "))"
         lines.append(f"(rewrite {lhs} {rhs} :ruleset fusion)")
-    lines.append(";; reading a map is its scalar expression (the value recomputed where it is read)")
+    lines.append(
+        ";; reading a map is its scalar expression (the value recomputed where it is read)"
+    )
     lines.append("(rewrite (Load (Map s)) s :ruleset fusion)")
     lines.append(";; reading a layout view is reading its operand at the view's index")
     for name, ctor, sorts in ops:
         if OPS[name].kind != LAYOUT:
             continue
         args = ["t"] + [f"p{i}" for i in range(1, len(sorts))]
-        lines.append(f"(rewrite (Load ({OPS[name].egg} {' '.join(args)})) "
-                     f"({ctor} (Load t) {' '.join(args[1:])}) :ruleset fusion)")
+        lines.append(
+            f"(rewrite (Load ({OPS[name].egg} {' '.join(args)})) "
+            f"({ctor} (Load t) {' '.join(args[1:])}) :ruleset fusion)"
+        )
     lines.append(";; a reduction reads its producer fused into its body")
     lines.append("(rewrite (Reduce x c i k) (ReduceMap (Load x) c i (vec-of k)) :ruleset fusion)")
     return "\n".join(lines) + "\n"

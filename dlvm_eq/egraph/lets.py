@@ -12,11 +12,12 @@ A Let without a name is written inline in its user's term (fusion's `(Load x)` S
     lets.let("Tanh", (x,), x.type) is y        # True: interned
     y.command()                                 # '(let $v1_ (Tanh $v0_))'
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..ir.types import TensorType
 
@@ -68,23 +69,23 @@ def attribute_text(a) -> str:
     raise TypeError(f"not an egglog attribute: {a!r}")
 
 
-def by_name(let: "Let") -> str:
+def by_name(let: Let) -> str:
     return let.name
 
 
-@dataclass(eq=False, slots=True)   # eq=False: a Let is equal only to itself; never mutated
+@dataclass(eq=False, slots=True)  # eq=False: a Let is equal only to itself; never mutated
 class Let:
-    name: str | None            # e.g. "$p0_3_"; None: written inline where it is used
-    ctor: str                   # the constructor, e.g. "Add"
-    args: tuple                 # Lets (Term operands) and attributes, in the schema's order
+    name: str | None  # e.g. "$p0_3_"; None: written inline where it is used
+    ctor: str  # the constructor, e.g. "Add"
+    args: tuple  # Lets (Term operands) and attributes, in the schema's order
     type: TensorType | None = None
 
     @property
-    def children(self) -> tuple["Let", ...]:
+    def children(self) -> tuple[Let, ...]:
         """The Term operands, in operand order."""
         return tuple(a for a in self.args if isinstance(a, Let))
 
-    def term(self, ref: Callable[["Let"], str] = by_name) -> str:
+    def term(self, ref: Callable[[Let], str] = by_name) -> str:
         """`(Ctor ...)`, each named operand written as ref(operand) (its name, or its marker
         row), an inline one as its own term."""
         parts = [self.ctor]
@@ -99,13 +100,15 @@ class Let:
         """The let as an egglog global: `(let $name (Ctor ...))`."""
         return f"(let {self.name} {self.term()})"
 
-    def facts(self, ref: Callable[["Let"], str] = by_name) -> list[str]:
+    def facts(self, ref: Callable[[Let], str] = by_name) -> list[str]:
         """The shape and dtype of a leaf (LEAVES_WITH_FACTS), set for the analysis."""
         if self.ctor not in LEAVES_WITH_FACTS or self.type is None:
             return []
         me = ref(self)
-        return [f"(set (shape {me}) {egg_vec(self.type.shape)})",
-                f"(set (dtype {me}) {egg_string(str(self.type.dtype))})"]
+        return [
+            f"(set (shape {me}) {egg_vec(self.type.shape)})",
+            f"(set (dtype {me}) {egg_string(str(self.type.dtype))})",
+        ]
 
 
 def commands(lets, facts: bool = True) -> list[str]:

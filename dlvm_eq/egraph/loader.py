@@ -12,6 +12,7 @@ tuple results become several roots.
     prog.lets    # Lets in load order; prog.text: the same as egglog commands
     prog.roots   # let names of the results, in order
 """
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlvmError
+from ..ir import window_ops
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
-from ..ir import window_ops
 from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.types import TensorType
 from .lets import Let, LetTable, commands
@@ -35,10 +36,10 @@ class LoadedProgram:
     """A function as Lets (egglog terms as data), plus what lives beside the e-graph."""
 
     name: str
-    lets: list[Let] = field(default_factory=list)             # in load order
-    roots: list[str] = field(default_factory=list)            # let names of the results
-    var_types: dict[str, TensorType] = field(default_factory=dict)   # parameter name -> type
-    literals: dict[str, np.ndarray] = field(default_factory=dict)    # Lit key -> value
+    lets: list[Let] = field(default_factory=list)  # in load order
+    roots: list[str] = field(default_factory=list)  # let names of the results
+    var_types: dict[str, TensorType] = field(default_factory=dict)  # parameter name -> type
+    literals: dict[str, np.ndarray] = field(default_factory=dict)  # Lit key -> value
     result_is_tuple: bool = False
     params: list[Value] = field(default_factory=list)
 
@@ -56,7 +57,7 @@ class _Loader:
     def __init__(self, prog: LoadedProgram, prefix: str):
         self.prog = prog
         self.prefix = prefix
-        self.table = LetTable(prefix)     # interned: the same term twice is one let
+        self.table = LetTable(prefix)  # interned: the same term twice is one let
         prog.lets = self.table.lets
 
     def let(self, ctor: str, args: tuple, t: TensorType) -> Let:
@@ -96,8 +97,9 @@ def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
         if inst.op == "literal":
             env[id(inst.result)] = loader.literal(inst.attrs["value"], inst.result.type)
         else:
-            env[id(inst.result)] = _load_instruction(loader, inst, [_operand(loader, env, o)
-                                                                     for o in inst.operands])
+            env[id(inst.result)] = _load_instruction(
+                loader, inst, [_operand(loader, env, o) for o in inst.operands]
+            )
     return [_operand(loader, env, r)[0].name for r in flat.results]
 
 
@@ -105,7 +107,9 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
     """The Let of one instruction's result, given its operands' (Let, type)."""
     spec, rt, a = OPS[inst.op], inst.result.type, inst.attrs
     if spec.kind in ELEMENTWISE_KINDS:
-        return loader.let(spec.egg, tuple(loader.broadcast(term, t, rt.shape) for term, t in ops), rt)
+        return loader.let(
+            spec.egg, tuple(loader.broadcast(term, t, rt.shape) for term, t in ops), rt
+        )
     if inst.op == "reduce":
         return _load_reduce(loader, ops[0], a, rt)
     x = ops[0][0]
@@ -121,25 +125,33 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
         axis = int(a["axis"])
         term, t = ops[0]
         for other, ot in ops[1:]:
-            t = t.with_shape(t.shape[:axis] + (t.shape[axis] + ot.shape[axis],) + t.shape[axis + 1:])
+            t = t.with_shape(
+                t.shape[:axis] + (t.shape[axis] + ot.shape[axis],) + t.shape[axis + 1 :]
+            )
             term = loader.let("Concatenate", (term, other, axis), t)
         return term
     if inst.op == "slice" and a.get("step", 1) != 1:
-        return loader.let("StridedSlice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"]), int(a["step"])), rt)
+        return loader.let(
+            "StridedSlice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"]), int(a["step"])), rt
+        )
     if inst.op == "slice":
         return loader.let("Slice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"])), rt)
     if inst.op == "sliceScatter":
-        return loader.let("SliceScatter", (x, int(a["axis"]), int(a["lo"]), int(a["step"]), int(a["size"])), rt)
+        return loader.let(
+            "SliceScatter", (x, int(a["axis"]), int(a["lo"]), int(a["step"]), int(a["size"])), rt
+        )
     if inst.op == "cumsum":
         return loader.let("Cumsum", (x, int(a["axis"]), int(a["reverse"])), rt)
     if inst.op == "take":
         return loader.let("Take", (x, ops[1][0], int(a["axis"])), rt)
     if inst.op == "scatterAdd":
         return loader.let("ScatterAdd", (x, ops[1][0], int(a["axis"]), int(a["size"])), rt)
-    if spec.kind == DOT:     # dot, batchMatmul
+    if spec.kind == DOT:  # dot, batchMatmul
         return loader.let(spec.egg, (x, ops[1][0]), rt)
     if spec.kind == WINDOW:  # tensor operands, then the attributes packed in one IVec
-        return loader.let(spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt)
+        return loader.let(
+            spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt
+        )
     raise DlvmError(f"the e-graph loader has no case for op {inst.op}")  # pragma: no cover
 
 
@@ -154,7 +166,9 @@ def _load_reduce(loader: _Loader, operand: tuple[Let, TensorType], a: dict, rt: 
     for i, ax in enumerate(axes):
         init = a["init"] if i == len(axes) - 1 else REDUCE_IDENTITY[a["combinator"]]
         shape.pop(ax)
-        term = loader.let("Reduce", (term, a["combinator"], float(init), int(ax)), rt.with_shape(shape))
+        term = loader.let(
+            "Reduce", (term, a["combinator"], float(init), int(ax)), rt.with_shape(shape)
+        )
     return term
 
 

@@ -13,16 +13,17 @@ gradient roots in one e-graph, extracted jointly so that they share values):
     res = optimize_session(session, [fwd, grad], target="cpu")
     res.functions                                        # [optimized f, optimized f_grad]
 """
+
 from __future__ import annotations
 
 import math
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import DlvmError
 from ..extract import Extraction, ExtractionError, extract
@@ -30,18 +31,18 @@ from ..extract.target_cost import TargetCost
 from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
-from .optimize_report import FunctionReport, OptimizeReport
-from .expr import render
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
-from .rulefiles import read_rule_file, rule_file
-from .saturate import SaturationReport, node_count, saturate
-from .ruleset_schedule import Budget, Schedule, rulesets_in
-from .serialized import Graph, class_types
-from .session import EGraphSession
+from .expr import render
 from .lets import Let
 from .loader import LoadedProgram, load_function
-from .stability import stable_rules_fired
+from .optimize_report import FunctionReport, OptimizeReport
 from .rule_origin import blame_user_rules
+from .rulefiles import read_rule_file, rule_file
+from .ruleset_schedule import Budget, Schedule, rulesets_in
+from .saturate import SaturationReport, node_count, saturate
+from .serialized import Graph, class_types
+from .session import EGraphSession
+from .stability import stable_rules_fired
 from .unload import unload
 
 
@@ -95,7 +96,7 @@ def scratch_session(rules: Sequence[str | Path] = ()):
     try:
         yield session
     except BaseException:
-        bases.pop(key, None)    # egglog may be left in any state: never reuse it
+        bases.pop(key, None)  # egglog may be left in any state: never reuse it
         raise
     session.run_text("(pop)")
 
@@ -117,7 +118,7 @@ class Extracted:
     graph: Graph
     cost: TargetCost
     seconds: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)    # what a short time budget gave up
+    notes: list[str] = field(default_factory=list)  # what a short time budget gave up
 
 
 @dataclass
@@ -129,13 +130,19 @@ class ShortOfTime(DlvmError):
     """No extraction fitted in what the time budget left (the caller keeps the program as written)."""
 
 
-ILP_MIN_SECONDS = 0.2    # below this much time left, the ILP is not worth starting: greedy
+ILP_MIN_SECONDS = 0.2  # below this much time left, the ILP is not worth starting: greedy
 
 
-def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu",
-                     extractor: str = "greedy", time_limit: float = 10.0,
-                     unload_functions: bool = True, deadline: Deadline | None = None,
-                     nodes: int | None = None) -> Extracted:
+def extract_programs(
+    session: EGraphSession,
+    programs: Sequence[LoadedProgram],
+    target="cpu",
+    extractor: str = "greedy",
+    time_limit: float = 10.0,
+    unload_functions: bool = True,
+    deadline: Deadline | None = None,
+    nodes: int | None = None,
+) -> Extracted:
     """Extract every program's roots jointly (shared values are paid once) and unload each.
 
     deadline: when time is short, the ILP gives way to greedy, and past the point where the
@@ -151,8 +158,10 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
             # a cap per constructor also caps the analysis rows (shape, dtype) at as many, which
             # uncapped are about a third as many: half the e-nodes the time allows
             max_rows = max(100, nodes_within(left) // 2)
-            notes.append(f"time budget short: serialized at most {max_rows} e-nodes per constructor "
-                         f"of {nodes}")
+            notes.append(
+                f"time budget short: serialized at most {max_rows} e-nodes per constructor "
+                f"of {nodes}"
+            )
         if extractor == "ilp" and left - need < ILP_MIN_SECONDS:
             extractor = "greedy"
             notes.append("time budget short: greedy extraction instead of ilp")
@@ -167,24 +176,35 @@ def extract_programs(session: EGraphSession, programs: Sequence[LoadedProgram], 
     cost = TargetCost(target, class_types(g, var_types, literals))
     t1 = time.perf_counter()
     try:
-        ex = extract(g.data, roots=list(dict.fromkeys(g.roots)), method=extractor, cost=cost,
-                     time_limit=time_limit)
+        ex = extract(
+            g.data,
+            roots=list(dict.fromkeys(g.roots)),
+            method=extractor,
+            cost=cost,
+            time_limit=time_limit,
+        )
     except ExtractionError as e:
         if max_rows is not None:
-            raise ShortOfTime(f"no time left to extract from the whole e-graph ({nodes} e-nodes), "
-                              "and its serialized part holds no program") from None
-        raise DlvmError(f"cannot extract a program from the e-graph: {e} (a helper constructor "
-                        "such as Adjoint left unexpanded, or an ill-typed term)") from None
+            raise ShortOfTime(
+                f"no time left to extract from the whole e-graph ({nodes} e-nodes), "
+                "and its serialized part holds no program"
+            ) from None
+        raise DlvmError(
+            f"cannot extract a program from the e-graph: {e} (a helper constructor "
+            "such as Adjoint left unexpanded, or an ill-typed term)"
+        ) from None
     t2 = time.perf_counter()
     functions, at = [], 0
     for p in programs:
         if unload_functions:
-            functions.append(unload(g, ex.choice, p, g.roots[at:at + len(p.roots)], name=p.name))
+            functions.append(unload(g, ex.choice, p, g.roots[at : at + len(p.roots)], name=p.name))
         at += len(p.roots)
     t3 = time.perf_counter()
     if extractor == "greedy" and deadline is not None:
         observe(sum(1 for n in g.nodes if n.startswith("function-")), t3 - t0)
-    out = Extracted(functions, ex, g, cost, {"serialize": t1 - t0, "extract": t2 - t1, "unload": t3 - t2})
+    out = Extracted(
+        functions, ex, g, cost, {"serialize": t1 - t0, "extract": t2 - t1, "unload": t3 - t2}
+    )
     out.notes = notes
     return out
 
@@ -202,10 +222,17 @@ def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], tar
     return extract_programs(session, programs, target, unload_functions=False).extraction.dag_cost
 
 
-def optimize_session(session: EGraphSession, programs: Sequence[LoadedProgram], *,
-                     schedule: Schedule | None = None, budget=None, target="cpu",
-                     extractor: str = "greedy", time_limit: float = 10.0,
-                     deadline: Deadline | None = None) -> SessionResult:
+def optimize_session(
+    session: EGraphSession,
+    programs: Sequence[LoadedProgram],
+    *,
+    schedule: Schedule | None = None,
+    budget=None,
+    target="cpu",
+    extractor: str = "greedy",
+    time_limit: float = 10.0,
+    deadline: Deadline | None = None,
+) -> SessionResult:
     """Saturate the session's e-graph under `budget`, extract all programs' roots jointly for
     `target`, and unload one Function per program (named `program.name`). The budget's seconds
     (or `deadline`) cover saturation and extraction together: saturation stops while the
@@ -214,15 +241,17 @@ def optimize_session(session: EGraphSession, programs: Sequence[LoadedProgram], 
     deadline = deadline or Deadline(budget.seconds)
     sat = saturate(session, schedule, budget, deadline=deadline, reserve=extraction_seconds)
     try:
-        ex = extract_programs(session, programs, target, extractor, time_limit, deadline=deadline,
-                              nodes=sat.nodes)
+        ex = extract_programs(
+            session, programs, target, extractor, time_limit, deadline=deadline, nodes=sat.nodes
+        )
     except ShortOfTime:
         raise
-    except DlvmError as e:      # an ill-typed term: name the user's rules that fired, if any
+    except DlvmError as e:  # an ill-typed term: name the user's rules that fired, if any
         raise blame_user_rules(e, session, sat) from None
     seconds = {"saturate": sat.seconds, **ex.seconds}
-    return SessionResult(ex.functions, ex.extraction, ex.graph, ex.cost, seconds, ex.notes,
-                         saturation=sat)
+    return SessionResult(
+        ex.functions, ex.extraction, ex.graph, ex.cost, seconds, ex.notes, saturation=sat
+    )
 
 
 def program_cost(fn: Function, module: Module | None = None, target="cpu") -> float:
@@ -254,7 +283,7 @@ def loaded_cost(prog: LoadedProgram, target="cpu") -> float:
                 flags = (plain[0] is not None, plain[1] is not None)
                 kids = tuple(p or k for p, k in zip(plain, kids))
                 ctor = "Gemm"
-        if ctor == "Concatenate" and let.type is not None:   # priced as extraction prices it
+        if ctor == "Concatenate" and let.type is not None:  # priced as extraction prices it
             inner = kids[0]
             nested = inner.ctor == "Concatenate" and inner.args[-1] == let.args[-1]
             total.append(model.concatenation_seconds(let.type, inner.type if nested else None))
@@ -281,10 +310,18 @@ class OptimizeResult:
         return str(self.report)
 
 
-def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path] | None = None,
-             target: str = "cpu", budget=None, extractor: str = "greedy",
-             schedule: Schedule | None = None, time_limit: float = 10.0,
-             explain: bool = False, deadline: Deadline | None = None) -> OptimizeResult:
+def optimize(
+    module: Module,
+    func: str | None = None,
+    rules: Sequence[str | Path] | None = None,
+    target: str = "cpu",
+    budget=None,
+    extractor: str = "greedy",
+    schedule: Schedule | None = None,
+    time_limit: float = 10.0,
+    explain: bool = False,
+    deadline: Deadline | None = None,
+) -> OptimizeResult:
     """Optimize every function of `module` (or only `func`) for `target` ("cpu" or "gpu").
 
     rules: extra rule files, loaded after rules/algebra.egg; their rulesets join the schedule.
@@ -299,7 +336,7 @@ def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path
     schedule = schedule or schedule_for(rules)
     budget = Budget.of(budget)
     if deadline is None:
-        prepare_session(rules)      # before the clock starts (see prepare_session)
+        prepare_session(rules)  # before the clock starts (see prepare_session)
         deadline = Deadline(budget.seconds)
     names = [module[func].name] if func is not None else list(module.functions)
     out = Module(module.name, module.stage)
@@ -309,15 +346,16 @@ def optimize(module: Module, func: str | None = None, rules: Sequence[str | Path
         if name in names:
             share = deadline.split(todo)
             todo -= 1
-            fn, fr = _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit,
-                                        explain, share)
+            fn, fr = _optimize_function(
+                module, fn, rules, target, budget, extractor, schedule, time_limit, explain, share
+            )
             if fr is not None:
                 report.functions[name] = fr
         out.add(fn)
     return OptimizeResult(out, report)
 
 
-RENDER_LIMIT = 60     # e-nodes written per result in an explanation; the rest is "..."
+RENDER_LIMIT = 60  # e-nodes written per result in an explanation; the rest is "..."
 
 
 def _rendered(ex: Extracted) -> list[str]:
@@ -325,10 +363,20 @@ def _rendered(ex: Extracted) -> list[str]:
     return [render(g, ex.extraction.choice, r, ex.cost.types, limit=RENDER_LIMIT) for r in g.roots]
 
 
-def _optimize_function(module, fn, rules, target, budget, extractor, schedule, time_limit, explain=False,
-                       deadline: Deadline | None = None):
+def _optimize_function(
+    module,
+    fn,
+    rules,
+    target,
+    budget,
+    extractor,
+    schedule,
+    time_limit,
+    explain=False,
+    deadline: Deadline | None = None,
+):
     deadline = deadline or Deadline(budget.seconds)
-    require_body(fn)     # declared adjoints: resolved by the pipeline (dq.optimize) first
+    require_body(fn)  # declared adjoints: resolved by the pipeline (dq.optimize) first
     with scratch_session(rules) as session:
         t0 = time.perf_counter()
         prog = session.add_function(fn, module)
@@ -336,26 +384,55 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
         before = loaded_cost(prog, target)
         t2 = time.perf_counter()
         # the program as written, rendered before saturation adds anything to its classes
-        written = _rendered(extract_programs(session, [prog], target, unload_functions=False)) \
-            if explain else []
+        written = (
+            _rendered(extract_programs(session, [prog], target, unload_functions=False))
+            if explain
+            else []
+        )
         try:
-            res = optimize_session(session, [prog], schedule=schedule, budget=budget, target=target,
-                                   extractor=extractor, time_limit=time_limit, deadline=deadline)
+            res = optimize_session(
+                session,
+                [prog],
+                schedule=schedule,
+                budget=budget,
+                target=target,
+                extractor=extractor,
+                time_limit=time_limit,
+                deadline=deadline,
+            )
         except ShortOfTime as e:
             res = None
             short = str(e)
     if res is None:
-        fr = FunctionReport(fn.name, before, before, None, extractor, "skipped", 0,
-                            len(fn.body), len(fn.body), kept_original=True,
-                            note=f"time budget ({budget.seconds:g} s): {short}")
+        fr = FunctionReport(
+            fn.name,
+            before,
+            before,
+            None,
+            extractor,
+            "skipped",
+            0,
+            len(fn.body),
+            len(fn.body),
+            kept_original=True,
+            note=f"time budget ({budget.seconds:g} s): {short}",
+        )
         fr.seconds = {"load": t1 - t0, "baseline": t2 - t1}
         return fn, fr
     new = res.functions[0]
     status = res.extraction.status + "".join(f"; {n}" for n in res.notes)
     used = res.extraction.method
-    fr = FunctionReport(fn.name, before, before, res.saturation, used,
-                        status, sum(1 for c in res.graph.classes if res.graph.is_term_class(c)),
-                        len(fn.body), len(fn.body))
+    fr = FunctionReport(
+        fn.name,
+        before,
+        before,
+        res.saturation,
+        used,
+        status,
+        sum(1 for c in res.graph.classes if res.graph.is_term_class(c)),
+        len(fn.body),
+        len(fn.body),
+    )
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
     if explain:
         fr.results = list(zip(written, _rendered(res)))
@@ -366,16 +443,20 @@ def _optimize_function(module, fn, rules, target, budget, extractor, schedule, t
         # extracted e-nodes: never-worse holds for the program the user gets
         after = program_cost(new, module, target)
         fr.seconds["recost"] = time.perf_counter() - t3
-    except DlvmError as e:   # a user's rule, or a bug: keep the program correct
+    except DlvmError as e:  # a user's rule, or a bug: keep the program correct
         blamed = blame_user_rules(e, session, res.saturation)
         if blamed is not e:
             raise blamed from None
-        warnings.warn(f"optimize: @{fn.name}: the extracted program is invalid ({e}); kept the original")
+        warnings.warn(
+            f"optimize: @{fn.name}: the extracted program is invalid ({e}); kept the original"
+        )
         fr.kept_original, fr.note = True, f"internal error: {e}"
     stable = stable_rules_fired(res.saturation.rule_matches) if res.saturation else []
     if not fr.kept_original and (after < before or stable):
-        if after >= before:   # stability outranks the cost model (egraph/stability.py)
-            fr.note = "kept although not cheaper: numerically stable forms (" + ", ".join(stable) + ")"
+        if after >= before:  # stability outranks the cost model (egraph/stability.py)
+            fr.note = (
+                "kept although not cheaper: numerically stable forms (" + ", ".join(stable) + ")"
+            )
         fr.cost_after, fr.ops_after = after, len(new.body)
         new.adjoint, new.location = fn.adjoint, fn.location
         return new, fr

@@ -1,31 +1,32 @@
 """What `dq.optimize` says it did: per function, saturation, extraction and costs.
 
-    result = dq.optimize(module)
-    print(result.report)          # one paragraph per function
-    result.report["f"].speedup    # cost_before / cost_after
+result = dq.optimize(module)
+print(result.report)          # one paragraph per function
+result.report["f"].speedup    # cost_before / cost_after
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..units import seconds_text  # noqa: F401 (re-exported: egraph.report.seconds_text)
+from ..units import seconds_text
 from .saturate import SaturationReport
 
 
 @dataclass
 class FunctionReport:
     name: str
-    cost_before: float                   # estimated seconds on the target (same model both)
+    cost_before: float  # estimated seconds on the target (same model both)
     cost_after: float
     saturation: SaturationReport | None = None
     extractor: str = "greedy"
     extraction_status: str = ""
-    e_classes: int = 0                   # Term e-classes of the serialized e-graph
-    ops_before: int = 0                  # IR instructions
+    e_classes: int = 0  # Term e-classes of the serialized e-graph
+    ops_before: int = 0  # IR instructions
     ops_after: int = 0
-    kept_original: bool = False          # the extracted program was not cheaper
-    note: str = ""                       # why the original was kept, or what happened
-    seconds: dict[str, float] = field(default_factory=dict)   # phase -> seconds
+    kept_original: bool = False  # the extracted program was not cheaper
+    note: str = ""  # why the original was kept, or what happened
+    seconds: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     # with explain: (result as written, result extracted) per returned value, in infix form
     results: list[tuple[str, str]] = field(default_factory=list)
 
@@ -34,8 +35,10 @@ class FunctionReport:
         return self.cost_before / self.cost_after if self.cost_after > 0 else float("inf")
 
     def __str__(self) -> str:
-        head = (f"@{self.name}: cost {seconds_text(self.cost_before)} -> {seconds_text(self.cost_after)}"
-                f" (x{self.speedup:.3g}), {self.ops_before} -> {self.ops_after} instructions")
+        head = (
+            f"@{self.name}: cost {seconds_text(self.cost_before)} -> {seconds_text(self.cost_after)}"
+            f" (x{self.speedup:.3g}), {self.ops_before} -> {self.ops_after} instructions"
+        )
         lines = [head]
         if self.kept_original:
             lines.append(f"  kept the original: {self.note}")
@@ -51,8 +54,10 @@ class FunctionReport:
                 lines.append(f"{pad[:-4]}->  {after}")
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
-        lines.append(f"  extraction: {self.extractor} ({self.extraction_status or 'ok'}) over "
-                     f"{self.e_classes} e-classes")
+        lines.append(
+            f"  extraction: {self.extractor} ({self.extraction_status or 'ok'}) over "
+            f"{self.e_classes} e-classes"
+        )
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v:.3f} s" for k, v in self.seconds.items()))
         return "\n".join(lines)
@@ -72,4 +77,6 @@ class OptimizeReport:
     def __str__(self) -> str:
         if not self.functions:
             return f"optimize ({self.target}): no function with a body"
-        return f"optimize (target {self.target}):\n" + "\n".join(str(f) for f in self.functions.values())
+        return f"optimize (target {self.target}):\n" + "\n".join(
+            str(f) for f in self.functions.values()
+        )

@@ -5,6 +5,7 @@ file (rule_origin.py).
     >>> [(c, line, col) for c, _, line, col in parens('(a "(" ; (\\n b)')]
     [('(', 1, 1), (')', 2, 3)]
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

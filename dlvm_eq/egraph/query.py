@@ -7,12 +7,13 @@ Alternatives are one per e-node of the root e-class: that node at the top, greed
 below it, all from one greedy pass (extract/alternatives.py). They differ in their outermost
 step (e.g. where a chain splits last). `alternatives=0` computes none.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import DlvmError
 from ..extract.alternatives import alternatives as root_alternatives
@@ -22,15 +23,15 @@ from .expr import parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
 from .optimize_report import seconds_text
 from .rule_origin import blame_user_rules
-from .saturate import SaturationReport, saturate
 from .ruleset_schedule import Budget, Schedule
+from .saturate import SaturationReport, saturate
 
 
 @dataclass
 class Form:
-    text: str            # infix form
-    cost: float          # estimated seconds on the target
-    multiplies: int      # multiply-adds in matmuls
+    text: str  # infix form
+    cost: float  # estimated seconds on the target
+    multiplies: int  # multiply-adds in matmuls
 
 
 @dataclass
@@ -46,6 +47,7 @@ class QueryResult:
         def line(label, f: Form):
             mm = f"  {f.multiplies:,} multiplies" if f.multiplies else ""
             return f"{label:<8}{f.text}\n{'':8}cost {seconds_text(f.cost)}{mm}"
+
         out = [line("input:", self.original), line("best:", self.best)]
         if self.alternatives:
             out.append("next best:")
@@ -55,36 +57,55 @@ class QueryResult:
         return "\n".join(out)
 
 
-def query(expression: str, shapes: dict[str, tuple[int, ...]], dtype: str = "f32", target: str = "cpu",
-          rules: Sequence[str | Path] = (), budget=None, alternatives: int = 4,
-          schedule: Schedule | None = None, deadline: Deadline | None = None) -> QueryResult:
+def query(
+    expression: str,
+    shapes: dict[str, tuple[int, ...]],
+    dtype: str = "f32",
+    target: str = "cpu",
+    rules: Sequence[str | Path] = (),
+    budget=None,
+    alternatives: int = 4,
+    schedule: Schedule | None = None,
+    deadline: Deadline | None = None,
+) -> QueryResult:
     """The cheapest form of `expression` and up to `alternatives` next-best ones (each with
     another e-node at the top). The budget's seconds (or `deadline`) bound the whole query."""
     budget = Budget.of(budget)
     deadline = deadline or Deadline(budget.seconds)
     fn = parse_expression(expression, shapes, dtype)
     original_cost = program_cost(fn, None, target)
-    with scratch_session(rules) as session:      # the input as written, for comparison
+    with scratch_session(rules) as session:  # the input as written, for comparison
         orig = extract_programs(session, [session.add_function(fn)], target)
     og = orig.graph
-    original = Form(render(og, orig.extraction.choice, og.roots[0], orig.cost.types), original_cost,
-                    _multiplies(og, orig.extraction.choice, og.roots[0], orig.cost.types))
+    original = Form(
+        render(og, orig.extraction.choice, og.roots[0], orig.cost.types),
+        original_cost,
+        _multiplies(og, orig.extraction.choice, og.roots[0], orig.cost.types),
+    )
     with scratch_session(rules) as session:
         prog = session.add_function(fn)
-        sat = saturate(session, schedule or schedule_for(rules), budget, deadline=deadline,
-                       reserve=extraction_seconds)
+        sat = saturate(
+            session,
+            schedule or schedule_for(rules),
+            budget,
+            deadline=deadline,
+            reserve=extraction_seconds,
+        )
         try:
             ex = extract_programs(session, [prog], target, deadline=deadline, nodes=sat.nodes)
         except ShortOfTime:
             return QueryResult(expression, original, original, [], sat, target)
-        except DlvmError as e:    # an ill-typed term: name the user's rules that fired, if any
+        except DlvmError as e:  # an ill-typed term: name the user's rules that fired, if any
             raise blame_user_rules(e, session, sat) from None
     g, cost = ex.graph, ex.cost
     types = cost.types
     root = g.roots[0]
     best_choice = ex.extraction.choice
-    best = Form(render(g, best_choice, root, types), ex.extraction.dag_cost,
-                _multiplies(g, best_choice, root, types))
+    best = Form(
+        render(g, best_choice, root, types),
+        ex.extraction.dag_cost,
+        _multiplies(g, best_choice, root, types),
+    )
     alts: list[Form] = []
     if alternatives > 0:
         sg = ex.extraction.graph

@@ -7,6 +7,7 @@ The shipped rule files are checked in CI (`dlvm-eq verify-rules --strict`); a us
 not, so a term that does not type-check after saturation with a user's rules most likely comes
 from one of them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,7 @@ def top_level_forms(text: str) -> list[tuple[int, str]]:
         elif depth:
             depth -= 1
             if depth == 0:
-                forms.append((start_line, text[start:i + 1]))
+                forms.append((start_line, text[start : i + 1]))
     return forms
 
 
@@ -82,11 +83,13 @@ def blame_user_rules(error: DlvmError, session, saturation) -> DlvmError:
     if not hits:
         return error
     files = sorted({loc[0] for loc, _, _ in hits})
-    label = lambda r: _normal(r) if len(_normal(r)) <= 70 else _normal(r)[:67] + "..."  # noqa: E731
+    label = lambda r: _normal(r) if len(_normal(r)) <= 70 else _normal(r)[:67] + "..."
     if len(hits) == 1:
         (file, line), rule, n = hits[0]
         head = f"{file}:{line}: the rule {label(rule)} produced an ill-typed term: {error}"
     else:
-        head = (f"the optimized program is ill-typed ({error}); rules of yours that fired: "
-                + "; ".join(f"{f}:{ln} {label(r)} (x{n})" for (f, ln), r, n in hits))
+        head = (
+            f"the optimized program is ill-typed ({error}); rules of yours that fired: "
+            + "; ".join(f"{f}:{ln} {label(r)} (x{n})" for (f, ln), r, n in hits)
+        )
     return UserRuleError(f"{head}\n  check the rule with: dlvm-eq verify-rules {' '.join(files)}")

@@ -1,13 +1,13 @@
 """Finding the shipped rule files: the repository's rules/ first (an editable install has no
 package copy), then the copy force-included in the wheel at dlvm_eq/rules."""
+
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from ..config import rules_dir  # noqa: F401 (found in config: the caches need it, not the e-graph)
+from ..config import rules_dir
 from ..errors import DlvmError
-
 
 # The shipped rule files, in load order (each builds on the ones before it).
 SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg")

@@ -1,9 +1,10 @@
 """What saturation runs and when it stops: the ruleset schedule and the budgets.
 
-    Budget()                                  # defaults: 1,000 IR ops optimize in a few seconds
-    Budget.of({"nodes": 5000})                # a dict, a Budget or None
-    Schedule.default().with_rulesets(rulesets_in(open("extra.egg").read()))
+Budget()                                  # defaults: 1,000 IR ops optimize in a few seconds
+Budget.of({"nodes": 5000})                # a dict, a Budget or None
+Schedule.default().with_rulesets(rulesets_in(open("extra.egg").read()))
 """
+
 from __future__ import annotations
 
 import re
@@ -12,21 +13,33 @@ from dataclasses import dataclass, fields, replace
 from ..errors import DlvmError
 
 # rules/algebra.egg's rulesets, in the order one saturation round runs them
-ALGEBRA_RULESETS = ("identities", "fold", "stable", "softmax", "transpose", "matmul", "merge", "factor",
-                    "cheap", "reduce", "sumproduct", "layout")
-DEFAULT = ""   # egglog's default ruleset: rules of user files that name no ruleset
+ALGEBRA_RULESETS = (
+    "identities",
+    "fold",
+    "stable",
+    "softmax",
+    "transpose",
+    "matmul",
+    "merge",
+    "factor",
+    "cheap",
+    "reduce",
+    "sumproduct",
+    "layout",
+)
+DEFAULT = ""  # egglog's default ruleset: rules of user files that name no ruleset
 
 
 @dataclass(frozen=True)
 class Budget:
     """Saturation stops at the first budget reached (checked around every ruleset step)."""
 
-    iterations: int = 12         # rounds over the schedule
-    nodes: int = 50_000          # e-nodes (rows of constructors); extraction time grows with it
-    seconds: float = 3.0         # wall time of the whole call: saturation, serialization, extraction
+    iterations: int = 12  # rounds over the schedule
+    nodes: int = 50_000  # e-nodes (rows of constructors); extraction time grows with it
+    seconds: float = 3.0  # wall time of the whole call: saturation, serialization, extraction
 
     @classmethod
-    def of(cls, budget) -> "Budget":
+    def of(cls, budget) -> Budget:
         if budget is None:
             return cls()
         if isinstance(budget, Budget):
@@ -35,8 +48,10 @@ class Budget:
             names = {f.name for f in fields(cls)}
             unknown = set(budget) - names
             if unknown:
-                raise DlvmError(f"unknown budget {', '.join(sorted(unknown))}; expected "
-                                f"{', '.join(sorted(names))}")
+                raise DlvmError(
+                    f"unknown budget {', '.join(sorted(unknown))}; expected "
+                    f"{', '.join(sorted(names))}"
+                )
             return replace(cls(), **budget)
         raise DlvmError(f"a budget is a Budget, a dict or None, not {type(budget).__name__}")
 
@@ -52,10 +67,10 @@ class Schedule:
     step: int = 1
 
     @classmethod
-    def default(cls) -> "Schedule":
+    def default(cls) -> Schedule:
         return cls(ALGEBRA_RULESETS + (DEFAULT,))
 
-    def with_rulesets(self, names) -> "Schedule":
+    def with_rulesets(self, names) -> Schedule:
         extra = tuple(n for n in names if n not in self.rulesets and n != "analysis")
         return Schedule(self.rulesets + extra, self.step)
 

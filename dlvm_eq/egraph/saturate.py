@@ -7,6 +7,7 @@ always stops, and says why.
     report.stop_reason      # "saturated", "iterations", "nodes" or "seconds"
     report.rule_matches     # {"x+0": 3, "(AB)C": 40, ...}
 """
+
 from __future__ import annotations
 
 import time
@@ -20,19 +21,19 @@ from .ruleset_schedule import Budget, Schedule
 from .session import EGraphSession
 
 STOP_REASONS = ("saturated", "iterations", "nodes", "seconds")
-NODES_PER_MATCH = 2     # e-nodes a rewrite adds per match, about (sets the match limit)
+NODES_PER_MATCH = 2  # e-nodes a rewrite adds per match, about (sets the match limit)
 
 
 @dataclass
 class SaturationReport:
-    stop_reason: str                          # one of STOP_REASONS
-    iterations: int                           # rounds over the schedule begun
+    stop_reason: str  # one of STOP_REASONS
+    iterations: int  # rounds over the schedule begun
     nodes_before: int
-    nodes: int                                # e-nodes (constructor rows) at the end
+    nodes: int  # e-nodes (constructor rows) at the end
     seconds: float
     budget: Budget
     schedule: Schedule
-    rule_matches: dict[str, int] = field(default_factory=dict)     # rule -> matches, > 0 only
+    rule_matches: dict[str, int] = field(default_factory=dict)  # rule -> matches, > 0 only
     ruleset_seconds: dict[str, float] = field(default_factory=dict)
     held_back: dict[str, int] = field(default_factory=dict)  # rule -> matches not applied (budget)
 
@@ -44,18 +45,29 @@ class SaturationReport:
         return sorted(self.rule_matches.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
     def __str__(self) -> str:
-        why = {"saturated": "saturated (no rule changes anything)",
-               "iterations": f"iteration budget ({self.budget.iterations}) reached",
-               "nodes": f"e-node budget ({self.budget.nodes}) reached",
-               "seconds": f"time budget ({self.budget.seconds:g} s) reached (time kept for extraction)"}[self.stop_reason]
-        lines = [f"saturation: {why} after {self.iterations} iteration(s), {self.seconds:.3f} s; "
-                 f"e-nodes {self.nodes_before} -> {self.nodes}"]
+        why = {
+            "saturated": "saturated (no rule changes anything)",
+            "iterations": f"iteration budget ({self.budget.iterations}) reached",
+            "nodes": f"e-node budget ({self.budget.nodes}) reached",
+            "seconds": f"time budget ({self.budget.seconds:g} s) reached (time kept for extraction)",
+        }[self.stop_reason]
+        lines = [
+            f"saturation: {why} after {self.iterations} iteration(s), {self.seconds:.3f} s; "
+            f"e-nodes {self.nodes_before} -> {self.nodes}"
+        ]
         if self.rule_matches:
-            lines.append("rules fired (matches): " + ", ".join(
-                f"{rule_label(r)} x{n}" for r, n in self.top_rules()))
+            lines.append(
+                "rules fired (matches): "
+                + ", ".join(f"{rule_label(r)} x{n}" for r, n in self.top_rules())
+            )
         if self.held_back:
-            lines.append("held back by the budget (matches): " + ", ".join(
-                f"{rule_label(r)} x{n}" for r, n in sorted(self.held_back.items(), key=lambda kv: -kv[1])))
+            lines.append(
+                "held back by the budget (matches): "
+                + ", ".join(
+                    f"{rule_label(r)} x{n}"
+                    for r, n in sorted(self.held_back.items(), key=lambda kv: -kv[1])
+                )
+            )
         return "\n".join(lines)
 
 
@@ -71,9 +83,15 @@ def node_count(session: EGraphSession) -> int:
     return sum(n for name, n in out.sizes if name[:1].isupper())
 
 
-def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=None, *,
-             deadline: Deadline | None = None, reserve=None,
-             analysis: str | None = "analysis") -> SaturationReport:
+def saturate(
+    session: EGraphSession,
+    schedule: Schedule | None = None,
+    budget=None,
+    *,
+    deadline: Deadline | None = None,
+    reserve=None,
+    analysis: str | None = "analysis",
+) -> SaturationReport:
     """Run `schedule` on the session's e-graph until nothing changes or a budget is reached.
 
     deadline: when the whole call must be done (default: budget.seconds from now).
@@ -86,8 +104,14 @@ def saturate(session: EGraphSession, schedule: Schedule | None = None, budget=No
     still extract), the step runs under egglog's back-off scheduler with that match limit: it
     holds back any rule with more matches, so a step adds at most about NODES_PER_MATCH
     e-nodes per match it applies and cannot overshoot far. Held-back rules are reported."""
-    run = _Saturation(session, schedule or Schedule.default(), Budget.of(budget), deadline,
-                      reserve or (lambda nodes: 0.0), analysis)
+    run = _Saturation(
+        session,
+        schedule or Schedule.default(),
+        Budget.of(budget),
+        deadline,
+        reserve or (lambda nodes: 0.0),
+        analysis,
+    )
     why = run.rounds_until_stop()
     if why == "seconds":
         note_time_cut(f"saturation: time budget ({run.budget.seconds:g} s) reached")
@@ -98,8 +122,15 @@ class _Saturation:
     """One saturate call: the e-graph's size, each ruleset's last step (time, matches) and
     what fired so far."""
 
-    def __init__(self, session: EGraphSession, schedule: Schedule, budget: Budget,
-                 deadline: Deadline | None, reserve, analysis: str | None):
+    def __init__(
+        self,
+        session: EGraphSession,
+        schedule: Schedule,
+        budget: Budget,
+        deadline: Deadline | None,
+        reserve,
+        analysis: str | None,
+    ):
         self.session, self.schedule, self.budget = session, schedule, budget
         self.deadline = deadline or Deadline(budget.seconds)
         self.reserve, self.analysis = reserve, analysis
@@ -115,14 +146,24 @@ class _Saturation:
         self.peak: dict[str, tuple[int, int]] = {}  # ruleset -> (most matches of a rule, nodes)
         unknown = [rs for rs in schedule.rulesets if rs and rs not in session.rulesets]
         if unknown:
-            raise DlvmError(f"the schedule names ruleset(s) {', '.join(unknown)} that no loaded rule "
-                            f"file declares (declared: {', '.join(session.rulesets) or 'none'})")
+            raise DlvmError(
+                f"the schedule names ruleset(s) {', '.join(unknown)} that no loaded rule "
+                f"file declares (declared: {', '.join(session.rulesets) or 'none'})"
+            )
 
     def report(self, why: str) -> SaturationReport:
-        return SaturationReport(why, self.rounds, self.nodes_before, self.nodes,
-                                time.perf_counter() - self.start, self.budget, self.schedule,
-                                {k: v for k, v in self.matches.items() if v},
-                                dict(self.ruleset_seconds), dict(self.held_back))
+        return SaturationReport(
+            why,
+            self.rounds,
+            self.nodes_before,
+            self.nodes,
+            time.perf_counter() - self.start,
+            self.budget,
+            self.schedule,
+            {k: v for k, v in self.matches.items() if v},
+            dict(self.ruleset_seconds),
+            dict(self.held_back),
+        )
 
     def rounds_until_stop(self) -> str:
         """Rounds over the schedule until one changes nothing or a budget is reached: why."""
@@ -130,7 +171,7 @@ class _Saturation:
             return "nodes"
         while self.rounds < self.budget.iterations:
             self.rounds += 1
-            changed, held_by = False, None     # held_by: which budget held a rule back
+            changed, held_by = False, None  # held_by: which budget held a rule back
             for rs in self.schedule.rulesets:
                 stop, step_changed, step_held_by = self.step(rs)
                 if stop:
@@ -160,8 +201,9 @@ class _Saturation:
         # the scheduler costs ~5 ms a step: only where a rule may come near the limit
         guarded = _expected_matches(self.peak.get(rs), nodes) * 4 >= limit
         t0 = time.perf_counter()
-        out = self.session.run_text(_step_text(rs, limit if guarded else None, self.schedule.step,
-                                               self.analysis))
+        out = self.session.run_text(
+            _step_text(rs, limit if guarded else None, self.schedule.step, self.analysis)
+        )
         took = time.perf_counter() - t0
         run = out[0].report
         self.history[rs] = (took, self.history.get(rs, (took,))[0], nodes)
@@ -172,8 +214,9 @@ class _Saturation:
         self.held_back.update(step_held)
         self.nodes = node_count(self.session)
         # under the scheduler `updated` is also set when only held-back rules matched
-        changed = self.nodes != nodes or (any(it.rule_set_report.changed for it in run.iterations)
-                                          if guarded else run.updated)
+        changed = self.nodes != nodes or (
+            any(it.rule_set_report.changed for it in run.iterations) if guarded else run.updated
+        )
         if self.nodes > budget.nodes:
             return "nodes", changed, None
         if reserve(self.nodes) >= deadline.left():
@@ -181,7 +224,7 @@ class _Saturation:
         return None, changed, limiter if step_held else None
 
 
-FIRST_STEP_MATCHES_PER_NODE = 16   # a ruleset never run yet: matches per e-node assumed
+FIRST_STEP_MATCHES_PER_NODE = 16  # a ruleset never run yet: matches per e-node assumed
 
 
 def _expected_matches(last: tuple[int, int] | None, nodes: int) -> float:
@@ -235,7 +278,7 @@ def nodes_within_reserve(reserve, seconds: float) -> int:
 def _held_back(run, limit: int) -> dict[str, int]:
     """Rules the back-off scheduler banned in this step: more matches than the limit."""
     out: dict[str, int] = {}
-    applied = run.num_matches_per_rule     # a banned rule's matches are not counted there
+    applied = run.num_matches_per_rule  # a banned rule's matches are not counted there
     for it in run.iterations:
         for rule, reports in it.rule_set_report.rule_reports.items():
             n = sum(r.num_matches for r in reports)

@@ -4,6 +4,7 @@
 `class_types` gives every Term e-class its IR type by evaluating the op table's type rules
 bottom-up, so the cost model and the unloader never depend on egglog's own analysis.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,17 +18,18 @@ from ..ir import window_ops
 from ..ir.ops import OPS, WINDOW
 from ..ir.types import DType, TensorType
 
-EGG_TO_OP: dict[str, str] = {spec.egg: name for name, spec in OPS.items()
-                             if spec.kind not in ("tuple", "call", "literal")}
-EGG_TO_OP["StridedSlice"] = "slice"     # a slice with a step > 1 (rules/schema.egg)
+EGG_TO_OP: dict[str, str] = {
+    spec.egg: name for name, spec in OPS.items() if spec.kind not in ("tuple", "call", "literal")
+}
+EGG_TO_OP["StridedSlice"] = "slice"  # a slice with a step > 1 (rules/schema.egg)
 LEAVES = ("Var", "Const", "Lit")
 
 
 @dataclass(frozen=True)
 class Decoded:
-    egg: str                      # constructor name
-    op: str | None                # IR op name (None for leaves)
-    children: tuple[str, ...]     # node ids of Term children (any node of the child's class)
+    egg: str  # constructor name
+    op: str | None  # IR op name (None for leaves)
+    children: tuple[str, ...]  # node ids of Term children (any node of the child's class)
     attrs: dict[str, Any]
 
 
@@ -93,18 +95,31 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"key": p(ch[0])})
     if egg in HELPERS:
         return HELPERS[egg](g, ch)
-    if egg == "StridedSlice":     # the IR's slice with a step
+    if egg == "StridedSlice":  # the IR's slice with a step
         step = int(p(ch[4]))
-        return Decoded(egg, "slice", (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
-                                                "hi": int(p(ch[3])), **({"step": step} if step != 1 else {})})
+        return Decoded(
+            egg,
+            "slice",
+            (ch[0],),
+            {
+                "axis": int(p(ch[1])),
+                "lo": int(p(ch[2])),
+                "hi": int(p(ch[3])),
+                **({"step": step} if step != 1 else {}),
+            },
+        )
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
     if egg == "Transpose":
         return Decoded(egg, op, (ch[0],), {"perm": p(ch[1])})
     if egg == "Reduce":
-        return Decoded(egg, op, (ch[0],), {"combinator": p(ch[1]), "init": float(p(ch[2])),
-                                           "axes": (int(p(ch[3])),)})
+        return Decoded(
+            egg,
+            op,
+            (ch[0],),
+            {"combinator": p(ch[1]), "init": float(p(ch[2])), "axes": (int(p(ch[3])),)},
+        )
     if egg in ("ShapeCast", "Broadcast"):
         return Decoded(egg, op, (ch[0],), {"shape": p(ch[1])})
     if egg in ("PadShape", "SqueezeShape"):
@@ -114,18 +129,28 @@ def _decode(g: Graph, nid: str) -> Decoded:
     if egg == "Concatenate":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
     if egg == "Slice":
-        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
-                                           "hi": int(p(ch[3]))})
+        return Decoded(
+            egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])), "hi": int(p(ch[3]))}
+        )
     if egg == "Take":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
     if egg == "Cumsum":
         return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "reverse": bool(int(p(ch[2])))})
     if egg == "SliceScatter":
-        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])),
-                                           "step": int(p(ch[3])), "size": int(p(ch[4]))})
+        return Decoded(
+            egg,
+            op,
+            (ch[0],),
+            {
+                "axis": int(p(ch[1])),
+                "lo": int(p(ch[2])),
+                "step": int(p(ch[3])),
+                "size": int(p(ch[4])),
+            },
+        )
     if egg == "ScatterAdd":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
-    if OPS[op].kind == WINDOW:   # tensor operands, then one IVec of packed attributes
+    if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
     return Decoded(egg, op, tuple(ch), {})
 
@@ -133,15 +158,22 @@ def _decode(g: Graph, nid: str) -> Decoded:
 # Constructors of rule files that are not IR ops but unload to a few of them.
 # (Gemm a b ta tb), from rules/algebra.egg: a dot whose operands are read transposed where the
 # flag is 1 (BLAS flags; the unloader emits `transpose` + `dot`, codegen folds them again).
-HELPERS = {"Gemm": lambda g, ch: Decoded("Gemm", "dot", (ch[0], ch[1]),
-                                         {"transpose": (int(g.primitive(ch[2])), int(g.primitive(ch[3])))})}
+HELPERS = {
+    "Gemm": lambda g, ch: Decoded(
+        "Gemm",
+        "dot",
+        (ch[0], ch[1]),
+        {"transpose": (int(g.primitive(ch[2])), int(g.primitive(ch[3])))},
+    )
+}
 
 
 _KNOWN = set(EGG_TO_OP) | set(LEAVES)
 
 
-def leaf_type(d: Decoded, var_types: dict[str, TensorType],
-              literals: dict[str, np.ndarray]) -> TensorType:
+def leaf_type(
+    d: Decoded, var_types: dict[str, TensorType], literals: dict[str, np.ndarray]
+) -> TensorType:
     if d.egg == "Var":
         return var_types[d.attrs["name"]]
     if d.egg == "Const":
@@ -150,12 +182,13 @@ def leaf_type(d: Decoded, var_types: dict[str, TensorType],
     return TensorType(value.shape, DType.from_numpy(value.dtype))
 
 
-def class_types(g: Graph, var_types: dict[str, TensorType],
-                literals: dict[str, np.ndarray]) -> dict[str, TensorType]:
+def class_types(
+    g: Graph, var_types: dict[str, TensorType], literals: dict[str, np.ndarray]
+) -> dict[str, TensorType]:
     """IR type of every Term e-class reachable bottom-up; ill-typed nodes are skipped.
     A worklist: a node is typed once all its child classes are (linear in the e-graph)."""
     types: dict[str, TensorType] = {}
-    waiting: dict[str, list[str]] = {}      # child class -> nodes that need its type
+    waiting: dict[str, list[str]] = {}  # child class -> nodes that need its type
     missing: dict[str, int] = {}
     ready: list[str] = []
     for cls, nids in g.classes.items():
@@ -181,7 +214,9 @@ def class_types(g: Graph, var_types: dict[str, TensorType],
             types[cls] = leaf_type(d, var_types, literals)
         else:
             try:
-                types[cls] = OPS[d.op].result_type([types[g.eclass(c)] for c in d.children], d.attrs)
+                types[cls] = OPS[d.op].result_type(
+                    [types[g.eclass(c)] for c in d.children], d.attrs
+                )
             except IRError:
                 continue
         for p in waiting.get(cls, ()):

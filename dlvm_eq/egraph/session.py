@@ -1,11 +1,12 @@
 """One egglog e-graph holding the schema, rule files and loaded programs.
 
-    s = EGraphSession()                     # schema.egg loaded
-    s.add_rules_file("rules/algebra.egg")
-    prog = s.add_function(fn, module)        # the function's terms, roots are its results
-    s.run_analysis()
-    graph = s.serialize(prog.roots)          # Graph with root e-classes in order
+s = EGraphSession()                     # schema.egg loaded
+s.add_rules_file("rules/algebra.egg")
+prog = s.add_function(fn, module)        # the function's terms, roots are its results
+s.run_analysis()
+graph = s.serialize(prog.roots)          # Graph with root e-classes in order
 """
+
 from __future__ import annotations
 
 import json
@@ -14,18 +15,26 @@ import re
 import threading
 from pathlib import Path
 
-from egglog.bindings import AddRuleset, Call, EGraph, EggSmolError, Int, Lit, PanicSpan
-from egglog.bindings import UnstableCombinedRuleset
+from egglog.bindings import (
+    AddRuleset,
+    Call,
+    EggSmolError,
+    EGraph,
+    Int,
+    Lit,
+    PanicSpan,
+    UnstableCombinedRuleset,
+)
 from egglog.bindings import Var as EggVar
 
 from ..errors import DlvmError, SourceError
 from ..ir.module import Function, Module
+from .lets import Let
+from .loader import LoadedProgram, load_function
 from .parens import parens
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
-from .lets import Let
-from .loader import LoadedProgram, load_function
-from .values import BoundValues, MARKER_DECLARATION, drop_markers
+from .values import MARKER_DECLARATION, BoundValues, drop_markers
 
 
 class RuleFileError(SourceError):
@@ -44,8 +53,10 @@ def _is_panic(err: BaseException) -> bool:
 
 def _panic_error(err: BaseException, what: str) -> EgglogPanic:
     first = (str(err).strip().splitlines() or ["no message"])[0]
-    return EgglogPanic(f"egglog failed while {what}: {first} (this is a bug in dlvm_eq or "
-                       "egglog, not in your program; please report it)")
+    return EgglogPanic(
+        f"egglog failed while {what}: {first} (this is a bug in dlvm_eq or "
+        "egglog, not in your program; please report it)"
+    )
 
 
 _LOCATION = re.compile(r"In (\d+):(\d+)-(\d+:)?(\d+) of ([^:\n]+)")
@@ -55,12 +66,17 @@ def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
     """egglog's error as the project's own, pointing at the file, line and rule text."""
     msg = str(err).strip()
     lines = text.splitlines()
-    if "end of file" in msg:           # egglog points at the end; the mistake is the open paren
+    if "end of file" in msg:  # egglog points at the end; the mistake is the open paren
         at = unclosed_paren(text)
         if at is not None:
             line, col = at
-            return RuleFileError("this '(' is never closed (no matching ')' before the end of the file)",
-                                 filename, line, col, lines[line - 1] if line <= len(lines) else None)
+            return RuleFileError(
+                "this '(' is never closed (no matching ')' before the end of the file)",
+                filename,
+                line,
+                col,
+                lines[line - 1] if line <= len(lines) else None,
+            )
     m = _LOCATION.search(msg)
     if m:
         line, col = int(m.group(1)), int(m.group(2))
@@ -92,12 +108,12 @@ class EGraphSession:
 
     def __init__(self, schema: bool = True):
         self.thread = threading.get_ident()
-        self.broken = False             # a panic left egglog in an unknown state
+        self.broken = False  # a panic left egglog in an unknown state
         self.egraph = EGraph()
         self.files: list[str] = []
-        self.rulesets: list[str] = []   # declared so far: running an unknown one panics egglog
+        self.rulesets: list[str] = []  # declared so far: running an unknown one panics egglog
         self._programs = 0
-        self.values = BoundValues()     # our let names -> rows of the marker function
+        self.values = BoundValues()  # our let names -> rows of the marker function
         self._marker = False
         if schema:
             self.add_rules_file(rule_file("schema.egg"))
@@ -112,8 +128,10 @@ class EGraphSession:
 
     def _check_usable(self) -> None:
         if self.thread != threading.get_ident():
-            raise DlvmError("an e-graph session is used from a thread other than the one that "
-                            "made it (egglog's e-graphs belong to one thread)")
+            raise DlvmError(
+                "an e-graph session is used from a thread other than the one that "
+                "made it (egglog's e-graphs belong to one thread)"
+            )
         if self.broken:
             raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
 
@@ -137,8 +155,9 @@ class EGraphSession:
                 raise
             self.broken = True
             raise _panic_error(e, f"running {filename}") from None
-        self.rulesets.extend(c.name for c in commands
-                             if isinstance(c, (AddRuleset, UnstableCombinedRuleset)))
+        self.rulesets.extend(
+            c.name for c in commands if isinstance(c, (AddRuleset, UnstableCombinedRuleset))
+        )
         return out
 
     def add_rules_file(self, path: str | Path):
@@ -156,39 +175,46 @@ class EGraphSession:
         self.add_lets(prog.lets, f"<program @{fn.name}>")
         return prog
 
-    def add_lets(self, lets: list[Let], filename: str = "<egglog>", facts: bool = True,
-                 chunk: int = 64) -> None:
+    def add_lets(
+        self, lets: list[Let], filename: str = "<egglog>", facts: bool = True, chunk: int = 64
+    ) -> None:
         """Bind Lets (lets.py) as rows of the marker function (values.py says why), in
         chunks: egglog's time per command grows with the length of the text it came in
         (measured: 2,100 lets of a 1,000-op program, 3.8 s in one text, 0.6 s in chunks of
         64). facts: set the shapes and dtypes of leaves (an e-graph with the analysis)."""
         self._need_marker()
         for i in range(0, len(lets), chunk):
-            self.run_text(self.values.bind(lets[i:i + chunk], facts), filename)
+            self.run_text(self.values.bind(lets[i : i + chunk], facts), filename)
 
     def add_globals(self, lets: list[Let], filename: str = "<egglog>") -> None:
         """Bind Lets as egglog globals (for sorts the marker function cannot hold: fusion's
         Scalar loads); their operands are read through the marker rows."""
         if lets:
-            self.run_text("\n".join(f"(let {let.name} {let.term(self.values.ref)})" for let in lets)
-                          + "\n", filename)
+            self.run_text(
+                "\n".join(f"(let {let.name} {let.term(self.values.ref)})" for let in lets) + "\n",
+                filename,
+            )
 
     def delete(self, lets: list[Let], filename: str = "<egglog>") -> None:
         """Delete the e-nodes of these Lets' terms (their rows stay: they name e-classes)."""
         if lets:
-            self.run_text("\n".join(f"(delete {let.term(self.values.ref)})" for let in lets) + "\n",
-                          filename)
+            self.run_text(
+                "\n".join(f"(delete {let.term(self.values.ref)})" for let in lets) + "\n", filename
+            )
 
     def _need_marker(self) -> None:
         if not self._marker:
-            raise DlvmError("this e-graph session has no marker function declared "
-                            "(EGraphSession.declare_marker) to bind program values with")
+            raise DlvmError(
+                "this e-graph session has no marker function declared "
+                "(EGraphSession.declare_marker) to bind program values with"
+            )
 
     def run_analysis(self):
         return self.run_text("(run-schedule (saturate (run analysis)))")
 
-    def serialize(self, roots: list[str], terms_only: bool = False,
-                  max_rows: int | None = None) -> Graph:
+    def serialize(
+        self, roots: list[str], terms_only: bool = False, max_rows: int | None = None
+    ) -> Graph:
         """The e-graph as extraction-gym JSON; `roots` are let names, e.g. prog.roots (the
         marker function's rows are left out: readers see only terms and analyses).
         terms_only: leave out the rows of functions outside Term classes (the analyses'
@@ -202,8 +228,11 @@ class EGraphSession:
             exprs = []
             for r in roots:
                 row = self.values.row(r)
-                exprs.append(EggVar(span, r) if row is None else
-                             Call(span, self.values.marker, [Lit(span, Int(row))]))
+                exprs.append(
+                    EggVar(span, r)
+                    if row is None
+                    else Call(span, self.values.marker, [Lit(span, Int(row))])
+                )
             ser = self.egraph.serialize(exprs, max_calls_per_function=max_rows)
             text = ser.to_json()
         except BaseException as e:
@@ -219,6 +248,9 @@ class EGraphSession:
                     d["cost"] = math.inf
         if terms_only:
             term = {c for c, d in data.get("class_data", {}).items() if d.get("type") == "Term"}
-            data["nodes"] = {n: d for n, d in data["nodes"].items()
-                             if d["eclass"] in term or not n.startswith("function-")}
+            data["nodes"] = {
+                n: d
+                for n, d in data["nodes"].items()
+                if d["eclass"] in term or not n.startswith("function-")
+            }
         return Graph(data)

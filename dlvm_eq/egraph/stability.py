@@ -7,9 +7,10 @@ unstable e-node, so the extracted program no longer holds it.
     >>> stabilized({"stable: log(sigmoid z)": 1, "x+0": 2}), stabilized({"x+0": 2})
     (True, False)
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 STABLE_RULE_PREFIX = "stable: "
 
@@ -21,4 +22,6 @@ def stabilized(rule_matches: Mapping[str, int]) -> bool:
 
 def stable_rules_fired(rule_matches: Mapping[str, int]) -> list[str]:
     """The stability rewrites that matched, by name, for the report."""
-    return sorted(name for name, n in rule_matches.items() if name.startswith(STABLE_RULE_PREFIX) and n > 0)
+    return sorted(
+        name for name, n in rule_matches.items() if name.startswith(STABLE_RULE_PREFIX) and n > 0
+    )

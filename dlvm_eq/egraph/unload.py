@@ -3,6 +3,7 @@
 Explicit broadcasts feeding elementwise ops become implicit again, scalar constants become
 `1.0: f32` operands, and chains of one-axis reductions merge back into one multi-axis `reduce`.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,8 @@ from ..errors import IRError
 from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.ops import ELEMENTWISE_KINDS, OPS
 from ..ir.types import TensorType, broadcast_shapes
-from .serialized import Graph
 from .loader import REDUCE_IDENTITY, LoadedProgram
+from .serialized import Graph
 
 
 def _same(a: float, b: float) -> bool:
@@ -26,7 +27,7 @@ class _Unloader:
         self.params = {p.name: v for p, v in zip(prog.params, self.b.params)}
         self.values: dict[str, Value | Const] = {}
         self.uses: dict[str, int] = {}
-        self.transposes: dict[str, Value] = {}   # class -> its transpose, for Gemm operands
+        self.transposes: dict[str, Value] = {}  # class -> its transpose, for Gemm operands
 
     def node(self, cls: str):
         try:
@@ -92,7 +93,7 @@ class _Unloader:
             return b.emit("literal", [], value=arr, type=t)
         spec = OPS[d.op]
         kids = [self.g.eclass(k) for k in d.children]
-        if d.egg == "Gemm":   # a dot reading transposed operands: transpose + dot
+        if d.egg == "Gemm":  # a dot reading transposed operands: transpose + dot
             args = []
             for k, flag in zip(kids, d.attrs["transpose"]):
                 args.append((yield from self.transposed(k)) if flag else (yield k))
@@ -102,7 +103,9 @@ class _Unloader:
         if d.op == "reduce":
             return (yield from self.emit_reduce(d, kids[0]))
         attrs = dict(d.attrs)
-        if d.op == "transpose" and tuple(attrs["perm"]) == tuple(reversed(range(len(attrs["perm"])))):
+        if d.op == "transpose" and tuple(attrs["perm"]) == tuple(
+            reversed(range(len(attrs["perm"])))
+        ):
             attrs["perm"] = None
         args = []
         for k in kids:
@@ -119,6 +122,7 @@ class _Unloader:
     @staticmethod
     def prog_literal_dtype(arr):
         from ..ir.types import DType
+
         return DType.from_numpy(arr.dtype)
 
     def elementwise_operands(self, kids: list[str]):
@@ -143,35 +147,41 @@ class _Unloader:
             if isinstance(inner_op, Const):
                 return inner_op
             shape = tuple(d.attrs["shape"])
-            if broadcast_shapes(inner_op.type.shape, shape) == shape and \
-                    len(inner_op.type.shape) <= len(shape):
+            if broadcast_shapes(inner_op.type.shape, shape) == shape and len(
+                inner_op.type.shape
+            ) <= len(shape):
                 return inner_op
         return (yield from self.operand(cls, want_value=False))
 
     def emit_reduce(self, d, child: str):
         comb, init = d.attrs["combinator"], d.attrs["init"]
-        chain = [d.attrs["axes"][0]]          # outermost first
+        chain = [d.attrs["axes"][0]]  # outermost first
         cls = child
         # merge inner one-axis reductions that nobody else uses
         while True:
             inner = self.node(cls)
-            if (inner.egg == "Reduce" and inner.attrs["combinator"] == comb
-                    and _same(inner.attrs["init"], REDUCE_IDENTITY[comb])
-                    and self.uses.get(cls, 0) <= 1 and cls not in self.values):
+            if (
+                inner.egg == "Reduce"
+                and inner.attrs["combinator"] == comb
+                and _same(inner.attrs["init"], REDUCE_IDENTITY[comb])
+                and self.uses.get(cls, 0) <= 1
+                and cls not in self.values
+            ):
                 chain.append(inner.attrs["axes"][0])
                 cls = self.g.eclass(inner.children[0])
             else:
                 break
         x = yield cls
         removed: list[int] = []
-        for ax in reversed(chain):            # innermost first: map to x's original axes
+        for ax in reversed(chain):  # innermost first: map to x's original axes
             remaining = [i for i in range(x.type.rank) if i not in removed]
             removed.append(remaining[ax])
         return self.b.emit("reduce", [x], combinator=comb, init=init, axes=tuple(sorted(removed)))
 
 
-def unload(g: Graph, choice: dict[str, str], prog: LoadedProgram, roots: list[str],
-           name: str | None = None) -> Function:
+def unload(
+    g: Graph, choice: dict[str, str], prog: LoadedProgram, roots: list[str], name: str | None = None
+) -> Function:
     """The IR function computing the root e-classes with the chosen e-nodes."""
     u = _Unloader(g, choice, prog, name or prog.name)
     u.count_uses(roots)

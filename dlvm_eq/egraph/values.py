@@ -22,6 +22,7 @@ is read through them (`refer`, `bind_lines`); serialized e-graphs drop the marke
     values.bind_lines(['(let $a_ (Var "y"))', "(let $b_ (Tanh $a_))"])
     values.row("$b_")     # the row of $b_
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ from .lets import Let, commands
 
 # False: bind values as egglog globals, as before this module (tests compare the two ways)
 BIND_AS_ROWS = True
-MARKER = "dlvm-value"      # lower case: node_count counts capitalized constructors only
+MARKER = "dlvm-value"  # lower case: node_count counts capitalized constructors only
 MARKER_DECLARATION = f"(function {MARKER} (i64) Term :merge old)\n"
 
 # a string literal (left alone: a name inside it is text) or a `$name`
@@ -46,8 +47,8 @@ class BoundValues:
     def __init__(self, marker: str = MARKER):
         self.marker = marker
         self.rows: dict[str, int] = {}
-        self.order: list[str] = []        # names in binding order, for pop
-        self.marks: list[int] = []        # len(order) at each push
+        self.order: list[str] = []  # names in binding order, for pop
+        self.marks: list[int] = []  # len(order) at each push
 
     def row(self, name: str) -> int | None:
         return self.rows.get(name)
@@ -57,7 +58,7 @@ class BoundValues:
 
     def pop(self) -> None:
         if not self.marks:
-            return                        # egglog reports the unmatched pop itself
+            return  # egglog reports the unmatched pop itself
         keep = self.marks.pop()
         for name in self.order[keep:]:
             del self.rows[name]
@@ -95,7 +96,7 @@ class BoundValues:
             return "\n".join(commands(lets, facts)) + "\n"
         out = []
         for let in lets:
-            body = let.term(self.ref)         # before its own row: a let never reads itself
+            body = let.term(self.ref)  # before its own row: a let never reads itself
             out.append(f"(set ({self.marker} {self._new_row(let.name)}) {body})")
             if facts:
                 out.extend(let.facts(self.ref))
@@ -113,7 +114,7 @@ class BoundValues:
             if m is None:
                 out.append(self.refer(line))
                 continue
-            body = self.refer(line[m.end():])
+            body = self.refer(line[m.end() :])
             out.append(f"(set ({self.marker} {self._new_row(m.group(1))}) {body}")
         return "\n".join(out) + "\n"
 
@@ -127,7 +128,7 @@ def drop_markers(data: dict, marker: str = MARKER) -> None:
     if not rows:
         return
     rows_set = set(rows)
-    other: dict[str, str] = {}            # class -> a node of it that is not a row
+    other: dict[str, str] = {}  # class -> a node of it that is not a row
     for nid, d in nodes.items():
         if nid not in rows_set:
             other.setdefault(d["eclass"], nid)
@@ -152,4 +153,4 @@ def drop_markers(data: dict, marker: str = MARKER) -> None:
     for nid in instead:
         for k in nodes.pop(nid)["children"]:
             if k not in used and k in nodes and k.startswith("primitive-"):
-                class_data.pop(nodes.pop(k)["eclass"], None)   # a primitive is its own class
+                class_data.pop(nodes.pop(k)["eclass"], None)  # a primitive is its own class

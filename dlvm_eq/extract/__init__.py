@@ -24,10 +24,11 @@ for a shared value once per use).
 >>> extract(g, method="ilp").status
 'optimal'
 """
+
 from __future__ import annotations
 
 import time
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..cache import note_time_cut
 from .choice import dag_cost_of, tree_cost_of, walk
@@ -39,15 +40,31 @@ from .improve import improve_choice
 from .result import Extraction
 from .tree import tree_choice
 
-__all__ = ["extract", "dag_cost", "tree_cost", "validate", "load_json", "SerializedEGraph",
-           "Extraction", "ExtractionError", "CostModel", "FieldCost", "METHODS"]
+__all__ = [
+    "extract",
+    "dag_cost",
+    "tree_cost",
+    "validate",
+    "load_json",
+    "SerializedEGraph",
+    "Extraction",
+    "ExtractionError",
+    "CostModel",
+    "FieldCost",
+    "METHODS",
+]
 
 METHODS = ("greedy", "ilp", "tree")
-IMPROVE_SECONDS = 1.0     # the local search after greedy stops after this long at the most
+IMPROVE_SECONDS = 1.0  # the local search after greedy stops after this long at the most
 
 
-def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
-            cost: CostLike = None, time_limit: float = 10.0) -> Extraction:
+def extract(
+    graph,
+    roots: Iterable[str] | None = None,
+    method: str = "greedy",
+    cost: CostLike = None,
+    time_limit: float = 10.0,
+) -> Extraction:
     """Extract the terms of ``roots`` (e-class ids; default: the graph's ``root_eclasses``).
 
     ``graph`` is a :class:`SerializedEGraph` or anything :func:`load_json` reads.
@@ -57,7 +74,9 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
     if not isinstance(graph, SerializedEGraph):
         graph = load_json(graph)
     if method not in METHODS:
-        raise ExtractionError(f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}")
+        raise ExtractionError(
+            f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}"
+        )
     root_ids = _roots(graph, roots)
     start = time.perf_counter()
     costs = node_costs(graph, cost)
@@ -66,10 +85,13 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
         choice = tree_choice(graph, costs, root_ids)[0]
     else:
         choice = greedy_dag_choice(graph, costs, root_ids)
-        if all(choice[r] >= 0 for r in root_ids):   # then switches while the DAG cost drops
-            choice = improve_choice(graph, costs, choice, root_ids, time_limit=min(IMPROVE_SECONDS, time_limit))
+        if all(choice[r] >= 0 for r in root_ids):  # then switches while the DAG cost drops
+            choice = improve_choice(
+                graph, costs, choice, root_ids, time_limit=min(IMPROVE_SECONDS, time_limit)
+            )
         if method == "ilp" and all(choice[r] >= 0 for r in root_ids):
-            from .ilp import ilp_choice     # scipy (~0.2 s to import) only for the ILP
+            from .ilp import ilp_choice  # scipy (~0.2 s to import) only for the ILP
+
             res = ilp_choice(graph, costs, root_ids, time_limit=time_limit, greedy=choice)
             choice, status, optimal, fallback = res.choice, res.status, res.optimal, res.fallback
             if "time limit" in status:
@@ -77,33 +99,51 @@ def extract(graph, roots: Iterable[str] | None = None, method: str = "greedy",
     seconds = time.perf_counter() - start
     for r in root_ids:
         if choice[r] < 0:
-            raise ExtractionError(f"root e-class {graph.class_ids[r]!r} has no finite, acyclic term")
+            raise ExtractionError(
+                f"root e-class {graph.class_ids[r]!r} has no finite, acyclic term"
+            )
     order = walk(graph, choice, root_ids)  # every extractor's result is checked here
     return Extraction(
         choice={graph.class_ids[c]: graph.node_ids[choice[c]] for c in order},
         dag_cost=dag_cost_of(costs, choice, order),
         tree_cost=tree_cost_of(graph, costs, choice, order, root_ids),
-        method=method, seconds=seconds, roots=tuple(graph.class_ids[r] for r in root_ids),
-        fallback=fallback, status=status, optimal=optimal, graph=graph)
+        method=method,
+        seconds=seconds,
+        roots=tuple(graph.class_ids[r] for r in root_ids),
+        fallback=fallback,
+        status=status,
+        optimal=optimal,
+        graph=graph,
+    )
 
 
-def validate(graph: SerializedEGraph, choice: Mapping[str, str], roots: Iterable[str] | None = None) -> None:
+def validate(
+    graph: SerializedEGraph, choice: Mapping[str, str], roots: Iterable[str] | None = None
+) -> None:
     """Raise :class:`ExtractionError` unless ``choice`` gives every e-class reachable from
     ``roots`` one of its own (non-subsumed) e-nodes, and the chosen e-nodes form no cycle."""
     root_ids = _roots(graph, roots)
     walk(graph, _choice_list(graph, choice), root_ids)
 
 
-def dag_cost(graph: SerializedEGraph, choice: Mapping[str, str], roots: Iterable[str] | None = None,
-             cost: CostLike = None) -> float:
+def dag_cost(
+    graph: SerializedEGraph,
+    choice: Mapping[str, str],
+    roots: Iterable[str] | None = None,
+    cost: CostLike = None,
+) -> float:
     """Sum of the costs of the distinct chosen e-nodes reachable from ``roots`` (validates)."""
     root_ids = _roots(graph, roots)
     c = _choice_list(graph, choice)
     return dag_cost_of(node_costs(graph, cost), c, walk(graph, c, root_ids))
 
 
-def tree_cost(graph: SerializedEGraph, choice: Mapping[str, str], roots: Iterable[str] | None = None,
-              cost: CostLike = None) -> float:
+def tree_cost(
+    graph: SerializedEGraph,
+    choice: Mapping[str, str],
+    roots: Iterable[str] | None = None,
+    cost: CostLike = None,
+) -> float:
     """The cost of the chosen terms unfolded as trees (validates)."""
     root_ids = _roots(graph, roots)
     c = _choice_list(graph, choice)
@@ -131,9 +171,13 @@ def _choice_list(graph: SerializedEGraph, choice: Mapping[str, str]) -> list[int
             raise ExtractionError(f"choice names unknown e-class {cid!r}")
         n = graph.node_index.get(str(nid))
         if n is None:
-            raise ExtractionError(f"choice for e-class {cid!r} names unknown (or subsumed) e-node {nid!r}")
+            raise ExtractionError(
+                f"choice for e-class {cid!r} names unknown (or subsumed) e-node {nid!r}"
+            )
         if graph.node_class[n] != c:
-            raise ExtractionError(f"choice for e-class {cid!r} is e-node {nid!r} of another e-class "
-                                  f"{graph.class_ids[graph.node_class[n]]!r}")
+            raise ExtractionError(
+                f"choice for e-class {cid!r} is e-node {nid!r} of another e-class "
+                f"{graph.class_ids[graph.node_class[n]]!r}"
+            )
         out[c] = n
     return out

@@ -12,17 +12,20 @@ one extraction per e-node of the class.
 >>> [(cost, g.node_ids[choice[g.roots[0]]]) for cost, choice in alternatives(g, g.costs, g.roots[0])]
 [(3.0, 'f'), (6.0, 'g')]
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from .choice import find_problem
 from .graph import SerializedEGraph
 from .greedy import greedy_dag_sets
 
 
-def alternatives(graph: SerializedEGraph, costs: Sequence[float], root: int) -> Iterator[tuple[float, list[int]]]:
+def alternatives(
+    graph: SerializedEGraph, costs: Sequence[float], root: int
+) -> Iterator[tuple[float, list[int]]]:
     """(DAG cost, choice) per e-node of class `root` with a finite, acyclic term, cheapest
     first. Lazy: each choice is built and checked only when the caller asks for the next."""
     kids_of = graph.child_sets
@@ -36,12 +39,12 @@ def alternatives(graph: SerializedEGraph, costs: Sequence[float], root: int) -> 
         merged: dict = {}
         for k in kids_of[n]:
             merged.update(sets[k])
-        if root in merged:          # the node needs its own class below it: a cycle
+        if root in merged:  # the node needs its own class below it: a cycle
             continue
         ranked.append((own + sum(merged.values()), n))
     ranked.sort()
     for total, n in ranked:
         alt = list(choice)
         alt[root] = n
-        if find_problem(graph, alt, [root])[1] is None:   # a stale greedy set may hide a cycle
+        if find_problem(graph, alt, [root])[1] is None:  # a stale greedy set may hide a cycle
             yield total, alt

@@ -12,10 +12,11 @@ string-keyed versions live in ``dlvm_eq.extract`` (``validate``, ``dag_cost``).
 >>> [g.class_ids[c] for c in order], dag_cost_of(g.costs, [0, 1], order), tree_cost_of(g, g.costs, [0, 1], order, g.roots)
 (['X', 'F'], 3.0, 4.0)
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
@@ -56,7 +57,7 @@ def find_problem(graph: SerializedEGraph, choice: Sequence[int], roots: Sequence
                     stack.append(k)
                     pos.append(0)
                 elif s == 1:
-                    return order, ("cycle", stack[stack.index(k):])
+                    return order, ("cycle", stack[stack.index(k) :])
             else:
                 state[c] = 2
                 order.append(c)
@@ -74,7 +75,9 @@ def walk(graph: SerializedEGraph, choice: Sequence[int], roots: Sequence[int]) -
     kind, classes = problem
     names = [graph.class_ids[c] for c in classes]
     if kind == "missing":
-        raise ExtractionError(f"e-class {names[0]!r} is reachable from the roots but has no chosen e-node")
+        raise ExtractionError(
+            f"e-class {names[0]!r} is reachable from the roots but has no chosen e-node"
+        )
     path = " -> ".join(f"{graph.class_ids[c]} ({graph.ops[choice[c]]})" for c in classes)
     raise ExtractionError(f"the chosen e-nodes form a cycle: {path} -> {names[0]}")
 
@@ -85,8 +88,13 @@ def dag_cost_of(costs: Sequence[float], choice: Sequence[int], order: Sequence[i
     return math.fsum(costs[choice[c]] for c in order)
 
 
-def tree_cost_of(graph: SerializedEGraph, costs: Sequence[float], choice: Sequence[int],
-                 order: Sequence[int], roots: Sequence[int]) -> float:
+def tree_cost_of(
+    graph: SerializedEGraph,
+    costs: Sequence[float],
+    choice: Sequence[int],
+    order: Sequence[int],
+    roots: Sequence[int],
+) -> float:
     """The cost of the terms unfolded as trees: a child used twice counts twice. ``order`` is
     children-first (from :func:`walk`), so one pass suffices."""
     children = graph.children
@@ -97,8 +105,9 @@ def tree_cost_of(graph: SerializedEGraph, costs: Sequence[float], choice: Sequen
     return math.fsum(tree[r] for r in dict.fromkeys(roots))
 
 
-def break_cycles(graph: SerializedEGraph, choice: list[int], safe: Sequence[int],
-                 roots: Sequence[int]) -> int:
+def break_cycles(
+    graph: SerializedEGraph, choice: list[int], safe: Sequence[int], roots: Sequence[int]
+) -> int:
     """Make ``choice`` valid by falling back to ``safe`` (a valid, acyclic choice for every
     extractable class, e.g. the tree extractor's) on the classes of each cycle found.
 
@@ -118,8 +127,9 @@ def break_cycles(graph: SerializedEGraph, choice: list[int], safe: Sequence[int]
                 changed += 1
 
 
-
-def chosen_cycles(graph: SerializedEGraph, choice: Sequence[int], roots: Sequence[int]) -> list[list[int]]:
+def chosen_cycles(
+    graph: SerializedEGraph, choice: Sequence[int], roots: Sequence[int]
+) -> list[list[int]]:
     """Cycles of the chosen nodes reached from ``roots``, one per back edge of a depth-first
     walk (so every cyclic part yields at least one), each as classes ``[c1, ..., ck]`` where
     ``c(i+1)`` is a child of ``ci``'s chosen node and ``c1`` a child of ``ck``'s."""
@@ -145,7 +155,7 @@ def chosen_cycles(graph: SerializedEGraph, choice: Sequence[int], roots: Sequenc
                     stack.append(k)
                     pos.append(0)
                 elif state[k] == 1:
-                    cycles.append(stack[where[k]:])
+                    cycles.append(stack[where[k] :])
             else:
                 state[c] = 2
                 del where[c]

@@ -10,10 +10,12 @@ because a DAG cost must not improve by pulling in more e-nodes.
 >>> node_costs(g, None), node_costs(g, lambda graph, nid: 2.0 if graph.raw_nodes[nid]["op"] == "Exp" else 1.0)
 ([3.0], [2.0])
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol, Union, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
@@ -33,7 +35,7 @@ class FieldCost:
         return graph.costs[graph.node_index[node_id]]
 
 
-CostLike = Union[CostModel, Callable[[SerializedEGraph, str], float], None]
+CostLike = CostModel | Callable[[SerializedEGraph, str], float] | None
 
 
 def node_costs(graph: SerializedEGraph, cost: CostLike = None) -> list[float]:
@@ -47,8 +49,10 @@ def node_costs(graph: SerializedEGraph, cost: CostLike = None) -> list[float]:
     elif callable(cost):
         fn = cost
     else:
-        raise ExtractionError(f"cost must be a CostModel or a callable (graph, node_id) -> float, "
-                              f"not {type(cost).__name__}")
+        raise ExtractionError(
+            f"cost must be a CostModel or a callable (graph, node_id) -> float, "
+            f"not {type(cost).__name__}"
+        )
     out = [float(fn(graph, nid)) for nid in graph.node_ids]
     _check(graph, out)
     return out
@@ -57,5 +61,6 @@ def node_costs(graph: SerializedEGraph, cost: CostLike = None) -> list[float]:
 def _check(graph: SerializedEGraph, costs: list[float]) -> None:
     for nid, c in zip(graph.node_ids, costs):
         if math.isnan(c) or c < 0:
-            raise ExtractionError(f"cost of e-node {nid!r} is {c}; costs must be >= 0 (inf forbids)")
-
+            raise ExtractionError(
+                f"cost of e-node {nid!r} is {c}; costs must be >= 0 (inf forbids)"
+            )

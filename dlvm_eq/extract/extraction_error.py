@@ -2,6 +2,7 @@
 
 A user can cause these (a malformed e-graph file, a bad cost model), so they are DlvmErrors.
 """
+
 from __future__ import annotations
 
 from ..errors import DlvmError

@@ -30,13 +30,14 @@ would recompute a producer), then passes that toggle single candidates while the
 candidates not yet decided stay inlined, a choice as valid as any (the planner splits long
 expressions), and `FusionChoice.stopped` says so.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..cache import note_time_cut
 from .extraction_error import ExtractionError
@@ -67,22 +68,23 @@ class Kernel:
     output bytes. Kernels with the same `group` (maps over one iteration space) run as one
     multi-output kernel: one launch, a scalar class or buffer they share evaluated or read
     once, a member read by another computed in registers (the planner groups them so)."""
+
     cls: int
     body: int
     space: int
     out_bytes: int
-    group: object = None           # None: a kernel of its own
-    reduction: bool = False        # its members read its result from registers (row kernels)
+    group: object = None  # None: a kernel of its own
+    reduction: bool = False  # its members read its result from registers (row kernels)
 
 
 @dataclass
 class FusionProblem:
     graph: SerializedEGraph
-    forced: Sequence[Kernel]            # always kernels (results, BLAS operands, reductions)
-    candidates: Sequence[Kernel]        # maps that may be materialized, producers first
-    buffers: dict                       # tensor class -> (elements, itemsize): always loadable
+    forced: Sequence[Kernel]  # always kernels (results, BLAS operands, reductions)
+    candidates: Sequence[Kernel]  # maps that may be materialized, producers first
+    buffers: dict  # tensor class -> (elements, itemsize): always loadable
     machine: Machine
-    free: frozenset = frozenset()       # tensor classes read for free (scalar constants)
+    free: frozenset = frozenset()  # tensor classes read for free (scalar constants)
 
     def __post_init__(self):
         g = self.graph
@@ -90,10 +92,10 @@ class FusionProblem:
         self.sizes = dict(self.buffers)
         for k in list(self.forced) + list(self.candidates):
             self.sizes.setdefault(k.cls, (k.space, 0))
-        for k in self.candidates:     # size and itemsize of a candidate's own buffer
+        for k in self.candidates:  # size and itemsize of a candidate's own buffer
             self.sizes[k.cls] = (k.space, k.out_bytes // max(k.space, 1))
-        self.loads: list[tuple[int, ...]] = []     # scalar class -> tensor classes it loads
-        self.ops: list[tuple[float, tuple[int, ...]] | None] = []   # cheapest scalar op
+        self.loads: list[tuple[int, ...]] = []  # scalar class -> tensor classes it loads
+        self.ops: list[tuple[float, tuple[int, ...]] | None] = []  # cheapest scalar op
         for c, nodes in enumerate(g.class_nodes):
             loads, best = [], None
             for n in nodes:
@@ -115,21 +117,21 @@ def _is_scalar(g: SerializedEGraph, c: int) -> bool:
 
 @dataclass
 class FusionChoice:
-    materialized: frozenset              # candidate classes kept in buffers
-    cost: float                          # estimated seconds of the chosen kernels
-    cost_unfused: float = 0.0            # every candidate materialized (one kernel per op)
-    cost_inlined: float = 0.0            # no candidate materialized
-    evaluations: int = 0                 # kernel cost evaluations
+    materialized: frozenset  # candidate classes kept in buffers
+    cost: float  # estimated seconds of the chosen kernels
+    cost_unfused: float = 0.0  # every candidate materialized (one kernel per op)
+    cost_inlined: float = 0.0  # no candidate materialized
+    evaluations: int = 0  # kernel cost evaluations
     seconds: float = 0.0
     method: str = "greedy"
-    stopped: str = ""                    # why the search stopped early ("" when it did not)
+    stopped: str = ""  # why the search stopped early ("" when it did not)
 
 
 @dataclass
 class _KernelCost:
     cost: float
-    expanded: frozenset                  # candidates this kernel recomputes (inlines)
-    loaded: frozenset                    # candidates it loads
+    expanded: frozenset  # candidates this kernel recomputes (inlines)
+    loaded: frozenset  # candidates it loads
 
 
 class _Evaluator:
@@ -149,7 +151,7 @@ class _Evaluator:
         flops, read = 0.0, 0.0
         seen, loaded_t, expanded, loaded = set(), set(), set(), set()
         stack: list = []
-        for k in members:       # member by member: each may expand up to EXPAND_LIMIT classes
+        for k in members:  # member by member: each may expand up to EXPAND_LIMIT classes
             stack.append(None)
             stack.append(k.body)
         depth = 0
@@ -163,7 +165,7 @@ class _Evaluator:
             seen.add(c)
             choice = None
             for t in p.loads[c]:
-                if t in reduced:           # a row kernel's own reduction: in a register
+                if t in reduced:  # a row kernel's own reduction: in a register
                     choice = None
                     break
                 if t in own:
@@ -173,7 +175,7 @@ class _Evaluator:
                     break
             if choice is None and depth >= EXPAND_LIMIT:
                 horizon = next((t for t in p.loads[c] if t not in own and t not in reduced), None)
-                if horizon is not None:     # the planner splits here: written once, read here
+                if horizon is not None:  # the planner splits here: written once, read here
                     elems, itemsize = p.sizes[horizon]
                     read += 2 * min(elems, n) * itemsize
                     continue
@@ -192,8 +194,10 @@ class _Evaluator:
                     expanded.add(t)
             op = p.ops[c]
             if op is None:
-                raise ExtractionError(f"scalar e-class {p.graph.class_ids[c]!r} has no buffer to load "
-                                      "and no scalar op (fusion rules not saturated?)")
+                raise ExtractionError(
+                    f"scalar e-class {p.graph.class_ids[c]!r} has no buffer to load "
+                    "and no scalar op (fusion rules not saturated?)"
+                )
             flops += op[0]
             depth += 1
             stack.extend(op[1])
@@ -215,7 +219,9 @@ def _key(k: Kernel):
     return ("k", k.cls) if k.group is None else ("g", k.group)
 
 
-def greedy_fusion(p: FusionProblem, passes: int = 3, time_limit: float | None = None) -> FusionChoice:
+def greedy_fusion(
+    p: FusionProblem, passes: int = 3, time_limit: float | None = None
+) -> FusionChoice:
     """Materialized candidates by a backward greedy pass and toggle passes (see the module),
     within `time_limit` seconds (None: no limit)."""
     t0 = time.perf_counter()
@@ -272,11 +278,13 @@ def greedy_fusion(p: FusionProblem, passes: int = 3, time_limit: float | None = 
     stopped = ""
     for i, k in enumerate(reversed(p.candidates)):
         if time.perf_counter() > deadline:
-            stopped = (f"time limit ({time_limit:.2g} s) reached after {i} of {len(p.candidates)} "
-                       "candidates: the rest inlined")
+            stopped = (
+                f"time limit ({time_limit:.2g} s) reached after {i} of {len(p.candidates)} "
+                "candidates: the rest inlined"
+            )
             break
         if not reads(k.cls):
-            continue   # no kernel recomputes it: nothing to decide
+            continue  # no kernel recomputes it: nothing to decide
         d, members, changes = delta(k.cls, True)
         if d < 0:
             apply(k.cls, True, members, changes)
@@ -298,8 +306,15 @@ def greedy_fusion(p: FusionProblem, passes: int = 3, time_limit: float | None = 
     if stopped:
         note_time_cut("fusion: " + stopped)
     cost = sum(s.cost for s in state.values())
-    return FusionChoice(frozenset(mat), cost, ev.total({k.cls for k in p.candidates}), cost_inlined,
-                        ev.count, time.perf_counter() - t0, stopped=stopped)
+    return FusionChoice(
+        frozenset(mat),
+        cost,
+        ev.total({k.cls for k in p.candidates}),
+        cost_inlined,
+        ev.count,
+        time.perf_counter() - t0,
+        stopped=stopped,
+    )
 
 
 def exhaustive_fusion(p: FusionProblem, limit: int = 16) -> FusionChoice:
@@ -307,7 +322,9 @@ def exhaustive_fusion(p: FusionProblem, limit: int = 16) -> FusionChoice:
     t0 = time.perf_counter()
     cands = [k.cls for k in p.candidates]
     if len(cands) > limit:
-        raise ExtractionError(f"{len(cands)} candidates: too many for exhaustive search (limit {limit})")
+        raise ExtractionError(
+            f"{len(cands)} candidates: too many for exhaustive search (limit {limit})"
+        )
     ev = _Evaluator(p)
     best, best_set = float("inf"), frozenset()
     for r in range(len(cands) + 1):
@@ -315,8 +332,15 @@ def exhaustive_fusion(p: FusionProblem, limit: int = 16) -> FusionChoice:
             c = ev.total(set(subset))
             if c < best - 1e-15:
                 best, best_set = c, frozenset(subset)
-    return FusionChoice(best_set, best, ev.total(set(cands)), ev.total(set()), ev.count,
-                        time.perf_counter() - t0, "exhaustive")
+    return FusionChoice(
+        best_set,
+        best,
+        ev.total(set(cands)),
+        ev.total(set()),
+        ev.count,
+        time.perf_counter() - t0,
+        "exhaustive",
+    )
 
 
 def fusion_cost(p: FusionProblem, materialized) -> float:
@@ -324,5 +348,12 @@ def fusion_cost(p: FusionProblem, materialized) -> float:
     return _Evaluator(p).total(set(materialized))
 
 
-__all__ = ["FusionChoice", "FusionProblem", "Kernel", "exhaustive_fusion", "fusion_cost",
-           "greedy_fusion", "scalar_flops"]
+__all__ = [
+    "FusionChoice",
+    "FusionProblem",
+    "Kernel",
+    "exhaustive_fusion",
+    "fusion_cost",
+    "greedy_fusion",
+    "scalar_flops",
+]

@@ -11,14 +11,16 @@ loops index lists instead of hashing strings.
 >>> g.classes["F"], g.node_children["f"], g.root_eclasses
 (('f',), ('X', 'X'), ('F',))
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from .extraction_error import ExtractionError
 
@@ -33,15 +35,17 @@ class SerializedEGraph:
 
     node_ids: tuple[str, ...]
     ops: tuple[str, ...]
-    costs: tuple[float, ...]                  # the JSON "cost" field of each e-node
-    node_class: tuple[int, ...]               # node index -> class index
-    children: tuple[tuple[int, ...], ...]     # node index -> child class indices, argument order
+    costs: tuple[float, ...]  # the JSON "cost" field of each e-node
+    node_class: tuple[int, ...]  # node index -> class index
+    children: tuple[tuple[int, ...], ...]  # node index -> child class indices, argument order
     class_ids: tuple[str, ...]
     class_nodes: tuple[tuple[int, ...], ...]  # class index -> its (non-subsumed) node indices
-    roots: tuple[int, ...]                    # the JSON "root_eclasses", as class indices
+    roots: tuple[int, ...]  # the JSON "root_eclasses", as class indices
     node_index: Mapping[str, int] = field(repr=False)
     class_index: Mapping[str, int] = field(repr=False)
-    raw_nodes: Mapping[str, Mapping[str, Any]] = field(repr=False)  # the JSON objects, for cost models
+    raw_nodes: Mapping[str, Mapping[str, Any]] = field(
+        repr=False
+    )  # the JSON objects, for cost models
     class_data: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -135,8 +139,9 @@ def load_json(source: str | os.PathLike | Mapping[str, Any]) -> SerializedEGraph
         if c is None:
             c = class_index.get(child)  # some writers give the child's e-class directly
         if c is None:
-            raise ExtractionError(f"e-node {nid!r} has a child {child!r} that is neither an e-node "
-                                  "nor an e-class")
+            raise ExtractionError(
+                f"e-node {nid!r} has a child {child!r} that is neither an e-node nor an e-class"
+            )
         return c
 
     node_ids: list[str] = []
@@ -150,7 +155,9 @@ def load_json(source: str | os.PathLike | Mapping[str, Any]) -> SerializedEGraph
         try:
             cost = float(node.get("cost", 1.0))
         except (TypeError, ValueError):
-            raise ExtractionError(f"e-node {nid!r} has a non-numeric cost {node.get('cost')!r}") from None
+            raise ExtractionError(
+                f"e-node {nid!r} has a non-numeric cost {node.get('cost')!r}"
+            ) from None
         if math.isnan(cost):
             raise ExtractionError(f"e-node {nid!r} has cost NaN")
         node_ids.append(nid)
@@ -170,12 +177,18 @@ def load_json(source: str | os.PathLike | Mapping[str, Any]) -> SerializedEGraph
         roots.append(class_index[str(r)])
 
     return SerializedEGraph(
-        node_ids=tuple(node_ids), ops=tuple(ops), costs=tuple(costs),
-        node_class=tuple(node_class), children=tuple(children),
-        class_ids=tuple(class_ids), class_nodes=tuple(tuple(ns) for ns in class_nodes),
+        node_ids=tuple(node_ids),
+        ops=tuple(ops),
+        costs=tuple(costs),
+        node_class=tuple(node_class),
+        children=tuple(children),
+        class_ids=tuple(class_ids),
+        class_nodes=tuple(tuple(ns) for ns in class_nodes),
         roots=tuple(dict.fromkeys(roots)),
-        node_index={nid: i for i, nid in enumerate(node_ids)}, class_index=class_index,
-        raw_nodes=nodes, class_data=data.get("class_data") or {},
+        node_index={nid: i for i, nid in enumerate(node_ids)},
+        class_index=class_index,
+        raw_nodes=nodes,
+        class_data=data.get("class_data") or {},
     )
 
 
@@ -190,7 +203,9 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> Mapping[str, Any]:
             with open(text) as f:
                 text = f.read()
         except OSError as e:
-            raise ExtractionError(f"cannot read serialized e-graph {text!r}: {e.strerror}") from None
+            raise ExtractionError(
+                f"cannot read serialized e-graph {text!r}: {e.strerror}"
+            ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

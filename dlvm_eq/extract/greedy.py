@@ -25,17 +25,17 @@ cost above that size): deep programs extract in linear time and memory.
 Greedy is not optimal: each class keeps only its own cheapest set, so sharing that pays off
 only across two sibling classes is missed (the ILP finds it).
 """
+
 from __future__ import annotations
 
 import heapq
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .choice import break_cycles
 from .graph import SerializedEGraph
 from .prune import leaf_worklist, reachable_classes
 from .tree import tree_choice
-
 
 # A cost set of more classes than this is shared by its users instead of copied: copying made
 # deep programs quadratic in time and memory (a 10k-instruction chain: 50M set entries, 2.3 GB).
@@ -44,7 +44,9 @@ from .tree import tree_choice
 SET_LIMIT = 2048
 
 
-def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]) -> list[int]:
+def greedy_dag_choice(
+    graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]
+) -> list[int]:
     """Per class the chosen node index (-1 where no finite term or not reachable from ``roots``)."""
     choice, _ = greedy_dag_sets(graph, costs, roots)
     if any(choice[r] < 0 for r in roots):
@@ -54,18 +56,19 @@ def greedy_dag_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Se
     return choice
 
 
-def greedy_dag_sets(graph: SerializedEGraph, costs: Sequence[float],
-                    roots: Sequence[int]) -> tuple[list[int], list[dict | None]]:
+def greedy_dag_sets(
+    graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]
+) -> tuple[list[int], list[dict | None]]:
     """(choice, sets): per class its chosen node and its cost set, {class: cost of the node
     used there} over the classes its term pulls in (None where it has no finite term). The
     choice may hold a rare stale cycle (greedy_dag_choice repairs it)."""
     node_class, kids_of = graph.node_class, graph.child_sets
     live = reachable_classes(graph, roots)
     ncls = graph.num_classes
-    best = [math.inf] * ncls                 # total of the class's cost set
+    best = [math.inf] * ncls  # total of the class's cost set
     sets: list[dict | None] = [None] * ncls  # class -> {class: cost of the node used there}
     choice = [-1] * ncls
-    missing = [len(ks) for ks in kids_of]    # per node: children without a term yet
+    missing = [len(ks) for ks in kids_of]  # per node: children without a term yet
     heap, queued = leaf_worklist(graph, costs, live)
     pop, best_of = heapq.heappop, best.__getitem__
     while heap:
@@ -105,7 +108,7 @@ def _one_child_set(c: int, own: float, k: int, best: list, sets: list) -> tuple[
     if c in child:
         return None
     if len(child) > SET_LIMIT:
-        return best[k] + own, child    # shared, not copied (see SET_LIMIT)
+        return best[k] + own, child  # shared, not copied (see SET_LIMIT)
     cset = child.copy()
     cset[c] = own
     return best[k] + own, cset
@@ -117,7 +120,7 @@ def _merged_set(c: int, own: float, kids, best: list, sets: list) -> tuple[float
     prev = best[c]
     # Copy the largest child set and merge the others into it (C-level dict.update).
     big = max(kids, key=lambda k: len(sets[k]))
-    if len(sets[big]) > SET_LIMIT:     # tree-like above the limit: shared, not copied
+    if len(sets[big]) > SET_LIMIT:  # tree-like above the limit: shared, not copied
         if any(c in sets[k] for k in kids):
             return None
         total = own + sum(best[k] for k in kids)
@@ -133,8 +136,17 @@ def _merged_set(c: int, own: float, kids, best: list, sets: list) -> tuple[float
     return (total, cset) if total < prev else None
 
 
-def _queue_parents(graph: SerializedEGraph, costs, live, c: int, total: float, first: bool,
-                   missing: list, queued, heap: list) -> None:
+def _queue_parents(
+    graph: SerializedEGraph,
+    costs,
+    live,
+    c: int,
+    total: float,
+    first: bool,
+    missing: list,
+    queued,
+    heap: list,
+) -> None:
     """Class c has a new, cheaper set: queue the parent nodes all of whose children now have
     a term (on its first set, c counts as one more such child for each of them)."""
     node_class, push, inf = graph.node_class, heapq.heappush, math.inf

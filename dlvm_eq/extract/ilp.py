@@ -32,6 +32,7 @@ time, greedy's answer is returned with ``fallback`` set.
 >>> r.status, sorted(g.node_ids[n] for n in r.choice if n >= 0)
 ('optimal', ['a', 'h', 's'])
 """
+
 from __future__ import annotations
 
 import time
@@ -51,16 +52,23 @@ _HIGHS_STATUS = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}
 
 @dataclass
 class IlpResult:
-    choice: list[int]      # per class: node index or -1 (only classes the roots use)
-    status: str            # "optimal" or what stopped the search, and whose answer this is
-    optimal: bool          # proven optimal (within rel_gap)
-    fallback: bool         # greedy's choice was returned instead of a solver's
-    cuts: int = 0          # cycle cuts from step 1
+    choice: list[int]  # per class: node index or -1 (only classes the roots use)
+    status: str  # "optimal" or what stopped the search, and whose answer this is
+    optimal: bool  # proven optimal (within rel_gap)
+    fallback: bool  # greedy's choice was returned instead of a solver's
+    cuts: int = 0  # cycle cuts from step 1
     lower_bound: float = float("-inf")
 
 
-def ilp_choice(graph: SerializedEGraph, costs, roots, *, time_limit: float = 10.0,
-               greedy=None, rel_gap: float = 1e-6) -> IlpResult:
+def ilp_choice(
+    graph: SerializedEGraph,
+    costs,
+    roots,
+    *,
+    time_limit: float = 10.0,
+    greedy=None,
+    rel_gap: float = 1e-6,
+) -> IlpResult:
     """Solve the extraction ILP within ``time_limit`` seconds in all. ``greedy`` (a choice
     list, computed when not given) is the fallback and the yardstick. Never raises on solver
     trouble: it falls back."""
@@ -95,7 +103,9 @@ def ilp_choice(graph: SerializedEGraph, costs, roots, *, time_limit: float = 10.
         model.order_all()
         # No presolve: on bert's e-graph with order rows, HiGHS's presolve runs for minutes
         # without looking at the time limit, and without it HiGHS finds far better answers.
-        res = model.solve(left(), rel_gap, cutoff=run.best_cost * (1 + 1e-9) + 1e-12, presolve=False)
+        res = model.solve(
+            left(), rel_gap, cutoff=run.best_cost * (1 + 1e-9) + 1e-12, presolve=False
+        )
         if res.x is not None:
             run.offer(model.decode(res.x), proven=res.status == 0)
         elif res.status == 2:  # nothing beats the incumbent: it is optimal
@@ -111,7 +121,13 @@ class _Run:
     """The best valid answer so far, the best lower bound, and what to say about them."""
 
     def __init__(self, graph, costs, roots, model, rel_gap, greedy, greedy_cost):
-        self.graph, self.costs, self.roots, self.model, self.rel_gap = graph, costs, roots, model, rel_gap
+        self.graph, self.costs, self.roots, self.model, self.rel_gap = (
+            graph,
+            costs,
+            roots,
+            model,
+            rel_gap,
+        )
         self.best, self.best_cost, self.from_greedy = greedy, greedy_cost, True
         self.lower = float("-inf")
         self.proven = False
@@ -148,11 +164,22 @@ class _Run:
         if why is not None:
             return IlpResult(self.best, f"{why}: greedy result", False, True, n, self.lower)
         if self.proven:
-            status = "optimal (greedy's answer meets the lower bound)" if self.from_greedy else "optimal"
+            status = (
+                "optimal (greedy's answer meets the lower bound)" if self.from_greedy else "optimal"
+            )
             return IlpResult(self.best, status, True, False, n, self.lower)
         if self.from_greedy:
-            return IlpResult(self.best, f"{self.why}, nothing better found: greedy result", False, True, n, self.lower)
-        return IlpResult(self.best, f"{self.why}, best found (not proven optimal)", False, False, n, self.lower)
+            return IlpResult(
+                self.best,
+                f"{self.why}, nothing better found: greedy result",
+                False,
+                True,
+                n,
+                self.lower,
+            )
+        return IlpResult(
+            self.best, f"{self.why}, best found (not proven optimal)", False, False, n, self.lower
+        )
 
 
 class _Model:
@@ -184,15 +211,23 @@ class _Model:
         root_set = set(roots)
         for c in self.classes:  # at most one node per class; exactly one at a root
             for j in self.members[c]:
-                rows.append(len(lo)); cols.append(j); vals.append(1.0)
-            lo.append(1.0 if c in root_set else 0.0); hi.append(1.0)
+                rows.append(len(lo))
+                cols.append(j)
+                vals.append(1.0)
+            lo.append(1.0 if c in root_set else 0.0)
+            hi.append(1.0)
         for n in self.nodes:  # a chosen node's child classes are chosen
             for k in kids_of[n]:
                 r = len(lo)
-                rows.append(r); cols.append(col[n]); vals.append(1.0)
+                rows.append(r)
+                cols.append(col[n])
+                vals.append(1.0)
                 for m in self.members[k]:
-                    rows.append(r); cols.append(m); vals.append(-1.0)
-                lo.append(-np.inf); hi.append(0.0)
+                    rows.append(r)
+                    cols.append(m)
+                    vals.append(-1.0)
+                lo.append(-np.inf)
+                hi.append(0.0)
         self.base = (rows, cols, vals, lo, hi)
         self.objective = np.array([costs[n] for n in self.nodes], dtype=float)
         self.col = col
@@ -214,8 +249,11 @@ class _Model:
             for c, nxt in zip(cyc, cyc[1:] + cyc[:1]):
                 for j in self.members[c]:
                     if nxt in kids_of[self.nodes[j]]:
-                        rows.append(r); cols.append(j); vals.append(1.0)
-            lo.append(-np.inf); hi.append(len(cyc) - 1.0)
+                        rows.append(r)
+                        cols.append(j)
+                        vals.append(1.0)
+            lo.append(-np.inf)
+            hi.append(len(cyc) - 1.0)
 
     def order_all(self) -> None:
         """Give every class inside a cycle of the class graph an order variable."""
@@ -227,8 +265,9 @@ class _Model:
                 self.ordered.setdefault(c, len(self.ordered))
         self.comp_size = size
 
-    def solve(self, time_limit: float, rel_gap: float, cutoff: float | None = None,
-              presolve: bool = True):
+    def solve(
+        self, time_limit: float, rel_gap: float, cutoff: float | None = None, presolve: bool = True
+    ):
         rows, cols, vals, lo, hi = (list(x) for x in self.base)
         nx, no = len(self.nodes), len(self.ordered)
         kids_of, node_class, comp = self.graph.child_sets, self.graph.node_class, self.component
@@ -249,21 +288,33 @@ class _Model:
                     rows += [r, r, r]
                     cols += [nx + oc, nx + ok, self.col[n]]
                     vals += [1.0, -1.0, -big_m]
-                    lo.append(1.0 - big_m); hi.append(np.inf)
+                    lo.append(1.0 - big_m)
+                    hi.append(np.inf)
         if cutoff is not None:
             r = len(lo)
             for j, v in enumerate(self.objective):
-                rows.append(r); cols.append(j); vals.append(v)
-            lo.append(-np.inf); hi.append(cutoff)
+                rows.append(r)
+                cols.append(j)
+                vals.append(v)
+            lo.append(-np.inf)
+            hi.append(cutoff)
         nvar = nx + no
         a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
         objective = np.concatenate([self.objective, np.zeros(no)])
         integrality = np.concatenate([np.ones(nx), np.zeros(no)])
         upper = np.concatenate([np.ones(nx), upper_o])
-        return milp(objective, integrality=integrality, bounds=Bounds(np.zeros(nvar), upper),
-                    constraints=LinearConstraint(a, lo, hi),
-                    options={"time_limit": max(time_limit, 0.01), "mip_rel_gap": rel_gap,
-                             "presolve": presolve, "disp": False})
+        return milp(
+            objective,
+            integrality=integrality,
+            bounds=Bounds(np.zeros(nvar), upper),
+            constraints=LinearConstraint(a, lo, hi),
+            options={
+                "time_limit": max(time_limit, 0.01),
+                "mip_rel_gap": rel_gap,
+                "presolve": presolve,
+                "disp": False,
+            },
+        )
 
     def decode(self, x) -> list[int]:
         choice = [-1] * self.graph.num_classes

@@ -29,16 +29,17 @@ otherwise a depth-first search decides.
 >>> dag(improve_choice(g, g.costs, ch, g.roots))
 ['a2', 'b2', 'r', 's']
 """
+
 from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..cache import note_time_cut
 from .graph import SerializedEGraph
 
-MAX_PAIR_TRIES = 16     # second moves tried after one single move that does not pay
+MAX_PAIR_TRIES = 16  # second moves tried after one single move that does not pay
 
 
 class _Cycle(Exception):
@@ -46,8 +47,13 @@ class _Cycle(Exception):
 
 
 class _Search:
-    def __init__(self, graph: SerializedEGraph, costs: Sequence[float], choice: list[int],
-                 roots: Sequence[int]):
+    def __init__(
+        self,
+        graph: SerializedEGraph,
+        costs: Sequence[float],
+        choice: list[int],
+        roots: Sequence[int],
+    ):
         self.g, self.costs, self.choice, self.roots = graph, costs, choice, roots
         self.kids = graph.child_sets
         self.refs = [0] * graph.num_classes
@@ -101,7 +107,7 @@ class _Search:
                 return
             n = choice[j]
             if n < 0:
-                raise _Cycle       # nothing chosen there: the class was never reachable
+                raise _Cycle  # nothing chosen there: the class was never reachable
             refs[j] += 1
             trail.append(j)
             fresh.append(j)
@@ -154,8 +160,14 @@ class _Search:
         return delta < -1e-12 * max(1.0, abs(self.costs[self.choice[c]]))
 
 
-def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list[int],
-                   roots: Sequence[int], time_limit: float = 1.0, max_passes: int = 4) -> list[int]:
+def improve_choice(
+    graph: SerializedEGraph,
+    costs: Sequence[float],
+    choice: list[int],
+    roots: Sequence[int],
+    time_limit: float = 1.0,
+    max_passes: int = 4,
+) -> list[int]:
     """A valid, acyclic `choice` (per class an e-node index, -1 where unused) improved in place
     by single and pair switches until none lowers the DAG cost, `max_passes` passes over the
     used classes are done, or `time_limit` seconds pass. Returns the same list."""
@@ -187,7 +199,7 @@ def improve_choice(graph: SerializedEGraph, costs: Sequence[float], choice: list
             break
         if not improved:
             break
-    for c in range(graph.num_classes):      # classes no longer reached keep no choice
+    for c in range(graph.num_classes):  # classes no longer reached keep no choice
         if s.refs[c] <= 0:
             choice[c] = -1
     return choice

@@ -14,6 +14,7 @@ is priced by what such products take here, not by a peak rate.
     >>> MACHINES["cpu"].blas_rate > MACHINES["cpu"].flop_rate
     True
 """
+
 from __future__ import annotations
 
 import bisect
@@ -27,23 +28,23 @@ from .profile import MatmulPoint, Profile, load_profile
 @dataclass(frozen=True)
 class Machine:
     name: str
-    bandwidth: float          # bytes/s to and from main memory, read + write
-    flop_rate: float          # elementwise flop/s over all cores (vector units)
-    blas_rate: float          # matmul flop/s (BLAS / cuBLAS)
-    launch: float             # seconds per kernel launch or BLAS call
-    fused_fraction: float = 0.25   # share of its output traffic and launch a fusable op pays
-    node_overhead: float = 1e-10   # seconds per non-view e-node, so that fewer ops win ties
-    reduce_rate: float = 0.0       # reduced elements/s; 0: the flop rate
-    pool_wake: float = 0.0         # extra seconds of a launch that wakes the worker pool
-    op_flops: dict = field(default_factory=dict, hash=False)   # constructor -> flops/element
-    matmul_grid: tuple = ()        # ((flops, seconds), ...) sorted by flops, measured
-    profile: str = ""              # digest of the profile it came from; "" for the defaults
+    bandwidth: float  # bytes/s to and from main memory, read + write
+    flop_rate: float  # elementwise flop/s over all cores (vector units)
+    blas_rate: float  # matmul flop/s (BLAS / cuBLAS)
+    launch: float  # seconds per kernel launch or BLAS call
+    fused_fraction: float = 0.25  # share of its output traffic and launch a fusable op pays
+    node_overhead: float = 1e-10  # seconds per non-view e-node, so that fewer ops win ties
+    reduce_rate: float = 0.0  # reduced elements/s; 0: the flop rate
+    pool_wake: float = 0.0  # extra seconds of a launch that wakes the worker pool
+    op_flops: dict = field(default_factory=dict, hash=False)  # constructor -> flops/element
+    matmul_grid: tuple = ()  # ((flops, seconds), ...) sorted by flops, measured
+    profile: str = ""  # digest of the profile it came from; "" for the defaults
     # measured products, every layout (MatmulPoint), for pricing a planned product by shape
     matmul_points: tuple = field(default=(), hash=False)
     # plan step kind -> ((bytes moved, seconds), ...), as the executor ran one such step
     step_grids: dict = field(default_factory=dict, hash=False)
-    program_call: float = 5e-6     # seconds of one call of a compiled program, steps aside
-    step_call: float = 3e-7        # the executor's seconds per step beyond the step's work
+    program_call: float = 5e-6  # seconds of one call of a compiled program, steps aside
+    step_call: float = 3e-7  # the executor's seconds per step beyond the step's work
     # the caches losing a buffer while the program works elsewhere: one profile.CacheCurve
     # per probe size; () for the defaults: nothing is lost
     cache: tuple = field(default=(), hash=False)
@@ -83,16 +84,25 @@ def from_profile(profile: Profile, default: Machine) -> Machine:
     """The machine a profile measured; what it did not measure comes from `default`."""
     grid = _matmul_grid(profile.matmuls)
     blas_rate = max((f / t for f, t in grid), default=default.blas_rate)
-    return Machine(profile.target, bandwidth=profile.bandwidth, flop_rate=profile.flop_rate,
-                   blas_rate=blas_rate, launch=profile.launch,
-                   fused_fraction=default.fused_fraction, node_overhead=default.node_overhead,
-                   reduce_rate=profile.reduce_rate, pool_wake=profile.pool_wake,
-                   op_flops=dict(profile.op_flops), matmul_grid=grid, profile=profile.digest(),
-                   matmul_points=_consistent_products(profile.matmuls),
-                   step_grids={k: _non_decreasing(g) for k, g in profile.steps.items()},
-                   program_call=profile.program_call or default.program_call,
-                   step_call=profile.step_call or default.step_call,
-                   cache=profile.cache)
+    return Machine(
+        profile.target,
+        bandwidth=profile.bandwidth,
+        flop_rate=profile.flop_rate,
+        blas_rate=blas_rate,
+        launch=profile.launch,
+        fused_fraction=default.fused_fraction,
+        node_overhead=default.node_overhead,
+        reduce_rate=profile.reduce_rate,
+        pool_wake=profile.pool_wake,
+        op_flops=dict(profile.op_flops),
+        matmul_grid=grid,
+        profile=profile.digest(),
+        matmul_points=_consistent_products(profile.matmuls),
+        step_grids={k: _non_decreasing(g) for k, g in profile.steps.items()},
+        program_call=profile.program_call or default.program_call,
+        step_call=profile.step_call or default.step_call,
+        cache=profile.cache,
+    )
 
 
 def _matmul_grid(points: tuple[MatmulPoint, ...]) -> tuple[tuple[float, float], ...]:
@@ -132,8 +142,13 @@ def _consistent_products(points: tuple[MatmulPoint, ...]) -> tuple[MatmulPoint, 
     for p in points:
         t = min(p.seconds, 2 * fastest[(p.m, p.k, p.n)])
         for q in points:
-            if ((q.trans_a, q.trans_b) == (p.trans_a, p.trans_b) and q.m >= p.m and q.k >= p.k and q.n >= p.n
-                    and (1 in (q.m, q.k, q.n)) == (1 in (p.m, p.k, p.n))):
+            if (
+                (q.trans_a, q.trans_b) == (p.trans_a, p.trans_b)
+                and q.m >= p.m
+                and q.k >= p.k
+                and q.n >= p.n
+                and (1 in (q.m, q.k, q.n)) == (1 in (p.m, p.k, p.n))
+            ):
                 t = min(t, q.seconds)
         out.append(MatmulPoint(p.m, p.k, p.n, t, p.trans_a, p.trans_b))
     return tuple(out)
@@ -147,7 +162,9 @@ def machine(target: str | Machine) -> Machine:
     try:
         default = MACHINES[target]
     except KeyError:
-        raise DlvmError(f"unknown target {target!r}; expected one of {', '.join(MACHINES)}") from None
+        raise DlvmError(
+            f"unknown target {target!r}; expected one of {', '.join(MACHINES)}"
+        ) from None
     profile = load_profile(target)
     return default if profile is None else _calibrated(profile, default)
 

@@ -25,6 +25,7 @@ directory shared by CI) is ignored with a warning rather than trusted.
 Shared state: `_LOADED` memoizes one profile per target and process; a race between two
 threads reads the same file twice and keeps either result (they are equal).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,9 +49,12 @@ READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 # what a profile of an older version lacks (the warning names it)
-_MISSING = {1: "without plan step timings", 2: "without view-op timings, its flop rate counting the kernel call",
-            3: "without the cache timings: every step priced with its data in cache",
-            4: "with its outer products timed through numpy's matmul loop, 4-6x slower than what runs"}
+_MISSING = {
+    1: "without plan step timings",
+    2: "without view-op timings, its flop rate counting the kernel call",
+    3: "without the cache timings: every step priced with its data in cache",
+    4: "with its outer products timed through numpy's matmul loop, 4-6x slower than what runs",
+}
 
 
 class ProfileError(DlvmError):
@@ -60,6 +64,7 @@ class ProfileError(DlvmError):
 @dataclass(frozen=True)
 class MatmulPoint:
     """One measured product: (m, k) @ (k, n) in `seconds`, operands transposed as flagged."""
+
     m: int
     k: int
     n: int
@@ -78,39 +83,44 @@ class CacheCurve:
     extra seconds per byte fetched once lost, and the fraction lost after so many bytes of
     other data moved ((bytes, fraction), ...) or so many seconds of other work ((seconds,
     fraction), ...)."""
+
     probe_bytes: float
     miss_seconds: float
     by_bytes: tuple[tuple[float, float], ...]
     by_seconds: tuple[tuple[float, float], ...]
 
     @classmethod
-    def from_data(cls, d: dict) -> "CacheCurve":
-        return cls(_positive(d["probe_bytes"]), _non_negative(d["miss_seconds"]),
-                   _fractions(d["by_bytes"]), _fractions(d["by_seconds"]))
+    def from_data(cls, d: dict) -> CacheCurve:
+        return cls(
+            _positive(d["probe_bytes"]),
+            _non_negative(d["miss_seconds"]),
+            _fractions(d["by_bytes"]),
+            _fractions(d["by_seconds"]),
+        )
 
 
 @dataclass(frozen=True)
 class Profile:
     target: str
-    host: str                          # host_id() where it was measured
-    bandwidth: float                   # bytes/s, read + write, streaming
-    flop_rate: float                   # elementwise flop/s, all cores, in cache
-    launch: float                      # seconds per kernel call (argument checks + call)
-    pool_wake: float                   # extra seconds when a call wakes the worker pool
-    reduce_rate: float                 # reduced elements/s (a sum over a large array)
-    op_flops: dict[str, float] = field(default_factory=dict)   # constructor -> flops/element
+    host: str  # host_id() where it was measured
+    bandwidth: float  # bytes/s, read + write, streaming
+    flop_rate: float  # elementwise flop/s, all cores, in cache
+    launch: float  # seconds per kernel call (argument checks + call)
+    pool_wake: float  # extra seconds when a call wakes the worker pool
+    reduce_rate: float  # reduced elements/s (a sum over a large array)
+    op_flops: dict[str, float] = field(default_factory=dict)  # constructor -> flops/element
     matmuls: tuple[MatmulPoint, ...] = ()
     measured_at: str = ""
-    seconds: float = 0.0               # how long the calibration took
+    seconds: float = 0.0  # how long the calibration took
     # plan step kind -> ((size in bytes moved, seconds), ...) measured through the executor,
     # sizes increasing; the kinds are pipeline/plan_cost.py's (map, reduce, rows, copy, ...)
     steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    program_call: float = 0.0          # seconds of calling a compiled program, its steps aside
-    step_call: float = 0.0             # seconds the executor spends per step beyond its work
+    program_call: float = 0.0  # seconds of calling a compiled program, its steps aside
+    step_call: float = 0.0  # seconds the executor spends per step beyond its work
     # how a buffer leaves the caches while a program works on other things, one curve per
     # probe size (CacheCurve); () (an older profile): nothing is ever lost
-    cache: tuple["CacheCurve", ...] = ()
-    version: int = PROFILE_VERSION     # of the `dlvm-eq calibrate` that measured it
+    cache: tuple[CacheCurve, ...] = ()
+    version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
     def stale(self) -> bool:
@@ -127,7 +137,7 @@ class Profile:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Profile":
+    def from_json(cls, text: str) -> Profile:
         try:
             data = json.loads(text)
         except ValueError as e:
@@ -135,22 +145,40 @@ class Profile:
         if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
             raise ProfileError(f"not a version-{PROFILE_VERSION} profile")
         try:
-            matmuls = tuple(MatmulPoint(int(p["m"]), int(p["k"]), int(p["n"]), _positive(p["seconds"]),
-                                        bool(p.get("trans_a", False)), bool(p.get("trans_b", False)))
-                            for p in data["matmuls"])
+            matmuls = tuple(
+                MatmulPoint(
+                    int(p["m"]),
+                    int(p["k"]),
+                    int(p["n"]),
+                    _positive(p["seconds"]),
+                    bool(p.get("trans_a", False)),
+                    bool(p.get("trans_b", False)),
+                )
+                for p in data["matmuls"]
+            )
             op_flops = {str(k): _positive(v) for k, v in data["op_flops"].items()}
-            steps = {str(kind): tuple((_positive(size), _positive(t)) for size, t in grid)
-                     for kind, grid in data.get("steps", {}).items()}
-            return cls(target=str(data["target"]), host=str(data["host"]),
-                       bandwidth=_positive(data["bandwidth"]), flop_rate=_positive(data["flop_rate"]),
-                       launch=_positive(data["launch"]), pool_wake=_non_negative(data["pool_wake"]),
-                       reduce_rate=_positive(data["reduce_rate"]), op_flops=op_flops,
-                       matmuls=matmuls, measured_at=str(data.get("measured_at", "")),
-                       seconds=_non_negative(data.get("seconds", 0.0)), steps=steps,
-                       program_call=_non_negative(data.get("program_call", 0.0)),
-                       step_call=_non_negative(data.get("step_call", 0.0)),
-                       cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
-                       version=int(data["version"]))
+            steps = {
+                str(kind): tuple((_positive(size), _positive(t)) for size, t in grid)
+                for kind, grid in data.get("steps", {}).items()
+            }
+            return cls(
+                target=str(data["target"]),
+                host=str(data["host"]),
+                bandwidth=_positive(data["bandwidth"]),
+                flop_rate=_positive(data["flop_rate"]),
+                launch=_positive(data["launch"]),
+                pool_wake=_non_negative(data["pool_wake"]),
+                reduce_rate=_positive(data["reduce_rate"]),
+                op_flops=op_flops,
+                matmuls=matmuls,
+                measured_at=str(data.get("measured_at", "")),
+                seconds=_non_negative(data.get("seconds", 0.0)),
+                steps=steps,
+                program_call=_non_negative(data.get("program_call", 0.0)),
+                step_call=_non_negative(data.get("step_call", 0.0)),
+                cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
+                version=int(data["version"]),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ProfileError(f"malformed profile ({type(e).__name__}: {e})") from None
 
@@ -193,10 +221,11 @@ def host_id(target: str = "cpu") -> str:
 def _gpu_id() -> str:
     try:
         import cupy
+
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         return f"{name} sm_{props['major']}{props['minor']}"
-    except Exception:       # no CuPy, no driver, no device: no GPU profile matches
+    except Exception:  # no CuPy, no driver, no device: no GPU profile matches
         return "no CUDA device"
 
 
@@ -249,21 +278,29 @@ def load_profile(target: str) -> Profile | None:
         try:
             profile = Profile.from_json(text)
         except ProfileError as e:
-            warnings.warn(f"ignoring the machine profile {path}: {e}; using the default cost model "
-                          f"(run `dlvm-eq calibrate` to measure a new one)")
+            warnings.warn(
+                f"ignoring the machine profile {path}: {e}; using the default cost model "
+                f"(run `dlvm-eq calibrate` to measure a new one)"
+            )
         else:
             if profile.host != host_id(target) or profile.target != target:
-                warnings.warn(f"ignoring the machine profile {path}: measured on {profile.host!r}, "
-                              f"this is {host_id(target)!r}; run `dlvm-eq calibrate` here")
+                warnings.warn(
+                    f"ignoring the machine profile {path}: measured on {profile.host!r}, "
+                    f"this is {host_id(target)!r}; run `dlvm-eq calibrate` here"
+                )
                 profile = None
     if profile is not None and profile.stale:
-        warnings.warn(f"the machine profile {path} is stale (measured by an older `dlvm-eq "
-                      f"calibrate`, without plan step timings): predicted program times use its "
-                      f"rates only; run `dlvm-eq calibrate` again")
+        warnings.warn(
+            f"the machine profile {path} is stale (measured by an older `dlvm-eq "
+            f"calibrate`, without plan step timings): predicted program times use its "
+            f"rates only; run `dlvm-eq calibrate` again"
+        )
     elif profile is not None and profile.outdated:
-        warnings.warn(f"the machine profile {path} was measured by an older `dlvm-eq calibrate` "
-                      f"(profile version {profile.version}, this is {PROFILE_VERSION}: "
-                      f"{_MISSING[profile.version]}); run `dlvm-eq calibrate` again")
+        warnings.warn(
+            f"the machine profile {path} was measured by an older `dlvm-eq calibrate` "
+            f"(profile version {profile.version}, this is {PROFILE_VERSION}: "
+            f"{_MISSING[profile.version]}); run `dlvm-eq calibrate` again"
+        )
     _LOADED[target] = profile
     return profile
 

@@ -17,18 +17,20 @@ the roots. The ILP is only tractable on what is left; the greedy extractors use 
 >>> [g.node_ids[n] for n in p.nodes], [g.class_ids[c] for c in p.classes]
 (['x', 'f'], ['X', 'F'])
 """
+
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .graph import SerializedEGraph
 
 
-def reachable_classes(graph: SerializedEGraph, roots: Iterable[int],
-                      node_ok: Sequence[bool] | None = None) -> bytearray:
+def reachable_classes(
+    graph: SerializedEGraph, roots: Iterable[int], node_ok: Sequence[bool] | None = None
+) -> bytearray:
     """Mask of the classes reachable from ``roots`` through the allowed nodes."""
     seen = bytearray(graph.num_classes)
     kids_of, class_nodes = graph.child_sets, graph.class_nodes
@@ -49,8 +51,9 @@ def reachable_classes(graph: SerializedEGraph, roots: Iterable[int],
     return seen
 
 
-def leaf_worklist(graph: SerializedEGraph, costs: Sequence[float],
-                  live: Sequence[int]) -> tuple[list[tuple[float, int]], bytearray]:
+def leaf_worklist(
+    graph: SerializedEGraph, costs: Sequence[float], live: Sequence[int]
+) -> tuple[list[tuple[float, int]], bytearray]:
     """The bottom-up extractors' starting heap: every finite-cost leaf e-node of a live class,
     as (cost, node), heapified; and the per-node "is queued" flags."""
     heap = []
@@ -141,7 +144,9 @@ def usable_nodes(graph: SerializedEGraph, costs: Sequence[float]) -> list[bool]:
     """Nodes that may appear in some valid extraction: finite cost, not their own child, and
     every child class extractable."""
     node_class, kids_of = graph.node_class, graph.child_sets
-    ok = [math.isfinite(costs[n]) and node_class[n] not in kids_of[n] for n in range(graph.num_nodes)]
+    ok = [
+        math.isfinite(costs[n]) and node_class[n] not in kids_of[n] for n in range(graph.num_nodes)
+    ]
     good = extractable_classes(graph, ok)
     return [ok[n] and all(good[k] for k in kids_of[n]) for n in range(graph.num_nodes)]
 
@@ -158,8 +163,9 @@ def prune(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int])
     return Pruned(nodes=tuple(sorted(nodes)), classes=classes)
 
 
-def _drop_dominated(graph: SerializedEGraph, costs: Sequence[float], ok: list[bool],
-                    max_pairwise: int = 64) -> None:
+def _drop_dominated(
+    graph: SerializedEGraph, costs: Sequence[float], ok: list[bool], max_pairwise: int = 64
+) -> None:
     """Drop node b when node a of the same class costs no more and needs a subset of b's child
     classes: any extraction using b stays valid (no new cycle) and no dearer with a instead."""
     kids_of = graph.child_sets

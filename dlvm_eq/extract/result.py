@@ -9,6 +9,7 @@
 >>> r.choice, r.dag_cost, r.tree_cost, r.term()
 ({'X': 'x', 'F': 'f'}, 3.0, 4.0, '(f x x)')
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,15 +22,15 @@ from .graph import SerializedEGraph
 class Extraction:
     """One chosen e-node per e-class reachable from the roots (and only those)."""
 
-    choice: dict[str, str]       # e-class id -> e-node id
-    dag_cost: float              # each chosen e-node once
-    tree_cost: float             # the terms unfolded: shared e-nodes once per use
-    method: str                  # "greedy", "ilp" or "tree"
-    seconds: float               # wall time of the extraction itself (not of loading)
+    choice: dict[str, str]  # e-class id -> e-node id
+    dag_cost: float  # each chosen e-node once
+    tree_cost: float  # the terms unfolded: shared e-nodes once per use
+    method: str  # "greedy", "ilp" or "tree"
+    seconds: float  # wall time of the extraction itself (not of loading)
     roots: tuple[str, ...] = ()
-    fallback: bool = False       # the ILP's answer was replaced by the greedy one
-    status: str = "ok"           # what the extractor says ("optimal", "time limit, ...")
-    optimal: bool = False        # proven optimal (only the ILP proves anything)
+    fallback: bool = False  # the ILP's answer was replaced by the greedy one
+    status: str = "ok"  # what the extractor says ("optimal", "time limit, ...")
+    optimal: bool = False  # proven optimal (only the ILP proves anything)
     graph: SerializedEGraph | None = field(default=None, repr=False, compare=False)
 
     def term(self, eclass: str | None = None, max_chars: int = 1_000_000) -> str:

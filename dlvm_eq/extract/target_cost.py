@@ -23,10 +23,11 @@ e-class and its children's e-classes (`dlvm_eq.egraph.class_types`).
     >>> cost.dot_seconds(30, 35, 15) > cost.dot_seconds(35, 15, 5)
     True
 """
+
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
@@ -45,8 +46,25 @@ CACHE_BYTES = 512 * 1024
 # flops per output element; everything not listed is one flop (the fusion extractor's scalar
 # ops cost the same: extract/fusion_cost.py)
 FLOPS = {"Divide": 4, "Sqrt": 4, "Rsqrt": 4, "Power": 40}
-FLOPS.update({op: 20 for op in ("Exp", "Log", "Tanh", "Sigmoid", "Softplus", "Log1p", "Expm1",
-                                 "Sin", "Cos", "Tan", "Sinh", "Cosh")})
+FLOPS.update(
+    {
+        op: 20
+        for op in (
+            "Exp",
+            "Log",
+            "Tanh",
+            "Sigmoid",
+            "Softplus",
+            "Log1p",
+            "Expm1",
+            "Sin",
+            "Cos",
+            "Tan",
+            "Sinh",
+            "Cosh",
+        )
+    }
+)
 
 
 def flops_per_element(op: str, mc: Machine | None = None) -> float:
@@ -80,19 +98,28 @@ class TargetCost:
         measured 41 ms; the 16 programs of benchmarks/egraph_value.py extract the same either way)."""
         if self.machine.matmul_grid:
             return self.dot_seconds(m, k, n)
-        traffic = sum(b for b in (m * k * itemsize, k * n * itemsize, m * n * itemsize) if b > CACHE_BYTES)
+        traffic = sum(
+            b for b in (m * k * itemsize, k * n * itemsize, m * n * itemsize) if b > CACHE_BYTES
+        )
         return self.dot_seconds(m, k, n) + traffic / self.machine.bandwidth
 
     def elementwise_seconds(self, op: str, t: TensorType) -> float:
         mc = self.machine
         n = t.size
-        return (mc.node_overhead + n * flops_per_element(op, mc) / mc.flop_rate
-                + mc.fused_fraction * (n * t.dtype.itemsize / mc.bandwidth + mc.launch))
+        return (
+            mc.node_overhead
+            + n * flops_per_element(op, mc) / mc.flop_rate
+            + mc.fused_fraction * (n * t.dtype.itemsize / mc.bandwidth + mc.launch)
+        )
 
     def kernel_seconds(self, elements_in: int, t_out: TensorType, copies: int = 1) -> float:
         mc = self.machine
-        return (mc.node_overhead + mc.launch + elements_in / (mc.reduce_rate or mc.flop_rate)
-                + copies * t_out.size * t_out.dtype.itemsize / mc.bandwidth)
+        return (
+            mc.node_overhead
+            + mc.launch
+            + elements_in / (mc.reduce_rate or mc.flop_rate)
+            + copies * t_out.size * t_out.dtype.itemsize / mc.bandwidth
+        )
 
     # ------------------------------------------------------------ the cost model
     def node_cost(self, graph, node_id: str) -> float:
@@ -106,8 +133,11 @@ class TargetCost:
             return 0.0
         kids = node["children"]
         child = (lambda i: self.types.get(graph.raw_nodes[kids[i]]["eclass"])) if kids else None
-        flags = (graph.raw_nodes[kids[2]]["op"] == "1", graph.raw_nodes[kids[3]]["op"] == "1") \
-            if op == "Gemm" else (False, False)
+        flags = (
+            (graph.raw_nodes[kids[2]]["op"] == "1", graph.raw_nodes[kids[3]]["op"] == "1")
+            if op == "Gemm"
+            else (False, False)
+        )
         if op == "Concatenate" and self.types.get(cls) is not None:
             return self.concat_seconds(graph, node_id, self.types[cls])
         return self.term_cost(op, self.types.get(cls), child, flags)
@@ -117,9 +147,13 @@ class TargetCost:
         part's class holds a concatenation along the same axis."""
         kids = graph.children[graph.node_index[node_id]]
         axis = _axis(graph, kids[2])
-        nested = any(graph.ops[m] == "Concatenate" and _axis(graph, graph.children[m][2]) == axis
-                     for m in graph.class_nodes[kids[0]])
-        return self.concatenation_seconds(t, self.types.get(graph.class_ids[kids[0]]) if nested else None)
+        nested = any(
+            graph.ops[m] == "Concatenate" and _axis(graph, graph.children[m][2]) == axis
+            for m in graph.class_nodes[kids[0]]
+        )
+        return self.concatenation_seconds(
+            t, self.types.get(graph.class_ids[kids[0]]) if nested else None
+        )
 
     def concatenation_seconds(self, t: TensorType, nested: TensorType | None = None) -> float:
         """A concatenation copies its parts, except a first part `nested` that is itself a
@@ -139,7 +173,7 @@ class TargetCost:
         if op in LEAVES:
             return 0.0
         if t is None:
-            return INF           # an ill-typed class: never extract it
+            return INF  # an ill-typed class: never extract it
         if op in VIEWS:
             return self.machine.node_overhead
         if op in MATMULS:
@@ -152,13 +186,15 @@ class TargetCost:
             k = sa[-1] if sa else 1
             n = sb[1] if len(sb) == 2 else 1
             return self.machine.node_overhead + self.gemm_seconds(m, k, n, t.dtype.itemsize)
-        if op == "BatchMatmul":     # one BLAS product per batch index
+        if op == "BatchMatmul":  # one BLAS product per batch index
             a, b = child(0), child(1)
             if a is None or b is None:
                 return INF
             batch = math.prod(t.shape[:-2])
-            return self.machine.node_overhead + self.dot_seconds(batch * a.shape[-2], a.shape[-1], b.shape[-1])
-        if op == "Slice":           # read in place (planning/planner.py: an alias, strided reads)
+            return self.machine.node_overhead + self.dot_seconds(
+                batch * a.shape[-2], a.shape[-1], b.shape[-1]
+            )
+        if op == "Slice":  # read in place (planning/planner.py: an alias, strided reads)
             return self.machine.node_overhead
         kind = _EGG_KIND.get(op)
         if kind in ELEMENTWISE_KINDS or op == "DataTypeCast":
@@ -166,12 +202,19 @@ class TargetCost:
         if op == "Reduce":
             src = child(0)
             return INF if src is None else self.kernel_seconds(src.size, t)
-        if op in ("Transpose", "Concatenate", "Take", "ScatterAdd", "StridedSlice", "SliceScatter",
-                  "Cumsum"):
+        if op in (
+            "Transpose",
+            "Concatenate",
+            "Take",
+            "ScatterAdd",
+            "StridedSlice",
+            "SliceScatter",
+            "Cumsum",
+        ):
             return self.kernel_seconds(0, t, copies=2)
         if kind == WINDOW:
             return window_seconds(self, op, t, child)
-        return INF               # helper constructors (Adjoint, ...) are not programs
+        return INF  # helper constructors (Adjoint, ...) are not programs
 
 
 def _axis(graph, cls: int) -> str:

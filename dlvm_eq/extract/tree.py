@@ -14,11 +14,12 @@ is why the DAG extractors exist; it is also the safe fallback they repair cycles
 >>> g.node_ids[choice[g.class_index["F"]]], best[g.class_index["F"]]
 ('f', 2.0)
 """
+
 from __future__ import annotations
 
 import heapq
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .graph import SerializedEGraph
 from .prune import leaf_worklist, reachable_classes
@@ -33,11 +34,16 @@ def tree_choice(graph: SerializedEGraph, costs: Sequence[float], roots: Sequence
     classes settle on their first evaluation.
     """
     inf = math.inf
-    node_class, children, kids_of, parents = graph.node_class, graph.children, graph.child_sets, graph.parents
+    node_class, children, kids_of, parents = (
+        graph.node_class,
+        graph.children,
+        graph.child_sets,
+        graph.parents,
+    )
     live = reachable_classes(graph, roots)
     best = [inf] * graph.num_classes
     choice = [-1] * graph.num_classes
-    missing = [len(ks) for ks in kids_of]   # child classes of a node still without a finite cost
+    missing = [len(ks) for ks in kids_of]  # child classes of a node still without a finite cost
     heap, queued = leaf_worklist(graph, costs, live)
     pop, push = heapq.heappop, heapq.heappush
     while heap:

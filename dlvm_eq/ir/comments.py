@@ -10,6 +10,7 @@ from the source text.
 
     >>> text = format_with_comments(parse(src, "f.dl"), src)   # parse(text) == parse(src)
 """
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,9 @@ from .printer import module_lines
 
 @dataclass(frozen=True)
 class Comment:
-    line: int          # 1-based source line
-    text: str          # from `//` to the end of the line, trailing blanks removed
-    own_line: bool     # nothing but blanks before it on its line
+    line: int  # 1-based source line
+    text: str  # from `//` to the end of the line, trailing blanks removed
+    own_line: bool  # nothing but blanks before it on its line
 
 
 def split_comment(line: str) -> tuple[str, str | None]:
@@ -59,16 +60,22 @@ def _first_line(code_lines: list[str], pattern: str, start: int = 1) -> int | No
 def anchored_lines(m: Module, code_lines: list[str]) -> list[tuple[int | None, str]]:
     """`printer.module_lines` with the source line each printed line comes from (None: none)."""
     out: list[tuple[int | None, str]] = []
-    last = 0                                   # the latest source line of the current function
+    last = 0  # the latest source line of the current function
     for kind, obj, text in module_lines(m):
         line = None
         if kind in ("module", "stage"):
             line = _first_line(code_lines, rf"\s*{kind}\b")
         elif kind == "func" and obj.location:
             line = last = obj.location[1]
-        elif kind == "adjoint" and obj.location:   # written on or before the func line
-            line = next((n for n in range(obj.location[1], 0, -1)
-                         if code_lines[n - 1].lstrip().startswith("[")), None)
+        elif kind == "adjoint" and obj.location:  # written on or before the func line
+            line = next(
+                (
+                    n
+                    for n in range(obj.location[1], 0, -1)
+                    if code_lines[n - 1].lstrip().startswith("[")
+                ),
+                None,
+            )
         elif kind == "inst" and obj.location:
             line = obj.location[1]
             last = max(last, line)
@@ -93,7 +100,7 @@ def format_with_comments(m: Module, source: str) -> str:
     used_trailing: set[int] = set()
     for anchor, text in lines:
         if anchor is not None:
-            indent = text[:len(text) - len(text.lstrip())]
+            indent = text[: len(text) - len(text.lstrip())]
             while pending and pending[0].line < anchor:
                 out.append(indent + pending.pop(0).text)
             if anchor in trailing and anchor not in used_trailing:

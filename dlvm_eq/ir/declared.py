@@ -5,6 +5,7 @@ above the IR; the pipeline (`dlvm_eq.pipeline.resolve_adjoints`, and every publi
 `dq.interpret`, `dq.optimize`, `dq.compile`, `dq.jit`) fills them in before any stage runs.
 A library caller that hands a stage a declaration gets this error instead of a body.
 """
+
 from __future__ import annotations
 
 from ..errors import IRError
@@ -17,6 +18,8 @@ def require_body(fn: Function) -> None:
         return
     if fn.adjoint is None:
         raise IRError(f"@{fn.name} has no body")
-    raise IRError(f"@{fn.name} is a declared adjoint whose body is not synthesized: run it through "
-                  "dq.interpret / dq.optimize / dq.compile, or call "
-                  "dlvm_eq.pipeline.resolve_adjoints(module) first")
+    raise IRError(
+        f"@{fn.name} is a declared adjoint whose body is not synthesized: run it through "
+        "dq.interpret / dq.optimize / dq.compile, or call "
+        "dlvm_eq.pipeline.resolve_adjoints(module) first"
+    )

@@ -13,10 +13,11 @@ is the one lark's path gives.
 
     text, insts = scan(source)     # insts: line number -> Tree("inst", ...)
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from lark import Token, Tree
@@ -29,24 +30,37 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SCALAR = r"(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![A-Za-z0-9_.])|true\b|false\b|nan\b|\+?inf\b|-inf\b)"
 _TYPE = rf"(?:<(?:{_WS}\d+{_WS}x)*{_WS}{_NAME}{_WS}>|{_NAME})"
 _OPERAND = rf"({_VALUE}|{_SCALAR}){_WS}:{_WS}({_TYPE})"
-_LINE = re.compile(rf"^({_WS})({_VALUE}){_WS}={_WS}({_NAME}){_WS}"
-                   rf"((?:{_OPERAND}{_WS},{_WS})*{_OPERAND}){_WS}(?://[^\n]*)?$")
+_LINE = re.compile(
+    rf"^({_WS})({_VALUE}){_WS}={_WS}({_NAME}){_WS}"
+    rf"((?:{_OPERAND}{_WS},{_WS})*{_OPERAND}){_WS}(?://[^\n]*)?$"
+)
 _ONE_OPERAND = re.compile(rf"{_WS}{_OPERAND}{_WS},?")
 _DIMS = re.compile(r"\d+")
 _TENSOR = re.compile(rf"<((?:{_WS}\d+{_WS}x)*){_WS}({_NAME}){_WS}>")
 
-_SCALAR_TYPES = {"true": "TRUE", "false": "FALSE", "nan": "NAN", "inf": "INF", "+inf": "INF",
-                 "-inf": "NEG_INF"}
+_SCALAR_TYPES = {
+    "true": "TRUE",
+    "false": "FALSE",
+    "nan": "NAN",
+    "inf": "INF",
+    "+inf": "INF",
+    "-inf": "NEG_INF",
+}
 
 
 @lru_cache(maxsize=1)
 def _keywords() -> frozenset:
     """Words the grammar spells itself (`reduce`, `literal`, ...): those lines stay with lark."""
     grammar = Path(__file__).with_name("grammar.lark").read_text()
-    return frozenset(re.findall(r'"([A-Za-z]+)"', grammar)) | {"return", "branch", "conditional", "func"}
+    return frozenset(re.findall(r'"([A-Za-z]+)"', grammar)) | {
+        "return",
+        "branch",
+        "conditional",
+        "func",
+    }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fast_op(name: str) -> bool:
     spec = OPS.get(name)
     return spec is not None and not spec.attrs and name not in _keywords()
@@ -73,9 +87,10 @@ def _line_tree(m: re.Match, line_no: int) -> Tree | None:
         first, t = om.group(1), _type_tree(om.group(2))
         if first[0] == "%":
             operands.append(Tree("value_operand", [Token("VALUE", first), t]))
-        else:      # positioned: a tensor-typed constant becomes a literal located here
-            tok = Token(_SCALAR_TYPES.get(first, "NUMBER"), first, line=line_no,
-                        column=start + om.start(1))
+        else:  # positioned: a tensor-typed constant becomes a literal located here
+            tok = Token(
+                _SCALAR_TYPES.get(first, "NUMBER"), first, line=line_no, column=start + om.start(1)
+            )
             operands.append(Tree("const_operand", [Tree("scalar", [tok]), t]))
     generic = Tree("generic", [Token("NAME", op), Tree("operands", operands)])
     # the result token carries the instruction's position (its location and `defined at`)
@@ -102,5 +117,7 @@ def scan(text: str) -> tuple[str, dict[int, Tree]]:
 def names(tree: Tree) -> tuple[str, list[str]]:
     """(the %name an `inst` tree defines, the %names it reads), without the '%'."""
     result, generic = tree.children
-    reads = [str(o.children[0])[1:] for o in generic.children[1].children if o.data == "value_operand"]
+    reads = [
+        str(o.children[0])[1:] for o in generic.children[1].children if o.data == "value_operand"
+    ]
     return str(result)[1:], reads

@@ -12,10 +12,11 @@ rebuilt and overwritten.
 
     fn = cached_function("adjoint", [print_function(f), repr(options)], build, rules_digest())
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+from collections.abc import Callable
 
 from ..cache import shared_cache, source_digest, watching_time_cuts
 from ..config import settings
@@ -31,9 +32,13 @@ def enabled() -> bool:
 
 # Bump when what an entry holds changes (1: printed IR text; 2: a pickled Function; 3: JSON).
 FORMAT = "3"
-FUNCTION_SCHEMA = Schema("dlvm_eq.ir.Function", 1,
-                         [Function, Instruction, Value, Const, AdjointDecl, TensorType, TupleType],
-                         enums=[DType], fields={Value: ("name", "type")})
+FUNCTION_SCHEMA = Schema(
+    "dlvm_eq.ir.Function",
+    1,
+    [Function, Instruction, Value, Const, AdjointDecl, TensorType, TupleType],
+    enums=[DType],
+    fields={Value: ("name", "type")},
+)
 
 
 def function_key(kind: str, parts: list[str], rules_digest: str) -> str:
@@ -46,14 +51,15 @@ def function_key(kind: str, parts: list[str], rules_digest: str) -> str:
 class _Stats:
     hits = 0
     misses = 0
-    time_cut = 0        # built, but not stored: a wall-clock budget cut it short
+    time_cut = 0  # built, but not stored: a wall-clock budget cut it short
 
 
 stats = _Stats()
 
 
-def cached_function(kind: str, parts: list[str], build: Callable[[], Function],
-                    rules_digest: str) -> Function:
+def cached_function(
+    kind: str, parts: list[str], build: Callable[[], Function], rules_digest: str
+) -> Function:
     """`build()`'s function, or the one a previous process stored under the same key
     (rules_digest: of the rule files `build` reads)."""
     if not enabled():
@@ -66,23 +72,23 @@ def cached_function(kind: str, parts: list[str], build: Callable[[], Function],
         if fn is not None:
             stats.hits += 1
             return fn
-        cache.corrupt += 1      # checksum fine but not a Function: rebuilt and overwritten
+        cache.corrupt += 1  # checksum fine but not a Function: rebuilt and overwritten
     stats.misses += 1
     with watching_time_cuts() as cuts:
         fn = build()
-    if cuts:    # depends on this moment's load: a later process builds its own (cache.py)
+    if cuts:  # depends on this moment's load: a later process builds its own (cache.py)
         stats.time_cut += 1
         return fn
     try:
         cache.put("ir-" + kind, key, FUNCTION_SCHEMA.dumps(fn).encode())
     except RecordError:
-        pass        # a function holding something that is not data is simply not cached
+        pass  # a function holding something that is not data is simply not cached
     return fn
 
 
 def _loads(data: bytes) -> Function | None:
     try:
         fn = FUNCTION_SCHEMA.loads(data)
-    except RecordError:   # any unreadable entry is a miss
+    except RecordError:  # any unreadable entry is a miss
         return None
     return fn if isinstance(fn, Function) and isinstance(fn.name, str) else None

@@ -7,6 +7,7 @@ planner both start from.
     flat.body          # instructions, no apply/tuple/extract
     flat.results       # the returned Values (or IR Consts), flat.tuple_result
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from .types import TensorType, TupleType
 class Flat:
     params: list[Value]
     body: list[Instruction]
-    results: list          # Values or IR Consts
+    results: list  # Values or IR Consts
     tuple_result: bool
 
 
@@ -31,7 +32,9 @@ def flatten(fn: Function, module: Module | None) -> Flat:
     require_body(fn)
     for i, p in enumerate(fn.params):
         if not isinstance(p.type, TensorType):
-            raise IRError(f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed")
+            raise IRError(
+                f"@{fn.name}: parameter {i} has tuple type {p.type}, which cannot be passed"
+            )
     body: list[Instruction] = []
     env: dict[int, object] = {}
     _inline(fn, module, {id(p): p for p in fn.params}, body, env, "", 0)
@@ -74,19 +77,31 @@ def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
             env[id(inst.result)] = t[inst.attrs["index"]]
         elif inst.op == "apply":
             if module is None:
-                raise IRError(f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}")
+                raise IRError(
+                    f"@{fn.name}: apply needs the module to inline @{inst.attrs['callee']}"
+                )
             callee = module[inst.attrs["callee"]]
             require_body(callee)
             sub: dict[int, object] = {}
             p = f"{prefix}{callee.name}.{len(body)}."
-            _inline(callee, module, {id(q): a for q, a in zip(callee.params, ops)}, body, sub, p, depth + 1)
+            _inline(
+                callee,
+                module,
+                {id(q): a for q, a in zip(callee.params, ops)},
+                body,
+                sub,
+                p,
+                depth + 1,
+            )
             env[id(inst.result)] = _get(sub, callee.ret)
         else:
             if any(isinstance(o, tuple) for o in ops):
                 raise IRError(f"@{fn.name}: {inst.op} of a tuple value")
             key = id(inst.result)
             if prefix or any(o is not q for o, q in zip(ops, inst.operands)):
-                result = Value(prefix + inst.result.name, inst.result.type) if prefix else inst.result
+                result = (
+                    Value(prefix + inst.result.name, inst.result.type) if prefix else inst.result
+                )
                 inst = Instruction(result, inst.op, ops, inst.attrs, inst.location)
             body.append(inst)
             env[key] = inst.result

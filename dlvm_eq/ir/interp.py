@@ -4,6 +4,7 @@ other stage is tested against.
     interpret(module, "f", x)                 # in the declared dtypes
     interpret(module, "f", x, float64=True)   # float tensors computed in float64 (oracle)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ def _coerce(arg, t, float64: bool, fn: Function, i: int):
         raise DlvmError(f"@{fn.name}: parameter {i} has tuple type {t}, which cannot be passed")
     a = np.asarray(arg)
     if a.shape != t.shape:
-        raise DlvmError(f"@{fn.name}: argument {i} has shape {a.shape}, expected {t} "
-                        f"(shape {t.shape})")
+        raise DlvmError(
+            f"@{fn.name}: argument {i} has shape {a.shape}, expected {t} (shape {t.shape})"
+        )
     return a.astype(_dtype(t.dtype, float64), copy=False)
 
 
@@ -34,11 +36,12 @@ def _const(c: Const, float64: bool):
 
 
 def run_function(module: Module | None, fn: Function, args, float64: bool = False):
-    require_body(fn)     # declared adjoints: resolved by the pipeline (dq.interpret) first
+    require_body(fn)  # declared adjoints: resolved by the pipeline (dq.interpret) first
     if len(args) != len(fn.params):
         raise DlvmError(f"@{fn.name} takes {len(fn.params)} arguments, got {len(args)}")
-    env: dict[int, object] = {id(p): _coerce(a, p.type, float64, fn, i)
-                              for i, (p, a) in enumerate(zip(fn.params, args))}
+    env: dict[int, object] = {
+        id(p): _coerce(a, p.type, float64, fn, i) for i, (p, a) in enumerate(zip(fn.params, args))
+    }
 
     def get(o):
         return _const(o, float64) if isinstance(o, Const) else env[id(o)]

@@ -1,14 +1,16 @@
 """SSA IR: Module -> Function -> Instruction, values with types.
 
-    b = FunctionBuilder("f", [tensor(2, 3, F32)])
-    (x,) = b.params
-    y = b.emit("exp", [x])
-    f = b.finish(y)          # func @f: (<2 x 3 x f32>) -> <2 x 3 x f32>
+b = FunctionBuilder("f", [tensor(2, 3, F32)])
+(x,) = b.params
+y = b.emit("exp", [x])
+f = b.finish(y)          # func @f: (<2 x 3 x f32>) -> <2 x 3 x f32>
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +39,7 @@ class Const:
     type: TensorType
 
     @staticmethod
-    def of(value, dtype: DType) -> "Const":
+    def of(value, dtype: DType) -> Const:
         v = np.asarray(value, dtype=dtype.numpy)[()]
         return Const(v.item(), TensorType((), dtype))
 
@@ -51,7 +53,7 @@ class Instruction:
     op: str
     operands: list[Operand]
     attrs: dict[str, Any] = field(default_factory=dict)
-    location: tuple[str, int, int] | None = None   # (file, line, col) where it was written
+    location: tuple[str, int, int] | None = None  # (file, line, col) where it was written
 
     @property
     def spec(self):
@@ -64,7 +66,7 @@ class AdjointDecl:
 
     of: str
     from_index: int | None = None
-    wrt: tuple[int, ...] | None = None     # parameter indices; None = all
+    wrt: tuple[int, ...] | None = None  # parameter indices; None = all
     keeping: tuple[int, ...] | None = None  # original outputs also returned
     seedable: bool = False
 
@@ -75,7 +77,7 @@ class Function:
     params: list[Value]
     result_type: Type
     body: list[Instruction] = field(default_factory=list)
-    ret: Operand | None = None              # None only for declared adjoints before synthesis
+    ret: Operand | None = None  # None only for declared adjoints before synthesis
     adjoint: AdjointDecl | None = None
     location: tuple[str, int, int] | None = None
 
@@ -92,6 +94,7 @@ class Function:
 
     def __str__(self) -> str:
         from .printer import print_function
+
         return print_function(self)
 
 
@@ -112,14 +115,16 @@ class Module:
             return self.functions[name.lstrip("@")]
         except KeyError:
             known = ", ".join("@" + n for n in self.functions) or "none"
-            raise IRError(f"no function @{name.lstrip('@')} in module \"{self.name}\" "
-                          f"(functions: {known})") from None
+            raise IRError(
+                f'no function @{name.lstrip("@")} in module "{self.name}" (functions: {known})'
+            ) from None
 
     def __contains__(self, name: str) -> bool:
         return name.lstrip("@") in self.functions
 
     def __str__(self) -> str:
         from .printer import print_module
+
         return print_module(self)
 
 
@@ -149,8 +154,9 @@ class FunctionBuilder:
         self._counter += 1
         return name
 
-    def emit(self, op: str, operands: list[Operand], name: str | None = None,
-             location=None, **attrs) -> Value:
+    def emit(
+        self, op: str, operands: list[Operand], name: str | None = None, location=None, **attrs
+    ) -> Value:
         spec = lookup(op)
         if spec.arity is not None and len(operands) != spec.arity:
             raise IRError(f"{op}: expected {spec.arity} operands, got {len(operands)}")

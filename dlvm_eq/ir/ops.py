@@ -7,10 +7,12 @@ names, `egg`), the adjoint rules and codegen (kind). One `OpSpec` per op, keyed 
     >>> OPS["add"].result_type([tensor(2, 3, F32), scalar(F32)], {})
     TensorType(shape=(2, 3), dtype=<DType.f32: 'f32'>)
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,14 +23,22 @@ from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, s
 # Kinds group ops that every stage treats alike.
 UNARY, BINARY, COMPARE, LOGIC, SELECT = "unary", "binary", "compare", "logic", "select"
 ELEMENTWISE_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT)
-REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = "reduce", "dot", "layout", "cast", "literal", "tuple", "call"
+REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = (
+    "reduce",
+    "dot",
+    "layout",
+    "cast",
+    "literal",
+    "tuple",
+    "call",
+)
 # A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
 # fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
 SLICE = "slice"
 # take and scatterAdd read or write along an axis at integer indices (a plan step of their own:
 # compiled index kernels on the CPU, codegen/runtime/index_kernel.py)
 GATHER = "gather"
-SCAN = "scan"      # cumsum: a plan step of its own (a compiled line scan on the CPU)
+SCAN = "scan"  # cumsum: a plan step of its own (a compiled line scan on the CPU)
 # convolution and pooling (window_ops.py): a sliding window over the two trailing axes
 WINDOW = "window"
 
@@ -37,15 +47,15 @@ REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum,
 
 @dataclass(frozen=True)
 class OpSpec:
-    name: str                      # DLVM spelling, e.g. "add", "shapeCast"
-    kind: str                      # UNARY, BINARY, ... (see above)
-    arity: int | None              # None: variadic
-    egg: str                       # e-graph constructor in rules/schema.egg
+    name: str  # DLVM spelling, e.g. "add", "shapeCast"
+    kind: str  # UNARY, BINARY, ... (see above)
+    arity: int | None  # None: variadic
+    egg: str  # e-graph constructor in rules/schema.egg
     result_type: Callable[[list[Type], dict], Type]
-    evaluate: Callable[..., Any]   # numpy semantics: evaluate(args, attrs) -> array
-    attrs: tuple[str, ...] = ()    # attribute names, in printed order
-    float_only: bool = False       # operands must be f32/f64
-    differentiable: bool = True    # has a derivative (may be zero) in its float operands
+    evaluate: Callable[..., Any]  # numpy semantics: evaluate(args, attrs) -> array
+    attrs: tuple[str, ...] = ()  # attribute names, in printed order
+    float_only: bool = False  # operands must be f32/f64
+    differentiable: bool = True  # has a derivative (may be zero) in its float operands
     nondiff_operands: tuple[int, ...] = field(default=())  # operands with no adjoint (masks)
 
 
@@ -60,8 +70,13 @@ def _tensors(op: str, types: list[Type]) -> list[TensorType]:
     return types  # type: ignore[return-value]
 
 
-def _elementwise_type(op: str, types: list[Type], out_dtype: DType | None = None,
-                      float_only: bool = False, bool_only: bool = False) -> TensorType:
+def _elementwise_type(
+    op: str,
+    types: list[Type],
+    out_dtype: DType | None = None,
+    float_only: bool = False,
+    bool_only: bool = False,
+) -> TensorType:
     ts = _tensors(op, types)
     dtypes = {t.dtype for t in ts}
     if len(dtypes) != 1:
@@ -106,53 +121,79 @@ def _softplus(x):
 
 
 def _sigmoid(x):
-    from scipy.special import expit   # imported on first use: scipy costs ~0.2 s to import
+    from scipy.special import expit  # imported on first use: scipy costs ~0.2 s to import
+
     return expit(x)
 
 
 def _erf(x):
     from scipy.special import erf
+
     return erf(x)
 
 
 # name -> numpy function; all are float ops except the ones listed in _INT_OK_UNARY
 _UNARY_FNS: dict[str, Callable] = {
-    "negate": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sinh": np.sinh,
-    "cosh": np.cosh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "sqrt": np.sqrt,
-    "rsqrt": _rsqrt, "square": np.square, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
-    "round": np.rint, "abs": np.abs,
+    "negate": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "sqrt": np.sqrt,
+    "rsqrt": _rsqrt,
+    "square": np.square,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,
+    "abs": np.abs,
     # extensions of DLVM's op set
-    "sigmoid": _sigmoid, "relu": _relu, "log1p": np.log1p, "expm1": np.expm1,
+    "sigmoid": _sigmoid,
+    "relu": _relu,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
     "softplus": _softplus,
-    "erf": _erf,   # issue 14 part B
+    "erf": _erf,  # issue 14 part B
 }
 _INT_OK_UNARY = {"negate", "square", "sign", "abs", "relu"}
 # piecewise constant: the derivative is zero almost everywhere, so no adjoint flows to the operand
 _PIECEWISE_CONSTANT = {"sign", "floor", "ceil", "round"}
 
 _BINARY_FNS: dict[str, Callable] = {
-    "add": lambda a, b: np.add(a, b), "subtract": lambda a, b: np.subtract(a, b),
-    "multiply": lambda a, b: np.multiply(a, b), "power": lambda a, b: np.power(a, b),
-    "min": lambda a, b: np.minimum(a, b), "max": lambda a, b: np.maximum(a, b),
+    "add": lambda a, b: np.add(a, b),
+    "subtract": lambda a, b: np.subtract(a, b),
+    "multiply": lambda a, b: np.multiply(a, b),
+    "power": lambda a, b: np.power(a, b),
+    "min": lambda a, b: np.minimum(a, b),
+    "max": lambda a, b: np.maximum(a, b),
 }
 _COMPARE_FNS: dict[str, Callable] = {
-    "equal": np.equal, "notEqual": np.not_equal, "lessThan": np.less,
-    "lessThanOrEqual": np.less_equal, "greaterThan": np.greater,
+    "equal": np.equal,
+    "notEqual": np.not_equal,
+    "lessThan": np.less,
+    "lessThanOrEqual": np.less_equal,
+    "greaterThan": np.greater,
     "greaterThanOrEqual": np.greater_equal,
 }
 _LOGIC_FNS: dict[str, Callable] = {"and": np.logical_and, "or": np.logical_or}
 
-_PASCAL = lambda name: name[0].upper() + name[1:]  # noqa: E731  add -> Add, shapeCast -> ShapeCast
+_PASCAL = lambda name: name[0].upper() + name[1:]
 
 
 def _errstate(fn):
     def run(*args):
         with np.errstate(all="ignore"):
             return fn(*args)
+
     return run
 
 
 # ---------------------------------------------------------------- non-elementwise type rules
+
 
 def _dot_type(types, attrs):
     a, b = _tensors("dot", types)
@@ -186,8 +227,11 @@ def _reduce_type(types, attrs):
     (a,) = _tensors("reduce", types)
     axes = tuple(attrs["axes"])
     if attrs["combinator"] not in REDUCE_COMBINATORS:
-        _fail("reduce", f"unknown combinator {attrs['combinator']!r}; expected one of "
-              + ", ".join(REDUCE_COMBINATORS))
+        _fail(
+            "reduce",
+            f"unknown combinator {attrs['combinator']!r}; expected one of "
+            + ", ".join(REDUCE_COMBINATORS),
+        )
     if len(set(axes)) != len(axes) or any(not 0 <= ax < a.rank for ax in axes):
         _fail("reduce", f"axes {list(axes)} are not distinct axes of {a}")
     return a.with_shape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
@@ -214,7 +258,7 @@ def _squeeze_shape_type(types, attrs):
     at = attrs["at"]
     if not 0 <= at < a.rank or a.shape[at] != 1:
         _fail("squeezeShape", f"axis {at} of {a} is not of size 1")
-    return a.with_shape(a.shape[:at] + a.shape[at + 1:])
+    return a.with_shape(a.shape[:at] + a.shape[at + 1 :])
 
 
 def _broadcast_type(types, attrs):
@@ -239,11 +283,14 @@ def _concatenate_type(types, attrs):
     if not 0 <= axis < first.rank:
         _fail("concatenate", f"axis {axis} out of range for {first}")
     for t in ts[1:]:
-        if t.dtype != first.dtype or t.rank != first.rank or any(
-                t.shape[i] != first.shape[i] for i in range(t.rank) if i != axis):
+        if (
+            t.dtype != first.dtype
+            or t.rank != first.rank
+            or any(t.shape[i] != first.shape[i] for i in range(t.rank) if i != axis)
+        ):
             _fail("concatenate", f"operands {first} and {t} differ outside axis {axis}")
     total = sum(t.shape[axis] for t in ts)
-    return first.with_shape(first.shape[:axis] + (total,) + first.shape[axis + 1:])
+    return first.with_shape(first.shape[:axis] + (total,) + first.shape[axis + 1 :])
 
 
 def _slice_type(types, attrs):
@@ -252,16 +299,21 @@ def _slice_type(types, attrs):
     if not 0 <= k < a.rank:
         _fail("slice", f"axis {k} out of range for {a}")
     if not 0 <= lo < hi <= a.shape[k]:
-        _fail("slice", f"range {lo} to {hi} is empty or outside axis {k} of {a} (0 to {a.shape[k]})")
+        _fail(
+            "slice", f"range {lo} to {hi} is empty or outside axis {k} of {a} (0 to {a.shape[k]})"
+        )
     if step < 1:
         _fail("slice", f"step {step} is not positive")
-    return a.with_shape(a.shape[:k] + (len(range(lo, hi, step)),) + a.shape[k + 1:])
+    return a.with_shape(a.shape[:k] + (len(range(lo, hi, step)),) + a.shape[k + 1 :])
 
 
 def slice_index(rank: int, attrs: dict) -> tuple:
     """The numpy index of a slice op: x[slice_index(x.ndim, attrs)]."""
-    return (slice(None),) * attrs["axis"] + (slice(attrs["lo"], attrs["hi"], attrs.get("step", 1)),) + \
-        (slice(None),) * (rank - attrs["axis"] - 1)
+    return (
+        (slice(None),) * attrs["axis"]
+        + (slice(attrs["lo"], attrs["hi"], attrs.get("step", 1)),)
+        + (slice(None),) * (rank - attrs["axis"] - 1)
+    )
 
 
 def _select_type(types, attrs):
@@ -328,6 +380,7 @@ def _unevaluable(args, attrs):
 # ---------------------------------------------------------------- issue 14 part B: batched matmul, ...
 # (own block: the conv/pool rows live in theirs)
 
+
 def _batch_matmul_type(types, attrs):
     a, b = _tensors("batchMatmul", types)
     if a.dtype != b.dtype:
@@ -335,12 +388,17 @@ def _batch_matmul_type(types, attrs):
     if a.dtype is BOOL:
         _fail("batchMatmul", "bool operands")
     if not 3 <= a.rank <= MAX_BATCH_MATMUL_RANK or a.rank != b.rank:
-        _fail("batchMatmul", f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, "
-              f"got {a} and {b}")
+        _fail(
+            "batchMatmul",
+            f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, got {a} and {b}",
+        )
     if a.shape[:-2] != b.shape[:-2]:
         _fail("batchMatmul", f"batch dimensions differ: {a} and {b} (broadcast them first)")
     if a.shape[-1] != b.shape[-2]:
-        _fail("batchMatmul", f"contracted dimensions differ: {a} · {b} ({a.shape[-1]} vs {b.shape[-2]})")
+        _fail(
+            "batchMatmul",
+            f"contracted dimensions differ: {a} · {b} ({a.shape[-1]} vs {b.shape[-2]})",
+        )
     return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
 
 
@@ -355,7 +413,7 @@ def _take_type(types, attrs):
     x, ids = _tensors("take", types)
     k = attrs["axis"]
     _index_operand("take", x, ids, k)
-    return x.with_shape(x.shape[:k] + ids.shape + x.shape[k + 1:])
+    return x.with_shape(x.shape[:k] + ids.shape + x.shape[k + 1 :])
 
 
 def _scatter_add_type(types, attrs):
@@ -368,15 +426,18 @@ def _scatter_add_type(types, attrs):
         _fail("scatterAdd", f"{ids.size} indices for axis {k} of {g}")
     if size < 1:
         _fail("scatterAdd", f"size {size} along axis {k} is not positive")
-    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1 :])
 
 
 def checked_indices(op: str, ids: np.ndarray, size: int) -> np.ndarray:
     """ids as intp, or an IRError naming the first index outside [0, size)."""
     bad = np.flatnonzero((ids < 0) | (ids >= size))
     if bad.size:
-        _fail(op, f"index {int(ids[bad[0]])} (position {int(bad[0])}) is out of range for an axis "
-              f"of size {size}")
+        _fail(
+            op,
+            f"index {int(ids[bad[0]])} (position {int(bad[0])}) is out of range for an axis "
+            f"of size {size}",
+        )
     return ids.astype(np.intp)
 
 
@@ -389,7 +450,7 @@ def _take(args, attrs):
 def _scatter_add(args, attrs):
     g, ids = args
     k, size = attrs["axis"], attrs["size"]
-    out = np.zeros(g.shape[:k] + (size,) + g.shape[k + 1:], g.dtype)
+    out = np.zeros(g.shape[:k] + (size,) + g.shape[k + 1 :], g.dtype)
     np.add.at(out, (slice(None),) * k + (checked_indices("scatterAdd", ids, size),), g)
     return out
 
@@ -406,15 +467,16 @@ def _slice_scatter_type(types, attrs):
     last = lo + (g.shape[k] - 1) * step
     if last >= size:
         _fail("sliceScatter", f"{g.shape[k]} entries from {lo} by {step} do not fit in size {size}")
-    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1:])
+    return g.with_shape(g.shape[:k] + (size,) + g.shape[k + 1 :])
 
 
 def scatter_slice(g: np.ndarray, attrs: dict) -> tuple:
     """(result shape, numpy index of g's entries in it) of a sliceScatter."""
     k, lo, step = attrs["axis"], attrs["lo"], attrs["step"]
     hi = lo + (g.shape[k] - 1) * step + 1
-    return g.shape[:k] + (attrs["size"],) + g.shape[k + 1:], \
-        (slice(None),) * k + (slice(lo, hi, step),)
+    return g.shape[:k] + (attrs["size"],) + g.shape[k + 1 :], (slice(None),) * k + (
+        slice(lo, hi, step),
+    )
 
 
 def _slice_scatter(args, attrs):
@@ -451,6 +513,7 @@ MAX_BATCH_MATMUL_RANK = 4
 
 # ---------------------------------------------------------------- the table
 
+
 def _build_table() -> dict[str, OpSpec]:
     table: dict[str, OpSpec] = {}
 
@@ -459,86 +522,275 @@ def _build_table() -> dict[str, OpSpec]:
 
     for name, fn in _UNARY_FNS.items():
         float_only = name not in _INT_OK_UNARY
-        add(OpSpec(name, UNARY, 1, _PASCAL(name),
-                   (lambda n, fo: lambda ts, at: _elementwise_type(n, ts, float_only=fo))(name, float_only),
-                   (lambda f: _errstate(lambda args, at: f(args[0])))(fn),
-                   float_only=float_only,
-                   nondiff_operands=(0,) if name in _PIECEWISE_CONSTANT else ()))
+        add(
+            OpSpec(
+                name,
+                UNARY,
+                1,
+                _PASCAL(name),
+                (lambda n, fo: lambda ts, at: _elementwise_type(n, ts, float_only=fo))(
+                    name, float_only
+                ),
+                (lambda f: _errstate(lambda args, at: f(args[0])))(fn),
+                float_only=float_only,
+                nondiff_operands=(0,) if name in _PIECEWISE_CONSTANT else (),
+            )
+        )
     for name, fn in _BINARY_FNS.items():
-        add(OpSpec(name, BINARY, 2, _PASCAL(name),
-                   (lambda n: lambda ts, at: _elementwise_type(n, ts, float_only=(n == "power")))(name),
-                   (lambda f: _errstate(lambda args, at: f(*args)))(fn), float_only=(name == "power")))
-    add(OpSpec("divide", BINARY, 2, "Divide", lambda ts, at: _elementwise_type("divide", ts),
-               _errstate(_divide)))
+        add(
+            OpSpec(
+                name,
+                BINARY,
+                2,
+                _PASCAL(name),
+                (lambda n: lambda ts, at: _elementwise_type(n, ts, float_only=(n == "power")))(
+                    name
+                ),
+                (lambda f: _errstate(lambda args, at: f(*args)))(fn),
+                float_only=(name == "power"),
+            )
+        )
+    add(
+        OpSpec(
+            "divide",
+            BINARY,
+            2,
+            "Divide",
+            lambda ts, at: _elementwise_type("divide", ts),
+            _errstate(_divide),
+        )
+    )
     for name, fn in _COMPARE_FNS.items():
-        add(OpSpec(name, COMPARE, 2, _PASCAL(name),
-                   (lambda n: lambda ts, at: _elementwise_type(n, ts, out_dtype=BOOL))(name),
-                   (lambda f: lambda args, at: f(*args))(fn), differentiable=False))
+        add(
+            OpSpec(
+                name,
+                COMPARE,
+                2,
+                _PASCAL(name),
+                (lambda n: lambda ts, at: _elementwise_type(n, ts, out_dtype=BOOL))(name),
+                (lambda f: lambda args, at: f(*args))(fn),
+                differentiable=False,
+            )
+        )
     for name, fn in _LOGIC_FNS.items():
-        add(OpSpec(name, LOGIC, 2, _PASCAL(name),
-                   (lambda n: lambda ts, at: _elementwise_type(n, ts, bool_only=True))(name),
-                   (lambda f: lambda args, at: f(*args))(fn), differentiable=False))
-    add(OpSpec("not", LOGIC, 1, "Not", lambda ts, at: _elementwise_type("not", ts, bool_only=True),
-               lambda args, at: np.logical_not(args[0]), differentiable=False))
-    add(OpSpec("select", SELECT, 3, "Select", _select_type,
-               lambda args, at: np.where(args[2], args[0], args[1]), nondiff_operands=(2,)))
+        add(
+            OpSpec(
+                name,
+                LOGIC,
+                2,
+                _PASCAL(name),
+                (lambda n: lambda ts, at: _elementwise_type(n, ts, bool_only=True))(name),
+                (lambda f: lambda args, at: f(*args))(fn),
+                differentiable=False,
+            )
+        )
+    add(
+        OpSpec(
+            "not",
+            LOGIC,
+            1,
+            "Not",
+            lambda ts, at: _elementwise_type("not", ts, bool_only=True),
+            lambda args, at: np.logical_not(args[0]),
+            differentiable=False,
+        )
+    )
+    add(
+        OpSpec(
+            "select",
+            SELECT,
+            3,
+            "Select",
+            _select_type,
+            lambda args, at: np.where(args[2], args[0], args[1]),
+            nondiff_operands=(2,),
+        )
+    )
     add(OpSpec("dot", DOT, 2, "Dot", _dot_type, lambda args, at: np.matmul(args[0], args[1])))
-    add(OpSpec("transpose", LAYOUT, 1, "Transpose", _transpose_type,
-               lambda args, at: np.transpose(   # a copy; ascontiguousarray would make a scalar 1-D
-                   args[0], transpose_perm(args[0].ndim, at)).copy(), attrs=("perm",)))
-    add(OpSpec("reduce", REDUCE, 1, "Reduce", _reduce_type, _errstate(_reduce),
-               attrs=("combinator", "init", "axes")))
-    add(OpSpec("shapeCast", LAYOUT, 1, "ShapeCast", _shape_cast_type,
-               lambda args, at: np.reshape(args[0], tuple(at["shape"])), attrs=("shape",)))
-    add(OpSpec("padShape", LAYOUT, 1, "PadShape", _pad_shape_type,
-               lambda args, at: np.expand_dims(args[0], at["at"]), attrs=("at",)))
-    add(OpSpec("squeezeShape", LAYOUT, 1, "SqueezeShape", _squeeze_shape_type,
-               lambda args, at: np.squeeze(args[0], at["at"]), attrs=("at",)))
+    add(
+        OpSpec(
+            "transpose",
+            LAYOUT,
+            1,
+            "Transpose",
+            _transpose_type,
+            lambda args, at: np.transpose(  # a copy; ascontiguousarray would make a scalar 1-D
+                args[0], transpose_perm(args[0].ndim, at)
+            ).copy(),
+            attrs=("perm",),
+        )
+    )
+    add(
+        OpSpec(
+            "reduce",
+            REDUCE,
+            1,
+            "Reduce",
+            _reduce_type,
+            _errstate(_reduce),
+            attrs=("combinator", "init", "axes"),
+        )
+    )
+    add(
+        OpSpec(
+            "shapeCast",
+            LAYOUT,
+            1,
+            "ShapeCast",
+            _shape_cast_type,
+            lambda args, at: np.reshape(args[0], tuple(at["shape"])),
+            attrs=("shape",),
+        )
+    )
+    add(
+        OpSpec(
+            "padShape",
+            LAYOUT,
+            1,
+            "PadShape",
+            _pad_shape_type,
+            lambda args, at: np.expand_dims(args[0], at["at"]),
+            attrs=("at",),
+        )
+    )
+    add(
+        OpSpec(
+            "squeezeShape",
+            LAYOUT,
+            1,
+            "SqueezeShape",
+            _squeeze_shape_type,
+            lambda args, at: np.squeeze(args[0], at["at"]),
+            attrs=("at",),
+        )
+    )
     # Implicit broadcasts are explicit in the e-graph; the unloader may print them back as this op.
-    add(OpSpec("broadcast", LAYOUT, 1, "Broadcast", _broadcast_type,
-               lambda args, at: np.broadcast_to(args[0], tuple(at["shape"])).copy(), attrs=("shape",)))
+    add(
+        OpSpec(
+            "broadcast",
+            LAYOUT,
+            1,
+            "Broadcast",
+            _broadcast_type,
+            lambda args, at: np.broadcast_to(args[0], tuple(at["shape"])).copy(),
+            attrs=("shape",),
+        )
+    )
     add(OpSpec("dataTypeCast", CAST, 1, "DataTypeCast", _cast_type, _cast, attrs=("dtype",)))
-    add(OpSpec("concatenate", LAYOUT, None, "Concatenate", _concatenate_type,
-               lambda args, at: np.concatenate(args, axis=at["axis"]), attrs=("axis",)))
+    add(
+        OpSpec(
+            "concatenate",
+            LAYOUT,
+            None,
+            "Concatenate",
+            _concatenate_type,
+            lambda args, at: np.concatenate(args, axis=at["axis"]),
+            attrs=("axis",),
+        )
+    )
     # `slice %x: T along k from lo to hi [by s]`: x[..., lo:hi:s, ...] on axis k (lo < hi, s >= 1;
     # the attribute `step` is absent for 1). The e-graph spells a step > 1 StridedSlice.
-    add(OpSpec("slice", SLICE, 1, "Slice", _slice_type,
-               lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
-               attrs=("axis", "lo", "hi", "step")))
-    add(OpSpec("literal", LITERAL, 0, "Const", _literal_type, _literal, attrs=("value", "type"),
-               differentiable=False))
+    add(
+        OpSpec(
+            "slice",
+            SLICE,
+            1,
+            "Slice",
+            _slice_type,
+            lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
+            attrs=("axis", "lo", "hi", "step"),
+        )
+    )
+    add(
+        OpSpec(
+            "literal",
+            LITERAL,
+            0,
+            "Const",
+            _literal_type,
+            _literal,
+            attrs=("value", "type"),
+            differentiable=False,
+        )
+    )
     # A tuple of values, spelled `literal (%a: T, %b: T)` in DLVM; only as a function result.
     add(OpSpec("tuple", TUPLE, None, "Tuple", _tuple_type, lambda args, at: tuple(args)))
-    add(OpSpec("extract", TUPLE, 1, "Extract", _extract_type, lambda args, at: args[0][at["index"]],
-               attrs=("index",)))
+    add(
+        OpSpec(
+            "extract",
+            TUPLE,
+            1,
+            "Extract",
+            _extract_type,
+            lambda args, at: args[0][at["index"]],
+            attrs=("index",),
+        )
+    )
     # ---- convolution and pooling (issue 14, part C): NCHW, torch's semantics, window_ops.py
     for name in window_ops.WINDOW_OPS:
-        add(OpSpec(name, WINDOW, window_ops.ARITY[name], _PASCAL(name),
-                   (lambda n: lambda ts, at: window_ops.result_type(n, ts, at))(name),
-                   (lambda n: lambda args, at: window_ops.evaluate(n, np, args, at))(name),
-                   attrs=window_ops.attr_names(name), float_only=True,
-                   nondiff_operands=window_ops.NONDIFF.get(name, ())))
+        add(
+            OpSpec(
+                name,
+                WINDOW,
+                window_ops.ARITY[name],
+                _PASCAL(name),
+                (lambda n: lambda ts, at: window_ops.result_type(n, ts, at))(name),
+                (lambda n: lambda args, at: window_ops.evaluate(n, np, args, at))(name),
+                attrs=window_ops.attr_names(name),
+                float_only=True,
+                nondiff_operands=window_ops.NONDIFF.get(name, ()),
+            )
+        )
     # ---- end of convolution and pooling
     add(OpSpec("apply", CALL, None, "Apply", _apply_type, _unevaluable, attrs=("callee", "type")))
     # ---- issue 14 part B (batched matmul, ...): own block
     # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;
     # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
-    add(OpSpec("batchMatmul", DOT, 2, "BatchMatmul", _batch_matmul_type,
-               lambda args, at: np.matmul(args[0], args[1])))
+    add(
+        OpSpec(
+            "batchMatmul",
+            DOT,
+            2,
+            "BatchMatmul",
+            _batch_matmul_type,
+            lambda args, at: np.matmul(args[0], args[1]),
+        )
+    )
     # `take %x: T, %ids: <n x i32> along k`: x[..., ids, ...] on axis k (numpy's take); indices
     # outside the axis are an error (checked_indices), in compiled code too
-    add(OpSpec("take", GATHER, 2, "Take", _take_type, _take, attrs=("axis",), nondiff_operands=(1,)))
+    add(
+        OpSpec("take", GATHER, 2, "Take", _take_type, _take, attrs=("axis",), nondiff_operands=(1,))
+    )
     # `scatterAdd %g: T, %ids: <n x i32> along k into size`: zeros of `size` along k, g[..., j, ...]
     # added at ids[j] (repeated indices accumulate): take's adjoint
-    add(OpSpec("scatterAdd", GATHER, 2, "ScatterAdd", _scatter_add_type, _scatter_add,
-               attrs=("axis", "size"), nondiff_operands=(1,)))
+    add(
+        OpSpec(
+            "scatterAdd",
+            GATHER,
+            2,
+            "ScatterAdd",
+            _scatter_add_type,
+            _scatter_add,
+            attrs=("axis", "size"),
+            nondiff_operands=(1,),
+        )
+    )
     # `cumsum %x: T along k [reverse]`: running sums along axis k, from the end with `reverse`
     # (attribute reverse: bool); its adjoint is the cumsum the other way
     add(OpSpec("cumsum", SCAN, 1, "Cumsum", _cumsum_type, _cumsum, attrs=("axis", "reverse")))
     # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
     # lo, lo + s, ...: a strided slice's adjoint
-    add(OpSpec("sliceScatter", SLICE, 1, "SliceScatter", _slice_scatter_type, _slice_scatter,
-               attrs=("axis", "lo", "step", "size")))
+    add(
+        OpSpec(
+            "sliceScatter",
+            SLICE,
+            1,
+            "SliceScatter",
+            _slice_scatter_type,
+            _slice_scatter,
+            attrs=("axis", "lo", "step", "size"),
+        )
+    )
     return table
 
 

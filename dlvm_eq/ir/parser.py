@@ -14,6 +14,7 @@ plus DLVM's own spellings (`[gradient ...]`, `apply @g(...): (T) -> T`, typed ar
 
 Every error is a SourceError naming file:line:col, the line with a caret, and what was expected.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -38,7 +39,7 @@ from .parser_tables import lark_parser
 from .types import DType, TensorType, TupleType, Type, size_problem
 from .window_syntax import read_window_attrs
 
-MAX_RANK = 32                  # numpy's limit is 64; no real program comes near either
+MAX_RANK = 32  # numpy's limit is 64; no real program comes near either
 MAX_DIM = 2**31 - 1
 _DTYPES = {d.value: d for d in DType}
 _INT = re.compile(r"[+-]?\d+$")
@@ -51,7 +52,9 @@ def _parser() -> Lark:
     if _lark is None:
         grammar = Path(__file__).with_name("grammar.lark").read_text()
         # tables as JSON data in the compile cache (never lark's own pickle cache)
-        _lark = lark_parser(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+        _lark = lark_parser(
+            grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False
+        )
     return _lark
 
 
@@ -60,10 +63,10 @@ def parse(text: str, filename: str = "<string>") -> Module:
 
     Whole lines of the generic instruction form are read without lark (fastlines.py); on any
     error the file is read again by lark alone, which reports it."""
-    if text.startswith("\ufeff"):     # a UTF-8 byte order mark, as some editors write
+    if text.startswith("\ufeff"):  # a UTF-8 byte order mark, as some editors write
         text = text[1:]
     collecting = gc.isenabled()
-    gc.disable()       # a parse allocates millions of objects: the collector's passes went quadratic
+    gc.disable()  # a parse allocates millions of objects: the collector's passes went quadratic
     try:
         lark_text, fast = scan(text)
         if fast:
@@ -113,7 +116,9 @@ def read_source(path) -> str:
     except IsADirectoryError:
         raise DlvmError(f"{path}: is a directory, not a .dl file") from None
     except UnicodeDecodeError as e:
-        raise DlvmError(f"{path}: not a text file (UTF-8 decoding failed at byte {e.start})") from None
+        raise DlvmError(
+            f"{path}: not a text file (UTF-8 decoding failed at byte {e.start})"
+        ) from None
     except OSError as e:
         raise DlvmError(f"{path}: cannot read: {e.strerror or e}") from None
     return text
@@ -121,18 +126,19 @@ def read_source(path) -> str:
 
 # ---------------------------------------------------------------- positions and errors
 
+
 class _Source:
     def __init__(self, text: str, filename: str, fast: dict | None = None):
         self.text, self.filename = text, filename
-        self.lines = text.split("\n")           # lines as lark counts them
-        self.fast = fast or {}                  # line -> inst tree read by fastlines.scan
+        self.lines = text.split("\n")  # lines as lark counts them
+        self.fast = fast or {}  # line -> inst tree read by fastlines.scan
         self.fast_lines = sorted(self.fast)
         self.fast_used = 0
 
     def fast_between(self, first: int, last: int) -> list[int]:
         """The fast-path lines strictly between lines `first` and `last`."""
         keys = self.fast_lines
-        return keys[bisect.bisect_right(keys, first):bisect.bisect_left(keys, last)]
+        return keys[bisect.bisect_right(keys, first) : bisect.bisect_left(keys, last)]
 
     def error(self, message: str, line: int, column: int) -> SourceError:
         line = max(1, min(line, len(self.lines)))
@@ -163,9 +169,14 @@ def _pos(node) -> tuple[int, int]:
 
 # What a user reads for each terminal; keywords and punctuation read as themselves.
 _TERMINAL_WORDS = {
-    "VALUE": "a value like %x", "GLOBAL": "a function name like @f",
-    "LABEL": "a block label like 'entry", "NAME": "a name", "NUMBER": "a number",
-    "STRING": 'a quoted string like "name"', "ADJOINT_KW": "'adjoint'", "INF": "'inf'",
+    "VALUE": "a value like %x",
+    "GLOBAL": "a function name like @f",
+    "LABEL": "a block label like 'entry",
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "STRING": 'a quoted string like "name"',
+    "ADJOINT_KW": "'adjoint'",
+    "INF": "'inf'",
     "$END": "the end of the file",
 }
 
@@ -239,6 +250,7 @@ def _suggest(name: str, choices) -> str:
 
 # ---------------------------------------------------------------- module
 
+
 class _ModuleReader:
     def __init__(self, src: _Source):
         self.src = src
@@ -252,7 +264,9 @@ class _ModuleReader:
             elif node.data == "stage_decl":
                 stage = node.children[0]
                 if stage not in ("raw", "optimizable"):
-                    raise self.src.at(stage, f"unknown stage '{stage}'; expected raw or optimizable")
+                    raise self.src.at(
+                        stage, f"unknown stage '{stage}'; expected raw or optimizable"
+                    )
                 module.stage = str(stage)
             else:
                 adjoint = node.children[0] if len(node.children) == 2 else None
@@ -260,8 +274,10 @@ class _ModuleReader:
                 fn = self.signature(funcdef, adjoint)
                 if fn.name in module.functions:
                     first = module.functions[fn.name].location
-                    raise self.src.at(funcdef.children[0], f"function @{fn.name} is already defined "
-                                      f"at line {first[1]}")
+                    raise self.src.at(
+                        funcdef.children[0],
+                        f"function @{fn.name} is already defined at line {first[1]}",
+                    )
                 module.functions[fn.name] = fn
                 funcs.append((funcdef, adjoint, fn))
         for funcdef, adjoint, fn in funcs:
@@ -271,16 +287,23 @@ class _ModuleReader:
             if body is not None:
                 _FunctionReader(self.src, module, fn).read(body)
             elif adjoint is None:
-                raise self.src.at(funcdef, f"function @{fn.name} has no body; only a function declared "
-                                  "with [adjoint @g ...] may omit it")
+                raise self.src.at(
+                    funcdef,
+                    f"function @{fn.name} has no body; only a function declared "
+                    "with [adjoint @g ...] may omit it",
+                )
         self.check_recursion(module)
         return module
 
     def signature(self, funcdef: Tree, adjoint: Tree | None) -> Function:
         name_tok, functype = funcdef.children[0], funcdef.children[1]
         params, result = self.functype(functype)
-        fn = Function(name_tok[1:], [Value(f"arg{i}", t) for i, t in enumerate(params)], result,
-                      location=self.src.location(funcdef))
+        fn = Function(
+            name_tok[1:],
+            [Value(f"arg{i}", t) for i, t in enumerate(params)],
+            result,
+            location=self.src.location(funcdef),
+        )
         if adjoint is not None:
             fn.adjoint = self.adjoint(adjoint)
         return fn
@@ -308,25 +331,35 @@ class _ModuleReader:
     def check_adjoint(self, tree: Tree, fn: Function, module: Module) -> None:
         decl = fn.adjoint
         if decl.of not in module.functions:
-            raise self.src.at(tree.children[1], f"[adjoint] of unknown function @{decl.of}"
-                              + _suggest(decl.of, module.functions))
+            raise self.src.at(
+                tree.children[1],
+                f"[adjoint] of unknown function @{decl.of}" + _suggest(decl.of, module.functions),
+            )
         if decl.of == fn.name:
             raise self.src.at(tree.children[1], f"@{fn.name} cannot be the adjoint of itself")
         of = module.functions[decl.of]
         n_out = len(of.result_type.elements) if isinstance(of.result_type, TupleType) else 1
-        limits = {"adj_from": (n_out, "output"), "adj_wrt": (len(of.params), "parameter"),
-                  "adj_keeping": (n_out, "output")}
+        limits = {
+            "adj_from": (n_out, "output"),
+            "adj_wrt": (len(of.params), "parameter"),
+            "adj_keeping": (n_out, "output"),
+        }
         for part in tree.children[2:]:
             if part.data not in limits:
                 continue
             limit, what = limits[part.data]
             for tok in part.children[0].children if part.data != "adj_from" else part.children:
                 if int(tok) >= limit:
-                    raise self.src.at(tok, f"@{of.name} has {limit} {what}{'s' * (limit != 1)}; "
-                                      f"{what} index {int(tok)} is out of range")
+                    raise self.src.at(
+                        tok,
+                        f"@{of.name} has {limit} {what}{'s' * (limit != 1)}; "
+                        f"{what} index {int(tok)} is out of range",
+                    )
 
     def check_recursion(self, module: Module) -> None:
-        calls = {name: [i for i in fn.body if i.op == "apply"] for name, fn in module.functions.items()}
+        calls = {
+            name: [i for i in fn.body if i.op == "apply"] for name, fn in module.functions.items()
+        }
         done: set[str] = set()
 
         def visit(name: str, stack: list[str]):
@@ -336,8 +369,10 @@ class _ModuleReader:
             for inst in calls[name]:
                 callee = inst.attrs["callee"]
                 if callee in stack:
-                    cycle = " -> ".join("@" + n for n in stack[stack.index(callee):] + [callee])
-                    raise self.src.error(f"recursive apply is not supported ({cycle})", *inst.location[1:])
+                    cycle = " -> ".join("@" + n for n in stack[stack.index(callee) :] + [callee])
+                    raise self.src.error(
+                        f"recursive apply is not supported ({cycle})", *inst.location[1:]
+                    )
                 visit(callee, stack)
             done.add(name)
 
@@ -347,13 +382,16 @@ class _ModuleReader:
 
 # ---------------------------------------------------------------- types, numbers, literals
 
+
 def read_type(src: _Source, tree: Tree) -> Type:
     if tree.data == "scalar_type":
         return TensorType((), read_dtype(src, tree.children[0]))
     if tree.data == "tensor_type":
         *dims, dtype = tree.children
         if len(dims) > MAX_RANK:
-            raise src.at(tree, f"tensors of rank {len(dims)} are not supported (at most {MAX_RANK})")
+            raise src.at(
+                tree, f"tensors of rank {len(dims)} are not supported (at most {MAX_RANK})"
+            )
         t = TensorType(tuple(read_dim(src, d) for d in dims), read_dtype(src, dtype))
         problem = size_problem(t.shape, t.dtype.itemsize)
         if problem:
@@ -408,7 +446,7 @@ def read_scalar(src: _Source, tree: Tree, dtype: DType):
         if not _INT.match(text):
             raise src.at(tok, f"expected an integer for an i32 literal, got '{_shorten(text)}'")
         value = int(text)
-        if not -2**31 <= value < 2**31:
+        if not -(2**31) <= value < 2**31:
             raise src.at(tok, f"{_shorten(text)} is out of range for i32")
         return value
     value = {"NAN": math.nan, "INF": math.inf, "NEG_INF": -math.inf}.get(tok.type)
@@ -433,20 +471,28 @@ def read_array(src: _Source, tree: Tree, dtype: DType) -> tuple[list, tuple[int,
         if annotation:
             t = read_type(src, annotation[0])
             if t != TensorType(shape, dtype):
-                raise src.at(annotation[0], f"this element is a {TensorType(shape, dtype)} "
-                             f"but is written as {t}")
+                raise src.at(
+                    annotation[0],
+                    f"this element is a {TensorType(shape, dtype)} but is written as {t}",
+                )
         if shapes and shape != shapes[0]:
-            raise src.at(elem, f"array literal is ragged: element of shape {shape} after elements "
-                         f"of shape {shapes[0]}")
+            raise src.at(
+                elem,
+                f"array literal is ragged: element of shape {shape} after elements "
+                f"of shape {shapes[0]}",
+            )
         values.append(value)
         shapes.append(shape)
     shape = (len(values),) + shapes[0]
     if len(shape) > MAX_RANK:
-        raise src.at(tree, f"array literal of rank {len(shape)} is not supported (at most {MAX_RANK})")
+        raise src.at(
+            tree, f"array literal of rank {len(shape)} is not supported (at most {MAX_RANK})"
+        )
     return values, shape
 
 
 # ---------------------------------------------------------------- function bodies
+
 
 class _FunctionReader:
     """Reads one function's blocks into a straight-line body."""
@@ -455,19 +501,22 @@ class _FunctionReader:
         self.src, self.module, self.fn = src, module, fn
         self.env: dict[str, Operand] = {}
         self.defined_at: dict[str, tuple[int, int]] = {}
-        self.literal_values: dict[int, object] = {}   # id(Value) of scalar literals -> value
+        self.literal_values: dict[int, object] = {}  # id(Value) of scalar literals -> value
         self.body: list[Instruction] = []
-        self.all_names: set[str] = set()   # every %name written in the function
-        self.def_names: set[str] = set()   # the %names it defines
+        self.all_names: set[str] = set()  # every %name written in the function
+        self.def_names: set[str] = set()  # the %names it defines
         self.synthesized = 0
-        self.types: dict[int, tuple[Tree, Type]] = {}   # id(type tree) -> (the tree, its type)
+        self.types: dict[int, tuple[Tree, Type]] = {}  # id(type tree) -> (the tree, its type)
 
     # -- structure
     def read(self, body: Tree) -> None:
-        self.all_names = {str(t)[1:] for t in body.scan_values(
-            lambda t: isinstance(t, Token) and t.type == "VALUE")}
-        self.def_names = {str(t.children[0])[1:] for t in body.iter_subtrees()
-                          if t.data in ("inst", "param")}
+        self.all_names = {
+            str(t)[1:]
+            for t in body.scan_values(lambda t: isinstance(t, Token) and t.type == "VALUE")
+        }
+        self.def_names = {
+            str(t.children[0])[1:] for t in body.iter_subtrees() if t.data in ("inst", "param")
+        }
         if self.src.fast:
             for line in self.src.fast_between(body.meta.line, body.meta.end_line + 1):
                 result, reads = fast_names(self.src.fast[line])
@@ -485,8 +534,11 @@ class _FunctionReader:
         if [t for _, t in params] != self.fn.param_types:
             got = ", ".join(str(t) for _, t in params)
             want = ", ".join(str(t) for t in self.fn.param_types)
-            raise self.src.at(entry, f"entry block {entry.children[0]} takes ({got}) but @{self.fn.name} "
-                              f"is declared with parameters ({want})")
+            raise self.src.at(
+                entry,
+                f"entry block {entry.children[0]} takes ({got}) but @{self.fn.name} "
+                f"is declared with parameters ({want})",
+            )
         self.fn.params = [self.define(tok, Value(str(tok)[1:], t)) for tok, t in params]
 
         visited, block = set(), entry
@@ -501,8 +553,11 @@ class _FunctionReader:
                 break
         for label, b in blocks.items():
             if label not in visited:
-                raise self.src.at(b, f"block {label} is never branched to; only a straight chain of "
-                                  "blocks is supported")
+                raise self.src.at(
+                    b,
+                    f"block {label} is never branched to; only a straight chain of "
+                    "blocks is supported",
+                )
         self.fn.body = self.body
 
     def with_fast_lines(self, block: Tree, insts: list, term: Tree) -> list:
@@ -534,21 +589,32 @@ class _FunctionReader:
         if term.data == "ret":
             ret = self.operand(term.children[0])
             if ret.type != self.fn.result_type:
-                raise self.src.at(term.children[0], f"@{self.fn.name} returns {ret.type} but is declared "
-                                  f"to return {self.fn.result_type}")
+                raise self.src.at(
+                    term.children[0],
+                    f"@{self.fn.name} returns {ret.type} but is declared "
+                    f"to return {self.fn.result_type}",
+                )
             self.fn.ret = ret
             return None
         if term.data == "conditional":
-            raise self.src.at(term, "control flow is not supported: `conditional` branches cannot be "
-                              "merged into straight-line code (write both sides and use select)")
+            raise self.src.at(
+                term,
+                "control flow is not supported: `conditional` branches cannot be "
+                "merged into straight-line code (write both sides and use select)",
+            )
         label, *rest = term.children
         args = [self.operand(o) for o in rest[0].children] if rest else []
         target = blocks.get(str(label))
         if target is None:
-            raise self.src.at(label, f"no block {label} in @{self.fn.name}" + _suggest(label, blocks))
+            raise self.src.at(
+                label, f"no block {label} in @{self.fn.name}" + _suggest(label, blocks)
+            )
         if str(label) in visited:
-            raise self.src.at(label, f"control flow is not supported: branching back to {label} "
-                              "makes a loop (the staged DSL unrolls Python loops)")
+            raise self.src.at(
+                label,
+                f"control flow is not supported: branching back to {label} "
+                "makes a loop (the staged DSL unrolls Python loops)",
+            )
         params = self.block_params(target)
         if [a.type for a in args] != [t for _, t in params]:
             got = ", ".join(str(a.type) for a in args)
@@ -573,12 +639,14 @@ class _FunctionReader:
         op, operands, attrs = _OP_SYNTAX[op_tree.data](self, op_tree)
         self.emit(op, operands, attrs, result, op_tree, self.src.location(inst))
 
-    def emit(self, op: str, operands: list[Operand], attrs: dict, result: Token | None, at,
-             location) -> Value:
+    def emit(
+        self, op: str, operands: list[Operand], attrs: dict, result: Token | None, at, location
+    ) -> Value:
         spec = OPS[op]
         if spec.arity is not None and len(operands) != spec.arity:
-            raise self.src.at(at, f"{op} takes {spec.arity} operand{'s' * (spec.arity != 1)}, "
-                              f"got {len(operands)}")
+            raise self.src.at(
+                at, f"{op} takes {spec.arity} operand{'s' * (spec.arity != 1)}, got {len(operands)}"
+            )
         try:
             rtype = spec.result_type([o.type for o in operands], attrs)
         except IRError as e:
@@ -600,7 +668,7 @@ class _FunctionReader:
 
     def operand(self, tree: Tree) -> Operand:
         first, type_tree = tree.children
-        seen = self.types.get(id(type_tree))    # the fast path shares one tree per type text
+        seen = self.types.get(id(type_tree))  # the fast path shares one tree per type text
         if seen is not None and seen[0] is type_tree:
             t = seen[1]
         else:
@@ -622,8 +690,9 @@ class _FunctionReader:
             return Const(read_scalar(self.src, first, t.dtype), t)
         # DLVM's `1: <2 x f32>`: a scalar broadcast to a tensor, as a literal instruction
         value = read_scalar(self.src, first, t.dtype)
-        return self.emit("literal", [], {"value": value, "type": t}, None, tree,
-                         self.src.location(tree))
+        return self.emit(
+            "literal", [], {"value": value, "type": t}, None, tree, self.src.location(tree)
+        )
 
     def operands(self, tree: Tree) -> list[Operand]:
         return [self.operand(o) for o in tree.children]
@@ -640,16 +709,22 @@ class _FunctionReader:
         if attr_trees:
             raise self.src.at(attr_trees[0], f"{name} takes no attributes")
         if spec.attrs:
-            raise self.src.at(name, f"{name} is written with its attributes "
-                              f"({', '.join(spec.attrs)}); this generic form has none")
+            raise self.src.at(
+                name,
+                f"{name} is written with its attributes "
+                f"({', '.join(spec.attrs)}); this generic form has none",
+            )
         return str(name), self.operands(operands), {}
 
     def reduce(self, tree: Tree):
         x_tree, combinator, init_tree, *axes = tree.children
         x = self.operand(x_tree)
         if combinator not in REDUCE_COMBINATORS:
-            raise self.src.at(combinator, f"unknown reduction '{combinator}'; expected one of "
-                              + ", ".join(REDUCE_COMBINATORS))
+            raise self.src.at(
+                combinator,
+                f"unknown reduction '{combinator}'; expected one of "
+                + ", ".join(REDUCE_COMBINATORS),
+            )
         if not isinstance(x.type, TensorType):
             raise self.src.at(x_tree, f"reduce expects a tensor operand, got tuple {x.type}")
         init = self.operand(init_tree)
@@ -661,8 +736,10 @@ class _FunctionReader:
         else:
             raise self.src.at(init_tree, "the init of reduce must be a scalar literal like 0: f32")
         if init.type != TensorType((), dtype):
-            raise self.src.at(init_tree, f"init has type {init.type} but the reduced operand's "
-                              f"elements are {dtype}")
+            raise self.src.at(
+                init_tree,
+                f"init has type {init.type} but the reduced operand's elements are {dtype}",
+            )
         axes = read_int_list(self.src, axes[0], "an axis") if axes else ()
         return "reduce", [x], {"combinator": str(combinator), "init": value, "axes": axes}
 
@@ -703,7 +780,9 @@ class _FunctionReader:
         attrs = {}
         if perm:
             attrs["perm"] = read_int_list(self.src, perm[0], "an axis")
-            if isinstance(x.type, TensorType) and attrs["perm"] == tuple(reversed(range(x.type.rank))):
+            if isinstance(x.type, TensorType) and attrs["perm"] == tuple(
+                reversed(range(x.type.rank))
+            ):
                 attrs = {}  # the default order; printed without `along`
         return "transpose", [x], attrs
 
@@ -716,12 +795,14 @@ class _FunctionReader:
         x = self.operand(x_tree)
         k = read_int(self.src, axis, "an axis")
         lo_, hi_ = read_int(self.src, lo, "a bound"), read_int(self.src, hi, "a bound")
-        if isinstance(x.type, TensorType):   # point at the bound that is wrong
+        if isinstance(x.type, TensorType):  # point at the bound that is wrong
             if k >= x.type.rank:
                 raise self.src.at(axis, f"axis {k} out of range for {x.type}")
             n = x.type.shape[k]
             if lo_ >= n:
-                raise self.src.at(lo, f"slice start {lo_} is outside axis {k} of {x.type} (0 to {n})")
+                raise self.src.at(
+                    lo, f"slice start {lo_} is outside axis {k} of {x.type} (0 to {n})"
+                )
             if hi_ > n:
                 raise self.src.at(hi, f"slice end {hi_} is outside axis {k} of {x.type} (0 to {n})")
             if hi_ <= lo_:
@@ -731,7 +812,7 @@ class _FunctionReader:
             step = read_int(self.src, by[0], "a step")
             if step < 1:
                 raise self.src.at(by[0], "a slice step must be positive")
-            if step > 1:   # step 1 is the plain slice: no attribute, printed without `by`
+            if step > 1:  # step 1 is the plain slice: no attribute, printed without `by`
                 attrs["step"] = step
         return "slice", [x], attrs
 
@@ -744,7 +825,9 @@ class _FunctionReader:
         if s < 1:
             raise self.src.at(step, "a slice step must be positive")
         if isinstance(g.type, TensorType) and lo_ + (g.type.shape[k] - 1) * s >= n:
-            raise self.src.at(size, f"{g.type.shape[k]} entries from {lo_} by {s} do not fit in size {n}")
+            raise self.src.at(
+                size, f"{g.type.shape[k]} entries from {lo_} by {s} do not fit in size {n}"
+            )
         return "sliceScatter", [g], {"axis": k, "lo": lo_, "step": s, "size": n}
 
     def cumsum(self, tree: Tree):
@@ -767,7 +850,7 @@ class _FunctionReader:
 
     def _indexed_axis(self, x: Operand, axis: Token) -> int:
         k = read_int(self.src, axis, "an axis")
-        if isinstance(x.type, TensorType) and k >= x.type.rank:   # point at the axis
+        if isinstance(x.type, TensorType) and k >= x.type.rank:  # point at the axis
             raise self.src.at(axis, f"axis {k} out of range for {x.type}")
         return k
 
@@ -782,15 +865,20 @@ class _FunctionReader:
         value_tree, type_tree = tree.children
         t = read_type(self.src, type_tree)
         if isinstance(t, TupleType):
-            raise self.src.at(type_tree, f"a literal value cannot have tuple type {t}; a tuple "
-                              "literal is written literal (%a: T, %b: T): (T, T)")
+            raise self.src.at(
+                type_tree,
+                f"a literal value cannot have tuple type {t}; a tuple "
+                "literal is written literal (%a: T, %b: T): (T, T)",
+            )
         inner = value_tree.children[0]
         if inner.data == "scalar":
             return "literal", [], {"value": read_scalar(self.src, inner, t.dtype), "type": t}
         values, shape = read_array(self.src, inner, t.dtype)
         if shape != t.shape:
-            raise self.src.at(value_tree, f"array literal has shape {'x'.join(map(str, shape))} but "
-                              f"its type is {t}")
+            raise self.src.at(
+                value_tree,
+                f"array literal has shape {'x'.join(map(str, shape))} but its type is {t}",
+            )
         return "literal", [], {"value": np.array(values, dtype=t.dtype.numpy), "type": t}
 
     def tuple_literal(self, tree: Tree):
@@ -808,29 +896,46 @@ class _FunctionReader:
         name = str(callee_tok)[1:]
         callee = self.module.functions.get(name)
         if callee is None:
-            raise self.src.at(callee_tok, f"apply of unknown function @{name}"
-                              + _suggest(name, self.module.functions))
+            raise self.src.at(
+                callee_tok,
+                f"apply of unknown function @{name}" + _suggest(name, self.module.functions),
+            )
         got = [o.type for o in operands]
         if got != callee.param_types:
-            raise self.src.at(callee_tok, f"@{name} takes ({', '.join(map(str, callee.param_types))}) "
-                              f"but is applied to ({', '.join(map(str, got))})")
+            raise self.src.at(
+                callee_tok,
+                f"@{name} takes ({', '.join(map(str, callee.param_types))}) "
+                f"but is applied to ({', '.join(map(str, got))})",
+            )
         if rest and rest[-1].data == "functype":
             params, result = _ModuleReader(self.src).functype(rest[-1])
             if params != callee.param_types or result != callee.result_type:
-                raise self.src.at(rest[-1], f"@{name} has type ({', '.join(map(str, callee.param_types))})"
-                                  f" -> {callee.result_type}, not the one written here")
+                raise self.src.at(
+                    rest[-1],
+                    f"@{name} has type ({', '.join(map(str, callee.param_types))})"
+                    f" -> {callee.result_type}, not the one written here",
+                )
         return "apply", operands, {"callee": name, "type": callee.result_type}
 
 
 _OP_SYNTAX = {
-    "generic": _FunctionReader.generic, "reduce": _FunctionReader.reduce,
-    "shape_cast": _FunctionReader.shape_cast, "broadcast": _FunctionReader.broadcast,
-    "pad_shape": _FunctionReader.pad_shape, "squeeze_shape": _FunctionReader.squeeze_shape,
-    "dtype_cast": _FunctionReader.dtype_cast, "transpose": _FunctionReader.transpose,
-    "concatenate": _FunctionReader.concatenate, "slice": _FunctionReader.slice,
-    "extract": _FunctionReader.extract, "take": _FunctionReader.take,
-    "scatter_add": _FunctionReader.scatter_add, "slice_scatter": _FunctionReader.slice_scatter,
+    "generic": _FunctionReader.generic,
+    "reduce": _FunctionReader.reduce,
+    "shape_cast": _FunctionReader.shape_cast,
+    "broadcast": _FunctionReader.broadcast,
+    "pad_shape": _FunctionReader.pad_shape,
+    "squeeze_shape": _FunctionReader.squeeze_shape,
+    "dtype_cast": _FunctionReader.dtype_cast,
+    "transpose": _FunctionReader.transpose,
+    "concatenate": _FunctionReader.concatenate,
+    "slice": _FunctionReader.slice,
+    "extract": _FunctionReader.extract,
+    "take": _FunctionReader.take,
+    "scatter_add": _FunctionReader.scatter_add,
+    "slice_scatter": _FunctionReader.slice_scatter,
     "cumsum": _FunctionReader.cumsum,
-    "select": _FunctionReader.select, "literal": _FunctionReader.literal,
-    "tuple_literal": _FunctionReader.tuple_literal, "apply": _FunctionReader.apply,
+    "select": _FunctionReader.select,
+    "literal": _FunctionReader.literal,
+    "tuple_literal": _FunctionReader.tuple_literal,
+    "apply": _FunctionReader.apply,
 }

@@ -5,6 +5,7 @@ rebuilds only from its own parser classes.
 
     parser = lark_parser(grammar_text, parser="lalr", propagate_positions=True)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,15 +25,17 @@ def lark_parser(grammar: str, **options) -> Lark:
     """Lark(grammar, **options), its tables read from the cache when a previous process built
     them for the same grammar, options and lark version."""
     import lark
-    key = hashlib.sha256("\0".join([grammar, repr(sorted(options.items())), lark.__version__])
-                         .encode()).hexdigest()
+
+    key = hashlib.sha256(
+        "\0".join([grammar, repr(sorted(options.items())), lark.__version__]).encode()
+    ).hexdigest()
     cache = shared_cache()
     data = cache.get("lark", key)
     if data is not None:
         try:
             doc = _TABLES.loads(data)
             return Lark._load_from_dict(doc["data"], doc["memo"])
-        except Exception:   # noqa: BLE001 - unreadable tables: built again below
+        except Exception:
             cache.corrupt += 1
     parser = Lark(grammar, **options)
     try:

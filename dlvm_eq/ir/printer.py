@@ -1,11 +1,12 @@
 """Prints DLVM textual IR. `parse(print_module(m))` prints identically (tested).
 
-    func @f: (<2 x 3 x f32>) -> <2 x 3 x f32> {
-    'entry(%x: <2 x 3 x f32>):
-        %0 = exp %x: <2 x 3 x f32>
-        return %0: <2 x 3 x f32>
-    }
+func @f: (<2 x 3 x f32>) -> <2 x 3 x f32> {
+'entry(%x: <2 x 3 x f32>):
+    %0 = exp %x: <2 x 3 x f32>
+    return %0: <2 x 3 x f32>
+}
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,8 @@ import numpy as np
 
 from .module import AdjointDecl, Const, Function, Instruction, Module
 from .ops import transpose_perm
-from .window_ops import WINDOW_OPS, attr_names
 from .types import DType, TensorType
+from .window_ops import WINDOW_OPS, attr_names
 
 
 def format_scalar(value, dtype: DType) -> str:
@@ -78,7 +79,9 @@ def format_instruction(inst: Instruction) -> str:
         if a.get("step", 1) != 1:
             text += f" by {a['step']}"
     elif name == "sliceScatter":
-        text = f"sliceScatter {args} along {a['axis']} from {a['lo']} by {a['step']} into {a['size']}"
+        text = (
+            f"sliceScatter {args} along {a['axis']} from {a['lo']} by {a['step']} into {a['size']}"
+        )
     elif name == "cumsum":
         text = f"cumsum {args} along {a['axis']}" + (" reverse" if a["reverse"] else "")
     elif name == "take":
@@ -88,7 +91,9 @@ def format_instruction(inst: Instruction) -> str:
     elif name == "extract":
         text = f"extract {a['index']} from {args}"
     elif name == "select":
-        text = f"select {format_operand(ops[0])}, {format_operand(ops[1])} by {format_operand(ops[2])}"
+        text = (
+            f"select {format_operand(ops[0])}, {format_operand(ops[1])} by {format_operand(ops[2])}"
+        )
     elif name == "literal":
         t: TensorType = a["type"]
         v = np.asarray(a["value"])
@@ -153,8 +158,11 @@ def function_lines(fn: Function) -> list[tuple[str, object, str]]:
 def module_lines(m: Module) -> list[tuple[str, object, str]]:
     """The printed lines of a module as (kind, object, text): module, stage, blank, then each
     function's `function_lines`, a blank line between functions."""
-    out: list[tuple[str, object, str]] = [("module", m, f'module "{m.name}"'), ("stage", m, f"stage {m.stage}"),
-                                          ("blank", None, "")]
+    out: list[tuple[str, object, str]] = [
+        ("module", m, f'module "{m.name}"'),
+        ("stage", m, f"stage {m.stage}"),
+        ("blank", None, ""),
+    ]
     for i, fn in enumerate(m.functions.values()):
         if i:
             out.append(("blank", None, ""))

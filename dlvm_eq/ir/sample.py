@@ -1,8 +1,9 @@
 """Random arguments for an IR function: standard-normal floats, small ints, random bools.
 
-    rng = np.random.default_rng(0)
-    args = sample_inputs(module["mlp"], rng)     # one array per parameter, in its declared type
+rng = np.random.default_rng(0)
+args = sample_inputs(module["mlp"], rng)     # one array per parameter, in its declared type
 """
+
 from __future__ import annotations
 
 import numpy as np

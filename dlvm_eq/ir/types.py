@@ -2,6 +2,7 @@
 
 A scalar is a TensorType with shape (); `<2 x 3 x f32>` is TensorType((2, 3), F32).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,7 @@ class DType(Enum):
         return self.numpy.itemsize
 
     @staticmethod
-    def from_numpy(dt) -> "DType":
+    def from_numpy(dt) -> DType:
         dt = np.dtype(dt)
         for k, v in _NUMPY.items():
             if v == dt:
@@ -45,8 +46,12 @@ class DType(Enum):
         return self.value
 
 
-_NUMPY = {DType.f32: np.dtype(np.float32), DType.f64: np.dtype(np.float64),
-          DType.i32: np.dtype(np.int32), DType.bool: np.dtype(np.bool_)}
+_NUMPY = {
+    DType.f32: np.dtype(np.float32),
+    DType.f64: np.dtype(np.float64),
+    DType.i32: np.dtype(np.int32),
+    DType.bool: np.dtype(np.bool_),
+}
 
 F32, F64, I32, BOOL = DType.f32, DType.f64, DType.i32, DType.bool
 
@@ -62,16 +67,16 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)      # exact (np.prod in int64 wraps around silently)
+        return math.prod(self.shape)  # exact (np.prod in int64 wraps around silently)
 
     @property
     def is_scalar(self) -> bool:
         return self.shape == ()
 
-    def with_shape(self, shape) -> "TensorType":
+    def with_shape(self, shape) -> TensorType:
         return TensorType(tuple(shape), self.dtype)
 
-    def with_dtype(self, dtype: DType) -> "TensorType":
+    def with_dtype(self, dtype: DType) -> TensorType:
         return TensorType(self.shape, dtype)
 
     def __str__(self) -> str:
@@ -102,7 +107,9 @@ def size_problem(shape, itemsize: int) -> str | None:
     """
     n = math.prod(shape)
     if n * itemsize > MAX_BYTES:
-        return f"{n} elements{f' of {itemsize} bytes' if itemsize > 1 else ''}: more than 2^62 bytes"
+        return (
+            f"{n} elements{f' of {itemsize} bytes' if itemsize > 1 else ''}: more than 2^62 bytes"
+        )
     return None
 
 

@@ -1,5 +1,6 @@
 """The verifier: every instruction's operands are defined before use and its type follows the
 op table's rule. Messages name the function, the value and the mismatch."""
+
 from __future__ import annotations
 
 from ..errors import IRError
@@ -27,29 +28,36 @@ def verify_function(fn: Function, module: Module | None = None) -> None:
             raise IRError(f"{_where(fn, inst)}: %{inst.result.name}: unknown op {inst.op!r}")
         for o in inst.operands:
             if isinstance(o, Value) and id(o) not in defined:
-                raise IRError(f"{_where(fn, inst)}: %{inst.result.name} uses %{o.name} "
-                              "before it is defined")
+                raise IRError(
+                    f"{_where(fn, inst)}: %{inst.result.name} uses %{o.name} before it is defined"
+                )
         if inst.op == "apply" and module is not None:
             callee = module[inst.attrs["callee"]]
             got = [o.type for o in inst.operands]
             if got != callee.param_types:
-                raise IRError(f"{_where(fn, inst)}: %{inst.result.name}: @{callee.name} expects "
-                              f"({', '.join(map(str, callee.param_types))}), got "
-                              f"({', '.join(map(str, got))})")
+                raise IRError(
+                    f"{_where(fn, inst)}: %{inst.result.name}: @{callee.name} expects "
+                    f"({', '.join(map(str, callee.param_types))}), got "
+                    f"({', '.join(map(str, got))})"
+                )
         try:
             expected = spec.result_type([o.type for o in inst.operands], inst.attrs)
         except IRError as e:
             raise IRError(f"{_where(fn, inst)}: %{inst.result.name}: {e}") from None
         if expected != inst.result.type:
-            raise IRError(f"{_where(fn, inst)}: %{inst.result.name} is declared {inst.result.type} "
-                          f"but {inst.op} gives {expected}")
+            raise IRError(
+                f"{_where(fn, inst)}: %{inst.result.name} is declared {inst.result.type} "
+                f"but {inst.op} gives {expected}"
+            )
         if id(inst.result) in defined:
             raise IRError(f"{_where(fn, inst)}: %{inst.result.name} is defined twice")
         defined.add(id(inst.result))
     if isinstance(fn.ret, Value) and id(fn.ret) not in defined:
         raise IRError(f"{_where(fn)}: returns %{fn.ret.name}, which is not defined")
     if fn.ret.type != fn.result_type:
-        raise IRError(f"{_where(fn)}: returns {fn.ret.type} but is declared to return {fn.result_type}")
+        raise IRError(
+            f"{_where(fn)}: returns {fn.ret.type} but is declared to return {fn.result_type}"
+        )
     if isinstance(fn.ret, Const) and fn.ret.type != fn.result_type:
         raise IRError(f"{_where(fn)}: return type mismatch")
 

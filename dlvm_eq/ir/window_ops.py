@@ -18,6 +18,7 @@ avgPool2dBackward (dY / window size spread over each window).
 The algorithms are written against an array module `xp` (numpy here, CuPy on the GPU) and an
 optional `matmul(a, b, out)`, so that code generation runs the same im2col + GEMM plan.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,13 +34,25 @@ WINDOW_OPS = CONV_OPS + POOL_OPS
 _CONV_ATTRS = (("stride", 2), ("padding", 4), ("dilation", 2), ("groups", 1))
 _POOL_ATTRS = (("kernel", 2), ("stride", 2), ("padding", 4))
 ATTR_LAYOUT = {
-    "conv2d": _CONV_ATTRS, "conv2dBackwardInput": _CONV_ATTRS + (("size", 2),),
+    "conv2d": _CONV_ATTRS,
+    "conv2dBackwardInput": _CONV_ATTRS + (("size", 2),),
     "conv2dBackwardWeight": _CONV_ATTRS + (("size", 2),),
-    "maxPool2d": _POOL_ATTRS, "maxPool2dBackward": _POOL_ATTRS, "maxPool2dGather": _POOL_ATTRS,
-    "avgPool2d": _POOL_ATTRS, "avgPool2dBackward": _POOL_ATTRS + (("size", 2),),
+    "maxPool2d": _POOL_ATTRS,
+    "maxPool2dBackward": _POOL_ATTRS,
+    "maxPool2dGather": _POOL_ATTRS,
+    "avgPool2d": _POOL_ATTRS,
+    "avgPool2dBackward": _POOL_ATTRS + (("size", 2),),
 }
-ARITY = {"conv2d": 2, "conv2dBackwardInput": 2, "conv2dBackwardWeight": 2, "maxPool2d": 1,
-         "maxPool2dBackward": 2, "maxPool2dGather": 2, "avgPool2d": 1, "avgPool2dBackward": 1}
+ARITY = {
+    "conv2d": 2,
+    "conv2dBackwardInput": 2,
+    "conv2dBackwardWeight": 2,
+    "maxPool2d": 1,
+    "maxPool2dBackward": 2,
+    "maxPool2dGather": 2,
+    "avgPool2d": 1,
+    "avgPool2dBackward": 1,
+}
 # maxPool2dBackward and maxPool2dGather route by x's argmax: piecewise constant in x
 NONDIFF = {"maxPool2dBackward": (0,), "maxPool2dGather": (0,)}
 
@@ -64,7 +77,7 @@ def pack(op: str, attrs: dict) -> tuple[int, ...]:
 def unpack(op: str, flat) -> dict:
     attrs, i = {}, 0
     for name, n in ATTR_LAYOUT[op]:
-        attrs[name] = int(flat[i]) if n == 1 else tuple(int(x) for x in flat[i:i + n])
+        attrs[name] = int(flat[i]) if n == 1 else tuple(int(x) for x in flat[i : i + n])
         i += n
     return attrs
 
@@ -82,7 +95,11 @@ def _check_attrs(op: str, attrs: dict) -> None:
     for name, n in ATTR_LAYOUT[op]:
         v = attrs.get(name)
         vals = (v,) if n == 1 else v
-        if vals is None or len(vals) != n or any(not isinstance(x, (int, np.integer)) for x in vals):
+        if (
+            vals is None
+            or len(vals) != n
+            or any(not isinstance(x, (int, np.integer)) for x in vals)
+        ):
             _fail(op, f"{name} must be {n} integer{'s' * (n != 1)}, got {v!r}")
         floor = 0 if name == "padding" else 1
         if any(x < floor for x in vals):
@@ -101,8 +118,11 @@ def _spatial(op: str, hw, kernel, stride, padding, dilation=(1, 1)) -> tuple[int
     oh = out_size(hw[0], kernel[0], stride[0], padding[0], padding[1], dilation[0])
     ow = out_size(hw[1], kernel[1], stride[1], padding[2], padding[3], dilation[1])
     if oh < 1 or ow < 1:
-        _fail(op, f"the window ({kernel[0]} x {kernel[1]}, dilation {list(dilation)}) does not fit "
-                  f"the padded input {hw[0] + padding[0] + padding[1]} x {hw[1] + padding[2] + padding[3]}")
+        _fail(
+            op,
+            f"the window ({kernel[0]} x {kernel[1]}, dilation {list(dilation)}) does not fit "
+            f"the padded input {hw[0] + padding[0] + padding[1]} x {hw[1] + padding[2] + padding[3]}",
+        )
     return oh, ow
 
 
@@ -112,18 +132,25 @@ def conv_output_type(op: str, x: TensorType, w: TensorType, attrs: dict) -> Tens
     if x.dtype != w.dtype:
         _fail(op, f"input and weights have different data types: {x}, {w}")
     if x.shape[1] != w.shape[1] * g:
-        _fail(op, f"input has {x.shape[1]} channels but the weights {w} take {w.shape[1]} per group "
-                  f"x {g} group{'s' * (g != 1)}")
+        _fail(
+            op,
+            f"input has {x.shape[1]} channels but the weights {w} take {w.shape[1]} per group "
+            f"x {g} group{'s' * (g != 1)}",
+        )
     if w.shape[0] % g:
         _fail(op, f"{w.shape[0]} output channels do not split into {g} groups")
-    oh, ow = _spatial(op, x.shape[2:], w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"])
+    oh, ow = _spatial(
+        op, x.shape[2:], w.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"]
+    )
     return TensorType((x.shape[0], w.shape[0], oh, ow), x.dtype)
 
 
 def _pool_output_type(op: str, x: TensorType, attrs: dict) -> TensorType:
     k, p = attrs["kernel"], attrs["padding"]
     if op.startswith("max") and (max(p[0], p[1]) > k[0] // 2 or max(p[2], p[3]) > k[1] // 2):
-        _fail(op, f"padding {list(p)} must be at most half the kernel {list(k)} (as torch requires)")
+        _fail(
+            op, f"padding {list(p)} must be at most half the kernel {list(k)} (as torch requires)"
+        )
     oh, ow = _spatial(op, x.shape[2:], k, attrs["stride"], p)
     return x.with_shape(x.shape[:2] + (oh, ow))
 
@@ -140,12 +167,12 @@ def result_type(op: str, types: list, attrs: dict) -> TensorType:
     ts = [_tensor4(op, f"operand {i}", t) for i, t in enumerate(types)]
     if op == "conv2d":
         return conv_output_type(op, ts[0], ts[1], attrs)
-    if op == "conv2dBackwardInput":      # (dy, w) -> x
+    if op == "conv2dBackwardInput":  # (dy, w) -> x
         dy, w = ts
         x = TensorType((dy.shape[0], w.shape[1] * attrs["groups"]) + tuple(attrs["size"]), dy.dtype)
         _expect(op, "dY", dy, conv_output_type(op, x, w, attrs))
         return x
-    if op == "conv2dBackwardWeight":     # (x, dy) -> w
+    if op == "conv2dBackwardWeight":  # (x, dy) -> w
         x, dy = ts
         g = attrs["groups"]
         if x.shape[1] % g:
@@ -155,13 +182,13 @@ def result_type(op: str, types: list, attrs: dict) -> TensorType:
         return w
     if op in ("maxPool2d", "avgPool2d"):
         return _pool_output_type(op, ts[0], attrs)
-    if op == "maxPool2dBackward":        # (x, dy) -> x's type
+    if op == "maxPool2dBackward":  # (x, dy) -> x's type
         _expect(op, "dY", ts[1], _pool_output_type(op, ts[0], attrs))
         return ts[0]
-    if op == "maxPool2dGather":          # (x, g) -> the pooled type
+    if op == "maxPool2dGather":  # (x, g) -> the pooled type
         _expect(op, "g", ts[1], ts[0])
         return _pool_output_type(op, ts[0], attrs)
-    assert op == "avgPool2dBackward"     # (dy) -> x
+    assert op == "avgPool2dBackward"  # (dy) -> x
     dy = ts[0]
     x = dy.with_shape(dy.shape[:2] + tuple(attrs["size"]))
     _expect(op, "dY", dy, _pool_output_type(op, x, attrs))
@@ -169,6 +196,7 @@ def result_type(op: str, types: list, attrs: dict) -> TensorType:
 
 
 # ---------------------------------------------------------------- the algorithms (xp-generic)
+
 
 def _as_strided(xp, a, shape, strides):
     if xp is np:
@@ -181,7 +209,7 @@ def padded(xp, x, padding, value=0.0):
     if not any(padding):
         return x
     out = xp.full(x.shape[:2] + (x.shape[2] + t + b, x.shape[3] + l + r), value, x.dtype)
-    out[:, :, t:t + x.shape[2], l:l + x.shape[3]] = x
+    out[:, :, t : t + x.shape[2], l : l + x.shape[3]] = x
     return out
 
 
@@ -191,7 +219,14 @@ def windows(xp, xp_in, kernel, stride, dilation, out_hw):
     n, c, _, _ = a.shape
     s = a.strides
     shape = (n, c, kernel[0], kernel[1], out_hw[0], out_hw[1])
-    strides = (s[0], s[1], s[2] * dilation[0], s[3] * dilation[1], s[2] * stride[0], s[3] * stride[1])
+    strides = (
+        s[0],
+        s[1],
+        s[2] * dilation[0],
+        s[3] * dilation[1],
+        s[2] * stride[0],
+        s[3] * stride[1],
+    )
     return _as_strided(xp, a, shape, strides)
 
 
@@ -202,13 +237,18 @@ def col2im(xp, cols, padded_hw, stride, dilation):
     for i in range(kh):
         for j in range(kw):
             r, q = i * dilation[0], j * dilation[1]
-            out[:, :, r:r + stride[0] * (oh - 1) + 1:stride[0], q:q + stride[1] * (ow - 1) + 1:stride[1]] += cols[:, :, i, j]
+            out[
+                :,
+                :,
+                r : r + stride[0] * (oh - 1) + 1 : stride[0],
+                q : q + stride[1] * (ow - 1) + 1 : stride[1],
+            ] += cols[:, :, i, j]
     return out
 
 
 def _crop(a, padding, hw):
     t, _, l, _ = padding
-    return a[:, :, t:t + hw[0], l:l + hw[1]]
+    return a[:, :, t : t + hw[0], l : l + hw[1]]
 
 
 def _np_matmul(a, b, out=None):
@@ -220,10 +260,16 @@ def conv2d(xp, x, w, attrs, matmul=None):
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     g = attrs["groups"]
-    oh, ow = _spatial("conv2d", (h, wd), (kh, kw), attrs["stride"], attrs["padding"], attrs["dilation"])
-    cols = windows(xp, padded(xp, x, attrs["padding"]), (kh, kw), attrs["stride"], attrs["dilation"], (oh, ow))
+    oh, ow = _spatial(
+        "conv2d", (h, wd), (kh, kw), attrs["stride"], attrs["padding"], attrs["dilation"]
+    )
+    cols = windows(
+        xp, padded(xp, x, attrs["padding"]), (kh, kw), attrs["stride"], attrs["dilation"], (oh, ow)
+    )
     # (g, Cg, KH, KW, N, OH, OW): one contiguous copy (the im2col matrix), then products
-    cols = xp.ascontiguousarray(cols.reshape(n, g, cg, kh, kw, oh, ow).transpose(1, 2, 3, 4, 0, 5, 6))
+    cols = xp.ascontiguousarray(
+        cols.reshape(n, g, cg, kh, kw, oh, ow).transpose(1, 2, 3, 4, 0, 5, 6)
+    )
     cols = cols.reshape(g, cg * kh * kw, n * oh * ow)
     wm = w.reshape(g, o // g, cg * kh * kw)
     y = xp.empty((g, o // g, n * oh * ow), x.dtype)
@@ -239,7 +285,9 @@ def conv2d_backward_input(xp, dy, w, attrs, matmul=None):
     g = attrs["groups"]
     h, wd = attrs["size"]
     t, b, l, r = attrs["padding"]
-    dym = xp.ascontiguousarray(dy.reshape(n, g, o // g, oh * ow).transpose(1, 2, 0, 3)).reshape(g, o // g, n * oh * ow)
+    dym = xp.ascontiguousarray(dy.reshape(n, g, o // g, oh * ow).transpose(1, 2, 0, 3)).reshape(
+        g, o // g, n * oh * ow
+    )
     wm = w.reshape(g, o // g, cg * kh * kw)
     dcols = xp.empty((g, cg * kh * kw, n * oh * ow), dy.dtype)
     for i in range(g):
@@ -256,10 +304,16 @@ def conv2d_backward_weight(xp, x, dy, attrs, matmul=None):
     g = attrs["groups"]
     kh, kw = attrs["size"]
     cg = c // g
-    cols = windows(xp, padded(xp, x, attrs["padding"]), (kh, kw), attrs["stride"], attrs["dilation"], (oh, ow))
-    cols = xp.ascontiguousarray(cols.reshape(n, g, cg, kh, kw, oh, ow).transpose(1, 2, 3, 4, 0, 5, 6))
+    cols = windows(
+        xp, padded(xp, x, attrs["padding"]), (kh, kw), attrs["stride"], attrs["dilation"], (oh, ow)
+    )
+    cols = xp.ascontiguousarray(
+        cols.reshape(n, g, cg, kh, kw, oh, ow).transpose(1, 2, 3, 4, 0, 5, 6)
+    )
     cols = cols.reshape(g, cg * kh * kw, n * oh * ow)
-    dym = xp.ascontiguousarray(dy.reshape(n, g, o // g, oh * ow).transpose(1, 2, 0, 3)).reshape(g, o // g, n * oh * ow)
+    dym = xp.ascontiguousarray(dy.reshape(n, g, o // g, oh * ow).transpose(1, 2, 0, 3)).reshape(
+        g, o // g, n * oh * ow
+    )
     dw = xp.empty((g, o // g, cg * kh * kw), x.dtype)
     for i in range(g):
         (matmul or xp.matmul)(dym[i], cols[i].T, out=dw[i])
@@ -284,8 +338,13 @@ def _spread(xp, cols, attrs, hw):
     """cols (N, C, KH*KW, OH, OW) summed back onto an (N, C, H, W) input."""
     k, p = attrs["kernel"], attrs["padding"]
     n, c, _, oh, ow = cols.shape
-    full = col2im(xp, cols.reshape(n, c, k[0], k[1], oh, ow), (hw[0] + p[0] + p[1], hw[1] + p[2] + p[3]),
-                  attrs["stride"], (1, 1))
+    full = col2im(
+        xp,
+        cols.reshape(n, c, k[0], k[1], oh, ow),
+        (hw[0] + p[0] + p[1], hw[1] + p[2] + p[3]),
+        attrs["stride"],
+        (1, 1),
+    )
     return xp.ascontiguousarray(_crop(full, p, hw))
 
 
@@ -329,6 +388,10 @@ def evaluate(op: str, xp, args, attrs, matmul=None):
     return _POOLS[op](xp, *args, attrs)
 
 
-_POOLS = {"maxPool2d": max_pool2d, "maxPool2dBackward": max_pool2d_backward,
-          "maxPool2dGather": max_pool2d_gather, "avgPool2d": avg_pool2d,
-          "avgPool2dBackward": avg_pool2d_backward}
+_POOLS = {
+    "maxPool2d": max_pool2d,
+    "maxPool2dBackward": max_pool2d_backward,
+    "maxPool2dGather": max_pool2d_gather,
+    "avgPool2d": avg_pool2d,
+    "avgPool2dBackward": avg_pool2d_backward,
+}

@@ -5,6 +5,7 @@
 Every attribute of the op is written once, in any order; `padding` takes [ph, pw] (both sides
 alike) or [top, bottom, left, right]; the others take exactly their number of ints.
 """
+
 from __future__ import annotations
 
 from .window_ops import ATTR_LAYOUT
@@ -33,10 +34,16 @@ def read_window_attrs(src, op: str, name_tok, attr_trees, read_int) -> dict:
         if name == "padding" and len(ints) == 2:
             ints = (ints[0], ints[0], ints[1], ints[1])
         if len(ints) != want:
-            counts = "2 (each side alike) or 4 (top, bottom, left, right)" if name == "padding" else str(want)
+            counts = (
+                "2 (each side alike) or 4 (top, bottom, left, right)"
+                if name == "padding"
+                else str(want)
+            )
             raise src.at(key, f"{name} of {op} takes {counts} integers, got {len(ints)}")
         attrs[name] = ints
     missing = [n for n in layout if n not in attrs]
     if missing:
-        raise src.at(name_tok, f"{op} needs its attribute{'s' * (len(missing) != 1)} " + ", ".join(missing))
+        raise src.at(
+            name_tok, f"{op} needs its attribute{'s' * (len(missing) != 1)} " + ", ".join(missing)
+        )
     return attrs

@@ -4,6 +4,7 @@ training step (the baseline every benchmark compares against), and initialisatio
     params = init_params([784, 256, 10], seed=0)
     loss_value = loss(*params, x, onehot)       # works eagerly on numpy and traced by dq.jit
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,9 @@ def init_params(sizes, seed=0, dtype=np.float32):
     rng = np.random.default_rng(seed)
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        params.append((rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(dtype))
+        params.append(
+            (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(dtype)
+        )
         params.append(np.zeros(fan_out, dtype))
     return params
 

@@ -7,6 +7,7 @@ sparkline or a matplotlib plot, a median step time, and one training loop over b
     batches = shuffled_batches(rows, batch, seed, take)      # take(indices) -> data arguments
     params, state, losses = fit(step, params, state, batches, epochs, say)
 """
+
 from __future__ import annotations
 
 import sys
@@ -41,7 +42,9 @@ class ProgressBar:
         if not self.live:
             return
         fill = int(self.width * done / self.total)
-        self.stream.write(f"\r  [{'#' * fill}{'.' * (self.width - fill)}] {done}/{self.total} {text}")
+        self.stream.write(
+            f"\r  [{'#' * fill}{'.' * (self.width - fill)}] {done}/{self.total} {text}"
+        )
         self.stream.flush()
 
     def close(self):
@@ -73,6 +76,7 @@ def plot_losses(losses, path: str, title: str, say) -> None:
     """The per-epoch loss curve as a PNG (matplotlib, from the `bench` extra)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -118,6 +122,7 @@ def train_step(loss, optimizer, pipeline, target: str = "cpu"):
         value, grads = value_and_grad(params, *data)
         params, state = optimizer.update(grads, state, params)
         return value, params, state
+
     step.__name__ = f"{getattr(loss, '__name__', 'loss')}_train_step"
     return pipeline.jit(step, target=target)
 
@@ -142,5 +147,6 @@ def shuffled_batches(rows: int, batch: int, seed: int, take):
     def batches(epoch):
         order = rng.permutation(rows)
         for i in range(rows // batch):
-            yield take(order[i * batch:(i + 1) * batch])
+            yield take(order[i * batch : (i + 1) * batch])
+
     return batches

@@ -6,6 +6,7 @@ a GELU MLP, post-norm residual blocks, and a per-position classifier over the 10
     value = loss(params, tokens, targets_onehot)    # tokens: (B, T) int32
     x, y = sorting_task(1000, seed=1)               # digit sequences and their sorted versions
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,21 +28,22 @@ def _attention(p, h, layer: int):
     b, t, d = h.shape
     hd = d // HEADS
 
-    def heads(z):                                       # (B, T, D) -> (B, H, T, hd)
+    def heads(z):  # (B, T, D) -> (B, H, T, hd)
         return dq.transpose(dq.reshape(z, (b, t, HEADS, hd)), (0, 2, 1, 3))
+
     q, k, v = (heads(h @ p[f"{n}{layer}"]) for n in ("wq", "wk", "wv"))
     scores = (q @ dq.transpose(k, (0, 1, 3, 2))) * (1.0 / np.sqrt(hd))
-    ctx = dq.softmax(scores, axis=-1) @ v               # (B, H, T, hd)
+    ctx = dq.softmax(scores, axis=-1) @ v  # (B, H, T, hd)
     return dq.reshape(dq.transpose(ctx, (0, 2, 1, 3)), (b, t, d)) @ p[f"wo{layer}"]
 
 
 def encode(p, tokens):
-    h = dq.take(p["tok"], tokens, axis=0) + p["pos"]     # (B, T, D)
+    h = dq.take(p["tok"], tokens, axis=0) + p["pos"]  # (B, T, D)
     for i in range(LAYERS):
         h = dq.layer_norm(h + _attention(p, h, i), axis=-1) * p[f"g1{i}"] + p[f"be1{i}"]
         mlp = dq.gelu(h @ p[f"w1{i}"] + p[f"b1{i}"]) @ p[f"w2{i}"] + p[f"b2{i}"]
         h = dq.layer_norm(h + mlp, axis=-1) * p[f"g2{i}"] + p[f"be2{i}"]
-    return h @ p["out"] + p["out_b"]                     # (B, T, VOCAB)
+    return h @ p["out"] + p["out_b"]  # (B, T, VOCAB)
 
 
 def loss(p, tokens, targets_onehot):
@@ -54,13 +56,28 @@ def init_params(seed: int = 0, dtype=np.float32) -> dict:
     def w(*shape, scale=None):
         s = scale if scale is not None else 1.0 / np.sqrt(shape[0])
         return (rng.standard_normal(shape) * s).astype(dtype)
-    p = {"tok": w(VOCAB, D_MODEL, scale=0.5), "pos": w(SEQ, D_MODEL, scale=0.5),
-         "out": w(D_MODEL, VOCAB), "out_b": np.zeros(VOCAB, dtype)}
+
+    p = {
+        "tok": w(VOCAB, D_MODEL, scale=0.5),
+        "pos": w(SEQ, D_MODEL, scale=0.5),
+        "out": w(D_MODEL, VOCAB),
+        "out_b": np.zeros(VOCAB, dtype),
+    }
     for i in range(LAYERS):
-        p.update({f"wq{i}": w(D_MODEL, D_MODEL), f"wk{i}": w(D_MODEL, D_MODEL),
-                  f"wv{i}": w(D_MODEL, D_MODEL), f"wo{i}": w(D_MODEL, D_MODEL),
-                  f"w1{i}": w(D_MODEL, MLP), f"b1{i}": np.zeros(MLP, dtype),
-                  f"w2{i}": w(MLP, D_MODEL), f"b2{i}": np.zeros(D_MODEL, dtype),
-                  f"g1{i}": np.ones(D_MODEL, dtype), f"be1{i}": np.zeros(D_MODEL, dtype),
-                  f"g2{i}": np.ones(D_MODEL, dtype), f"be2{i}": np.zeros(D_MODEL, dtype)})
+        p.update(
+            {
+                f"wq{i}": w(D_MODEL, D_MODEL),
+                f"wk{i}": w(D_MODEL, D_MODEL),
+                f"wv{i}": w(D_MODEL, D_MODEL),
+                f"wo{i}": w(D_MODEL, D_MODEL),
+                f"w1{i}": w(D_MODEL, MLP),
+                f"b1{i}": np.zeros(MLP, dtype),
+                f"w2{i}": w(MLP, D_MODEL),
+                f"b2{i}": np.zeros(D_MODEL, dtype),
+                f"g1{i}": np.ones(D_MODEL, dtype),
+                f"be1{i}": np.zeros(D_MODEL, dtype),
+                f"g2{i}": np.ones(D_MODEL, dtype),
+                f"be2{i}": np.zeros(D_MODEL, dtype),
+            }
+        )
     return p

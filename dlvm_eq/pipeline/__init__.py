@@ -17,6 +17,7 @@ config, errors, version, lazy_attributes (never cli, models, distributed, nor th
 `import dlvm_eq` loads jit and the differentiation API only; compile and planning (llvmlite,
 egglog, the planner) load on first use.
 """
+
 from ..lazy_attributes import lazy_attributes
 from .adjoints import resolve_adjoints
 from .differentiate import grad, value_and_grad, vjp
@@ -27,15 +28,40 @@ from .timing import compile_seconds
 
 # name -> submodule, imported on first access (PEP 562): the code generator and the planner
 # load only when something is compiled
-_LAZY = {"CompileReport": "native", "Compiled": "native", "compile": "native",
-         "lower": "native", "optimized": "native",
-         "plan_function": "planning", "planned": "planning",
-         "check_grads": "gradient_check"}
+_LAZY = {
+    "CompileReport": "native",
+    "Compiled": "native",
+    "compile": "native",
+    "lower": "native",
+    "optimized": "native",
+    "plan_function": "planning",
+    "planned": "planning",
+    "check_grads": "gradient_check",
+}
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
-__all__ = ["CompileReport", "Compiled", "DEFAULT_TARGET", "Jitted", "check_grads", "compile",
-           "compile_seconds", "grad", "interpret", "jit", "lower", "optimize", "optimized", "plan_function",
-           "planned", "register_backend", "resolve_adjoints", "value_and_grad", "verify_adjoint", "vjp"]
+__all__ = [
+    "CompileReport",
+    "Compiled",
+    "DEFAULT_TARGET",
+    "Jitted",
+    "check_grads",
+    "compile",
+    "compile_seconds",
+    "grad",
+    "interpret",
+    "jit",
+    "lower",
+    "optimize",
+    "optimized",
+    "plan_function",
+    "planned",
+    "register_backend",
+    "resolve_adjoints",
+    "value_and_grad",
+    "verify_adjoint",
+    "vjp",
+]

@@ -7,6 +7,7 @@ The interpreter, the e-graph loader, the planner and the symbolic evaluator take
 functions have bodies; they raise a DlvmError for a declaration (ir/declared.py). Synthesis
 (dlvm_eq.ad) is memoized per declaration, so a resolved module resolves to itself.
 """
+
 from __future__ import annotations
 
 from ..ad.resolve import resolve_declared

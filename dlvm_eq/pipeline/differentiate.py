@@ -13,6 +13,7 @@ program into the enclosing trace with `call_function`; since adjoint programs us
 that have adjoint rules, grad of grad works. Trace (dsl) + differentiate (ad) + jit: it lives
 with the pipeline.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,8 +37,10 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
     out = []
     for a in nums:
         if not isinstance(a, int) or not -n <= a < n:
-            raise AdjointError(f"{who}: argnums {argnums!r} is out of range for {n} positional "
-                               f"argument{'s' * (n != 1)}")
+            raise AdjointError(
+                f"{who}: argnums {argnums!r} is out of range for {n} positional "
+                f"argument{'s' * (n != 1)}"
+            )
         out.append(a % n)
     if len(set(out)) != len(out):
         raise AdjointError(f"{who}: argnums {argnums!r} repeats an argument")
@@ -49,8 +52,9 @@ def _trace(fn, args, who: str):
     traces, the args' leaves, their structure, the result's structure)."""
     leaves, in_tree = flatten_args(args, fn, who)
     flat, out_trees = flat_function(fn, in_tree)
-    forward, captured = trace_closure(flat, [type_of(x) for x in leaves],
-                                      names=leaf_names(fn, in_tree))
+    forward, captured = trace_closure(
+        flat, [type_of(x) for x in leaves], names=leaf_names(fn, in_tree)
+    )
     return forward, captured, leaves, in_tree, out_trees[0]
 
 
@@ -69,15 +73,18 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
         forward, captured, leaves, in_tree, _ = _trace(fn, args, who)
         t = forward.result_type
         if not (isinstance(t, TensorType) and t.shape == () and t.dtype.is_float):
-            raise AdjointError(f"{who}: {getattr(fn, '__name__', 'the function')} must return a "
-                               f"float scalar, but it returns {t}; use dq.vjp for other outputs")
+            raise AdjointError(
+                f"{who}: {getattr(fn, '__name__', 'the function')} must return a "
+                f"float scalar, but it returns {t}; use dq.vjp for other outputs"
+            )
         ranges = _leaf_ranges(in_tree)
-        wrt = tuple(i for n in nums for i in ranges[n])   # whole subtrees, in argnums order
+        wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
         adj = adjoint_function(None, forward, wrt=wrt, keeping=(0,), tuple_result=True)
         value, *flat_grads = call_function(adj, *leaves, *captured)
         flat_grads = iter(flat_grads)
-        grads = tuple(tree_unflatten(in_tree.children[n], [next(flat_grads) for _ in ranges[n]])
-                      for n in nums)   # each gradient has its argument's structure
+        grads = tuple(
+            tree_unflatten(in_tree.children[n], [next(flat_grads) for _ in ranges[n]]) for n in nums
+        )  # each gradient has its argument's structure
         return value, (grads[0] if single else grads)
 
     def traced_grads(*args):
@@ -86,7 +93,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
     # grad's program returns the gradients only: the loss is not computed where the gradient
     # does not need it (its final reduction, say)
     run = traced if with_value else traced_grads
-    functools.update_wrapper(run, fn, updated=())   # jit names the IR and its parameters
+    functools.update_wrapper(run, fn, updated=())  # jit names the IR and its parameters
     run.__name__ = f"{getattr(fn, '__name__', 'f')}_grad".replace("<lambda>", "lambda")
     compiled = jit(run)
 
@@ -94,7 +101,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
         return run(*args) if is_tracing() else compiled(*args)
 
     functools.update_wrapper(call, fn, updated=())
-    call.lower = compiled.lower           # the Module that runs, like Jitted.lower
+    call.lower = compiled.lower  # the Module that runs, like Jitted.lower
     return call
 
 
@@ -134,14 +141,19 @@ def vjp(fn, *primals):
     def vjp_fn(cotangent):
         cts, ct_tree = tree_flatten(cotangent)
         if ct_tree != out_tree:
-            raise AdjointError(f"vjp_fn: expected {len(out_types)} cotangent(s) in the "
-                               f"output's structure {out_tree}, got {ct_tree}")
+            raise AdjointError(
+                f"vjp_fn: expected {len(out_types)} cotangent(s) in the "
+                f"output's structure {out_tree}, got {ct_tree}"
+            )
         # a cotangent has its output's type (a Python float for an f64 output is f64)
-        cts = tuple(c if isinstance(c, Tensor) else np.asarray(c, dtype=t.dtype.numpy)
-                    for c, t in zip(cts, out_types) if t.dtype.is_float)
+        cts = tuple(
+            c if isinstance(c, Tensor) else np.asarray(c, dtype=t.dtype.numpy)
+            for c, t in zip(cts, out_types)
+            if t.dtype.is_float
+        )
         grads = run_adjoint(*leaves, *captured, *cts)
         grads = iter(grads if isinstance(grads, tuple) else (grads,))
         flat = [next(grads) if i in wrt else None for i in range(len(leaves))]
-        return tree_unflatten(in_tree, flat)   # a tuple: one gradient tree per primal
+        return tree_unflatten(in_tree, flat)  # a tuple: one gradient tree per primal
 
     return out, vjp_fn

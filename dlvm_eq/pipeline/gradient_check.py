@@ -3,6 +3,7 @@
 
     check_grads(loss, (w, x), order=2)      # raises GradientCheckError on a disagreement
 """
+
 from __future__ import annotations
 
 from ..verify import numeric

@@ -10,6 +10,7 @@ module for a target (pipeline/targets.py).
 Shared state (threads): a Jitted's `_cache` holds only complete entries; `_building` (under
 `_lock`) gives each signature one builder, so concurrent first calls compile once.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,7 @@ class Jitted:
     shapes/dtypes; arguments and results may be pytrees (dicts, lists, tuples, namedtuples)."""
 
     def __init__(self, fn, target: str = DEFAULT_TARGET):
-        backend(target)    # an unknown target is a DlvmError here, not at the first call
+        backend(target)  # an unknown target is a DlvmError here, not at the first call
         self.fn, self.target = fn, target
         self._cache: dict[tuple, tuple] = {}
         # one compile per signature: the first caller builds the entry (only complete entries
@@ -87,8 +88,9 @@ class Jitted:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
         t0 = time.perf_counter()
-        module, out_tree = traced_module(self.fn, args,
-                                         leaves=list(args) if leaves is None else leaves)
+        module, out_tree = traced_module(
+            self.fn, args, leaves=list(args) if leaves is None else leaves
+        )
         add_seconds("trace", time.perf_counter() - t0)
         compiled = backend(self.target)(module, module.name)
         return (module, compiled, out_tree)
@@ -101,7 +103,7 @@ class Jitted:
         args = self._positional(args, kwargs)
         key, leaves = _signature(args, self.fn)
         if leaves is not None and any(isinstance(x, Tensor) for x in leaves):
-            return self.fn(*args)   # jit inside a trace: just trace through
+            return self.fn(*args)  # jit inside a trace: just trace through
         _, compiled, tree = self._entry(args, key, leaves)
         out = compiled(*(args if leaves is None else leaves))
         if is_flat(tree):

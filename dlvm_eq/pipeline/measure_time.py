@@ -7,6 +7,7 @@
 The median call over `repeats` calls after a warm-up; on the CPU also each step's median (one
 more pass of calls with every step timed, `CpuProgram.timed_call`).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,9 +23,9 @@ from ..ir.types import DType, TensorType
 
 @dataclass(frozen=True)
 class Measured:
-    median: float                       # seconds per call
+    median: float  # seconds per call
     calls: int
-    steps: list | None = None           # each plan step's median seconds (CPU), else None
+    steps: list | None = None  # each plan step's median seconds (CPU), else None
 
 
 def measure_compiled(compiled, args=None, repeats: int = 20, seed: int = 0) -> Measured:
@@ -35,7 +36,7 @@ def measure_compiled(compiled, args=None, repeats: int = 20, seed: int = 0) -> M
     program = compiled.program
     if args is None:
         args = _random_arguments(compiled, seed)
-    compiled(*args)                      # warm-up: first-use builds (epilogues) and page faults
+    compiled(*args)  # warm-up: first-use builds (epilogues) and page faults
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -45,7 +46,9 @@ def measure_compiled(compiled, args=None, repeats: int = 20, seed: int = 0) -> M
     timed = getattr(program, "timed_call", None)
     if timed is not None:
         runs = [timed(*args)[1] for _ in range(repeats)]
-        steps = [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))] if runs[0] else []
+        steps = (
+            [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))] if runs[0] else []
+        )
     measured = Measured(statistics.median(times), repeats, steps)
     compiled.report.measured = measured
     return measured

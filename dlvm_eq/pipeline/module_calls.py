@@ -6,6 +6,7 @@ as on one whose bodies are written out.
     dq.optimize(module).module["loss_grad"]       # synthesized, then optimized
     verify_adjoint(m["loss"], m["loss_grad"], module=m, wrt=(0, 1))   # sympy: exact
 """
+
 from __future__ import annotations
 
 from ..ir.interp import interpret as interpret_resolved
@@ -23,9 +24,11 @@ def optimize(module: Module, func: str | None = None, *args, **options):
     """`dlvm_eq.egraph.optimize.optimize` (same options: rules, target, budget, extractor,
     schedule, time_limit, explain, deadline) on `module` with its declared adjoints (those
     `func` reaches, or all) synthesized; an OptimizeResult."""
-    from ..egraph import load_bindings   # egglog: only when an e-graph is built
+    from ..egraph import load_bindings  # egglog: only when an e-graph is built
+
     load_bindings()
     from ..egraph.optimize import optimize as optimize_resolved
+
     roots = None if func is None else [func]
     return optimize_resolved(resolve_adjoints(module, roots), func, *args, **options)
 
@@ -33,7 +36,8 @@ def optimize(module: Module, func: str | None = None, *args, **options):
 def verify_adjoint(forward, adjoint, *args, module: Module | None = None, **options):
     """`dlvm_eq.verify.verify_adjoint` (same arguments) with `forward`, `adjoint` and what
     they apply resolved in `module` first, so that `adjoint` may be a declaration."""
-    from ..verify import verify_adjoint as verify_resolved   # sympy: only for this call
+    from ..verify import verify_adjoint as verify_resolved  # sympy: only for this call
+
     if module is not None:
         names = [f.name for f in (forward, adjoint) if module.functions.get(f.name) is f]
         resolved = resolve_adjoints(module, names)

@@ -18,6 +18,7 @@ Shared state (threads): `_optimized` is read and written under `_lock` (two thre
 the same module may both optimize it; the results are equal, the last is kept). A Compiled
 holds one program, safe to call from many threads (see codegen's executor).
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,10 +27,10 @@ from dataclasses import dataclass, field
 
 from ..codegen import Plan, program
 from ..egraph.rulefiles import rules_digest
-from ..extract.machine import machine
 from ..errors import DlvmError
-from ..ir.module import Module
+from ..extract.machine import machine
 from ..ir.function_cache import cached_function
+from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
@@ -38,25 +39,27 @@ from .timing import add_seconds, compile_seconds
 TARGETS = ("cpu", "gpu")
 
 _lock = threading.Lock()
-_optimized: dict[tuple, tuple] = {}     # (IR text, function, target) -> (Module, OptimizeResult)
+_optimized: dict[tuple, tuple] = {}  # (IR text, function, target) -> (Module, OptimizeResult)
 
 
 @dataclass
 class CompileReport:
     """What compiling one function did: the optimizer's report (e-graph size, rules fired,
     cost before/after), the kernels and matmuls of the plan, and the time of each phase."""
+
     name: str
     target: str
     plan: Plan
-    optimize: object = None           # an OptimizeResult, or None when not optimized
+    optimize: object = None  # an OptimizeResult, or None when not optimized
     note: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
-    measured: object = None           # a measure_time.Measured, once `measure_compiled` ran it
+    measured: object = None  # a measure_time.Measured, once `measure_compiled` ran it
 
     @property
     def predicted(self):
         """The plan's predicted time on this target's machine (calibration/plan_cost.py)."""
-        from ..calibration.plan_cost import predict_plan    # loads the plan's step types
+        from ..calibration.plan_cost import predict_plan  # loads the plan's step types
+
         return predict_plan(self.plan, self.target)
 
     @property
@@ -73,28 +76,56 @@ class CompileReport:
                 fr = None
         if fr is not None:
             sat = fr.saturation
-            lines.append(f"  e-graph: {fr.e_classes} e-classes"
-                         + (f", e-nodes {sat.nodes_before} -> {sat.nodes} ({sat.stop_reason})" if sat else ""))
+            lines.append(
+                f"  e-graph: {fr.e_classes} e-classes"
+                + (
+                    f", e-nodes {sat.nodes_before} -> {sat.nodes} ({sat.stop_reason})"
+                    if sat
+                    else ""
+                )
+            )
             fired = _rules_fired(sat)
             lines.append(f"  rules fired: {fired or 'none'}")
-            lines.append(f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
-                         + (" (original kept: " + fr.note + ")" if fr.kept_original else ""))
+            lines.append(
+                f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
+                + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
+            )
         if self.note:
             lines.append(f"  note: {self.note}")
         if self.plan.fusion is not None:
             lines.append(f"  {self.plan.fusion}")
         kernels = self.plan.kernels
-        lines.append(f"  kernels: {len(kernels)}" + (" (" + ", ".join(k.name for k in kernels) + ")" if kernels else ""))
+        lines.append(
+            f"  kernels: {len(kernels)}"
+            + (" (" + ", ".join(k.name for k in kernels) + ")" if kernels else "")
+        )
         blas = self.plan.blas_calls
-        lines.append(f"  matmuls: {len(blas)}" + (" (" + ", ".join(
-            f"{b.a.text(self.plan.slots)} @ {b.b.text(self.plan.slots)}" for b in blas) + ")" if blas else ""))
+        lines.append(
+            f"  matmuls: {len(blas)}"
+            + (
+                " ("
+                + ", ".join(
+                    f"{b.a.text(self.plan.slots)} @ {b.b.text(self.plan.slots)}" for b in blas
+                )
+                + ")"
+                if blas
+                else ""
+            )
+        )
         epilogues = self.plan.epilogues
         if epilogues:
-            lines.append("  GEMM epilogues: " + ", ".join(
-                f"{g.epilogue.name} on {g.blas.a.text(self.plan.slots)} @ {g.blas.b.text(self.plan.slots)}"
-                for g in epilogues) + " (run on each tile of the product by our GEMM)")
+            lines.append(
+                "  GEMM epilogues: "
+                + ", ".join(
+                    f"{g.epilogue.name} on {g.blas.a.text(self.plan.slots)} @ {g.blas.b.text(self.plan.slots)}"
+                    for g in epilogues
+                )
+                + " (run on each tile of the product by our GEMM)"
+            )
         if self.seconds:
-            lines.append("  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items()))
+            lines.append(
+                "  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
+            )
         lines.append(_time_line(self))
         return "\n".join(lines)
 
@@ -113,8 +144,11 @@ def _rules_fired(sat) -> str:
     if sat is None or not sat.rule_matches:
         return ""
     from ..egraph.saturate import rule_label
+
     top = sat.top_rules()
-    return ", ".join(f"{rule_label(r)} x{n}" for r, n in top[:8]) + (", ..." if len(top) > 8 else "")
+    return ", ".join(f"{rule_label(r)} x{n}" for r, n in top[:8]) + (
+        ", ..." if len(top) > 8 else ""
+    )
 
 
 def optimized(module: Module, name: str, target: str):
@@ -132,11 +166,14 @@ def optimized(module: Module, name: str, target: str):
 
         def build():
             from ..egraph import load_bindings  # egglog: only when an e-graph is built
+
             load_bindings()
             from ..egraph.optimize import optimize
+
             res = optimize(module, func=name, target=target)
             built.append(res)
             return res.module[name]
+
         # a second process compiling the same program reads the optimized function from disk
         fn = cached_function("optimize", [key[0], name, target, key[3]], build, rules_digest())
         if built:
@@ -146,7 +183,7 @@ def optimized(module: Module, name: str, target: str):
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
             out = (result, None, note)
-    except DlvmError as e:   # the optimizer's limits are not the code generator's: run as written
+    except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
         out = (module, None, note)
     add_seconds("optimize", time.perf_counter() - t0)
@@ -189,7 +226,7 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
     note = ""
     result = None
     t0 = time.perf_counter()
-    module = resolve_adjoints(module, [fn.name])     # fn, or what it applies, may be declared
+    module = resolve_adjoints(module, [fn.name])  # fn, or what it applies, may be declared
     if fn.is_declaration:
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
@@ -203,8 +240,9 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
     return CompileReport(fn.name, target, plan, result, note, seconds)
 
 
-def compile(module: Module, name: str, target: str = "cpu", optimize: bool = True,
-            cast: bool = False) -> Compiled:
+def compile(
+    module: Module, name: str, target: str = "cpu", optimize: bool = True, cast: bool = False
+) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
 
     Declared adjoints (`[adjoint @f ...]` without a body) are synthesized first; `apply`s are
@@ -214,7 +252,8 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
     (codegen/arguments.py)."""
     if target == "gpu":
         from ..codegen import cupy_module
-        cupy_module()     # GpuUnavailable (a DlvmError) says why the GPU cannot be used
+
+        cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
     report = lower(module, name, target, optimize)
     prog = program(report.plan, target, cast=cast)
     report.seconds["kernels"] = prog.kernel_seconds
@@ -223,8 +262,9 @@ def compile(module: Module, name: str, target: str = "cpu", optimize: bool = Tru
 
 
 def __getattr__(name):
-    if name == "GpuUnavailable":      # the GPU launcher (and its PTX generator) load on demand
+    if name == "GpuUnavailable":  # the GPU launcher (and its PTX generator) load on demand
         from ..codegen import GpuUnavailable
+
         return GpuUnavailable
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

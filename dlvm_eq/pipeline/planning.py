@@ -11,15 +11,16 @@ hits and misses. Neither egglog nor the planner is imported on a hit.
 Shared state (threads): `plan_cache_stats` and the cache's `corrupt` counter are written under
 `_lock`.
 """
+
 from __future__ import annotations
 
 import threading
 
+from ..cache import shared_cache, source_digest, watching_time_cuts
+from ..codegen import Plan, cache_key, plan_schema, plan_settings
 from ..egraph.rulefiles import rules_digest
 from ..extract.machine import machine
 from ..ir import function_cache
-from ..cache import shared_cache, source_digest, watching_time_cuts
-from ..codegen import Plan, cache_key, plan_schema, plan_settings
 from ..ir.module import Function, Module
 from ..ir.printer import print_module
 from ..json_records import RecordError
@@ -28,24 +29,30 @@ from ..version import __version__
 _lock = threading.Lock()
 
 
-def plan_function(fn: Function, module: Module | None = None, rows: bool | int = True,
-                  target: str | None = None, budget=None) -> Plan:
+def plan_function(
+    fn: Function,
+    module: Module | None = None,
+    rows: bool | int = True,
+    target: str | None = None,
+    budget=None,
+) -> Plan:
     """The kernel plan of IR function `fn` (of `module`, for applies), its fusion decided by
     extraction from the fusion e-graph for `target` (default cpu). rows: as in
     `codegen.plan_flat` (True: row kernels of any length, an int: rows of at most that many
     elements, False: none). budget: the fusion stage's (a Budget or a dict; default
     egraph.fusion_decision.DEFAULT_BUDGET). Declared adjoints must be resolved (`resolve_adjoints`)."""
-    from ..codegen import fusion_rows, plan_flat   # the planner loads only when a plan is built
+    from ..codegen import fusion_rows, plan_flat  # the planner loads only when a plan is built
     from ..egraph.fusion_decision import decide_fusion
     from ..ir.inline import flatten
+
     target = target or "cpu"
     flat = flatten(fn, module)
     decision = decide_fusion(flat, target, budget, rows=fusion_rows(rows))
     return plan_flat(flat, fn.name, decision, rows, target)
 
 
-PLAN_FORMAT = "2"     # bump when what a plan entry holds changes (2: JSON, was a pickle)
-plan_cache_stats = {"hits": 0, "misses": 0, "time_cut": 0}   # time_cut: built, not stored
+PLAN_FORMAT = "2"  # bump when what a plan entry holds changes (2: JSON, was a pickle)
+plan_cache_stats = {"hits": 0, "misses": 0, "time_cut": 0}  # time_cut: built, not stored
 
 
 def planned(module: Module, name: str, target: str) -> Plan:
@@ -53,15 +60,26 @@ def planned(module: Module, name: str, target: str) -> Plan:
     a previous process stored for the same module text, target, rule files and package source. A plan
     entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
     turns this cache off along with the IR cache."""
+
     def build() -> Plan:
         from ..codegen import rows_for
+
         return plan_function(module[name], module, rows=rows_for(target), target=target)
 
     if not function_cache.enabled():
         return build()
-    key = cache_key("plan", PLAN_FORMAT, __version__, source_digest(), rules_digest(),
-                    name, target, print_module(module), plan_settings(),
-                    machine(target).profile)   # the fusion decision is priced with the profile
+    key = cache_key(
+        "plan",
+        PLAN_FORMAT,
+        __version__,
+        source_digest(),
+        rules_digest(),
+        name,
+        target,
+        print_module(module),
+        plan_settings(),
+        machine(target).profile,
+    )  # the fusion decision is priced with the profile
     cache = shared_cache()
     data = cache.get("plan", key)
     if data is not None:
@@ -71,26 +89,26 @@ def planned(module: Module, name: str, target: str) -> Plan:
                 plan_cache_stats["hits"] += 1
             return plan
         with _lock:
-            cache.corrupt += 1   # checksum fine but not a plan: rebuilt and overwritten
+            cache.corrupt += 1  # checksum fine but not a plan: rebuilt and overwritten
     with _lock:
         plan_cache_stats["misses"] += 1
     with watching_time_cuts() as cuts:
         plan = build()
-    if cuts:    # depends on this moment's load: a later process plans again (cache.py)
+    if cuts:  # depends on this moment's load: a later process plans again (cache.py)
         with _lock:
             plan_cache_stats["time_cut"] += 1
         return plan
     try:
         cache.put("plan", key, plan_schema().dumps(plan).encode())
     except RecordError:
-        pass    # a plan holding something that is not data is simply not cached
+        pass  # a plan holding something that is not data is simply not cached
     return plan
 
 
 def _load_plan(data: bytes) -> Plan | None:
     try:
         plan = plan_schema().loads(data)
-    except RecordError:    # any unreadable entry is a miss
+    except RecordError:  # any unreadable entry is a miss
         return None
     return plan if isinstance(plan, Plan) else None
 

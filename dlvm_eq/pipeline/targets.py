@@ -7,13 +7,14 @@ generator for its side effects.
 "interp" runs the reference interpreter; "cpu" and "gpu" compile through `pipeline.native`
 (llvmlite loads only when one of them compiles something).
 """
+
 from __future__ import annotations
 
 from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
 
-DEFAULT_TARGET = "cpu"   # the llvmlite code generator; "interp" runs the reference interpreter
+DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
 
 
 def _compile_interp(module: Module, name: str):
@@ -23,15 +24,18 @@ def _compile_interp(module: Module, name: str):
         if isinstance(out, tuple):
             return tuple(o.copy() if any(o is a for a in arrays) else o for o in out)
         return out.copy() if any(out is a for a in arrays) else out
+
     return run
 
 
 def _native(target: str):
     def compile_for_jit(module: Module, name: str):
-        from .native import compile   # the code generator loads on the first native compile
+        from .native import compile  # the code generator loads on the first native compile
+
         # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
         # does without x64), so the compiled function takes what it was traced for
         return compile(module, name, target, cast=True)
+
     return compile_for_jit
 
 

@@ -5,6 +5,7 @@
 Shared state (threads): `_SECONDS` is read and written under `_lock` only; jit adds its
 tracing time, the compile stages add theirs.
 """
+
 from __future__ import annotations
 
 import threading

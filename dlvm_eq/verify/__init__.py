@@ -13,6 +13,7 @@ numeric (float64 finite-difference checks).
 May import: ad, egraph, extract, dsl, ir, errors (never the pipeline: check_grads takes the
 gradient transformation as an argument).
 """
+
 from ..errors import DlvmError
 
 
@@ -20,11 +21,24 @@ class VerificationError(DlvmError):
     """A rule, adjoint or gradient that is not what it claims to be."""
 
 
-from .symbolic import SYMBOLIC, apply_op, evaluate_function, symbol_array  # noqa: E402
-from .rules import RulesReport, Settings, verify_rules  # noqa: E402
 from .adjoint import AdjointReport, verify_adjoint, verify_gradient  # noqa: E402
 from .numeric import GradientCheckError, check_grads, check_vjp  # noqa: E402
+from .rules import RulesReport, Settings, verify_rules  # noqa: E402
+from .symbolic import SYMBOLIC, apply_op, evaluate_function, symbol_array  # noqa: E402
 
-__all__ = ["SYMBOLIC", "AdjointReport", "GradientCheckError", "RulesReport", "Settings",
-           "VerificationError", "apply_op", "check_grads", "check_vjp", "evaluate_function",
-           "symbol_array", "verify_adjoint", "verify_gradient", "verify_rules"]
+__all__ = [
+    "SYMBOLIC",
+    "AdjointReport",
+    "GradientCheckError",
+    "RulesReport",
+    "Settings",
+    "VerificationError",
+    "apply_op",
+    "check_grads",
+    "check_vjp",
+    "evaluate_function",
+    "symbol_array",
+    "verify_adjoint",
+    "verify_gradient",
+    "verify_rules",
+]

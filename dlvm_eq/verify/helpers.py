@@ -10,12 +10,12 @@ are skipped, with that reason).
 
     HELPERS["SumTo"].type([TensorType((2, 3), F32)], [(2, 3), (3,)])   # <3 x f32>
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
-
 
 from ..errors import DlvmError
 from ..ir.ops import OPS, REDUCE_COMBINATORS
@@ -28,10 +28,10 @@ class HelperTypeError(Exception):
 
 @dataclass(frozen=True)
 class Helper:
-    args: tuple[str, ...]      # declared sorts, in order
+    args: tuple[str, ...]  # declared sorts, in order
     doc: str
-    type: Callable             # (tensor types, primitives) -> TensorType
-    value: Callable            # (backend, tensors, primitives, result type) -> array
+    type: Callable  # (tensor types, primitives) -> TensorType
+    value: Callable  # (backend, tensors, primitives, result type) -> array
     hints: Callable | None = None  # (primitive index, first tensor's type) -> candidates
 
 
@@ -65,9 +65,15 @@ def _reduce_to(be, g, axes, keep_shape, dtype):
     if not axes:
         return g
     left = tuple(d for i, d in enumerate(g.shape) if i not in axes)
-    r = be.op("reduce", [g], {"combinator": "add", "init": 0.0, "axes": tuple(axes)},
-              TensorType(left, dtype))
-    return be.op("shapeCast", [r], {"shape": tuple(keep_shape)}, TensorType(tuple(keep_shape), dtype))
+    r = be.op(
+        "reduce",
+        [g],
+        {"combinator": "add", "init": 0.0, "axes": tuple(axes)},
+        TensorType(left, dtype),
+    )
+    return be.op(
+        "shapeCast", [r], {"shape": tuple(keep_shape)}, TensorType(tuple(keep_shape), dtype)
+    )
 
 
 def _unit_variants(shape):
@@ -130,7 +136,9 @@ def _sum_axes_parts(ts, ps):
     t, s = _shape(t), _shape(s)
     _float(g, "SumAxes")
     _need(g.shape == t, f"SumAxes: the term has shape {g.shape}, not {t}")
-    _need(len(s) == len(t) and broadcast_shapes(s, t) == t, f"SumAxes: {s} does not broadcast to {t}")
+    _need(
+        len(s) == len(t) and broadcast_shapes(s, t) == t, f"SumAxes: {s} does not broadcast to {t}"
+    )
     _need(0 <= k <= len(t), f"SumAxes: axis bound {k} out of range")
     axes = [j for j in range(k) if s[j] == 1 and t[j] != 1]
     return axes, tuple(1 if j in axes else d for j, d in enumerate(t))
@@ -173,7 +181,7 @@ def _transpose_back_perm(ts, ps):
     _need(len(q) == g.rank, f"TransposeBack: {q} has not {g.rank} entries")
     _need(0 <= i <= len(p), f"TransposeBack: step {i} out of range")
     out = list(q)
-    for j in range(i, len(p)):   # q[p[j]] = j for the steps still to do
+    for j in range(i, len(p)):  # q[p[j]] = j for the steps still to do
         out[p[j]] = j
     _need(sorted(out) == list(range(g.rank)), f"TransposeBack: {out} is not a permutation")
     return tuple(out)
@@ -200,7 +208,7 @@ def _pad_type(ts, ps):
     (x,), (k, r) = ts, ps
     _float(x, "PadFront/PadBack")
     _need(0 <= k < x.rank and r >= 0, f"pad: axis {k} / count {r} out of range for {x}")
-    return x.with_shape(x.shape[:k] + (x.shape[k] + r,) + x.shape[k + 1:])
+    return x.with_shape(x.shape[:k] + (x.shape[k] + r,) + x.shape[k + 1 :])
 
 
 def _pad(front: bool):
@@ -208,9 +216,10 @@ def _pad(front: bool):
         (x,), (k, r) = terms, ps
         if r == 0:
             return x
-        zeros = _fill(be, 0.0, rt.dtype, x.shape[:k] + (r,) + x.shape[k + 1:])
+        zeros = _fill(be, 0.0, rt.dtype, x.shape[:k] + (r,) + x.shape[k + 1 :])
         parts = [zeros, x] if front else [x, zeros]
         return be.op("concatenate", parts, {"axis": k}, rt)
+
     return value
 
 
@@ -238,7 +247,7 @@ def _gemm_type(ts, ps):
     a, b = _gemm_operands(ts, ps)
     try:
         return OPS["dot"].result_type([a, b], {})
-    except Exception as e:  # noqa: BLE001 - the op table's IRError
+    except Exception as e:
         raise HelperTypeError(str(e)) from None
 
 
@@ -285,35 +294,84 @@ def _reduce_map_hints(i, t):
     if i == 0:
         return list(REDUCE_COMBINATORS)
     if i == 2 and t is not None:
-        return [tuple(a) for r in range(1, t.rank + 1)
-                for a in itertools.combinations(range(t.rank), r)]
+        return [
+            tuple(a) for r in range(1, t.rank + 1) for a in itertools.combinations(range(t.rank), r)
+        ]
     return None
 
 
 HELPERS: dict[str, Helper] = {
-    "Load": Helper(("Term",), "tensor t read at the current index (as a tensor: t itself)",
-                   _identity_type, _identity),
-    "Map": Helper(("Scalar",), "the tensor whose every element is s (s itself)",
-                  _identity_type, _identity),
-    "ReduceMap": Helper(("Scalar", "String", "f64", "IVec"), "(Reduce s c init) over the axes "
-                        "of the vector", _reduce_map_type, _reduce_map, _reduce_map_hints),
-    "Fill": Helper(("f64", "String", "IVec"), "v with dtype d and shape s", _fill_type,
-                   lambda be, ts, ps, rt: _fill(be, ps[0], rt.dtype, rt.shape)),
-    "Like": Helper(("f64", "Term"), "v with the shape and dtype of x", _like_type,
-                   lambda be, ts, ps, rt: _fill(be, ps[0], rt.dtype, rt.shape)),
-    "SumTo": Helper(("Term", "IVec", "IVec"), "g of shape t summed to shape s (numpy broadcasting "
-                    "in reverse)", _sum_to_type, _sum_to, _sum_hints),
-    "SumAxes": Helper(("Term", "IVec", "IVec", "i64"), "g of shape t summed over the axes j < k "
-                      "where s has 1 and t not (kept as 1)", _sum_axes_type, _sum_axes, _sum_axes_hints),
-    "TransposeBack": Helper(("Term", "IVec", "IVec", "i64"), "g transposed by q, with q[p[j]] = j "
-                            "for the steps j >= i (from q = p, i = 0: the inverse of p)",
-                            _transpose_back_type, _transpose_back, _transpose_back_hints),
-    "PadFront": Helper(("Term", "i64", "i64"), "x with r zeros before it along axis k",
-                       _pad_type, _pad(True), _axis_hints),
-    "PadBack": Helper(("Term", "i64", "i64"), "x with r zeros after it along axis k",
-                      _pad_type, _pad(False), _axis_hints),
-    "Gemm": Helper(("Term", "Term", "i64", "i64"), "op(a) . op(b), op = transpose where the flag "
-                   "is 1", _gemm_type, _gemm, lambda i, t: [0, 1]),
+    "Load": Helper(
+        ("Term",),
+        "tensor t read at the current index (as a tensor: t itself)",
+        _identity_type,
+        _identity,
+    ),
+    "Map": Helper(
+        ("Scalar",), "the tensor whose every element is s (s itself)", _identity_type, _identity
+    ),
+    "ReduceMap": Helper(
+        ("Scalar", "String", "f64", "IVec"),
+        "(Reduce s c init) over the axes of the vector",
+        _reduce_map_type,
+        _reduce_map,
+        _reduce_map_hints,
+    ),
+    "Fill": Helper(
+        ("f64", "String", "IVec"),
+        "v with dtype d and shape s",
+        _fill_type,
+        lambda be, ts, ps, rt: _fill(be, ps[0], rt.dtype, rt.shape),
+    ),
+    "Like": Helper(
+        ("f64", "Term"),
+        "v with the shape and dtype of x",
+        _like_type,
+        lambda be, ts, ps, rt: _fill(be, ps[0], rt.dtype, rt.shape),
+    ),
+    "SumTo": Helper(
+        ("Term", "IVec", "IVec"),
+        "g of shape t summed to shape s (numpy broadcasting in reverse)",
+        _sum_to_type,
+        _sum_to,
+        _sum_hints,
+    ),
+    "SumAxes": Helper(
+        ("Term", "IVec", "IVec", "i64"),
+        "g of shape t summed over the axes j < k where s has 1 and t not (kept as 1)",
+        _sum_axes_type,
+        _sum_axes,
+        _sum_axes_hints,
+    ),
+    "TransposeBack": Helper(
+        ("Term", "IVec", "IVec", "i64"),
+        "g transposed by q, with q[p[j]] = j "
+        "for the steps j >= i (from q = p, i = 0: the inverse of p)",
+        _transpose_back_type,
+        _transpose_back,
+        _transpose_back_hints,
+    ),
+    "PadFront": Helper(
+        ("Term", "i64", "i64"),
+        "x with r zeros before it along axis k",
+        _pad_type,
+        _pad(True),
+        _axis_hints,
+    ),
+    "PadBack": Helper(
+        ("Term", "i64", "i64"),
+        "x with r zeros after it along axis k",
+        _pad_type,
+        _pad(False),
+        _axis_hints,
+    ),
+    "Gemm": Helper(
+        ("Term", "Term", "i64", "i64"),
+        "op(a) . op(b), op = transpose where the flag is 1",
+        _gemm_type,
+        _gemm,
+        lambda i, t: [0, 1],
+    ),
 }
 
 

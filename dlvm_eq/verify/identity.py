@@ -21,6 +21,7 @@ applies on the main thread.
 Derivatives follow the usual AD convention (`derivative`): d/dx of floor, ceil, round and sign
 is 0, and the derivative of Max(x, 0) at the tie is that of the `x > 0` branch.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -51,6 +52,7 @@ def time_limit(seconds: float):
 
     def fire(signum, frame):
         raise _Timeout()
+
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -82,15 +84,19 @@ def heaviside_to_piecewise(e):
 
 def derivative(expr, sym):
     """d expr / d sym with the AD conventions above (no DiracDelta, no Heaviside)."""
-    if expr.has(sp.Max, sp.Min):   # sympy's d Max builds (and compares) Max of the rest: slow
-        expr = expr.replace(lambda e: isinstance(e, (sp.Max, sp.Min)) and e.has(sym),
-                            lambda e: e.rewrite(sp.Piecewise))
+    if expr.has(sp.Max, sp.Min):  # sympy's d Max builds (and compares) Max of the rest: slow
+        expr = expr.replace(
+            lambda e: isinstance(e, (sp.Max, sp.Min)) and e.has(sym),
+            lambda e: e.rewrite(sp.Piecewise),
+        )
     d = sp.diff(expr, sym)
     if d.has(sp.DiracDelta):
         d = d.replace(sp.DiracDelta, lambda *a: sp.S.Zero)
     if d.has(sp.Derivative):  # floor, ceiling: piecewise constant
-        d = d.replace(lambda e: isinstance(e, sp.Derivative)
-                      and isinstance(e.expr, (sp.floor, sp.ceiling)), lambda e: sp.S.Zero)
+        d = d.replace(
+            lambda e: isinstance(e, sp.Derivative) and isinstance(e.expr, (sp.floor, sp.ceiling)),
+            lambda e: sp.S.Zero,
+        )
     if d.has(sp.Heaviside):
         d = heaviside_to_piecewise(d)
     return d
@@ -228,8 +234,9 @@ def _num(x, point: dict, memo: dict):
                 break
     elif isinstance(x, sp.core.relational.Relational):
         a, b = _num(x.lhs, point, memo), _num(x.rhs, point, memo)
-        v = {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b,
-             "<=": a <= b}[x.rel_op]
+        v = {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[
+            x.rel_op
+        ]
     elif isinstance(x, sp.And):
         v = all(_num(a, point, memo) for a in x.args)
     elif isinstance(x, sp.Or):
@@ -283,7 +290,7 @@ def _by_groups(d):
         args = set()
         for x in t.atoms(sp.exp):
             a = sp.expand(x.args[0])
-            args.add(min(a, -a, key=sp.default_sort_key))   # exp(z) and exp(-z) go together
+            args.add(min(a, -a, key=sp.default_sort_key))  # exp(z) and exp(-z) go together
         return frozenset(args)
 
     groups: dict = {}
@@ -362,6 +369,7 @@ def _exps_as_symbols(e):
     def as_symbol(t):
         u = sp.expand(t.args[0])
         return 1 / symbol(-u) if u.could_extract_minus_sign() else symbol(u)
+
     e = e.rewrite(sp.exp)
     return sp.cancel(sp.together(e.replace(lambda t: isinstance(t, sp.exp), as_symbol)))
 
@@ -373,7 +381,7 @@ class ZeroProver:
         self.timeout = timeout
         self.cache: dict = {}
         self.calls = 0
-        self._ran_out = False      # the decision under way hit its time limit somewhere
+        self._ran_out = False  # the decision under way hit its time limit somewhere
 
     def status(self, d) -> str:
         d = sp.sympify(d)
@@ -401,19 +409,21 @@ class ZeroProver:
         if self._zero(sp.expand, d, deadline):
             return PROVEN
         if d.has(sp.log) and self._zero(_logs_factored, d, deadline):
-            return PROVEN   # log(sum(exp(x - m))) + m = log(sum(exp x)): a shifted logsumexp
-        if piecewise and self._by_cells(d, deadline):   # before simplify: it is slow on these
+            return PROVEN  # log(sum(exp(x - m))) + m = log(sum(exp x)): a shifted logsumexp
+        if piecewise and self._by_cells(d, deadline):  # before simplify: it is slow on these
             return PROVEN_AE
         if piecewise and self._zero(_by_groups, d, deadline):
-            return PROVEN   # sums over independent rows (a batch): each row's terms cancel
+            return PROVEN  # sums over independent rows (a batch): each row's terms cancel
         # each exponential a symbol: a rational function, cancelled in 1.5 s where the form
         # below (exponentials kept, so exp(a) * exp(b) = exp(a + b) is seen) took 14 s
         if not piecewise and self._zero(_exps_as_symbols, d, deadline):
             return PROVEN
         if self._zero(lambda e: sp.cancel(sp.together(e.rewrite(sp.exp))), d, deadline):
-            return PROVEN   # tanh, sigmoid, softplus written with exp
-        if any(self._zero(step, d, deadline) for step in
-               (sp.simplify, lambda e: sp.simplify(sp.piecewise_fold(e)))):
+            return PROVEN  # tanh, sigmoid, softplus written with exp
+        if any(
+            self._zero(step, d, deadline)
+            for step in (sp.simplify, lambda e: sp.simplify(sp.piecewise_fold(e)))
+        ):
             return PROVEN
         if piecewise and self._zero(lambda e: sp.simplify(ae_normalize(e)), d, deadline):
             return PROVEN_AE
@@ -443,8 +453,12 @@ class ZeroProver:
             if key not in self.cache:
                 self.cache[key] = any(
                     self._zero(step, branch, deadline)
-                    for step in (sp.expand, lambda e: sp.cancel(sp.together(e.rewrite(sp.exp))),
-                                 sp.simplify))
+                    for step in (
+                        sp.expand,
+                        lambda e: sp.cancel(sp.together(e.rewrite(sp.exp))),
+                        sp.simplify,
+                    )
+                )
             if not self.cache[key]:
                 return False
         return True

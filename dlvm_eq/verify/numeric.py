@@ -11,6 +11,7 @@ As in autograd's `check_vjp`: along a random direction v, the central difference
 x -> <grad f(x), v> against central differences of grad f (a Hessian-vector product).
 Arguments are converted to float64 so that the differences are accurate.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,13 +28,15 @@ class GradientCheckError(VerificationError):
 
 @dataclass
 class GradientCheck:
-    numeric: float       # <u, J v> by central differences
-    analytic: float      # <vjp(u), v>
+    numeric: float  # <u, J v> by central differences
+    analytic: float  # <vjp(u), v>
     order: int = 1
 
     def __str__(self) -> str:
-        return (f"order-{self.order} check: finite differences {self.numeric:.10g}, "
-                f"gradient {self.analytic:.10g}")
+        return (
+            f"order-{self.order} check: finite differences {self.numeric:.10g}, "
+            f"gradient {self.analytic:.10g}"
+        )
 
 
 def _as_tuple(x) -> tuple:
@@ -60,8 +63,18 @@ def _argnums(args, argnums) -> tuple[int, ...]:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def check_vjp(f, args, vjp_or_grad, *, mode: str = "auto", argnums=None, eps: float = 1e-6,
-              rtol: float = 1e-5, atol: float = 1e-8, seed: int = 0) -> GradientCheck:
+def check_vjp(
+    f,
+    args,
+    vjp_or_grad,
+    *,
+    mode: str = "auto",
+    argnums=None,
+    eps: float = 1e-6,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    seed: int = 0,
+) -> GradientCheck:
     """Check a gradient or VJP of `f` at `args` along a random direction; raise
     GradientCheckError if it disagrees with central differences.
 
@@ -95,8 +108,9 @@ def check_vjp(f, args, vjp_or_grad, *, mode: str = "auto", argnums=None, eps: fl
         numeric = float(jv[0])
         grads = _as_tuple(vjp_or_grad(*args))
         if len(grads) != len(nums):
-            raise GradientCheckError(f"check_vjp: the gradient has {len(grads)} parts for "
-                                     f"{len(nums)} arguments")
+            raise GradientCheckError(
+                f"check_vjp: the gradient has {len(grads)} parts for {len(nums)} arguments"
+            )
         picked = dict(zip(nums, grads))
     else:
         u = [rng.standard_normal(o.shape) for o in outs]
@@ -108,8 +122,9 @@ def check_vjp(f, args, vjp_or_grad, *, mode: str = "auto", argnums=None, eps: fl
         elif len(grads) == len(nums):
             picked = dict(zip(nums, grads))
         else:
-            raise GradientCheckError(f"check_vjp: vjp returned {len(grads)} gradients for "
-                                     f"{len(args)} arguments")
+            raise GradientCheckError(
+                f"check_vjp: vjp returned {len(grads)} gradients for {len(args)} arguments"
+            )
     analytic = 0.0
     for i in nums:
         g = picked[i]
@@ -117,8 +132,10 @@ def check_vjp(f, args, vjp_or_grad, *, mode: str = "auto", argnums=None, eps: fl
             raise GradientCheckError(f"check_vjp: no gradient for argument {i}")
         g = np.asarray(g, dtype=np.float64)
         if g.shape != np.shape(args[i]):
-            raise GradientCheckError(f"check_vjp: the gradient for argument {i} has shape "
-                                     f"{g.shape}, the argument {np.shape(args[i])}")
+            raise GradientCheckError(
+                f"check_vjp: the gradient for argument {i} has shape "
+                f"{g.shape}, the argument {np.shape(args[i])}"
+            )
         analytic += float(np.sum(g * v[i]))
     result = GradientCheck(numeric, analytic)
     scale = max(abs(numeric), abs(analytic))
@@ -127,7 +144,8 @@ def check_vjp(f, args, vjp_or_grad, *, mode: str = "auto", argnums=None, eps: fl
             f"the gradient disagrees with finite differences along a random direction "
             f"(seed {seed}): central differences give {numeric:.10g}, the "
             f"{'gradient' if mode == 'grad' else 'vjp'} gives {analytic:.10g} "
-            f"(relative error {abs(numeric - analytic) / max(scale, 1e-300):.3g})")
+            f"(relative error {abs(numeric - analytic) / max(scale, 1e-300):.3g})"
+        )
     return result
 
 
@@ -137,8 +155,18 @@ def _inner(g, v) -> object:
     return prod.sum() if hasattr(prod, "sum") else np.sum(prod)
 
 
-def check_grads(f, args, order: int = 1, *, grad=None, argnums=None, eps: float | None = None,
-                rtol: float = 1e-5, atol: float = 1e-8, seed: int = 0) -> list[GradientCheck]:
+def check_grads(
+    f,
+    args,
+    order: int = 1,
+    *,
+    grad=None,
+    argnums=None,
+    eps: float | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    seed: int = 0,
+) -> list[GradientCheck]:
     """Check `grad(f)` against finite differences, then (order 2) the gradient of
     x -> <grad f(x), v> against finite differences of grad f: a Hessian-vector check.
 
@@ -148,14 +176,17 @@ def check_grads(f, args, order: int = 1, *, grad=None, argnums=None, eps: float 
     if order not in (1, 2, 3):
         raise ValueError("check_grads: order must be 1, 2 or 3")
     if grad is None:
-        raise DlvmError("check_grads: pass grad= (e.g. dq.grad), or call "
-                        "dlvm_eq.pipeline.check_grads, which defaults it to dq.grad")
+        raise DlvmError(
+            "check_grads: pass grad= (e.g. dq.grad), or call "
+            "dlvm_eq.pipeline.check_grads, which defaults it to dq.grad"
+        )
     args = _float_args(args)
     nums = _argnums(args, argnums)
     eps = eps if eps is not None else (1e-6 if order == 1 else 1e-5)
     gf = grad(f, argnums=nums)
-    check = check_vjp(f, args, gf, mode="grad", argnums=nums, eps=eps, rtol=rtol, atol=atol,
-                      seed=seed)
+    check = check_vjp(
+        f, args, gf, mode="grad", argnums=nums, eps=eps, rtol=rtol, atol=atol, seed=seed
+    )
     check.order = 1
     checks = [check]
     if order >= 2:
@@ -169,8 +200,17 @@ def check_grads(f, args, order: int = 1, *, grad=None, argnums=None, eps: float 
                 total = total + _inner(g, w)
             return total
 
-        for c in check_grads(directional, args, order - 1, grad=grad, argnums=nums, eps=eps,
-                             rtol=rtol * 10, atol=atol * 10, seed=seed + 2):
+        for c in check_grads(
+            directional,
+            args,
+            order - 1,
+            grad=grad,
+            argnums=nums,
+            eps=eps,
+            rtol=rtol * 10,
+            atol=atol * 10,
+            seed=seed + 2,
+        ):
             c.order += 1
             checks.append(c)
     return checks

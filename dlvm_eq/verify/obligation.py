@@ -12,20 +12,39 @@ guards on primitives (`(= (vec-length (shape a)) 2)`, `(< k 3)`) or assumptions
 `(set (cval E) v)` and `(positive E)` are claims; `let` is inlined. A rule whose structure is
 not understood carries `skip` (a reason); it is never passed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .pattern import (ANALYSES, ASSUMPTIONS, COMPARISONS, CVAL, IGNORED_ACTIONS, PRIM_SORTS, PRIMS,
-                      PCall, PLit, PVar, Unsupported, Vocab, declarations, pshow, substitute,
-                      subterms, to_pattern, variables)
+from .pattern import (
+    ANALYSES,
+    ASSUMPTIONS,
+    COMPARISONS,
+    CVAL,
+    IGNORED_ACTIONS,
+    PRIM_SORTS,
+    PRIMS,
+    PCall,
+    PLit,
+    PVar,
+    Unsupported,
+    Vocab,
+    declarations,
+    pshow,
+    substitute,
+    subterms,
+    to_pattern,
+    variables,
+)
 from .sexpr import SList, Sym, read, show
 
 # ---------------------------------------------------------------- obligations
 
+
 @dataclass
 class Claim:
-    kind: str             # union | set | cval | assume
+    kind: str  # union | set | cval | assume
     lhs: object
     rhs: object
     text: str
@@ -35,11 +54,11 @@ class Claim:
 class Obligation:
     filename: str
     line: int
-    text: str             # the command's source text
-    kind: str             # rewrite | birewrite | rule | union | set
+    text: str  # the command's source text
+    kind: str  # rewrite | birewrite | rule | union | set
     ruleset: str | None = None
     name: str | None = None
-    direction: str = ""   # "" or "reversed" (the right-to-left half of a birewrite)
+    direction: str = ""  # "" or "reversed" (the right-to-left half of a birewrite)
     patterns: list = field(default_factory=list)
     guards: list = field(default_factory=list)
     assumptions: dict = field(default_factory=dict)
@@ -93,9 +112,14 @@ def obligations(text: str, filename: str, vocab: Vocab) -> list[Obligation]:
         if head not in ("rewrite", "birewrite", "rule", "union", "set"):
             continue
         pos, opts = _options(list(f[1:]))
-        base = dict(filename=filename, line=f.line, text=f.text or show(f), kind=head,
-                    ruleset=str(opts[":ruleset"]) if opts.get(":ruleset") is not None else None,
-                    name=str(opts[":name"]) if opts.get(":name") is not None else None)
+        base = dict(
+            filename=filename,
+            line=f.line,
+            text=f.text or show(f),
+            kind=head,
+            ruleset=str(opts[":ruleset"]) if opts.get(":ruleset") is not None else None,
+            name=str(opts[":name"]) if opts.get(":name") is not None else None,
+        )
         if head == "set" and _table_entry(f, vocab):
             out.append(Obligation(**base, definition=f"a value of {f[1][0]}"))
             continue
@@ -103,8 +127,11 @@ def obligations(text: str, filename: str, vocab: Vocab) -> list[Obligation]:
             out.append(Obligation(**base, skip=f"a top-level {head} (not a rule) is not verified"))
             continue
         if id(f) in defining:
-            out.append(Obligation(**base, definition=f"defines {defining[id(f)]} (expanded "
-                                  "wherever it occurs)"))
+            out.append(
+                Obligation(
+                    **base, definition=f"defines {defining[id(f)]} (expanded wherever it occurs)"
+                )
+            )
             continue
         when = opts.get(":when")
         facts = list(when) if isinstance(when, SList) else []
@@ -134,8 +161,13 @@ def _root_head(f: SList):
         return str(f[1][0])
     if f[0] == "rule" and len(f) > 1 and isinstance(f[1], SList):
         for fact in f[1]:
-            if (isinstance(fact, SList) and len(fact) == 3 and fact[0] == "="
-                    and isinstance(fact[2], SList) and fact[2]):
+            if (
+                isinstance(fact, SList)
+                and len(fact) == 3
+                and fact[0] == "="
+                and isinstance(fact[2], SList)
+                and fact[2]
+            ):
                 return str(fact[2][0])
     return None
 
@@ -151,8 +183,12 @@ def _macros(forms: list, vocab: Vocab) -> dict:
                 uses.setdefault(h, []).append(f)
     defining = {}
     for h, fs in uses.items():
-        if (len(fs) != 1 or vocab.meaning(h) is None or not vocab.is_ctor(h)
-                or fs[0][0] != "rewrite"):
+        if (
+            len(fs) != 1
+            or vocab.meaning(h) is None
+            or not vocab.is_ctor(h)
+            or fs[0][0] != "rewrite"
+        ):
             continue
         f = fs[0]
         pos, opts = _options(list(f[1:]))
@@ -246,7 +282,7 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
             head = p.head if isinstance(p, PCall) else pshow(p)
             raise Unsupported(f"fact {pshow(p)}: verify-rules does not know what {head} means")
 
-    for v, e in defs.items():   # a defined variable stands for its definition everywhere
+    for v, e in defs.items():  # a defined variable stands for its definition everywhere
         if isinstance(e, PCall) and not vocab.is_ctor(e.head):
             raw_guards.append(PCall("?defined", (PVar(v),)))
         else:
@@ -256,8 +292,10 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
     for a in raw_assume:
         target = substitute(a.args[0], defs)
         if not isinstance(target, PVar):
-            raise Unsupported(f"assumption {pshow(a)} is about a compound term; "
-                              "only variables can be assumed " + ASSUMPTIONS[a.head])
+            raise Unsupported(
+                f"assumption {pshow(a)} is about a compound term; "
+                "only variables can be assumed " + ASSUMPTIONS[a.head]
+            )
         ob.assumptions[target.name] = a.head
         ob.patterns.append(target)
 
@@ -277,17 +315,19 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
             text = f"{pshow(fn)} = {pshow(value)}"
             if fn.head == CVAL and len(fn.args) == 1:
                 ob.claims.append(Claim("cval", fn.args[0], value, text))
-            elif fn.head in ANALYSES or (vocab.sigs.get(fn.head) is not None
-                                         and vocab.function(fn.head) is not None):
+            elif fn.head in ANALYSES or (
+                vocab.sigs.get(fn.head) is not None and vocab.function(fn.head) is not None
+            ):
                 ob.claims.append(Claim("set", fn, value, text))
             else:
-                raise Unsupported(f"action {pshow(p)} sets {fn.head}, whose meaning "
-                                  "verify-rules does not know")
+                raise Unsupported(
+                    f"action {pshow(p)} sets {fn.head}, whose meaning verify-rules does not know"
+                )
         elif p.head in ASSUMPTIONS and len(p.args) == 1:
             target = substitute(p.args[0], lets)
             ob.claims.append(Claim("assume", target, p.head, f"({p.head} {pshow(target)})"))
         elif p.head in IGNORED_ACTIONS or vocab.is_ctor(p.head):
-            continue   # no equality is claimed
+            continue  # no equality is claimed
         else:
             raise Unsupported(f"action {pshow(p)} is not understood")
     if vocab.macros:
@@ -306,9 +346,13 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
     _constants(ob)
     ob.sorts = infer_sorts(ob, vocab.sigs)
     for g in ob.guards:
-        if g.head == "=" and any(_sort_of(a, ob.sorts, vocab.sigs) not in PRIM_SORTS for a in g.args):
-            raise Unsupported(f"fact {pshow(g)} equates two terms; verify-rules only "
-                              "interprets such facts as definitions of a variable")
+        if g.head == "=" and any(
+            _sort_of(a, ob.sorts, vocab.sigs) not in PRIM_SORTS for a in g.args
+        ):
+            raise Unsupported(
+                f"fact {pshow(g)} equates two terms; verify-rules only "
+                "interprets such facts as definitions of a variable"
+            )
 
 
 def _claim_exprs(ob: Obligation) -> list:
@@ -322,6 +366,7 @@ def _claim_exprs(ob: Obligation) -> list:
 
 def _constants(ob: Obligation) -> None:
     """(cval x) of a variable x becomes a variable `cval:x`: x is then the constant tensor."""
+
     def walk(e):
         if isinstance(e, PCall):
             if e.head == CVAL:
@@ -333,6 +378,7 @@ def _constants(ob: Obligation) -> None:
                 return PVar(name)
             return PCall(e.head, tuple(walk(a) for a in e.args))
         return e
+
     ob.patterns = [walk(p) for p in ob.patterns]
     ob.guards = [walk(g) for g in ob.guards]
     for c in ob.claims:
@@ -342,12 +388,13 @@ def _constants(ob: Obligation) -> None:
     for x, name in ob.constants.items():
         ob.patterns.append(PVar(x))
         kind = ob.assumptions.get(x)
-        if kind:   # a constant assumed positive: the constant must be
+        if kind:  # a constant assumed positive: the constant must be
             op = {"positive": ">", "nonneg": ">=", "nonzero": "!="}[kind]
             ob.guards.append(PCall(op, (PVar(name), PLit(0.0, "f64"))))
 
 
 # ---------------------------------------------------------------- sorts
+
 
 def _sort_of(e, sorts: dict, sigs: dict):
     if isinstance(e, PVar):
@@ -433,4 +480,3 @@ def infer_sorts(ob: Obligation, sigs: dict) -> dict:
             if v not in sorts:
                 raise Unsupported(f"cannot tell the sort of variable {v}")
     return sorts
-

@@ -14,6 +14,7 @@ sort (`(SAdd Scalar Scalar)`, `(SBroadcast Scalar IVec)`), means the op itself. 
 sort that constructors build (Term, Scalar) denotes a tensor: a scalar expression is the
 tensor of its values at every index, so `(Load t)` and `(Map s)` are identities (helpers.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,32 +28,55 @@ from .sexpr import SList, Str, Sym, show
 ASSUMPTIONS = {"positive": "> 0", "nonneg": ">= 0", "nonzero": "!= 0"}
 LEAF_CTORS = ("Var", "Lit")
 SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
-SCALAR_PREFIX = "S"   # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)
-ANALYSES = {"shape": "IVec", "dtype": "String"}   # type-level analyses of schema.egg
-CVAL = "cval"   # (cval t) = v: every element of t is the constant v
+SCALAR_PREFIX = "S"  # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)
+ANALYSES = {"shape": "IVec", "dtype": "String"}  # type-level analyses of schema.egg
+CVAL = "cval"  # (cval t) = v: every element of t is the constant v
 IGNORED_ACTIONS = {"subsume", "delete", "panic", "extract", "print-function"}
 
 # primitive functions: argument sorts (None: any one numeric sort N shared by all) -> result
 VEC = "IVec"
 PRIMS: dict[str, tuple] = {
-    "vec-of": ("i64*", VEC), "vec-empty": ((), VEC), "vec-get": ((VEC, "i64"), "i64"),
-    "vec-length": ((VEC,), "i64"), "vec-push": ((VEC, "i64"), VEC), "vec-pop": ((VEC,), VEC),
-    "vec-append": ((VEC, VEC), VEC), "vec-remove": ((VEC, "i64"), VEC),
-    "vec-set": ((VEC, "i64", "i64"), VEC), "vec-contains": ((VEC, "i64"), "Unit"),
+    "vec-of": ("i64*", VEC),
+    "vec-empty": ((), VEC),
+    "vec-get": ((VEC, "i64"), "i64"),
+    "vec-length": ((VEC,), "i64"),
+    "vec-push": ((VEC, "i64"), VEC),
+    "vec-pop": ((VEC,), VEC),
+    "vec-append": ((VEC, VEC), VEC),
+    "vec-remove": ((VEC, "i64"), VEC),
+    "vec-set": ((VEC, "i64", "i64"), VEC),
+    "vec-contains": ((VEC, "i64"), "Unit"),
     "vec-not-contains": ((VEC, "i64"), "Unit"),
-    "+": (None, "N"), "-": (None, "N"), "*": (None, "N"), "/": (None, "N"), "%": (None, "N"),
-    "min": (None, "N"), "max": (None, "N"), "neg": (None, "N"), "abs": (None, "N"),
-    "<": (None, "Unit"), ">": (None, "Unit"), "<=": (None, "Unit"), ">=": (None, "Unit"),
-    "to-f64": (("i64",), "f64"), "to-i64": (("f64",), "i64"),
-    "<<": (("i64", "i64"), "i64"), ">>": (("i64", "i64"), "i64"), "&": (("i64", "i64"), "i64"),
-    "|": (("i64", "i64"), "i64"), "^": (("i64", "i64"), "i64"),
-    "and": (("bool", "bool"), "bool"), "or": (("bool", "bool"), "bool"), "not": (("bool",), "bool"),
+    "+": (None, "N"),
+    "-": (None, "N"),
+    "*": (None, "N"),
+    "/": (None, "N"),
+    "%": (None, "N"),
+    "min": (None, "N"),
+    "max": (None, "N"),
+    "neg": (None, "N"),
+    "abs": (None, "N"),
+    "<": (None, "Unit"),
+    ">": (None, "Unit"),
+    "<=": (None, "Unit"),
+    ">=": (None, "Unit"),
+    "to-f64": (("i64",), "f64"),
+    "to-i64": (("f64",), "i64"),
+    "<<": (("i64", "i64"), "i64"),
+    ">>": (("i64", "i64"), "i64"),
+    "&": (("i64", "i64"), "i64"),
+    "|": (("i64", "i64"), "i64"),
+    "^": (("i64", "i64"), "i64"),
+    "and": (("bool", "bool"), "bool"),
+    "or": (("bool", "bool"), "bool"),
+    "not": (("bool",), "bool"),
 }
 COMPARISONS = {"<", ">", "<=", ">=", "!=", "vec-contains", "vec-not-contains"}
 PRIM_SORTS = {"i64", "f64", "String", "bool", VEC, "Unit"}
 
 
 # ---------------------------------------------------------------- patterns
+
 
 @dataclass(frozen=True)
 class PVar:
@@ -71,7 +95,7 @@ class PCall:
     args: tuple
     _hash: int = field(default=0, compare=False, repr=False)
 
-    def __post_init__(self):   # terms are dict keys everywhere: hash once, not per lookup
+    def __post_init__(self):  # terms are dict keys everywhere: hash once, not per lookup
         object.__setattr__(self, "_hash", hash((self.head, self.args)))
 
     def __hash__(self) -> int:
@@ -106,7 +130,7 @@ def to_pattern(x):
     if isinstance(x, SList):
         if not x or not isinstance(x[0], Sym):
             raise Unsupported(f"cannot read {show(x)}")
-        if x[0] in LEAF_CTORS:   # a program leaf: an opaque tensor, named by its text
+        if x[0] in LEAF_CTORS:  # a program leaf: an opaque tensor, named by its text
             return PVar(show(x))
         return PCall(str(x[0]), tuple(to_pattern(a) for a in x[1:]))
     raise Unsupported(f"cannot read {x!r}")
@@ -143,22 +167,23 @@ def subterms(e):
 
 # ---------------------------------------------------------------- declarations
 
+
 @dataclass(frozen=True)
 class Sig:
     name: str
     args: tuple[str, ...]
     result: str
-    kind: str             # constructor, function, relation
+    kind: str  # constructor, function, relation
 
 
 @dataclass
 class Vocab:
     """What rule files declare, and what verify-rules knows the meaning of."""
 
-    sigs: dict = field(default_factory=dict)      # name -> Sig
-    tables: dict = field(default_factory=dict)    # function -> {arguments: value} (top-level sets)
-    aliases: dict = field(default_factory=dict)   # sort name -> IVec, ...
-    macros: dict = field(default_factory=dict)    # constructor -> (parameters, body pattern)
+    sigs: dict = field(default_factory=dict)  # name -> Sig
+    tables: dict = field(default_factory=dict)  # function -> {arguments: value} (top-level sets)
+    aliases: dict = field(default_factory=dict)  # sort name -> IVec, ...
+    macros: dict = field(default_factory=dict)  # constructor -> (parameters, body pattern)
 
     def is_ctor(self, name: str) -> bool:
         sig = self.sigs.get(name)
@@ -177,7 +202,7 @@ class Vocab:
         sig = self.sigs.get(name)
         if sig is None or sig.kind != "constructor" or not name.startswith(SCALAR_PREFIX):
             return None
-        base = name[len(SCALAR_PREFIX):]
+        base = name[len(SCALAR_PREFIX) :]
         bsig = self.sigs.get(base)
         if base not in EGG_TO_OP or bsig is None or bsig.kind != "constructor":
             return None
@@ -209,21 +234,32 @@ class Vocab:
                 return None
             return f"{head} is not a function verify-rules knows"
         if sig.kind == "constructor":
-            if (head in SEMANTIC_CTORS or self.helper(head) is not None or head in self.macros
-                    or self.ir_ctor(head) is not None):
+            if (
+                head in SEMANTIC_CTORS
+                or self.helper(head) is not None
+                or head in self.macros
+                or self.ir_ctor(head) is not None
+            ):
                 return None
             if head in HELPERS:
-                return (f"constructor {head} is declared ({' '.join(sig.args)}), not "
-                        f"({' '.join(HELPERS[head].args)}) as verify-rules defines it")
-            base = head[len(SCALAR_PREFIX):]
+                return (
+                    f"constructor {head} is declared ({' '.join(sig.args)}), not "
+                    f"({' '.join(HELPERS[head].args)}) as verify-rules defines it"
+                )
+            base = head[len(SCALAR_PREFIX) :]
             if head.startswith(SCALAR_PREFIX) and base in EGG_TO_OP and base in self.sigs:
-                want = " ".join(sig.result if a == self.sigs[base].result else a
-                                for a in self.sigs[base].args)
-                return (f"constructor {head} is declared ({' '.join(sig.args)}); as the scalar "
-                        f"form of {base} verify-rules expects ({want})")
-            return (f"constructor {head} has no meaning known to verify-rules (only the IR ops "
-                    "of schema.egg and their scalar forms S<op>, Const, Adjoint and the helpers "
-                    "of verify/helpers.py do)")
+                want = " ".join(
+                    sig.result if a == self.sigs[base].result else a for a in self.sigs[base].args
+                )
+                return (
+                    f"constructor {head} is declared ({' '.join(sig.args)}); as the scalar "
+                    f"form of {base} verify-rules expects ({want})"
+                )
+            return (
+                f"constructor {head} has no meaning known to verify-rules (only the IR ops "
+                "of schema.egg and their scalar forms S<op>, Const, Adjoint and the helpers "
+                "of verify/helpers.py do)"
+            )
         if sig.kind == "function":
             if head in ANALYSES or head == CVAL or self.function(head) is not None:
                 return None
@@ -251,14 +287,16 @@ def declarations(forms: list, vocab: Vocab) -> None:
             sort = str(f[1])
             for ctor in f[2:]:
                 if isinstance(ctor, SList) and ctor and isinstance(ctor[0], Sym):
-                    args = tuple(_sort_name(a, aliases) for a in ctor[1:]
-                                 if not (isinstance(a, Sym) and a.startswith(":")))
+                    args = tuple(
+                        _sort_name(a, aliases)
+                        for a in ctor[1:]
+                        if not (isinstance(a, Sym) and a.startswith(":"))
+                    )
                     sigs[str(ctor[0])] = Sig(str(ctor[0]), args, sort, "constructor")
         elif head in ("constructor", "function") and len(f) >= 4 and isinstance(f[2], SList):
             args = tuple(_sort_name(a, aliases) for a in f[2])
             sigs[str(f[1])] = Sig(str(f[1]), args, _sort_name(f[3], aliases), str(head))
         elif head == "relation" and len(f) >= 3 and isinstance(f[2], SList):
-            sigs[str(f[1])] = Sig(str(f[1]), tuple(_sort_name(a, aliases) for a in f[2]),
-                                  "Unit", "relation")
-
-
+            sigs[str(f[1])] = Sig(
+                str(f[1]), tuple(_sort_name(a, aliases) for a in f[2]), "Unit", "relation"
+            )

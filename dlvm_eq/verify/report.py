@@ -1,9 +1,10 @@
 """What verify-rules found: one RuleResult per rule (per direction of a birewrite).
 
-    report.ok / report.ok_strict, report.failed, report.skipped, report.unproven
-    print(report)            # problems, then "N rules in ...: P proven, ..., F failed"
-    report.render(verbose=True)   # every rule
+report.ok / report.ok_strict, report.failed, report.skipped, report.unproven
+print(report)            # problems, then "N rules in ...: P proven, ..., F failed"
+report.render(verbose=True)   # every rule
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,15 +16,15 @@ FAILED, SKIPPED, NOTHING, DEFINITION = "FAILED", "skipped", "nothing to check", 
 
 @dataclass
 class RuleResult:
-    where: str            # file:line
-    text: str             # the rule's source text
-    status: str           # proven, proven a.e., checked numerically, unproven, FAILED, skipped, ...
-    detail: str = ""      # why skipped / what failed / what is unproven
+    where: str  # file:line
+    text: str  # the rule's source text
+    status: str  # proven, proven a.e., checked numerically, unproven, FAILED, skipped, ...
+    detail: str = ""  # why skipped / what failed / what is unproven
     assignments: int = 0  # shape assignments checked numerically
-    symbolic: int = 0     # ... and exactly
+    symbolic: int = 0  # ... and exactly
     ruleset: str | None = None
     direction: str = ""
-    name: str | None = None   # the rule's :name
+    name: str | None = None  # the rule's :name
 
     @property
     def label(self) -> str:
@@ -76,18 +77,25 @@ class RulesReport:
         return not (self.failed or self.skipped or self.unproven)
 
     def summary(self) -> str:
-        parts = [f"{len(self.results)} rules in {', '.join(self.files)}:",
-                 f"{self.count(PROVEN)} proven", f"{self.count(PROVEN_AE)} proven a.e.",
-                 f"{self.count(NUMERIC_ONLY)} checked numerically (sympy out of time)",
-                 f"{self.count(UNPROVEN)} unproven (numerically consistent)",
-                 f"{self.count(NOTHING)} with nothing to check",
-                 f"{self.count(DEFINITION)} definitions",
-                 f"{self.count(SKIPPED)} skipped", f"{self.count(FAILED)} failed"]
+        parts = [
+            f"{len(self.results)} rules in {', '.join(self.files)}:",
+            f"{self.count(PROVEN)} proven",
+            f"{self.count(PROVEN_AE)} proven a.e.",
+            f"{self.count(NUMERIC_ONLY)} checked numerically (sympy out of time)",
+            f"{self.count(UNPROVEN)} unproven (numerically consistent)",
+            f"{self.count(NOTHING)} with nothing to check",
+            f"{self.count(DEFINITION)} definitions",
+            f"{self.count(SKIPPED)} skipped",
+            f"{self.count(FAILED)} failed",
+        ]
         return parts[0] + " " + ", ".join(parts[1:]) + f" ({self.seconds:.1f} s)"
 
     def render(self, verbose: bool = False) -> str:
-        shown = [r for r in self.results if verbose or r.status in (FAILED, SKIPPED, UNPROVEN,
-                                                                   NUMERIC_ONLY)]
+        shown = [
+            r
+            for r in self.results
+            if verbose or r.status in (FAILED, SKIPPED, UNPROVEN, NUMERIC_ONLY)
+        ]
         return "\n".join([r.render() for r in shown] + [self.summary()])
 
     def __str__(self) -> str:

@@ -38,6 +38,7 @@ Conventions for guards and meanings:
 - Shape, dtype and primitive facts (`(= (vec-length (shape a)) 2)`, `(< k 3)`) filter
   assignments concretely; a rule no small assignment satisfies is skipped, not passed.
 """
+
 from __future__ import annotations
 
 import time
@@ -60,13 +61,21 @@ from .sexpr import SexprError
 from .symbolic import number, symbol_array, to_number
 from .terms import Evaluator, NumpyBackend, SympyBackend, Untypable
 
-SPECIAL = {None: (0.0, 1.0, -1.0, 2.0, -0.5, 0.5), "positive": (0.5, 1.0, 2.0),
-           "nonneg": (0.0, 0.5, 1.0, 2.0), "nonzero": (1.0, -1.0, 2.0, -0.5)}
-SYMBOL_ASSUMPTIONS = {"positive": {"positive": True}, "nonneg": {"nonnegative": True},
-                      "nonzero": {"nonzero": True}}
+SPECIAL = {
+    None: (0.0, 1.0, -1.0, 2.0, -0.5, 0.5),
+    "positive": (0.5, 1.0, 2.0),
+    "nonneg": (0.0, 0.5, 1.0, 2.0),
+    "nonzero": (1.0, -1.0, 2.0, -0.5),
+}
+SYMBOL_ASSUMPTIONS = {
+    "positive": {"positive": True},
+    "nonneg": {"nonnegative": True},
+    "nonzero": {"nonzero": True},
+}
 
 
 # ---------------------------------------------------------------- loading
+
 
 def _sources(sources) -> list[tuple[str, str]]:
     """(text, filename) of each source: paths, or egglog text (a string with a parenthesis)."""
@@ -109,8 +118,11 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
     shipped = {f: _shipped_name(f) for _, f in files}
     if any(name is None for name in shipped.values()):
         given = {name for name in shipped.values() if name}
-        context = [read_rule_file(p) for p in shipped_rule_files()
-                   if p.name != "schema.egg" and p.name not in given]
+        context = [
+            read_rule_file(p)
+            for p in shipped_rule_files()
+            if p.name != "schema.egg" and p.name not in given
+        ]
         rank = {name: i for i, name in enumerate(SHIPPED)}
         # the shipped files in their own order, then the user's (a stable sort keeps theirs)
         load = sorted(context + files, key=lambda tf: rank.get(_shipped_name(tf[1]), len(SHIPPED)))
@@ -126,7 +138,7 @@ def _load(load, checked) -> tuple[Vocab, list[Obligation]]:
     session = EGraphSession()
     vocab = Vocab()
     schema_text, schema_name = read_rule_file(rule_file("schema.egg"))
-    obligations(schema_text, schema_name, vocab)   # its declarations
+    obligations(schema_text, schema_name, vocab)  # its declarations
     checked = {id(tf) for tf in checked}
     obs: list[Obligation] = []
     for item in load:
@@ -140,19 +152,20 @@ def _load(load, checked) -> tuple[Vocab, list[Obligation]]:
             src = lines[e.line - 1] if 0 < e.line <= len(lines) else None
             raise RuleFileError(e.message, filename, e.line, e.col, src) from None
         if id(item) in checked:
-            obs += found                   # a context file: its declarations only
+            obs += found  # a context file: its declarations only
     return vocab, obs
 
 
 # ---------------------------------------------------------------- checking one obligation
 
+
 @dataclass
 class Settings:
     space: Space = field(default_factory=Space)
-    points: int = 2               # random points per assignment (plus one of special values)
+    points: int = 2  # random points per assignment (plus one of special values)
     rtol: float = 1e-7
     atol: float = 1e-9
-    fd_rtol: float = 1e-4         # for Adjoint terms (central differences)
+    fd_rtol: float = 1e-4  # for Adjoint terms (central differences)
     fd_atol: float = 1e-6
     symbolic_seconds: float = 20.0  # per rule; beyond it the rest is numeric only
     seed: int = 0
@@ -172,7 +185,7 @@ def _fmt(a) -> str:
     a = np.asarray(a)
     if a.dtype == object:
         return str(a.tolist())
-    text = np.array2string(a, precision=6, separator=", ", max_line_width=10 ** 6)
+    text = np.array2string(a, precision=6, separator=", ", max_line_width=10**6)
     return " ".join(text.split())
 
 
@@ -223,14 +236,15 @@ def _symbols(ob: Obligation, asg: dict) -> dict[str, np.ndarray]:
         if not isinstance(t, TensorType):
             continue
         c = _constant(ob, asg, k)
-        if k in index or c is not None:   # index vectors: zeros (as _point)
+        if k in index or c is not None:  # index vectors: zeros (as _point)
             arr = np.empty(t.shape, dtype=object)
             for idx in np.ndindex(t.shape):
                 arr[idx] = number(0 if k in index else c, t.dtype)
             leaves[k] = arr
         else:
-            leaves[k] = symbol_array(k, t.shape, t.dtype,
-                                     **SYMBOL_ASSUMPTIONS.get(ob.assumptions.get(k), {}))
+            leaves[k] = symbol_array(
+                k, t.shape, t.dtype, **SYMBOL_ASSUMPTIONS.get(ob.assumptions.get(k), {})
+            )
     return leaves
 
 
@@ -269,13 +283,20 @@ class RuleChecker:
             return self._check(ob)
         except (ArithmeticError, ValueError, TypeError, IndexError, KeyError, DlvmError) as e:
             # a crash while evaluating a well-typed instance is a bug (ours or the op table's)
-            return RuleResult(ob.where, ob.text, FAILED, f"error while checking: "
-                              f"{type(e).__name__}: {e}", ruleset=ob.ruleset,
-                              direction=ob.direction, name=ob.name)
+            return RuleResult(
+                ob.where,
+                ob.text,
+                FAILED,
+                f"error while checking: {type(e).__name__}: {e}",
+                ruleset=ob.ruleset,
+                direction=ob.direction,
+                name=ob.name,
+            )
 
     def _check(self, ob: Obligation) -> RuleResult:
-        res = RuleResult(ob.where, ob.text, SKIPPED, ruleset=ob.ruleset, direction=ob.direction,
-                         name=ob.name)
+        res = RuleResult(
+            ob.where, ob.text, SKIPPED, ruleset=ob.ruleset, direction=ob.direction, name=ob.name
+        )
         if ob.definition:
             res.status, res.detail = DEFINITION, ob.definition
             return res
@@ -291,9 +312,11 @@ class RuleChecker:
             if asgs:
                 break
         else:
-            res.detail = (f"no assignment of its variables (ranks 0-{s.space.max_rank} with "
-                          f"dims {', '.join(map(str, s.space.dims))}, ranks 3-4 with dims 1, 2) "
-                          "type-checks and satisfies its guards")
+            res.detail = (
+                f"no assignment of its variables (ranks 0-{s.space.max_rank} with "
+                f"dims {', '.join(map(str, s.space.dims))}, ranks 3-4 with dims 1, 2) "
+                "type-checks and satisfies its guards"
+            )
             return res
         res.assignments = len(asgs)
         failure = self._typed(ob, asgs) or self._numeric(ob, asgs)
@@ -302,8 +325,9 @@ class RuleChecker:
             return res
         res.status, res.detail, res.symbolic = self._symbolic(ob, asgs)
         if truncated:
-            res.detail = (res.detail + "\n" if res.detail else "") + \
-                f"(checked {len(asgs)} assignments sampled from a larger set)"
+            res.detail = (
+                res.detail + "\n" if res.detail else ""
+            ) + f"(checked {len(asgs)} assignments sampled from a larger set)"
         return res
 
     # -------------------------------------------------- types
@@ -313,7 +337,7 @@ class RuleChecker:
             for c in ob.claims:
                 where = f"claim {c.text}\n  assignment: {_describe(asg)}"
                 if c.kind == "set" and c.lhs.head not in ANALYSES:
-                    try:   # a function of primitives, e.g. (prefix-size s k)
+                    try:  # a function of primitives, e.g. (prefix-size s k)
                         got, want = self.ev.prim(c.lhs, asg, types), self.ev.prim(c.rhs, asg, types)
                     except Untypable as e:
                         return f"the claim does not evaluate: {e}\n  {where}"
@@ -335,8 +359,10 @@ class RuleChecker:
                     else:
                         got = str(lt.dtype)
                     if got != want:
-                        return (f"{pshow(c.lhs)} is {got!r} by the op table, the rule sets "
-                                f"{want!r}\n  {where}")
+                        return (
+                            f"{pshow(c.lhs)} is {got!r} by the op table, the rule sets "
+                            f"{want!r}\n  {where}"
+                        )
                 elif c.kind == "cval":
                     try:
                         self.ev.prim(c.rhs, asg, types)
@@ -348,8 +374,7 @@ class RuleChecker:
                     except Untypable as e:
                         return f"the right side does not type-check: {e}\n  {where}"
                     if lt != rt:
-                        return (f"the sides have different types: left {lt}, right {rt}"
-                                f"\n  {where}")
+                        return f"the sides have different types: left {lt}, right {rt}\n  {where}"
         return None
 
     # -------------------------------------------------- numbers
@@ -374,14 +399,22 @@ class RuleChecker:
                         bad = ~_holds(c.rhs, l) & ~np.isnan(np.asarray(l, dtype=np.float64))
                         if bad.any():
                             k = tuple(int(i) for i in np.argwhere(bad)[0])
-                            return self._counterexample(ob, c, asg, leaves, k, l, None,
-                                                        f"the value is not {ASSUMPTIONS[c.rhs]}")
+                            return self._counterexample(
+                                ob,
+                                c,
+                                asg,
+                                leaves,
+                                k,
+                                l,
+                                None,
+                                f"the value is not {ASSUMPTIONS[c.rhs]}",
+                            )
                         continue
                     if c.kind == "cval":
                         r = np.full(np.shape(l), float(self.ev.prim(c.rhs, asg, types)))
                     else:
                         r = self.ev.value(c.rhs, asg, backend, memo, types)
-                    if _is_adjoint(c.lhs):   # outside the forward op's domain: no claim
+                    if _is_adjoint(c.lhs):  # outside the forward op's domain: no claim
                         l = np.where(np.isfinite(np.asarray(l, dtype=np.float64)), l, r)
                     k = _mismatch(l, r, rtol, atol)
                     if k is not None:
@@ -402,8 +435,10 @@ class RuleChecker:
             text += f", right{at} = {_scalar(rv)}"
         lines.append(text)
         if r is not None and not np.isfinite(np.float64(lv)) and np.isfinite(np.float64(rv)):
-            lines.append("  (the left side is undefined here but the right side is not; "
-                         "a guard such as (nonzero x) or (positive x) may be missing)")
+            lines.append(
+                "  (the left side is undefined here but the right side is not; "
+                "a guard such as (nonzero x) or (positive x) may be missing)"
+            )
         return "\n".join(lines)
 
     # -------------------------------------------------- exact
@@ -415,9 +450,15 @@ class RuleChecker:
             return PROVEN, "", len(asgs)
         for asg in asgs:
             if time.monotonic() > deadline:
-                return NUMERIC_ONLY, (f"sympy proved {done} of {len(asgs)} assignments within "
-                                      f"{self.settings.symbolic_seconds:.0f} s; all "
-                                      f"{len(asgs)} agree numerically"), done
+                return (
+                    NUMERIC_ONLY,
+                    (
+                        f"sympy proved {done} of {len(asgs)} assignments within "
+                        f"{self.settings.symbolic_seconds:.0f} s; all "
+                        f"{len(asgs)} agree numerically"
+                    ),
+                    done,
+                )
             backend = SympyBackend(_symbols(ob, asg))
             memo: dict = {}
             types: dict = {}
@@ -427,7 +468,9 @@ class RuleChecker:
                     st, residual = self._sign(c.rhs, l)
                 else:
                     if c.kind == "cval":
-                        v = number(self.ev.prim(c.rhs, asg, types), self.ev.type(c.lhs, asg, types).dtype)
+                        v = number(
+                            self.ev.prim(c.rhs, asg, types), self.ev.type(c.lhs, asg, types).dtype
+                        )
                         r = np.full(np.shape(l), v, dtype=object)
                     else:
                         r = self.ev.value(c.rhs, asg, backend, memo, types)
@@ -442,19 +485,27 @@ class RuleChecker:
                 if RANK[st] > RANK[worst]:
                     worst = st
                     if st == UNPROVEN:
-                        detail = (f"sympy could not show {c.text} for {_describe(asg)}; "
-                                  f"residual: {residual}")
+                        detail = (
+                            f"sympy could not show {c.text} for {_describe(asg)}; "
+                            f"residual: {residual}"
+                        )
                     elif st == NUMERIC_ONLY:
-                        detail = (f"sympy ran out of time on {c.text} for {_describe(asg)}; "
-                                  "it agrees numerically")
+                        detail = (
+                            f"sympy ran out of time on {c.text} for {_describe(asg)}; "
+                            "it agrees numerically"
+                        )
             done += 1
         if worst == PROVEN_AE:
-            detail = ("equal wherever the compared values are ordered (proven region by region; "
-                      "ties, a set of measure zero, are not checked)")
+            detail = (
+                "equal wherever the compared values are ordered (proven region by region; "
+                "ties, a set of measure zero, are not checked)"
+            )
         return worst, detail, done
 
     def _sign(self, kind, values) -> tuple[str, object]:
-        attr = {"positive": "is_positive", "nonneg": "is_nonnegative", "nonzero": "is_nonzero"}[kind]
+        attr = {"positive": "is_positive", "nonneg": "is_nonnegative", "nonzero": "is_nonzero"}[
+            kind
+        ]
         for v in np.asarray(values).flat:
             if getattr(sp.sympify(to_number(v)), attr) is not True:
                 return UNPROVEN, v
@@ -463,6 +514,7 @@ class RuleChecker:
 
 # ---------------------------------------------------------------- entry point
 
+
 def verify_rules(sources, *, settings: Settings | None = None, strict: bool = False) -> RulesReport:
     """Check every rule of the given rule files (paths, or egglog text) on small symbolic tensors.
 
@@ -470,6 +522,7 @@ def verify_rules(sources, *, settings: Settings | None = None, strict: bool = Fa
     when a rule fails, is skipped or stays unproven; otherwise the report says so (`.ok`).
     """
     from . import VerificationError
+
     start = time.monotonic()
     files, vocab, obs = load_rule_files(sources)
     checker = RuleChecker(vocab, settings)
@@ -482,5 +535,13 @@ def verify_rules(sources, *, settings: Settings | None = None, strict: bool = Fa
     return report
 
 
-__all__ = ["FAILED", "SKIPPED", "RuleChecker", "RuleResult", "RulesReport", "Settings",
-           "load_rule_files", "verify_rules"]
+__all__ = [
+    "FAILED",
+    "SKIPPED",
+    "RuleChecker",
+    "RuleResult",
+    "RulesReport",
+    "Settings",
+    "load_rule_files",
+    "verify_rules",
+]

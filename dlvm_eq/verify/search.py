@@ -10,6 +10,7 @@ The search is depth-first; each subterm and guard is checked as soon as its vari
     asgs, truncated = assignments(obligation, evaluator, Space())
     asgs[0]     # {"a": TensorType((), f32), "b": TensorType((), f32)}
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,7 +33,7 @@ class Space:
     dtypes: tuple[str, ...] = ("f32", "bool")
     floats: tuple[float, ...] = (0.0, 1.0, 2.0, -1.0, 0.5)
     extra_shapes: tuple[tuple[int, ...], ...] = ((2, 2, 2),)  # rank 3: permutations beyond swaps
-    limit: int = 400          # assignments kept (evenly sampled when there are more)
+    limit: int = 400  # assignments kept (evenly sampled when there are more)
     max_nodes: int = 200_000  # search steps
 
     def shapes(self):
@@ -41,7 +42,7 @@ class Space:
             out += list(itertools.product(self.dims, repeat=r))
         return out + [s for s in self.extra_shapes if s not in out]
 
-    def widened(self, rank: int) -> "Space":
+    def widened(self, rank: int) -> Space:
         """A later try for rules whose guards ask for higher ranks (smaller dims keep it small)."""
         return replace(self, max_rank=rank, dims=(1, 2), extra_shapes=())
 
@@ -100,15 +101,20 @@ class _Search:
         self.checks: dict[int, list] = {}
         nodes = []
         for p in ob.patterns:
-            nodes += [t for t in _subterms(p) if isinstance(t, PCall) and t.head in ev.sigs
-                      and ev.sigs[t.head].kind == "constructor"]
+            nodes += [
+                t
+                for t in _subterms(p)
+                if isinstance(t, PCall)
+                and t.head in ev.sigs
+                and ev.sigs[t.head].kind == "constructor"
+            ]
         for t in dict.fromkeys(nodes):
             at = max((pos[v] for v in variables(t)), default=-1)
             self.checks.setdefault(at, []).append(("type", t))
         for g in ob.guards:
             at = max((pos[v] for v in variables(g)), default=-1)
             self.checks.setdefault(at, []).append(("guard", g))
-        for x, c in ob.constants.items():   # a constant tensor's value must suit its dtype
+        for x, c in ob.constants.items():  # a constant tensor's value must suit its dtype
             self.checks.setdefault(max(pos[x], pos[c]), []).append(("constant", (x, c)))
         text = ob.text
         self.dtypes = tuple(dict.fromkeys(space.dtypes + tuple(_DTYPE_TEXT.findall(text))))
@@ -170,7 +176,7 @@ class _Search:
 
     def _role_domain(self, role, asg):
         head, i, parent = role
-        head = self.ev.vocab.ir_ctor(head) or head   # a scalar form ranges like its IR op
+        head = self.ev.vocab.ir_ctor(head) or head  # a scalar form ranges like its IR op
         helper = self.ev.vocab.helper(head)
         if helper is not None:
             if helper.hints is None:
@@ -186,7 +192,7 @@ class _Search:
             return list(dict.fromkeys(("f32", "f64", "bool") + self.dtypes))
         if head == "Adjoint":
             return [0, 1, 2]
-        if head in WINDOW_HEADS:       # convolution and pooling: packed attribute vectors
+        if head in WINDOW_HEADS:  # convolution and pooling: packed attribute vectors
             return window_attr_domain(head)
         t = self._operand(parent, asg)
         if t is None:
@@ -194,7 +200,7 @@ class _Search:
         r = t.rank
         if head == "Transpose":
             return [tuple(p) for p in itertools.permutations(range(r))]
-        if head == "Slice":   # axis, then bounds within the largest axis
+        if head == "Slice":  # axis, then bounds within the largest axis
             return list(range(r)) if i == 0 else list(range(max(t.shape, default=0) + 1))
         if head in ("Reduce", "Concatenate"):
             return list(range(r))

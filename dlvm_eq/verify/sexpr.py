@@ -6,6 +6,7 @@
 Atoms: `Sym` (identifiers, operators, `:keywords`), `Str` ("text"), int, float (`1.0`, `inf`,
 `-inf`, `NaN`). Lists are `SList` with the line, column and source text of the whole form.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ class SexprError(DlvmError):
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "+inf": math.inf, "NaN": math.nan, "nan": math.nan}
-_DELIM = set("() \t\r\n;\"")
+_DELIM = set('() \t\r\n;"')
 
 
 def _atom(text: str):
@@ -65,7 +66,7 @@ def _atom(text: str):
 def read(text: str) -> list:
     """All top-level forms of `text`."""
     out: list = []
-    stack: list[tuple[list, int, int, int]] = []   # (items, line, col, start offset)
+    stack: list[tuple[list, int, int, int]] = []  # (items, line, col, start offset)
     i, line, col, n = 0, 1, 1, len(text)
 
     def emit(x):
@@ -91,7 +92,7 @@ def read(text: str) -> list:
             if not stack:
                 raise SexprError("unbalanced ')'", line, col)
             items, l0, c0, start = stack.pop()
-            emit(SList(items, l0, c0, text[start:i + 1]))
+            emit(SList(items, l0, c0, text[start : i + 1]))
             i, col = i + 1, col + 1
             continue
         if c == '"':

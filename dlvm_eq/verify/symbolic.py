@@ -14,10 +14,11 @@ Conventions (where sympy and IEEE floats differ):
 - `relu` is Max(x, 0), `max`/`min` are sympy's Max/Min, `select` is a Piecewise.
 - Literals are exact: a float literal is the exact rational value of its double.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import sympy as sp
@@ -105,11 +106,13 @@ def to_number(b):
 
 # ---------------------------------------------------------------- the table
 
+
 def _elementwise(f: Callable, nin: int):
     ufunc = np.frompyfunc(f, nin, 1)
 
     def run(args, attrs, rtype):
         return as_array(ufunc(*args))
+
     return run
 
 
@@ -119,30 +122,55 @@ def _trunc(x):
 
 def _divide(args, attrs, rtype):
     if rtype.dtype is DType.i32:  # C-style truncation; x / 0 is 0 (as the op table says)
-        f = lambda a, b: sp.Piecewise((0, sp.Eq(b, 0)), (_trunc(a / b), True))  # noqa: E731
+        f = lambda a, b: sp.Piecewise((0, sp.Eq(b, 0)), (_trunc(a / b), True))
     else:
-        f = lambda a, b: a / b  # noqa: E731
+        f = lambda a, b: a / b
     return as_array(np.frompyfunc(f, 2, 1)(*args))
 
 
 _UNARY = {
-    "negate": lambda x: -x, "exp": sp.exp, "log": sp.log, "tanh": sp.tanh, "sinh": sp.sinh,
-    "cosh": sp.cosh, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "sqrt": sp.sqrt,
-    "rsqrt": lambda x: 1 / sp.sqrt(x), "square": lambda x: x ** 2, "sign": sp.sign,
-    "floor": sp.floor, "ceil": sp.ceiling, "round": rint, "abs": sp.Abs,
-    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "relu": lambda x: _extremum(sp.Max, [x, sp.S.Zero]),
-    "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
+    "negate": lambda x: -x,
+    "exp": sp.exp,
+    "log": sp.log,
+    "tanh": sp.tanh,
+    "sinh": sp.sinh,
+    "cosh": sp.cosh,
+    "sin": sp.sin,
+    "cos": sp.cos,
+    "tan": sp.tan,
+    "sqrt": sp.sqrt,
+    "rsqrt": lambda x: 1 / sp.sqrt(x),
+    "square": lambda x: x**2,
+    "sign": sp.sign,
+    "floor": sp.floor,
+    "ceil": sp.ceiling,
+    "round": rint,
+    "abs": sp.Abs,
+    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)),
+    "relu": lambda x: _extremum(sp.Max, [x, sp.S.Zero]),
+    "log1p": lambda x: sp.log(1 + x),
+    "expm1": lambda x: sp.exp(x) - 1,
     "softplus": lambda x: sp.log(1 + sp.exp(x)),
     "erf": sp.erf,
     "not": sp.Not,
 }
 _BINARY = {
-    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
-    "power": lambda a, b: a ** b, "min": lambda a, b: _extremum(sp.Min, [a, b]),
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "power": lambda a, b: a**b,
+    "min": lambda a, b: _extremum(sp.Min, [a, b]),
     "max": lambda a, b: _extremum(sp.Max, [a, b]),
-    "equal": sp.Eq, "notEqual": sp.Ne, "lessThan": sp.Lt, "lessThanOrEqual": sp.Le,
-    "greaterThan": sp.Gt, "greaterThanOrEqual": sp.Ge, "and": sp.And, "or": sp.Or,
+    "equal": sp.Eq,
+    "notEqual": sp.Ne,
+    "lessThan": sp.Lt,
+    "lessThanOrEqual": sp.Le,
+    "greaterThan": sp.Gt,
+    "greaterThanOrEqual": sp.Ge,
+    "and": sp.And,
+    "or": sp.Or,
 }
+
 
 def _extremum(cls, args):
     """cls(*args) (Max or Min) without sympy's pairwise comparison of the arguments, which is
@@ -152,14 +180,16 @@ def _extremum(cls, args):
     flat = []
     for a in map(sp.sympify, args):
         flat.extend(a.args if isinstance(a, cls) else (a,))
-    flat = [a for a in flat if a != cls.identity]      # -oo for Max, oo for Min
-    if any(a == cls.zero for a in flat):               # oo for Max, -oo for Min
+    flat = [a for a in flat if a != cls.identity]  # -oo for Max, oo for Min
+    if any(a == cls.zero for a in flat):  # oo for Max, -oo for Min
         return cls.zero
     nums = [a for a in flat if a.is_Number]
     rest = sorted(set(a for a in flat if not a.is_Number), key=sp.default_sort_key)
-    signed = any(isinstance(a, sp.Symbol) and (a.is_nonnegative is not None
-                                               or a.is_nonpositive is not None) for a in rest)
-    if not rest or (nums and signed):   # numbers only, or signs sympy can use: evaluate
+    signed = any(
+        isinstance(a, sp.Symbol) and (a.is_nonnegative is not None or a.is_nonpositive is not None)
+        for a in rest
+    )
+    if not rest or (nums and signed):  # numbers only, or signs sympy can use: evaluate
         return cls(*args)
     if nums:
         rest.append(max(nums) if cls is sp.Max else min(nums))
@@ -167,7 +197,8 @@ def _extremum(cls, args):
 
 
 _COMBINE = {
-    "add": lambda init, xs: sp.Add(init, *xs), "multiply": lambda init, xs: sp.Mul(init, *xs),
+    "add": lambda init, xs: sp.Add(init, *xs),
+    "multiply": lambda init, xs: sp.Mul(init, *xs),
     "max": lambda init, xs: _extremum(sp.Max, [init, *xs]),
     "min": lambda init, xs: _extremum(sp.Min, [init, *xs]),
 }
@@ -229,8 +260,10 @@ def _scatter_add(args, attrs, rtype):
 
 
 _COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
-    "add": lambda init, xs: sp.Or(init, *xs), "max": lambda init, xs: sp.Or(init, *xs),
-    "multiply": lambda init, xs: sp.And(init, *xs), "min": lambda init, xs: sp.And(init, *xs),
+    "add": lambda init, xs: sp.Or(init, *xs),
+    "max": lambda init, xs: sp.Or(init, *xs),
+    "multiply": lambda init, xs: sp.And(init, *xs),
+    "min": lambda init, xs: sp.And(init, *xs),
 }
 
 
@@ -254,8 +287,15 @@ def is_boolean(v) -> bool:
     """Whether v is a sympy truth value (bool symbols are made without the real assumption)."""
     if isinstance(v, sp.Symbol):
         return v.is_real is None
-    return isinstance(v, (sp.logic.boolalg.BooleanAtom, sp.logic.boolalg.BooleanFunction,
-                          sp.core.relational.Relational, bool))
+    return isinstance(
+        v,
+        (
+            sp.logic.boolalg.BooleanAtom,
+            sp.logic.boolalg.BooleanFunction,
+            sp.core.relational.Relational,
+            bool,
+        ),
+    )
 
 
 def _cast_element(v, target: DType):
@@ -285,6 +325,7 @@ def _literal(args, attrs, rtype):
 def _layout(f):
     def run(args, attrs, rtype):
         return as_array(f(args[0], attrs))
+
     return run
 
 
@@ -303,7 +344,9 @@ def _build() -> dict[str, Callable]:
     table["dot"] = _dot
     table["batchMatmul"] = _batch_matmul
     table["take"] = _take
-    table["cumsum"] = lambda args, attrs, rtype: OPS["cumsum"].evaluate(args, attrs)   # sums of objects
+    table["cumsum"] = lambda args, attrs, rtype: OPS["cumsum"].evaluate(
+        args, attrs
+    )  # sums of objects
     table["sliceScatter"] = _slice_scatter
     table["scatterAdd"] = _scatter_add
     table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
@@ -319,7 +362,7 @@ def _build() -> dict[str, Callable]:
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
     table["apply"] = _apply
-    table.update(window_table(as_array, _extremum))   # convolution and pooling
+    table.update(window_table(as_array, _extremum))  # convolution and pooling
     return table
 
 
@@ -337,9 +380,10 @@ def apply_op(op: str, args: list, attrs: dict, rtype) -> np.ndarray | tuple:
 
 # ---------------------------------------------------------------- functions
 
+
 def evaluate_function(fn: Function, args: list, module: Module | None = None):
     """fn's result on symbolic arguments (object arrays); a tuple for tuple results."""
-    require_body(fn)     # declared adjoints: resolved by the pipeline first
+    require_body(fn)  # declared adjoints: resolved by the pipeline first
     if len(args) != len(fn.params):
         raise DlvmError(f"@{fn.name} takes {len(fn.params)} arguments, got {len(args)}")
     env: dict[int, object] = {}

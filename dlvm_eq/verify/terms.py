@@ -12,6 +12,7 @@ Terms of the scalar sort (rules/fusion.egg) are typed and valued as the tensors 
 `(Adjoint i (Op ...) g)` is the vector-Jacobian product of Op at its i-th tensor operand
 with cotangent g: element k is sum_j g_j * d Op(...)_j / d a_i[k].
 """
+
 from __future__ import annotations
 
 import math
@@ -53,16 +54,26 @@ def ctor_attrs(head: str, prims: list) -> dict:
         if head == "Slice":
             return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2])}
         if head == "StridedSlice":
-            return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2]), "step": int(prims[3])}
+            return {
+                "axis": int(prims[0]),
+                "lo": int(prims[1]),
+                "hi": int(prims[2]),
+                "step": int(prims[3]),
+            }
         if head == "SliceScatter":
-            return {"axis": int(prims[0]), "lo": int(prims[1]), "step": int(prims[2]), "size": int(prims[3])}
+            return {
+                "axis": int(prims[0]),
+                "lo": int(prims[1]),
+                "step": int(prims[2]),
+                "size": int(prims[3]),
+            }
         if head == "Cumsum":
             return {"axis": int(prims[0]), "reverse": int(prims[1])}
         if head == "Take":
             return {"axis": int(prims[0])}
         if head == "ScatterAdd":
             return {"axis": int(prims[0]), "size": int(prims[1])}
-        if head in WINDOW_HEADS:     # one packed attribute vector (ir/window_ops.pack)
+        if head in WINDOW_HEADS:  # one packed attribute vector (ir/window_ops.pack)
             return window_ops.unpack(WINDOW_HEADS[head], tuple(int(v) for v in prims[0]))
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
@@ -80,18 +91,19 @@ def check_constant(v, dtype: DType) -> None:
 
 # ---------------------------------------------------------------- primitives
 
+
 def _div(a, b):
     if b == 0:
         raise Untypable("division by zero")
     if isinstance(a, int) and isinstance(b, int):
-        return int(a / b)   # egglog's i64 division truncates
+        return int(a / b)  # egglog's i64 division truncates
     return a / b
 
 
 def _vec_set(v, i, x):
     if not 0 <= i < len(v):
         raise Untypable("vec-set out of range")
-    return v[:i] + (x,) + v[i + 1:]
+    return v[:i] + (x,) + v[i + 1 :]
 
 
 def _vec_get(v, i):
@@ -103,29 +115,52 @@ def _vec_get(v, i):
 def _vec_remove(v, i):
     if not 0 <= i < len(v):
         raise Untypable("vec-remove out of range")
-    return v[:i] + v[i + 1:]
+    return v[:i] + v[i + 1 :]
 
 
 PRIM_FNS = {
-    "vec-of": lambda *xs: tuple(int(x) for x in xs), "vec-empty": lambda: (),
-    "vec-get": _vec_get, "vec-length": len, "vec-push": lambda v, x: v + (x,),
-    "vec-pop": lambda v: v[:-1], "vec-append": lambda a, b: a + b, "vec-remove": _vec_remove,
-    "vec-set": _vec_set, "vec-contains": lambda v, x: x in v,
+    "vec-of": lambda *xs: tuple(int(x) for x in xs),
+    "vec-empty": lambda: (),
+    "vec-get": _vec_get,
+    "vec-length": len,
+    "vec-push": lambda v, x: v + (x,),
+    "vec-pop": lambda v: v[:-1],
+    "vec-append": lambda a, b: a + b,
+    "vec-remove": _vec_remove,
+    "vec-set": _vec_set,
+    "vec-contains": lambda v, x: x in v,
     "vec-not-contains": lambda v, x: x not in v,
-    "+": lambda a, b: a + b, "-": lambda a, b=None: -a if b is None else a - b,
-    "*": lambda a, b: a * b, "/": _div,
+    "+": lambda a, b: a + b,
+    "-": lambda a, b=None: -a if b is None else a - b,
+    "*": lambda a, b: a * b,
+    "/": _div,
     "%": lambda a, b: int(math.fmod(a, b)) if b else _div(a, b),
-    "min": min, "max": max, "neg": lambda a: -a, "abs": abs,
-    "<": lambda a, b: a < b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
-    ">=": lambda a, b: a >= b, "!=": lambda a, b: a != b, "=": lambda a, b: a == b,
-    "to-f64": float, "to-i64": int, "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
-    "&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
-    "and": lambda a, b: a and b, "or": lambda a, b: a or b, "not": lambda a: not a,
+    "min": min,
+    "max": max,
+    "neg": lambda a: -a,
+    "abs": abs,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "!=": lambda a, b: a != b,
+    "=": lambda a, b: a == b,
+    "to-f64": float,
+    "to-i64": int,
+    "<<": lambda a, b: a << b,
+    ">>": lambda a, b: a >> b,
+    "&": lambda a, b: a & b,
+    "|": lambda a, b: a | b,
+    "^": lambda a, b: a ^ b,
+    "and": lambda a, b: a and b,
+    "or": lambda a, b: a or b,
+    "not": lambda a: not a,
     "?defined": lambda a: True,
 }
 
 
 # ---------------------------------------------------------------- backends
+
 
 class SympyBackend:
     """Exact values: tensors of sympy expressions."""
@@ -147,21 +182,26 @@ class SympyBackend:
         """Element k: sum_j g_j * d out_j / d a_i[k], with a_i replaced by fresh symbols."""
         a = args[i]
         flat = list(a.flat)
-        others = set().union(*[x.free_symbols for j, arr in enumerate(args) if j != i
-                               for x in arr.flat])
-        if all(isinstance(x, sp.Symbol) for x in flat) and len(set(flat)) == len(flat) \
-                and not others & set(flat):
-            z, back = a, None   # already independent symbols: differentiate in place
+        others = set().union(
+            *[x.free_symbols for j, arr in enumerate(args) if j != i for x in arr.flat]
+        )
+        if (
+            all(isinstance(x, sp.Symbol) for x in flat)
+            and len(set(flat)) == len(flat)
+            and not others & set(flat)
+        ):
+            z, back = a, None  # already independent symbols: differentiate in place
         else:
             self.fresh += 1
             z = symbol_array(f"?z{self.fresh}", a.shape)
             back = {zk: ak for zk, ak in zip(z.flat, flat)}
-        out = apply_op(op, args[:i] + [z] + args[i + 1:], attrs, rtype)
+        out = apply_op(op, args[:i] + [z] + args[i + 1 :], attrs, rtype)
         res = np.empty(a.shape, dtype=object)
         for k in np.ndindex(a.shape):
             zk = z[k]
-            total = sp.Add(*[gj * derivative(oj, zk) for gj, oj in zip(g.flat, out.flat)
-                             if oj.has(zk)])
+            total = sp.Add(
+                *[gj * derivative(oj, zk) for gj, oj in zip(g.flat, out.flat) if oj.has(zk)]
+            )
             res[k] = total if back is None else total.xreplace(back)
         return res
 
@@ -199,13 +239,14 @@ class NumpyBackend:
             up, down = a.copy(), a.copy()
             up[k] += h
             down[k] -= h
-            f_up = self.op(op, args[:i] + [up] + args[i + 1:], attrs, rtype)
-            f_down = self.op(op, args[:i] + [down] + args[i + 1:], attrs, rtype)
+            f_up = self.op(op, args[:i] + [up] + args[i + 1 :], attrs, rtype)
+            f_down = self.op(op, args[:i] + [down] + args[i + 1 :], attrs, rtype)
             res[k] = np.sum(g * (f_up - f_down) / (2 * h))
         return res
 
 
 # ---------------------------------------------------------------- the evaluator
+
 
 class Evaluator:
     """Types and values of terms under an assignment {variable: TensorType or primitive}.
@@ -216,8 +257,8 @@ class Evaluator:
         self.vocab = vocab
         self.sigs = vocab.sigs
         self._split: dict = {}
-        self._term_sorts: set | None = None   # sorts of tensor-valued children (Term, Scalar)
-        self._result: dict = {}   # (constructor, child types, primitives) -> type or error
+        self._term_sorts: set | None = None  # sorts of tensor-valued children (Term, Scalar)
+        self._result: dict = {}  # (constructor, child types, primitives) -> type or error
 
     def split(self, t: PCall) -> tuple[list, list]:
         """(tensor children, primitive children) of a constructor application."""
@@ -259,8 +300,14 @@ class Evaluator:
         args = [self.prim(a, asg, memo) for a in e.args]
         try:
             return fn(*args)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError,
-                HelperTypeError) as err:
+        except (
+            TypeError,
+            ValueError,
+            OverflowError,
+            ZeroDivisionError,
+            KeyError,
+            HelperTypeError,
+        ) as err:
             raise Untypable(f"{pshow(e)}: {err}") from None
 
     def holds(self, guard, asg: dict, memo: dict | None = None) -> bool:
@@ -314,7 +361,7 @@ class Evaluator:
         key = (e.head, tuple(kid_types), tuple(prim_values))
         try:
             hit = self._result.get(key)
-        except TypeError:   # an unhashable primitive (a list): no caching
+        except TypeError:  # an unhashable primitive (a list): no caching
             return self._result_type(e, kid_types, prim_values)
         if hit is None:
             try:
@@ -339,10 +386,13 @@ class Evaluator:
         op = EGG_TO_OP[ctor]
         attrs = ctor_attrs(ctor, prim_values)
         spec = OPS[op]
-        if spec.kind in ELEMENTWISE_KINDS:   # cheap rejections before the op table's messages
+        if spec.kind in ELEMENTWISE_KINDS:  # cheap rejections before the op table's messages
             if len({t.shape for t in kid_types}) > 1:
-                raise Untypable(f"{e.head} operands have different shapes "
-                                + ", ".join(map(str, kid_types)) + " (broadcasts are explicit)")
+                raise Untypable(
+                    f"{e.head} operands have different shapes "
+                    + ", ".join(map(str, kid_types))
+                    + " (broadcasts are explicit)"
+                )
             data = kid_types[:2] if spec.kind == SELECT else kid_types
             if len({t.dtype for t in data}) > 1 or (spec.float_only and not data[0].dtype.is_float):
                 raise Untypable(f"{e.head}: operand dtypes " + ", ".join(map(str, kid_types)))
@@ -383,8 +433,14 @@ class Evaluator:
             kids, prims = self.split(fwd)
             args = [self.value(k, asg, backend, memo, types) for k in kids]
             attrs = ctor_attrs(fwd.head, [self.prim(p, asg, types) for p in prims])
-            return backend.vjp(EGG_TO_OP[fwd.head], args, attrs, self.type(fwd, asg, types), i,
-                               self.value(g, asg, backend, memo, types))
+            return backend.vjp(
+                EGG_TO_OP[fwd.head],
+                args,
+                attrs,
+                self.type(fwd, asg, types),
+                i,
+                self.value(g, asg, backend, memo, types),
+            )
         kids, prims = self.split(e)
         args = [self.value(k, asg, backend, memo, types) for k in kids]
         prim_values = [self.prim(p, asg, types) for p in prims]

@@ -6,26 +6,38 @@ do not fit the drawn operands fail the type check and are dropped by the search.
 
     window_attr_domain("Conv2d")     # [(1, 1, 0, 0, 0, 0, 1, 1, 1), ...]
 """
+
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 from ..ir import window_ops
 from ..ir.ops import OPS
 
 HEADS = {OPS[op].egg: op for op in window_ops.WINDOW_OPS}
 _SIZES = [(1, 1), (1, 2), (2, 1), (2, 2)]
-_CONV = {"stride": [(1, 1), (2, 1)], "padding": [(0, 0, 0, 0), (1, 0, 0, 1)],
-         "dilation": [(1, 1), (1, 2)], "groups": [1, 2], "size": _SIZES}
-_POOL = {"kernel": [(1, 1), (2, 2), (2, 1)], "stride": [(1, 1), (2, 2)],
-         "padding": [(0, 0, 0, 0), (1, 0, 0, 0)], "size": _SIZES}
+_CONV = {
+    "stride": [(1, 1), (2, 1)],
+    "padding": [(0, 0, 0, 0), (1, 0, 0, 1)],
+    "dilation": [(1, 1), (1, 2)],
+    "groups": [1, 2],
+    "size": _SIZES,
+}
+_POOL = {
+    "kernel": [(1, 1), (2, 2), (2, 1)],
+    "stride": [(1, 1), (2, 2)],
+    "padding": [(0, 0, 0, 0), (1, 0, 0, 0)],
+    "size": _SIZES,
+}
 
 
-@lru_cache(maxsize=None)
+@cache
 def window_attr_domain(head: str) -> list[tuple[int, ...]]:
     op = HEADS[head]
     choices = _CONV if op in window_ops.CONV_OPS else _POOL
     names = window_ops.attr_names(op)
-    return [window_ops.pack(op, dict(zip(names, values)))
-            for values in itertools.product(*(choices[n] for n in names))]
+    return [
+        window_ops.pack(op, dict(zip(names, values)))
+        for values in itertools.product(*(choices[n] for n in names))
+    ]

@@ -7,6 +7,7 @@ Piecewise on strict comparisons with earlier taps and non-strict ones with later
 
     table.update(window_table(as_array, extremum))
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,13 +21,15 @@ def _taps(x, attrs, pad):
     k, s, p = attrs["kernel"], attrs["stride"], attrs["padding"]
     n, c, h, w = x.shape
     full = np.full((n, c, h + p[0] + p[1], w + p[2] + p[3]), pad, dtype=object)
-    full[:, :, p[0]:p[0] + h, p[2]:p[2] + w] = x
+    full[:, :, p[0] : p[0] + h, p[2] : p[2] + w] = x
     oh = window_ops.out_size(h, k[0], s[0], p[0], p[1])
     ow = window_ops.out_size(w, k[1], s[1], p[2], p[3])
     out = np.empty((n, c, k[0] * k[1], oh, ow), dtype=object)
     for i in range(k[0]):
         for j in range(k[1]):
-            out[:, :, i * k[1] + j] = full[:, :, i:i + s[0] * (oh - 1) + 1:s[0], j:j + s[1] * (ow - 1) + 1:s[1]]
+            out[:, :, i * k[1] + j] = full[
+                :, :, i : i + s[0] * (oh - 1) + 1 : s[0], j : j + s[1] * (ow - 1) + 1 : s[1]
+            ]
     return out
 
 
@@ -37,7 +40,9 @@ def _first_max(taps):
     for idx in np.ndindex(taps.shape[:2] + taps.shape[3:]):
         col = [taps[idx[:2] + (t,) + idx[2:]] for t in range(k)]
         for t in range(k):
-            terms = [col[t] > col[u] for u in range(t)] + [col[t] >= col[u] for u in range(t + 1, k)]
+            terms = [col[t] > col[u] for u in range(t)] + [
+                col[t] >= col[u] for u in range(t + 1, k)
+            ]
             conds[idx[:2] + (t,) + idx[2:]] = sp.And(*terms)
     return conds
 
@@ -52,7 +57,9 @@ _SYMPIFY = np.frompyfunc(sp.sympify, 1, 1)
 def window_table(as_array, extremum) -> dict:
     # sympified: array algorithms leave plain 0s (np.zeros of objects) where no tap lands
     def generic(op):
-        return lambda args, attrs, rtype: as_array(_SYMPIFY(window_ops.evaluate(op, np, [as_array(a) for a in args], attrs)))
+        return lambda args, attrs, rtype: as_array(
+            _SYMPIFY(window_ops.evaluate(op, np, [as_array(a) for a in args], attrs))
+        )
 
     def max_pool(args, attrs, rtype):
         taps = _taps(args[0], attrs, sp.S.NegativeInfinity)
@@ -73,5 +80,7 @@ def window_table(as_array, extremum) -> dict:
         return as_array(_SYMPIFY(np.sum(_routed(conds, _taps(g, attrs, sp.S.Zero)), axis=2)))
 
     table = {op: generic(op) for op in window_ops.CONV_OPS + ("avgPool2d", "avgPool2dBackward")}
-    table.update(maxPool2d=max_pool, maxPool2dBackward=max_pool_backward, maxPool2dGather=max_pool_gather)
+    table.update(
+        maxPool2d=max_pool, maxPool2dBackward=max_pool_backward, maxPool2dGather=max_pool_gather
+    )
     return table

@@ -33,14 +33,15 @@ GFLOP/s on this machine's two cores; this micro-kernel runs at ~160 GFLOP/s on o
 (measured), the epilogue removes the elementwise pass after a matmul, and OpenBLAS's threads
 busy-wait for ~100 ms after each call, competing with our own workers (gemm_runtime).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..llvm.emitter import Emitter
 from ..kernels.spec import KernelSpec, c_strides
+from ..llvm.emitter import Emitter
 from ..llvm.loops import counted_loop, i64
 from ..llvm.lower_expr import from_storage, lower, storage_type, to_storage
 
@@ -49,22 +50,24 @@ I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
-LANES = 16                       # float32 lanes of an AVX-512 vector (the default tile's)
-N_ARGS = 18                      # the GEMM's arguments (the worker pool passes up to 32)
+LANES = 16  # float32 lanes of an AVX-512 vector (the default tile's)
+N_ARGS = 18  # the GEMM's arguments (the worker pool passes up to 32)
 ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED = 1, 2, 4, 8
 
 
 @dataclass(frozen=True)
 class GemmSpec:
-    mr: int = 12                 # micro-tile rows
-    nr: int = 32                 # micro-tile columns (a multiple of LANES)
-    kc: int = 256                # depth of a K slice (B's micro-panel KC x NR stays in L1)
-    mc: int = 144                # rows of A per packed block (a multiple of mr)
-    lanes: int = LANES           # float32 lanes of one vector: 16 (AVX-512) or 8 (AVX2)
+    mr: int = 12  # micro-tile rows
+    nr: int = 32  # micro-tile columns (a multiple of LANES)
+    kc: int = 256  # depth of a K slice (B's micro-panel KC x NR stays in L1)
+    mc: int = 144  # rows of A per packed block (a multiple of mr)
+    lanes: int = LANES  # float32 lanes of one vector: 16 (AVX-512) or 8 (AVX2)
 
     def __post_init__(self):
         if self.lanes not in (8, 16) or self.nr % self.lanes or self.mc % self.mr:
-            raise ValueError("lanes must be 8 or 16, nr a multiple of lanes and mc a multiple of mr")
+            raise ValueError(
+                "lanes must be 8 or 16, nr a multiple of lanes and mc a multiple of mr"
+            )
 
     def scratch(self, n: int) -> tuple[int, int]:
         """(packA, packB) sizes in floats for blocks n columns wide."""
@@ -73,9 +76,13 @@ class GemmSpec:
 
 def check_epilogue(spec: KernelSpec, c_input: int) -> None:
     """An epilogue is a 2-D map whose input `c_input` reads C (float32, contiguous)."""
-    if (not isinstance(spec, KernelSpec) or len(spec.shape) != 2 or not 0 <= c_input < len(spec.inputs)
-            or spec.input_dtypes[c_input] != "f32"
-            or spec.inputs[c_input].strides not in (None, c_strides(spec.shape))):
+    if (
+        not isinstance(spec, KernelSpec)
+        or len(spec.shape) != 2
+        or not 0 <= c_input < len(spec.inputs)
+        or spec.input_dtypes[c_input] != "f32"
+        or spec.inputs[c_input].strides not in (None, c_strides(spec.shape))
+    ):
         raise ValueError("a GEMM epilogue is a 2-D map reading C (float32, contiguous)")
 
 
@@ -90,11 +97,17 @@ class _Builder:
         self.vec = VEC = ir.VectorType(F32, L)
         self.mask = MASK = ir.VectorType(I1, L)
         self.module = ir.Module(name="dq_gemm")
-        self.fma = ir.Function(self.module, ir.FunctionType(VEC, [VEC, VEC, VEC]), f"llvm.fma.v{L}f32")
-        self.mload = ir.Function(self.module, ir.FunctionType(VEC, [PTR, I32, MASK, VEC]),
-                                 f"llvm.masked.load.v{L}f32.p0")
-        self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [VEC, PTR, I32, MASK]),
-                                  f"llvm.masked.store.v{L}f32.p0")
+        self.fma = ir.Function(
+            self.module, ir.FunctionType(VEC, [VEC, VEC, VEC]), f"llvm.fma.v{L}f32"
+        )
+        self.mload = ir.Function(
+            self.module, ir.FunctionType(VEC, [PTR, I32, MASK, VEC]), f"llvm.masked.load.v{L}f32.p0"
+        )
+        self.mstore = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [VEC, PTR, I32, MASK]),
+            f"llvm.masked.store.v{L}f32.p0",
+        )
         args = [I64] * 5 + [PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR, PTR, I32, PTR, PTR]
         self.fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), symbol)
         for i in (5, 8, 11, 13, 14):
@@ -115,15 +128,21 @@ class _Builder:
         b = self.b
         vt = ir.VectorType(I64, self.lanes)
         splat = b.insert_element(ir.Constant(vt, ir.Undefined), valid, I32(0))
-        splat = b.shuffle_vector(splat, ir.Constant(vt, ir.Undefined),
-                                 ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
+        splat = b.shuffle_vector(
+            splat,
+            ir.Constant(vt, ir.Undefined),
+            ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes),
+        )
         return b.icmp_signed("<", ir.Constant(vt, list(range(self.lanes))), splat)
 
     def splat(self, x):
         b = self.b
         v = b.insert_element(ir.Constant(self.vec, ir.Undefined), x, I32(0))
-        return b.shuffle_vector(v, ir.Constant(self.vec, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
+        return b.shuffle_vector(
+            v,
+            ir.Constant(self.vec, ir.Undefined),
+            ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes),
+        )
 
     def minimum(self, a, c):
         return self.b.select(self.b.icmp_signed("<", a, c), a, c)
@@ -144,16 +163,21 @@ class _Builder:
         zero = ir.Constant(self.vec, [0.0] * self.lanes)
 
         def panel(j0):
-            dst0 = b.mul(j0, _const(s.kc))        # panel p starts at p*NR*KC = j0*KC
+            dst0 = b.mul(j0, _const(s.kc))  # panel p starts at p*NR*KC = j0*KC
 
             def row(k):
                 src = b.add(b.mul(k, rsb), j0)
                 dst = b.add(dst0, b.mul(k, _const(s.nr)))
                 for v in range(s.nr // self.lanes):
                     m = self.lane_mask(b.sub(n, b.add(j0, _const(v * self.lanes))))
-                    x = b.call(self.mload, [self.at(bsrc, b.add(src, _const(v * self.lanes))), I32(4), m, zero])
+                    x = b.call(
+                        self.mload,
+                        [self.at(bsrc, b.add(src, _const(v * self.lanes))), I32(4), m, zero],
+                    )
                     b.store(x, self.at(packb, b.add(dst, _const(v * self.lanes))), align=4)
+
             self.loop(_const(0), kc, _const(1), row, "pb.k")
+
         self.loop(_const(0), n, _const(s.nr), panel, "pb.j")
 
     def pack_b_strided(self, bsrc, rsb, csb, kc, n, packb):
@@ -167,13 +191,21 @@ class _Builder:
             def col(j):
                 c = b.add(j0, j)
                 inside = b.icmp_signed("<", c, n)
-                src = self.at(bsrc, b.mul(b.select(inside, c, _const(0)), csb))   # never past the edge
+                src = self.at(
+                    bsrc, b.mul(b.select(inside, c, _const(0)), csb)
+                )  # never past the edge
 
                 def row(k):
                     x = b.load(self.at(src, b.mul(k, rsb)), typ=F32)
-                    b.store(b.select(inside, x, zero), self.at(packb, b.add(dst0, b.add(b.mul(k, _const(s.nr)), j))))
+                    b.store(
+                        b.select(inside, x, zero),
+                        self.at(packb, b.add(dst0, b.add(b.mul(k, _const(s.nr)), j))),
+                    )
+
                 self.loop(_const(0), kc, _const(1), row, "pbs.k")
+
             self.loop(_const(0), _const(s.nr), _const(1), col, "pbs.j")
+
         self.loop(_const(0), n, _const(s.nr), panel, "pbs.p")
 
     def pack_a(self, asrc, csa, kc, mc, packa):
@@ -182,7 +214,10 @@ class _Builder:
         s, b = self.spec, self.b
         zero = ir.Constant(self.vec, [0.0] * self.lanes)
         chunks = range(0, s.mr, self.lanes)
-        store_masks = [ir.Constant(self.mask, [int(c + lane < s.mr) for lane in range(self.lanes)]) for c in chunks]
+        store_masks = [
+            ir.Constant(self.mask, [int(c + lane < s.mr) for lane in range(self.lanes)])
+            for c in chunks
+        ]
 
         def panel(i0):
             dst0 = b.mul(i0, _const(s.kc))
@@ -201,7 +236,9 @@ class _Builder:
                         b.store(x, self.at(packa, b.add(dst, _const(c))), align=4)
                     else:
                         b.call(self.mstore, [x, self.at(packa, b.add(dst, _const(c))), I32(4), sm])
+
             self.loop(_const(0), kc, _const(1), col, "pa.k")
+
         self.loop(_const(0), mc, _const(s.mr), panel, "pa.i")
 
     def pack_a_rows(self, asrc, rsa, kc, mc, packa):
@@ -220,9 +257,15 @@ class _Builder:
 
                 def col(k):
                     x = b.load(self.at(src, k), typ=F32)
-                    b.store(b.select(valid, x, zero), self.at(packa, b.add(dst0, b.add(b.mul(k, _const(s.mr)), i))))
+                    b.store(
+                        b.select(valid, x, zero),
+                        self.at(packa, b.add(dst0, b.add(b.mul(k, _const(s.mr)), i))),
+                    )
+
                 self.loop(_const(0), kc, _const(1), col, "pr.k")
+
             self.loop(_const(0), _const(s.mr), _const(1), one_row, "pr.i")
+
         self.loop(_const(0), mc, _const(s.mr), panel, "pr.q")
 
     # ---------------------------------------------------------------- micro-kernel
@@ -245,8 +288,13 @@ class _Builder:
             for p in row:
                 p.add_incoming(zero, pre)
         boff = b.mul(k, b_step)
-        bv = [b.load(self.at(bpanel, b.add(boff, _const(v * self.lanes))), typ=self.vec, align=4) for v in range(nv)]
-        aoff = b.mul(k, a_step) if not isinstance(a_step, ir.Constant) or a_step.constant != 1 else k
+        bv = [
+            b.load(self.at(bpanel, b.add(boff, _const(v * self.lanes))), typ=self.vec, align=4)
+            for v in range(nv)
+        ]
+        aoff = (
+            b.mul(k, a_step) if not isinstance(a_step, ir.Constant) or a_step.constant != 1 else k
+        )
         new = []
         for i in range(s.mr):
             a = self.splat(b.load(self.at(a_rows[i], aoff), typ=F32))
@@ -285,7 +333,9 @@ class _Builder:
     def store_rows(self, accs, c, ldc, mvalid, nvalid, add_old, masked: bool):
         s, b = self.spec, self.b
         zero = ir.Constant(self.vec, [0.0] * self.lanes)
-        masks = [self.lane_mask(b.sub(nvalid, _const(v * self.lanes))) for v in range(s.nr // self.lanes)]
+        masks = [
+            self.lane_mask(b.sub(nvalid, _const(v * self.lanes))) for v in range(s.nr // self.lanes)
+        ]
         for i, row in enumerate(accs):
             with b.if_then(b.icmp_signed(">", mvalid, _const(i))):
                 base = b.mul(_const(i), ldc)
@@ -304,26 +354,53 @@ class _Builder:
     # ---------------------------------------------------------------- the loop nest
     def build(self) -> ir.Module:
         s, b = self.spec, self.b
-        (m0, m1, n0, n1, K, A, rsa, csa, B, rsb, csb, C, ldc, packa, packb, flags, epi,
-         epi_args) = self.fn.args
+        (
+            m0,
+            m1,
+            n0,
+            n1,
+            K,
+            A,
+            rsa,
+            csa,
+            B,
+            rsb,
+            csb,
+            C,
+            ldc,
+            packa,
+            packb,
+            flags,
+            epi,
+            epi_args,
+        ) = self.fn.args
 
         def flag(bit):
             return b.icmp_signed("!=", b.and_(flags, I32(bit)), I32(0))
-        acc_flag, a_cols, a_rows_packed, self.b_strided = (flag(f) for f in (ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED))
+
+        acc_flag, a_cols, a_rows_packed, self.b_strided = (
+            flag(f) for f in (ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED)
+        )
         a_packed = b.or_(a_cols, a_rows_packed)
         has_epi = b.icmp_unsigned("!=", b.ptrtoint(epi, I64), _const(0))
         n = b.sub(n1, n0)
         # One row of micro-tiles uses each element of B once: packing it would only copy it.
         # Read B in place then (columns contiguous, whole panels only).
-        direct = b.and_(b.not_(self.b_strided),
-                        b.and_(b.icmp_signed("<=", b.sub(m1, m0), _const(s.mr)),
-                               b.icmp_signed("==", b.srem(n, _const(s.nr)), _const(0))))
+        direct = b.and_(
+            b.not_(self.b_strided),
+            b.and_(
+                b.icmp_signed("<=", b.sub(m1, m0), _const(s.mr)),
+                b.icmp_signed("==", b.srem(n, _const(s.nr)), _const(0)),
+            ),
+        )
         b_step = b.select(direct, rsb, _const(s.nr))
 
         # K slices of equal depth, at most KC: 784 = 4 x 196 rather than 3 x 256 + 16 (a last
         # slice of 16 still costs a pass over C and a packing of B)
         slices = b.sdiv(b.add(K, _const(s.kc - 1)), _const(s.kc))
-        slices = b.select(b.icmp_signed(">", slices, _const(0)), slices, _const(1))   # K = 0: no division by 0
+        slices = b.select(
+            b.icmp_signed(">", slices, _const(0)), slices, _const(1)
+        )  # K = 0: no division by 0
         kstep = b.sdiv(b.add(K, b.sub(slices, _const(1))), slices)
 
         def kslice(pc):
@@ -342,7 +419,9 @@ class _Builder:
                     self.pack_a_rows(self.at(A, b.add(b.mul(ic, rsa), pc)), rsa, kc, mc, packa)
 
                 def jpanel(jr):
-                    bpanel = b.select(direct, self.at(bsrc, jr), self.at(packb, b.mul(jr, _const(s.kc))))
+                    bpanel = b.select(
+                        direct, self.at(bsrc, jr), self.at(packb, b.mul(jr, _const(s.kc)))
+                    )
                     nvalid = self.minimum(b.sub(n, jr), _const(s.nr))
 
                     def itile(ir_):
@@ -354,16 +433,25 @@ class _Builder:
                         last_row = b.sub(b.add(row0, mvalid), _const(1))
                         base = self.at(A, pc)
                         # rows past the edge re-read the last valid row (never out of bounds)
-                        in_place = [self.at(base, b.mul(self.minimum(b.add(row0, _const(i)), last_row), rsa))
-                                    for i in range(s.mr)]
+                        in_place = [
+                            self.at(
+                                base, b.mul(self.minimum(b.add(row0, _const(i)), last_row), rsa)
+                            )
+                            for i in range(s.mr)
+                        ]
                         if self.lanes == 8:
                             # AVX2 has half the registers' width: a micro-kernel per way of
                             # reading A, so that the packed one has one pointer and constant
                             # offsets (a shared one kept MR row pointers, spilled to the stack)
                             with b.if_else(a_packed) as (packed, rows_in_place):
                                 with packed:
-                                    accs = self.micro(kc, [self.at(panel, _const(i)) for i in range(s.mr)],
-                                                      _const(s.mr), bpanel, b_step)
+                                    accs = self.micro(
+                                        kc,
+                                        [self.at(panel, _const(i)) for i in range(s.mr)],
+                                        _const(s.mr),
+                                        bpanel,
+                                        b_step,
+                                    )
                                     self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
                                 with rows_in_place:
                                     accs = self.micro(kc, in_place, _const(1), bpanel, b_step)
@@ -371,16 +459,25 @@ class _Builder:
                         else:
                             # one micro-kernel for both ways of reading A: row pointers into the
                             # packed panel (constant offsets) or into A itself
-                            rows = [b.select(a_packed, self.at(panel, _const(i)), p) for i, p in enumerate(in_place)]
+                            rows = [
+                                b.select(a_packed, self.at(panel, _const(i)), p)
+                                for i, p in enumerate(in_place)
+                            ]
                             step = b.select(a_packed, _const(s.mr), _const(1))
                             accs = self.micro(kc, rows, step, bpanel, b_step)
                             self.store_tile(accs, c, ldc, mvalid, nvalid, add_old)
                         with b.if_then(run_epi):
-                            b.call(FnPtr(epi, self.epi_type),
-                                   [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), epi_args])
+                            b.call(
+                                FnPtr(epi, self.epi_type),
+                                [row0, b.add(row0, mvalid), col0, b.add(col0, nvalid), epi_args],
+                            )
+
                     self.loop(_const(0), mc, _const(s.mr), itile, "ir")
+
                 self.loop(_const(0), n, _const(s.nr), jpanel, "jr")
+
             self.loop(m0, m1, _const(s.mc), mblock, "ic")
+
         self.loop(_const(0), K, kstep, kslice, "pc")
         b.ret_void()
         return self.module
@@ -409,13 +506,15 @@ def epilogue_ir(spec: KernelSpec, symbol: str, width: int = 32) -> str:
     wide micro-tile's NR, `width`) is a constant trip count, which LLVM turns into straight
     vector code."""
     from .llvm_cpu import has_avx512
+
     module = ir.Module(name="dq_epilogue")
     n_out, n_in = len(spec.outputs), len(spec.inputs)
     # The body takes its pointers as noalias parameters (pointers loaded from `args` would
     # carry no aliasing facts: the vectorizer then versions every loop with run-time overlap
     # checks, and compiling took 6x as long); the entry point loads them and calls it inline.
-    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_out + n_in)),
-                       symbol + ".body")
+    body = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_out + n_in)), symbol + ".body"
+    )
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
     for a in body.args[4:]:
@@ -424,16 +523,21 @@ def epilogue_ir(spec: KernelSpec, symbol: str, width: int = 32) -> str:
     for f in (fn, body):
         set.add(f.attributes, '"prefer-vector-width"="512"')
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    ptrs = [entry.load(entry.gep(fn.args[4], [i64(j)], source_etype=PTR), typ=PTR) for j in range(n_out + n_in)]
+    ptrs = [
+        entry.load(entry.gep(fn.args[4], [i64(j)], source_etype=PTR), typ=PTR)
+        for j in range(n_out + n_in)
+    ]
     entry.call(body, [*fn.args[:4], *ptrs])
     entry.ret_void()
     b = ir.IRBuilder(body.append_basic_block("entry"))
     e = Emitter(b, fast_ldexp=has_avx512())
     r0, r1, c0, c1 = body.args[:4]
-    outs, ins = body.args[4:4 + n_out], body.args[4 + n_out:]
+    outs, ins = body.args[4 : 4 + n_out], body.args[4 + n_out :]
     dtypes, odt = spec.input_dtypes, spec.output_dtypes
     cols = spec.shape[1]
-    strides = [inp.strides if inp.strides is not None else c_strides(spec.shape) for inp in spec.inputs]
+    strides = [
+        inp.strides if inp.strides is not None else c_strides(spec.shape) for inp in spec.inputs
+    ]
     full = b.icmp_signed("==", b.sub(c1, c0), i64(width))
 
     def row(b, r):
@@ -442,17 +546,22 @@ def epilogue_ir(spec: KernelSpec, symbol: str, width: int = 32) -> str:
                 st = strides[i]
                 off = b.add(b.mul(r, i64(st[0])), b.mul(c, i64(st[1])))
                 t = storage_type(dtypes[i])
-                return from_storage(e, b.load(b.gep(ins[i], [off], source_etype=t), typ=t), dtypes[i])
+                return from_storage(
+                    e, b.load(b.gep(ins[i], [off], source_etype=t), typ=t), dtypes[i]
+                )
+
             vals = lower(e, list(spec.outputs), dtypes, load)
             flat = b.add(b.mul(r, i64(cols)), c)
             for p, v, dt in zip(outs, vals, odt):
                 t = storage_type(dt)
                 b.store(to_storage(e, v, dt), b.gep(p, [flat], source_etype=t))
+
         with b.if_else(full) as (whole, part):
             with whole:
                 counted_loop(b, i64(0), i64(width), lambda b, j: col(b, b.add(c0, j)), "epi.c")
             with part:
                 counted_loop(b, c0, c1, col, "epi.cp")
+
     counted_loop(b, r0, r1, row, "epi.r")
     b.ret_void()
     return str(module)

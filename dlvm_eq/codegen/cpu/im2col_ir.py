@@ -7,6 +7,7 @@ with dims = [image_stride, row_stride, images] of the column matrix (kernels/con
 
     >>> kir = conv_ir(Im2colSpec(g))      # CpuIR; the symbol hashes the IR
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -27,12 +28,17 @@ def _build(spec: Im2colSpec | Col2imSpec, symbol: str, triple: str, datalayout: 
     mark_noalias(fn, 2)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lo, hi, dst, src, dims = fn.args
-    image_stride, row_stride, images = (b.load(b.gep(dims, [i64(j)], inbounds=True, source_etype=I64),
-                                               typ=I64) for j in (0, 1, 2))
+    image_stride, row_stride, images = (
+        b.load(b.gep(dims, [i64(j)], inbounds=True, source_etype=I64), typ=I64) for j in (0, 1, 2)
+    )
     body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
-    counted_loop(b, lo, hi, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
-                                                     spec.geometry),
-                 "items")
+    counted_loop(
+        b,
+        lo,
+        hi,
+        lambda b, i: body(b, i, dst, src, image_stride, row_stride, images, spec.geometry),
+        "items",
+    )
     b.ret_void()
     return module
 

@@ -17,6 +17,7 @@ the values' own dtype and with no fast-math flags, so f32 results are the interp
 
     >>> kir = index_ir(IndexSpec("take", "f32"))      # CpuIR(text, symbol, None, "index")
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -29,7 +30,7 @@ from ..llvm.lower_expr import storage_type
 from .llvm_cpu import CpuIR, symbol_for, target_machine
 
 PTR = ir.PointerType()
-N_PTRS = 4          # out, src, ids, flag
+N_PTRS = 4  # out, src, ids, flag
 
 
 def _copy_type(dt: str) -> ir.Type:
@@ -42,13 +43,18 @@ def _at(b, ptr, idx, t):
 
 
 def _bytes(b, count, t):
-    return b.mul(count, i64(t.width // 8 if isinstance(t, ir.IntType) else {"float": 4, "double": 8}[str(t)]))
+    return b.mul(
+        count, i64(t.width // 8 if isinstance(t, ir.IntType) else {"float": 4, "double": 8}[str(t)])
+    )
 
 
 def _copy(b, dst, src, count, t):
     """count elements of type t, as llvm.memcpy (what LLVM makes of a copy loop anyway)."""
     fn = b.module.globals.get("llvm.memcpy.p0.p0.i64") or ir.Function(
-        b.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64")
+        b.module,
+        ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]),
+        "llvm.memcpy.p0.p0.i64",
+    )
     b.call(fn, [dst, src, _bytes(b, count, t), ir.Constant(ir.IntType(1), 0)])
 
 
@@ -56,8 +62,13 @@ def _zero(b, dst, count, t):
     """count elements of type t set to 0 (all bits zero: 0.0 too), as llvm.memset (what LLVM
     makes of a zeroing loop where it recognizes one; here wherever the loop sits)."""
     fn = b.module.globals.get("llvm.memset.p0.i64") or ir.Function(
-        b.module, ir.FunctionType(ir.VoidType(), [PTR, ir.IntType(8), I64, ir.IntType(1)]), "llvm.memset.p0.i64")
-    b.call(fn, [dst, ir.Constant(ir.IntType(8), 0), _bytes(b, count, t), ir.Constant(ir.IntType(1), 0)])
+        b.module,
+        ir.FunctionType(ir.VoidType(), [PTR, ir.IntType(8), I64, ir.IntType(1)]),
+        "llvm.memset.p0.i64",
+    )
+    b.call(
+        fn, [dst, ir.Constant(ir.IntType(8), 0), _bytes(b, count, t), ir.Constant(ir.IntType(1), 0)]
+    )
 
 
 def _add(b, x, y, dt: str):
@@ -66,7 +77,7 @@ def _add(b, x, y, dt: str):
 
 
 def _flag(b, flag):
-    b.atomic_rmw("xchg", flag, ir.Constant(I64, 1), "monotonic")   # other threads may set it too
+    b.atomic_rmw("xchg", flag, ir.Constant(I64, 1), "monotonic")  # other threads may set it too
 
 
 def _index(b, ids, j):
@@ -86,6 +97,7 @@ def _segments(b, lo, hi, width, body, name):
             end = b.add(base, width)
             s1 = b.sub(b.select(b.icmp_signed("<", hi, end), hi, end), base)
             body(b, a, s0, s1)
+
         counted_loop(b, a_lo, a_hi, per_block, name)
 
 
@@ -110,6 +122,7 @@ def _take(b, spec, lo, hi, out, src, ids, flag, n, size, inner):
             wrap = b.icmp_signed("==", j1, n)
             b.store(b.select(wrap, i64(0), j1), j_slot)
             b.store(b.add(a, b.zext(wrap, I64)), a_slot)
+
         counted_loop(b, lo, hi, row, "rows")
 
 
@@ -130,11 +143,16 @@ def _scatter_add(b, spec, lo, hi, out, src, ids, flag, n, size, inner):
 
                 def add(b, c):
                     p = _at(b, dst, c, t)
-                    b.store(_add(b, b.load(p, typ=t), b.load(_at(b, g, c, t), typ=t), spec.dtype), p)
+                    b.store(
+                        _add(b, b.load(p, typ=t), b.load(_at(b, g, c, t), typ=t), spec.dtype), p
+                    )
+
                 counted_loop(b, i64(0), inner, add, "acc")
             with b.if_then(b.icmp_unsigned(">=", s, size)):
                 _flag(b, flag)
+
         counted_loop(b, i64(0), n, per_id, "ids")
+
     _segments(b, lo, hi, size, block, "blocks")
 
 
@@ -152,7 +170,9 @@ def _slice_scatter(b, spec, lo, hi, out, src, n, size, inner, first, step):
 
         def row(b, s):
             k = b.load(k_slot, typ=I64)
-            hit = b.and_(b.icmp_signed("<", k, n), b.icmp_signed("==", s, b.add(first, b.mul(k, step))))
+            hit = b.and_(
+                b.icmp_signed("<", k, n), b.icmp_signed("==", s, b.add(first, b.mul(k, step)))
+            )
             dst = _at(b, out, b.mul(b.add(base, s), inner), t)
             with b.if_else(hit) as (yes, no):
                 with yes:
@@ -160,7 +180,9 @@ def _slice_scatter(b, spec, lo, hi, out, src, n, size, inner, first, step):
                     b.store(b.add(k, i64(1)), k_slot)
                 with no:
                     _zero(b, dst, inner, t)
+
         counted_loop(b, s0, s1, row, "rows")
+
     _segments(b, lo, hi, size, block, "blocks")
 
 
@@ -168,15 +190,15 @@ def _cumsum(b, spec, lo, hi, out, src, n, inner):
     t, dt = storage_type(spec.dtype), spec.dtype
     rev = spec.reverse
 
-    def position(b, k):            # the k-th element visited along the axis
+    def position(b, k):  # the k-th element visited along the axis
         return b.sub(b.sub(n, i64(1)), k) if rev else k
 
     def block(b, a, c0, c1):
         width = b.sub(c1, c0)
-        line0 = b.add(b.mul(b.mul(a, n), inner), c0)      # element (a, 0, c0)
+        line0 = b.add(b.mul(b.mul(a, n), inner), c0)  # element (a, 0, c0)
         first = b.add(line0, b.mul(position(b, i64(0)), inner))
         _copy(b, _at(b, out, first, t), _at(b, src, first, t), width, t)
-        back = b.neg(inner) if not rev else inner          # from an element to the one before
+        back = b.neg(inner) if not rev else inner  # from an element to the one before
 
         def step(b, k):
             row = b.add(line0, b.mul(position(b, k), inner))
@@ -184,10 +206,18 @@ def _cumsum(b, spec, lo, hi, out, src, n, inner):
 
             def item(b, c):
                 p = b.add(row, c)
-                v = _add(b, b.load(_at(b, out, b.add(prev, c), t), typ=t), b.load(_at(b, src, p, t), typ=t), dt)
+                v = _add(
+                    b,
+                    b.load(_at(b, out, b.add(prev, c), t), typ=t),
+                    b.load(_at(b, src, p, t), typ=t),
+                    dt,
+                )
                 b.store(v, _at(b, out, p, t))
+
             counted_loop(b, i64(0), width, item, "line")
+
         counted_loop(b, i64(1), n, step, "axis")
+
     with b.if_then(b.icmp_signed(">", n, i64(0))):
         _segments(b, lo, hi, inner, block, "blocks")
 
@@ -196,7 +226,7 @@ def _function(module: ir.Module, spec: IndexSpec, symbol: str) -> None:
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64] + [PTR] * N_PTRS + [I64] * 5)
     fn = ir.Function(module, fnty, symbol)
     fn.attributes.add("nounwind")
-    for a in fn.args[2:2 + N_PTRS]:
+    for a in fn.args[2 : 2 + N_PTRS]:
         a.add_attribute("noalias")
     lo, hi, out, src, ids, flag, n, size, inner, first, step = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -220,5 +250,6 @@ def index_ir(spec: IndexSpec) -> CpuIR:
         module.triple, module.data_layout = tm.triple, str(tm.target_data)
         _function(module, spec, symbol)
         return str(module)
+
     text, symbol = symbol_for(build)
     return CpuIR(text, symbol, None, "index")

@@ -14,6 +14,7 @@ Shared state (threads): the target machine `_tm` is created, and every parse, pa
 and code emission runs, under llvm_lock.LLVM_LOCK; `has_avx512` and `host_key` are
 lru_caches of values that never change (a race computes one twice).
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,13 +25,13 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..kernels.layout import LoopLayout, spec_layout
+from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
 from ..llvm.emitter import I64, Emitter
 from ..llvm.llvm_lock import LLVM_LOCK
-from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
-from ..kernels.layout import LoopLayout, spec_layout
 from ..llvm.loops import counted_loop, entry_alloca, i64, strided_range
-from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
 
 PTR = ir.PointerType()
 _PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
@@ -38,17 +39,19 @@ _PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
 
 @dataclass(frozen=True)
 class CpuIR:
-    text: str            # LLVM IR (unoptimized)
-    symbol: str          # function name in `text`
-    layout: LoopLayout   # loop layout; its dims_array() is the kernel's last argument
-    kind: str            # "map" or "reduce"
+    text: str  # LLVM IR (unoptimized)
+    symbol: str  # function name in `text`
+    layout: LoopLayout  # loop layout; its dims_array() is the kernel's last argument
+    kind: str  # "map" or "reduce"
 
 
 def mark_noalias(fn: ir.Function, first: int):
     fn.attributes.add("nounwind")
     # Full-width AVX-512 vectors: LLVM's x86 tuning prefers 256 bits; these loops are
     # throughput-bound polynomial code, measured ~10% faster at 512 (no effect without AVX-512).
-    set.add(fn.attributes, '"prefer-vector-width"="512"')  # string attribute, not in llvmlite's list
+    set.add(
+        fn.attributes, '"prefer-vector-width"="512"'
+    )  # string attribute, not in llvmlite's list
     for a in fn.args[first:]:
         a.add_attribute("noalias")
         a.add_attribute("captures(none)")
@@ -62,11 +65,16 @@ class _Frame:
 
         def load_i64(j):
             return b.load(b.gep(dims_arg, [i64(j)], inbounds=True, source_etype=I64), typ=I64)
+
         self.dims = [load_i64(layout.dim_index(d)) for d in range(len(layout.dims))]
         self.strides = []
         for k, st in enumerate(layout.strides):
-            self.strides.append([i64(s) if s in (0, 1) else load_i64(layout.stride_index(k, d))
-                                 for d, s in enumerate(st)])
+            self.strides.append(
+                [
+                    i64(s) if s in (0, 1) else load_i64(layout.stride_index(k, d))
+                    for d, s in enumerate(st)
+                ]
+            )
         self.n_inputs = n_inputs
 
     def group(self, layout: LoopLayout, g: int):
@@ -82,6 +90,7 @@ def _loader(e: Emitter, ins, dtypes, offs):
         t = storage_type(dtypes[i])
         v = b.load(b.gep(ins[i], [offs[i]], inbounds=True, source_etype=t), typ=t)
         return from_storage(e, v, dtypes[i])
+
     return load
 
 
@@ -90,8 +99,9 @@ def _store(e: Emitter, ptr, idx, v, dt):
     e.b.store(to_storage(e, v, dt), e.b.gep(ptr, [idx], inbounds=True, source_etype=t))
 
 
-def _map_function(module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbol: str,
-                  streaming: bool = False):
+def _map_function(
+    module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbol: str, streaming: bool = False
+):
     n_out, n_in = len(spec.outputs), len(spec.inputs)
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64] + [PTR] * (n_out + n_in + 1))
     fn = ir.Function(module, fnty, symbol)
@@ -99,7 +109,7 @@ def _map_function(module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbo
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b, fast_ldexp=has_avx512())
     lo, hi = fn.args[:2]
-    outs, ins, dims_arg = fn.args[2:2 + n_out], fn.args[2 + n_out:-1], fn.args[-1]
+    outs, ins, dims_arg = fn.args[2 : 2 + n_out], fn.args[2 + n_out : -1], fn.args[-1]
     frame = _Frame(b, layout, dims_arg, n_in)
     dtypes, odt = spec.input_dtypes, spec.output_dtypes
 
@@ -108,14 +118,25 @@ def _map_function(module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbo
             vals = lower(e, list(spec.outputs), dtypes, _loader(e, ins, dtypes, offs))
             for sink, v, dt in zip(sinks, vals, odt):
                 b.store(to_storage(e, v, dt), sink(b, flat))
+
         strided_range(b, start, stop, frame.dims, frame.strides, [i64(0)] * n_in, body)
 
     if streaming:
         tiled_streaming(b, lo, hi, outs, odt, compute)
     else:
-        compute(b, lo, hi, [(lambda b, flat, p=p, dt=dt: b.gep(p, [flat], inbounds=True,
-                                                                 source_etype=storage_type(dt)))
-                            for p, dt in zip(outs, odt)])
+        compute(
+            b,
+            lo,
+            hi,
+            [
+                (
+                    lambda b, flat, p=p, dt=dt: b.gep(
+                        p, [flat], inbounds=True, source_etype=storage_type(dt)
+                    )
+                )
+                for p, dt in zip(outs, odt)
+            ],
+        )
     b.ret_void()
 
 
@@ -144,8 +165,10 @@ def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, sy
 
             def step(b, offs, _):
                 b.store(combine(e, spec.op, b.load(acc, typ=init.type), value_at(offs), dt), acc)
+
             strided_range(b, r0, r1, r_dims, r_st, offs1, step, "red")
             _store(e, out, o, b.load(acc, typ=init.type), dt)
+
         strided_range(b, o0, o1, k1_dims, k1_st, [i64(0)] * n_in, per_output, "out")
         b.ret_void()
         return
@@ -162,14 +185,16 @@ def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, sy
         a = b.sub(b.select(b.icmp_signed(">", o0, row), o0, row), row)
         row_end = b.add(row, n2)
         z = b.sub(b.select(b.icmp_signed("<", o1, row_end), o1, row_end), row)
-        slot = lambda b, j: b.gep(out, [b.add(row, j)], inbounds=True, source_etype=t)  # noqa: E731
+        slot = lambda b, j: b.gep(out, [b.add(row, j)], inbounds=True, source_etype=t)
         counted_loop(b, a, z, lambda b, j: b.store(init, slot(b, j)), "init")
 
         def sweep(b, offs_r, _):
             def update(b, offs, j):
                 p = slot(b, j)
                 b.store(combine(e, spec.op, b.load(p, typ=t), value_at(offs), dt), p)
+
             strided_range(b, a, z, k2_dims, k2_st, offs_r, update, "kept")
+
         strided_range(b, r0, r1, r_dims, r_st, offs1, sweep, "red")
 
     if k1_dims:
@@ -184,8 +209,9 @@ def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, sy
     b.ret_void()
 
 
-def build_module(spec, symbol: str, layout: LoopLayout | None = None,
-                 triple: str = "", datalayout: str = "") -> ir.Module:
+def build_module(
+    spec, symbol: str, layout: LoopLayout | None = None, triple: str = "", datalayout: str = ""
+) -> ir.Module:
     layout = layout or spec_layout(spec)
     module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
     module.triple = triple
@@ -224,7 +250,7 @@ def symbol_for(build) -> tuple[str, str]:
 
 # ------------------------------------------------------------------ LLVM: target and passes
 
-_lock = LLVM_LOCK    # parsing, passes and code emission share LLVM's global context
+_lock = LLVM_LOCK  # parsing, passes and code emission share LLVM's global context
 _tm = None
 
 
@@ -237,22 +263,31 @@ def target_machine() -> llvm.TargetMachine:
             llvm.initialize_native_asmprinter()
             target = llvm.Target.from_default_triple()
             _tm = target.create_target_machine(
-                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                opt=3, codemodel="jitdefault")
+                cpu=llvm.get_host_cpu_name(),
+                features=llvm.get_host_cpu_features().flatten(),
+                opt=3,
+                codemodel="jitdefault",
+            )
         return _tm
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def has_avx512() -> bool:
     return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_key() -> str:
     """What object code depends on besides the IR: triple, CPU, features, llvmlite version."""
     tm = target_machine()
-    return "|".join([tm.triple, llvm.get_host_cpu_name(),
-                     llvm.get_host_cpu_features().flatten(), llvmlite.__version__])
+    return "|".join(
+        [
+            tm.triple,
+            llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten(),
+            llvmlite.__version__,
+        ]
+    )
 
 
 def optimize(ir_text: str, vectorize: bool = True) -> llvm.ModuleRef:

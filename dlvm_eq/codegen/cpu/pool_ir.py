@@ -18,6 +18,7 @@ vectors where they tile the columns (cpu/pool_windows.py): the CNN's 2x2 pools t
 
     >>> kir = pool_ir(pool_spec("maxPool2d", attrs, (28, 28), "f32"))   # kir.text: the module
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -29,7 +30,7 @@ from .llvm_cpu import CpuIR, mark_noalias, symbol_for, target_machine
 from .pool_windows import first_max, pick, splat, window_row
 
 PTR = ir.PointerType()
-UNROLLED_TAPS = 16     # windows of at most this many taps are computed whole (see unrolled())
+UNROLLED_TAPS = 16  # windows of at most this many taps are computed whole (see unrolled())
 
 
 class PoolEmitter:
@@ -89,17 +90,23 @@ class PoolEmitter:
     def ox_range(self, j):
         """The outputs ox whose tap column j reads a real input column: [lo, hi)."""
         b, sw = self.b, self.c(self.sw)
-        before = b.sub(self.c(self.pl), j)                  # padded columns left of tap j's first read
-        lo = b.select(b.icmp_signed(">", before, self.c(0)),
-                      b.udiv(b.add(before, self.c(self.sw - 1)), sw), self.c(0))
-        last = b.sub(self.c(self.w - 1 + self.pl), j)       # ox * sw <= last
-        hi = b.select(b.icmp_signed(">=", last, self.c(0)), b.add(b.sdiv(last, sw), self.c(1)), self.c(0))
+        before = b.sub(self.c(self.pl), j)  # padded columns left of tap j's first read
+        lo = b.select(
+            b.icmp_signed(">", before, self.c(0)),
+            b.udiv(b.add(before, self.c(self.sw - 1)), sw),
+            self.c(0),
+        )
+        last = b.sub(self.c(self.w - 1 + self.pl), j)  # ox * sw <= last
+        hi = b.select(
+            b.icmp_signed(">=", last, self.c(0)), b.add(b.sdiv(last, sw), self.c(1)), self.c(0)
+        )
         return lo, self.imin(hi, self.c(self.ow))
 
     def sweep_taps(self, oy, visit, row_start=None):
         """visit(b, off, ox) for every real tap of row oy's windows, taps in row-major order
         and, per tap, ox ascending; off is the plane offset the tap reads. row_start(b, iy)
         runs before the taps of each real input row iy."""
+
         def tap_row(b, i):
             iy = b.sub(b.add(b.mul(oy, self.c(self.sh)), i), self.c(self.pt))
             with b.if_then(self.between(iy, 0, self.h)):
@@ -113,8 +120,11 @@ class PoolEmitter:
 
                     def each(b, ox):
                         visit(b, b.add(row, b.add(b.mul(ox, self.c(self.sw)), shift)), ox)
+
                     counted_loop(b, lo, hi, each, "ox")
+
                 counted_loop(b, self.c(0), self.c(self.kw), tap_col, "tapx")
+
         counted_loop(self.b, self.c(0), self.c(self.kh), tap_row, "tapy")
 
 
@@ -145,7 +155,11 @@ class _Plane(PoolEmitter):
 
         def init(b, ox):
             self.store(self.fc(float("-inf")), self.best, ox)
-            b.store(b.trunc(self.tap0_offset(oy, ox), I32), b.gep(self.idx, [ox], inbounds=True, source_etype=I32))
+            b.store(
+                b.trunc(self.tap0_offset(oy, ox), I32),
+                b.gep(self.idx, [ox], inbounds=True, source_etype=I32),
+            )
+
         counted_loop(b, i64(0), i64(self.ow), init, "init")
 
         def visit(b, off, ox):
@@ -154,6 +168,7 @@ class _Plane(PoolEmitter):
             self.store(b.select(take, v, best), self.best, ox)
             p = b.gep(self.idx, [ox], inbounds=True, source_etype=I32)
             b.store(b.select(take, b.trunc(off, I32), b.load(p, typ=I32)), p)
+
         self.sweep_taps(oy, visit)
 
     def argmax_at(self, ox):
@@ -176,17 +191,25 @@ class _Plane(PoolEmitter):
 
         def zero_row(b, iy):
             self.fill(dx, b.mul(iy, i64(self.w)), b.mul(b.add(iy, i64(1)), i64(self.w)), zero)
+
         row_start = None if self.spec.columns_covered else zero_row
         if self.unrolled() and window_values is not None:
             for i in range(self.kh if row_start else 0):
                 zero_row(b, b.add(start, i64(i)))
             window_row(self, oy, lambda b, win: win.store_taps(dx, window_values(b, win)))
         else:
-            self.sweep_taps(oy, lambda b, off, ox: self.store(value(b, off, ox), dx, off), row_start)
+            self.sweep_taps(
+                oy, lambda b, off, ox: self.store(value(b, off, ox), dx, off), row_start
+            )
         lo = self.imin(self.imax(b.add(start, i64(self.kh)), i64(0)), i64(self.h))
         nxt = self.imin(self.imax(b.add(start, i64(self.sh)), i64(0)), i64(self.h))
         hi = b.select(b.icmp_signed("==", oy, i64(self.oh - 1)), i64(self.h), nxt)
-        self.fill(dx, b.mul(lo, i64(self.w)), self.imax(b.mul(hi, i64(self.w)), b.mul(lo, i64(self.w))), zero)
+        self.fill(
+            dx,
+            b.mul(lo, i64(self.w)),
+            self.imax(b.mul(hi, i64(self.w)), b.mul(lo, i64(self.w))),
+            zero,
+        )
 
     def emit(self, p):
         b, s = self.b, self.spec
@@ -203,50 +226,83 @@ class _Plane(PoolEmitter):
             y0 = b.mul(oy, ow)
             yrow = self.ptr(out, y0)
             if op == "maxPool2d" and unrolled:
-                window_row(self, oy, lambda b, win: win.store_out(yrow, first_max(self, win.taps(ins[0]))[0]))
+                window_row(
+                    self,
+                    oy,
+                    lambda b, win: win.store_out(yrow, first_max(self, win.taps(ins[0]))[0]),
+                )
             elif op == "maxPool2d":
                 self.fill(yrow, i64(0), ow, self.fc(float("-inf")))
 
                 def visit(b, off, ox):
                     v, best = self.load(ins[0], off), self.load(yrow, ox)
                     self.store(b.select(self.takes(v, best), v, best), yrow, ox)
+
                 self.sweep_taps(oy, visit)
             elif op == "avgPool2d" and unrolled:
+
                 def mean(b, win):
                     vals = win.taps(ins[0])
                     total = vals[0]
-                    for v in vals[1:]:      # in tap order, as numpy's sum over the window axis
+                    for v in vals[1:]:  # in tap order, as numpy's sum over the window axis
                         total = self.e.fadd(total, v)
-                    win.store_out(yrow, self.e.fdiv(total, splat(self.T, float(self.kh * self.kw), total)))
+                    win.store_out(
+                        yrow, self.e.fdiv(total, splat(self.T, float(self.kh * self.kw), total))
+                    )
+
                 window_row(self, oy, mean)
             elif op == "avgPool2d":
-                self.fill(yrow, i64(0), ow, self.fc(-0.0))     # -0.0: x + -0.0 == x for every x
-                self.sweep_taps(oy, lambda b, off, ox: self.store(
-                    self.e.fadd(self.load(yrow, ox), self.load(ins[0], off)), yrow, ox))
-                counted_loop(b, i64(0), ow, lambda b, ox: self.store(self.e.fdiv(self.load(yrow, ox), k), yrow, ox),
-                             "mean")
+                self.fill(yrow, i64(0), ow, self.fc(-0.0))  # -0.0: x + -0.0 == x for every x
+                self.sweep_taps(
+                    oy,
+                    lambda b, off, ox: self.store(
+                        self.e.fadd(self.load(yrow, ox), self.load(ins[0], off)), yrow, ox
+                    ),
+                )
+                counted_loop(
+                    b,
+                    i64(0),
+                    ow,
+                    lambda b, ox: self.store(self.e.fdiv(self.load(yrow, ox), k), yrow, ox),
+                    "mean",
+                )
             elif op == "maxPool2dGather" and unrolled:
-                window_row(self, oy, lambda b, win: win.store_out(
-                    yrow, pick(self, first_max(self, win.taps(ins[0]))[1], win.taps(ins[1]))))
+                window_row(
+                    self,
+                    oy,
+                    lambda b, win: win.store_out(
+                        yrow, pick(self, first_max(self, win.taps(ins[0]))[1], win.taps(ins[1]))
+                    ),
+                )
             elif op == "maxPool2dGather":
                 self.argmax_row(ins[0], oy)
 
                 def gather(b, ox):
                     at = self.argmax_at(ox)
-                    v = self.load(ins[1], self.imax(at, i64(0)))     # never reads before the plane
+                    v = self.load(ins[1], self.imax(at, i64(0)))  # never reads before the plane
                     self.store(b.select(b.icmp_signed(">=", at, i64(0)), v, zero), yrow, ox)
+
                 counted_loop(b, i64(0), ow, gather, "gather")
             elif op == "maxPool2dBackward" and not s.overlapping:
                 dyrow = self.ptr(ins[1], y0)
 
-                def routed(b, win):      # dY at the window's first maximum, 0 elsewhere
+                def routed(b, win):  # dY at the window's first maximum, 0 elsewhere
                     at, g = first_max(self, win.taps(ins[0]))[1], win.at_out(dyrow)
-                    return [b.select(b.icmp_signed("==", at, splat(I32, t, at)), g, win.zero(g))
-                            for t in range(self.kh * self.kw)]
+                    return [
+                        b.select(b.icmp_signed("==", at, splat(I32, t, at)), g, win.zero(g))
+                        for t in range(self.kh * self.kw)
+                    ]
+
                 if not unrolled:
                     self.argmax_row(ins[0], oy)
-                self.write_windows(oy, out, lambda b, off, ox: b.select(
-                    b.icmp_signed("==", self.argmax_at(ox), off), self.load(dyrow, ox), zero), routed)
+                self.write_windows(
+                    oy,
+                    out,
+                    lambda b, off, ox: b.select(
+                        b.icmp_signed("==", self.argmax_at(ox), off), self.load(dyrow, ox), zero
+                    ),
+                    routed,
+                )
             elif op == "maxPool2dBackward":
                 self.argmax_row(ins[0], oy)
                 dyrow = self.ptr(ins[1], y0)
@@ -255,20 +311,39 @@ class _Plane(PoolEmitter):
                     at = self.argmax_at(ox)
                     with b.if_then(b.icmp_signed(">=", at, i64(0))):
                         self.store(self.e.fadd(self.load(out, at), self.load(dyrow, ox)), out, at)
+
                 counted_loop(b, i64(0), ow, route, "route")
             else:
                 assert op == "avgPool2dBackward", op
                 dyrow = self.ptr(ins[0], y0)
                 if not s.overlapping:
+
                     def shared(b, win):
                         g = win.at_out(dyrow)
-                        return [self.e.fdiv(g, splat(self.T, float(self.kh * self.kw), g))] * (self.kh * self.kw)
-                    self.write_windows(oy, out, lambda b, off, ox: self.e.fdiv(self.load(dyrow, ox), k), shared)
+                        return [self.e.fdiv(g, splat(self.T, float(self.kh * self.kw), g))] * (
+                            self.kh * self.kw
+                        )
+
+                    self.write_windows(
+                        oy, out, lambda b, off, ox: self.e.fdiv(self.load(dyrow, ox), k), shared
+                    )
                 else:
-                    counted_loop(b, i64(0), ow, lambda b, ox: self.store(self.e.fdiv(self.load(dyrow, ox), k),
-                                                                         self.share, ox), "share")
-                    self.sweep_taps(oy, lambda b, off, ox: self.store(
-                        self.e.fadd(self.load(out, off), self.load(self.share, ox)), out, off))
+                    counted_loop(
+                        b,
+                        i64(0),
+                        ow,
+                        lambda b, ox: self.store(
+                            self.e.fdiv(self.load(dyrow, ox), k), self.share, ox
+                        ),
+                        "share",
+                    )
+                    self.sweep_taps(
+                        oy,
+                        lambda b, off, ox: self.store(
+                            self.e.fadd(self.load(out, off), self.load(self.share, ox)), out, off
+                        ),
+                    )
+
         counted_loop(b, i64(0), i64(self.oh), row, "oy")
 
 

@@ -11,6 +11,7 @@ are what it would have emitted for the loads.
 
     >>> window_row(pe, oy, lambda b, win: win.store_out(y_row, first_max(pe, win.taps(x))[0]))
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -18,7 +19,7 @@ from llvmlite import ir
 from ..llvm.emitter import I32
 from ..llvm.loops import counted_loop, i64
 
-VECTOR_BYTES = 64        # LANES = VECTOR_BYTES / element size: two AVX2 registers, one AVX-512
+VECTOR_BYTES = 64  # LANES = VECTOR_BYTES / element size: two AVX2 registers, one AVX-512
 
 
 def splat(t: ir.Type, v, like) -> ir.Constant:
@@ -36,7 +37,9 @@ class Windows:
         self.pe, self.b, self.oy, self.ox, self.lanes = pe, pe.b, oy, ox, lanes
         b = self.b
         base = b.add(b.mul(oy, i64(pe.sh * pe.w)), b.mul(ox, i64(pe.sw)))
-        self.rows = [b.add(base, i64(i * pe.w)) for i in range(pe.kh)]    # each tap row's first offset
+        self.rows = [
+            b.add(base, i64(i * pe.w)) for i in range(pe.kh)
+        ]  # each tap row's first offset
 
     def _vec_ptr(self, a, off):
         return self.pe.ptr(a, off)
@@ -52,8 +55,12 @@ class Windows:
         out = []
         for r in self.rows:
             row = b.load(self._vec_ptr(a, r), typ=ir.VectorType(pe.T, n * kw), align=pe.itemsize)
-            out += [row if kw == 1 else b.shuffle_vector(row, row, self._mask([lane * kw + j for lane in range(n)]))
-                    for j in range(kw)]
+            out += [
+                row
+                if kw == 1
+                else b.shuffle_vector(row, row, self._mask([lane * kw + j for lane in range(n)]))
+                for j in range(kw)
+            ]
         return out
 
     def store_taps(self, a, vals) -> None:
@@ -65,7 +72,7 @@ class Windows:
                     pe.store(vals[i * kw + j], a, b.add(r, i64(j)))
             return
         for i, r in enumerate(self.rows):
-            row = self._interleave(vals[i * kw:(i + 1) * kw])
+            row = self._interleave(vals[i * kw : (i + 1) * kw])
             b.store(row, self._vec_ptr(a, r), align=pe.itemsize)
 
     def _interleave(self, parts):
@@ -74,19 +81,28 @@ class Windows:
         if kw == 1:
             return parts[0]
         vs = list(parts)
-        while len(vs) > 1:              # concatenate pairwise (padding the odd one out)
+        while len(vs) > 1:  # concatenate pairwise (padding the odd one out)
             if len(vs) % 2:
                 vs.append(ir.Constant(vs[0].type, None))
             m = vs[0].type.count
-            vs = [b.shuffle_vector(vs[k], vs[k + 1], self._mask(range(2 * m))) for k in range(0, len(vs), 2)]
+            vs = [
+                b.shuffle_vector(vs[k], vs[k + 1], self._mask(range(2 * m)))
+                for k in range(0, len(vs), 2)
+            ]
         whole = vs[0]
-        return b.shuffle_vector(whole, whole, self._mask([j * n + lane for lane in range(n) for j in range(kw)]))
+        return b.shuffle_vector(
+            whole, whole, self._mask([j * n + lane for lane in range(n) for j in range(kw)])
+        )
 
     def at_out(self, a):
         """The (OH, OW)-row a (already offset to row oy) at the windows' outputs."""
         if not self.lanes:
             return self.pe.load(a, self.ox)
-        return self.b.load(self._vec_ptr(a, self.ox), typ=ir.VectorType(self.pe.T, self.lanes), align=self.pe.itemsize)
+        return self.b.load(
+            self._vec_ptr(a, self.ox),
+            typ=ir.VectorType(self.pe.T, self.lanes),
+            align=self.pe.itemsize,
+        )
 
     def store_out(self, a, v) -> None:
         if not self.lanes:
@@ -126,7 +142,12 @@ def window_row(pe, oy, body) -> None:
     if lanes < 2:
         counted_loop(pe.b, i64(0), i64(pe.ow), lambda b, ox: body(b, Windows(pe, oy, ox)), "win")
         return
-    counted_loop(pe.b, i64(0), i64(pe.ow // lanes),
-                 lambda b, k: body(b, Windows(pe, oy, b.mul(k, i64(lanes)), lanes)), "winv")
+    counted_loop(
+        pe.b,
+        i64(0),
+        i64(pe.ow // lanes),
+        lambda b, k: body(b, Windows(pe, oy, b.mul(k, i64(lanes)), lanes)),
+        "winv",
+    )
     if pe.ow % lanes:
         body(pe.b, Windows(pe, oy, i64(pe.ow - lanes), lanes))

@@ -11,11 +11,12 @@ llvm/streaming.py). ABI:
     void k(i64 r0, i64 r1, ptr out_0.., ptr red_0.., ptr in_0.., ptr dims)
 where dims = [rows, cols, row stride 0, col stride 0, row stride 1, ...]. Constants only.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels.rows import RowSpec, pattern, reduce_identity, rebuild, stash_nodes
+from ..kernels.rows import RowSpec, pattern, rebuild, reduce_identity, stash_nodes
 from ..kernels.spec import DTYPES, KernelError, Load, dtype_of
 from ..llvm.emitter import I64, Emitter
 from ..llvm.loops import counted_loop, entry_alloca, i64
@@ -24,8 +25,8 @@ from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
 from .llvm_cpu import CpuIR, has_avx512, mark_noalias, symbol_for, target_machine
 
 PTR = ir.PointerType()
-SHORT_ROW = 32     # rows at most this long are compiled for their exact length
-SCRATCH = 8192        # row elements kept on the stack for the map pass (32 KiB of f32)
+SHORT_ROW = 32  # rows at most this long are compiled for their exact length
+SCRATCH = 8192  # row elements kept on the stack for the map pass (32 KiB of f32)
 
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
@@ -39,13 +40,14 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b, fast_ldexp=has_avx512())
     r0, r1 = fn.args[:2]
-    outs = fn.args[2:2 + n_out]
-    reds = fn.args[2 + n_out:2 + n_out + n_red]
-    ins = fn.args[2 + n_out + n_red:-1]
+    outs = fn.args[2 : 2 + n_out]
+    reds = fn.args[2 + n_out : 2 + n_out + n_red]
+    ins = fn.args[2 + n_out + n_red : -1]
     dims = fn.args[-1]
 
     def dim(j):
         return b.load(b.gep(dims, [i64(j)], inbounds=True, source_etype=I64), typ=I64)
+
     # Short rows: the column count is a constant, so LLVM unrolls the per-row loops and
     # vectorizes across them (a loop of 10 run-time iterations stays scalar: ~10x slower).
     cols = i64(spec.cols) if spec.cols <= SHORT_ROW else dim(1)
@@ -54,7 +56,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
     cstride = [i64(p[1]) if p[1] is not None else dim(3 + 2 * i) for i, p in enumerate(pat)]
     dtypes = spec.all_dtypes
     odt = spec.output_dtypes
-    stash = stash_nodes(spec) if spec.cols <= SCRATCH else []   # the IR depends on it: one version
+    stash = stash_nodes(spec) if spec.cols <= SCRATCH else []  # the IR depends on it: one version
     stash_dt = [dtype_of(s, dtypes) for s in stash]
     slots = []
     for dt in stash_dt:
@@ -62,12 +64,16 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
             a = b.alloca(storage_type(dt), size=ir.Constant(I64, SCRATCH), name="stash")
         a.align = 64
         slots.append(a)
-    streaming = triple.startswith("x86_64") and \
-        spec.rows * spec.cols * sum(DTYPES[d].itemsize for d in odt) >= NT_MIN_BYTES
+    streaming = (
+        triple.startswith("x86_64")
+        and spec.rows * spec.cols * sum(DTYPES[d].itemsize for d in odt) >= NT_MIN_BYTES
+    )
 
     def per_row(b, r):
-        base = [b.mul(r, rs) if not (isinstance(rs, ir.Constant) and rs.constant == 0) else i64(0)
-                for rs in rstride]
+        base = [
+            b.mul(r, rs) if not (isinstance(rs, ir.Constant) and rs.constant == 0) else i64(0)
+            for rs in rstride
+        ]
         accs: list = []
 
         def loader(j):
@@ -84,6 +90,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
                     off = b.add(base[i], b.mul(j, cs))
                 v = b.load(b.gep(ins[i], [off], inbounds=True, source_etype=t), typ=t)
                 return from_storage(e, v, dtypes[i])
+
             return load
 
         def reduce(k, body, op, init, keep):
@@ -97,12 +104,19 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
                 vals = lower(e, roots, dtypes, loader(j))
                 b.store(combine(e, op, b.load(acc, typ=ident.type), vals[0], dt), acc)
                 for slot, v, sdt in zip(slots, vals[1:], stash_dt):
-                    b.store(to_storage(e, v, sdt), b.gep(slot, [j], inbounds=True, source_etype=storage_type(sdt)))
+                    b.store(
+                        to_storage(e, v, sdt),
+                        b.gep(slot, [j], inbounds=True, source_etype=storage_type(sdt)),
+                    )
+
             counted_loop(b, i64(0), cols, step, f"red{k}")
             v = b.load(acc, typ=ident.type)
             if init != reduce_identity(op, dt):
                 v = combine(e, op, v, init_constant(init, dt), dt)
-            b.store(to_storage(e, v, dt), b.gep(reds[k], [r], inbounds=True, source_etype=storage_type(dt)))
+            b.store(
+                to_storage(e, v, dt),
+                b.gep(reds[k], [r], inbounds=True, source_etype=storage_type(dt)),
+            )
             return v
 
         for k, (body, op, init) in enumerate(spec.reductions[:-1]):
@@ -115,7 +129,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
             v = reduce(k, body, op, init, stash if use_stash else None)
             accs.append(v)
             exprs = list(spec.outputs)
-            if use_stash:   # stashed values are read back as extra inputs
+            if use_stash:  # stashed values are read back as extra inputs
                 extra = {s: Load(len(dtypes) + q) for q, s in enumerate(stash)}
                 exprs = [rebuild(o, extra) for o in exprs]
             all_dt = dtypes + tuple(stash_dt) if use_stash else dtypes
@@ -132,17 +146,30 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
                             v = b.load(b.gep(slots[q], [j], inbounds=True, source_etype=t), typ=t)
                             return from_storage(e, v, stash_dt[q])
                         return base_load(i)
+
                     vals = lower(e, exprs, all_dt, load)
                     for sink, v, dt in zip(sinks, vals, odt):
                         b.store(to_storage(e, v, dt), sink(b, flat))
+
                 counted_loop(b, lo, hi, body_, "map")
+
             hi = b.add(row_lo, cols)
             if streaming:
                 tiled_streaming(b, row_lo, hi, list(outs), odt, compute)
             else:
-                compute(b, row_lo, hi, [(lambda b, flat, p=p, dt=dt: b.gep(p, [flat], inbounds=True,
-                                                                        source_etype=storage_type(dt)))
-                                        for p, dt in zip(outs, odt)])
+                compute(
+                    b,
+                    row_lo,
+                    hi,
+                    [
+                        (
+                            lambda b, flat, p=p, dt=dt: b.gep(
+                                p, [flat], inbounds=True, source_etype=storage_type(dt)
+                            )
+                        )
+                        for p, dt in zip(outs, odt)
+                    ],
+                )
 
         finish(bool(stash))
 

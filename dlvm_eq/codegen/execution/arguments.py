@@ -12,6 +12,7 @@
     check_argument("f", 0, "x", np.zeros(3), (3,), np.dtype("float32"), cast=False)
     # DlvmError: @f: argument 0 (%x) is float64, declared f32; ...
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,16 @@ from ...ir.types import DType
 _WEAK = {"f": "f", "i": "fi", "u": "fi", "b": "b"}
 
 
-def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: bool,
-                   hint: str = "compile with cast=True"):
+def check_argument(
+    func: str,
+    i: int,
+    name: str,
+    a,
+    shape,
+    dt: np.dtype,
+    cast: bool,
+    hint: str = "compile with cast=True",
+):
     """`a` as an array of dtype `dt` (numpy, or the array itself when it has a dtype
     already, e.g. CuPy), or a DlvmError saying why not (`hint`: how to ask for a cast).
     Shapes are checked by the caller."""
@@ -34,11 +43,15 @@ def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: b
     weak = given is None
     if weak:
         if isinstance(a, complex) or (isinstance(a, (list, tuple)) and _has_complex(a)):
-            raise DlvmError(f"{where} is a complex number; declared {declared}: complex values are never cast")
+            raise DlvmError(
+                f"{where} is a complex number; declared {declared}: complex values are never cast"
+            )
         try:
             arr = np.asarray(a)
         except (ValueError, TypeError) as e:
-            raise DlvmError(f"{where} is not an array ({type(a).__name__}: {e}); declared {declared}") from None
+            raise DlvmError(
+                f"{where} is not an array ({type(a).__name__}: {e}); declared {declared}"
+            ) from None
         given = arr.dtype
     else:
         arr = a
@@ -46,18 +59,26 @@ def check_argument(func: str, i: int, name: str, a, shape, dt: np.dtype, cast: b
     if given == dt:
         return arr
     if given.kind in "cOVSUM":
-        raise DlvmError(f"{where} is a {given} array; declared {declared}: "
-                        f"{'complex' if given.kind == 'c' else 'non-numeric'} arrays are never cast")
+        raise DlvmError(
+            f"{where} is a {given} array; declared {declared}: "
+            f"{'complex' if given.kind == 'c' else 'non-numeric'} arrays are never cast"
+        )
     if weak and dt.kind in _WEAK.get(given.kind, ""):
-        if dt.kind == "i" and arr.size and not (np.iinfo(dt).min <= arr.min() and arr.max() <= np.iinfo(dt).max):
+        if (
+            dt.kind == "i"
+            and arr.size
+            and not (np.iinfo(dt).min <= arr.min() and arr.max() <= np.iinfo(dt).max)
+        ):
             if not cast:
                 raise DlvmError(f"{where}: the Python int {_short(a)} does not fit {declared}")
         return arr.astype(dt)
     if cast:
         return arr.astype(dt)
     what = f"a Python {type(a).__name__}" if weak else f"{given}"
-    raise DlvmError(f"{where} is {what}, declared {declared}; pass a {declared} array "
-                    f"(x.astype(np.{dt.name})) or {hint}")
+    raise DlvmError(
+        f"{where} is {what}, declared {declared}; pass a {declared} array "
+        f"(x.astype(np.{dt.name})) or {hint}"
+    )
 
 
 def _ir_name(dt: np.dtype) -> str:

@@ -29,6 +29,7 @@ Shared state (threads: one CpuProgram may be called from many threads at once):
   epilogue (or its unfused fallback) is built on first use under that step's lock;
 - GpuProgram allocates every temporary and output per call.
 """
+
 from __future__ import annotations
 
 import operator
@@ -38,43 +39,64 @@ import time
 
 import numpy as np
 
+from ...config import settings
 from ...errors import DlvmError
-from .arguments import check_argument
+from ..kernels.spec import DTYPES, KernelSpec
+from ..planning.gather import IndexStep, SliceScatterStep, index_run
+from ..planning.plan import (
+    ALIAS,
+    CONST,
+    OUTPUT,
+    TEMP,
+    AliasStep,
+    BlasStep,
+    ConcatStep,
+    CopyStep,
+    GemmStep,
+    KernelStep,
+    Plan,
+    RowStep,
+    WindowStep,
+    arena_aliases,
+    step_outputs,
+)
+from ..planning.scan import ScanStep, scan_run
+from ..planning.views import apply_chain
+from ..planning.window import window_run
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
-from ...config import settings
-from ..runtime.threads import native_workers, rest_workers
-from ..kernels.spec import DTYPES, KernelSpec
-from ..planning.plan import (ALIAS, CONST, OUTPUT, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep, Plan,
-                   RowStep, WindowStep, arena_aliases, step_outputs)
 from ..runtime.row_kernel import compile_rows
-from ..planning.views import apply_chain
-from ..planning.gather import IndexStep, SliceScatterStep, index_run
-from .index_steps import native_index_run
+from ..runtime.threads import native_workers, rest_workers
+from .arguments import check_argument
 from .index_range_check import IndexRangeCheck
-from ..planning.scan import ScanStep, scan_run
-from ..planning.window import window_run
+from .index_steps import native_index_run
 
-KEEP_OUTPUTS = 4   # output buffers remembered per result for reuse
+KEEP_OUTPUTS = 4  # output buffers remembered per result for reuse
 
 
 def _gemm_sized(out_shape, step) -> bool:
     """Whether a 2-D matmul is one for our GEMM (gemm_runtime.worth_our_gemm)."""
     from ..runtime.gemm_runtime import worth_our_gemm
-    return len(out_shape) == 2 and len(step.a.shape) == 2 and \
-        worth_our_gemm(out_shape[0], step.a.shape[1], out_shape[1])
+
+    return (
+        len(out_shape) == 2
+        and len(step.a.shape) == 2
+        and worth_our_gemm(out_shape[0], step.a.shape[1], out_shape[1])
+    )
 
 
 def _batch_sized(out_shape, step) -> bool:
     """Whether a batched matmul is one for our GEMM's batch loop (batch_gemm.worth_batched)."""
     from ..runtime.batch_gemm import worth_batched
+
     return len(step.a.shape) >= 2 and worth_batched(tuple(out_shape), step.a.shape[-1])
 
 
 def _batched_matmul(a: int, b: int, o: int, fa, fb):
     """The step running a batched product through our GEMM, numpy where its layouts do not suit."""
     from ..runtime.batch_gemm import batch_matmul
+
     fa = fa or (lambda x: x)
     fb = fb or (lambda x: x)
 
@@ -82,6 +104,7 @@ def _batched_matmul(a: int, b: int, o: int, fa, fb):
         x, y, out = fa(env[a]), fb(env[b]), env[o]
         if not batch_matmul(x, y, out):
             np.matmul(x, y, out=out)
+
     return run_batched
 
 
@@ -100,7 +123,7 @@ def _view_fn(chain, xp):
 def _alias_view(a, step: AliasStep):
     """The source's memory from `offset` on, flat (a view on numpy and CuPy alike; sources are
     C-contiguous)."""
-    return a.reshape(-1)[step.offset:]
+    return a.reshape(-1)[step.offset :]
 
 
 def _alias_run(step: AliasStep):
@@ -132,6 +155,7 @@ def _argument_error(plan: Plan, i: int, a, shape, dtype) -> DlvmError:
 
 
 # ------------------------------------------------------------------ output buffers (CPU)
+
 
 def _owner(a: np.ndarray) -> np.ndarray:
     return a if a.base is None else a.base
@@ -182,6 +206,7 @@ class _Outputs:
 
 # ------------------------------------------------------------------ the CPU program
 
+
 def array_step(step, xp):
     """The run(env) of a step that the array library `xp` (numpy, or CuPy on the GPU) does
     itself: gathers and scatters, scans (the GPU's; the CPU compiles those: index_steps.py),
@@ -207,25 +232,35 @@ class CpuProgram:
     def __init__(self, plan: Plan):
         self.plan = plan
         t0 = time.perf_counter()
-        self.kernels = {id(s): compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
-                        for s in plan.steps if isinstance(s, (KernelStep, RowStep))}   # epilogues: their GEMMs
+        self.kernels = {
+            id(s): compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
+            for s in plan.steps
+            if isinstance(s, (KernelStep, RowStep))
+        }  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
-        self._outputs = [(s.index, _Outputs(s.shape, DTYPES[s.dtype])) for s in plan.slots if s.role == OUTPUT]
-        self._n = len(plan.slots)          # env[self._n + s]: the data pointer of env[s]
+        self._outputs = [
+            (s.index, _Outputs(s.shape, DTYPES[s.dtype])) for s in plan.slots if s.role == OUTPUT
+        ]
+        self._n = len(plan.slots)  # env[self._n + s]: the data pointer of env[s]
         made_with_arena = arena_aliases(plan)
         self._arena_aliases = [plan.steps[i] for i in sorted(made_with_arena)]
         arena_views = {step.out for step in self._arena_aliases}
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
-        self._clear = [s for s in plan.params] + [i for i, _ in self._outputs] + \
-            [s.index for s in plan.slots if s.role == ALIAS and s.index not in arena_views]
-        self._indexed_runs = [(i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena]
+        self._clear = (
+            [s for s in plan.params]
+            + [i for i, _ in self._outputs]
+            + [s.index for s in plan.slots if s.role == ALIAS and s.index not in arena_views]
+        )
+        self._indexed_runs = [
+            (i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena
+        ]
         self._runs = [r for _, r in self._indexed_runs]
         self._results = [(r.slot, _view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
         self._arenas: list[list] = []
         if settings().blas_pool and any(isinstance(s, (BlasStep, WindowStep)) for s in plan.steps):
-            native_workers()    # starts the pool, which takes OpenBLAS's jobs (blas_threads.py)
+            native_workers()  # starts the pool, which takes OpenBLAS's jobs (blas_threads.py)
 
     # -- build
     def _new_env(self) -> list:
@@ -233,14 +268,14 @@ class CpuProgram:
         env: list = [None] * (2 * n)
         raw = aligned_empty((max(plan.arena_bytes, 64),), np.uint8)
         for s in plan.slots:
-            if s.role == TEMP and s.index in plan.offsets:   # (a temporary fused away has none)
+            if s.role == TEMP and s.index in plan.offsets:  # (a temporary fused away has none)
                 off = plan.offsets[s.index]
                 dt = DTYPES[s.dtype]
                 size = int(np.prod(s.shape, dtype=np.int64)) * dt.itemsize
-                env[s.index] = raw[off:off + size].view(dt).reshape(s.shape)
+                env[s.index] = raw[off : off + size].view(dt).reshape(s.shape)
             elif s.role == CONST:
                 env[s.index] = plan.constants[s.index]
-        for step in self._arena_aliases:                     # in plan order: an alias of an alias
+        for step in self._arena_aliases:  # in plan order: an alias of an alias
             env[step.out] = _alias_view(env[step.src], step)
         for s in range(n):
             if type(env[s]) is np.ndarray:
@@ -249,18 +284,21 @@ class CpuProgram:
 
     def _step(self, step):
         n = self._n
-        if isinstance(step, AliasStep):      # of an argument or an output: made per call
+        if isinstance(step, AliasStep):  # of an argument or an output: made per call
             src, out = step.src, step.out
 
             def run_alias(env):
                 v = env[out] = _alias_view(env[src], step)
                 env[n + out] = data_ptr(v)
+
             return run_alias
         if isinstance(step, (KernelStep, RowStep)):
             k = self.kernels[id(step)]
             fast = k.one_call_head()
-            if fast is not None:     # small kernels: one call on this thread, pointers ready
-                slots = tuple(step_outputs(step)) + tuple(step.inputs)     # the kernels' argument order
+            if fast is not None:  # small kernels: one call on this thread, pointers ready
+                slots = tuple(step_outputs(step)) + tuple(
+                    step.inputs
+                )  # the kernels' argument order
                 return _direct_call(k.fn, fast, [n + s for s in slots], k.dims_ptr)
         if isinstance(step, RowStep):
             return _row_run(self.kernels[id(step)], step)
@@ -290,13 +328,15 @@ class CpuProgram:
                 fb = fb or (lambda x: x)
                 return lambda env: matmul(fa(env[a]), fb(env[b]), out=env[o])
             from ..runtime.gemm_runtime import matmul as gemm
+
             fa = fa or (lambda x: x)
             fb = fb or (lambda x: x)
 
-            def run_matmul(env):   # our GEMM where the operands' layouts allow, else BLAS
+            def run_matmul(env):  # our GEMM where the operands' layouts allow, else BLAS
                 x, y, out = fa(env[a]), fb(env[b]), env[o]
                 if not gemm(x, y, out):
                     matmul(x, y, out=out)
+
             return run_matmul
         return native_index_run(step, self.plan.slots) or array_step(step, np)
 
@@ -304,13 +344,14 @@ class CpuProgram:
         """Our GEMM with the kernel as its epilogue; where the operands' layouts (known only
         at run time) do not suit it, the matmul and then the kernel (compiled then), unfused."""
         from ..runtime.gemm_runtime import CpuEpilogue, gemm_for
+
         a, b, o = step.blas.a.slot, step.blas.b.slot, step.blas.out
         fa = _view_fn(step.blas.a.chain, np) or (lambda x: x)
         fb = _view_fn(step.blas.b.chain, np) or (lambda x: x)
-        epilogue: list = []        # compiled on first use, like the unfused pair
+        epilogue: list = []  # compiled on first use, like the unfused pair
         slots = list(step.epilogue.outputs) + list(step.epilogue.inputs)
         unfused: list = []
-        lock = threading.Lock()    # first uses from two threads: one builds, the other waits
+        lock = threading.Lock()  # first uses from two threads: one builds, the other waits
 
         def run(env):
             x, y, out = fa(env[a]), fb(env[b]), env[o]
@@ -329,6 +370,7 @@ class CpuProgram:
                     if not epilogue:
                         epilogue.append(CpuEpilogue(step.epilogue.spec, step.c_input))
             g(x, y, out, epilogue=epilogue[0], extra=[data_ptr(env[s]) for s in slots])
+
         return run
 
     # -- call
@@ -338,27 +380,36 @@ class CpuProgram:
     def timed_call(self, *args) -> tuple[object, list[float]]:
         """(the call's results, seconds of each plan step in this call): what `--measure`
         prints next to each step's predicted time."""
-        seconds = [0.0] * len(self.plan.steps)     # an alias made with the arena: 0
+        seconds = [0.0] * len(self.plan.steps)  # an alias made with the arena: 0
 
         def timed(i, run):
             def run_timed(env):
                 t0 = time.perf_counter()
                 run(env)
                 seconds[i] = time.perf_counter() - t0
+
             return run_timed
+
         return self._call(args, [timed(i, r) for i, r in self._indexed_runs]), seconds
 
     def _call(self, args, runs):
         n = self._n
         if len(args) != len(self._params):
-            raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
+            raise DlvmError(
+                f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}"
+            )
         try:
-            env = self._arenas.pop()     # list.pop is atomic: each arena serves one call at a time
+            env = self._arenas.pop()  # list.pop is atomic: each arena serves one call at a time
         except IndexError:
             env = self._new_env()
         try:
             for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
-                if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+                if (
+                    type(a) is not np.ndarray
+                    or a.dtype != dt
+                    or a.shape != shape
+                    or not a.flags.c_contiguous
+                ):
                     a = self._coerce(i, a, shape, dt)
                 env[slot] = a
                 env[n + slot] = data_ptr(a)
@@ -376,8 +427,9 @@ class CpuProgram:
         return tuple(results) if self._tuple else results[0]
 
     def _coerce(self, i: int, a, shape, dt):
-        arr = check_argument(self.plan.name, i, self.plan.slots[self._params[i][0]].name, a, shape, dt,
-                             self.cast)
+        arr = check_argument(
+            self.plan.name, i, self.plan.slots[self._params[i][0]].name, a, shape, dt, self.cast
+        )
         arr = np.asarray(arr)
         if arr.shape != shape:
             raise _argument_error(self.plan, i, arr, shape, dt)
@@ -386,20 +438,25 @@ class CpuProgram:
 
 # ------------------------------------------------------------------ the GPU program
 
+
 class GpuProgram:
     """A plan compiled for the current CUDA device; call it with CuPy (or numpy) arrays;
     results are CuPy arrays."""
 
     def __init__(self, plan: Plan):
         from ..gpu.gpu_runtime import compile_gpu, cupy_module
+
         cp = self.cp = cupy_module()
         self.plan = plan
         t0 = time.perf_counter()
         self.kernels = {id(s): compile_gpu(s.spec) for s in plan.kernels}
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
-        self._fresh = [(s.index, s.shape, DTYPES[s.dtype]) for s in plan.slots
-                       if s.role == OUTPUT or (s.role == TEMP and s.index in plan.offsets)]
+        self._fresh = [
+            (s.index, s.shape, DTYPES[s.dtype])
+            for s in plan.slots
+            if s.role == OUTPUT or (s.role == TEMP and s.index in plan.offsets)
+        ]
         self._consts = {i: cp.asarray(a) for i, a in plan.constants.items()}
         self._runs = [self._step(s) for s in plan.steps]
         # CuPy's gathers clamp ids: a bad one is the interpreter's error after the steps
@@ -419,18 +476,22 @@ class GpuProgram:
             shapes = [self.plan.slots[s].shape for s in outs]
             if isinstance(step.spec, KernelSpec):
                 spec_shape = step.spec.shape
-                return lambda env: k(*[env[s] for s in ins],
-                                     out=[env[s].reshape(spec_shape) if sh != spec_shape else env[s]
-                                          for s, sh in zip(outs, shapes)])
+                return lambda env: k(
+                    *[env[s] for s in ins],
+                    out=[
+                        env[s].reshape(spec_shape) if sh != spec_shape else env[s]
+                        for s, sh in zip(outs, shapes)
+                    ],
+                )
             return lambda env: k(*[env[s] for s in ins], out=env[outs[0]])
-        if isinstance(step, GemmStep):      # CPU plans only; here: the two steps in turn
+        if isinstance(step, GemmStep):  # CPU plans only; here: the two steps in turn
             runs = [self._step(step.blas), self._step(step.epilogue)]
             return lambda env: [r(env) for r in runs]
         if isinstance(step, BlasStep):
             a, b, o = step.a.slot, step.b.slot, step.out
             fa = _view_fn(step.a.chain, cp) or (lambda x: x)
             fb = _view_fn(step.b.chain, cp) or (lambda x: x)
-            if self.plan.slots[o].shape == ():   # vector . vector: no 0-d out= in CuPy's matmul
+            if self.plan.slots[o].shape == ():  # vector . vector: no 0-d out= in CuPy's matmul
                 return lambda env: cp.copyto(env[o], cp.dot(fa(env[a]), fb(env[b])))
             return lambda env: cp.matmul(fa(env[a]), fb(env[b]), out=env[o])
         return array_step(step, cp)
@@ -451,17 +512,25 @@ class GpuProgram:
                 run(env)
                 sync()
                 seconds[i] = time.perf_counter() - t0
+
             return run_timed
+
         return self._call(args, [timed(i, r) for i, r in enumerate(self._runs)]), seconds
 
     def _call(self, args, runs):
         cp = self.cp
         if len(args) != len(self._params):
-            raise DlvmError(f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}")
+            raise DlvmError(
+                f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}"
+            )
         env: list = [None] * len(self.plan.slots)
         for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
-            a = cp.asarray(check_argument(self.plan.name, i, self.plan.slots[slot].name, a, shape, dt,
-                                          self.cast), dtype=dt)
+            a = cp.asarray(
+                check_argument(
+                    self.plan.name, i, self.plan.slots[slot].name, a, shape, dt, self.cast
+                ),
+                dtype=dt,
+            )
             if a.shape != shape:
                 raise _argument_error(self.plan, i, a, shape, dt)
             env[slot] = cp.ascontiguousarray(a)

@@ -16,6 +16,7 @@ Reading the ids after the steps is sound because every slot of a GPU program has
 its own for the whole call (GpuProgram allocates each temporary afresh; no arena reuse), and a
 step writes only its own output.
 """
+
 from __future__ import annotations
 
 from ...ir.ops import checked_indices
@@ -25,8 +26,11 @@ from ..planning.gather import IndexStep
 class IndexRangeCheck:
     def __init__(self, steps, xp, view_fn):
         self.xp = xp
-        self.checks = [(s.op, s.ids.slot, view_fn(s.ids.chain, xp) or (lambda a: a), s.size)
-                       for s in steps if isinstance(s, IndexStep)]
+        self.checks = [
+            (s.op, s.ids.slot, view_fn(s.ids.chain, xp) or (lambda a: a), s.size)
+            for s in steps
+            if isinstance(s, IndexStep)
+        ]
 
     def __call__(self, env) -> None:
         if not self.checks:
@@ -34,9 +38,9 @@ class IndexRangeCheck:
         bad = None
         for _, slot, view, size in self.checks:
             ids = view(env[slot])
-            flag = ((ids < 0) | (ids >= size)).any()       # on the device: no copy yet
+            flag = ((ids < 0) | (ids >= size)).any()  # on the device: no copy yet
             bad = flag if bad is None else bad | flag
-        if not bool(bad):                                   # the call's one read-back
+        if not bool(bad):  # the call's one read-back
             return
         for op, slot, view, size in self.checks:
             checked_indices(op, self.xp.asnumpy(view(env[slot])), size)

@@ -9,6 +9,7 @@ buffer's C order is copied to C order first (the kernels read (outer, axis, inne
     >>> run = native_index_run(step, plan.slots)      # an IndexStep, SliceScatterStep or ScanStep
     >>> run(env)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,11 +48,13 @@ def native_index_run(step, slots):
     if isinstance(step, SliceScatterStep):
         kernel = compile_index(IndexSpec("sliceScatter", dtype))
         outer, inner = extents(out_shape, step.axis)
-        ext = IndexExtents(outer, step.src.shape[step.axis], out_shape[step.axis], inner, step.lo, step.step)
+        ext = IndexExtents(
+            outer, step.src.shape[step.axis], out_shape[step.axis], inner, step.lo, step.step
+        )
         return lambda env: kernel.run(env[o], src(env), None, ext)
     kernel = compile_index(IndexSpec(step.op, dtype))
     ids = _reader(step.ids)
-    n_ids = step.ids.shape[0]           # a vector of i32 (ir/ops._index_operand)
+    n_ids = step.ids.shape[0]  # a vector of i32 (ir/ops._index_operand)
     outer, inner = extents(tuple(step.src.shape), step.axis)
     ext = IndexExtents(outer, n_ids, step.size, inner)
     op, size = step.op, step.size
@@ -59,5 +62,6 @@ def native_index_run(step, slots):
     def run(env):
         i = ids(env)
         if kernel.run(env[o], src(env), i, ext) or ext.rows(op) == 0:
-            checked_indices(op, i, size)    # raises the interpreter's error for a bad index
+            checked_indices(op, i, size)  # raises the interpreter's error for a bad index
+
     return run

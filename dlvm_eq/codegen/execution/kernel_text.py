@@ -3,6 +3,7 @@ PTX for an sm_* architecture (what `dlvm-eq codegen --emit llvm|ptx` prints).
 
     for name, text in kernel_texts(plan, "ptx", "sm_75"): ...
 """
+
 from __future__ import annotations
 
 from ...errors import DlvmError
@@ -16,6 +17,7 @@ def kernel_texts(plan, emit: str, arch: str = "sm_75") -> list[tuple[str, str]]:
     from ..cpu.rows_ir import rows_ir
     from ..gpu.llvm_ptx import ARCHS, ptx_kernel
     from ..planning.plan import RowStep
+
     if emit not in EMITS:
         raise DlvmError(f"unknown kernel text {emit!r} (expected one of {', '.join(EMITS)})")
     if emit == "ptx" and arch not in ARCHS:

@@ -12,6 +12,7 @@ Shared state (threads): `_ptx_cache`, `_functions` and `counters` are read and w
 the first stored wins. A GpuKernel / GpuRowKernel is immutable after construction; every
 call allocates its outputs (and a reduction's partial rows) from CuPy's pool.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,15 +21,15 @@ import llvmlite
 import numpy as np
 
 from ...errors import DlvmError
-from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
 from ..kernels.kernel_cache import DiskCache, cache_key, shared_cache
 from ..kernels.layout import group_size
-from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, kernel_kind, ptx_ir, row_int_args
 from ..kernels.rows import RowSpec
+from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
+from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, kernel_kind, ptx_ir, row_int_args
 
 BLOCK = 256
 BLOCKS_PER_SM = 32  # grid-stride loops: enough blocks to fill the GPU, no more
-MIN_SLICE = 256     # reduced elements per thread at least, when a reduction is split
+MIN_SLICE = 256  # reduced elements per thread at least, when a reduction is split
 
 
 class GpuUnavailable(DlvmError):
@@ -40,8 +41,9 @@ def cupy_module():
     try:
         import cupy
     except ImportError as e:
-        raise GpuUnavailable("the gpu target needs CuPy: pip install 'dlvm_eq[gpu]' "
-                             f"(cupy-cuda12x) ({e})") from None
+        raise GpuUnavailable(
+            f"the gpu target needs CuPy: pip install 'dlvm_eq[gpu]' (cupy-cuda12x) ({e})"
+        ) from None
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise GpuUnavailable("CUDA reports no GPU device")
@@ -70,8 +72,8 @@ def arch_for(compute_capability: str | int) -> str:
 
 
 _lock = threading.Lock()
-_ptx_cache: dict = {}      # (spec, arch) -> PtxKernel
-_functions: dict = {}      # (symbol, arch, device id) -> (module, function)
+_ptx_cache: dict = {}  # (spec, arch) -> PtxKernel
+_functions: dict = {}  # (symbol, arch, device id) -> (module, function)
 counters = {"ptx_generated": 0, "ptx_from_disk": 0}
 
 
@@ -100,7 +102,7 @@ def ptx_for(spec, arch: str, disk: DiskCache | None = None, build=_spec_ir) -> P
     kp = PtxKernel(ptx, symbol, layout, bits, kind)
     with _lock:
         counters["ptx_generated" if raw is None else "ptx_from_disk"] += 1
-        return _ptx_cache.setdefault(key, kp)     # a thread that lost the race takes the first
+        return _ptx_cache.setdefault(key, kp)  # a thread that lost the race takes the first
 
 
 class _Loaded:
@@ -152,28 +154,45 @@ class GpuKernel(_Loaded):
         slices = -(-n_red // chunk)
         grid = (max(1, min(-(-n_out // block), self._sms * BLOCKS_PER_SM)), slices)
         target = out if slices == 1 else self.cp.empty((slices, n_out), out.dtype)
-        self._fn(grid, (block,), (self.int_t(n_out), self.int_t(n_red), self.int_t(chunk), target,
-                                  *ins, *self._tail), **kw)
+        self._fn(
+            grid,
+            (block,),
+            (self.int_t(n_out), self.int_t(n_red), self.int_t(chunk), target, *ins, *self._tail),
+            **kw,
+        )
         if slices > 1:
             combine = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}[self.spec.op]
             getattr(target, combine)(axis=0, out=out.reshape(-1))
         if self.spec.init != self.spec.identity:  # the kernel folds from the identity
             init = self.cp.asarray(self.spec.init, dtype=out.dtype)
-            {"add": self.cp.add, "mul": self.cp.multiply, "max": self.cp.maximum,
-             "min": self.cp.minimum}[self.spec.op](out, init, out=out)
+            {
+                "add": self.cp.add,
+                "mul": self.cp.multiply,
+                "max": self.cp.maximum,
+                "min": self.cp.minimum,
+            }[self.spec.op](out, init, out=out)
 
     def __call__(self, *inputs, out=None, stream=None):
         cp = self.cp
         if len(inputs) != len(self._in_dtypes):
-            raise KernelError(f"{self.spec.name}: expected {len(self._in_dtypes)} inputs, got {len(inputs)}")
+            raise KernelError(
+                f"{self.spec.name}: expected {len(self._in_dtypes)} inputs, got {len(inputs)}"
+            )
         ins = []
         for i, (a, dt, size) in enumerate(zip(inputs, self._in_dtypes, self._in_sizes)):
-            a = cp.ascontiguousarray(cp.asarray(a, dtype=dt) if not hasattr(a, "dtype") else cp.asarray(a))
+            a = cp.ascontiguousarray(
+                cp.asarray(a, dtype=dt) if not hasattr(a, "dtype") else cp.asarray(a)
+            )
             if a.dtype != dt or a.size < size:
-                raise KernelError(f"{self.spec.name}: input {i} must be {dt} with at least {size} elements")
+                raise KernelError(
+                    f"{self.spec.name}: input {i} must be {dt} with at least {size} elements"
+                )
             ins.append(a)
-        outs = [cp.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)] if out is None else \
-            ([out] if not isinstance(out, (tuple, list)) else list(out))
+        outs = (
+            [cp.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+            if out is None
+            else ([out] if not isinstance(out, (tuple, list)) else list(out))
+        )
         kw = {} if stream is None else {"stream": stream}
         if isinstance(self.spec, KernelSpec):
             n = self.spec.size
@@ -195,7 +214,7 @@ def load_function(cp, kp: PtxKernel, arch: str, device: int):
         return _functions[fkey]
 
 
-ROW_BLOCK = 128     # threads per block of a row kernel (one row per thread)
+ROW_BLOCK = 128  # threads per block of a row kernel (one row per thread)
 
 
 class GpuRowKernel(_Loaded):

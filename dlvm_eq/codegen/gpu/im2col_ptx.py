@@ -11,6 +11,7 @@ trailing i32 arguments (llvm_ptx.SREGS), so tests run the GPU logic on the CPU. 
 products are CuPy/cuBLAS's; this module is not wired into GpuProgram (window_ops on CuPy runs
 there), see the report of issue 14.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,9 @@ def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir
     items, dst, src, image_stride, row_stride, images = fn.args[:6]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
-    grid_stride(b, items, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images,
-                                             spec.geometry))
+    grid_stride(
+        b, items, lambda b, i: body(b, i, dst, src, image_stride, row_stride, images, spec.geometry)
+    )
     b.ret_void()
     return module
 

@@ -23,19 +23,20 @@ serializes them, so f32 results may differ in the last bits from run to run and 
 
     >>> kp = index_ptx(IndexSpec("take", "f32"), bits=32, arch="sm_90")   # a PtxKernel
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
 
+from ..cpu.llvm_cpu import symbol_for
 from ..kernels.index_spec import IndexSpec
 from ..kernels.spec import DTYPES
 from ..llvm.emitter import I32, I64
 from ..llvm.lower_expr import storage_type
-from ..cpu.llvm_cpu import symbol_for
 from .llvm_ptx import PtxKernel, compile_ptx, grid_stride, kernel_function, new_module
 
-N_PTRS = 4            # out, src, ids, flag
-N_TAIL = 5            # n, size, inner, first, step
+N_PTRS = 4  # out, src, ids, flag
+N_TAIL = 5  # n, size, inner, first, step
 
 
 def index_bits(total_elements: int) -> int:
@@ -60,7 +61,7 @@ def _split(b, e, inner, n):
 
 
 def _take(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
-    vt = ir.IntType(8 * DTYPES[spec.dtype].itemsize)    # moved as bits
+    vt = ir.IntType(8 * DTYPES[spec.dtype].itemsize)  # moved as bits
 
     def item(b, e):
         a, j, c = _split(b, e, inner, n)
@@ -68,11 +69,14 @@ def _take(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step):
         ok = b.icmp_unsigned("<", s, size)
         with b.if_else(ok) as (inside, outside):
             with inside:
-                v = b.load(_at(b, src, b.add(b.mul(b.add(b.mul(a, size), s), inner), c), vt), typ=vt)
+                v = b.load(
+                    _at(b, src, b.add(b.mul(b.add(b.mul(a, size), s), inner), c), vt), typ=vt
+                )
                 b.store(v, _at(b, out, e, vt))
             with outside:
                 b.store(ir.Constant(vt, 0), _at(b, out, e, vt))
                 b.atomic_rmw("xchg", flag, ir.Constant(I32, 1), "monotonic")
+
     grid_stride(b, total, item)
 
 
@@ -89,6 +93,7 @@ def _scatter_add(b, spec, t, total, out, src, ids, flag, n, size, inner, first, 
                 b.atomic_rmw(op, dst, b.load(_at(b, src, e, vt), typ=vt), "monotonic")
             with outside:
                 b.atomic_rmw("xchg", flag, ir.Constant(I32, 1), "monotonic")
+
     grid_stride(b, total, item)
 
 
@@ -99,15 +104,20 @@ def _slice_scatter(b, spec, t, total, out, src, ids, flag, n, size, inner, first
         a, s, c = _split(b, e, inner, size)
         ahead = b.sub(s, first)
         k = b.udiv(ahead, step)
-        hit = b.and_(b.icmp_signed(">=", ahead, ir.Constant(t, 0)),
-                     b.and_(b.icmp_unsigned("==", b.urem(ahead, step), ir.Constant(t, 0)),
-                            b.icmp_unsigned("<", k, n)))
+        hit = b.and_(
+            b.icmp_signed(">=", ahead, ir.Constant(t, 0)),
+            b.and_(
+                b.icmp_unsigned("==", b.urem(ahead, step), ir.Constant(t, 0)),
+                b.icmp_unsigned("<", k, n),
+            ),
+        )
         with b.if_else(hit) as (yes, no):
             with yes:
                 v = b.load(_at(b, src, b.add(b.mul(b.add(b.mul(a, n), k), inner), c), vt), typ=vt)
                 b.store(v, _at(b, out, e, vt))
             with no:
                 b.store(ir.Constant(vt, 0), _at(b, out, e, vt))
+
     grid_stride(b, total, item)
 
 
@@ -119,13 +129,14 @@ def _cumsum(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
         a, c = b.udiv(ln, inner), b.urem(ln, inner)
         base = b.add(b.mul(b.mul(a, n), inner), c)
 
-        def at(b, k):                      # the k-th element visited along the line
+        def at(b, k):  # the k-th element visited along the line
             i = b.sub(b.sub(n, one), k) if spec.reverse else k
             return b.add(base, b.mul(i, inner))
+
         p0 = at(b, ir.Constant(t, 0))
-        acc0 = b.load(_at(b, src, p0, vt), typ=vt)       # the first element copied, as np.cumsum
+        acc0 = b.load(_at(b, src, p0, vt), typ=vt)  # the first element copied, as np.cumsum
         b.store(acc0, _at(b, out, p0, vt))
-        entry = b.block                                    # the running sum is a phi
+        entry = b.block  # the running sum is a phi
         head = b.append_basic_block("line.head")
         body = b.append_basic_block("line.body")
         done = b.append_basic_block("line.end")
@@ -139,7 +150,7 @@ def _cumsum(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
         b.position_at_end(body)
         p = at(b, k)
         x = b.load(_at(b, src, p, vt), typ=vt)
-        s1 = b.fadd(s, x) if spec.dtype in ("f32", "f64") else b.add(s, x)   # no fast-math flags
+        s1 = b.fadd(s, x) if spec.dtype in ("f32", "f64") else b.add(s, x)  # no fast-math flags
         b.store(s1, _at(b, out, p, vt))
         k.add_incoming(b.add(k, one), b.block)
         s.add_incoming(s1, b.block)
@@ -150,15 +161,21 @@ def _cumsum(b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
         grid_stride(b, total, line)
 
 
-_BODIES = {"take": _take, "scatterAdd": _scatter_add, "sliceScatter": _slice_scatter, "cumsum": _cumsum}
+_BODIES = {
+    "take": _take,
+    "scatterAdd": _scatter_add,
+    "sliceScatter": _slice_scatter,
+    "cumsum": _cumsum,
+}
 
 
-def build_module(spec: IndexSpec, symbol: str, bits: int, arch: str = "sm_75",
-                 host_emulation: bool = False) -> ir.Module:
+def build_module(
+    spec: IndexSpec, symbol: str, bits: int, arch: str = "sm_75", host_emulation: bool = False
+) -> ir.Module:
     t = I32 if bits == 32 else I64
     module = new_module(arch, host_emulation)
     fn = kernel_function(module, symbol, 1, N_PTRS, N_TAIL, t)
-    total, out, src, ids, flag, n, size, inner, first, step = fn.args[:1 + N_PTRS + N_TAIL]
+    total, out, src, ids, flag, n, size, inner, first, step = fn.args[: 1 + N_PTRS + N_TAIL]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _BODIES[spec.kind](b, spec, t, total, out, src, ids, flag, n, size, inner, first, step)
     b.ret_void()

@@ -18,6 +18,7 @@ Shared state (threads): `_tms` (one target machine per arch) and every parse, pa
 and PTX emission under llvm_lock.LLVM_LOCK, the lock the CPU back end uses too: LLVM's
 global context is not thread-safe.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..llvm.emitter import I32, I64, Emitter
-from ..kernels.spec import KernelSpec, ReduceSpec
 from ..kernels.layout import LoopLayout, spec_layout
+from ..kernels.rows import RowSpec, reduce_identity
+from ..kernels.spec import KernelSpec, ReduceSpec
+from ..llvm.emitter import I32, I64, Emitter
 from ..llvm.llvm_lock import LLVM_LOCK
 from ..llvm.loops import counted_loop, decompose, entry_alloca, strided_range
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
-from ..kernels.rows import RowSpec, reduce_identity
 
 TRIPLE = "nvptx64-nvidia-cuda"
 GLOBAL = ir.PointerType(addrspace=1)
@@ -43,21 +44,28 @@ _PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
 
 @dataclass(frozen=True)
 class PtxKernel:
-    ptx: str              # PTX assembly text
-    symbol: str           # the .entry name
-    layout: LoopLayout | None   # loop layout (dims/strides: the trailing arguments); None for rows
-    index_bits: int       # 32 or 64: width of every integer argument
-    kind: str             # "map", "reduce" or "rows"
+    ptx: str  # PTX assembly text
+    symbol: str  # the .entry name
+    layout: LoopLayout | None  # loop layout (dims/strides: the trailing arguments); None for rows
+    index_bits: int  # 32 or 64: width of every integer argument
+    kind: str  # "map", "reduce" or "rows"
 
     def int_args(self) -> list[int]:
         """The trailing integer arguments: dims, then each input's strides."""
-        return [int(v) for v in self.layout.dims_array()[:len(self.layout.dims) * (1 + len(self.layout.strides))]]
+        return [
+            int(v)
+            for v in self.layout.dims_array()[
+                : len(self.layout.dims) * (1 + len(self.layout.strides))
+            ]
+        ]
 
 
 def index_bits(spec, layout: LoopLayout) -> int:
     """32 when the iteration size and every input offset stay below 2**30."""
-    biggest = max([math.prod(spec.shape)] + [
-        sum((d - 1) * s for d, s in zip(layout.dims, st)) + 1 for st in layout.strides])
+    biggest = max(
+        [math.prod(spec.shape)]
+        + [sum((d - 1) * s for d, s in zip(layout.dims, st)) + 1 for st in layout.strides]
+    )
     return 32 if biggest < 2**30 else 64
 
 
@@ -78,7 +86,9 @@ def _sreg(b: ir.IRBuilder, name: str):
 def _global_id(b: ir.IRBuilder, t: ir.IntType):
     """(blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x) as type t."""
     ext = (lambda v: v) if t.width == 32 else (lambda v: b.zext(v, t))
-    ctaid, ntid, tid, nctaid = (ext(_sreg(b, n)) for n in ("ctaid.x", "ntid.x", "tid.x", "nctaid.x"))
+    ctaid, ntid, tid, nctaid = (
+        ext(_sreg(b, n)) for n in ("ctaid.x", "ntid.x", "tid.x", "nctaid.x")
+    )
     return b.add(b.mul(ctaid, ntid), tid), b.mul(nctaid, ntid)
 
 
@@ -106,8 +116,10 @@ def _params(fn: ir.Function, layout: LoopLayout, t: ir.IntType, first_int: int):
     rank = len(layout.dims)
     args = fn.args[first_int:]
     dims = list(args[:rank])
-    strides = [[ir.Constant(t, s) if s in (0, 1) else args[rank * (1 + k) + d]
-                for d, s in enumerate(st)] for k, st in enumerate(layout.strides)]
+    strides = [
+        [ir.Constant(t, s) if s in (0, 1) else args[rank * (1 + k) + d] for d, s in enumerate(st)]
+        for k, st in enumerate(layout.strides)
+    ]
     return dims, strides
 
 
@@ -116,6 +128,7 @@ def _loader(e: Emitter, ins, dtypes, offs):
         st = storage_type(dtypes[i])
         ptr = e.b.gep(ins[i], [offs[i]], inbounds=True, source_etype=st)
         return from_storage(e, e.b.load(ptr, typ=st), dtypes[i])
+
     return load
 
 
@@ -133,11 +146,13 @@ def _kernel(module, symbol, n_ints_head, n_ptrs, n_tail, t):
     host = getattr(module, "host_emulation", False)
     ptr = ir.PointerType() if host else GLOBAL
     emulated = [I32] * len(SREGS) if host else []
-    fnty = ir.FunctionType(ir.VoidType(), [t] * n_ints_head + [ptr] * n_ptrs + [t] * n_tail + emulated)
+    fnty = ir.FunctionType(
+        ir.VoidType(), [t] * n_ints_head + [ptr] * n_ptrs + [t] * n_tail + emulated
+    )
     fn = ir.Function(module, fnty, symbol)
     if not host:
         fn.calling_convention = "ptx_kernel"  # LLVM >= 20: the kernel marker (no nvvm.annotations)
-    for a in fn.args[n_ints_head:n_ints_head + n_ptrs]:
+    for a in fn.args[n_ints_head : n_ints_head + n_ptrs]:
         a.add_attribute("noalias")
     return fn
 
@@ -147,7 +162,7 @@ def _map_kernel(module, spec: KernelSpec, layout, symbol, t):
     fn = _kernel(module, symbol, 1, n_out + n_in, _layout_ints(layout), t)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
-    n, outs, ins = fn.args[0], fn.args[1:1 + n_out], fn.args[1 + n_out:1 + n_out + n_in]
+    n, outs, ins = fn.args[0], fn.args[1 : 1 + n_out], fn.args[1 + n_out : 1 + n_out + n_in]
     dims, strides = _params(fn, layout, t, 1 + n_out + n_in)
     dtypes = spec.input_dtypes
 
@@ -156,6 +171,7 @@ def _map_kernel(module, spec: KernelSpec, layout, symbol, t):
         vals = lower(e, list(spec.outputs), dtypes, _loader(e, ins, dtypes, offs))
         for ptr, v, dt in zip(outs, vals, spec.output_dtypes):
             _store(e, ptr, i, v, dt)
+
     _grid_stride(b, n, body)
     b.ret_void()
 
@@ -166,7 +182,7 @@ def _reduce_kernel(module, spec: ReduceSpec, layout, symbol, t):
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
     n_out, n_red, chunk = fn.args[:3]
-    out, ins = fn.args[3], fn.args[4:4 + n_in]
+    out, ins = fn.args[3], fn.args[4 : 4 + n_in]
     dims, strides = _params(fn, layout, t, 4 + n_in)
     # blockIdx.y picks a slice [r0, r1) of the reduced elements and a row of partial results
     y = _sreg(b, "ctaid.y")
@@ -179,7 +195,7 @@ def _reduce_kernel(module, spec: ReduceSpec, layout, symbol, t):
     kept = list(range(g1)) + list(range(g1 + gr, len(dims)))
     k_dims = [dims[d] for d in kept]
     k_st = [[st[d] for d in kept] for st in strides]
-    r_dims, r_st = dims[g1:g1 + gr], [st[g1:g1 + gr] for st in strides]
+    r_dims, r_st = dims[g1 : g1 + gr], [st[g1 : g1 + gr] for st in strides]
     init = init_constant(spec.identity, spec.dtype)
     acc = entry_alloca(b, init.type, "acc")
 
@@ -188,10 +204,14 @@ def _reduce_kernel(module, spec: ReduceSpec, layout, symbol, t):
         b.store(init, acc)
 
         def step(b, offs, _):
-            v = lower(e, [spec.body], spec.input_dtypes, _loader(e, ins, spec.input_dtypes, offs))[0]
+            v = lower(e, [spec.body], spec.input_dtypes, _loader(e, ins, spec.input_dtypes, offs))[
+                0
+            ]
             b.store(combine(e, spec.op, b.load(acc, typ=init.type), v, spec.dtype), acc)
+
         strided_range(b, r0, r1, r_dims, r_st, base, step, "red")
         _store(e, out, b.add(row, o), b.load(acc, typ=init.type), spec.dtype)
+
     _grid_stride(b, n_out, per_output)
     b.ret_void()
 
@@ -206,10 +226,10 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
     n_rows = fn.args[0]
-    outs = fn.args[1:1 + n_out]
-    reds = fn.args[1 + n_out:1 + n_out + n_red]
-    ins = fn.args[1 + n_out + n_red:1 + n_out + n_red + n_in]
-    tail = fn.args[1 + n_out + n_red + n_in:1 + n_out + n_red + n_in + 1 + 2 * n_in]
+    outs = fn.args[1 : 1 + n_out]
+    reds = fn.args[1 + n_out : 1 + n_out + n_red]
+    ins = fn.args[1 + n_out + n_red : 1 + n_out + n_red + n_in]
+    tail = fn.args[1 + n_out + n_red + n_in : 1 + n_out + n_red + n_in + 1 + 2 * n_in]
     cols = tail[0]
     row_st = [tail[1 + 2 * i] for i in range(n_in)]
     col_st = [tail[2 + 2 * i] for i in range(n_in)]
@@ -221,12 +241,13 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
 
         def loader(j):
             def load(i):
-                if i >= n_in:                      # an earlier reduction's result
+                if i >= n_in:  # an earlier reduction's result
                     return accs[i - n_in]
                 off = b.add(b.mul(r, row_st[i]), b.mul(j, col_st[i]))
                 st = storage_type(dtypes[i])
                 v = b.load(b.gep(ins[i], [off], inbounds=True, source_etype=st), typ=st)
                 return from_storage(e, v, dtypes[i])
+
             return load
 
         for k, (body, op, init) in enumerate(spec.reductions):
@@ -238,9 +259,10 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
             def step(b, j, body=body, op=op, dt=dt, acc=acc, ident=ident):
                 v = lower(e, [body], dtypes, loader(j))[0]
                 b.store(combine(e, op, b.load(acc, typ=ident.type), v, dt), acc)
+
             counted_loop(b, zero, cols, step, f"red{k}")
             v = b.load(acc, typ=ident.type)
-            if init != reduce_identity(op, dt):       # the loop folds from the identity
+            if init != reduce_identity(op, dt):  # the loop folds from the identity
                 v = combine(e, op, v, init_constant(init, dt), dt)
             _store(e, reds[k], r, v, dt)
             accs.append(v)
@@ -250,16 +272,22 @@ def _rows_kernel(module, spec: RowSpec, symbol, t):
             vals = lower(e, list(spec.outputs), dtypes, loader(j))
             for ptr, v, dt in zip(outs, vals, spec.output_dtypes):
                 _store(e, ptr, b.add(row_lo, j), v, dt)
+
         counted_loop(b, zero, cols, item, "map")
+
     _grid_stride(b, n_rows, per_row)
     b.ret_void()
 
 
 def row_index_bits(spec: RowSpec) -> int:
     """32 when every output index and input offset of the row kernel stays below 2**30."""
-    biggest = max([spec.rows * spec.cols] + [
-        (spec.rows - 1) * spec.strides(i)[0] + (spec.cols - 1) * spec.strides(i)[1] + 1
-        for i in range(len(spec.inputs))])
+    biggest = max(
+        [spec.rows * spec.cols]
+        + [
+            (spec.rows - 1) * spec.strides(i)[0] + (spec.cols - 1) * spec.strides(i)[1] + 1
+            for i in range(len(spec.inputs))
+        ]
+    )
     return 32 if biggest < 2**30 else 64
 
 
@@ -268,13 +296,15 @@ def row_int_args(spec: RowSpec) -> list[int]:
     return [spec.cols] + [s for i in range(len(spec.inputs)) for s in spec.strides(i)]
 
 
-_lock = LLVM_LOCK    # the CPU back end parses and compiles in the same global LLVM context
+_lock = LLVM_LOCK  # the CPU back end parses and compiles in the same global LLVM context
 _tms: dict[str, llvm.TargetMachine] = {}
 
 
 def target_machine(arch: str = "sm_75") -> llvm.TargetMachine:
     if arch not in ARCHS:
-        raise ValueError(f"unsupported GPU architecture {arch!r}; expected one of {', '.join(ARCHS)}")
+        raise ValueError(
+            f"unsupported GPU architecture {arch!r}; expected one of {', '.join(ARCHS)}"
+        )
     with _lock:
         if arch not in _tms:
             llvm.initialize_all_targets()
@@ -292,14 +322,16 @@ def new_module(arch: str, host_emulation: bool = False) -> ir.Module:
     module.host_emulation = host_emulation
     if host_emulation:
         from ..cpu.llvm_cpu import target_machine as host_tm
+
         module.triple, module.data_layout = host_tm().triple, str(host_tm().target_data)
     else:
         module.triple, module.data_layout = TRIPLE, str(target_machine(arch).target_data)
     return module
 
 
-def build_module(spec, symbol: str, arch: str = "sm_75",
-                 host_emulation: bool = False) -> tuple[ir.Module, LoopLayout, int]:
+def build_module(
+    spec, symbol: str, arch: str = "sm_75", host_emulation: bool = False
+) -> tuple[ir.Module, LoopLayout, int]:
     if isinstance(spec, RowSpec):
         layout, bits = None, row_index_bits(spec)
     else:
@@ -356,8 +388,9 @@ def ptx_kernel(spec, arch: str = "sm_75") -> PtxKernel:
 
 
 def kernel_kind(spec) -> str:
-    return "map" if isinstance(spec, KernelSpec) else "rows" if isinstance(spec, RowSpec) else "reduce"
-
+    return (
+        "map" if isinstance(spec, KernelSpec) else "rows" if isinstance(spec, RowSpec) else "reduce"
+    )
 
 
 # The kernel skeleton (signature, grid-stride loop), public for the GPU's other builders

@@ -7,6 +7,7 @@ PTX is made for the device's arch and kept where gpu_runtime keeps every kernel'
 (spec, arch), disk per (IR, arch)); loading goes through gpu_runtime too. Shared state
 (threads): gpu_runtime's caches under its lock; a GpuPoolKernel is immutable.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,9 @@ class GpuPoolKernel:
         dev = cp.cuda.Device()
         arch = gpu_runtime.arch_for(dev.compute_capability)
         self.spec = spec
-        self._module, self._fn = gpu_runtime.load_function(cp, pool_ptx_for(spec, arch), arch, dev.id)
+        self._module, self._fn = gpu_runtime.load_function(
+            cp, pool_ptx_for(spec, arch), arch, dev.id
+        )
         self._sms = dev.attributes.get("MultiProcessorCount", 80)
 
     def run(self, out, ins, stream=None) -> None:
@@ -43,7 +46,7 @@ class GpuPoolKernel:
         if not n:
             return
         ptrs = [out] + list(ins)
-        ptrs += ptrs[-1:] * (3 - len(ptrs))        # one-operand ops ignore in_1
+        ptrs += ptrs[-1:] * (3 - len(ptrs))  # one-operand ops ignore in_1
         grid = (max(1, min(-(-n // gpu_runtime.BLOCK), self._sms * gpu_runtime.BLOCKS_PER_SM)),)
         kw = {} if stream is None else {"stream": stream}
         self._fn(grid, (gpu_runtime.BLOCK,), (np.int64(n), *ptrs), **kw)

@@ -11,6 +11,7 @@ zero fill are needed. in_1 is ignored by one-operand ops.
     >>> text, symbol = pool_ptx_ir(spec, "sm_90")
     >>> ptx = compile_ptx(text, "sm_90")
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,16 +44,18 @@ class _Item(PoolEmitter):
             take = self.takes(v, cur)
             b.store(b.select(take, v, cur), best)
             b.store(b.select(take, off, b.load(at, typ=I64)), at)
+
         self.sweep_window(oy, ox, visit)
         return b.load(best, typ=self.T), b.load(at, typ=I64)
 
     def window_sum(self, x, oy, ox):
         b = self.b
         acc = entry_alloca(b, self.T, "sum")
-        b.store(self.fc(-0.0), acc)      # -0.0: x + -0.0 == x for every x
+        b.store(self.fc(-0.0), acc)  # -0.0: x + -0.0 == x for every x
 
         def visit(b, off):
             b.store(self.e.fadd(b.load(acc, typ=self.T), self.load(x, off)), acc)
+
         self.sweep_window(oy, ox, visit)
         return b.load(acc, typ=self.T)
 
@@ -67,14 +70,20 @@ class _Item(PoolEmitter):
                 ix = b.sub(b.add(b.mul(ox, self.c(self.sw)), j), self.c(self.pl))
                 with b.if_then(b.and_(self.between(iy, 0, self.h), self.between(ix, 0, self.w))):
                     visit(b, b.add(b.mul(iy, self.c(self.w)), ix))
+
             counted_loop(b, self.c(0), self.c(self.kw), tap_col, "tapx")
+
         counted_loop(b, self.c(0), self.c(self.kh), tap_row, "tapy")
 
     def covering(self, pos, pad, k, s, n_out):
         """[lo, hi) of the outputs along one axis whose windows cover input index pos."""
         b = self.b
-        first = b.add(pos, self.c(pad - k + 1))       # o * s >= pos + pad - k + 1, o * s <= pos + pad
-        lo = b.select(b.icmp_signed(">", first, self.c(0)), b.udiv(b.add(first, self.c(s - 1)), self.c(s)), self.c(0))
+        first = b.add(pos, self.c(pad - k + 1))  # o * s >= pos + pad - k + 1, o * s <= pos + pad
+        lo = b.select(
+            b.icmp_signed(">", first, self.c(0)),
+            b.udiv(b.add(first, self.c(s - 1)), self.c(s)),
+            self.c(0),
+        )
         hi = self.imin(b.add(b.udiv(b.add(pos, self.c(pad)), self.c(s)), self.c(1)), self.c(n_out))
         return lo, hi
 
@@ -92,7 +101,7 @@ class _Item(PoolEmitter):
                 best, at = self.window_max(planes[0], oy, ox)
                 if op == "maxPool2d":
                     v = best
-                else:           # the gather: g at the first maximum, 0 for a padded tap
+                else:  # the gather: g at the first maximum, 0 for a padded tap
                     g = self.load(planes[1], self.imax(at, self.c(0)))
                     v = b.select(b.icmp_signed(">=", at, self.c(0)), g, self.fc(0.0))
             self.store(v, out, i)
@@ -113,7 +122,9 @@ class _Item(PoolEmitter):
                 at = self.window_max(planes[0], oy, ox)[1]
                 with b.if_then(b.icmp_signed("==", at, r)):
                     b.store(self.e.fadd(b.load(acc, typ=self.T), g), acc)
+
             counted_loop(b, ox_lo, ox_hi, per_ox, "ox")
+
         counted_loop(b, oy_lo, oy_hi, per_oy, "oy")
         self.store(b.load(acc, typ=self.T), out, i)
 
@@ -124,7 +135,7 @@ def _module(spec: PoolSpec, symbol: str, arch: str, host_emulation: bool) -> str
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n, out, a, c = fn.args[:4]
     item = _Item(b, spec, I64)
-    ins = [a, c][:len(spec.plane_sizes()[1])]
+    ins = [a, c][: len(spec.plane_sizes()[1])]
     grid_stride(b, n, lambda b, i: item.emit(i, out, ins))
     b.ret_void()
     return str(module)

@@ -15,6 +15,7 @@ are run-time arguments (the kernel's `dims`), so one kernel serves every layout 
 (rows*cols, cols) is one (R, P) matrix per image, (cols, n_images*cols) one (R, n*P) matrix.
 Everything here is immutable and hashable (a cache key, through spec_text).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,15 +26,15 @@ from .spec import DTYPES, KernelError
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    dtype: str                        # "f32" or "f64"
-    channels: int                     # C (all groups)
+    dtype: str  # "f32" or "f64"
+    channels: int  # C (all groups)
     height: int
     width: int
-    kernel: tuple[int, int]           # KH, KW
+    kernel: tuple[int, int]  # KH, KW
     stride: tuple[int, int]
-    padding: tuple[int, int, int, int]   # top, bottom, left, right
+    padding: tuple[int, int, int, int]  # top, bottom, left, right
     dilation: tuple[int, int]
-    out_hw: tuple[int, int]           # OH, OW
+    out_hw: tuple[int, int]  # OH, OW
 
     def __post_init__(self):
         if self.dtype not in ("f32", "f64"):
@@ -67,6 +68,7 @@ class ConvGeometry:
 @dataclass(frozen=True)
 class Im2colSpec:
     """x (n, C, H, W) -> column matrix; a call covers items [lo, hi), item r*n_images + n."""
+
     geometry: ConvGeometry
     name: str = "im2col"
 
@@ -75,18 +77,34 @@ class Im2colSpec:
 class Col2imSpec:
     """Column matrix -> dx (n, C, H, W), summing every window element onto its input position;
     a call covers whole planes [lo, hi), item c*n_images + n, so threads never write the same element."""
+
     geometry: ConvGeometry
     name: str = "col2im"
 
 
 def out_hw(hw, kernel, stride, padding, dilation) -> tuple[int, int]:
-    return (out_size(hw[0], kernel[0], stride[0], padding[0], padding[1], dilation[0]),
-            out_size(hw[1], kernel[1], stride[1], padding[2], padding[3], dilation[1]))
+    return (
+        out_size(hw[0], kernel[0], stride[0], padding[0], padding[1], dilation[0]),
+        out_size(hw[1], kernel[1], stride[1], padding[2], padding[3], dilation[1]),
+    )
 
 
 def geometry(dtype: str, x_shape, kernel, attrs: dict) -> ConvGeometry:
     """The geometry of a convolution of an (N, C, H, W) input by KH x KW windows."""
     _, c, h, w = x_shape
-    stride, padding, dilation = tuple(attrs["stride"]), tuple(attrs["padding"]), tuple(attrs["dilation"])
-    return ConvGeometry(dtype, int(c), int(h), int(w), tuple(kernel), stride, padding, dilation,
-                        out_hw((h, w), kernel, stride, padding, dilation))
+    stride, padding, dilation = (
+        tuple(attrs["stride"]),
+        tuple(attrs["padding"]),
+        tuple(attrs["dilation"]),
+    )
+    return ConvGeometry(
+        dtype,
+        int(c),
+        int(h),
+        int(w),
+        tuple(kernel),
+        stride,
+        padding,
+        dilation,
+        out_hw((h, w), kernel, stride, padding, dilation),
+    )

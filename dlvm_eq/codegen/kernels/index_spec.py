@@ -18,6 +18,7 @@ the extents are run-time arguments.
     >>> extents((2, 5, 3), 1)
     (2, 3)
 """
+
 from __future__ import annotations
 
 import math
@@ -32,13 +33,16 @@ KINDS = ("take", "scatterAdd", "sliceScatter", "cumsum")
 class IndexSpec:
     """kind: one of KINDS; dtype: the values' IR dtype (f32 f64 i32 bool; scatterAdd and
     cumsum add, so not bool); reverse: cumsum from the end of the axis."""
+
     kind: str
     dtype: str
     reverse: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise KernelError(f"unknown index kernel {self.kind!r}; expected one of {', '.join(KINDS)}")
+            raise KernelError(
+                f"unknown index kernel {self.kind!r}; expected one of {', '.join(KINDS)}"
+            )
         if self.dtype not in DTYPES:
             raise KernelError(f"{self.kind}: unknown dtype {self.dtype!r}")
         if self.kind in ("scatterAdd", "cumsum") and self.dtype == "bool":
@@ -57,6 +61,7 @@ class IndexExtents:
     (take: the number of ids; scatterAdd, sliceScatter: g's axis; cumsum: the scanned axis);
     size: the other array's axis (take: x's; scatterAdd, sliceScatter: the result's; cumsum:
     n); first, step: sliceScatter's positions."""
+
     outer: int
     n: int
     size: int
@@ -71,10 +76,12 @@ class IndexExtents:
 
     def work(self, kind: str) -> int:
         """Elements written (scatterAdd: and read): what decides whether a call is worth threads."""
-        rows = {"take": self.n, "cumsum": self.n, "sliceScatter": self.size}.get(kind, max(self.n, self.size))
+        rows = {"take": self.n, "cumsum": self.n, "sliceScatter": self.size}.get(
+            kind, max(self.n, self.size)
+        )
         return self.outer * rows * self.inner
 
 
 def extents(shape, axis: int) -> tuple[int, int]:
     """(outer, inner) of a C-contiguous array of `shape` around `axis`."""
-    return math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    return math.prod(shape[:axis]), math.prod(shape[axis + 1 :])

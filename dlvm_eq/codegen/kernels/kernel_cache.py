@@ -1,7 +1,8 @@
 """On-disk cache of compiled kernels, keyed by IR text, target and host (see dlvm_eq/cache.py).
 
-    >>> shared_cache().get("cpu", cache_key(ir_text, triple, cpu_name))
+>>> shared_cache().get("cpu", cache_key(ir_text, triple, cpu_name))
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,7 @@ import hashlib
 from ...cache import MAGIC, DiskCache, default_cache_dir, set_cache_dir, shared_cache  # noqa: F401
 
 # Bump when the code generator changes what a given IR/PTX key would produce.
-CODEGEN_VERSION = "2"     # 2: entries carry a header (symbol, host, sha256) before the object
+CODEGEN_VERSION = "2"  # 2: entries carry a header (symbol, host, sha256) before the object
 
 
 def cache_key(*parts: str) -> str:

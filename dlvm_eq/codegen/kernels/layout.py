@@ -11,6 +11,7 @@ compiled kernel serves every shape with the same pattern.
     >>> elementwise_layout((4, 8), [None, None]).dims      # both contiguous: one flat loop
     (32,)
 """
+
 from __future__ import annotations
 
 import math
@@ -25,13 +26,14 @@ from .spec import KernelSpec, ReduceSpec, c_strides
 class LoopLayout:
     """dims in loop order; strides[k][d] = element stride of input k along loop dim d.
     groups: sizes of consecutive dim groups (elementwise: one group; reduce: K1, R, K2)."""
+
     dims: tuple[int, ...]
     strides: tuple[tuple[int, ...], ...]
     groups: tuple[int, ...]
 
     def pattern(self) -> tuple:
         """What the generated code depends on: a stride is 0, 1, or read at run time."""
-        cls = lambda s: s if s in (0, 1) else None  # noqa: E731
+        cls = lambda s: s if s in (0, 1) else None
         return (self.groups, tuple(tuple(cls(s) for s in st) for st in self.strides))
 
     def dims_array(self) -> np.ndarray:
@@ -99,8 +101,11 @@ def reduce_layout(spec: ReduceSpec) -> LoopLayout:
     out_c = dict(zip(k1 + k2, c_strides(tuple(shape[d] for d in k1 + k2))))
     groups_dims, groups_strides = [], []
     for group in (k1, r, k2):
-        dims, st = _merge([shape[d] for d in group], [[s[d] for d in group] for s in full],
-                          [out_c[d] for d in group] if group is not r else None)
+        dims, st = _merge(
+            [shape[d] for d in group],
+            [[s[d] for d in group] for s in full],
+            [out_c[d] for d in group] if group is not r else None,
+        )
         groups_dims.append(dims)
         groups_strides.append(st)
     if not groups_dims[0] and not groups_dims[2]:
@@ -116,4 +121,4 @@ def reduce_layout(spec: ReduceSpec) -> LoopLayout:
 
 def group_size(layout: LoopLayout, g: int) -> int:
     start = sum(layout.groups[:g])
-    return math.prod(layout.dims[start:start + layout.groups[g]])
+    return math.prod(layout.dims[start : start + layout.groups[g]])

@@ -14,6 +14,7 @@ maxPool2dGather (x, g) -> y, maxPool2dBackward (x, dy) -> dx, avgPool2d (x) -> y
 avgPool2dBackward (dy) -> dx; x, g, dx are (H, W) planes, y, dy (OH, OW) planes.
 The plane count is not part of the spec: one kernel serves every batch size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,15 +22,15 @@ from dataclasses import dataclass
 from ...ir.window_ops import POOL_OPS, out_size
 from .spec import KernelError
 
-MAX_OW = 1 << 14      # output row length kept on the stack (a row of offsets and values)
-MAX_PLANE = 1 << 30   # plane offsets are i32
+MAX_OW = 1 << 14  # output row length kept on the stack (a row of offsets and values)
+MAX_PLANE = 1 << 30  # plane offsets are i32
 
 
 @dataclass(frozen=True)
 class PoolSpec:
     op: str
-    dtype: str                          # "f32" or "f64"
-    hw: tuple[int, int]                 # input plane (H, W)
+    dtype: str  # "f32" or "f64"
+    hw: tuple[int, int]  # input plane (H, W)
     kernel: tuple[int, int]
     stride: tuple[int, int]
     padding: tuple[int, int, int, int]  # top, bottom, left, right
@@ -47,7 +48,10 @@ class PoolSpec:
     @property
     def columns_covered(self) -> bool:
         """Whether every input column lies in some window (else a backward row is zeroed first)."""
-        return self.stride[1] <= self.kernel[1] and self.out_hw[1] * self.stride[1] - self.padding[2] >= self.hw[1]
+        return (
+            self.stride[1] <= self.kernel[1]
+            and self.out_hw[1] * self.stride[1] - self.padding[2] >= self.hw[1]
+        )
 
     @property
     def reads_max(self) -> bool:
@@ -61,8 +65,13 @@ class PoolSpec:
     def plane_sizes(self) -> tuple[int, list[int]]:
         """(elements per output plane, elements per plane of each operand)."""
         hw, ohw = self.hw[0] * self.hw[1], self.out_hw[0] * self.out_hw[1]
-        ins = {"maxPool2d": [hw], "avgPool2d": [hw], "maxPool2dGather": [hw, hw],
-               "maxPool2dBackward": [hw, ohw], "avgPool2dBackward": [ohw]}[self.op]
+        ins = {
+            "maxPool2d": [hw],
+            "avgPool2d": [hw],
+            "maxPool2dGather": [hw, hw],
+            "maxPool2dBackward": [hw, ohw],
+            "avgPool2dBackward": [ohw],
+        }[self.op]
         return (hw if self.writes_input_plane else ohw), ins
 
 
@@ -73,13 +82,21 @@ def pool_spec(op: str, attrs: dict, hw, dtype: str) -> PoolSpec:
         raise KernelError(f"{op} is not a pooling op")
     if dtype not in ("f32", "f64"):
         raise KernelError(f"{op}: pooling kernels take f32 or f64, not {dtype}")
-    spec = PoolSpec(op, dtype, tuple(int(v) for v in hw), tuple(attrs["kernel"]), tuple(attrs["stride"]),
-                    tuple(attrs["padding"]))
+    spec = PoolSpec(
+        op,
+        dtype,
+        tuple(int(v) for v in hw),
+        tuple(attrs["kernel"]),
+        tuple(attrs["stride"]),
+        tuple(attrs["padding"]),
+    )
     oh, ow = spec.out_hw
     if oh < 1 or ow < 1 or min(spec.hw) < 1:
         raise KernelError(f"{op}: empty planes (input {spec.hw}, output {(oh, ow)})")
     if ow > MAX_OW or spec.hw[0] * spec.hw[1] >= MAX_PLANE or oh * ow >= MAX_PLANE:
-        raise KernelError(f"{op}: planes too large for the pooling kernel ({spec.hw} -> {(oh, ow)})")
+        raise KernelError(
+            f"{op}: planes too large for the pooling kernel ({spec.hw} -> {(oh, ow)})"
+        )
     return spec
 
 

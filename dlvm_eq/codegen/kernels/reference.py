@@ -8,14 +8,30 @@
 Semantics are the IR's op table's (ir/ops.py): integer `div` truncates and gives 0 for a zero
 divisor, float min/max propagate NaN, `round` rounds half to even.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ...ir.ops import OPS, REDUCE_COMBINATORS
-from .spec import (BINARY_OPS, DLVM_NAMES, DTYPES, UNARY_OPS, Binary, Cast, Const, KernelSpec, Load,
-                   ReduceSpec, Select, Unary, dtype_of, op_name, walk)
+from .spec import (
+    BINARY_OPS,
+    DLVM_NAMES,
+    DTYPES,
+    UNARY_OPS,
+    Binary,
+    Cast,
+    Const,
+    KernelSpec,
+    Load,
+    ReduceSpec,
+    Select,
+    Unary,
+    dtype_of,
+    op_name,
+    walk,
+)
 
 
 def _semantics(kernel_op: str):
@@ -27,7 +43,7 @@ def _semantics(kernel_op: str):
 _IR_NAME = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
 UNARY_NP = {op: _semantics(op) for op in UNARY_OPS}
 BINARY_NP = {op: _semantics(op) for op in BINARY_OPS}
-REDUCE_NP = {op_name(n): ufunc for n, ufunc in REDUCE_COMBINATORS.items()}   # numpy ufuncs
+REDUCE_NP = {op_name(n): ufunc for n, ufunc in REDUCE_COMBINATORS.items()}  # numpy ufuncs
 
 
 def _view(arr: np.ndarray, inp, shape) -> np.ndarray:
@@ -39,6 +55,7 @@ def _view(arr: np.ndarray, inp, shape) -> np.ndarray:
 
 def _eval_exprs(roots, dtypes, views, compute: str | None):
     """Evaluate resolved expressions on numpy views; float ops in `compute` dtype if given."""
+
     def ftype(dt):
         return DTYPES[compute] if compute and dt in ("f32", "f64") else DTYPES[dt]
 
@@ -74,4 +91,3 @@ def evaluate(spec, arrays, compute: str | None = None) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
         out = REDUCE_NP[spec.op].reduce(body, axis=spec.axes, initial=spec.init)
     return [np.asarray(out, dtype=body.dtype).reshape(spec.out_shape)]
-

@@ -15,15 +15,33 @@ may read every reduction's result). The CPU builds it with `cpu/rows_ir.py` and 
 Inputs are 2-D views given by (row stride, col stride) in elements (0 = broadcast); strides
 None means C-contiguous (rows, cols). Everything here is immutable.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .spec import (REDUCE_INIT, REDUCE_OPS, Binary, Cast, Const, Expr, KernelError, KernelInput,
-                   Load, Select, Unary, as_expr, children, dtype_of, op_name, resolve, walk)
+from .spec import (
+    REDUCE_INIT,
+    REDUCE_OPS,
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    KernelError,
+    KernelInput,
+    Load,
+    Select,
+    Unary,
+    as_expr,
+    children,
+    dtype_of,
+    op_name,
+    resolve,
+    walk,
+)
 
-MAX_STASH = 2         # subexpressions kept per row at most (see cpu/rows_ir.py)
+MAX_STASH = 2  # subexpressions kept per row at most (see cpu/rows_ir.py)
 
 
 @dataclass(frozen=True)
@@ -32,14 +50,16 @@ class RowSpec:
     rows: int
     cols: int
     inputs: tuple[KernelInput, ...]
-    reductions: tuple[tuple, ...]     # (body, op, init or None)
+    reductions: tuple[tuple, ...]  # (body, op, init or None)
     outputs: tuple[Expr, ...]
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
         for i, inp in enumerate(self.inputs):
             if inp.strides is not None and (len(inp.strides) != 2 or min(inp.strides) < 0):
-                raise KernelError(f"{self.name}: input {i} needs (row stride, col stride), got {inp.strides}")
+                raise KernelError(
+                    f"{self.name}: input {i} needs (row stride, col stride), got {inp.strides}"
+                )
         dtypes = list(i.dtype for i in self.inputs)
         reds = []
         for body, op, init in self.reductions:
@@ -66,7 +86,7 @@ class RowSpec:
         dts = list(self.input_dtypes)
         for body, _, _ in self.reductions:
             dts.append(dtype_of(body, tuple(dts)))
-        return tuple(dts[len(self.inputs):])
+        return tuple(dts[len(self.inputs) :])
 
     @property
     def all_dtypes(self) -> tuple[str, ...]:
@@ -83,7 +103,7 @@ class RowSpec:
 
 def _typed(v, dt: str):
     if dt == "i32":
-        return int({math.inf: 2**31 - 1, -math.inf: -2**31}.get(v, v))
+        return int({math.inf: 2**31 - 1, -math.inf: -(2**31)}.get(v, v))
     return float(v)
 
 
@@ -93,8 +113,10 @@ def reduce_identity(op: str, dt: str):
 
 def pattern(spec: RowSpec) -> tuple:
     """What the code depends on besides the spec's expressions: strides 0/1 or run-time."""
-    cls = lambda s: s if s in (0, 1) else None  # noqa: E731
-    return tuple((cls(spec.strides(i)[0]), cls(spec.strides(i)[1])) for i in range(len(spec.inputs)))
+    cls = lambda s: s if s in (0, 1) else None
+    return tuple(
+        (cls(spec.strides(i)[0]), cls(spec.strides(i)[1])) for i in range(len(spec.inputs))
+    )
 
 
 def loads(expr: Expr) -> list[Load]:

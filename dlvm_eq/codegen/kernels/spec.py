@@ -20,13 +20,13 @@ Op names are short (`neg sub mul div pow eq ne lt ...`); `DLVM_NAMES` maps the I
 No dtype promotion happens here: operands of a binary op must agree (insert `Cast`); a Python
 number in an expression is an untyped `Const` that takes the dtype of the other operand.
 """
+
 from __future__ import annotations
 
 import math
 import threading
 import weakref
 from dataclasses import dataclass, fields
-from typing import Union
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class KernelError(DlvmError):
     """A kernel description that cannot be generated (bad op, dtype, shape or stride)."""
 
 
-DTYPES = {d.value: d.numpy for d in DType}    # 'f32' -> np.dtype(float32): the IR's dtypes
+DTYPES = {d.value: d.numpy for d in DType}  # 'f32' -> np.dtype(float32): the IR's dtypes
 FLOATS = ("f32", "f64")
 
 
@@ -55,14 +55,26 @@ def dtype_name(dt) -> str:
     for name, d in DTYPES.items():
         if d == npdt:
             return name
-    raise KernelError(f"dtype {npdt} is not supported by kernels; expected one of {', '.join(DTYPES)}")
+    raise KernelError(
+        f"dtype {npdt} is not supported by kernels; expected one of {', '.join(DTYPES)}"
+    )
 
 
 # ------------------------------------------------------------------ op tables (data, one row per op)
 # A kernel op is an IR op (ir/ops.py) under a short name: the IR's (DLVM's) names that differ.
-DLVM_NAMES = {"negate": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
-              "power": "pow", "equal": "eq", "notEqual": "ne", "lessThan": "lt",
-              "lessThanOrEqual": "le", "greaterThan": "gt", "greaterThanOrEqual": "ge"}
+DLVM_NAMES = {
+    "negate": "neg",
+    "subtract": "sub",
+    "multiply": "mul",
+    "divide": "div",
+    "power": "pow",
+    "equal": "eq",
+    "notEqual": "ne",
+    "lessThan": "lt",
+    "lessThanOrEqual": "le",
+    "greaterThan": "gt",
+    "greaterThanOrEqual": "ge",
+}
 
 
 def _accepted(dlvm: str) -> tuple[str, ...]:
@@ -72,7 +84,7 @@ def _accepted(dlvm: str) -> tuple[str, ...]:
 # Unary: name -> dtypes it accepts (the op table's float_only). Result dtype = operand dtype.
 UNARY_OPS: dict[str, tuple[str, ...]] = {
     **{DLVM_NAMES.get(n, n): _accepted(n) for n, s in OPS.items() if s.kind == UNARY},
-    **{n: ("bool",) for n, s in OPS.items() if s.kind == LOGIC and s.arity == 1},      # not
+    **{n: ("bool",) for n, s in OPS.items() if s.kind == LOGIC and s.arity == 1},  # not
 }
 # Binary: name -> (dtypes accepted, result dtype or None for "same as operands"), all from the
 # op table's kinds. Kernels compare bools for equality only (the IR accepts any).
@@ -80,7 +92,11 @@ BOOL_EQUALITY = ("eq", "ne")
 
 
 def _compared(dlvm: str) -> tuple[str, ...]:
-    return FLOATS + ("i32", "bool") if DLVM_NAMES.get(dlvm, dlvm) in BOOL_EQUALITY else FLOATS + ("i32",)
+    return (
+        FLOATS + ("i32", "bool")
+        if DLVM_NAMES.get(dlvm, dlvm) in BOOL_EQUALITY
+        else FLOATS + ("i32",)
+    )
 
 
 BINARY_OPS: dict[str, tuple[tuple[str, ...], str | None]] = {
@@ -102,8 +118,8 @@ def op_name(name: str) -> str:
 # so equality is identity, a node's hash is computed once from its operands' hashes, and every
 # walk memoized by node is linear in the DAG however much of it is shared.
 
-_TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
-_TABLE_LOCK = threading.Lock()     # compiles may build kernels on several threads
+_TABLE: weakref.WeakValueDictionary[tuple, Expr] = weakref.WeakValueDictionary()
+_TABLE_LOCK = threading.Lock()  # compiles may build kernels on several threads
 
 
 def _intern_key(cls, values: tuple) -> tuple:
@@ -116,7 +132,7 @@ class _Interned(type):
     """Metaclass of expression nodes: `Cls(...)` returns the live node with the same fields."""
 
     def __call__(cls, *args, **kwargs):
-        node = super().__call__(*args, **kwargs)   # the dataclass __init__ fills in defaults
+        node = super().__call__(*args, **kwargs)  # the dataclass __init__ fills in defaults
         values = tuple(getattr(node, n) for n in cls._names)
         key = _intern_key(cls, values)
         with _TABLE_LOCK:
@@ -146,7 +162,7 @@ class Expr(metaclass=_Interned):
     def __hash__(self):
         return self._hash
 
-    def __reduce__(self):       # pickling and copying rebuild through the interning table
+    def __reduce__(self):  # pickling and copying rebuild through the interning table
         return type(self), tuple(getattr(self, n) for n in self._names)
 
     def __copy__(self):
@@ -158,16 +174,35 @@ class Expr(metaclass=_Interned):
     def __repr__(self):
         return expr_text(self)
 
-    def __add__(self, o): return Binary("add", self, as_expr(o))
-    def __radd__(self, o): return Binary("add", as_expr(o), self)
-    def __sub__(self, o): return Binary("sub", self, as_expr(o))
-    def __rsub__(self, o): return Binary("sub", as_expr(o), self)
-    def __mul__(self, o): return Binary("mul", self, as_expr(o))
-    def __rmul__(self, o): return Binary("mul", as_expr(o), self)
-    def __truediv__(self, o): return Binary("div", self, as_expr(o))
-    def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
-    def __pow__(self, o): return Binary("pow", self, as_expr(o))
-    def __neg__(self): return Unary("neg", self)
+    def __add__(self, o):
+        return Binary("add", self, as_expr(o))
+
+    def __radd__(self, o):
+        return Binary("add", as_expr(o), self)
+
+    def __sub__(self, o):
+        return Binary("sub", self, as_expr(o))
+
+    def __rsub__(self, o):
+        return Binary("sub", as_expr(o), self)
+
+    def __mul__(self, o):
+        return Binary("mul", self, as_expr(o))
+
+    def __rmul__(self, o):
+        return Binary("mul", as_expr(o), self)
+
+    def __truediv__(self, o):
+        return Binary("div", self, as_expr(o))
+
+    def __rtruediv__(self, o):
+        return Binary("div", as_expr(o), self)
+
+    def __pow__(self, o):
+        return Binary("pow", self, as_expr(o))
+
+    def __neg__(self):
+        return Unary("neg", self)
 
 
 def expr_text(root: Expr, limit: int = 2000) -> str:
@@ -198,14 +233,16 @@ def expr_text(root: Expr, limit: int = 2000) -> str:
 @_node
 class Load(Expr):
     """Input `index` at the current element."""
+
     index: int
 
 
 @_node
 class Const(Expr):
     """A constant; dtype None means 'the dtype of the other operand' (see module docstring)."""
-    value: Union[float, int, bool]
-    dtype: Union[str, None] = None
+
+    value: float | int | bool
+    dtype: str | None = None
 
 
 @_node
@@ -224,6 +261,7 @@ class Binary(Expr):
 @_node
 class Select(Expr):
     """`a` where `cond` (bool) holds, else `b`."""
+
     cond: Expr
     a: Expr
     b: Expr
@@ -255,6 +293,7 @@ def binary(op: str, a, b) -> Binary:
 
 
 # ------------------------------------------------------------------ dtype checking
+
 
 def _natural_dtype(value) -> str:
     if isinstance(value, bool):
@@ -322,7 +361,9 @@ def _resolve_steps(e: Expr, ins: tuple[str, ...], want: str | None):
         a, b = yield from _resolve_pair(e.a, e.b, ins, want if result is None else None)
         ta, tb = dtype_of(a, ins), dtype_of(b, ins)
         if ta != tb:
-            raise KernelError(f"{e.op}: operands have different dtypes {ta} and {tb}; insert a Cast")
+            raise KernelError(
+                f"{e.op}: operands have different dtypes {ta} and {tb}; insert a Cast"
+            )
         _check(e.op, ta, accepted)
         return Binary(e.op, a, b)
     if isinstance(e, Select):
@@ -393,7 +434,7 @@ def walk(roots) -> list[Expr]:
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Unary) or isinstance(e, Cast):
+    if isinstance(e, (Unary, Cast)):
         return (e.x,)
     if isinstance(e, Binary):
         return (e.a, e.b)
@@ -403,6 +444,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 # ------------------------------------------------------------------ inputs and specs
+
 
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Element strides of a C-contiguous array: c_strides((2, 3)) == (3, 1)."""
@@ -418,6 +460,7 @@ class KernelInput:
     """One input array: its dtype, and its element strides along each dim of the iteration shape
     (0 = broadcast along that dim). strides=None: the input is C-contiguous with the iteration
     shape (the fast path). The runtime passes C-contiguous numpy arrays; strides index them."""
+
     dtype: str
     strides: tuple[int, ...] | None = None
 
@@ -427,7 +470,7 @@ class KernelInput:
             object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
 
     @staticmethod
-    def broadcast(dtype, in_shape, out_shape) -> "KernelInput":
+    def broadcast(dtype, in_shape, out_shape) -> KernelInput:
         """An input of shape `in_shape` broadcast (numpy rules) to `out_shape`.
 
         >>> KernelInput.broadcast("f32", (3,), (2, 3)).strides
@@ -461,8 +504,10 @@ def _check_inputs(name: str, shape, inputs):
         raise KernelError(f"{name}: negative dimension in shape {shape}")
     for i, inp in enumerate(inputs):
         if inp.strides is not None and len(inp.strides) != len(shape):
-            raise KernelError(f"{name}: input {i} has {len(inp.strides)} strides for a "
-                              f"rank-{len(shape)} shape {shape}")
+            raise KernelError(
+                f"{name}: input {i} has {len(inp.strides)} strides for a "
+                f"rank-{len(shape)} shape {shape}"
+            )
         if inp.strides is not None and any(s < 0 for s in inp.strides):
             raise KernelError(f"{name}: input {i} has a negative stride {inp.strides}")
 
@@ -471,6 +516,7 @@ def _check_inputs(name: str, shape, inputs):
 class KernelSpec:
     """An elementwise kernel: outputs[j] (an Expr) evaluated at every element of `shape`;
     every output is a fresh C-contiguous array of that shape."""
+
     name: str
     shape: tuple[int, ...]
     inputs: tuple[KernelInput, ...]
@@ -504,6 +550,7 @@ class ReduceSpec:
     """A reduction: `body` evaluated over the iteration `shape`, folded with `op` (add mul max
     min; DLVM's 'multiply' accepted) starting from `init` (default: the op's identity) along
     `axes`. The output is C-contiguous with the non-reduced axes, in order (`out_shape`)."""
+
     name: str
     shape: tuple[int, ...]
     inputs: tuple[KernelInput, ...]
@@ -520,20 +567,26 @@ class ReduceSpec:
         object.__setattr__(self, "axes", axes)
         _check_inputs(self.name, self.shape, self.inputs)
         if self.op not in REDUCE_OPS:
-            raise KernelError(f"{self.name}: unknown reduction {self.op!r}; expected one of "
-                              + ", ".join(REDUCE_OPS))
+            raise KernelError(
+                f"{self.name}: unknown reduction {self.op!r}; expected one of "
+                + ", ".join(REDUCE_OPS)
+            )
         if len(set(axes)) != len(axes) or any(not 0 <= a < len(self.shape) for a in axes):
-            raise KernelError(f"{self.name}: axes {self.axes} are not distinct axes of shape {self.shape}")
+            raise KernelError(
+                f"{self.name}: axes {self.axes} are not distinct axes of shape {self.shape}"
+            )
         body = resolve(as_expr(self.body), self.input_dtypes)
         object.__setattr__(self, "body", body)
         dt = dtype_of(body, self.input_dtypes)
         if dt == "bool":
             raise KernelError(f"{self.name}: cannot reduce bool values; cast them first")
-        object.__setattr__(self, "init", self._typed(REDUCE_INIT[self.op] if self.init is None else self.init))
+        object.__setattr__(
+            self, "init", self._typed(REDUCE_INIT[self.op] if self.init is None else self.init)
+        )
 
     def _typed(self, v):
         if self.dtype == "i32":
-            return int({math.inf: 2**31 - 1, -math.inf: -2**31}.get(v, v))
+            return int({math.inf: 2**31 - 1, -math.inf: -(2**31)}.get(v, v))
         return float(v)
 
     @property
@@ -555,4 +608,4 @@ class ReduceSpec:
         return tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
 
 
-Spec = Union[KernelSpec, ReduceSpec]
+Spec = KernelSpec | ReduceSpec

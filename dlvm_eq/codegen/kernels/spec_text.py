@@ -4,6 +4,7 @@ part of a kernel's cache key that says what the kernel computes.
     >>> spec_text(KernelSpec("axpb", (4,), [KernelInput("f32")], [Load(0) * 2.0]))[:10]
     "KernelSpec"
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,12 +33,15 @@ def spec_text(spec) -> str:
             i = ids.get(id(v))
             return f"#{number(v) if i is None else i}"
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return f"{type(v).__name__}(" + ",".join(
-                f"{f.name}={enc(getattr(v, f.name))}" for f in dataclasses.fields(v)) + ")"
+            return (
+                f"{type(v).__name__}("
+                + ",".join(f"{f.name}={enc(getattr(v, f.name))}" for f in dataclasses.fields(v))
+                + ")"
+            )
         if isinstance(v, (tuple, list)):
             return "(" + ",".join(enc(x) for x in v) + ",)"
         if v is None or isinstance(v, (bool, int, float, str)):
-            return repr(v)       # 1, 1.0 and True stay distinct; floats round-trip exactly
+            return repr(v)  # 1, 1.0 and True stay distinct; floats round-trip exactly
         raise TypeError(f"spec_text: unexpected {type(v).__name__} in a kernel spec")
 
     top = enc(spec)

@@ -20,6 +20,7 @@ Fast-math policy (why each flag is or is not used):
     >>> e = Emitter(builder)
     >>> y = e.fmul(x, e.const_like(x, 2.0))
 """
+
 from __future__ import annotations
 
 from llvmlite import ir

@@ -10,8 +10,9 @@ once (a CPU kernel and a GPU kernel, say) never enter LLVM together.
 
 Module state: LLVM_LOCK, created at import, never replaced.
 """
+
 from __future__ import annotations
 
 import threading
 
-LLVM_LOCK = threading.RLock()   # re-entrant: target_machine() is called with it held
+LLVM_LOCK = threading.RLock()  # re-entrant: target_machine() is called with it held

@@ -4,9 +4,10 @@ vectorizes, carrying into the outer dims between rows).
 
     >>> strided_range(b, lo, hi, dims, strides, bases, body)   # body(b, offsets, flat_index)
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
@@ -23,8 +24,14 @@ def _c(like: ir.Value, v: int) -> ir.Constant:
     return ir.Constant(like.type, v)
 
 
-def counted_loop(b: ir.IRBuilder, start, end, body: Callable[[ir.IRBuilder, ir.Value], None],
-                 name: str = "loop", step=None):
+def counted_loop(
+    b: ir.IRBuilder,
+    start,
+    end,
+    body: Callable[[ir.IRBuilder, ir.Value], None],
+    name: str = "loop",
+    step=None,
+):
     """for (i = start; i < end; i += step) body(i) (step 1 by default); leaves the builder after
     the loop. The index has the type of `start` (i64 on CPU; i32 or i64 on GPU)."""
     pre = b.block
@@ -61,21 +68,34 @@ def madd(b: ir.IRBuilder, base, idx, stride):
     """base + idx*stride, skipping the multiply for constant strides 0 and 1."""
     if isinstance(stride, ir.Constant) and stride.constant == 0:
         return base
-    term = idx if isinstance(stride, ir.Constant) and stride.constant == 1 else \
-        b.mul(idx, stride, flags=("nsw",))
+    term = (
+        idx
+        if isinstance(stride, ir.Constant) and stride.constant == 1
+        else b.mul(idx, stride, flags=("nsw",))
+    )
     if isinstance(base, ir.Constant) and base.constant == 0:
         return term
     return b.add(base, term, flags=("nsw",))
 
 
-def strided_range(b: ir.IRBuilder, lo, hi, dims: Sequence, strides: Sequence[Sequence],
-                  bases: Sequence, body: Body, name: str = "r"):
+def strided_range(
+    b: ir.IRBuilder,
+    lo,
+    hi,
+    dims: Sequence,
+    strides: Sequence[Sequence],
+    bases: Sequence,
+    body: Body,
+    name: str = "r",
+):
     """Run body(b, offsets, flat) for flat in [lo, hi) of the C-ordered space `dims`, where
     offsets[k] = bases[k] + sum_d idx[d] * strides[k][d]. All integers share lo's type."""
     r = len(dims)
     if r == 1:
+
         def inner(b, j):
             body(b, [madd(b, base, j, st[0]) for base, st in zip(bases, strides)], j)
+
         counted_loop(b, lo, hi, inner, name)
         return
     # Multi-index of lo, kept in allocas (mem2reg turns them into registers).
@@ -115,6 +135,7 @@ def strided_range(b: ir.IRBuilder, lo, hi, dims: Sequence, strides: Sequence[Seq
     def inner(b, j):
         offs = [madd(b, rb, j, st[r - 1]) for rb, st in zip(row_base, strides)]
         body(b, offs, b.add(flat_minus_j0, j, flags=("nsw",)))
+
     counted_loop(b, j0, j_end, inner, f"{name}.in")
 
     b.store(b.add(flat, n), flat_slot)

@@ -3,16 +3,28 @@ CPU and NVPTX back ends supply how input i is loaded at the current element.
 
     >>> v = lower(Emitter(builder), spec.outputs, spec.input_dtypes, load=lambda i: ...)
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from llvmlite import ir
 
+from ..kernels.spec import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    KernelError,
+    Load,
+    Select,
+    Unary,
+    dtype_of,
+    walk,
+)
 from . import polymath
 from .emitter import I1, I8, I32, REDUCE_FLAGS, STORAGE_TYPES, VALUE_TYPES, Emitter
-from ..kernels.spec import Binary, Cast, Const, Expr, KernelError, Load, Select, Unary, dtype_of, walk
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
@@ -41,8 +53,11 @@ def _float_only(fn):
 # name -> (emitter, x, dtype) -> value
 UNARY_LOWER: dict[str, Callable] = {
     "neg": lambda e, x, dt: e.b.neg(x) if dt == "i32" else e.fneg(x),
-    "abs": lambda e, x, dt: (e.intrinsic("abs", x, ir.Constant(I1, 0), ret=I32) if dt == "i32"
-                             else e.intrinsic("fabs", x)),
+    "abs": lambda e, x, dt: (
+        e.intrinsic("abs", x, ir.Constant(I1, 0), ret=I32)
+        if dt == "i32"
+        else e.intrinsic("fabs", x)
+    ),
     "square": lambda e, x, dt: e.b.mul(x, x) if dt == "i32" else e.fmul(x, x),
     "sign": _sign,
     "relu": _relu,
@@ -61,8 +76,10 @@ def _int_div(e: Emitter, a, b):
     instead of LLVM's undefined behaviour."""
     bb = e.b
     zero = bb.icmp_signed("==", b, ir.Constant(I32, 0))
-    ovf = bb.and_(bb.icmp_signed("==", a, ir.Constant(I32, INT_MIN)),
-                  bb.icmp_signed("==", b, ir.Constant(I32, -1)))
+    ovf = bb.and_(
+        bb.icmp_signed("==", a, ir.Constant(I32, INT_MIN)),
+        bb.icmp_signed("==", b, ir.Constant(I32, -1)),
+    )
     safe = bb.select(bb.or_(zero, ovf), ir.Constant(I32, 1), b)
     q = bb.sdiv(a, safe)
     q = bb.select(ovf, ir.Constant(I32, INT_MIN), q)
@@ -171,8 +188,11 @@ def combine(e: Emitter, op: str, acc, v, dt: str):
     """One reduction step acc (op) v. Floats: reassociable (vectorizable) add/mul; max/min
     propagate NaN like numpy."""
     if dt == "i32":
-        return {"add": e.b.add, "mul": e.b.mul}[op](acc, v) if op in ("add", "mul") else \
-            e.intrinsic("s" + op, acc, v)
+        return (
+            {"add": e.b.add, "mul": e.b.mul}[op](acc, v)
+            if op in ("add", "mul")
+            else e.intrinsic("s" + op, acc, v)
+        )
     if op == "add":
         return e.fadd(acc, v, flags=REDUCE_FLAGS)
     if op == "mul":

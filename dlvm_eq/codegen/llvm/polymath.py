@@ -12,6 +12,7 @@ follow numpy. Accuracy against numpy float64 (measured max; the tests enforce 4 
 
     >>> y = MATH["exp"](emitter, x)          # x: an llvmlite float value
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,10 @@ def _split(value: Decimal, bits: int, parts: int) -> tuple[float, ...]:
 
 with localcontext() as _ctx:
     _ctx.prec = 80
-    _PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899863")
-    PIO2 = _split(_PI / 2, 30, 3)       # n * PIO2[0], n * PIO2[1] exact for |n| < 2**23
+    _PI = Decimal(
+        "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899863"
+    )
+    PIO2 = _split(_PI / 2, 30, 3)  # n * PIO2[0], n * PIO2[1] exact for |n| < 2**23
     LN2 = _split(Decimal(2).ln(), 32, 2)  # k * LN2[0] exact for |k| < 2**21
 
 _FACT = [math.factorial(k) for k in range(24)]
@@ -70,8 +73,10 @@ def _ldexp(e: Emitter, y, n, fmt: _Fmt):
     two exact power-of-two products, so that results near overflow and in the subnormal range
     are rounded once (`llvm.ldexp` would become scalar libcalls or long selects there)."""
     if e.fast_ldexp:
-        return e.b.call(e.declare(f"llvm.ldexp.{_sfx(y.type)}.i32", y.type, [y.type, I32]),
-                        [y, n if n.type == I32 else e.b.trunc(n, I32)])
+        return e.b.call(
+            e.declare(f"llvm.ldexp.{_sfx(y.type)}.i32", y.type, [y.type, I32]),
+            [y, n if n.type == I32 else e.b.trunc(n, I32)],
+        )
     b = e.b
     n1 = b.ashr(n, ir.Constant(fmt.ity, 1))
     n2 = b.sub(n, n1)
@@ -83,8 +88,14 @@ def _sfx(t) -> str:
 
 
 # Cephes expf: exp(r) = 1 + r + r^2 * P(r) on |r| <= ln2/2.
-_EXPF_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-           1.6666665459e-1, 5.0000001201e-1)
+_EXPF_P = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
 _EXPF_C = (0.693359375, -2.12194440e-4)
 _EXP_C = (6.93145751953125e-1, 1.42860682030941723212e-6)
 _EXP_TAYLOR = tuple(1.0 / _FACT[k] for k in range(13, -1, -1))  # |r|^14/14! < 2**-60
@@ -99,7 +110,7 @@ def exp(e: Emitter, x):
     lo, hi = (-746.0, 710.0) if fmt.f64 else (-104.0, 89.0)  # beyond: exactly 0 or inf
     xc = e.select(e.fcmp(">", x, c(x, hi)), c(x, hi), x)
     xc = e.select(e.fcmp("<", xc, c(x, lo)), c(x, lo), xc)
-    shifter = 1.5 * 2.0 ** fmt.mant
+    shifter = 1.5 * 2.0**fmt.mant
     t = e.fadd(e.fmul(xc, c(x, LOG2E)), c(x, shifter))
     n = e.fsub(t, c(x, shifter))  # round(x / ln2), exactly
     c1, c2 = _EXP_C if fmt.f64 else _EXPF_C
@@ -120,13 +131,15 @@ def _frexp(e: Emitter, x, fmt: _Fmt):
     c = e.const_like
     sub = e.fcmp("<", x, c(x, fmt.min_normal))  # subnormal: scale into the normal range
     shift = 54 if fmt.f64 else 25
-    xs = e.select(sub, e.fmul(x, c(x, 2.0 ** shift)), x)
+    xs = e.select(sub, e.fmul(x, c(x, 2.0**shift)), x)
     bits = b.bitcast(xs, fmt.ity)
     ex = b.and_(b.lshr(bits, ir.Constant(fmt.ity, fmt.mant)), ir.Constant(fmt.ity, fmt.emask))
     ex = b.sub(ex, ir.Constant(fmt.ity, fmt.bias - 1))
     ex = b.sub(ex, b.select(sub, ir.Constant(fmt.ity, shift), ir.Constant(fmt.ity, 0)))
-    mbits = b.or_(b.and_(bits, ir.Constant(fmt.ity, (1 << fmt.mant) - 1)),
-                  ir.Constant(fmt.ity, (fmt.bias - 1) << fmt.mant))
+    mbits = b.or_(
+        b.and_(bits, ir.Constant(fmt.ity, (1 << fmt.mant) - 1)),
+        ir.Constant(fmt.ity, (fmt.bias - 1) << fmt.mant),
+    )
     m = b.bitcast(mbits, x.type)  # in [0.5, 1)
     small = e.fcmp("<", m, c(x, math.sqrt(0.5)))
     m = e.select(small, e.fadd(m, m), m)
@@ -134,9 +147,17 @@ def _frexp(e: Emitter, x, fmt: _Fmt):
     return m, b.sitofp(ex, x.type)
 
 
-_LOGF_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
-           1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
-           3.3333331174e-1)
+_LOGF_P = (
+    7.0376836292e-2,
+    -1.1514610310e-1,
+    1.1676998740e-1,
+    -1.2420140846e-1,
+    1.4249322787e-1,
+    -1.6668057665e-1,
+    2.0000714765e-1,
+    -2.4999993993e-1,
+    3.3333331174e-1,
+)
 _LOGF_C = (-2.12194440e-4, 0.693359375)
 # log(1+f) = 2 atanh(s), s = f/(2+f): R(z) = sum 2 z^k/(2k+1), z = s^2 <= 0.0295.
 _LOG_R = tuple(2.0 / (2 * k + 1) for k in range(12, 0, -1))
@@ -186,8 +207,13 @@ def expm1(e: Emitter, x):
     return e.select(small, series, big)
 
 
-_TANHF_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
-            -3.33332819422e-1)
+_TANHF_P = (
+    -5.70498872745e-3,
+    2.06390887954e-2,
+    -5.37397155531e-2,
+    1.33314422036e-1,
+    -3.33332819422e-1,
+)
 
 
 def tanh(e: Emitter, x):
@@ -240,7 +266,9 @@ def sinh(e: Emitter, x):
     c = e.const_like
     n = 9 if fmt.f64 else 5  # odd Taylor terms up to x^(2n-1) on |x| < 1
     z = e.fmul(x, x)
-    series = e.fadd(x, e.fmul(e.fmul(x, z), e.horner(z, [1.0 / _FACT[2 * k + 1] for k in range(n, 0, -1)])))
+    series = e.fadd(
+        x, e.fmul(e.fmul(x, z), e.horner(z, [1.0 / _FACT[2 * k + 1] for k in range(n, 0, -1)]))
+    )
     big = e.intrinsic("copysign", _sinh_cosh(e, x, -1.0), x)
     return e.select(e.fcmp("<", e.intrinsic("fabs", x), c(x, 1.0)), series, big)
 
@@ -251,7 +279,7 @@ def cosh(e: Emitter, x):
 
 # ---- trigonometry, always in f64: f32 inputs gain exact range reduction for free
 _SIN = tuple((-1.0) ** k / _FACT[2 * k + 1] for k in range(10, 0, -1))  # r + r^3 S(r^2)
-_COS = tuple((-1.0) ** k / _FACT[2 * k] for k in range(10, 1, -1))      # 1 - r^2/2 + r^4 C(r^2)
+_COS = tuple((-1.0) ** k / _FACT[2 * k] for k in range(10, 1, -1))  # 1 - r^2/2 + r^4 C(r^2)
 
 
 def _in_f64(fn):
@@ -260,6 +288,7 @@ def _in_f64(fn):
             return fn(e, *args)
         y = fn(e, *(e.b.fpext(a, F64) for a in args))
         return e.b.fptrunc(y, args[0].type)
+
     wrapped.__name__ = fn.__name__
     return wrapped
 
@@ -300,13 +329,18 @@ def cos(e: Emitter, x):
 @_in_f64
 def tan(e: Emitter, x):
     s, co, q = _reduce_pio2(e, x)
-    odd = e.fcmp("u!=", e.fsub(q, e.fmul(e.intrinsic("floor", e.fmul(q, e.const_like(q, 0.5))),
-                                         e.const_like(q, 2.0))), e.const_like(q, 0.0))
+    odd = e.fcmp(
+        "u!=",
+        e.fsub(
+            q, e.fmul(e.intrinsic("floor", e.fmul(q, e.const_like(q, 0.5))), e.const_like(q, 2.0))
+        ),
+        e.const_like(q, 0.0),
+    )
     return e.select(odd, e.fneg(e.fdiv(co, s)), e.fdiv(s, co))
 
 
 @_in_f64
-def pow(e: Emitter, x, y):  # noqa: A001 - the op's name
+def pow(e: Emitter, x, y):
     """exp(y log|x|) with numpy's special cases (sign for odd integer y, NaN for x < 0 and
     non-integer y, pow(x, 0) = pow(1, y) = pow(-1, +-inf) = 1)."""
     b = e.b
@@ -325,32 +359,53 @@ def pow(e: Emitter, x, y):  # noqa: A001 - the op's name
     one = c(x, 1.0)
     r = e.select(e.fcmp("==", y, c(y, 0.0)), one, r)
     r = e.select(e.fcmp("==", x, one), one, r)
-    return e.select(b.and_(e.fcmp("==", ax, one), e.fcmp("==", e.intrinsic("fabs", y), inf)), one, r)
+    return e.select(
+        b.and_(e.fcmp("==", ax, one), e.fcmp("==", e.intrinsic("fabs", y), inf)), one, r
+    )
 
 
 # ---- erf, always in f64 (f32 rounds once): |x| < 0.75: x P(x^2), P the Taylor series with exact
 # coefficients; above: 1 - e^(-x^2) erfcx(|x|), erfcx a Chebyshev interpolant (Clenshaw) in
 # t = (|x| - 2)/(|x| + 2) over |x| in [0.75, 6], from erfcx at 20 Chebyshev nodes computed with
 # mpmath at 40 digits (last coefficient 3e-19). Beyond 6, erf rounds to +-1 in f64. <= 1 ulp.
-_ERF_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (_FACT[n] * (2 * n + 1)) for n in range(17, -1, -1))
-_ERFCX_CHEB = (0.27280680343820835, -0.20500559428503803, 0.02702350829311385, -0.0020849373080169976,
-               2.715141243494646e-05, 1.0067470836546635e-05, -3.5597630554514737e-07, -7.79235751118153e-08,
-               1.8654959652390237e-09, 8.077480444041607e-10, 1.4585020352898817e-11, -8.311606084755538e-12,
-               -7.045609799456999e-13, 5.3452451061019043e-14, 1.3712853154189651e-14, 4.927207736314085e-16,
-               -1.4934174567001885e-16, -2.2930249905748136e-17, -2.42170043181715e-19, 3.353441529813013e-19)
+_ERF_TAYLOR = tuple(
+    2.0 / math.sqrt(math.pi) * (-1) ** n / (_FACT[n] * (2 * n + 1)) for n in range(17, -1, -1)
+)
+_ERFCX_CHEB = (
+    0.27280680343820835,
+    -0.20500559428503803,
+    0.02702350829311385,
+    -0.0020849373080169976,
+    2.715141243494646e-05,
+    1.0067470836546635e-05,
+    -3.5597630554514737e-07,
+    -7.79235751118153e-08,
+    1.8654959652390237e-09,
+    8.077480444041607e-10,
+    1.4585020352898817e-11,
+    -8.311606084755538e-12,
+    -7.045609799456999e-13,
+    5.3452451061019043e-14,
+    1.3712853154189651e-14,
+    4.927207736314085e-16,
+    -1.4934174567001885e-16,
+    -2.2930249905748136e-17,
+    -2.42170043181715e-19,
+    3.353441529813013e-19,
+)
 _ERF_SPLIT, _ERF_MAX, _ERFCX_K = 0.75, 6.0, 2.0
-_ERFCX_MID, _ERFCX_HALF = 0.022727272727272735, 0.4772727272727273   # t over [0.75, 6] as [-1, 1]
+_ERFCX_MID, _ERFCX_HALF = 0.022727272727272735, 0.4772727272727273  # t over [0.75, 6] as [-1, 1]
 
 
 @_in_f64
 def erf(e: Emitter, x):
     c = e.const_like
     ax = e.intrinsic("fabs", x)
-    ax = e.select(e.fcmp(">", ax, c(x, _ERF_MAX)), c(x, _ERF_MAX), ax)   # NaN stays NaN
+    ax = e.select(e.fcmp(">", ax, c(x, _ERF_MAX)), c(x, _ERF_MAX), ax)  # NaN stays NaN
     z = e.fmul(ax, ax)
     small = e.fmul(e.horner(z, _ERF_TAYLOR), ax)
     k = c(x, _ERFCX_K)
-    t = e.fdiv(e.fsub(ax, k), e.fadd(ax, k), flags=BOUNDED_DIV_FLAGS)   # divisor >= 2
+    t = e.fdiv(e.fsub(ax, k), e.fadd(ax, k), flags=BOUNDED_DIV_FLAGS)  # divisor >= 2
     u = e.fmul(e.fsub(t, c(x, _ERFCX_MID)), c(x, 1.0 / _ERFCX_HALF))
     u2 = e.fadd(u, u)
     b1, b2 = c(x, 0.0), c(x, 0.0)
@@ -362,6 +417,18 @@ def erf(e: Emitter, x):
     return e.intrinsic("copysign", r, x)
 
 
-MATH = {"exp": exp, "log": log, "log1p": log1p, "expm1": expm1, "tanh": tanh,
-        "sigmoid": sigmoid, "softplus": softplus, "sinh": sinh, "cosh": cosh,
-        "sin": sin, "cos": cos, "tan": tan, "erf": erf}
+MATH = {
+    "exp": exp,
+    "log": log,
+    "log1p": log1p,
+    "expm1": expm1,
+    "tanh": tanh,
+    "sigmoid": sigmoid,
+    "softplus": softplus,
+    "sinh": sinh,
+    "cosh": cosh,
+    "sin": sin,
+    "cos": cos,
+    "tan": tan,
+    "erf": erf,
+}

@@ -11,6 +11,7 @@ and splits work at multiples of 64 elements); otherwise the plain loop runs.
 
     >>> tiled_streaming(b, lo, hi, outs, out_dtypes, compute)   # compute(b, t_lo, t_hi, sinks)
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -19,18 +20,21 @@ from .emitter import I32, I64
 from .loops import counted_loop, i64
 from .lower_expr import storage_type
 
-TILE = 1024              # elements per tile: <= 8 KiB of scratch per f64 output, fits L1
+TILE = 1024  # elements per tile: <= 8 KiB of scratch per f64 output, fits L1
 
 
 def last_level_cache_bytes() -> int:
     """The largest CPU cache this process sees (Linux sysfs), 0 when unknown."""
     import glob
+
     best = 0
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
         try:
-            with open(path) as f:      # closed here, not whenever the GC runs
+            with open(path) as f:  # closed here, not whenever the GC runs
                 text = f.read().strip().upper()
-            best = max(best, int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+            best = max(
+                best, int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0)
+            )
         except (OSError, ValueError):
             continue
     return best
@@ -84,21 +88,29 @@ def tiled_streaming(b: ir.IRBuilder, lo, hi, outs, out_dtypes, compute):
 
         def to_scratch(j):
             st = storage_type(out_dtypes[j])
-            return lambda b, flat: b.gep(scratch[j], [b.sub(flat, t)], inbounds=True, source_etype=st)
+            return lambda b, flat: b.gep(
+                scratch[j], [b.sub(flat, t)], inbounds=True, source_etype=st
+            )
+
         compute(b, t, b.add(t, i64(TILE)), [to_scratch(j) for j in range(len(outs))])
         for j, (ptr, dt) in enumerate(zip(outs, out_dtypes)):
             base = b.gep(ptr, [b.mul(t, i64(_size(dt)))], inbounds=True, source_etype=ir.IntType(8))
             lines = TILE * _size(dt) // 64
 
             def copy(b, k, j=j, base=base):
-                src = b.gep(scratch[j], [b.mul(k, i64(64))], inbounds=True, source_etype=ir.IntType(8))
+                src = b.gep(
+                    scratch[j], [b.mul(k, i64(64))], inbounds=True, source_etype=ir.IntType(8)
+                )
                 dst = b.gep(base, [b.mul(k, i64(64))], inbounds=True, source_etype=ir.IntType(8))
                 _nt_store(b, b.load(src, typ=VEC, align=64), dst)
+
             counted_loop(b, i64(0), i64(lines), copy, "nt")
+
     counted_loop(b, i64(0), n_tiles, tile, "tiles")
 
     def to_out(j):
         st = storage_type(out_dtypes[j])
         return lambda b, flat: b.gep(outs[j], [flat], inbounds=True, source_etype=st)
+
     compute(b, rest, hi, [to_out(j) for j in range(len(outs))])
     _sfence(b)

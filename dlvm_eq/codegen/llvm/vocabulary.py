@@ -5,6 +5,7 @@ lowering names an op the table lacks.
     >>> lowering_gaps()          # what is missing or extra; tests/test_lowering_vocabulary.py
     []
 """
+
 from __future__ import annotations
 
 from ...ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
@@ -31,21 +32,39 @@ def lowering_gaps() -> list[str]:
     lowering (llvm/lower_expr.py), one line each; empty when they agree."""
     unary, binary = _table_ops()
     lowered_binary = set().union(*BINARY_LOWERED.values())
-    gaps = [f"unary op {n!r} of the op table has no lowering" for n in sorted(unary - set(UNARY_LOWER))]
-    gaps += [f"binary op {n!r} of the op table has no lowering" for n in sorted(binary - lowered_binary)]
-    gaps += [f"the lowering names unary op {n!r}, which the op table lacks"
-             for n in sorted(set(UNARY_LOWER) - unary)]
-    gaps += [f"the lowering names binary op {n!r}, which the op table lacks"
-             for n in sorted(lowered_binary - binary)]
-    gaps += [f"the kernels accept op {n!r}, which the op table lacks"
-             for n in sorted((set(UNARY_OPS) - unary) | (set(BINARY_OPS) - binary))]
-    gaps += [f"op {n!r} of the op table is not a kernel op" for n in sorted((unary - set(UNARY_OPS))
-                                                                          | (binary - set(BINARY_OPS)))]
-    gaps += [f"unary op {n!r} is accepted on i32 but lowered for floats only"
-             for n, dtypes in sorted(UNARY_OPS.items()) if "i32" in dtypes and n in MATH]
+    gaps = [
+        f"unary op {n!r} of the op table has no lowering" for n in sorted(unary - set(UNARY_LOWER))
+    ]
+    gaps += [
+        f"binary op {n!r} of the op table has no lowering" for n in sorted(binary - lowered_binary)
+    ]
+    gaps += [
+        f"the lowering names unary op {n!r}, which the op table lacks"
+        for n in sorted(set(UNARY_LOWER) - unary)
+    ]
+    gaps += [
+        f"the lowering names binary op {n!r}, which the op table lacks"
+        for n in sorted(lowered_binary - binary)
+    ]
+    gaps += [
+        f"the kernels accept op {n!r}, which the op table lacks"
+        for n in sorted((set(UNARY_OPS) - unary) | (set(BINARY_OPS) - binary))
+    ]
+    gaps += [
+        f"op {n!r} of the op table is not a kernel op"
+        for n in sorted((unary - set(UNARY_OPS)) | (binary - set(BINARY_OPS)))
+    ]
+    gaps += [
+        f"unary op {n!r} is accepted on i32 but lowered for floats only"
+        for n, dtypes in sorted(UNARY_OPS.items())
+        if "i32" in dtypes and n in MATH
+    ]
     for n, (dtypes, _) in sorted(BINARY_OPS.items()):
-        gaps += [f"binary op {n!r} is accepted on {dt} but not lowered for it"
-                 for dt in dtypes if n not in _lowered_for(dt)]
+        gaps += [
+            f"binary op {n!r} is accepted on {dt} but not lowered for it"
+            for dt in dtypes
+            if n not in _lowered_for(dt)
+        ]
     return gaps
 
 

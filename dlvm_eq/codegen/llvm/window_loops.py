@@ -9,6 +9,7 @@ matrix and the image count are values (run-time arguments). Padding is never rea
 output positions whose input lies inside the image is computed at compile time (`_inside`),
 the rest is zero-filled (im2col) or skipped (col2im), so no load is ever out of bounds.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -32,8 +33,12 @@ def _tap(k: int, g: ConvGeometry):
     ki, kj = divmod(k, g.kernel[1])
     top = ki * g.dilation[0] - g.padding[0]
     left = kj * g.dilation[1] - g.padding[2]
-    return (_inside(top, g.stride[0], g.height, g.out_hw[0]),
-            _inside(left, g.stride[1], g.width, g.out_hw[1]), top, left)
+    return (
+        _inside(top, g.stride[0], g.height, g.out_hw[0]),
+        _inside(left, g.stride[1], g.width, g.out_hw[1]),
+        top,
+        left,
+    )
 
 
 def _gep(b, ptr, off, t):
@@ -82,13 +87,17 @@ def _im2col_tap(b, k: int, cols, x, src, dst, g: ConvGeometry, t):
         def copy(b, ow):
             v = b.load(_gep(b, x, b.add(base, b.mul(ow, i64(g.stride[1]))), t), typ=t)
             b.store(v, _gep(b, cols, b.add(line, ow), t))
+
         _fill_zero(b, cols, line, b.add(line, i64(c_lo)), t, "zl")
         counted_loop(b, i64(c_lo), i64(c_hi), copy, "cp")
         _fill_zero(b, cols, b.add(line, i64(c_hi)), b.add(line, i64(ow_n)), t, "zr")
+
     counted_loop(b, i64(r_lo), i64(r_hi), out_row, "oh")
 
 
-def col2im_plane(b: ir.IRBuilder, item, dx, cols, image_stride, row_stride, images, g: ConvGeometry):
+def col2im_plane(
+    b: ir.IRBuilder, item, dx, cols, image_stride, row_stride, images, g: ConvGeometry
+):
     """dx plane (n, c) = sum over its taps of the column rows (c, k), item = c*images + n (the
     planes of one channel are neighbours: in the (R, images*P) layout a thread's items read
     each of the channel's rows front to back; n-major items read 288 rows 100 KB apart).
@@ -105,7 +114,7 @@ def col2im_plane(b: ir.IRBuilder, item, dx, cols, image_stride, row_stride, imag
     for k in range(g.taps):
         (r_lo, r_hi), (c_lo, c_hi), top, left = _tap(k, g)
         if r_lo == r_hi or c_lo == c_hi:
-            continue                      # every window element of this tap is padding
+            continue  # every window element of this tap is padding
         src = b.add(image, b.mul(b.add(b.mul(c, i64(g.taps)), i64(k)), row_stride))
 
         def out_row(b, oh, src=src, top=top, left=left, c_lo=c_lo, c_hi=c_hi):
@@ -117,5 +126,7 @@ def col2im_plane(b: ir.IRBuilder, item, dx, cols, image_stride, row_stride, imag
                 p = _gep(b, dx, b.add(base, b.mul(ow, i64(g.stride[1]))), t)
                 v = b.load(_gep(b, cols, b.add(line, ow), t), typ=t)
                 b.store(b.fadd(b.load(p, typ=t), v), p)
+
             counted_loop(b, i64(c_lo), i64(c_hi), add, f"acc{k}")
+
         counted_loop(b, i64(r_lo), i64(r_hi), out_row, f"oh{k}")

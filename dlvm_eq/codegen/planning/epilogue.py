@@ -15,14 +15,15 @@ in L2). A product gets at most one epilogue: the first qualifying
 reader in program order. Whether the step then runs through our GEMM is decided at run time
 (operand layouts); otherwise it runs as the matmul followed by the kernel.
 """
+
 from __future__ import annotations
 
-from ..runtime import gemm_runtime
 from ..kernels.spec import KernelSpec, c_strides
+from ..runtime import gemm_runtime
 from .plan import BlasStep, GemmStep, KernelStep
 from .steps_order import Node
 
-MAX_FUSED_ELEMENTS = 1 << 18     # 1 MiB of float32 result: half this machine's L2
+MAX_FUSED_ELEMENTS = 1 << 18  # 1 MiB of float32 result: half this machine's L2
 
 
 def plan_settings() -> str:
@@ -53,7 +54,9 @@ def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
             if any(producer.get(s) is not None and id(producer[s]) in downstream for s in others):
                 continue
             step = GemmStep(blas, node.payload, c)
-            fused = Node(set(blas_node.inputs) | set(others), [blas.out, *node.outputs], blas.order, step)
+            fused = Node(
+                set(blas_node.inputs) | set(others), [blas.out, *node.outputs], blas.order, step
+            )
             out_nodes = [fused if n is blas_node else n for n in out_nodes if n is not node]
             taken.add(id(node))
             break
@@ -66,7 +69,11 @@ def _fusable_product(blas, slots) -> bool:
     if not isinstance(blas, BlasStep):
         return False
     out = slots[blas.out]
-    if len(out.shape) != 2 or out.dtype != "f32" or out.shape[0] * out.shape[1] > MAX_FUSED_ELEMENTS:
+    if (
+        len(out.shape) != 2
+        or out.dtype != "f32"
+        or out.shape[0] * out.shape[1] > MAX_FUSED_ELEMENTS
+    ):
         return False
     return gemm_runtime.worth_our_gemm(out.shape[0], blas.a.shape[-1], out.shape[1])
 
@@ -82,8 +89,11 @@ def _reads_product(node: Node, blas: BlasStep, shape: tuple, taken: set) -> int 
     for i, s in enumerate(k.inputs):
         if s == blas.out:
             inp = spec.inputs[i]
-            if (inp.dtype == "f32" and inp.strides in (None, c_strides(spec.shape))
-                    and k.inputs.count(s) == 1):
+            if (
+                inp.dtype == "f32"
+                and inp.strides in (None, c_strides(spec.shape))
+                and k.inputs.count(s) == 1
+            ):
                 return i
             return None
     return None

@@ -1,6 +1,7 @@
 """What the fusion stage decided, as the compile report prints it: the plan's record of the
 decision it was given (egraph/fusion.py fills it in). It lives with the plan because kernel
 plans are cached (as JSON data) with their report, and reading one imports no e-graph."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,26 +9,29 @@ from dataclasses import dataclass, field
 
 @dataclass
 class FusionReport:
-    nodes: int = 0                 # e-nodes after saturation
+    nodes: int = 0  # e-nodes after saturation
     classes: int = 0
-    stop_reason: str = ""          # saturated, iterations, nodes, seconds
+    stop_reason: str = ""  # saturated, iterations, nodes, seconds
     iterations: int = 0
-    values: int = 0                # elementwise values (maps) the choice is about
-    materialized: int = 0          # of which kept in buffers by choice
-    forced: int = 0                # of which kept in buffers because they must be
-    inlined: int = 0               # recomputed where they are read
-    cost_unfused: float = 0.0      # model seconds, every elementwise value its own kernel
-    cost: float = 0.0              # model seconds of the chosen plan
+    values: int = 0  # elementwise values (maps) the choice is about
+    materialized: int = 0  # of which kept in buffers by choice
+    forced: int = 0  # of which kept in buffers because they must be
+    inlined: int = 0  # recomputed where they are read
+    cost_unfused: float = 0.0  # model seconds, every elementwise value its own kernel
+    cost: float = 0.0  # model seconds of the chosen plan
     method: str = "greedy"
     note: str = ""
     seconds: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         from ...units import seconds_text
+
         ms = sum(self.seconds.values()) * 1e3
-        text = (f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
-                f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "
-                f"{self.materialized + self.forced} materialized ({self.forced} required), "
-                f"{self.inlined} inlined; cost (model) {seconds_text(self.cost_unfused)} unfused -> "
-                f"{seconds_text(self.cost)}; {ms:.1f} ms")
+        text = (
+            f"fusion: e-graph {self.nodes} e-nodes ({self.stop_reason}, {self.iterations} "
+            f"iteration{'s' * (self.iterations != 1)}); {self.values} elementwise values: "
+            f"{self.materialized + self.forced} materialized ({self.forced} required), "
+            f"{self.inlined} inlined; cost (model) {seconds_text(self.cost_unfused)} unfused -> "
+            f"{seconds_text(self.cost)}; {ms:.1f} ms"
+        )
         return text + (f"; {self.note}" if self.note else "")

@@ -9,6 +9,7 @@ reference interpreter's DlvmError for an out-of-range index (ir/ops.checked_indi
 no launch reads or writes memory outside a buffer; the GPU program then raises the same error
 after its steps, from one device-side check per call (execution/index_range_check.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,23 +19,26 @@ from .plan import View
 
 @dataclass
 class IndexStep:
-    op: str            # "take" or "scatterAdd"
-    src: View          # x (take) or g (scatterAdd)
-    ids: View          # the i32 index vector
+    op: str  # "take" or "scatterAdd"
+    src: View  # x (take) or g (scatterAdd)
+    ids: View  # the i32 index vector
     axis: int
-    size: int          # the indexed axis' length: x's (take) or the result's (scatterAdd)
+    size: int  # the indexed axis' length: x's (take) or the result's (scatterAdd)
     out: int
     value: str = ""
     order: int = 0
 
     def text(self, slots) -> str:
-        return (f"{self.op}: {self.src.text(slots)} at {self.ids.text(slots)} along {self.axis} "
-                f"-> {slots[self.out].label()}    [%{self.value}]")
+        return (
+            f"{self.op}: {self.src.text(slots)} at {self.ids.text(slots)} along {self.axis} "
+            f"-> {slots[self.out].label()}    [%{self.value}]"
+        )
 
 
 @dataclass
 class SliceScatterStep:
     """out = zeros; out[..., lo::step, ...] = src along `axis` (a strided slice's adjoint)."""
+
     src: View
     axis: int
     lo: int
@@ -44,8 +48,10 @@ class SliceScatterStep:
     order: int = 0
 
     def text(self, slots) -> str:
-        return (f"sliceScatter: {self.src.text(slots)} at {self.lo}::{self.step} along {self.axis} "
-                f"-> {slots[self.out].label()}    [%{self.value}]")
+        return (
+            f"sliceScatter: {self.src.text(slots)} at {self.lo}::{self.step} along {self.axis} "
+            f"-> {slots[self.out].label()}    [%{self.value}]"
+        )
 
 
 def index_run(step, xp, view_fn):
@@ -55,18 +61,23 @@ def index_run(step, xp, view_fn):
     if isinstance(step, SliceScatterStep):
         s, o = step.src.slot, step.out
         n = step.src.shape[step.axis]
-        where = (slice(None),) * step.axis + (slice(step.lo, step.lo + (n - 1) * step.step + 1, step.step),)
+        where = (slice(None),) * step.axis + (
+            slice(step.lo, step.lo + (n - 1) * step.step + 1, step.step),
+        )
 
         def run_slice_scatter(env):
             out = env[o]
             out.fill(0)
             out[where] = fs(env[s])
+
         return run_slice_scatter
     fi = view_fn(step.ids.chain, xp) or (lambda a: a)
     s, i, o, axis, top = step.src.slot, step.ids.slot, step.out, step.axis, step.size - 1
     if step.op == "take":
+
         def run_take(env):
             xp.take(fs(env[s]), xp.clip(fi(env[i]), 0, top), axis=axis, out=env[o])
+
         return run_take
     lead = (slice(None),) * axis
 
@@ -74,4 +85,5 @@ def index_run(step, xp, view_fn):
         out = env[o]
         out.fill(0)
         xp.add.at(out, lead + (xp.clip(fi(env[i]), 0, top),), fs(env[s]))
+
     return run_scatter_add

@@ -3,6 +3,7 @@ rowfusion.RowFusion): values of the same iteration space become one multi-output
 that creates no cycle through other steps and the kernel stays under MAX_KERNEL_NODES
 expression nodes; a sibling output read element-for-element is computed once.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,7 @@ from .views import NoView, is_contiguous, reshape_strides
 
 # layout ops that keep every element: read through strides (concatenate, variadic, is copied)
 VIEW_OPS = frozenset(n for n, s in OPS.items() if s.kind == LAYOUT and s.arity == 1)
-MAX_EXPR_NODES = 160   # larger fused expressions are split (LLVM compile time grows quickly)
+MAX_EXPR_NODES = 160  # larger fused expressions are split (LLVM compile time grows quickly)
 # A multi-output kernel holds at most this many expression nodes: LLVM's time grows faster than
 # linearly with a function's size (a 3,000-op chain in one kernel: 48 s; in 300-op kernels: linear).
 MAX_KERNEL_NODES = 2 * MAX_EXPR_NODES
@@ -28,13 +29,13 @@ class KernelGrouping:
     """Kernels from the planner's values: needs its `ew`, `ew_by_slot`, `reductions`, `steps`,
     `leaves`, `slots`, `op_of`, `pos_of` and `reindex`."""
 
-    GROUP_CANDIDATES = 4   # recent kernels of the same space a value may join (plan time)
+    GROUP_CANDIDATES = 4  # recent kernels of the same space a value may join (plan time)
 
     def group(self) -> list[list[EwOut]]:
         """Materialized elementwise values -> multi-output kernels (same iteration space,
         no cycle through other steps)."""
         groups: list[list[EwOut]] = []
-        group_in: list[set[int]] = []          # slots the members of a group read
+        group_in: list[set[int]] = []  # slots the members of a group read
         by_key: dict[tuple, list[int]] = {}
         producer_steps = {}
         for s in self.steps:
@@ -42,7 +43,7 @@ class KernelGrouping:
                 producer_steps[o] = set(step_inputs(s))
         for r in self.reductions:
             producer_steps[r.slot] = {self.leaves[i.index][0] for i in loads(r.body)}
-        size: dict[int, int] = {}               # slot -> nodes of its expression
+        size: dict[int, int] = {}  # slot -> nodes of its expression
         for e in self.ew:
             nodes = walk([e.expr])
             size[e.slot] = len(nodes)
@@ -51,7 +52,7 @@ class KernelGrouping:
         for e in self.ew:
             key = tuple(d for d in e.shape if d != 1)
             placed = False
-            for gi in reversed(by_key.get(key, [])[-self.GROUP_CANDIDATES:]):
+            for gi in reversed(by_key.get(key, [])[-self.GROUP_CANDIDATES :]):
                 if group_nodes[gi] + size[e.slot] > MAX_KERNEL_NODES and groups[gi]:
                     continue
                 if self.can_join(e, gi, groups, group_in, producer_steps):
@@ -81,7 +82,7 @@ class KernelGrouping:
             slot, st = self.leaves[ld.index]
             if slot in g_slots:
                 if not is_contiguous(shape, st):
-                    return False      # read at another element: needs the whole output first
+                    return False  # read at another element: needs the whole output first
                 continue
             external.add(slot)
         # does an external input depend on the group (through other kernels and steps)?
@@ -114,7 +115,7 @@ class KernelGrouping:
         for m in members:
             by_slot[m.slot] = m.expr if m.shape == shape else self.reshaped(m.expr, m.shape, shape)
         resolved: dict[int, Expr] = {}
-        for m in members:   # members are in program order: producers first
+        for m in members:  # members are in program order: producers first
             resolved[m.slot] = self._substitute(by_slot[m.slot], resolved, shape)
         return [resolved[m.slot] for m in members]
 
@@ -123,18 +124,35 @@ class KernelGrouping:
         exprs = self.group_exprs(members)
         inputs, local = self._inputs(exprs, shape)
         outs = [self._localize(e, local) for e in exprs]
-        names = tuple(m.name for m in members) + tuple(sorted(
-            set().union(*(m.names for m in members)) - {m.name for m in members}, key=self._pos))
+        names = tuple(m.name for m in members) + tuple(
+            sorted(
+                set().union(*(m.names for m in members)) - {m.name for m in members}, key=self._pos
+            )
+        )
         spec = KernelSpec(self._kernel_name(sorted(names, key=self._pos)), shape, inputs[1], outs)
-        step = KernelStep(spec, tuple(inputs[0]), tuple(m.slot for m in members), names,
-                          min(m.order for m in members))
+        step = KernelStep(
+            spec,
+            tuple(inputs[0]),
+            tuple(m.slot for m in members),
+            names,
+            min(m.order for m in members),
+        )
         return Node(set(inputs[0]), [m.slot for m in members], step.order, step)
 
     def reduce_node(self, r: ReduceNode) -> Node:
         inputs, local = self._inputs([r.body], r.shape)
         fused = tuple(sorted(r.names - {r.name}, key=self._pos))
-        spec = ReduceSpec(f"{short_op(r.op)}_" + self._kernel_name(fused, 2) if fused else f"reduce_{short_op(r.op)}",
-                          r.shape, inputs[1], self._localize(r.body, local), r.op, r.axes, r.init)
+        spec = ReduceSpec(
+            f"{short_op(r.op)}_" + self._kernel_name(fused, 2)
+            if fused
+            else f"reduce_{short_op(r.op)}",
+            r.shape,
+            inputs[1],
+            self._localize(r.body, local),
+            r.op,
+            r.axes,
+            r.init,
+        )
         names = (r.name,) + fused
         step = KernelStep(spec, tuple(inputs[0]), (r.slot,), names, r.order)
         return Node(set(inputs[0]), [r.slot], r.order, step)

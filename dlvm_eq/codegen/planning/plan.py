@@ -13,11 +13,11 @@ bytes when their lifetimes do not overlap) or constants (array literals, baked i
 A `View` reads a slot through layout ops without copying: kernels follow its element strides,
 BLAS calls and copies apply its `chain` (e.g. `.T`) to the array.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
@@ -37,9 +37,9 @@ class PlanError(DlvmError):
 class Slot:
     index: int
     shape: tuple[int, ...]
-    dtype: str                     # 'f32', 'f64', 'i32', 'bool'
-    role: str                      # PARAM, OUTPUT, TEMP, CONST, ALIAS (another slot's memory)
-    name: str = ""                 # IR value it holds (for printing)
+    dtype: str  # 'f32', 'f64', 'i32', 'bool'
+    role: str  # PARAM, OUTPUT, TEMP, CONST, ALIAS (another slot's memory)
+    name: str = ""  # IR value it holds (for printing)
 
     @property
     def nbytes(self) -> int:
@@ -53,6 +53,7 @@ class Slot:
 @dataclass(frozen=True)
 class View:
     """A slot seen through layout ops: `chain` for arrays, `strides` (elements) for kernels."""
+
     slot: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -66,20 +67,28 @@ class View:
 class KernelStep:
     """A generated kernel: a fused map (KernelSpec, any number of outputs) or a reduction
     with its producer fused into the body (ReduceSpec). inputs[i] is what Load(i) reads."""
-    spec: Union[KernelSpec, ReduceSpec]
+
+    spec: KernelSpec | ReduceSpec
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
-    values: tuple[str, ...] = ()   # IR values computed (outputs first, then fused ones)
-    order: int = 0                 # program position of its first IR value (scheduling)
+    values: tuple[str, ...] = ()  # IR values computed (outputs first, then fused ones)
+    order: int = 0  # program position of its first IR value (scheduling)
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     def text(self, slots) -> str:
-        kind = "map" if isinstance(self.spec, KernelSpec) else f"reduce {self.spec.op} along {list(self.spec.axes)}"
+        kind = (
+            "map"
+            if isinstance(self.spec, KernelSpec)
+            else f"reduce {self.spec.op} along {list(self.spec.axes)}"
+        )
         shape = " x ".join(map(str, self.spec.shape)) or "scalar"
-        ins = ", ".join(_input_text(slots[s], inp, self.spec.shape) for s, inp in zip(self.inputs, self.spec.inputs))
+        ins = ", ".join(
+            _input_text(slots[s], inp, self.spec.shape)
+            for s, inp in zip(self.inputs, self.spec.inputs)
+        )
         outs = ", ".join(slots[s].label() for s in self.outputs)
         fused = " ".join("%" + v for v in self.values)
         return f"{self.name}: {kind} <{shape}> ({ins}) -> {outs}    [{fused}]"
@@ -89,10 +98,11 @@ class KernelStep:
 class RowStep:
     """A fused reduce-then-map kernel over rows (kernels.rows.RowSpec, CPU): per row, the
     reductions in order, then the map outputs, which read the reductions' results."""
-    spec: object                   # kernels.rows.RowSpec
-    inputs: tuple[int, ...]        # Load(i) for i < len(inputs)
-    outputs: tuple[int, ...]       # map outputs (rows x cols, in the slots' own shapes)
-    reductions: tuple[int, ...]    # one slot per reduction (rows,), Load(len(inputs) + k)
+
+    spec: object  # kernels.rows.RowSpec
+    inputs: tuple[int, ...]  # Load(i) for i < len(inputs)
+    outputs: tuple[int, ...]  # map outputs (rows x cols, in the slots' own shapes)
+    reductions: tuple[int, ...]  # one slot per reduction (rows,), Load(len(inputs) + k)
     values: tuple[str, ...] = ()
     order: int = 0
 
@@ -102,11 +112,15 @@ class RowStep:
 
     def text(self, slots) -> str:
         reds = ", ".join(f"{op}" for _, op, _ in self.spec.reductions)
-        ins = ", ".join(_input_text(slots[s], inp, None) for s, inp in zip(self.inputs, self.spec.inputs))
+        ins = ", ".join(
+            _input_text(slots[s], inp, None) for s, inp in zip(self.inputs, self.spec.inputs)
+        )
         outs = ", ".join(slots[s].label() for s in self.outputs + self.reductions)
         fused = " ".join("%" + v for v in self.values)
-        return (f"{self.name}: rows <{self.spec.rows} rows x {self.spec.cols}> reduce {reds} then map "
-                f"({ins}) -> {outs}    [{fused}]")
+        return (
+            f"{self.name}: rows <{self.spec.rows} rows x {self.spec.cols}> reduce {reds} then map "
+            f"({ins}) -> {outs}    [{fused}]"
+        )
 
 
 def _input_text(slot: Slot, inp, shape) -> str:
@@ -121,6 +135,7 @@ class BlasStep:
     """out = a @ b: on the CPU through our GEMM where the operands' layouts allow
     (gemm_runtime), else through BLAS (numpy, CuPy/cuBLAS); a transposed operand is a view (a
     layout our GEMM packs, or a flag to BLAS), not a copy."""
+
     a: View
     b: View
     out: int
@@ -147,6 +162,7 @@ class ConcatStep:
 @dataclass
 class CopyStep:
     """out = src (a strided copy); for results that are parameters, constants or views."""
+
     src: View
     out: int
     value: str = ""
@@ -161,6 +177,7 @@ class AliasStep:
     """out = src's memory from element `offset` on, as a flat array (no copy): a slice read in
     place. Kernels read it with the slice's strides; numpy and CuPy through an as_strided view.
     The source stays live as long as the alias is read (schedule.arena)."""
+
     src: int
     out: int
     offset: int
@@ -176,6 +193,7 @@ class GemmStep:
     """A matmul whose elementwise consumer runs as its epilogue (CPU): `epilogue` is applied to
     each tile of `blas.out` as soon as the tile is final, while it is still in cache
     (codegen/cpu/gemm_ir.py). `c_input` is the epilogue input that reads the matmul's result."""
+
     blas: BlasStep
     epilogue: KernelStep
     c_input: int
@@ -186,11 +204,13 @@ class GemmStep:
 
     def text(self, slots) -> str:
         outs = ", ".join(slots[o].label() for o in self.epilogue.outputs)
-        return (f"{self.blas.text(slots)}\n      + epilogue {self.epilogue.name} -> {outs}"
-                f"    [{' '.join('%' + v for v in self.epilogue.values)}]")
+        return (
+            f"{self.blas.text(slots)}\n      + epilogue {self.epilogue.name} -> {outs}"
+            f"    [{' '.join('%' + v for v in self.epilogue.values)}]"
+        )
 
 
-Step = Union[KernelStep, RowStep, BlasStep, GemmStep, ConcatStep, CopyStep, AliasStep, WindowStep]
+Step = KernelStep | RowStep | BlasStep | GemmStep | ConcatStep | CopyStep | AliasStep | WindowStep
 
 
 def step_inputs(step: Step) -> tuple[int, ...]:
@@ -198,7 +218,8 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return step.inputs
     if isinstance(step, GemmStep):
         return (step.blas.a.slot, step.blas.b.slot) + tuple(
-            s for i, s in enumerate(step.epilogue.inputs) if i != step.c_input)
+            s for i, s in enumerate(step.epilogue.inputs) if i != step.c_input
+        )
     if isinstance(step, BlasStep):
         return (step.a.slot, step.b.slot)
     if isinstance(step, ConcatStep):
@@ -207,7 +228,7 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return (step.src,)
     if isinstance(step, WindowStep):
         return tuple(v.slot for v in step.inputs)
-    ids = getattr(step, "ids", None)     # gather.IndexStep reads its indices too
+    ids = getattr(step, "ids", None)  # gather.IndexStep reads its indices too
     return (step.src.slot,) if ids is None else (step.src.slot, ids.slot)
 
 
@@ -219,11 +240,15 @@ def step_outputs(step: Step) -> tuple[int, ...]:
     return step.outputs if isinstance(step, KernelStep) else (step.out,)
 
 
-def arena_aliases(plan: "Plan") -> set[int]:
+def arena_aliases(plan: Plan) -> set[int]:
     """Indexes of the AliasSteps whose source is fixed for the life of an arena (a temporary
     placed in it, a constant, or such an alias): the CPU executor makes those views once per
     arena, so they cost nothing per call. Aliases of parameters and outputs are made per call."""
-    fixed = {s.index for s in plan.slots if s.role == CONST or (s.role == TEMP and s.index in plan.offsets)}
+    fixed = {
+        s.index
+        for s in plan.slots
+        if s.role == CONST or (s.role == TEMP and s.index in plan.offsets)
+    }
     steps = set()
     for i, step in enumerate(plan.steps):
         if isinstance(step, AliasStep) and step.src in fixed:
@@ -236,25 +261,32 @@ def arena_aliases(plan: "Plan") -> set[int]:
 class Plan:
     name: str
     slots: list[Slot]
-    params: list[int]                       # slot per function parameter
-    steps: list[Step]                       # in execution order
-    results: list[View]                     # one per returned value (views of output slots)
+    params: list[int]  # slot per function parameter
+    steps: list[Step]  # in execution order
+    results: list[View]  # one per returned value (views of output slots)
     tuple_result: bool
     constants: dict[int, np.ndarray] = field(default_factory=dict)
-    offsets: dict[int, int] = field(default_factory=dict)   # temp slot -> byte offset in the arena
+    offsets: dict[int, int] = field(default_factory=dict)  # temp slot -> byte offset in the arena
     arena_bytes: int = 0
-    fusion: object = None                   # the fusion stage's report (egraph/fusion.py)
+    fusion: object = None  # the fusion stage's report (egraph/fusion.py)
 
     @property
     def kernels(self) -> list:
         """Generated kernels (KernelStep and RowStep, GEMM epilogues included), in execution order."""
-        return [s.epilogue if isinstance(s, GemmStep) else s for s in self.steps
-                if isinstance(s, (KernelStep, RowStep, GemmStep))]
+        return [
+            s.epilogue if isinstance(s, GemmStep) else s
+            for s in self.steps
+            if isinstance(s, (KernelStep, RowStep, GemmStep))
+        ]
 
     @property
     def blas_calls(self) -> list[BlasStep]:
         """Matmuls (through BLAS or our GEMM), in execution order."""
-        return [s.blas if isinstance(s, GemmStep) else s for s in self.steps if isinstance(s, (BlasStep, GemmStep))]
+        return [
+            s.blas if isinstance(s, GemmStep) else s
+            for s in self.steps
+            if isinstance(s, (BlasStep, GemmStep))
+        ]
 
     @property
     def epilogues(self) -> list[GemmStep]:
@@ -264,15 +296,19 @@ class Plan:
         n_k, n_b = len(self.kernels), len(self.blas_calls)
         other = len(self.steps) - n_k - n_b
         temps = [s for s in self.slots if s.index in self.offsets]
-        return (f"{n_k} kernel{'s' * (n_k != 1)}, {n_b} BLAS call{'s' * (n_b != 1)}, "
-                f"{other} other step{'s' * (other != 1)}; {len(temps)} temporar{'ies' if len(temps) != 1 else 'y'}"
-                f" in {_bytes_text(self.arena_bytes)} (reused by liveness)")
+        return (
+            f"{n_k} kernel{'s' * (n_k != 1)}, {n_b} BLAS call{'s' * (n_b != 1)}, "
+            f"{other} other step{'s' * (other != 1)}; {len(temps)} temporar{'ies' if len(temps) != 1 else 'y'}"
+            f" in {_bytes_text(self.arena_bytes)} (reused by liveness)"
+        )
 
     def __str__(self) -> str:
         lines = [f"plan @{self.name}: {self.summary()}"]
         if self.fusion is not None:
             lines.append(f"  {self.fusion}")
-        params = ", ".join(f"%{self.slots[s].name}: {_type_text(self.slots[s])}" for s in self.params)
+        params = ", ".join(
+            f"%{self.slots[s].name}: {_type_text(self.slots[s])}" for s in self.params
+        )
         lines.append(f"  params: {params}")
         for i, step in enumerate(self.steps):
             lines.append(f"  {i:>2}  {step.text(self.slots)}")
@@ -280,9 +316,14 @@ class Plan:
         lines.append(f"  return {'(' + res + ')' if self.tuple_result else res}")
         buffers = [s for s in self.slots if s.role in (OUTPUT, CONST) or s.index in self.offsets]
         if buffers:
-            lines.append("  buffers: " + ", ".join(
-                f"{s.label()} {_type_text(s)}" + (f" @{self.offsets[s.index]}" if s.index in self.offsets else "")
-                for s in buffers))
+            lines.append(
+                "  buffers: "
+                + ", ".join(
+                    f"{s.label()} {_type_text(s)}"
+                    + (f" @{self.offsets[s.index]}" if s.index in self.offsets else "")
+                    for s in buffers
+                )
+            )
         return "\n".join(lines)
 
 

@@ -5,11 +5,12 @@ nothing else.
     text = plan_schema().dumps(plan)
     plan_schema().loads(text)          # an equal Plan; RecordError if the text is not one
 """
+
 from __future__ import annotations
 
 from ...json_records import Schema
 
-_SCHEMA: Schema | None = None      # built on first use; a race builds an equal one
+_SCHEMA: Schema | None = None  # built on first use; a race builds an equal one
 
 
 def plan_schema() -> Schema:
@@ -21,12 +22,36 @@ def plan_schema() -> Schema:
         from ..kernels.rows import RowSpec
         from . import gather, plan, scan
         from .fusion_report import FusionReport
-        schema = _SCHEMA = Schema("dlvm_eq.codegen.Plan", 1, [
-            plan.Plan, plan.Slot, plan.View, plan.KernelStep, plan.RowStep, plan.BlasStep,
-            plan.GemmStep, plan.ConcatStep, plan.CopyStep, plan.AliasStep, plan.WindowStep,
-            gather.IndexStep,
-            gather.SliceScatterStep, scan.ScanStep,
-            kernel.KernelSpec, kernel.ReduceSpec, kernel.KernelInput, RowSpec,
-            kernel.Load, kernel.Const, kernel.Unary, kernel.Binary, kernel.Select, kernel.Cast,
-            FusionReport])
+
+        schema = _SCHEMA = Schema(
+            "dlvm_eq.codegen.Plan",
+            1,
+            [
+                plan.Plan,
+                plan.Slot,
+                plan.View,
+                plan.KernelStep,
+                plan.RowStep,
+                plan.BlasStep,
+                plan.GemmStep,
+                plan.ConcatStep,
+                plan.CopyStep,
+                plan.AliasStep,
+                plan.WindowStep,
+                gather.IndexStep,
+                gather.SliceScatterStep,
+                scan.ScanStep,
+                kernel.KernelSpec,
+                kernel.ReduceSpec,
+                kernel.KernelInput,
+                RowSpec,
+                kernel.Load,
+                kernel.Const,
+                kernel.Unary,
+                kernel.Binary,
+                kernel.Select,
+                kernel.Cast,
+                FusionReport,
+            ],
+        )
     return schema

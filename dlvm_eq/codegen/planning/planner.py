@@ -31,6 +31,7 @@ The rules, in the order they apply:
 
 Files: ir/inline.py (apply/tuples), planner (this: values -> kernels), rowfusion, steps_order.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,25 +39,75 @@ import math
 
 import numpy as np
 
+from ...ir import window_ops
 from ...ir.inline import Flat
 from ...ir.module import Const as IRConst
 from ...ir.module import Instruction, Value
-from ...ir import window_ops
-from ...ir.ops import (BINARY, CAST, COMPARE, DOT, LITERAL, LOGIC, OPS, REDUCE, SELECT, TUPLE,
-                       UNARY, WINDOW, transpose_perm)
+from ...ir.ops import (
+    BINARY,
+    CAST,
+    COMPARE,
+    DOT,
+    LITERAL,
+    LOGIC,
+    OPS,
+    REDUCE,
+    SELECT,
+    TUPLE,
+    UNARY,
+    WINDOW,
+    transpose_perm,
+)
 from ..kernels.rows import loads, rebuild
-from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select, binary, c_strides, unary
+from ..kernels.spec import (
+    DTYPES,
+    REDUCE_INIT,
+    Cast,
+    Const,
+    Expr,
+    Load,
+    Select,
+    binary,
+    c_strides,
+    unary,
+)
 from .epilogue import fuse_epilogues
+from .gather import IndexStep, SliceScatterStep
 from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
-from .plan import (ALIAS, CONST, OUTPUT, PARAM, TEMP, AliasStep, BlasStep, ConcatStep, CopyStep, GemmStep, KernelStep,
-                   Plan, PlanError, RowStep, Slot, View, WindowStep, step_inputs, step_outputs)
+from .plan import (
+    ALIAS,
+    CONST,
+    OUTPUT,
+    PARAM,
+    TEMP,
+    AliasStep,
+    BlasStep,
+    ConcatStep,
+    CopyStep,
+    GemmStep,
+    KernelStep,
+    Plan,
+    PlanError,
+    RowStep,
+    Slot,
+    View,
+    WindowStep,
+    step_inputs,
+    step_outputs,
+)
 from .rowfusion import RowFusion
+from .scan import ScanStep
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
-from .gather import IndexStep, SliceScatterStep
-from .scan import ScanStep
-from .views import (NoView, broadcast_strides, is_contiguous, pad_strides, reshape_strides,
-                    squeeze_strides, transpose_strides)
+from .views import (
+    NoView,
+    broadcast_strides,
+    is_contiguous,
+    pad_strides,
+    reshape_strides,
+    squeeze_strides,
+    transpose_strides,
+)
 
 EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
 
@@ -80,8 +131,9 @@ def fusion_rows(rows: bool | int) -> bool:
     return rows is True
 
 
-def plan_flat(flat: Flat, name: str, fusion, rows: bool | int = True,
-              target: str | None = None) -> Plan:
+def plan_flat(
+    flat: Flat, name: str, fusion, rows: bool | int = True, target: str | None = None
+) -> Plan:
     """The kernel plan of a flattened IR function (`ir.inline.flatten`), given the fusion
     decision for it (`egraph.fusion_decision.decide_fusion(flat, target, rows=fusion_rows(rows))`:
     its `materialize`, `same_as` and `report`). rows: fuse reductions over trailing axes with
@@ -92,28 +144,32 @@ def plan_flat(flat: Flat, name: str, fusion, rows: bool | int = True,
 
 
 class _Planner(KernelGrouping, RowFusion):
-    def __init__(self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"):
+    def __init__(
+        self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"
+    ):
         self.flat, self.name, self.target = flat, name, target
-        self.decision = decision       # the fusion stage's FusionDecision (egraph/fusion.py)
+        self.decision = decision  # the fusion stage's FusionDecision (egraph/fusion.py)
         self.rows = rows is True or (rows is not False and int(rows) > 0)
-        self.row_limit = None if rows is True else int(rows)   # longest row a row kernel takes
-        self.fusion = None             # the fusion stage's report (egraph/fusion.py)
-        self.same_as: dict = {}        # id(value) -> an earlier value it equals (the e-graph's)
+        self.row_limit = None if rows is True else int(rows)  # longest row a row kernel takes
+        self.fusion = None  # the fusion stage's report (egraph/fusion.py)
+        self.same_as: dict = {}  # id(value) -> an earlier value it equals (the e-graph's)
         self.slots: list[SlotInfo] = []
         self.leaves: list[tuple[int, tuple]] = []
         self.leaf_ids: dict[tuple[int, tuple], int] = {}
         self.ew: list[EwOut] = []
         self.ew_by_slot: dict[int, EwOut] = {}
         self.reductions: list[ReduceNode] = []
-        self.steps: list = []          # BlasStep / ConcatStep / CopyStep
+        self.steps: list = []  # BlasStep / ConcatStep / CopyStep
         self.constants: dict[int, np.ndarray] = {}
         self.refs: dict[int, object] = {}
-        self.op_of: dict[str, str] = {}     # IR value name -> op (kernel names)
+        self.op_of: dict[str, str] = {}  # IR value name -> op (kernel names)
         self.pos_of: dict[str, int] = {}
-        self.spliced: dict[int, list] = {}  # id(value) -> its parts: a concatenation copied by its reader
+        self.spliced: dict[
+            int, list
+        ] = {}  # id(value) -> its parts: a concatenation copied by its reader
         self.producer: dict[int, Instruction] = {id(i.result): i for i in flat.body}
-        self.readers = readers(flat)       # id(value) -> its readers (None: a function result)
-        self.reduce_of: dict[int, ReduceNode] = {}   # id(value) -> the reduction computing it
+        self.readers = readers(flat)  # id(value) -> its readers (None: a function result)
+        self.reduce_of: dict[int, ReduceNode] = {}  # id(value) -> the reduction computing it
 
     # -- slots and leaves
     def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
@@ -188,15 +244,18 @@ class _Planner(KernelGrouping, RowFusion):
         for order, inst in enumerate(flat.body):
             self.op_of[inst.result.name], self.pos_of[inst.result.name] = inst.op, order
             same = self.same_as.get(id(inst.result))
-            if same is not None:       # equal to an earlier value (one e-class): computed once
+            if same is not None:  # equal to an earlier value (one e-class): computed once
                 self.refs[id(inst.result)] = self.refs[id(same)]
                 continue
             ref = self.instruction(inst, order)
-            if ref is None:            # a spliced concatenation: its reader copies its parts
+            if ref is None:  # a spliced concatenation: its reader copies its parts
                 continue
-            if id(inst.result) in materialize and not isinstance(ref, Mat):
-                ref = self.materialize(ref, inst.result.name, order)
-            elif isinstance(ref, Fused) and ref.nodes > MAX_EXPR_NODES:
+            if (
+                id(inst.result) in materialize
+                and not isinstance(ref, Mat)
+                or isinstance(ref, Fused)
+                and ref.nodes > MAX_EXPR_NODES
+            ):
                 ref = self.materialize(ref, inst.result.name, order)
             self.refs[id(inst.result)] = ref
         results = self.results(len(flat.body))
@@ -219,7 +278,8 @@ class _Planner(KernelGrouping, RowFusion):
         if kind == "literal":
             slot = self.new_slot(t.shape, str(t.dtype), CONST, name)
             self.constants[slot] = np.ascontiguousarray(
-                np.asarray(inst.attrs["value"], dtype=DTYPES[str(t.dtype)]).reshape(t.shape))
+                np.asarray(inst.attrs["value"], dtype=DTYPES[str(t.dtype)]).reshape(t.shape)
+            )
             return Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "view":
             return self.view(inst, order)
@@ -230,50 +290,78 @@ class _Planner(KernelGrouping, RowFusion):
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "slice":   # read in place: an alias of the operand's memory from the first element
+        if (
+            kind == "slice"
+        ):  # read in place: an alias of the operand's memory from the first element
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             a = inst.attrs
             k, step = a["axis"], a.get("step", 1)
             offset = a["lo"] * src.strides[k]
-            strides = tuple(s * step if i == k else s for i, s in enumerate(src.strides))  # a step: wider
-            if offset == 0:       # starts where the operand does: its slot, fewer elements
+            strides = tuple(
+                s * step if i == k else s for i, s in enumerate(src.strides)
+            )  # a step: wider
+            if offset == 0:  # starts where the operand does: its slot, fewer elements
                 link = ("slice", (k, a["lo"], a["hi"]) + ((step,) if step != 1 else ()))
                 return Mat(src.slot, tuple(t.shape), str(t.dtype), strides, src.chain + (link,))
             size = math.prod(self.slots[src.slot].shape)
             alias = self.new_slot((size - offset,), str(t.dtype), ALIAS, name)
             self.steps.append(AliasStep(src.slot, alias, offset, name, order))
-            return Mat(alias, tuple(t.shape), str(t.dtype), strides, (("strided", (tuple(t.shape), strides)),))
-        if kind == "cumsum":   # a numpy/CuPy step (scan.py) on a buffer
+            return Mat(
+                alias,
+                tuple(t.shape),
+                str(t.dtype),
+                strides,
+                (("strided", (tuple(t.shape), strides)),),
+            )
+        if kind == "cumsum":  # a numpy/CuPy step (scan.py) on a buffer
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            self.steps.append(ScanStep(_view(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order))
+            self.steps.append(
+                ScanStep(
+                    _view(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order
+                )
+            )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "sliceScatter":   # zeros, then g written in place at every step-th entry
+        if kind == "sliceScatter":  # zeros, then g written in place at every step-th entry
             src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             a = inst.attrs
-            self.steps.append(SliceScatterStep(_view(src), a["axis"], a["lo"], a["step"], out, name, order))
+            self.steps.append(
+                SliceScatterStep(_view(src), a["axis"], a["lo"], a["step"], out, name, order)
+            )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind in ("take", "scatterAdd"):   # a numpy/CuPy step (gather.py) on buffers
+        if kind in ("take", "scatterAdd"):  # a numpy/CuPy step (gather.py) on buffers
             src, ids = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
-            self.steps.append(IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order))
+            self.steps.append(
+                IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order)
+            )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "window":   # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
+        if kind == "window":  # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
             ins = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            self.steps.append(WindowStep(inst.op, window_ops.pack(inst.op, inst.attrs),
-                                         tuple(_view(m) for m in ins), out, name, order))
+            self.steps.append(
+                WindowStep(
+                    inst.op,
+                    window_ops.pack(inst.op, inst.attrs),
+                    tuple(_view(m) for m in ins),
+                    out,
+                    name,
+                    order,
+                )
+            )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "concat":
             parts = [p for o in inst.operands for p in self.spliced.get(id(o), [o])]
-            if id(inst.result) in self.splice:    # its one reader copies these parts instead
+            if id(inst.result) in self.splice:  # its one reader copies these parts instead
                 self.spliced[id(inst.result)] = parts
                 return None
             parts = [self.materialize(self.ref_of(o), _name(o), order) for o in parts]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            self.steps.append(ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order))
+            self.steps.append(
+                ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order)
+            )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         raise PlanError(f"@{self.name}: the code generator does not support {inst.op}")
 
@@ -293,10 +381,17 @@ class _Planner(KernelGrouping, RowFusion):
         else:
             a, b = xs
             src = str(inst.operands[0].type.dtype)
-            if src == "bool" and op in ("lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual"):
-                a, b = Cast(a, "i32"), Cast(b, "i32")   # kernels order ints, not bools
+            if src == "bool" and op in (
+                "lessThan",
+                "lessThanOrEqual",
+                "greaterThan",
+                "greaterThanOrEqual",
+            ):
+                a, b = Cast(a, "i32"), Cast(b, "i32")  # kernels order ints, not bools
             expr = binary(op, a, b)
-        names = frozenset().union(*(r.names for r in refs if isinstance(r, Fused))) | {inst.result.name}
+        names = frozenset().union(*(r.names for r in refs if isinstance(r, Fused))) | {
+            inst.result.name
+        }
         nodes = 1 + sum(r.nodes for r in refs if isinstance(r, Fused))
         return Fused(expr, shape, str(t.dtype), names, nodes)
 
@@ -313,7 +408,7 @@ class _Planner(KernelGrouping, RowFusion):
             except NoView:
                 src = self.materialize(src, _name(inst.operands[0]), order)
         st = fn(src.strides)
-        if st is None:   # a shape cast of a non-contiguous view: copy it (a strided kernel)
+        if st is None:  # a shape cast of a non-contiguous view: copy it (a strided kernel)
             copy = Fused(self.leaf(src.slot, src.strides), src.shape, src.dtype, frozenset(), 1)
             src = self.materialize(copy, _name(inst.operands[0]), order)
             st = fn(src.strides)
@@ -330,8 +425,17 @@ class _Planner(KernelGrouping, RowFusion):
         t = inst.result.type
         slot = self.new_slot(t.shape, str(t.dtype), TEMP, inst.result.name)
         names = (src.names if isinstance(src, Fused) else frozenset()) | {inst.result.name}
-        node = ReduceNode(inst.result.name, body, tuple(x_type.shape), inst.attrs["combinator"],
-                          tuple(inst.attrs["axes"]), inst.attrs["init"], slot, order, names)
+        node = ReduceNode(
+            inst.result.name,
+            body,
+            tuple(x_type.shape),
+            inst.attrs["combinator"],
+            tuple(inst.attrs["axes"]),
+            inst.attrs["init"],
+            slot,
+            order,
+            names,
+        )
         self.reductions.append(node)
         self.reduce_of[id(inst.result)] = node
         return Mat(slot, t.shape, str(t.dtype), c_strides(t.shape))
@@ -347,30 +451,48 @@ class _Planner(KernelGrouping, RowFusion):
         inner = self.reduce_of.get(id(cast.operands[0]))
         op = inst.attrs["combinator"]
         # one reader each: the inner reduction is merged into this one only, at most once
-        if (inner is None or inner.op != op or len(self.readers.get(id(cast.result), ())) != 1
-                or len(self.readers.get(id(cast.operands[0]), ())) != 1
-                or {id(cast.result), id(cast.operands[0])} & self.read_through
-                or float(inner.init) != float(REDUCE_INIT[op])):
+        if (
+            inner is None
+            or inner.op != op
+            or len(self.readers.get(id(cast.result), ())) != 1
+            or len(self.readers.get(id(cast.operands[0]), ())) != 1
+            or {id(cast.result), id(cast.operands[0])} & self.read_through
+            or float(inner.init) != float(REDUCE_INIT[op])
+        ):
             return None
-        if tuple(cast.result.type.shape) != tuple(1 if i in inner.axes else d for i, d in enumerate(inner.shape)):
+        if tuple(cast.result.type.shape) != tuple(
+            1 if i in inner.axes else d for i, d in enumerate(inner.shape)
+        ):
             return None
         axes = tuple(sorted(set(inner.axes) | set(inst.attrs["axes"])))
         t = inst.result.type
         shape = tuple(d for i, d in enumerate(inner.shape) if i not in axes)
         self.reductions.remove(inner)
         slot = self.new_slot(shape, str(t.dtype), TEMP, inst.result.name)
-        node = ReduceNode(inst.result.name, inner.body, inner.shape, op, axes, inst.attrs["init"], slot,
-                          inner.order, inner.names | {cast.result.name, inst.result.name})
+        node = ReduceNode(
+            inst.result.name,
+            inner.body,
+            inner.shape,
+            op,
+            axes,
+            inst.attrs["init"],
+            slot,
+            inner.order,
+            inner.names | {cast.result.name, inst.result.name},
+        )
         self.reductions.append(node)
         self.reduce_of[id(inst.result)] = node
         out = tuple(t.shape)
-        chain = () if out == shape else (("reshape", out),)   # the kept 1s: a view
+        chain = () if out == shape else (("reshape", out),)  # the kept 1s: a view
         return Mat(slot, out, str(t.dtype), c_strides(out), chain)
 
     def results(self, order: int) -> list[View]:
         out, claimed = [], set()
-        produced = {e.slot for e in self.ew} | {r.slot for r in self.reductions} | \
-            {step_outputs(s)[0] for s in self.steps}
+        produced = (
+            {e.slot for e in self.ew}
+            | {r.slot for r in self.reductions}
+            | {step_outputs(s)[0] for s in self.steps}
+        )
         for r in self.flat.results:
             ref = self.ref_of(r)
             name = _name(r)
@@ -380,7 +502,9 @@ class _Planner(KernelGrouping, RowFusion):
                 out.append(_view(ref))
                 continue
             info = self.slots[ref.slot]
-            plain = all(op == "reshape" for op, _ in ref.chain) and is_contiguous(ref.shape, ref.strides)
+            plain = all(op == "reshape" for op, _ in ref.chain) and is_contiguous(
+                ref.shape, ref.strides
+            )
             if ref.slot in produced and ref.slot not in claimed and info.role == TEMP and plain:
                 info.role = OUTPUT
                 claimed.add(ref.slot)
@@ -422,13 +546,23 @@ class _Planner(KernelGrouping, RowFusion):
             steps.append(step)
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
         offsets, arena_bytes = arena(slots, steps)
-        plan = Plan(self.name, slots, params, steps, results, self.flat.tuple_result,
-                    self.constants, offsets, arena_bytes)
-        plan.fusion = self.fusion      # why these kernels: printed by the plan and the compile report
+        plan = Plan(
+            self.name,
+            slots,
+            params,
+            steps,
+            results,
+            self.flat.tuple_result,
+            self.constants,
+            offsets,
+            arena_bytes,
+        )
+        plan.fusion = self.fusion  # why these kernels: printed by the plan and the compile report
         return plan
 
 
 # ------------------------------------------------------------------ helpers
+
 
 def readers(flat: Flat) -> dict[int, list]:
     """id(value) -> the instructions reading it, once per operand (None: a function result)."""
@@ -450,8 +584,12 @@ def spliced_concats(flat: Flat, users: dict[int, list]) -> set[int]:
         if inst.op != "concatenate":
             continue
         (user, *more) = users.get(id(inst.result), [None])
-        if not more and user is not None and user.op == "concatenate" \
-                and user.attrs["axis"] == inst.attrs["axis"]:
+        if (
+            not more
+            and user is not None
+            and user.op == "concatenate"
+            and user.attrs["axis"] == inst.attrs["axis"]
+        ):
             out.add(id(inst.result))
     return out
 
@@ -499,12 +637,6 @@ def _view_map(inst: Instruction, shape):
     if op == "squeezeShape":
         return (lambda st: squeeze_strides(st, at["at"])), ("reshape", tuple(t.shape))
     return (lambda st: reshape_strides(shape, st, t.shape)), ("reshape", tuple(t.shape))
-
-
-
-
-
-
 
 
 def _renamed(spec, name: str):

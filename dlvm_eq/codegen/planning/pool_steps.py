@@ -9,6 +9,7 @@ where pool_spec builds none (rows too long, a dtype without a kernel) the step r
 window_ops' algorithm as before. Shared state (threads): `kernels` of one step is a dict
 filled on first use; two threads racing there may both build a kernel, both valid.
 """
+
 from __future__ import annotations
 
 from ...ir import window_ops
@@ -18,15 +19,18 @@ _NO_KERNEL = object()
 
 
 def _kernel(op: str, attrs: dict, hw, dtype: str, gpu: bool):
-    from ..kernels.pool_spec import pool_spec      # LLVM loads only when a pool step runs
+    from ..kernels.pool_spec import pool_spec  # LLVM loads only when a pool step runs
+
     try:
         spec = pool_spec(op, attrs, hw, dtype)
     except KernelError:
         return _NO_KERNEL
     if gpu:
         from ..gpu.pool_gpu import GpuPoolKernel
+
         return GpuPoolKernel(spec)
     from ..runtime.pool_kernel import compile_pool
+
     return compile_pool(spec)
 
 
@@ -52,4 +56,5 @@ def pool_run(step, xp, view_fns):
             xp.copyto(y, window_ops.evaluate(op, xp, args, attrs))
             return
         k.run(y, args)
+
     return run

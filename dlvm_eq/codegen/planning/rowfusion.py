@@ -5,13 +5,14 @@ A mixin of the planner (planner._Planner): it works on the planner's nodes after
 
     nodes = self.fuse_rows(nodes)     # some map + reduction nodes replaced by RowStep nodes
 """
+
 from __future__ import annotations
 
 import math
 
+from ..kernels.rows import RowSpec, loads, rebuild
 from ..kernels.spec import Expr, KernelInput, Load, c_strides
 from .plan import RowStep
-from ..kernels.rows import RowSpec, loads, rebuild
 from .steps_order import Node, reached
 from .views import NoView, broadcast_strides, reshape_strides
 
@@ -25,8 +26,10 @@ class RowFusion:
     def fuse_rows(self, nodes: list[Node]) -> list[Node]:
         """Fuse each map with the reductions over trailing axes it reads (and the small
         per-row maps between them) into one row kernel, largest maps first."""
-        maps = sorted((n for n in nodes if isinstance(n.source, list)),
-                      key=lambda n: -math.prod(n.source[0].shape))
+        maps = sorted(
+            (n for n in nodes if isinstance(n.source, list)),
+            key=lambda n: -math.prod(n.source[0].shape),
+        )
         for node in maps:
             if not any(n is node for n in nodes):
                 continue
@@ -50,7 +53,7 @@ class RowFusion:
         # 1. candidates: reductions over `shape` along trailing axes, and smaller maps
         #    (per-row values) between them and this map
         reds: dict[int, Node] = {}
-        rowmaps: dict[int, Node] = {}       # output slot -> node
+        rowmaps: dict[int, Node] = {}  # output slot -> node
         axes = None
         todo = list(exprs)
         seen: set[int] = set()
@@ -63,11 +66,15 @@ class RowFusion:
                 n = producer.get(slot)
                 if n is None or n is node:
                     continue
-                if hasattr(n.source, "axes"):   # a reduction (planning.values.ReduceNode)
+                if hasattr(n.source, "axes"):  # a reduction (planning.values.ReduceNode)
                     r = n.source
                     t = min(r.axes) if r.axes else len(shape)
-                    if r.shape != shape or r.axes != tuple(range(t, len(shape))) or t == 0 \
-                            or (axes is not None and r.axes != axes):
+                    if (
+                        r.shape != shape
+                        or r.axes != tuple(range(t, len(shape)))
+                        or t == 0
+                        or (axes is not None and r.axes != axes)
+                    ):
                         continue
                     axes = r.axes
                     reds[slot] = n
@@ -86,16 +93,25 @@ class RowFusion:
         def row_shaped(m: Node) -> bool:
             sm = m.source[0].shape
             pad = (1,) * (len(shape) - len(sm)) + tuple(sm) if len(sm) <= len(shape) else None
-            return pad is not None and all(d == 1 for d in pad[t:]) and \
-                all(a in (1, b) for a, b in zip(pad[:t], shape[:t]))
+            return (
+                pad is not None
+                and all(d == 1 for d in pad[t:])
+                and all(a in (1, b) for a, b in zip(pad[:t], shape[:t]))
+            )
+
         keep = {o: m for o, m in rowmaps.items() if row_shaped(m)}
         for _ in range(len(reds) + len(keep) + 1):
             # 2. a per-row map is fused only when nothing outside the fused set reads it
             while True:
                 ids = {id(node)} | {id(n) for n in reds.values()} | {id(m) for m in keep.values()}
-                drop = {id(m) for m in keep.values()
-                        if any(x in results or any(id(r) not in ids for r in readers.get(x, []))
-                               for x in m.outputs)}
+                drop = {
+                    id(m)
+                    for m in keep.values()
+                    if any(
+                        x in results or any(id(r) not in ids for r in readers.get(x, []))
+                        for x in m.outputs
+                    )
+                }
                 if not drop:
                     break
                 keep = {o: m for o, m in keep.items() if id(m) not in drop}
@@ -124,18 +140,36 @@ class RowFusion:
                 slot = self.leaves[ld.index][0]
                 repl[ld] = Load(n_in + virtual[slot]) if slot in virtual else Load(local[ld.index])
             return rebuild(e, repl)
+
         rnodes = [n.source for n in order]
         names = tuple(r.name for r in rnodes) + tuple(m.name for m in members)
-        fused_names = set().union(*(m.names for m in members), *(r.names for r in rnodes),
-                                  *(mem.names for m in keep.values() for mem in m.source)) - set(names)
+        fused_names = set().union(
+            *(m.names for m in members),
+            *(r.names for r in rnodes),
+            *(mem.names for m in keep.values() for mem in m.source),
+        ) - set(names)
         all_names = names + tuple(sorted(fused_names, key=self._pos))
-        label = "_".join(dict.fromkeys(short_op(r.op) for r in rnodes)) + "_" + \
-            self._kernel_name(sorted(set(all_names) - {r.name for r in rnodes}, key=self._pos), 2)
-        spec = RowSpec(label, rows, cols, kinputs,
-                       [(local_expr(b), r.op, r.init) for b, r in zip(bodies, rnodes)],
-                       [local_expr(e) for e in outs])
-        step = RowStep(spec, tuple(inputs), tuple(m.slot for m in members), tuple(r.slot for r in rnodes),
-                       all_names, min([node.order] + [r.order for r in rnodes]))
+        label = (
+            "_".join(dict.fromkeys(short_op(r.op) for r in rnodes))
+            + "_"
+            + self._kernel_name(sorted(set(all_names) - {r.name for r in rnodes}, key=self._pos), 2)
+        )
+        spec = RowSpec(
+            label,
+            rows,
+            cols,
+            kinputs,
+            [(local_expr(b), r.op, r.init) for b, r in zip(bodies, rnodes)],
+            [local_expr(e) for e in outs],
+        )
+        step = RowStep(
+            spec,
+            tuple(inputs),
+            tuple(m.slot for m in members),
+            tuple(r.slot for r in rnodes),
+            all_names,
+            min([node.order] + [r.order for r in rnodes]),
+        )
         new = Node(set(inputs), list(step.outputs + step.reductions), step.order, step)
         new.source = step
         return new, group
@@ -147,8 +181,11 @@ class RowFusion:
         for m in {id(m): m for m in keep.values()}.values():
             for mem, e in zip(m.source, self.group_exprs(m.source)):
                 row_exprs[mem.slot] = (e, m.source[0].shape)
-        group = [node] + list({id(n): n for n in reds.values()}.values()) + \
-            list({id(m): m for m in keep.values()}.values())
+        group = (
+            [node]
+            + list({id(n): n for n in reds.values()}.values())
+            + list({id(m): m for m in keep.values()}.values())
+        )
         inside = {o for n in group for o in n.outputs}
         order = sorted({id(n): n for n in reds.values()}.values(), key=lambda n: n.source.order)
         virtual = {n.source.slot: k for k, n in enumerate(order)}
@@ -163,14 +200,19 @@ class RowFusion:
                 for ld in hit:
                     slot, st = self.leaves[ld.index]
                     me, ms = row_exprs[slot]
-                    if not _same_read(at_shape, st, broadcast_strides(c_strides(tuple(ms)), ms, at_shape)):
+                    if not _same_read(
+                        at_shape, st, broadcast_strides(c_strides(tuple(ms)), ms, at_shape)
+                    ):
                         return None
                     try:
-                        repl[ld] = self.reindex(me, lambda s2, ms=ms: broadcast_strides(s2, ms, at_shape))
+                        repl[ld] = self.reindex(
+                            me, lambda s2, ms=ms: broadcast_strides(s2, ms, at_shape)
+                        )
                     except NoView:
                         return None
                 e = rebuild(e, repl)
             return None
+
         bodies = [expand(n.source.body, shape) for n in order]
         outs = [expand(e, shape) for e in exprs]
         if any(x is None for x in bodies + outs):
@@ -194,8 +236,12 @@ class RowFusion:
                 plain = st2 == (cols, 1) and math.prod(info.shape) == rows * cols
                 local[ld.index] = len(inputs)
                 inputs.append(slot)
-                kinputs.append(KernelInput(info.dtype, None if plain else
-                                           (st2[0] if rows > 1 else 0, st2[1] if cols > 1 else 0)))
+                kinputs.append(
+                    KernelInput(
+                        info.dtype,
+                        None if plain else (st2[0] if rows > 1 else 0, st2[1] if cols > 1 else 0),
+                    )
+                )
         return group, inside, inputs, kinputs, local, virtual, order, outs, bodies
 
 

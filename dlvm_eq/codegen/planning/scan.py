@@ -4,6 +4,7 @@ output (no copies).
 
     out[..., i, ...] = sum of x[..., j, ...] for j <= i   (j >= i with reverse)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,4 +32,6 @@ def scan_run(step: ScanStep, xp, view_fn):
     s, o, k = step.src.slot, step.out, step.axis
     if not step.reverse:
         return lambda env: xp.cumsum(f(env[s]), axis=k, dtype=env[o].dtype, out=env[o])
-    return lambda env: xp.cumsum(xp.flip(f(env[s]), k), axis=k, dtype=env[o].dtype, out=xp.flip(env[o], k))
+    return lambda env: xp.cumsum(
+        xp.flip(f(env[s]), k), axis=k, dtype=env[o].dtype, out=xp.flip(env[o], k)
+    )

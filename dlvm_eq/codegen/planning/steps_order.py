@@ -7,25 +7,27 @@
 A `Node` is a schedulable unit with input and output slots: a kernel group, a reduction, a
 row kernel or a plain step (BLAS, concatenate, copy).
 """
+
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
 
-from .plan import AliasStep, BlasStep, GemmStep, PlanError, Slot, TEMP, step_inputs, step_outputs
+from .plan import TEMP, AliasStep, BlasStep, GemmStep, PlanError, Slot, step_inputs, step_outputs
 
-ALIGN = 64   # every temporary starts on a cache line
+ALIGN = 64  # every temporary starts on a cache line
 
 
 @dataclass
 class Node:
     """A schedulable unit: a kernel group, a reduction, or a plain step."""
+
     inputs: set
     outputs: list
     order: int
     payload: object = None
     pos: int = -1
-    source: object = None    # the group's members or the ReduceNode (row fusion)
+    source: object = None  # the group's members or the ReduceNode (row fusion)
 
 
 def reached(slots: set, targets: set, nodes: list[Node], skip: list[Node]) -> list[Node]:
@@ -49,7 +51,7 @@ def reached(slots: set, targets: set, nodes: list[Node], skip: list[Node]) -> li
         if inside:
             if s in targets:
                 found[id(n)] = n
-            continue     # the fused kernel's own inputs are checked separately
+            continue  # the fused kernel's own inputs are checked separately
         stack.extend(n.inputs)
     return list(found.values())
 
@@ -69,11 +71,13 @@ def schedule(nodes: list[Node]) -> list[Node]:
                 deps[i].add(j)
                 users[j].append(i)
     waiting = [len(d) for d in deps]
+
     # Among ready steps, kernels first: a kernel reading a value another kernel just wrote finds
     # it in cache, while a big BLAS call in between would evict it (measured on the MLP step:
     # the column sums of a 256 x 256 gradient 8 us before the x.T @ dh GEMM, 50 us after).
     def key(i):
         return (isinstance(nodes[i].payload, (BlasStep, GemmStep)), nodes[i].order, i)
+
     ready = [key(i) for i, n in enumerate(nodes) if not waiting[i]]
     heapq.heapify(ready)
     out = []
@@ -97,6 +101,7 @@ def alias_root(steps):
         while s in source:
             s = source[s]
         return s
+
     return root
 
 
@@ -111,7 +116,7 @@ def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
             last[root(s)] = i
         for s in step_outputs(step):
             first.setdefault(s, i)
-    free: list[tuple[int, int]] = []   # (offset, size), sorted by offset
+    free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
     end = 0
     offsets: dict[int, int] = {}
 
@@ -126,7 +131,7 @@ def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
             if sz > size:
                 free.insert(best, (off + size, sz - size))
             return off
-        if free and free[-1][0] + free[-1][1] == end:   # grow the last free block
+        if free and free[-1][0] + free[-1][1] == end:  # grow the last free block
             off, _ = free.pop()
             end = off + size
             return off

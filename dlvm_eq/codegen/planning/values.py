@@ -2,6 +2,7 @@
 computed in registers (`Fused`), a constant (`Konst`); kernel outputs (`EwOut`), reductions
 (`ReduceNode`) and slots (`SlotInfo`). Plain data, private to planning.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from ..kernels.spec import Expr
 @dataclass(frozen=True)
 class Mat:
     """A value held in a buffer (slot), seen through a view."""
+
     slot: int
     shape: tuple
     dtype: str
@@ -22,6 +24,7 @@ class Mat:
 @dataclass(frozen=True)
 class Fused:
     """A value computed in registers: an expression over leaves (global Load ids)."""
+
     expr: Expr
     shape: tuple
     dtype: str
@@ -39,6 +42,7 @@ class Konst:
 @dataclass
 class EwOut:
     """A materialized elementwise value: a kernel output."""
+
     name: str
     expr: Expr
     shape: tuple
@@ -47,7 +51,7 @@ class EwOut:
     order: int
     names: frozenset
     group: int = -1
-    reads: set = None        # slots its expression loads (grouping)
+    reads: set = None  # slots its expression loads (grouping)
 
 
 @dataclass

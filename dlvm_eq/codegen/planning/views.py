@@ -16,6 +16,7 @@ copy (`reshape_strides` returns None then, as numpy's reshape would copy).
     >>> reshape_strides((4, 6), (1, 4), (24,)) is None # a transposed view would need a copy
     True
 """
+
 from __future__ import annotations
 
 import math
@@ -84,7 +85,7 @@ def is_contiguous(shape, strides: Strides) -> bool:
 
 
 def squeeze_strides(strides: Strides, at: int) -> Strides:
-    return strides[:at] + strides[at + 1:]
+    return strides[:at] + strides[at + 1 :]
 
 
 def pad_strides(strides: Strides, at: int) -> Strides:
@@ -95,6 +96,7 @@ def pad_strides(strides: Strides, at: int) -> Strides:
 # A chain is a tuple of (op, arg) applied in order to a base array; the same chain works on
 # numpy and CuPy arrays (both have these methods).
 
+
 def apply_chain(a, chain, xp):
     for op, arg in chain:
         if op == "transpose":
@@ -103,11 +105,13 @@ def apply_chain(a, chain, xp):
             a = a.reshape(arg)
         elif op == "broadcast":
             a = xp.broadcast_to(a, arg)
-        elif op == "slice":   # (axis, lo, hi): a basic index, a view on numpy and CuPy
+        elif op == "slice":  # (axis, lo, hi): a basic index, a view on numpy and CuPy
             a = a[slice_index(a.ndim, arg)]
         elif op == "strided":  # (shape, element strides) over a flat alias (a slice in place)
             shape, strides = arg
-            a = xp.lib.stride_tricks.as_strided(a, tuple(shape), tuple(s * a.itemsize for s in strides))
+            a = xp.lib.stride_tricks.as_strided(
+                a, tuple(shape), tuple(s * a.itemsize for s in strides)
+            )
         else:  # pragma: no cover - chains are built by the planner only
             raise ValueError(f"unknown view op {op!r}")
     return a
@@ -123,7 +127,11 @@ def chain_text(chain) -> str:
     parts = []
     for op, arg in chain:
         if op == "transpose":
-            parts.append(".T" if tuple(arg) == tuple(reversed(range(len(arg)))) else f".transpose{tuple(arg)}")
+            parts.append(
+                ".T"
+                if tuple(arg) == tuple(reversed(range(len(arg))))
+                else f".transpose{tuple(arg)}"
+            )
         elif op == "reshape":
             parts.append(f".reshape{tuple(arg)}")
         elif op == "slice":

@@ -12,6 +12,7 @@ ops instead run runtime/conv_cpu.py (generated im2col/col2im kernels, its own pr
 
     step = WindowStep("conv2d", pack("conv2d", attrs), (x_view, w_view), out_slot)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from .pool_steps import pool_run
 @dataclass
 class WindowStep:
     """out = op(inputs) for a convolution or pooling op; `packed` is window_ops.pack(op, attrs)."""
+
     op: str
     packed: tuple[int, ...]
-    inputs: tuple            # plan.View per operand
+    inputs: tuple  # plan.View per operand
     out: int
     value: str = ""
     order: int = 0
@@ -47,13 +49,14 @@ def _cpu_matmul():
     def matmul(a, b, out):
         if not gemm(a, b, out):
             np.matmul(a, b, out=out)
+
     return matmul
 
 
 def window_run(step: WindowStep, xp, view_fns):
     """The step as a function of the plan's environment (a list of arrays indexed by slot);
     view_fns[i] applies input i's view chain (None: the array as it is)."""
-    if step.op in window_ops.POOL_OPS:      # compiled pooling kernels where the target has them
+    if step.op in window_ops.POOL_OPS:  # compiled pooling kernels where the target has them
         run = pool_run(step, xp, view_fns)
         if run is not None:
             return run
@@ -68,6 +71,7 @@ def window_run(step: WindowStep, xp, view_fns):
     def run(env):
         args = [f(env[s]) for f, s in zip(fns, slots)]
         xp.copyto(env[out], window_ops.evaluate(op, xp, args, attrs, matmul))
+
     return run
 
 
@@ -83,4 +87,5 @@ def _conv_run(op, attrs, slots, fns, out, matmul):
             conv_cpu.evaluate(op, args, attrs, matmul, out=dst)
         else:
             np.copyto(dst, conv_cpu.evaluate(op, args, attrs, matmul))
+
     return run

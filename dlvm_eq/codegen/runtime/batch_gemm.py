@@ -17,6 +17,7 @@ its K products in one order on any thread count.
 Shared state (threads): `_LAUNCHES` (a LaunchPool) hands each call a plan of its own (scratch,
 offsets, argument blocks); `_DRIVER` (the compiled batch loop) is made under `_DRIVER_LOCK`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,16 +26,18 @@ import threading
 
 import numpy as np
 
-from . import threads as kernel_threads   # by module: tests swap native_workers
+from . import (
+    gemm_runtime as gemm,
+)  # by module: its thresholds are read at each use (tests set them)
+from . import threads as kernel_threads  # by module: tests swap native_workers
 from .buffers import data_ptr
-from . import gemm_runtime as gemm   # by module: its thresholds are read at each use (tests set them)
-from .gemm_runtime import GEMM_CTYPES, MAX_LAUNCHES, NARROW, CpuGemm, split_tiles, a_order
+from .gemm_runtime import GEMM_CTYPES, MAX_LAUNCHES, NARROW, CpuGemm, a_order, split_tiles
 from .jit import JIT
 from .launch_pool import LaunchPool
 
 _LAUNCHES = LaunchPool(MAX_LAUNCHES)
 _DRIVER_ARGS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + GEMM_CTYPES
-_A, _B, _C = 4 + 5, 4 + 8, 4 + 11          # the driver's arguments holding the operands' pointers
+_A, _B, _C = 4 + 5, 4 + 8, 4 + 11  # the driver's arguments holding the operands' pointers
 _DRIVER = None
 _DRIVER_LOCK = threading.Lock()
 
@@ -50,7 +53,12 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """out = a @ b for float32 operands of rank >= 2 with broadcast batch dimensions and a
     C-contiguous `out` of rank >= 3; False (nothing done) where numpy should do it (another
     dtype or rank, an entry whose A has no contiguous direction, too little work)."""
-    if a.ndim < 2 or b.ndim < 2 or out.ndim < 3 or not (a.dtype == b.dtype == out.dtype == np.float32):
+    if (
+        a.ndim < 2
+        or b.ndim < 2
+        or out.ndim < 3
+        or not (a.dtype == b.dtype == out.dtype == np.float32)
+    ):
         return False
     key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides)
     launch = _LAUNCHES.take(key, lambda: _plan(a, b, out))
@@ -58,7 +66,7 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         if launch is not None:
             launch(data_ptr(a), data_ptr(b), data_ptr(out))
     finally:
-        _LAUNCHES.give(key, launch)       # None too: the answer for these layouts is kept
+        _LAUNCHES.give(key, launch)  # None too: the answer for these layouts is kept
     return launch is not None
 
 
@@ -79,7 +87,7 @@ def _plan(a, b, out):
         return lambda pa, pb, po: _zero(po, out.size)
     if not worth_batched(out.shape, k):
         return None
-    whole_a = np.broadcast_to(a, batch + (m, k))    # views: stride 0 on broadcast dimensions
+    whole_a = np.broadcast_to(a, batch + (m, k))  # views: stride 0 on broadcast dimensions
     whole_b = np.broadcast_to(b, batch + (k, n))
     first = (0,) * len(batch)
     a2, b2 = _entry(whole_a[first]), _entry(whole_b[first])
@@ -103,7 +111,7 @@ def _entry(x: np.ndarray) -> np.ndarray:
 
 
 def _zero(po: int, size: int) -> None:
-    ctypes.memset(po, 0, 4 * size)      # k = 0: every entry of out is an empty sum
+    ctypes.memset(po, 0, 4 * size)  # k = 0: every entry of out is an empty sum
 
 
 def _offsets(batch: tuple, strides: tuple) -> np.ndarray:
@@ -129,21 +137,55 @@ def _parts(g: CpuGemm, count: int, m: int, n: int, k: int, a_packed: bool) -> li
 
 def _launch(g: CpuGemm, a2, b2, whole_a, whole_b, out, batch):
     from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED
+
     m, k = a2.shape
     n = b2.shape[1]
     nb = len(batch)
     count = math.prod(batch)
-    offsets = np.ascontiguousarray(np.stack(
-        [_offsets(batch, whole_a.strides[:nb]), _offsets(batch, whole_b.strides[:nb]),
-         _offsets(batch, out.strides[:nb])], axis=1))
+    offsets = np.ascontiguousarray(
+        np.stack(
+            [
+                _offsets(batch, whole_a.strides[:nb]),
+                _offsets(batch, whole_b.strides[:nb]),
+                _offsets(batch, out.strides[:nb]),
+            ],
+            axis=1,
+        )
+    )
     flags = g.flags(a2, b2)
     parts = _parts(g, count, m, n, k, a_packed=bool(flags & (A_COLS | A_ROWS_PACKED)))
-    scratch = [tuple(np.empty(size, np.float32) for size in g.spec.scratch(n1 - n0)) for *_, n0, n1 in parts]
+    scratch = [
+        tuple(np.empty(size, np.float32) for size in g.spec.scratch(n1 - n0))
+        for *_, n0, n1 in parts
+    ]
     no_epilogue_args = np.zeros(1, np.int64)
-    rows = [[b0, b1, data_ptr(offsets), g.address, m0, m1, n0, n1, k,
-             0, a2.strides[0] // 4, a2.strides[1] // 4, 0, b2.strides[0] // 4, b2.strides[1] // 4,
-             0, out.strides[-2] // 4, data_ptr(pa), data_ptr(pb), flags, 0, data_ptr(no_epilogue_args)]
-            for (b0, b1, m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)]
+    rows = [
+        [
+            b0,
+            b1,
+            data_ptr(offsets),
+            g.address,
+            m0,
+            m1,
+            n0,
+            n1,
+            k,
+            0,
+            a2.strides[0] // 4,
+            a2.strides[1] // 4,
+            0,
+            b2.strides[0] // 4,
+            b2.strides[1] // 4,
+            0,
+            out.strides[-2] // 4,
+            data_ptr(pa),
+            data_ptr(pb),
+            flags,
+            0,
+            data_ptr(no_epilogue_args),
+        ]
+        for (b0, b1, m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)
+    ]
     driver = _driver()
     fn = ctypes.CFUNCTYPE(None, *_DRIVER_ARGS)(driver.address)
     pool = kernel_threads.native_workers()
@@ -154,18 +196,20 @@ def _launch(g: CpuGemm, a2, b2, whole_a, whole_b, out, batch):
             args[_A], args[_B], args[_C] = pa, pb, po
             fn(*args)
     elif pool is None:
+
         def run(pa, pb, po):
             for r in rows:
                 r[_A], r[_B], r[_C] = pa, pb, po
             kernel_threads.run_chunks(fn, [tuple(r) for r in rows], g.threads)
     else:
         blocks = np.zeros((len(rows), pool.max_args), np.int64)
-        blocks[:, :len(rows[0])] = rows
+        blocks[:, : len(rows[0])] = rows
         address, threads = driver.address, g.threads
 
         def run(pa, pb, po):
             blocks[:, _A], blocks[:, _B], blocks[:, _C] = pa, pb, po
             pool.run_blocks(address, blocks, threads)
+
     # the arrays the native code reads by address live as long as the plan
     run.keep = (offsets, scratch, no_epilogue_args, fn)
     run.parts = parts
@@ -184,5 +228,6 @@ def _driver():
 def _build_driver():
     from ..cpu.gemm_batch_ir import gemm_batch_ir
     from ..cpu.llvm_cpu import CpuIR, symbol_for
+
     text, symbol = symbol_for(gemm_batch_ir)
     return CpuIR(text, symbol, None, "gemm_batch")

@@ -21,21 +21,28 @@ child has no workers, and OpenBLAS starts threads of its own there.
 Module state: `_INSTALLED` (the callback setters of the libraries whose callback is ours) is
 written under `_LOCK` or in the fork child.
 """
+
 from __future__ import annotations
 
 import ctypes
 import os
 import threading
 
-_SETTERS = ("scipy_openblas_set_threads_callback_function64_",
-            "scipy_openblas_set_threads_callback_function",
-            "openblas_set_threads_callback_function64_",
-            "openblas_set_threads_callback_function")
-_THREAD_COUNTS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-                  "openblas_get_num_threads64_", "openblas_get_num_threads")
+_SETTERS = (
+    "scipy_openblas_set_threads_callback_function64_",
+    "scipy_openblas_set_threads_callback_function",
+    "openblas_set_threads_callback_function64_",
+    "openblas_set_threads_callback_function",
+)
+_THREAD_COUNTS = (
+    "scipy_openblas_get_num_threads64_",
+    "scipy_openblas_get_num_threads",
+    "openblas_get_num_threads64_",
+    "openblas_get_num_threads",
+)
 
 _LOCK = threading.Lock()
-_INSTALLED: list = []        # each library's openblas_set_threads_callback_function
+_INSTALLED: list = []  # each library's openblas_set_threads_callback_function
 
 
 def loaded_openblas() -> list[str]:
@@ -67,20 +74,21 @@ def install(pool) -> bool:
     if pool is None:
         return False
     import numpy  # noqa: F401  (numpy loads its OpenBLAS)
+
     with _LOCK:
         if _INSTALLED:
             return True
         callback = None
         for path in loaded_openblas():
             try:
-                lib = ctypes.CDLL(path)       # already loaded: the same handle
+                lib = ctypes.CDLL(path)  # already loaded: the same handle
             except OSError:
                 continue
             setter, count = _function(lib, _SETTERS), _function(lib, _THREAD_COUNTS)
             if setter is None or count is None:
                 continue
             count.restype = ctypes.c_int
-            if count() > pool.workers + 1:    # more jobs per call than the pool has threads
+            if count() > pool.workers + 1:  # more jobs per call than the pool has threads
                 continue
             if callback is None:
                 callback = pool.blas_callback()
@@ -108,7 +116,7 @@ def _clear() -> None:
 
 def _after_fork_in_child() -> None:
     global _LOCK
-    _LOCK = threading.Lock()      # perhaps held at the fork
+    _LOCK = threading.Lock()  # perhaps held at the fork
     _clear()
 
 

@@ -6,6 +6,7 @@
 Shared state (threads): `BufferPool`'s free lists and counters are touched only under its own
 lock; everything else here is constant.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,6 +35,7 @@ data_ptr = _make_data_ptr()
 
 # ------------------------------------------------------------------ buffers
 
+
 def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     """np.empty with the data 64-byte aligned (numpy's large arrays are 16 mod 64), so that
     kernels can write whole cache lines with streaming stores."""
@@ -41,7 +43,7 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
     off = (-data_ptr(raw)) % align
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
+    return raw[off : off + nbytes].view(dtype).reshape(shape)
 
 
 def _whole_buffer(a: np.ndarray) -> bool:
@@ -49,8 +51,13 @@ def _whole_buffer(a: np.ndarray) -> bool:
     if a.flags.owndata:
         return True
     base = a.base
-    return (isinstance(base, np.ndarray) and base.flags.owndata and base.dtype == np.uint8
-            and base.ndim == 1 and 0 <= base.nbytes - a.nbytes <= 64)
+    return (
+        isinstance(base, np.ndarray)
+        and base.flags.owndata
+        and base.dtype == np.uint8
+        and base.ndim == 1
+        and 0 <= base.nbytes - a.nbytes <= 64
+    )
 
 
 class BufferPool:

@@ -29,6 +29,7 @@ Shared state (threads): none; the column matrices are scratch of the calling thr
 (`_scratch`), so two threads running one program never share one. The blocks of one call run
 on threads.run_python's workers and write disjoint slices of the call's own arrays.
 """
+
 from __future__ import annotations
 
 import threading
@@ -59,8 +60,8 @@ PER_IMAGE_MACS = 1 << 18
 BLOCKS_PER_THREAD = 4
 BLOCK_MACS = 1 << 24
 BLOCK_BYTES = 1 << 24
-MAX_SCRATCH = 8                 # scratch matrices kept per thread (one per shape)
-_local = threading.local()      # .scratch: {(shape, dtype): matrix}, this thread's own
+MAX_SCRATCH = 8  # scratch matrices kept per thread (one per shape)
+_local = threading.local()  # .scratch: {(shape, dtype): matrix}, this thread's own
 
 
 def _scratch(size: int, dtype, slot: str) -> np.ndarray:
@@ -104,7 +105,7 @@ def _image_blocks(k: int, macs: int, product) -> None:
 
 
 def _stacked(a: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
-    return a[:k * rows * cols].reshape(k, rows, cols)
+    return a[: k * rows * cols].reshape(k, rows, cols)
 
 
 def _chunks(images: int, per: int):
@@ -113,7 +114,7 @@ def _chunks(images: int, per: int):
 
 
 def _matrix(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    return flat[:rows * cols].reshape(rows, cols)
+    return flat[: rows * cols].reshape(rows, cols)
 
 
 def _to_long(a: np.ndarray, slot: str) -> np.ndarray:
@@ -127,8 +128,10 @@ def _to_long(a: np.ndarray, slot: str) -> np.ndarray:
 def _copy_blocks(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src in blocks of the first axis on the usable CPUs (numpy copies on one
     thread, without the GIL): the transposing copies move 6.4 MB per call in the CNN."""
+
     def copy(a, b):
         np.copyto(dst[a:b], src[a:b])
+
     _blocks(copy, dst.shape[0], dst.nbytes, BLOCK_BYTES)
 
 
@@ -148,26 +151,32 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     im2col = compile_conv(Im2colSpec(g))
     small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
-        if small:     # numpy's stacked matmul: products this small are never our GEMM's
+        if small:  # numpy's stacked matmul: products this small are never our GEMM's
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
-            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
-            yk = y[n0:n0 + k].reshape(k, o, p)
+            im2col.run(cols, x[n0 : n0 + k], k, g.rows * p, p)
+            yk = y[n0 : n0 + k].reshape(k, o, p)
 
             def forward(a, b, cols=cols, yk=yk):
                 for i in range(groups):
-                    np.matmul(wm[i], cols[a:b, i * rg:(i + 1) * rg], out=yk[a:b, i * og:(i + 1) * og])
+                    np.matmul(
+                        wm[i], cols[a:b, i * rg : (i + 1) * rg], out=yk[a:b, i * og : (i + 1) * og]
+                    )
+
             _image_blocks(k, k * o * g.rows // groups * p, forward)
             continue
-        whole = k == n and x.flags.c_contiguous   # one chunk: kept for the weight adjoint
-        cols = conv_reuse.forward_matrix(g, n, x.dtype) if whole else \
-            _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
-        im2col.run(cols, x[n0:n0 + k], k, p, k * p)
+        whole = k == n and x.flags.c_contiguous  # one chunk: kept for the weight adjoint
+        cols = (
+            conv_reuse.forward_matrix(g, n, x.dtype)
+            if whole
+            else _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
+        )
+        im2col.run(cols, x[n0 : n0 + k], k, p, k * p)
         if whole:
             conv_reuse.remember(x, g)
         yt = _matrix(_scratch(o * per * p, x.dtype, "long"), o, k * p)
         for i in range(groups):
-            matmul(wm[i], cols[i * rg:(i + 1) * rg], yt[i * og:(i + 1) * og])
-        _copy_blocks(y[n0:n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
+            matmul(wm[i], cols[i * rg : (i + 1) * rg], yt[i * og : (i + 1) * og])
+        _copy_blocks(y[n0 : n0 + k].reshape(k, o, p), yt.reshape(o, k, p).transpose(1, 0, 2))
     return y
 
 
@@ -184,20 +193,25 @@ def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, smal
     small = per_image(g, o, groups) if small is None else small
     for n0, k in _chunks(n, per):
         if small:
-            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            dyk = dy[n0 : n0 + k].reshape(k, o, p)
             dcols = _stacked(_scratch(g.rows * per * p, dy.dtype, "cols"), k, g.rows, p)
 
             def adjoint(a, b, dyk=dyk, dcols=dcols):
                 for i in range(groups):
-                    np.matmul(wm[i].T, dyk[a:b, i * og:(i + 1) * og], out=dcols[a:b, i * rg:(i + 1) * rg])
+                    np.matmul(
+                        wm[i].T,
+                        dyk[a:b, i * og : (i + 1) * og],
+                        out=dcols[a:b, i * rg : (i + 1) * rg],
+                    )
+
             _image_blocks(k, k * o * g.rows // groups * p, adjoint)
-            col2im.run(dx[n0:n0 + k], dcols, k, g.rows * p, p)
+            col2im.run(dx[n0 : n0 + k], dcols, k, g.rows * p, p)
             continue
-        dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
+        dyt = _to_long(dy[n0 : n0 + k].reshape(k, o, p), "long")
         dcols = _matrix(_scratch(g.rows * per * p, dy.dtype, "cols"), g.rows, k * p)
         for i in range(groups):
-            matmul(wm[i].T, dyt[i * og:(i + 1) * og], dcols[i * rg:(i + 1) * rg])
-        col2im.run(dx[n0:n0 + k], dcols, k, p, k * p)
+            matmul(wm[i].T, dyt[i * og : (i + 1) * og], dcols[i * rg : (i + 1) * rg])
+        col2im.run(dx[n0 : n0 + k], dcols, k, p, k * p)
     return dx
 
 
@@ -219,30 +233,37 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
     for n0, k in _chunks(n, per):
         if small:
             cols = _stacked(_scratch(g.rows * per * p, x.dtype, "cols"), k, g.rows, p)
-            im2col.run(cols, x[n0:n0 + k], k, g.rows * p, p)
-            dyk = dy[n0:n0 + k].reshape(k, o, p)
+            im2col.run(cols, x[n0 : n0 + k], k, g.rows * p, p)
+            dyk = dy[n0 : n0 + k].reshape(k, o, p)
             parts = np.empty((k, groups, og, rg), x.dtype)
 
             def weight(a, b, cols=cols, dyk=dyk, parts=parts):
                 for i in range(groups):
-                    np.matmul(dyk[a:b, i * og:(i + 1) * og], cols[a:b, i * rg:(i + 1) * rg].transpose(0, 2, 1),
-                              out=parts[a:b, i])
+                    np.matmul(
+                        dyk[a:b, i * og : (i + 1) * og],
+                        cols[a:b, i * rg : (i + 1) * rg].transpose(0, 2, 1),
+                        out=parts[a:b, i],
+                    )
+
             _image_blocks(k, k * o * g.rows // groups * p, weight)
-            acc += parts.sum(axis=0).reshape(o, rg)     # one fixed order, whatever the blocks
+            acc += parts.sum(axis=0).reshape(o, rg)  # one fixed order, whatever the blocks
             continue
-        cols = conv_reuse.kept_matrix(x, g) if k == n else None    # the forward's, see conv_reuse
+        cols = conv_reuse.kept_matrix(x, g) if k == n else None  # the forward's, see conv_reuse
         if cols is None:
             cols = _matrix(_scratch(g.rows * per * p, x.dtype, "cols"), g.rows, k * p)
-            im2col.run(cols, x[n0:n0 + k], k, p, k * p)
-        dyt = _to_long(dy[n0:n0 + k].reshape(k, o, p), "long")
-        for i in range(groups):   # dWᵀ = cols · dYᵀ: see WEIGHT_PRODUCT
-            matmul(cols[i * rg:(i + 1) * rg], dyt[i * og:(i + 1) * og].T, part)
-            acc[i * og:(i + 1) * og] += part.T
+            im2col.run(cols, x[n0 : n0 + k], k, p, k * p)
+        dyt = _to_long(dy[n0 : n0 + k].reshape(k, o, p), "long")
+        for i in range(groups):  # dWᵀ = cols · dYᵀ: see WEIGHT_PRODUCT
+            matmul(cols[i * rg : (i + 1) * rg], dyt[i * og : (i + 1) * og].T, part)
+            acc[i * og : (i + 1) * og] += part.T
     return dw
 
 
-RUNS = {"conv2d": conv2d, "conv2dBackwardInput": conv2d_backward_input,
-        "conv2dBackwardWeight": conv2d_backward_weight}
+RUNS = {
+    "conv2d": conv2d,
+    "conv2dBackwardInput": conv2d_backward_input,
+    "conv2dBackwardWeight": conv2d_backward_weight,
+}
 
 
 def evaluate(op: str, args, attrs, matmul, out=None, chunk_bytes=None, small=None):

@@ -10,6 +10,7 @@ threads never write one element (col2im's sums stay inside a plane).
 Shared state (threads): `_kernels` (compile_conv's memo, a kernel_memo.KernelMemo: a race builds an equal
 kernel twice, the last is kept); a ConvKernel is immutable; each run has its own dims array.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -24,12 +25,14 @@ from .jit import JIT
 from .kernel_memo import KernelMemo
 from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_range
 
-_PROTO = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                          ctypes.c_void_p)
+_PROTO = ctypes.CFUNCTYPE(
+    None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
 
 
 def _conv_ir(spec):
-    from ..cpu.im2col_ir import conv_ir   # the IR builders load on a cache miss only
+    from ..cpu.im2col_ir import conv_ir  # the IR builders load on a cache miss only
+
     return conv_ir(spec)
 
 
@@ -45,7 +48,9 @@ class ConvKernel:
         # elements one item touches: im2col a column row, col2im a plane's taps
         self.item_work = g.cols if isinstance(spec, Im2colSpec) else g.taps * g.cols + g.plane
 
-    def run(self, dst: np.ndarray, src: np.ndarray, images: int, image_stride: int, row_stride: int) -> None:
+    def run(
+        self, dst: np.ndarray, src: np.ndarray, images: int, image_stride: int, row_stride: int
+    ) -> None:
         """All items of `images` images from src into dst (C-contiguous arrays of the kernel's
         dtype, large enough: checked, an out-of-bounds pointer would corrupt memory)."""
         g = self.spec.geometry
@@ -55,13 +60,20 @@ class ConvKernel:
         col_need = (images - 1) * image_stride + (g.rows - 1) * row_stride + g.cols if items else 0
         for a, need in ((x, images * g.channels * g.plane), (cols, col_need)):
             if a.dtype != self.dtype or not a.flags.c_contiguous or a.size < need:
-                raise KernelError(f"{self.spec.name}: needs a C-contiguous {self.dtype} array of at "
-                                  f"least {need} elements, got {a.dtype} {a.shape}")
+                raise KernelError(
+                    f"{self.spec.name}: needs a C-contiguous {self.dtype} array of at "
+                    f"least {need} elements, got {a.dtype} {a.shape}"
+                )
         if items == 0:
             return
         dims = np.array([image_stride, row_stride, images], np.int64)
         tail = (data_ptr(dst), data_ptr(src), dims.ctypes.data)
-        parts = max(1, min(CHUNKS_PER_THREAD * self.threads, items * self.item_work // MIN_PARALLEL_WORK, items))
+        parts = max(
+            1,
+            min(
+                CHUNKS_PER_THREAD * self.threads, items * self.item_work // MIN_PARALLEL_WORK, items
+            ),
+        )
         if parts == 1 or self.threads == 1:
             self.fn(0, items, *tail)
             return

@@ -14,6 +14,7 @@ call run on the calling thread); it costs one more column matrix of memory per t
 
 Shared state (threads): `_local` only (thread-local: a thread never sees another's matrix).
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,11 +28,11 @@ from ..kernels.conv_spec import ConvGeometry
 @dataclass
 class _Kept:
     matrix: np.ndarray
-    geometry: ConvGeometry | None = None      # None: the matrix holds nothing valid
+    geometry: ConvGeometry | None = None  # None: the matrix holds nothing valid
     x_bits: np.ndarray | None = None
 
 
-_local = threading.local()      # .kept: this thread's {(shape, dtype): _Kept}
+_local = threading.local()  # .kept: this thread's {(shape, dtype): _Kept}
 # Column matrices kept per thread, one per shape: a network's convolutions each keep their own
 # (with one for all, the CNN's two layers took turns: each forward threw the other's matrix
 # away, allocated its own afresh, and the first layer's weight adjoint never found its own).

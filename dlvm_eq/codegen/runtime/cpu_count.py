@@ -10,6 +10,7 @@ Spawning more threads than the quota lets run only gets them descheduled for a w
 period (100 ms by default) once the quota is spent; a helper thread descheduled holding work
 stalls the caller.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,9 @@ from ...errors import DlvmError
 ENV = "DLVM_EQ_NUM_THREADS"
 
 
-def thread_count(environ=None, proc_cgroup: str = "/proc/self/cgroup",
-                 cgroup_root: str = "/sys/fs/cgroup") -> int:
+def thread_count(
+    environ=None, proc_cgroup: str = "/proc/self/cgroup", cgroup_root: str = "/sys/fs/cgroup"
+) -> int:
     """Threads for parallel kernels (the caller's included); at least 1. environ: a mapping
     to read DLVM_EQ_NUM_THREADS from instead of the process's settings (dlvm_eq.config)."""
     text = (settings().num_threads if environ is None else environ.get(ENV, "")).strip()
@@ -49,8 +51,9 @@ def affinity_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def cgroup_cpu_limit(proc_cgroup: str = "/proc/self/cgroup",
-                     cgroup_root: str = "/sys/fs/cgroup") -> float | None:
+def cgroup_cpu_limit(
+    proc_cgroup: str = "/proc/self/cgroup", cgroup_root: str = "/sys/fs/cgroup"
+) -> float | None:
     """CPUs' worth of time the process's cgroups allow (quota / period, the smallest along
     the path to the root), or None for no limit or no cgroup information."""
     try:
@@ -64,10 +67,10 @@ def cgroup_cpu_limit(proc_cgroup: str = "/proc/self/cgroup",
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        if controllers == "":                               # v2: "0::/path"
-            mount = root / "unified" if (root / "unified").is_dir() else root   # hybrid layout
+        if controllers == "":  # v2: "0::/path"
+            mount = root / "unified" if (root / "unified").is_dir() else root  # hybrid layout
             limits += [_v2(d) for d in _dirs(mount, path)]
-        elif "cpu" in controllers.split(","):              # v1: "4:cpu,cpuacct:/path"
+        elif "cpu" in controllers.split(","):  # v1: "4:cpu,cpuacct:/path"
             for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
                 if mount.is_dir():
                     limits += [_v1(d) for d in _dirs(mount, path)]
@@ -93,7 +96,7 @@ def _read(p: Path) -> str | None:
 
 
 def _v2(d: Path) -> float | None:
-    text = _read(d / "cpu.max")                           # "max 100000" or "150000 100000"
+    text = _read(d / "cpu.max")  # "max 100000" or "150000 100000"
     if not text:
         return None
     fields = text.split()

@@ -16,6 +16,7 @@ Shared state (threads; every object here may be used by many Python threads at o
   chunk boundary falls, reductions are cut into slices chosen by their sizes only
   (REDUCE_SLICES, `CpuKernel.run_reduce`), combined in slice order.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -30,7 +31,14 @@ from .buffers import BufferPool, aligned_empty, data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT, cpu_ir
 from .kernel_memo import KernelMemo
-from .threads import ALIGN, CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_chunks, run_ranges, split_range
+from .threads import (
+    ALIGN,
+    CHUNKS_PER_THREAD,
+    MIN_PARALLEL_WORK,
+    run_chunks,
+    run_ranges,
+    split_range,
+)
 
 # A long reduction with few outputs is cut into at most this many slices of the reduced axes,
 # whatever the thread count (see CpuKernel.run_reduce): enough to share among 16 threads.
@@ -50,14 +58,22 @@ class CpuKernel:
     """A compiled kernel. Call it on C-contiguous numpy arrays (scalars are accepted for
     inputs of size 1); outputs come from `out=`, the `pool`, or are freshly allocated."""
 
-    def __init__(self, spec: KernelSpec | ReduceSpec, pool: BufferPool | None = None,
-                 threads: int | None = None):
+    def __init__(
+        self,
+        spec: KernelSpec | ReduceSpec,
+        pool: BufferPool | None = None,
+        threads: int | None = None,
+    ):
         self.spec = spec
         self.pool = pool
         self.threads = threads or usable_cpus()
         # the IR is generated only when the kernel is not on disk (or `.ir.text` is read)
-        self.ir = JIT.kernel("map" if isinstance(spec, KernelSpec) else "reduce", spec,
-                              lambda: cpu_ir(spec), spec_layout(spec))
+        self.ir = JIT.kernel(
+            "map" if isinstance(spec, KernelSpec) else "reduce",
+            spec,
+            lambda: cpu_ir(spec),
+            spec_layout(spec),
+        )
         self.address = self.ir.address
         self.dims = self.ir.layout.dims_array()
         self.dims_ptr = self.dims.ctypes.data
@@ -65,8 +81,9 @@ class CpuKernel:
         self._in_sizes = [inp.min_size(spec.shape) for inp in spec.inputs]
         is_map = isinstance(spec, KernelSpec)
         n_ptrs = (len(spec.outputs) if is_map else 1) + len(spec.inputs) + 1
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * (2 if is_map else 4)),
-                                 *([ctypes.c_void_p] * n_ptrs))
+        proto = ctypes.CFUNCTYPE(
+            None, *([ctypes.c_int64] * (2 if is_map else 4)), *([ctypes.c_void_p] * n_ptrs)
+        )
         self.fn = proto(self.address)  # a CFUNCTYPE call releases the GIL
         self.size = math.prod(spec.shape)
         self._n_in = len(spec.inputs)
@@ -88,8 +105,10 @@ class CpuKernel:
             if type(a) is not np.ndarray:
                 a = arrays[i] = np.asarray(a, dtype=dt)
             if a.dtype != dt or a.size < size or not a.flags.c_contiguous:
-                raise KernelError(f"{self.spec.name}: input {i} must be a C-contiguous {dt} array with at "
-                                  f"least {size} elements, got {a.dtype} {a.shape}")
+                raise KernelError(
+                    f"{self.spec.name}: input {i} must be a C-contiguous {dt} array with at "
+                    f"least {size} elements, got {a.dtype} {a.shape}"
+                )
         return arrays
 
     def _outputs(self, out) -> list[np.ndarray]:
@@ -100,7 +119,9 @@ class CpuKernel:
         outs = [out] if isinstance(out, np.ndarray) else list(out)
         for j, (o, s, d) in enumerate(zip(outs, self.out_shapes, self.out_dtypes)):
             if o.shape != s or o.dtype != d or not o.flags.c_contiguous:
-                raise KernelError(f"{self.spec.name}: out[{j}] must be a C-contiguous {d} array of shape {s}")
+                raise KernelError(
+                    f"{self.spec.name}: out[{j}] must be a C-contiguous {d} array of shape {s}"
+                )
         if len(outs) != len(self.out_shapes):
             raise KernelError(f"{self.spec.name}: expected {len(self.out_shapes)} outputs")
         return outs
@@ -121,7 +142,7 @@ class CpuKernel:
         spec = self.spec
         if isinstance(spec, KernelSpec):
             n = self.size
-            return (0, n) if 0 < n and (n < 2 * MIN_PARALLEL_WORK or self.threads == 1) else None
+            return (0, n) if n > 0 and (n < 2 * MIN_PARALLEL_WORK or self.threads == 1) else None
         if spec.init != spec.identity or 0 in spec.shape:
             return None
         n_out, n_red = max(1, math.prod(spec.out_shape)), group_size(self.ir.layout, 1)
@@ -163,16 +184,26 @@ class CpuKernel:
             # Split the outputs: one call reduces an output whole, so where the outputs are
             # split (here by thread count) changes no result.
             split = max(1, min(CHUNKS_PER_THREAD * self.threads, work // MIN_PARALLEL_WORK))
-            run_ranges(self.fn, split_range(n_out, split, 1 if n_out < ALIGN * split else ALIGN),
-                        (0, n_red, data_ptr(out), *in_ptrs, self.dims_ptr), self.threads)
+            run_ranges(
+                self.fn,
+                split_range(n_out, split, 1 if n_out < ALIGN * split else ALIGN),
+                (0, n_red, data_ptr(out), *in_ptrs, self.dims_ptr),
+                self.threads,
+            )
             self._apply_init(out)
             return
         # Few outputs, long reductions: `parts` fixed slices, each reduced into its own partial
         # row by whichever thread takes it, then the rows combined in slice order.
         chunks = split_range(n_red, parts, 1)
         partial = np.empty((len(chunks), n_out), dtype=out.dtype)
-        run_chunks(self.fn, [(0, n_out, lo, hi, data_ptr(partial[t]), *in_ptrs, self.dims_ptr)
-                               for t, (lo, hi) in enumerate(chunks)], self.threads)
+        run_chunks(
+            self.fn,
+            [
+                (0, n_out, lo, hi, data_ptr(partial[t]), *in_ptrs, self.dims_ptr)
+                for t, (lo, hi) in enumerate(chunks)
+            ],
+            self.threads,
+        )
         with np.errstate(all="ignore"):
             REDUCE_NP[spec.op].reduce(partial, axis=0, out=out.reshape(-1))
         self._apply_init(out)
@@ -190,8 +221,12 @@ def _rows_of_outputs(layout, n_out: int, n_red: int) -> bool:
     at most ROW_SLICE_OUTPUTS outputs and two slices of MIN_SLICE_ROWS (the slices' partial
     rows stay small). Decided by sizes only, so the summation order never depends on the
     thread count."""
-    return layout.groups[0] == 0 and group_size(layout, 2) > 1 and n_out <= ROW_SLICE_OUTPUTS \
+    return (
+        layout.groups[0] == 0
+        and group_size(layout, 2) > 1
+        and n_out <= ROW_SLICE_OUTPUTS
         and n_red >= 2 * MIN_SLICE_ROWS
+    )
 
 
 _kernels = KernelMemo()
@@ -200,4 +235,3 @@ _kernels = KernelMemo()
 def compile_cpu(spec: KernelSpec | ReduceSpec, pool: BufferPool | None = None) -> CpuKernel:
     """A CpuKernel for `spec`, reused for equal specs (and pools) within the process."""
     return _kernels.get((spec, id(pool)), lambda: CpuKernel(spec, pool=pool))
-

@@ -29,6 +29,7 @@ Shared state (threads):
 - CpuEpilogue is immutable. Results do not depend on the thread count: threads take blocks of
   C's rows or columns, K is never split, and every element sums its K products in one order.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -38,7 +39,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ...config import settings
-from . import threads as kernel_threads   # by module: tests swap native_workers
+from . import threads as kernel_threads  # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
 from .gemm_tiles import host_tiles, packs_row_major_a
@@ -59,17 +60,27 @@ PARALLEL_MACS = 1 << 19
 # Blocks per thread (see CpuGemm.blocks), each of at least MIN_BLOCK_MACS multiply-adds.
 BLOCKS_PER_THREAD = 4
 MIN_BLOCK_MACS = 1 << 17
-MAX_LAUNCHES = 64           # launch plans kept per GEMM (one per operand shape and strides)
+MAX_LAUNCHES = 64  # launch plans kept per GEMM (one per operand shape and strides)
 
 # Micro-tiles for the host's vector ISA (gemm_tiles.py): on AVX-512 12 x 32 in general and
 # 24 x 16 for products at most 16 columns wide (the MLP's 10 classes would leave 22 of 32
 # columns idle); on AVX2 6 x 16 for both.
 WIDE, NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
 
-GEMM_CTYPES = ([ctypes.c_int64] * 5 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
-         + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
-            ctypes.c_void_p, ctypes.c_void_p])
-_A, _B, _C, _EPI_ARGS = 5, 8, 11, 17        # argument positions of the per-call pointers
+GEMM_CTYPES = (
+    [ctypes.c_int64] * 5
+    + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 2
+    + [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
+)
+_A, _B, _C, _EPI_ARGS = 5, 8, 11, 17  # argument positions of the per-call pointers
 
 
 class CpuEpilogue:
@@ -78,6 +89,7 @@ class CpuEpilogue:
 
     def __init__(self, spec, c_input: int):
         from ..cpu.gemm_ir import check_epilogue
+
         check_epilogue(spec, c_input)
         self.spec, self.c_input = spec, c_input
         self.n_pointers = len(spec.outputs) + len(spec.inputs)
@@ -87,6 +99,7 @@ class CpuEpilogue:
     def _build_ir(self):
         from ..cpu.gemm_ir import epilogue_ir
         from ..cpu.llvm_cpu import CpuIR, symbol_for
+
         text, symbol = symbol_for(lambda sym: epilogue_ir(self.spec, sym, WIDE["nr"]))
         return CpuIR(text, symbol, None, "epilogue")
 
@@ -97,13 +110,19 @@ class CpuGemm:
     its output pointers then its input pointers (the product's among them). `tile` (GemmSpec
     fields) overrides the host's (tests run the AVX2 and AVX-512 tiles on any host)."""
 
-    def __init__(self, narrow: bool = False, threads: int | None = None, pack_rows: bool | None = None,
-                 tile: dict | None = None):
+    def __init__(
+        self,
+        narrow: bool = False,
+        threads: int | None = None,
+        pack_rows: bool | None = None,
+        tile: dict | None = None,
+    ):
         from ..cpu.gemm_ir import GemmSpec
+
         self.tile = tile or (NARROW if narrow else WIDE)
         self.spec = GemmSpec(**self.tile)
         self.narrow = narrow
-        self.pack_rows = pack_rows      # pack a row-major A: None = where its rows collide in L1
+        self.pack_rows = pack_rows  # pack a row-major A: None = where its rows collide in L1
         self.threads = threads or usable_cpus()
         self.code: KernelCode = JIT.kernel("gemm", self.spec, self._build_ir)
         self.address = self.code.address
@@ -113,10 +132,13 @@ class CpuGemm:
     def _build_ir(self):
         from ..cpu.gemm_ir import gemm_ir
         from ..cpu.llvm_cpu import CpuIR, symbol_for
+
         text, symbol = symbol_for(lambda sym: gemm_ir(self.spec, sym))
         return CpuIR(text, symbol, None, "gemm")
 
-    def blocks(self, m: int, n: int, k: int, a_packed: bool = False) -> list[tuple[int, int, int, int]]:
+    def blocks(
+        self, m: int, n: int, k: int, a_packed: bool = False
+    ) -> list[tuple[int, int, int, int]]:
         """(m0, m1, n0, n1) blocks of C, up to BLOCKS_PER_THREAD per thread, claimed one at a
         time by the pool's threads: a helper that the OS deschedules holding one holds up a
         small part of the product, and the caller takes the rest. Columns are split (whole
@@ -132,7 +154,9 @@ class CpuGemm:
             return [(0, m, 0, n)]
         want = max(t, min(BLOCKS_PER_THREAD * t, macs // MIN_BLOCK_MACS))
         row_tiles, col_tiles = -(-m // s.mr), -(-n // s.nr)
-        by_cols = col_tiles >= 2 and (row_tiles < 2 or ((not a_packed or n > m) and col_tiles >= min(want, row_tiles)))
+        by_cols = col_tiles >= 2 and (
+            row_tiles < 2 or ((not a_packed or n > m) and col_tiles >= min(want, row_tiles))
+        )
         if by_cols:
             cols = split_tiles(n, min(want, col_tiles), s.nr)
             # more blocks wanted than column panels: rows too (B is then packed once per row band)
@@ -145,33 +169,54 @@ class CpuGemm:
     def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
         """The run-time layout flags for these operands (gemm.A_COLS, ...)."""
         from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
+
         order = a_order(a)
         if order is None:
             raise ValueError("A needs a contiguous row or column direction (see a_order)")
         f = A_COLS if order == "cols" else 0
         pack = self.pack_rows
         if pack is None:
-            pack = not self.narrow and packs_row_major_a(self.tile) and _rows_collide(a.strides[0] // 4, self.spec.mr)
+            pack = (
+                not self.narrow
+                and packs_row_major_a(self.tile)
+                and _rows_collide(a.strides[0] // 4, self.spec.mr)
+            )
         if order == "rows" and pack:
             f |= A_ROWS_PACKED
         if b.strides[1] != 4:
             f |= B_STRIDED
         return f | (ACCUMULATE if accumulate else 0)
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool = False,
-                 epilogue: CpuEpilogue | None = None, extra=()):
+    def __call__(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        out: np.ndarray,
+        accumulate: bool = False,
+        epilogue: CpuEpilogue | None = None,
+        extra=(),
+    ):
         m, k = a.shape
         n = b.shape[1]
         if m == 0 or n == 0:
             return out
         if k == 0:
             if epilogue is not None:
-                raise ValueError("a GEMM with an epilogue needs k >= 1 (the caller runs k = 0 unfused)")
+                raise ValueError(
+                    "a GEMM with an epilogue needs k >= 1 (the caller runs k = 0 unfused)"
+                )
             if not accumulate:
                 out.fill(0)
             return out
-        key = (a.shape, a.strides, b.shape, b.strides, out.strides, accumulate,
-               epilogue.address if epilogue is not None else 0)
+        key = (
+            a.shape,
+            a.strides,
+            b.shape,
+            b.strides,
+            out.strides,
+            accumulate,
+            epilogue.address if epilogue is not None else 0,
+        )
         # a plan of this call's own: its scratch and argument blocks are written by the run
         launch = self._launches.take(key, lambda: self._launch(a, b, out, accumulate, epilogue))
         try:
@@ -185,17 +230,39 @@ class CpuGemm:
         its blocks, scratch and argument lists are made once (a call then costs a few stores,
         not ~10 us of Python)."""
         from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED
+
         m, k = a.shape
         n = b.shape[1]
         flags = self.flags(a, b, accumulate)
         parts = self.blocks(m, n, k, a_packed=bool(flags & (A_COLS | A_ROWS_PACKED)))
-        scratch = [tuple(np.empty(size, np.float32) for size in self.spec.scratch(n1 - n0))
-                   for _, _, n0, n1 in parts]
+        scratch = [
+            tuple(np.empty(size, np.float32) for size in self.spec.scratch(n1 - n0))
+            for _, _, n0, n1 in parts
+        ]
         epi_args = np.zeros(max(1, epilogue.n_pointers if epilogue else 0), np.int64)
-        rows = [[m0, m1, n0, n1, k, 0, a.strides[0] // 4, a.strides[1] // 4, 0, b.strides[0] // 4,
-                 b.strides[1] // 4, 0, out.strides[0] // 4, data_ptr(pa), data_ptr(pb), flags,
-                 epilogue.address if epilogue else 0, data_ptr(epi_args)]
-                for (m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)]
+        rows = [
+            [
+                m0,
+                m1,
+                n0,
+                n1,
+                k,
+                0,
+                a.strides[0] // 4,
+                a.strides[1] // 4,
+                0,
+                b.strides[0] // 4,
+                b.strides[1] // 4,
+                0,
+                out.strides[0] // 4,
+                data_ptr(pa),
+                data_ptr(pb),
+                flags,
+                epilogue.address if epilogue else 0,
+                data_ptr(epi_args),
+            ]
+            for (m0, m1, n0, n1), (pa, pb) in zip(parts, scratch)
+        ]
         n_epi = epilogue.n_pointers if epilogue else 0
         fn = self._fn
         if len(rows) == 1:
@@ -209,6 +276,7 @@ class CpuGemm:
         else:
             pool = kernel_threads.native_workers()
             if pool is None:
+
                 def run(pa, pb, po, extra):
                     for r in rows:
                         r[_A], r[_B], r[_C] = pa, pb, po
@@ -217,7 +285,7 @@ class CpuGemm:
                     kernel_threads.run_chunks(fn, [tuple(r) for r in rows], self.threads)
             else:
                 blocks = np.zeros((len(rows), pool.max_args), np.int64)
-                blocks[:, :len(rows[0])] = rows
+                blocks[:, : len(rows[0])] = rows
                 address, threads = self.address, self.threads
 
                 def run(pa, pb, po, extra):
@@ -225,6 +293,7 @@ class CpuGemm:
                     if n_epi:
                         epi_args[:] = extra
                     pool.run_blocks(address, blocks, threads)
+
         run.scratch, run.epi_args = scratch, epi_args
         return run
 
@@ -254,7 +323,7 @@ def enabled() -> bool:
     """Our GEMM is used: DLVM_EQ_GEMM=1; "0" never; unset, DEFAULT_ENABLED (read once)."""
     global _ENABLED
     if _ENABLED is None:
-        setting = settings().gemm    # DLVM_EQ_GEMM: "0" never, "1" always, "auto" the default
+        setting = settings().gemm  # DLVM_EQ_GEMM: "0" never, "1" always, "auto" the default
         _ENABLED = setting == "1" if setting in ("0", "1") else DEFAULT_ENABLED
     return _ENABLED
 
@@ -299,7 +368,7 @@ def shared_gemm(narrow: bool) -> CpuGemm:
     """The process's CpuGemm of the wide or the narrow micro-tile."""
     g = _GEMMS.get(narrow)
     if g is None:
-        with _GEMMS_LOCK:       # one CpuGemm per micro-tile: its launch cache is shared by all
+        with _GEMMS_LOCK:  # one CpuGemm per micro-tile: its launch cache is shared by all
             g = _GEMMS.get(narrow)
             if g is None:
                 g = _GEMMS[narrow] = CpuGemm(narrow)
@@ -308,7 +377,8 @@ def shared_gemm(narrow: bool) -> CpuGemm:
 
 def split_tiles(extent: int, parts: int, unit: int) -> list[tuple[int, int]]:
     """[lo, hi) ranges covering `extent` in about `parts` pieces of whole `unit`s."""
-    step = -(-(-(-extent // parts)) // unit) * unit
+    per_part = -(-extent // parts)  # ceiling division
+    step = -(-per_part // unit) * unit
     return [(lo, min(lo + step, extent)) for lo in range(0, extent, step)]
 
 
@@ -319,8 +389,8 @@ def _rows_collide(row_stride: int, rows: int) -> bool:
     return len({(i * row_stride * 4 // 64) % 64 for i in range(rows)}) < rows
 
 
-MAX_SWAP_SCRATCH = 16       # swapped-product scratch matrices kept per thread (one per shape)
-_swap = threading.local()   # .scratch: {out shape: matrix}, this thread's own
+MAX_SWAP_SCRATCH = 16  # swapped-product scratch matrices kept per thread (one per shape)
+_swap = threading.local()  # .scratch: {out shape: matrix}, this thread's own
 
 
 def _swap_scratch(shape: tuple[int, int]) -> np.ndarray:
@@ -354,8 +424,14 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     full for a 10-column result) is computed the other way round, out.T = b.T @ a.T, into a
     scratch matrix of the calling thread that is then copied: B's packing reads h as it lies."""
     n = b.shape[1] if b.ndim == 2 else 0
-    if (n <= NARROW["nr"] and a.ndim == 2 and a.shape[0] >= 2 * NARROW["nr"] and a_order(a) == "cols"
-            and b.ndim == 2 and a_order(b.T) is not None):
+    if (
+        n <= NARROW["nr"]
+        and a.ndim == 2
+        and a.shape[0] >= 2 * NARROW["nr"]
+        and a_order(a) == "cols"
+        and b.ndim == 2
+        and a_order(b.T) is not None
+    ):
         t = _swap_scratch(out.shape)
         g = gemm_for(b.T, a.T, t)
         if g is not None:

@@ -17,9 +17,12 @@ ones. The same tile is the narrow one (16 columns is one tile).
 A row-major A is read in place, never packed (`pack_rows`): its 6 rows fit the L1d's 8 ways
 even when they all map to one set (2048 x 1024 x 256: 72 GFLOP/s in place, 62 packed).
 """
+
 from __future__ import annotations
 
-AVX512_WIDE = dict(mr=12, nr=32, kc=256, mc=288)   # mc 144 -> 288: 2048^3 72 -> 65 ms (fewer passes over B)
+AVX512_WIDE = dict(
+    mr=12, nr=32, kc=256, mc=288
+)  # mc 144 -> 288: 2048^3 72 -> 65 ms (fewer passes over B)
 AVX512_NARROW = dict(mr=24, nr=16, kc=256, mc=144)
 AVX2_TILE = dict(mr=6, nr=16, kc=256, mc=144, lanes=8)
 

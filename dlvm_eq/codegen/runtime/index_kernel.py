@@ -13,6 +13,7 @@ last is kept); an IndexKernel is immutable after construction and `run` keeps it
 per call, so one kernel may run on many threads at once. Results do not depend on the thread
 count: every unit (an output row, a cumsum line) is computed whole by one call.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,7 +33,8 @@ MIN_CHUNK_WORK = 1 << 13
 
 
 def _index_ir(spec: IndexSpec):
-    from ..cpu.index_ir import index_ir   # the IR builders load on a cache miss only
+    from ..cpu.index_ir import index_ir  # the IR builders load on a cache miss only
+
     return index_ir(spec)
 
 
@@ -43,22 +45,37 @@ class IndexKernel:
         self.spec = spec
         self.threads = threads or usable_cpus()
         self.ir = JIT.kernel("index", spec, lambda: _index_ir(spec))
-        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * 4),
-                                   *([ctypes.c_int64] * 5))(self.ir.address)
+        self.fn = ctypes.CFUNCTYPE(
+            None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * 4), *([ctypes.c_int64] * 5)
+        )(self.ir.address)
 
-    def run(self, out: np.ndarray, src: np.ndarray, ids: np.ndarray | None, ext: IndexExtents) -> bool:
+    def run(
+        self, out: np.ndarray, src: np.ndarray, ids: np.ndarray | None, ext: IndexExtents
+    ) -> bool:
         """Compute `out`; True when an index was out of range (its rows are then zeros)."""
         kind = self.spec.kind
         units = ext.rows(kind)
         if units == 0:
             return False
-        flag = np.zeros(1, np.int64)         # per call: calls on other threads have their own
-        tail = (data_ptr(out), data_ptr(src), 0 if ids is None else data_ptr(ids), data_ptr(flag),
-                ext.n, ext.size, ext.inner, ext.first, ext.step)
+        flag = np.zeros(1, np.int64)  # per call: calls on other threads have their own
+        tail = (
+            data_ptr(out),
+            data_ptr(src),
+            0 if ids is None else data_ptr(ids),
+            data_ptr(flag),
+            ext.n,
+            ext.size,
+            ext.inner,
+            ext.first,
+            ext.step,
+        )
         work = ext.work(kind)
-        parts = 1 if work < MIN_PARALLEL_WORK or self.threads == 1 else \
-            min(CHUNKS_PER_THREAD * self.threads, work // MIN_CHUNK_WORK, units)
-        if kind == "scatterAdd":             # every chunk reads all ids: a few big chunks
+        parts = (
+            1
+            if work < MIN_PARALLEL_WORK or self.threads == 1
+            else min(CHUNKS_PER_THREAD * self.threads, work // MIN_CHUNK_WORK, units)
+        )
+        if kind == "scatterAdd":  # every chunk reads all ids: a few big chunks
             parts = min(parts, max(1, work // max(1, 4 * ext.n * ext.outer)), 2 * self.threads)
         if parts <= 1:
             self.fn(0, units, *tail)

@@ -17,6 +17,7 @@ counters are touched only under `JIT.lock`, compiling included (LLVM itself unde
 llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. `KernelCode.text` is built lazily; a race
 builds the same text twice.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 class KernelCode:
     """A loaded kernel: its address, symbol and loop layout. Duck-typed like `CpuIR`; the LLVM
     IR `text` is generated on first access (a kernel loaded from disk never needs it)."""
+
     address: int
     symbol: str
     layout: object
@@ -69,10 +71,10 @@ class Jit:
     def __init__(self):
         self.lock = threading.RLock()
         self.engine = None
-        self.addresses: dict[str, int] = {}   # cache key -> function address
-        self.by_spec: dict[str, tuple[int, str]] = {}   # spec key -> (address, symbol)
-        self.symbols: dict[str, int] = {}     # symbol -> address (a symbol is a hash of its IR)
-        self.objects: dict[str, bytes] = {}   # symbol -> object code loaded (a few KiB each)
+        self.addresses: dict[str, int] = {}  # cache key -> function address
+        self.by_spec: dict[str, tuple[int, str]] = {}  # spec key -> (address, symbol)
+        self.symbols: dict[str, int] = {}  # symbol -> address (a symbol is a hash of its IR)
+        self.objects: dict[str, bytes] = {}  # symbol -> object code loaded (a few KiB each)
         self.counters = {"compiled": 0, "loaded_from_disk": 0, "memory_hits": 0}
 
     def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
@@ -86,7 +88,7 @@ class Jit:
             disk = shared_cache()
             data = disk.get("cpu", key)
             if data is not None:
-                entry = unpack_entry(data, host_key())     # header and ELF structure checked
+                entry = unpack_entry(data, host_key())  # header and ELF structure checked
                 if entry is not None and _SYMBOL.fullmatch(entry[0].encode()):
                     symbol, obj = entry
                     try:
@@ -94,21 +96,22 @@ class Jit:
                         self.counters["loaded_from_disk"] += 1
                         self.by_spec[key] = (addr, symbol)
                         return KernelCode(addr, symbol, layout, kind, build_ir)
-                    except RuntimeError:   # checksum fine but unloadable: rebuild below
+                    except RuntimeError:  # checksum fine but unloadable: rebuild below
                         pass
                 disk.corrupt += 1
             kir = build_ir()
             obj = self.objects.get(kir.symbol)
             if obj is None:
-                obj = compile_object(kir.text, vectorize=kir.kind != "gemm")   # explicit vectors
+                obj = compile_object(kir.text, vectorize=kir.kind != "gemm")  # explicit vectors
                 self.counters["compiled"] += 1
-            else:                      # the same IR under another spec: compiled already
+            else:  # the same IR under another spec: compiled already
                 self.counters["memory_hits"] += 1
             addr = self._load(obj, kir.symbol)
             disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.by_spec[key] = (addr, kir.symbol)
-            return KernelCode(addr, kir.symbol, layout if layout is not None else kir.layout, kind,
-                              build_ir, kir)
+            return KernelCode(
+                addr, kir.symbol, layout if layout is not None else kir.layout, kind, build_ir, kir
+            )
 
     def address(self, kir: CpuIR) -> int:
         key = cache_key(kir.text, host_key())
@@ -117,7 +120,7 @@ class Jit:
                 self.counters["memory_hits"] += 1
                 return self.addresses[key]
             addr = self.symbols.get(kir.symbol)
-            if addr is not None:       # loaded already through kernel()
+            if addr is not None:  # loaded already through kernel()
                 self.counters["memory_hits"] += 1
                 self.addresses[key] = addr
                 return addr
@@ -144,7 +147,7 @@ class Jit:
 
     def _load(self, obj: bytes, symbol: str) -> int:
         addr = self.symbols.get(symbol)
-        if addr is not None:          # already in the engine: a second copy would clash
+        if addr is not None:  # already in the engine: a second copy would clash
             return addr
         if self.engine is None:
             self.engine = _make_engine()
@@ -171,11 +174,21 @@ def _host() -> tuple[str, str]:
     with _host_lock:
         if _HOST is None:
             import llvmlite
+
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             triple = llvm.get_default_triple()
-            _HOST = (triple, "|".join([triple, llvm.get_host_cpu_name(),
-                                       llvm.get_host_cpu_features().flatten(), llvmlite.__version__]))
+            _HOST = (
+                triple,
+                "|".join(
+                    [
+                        triple,
+                        llvm.get_host_cpu_name(),
+                        llvm.get_host_cpu_features().flatten(),
+                        llvmlite.__version__,
+                    ]
+                ),
+            )
         return _HOST
 
 
@@ -185,11 +198,13 @@ def host_key() -> str:
 
 def cpu_ir(spec) -> CpuIR:
     from ..cpu.llvm_cpu import cpu_ir as build  # the IR builders load on a cache miss only
+
     return build(spec)
 
 
 def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
     from ..cpu.llvm_cpu import compile_object as build
+
     return build(ir_text, vectorize)
 
 
@@ -197,9 +212,12 @@ def _make_engine():
     """An MCJIT engine with its own target machine (the engine takes ownership of it)."""
     triple = _host()[0]
     own = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, codemodel="jitdefault")
-    with LLVM_LOCK:             # LLVM's global context: see llvm_lock
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        codemodel="jitdefault",
+    )
+    with LLVM_LOCK:  # LLVM's global context: see llvm_lock
         empty = llvm.parse_assembly("")
         empty.triple = triple
         return llvm.create_mcjit_compiler(empty, own)

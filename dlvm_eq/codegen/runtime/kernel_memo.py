@@ -9,10 +9,12 @@ compile never holds up callers of other kernels. Two threads asking for the same
 may both build one (JIT.kernel compiles its code once); the last one stored is kept, and both
 are valid.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Callable, Hashable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 K = TypeVar("K")
 

@@ -10,6 +10,7 @@ serialized every concurrent caller of a micro-tile shape, different shapes inclu
 the lock covers the lookup only, and a thread that finds no idle plan for its key (another
 thread is running it) makes a plan of its own. At most `limit` idle plans are kept.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,7 +21,7 @@ class LaunchPool:
     def __init__(self, limit: int):
         self.limit = limit
         self._idle: dict[Hashable, list] = {}
-        self._count = 0                 # idle plans in all
+        self._count = 0  # idle plans in all
         self._lock = threading.Lock()
 
     def take(self, key: Hashable, make: Callable[[], Callable]) -> Callable:
@@ -29,7 +30,7 @@ class LaunchPool:
             if free:
                 self._count -= 1
                 return free.pop()
-        return make()                   # outside the lock: making one allocates its scratch
+        return make()  # outside the lock: making one allocates its scratch
 
     def give(self, key: Hashable, launch: Callable) -> None:
         with self._lock:

@@ -56,6 +56,7 @@ quota); with one usable CPU there is no pool at all.
 Module state: `_POOL` (the process's pool, made under `_POOL_LOCK`) and `_LIVE` (pools to
 reset after fork) are written only under `_POOL_LOCK` or in the fork child, single-threaded.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -74,10 +75,10 @@ from .cpu_count import usable_cpus
 
 MAX_ARGS = 32
 SPIN_US = settings().spin_us  # how long idle workers keep spinning (DLVM_EQ_SPIN_US, read at load)
-GAP_US = 30.0          # a pause loop iteration this long means the thread was descheduled
-MIN_SPIN_US = 5.0      # the budget's floor: runs of one step come every few microseconds
-WAIT_TIMEOUT_NS = 200_000   # the caller's futex wait for claimed chunks re-checks this often
-CLOSED = 0xFFFFFFFF    # `state`'s chunk field once a run's chunks are all claimed
+GAP_US = 30.0  # a pause loop iteration this long means the thread was descheduled
+MIN_SPIN_US = 5.0  # the budget's floor: runs of one step come every few microseconds
+WAIT_TIMEOUT_NS = 200_000  # the caller's futex wait for claimed chunks re-checks this often
+CLOSED = 0xFFFFFFFF  # `state`'s chunk field once a run's chunks are all claimed
 MAX_CHUNKS = 1 << 31
 
 # word indices in the control block
@@ -86,19 +87,20 @@ DONE, CALLER_WAITING, CALLER_BUDGET, WAIT_TICKS, WAITS_SLEPT = 8, 9, 10, 11, 12
 WAKE, SLEEPERS, STOP, REST = 16, 17, 18, 19
 TIMEOUT_S, TIMEOUT_NS, MIN_SPIN = 24, 25, 26
 OWNER, BLAS_CB, PTHREAD_CREATE, PTHREAD_JOIN, WORKERS = 27, 28, 29, 30, 31
-BLAS_POOLED, BLAS_THREADED = 20, 21     # OpenBLAS calls run on the pool / on threads of their own
-BLAS_LOCK = 22                          # one OpenBLAS call through the callback at a time
+BLAS_POOLED, BLAS_THREADED = 20, 21  # OpenBLAS calls run on the pool / on threads of their own
+BLAS_LOCK = 22  # one OpenBLAS call through the callback at a time
 _HEADER = 32
 _LINE = 8
 W_CHUNKS, W_STATUS, W_BUDGET, W_PREEMPTED, W_PARK = range(5)
 STATUS = {0: "running", 1: "asleep", 2: "parked", 3: "returned"}
 STOP_RETURN, STOP_PARK = 1, 2
-SYS_FUTEX = 202              # x86-64 Linux
+SYS_FUTEX = 202  # x86-64 Linux
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 _LOADS = "\n".join(
     f"  %p{i} = getelementptr i64, ptr %blk, i64 {i}\n  %a{i} = load i64, ptr %p{i}"
-    for i in range(MAX_ARGS))
+    for i in range(MAX_ARGS)
+)
 _CALL_ARGS = ", ".join(f"i64 %a{i}" for i in range(MAX_ARGS))
 
 
@@ -167,8 +169,22 @@ entry:
   %lo1 = add i64 %lo, {_HEADER}
   %me = getelementptr i64, ptr %pool, i64 %lo1
 {_words(dict(statusp=W_STATUS, budgetp=W_BUDGET, preemp=W_PREEMPTED, parkp=W_PARK), "%me")}
-{_words(dict(wakep=WAKE, sleepersp=SLEEPERS, stopp=STOP, helpersp=HELPERS, donep=DONE,
-             waitingp=CALLER_WAITING, spinp=SPIN, gapp=GAP, minp=MIN_SPIN, restp=REST))}
+{
+    _words(
+        dict(
+            wakep=WAKE,
+            sleepersp=SLEEPERS,
+            stopp=STOP,
+            helpersp=HELPERS,
+            donep=DONE,
+            waitingp=CALLER_WAITING,
+            spinp=SPIN,
+            gapp=GAP,
+            minp=MIN_SPIN,
+            restp=REST,
+        )
+    )
+}
   %max = load i64, ptr %spinp
   %gap = load i64, ptr %gapp
   %min = load i64, ptr %minp
@@ -279,9 +295,28 @@ exit:
 
 define internal void @run(ptr %pool, i64 %fn, i64 %blocks, i64 %n, i64 %helpers) {{
 entry:
-{_words(dict(fnp=FN, bp=BLOCKS, np=N, hp=HELPERS, donep=DONE, waitingp=CALLER_WAITING,
-             cbp=CALLER_BUDGET, spinp=SPIN, minp=MIN_SPIN, wakep=WAKE, sleepersp=SLEEPERS,
-             tsp=TIMEOUT_S, wtp=WAIT_TICKS, wsp=WAITS_SLEPT, gapp=GAP, restp=REST))}
+{
+    _words(
+        dict(
+            fnp=FN,
+            bp=BLOCKS,
+            np=N,
+            hp=HELPERS,
+            donep=DONE,
+            waitingp=CALLER_WAITING,
+            cbp=CALLER_BUDGET,
+            spinp=SPIN,
+            minp=MIN_SPIN,
+            wakep=WAKE,
+            sleepersp=SLEEPERS,
+            tsp=TIMEOUT_S,
+            wtp=WAIT_TICKS,
+            wsp=WAITS_SLEPT,
+            gapp=GAP,
+            restp=REST,
+        )
+    )
+}
   store atomic i64 0, ptr %restp monotonic, align 8
   ; the state is (gen, CLOSED) here: no claim can succeed while the task is replaced
   store atomic i64 %fn, ptr %fnp seq_cst, align 8
@@ -526,8 +561,19 @@ fill:
   %more = icmp slt i64 %i1, %n
   br i1 %more, label %fill, label %filled
 filled:
-{_words(dict(workersp=WORKERS, stopp=STOP, pcp=PTHREAD_CREATE, pjp=PTHREAD_JOIN,
-             pooledp=BLAS_POOLED, threadedp=BLAS_THREADED, mutexp=BLAS_LOCK))}
+{
+    _words(
+        dict(
+            workersp=WORKERS,
+            stopp=STOP,
+            pcp=PTHREAD_CREATE,
+            pjp=PTHREAD_JOIN,
+            pooledp=BLAS_POOLED,
+            threadedp=BLAS_THREADED,
+            mutexp=BLAS_LOCK,
+        )
+    )
+}
   ; OpenBLAS hands each job its buffers by thread number (0 .. numjobs-1), the same numbers
   ; for every call: two calls at once (an sgemm and a dgemm from two Python threads, which
   ; OpenBLAS's own server would queue) would pack into the same buffers. One at a time.
@@ -649,15 +695,22 @@ class NativePool:
 
     max_args = MAX_ARGS
 
-    def __init__(self, entry: int, workers: int, spin_us: float = SPIN_US,
-                 start_gate: threading.Event | None = None):
+    def __init__(
+        self,
+        entry: int,
+        workers: int,
+        spin_us: float = SPIN_US,
+        start_gate: threading.Event | None = None,
+    ):
         self.workers = workers
-        self._entry = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_int64] * 4)(entry)
+        self._entry = ctypes.CFUNCTYPE(
+            None, ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_int64] * 4
+        )(entry)
         words = _HEADER + _LINE * workers
         self._ctl_addr = _alloc_forever(8 * words)
         self.ctl = np.ctypeslib.as_array((ctypes.c_int64 * words).from_address(self._ctl_addr))
         ctl, tsc = self.ctl, _tsc_per_us()
-        ctl[STATE] = CLOSED                     # generation 0, no run open
+        ctl[STATE] = CLOSED  # generation 0, no run open
         ctl[SYSCALL] = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
         ctl[SPIN] = ctl[CALLER_BUDGET] = int(spin_us * tsc)
         ctl[MIN_SPIN] = min(int(MIN_SPIN_US * tsc), ctl[SPIN])
@@ -671,8 +724,12 @@ class NativePool:
         ctl[PTHREAD_JOIN] = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
         self._lock = threading.Lock()
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, args=(w, start_gate), daemon=True,
-                                          name=f"dq-native-{w}") for w in range(workers)]
+        self._threads = [
+            threading.Thread(
+                target=self._work, args=(w, start_gate), daemon=True, name=f"dq-native-{w}"
+            )
+            for w in range(workers)
+        ]
         for t in self._threads:
             t.start()
         with _LIVE_LOCK:
@@ -687,22 +744,27 @@ class NativePool:
         """fn(*args) for every args in `calls` (tuples of one length), on the workers and the
         calling thread (at most `threads` threads in all)."""
         blocks = np.zeros((len(calls), MAX_ARGS), np.int64)
-        blocks[:, :len(calls[0])] = calls
+        blocks[:, : len(calls[0])] = calls
         self.run_blocks(fn, blocks, threads)
 
-    def run_ranges(self, fn: int, ranges: list[tuple[int, int]], tail: tuple,
-                   threads: int | None = None) -> None:
+    def run_ranges(
+        self, fn: int, ranges: list[tuple[int, int]], tail: tuple, threads: int | None = None
+    ) -> None:
         """fn(lo, hi, *tail) for every (lo, hi) in `ranges` (the kernels' common shape: a few
         numpy stores instead of one Python tuple per chunk)."""
         blocks = np.empty((len(ranges), MAX_ARGS), np.int64)
-        blocks[:, 2:2 + len(tail)] = tail
+        blocks[:, 2 : 2 + len(tail)] = tail
         blocks[:, :2] = ranges
         self.run_blocks(fn, blocks, threads)
 
     def run_blocks(self, fn: int, blocks: np.ndarray, threads: int | None = None) -> None:
         """The calls' arguments as rows of an (n, MAX_ARGS) int64 array."""
         n = len(blocks)
-        if blocks.dtype != np.int64 or blocks.shape[1:] != (MAX_ARGS,) or not blocks.flags.c_contiguous:
+        if (
+            blocks.dtype != np.int64
+            or blocks.shape[1:] != (MAX_ARGS,)
+            or not blocks.flags.c_contiguous
+        ):
             raise ValueError(f"blocks must be a C-contiguous (n, {MAX_ARGS}) int64 array")
         if n >= MAX_CHUNKS:
             raise ValueError(f"at most {MAX_CHUNKS - 1} calls per run, got {n}")
@@ -753,18 +815,28 @@ class NativePool:
         tsc = _tsc_per_us()
         out = []
         for w in range(self.workers):
-            line = self.ctl[_HEADER + _LINE * w:][:_LINE]
-            out.append(dict(chunks=int(line[W_CHUNKS]), status=STATUS.get(int(line[W_STATUS]), "?"),
-                            spin_us=line[W_BUDGET] / tsc, preempted=int(line[W_PREEMPTED])))
+            line = self.ctl[_HEADER + _LINE * w :][:_LINE]
+            out.append(
+                dict(
+                    chunks=int(line[W_CHUNKS]),
+                    status=STATUS.get(int(line[W_STATUS]), "?"),
+                    spin_us=line[W_BUDGET] / tsc,
+                    preempted=int(line[W_PREEMPTED]),
+                )
+            )
         return out
 
     def caller_stats(self) -> dict:
         """Callers' time waiting for chunks that helpers had claimed (us, all runs so far),
         how many of those waits slept, and the callers' current spin budget (us)."""
         tsc = _tsc_per_us()
-        return dict(wait_us=self.ctl[WAIT_TICKS] / tsc, waits_slept=int(self.ctl[WAITS_SLEPT]),
-                    spin_us=self.ctl[CALLER_BUDGET] / tsc, blas_pooled=int(self.ctl[BLAS_POOLED]),
-                    blas_threaded=int(self.ctl[BLAS_THREADED]))
+        return dict(
+            wait_us=self.ctl[WAIT_TICKS] / tsc,
+            waits_slept=int(self.ctl[WAITS_SLEPT]),
+            spin_us=self.ctl[CALLER_BUDGET] / tsc,
+            blas_pooled=int(self.ctl[BLAS_POOLED]),
+            blas_threaded=int(self.ctl[BLAS_THREADED]),
+        )
 
     def _after_fork_in_child(self) -> None:
         """The child has none of the workers: every run is the caller's alone from now on
@@ -803,7 +875,8 @@ def entry_address() -> int:
     """Address of the compiled pool function (compiled once, cached like every kernel)."""
     from types import SimpleNamespace
 
-    from .jit import JIT   # LLVM loads only when a pool starts
+    from .jit import JIT  # LLVM loads only when a pool starts
+
     symbol = "dq_pool_" + hashlib.sha256(POOL_IR.encode()).hexdigest()[:16]
     return JIT.address(SimpleNamespace(text=POOL_IR.replace("{symbol}", symbol), symbol=symbol))
 
@@ -824,9 +897,10 @@ def native_pool() -> NativePool | None:
         with _POOL_LOCK:
             if _POOL is None:
                 _POOL = NativePool(entry, usable_cpus() - 1)
-                atexit.register(_POOL.close, 0.0, True)   # no wait; the workers park
+                atexit.register(_POOL.close, 0.0, True)  # no wait; the workers park
                 if settings().blas_pool:
                     from . import blas_threads
+
                     if blas_threads.install(_POOL):
                         # atexit runs last-registered first: OpenBLAS has its threads back
                         # before the workers park
@@ -836,10 +910,10 @@ def native_pool() -> NativePool | None:
 
 def _after_fork_in_child() -> None:
     global _POOL, _POOL_LOCK, _LIVE_LOCK
-    _POOL_LOCK, _LIVE_LOCK = threading.Lock(), threading.Lock()   # maybe held at the fork
+    _POOL_LOCK, _LIVE_LOCK = threading.Lock(), threading.Lock()  # maybe held at the fork
     for pool in list(_LIVE):
         pool._after_fork_in_child()
-    _POOL = None      # the child starts a pool of its own on first use
+    _POOL = None  # the child starts a pool of its own on first use
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

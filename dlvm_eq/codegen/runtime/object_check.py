@@ -14,6 +14,7 @@ checks stop damage and mix-ups; what stops an attacker is the private cache dire
 
     problem = elf_problem(obj, "dq_k0_add_3f2a")     # None: fit to load
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,14 @@ ET_REL, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_REL, SHT_NOBITS = 1, 2, 3, 4, 9, 8
 SHF_EXECINSTR = 0x4
 SHN_LORESERVE = 0xFF00
 # e_machine for the triples LLVM gives us; other architectures skip the machine check
-_MACHINES = {"x86_64": 62, "aarch64": 183, "arm64": 183, "powerpc64le": 21, "riscv64": 243,
-             "s390x": 22}
+_MACHINES = {
+    "x86_64": 62,
+    "aarch64": 183,
+    "arm64": 183,
+    "powerpc64le": 21,
+    "riscv64": 243,
+    "s390x": 22,
+}
 
 
 def pack_entry(symbol: str, host: str, obj: bytes) -> bytes:
@@ -53,7 +60,7 @@ def unpack_entry(data: bytes, host: str, symbol: str | None = None) -> tuple[str
         return None
     triple = host.split("|", 1)[0]
     if "linux" not in triple and not obj.startswith(b"\x7fELF"):
-        return sym, obj            # Mach-O and COFF hosts: only the header line is checked
+        return sym, obj  # Mach-O and COFF hosts: only the header line is checked
     return (sym, obj) if elf_problem(obj, sym, triple.split("-", 1)[0]) is None else None
 
 
@@ -77,9 +84,14 @@ def _check(obj: bytes, symbol: str, arch: str | None) -> str | None:
     want = _MACHINES.get(arch or "")
     if want is not None and e_machine != want:
         return f"built for machine {e_machine}, not {arch}"
-    e_shoff, = struct.unpack_from("<Q", obj, 40)
+    (e_shoff,) = struct.unpack_from("<Q", obj, 40)
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", obj, 58)
-    if e_shentsize != 64 or e_shnum == 0 or e_shstrndx >= e_shnum or e_shoff + 64 * e_shnum > len(obj):
+    if (
+        e_shentsize != 64
+        or e_shnum == 0
+        or e_shstrndx >= e_shnum
+        or e_shoff + 64 * e_shnum > len(obj)
+    ):
         return "section headers out of range"
     sections = [struct.unpack_from("<IIQQQQIIQQ", obj, e_shoff + 64 * i) for i in range(e_shnum)]
     for name, kind, flags, addr, off, size, link, info, align, entsize in sections:
@@ -93,19 +105,24 @@ def _check(obj: bytes, symbol: str, arch: str | None) -> str | None:
     _, _, _, _, off, size, link, _, _, entsize = symtabs[0]
     if entsize != 24 or size % 24 or sections[link][1] != SHT_STRTAB:
         return "malformed symbol table"
-    strtab = obj[sections[link][4]:sections[link][4] + sections[link][5]]
+    strtab = obj[sections[link][4] : sections[link][4] + sections[link][5]]
     n_symbols = size // 24
     defined = False
     for i in range(n_symbols):
-        st_name, st_info, st_other, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", obj, off + 24 * i)
+        st_name, st_info, st_other, st_shndx, st_value, st_size = struct.unpack_from(
+            "<IBBHQQ", obj, off + 24 * i
+        )
         if st_name >= max(len(strtab), 1) and st_name:
             return "a symbol name lies outside the string table"
         if st_shndx and st_shndx < SHN_LORESERVE and st_shndx >= e_shnum:
             return "a symbol in no section"
         end = strtab.find(b"\0", st_name)
-        if strtab[st_name:end if end >= 0 else None] == symbol.encode():
-            defined = (0 < st_shndx < e_shnum and sections[st_shndx][2] & SHF_EXECINSTR
-                       and st_value + st_size <= sections[st_shndx][5])
+        if strtab[st_name : end if end >= 0 else None] == symbol.encode():
+            defined = (
+                0 < st_shndx < e_shnum
+                and sections[st_shndx][2] & SHF_EXECINSTR
+                and st_value + st_size <= sections[st_shndx][5]
+            )
     if not defined:
         return f"{symbol} is not defined in executable code"
     for _, kind, _, _, off, size, link, info, _, entsize in sections:

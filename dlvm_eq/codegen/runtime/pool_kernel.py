@@ -12,6 +12,7 @@ kernel twice, the last is kept); a PoolKernel is immutable after construction bu
 both equal). A plane is always computed whole by one call, so results do not depend on how
 planes are split.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,7 +26,8 @@ from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_ran
 
 
 def _pool_ir(spec: PoolSpec):
-    from ..cpu.pool_ir import pool_ir   # the IR builders load on a cache miss only
+    from ..cpu.pool_ir import pool_ir  # the IR builders load on a cache miss only
+
     return pool_ir(spec)
 
 
@@ -36,8 +38,9 @@ class PoolKernel:
         self.spec = spec
         self.threads = threads or usable_cpus()
         self.code = JIT.kernel("pool", spec, lambda: _pool_ir(spec))
-        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64,
-                                   *([ctypes.c_void_p] * 3))(self.code.address)
+        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * 3))(
+            self.code.address
+        )
         out_n, in_n = spec.plane_sizes()
         kh, kw = spec.kernel
         # work per plane: every input and output element once, every tap of every window once
@@ -47,8 +50,14 @@ class PoolKernel:
     def chunks(self, planes: int) -> list[tuple[int, int]]:
         got = self._chunks.get(planes)
         if got is None:
-            parts = max(1, min(CHUNKS_PER_THREAD * self.threads, planes * self._plane_work // MIN_PARALLEL_WORK,
-                               planes))
+            parts = max(
+                1,
+                min(
+                    CHUNKS_PER_THREAD * self.threads,
+                    planes * self._plane_work // MIN_PARALLEL_WORK,
+                    planes,
+                ),
+            )
             got = self._chunks[planes] = split_range(planes, parts, 1) if planes else []
         return got
 
@@ -58,7 +67,7 @@ class PoolKernel:
         if not chunks:
             return
         ptrs = [data_ptr(out)] + [data_ptr(a) for a in ins]
-        ptrs += ptrs[-1:] * (3 - len(ptrs))        # one-operand ops ignore in_1
+        ptrs += ptrs[-1:] * (3 - len(ptrs))  # one-operand ops ignore in_1
         if len(chunks) == 1:
             self.fn(0, planes, *ptrs)
             return

@@ -11,6 +11,7 @@ Shared state (threads): `_kernels` (compile_rows's memo, a kernel_memo.KernelMem
 kernel twice, the last is kept); a RowKernel is immutable after construction. A row is always
 computed whole by one call, so results do not depend on how rows are split over threads.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -27,7 +28,8 @@ from .threads import CHUNKS_PER_THREAD, MIN_PARALLEL_WORK, run_ranges, split_ran
 
 
 def _rows_ir(spec: RowSpec):
-    from ..cpu.rows_ir import rows_ir   # the IR builders load on a cache miss only
+    from ..cpu.rows_ir import rows_ir  # the IR builders load on a cache miss only
+
     return rows_ir(spec)
 
 
@@ -42,11 +44,15 @@ class RowKernel:
         # loaded by spec: the IR is generated only when the kernel is not on disk
         self.ir = JIT.kernel("rows", spec, lambda: _rows_ir(spec))
         self.address = self.ir.address
-        flat = [spec.rows, spec.cols] + [s for i in range(len(spec.inputs)) for s in spec.strides(i)]
+        flat = [spec.rows, spec.cols] + [
+            s for i in range(len(spec.inputs)) for s in spec.strides(i)
+        ]
         self.dims = np.array(flat, dtype=np.int64)
         self.dims_ptr = self.dims.ctypes.data
         n_ptrs = len(spec.outputs) + len(spec.reductions) + len(spec.inputs) + 1
-        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * n_ptrs))(self.address)
+        self.fn = ctypes.CFUNCTYPE(
+            None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * n_ptrs)
+        )(self.address)
         self.out_dtypes = [DTYPES[d] for d in spec.output_dtypes]
         self.red_dtypes = [DTYPES[d] for d in spec.reduction_dtypes]
         work = spec.rows * spec.cols * (len(spec.reductions) + 1)
@@ -63,7 +69,9 @@ class RowKernel:
             for red, (_, op, init) in zip(reds, self.spec.reductions):
                 red.fill(init)
             return
-        ptrs = [data_ptr(a) for a in outs] + [data_ptr(a) for a in reds] + [data_ptr(a) for a in ins]
+        ptrs = (
+            [data_ptr(a) for a in outs] + [data_ptr(a) for a in reds] + [data_ptr(a) for a in ins]
+        )
         ptrs.append(self.dims_ptr)
         if len(self._chunks) == 1:
             self.fn(0, self.spec.rows, *ptrs)

@@ -10,6 +10,7 @@ caller and no helper thread is started.
 Shared state (threads): `_pool` (Python threads) is created once under `_pool_lock`; the
 native pool is owned by `native_pool`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -36,7 +37,9 @@ def thread_pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="dq-kernel")
+                _pool = ThreadPoolExecutor(
+                    max_workers=usable_cpus(), thread_name_prefix="dq-kernel"
+                )
     return _pool
 
 
@@ -106,10 +109,11 @@ def run_python(fn, chunks: list[tuple], threads: int) -> None:
     def work():
         for args in todo:
             fn(*args)
+
     futures = [thread_pool().submit(work) for _ in range(min(threads, len(chunks)) - 1)]
     work()
     for f in futures:
-        if not f.cancel():           # running (it may hold a chunk) or finished
+        if not f.cancel():  # running (it may hold a chunk) or finished
             f.result()
 
 

@@ -1,0 +1,29 @@
+"""The code stays formatted and lint-clean (issue 35): `ruff check` and `ruff format --check`
+over the package, tests, benchmarks, examples and scripts, with pyproject.toml's settings."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKED = ["dlvm_eq", "tests", "benchmarks", "examples", "scripts"]
+
+
+def _ruff() -> str:
+    exe = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(exe).exists():
+        pytest.fail("ruff is not installed: the test extra installs it")
+    return exe
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
+def test_ruff_is_clean(command):
+    run = subprocess.run(
+        [_ruff(), *command, *CHECKED], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
