@@ -22,11 +22,33 @@ def shipped_rule_files() -> list[Path]:
 
 
 def read_rule_file(path: str | Path) -> tuple[str, str]:
-    """(text, filename) of a rule file; a missing file is the user's error, not a traceback."""
+    """(text, filename) of a rule file; a missing or unreadable file, or one that is not
+    UTF-8, is the user's error (located at the first bad byte), not a traceback."""
     p = Path(path)
     if not p.is_file():
         raise DlvmError(f"{path}: no such rule file")
-    return p.read_text(), str(p)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise DlvmError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8"), str(p)
+    except UnicodeDecodeError as e:
+        from .rule_text import RuleFileError
+
+        line = data.count(b"\n", 0, e.start) + 1
+        bol = data.rfind(b"\n", 0, e.start) + 1
+        eol = data.find(b"\n", e.start)
+        src = data[bol : eol if eol >= 0 else len(data)].decode("utf-8", "replace")
+        col = len(data[bol : e.start].decode("utf-8", "replace")) + 1
+        raise RuleFileError(
+            f"not a UTF-8 text file (byte 0x{data[e.start]:02x} at offset {e.start} is not "
+            "UTF-8; save the file as UTF-8)",
+            str(p),
+            line,
+            col,
+            src,
+        ) from None
 
 
 _RULES_DIGEST: str | None = None

@@ -27,18 +27,15 @@ from egglog.bindings import (
 )
 from egglog.bindings import Var as EggVar
 
-from ..errors import DlvmError, SourceError
+from ..errors import DlvmError
 from ..ir.module import Function, Module
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .parens import parens
+from .rule_text import RuleFileError, RuleIndex
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .values import MARKER_DECLARATION, BoundValues, drop_markers
-
-
-class RuleFileError(SourceError):
-    """A mistake in a rule file: file, line and the rule's text."""
 
 
 class EgglogPanic(DlvmError):
@@ -86,6 +83,17 @@ def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
     return RuleFileError(msg, filename)
 
 
+def _duplicate_error(err: EgglogPanic, index: RuleIndex, filename: str) -> DlvmError | None:
+    """egglog's panic on a rule defined twice that our index did not see (two spellings it
+    prints alike) as the user's error, naming the first definition; None for other panics."""
+    m = re.search(r"Rule '(.*)' was already present", str(err), re.S)
+    if m is None:
+        return None
+    first = index.where(m.group(1))
+    at = f" (first defined at {first[0]}:{first[1]})" if first else ""
+    return RuleFileError(f"a rule is defined twice{at}: {' '.join(m.group(1).split())}", filename)
+
+
 def unclosed_paren(text: str) -> tuple[int, int] | None:
     """(line, column) of the outermost '(' that is never closed, strings and ; comments
     skipped; None when every '(' is closed.
@@ -112,6 +120,7 @@ class EGraphSession:
         self.egraph = EGraph()
         self.files: list[str] = []
         self.rulesets: list[str] = []  # declared so far: running an unknown one panics egglog
+        self.rule_index = RuleIndex()  # the rules loaded, by egglog's name: where each is
         self._programs = 0
         self.values = BoundValues()  # our let names -> rows of the marker function
         self._marker = False
@@ -163,10 +172,18 @@ class EGraphSession:
     def add_rules_file(self, path: str | Path):
         text, filename = read_rule_file(path)
         self.files.append(filename)
-        return self.run_text(text, filename)
+        return self.add_rules_text(text, filename)
 
     def add_rules_text(self, text: str, filename: str = "<rules>"):
-        return self.run_text(text, filename)
+        """Run a rule file's text, checked first and a few forms per egglog call (rule_text.py
+        says why: depth, commands, duplicates, and egglog's time on long texts)."""
+        out = []
+        for chunk in self.rule_index.add(text, filename):
+            try:
+                out.extend(self.run_text(chunk.text, filename))
+            except EgglogPanic as e:
+                raise _duplicate_error(e, self.rule_index, filename) or e from None
+        return out
 
     def add_function(self, fn: Function, module: Module | None = None) -> LoadedProgram:
         prefix = f"p{self._programs}_"
