@@ -36,7 +36,7 @@ from .expr import render
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .optimize_report import FunctionReport, OptimizeReport
-from .rule_origin import blame_user_rules
+from .rule_origin import blame_user_rules, check_terms, user_rule_files
 from .rulefiles import read_rule_file, rule_file
 from .ruleset_schedule import Budget, Schedule, rulesets_in
 from .saturate import SaturationReport, node_count, saturate
@@ -173,7 +173,12 @@ def extract_programs(
     for p in programs:
         var_types.update(p.var_types)
         literals.update(p.literals)
-    cost = TargetCost(target, class_types(g, var_types, literals))
+    types = class_types(g, var_types, literals)
+    if user_rule_files(session):  # not checked in CI: no e-node of theirs goes unchecked
+        if max_rows is not None:
+            raise ShortOfTime("no time left to type-check the whole e-graph your rules built")
+        check_terms(g, types, var_types, literals)
+    cost = TargetCost(target, types)
     t1 = time.perf_counter()
     try:
         ex = extract(

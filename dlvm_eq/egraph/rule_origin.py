@@ -1,24 +1,93 @@
-"""Which user rule is to blame when an optimized program is ill-typed: the rules of the user's
-files that fired during saturation, by file:line, and the command that checks them.
+"""User rules are not trusted: every e-node is type-checked before extraction may use it, and
+an ill-typed one is blamed on the user rules that fired, by file:line.
 
+    check_terms(graph, types, var_types, literals)   # IllTypedTerm: an e-node of another type
     raise blame_user_rules(error, session, saturation_report)   # `error` itself if none fired
 
 The shipped rule files are checked in CI (`dlvm-eq verify-rules --strict`); a user's file is
-not, so a term that does not type-check after saturation with a user's rules most likely comes
-from one of them.
+not, and an ill-typed rule need not leave an ill-typed program: `(Softplus x) -> (Dot x x)`
+made softplus(x) - softplus(-x) equal to Dot(x, x) - Dot(x, x), hence to zeros, a well-typed
+and wrong program. So every e-node of a Term class must have its class's type by the op table
+(checked on the serialized e-graph, where extraction reads it: O(e-nodes), ~1 us each).
+Checking the rules statically instead (verify-rules' type check on small shapes) costs ~3 s
+per command (sympy, the shipped vocabulary) and misses rules guarded on larger shapes.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from ..errors import DlvmError
+from ..errors import DlvmError, IRError
+from ..ir.ops import OPS
 from .parens import parens
 from .rulefiles import shipped_rule_files
+from .serialized import Graph, leaf_type
 
 
 class UserRuleError(DlvmError):
     """A user's rule produced a term that is not a valid program (wrong shape or dtype)."""
+
+
+class IllTypedTerm(DlvmError):
+    """An e-node whose type by the op table is not its e-class's (or that has none); the
+    constructors involved, to find the rule that built it."""
+
+    def __init__(self, message: str, constructors: set[str]):
+        super().__init__(message)
+        self.constructors = constructors
+
+
+def user_rule_files(session) -> list[str]:
+    """The session's rule files that are not shipped (not checked in CI)."""
+    shipped = set()
+    for p in shipped_rule_files():
+        try:
+            shipped.add(p.resolve())
+        except OSError:
+            pass
+    out = []
+    for f in getattr(session, "files", ()):
+        try:
+            if Path(f).resolve() in shipped:
+                continue
+        except (OSError, ValueError):
+            pass
+        out.append(f)
+    return out
+
+
+_BAD = (IRError, ValueError, TypeError, IndexError, KeyError, OverflowError)
+
+
+def check_terms(g: Graph, types: dict, var_types: dict, literals: dict) -> None:
+    """IllTypedTerm at the first e-node of a Term class that does not type-check by the op
+    table, or whose type is not its class's (`types`: serialized.class_types)."""
+    for cls, nids in g.classes.items():
+        if not g.is_term_class(cls):
+            continue
+        want = types.get(cls)
+        for nid in g.term_nodes(cls):
+            try:
+                d = g.decode(nid)
+                if d.op is None:
+                    got = leaf_type(d, var_types, literals)
+                else:
+                    kids = [types.get(g.eclass(c)) for c in d.children]
+                    if None in kids:  # an untyped operand: reported at its own class
+                        continue
+                    got = OPS[d.op].result_type(kids, d.attrs)
+            except _BAD as e:
+                egg = g.nodes[nid]["op"]
+                what = "is not a value of the program" if isinstance(e, KeyError) else str(e)
+                raise IllTypedTerm(f"an e-node {egg}: {what}", {egg}) from None
+            if want is not None and got != want:
+                ctors = {g.nodes[n]["op"] for n in g.term_nodes(cls)}
+                raise IllTypedTerm(
+                    f"one e-class holds terms of two types: {d.egg} of type {got} and "
+                    f"{' / '.join(sorted(ctors - {d.egg})) or d.egg} of type {want}",
+                    ctors,
+                )
 
 
 def top_level_forms(text: str) -> list[tuple[int, str]]:
@@ -36,37 +105,33 @@ def top_level_forms(text: str) -> list[tuple[int, str]]:
     return forms
 
 
+def _key(text: str) -> str:
+    """A rule's text as egglog names it (it quotes strings with ')."""
+    return _normal(text).replace('"', "'")
+
+
 def _normal(text: str) -> str:
     return " ".join(text.split())
 
 
-def user_rule_locations(session) -> dict[str, tuple[str, int]]:
-    """{egglog's name of a rule (its :name, or its text): (file, line)} for the session's
-    rule files that are not shipped."""
-    shipped = set()
-    for p in shipped_rule_files():
+def user_rule_locations(session) -> dict[str, tuple[str, int, str]]:
+    """{egglog's name of a rule (its :name, or its text): (file, line, its text)} for the
+    session's rule files that are not shipped."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for filename in user_rule_files(session):
         try:
-            shipped.add(p.resolve())
-        except OSError:
-            pass
-    out: dict[str, tuple[str, int]] = {}
-    for filename in getattr(session, "files", ()):
-        try:
-            path = Path(filename)
-            if path.resolve() in shipped:
-                continue
-            text = path.read_text(encoding="utf-8")
+            text = Path(filename).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
         for line, form in top_level_forms(text):
             head = form[1:].split(None, 1)[0] if len(form) > 2 else ""
             if head not in ("rule", "rewrite", "birewrite"):
                 continue
-            out[_normal(form)] = (filename, line)
+            out[_key(form)] = (filename, line, form)
             if ":name" in form:
                 name = form.split(":name", 1)[1].strip().split('"')
                 if len(name) >= 2:
-                    out[name[1]] = (filename, line)
+                    out[name[1]] = (filename, line, form)
     return out
 
 
@@ -77,11 +142,15 @@ def blame_user_rules(error: DlvmError, session, saturation) -> DlvmError:
     where = user_rule_locations(session)
     hits = []
     for rule, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
-        loc = where.get(rule) or where.get(_normal(rule))
+        loc = where.get(rule) or where.get(_key(rule))
         if loc is not None:
             hits.append((loc, rule, n))
     if not hits:
         return error
+    # of the rules that fired, those whose text names a constructor of the ill-typed term
+    ctors = getattr(error, "constructors", set())
+    named = [h for h in hits if any(re.search(rf"\({re.escape(c)}[\s)]", h[0][2]) for c in ctors)]
+    hits = [((f, ln), form, n) for (f, ln, form), _, n in (named or hits)]  # as the user wrote it
     files = sorted({loc[0] for loc, _, _ in hits})
     label = lambda r: _normal(r) if len(_normal(r)) <= 70 else _normal(r)[:67] + "..."
     if len(hits) == 1:

@@ -209,16 +209,16 @@ def class_types(
         cls = g.eclass(nid)
         if cls in types:
             continue
-        d = g.decode(nid)
-        if d.op is None:
-            types[cls] = leaf_type(d, var_types, literals)
-        else:
-            try:
+        try:  # a node a user's rule built may name no value or type (rule_origin.check_terms)
+            d = g.decode(nid)
+            if d.op is None:
+                types[cls] = leaf_type(d, var_types, literals)
+            else:
                 types[cls] = OPS[d.op].result_type(
                     [types[g.eclass(c)] for c in d.children], d.attrs
                 )
-            except IRError:
-                continue
+        except (IRError, ValueError, TypeError, IndexError, KeyError, OverflowError):
+            continue
         for p in waiting.get(cls, ()):
             missing[p] -= 1
             if missing[p] == 0:
