@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import DlvmError
 from ..extract.machine import MACHINES
+from .interrupt import prompt_interrupt
 
 
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -109,6 +110,11 @@ def _deadline(args: argparse.Namespace):
 
 
 def opt(args: argparse.Namespace) -> int:
+    with prompt_interrupt():
+        return _opt(args)
+
+
+def _opt(args: argparse.Namespace) -> int:
     from ..ir import verify
     from ..ir.parser import load
     from ..pipeline import optimize  # declared adjoints resolved first
@@ -173,15 +179,16 @@ def query_arguments(p: argparse.ArgumentParser) -> None:
 def query(args: argparse.Namespace) -> int:
     from ..egraph.query import query as run_query
 
-    result = run_query(
-        args.expression,
-        dict(args.shape),
-        dtype=args.dtype,
-        target=args.target,
-        rules=args.rules,
-        budget=dict(args.budget) or None,
-        alternatives=max(args.alternatives, 0),
-        deadline=_deadline(args),
-    )
+    with prompt_interrupt():
+        result = run_query(
+            args.expression,
+            dict(args.shape),
+            dtype=args.dtype,
+            target=args.target,
+            rules=args.rules,
+            budget=dict(args.budget) or None,
+            alternatives=max(args.alternatives, 0),
+            deadline=_deadline(args),
+        )
     print(result)
     return 0

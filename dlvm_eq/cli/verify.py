@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from .interrupt import prompt_interrupt
+
 if TYPE_CHECKING:  # the verifier (sympy, egglog: ~1.5 s) loads only for this command
     from ..verify.rules import Settings
 
@@ -64,6 +66,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    with prompt_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..verify.rules import verify_rules
 
     files = args.files
