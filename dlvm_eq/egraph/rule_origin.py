@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import DlvmError, IRError
 from ..ir.ops import OPS
+from ..ir.types import DType, TensorType
 from .parens import parens
 from .rulefiles import shipped_rule_files
 from .serialized import Graph, leaf_type
@@ -60,34 +61,57 @@ def user_rule_files(session) -> list[str]:
 _BAD = (IRError, ValueError, TypeError, IndexError, KeyError, OverflowError)
 
 
+def _plain(t) -> tuple:
+    """A type as plain data (TensorType's dataclass hash costs ~5x a tuple's)."""
+    return (t.shape, t.dtype.value) if isinstance(t, TensorType) else (repr(t),)
+
+
 def check_terms(g: Graph, types: dict, var_types: dict, literals: dict) -> None:
     """IllTypedTerm at the first e-node of a Term class that does not type-check by the op
     table, or whose type is not its class's (`types`: serialized.class_types)."""
-    for cls, nids in g.classes.items():
+    plain = {cls: _plain(t) for cls, t in types.items()}
+    nodes = g.nodes
+    memo: dict = {}  # (op, operand types, attributes) -> type: most e-nodes repeat one
+    for cls in g.classes:
         if not g.is_term_class(cls):
             continue
-        want = types.get(cls)
+        want = plain.get(cls)
         for nid in g.term_nodes(cls):
             try:
                 d = g.decode(nid)
                 if d.op is None:
-                    got = leaf_type(d, var_types, literals)
+                    got = _plain(leaf_type(d, var_types, literals))
                 else:
-                    kids = [types.get(g.eclass(c)) for c in d.children]
+                    kids = tuple(plain.get(nodes[c]["eclass"]) for c in d.children)
                     if None in kids:  # an untyped operand: reported at its own class
                         continue
-                    got = OPS[d.op].result_type(kids, d.attrs)
+                    key = (d.op, kids, _attrs(d.attrs))
+                    got = memo.get(key)
+                    if got is None:
+                        kid_types = [types[nodes[c]["eclass"]] for c in d.children]
+                        got = memo[key] = _plain(OPS[d.op].result_type(kid_types, d.attrs))
             except _BAD as e:
-                egg = g.nodes[nid]["op"]
+                egg = nodes[nid]["op"]
                 what = "is not a value of the program" if isinstance(e, KeyError) else str(e)
                 raise IllTypedTerm(f"an e-node {egg}: {what}", {egg}) from None
             if want is not None and got != want:
-                ctors = {g.nodes[n]["op"] for n in g.term_nodes(cls)}
+                ctors = {nodes[n]["op"] for n in g.term_nodes(cls)}
+                kind = lambda p: str(TensorType(*p[:1], DType(p[1]))) if len(p) == 2 else p[0]
                 raise IllTypedTerm(
-                    f"one e-class holds terms of two types: {d.egg} of type {got} and "
-                    f"{' / '.join(sorted(ctors - {d.egg})) or d.egg} of type {want}",
+                    f"one e-class holds terms of two types: {d.egg} of type {kind(got)} and "
+                    f"{' / '.join(sorted(ctors - {d.egg})) or d.egg} of type {kind(want)}",
                     ctors,
                 )
+
+
+def _attrs(attrs: dict):
+    """The attributes as a hashable key (repr where a value does not hash)."""
+    key = tuple(sorted(attrs.items()))
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
 
 
 def top_level_forms(text: str) -> list[tuple[int, str]]:
