@@ -90,3 +90,33 @@ def test_the_guilty_rule_is_named_among_others_that_fired(capsys, tmp_path):
     # the rules that fired and build no Dot are left out
     assert f"{rules}:4: the rule (rewrite (Softplus x) (Dot x x)" in err
     assert f"{rules}:2" not in err and f"{rules}:3" not in err
+
+
+def test_an_ill_typed_node_a_shipped_rule_subsumed_is_still_seen(capsys, tmp_path):
+    # found by the fuzzer (seed 1, case 120): the Dot nodes of <4 x 3> operands were subsumed
+    # by shipped rules (dot-0, 0*x) after they had made x = -x = 0, one class of well-typed
+    # nodes; opt printed `return %x` for 2x
+    rules = tmp_path / "subsumed.egg"
+    rules.write_text(
+        "(ruleset fuzz)\n"
+        '(rule ((= e (Multiply a a))) ((union e (Square a))) :ruleset fuzz :name "fuzz x*x")\n'
+        "(rule ((= e (ShapeCast a s)) (= s (shape a))) ((union e (Broadcast e (vec-of 7 7 7)))"
+        ' (subsume (ShapeCast a s))) :ruleset fuzz :name "fuzz shapecast-same")\n'
+        "(rewrite (Subtract (Softplus x) (Softplus (Negate x))) x :ruleset fuzz)\n"
+        "(rewrite (Softplus x) (Dot x x) :ruleset fuzz)\n"
+    )
+    code = main(["opt", str(SOFTPLUS), "--rules", str(rules)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert f"{rules}:5: the rule (rewrite (Softplus x) (Dot x x)" in err
+
+
+def test_a_user_rule_cannot_delete_what_it_made(capsys, tmp_path):
+    rules = tmp_path / "delete.egg"
+    rules.write_text(
+        "(ruleset mine)\n"
+        "(rule ((= e (Softplus x))) ((union e (Dot x x)) (delete (Dot x x))) :ruleset mine)\n"
+    )
+    code = main(["opt", str(SOFTPLUS), "--rules", str(rules)])
+    _, err = capsys.readouterr()
+    assert code == 1 and err.startswith(f"{rules}:2:49: error: a user's rule cannot `delete`")

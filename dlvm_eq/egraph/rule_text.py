@@ -39,6 +39,7 @@ USER_COMMANDS = frozenset(
 )
 RUN_COMMANDS = frozenset({"run", "run-schedule"})
 
+FORBIDDEN_ACTIONS = ("delete", "panic")  # actions a user's rule may not take
 _TOKEN = re.compile(r'[()]|"(?:[^"\\]|\\.)*("?)|;[^\n]*|[^\s()";]+', re.S)
 
 
@@ -281,6 +282,18 @@ def _check_user_form(text: str, filename: str, f: Form, declared: set[str]) -> N
                 f"`set` of {target or 'this'}: a user's file may set only functions it "
                 "declares (the shipped analyses are computed by their own rules)",
             )
+    previous = ""
+    for m in _TOKEN.finditer(text, f.start, f.end):
+        if previous == "(" and m.group() in FORBIDDEN_ACTIONS:
+            raise _error(
+                text,
+                filename,
+                m.start() - 1,
+                f"a user's rule cannot `{m.group()}`: every e-node a user's rule makes is "
+                "type-checked before extraction, and a deleted one could not be",
+            )
+        if m.group()[0] != ";":
+            previous = m.group()
     if f.ruleset == "analysis":
         raise _error(
             text,
