@@ -41,6 +41,8 @@ ILL_TYPED = (
     "(ShapeCast {v} (vec-of 99999999999 99999999999))",
     '(Const 0.5 "f64")',
     "(LessThan {v} {v})",
+    '(Broadcast (Const 1.0 "banana") (vec-of 4 3))',
+    '(Var "not-a-parameter")',
 )
 HUGE = ("1e999", "-1e999", "nan", "99999999999999999999999", "1e308", "-0.0", "4294967297")
 SCHEDULES = (
