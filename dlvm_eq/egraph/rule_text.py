@@ -74,6 +74,7 @@ class Form:
     head: str
     key: str | None = None
     ruleset: str | None = None
+    tokens: str = ""  # its tokens joined by single spaces (strings and comments left whole)
 
 
 @dataclass(frozen=True)
@@ -170,12 +171,13 @@ def _form(text: str, start: int, end: int, where: _Lines, tokens, opts) -> Form:
     line, col = where(start)
     head = tokens[1] if len(tokens) > 1 else ""
     key = ruleset = None
+    joined = " ".join(tokens)
     if head in RULES:
         # egglog names a rule by its :name, else by its text: equal names panic egglog
         named = _option(opts, ":name")
-        key = f":name {named}" if named is not None else " ".join(tokens)
+        key = f":name {named}" if named is not None else joined
         ruleset = _option(opts, ":ruleset")
-    return Form(start, end, line, col, head, key, ruleset)
+    return Form(start, end, line, col, head, key, ruleset, joined)
 
 
 def _option(opts: list[str], name: str) -> str | None:
@@ -247,7 +249,7 @@ def _normal(text: str) -> str:
 
 
 def _name(text: str, f: Form) -> str:
-    toks = [m.group() for m in _TOKEN.finditer(text, f.start, f.end)]
+    toks = f.tokens.split(" ", 3)
     return toks[2] if len(toks) > 2 else ""
 
 
@@ -272,7 +274,7 @@ def _check_user_form(text: str, filename: str, f: Form, declared: set[str]) -> N
             "function it declares)",
         )
     if f.head == "set":
-        toks = [m.group() for m in _TOKEN.finditer(text, f.start, f.end)]
+        toks = f.tokens.split(" ", 4)
         target = toks[3] if len(toks) > 3 and toks[2] == "(" else ""
         if target not in declared:
             raise _error(
@@ -282,18 +284,16 @@ def _check_user_form(text: str, filename: str, f: Form, declared: set[str]) -> N
                 f"`set` of {target or 'this'}: a user's file may set only functions it "
                 "declares (the shipped analyses are computed by their own rules)",
             )
-    previous = ""
-    for m in _TOKEN.finditer(text, f.start, f.end):
-        if previous == "(" and m.group() in FORBIDDEN_ACTIONS:
+    for action in FORBIDDEN_ACTIONS:
+        if f" ( {action} " in f.tokens:
+            at = re.search(rf"\(\s*{action}[\s)]", text[f.start : f.end])
             raise _error(
                 text,
                 filename,
-                m.start() - 1,
-                f"a user's rule cannot `{m.group()}`: every e-node a user's rule makes is "
+                f.start + (at.start() if at else 0),
+                f"a user's rule cannot `{action}`: every e-node a user's rule makes is "
                 "type-checked before extraction, and a deleted one could not be",
             )
-        if m.group()[0] != ";":
-            previous = m.group()
     if f.ruleset == "analysis":
         raise _error(
             text,
