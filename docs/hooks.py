@@ -1,0 +1,31 @@
+"""MkDocs hooks: the reference pages generated at build time, from the sources they describe
+(the rule files, the op table, the command parser), so that none can go stale.
+
+mkdocs.yml names this file under `hooks:`; `make docs` and tests/test_docs.py build the site.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gen"))
+
+from cli_reference import cli_reference_page  # noqa: E402
+from ir_reference import ir_reference_page  # noqa: E402
+from rule_language import rule_language_page  # noqa: E402
+
+GENERATED = {
+    "reference/rule-language.md": lambda: rule_language_page(ROOT / "rules"),
+    "reference/ir.md": lambda: ir_reference_page(ROOT / "rules" / "adjoint.egg"),
+    "reference/cli.md": cli_reference_page,
+}
+
+
+def on_files(files, config):
+    for path, page in GENERATED.items():
+        files.append(File.generated(config, path, content=page()))
+    return files
