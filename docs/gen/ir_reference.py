@@ -170,7 +170,9 @@ def ir_reference_page(adjoint_egg: Path) -> str:
     for name, spec in OPS.items():
         sp = spelling(name)
         if sp is None:
-            text = f"`{name} ...`" + (f" (attributes: {', '.join(spec.attrs)})" if spec.attrs else "")
+            text = f"`{name} ...`" + (
+                f" (attributes: {', '.join(spec.attrs)})" if spec.attrs else ""
+            )
             rule = KIND_RULES.get(spec.kind, "see the op's docstring")
         else:
             text = f"`{sp[0]}`"

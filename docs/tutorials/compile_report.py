@@ -44,7 +44,9 @@ def main() -> None:
     # fusion: how many elementwise values were kept in buffers and how many recomputed inside
     # the kernels that read them
     fusion = report.plan.fusion
-    assert fusion.inlined > 0 and fusion.values == fusion.materialized + fusion.forced + fusion.inlined
+    assert (
+        fusion.inlined > 0 and fusion.values == fusion.materialized + fusion.forced + fusion.inlined
+    )
     # kernels (fused loops compiled by llvmlite, named after the ops they run) and matmuls
     # (BLAS calls). The log of a sigmoid is gone: the stable forms (ruleset `stable`) made it
     # a softplus when the gradient was built, before this e-graph ran.

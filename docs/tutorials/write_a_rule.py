@@ -63,7 +63,7 @@ def main() -> None:
     assert ok.returncode == 0 and "1 proven" in ok.stdout and "0 failed" in ok.stdout
 
     bad = dlvm_eq_command("verify-rules", str(wrong))
-    print("$ dlvm-eq verify-rules wrong.egg   (exit status %d)\n" % bad.returncode + bad.stdout)
+    print(f"$ dlvm-eq verify-rules wrong.egg   (exit status {bad.returncode})\n" + bad.stdout)
     assert bad.returncode == 1 and "1 failed" in bad.stdout
     assert "wrong.egg:2" in bad.stdout + bad.stderr  # the failing rule's file:line
 
