@@ -90,7 +90,7 @@ class Settings:
 
     cache_dir: Path
     ir_cache: bool  # DLVM_EQ_NO_IR_CACHE unset or empty
-    num_threads: str  # as written ("" when unset); codegen/cpu_count.py parses it
+    num_threads: str  # as written ("" when unset); codegen/runtime/cpu_count.py parses it
     native_pool: bool
     blas_pool: bool
     spin_us: float

@@ -1,4 +1,4 @@
-"""The native worker pool (codegen/native_pool.py): every call runs exactly once, on fresh,
+"""The native worker pool (codegen/runtime/native_pool.py): every call runs exactly once, on fresh,
 spinning, sleeping and closed pools, from several Python threads and after fork. A hang is
 the typical failure of such code, so the risky scenarios run in a subprocess with a timeout."""
 
