@@ -25,6 +25,23 @@ GENERATED = {
 }
 
 
+def dq_names() -> str:
+    """Every public name of `dlvm_eq` (the DSL's `__all__` and the package's own), as a list."""
+    import dlvm_eq
+    import dlvm_eq.dsl
+
+    names = set(dlvm_eq.dsl.__all__) | {n for n in dir(dlvm_eq) if not n.startswith("_")}
+    names -= {"lazy_attributes"}  # the package's own helper, imported into its namespace
+    modules = {"optim", "distributed"}  # namespaces of their own, documented below
+    names = {n for n in names if not isinstance(getattr(dlvm_eq, n, None), type(sys))} | modules
+    return ", ".join(f"`dq.{n}`" for n in sorted(names))
+
+
+def on_page_markdown(markdown, page, config, files):
+    """`<!-- dq-names -->` in a page: the list of `dq.*` names, from the package itself."""
+    return markdown.replace("<!-- dq-names -->", dq_names())
+
+
 def on_files(files, config):
     for path, page in GENERATED.items():
         files.append(File.generated(config, path, content=page()))
