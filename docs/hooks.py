@@ -12,7 +12,8 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent / "gen"))
+# this checkout's package and the generators, before any installed dlvm_eq
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent / "gen")]
 
 from cli_reference import cli_reference_page  # noqa: E402
 from ir_reference import ir_reference_page  # noqa: E402

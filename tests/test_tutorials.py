@@ -21,6 +21,8 @@ SCRIPTS = sorted(p.name for p in TUTORIALS.glob("*.py"))
 
 def run_script(name: str, tmp_path) -> str:
     env = dict(os.environ, PYTHONIOENCODING="utf-8", DLVM_EQ_CACHE_DIR=str(tmp_path / "cache"))
+    # this checkout's package, whatever `pip install -e` points at (a worktree's tests)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     proc = subprocess.run(
         [sys.executable, str(TUTORIALS / name)],
