@@ -6,6 +6,7 @@ command of `dlvm-eq`. Skipped only where MkDocs is not installed (the test extra
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -108,3 +109,21 @@ def test_the_cli_reference_has_every_command():
     page = cli_reference_page()
     for c in COMMANDS:
         assert f"## {c.name}" in page and f"usage: dlvm-eq {c.name}" in page
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    """The README's Python example, run as a reader pastes it (a fresh process)."""
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DLVM_EQ_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONIOENCODING="utf-8",
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "func @loss" in run.stdout  # the traced IR
+    assert "compiled @loss for cpu" in run.stdout and "kernels:" in run.stdout  # the report
