@@ -2,7 +2,7 @@
 refused with a located error (file:line:col) where egglog would crash, hang or panic.
 
     index = RuleIndex()                           # one per e-graph session
-    for chunk in index.add(text, "mine.egg"):     # RuleFileError for a mistake, located
+    for chunk in index.add(text, "my.egg"):     # RuleFileError for a mistake, located
         run(chunk)                                # a few forms, padded to the file's lines
 
 Checks, each for a measured failure of egglog 13:
