@@ -22,7 +22,6 @@ from ..errors import DlvmError, IRError
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
 from .parens import parens
-from .rulefiles import shipped_rule_files
 from .serialized import EGG_TO_OP, LEAVES, Graph, leaf_type
 
 
@@ -40,22 +39,9 @@ class IllTypedTerm(DlvmError):
 
 
 def user_rule_files(session) -> list[str]:
-    """The session's rule files that are not shipped (not checked in CI)."""
-    shipped = set()
-    for p in shipped_rule_files():
-        try:
-            shipped.add(p.resolve())
-        except OSError:
-            pass
-    out = []
-    for f in getattr(session, "files", ()):
-        try:
-            if Path(f).resolve() in shipped:
-                continue
-        except (OSError, ValueError):
-            pass
-        out.append(f)
-    return out
+    """The rule sources of a session that are not shipped (not checked in CI): file names, or
+    names such as "<adjoint rules>" for text."""
+    return list(getattr(session, "user_rules", ()))
 
 
 _BAD = (IRError, ValueError, TypeError, IndexError, KeyError, OverflowError)

@@ -32,7 +32,7 @@ from ..ir.module import Function, Module
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .parens import parens
-from .rule_text import RuleFileError, RuleIndex
+from .rule_text import RuleFileError, RuleIndex, is_shipped
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .values import MARKER_DECLARATION, BoundValues, drop_markers
@@ -121,6 +121,7 @@ class EGraphSession:
         self.files: list[str] = []
         self.rulesets: list[str] = []  # declared so far: running an unknown one panics egglog
         self.rule_index = RuleIndex()  # the rules loaded, by egglog's name: where each is
+        self.user_rules: list[str] = []  # rule sources not shipped: their e-nodes are checked
         self._programs = 0
         self.values = BoundValues()  # our let names -> rows of the marker function
         self._marker = False
@@ -178,7 +179,10 @@ class EGraphSession:
         """Run a rule file's text, checked first and a few forms per egglog call (rule_text.py
         says why: depth, commands, duplicates, and egglog's time on long texts)."""
         out = []
-        for chunk in self.rule_index.add(text, filename):
+        chunks = self.rule_index.add(text, filename)
+        if not is_shipped(filename):
+            self.user_rules.append(filename)
+        for chunk in chunks:
             try:
                 out.extend(self.run_text(chunk.text, filename))
             except EgglogPanic as e:
