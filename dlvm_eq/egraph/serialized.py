@@ -197,7 +197,10 @@ def class_types(
         for nid in nids:
             if g.nodes[nid]["op"] not in _KNOWN:
                 continue
-            kids = {g.eclass(c) for c in g.decode(nid).children}
+            try:
+                kids = {g.eclass(c) for c in g.decode(nid).children}
+            except (IRError, ValueError, TypeError, IndexError, KeyError, OverflowError):
+                continue  # a user's rule built it: rule_origin.check_terms says what is wrong
             if not kids:
                 ready.append(nid)
                 continue
