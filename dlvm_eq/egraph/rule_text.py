@@ -1,9 +1,9 @@
 """What egglog may see of a rule file: its text is read by us first, in one iterative pass, and
 refused with a located error (file:line:col) where egglog would crash, hang or panic.
 
-    index = RuleIndex()                           # one per e-graph session
-    for chunk in index.add(text, "my.egg"):     # RuleFileError for a mistake, located
-        run(chunk)                                # a few forms, padded to the file's lines
+    index = RuleIndex()                        # one per e-graph session
+    for chunk in index.add(text, "my.egg"):    # RuleFileError for a mistake, located
+        run(chunk.text)                        # a few forms, padded to the file's lines
 
 Checks, each for a measured failure of egglog 13:
 - nesting deeper than MAX_DEPTH: egglog's parser and query compiler recurse (10,000 deep:
