@@ -115,6 +115,10 @@ def test_a_duplicated_rule_name_and_a_rule_repeated_across_files(tmp_path):
         index.add(a, "c.egg")
     # the same rule in another ruleset is another rule for egglog
     index.add("(ruleset r)\n(rewrite (Exp (Log x)) x :ruleset r)\n", "d.egg")
+    # egglog names a rule by its text as it prints it: 1.00 is 1.0 (it panicked)
+    index.add('(rewrite (Multiply x (Const 1.0 "f32")) x)\n', "e.egg")
+    with pytest.raises(RuleFileError, match="already defined at e.egg:1"):
+        index.add('(rewrite (Multiply x (Const 1.00 "f32")) x)\n', "f.egg")
 
 
 def test_a_file_that_is_not_utf8_is_a_located_error(capsys, tmp_path):

@@ -173,11 +173,25 @@ def _form(text: str, start: int, end: int, where: _Lines, tokens, opts) -> Form:
     key = ruleset = None
     joined = " ".join(tokens)
     if head in RULES:
-        # egglog names a rule by its :name, else by its text: equal names panic egglog
+        # egglog names a rule by its :name, else by its text as it prints it (1.00 as 1.0):
+        # equal names panic egglog
         named = _option(opts, ":name")
-        key = f":name {named}" if named is not None else joined
+        key = f":name {named}" if named is not None else " ".join(map(_number, tokens))
         ruleset = _option(opts, ":ruleset")
     return Form(start, end, line, col, head, key, ruleset, joined)
+
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)")
+
+
+def _number(tok: str) -> str:
+    """A numeric literal as one spelling per value (egglog prints 1.00 as 1.0)."""
+    if _INT.fullmatch(tok):
+        return str(int(tok))
+    if _FLOAT.fullmatch(tok):
+        return repr(float(tok))
+    return tok
 
 
 def _option(opts: list[str], name: str) -> str | None:

@@ -83,15 +83,21 @@ def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
     return RuleFileError(msg, filename)
 
 
-def _duplicate_error(err: EgglogPanic, index: RuleIndex, filename: str) -> DlvmError | None:
+def _duplicate_error(
+    err: EgglogPanic, index: RuleIndex, filename: str, line: int
+) -> DlvmError | None:
     """egglog's panic on a rule defined twice that our index did not see (two spellings it
-    prints alike) as the user's error, naming the first definition; None for other panics."""
+    prints alike) as the user's error, located at the forms egglog ran (from `line`) and
+    naming the first definition where known; None for other panics."""
     m = re.search(r"Rule '(.*)' was already present", str(err), re.S)
     if m is None:
         return None
     first = index.where(m.group(1))
-    at = f" (first defined at {first[0]}:{first[1]})" if first else ""
-    return RuleFileError(f"a rule is defined twice{at}: {' '.join(m.group(1).split())}", filename)
+    at = f", first defined at {first[0]}:{first[1]}" if first else ""
+    name = " ".join(m.group(1).split())
+    return RuleFileError(
+        f"a rule is defined twice (in the forms from this line on{at}): {name}", filename, line
+    )
 
 
 def unclosed_paren(text: str) -> tuple[int, int] | None:
@@ -186,7 +192,7 @@ class EGraphSession:
             try:
                 out.extend(self.run_text(chunk.text, filename))
             except EgglogPanic as e:
-                raise _duplicate_error(e, self.rule_index, filename) or e from None
+                raise _duplicate_error(e, self.rule_index, filename, chunk.line) or e from None
         return out
 
     def add_function(self, fn: Function, module: Module | None = None) -> LoadedProgram:
