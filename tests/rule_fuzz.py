@@ -171,7 +171,13 @@ def corpus(seed: int = 0, n: int = 80) -> list[Case]:
             text = _file(rules + [f"(rewrite (Softplus x) (Softplus {t}) :ruleset fuzz)"])
         elif kind == "duplicate":
             j = rng.randrange(len(rules))
-            again = rules[j] if rng.random() < 0.5 else re.sub(r" ", "  ", rules[j], count=2)
+            again = rng.choice(
+                (
+                    rules[j],
+                    re.sub(r" ", "  ", rules[j], count=2),  # other spaces
+                    re.sub(r"(\d+\.\d+)", r"\g<1>0", rules[j]),  # 1.0 as 1.00: the same value
+                )
+            )
             text = _file(rules + [again])
         elif kind == "ill_typed":
             j = rng.randrange(len(rules))
