@@ -112,7 +112,8 @@ def _words(names: dict[str, int], base: str = "%pool") -> str:
 # One entry function; `op` selects: 0 = worker loop of worker a (returns or parks on `stop`),
 # 1 = run fn a on blocks b (c of them) with at most d helpers, 2 = stop with mode a,
 # 3 = run fn a on blocks b (c of them) on the calling thread alone (touches no shared word),
-# 4 = make the BLAS callback (`{symbol}_blas`) run on this pool and store its address in BLAS_CB.
+# 4 = make the BLAS callback (`{symbol}_blas`) run on this pool and store its address in BLAS_CB,
+# 5 / 6 = take / release the BLAS callback's mutex (around a fork: blas_threads.py).
 POOL_IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
@@ -647,7 +648,9 @@ entry:
   switch i64 %op, label %alone [ i64 0, label %wk
                                  i64 1, label %rn
                                  i64 2, label %st
-                                 i64 4, label %blas ]
+                                 i64 4, label %blas
+                                 i64 5, label %bl
+                                 i64 6, label %bu ]
 wk:
   call void @worker(ptr %pool, i64 %a)
   ret void
@@ -664,6 +667,14 @@ blas:
 {_words(dict(cbp=BLAS_CB))}
   %cb = ptrtoint ptr @"{{symbol}}_blas" to i64
   store i64 %cb, ptr %cbp
+  ret void
+bl:
+{_words(dict(blp=BLAS_LOCK))}
+  call void @lock(ptr %pool, ptr %blp)
+  ret void
+bu:
+{_words(dict(bup=BLAS_LOCK))}
+  call void @unlock(ptr %pool, ptr %bup)
   ret void
 st:
   call void @stop(ptr %pool, i64 %a)
@@ -787,6 +798,11 @@ class NativePool:
         that runs its jobs on this pool's threads (runtime/blas_threads.py)."""
         self._entry(4, self._ctl_addr, 0, 0, 0, 0)
         return int(self.ctl[BLAS_CB])
+
+    def hold_blas(self, hold: bool) -> None:
+        """Take (True) or release (False) the mutex every OpenBLAS call through our callback
+        holds: taken, no OpenBLAS job runs (blas_threads.py, around a fork)."""
+        self._entry(5 if hold else 6, self._ctl_addr, 0, 0, 0, 0)
 
     def rest(self) -> None:
         """Idle workers sleep now instead of spinning out their budget; the next run wakes
