@@ -24,8 +24,8 @@ from dlvm_eq.ir import (
     TupleType,
     interpret,
 )
-from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.control_flow import CONTROL_FLOW_OPS
+from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
 RNG = np.random.default_rng(1234)
