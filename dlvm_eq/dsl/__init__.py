@@ -29,6 +29,7 @@ from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from .context import TracingError, current_trace, is_tracing
+from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
 from .einsum import einsum
 from .gather import take
@@ -92,6 +93,11 @@ from .stats import std, var
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
 
 __all__ = [
+    "cond",
+    "fori_loop",
+    "scan",
+    "switch",
+    "while_loop",
     # ops
     "avg_pool2d",
     "conv1d",
