@@ -259,6 +259,22 @@ def has_control_flow(fn) -> bool:
     return any(inst.op in CONTROL_FLOW_OPS for inst in fn.body)
 
 
+def reaches_control_flow(fn, module=None) -> bool:
+    """Whether `fn`, or a function it applies (found in `module`), has control flow."""
+    seen: set[str] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if f.name in seen or f.is_declaration:
+            continue
+        seen.add(f.name)
+        if has_control_flow(f):
+            return True
+        if module is not None:
+            todo.extend(module[i.attrs["callee"]] for i in f.body if i.op == "apply")
+    return False
+
+
 def reachable_bodies(fn) -> list:
     """Every body Function that `fn` reaches through control-flow ops, callees first."""
     seen: dict[int, object] = {}
