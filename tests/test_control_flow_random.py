@@ -51,7 +51,7 @@ def programs(draw):
 
 
 def build(p):
-    nc, nx, ny = p["carries"], p["xs"], p["ys"]
+    nc, ny = p["carries"], p["ys"]
 
     def f(w, *args):
         carries, xs = args[:nc], args[nc:]
