@@ -145,3 +145,49 @@ def test_grad_of_grad_through_a_scan():
     eps = 1e-5
     fd = (dq.grad(f)(x + eps * v) - dq.grad(f)(x - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hvp, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_declared_adjoint_of_a_dl_function_with_a_scan():
+    from pathlib import Path
+
+    from dlvm_eq.ir import verify
+    from dlvm_eq.ir.parser import parse
+    from dlvm_eq.pipeline import resolve_adjoints
+
+    m = dq.load(Path(__file__).parent / "data" / "control_flow" / "declared.dl")
+    h, xs, w = (RNG.standard_normal(s).astype(np.float32) for s in ((4,), (8, 3), (3, 4)))
+    want = dq.interpret(m, "loss_grad", h, xs, w)
+    got = dq.compile(m, "loss_grad")(h, xs, w)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)
+    resolved = resolve_adjoints(m)
+    verify(resolved)  # the adjoint's loop bodies are functions of the module
+    again = parse(str(resolved))
+    for g, r in zip(dq.interpret(again, "loss_grad", h, xs, w), want):
+        np.testing.assert_allclose(g, r, rtol=1e-6)
+    d = RNG.standard_normal(w.shape)
+    fd = directional_fd(
+        lambda w_: dq.interpret(m, "loss", h, xs, w_, float64=True), (w.astype(np.float64),), 0, d
+    )
+    assert float(np.sum(want[2] * d)) == pytest.approx(fd, rel=1e-3)
+    with pytest.raises(dq.DlvmError, match="loops or branches"):
+        dq.optimize(m, "loss")
+
+
+def test_vjp_through_a_scan_with_pytree_outputs():
+    def f(w, xs):
+        c, ys = dq.scan(lambda c, x: (c * w + x, {"s": dq.sin(c)}), w, xs)
+        return c, ys
+
+    w, xs = RNG.standard_normal(3), RNG.standard_normal((4, 3))
+    (c, ys), f_vjp = dq.vjp(f, w, xs)
+    ct = (RNG.standard_normal(3), {"s": RNG.standard_normal((4, 3))})
+    gw, gx = f_vjp(ct)
+
+    def scalar(w, xs):
+        c, ys = f(w, xs)
+        return dq.sum(c * ct[0]) + dq.sum(ys["s"] * ct[1]["s"])
+
+    want = dq.grad(scalar, argnums=(0, 1))(w, xs)
+    np.testing.assert_allclose(gw, want[0], rtol=1e-12)
+    np.testing.assert_allclose(gx, want[1], rtol=1e-12)

@@ -296,10 +296,14 @@ def module_with_bodies(module, fn) -> None:
     whose name is taken by another function is renamed (`step` -> `step.1`)."""
     module.add(fn)
     for f in reachable_bodies(fn):
-        if module.functions.get(f.name) is f:
-            continue
-        base, k = f.name, 1
-        while f.name in module.functions:
-            f.name = f"{base}.{k}"
-            k += 1
-        module.functions[f.name] = f
+        if module.functions.get(f.name) is not f:
+            add_renamed(module, f)
+
+
+def add_renamed(module, fn) -> None:
+    """Add `fn` to `module`, renamed `name.1`, `name.2`, ... if its name is taken."""
+    base, k = fn.name, 1
+    while fn.name in module.functions:
+        fn.name = f"{base}.{k}"
+        k += 1
+    module.functions[fn.name] = fn

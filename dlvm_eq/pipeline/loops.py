@@ -37,7 +37,11 @@ def needs_loops(module: Module, name: str) -> bool:
         if fn.name in seen:
             continue
         seen.add(fn.name)
-        if not fn.is_declaration and has_control_flow(fn):
+        if fn.is_declaration:  # a declared adjoint has the control flow of what it inverts
+            if fn.adjoint is not None:
+                todo.append(fn.adjoint.of)
+            continue
+        if has_control_flow(fn):
             return True
         todo.extend(i.attrs["callee"] for i in fn.body if i.op == "apply")
     return False
