@@ -1,0 +1,176 @@
+"""A GRU's value and gradient over T steps: dq.scan (the body compiled once) against the same
+GRU unrolled by a Python loop (the only way before scan), and JAX's lax.scan when JAX is
+installed. Cold compile time (a fresh process and an empty compile cache per row) and step
+time (median of timed calls), batch 16, input 32, hidden 64, float32.
+
+    python benchmarks/rnn.py                       # prints the table
+    python benchmarks/rnn.py --update BENCHMARKS.md
+    python benchmarks/rnn.py --steps 8 64 --unrolled-max 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
+
+BATCH, INPUT, HIDDEN = 16, 32, 64
+HEADING = "## RNN: GRU value and gradient through dq.scan"
+
+
+def _data(steps: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    p = {
+        k: (rng.standard_normal(s) * 0.2).astype(np.float32)
+        for k, s in [
+            ("wz", (INPUT, HIDDEN)),
+            ("uz", (HIDDEN, HIDDEN)),
+            ("wr", (INPUT, HIDDEN)),
+            ("ur", (HIDDEN, HIDDEN)),
+            ("wh", (INPUT, HIDDEN)),
+            ("uh", (HIDDEN, HIDDEN)),
+        ]
+    }
+    h0 = np.zeros((BATCH, HIDDEN), np.float32)
+    xs = rng.standard_normal((steps, BATCH, INPUT)).astype(np.float32)
+    return p, h0, xs
+
+
+def _cell(np_, sigmoid, p, h, x):
+    z = sigmoid(x @ p["wz"] + h @ p["uz"])
+    r = sigmoid(x @ p["wr"] + h @ p["ur"])
+    c = np_.tanh(x @ p["wh"] + (r * h) @ p["uh"])
+    return (1.0 - z) * h + z * c
+
+
+def _dq_program(kind: str):
+    import dlvm_eq as dq
+
+    def cell(p, h, x):
+        return _cell(dq, dq.sigmoid, p, h, x)
+
+    if kind == "dq-scan":
+
+        def loss(p, h0, xs):
+            h, ys = dq.scan(lambda h, x: (cell(p, h, x),) * 2, h0, xs)
+            return dq.mean(ys * ys)
+
+    else:
+
+        def loss(p, h0, xs):
+            h, total = h0, 0.0
+            for t in range(xs.shape[0]):
+                h = cell(p, h, xs[t])
+                total = total + dq.sum(h * h)
+            return total / (xs.shape[0] * BATCH * HIDDEN)
+
+    return dq.jit(dq.value_and_grad(loss))
+
+
+def _jax_program():
+    import jax
+    import jax.numpy as jnp
+
+    def loss(p, h0, xs):
+        def step(h, x):
+            h = _cell(jnp, jax.nn.sigmoid, p, h, x)
+            return h, h
+
+        h, ys = jax.lax.scan(step, h0, xs)
+        return jnp.mean(ys * ys)
+
+    return jax.jit(jax.value_and_grad(loss))
+
+
+def run_one(kind: str, steps: int, repeats: int) -> dict:
+    """Compile (first call) and step time of one program, in this process."""
+    args = _data(steps)
+    if kind == "jax":  # imports are not compile time (dlvm_eq's code generator and e-graph
+        import jax  # noqa: F401  # still load on first use: that is part of a cold compile)
+    else:
+        import dlvm_eq  # noqa: F401
+    t0 = time.perf_counter()
+    if kind == "jax":
+        f = _jax_program()
+        sync = lambda out: out[0].block_until_ready()  # noqa: E731
+    else:
+        f = _dq_program(kind)
+        sync = None
+    out = f(*args)
+    if sync:
+        sync(out)
+    compile_s = time.perf_counter() - t0
+    step = median_time(lambda: f(*args), repeats=repeats, warmup=2, sync=sync)
+    return {"kind": kind, "steps": steps, "compile_s": compile_s, "step_ms": step.ms}
+
+
+def _in_fresh_process(kind: str, steps: int, repeats: int) -> dict:
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache)
+        cmd = [sys.executable, __file__, "--one", kind, str(steps), "--repeats", str(repeats)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    if out.returncode:
+        raise SystemExit(f"{kind} T={steps} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _has_jax() -> bool:
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, nargs="+", default=[8, 64, 512])
+    ap.add_argument("--unrolled-max", type=int, default=64, help="longest unrolled program")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--update", type=Path, help="write the table into this markdown file")
+    ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats)))
+        return
+    kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has_jax() else [])
+    rows = []
+    for steps in a.steps:
+        for kind in kinds:
+            if kind == "dq-unrolled" and steps > a.unrolled_max:
+                rows.append([steps, kind, None, None])
+                continue
+            r = _in_fresh_process(kind, steps, a.repeats)
+            rows.append([steps, kind, f"{r['compile_s']:.2f}", f"{r['step_ms']:.3f}"])
+            print(f"T={steps} {kind}: compile {r['compile_s']:.2f} s, step {r['step_ms']:.3f} ms")
+    table = markdown_table(["T", "program", "cold compile s", "step ms (median)"], rows)
+    text = (
+        f"{HEADING}\n\n"
+        f"Command: `python benchmarks/rnn.py{' --update ' + str(a.update) if a.update else ''}`  \n"
+        f"Machine: {machine_line()}; measured {time.strftime('%Y-%m-%d')}, load average "
+        f"{os.getloadavg()[0]:.2f} before the run (a shared machine).\n\n"
+        f"GRU (batch {BATCH}, input {INPUT}, hidden {HIDDEN}, float32), value and gradient of "
+        "the mean squared hidden state with respect to the six weight matrices, target cpu. "
+        "Cold compile: the first call in a fresh process with an empty compile cache (trace, "
+        "differentiate, optimize, plan, kernels); step: median of the timed calls after it. "
+        "`dq-scan` compiles each straight piece and the forward and backward scan bodies once; "
+        "`dq-unrolled` is the Python loop unrolled at trace time (not run past "
+        f"T = {a.unrolled_max}).\n\n{table}\n"
+    )
+    print(text)
+    if a.update:
+        update_section(a.update, HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
