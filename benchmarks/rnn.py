@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
+from common import machine_line, markdown_table, median_time, update_section
 
 BATCH, INPUT, HIDDEN = 16, 32, 64
 HEADING = "## RNN: GRU value and gradient through dq.scan"
@@ -102,7 +102,7 @@ def run_one(kind: str, steps: int, repeats: int) -> dict:
     t0 = time.perf_counter()
     if kind == "jax":
         f = _jax_program()
-        sync = lambda out: out[0].block_until_ready()  # noqa: E731
+        sync = lambda out: out[0].block_until_ready()
     else:
         f = _dq_program(kind)
         sync = None
