@@ -31,6 +31,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DlvmError, IRError, SourceError
+from .cfg import Walker, has_conditional
 from .control_flow import CONTROL_FLOW_OPS, bodies
 from .control_flow_syntax import SYNTAX as CONTROL_FLOW_SYNTAX
 from .fastlines import names as fast_names
@@ -558,6 +559,10 @@ class _FunctionReader:
                 f"is declared with parameters ({want})",
             )
         self.fn.params = [self.define(tok, Value(str(tok)[1:], t)) for tok, t in params]
+        if has_conditional(blocks):  # loops and if/else become structured ops (cfg.py)
+            Walker(self, blocks, str(entry.children[0])).run(str(entry.children[0]))
+            self.fn.body = self.body
+            return
 
         visited, block = set(), entry
         while True:
