@@ -130,3 +130,24 @@ def test_gradients_of_random_loops_match_finite_differences(p, seed):
     fd = (up - down) / (2 * eps)
     directional = sum(float(np.sum(g * v)) for g, v in zip(grads, d))
     assert abs(directional - fd) <= 1e-6 * max(1.0, abs(fd))
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(programs(), st.integers(0, 2**16))
+def test_loop_rules_keep_the_interpreters_result(p, seed):
+    from dlvm_eq.ir import Module, verify
+    from dlvm_eq.ir.control_flow import module_with_bodies
+    from dlvm_eq.ir.loop_rules import apply_loop_rules
+
+    args = arguments(p, seed)
+    m = dq.make_ir(build(p))(*args)
+    fn = next(iter(m.functions.values()))
+    rewritten = Module("rules")
+    module_with_bodies(rewritten, apply_loop_rules(fn, batch=True))
+    verify(rewritten)
+    got = dq.interpret(rewritten, fn.name, *args)
+    np.testing.assert_allclose(got, dq.interpret(m, fn.name, *args), rtol=1e-5, atol=1e-6)

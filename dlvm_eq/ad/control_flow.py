@@ -24,35 +24,14 @@ import dataclasses
 from ..errors import DlvmError
 from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements
 from ..ir.inline import live_instructions
-from ..ir.module import Const, Function, FunctionBuilder, Instruction, Value
+from ..ir.loop_rules import inline
+from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.regions import Piece, normalize, split
 from ..ir.types import TensorType, TupleType
 
 
 def _is_float(t) -> bool:
     return isinstance(t, TensorType) and t.dtype.is_float
-
-
-def inline(b: FunctionBuilder, fn: Function, args: list) -> list:
-    """Copy `fn`'s body into builder `b` on `args`; the operands of its result, flattened."""
-    env: dict[int, object] = {id(p): a for p, a in zip(fn.params, args)}
-
-    def get(o):
-        return o if isinstance(o, Const) else env[id(o)]
-
-    producer: dict[int, Instruction] = {}
-    for inst in fn.body:
-        ops = [get(o) for o in inst.operands]
-        out = b.emit(inst.op, ops, location=inst.location, **inst.attrs)
-        env[id(inst.result)] = out
-        producer[id(out)] = inst
-    ret = get(fn.ret)
-    if not isinstance(fn.result_type, TupleType):
-        return [ret]
-    made = producer.get(id(ret))
-    if made is not None and made.op == "tuple":
-        return [get(o) for o in made.operands]
-    return [b.emit("extract", [ret], index=i) for i in range(len(fn.result_type.elements))]
 
 
 def _zeros(b: FunctionBuilder, t: TensorType) -> Value:

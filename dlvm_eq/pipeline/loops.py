@@ -23,9 +23,17 @@ import numpy as np
 
 from ..errors import DlvmError
 from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, has_control_flow
+from ..ir.loop_rules import apply_loop_rules
 from ..ir.module import Const, Function, Module
 from ..ir.regions import normalize, split
 from ..ir.types import TupleType
+
+LOOP_RULES = True
+# Batching x_t @ W over all steps (ir/loop_rules.py) is off: on the GRU of benchmarks/rnn.py
+# (T 64, batch 16) it gained nothing with one BLAS thread (35.5 vs 35.2 ms a step) and lost
+# with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
+# OpenBLAS's threading threshold where 64 small ones did not).
+BATCH_STEP_PRODUCTS = False
 
 
 def needs_loops(module: Module, name: str) -> bool:
@@ -77,6 +85,9 @@ class _Program:
         self.fn, self.target, self.cast = fn, target, cast
         self.report = LoopsReport(fn.name, target)
         self._xp = _array_module(target)
+        # loop rules first: invariants hoisted, input projections batched (ir/loop_rules.py)
+        if LOOP_RULES:
+            fn = apply_loop_rules(fn, batch=BATCH_STEP_PRODUCTS)
         params, nodes, results = normalize(fn, module)
         self._params, self._results = params, results
         self._tuple = isinstance(fn.result_type, TupleType)
