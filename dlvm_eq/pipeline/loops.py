@@ -71,20 +71,32 @@ class LoopsReport:
         return "\n".join(lines)
 
 
-def compile_loops(module: Module, name: str, target: str = "cpu", cast: bool = False):
+@dataclass
+class _Compiling:
+    """One compile's settings and the bodies it compiled (each once)."""
+
+    target: str
+    optimize: bool
+    done: dict = field(default_factory=dict)  # id(Function) -> (Function, compiled)
+
+
+def compile_loops(
+    module: Module, name: str, target: str = "cpu", cast: bool = False, optimize: bool = True
+):
     """A callable running function `name` of `module` (numpy arrays in and out on cpu, CuPy
-    on gpu), each straight piece and each loop body compiled once."""
+    on gpu), each straight piece and each loop body compiled once (pieces always cast their
+    arguments to the declared dtypes: `cast` is accepted for dq.compile's signature)."""
     from .adjoints import resolve_adjoints
 
     module = resolve_adjoints(module, [name])
-    return _Program(module[name], module, target, cast, {})
+    return _Program(module[name], module, _Compiling(target, optimize))
 
 
 class _Program:
-    def __init__(self, fn: Function, module: Module | None, target: str, cast, bodies: dict):
-        self.fn, self.target, self.cast = fn, target, cast
-        self.report = LoopsReport(fn.name, target)
-        self._xp = _array_module(target)
+    def __init__(self, fn: Function, module: Module | None, ctx: _Compiling):
+        self.fn, self.target = fn, ctx.target
+        self.report = LoopsReport(fn.name, ctx.target)
+        self._xp = _array_module(ctx.target)
         # loop rules first: invariants hoisted, input projections batched (ir/loop_rules.py)
         if LOOP_RULES:
             fn = apply_loop_rules(fn, batch=BATCH_STEP_PRODUCTS)
@@ -94,21 +106,21 @@ class _Program:
         self._steps = []  # (run, operands read, values defined, whether a region)
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
-                run = _compiled(piece.function, module, target, bodies)
+                run = _compiled(piece.function, module, ctx)
                 self.report.parts.append((f"piece {k}", run.report))
                 self._steps.append((run, piece.inputs, piece.outputs, False))
             else:  # a region's operands may be constants
                 inst = piece.region.inst
-                run = self._region(inst, module, bodies)
+                run = self._region(inst, module, ctx)
                 self._steps.append((run, inst.operands, piece.outputs, True))
 
-    def _region(self, inst, module, bodies):
+    def _region(self, inst, module, ctx: _Compiling):
         compiled = []
         for key in ("cond", "body"):
             if key in inst.attrs:
-                compiled.append(_compiled(inst.attrs[key], module, self.target, bodies))
+                compiled.append(_compiled(inst.attrs[key], module, ctx))
         for b in inst.attrs.get("branches", ()):
-            compiled.append(_compiled(b, module, self.target, bodies))
+            compiled.append(_compiled(b, module, ctx))
         for fn_report in compiled:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
@@ -149,20 +161,20 @@ class _Program:
         return get
 
 
-def _compiled(fn: Function, module: Module | None, target: str, bodies: dict):
+def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
     """`fn` compiled once per compile (a body two loops run is compiled once)."""
-    hit = bodies.get(id(fn))
+    hit = ctx.done.get(id(fn))
     if hit is not None:
         return hit[1]
     if has_control_flow(fn):
-        run = _Program(fn, module, target, True, bodies)
+        run = _Program(fn, module, ctx)
     else:
         from .native import compile as native_compile
 
         m = Module(fn.name)
         m.add(fn)
-        run = native_compile(m, fn.name, target, cast=True)
-    bodies[id(fn)] = (fn, run)  # fn kept alive: its id is the key
+        run = native_compile(m, fn.name, ctx.target, optimize=ctx.optimize, cast=True)
+    ctx.done[id(fn)] = (fn, run)  # fn kept alive: its id is the key
     return run
 
 
