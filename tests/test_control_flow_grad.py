@@ -191,3 +191,24 @@ def test_vjp_through_a_scan_with_pytree_outputs():
     want = dq.grad(scalar, argnums=(0, 1))(w, xs)
     np.testing.assert_allclose(gw, want[0], rtol=1e-12)
     np.testing.assert_allclose(gx, want[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("steps,reverse", [(10, False), (7, True), (16, False)])
+def test_sqrt_checkpointing_gives_the_same_value_and_gradient(steps, reverse):
+    w, h0 = RNG.standard_normal((3, 3)) * 0.3, RNG.standard_normal((2, 3))
+    xs = RNG.standard_normal((steps, 2, 3))
+
+    def loss(w, h0, xs, ck):
+        def step(h, x):
+            return dq.tanh(h @ w + x), {"h": h * 2.0}
+
+        h, ys = dq.scan(step, h0, xs, reverse=reverse, checkpoint=ck)
+        return dq.sum(ys["h"] * dq.sin(ys["h"])) + dq.sum(h)
+
+    ir = str(dq.make_ir(lambda *a: loss(*a, "sqrt"))(w, h0, xs))
+    assert ir.count("= scan @") == (2 if steps == 16 else 3)  # segments (+ the steps left)
+    want = dq.jit(dq.value_and_grad(lambda *a: loss(*a, None), argnums=(0, 1, 2)))(w, h0, xs)
+    got = dq.jit(dq.value_and_grad(lambda *a: loss(*a, "sqrt"), argnums=(0, 1, 2)))(w, h0, xs)
+    assert float(got[0]) == pytest.approx(float(want[0]), rel=1e-12)
+    for g, r in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)

@@ -16,6 +16,7 @@ reference interpreter.
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..errors import DlvmError
@@ -23,8 +24,9 @@ from ..ir.interp import run_function
 from ..ir.module import Function, FunctionBuilder, Value
 from ..ir.types import BOOL, I32, TensorType, TupleType
 from .context import Trace, current_trace, shape_error, user_location
+from .ops import concatenate
 from .primitive import lift_value
-from .pytree import PyTreeDef, leaf_paths, tree_flatten, tree_unflatten
+from .pytree import PyTreeDef, leaf_paths, tree_flatten, tree_map, tree_unflatten
 from .tensor import Tensor
 from .tracing import function_name, param_names, trace_closure, type_of
 
@@ -92,17 +94,23 @@ def _check_types(who, fn, what, tree, want, got, loc) -> None:
 # ---------------------------------------------------------------- scan
 
 
-def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoint=None):
     """`jax.lax.scan`: `f(carry, x) -> (carry, y)` over the leading axis of `xs`; returns
     (final carry, the ys stacked). `length` is needed when `xs` is None; `unroll` is accepted
-    for JAX's signature (the body is compiled once either way)."""
+    for JAX's signature (the body is compiled once either way). `checkpoint="sqrt"`: the
+    gradient stores about 2 sqrt(T) carries instead of T (a scan of sqrt(T) segments, each a
+    scan of sqrt(T) steps that the backward pass runs again)."""
+    if checkpoint not in (None, "sqrt"):
+        raise shape_error(f"scan: checkpoint must be None or 'sqrt', got {checkpoint!r}")
     if current_trace() is None:
-        return _eager(lambda c, x: scan(f, c, x, length, reverse, unroll), init, xs)
+        return _eager(lambda c, x: scan(f, c, x, length, reverse, unroll, checkpoint), init, xs)
     t, loc = current_trace(), user_location()
     c_leaves, c_tree = tree_flatten(init)
     x_leaves, x_tree = tree_flatten(xs)
     carries, steps = _values(c_leaves, t), _values(x_leaves, t)
     n = _length(length, steps, x_tree, loc)
+    if checkpoint == "sqrt" and n >= 4:
+        return _segmented(f, init, xs, n, reverse)
     step_types = [v.type.with_shape(v.type.shape[1:]) for v in steps]
     nc = len(carries)
     y_tree: list[PyTreeDef] = []
@@ -141,6 +149,28 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     )
     results = [Tensor(v, t) for v in _results(t, r, loc)]
     return tree_unflatten(c_tree, results[:nc]), tree_unflatten(y_tree[0], results[nc:])
+
+
+def _segmented(f, init, xs, n: int, reverse: bool):
+    """scan(f) as a scan over k segments of m steps (k m <= n), each an inner scan, then a
+    scan over the r = n - k m steps left; the same steps in the same order."""
+    m = math.isqrt(n - 1) + 1  # ceil(sqrt(n))
+    k, r = n // m, n % m
+    seg = (slice(r, n), slice(0, r)) if reverse else (slice(0, k * m), slice(k * m, n))
+    whole = lambda x: x if k * m == n else x[seg[0]]
+    head = tree_map(lambda x: whole(x).reshape((k, m, *x.shape[1:])), xs)
+
+    def segment(c, x):
+        return scan(f, c, x, length=m, reverse=reverse)
+
+    segment.__name__ = f"{_name_of(f)}_segment"
+    c, ys = scan(segment, init, head, length=k, reverse=reverse)
+    ys = tree_map(lambda y: y.reshape((k * m, *y.shape[2:])), ys)
+    if r:
+        c, tail_ys = scan(f, c, tree_map(lambda x: x[seg[1]], xs), length=r, reverse=reverse)
+        parts = (tail_ys, ys) if reverse else (ys, tail_ys)
+        ys = tree_map(lambda a, b: concatenate([a, b], axis=0), *parts)
+    return c, ys
 
 
 def _ids(tree: PyTreeDef, root: str) -> list[str]:
