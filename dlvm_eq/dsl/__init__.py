@@ -13,7 +13,8 @@ Files: context (trace stack, user locations), tensor (the symbolic Tensor and it
 primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), linalg
 (matmul with numpy rules), indexing
 (x[...] and split: slices), nn (stable
-composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ...), tree_args
+composites), tracing (trace / call_function), control_flow (scan, fori_loop, while_loop, cond, switch),
+pytree (tree_flatten, tree_map, ...), tree_args
 (pytree arguments of traced functions), api (make_ir), optim (sgd, momentum, adam).
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
 stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the

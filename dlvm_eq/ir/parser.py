@@ -1,6 +1,7 @@
 """Parses DLVM textual IR (grammar.lark) into a Module; accepts exactly what the printer prints,
 plus DLVM's own spellings (`[gradient ...]`, `apply @g(...): (T) -> T`, typed array elements,
-`literal 1: <2 x f32>` operands, `init %c: f32`, branch-linked block chains).
+`literal 1: <2 x f32>` operands, `init %c: f32`, branch-linked block chains; control-flow
+graphs with `conditional`, structured into while/cond by cfg.py).
 
     m = parse('''
     module "demo"
