@@ -20,14 +20,16 @@ O(steps x carry), like checkpointing every step).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 
 from ..errors import DlvmError
-from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements
+from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, reaches_control_flow
 from ..ir.inline import live_instructions
 from ..ir.loop_rules import inline
 from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.regions import Piece, normalize, split
 from ..ir.types import TensorType, TupleType
+from .scan_residuals import Split, emit_grads, forward_with_residuals, split_vjp
 
 
 def _is_float(t) -> bool:
@@ -52,7 +54,7 @@ class _Adjoint:
         self.env: dict[int, object] = {}
         self.active: set[int] = set()
         self.adj: dict[int, Value] = {}
-        self.residuals: dict[int, list[Value]] = {}  # id(scan piece) -> stacked carries
+        self.residuals: dict[int, _ScanPlan] = {}  # id(scan piece) -> how it differentiates
 
     # -- helpers
     def get(self, o):
@@ -132,18 +134,46 @@ class _Adjoint:
             )
         ops = [self.get(o) for o in inst.operands]
         attrs = dict(inst.attrs)
-        nc = attrs.get("carries", 0)
-        stacked = live and inst.op == SCAN and nc > 0
-        if stacked:  # the body also returns the carries it starts from: the residuals
-            attrs["body"] = _with_residuals(attrs["body"], nc)
+        plan = self.scan_plan(inst) if live and inst.op == SCAN else None
+        if plan is not None:  # the body also returns what the backward step reads
+            attrs["body"] = plan.forward
         r = b.emit(inst.op, ops, location=inst.location, **attrs)
         outs = _elements_of(b, r)
         for v, o in zip(piece.outputs, outs):
             self.env[id(v)] = o
             if live and _is_float(v.type):
                 self.active.add(id(v))
-        if stacked:
-            self.residuals[id(piece)] = outs[len(piece.outputs) :]
+        if plan is not None:
+            plan.stacks = outs[len(piece.outputs) :]
+            self.residuals[id(piece)] = plan
+
+    def scan_plan(self, inst) -> _ScanPlan | None:
+        """How the scan `inst` is differentiated: the body's VJP, what the forward stores."""
+        a = inst.attrs
+        body, nc, nx = a["body"], a["carries"], a["xs"]
+        ops = inst.operands
+        carries, xs, withs = ops[:nc], ops[nc : nc + nx], ops[nc + nx :]
+        outs = elements(body.result_type)
+        p = _ScanPlan(
+            fc=[k for k in range(nc) if _is_float(carries[k].type)],
+            ax=[j for j, o in enumerate(xs) if isinstance(o, Value) and id(o) in self.active],
+            aw=[j for j, o in enumerate(withs) if isinstance(o, Value) and id(o) in self.active],
+            fy=[j for j in range(nc, len(outs)) if _is_float(outs[j])],
+        )
+        wrt = p.fc + [nc + j for j in p.ax] + [nc + nx + j for j in p.aw]
+        if not wrt or not (p.fc or p.fy):
+            return None
+        p.vjp = self.vjp(body, wrt, f"{body.name}.vjp")
+        if not reaches_control_flow(p.vjp):  # store the step's residuals
+            p.split = split_vjp(p.vjp, nc, nx, len(p.fc) + len(p.fy))
+            p.forward = forward_with_residuals(body, p.split)
+            p.stored = [v.type for v in p.split.stored]
+            p.names = [f"r.{v.name}" for v in p.split.stored]
+        else:  # a body with loops: store the carries, run the body again backward
+            p.forward = _with_residuals(body, nc)
+            p.stored = body.param_types[:nc]
+            p.names = [q.name for q in body.params[:nc]]
+        return p
 
     def backward(self, piece: Piece) -> None:
         if piece.region is None:
@@ -179,25 +209,18 @@ class _Adjoint:
 
     def backward_scan(self, piece: Piece) -> None:
         b, inst = self.b, piece.region.inst
+        plan = self.residuals.get(id(piece))
+        if plan is None:
+            return
         a = inst.attrs
         body, nc, nx = a["body"], a["carries"], a["xs"]
         ops = inst.operands
         carries, xs, withs = ops[:nc], ops[nc : nc + nx], ops[nc + nx :]
-        outs = elements(body.result_type)
-        fc = [k for k in range(nc) if _is_float(carries[k].type)]
-        ax = [j for j, o in enumerate(xs) if isinstance(o, Value) and id(o) in self.active]
-        aw = [j for j, o in enumerate(withs) if isinstance(o, Value) and id(o) in self.active]
-        fy = [j for j in range(nc, len(outs)) if _is_float(outs[j])]
-        wrt = fc + [nc + j for j in ax] + [nc + nx + j for j in aw]
-        if not wrt or not (fc or fy):
-            return
-        vjp = self.vjp(body, wrt, f"{body.name}.vjp")
-        step = _adjoint_step(body, vjp, nc, nx, fc, ax, aw, fy)
-        final = [self.seed(piece.outputs[k]) for k in fc]
-        acc = [_zeros(b, withs[j].type) for j in aw]
-        ys = [self.seed(piece.outputs[j]) for j in fy]
-        stacks = self.residuals.get(id(piece), [])
-        over = stacks + [self.get(o) for o in xs] + ys
+        step = _adjoint_step(body, nc, nx, plan)
+        final = [self.seed(piece.outputs[k]) for k in plan.fc]
+        acc = [_zeros(b, withs[j].type) for j in plan.aw]
+        ys = [self.seed(piece.outputs[j]) for j in plan.fy]
+        over = plan.stacks + [self.get(o) for o in xs] + ys
         r = b.emit(
             SCAN,
             [*final, *acc, *over, *(self.get(o) for o in withs)],
@@ -209,12 +232,31 @@ class _Adjoint:
             xs=len(over),
         )
         got = _elements_of(b, r)
+        fc, aw, ax = plan.fc, plan.aw, plan.ax
         for k, g in zip(fc, got):
             self.add_adjoint(carries[k], g)
         for j, g in zip(aw, got[len(fc) :]):
             self.add_adjoint(withs[j], g)
         for j, g in zip(ax, got[len(fc) + len(aw) :]):
             self.add_adjoint(xs[j], g)
+
+
+@dataclass
+class _ScanPlan:
+    """A scan's differentiation: float carries (fc), active xs (ax) and withs (aw), float ys
+    (fy); the body's VJP; the forward body that also returns the stored values (their types
+    and names), their stacks once the forward scan is emitted."""
+
+    fc: list[int]
+    ax: list[int]
+    aw: list[int]
+    fy: list[int]
+    vjp: Function | None = None
+    split: Split | None = None
+    forward: Function | None = None
+    stored: list = field(default_factory=list)
+    names: list = field(default_factory=list)
+    stacks: list = field(default_factory=list)
 
 
 def _elements_of(b: FunctionBuilder, r: Value) -> list[Value]:
@@ -230,39 +272,43 @@ def _with_residuals(body: Function, nc: int) -> Function:
     return _finished(b, outs + list(b.params[:nc]))
 
 
-def _adjoint_step(body, vjp, nc, nx, fc, ax, aw, fy) -> Function:
-    """The backward scan's body: (carry adjoints, with-adjoint sums; the step's carries, xs
-    and y adjoints; withs) -> (carry adjoints, sums, xs adjoints)."""
+def _adjoint_step(body, nc, nx, plan: _ScanPlan) -> Function:
+    """The backward scan's body: (carry adjoints, with-adjoint sums; the step's stored values,
+    xs and y adjoints; withs) -> (carry adjoints, sums, xs adjoints)."""
+    fc, ax, aw, fy = plan.fc, plan.ax, plan.aw, plan.fy
     ts = body.param_types
     withs_t = ts[nc + nx :]
     outs = elements(body.result_type)
     params = (
         [ts[k] for k in fc]
         + [withs_t[j] for j in aw]
-        + ts[:nc]
+        + list(plan.stored)
         + ts[nc : nc + nx]
         + [outs[j] for j in fy]
         + withs_t
     )
     names = [p.name for p in body.params]
-    out_names = [f"y{j - nc}" for j in fy]
     b = FunctionBuilder(
         f"{body.name}.adjoint",
         params,
         [f"ct.{names[k]}" for k in fc]
         + [f"sum.{names[nc + nx + j]}" for j in aw]
-        + names[: nc + nx]
-        + [f"ct.{n}" for n in out_names]
+        + list(plan.names)
+        + names[nc : nc + nx]
+        + [f"ct.y{j - nc}" for j in fy]
         + names[nc + nx :],
     )
     p = iter(b.params)
     ct = [next(p) for _ in fc]
     acc = [next(p) for _ in aw]
-    c = [next(p) for _ in range(nc)]
+    stored = [next(p) for _ in plan.stored]
     x = [next(p) for _ in range(nx)]
     ct_y = [next(p) for _ in fy]
     w = list(p)
-    grads = inline(b, vjp, c + x + w + ct + ct_y)
+    if plan.split is not None:
+        grads = emit_grads(b, plan.split, stored, x, w, ct + ct_y)
+    else:
+        grads = inline(b, plan.vjp, stored + x + w + ct + ct_y)
     g_c, g_x, g_w = grads[: len(fc)], grads[len(fc) : len(fc) + len(ax)], grads[len(fc) + len(ax) :]
     sums = [b.emit("add", [s, g]) for s, g in zip(acc, g_w)]
     return _finished(b, g_c + sums + g_x)

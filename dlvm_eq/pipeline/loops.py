@@ -196,10 +196,9 @@ def _run_scan(xp, body, attrs, vals) -> list:
     y_types = elements(attrs["body"].result_type)[nc:]
     ys = [xp.empty((n, *t.shape), t.dtype.numpy) for t in y_types]
     call = getattr(body, "program", body)  # the executor itself: one Python call less a step
-    one = nc + len(ys) == 1
     for t in range(n - 1, -1, -1) if attrs["reverse"] else range(n):
         out = call(*carries, *[x[t] for x in xs], *withs)
-        if one:
+        if type(out) is not tuple:
             out = (out,)
         carries = list(out[:nc])
         for acc, y in zip(ys, out[nc:]):
