@@ -32,6 +32,11 @@ from ..ir.types import TensorType, TupleType
 from .scan_residuals import Split, emit_grads, forward_with_residuals, split_vjp
 
 
+# False: the forward stores only the carries and the backward step runs the body again (less
+# memory, more work: the GRU of benchmarks/rnn.py does 15 matmuls a backward step, not 9)
+STORE_RESIDUALS = True
+
+
 def _is_float(t) -> bool:
     return isinstance(t, TensorType) and t.dtype.is_float
 
@@ -164,7 +169,7 @@ class _Adjoint:
         if not wrt or not (p.fc or p.fy):
             return None
         p.vjp = self.vjp(body, wrt, f"{body.name}.vjp")
-        if not reaches_control_flow(p.vjp):  # store the step's residuals
+        if STORE_RESIDUALS and not reaches_control_flow(p.vjp):  # store the step's residuals
             p.split = split_vjp(p.vjp, nc, nx, len(p.fc) + len(p.fy))
             p.forward = forward_with_residuals(body, p.split)
             p.stored = [v.type for v in p.split.stored]
