@@ -31,7 +31,6 @@ from ..ir.regions import Piece, normalize, split
 from ..ir.types import TensorType, TupleType
 from .scan_residuals import Split, emit_grads, forward_with_residuals, split_vjp
 
-
 # False: the forward stores only the carries and the backward step runs the body again (less
 # memory, more work: the GRU of benchmarks/rnn.py does 15 matmuls a backward step, not 9)
 STORE_RESIDUALS = True
