@@ -210,7 +210,7 @@ def main() -> None:
     o = overhead()
     print(o)
     memory = markdown_table(
-        ["T", "all carries KiB", "peak KiB, checkpoint None", 'peak KiB, checkpoint "sqrt"'],
+        ["T", "T carries KiB", "peak KiB, checkpoint None", 'peak KiB, checkpoint "sqrt"'],
         residual_memory(),
     )
     print(memory)
@@ -233,9 +233,11 @@ def main() -> None:
         f"Residual memory: the gradient of a tanh RNN (carry {BATCH} x {HIDDEN} f32, 4 KiB) "
         "with respect to its weights, peak bytes allocated during one compiled call "
         "(tracemalloc, numpy arrays included, after two warm-up calls). Without "
-        'checkpointing the forward scan stores every carry; `dq.scan(..., checkpoint="sqrt")` '
-        "stores one carry per segment of ceil(sqrt(T)) steps and runs each segment again in "
-        f"the backward pass.\n\n{memory}\n"
+        "checkpointing the forward scan stores each step's residuals (here two 4 KiB values: "
+        "what the body's VJP reads that depends on the carry); "
+        '`dq.scan(..., checkpoint="sqrt")` stores one carry per segment of ceil(sqrt(T)) '
+        "steps and runs each segment again in the backward pass.\n\n"
+        f"{memory}\n"
     )
     print(text)
     if a.update:
