@@ -133,6 +133,32 @@ def overhead(steps: int = 1000, repeats: int = 10) -> dict:
     return {"per_step_us": per_step * 1e6, "body_alone_us": alone * 1e6, "steps": steps}
 
 
+def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
+    """`steps` SGD steps of a least-squares model (256 x 32) inside one dq.jit call through
+    dq.fori_loop, against `steps` calls of the jitted step (medians, seconds)."""
+    import numpy as np
+
+    import dlvm_eq as dq
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 32)).astype(np.float32)
+    y = (x @ rng.standard_normal((32, 1))).astype(np.float32)
+    w0 = np.zeros((32, 1), np.float32)
+    g = dq.grad(lambda w, x, y: dq.mean(dq.square(x @ w - y)))
+    one = dq.jit(lambda w, x, y: w - 0.05 * g(w, x, y))
+    many = dq.jit(lambda w, x, y: dq.fori_loop(0, steps, lambda i, w: w - 0.05 * g(w, x, y), w))
+
+    def separate():
+        w = w0
+        for _ in range(steps):
+            w = one(w, x, y)
+        return w
+
+    a = median_time(lambda: many(w0, x, y), repeats=repeats, warmup=1).median
+    b = median_time(separate, repeats=repeats, warmup=1).median
+    return {"steps": steps, "one_call_ms": a * 1e3, "separate_ms": b * 1e3}
+
+
 def residual_memory(steps_list=(64, 256, 1024)) -> list[list]:
     """Peak bytes allocated (tracemalloc: numpy's arrays included) by one compiled call of a
     tanh RNN's gradient with respect to its weights, checkpoint None against "sqrt"."""
@@ -209,6 +235,8 @@ def main() -> None:
     table = markdown_table(["T", "program", "cold compile s", "step ms (median)"], rows)
     o = overhead()
     print(o)
+    sgd = sgd_in_one_call()
+    print(sgd)
     memory = markdown_table(
         ["T", "T carries KiB", "peak KiB, checkpoint None", 'peak KiB, checkpoint "sqrt"'],
         residual_memory(),
@@ -230,6 +258,11 @@ def main() -> None:
         f"is one add on a {BATCH} x {HIDDEN} f32 carry takes {o['per_step_us']:.1f} us a "
         f"step; the compiled body called alone from Python takes {o['body_alone_us']:.1f} us "
         "a call (the driver adds the rest: slicing xs, stacking ys, Python between steps).\n\n"
+        f"Training inside one call: {sgd['steps']} SGD steps of a least-squares model "
+        "(256 x 32, value-and-grad in the loop body) through `dq.fori_loop` in one `dq.jit` "
+        f"call take {sgd['one_call_ms']:.2f} ms; {sgd['steps']} calls of the jitted step "
+        f"take {sgd['separate_ms']:.2f} ms (ratio "
+        f"{sgd['one_call_ms'] / sgd['separate_ms']:.2f}).\n\n"
         f"Residual memory: the gradient of a tanh RNN (carry {BATCH} x {HIDDEN} f32, 4 KiB) "
         "with respect to its weights, peak bytes allocated during one compiled call "
         "(tracemalloc, numpy arrays included, after two warm-up calls). Without "

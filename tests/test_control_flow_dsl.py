@@ -204,3 +204,16 @@ def test_while_loop_under_grad_is_a_clear_error_unless_max_steps():
 
     assert float(dq.jit(g, target="cpu")(x)) == pytest.approx(16.0)
     np.testing.assert_allclose(dq.grad(g)(x), [8.0, 8.0], rtol=1e-6)  # doubled three times
+
+
+def test_sgd_steps_inside_one_jit_call_equal_separate_calls():
+    x, y = f32(64, 8), f32(64, 1)
+    w0 = np.zeros((8, 1), np.float32)
+    g = dq.grad(lambda w, x, y: dq.mean(dq.square(x @ w - y)))
+    many = dq.jit(lambda w, x, y: dq.fori_loop(0, 20, lambda i, w: w - 0.1 * g(w, x, y), w))
+    one = dq.jit(lambda w, x, y: w - 0.1 * g(w, x, y))
+    w = w0
+    for _ in range(20):
+        w = one(w, x, y)
+    np.testing.assert_allclose(many(w0, x, y), w, rtol=1e-5, atol=1e-6)
+    assert "= scan @" in str(many.lower(w0, x, y))
