@@ -117,3 +117,21 @@ def test_cond_on_a_constant_folds_to_the_taken_branch():
     assert not _ops(new, "cond") and not _ops(new, "switch")
     assert {i.op for i in new.body} >= {"sin", "tanh"} and "cos" not in {i.op for i in new.body}
     np.testing.assert_allclose(interpret(m1, "f", x), np.sin(x) + np.tanh(x), rtol=1e-6)
+
+
+def test_a_dead_carry_goes_and_a_live_one_stays():
+    def f(x):  # the counter is dead: the body ignores i and the result drops it
+        return dq.fori_loop(0, 5, lambda i, v: dq.sin(v), x)
+
+    def g(x):  # here the body reads i: it stays
+        return dq.fori_loop(0, 5, lambda i, v: v * i.astype("f32"), x)
+
+    x = RNG.standard_normal(3).astype(np.float32)
+    for fun, carries in ((f, 1), (g, 2)):
+        m0, fn = _fn(fun, x)
+        assert _ops(fn, "scan")[0].attrs["carries"] == 2
+        m1, new = _rewritten(fn)
+        assert _ops(new, "scan")[0].attrs["carries"] == carries
+        np.testing.assert_allclose(
+            interpret(m1, fun.__name__, x), interpret(m0, fun.__name__, x), rtol=1e-6
+        )

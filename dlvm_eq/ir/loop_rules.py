@@ -5,6 +5,8 @@
 - batching: a product `x_t @ W` of a step of `xs` with an invariant W (the input projection
   of an RNN), and elementwise ops on such products and invariants, are computed for all steps
   at once before the scan (T small GEMMs become one GEMM) and passed in as a new `xs`;
+- dead carries go: a carry whose final value nothing reads and that no other output depends
+  on (the step counter of a fori_loop whose body ignores it);
 - `cond`/`switch` on a constant selector is the taken branch, inlined.
 
     fn2 = apply_loop_rules(fn)     # a new Function; `fn` is not changed
@@ -59,8 +61,17 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
         return o if isinstance(o, Const) else env[id(o)]
 
     scalars: dict[int, object] = {}  # id(Value) of a scalar literal -> its value
+    used = _used_outputs(fn)
+    renumbered: dict[int, dict] = {}  # a scan without its dead carries: old index -> new
     for inst in fn.body:
         ops = [get(o) for o in inst.operands]
+        if inst.op == "extract" and id(ops[0]) in renumbered:
+            k = renumbered[id(ops[0])][inst.attrs["index"]]
+            single = not isinstance(ops[0].type, TupleType)
+            env[id(inst.result)] = (
+                ops[0] if single else b.emit("extract", ops, location=inst.location, index=k)
+            )
+            continue
         selector = ops[0].value if ops and isinstance(ops[0], Const) else None
         if ops and selector is None:
             selector = scalars.get(id(ops[0]))
@@ -73,7 +84,12 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
                 outs[0] if len(outs) == 1 else b.emit("tuple", outs, location=inst.location)
             )
         elif inst.op == SCAN:
-            env[id(inst.result)] = _scan(b, inst, ops, batch)
+            dead = _dead_carries(inst, used.get(id(inst.result)))
+            if dead:
+                inst, ops, index = _without_carries(inst, ops, dead)
+            r = env[id(inst.result)] = _scan(b, inst, ops, batch)
+            if dead:
+                renumbered[id(r)] = index
         else:
             env[id(inst.result)] = b.emit(inst.op, ops, location=inst.location, **inst.attrs)
             t = inst.attrs.get("type")
@@ -83,6 +99,77 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
     out.body = live_instructions(out.body, [out.ret])
     out.location = fn.location
     return out
+
+
+def _used_outputs(fn: Function) -> dict[int, set | None]:
+    """For each scan result of fn: the indices that `extract`s read (None: used whole)."""
+    scans = {id(i.result) for i in fn.body if i.op == SCAN}
+    used: dict[int, set | None] = {k: set() for k in scans}
+    for i in fn.body:
+        for o in i.operands:
+            if id(o) in scans and used[id(o)] is not None:
+                if i.op == "extract":
+                    used[id(o)].add(i.attrs["index"])
+                else:
+                    used[id(o)] = None
+    if id(fn.ret) in scans:
+        used[id(fn.ret)] = None
+    return used
+
+
+def _outputs(fn: Function) -> list | None:
+    """The operands fn returns, one per result element; None if its result is not spelled out."""
+    if not isinstance(fn.result_type, TupleType):
+        return [fn.ret]
+    made = next((i for i in fn.body if i.result is fn.ret), None)
+    return list(made.operands) if made is not None and made.op == "tuple" else None
+
+
+def _dead_carries(inst: Instruction, used: set | None) -> set[int]:
+    """Carries whose final value nothing reads and that no other output depends on (a
+    fori_loop's step counter the body ignores): they can be dropped from the loop."""
+    nc = inst.attrs["carries"]
+    body = inst.attrs["body"]
+    outs = _outputs(body)
+    if used is None or outs is None or nc == 0:
+        return set()
+    deps: dict[int, set] = {id(p): {k} for k, p in enumerate(body.params)}
+    for i in body.body:
+        deps[id(i.result)] = set().union(*(deps.get(id(o), set()) for o in i.operands))
+    dead = {k for k in range(nc) if k not in used}
+    while True:
+        live = set().union(*(deps.get(id(o), set()) for j, o in enumerate(outs) if j not in dead))
+        still = {k for k in dead if k not in live}
+        if still == dead:
+            break
+        dead = still
+    return dead if len(dead) < len(outs) else set()
+
+
+def _without_carries(inst: Instruction, ops: list, dead: set[int]):
+    """(the scan instruction without the dead carries, its operands, old -> new indices)."""
+    a = inst.attrs
+    body, nc = a["body"], a["carries"]
+    keep = [k for k in range(len(body.params)) if k >= nc or k not in dead]
+    outs = _outputs(body)
+    kept_outs = [o for j, o in enumerate(outs) if j >= nc or j not in dead]
+    fb = FunctionBuilder(
+        body.name, [body.param_types[k] for k in keep], [body.params[k].name for k in keep]
+    )
+    env: dict[int, object] = {id(body.params[k]): q for k, q in zip(keep, fb.params)}
+    for i in live_instructions(body.body, [o for o in kept_outs if isinstance(o, Value)]):
+        args = [o if isinstance(o, Const) else env[id(o)] for o in i.operands]
+        env[id(i.result)] = fb.emit(i.op, args, location=i.location, **i.attrs)
+    new_outs = [o if isinstance(o, Const) else env[id(o)] for o in kept_outs]
+    new_body = fb.finish(new_outs if len(new_outs) > 1 else new_outs[0])
+    index = {j: n for n, j in enumerate(j for j in range(len(outs)) if j >= nc or j not in dead)}
+    attrs = dict(a, body=new_body, carries=nc - len(dead))
+    operands = [inst.operands[k] for k in keep]
+    return (
+        Instruction(inst.result, SCAN, operands, attrs, inst.location),
+        [ops[k] for k in keep],
+        index,
+    )
 
 
 def _scan(b: FunctionBuilder, inst: Instruction, ops: list, batch: bool) -> Value:
