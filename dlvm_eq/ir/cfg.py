@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from lark import Token, Tree
 
+from ..errors import IRError
 from .control_flow import add_renamed, check, elements, joined
 from .module import Function, Instruction, Value
 from .types import BOOL, TensorType
@@ -323,7 +324,7 @@ class Walker:
         labels = [f"%{o.name}" if isinstance(o, Value) else f"constant {o.value}" for o in operands]
         try:
             rtype = check(op, [o.type for o in operands], attrs, labels)
-        except Exception as e:
+        except IRError as e:
             raise R.src.at(at, str(e)) from None
         loc = R.src.location(at)
         result = Value(self.fresh(R, op), rtype)
@@ -341,7 +342,7 @@ class Walker:
     def sub(self, R, suffix: str, params: list[Value]) -> _Sub:
         return _Sub(R, f"{self.reader.fn.name}.{suffix}", params)
 
-    def side_names(self, R, label: str, join: str) -> list[str]:
+    def side_names(self, R, label: str) -> list[str]:
         """Parameter names for a side's arguments: its block's (the join's, if it is one)."""
         return [str(tok)[1:] for tok, _ in R.block_params(self.blocks[label])]
 
@@ -401,7 +402,7 @@ class Walker:
         pred = R.operand(term.children[0])
         arg_types = [v.type for v in t_args + e_args]
         subs, outs_types = [], []
-        names = self.side_names(R, t_label, j) + self.side_names(R, e_label, j)
+        names = self.side_names(R, t_label) + self.side_names(R, e_label)
         if len(set(names)) != len(names):  # both sides are the join
             names = [f"{n}.{i}" for i, n in enumerate(names)]
         for k, (side, n_before) in enumerate(((t_label, 0), (e_label, len(t_args)))):
