@@ -135,3 +135,12 @@ def test_a_dead_carry_goes_and_a_live_one_stays():
         np.testing.assert_allclose(
             interpret(m1, fun.__name__, x), interpret(m0, fun.__name__, x), rtol=1e-6
         )
+
+
+def test_a_scan_of_one_step_is_its_body_inlined():
+    args = _rnn_args()
+    args = (*args[:4], args[4][:1])  # one step
+    m0, fn = _fn(rnn, *args)
+    m1, new = _rewritten(fn)
+    assert not _ops(new, "scan") and len(_ops(new, "tanh")) == 1
+    _same(m0, m1, "rnn", args)

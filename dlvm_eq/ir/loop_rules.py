@@ -7,7 +7,8 @@
   at once before the scan (T small GEMMs become one GEMM) and passed in as a new `xs`;
 - dead carries go: a carry whose final value nothing reads and that no other output depends
   on (the step counter of a fori_loop whose body ignores it);
-- `cond`/`switch` on a constant selector is the taken branch, inlined.
+- `cond`/`switch` on a constant selector is the taken branch, inlined; a scan of one step is
+  its body, inlined.
 
     fn2 = apply_loop_rules(fn)     # a new Function; `fn` is not changed
 
@@ -83,6 +84,8 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
             env[id(inst.result)] = (
                 outs[0] if len(outs) == 1 else b.emit("tuple", outs, location=inst.location)
             )
+        elif inst.op == SCAN and inst.attrs["length"] == 1:
+            env[id(inst.result)] = _one_step(b, inst, ops, batch)
         elif inst.op == SCAN:
             dead = _dead_carries(inst, used.get(id(inst.result)))
             if dead:
@@ -99,6 +102,26 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
     out.body = live_instructions(out.body, [out.ret])
     out.location = fn.location
     return out
+
+
+def _one_step(b: FunctionBuilder, inst: Instruction, ops: list, batch: bool):
+    """A scan of one step, inlined: the body on xs[0]; each y given its axis of one step."""
+    a = inst.attrs
+    body, nc, nx = apply_loop_rules(a["body"], batch), a["carries"], a["xs"]
+    loc = inst.location
+    steps = [
+        b.emit("shapeCast", [x], location=loc, shape=x.type.shape[1:]) for x in ops[nc : nc + nx]
+    ]
+    outs = inline(b, body, [*ops[:nc], *steps, *ops[nc + nx :]], loc)
+    outs = [
+        o
+        if isinstance(o, Value)
+        else b.emit("literal", [], location=loc, value=o.value, type=o.type)
+        for o in outs
+    ]
+    ys = [b.emit("shapeCast", [y], location=loc, shape=(1, *y.type.shape)) for y in outs[nc:]]
+    results = outs[:nc] + ys
+    return results[0] if len(results) == 1 else b.emit("tuple", results, location=loc)
 
 
 def _used_outputs(fn: Function) -> dict[int, set | None]:
