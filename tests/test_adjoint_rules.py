@@ -274,7 +274,9 @@ def case_call(op, rng):
 
 
 CASES = {
-    **{op: case_unary for op in OPS if OPS[op].kind == UNARY},
+    # stopGradient's zero adjoint is its definition, not a derivative finite differences see
+    # (tests/test_transforms.py checks it)
+    **{op: case_unary for op in OPS if OPS[op].kind == UNARY and op != "stopGradient"},
     **{op: case_binary for op in OPS if OPS[op].kind == BINARY},
     **{op: case_nondiff for op in OPS if OPS[op].kind in (COMPARE, LOGIC)},
     "select": case_select,
