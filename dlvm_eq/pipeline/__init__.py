@@ -20,11 +20,14 @@ egglog, the planner) load on first use.
 
 from ..lazy_attributes import lazy_attributes
 from .adjoints import resolve_adjoints
+from .custom_vjp import custom_vjp
 from .differentiate import grad, value_and_grad, vjp
+from .forward import hessian, jacfwd, jacrev, jvp, linearize
 from .jit import Jitted, jit
 from .module_calls import interpret, optimize, verify_adjoint
 from .targets import DEFAULT_TARGET, register_backend
 from .timing import compile_seconds
+from .vmap import vmap
 
 # name -> submodule, imported on first access (PEP 562): the code generator and the planner
 # load only when something is compiled
@@ -50,10 +53,16 @@ __all__ = [
     "Jitted",
     "check_grads",
     "compile",
+    "custom_vjp",
     "compile_seconds",
     "grad",
+    "hessian",
     "interpret",
+    "jacfwd",
+    "jacrev",
     "jit",
+    "jvp",
+    "linearize",
     "lower",
     "optimize",
     "optimized",
@@ -64,4 +73,5 @@ __all__ = [
     "value_and_grad",
     "verify_adjoint",
     "vjp",
+    "vmap",
 ]

@@ -133,9 +133,7 @@ def jacrev(fn, argnums=0):
         out, f_vjp = vjp(partial, *(args[n] for n in nums))
         t_out = type_of(_one_array(out, "jacrev"))
         rows = vmap(lambda ct: f_vjp(ct))(_basis(t_out, max(math.prod(t_out.shape), 1)))
-        jacs = tuple(
-            reshape(r, t_out.shape + type_of(args[n]).shape) for r, n in zip(rows, nums)
-        )
+        jacs = tuple(reshape(r, t_out.shape + type_of(args[n]).shape) for r, n in zip(rows, nums))
         return jacs[0] if single else jacs
 
     return _traced_or_jitted(run, fn, "jacrev")
