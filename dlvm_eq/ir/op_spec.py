@@ -59,8 +59,8 @@ class OpSpec:
     - batch(bt, op, args, batched, attrs) -> Value: the vmap rule (ir/batching.py, shared ones in
       registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
       does the result.
-    - regions: attributes that name body functions (structured control flow): the transforms
-      recurse into them (a region op's batch rule receives `bt.batch_body`).
+    - regions: attributes that name body functions (structured control flow); a region op's
+      batching rule batches its bodies with ir/batching.py's batch_function, as vmap does.
     """
 
     name: str  # DLVM spelling, e.g. "add", "shapeCast"
