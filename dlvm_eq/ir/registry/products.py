@@ -3,8 +3,8 @@
     %y = dot %x: <4 x 3 x f32>, %w: <3 x 2 x f32>                     // <4 x 2 x f32>
     %z = batchMatmul %a: <8 x 4 x 3 x f32>, %b: <8 x 3 x 2 x f32>      // <8 x 4 x 2 x f32>
 
-Under vmap a product whose left operand alone is batched stays one `dot` (its rows are the
-batch's rows); any other becomes a `batchMatmul`.
+Under vmap a product with one operand batched stays one `dot` (the batch's rows, or columns, are
+one product's); with both batched it becomes a `batchMatmul` (a multiply for outer products).
 """
 
 from __future__ import annotations
@@ -66,14 +66,25 @@ def _batch_dot(bt, op, args, batched, attrs):
         m, k = a.type.shape[1:]
         out = bt.emit("dot", [bt.emit("shapeCast", [a], shape=(B * m, k)), b])
         return bt.emit("shapeCast", [out], shape=(B, m) + b.type.shape[1:])
-    a_matrix = a.type.rank - int(batched[0]) == 2
-    b_matrix = b.type.rank == 3
+    if not batched[0]:  # columns of a batched right operand are columns of one product
+        if b.type.rank == 2:  # a @ (B, k) vectors: (B, k) @ a^T
+            return bt.emit("dot", [b, a if a.type.rank == 1 else bt.emit("transpose", [a])])
+        k, n = b.type.shape[1:]
+        cols = bt.emit("transpose", [b], perm=(1, 0, 2))
+        cols = bt.emit("shapeCast", [cols], shape=(k, B * n))
+        out = bt.emit("dot", [a, cols])  # (m, B * n) or (B * n,)
+        if a.type.rank == 1:
+            return bt.emit("shapeCast", [out], shape=(B, n))
+        out = bt.emit("shapeCast", [out], shape=(a.type.shape[0], B, n))
+        return bt.emit("transpose", [out], perm=(1, 0, 2))
+    a_matrix, b_matrix = a.type.rank == 3, b.type.rank == 3
     k = b.type.shape[1]
-    if not batched[0]:
-        a = bt.full(a)
     a3 = a if a_matrix else bt.emit("shapeCast", [a], shape=(B, 1, k))
     b3 = b if b_matrix else bt.emit("shapeCast", [b], shape=(B, k, 1))
-    out = bt.emit("batchMatmul", [a3, b3])
+    if k == 1:  # per-example outer products: a broadcasting multiply, not B products
+        out = bt.emit("multiply", [a3, b3])
+    else:
+        out = bt.emit("batchMatmul", [a3, b3])
     shape = (B,) + a3.type.shape[1:2] * a_matrix + b3.type.shape[2:] * b_matrix
     return out if shape == out.type.shape else bt.emit("shapeCast", [out], shape=shape)
 
