@@ -72,6 +72,27 @@ def test_vmap_is_one_program_not_a_loop():
     assert sizes[0] == sizes[1]
 
 
+@pytest.mark.parametrize("a_shape", [(3,), (2, 3)])
+@pytest.mark.parametrize("b_shape", [(3,), (3, 4)])
+@pytest.mark.parametrize("axes", [(0, None), (None, 0), (0, 0)])
+def test_vmap_of_every_product_shape(a_shape, b_shape, axes):
+    """dot's batching rule, each case: one product when one side is batched, a batched
+    product (or an outer product's multiply) when both are."""
+    a = RNG.standard_normal(((4,) if axes[0] == 0 else ()) + a_shape)
+    b = RNG.standard_normal(((4,) if axes[1] == 0 else ()) + b_shape)
+    got = interp(dq.vmap(lambda a, b: a @ b, in_axes=axes))(a, b)
+    want = [(a[i] if axes[0] == 0 else a) @ (b[i] if axes[1] == 0 else b) for i in range(4)]
+    np.testing.assert_allclose(got, np.stack(want), rtol=1e-12)
+
+
+def test_vmap_of_outer_products():
+    a, b = RNG.standard_normal((4, 3)), RNG.standard_normal((4, 5))
+    outer = dq.vmap(lambda a, b: dq.reshape(a, (-1, 1)) @ dq.reshape(b, (1, -1)))
+    np.testing.assert_allclose(interp(outer)(a, b), np.einsum("bi,bj->bij", a, b), rtol=1e-12)
+    ops = [i.op for i in next(iter(dq.make_ir(outer)(a, b).functions.values())).body]
+    assert "batchMatmul" not in ops and "multiply" in ops
+
+
 def test_vmap_in_axes_and_out_axes():
     x = RNG.standard_normal((3, 4, 5))
     got = dq.vmap(lambda a: dq.exp(a) * 2.0, in_axes=1, out_axes=2)(x)
