@@ -26,7 +26,7 @@ import sympy as sp
 from ..errors import DlvmError
 from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
-from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
+from ..ir.ops import LAYOUT, OPS, scatter_slice
 from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import DType, TensorType, TupleType
 from .window_symbolic import window_table
@@ -303,13 +303,6 @@ def _literal(args, attrs, rtype):
     return out
 
 
-def _layout(f):
-    def run(args, attrs, rtype):
-        return as_array(f(args[0], attrs))
-
-    return run
-
-
 def _apply(args, attrs, rtype):
     raise DlvmError("apply is evaluated by evaluate_function (it needs the module)")
 
@@ -318,6 +311,13 @@ def _build() -> dict[str, Callable]:
     table: dict[str, Callable] = {}
     for name, f in _registry_elementwise().items():
         table[name] = _elementwise(f, OPS[name].arity)
+    # views, concatenate and slice move entries: the interpreter's numpy code (ir/registry/
+    # layout.py) does the same on object arrays of sympy expressions
+    for name, spec in OPS.items():
+        if spec.kind == LAYOUT or name == "slice":
+            table[name] = (lambda ev: lambda args, attrs, rtype: as_array(ev(args, attrs)))(
+                spec.evaluate
+            )
     table["divide"] = _divide
     table["select"] = _select
     table["dot"] = _dot
@@ -328,15 +328,8 @@ def _build() -> dict[str, Callable]:
     )  # sums of objects
     table["sliceScatter"] = _slice_scatter
     table["scatterAdd"] = _scatter_add
-    table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
-    table["shapeCast"] = _layout(lambda x, at: x.reshape(tuple(at["shape"])))
-    table["padShape"] = _layout(lambda x, at: np.expand_dims(x, at["at"]))
-    table["squeezeShape"] = _layout(lambda x, at: np.squeeze(x, at["at"]))
-    table["broadcast"] = _layout(lambda x, at: np.broadcast_to(x, tuple(at["shape"])).copy())
     table["dataTypeCast"] = _cast
-    table["concatenate"] = lambda args, attrs, rtype: np.concatenate(args, axis=attrs["axis"])
-    table["slice"] = _layout(lambda x, at: x[slice_index(x.ndim, at)].copy())
     table["literal"] = _literal
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
