@@ -15,7 +15,7 @@ from ..errors import IRError
 from .inline import flatten
 from .module import Const, Function, FunctionBuilder, Module, Value
 from .ops import OPS
-from .types import TensorType
+from .types import DType, TensorType
 
 
 class BatchError(IRError):
@@ -25,8 +25,8 @@ class BatchError(IRError):
 class Batcher:
     """What a batching rule emits with (see ir/registry/batch_rules.py)."""
 
-    def __init__(self, builder: FunctionBuilder, size: int, location=None):
-        self.builder, self.size, self.location = builder, size, location
+    def __init__(self, builder: FunctionBuilder, size: int, location=None, module=None):
+        self.builder, self.size, self.location, self.module = builder, size, location, module
 
     def emit(self, op: str, args, **attrs) -> Value:
         return self.builder.emit(op, list(args), location=self.location, **attrs)
@@ -45,10 +45,21 @@ class Batcher:
         return self.emit("broadcast", [x], shape=(self.size, *x.type.shape))
 
     def literal(self, array: np.ndarray) -> Value:
-        from .types import DType
-
         t = TensorType(array.shape, DType.from_numpy(array.dtype))
         return self.emit("literal", [], value=array, type=t)
+
+    def batch_body(self, name: str, batched: list[bool]) -> str:
+        """A region op's body (a function of the module) batched as its operands are, every
+        output batched (a loop's carries keep one form across iterations): the batched body's
+        name, added to the module once."""
+        if self.module is None:
+            raise BatchError(f"vmap: batching the body @{name} needs the module that holds it")
+        flags = "".join("b" if b else "u" for b in batched)
+        new_name = f"{name}_vmap{self.size}_{flags}"
+        if new_name not in self.module:
+            body, _ = batch_function(self.module[name], batched, self.size, self.module, new_name)
+            self.module.add(body)
+        return new_name
 
     def error(self, op: str, what: str) -> BatchError:
         return BatchError(f"vmap: {op} with {what} has no batching rule")
@@ -89,7 +100,7 @@ def batch_function(
         spec = OPS[inst.op]
         if spec.batch is None:
             raise BatchError(f"vmap: op {inst.op} has no batching rule (ir/registry/)")
-        bt = Batcher(builder, size, inst.location)
+        bt = Batcher(builder, size, inst.location, module)
         out = spec.batch(bt, inst.op, list(args), tuple(flags), dict(inst.attrs))
         want = (size, *inst.result.type.shape)
         if out.type.shape != want or out.type.dtype != inst.result.type.dtype:

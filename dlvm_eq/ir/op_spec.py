@@ -60,7 +60,7 @@ class OpSpec:
       registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
       does the result.
     - regions: attributes that name body functions (structured control flow); a region op's
-      batching rule batches its bodies with ir/batching.py's batch_function, as vmap does.
+      batching rule batches a body with `bt.batch_body(name, batched)` (ir/batching.py).
     """
 
     name: str  # DLVM spelling, e.g. "add", "shapeCast"
