@@ -10,7 +10,8 @@ points that run them.
     dq.jit(fn, target="interp")                   # targets.py: the table of jit's targets
 
 Owns: trace-then-compile (`jit`), the differentiation API (`grad`, `value_and_grad`, `vjp`,
-`check_grads` with dq.grad as default), the compile pipeline and its caches (optimized
+`check_grads` with dq.grad as default), the transforms (`vmap`, `jvp`, `linearize`, `jacfwd`,
+`jacrev`, `hessian`, `custom_vjp`: trace, transform the IR, inline or jit), the compile pipeline and its caches (optimized
 programs in memory, plans on disk), the target table, compile timings.
 May import: verify, ad, egraph, extract, codegen, dsl, ir, cache, json_records,
 config, errors, version, lazy_attributes (never cli, models, distributed, nor the root package).

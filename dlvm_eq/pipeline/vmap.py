@@ -22,7 +22,7 @@ import numpy as np
 from ..dsl.context import is_tracing
 from ..dsl.ops import transpose
 from ..dsl.primitive import bind
-from ..dsl.pytree import tree_flatten, tree_unflatten
+from ..dsl.pytree import tree_unflatten
 from ..dsl.tracing import call_function, trace_closure, type_of
 from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..errors import DlvmError
@@ -141,4 +141,4 @@ def vmap(fn, in_axes=0, out_axes=0):
     return call
 
 
-__all__ = ["vmap", "tree_flatten"]
+__all__ = ["vmap"]
