@@ -394,23 +394,20 @@ def test_random_programs_compose_vmap_grad_and_jvp(ops):
         np.testing.assert_allclose(grads[b] @ v, tangents[b], rtol=1e-9, atol=1e-12)
 
 
-def test_a_region_body_is_batched_into_the_module():
+def test_a_region_body_is_batched():
     """What a region op's batching rule (control flow) does with its body: a batched copy of
-    the body function, added to the module once per batch pattern."""
-    from dlvm_eq.ir import F64, FunctionBuilder, Module, tensor
+    the body Function, every output batched."""
+    from dlvm_eq.ir import F64, FunctionBuilder, tensor
     from dlvm_eq.ir.batching import Batcher
     from dlvm_eq.ir.interp import run_function
 
     b = FunctionBuilder("body", [tensor(3, F64), tensor(3, F64)], ["carry", "w"])
     carry, w = b.params
-    module = Module("m")
-    module.add(b.finish(b.emit("tanh", [b.emit("multiply", [carry, w])])))
-    bt = Batcher(FunctionBuilder("outer", []), 4, module=module)
-    name = bt.batch_body("body", [True, False])
-    assert bt.batch_body("body", [True, False]) == name and name in module
-    batched = module[name]
+    body = b.finish([b.emit("tanh", [b.emit("multiply", [carry, w])]), w])
+    batched = Batcher(FunctionBuilder("outer", []), 4).batch_body(body, [True, False])
     assert [p.type.shape for p in batched.params] == [(4, 3), (3,)]
+    assert [t.shape for t in batched.result_type.elements] == [(4, 3), (4, 3)]
     cs, wv = RNG.standard_normal((4, 3)), RNG.standard_normal(3)
-    np.testing.assert_allclose(run_function(module, batched, [cs, wv]), np.tanh(cs * wv))
-    with pytest.raises(BatchError, match="needs the module"):
-        Batcher(FunctionBuilder("outer", []), 4).batch_body("body", [True, False])
+    h, ws = run_function(None, batched, [cs, wv])
+    np.testing.assert_allclose(h, np.tanh(cs * wv))
+    np.testing.assert_allclose(ws, np.broadcast_to(wv, (4, 3)))

@@ -48,18 +48,12 @@ class Batcher:
         t = TensorType(array.shape, DType.from_numpy(array.dtype))
         return self.emit("literal", [], value=array, type=t)
 
-    def batch_body(self, name: str, batched: list[bool]) -> str:
-        """A region op's body (a function of the module) batched as its operands are, every
-        output batched (a loop's carries keep one form across iterations): the batched body's
-        name, added to the module once."""
-        if self.module is None:
-            raise BatchError(f"vmap: batching the body @{name} needs the module that holds it")
+    def batch_body(self, body: Function, batched: list[bool]) -> Function:
+        """A region op's body (a Function its attributes hold) batched as its operands are,
+        every output batched (a loop's carries keep one form across iterations)."""
         flags = "".join("b" if b else "u" for b in batched)
-        new_name = f"{name}_vmap{self.size}_{flags}"
-        if new_name not in self.module:
-            body, _ = batch_function(self.module[name], batched, self.size, self.module, new_name)
-            self.module.add(body)
-        return new_name
+        out, _ = batch_function(body, batched, self.size, self.module, f"{body.name}_vmap_{flags}")
+        return out
 
     def error(self, op: str, what: str) -> BatchError:
         return BatchError(f"vmap: {op} with {what} has no batching rule")

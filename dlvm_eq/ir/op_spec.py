@@ -40,6 +40,8 @@ GATHER = "gather"
 SCAN = "scan"  # cumsum: a plan step of its own (a compiled line scan on the CPU)
 # convolution and pooling (window_ops.py): a sliding window over the two trailing axes
 WINDOW = "window"
+# scan, while, cond, switch (control_flow.py): bodies are functions; never in the e-graph
+CONTROL = "control"
 
 # Cost classes of elementwise ops: flops per output element before calibration (the extractor's
 # prior, extract/target_cost.py); a calibrated machine measures one representative per class.
@@ -60,7 +62,7 @@ class OpSpec:
       registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
       does the result.
     - regions: attributes that name body functions (structured control flow); a region op's
-      batching rule batches a body with `bt.batch_body(name, batched)` (ir/batching.py).
+      batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
     """
 
     name: str  # DLVM spelling, e.g. "add", "shapeCast"

@@ -15,6 +15,7 @@ from .op_spec import (  # noqa: F401
     CALL,
     CAST,
     COMPARE,
+    CONTROL,
     DOT,
     ELEMENTWISE_KINDS,
     GATHER,

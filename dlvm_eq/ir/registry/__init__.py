@@ -4,7 +4,7 @@
     products.py     dot, batchMatmul            layout.py     transpose, views, concatenate, slices
     reduction.py    reduce, cumsum              gather.py     take, scatterAdd
     window.py       convolution and pooling     structure.py  literal, tuple, extract, apply
-    stop_gradient.py
+    control.py      scan, while, cond, switch   stop_gradient.py
 
 An op's `OpSpec` (ir/op_spec.py) holds its type rule, interpreter, DSL names, kernel formula,
 sympy meaning, cost class and batching rule; the parser, printer, verifier, interpreter, DSL,
@@ -19,7 +19,17 @@ add an op: README.md, "How to add an op".
 from __future__ import annotations
 
 from ..op_spec import OpSpec
-from . import elementwise, gather, layout, products, reduction, stop_gradient, structure, window
+from . import (
+    control,
+    elementwise,
+    gather,
+    layout,
+    products,
+    reduction,
+    stop_gradient,
+    structure,
+    window,
+)
 
 
 def _ordered() -> list[OpSpec]:
@@ -45,6 +55,7 @@ def _ordered() -> list[OpSpec]:
         gather.scatter_add_spec(),
         reduction.cumsum_spec(),
         layout.slice_scatter_spec(),
+        *control.specs(),
         stop_gradient.spec(),
     ]
 
