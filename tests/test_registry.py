@@ -14,7 +14,7 @@ from dlvm_eq.egraph import registry_check
 from dlvm_eq.egraph.registry_check import registry_gaps
 from dlvm_eq.egraph.rulefiles import rule_file
 from dlvm_eq.ir import ops as ir_ops
-from dlvm_eq.ir.ops import ELEMENTWISE_KINDS, OPS
+from dlvm_eq.ir.ops import CONTROL, ELEMENTWISE_KINDS, OPS
 from dlvm_eq.ir.registry import REGISTRY
 
 SCHEMA = rule_file("schema.egg").read_text()
@@ -109,7 +109,8 @@ def test_the_layers_read_the_registry():
     from dlvm_eq.extract.target_cost import flops_per_element
     from dlvm_eq.verify.symbolic import SYMBOLIC
 
-    assert set(SYMBOLIC) == set(OPS)
+    # control flow has no sympy semantics yet (verify covers straight-line programs)
+    assert set(SYMBOLIC) == {n for n, s in OPS.items() if s.kind != CONTROL}
     for name, spec in OPS.items():
         if spec.arity == 1 and spec.kind in ELEMENTWISE_KINDS:
             assert spec.kernel in UNARY_LOWER and spec.kernel in UNARY_OPS
