@@ -176,6 +176,8 @@ def test_vmap_of_convolutions_with_per_example_weights(groups):
 def test_vmap_errors_name_the_problem():
     with pytest.raises(BatchError, match="different sizes"):
         dq.vmap(lambda a, b: a + b)(np.ones((2, 3)), np.ones((3, 3)))
+    with pytest.raises(BatchError, match="scan has no batching rule yet"):
+        dq.vmap(lambda x: dq.fori_loop(0, 3, lambda i, h: dq.tanh(h), x))(np.ones((2, 3)))
     with pytest.raises(BatchError, match="batches no argument"):
         dq.vmap(lambda a: a, in_axes=None)(np.ones(2))
 

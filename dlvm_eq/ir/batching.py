@@ -72,6 +72,12 @@ def batch_function(
     broadcast to the batch too (vmap's out_axes=0)."""
     if len(batched) != len(fn.params):
         raise BatchError(f"@{fn.name}: {len(fn.params)} parameters, {len(batched)} batch flags")
+    for inst in fn.body:  # their tuple results and bodies need rules not written yet
+        if OPS[inst.op].regions and OPS[inst.op].batch is None:
+            raise BatchError(
+                f"vmap: {inst.op} has no batching rule yet (ir/registry/control.py); "
+                "vmap the loop's body, or loop over the batched function"
+            )
     flat = flatten(fn, module)
     types = [
         TensorType((size, *p.type.shape), p.type.dtype) if b else p.type

@@ -83,7 +83,13 @@ def jvp(fn, primals, tangents):
 
 @functools.lru_cache(maxsize=64)
 def _jvp_jitted(fn):
-    return jit(functools.wraps(fn)(lambda primals, tangents: _jvp_traced(fn, primals, tangents)))
+    def run(primals, tangents):
+        return _jvp_traced(fn, primals, tangents)
+
+    # named after fn (the IR's name), but not wrapping it: jit checks calls against run's
+    # own signature
+    run.__name__ = f"{getattr(fn, '__name__', 'f')}_jvp".replace("<lambda>", "lambda")
+    return jit(run)
 
 
 def linearize(fn, *primals):
