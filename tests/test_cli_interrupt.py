@@ -1,8 +1,10 @@
 """Ctrl-C ends `dlvm-eq opt` and `verify-rules` within a second in every phase (loading rules,
-saturating, checking), even while egglog holds the main thread in Rust (cli/interrupt.py).
+saturating, serializing, checking), even while egglog holds the main thread in Rust or
+json.loads holds the GIL (cli/interrupt.py: the program takes SIGINT's default action).
 
-Before: 2.2 s after SIGINT in a saturation of exploding rules, 6.5 s later on (one egglog step
-runs uninterrupted), 20 s under a user's own run-schedule."""
+Before: 2.2 s after SIGINT in a saturation of exploding rules, 3-6.5 s later on (one egglog
+step or a serialized e-graph's json.loads runs uninterrupted), 20 s under a user's own
+run-schedule."""
 
 from __future__ import annotations
 
@@ -70,8 +72,9 @@ def exploding(tmp_path_factory):
     return d
 
 
-# 2.5 s: loading (the interpreter, egglog, the rules); later: saturation's long egglog steps
-@pytest.mark.parametrize("delay", [2.5, 5.0, 8.0])
+# 2.5 s: loading (the interpreter, egglog, the rules); later: saturation's long egglog steps,
+# and the serialized e-graph's json.loads (3 s holding the GIL, from about 5 s on)
+@pytest.mark.parametrize("delay", [2.5, 5.0, 6.5, 8.0])
 def test_sigint_ends_opt_within_a_second(exploding, delay):
     code, took, err = interrupted_after(
         delay,
@@ -86,14 +89,15 @@ def test_sigint_ends_opt_within_a_second(exploding, delay):
         "--budget",
         "iterations=100000",
     )
-    assert code == 130, err
+    assert code == -signal.SIGINT, err  # ended by the signal: a shell reports 130
     assert took < LIMIT, took
-    assert err.strip().endswith("dlvm-eq: interrupted") and "Traceback" not in err
+    assert "Traceback" not in err
 
 
-def test_sigint_ends_verify_rules_within_a_second(exploding):
-    code, took, err = interrupted_after(4.0, "verify-rules", exploding / "explode.egg")
-    assert code == 130, err
+def test_sigint_ends_verify_rules_within_a_second():
+    # the shipped files: minutes of sympy, so the signal always finds it running
+    code, took, err = interrupted_after(4.0, "verify-rules")
+    assert code == -signal.SIGINT, err
     assert took < LIMIT, took
     assert "Traceback" not in err
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -139,15 +140,23 @@ def _opt(args: argparse.Namespace) -> int:
     )
     text = str(result.module)
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise DlvmError(f"{args.output}: cannot write: {e.strerror or e}") from None
+        _write(Path(args.output), text)
     else:
         sys.stdout.write(text)
     if args.explain:
         print(result.report, file=sys.stderr)
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: Ctrl-C leaves the file whole or as it was."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise DlvmError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 # ---------------------------------------------------------------- query
