@@ -45,7 +45,6 @@ from .session import EGraphSession
 from .stability import stable_rules_fired
 from .unload import unload
 
-
 # The shipped rule files every compile stage uses, compiled into one session per thread: the
 # optimizer runs `algebra`'s rulesets, the adjoint driver `adjoint`, the fusion stage `fusion`,
 # each on its own program between (push) and (pop). Every rule names its ruleset, so rules of
