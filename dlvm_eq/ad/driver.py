@@ -326,12 +326,13 @@ def adjoint_function(
         out = build()
     else:
         # a second process differentiating the same program reads the result from disk
-        # optimizing prices the e-graph with this host's profile: another profile, another entry
+        # extraction (after optimizing or not) prices the e-graph with this host's profile:
+        # another profile, another entry
         parts = [
             print_function(fn),
             print_module(module) if module is not None else "",
             repr((cfg, name, tuple_result, optimize, target, budget)),
-            machine(target).profile if optimize else "",
+            machine(target).profile,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location

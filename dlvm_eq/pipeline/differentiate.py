@@ -16,6 +16,7 @@ with the pipeline.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..dsl.tracing import call_function, trace_closure, type_of
 from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
 from .jit import jit
+from .targets import DEFAULT_TARGET, optimizes, will_be_optimized
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
@@ -45,6 +47,18 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
     if len(set(out)) != len(out):
         raise AdjointError(f"{who}: argnums {argnums!r} repeats an argument")
     return tuple(out), single
+
+
+# One e-graph of algebra per function: under a jit whose back end optimizes the traced module
+# as a whole (cpu, gpu: targets.optimized_later), an outermost gradient is only expanded here
+# (the adjoint rules), and the algebra saturates once, over forward, backward and whatever the
+# step does with them. A gradient inside another one's trace (grad of grad) is optimized
+# first: the outer adjoint then differentiates the smaller program.
+_NESTING = contextvars.ContextVar("dlvm_eq_gradient_nesting", default=0)
+
+
+def _optimize_adjoint() -> bool:
+    return not (will_be_optimized() and _NESTING.get() == 0)
 
 
 def _trace(fn, args, who: str):
@@ -70,7 +84,11 @@ def _leaf_ranges(in_tree) -> list[range]:
 def _differentiated(fn, argnums, with_value: bool, who: str):
     def traced(*args):
         nums, single = _argnums(argnums, len(args), who)
-        forward, captured, leaves, in_tree, _ = _trace(fn, args, who)
+        token = _NESTING.set(_NESTING.get() + 1)
+        try:
+            forward, captured, leaves, in_tree, _ = _trace(fn, args, who)
+        finally:
+            _NESTING.reset(token)
         t = forward.result_type
         if not (isinstance(t, TensorType) and t.shape == () and t.dtype.is_float):
             raise AdjointError(
@@ -79,7 +97,9 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
             )
         ranges = _leaf_ranges(in_tree)
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
-        adj = adjoint_function(None, forward, wrt=wrt, keeping=(0,), tuple_result=True)
+        adj = adjoint_function(
+            None, forward, wrt=wrt, keeping=(0,), tuple_result=True, optimize=_optimize_adjoint()
+        )
         value, *flat_grads = call_function(adj, *leaves, *captured)
         flat_grads = iter(flat_grads)
         grads = tuple(
@@ -123,11 +143,24 @@ def vjp(fn, *primals):
     cotangent has the output's structure (entries for non-float outputs are ignored)."""
     if not primals:
         raise AdjointError("vjp: needs at least one primal")
-    forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
+    token = _NESTING.set(_NESTING.get() + 1)
+    try:
+        forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
+    finally:
+        _NESTING.reset(token)
     wrt = tuple(i for i, a in enumerate(leaves) if type_of(a).dtype.is_float)
     if not wrt:
         raise AdjointError("vjp: no float primal to differentiate")
-    adj = adjoint_function(None, forward, wrt=wrt, seedable=True, tuple_result=True)
+    # outside a trace the adjoint runs under jit's default target, which optimizes it
+    later = will_be_optimized() if is_tracing() else optimizes(DEFAULT_TARGET)
+    adj = adjoint_function(
+        None,
+        forward,
+        wrt=wrt,
+        seedable=True,
+        tuple_result=True,
+        optimize=not (later and _NESTING.get() == 0),
+    )
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():
         out = call_function(forward, *leaves, *captured)

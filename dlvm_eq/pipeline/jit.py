@@ -26,7 +26,7 @@ from ..dsl.tensor import Tensor
 from ..dsl.tree_args import leaf_types
 from ..errors import DlvmError
 from ..ir.module import Module
-from .targets import DEFAULT_TARGET, backend
+from .targets import DEFAULT_TARGET, backend, traced_for
 from .timing import add_seconds
 
 
@@ -88,9 +88,10 @@ class Jitted:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
         t0 = time.perf_counter()
-        module, out_tree = traced_module(
-            self.fn, args, leaves=list(args) if leaves is None else leaves
-        )
+        with traced_for(self.target):  # gradients leave the algebra to the target's compile
+            module, out_tree = traced_module(
+                self.fn, args, leaves=list(args) if leaves is None else leaves
+            )
         add_seconds("trace", time.perf_counter() - t0)
         compiled = backend(self.target)(module, module.name)
         return (module, compiled, out_tree)

@@ -25,11 +25,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..cache import watching_time_cuts
 from ..codegen import Plan, program
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
-from ..ir.function_cache import cached_function
+from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
@@ -154,7 +155,15 @@ def _rules_fired(sat) -> str:
 def optimized(module: Module, name: str, target: str):
     """(module with `name` optimized, OptimizeResult or None, note); cached per IR text and
     per machine profile (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
-    key = (str(module), name, target, machine(target).profile)
+    return _optimized_keyed(module, name, target)[:3]
+
+
+def _optimized_keyed(module: Module, name: str, target: str):
+    """optimized(...) and the key of the module it returns: a digest of the input's key where
+    any process would return the same module for it (read from the IR cache, or built with no
+    time budget cut short), else None (the caller prints the module to key what it builds)."""
+    text = str(module)  # the one print of the input: every key below derives from it
+    key = (text, name, target, machine(target).profile)
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:
@@ -175,17 +184,20 @@ def optimized(module: Module, name: str, target: str):
             return res.module[name]
 
         # a second process compiling the same program reads the optimized function from disk
-        fn = cached_function("optimize", [key[0], name, target, key[3]], build, rules_digest())
+        parts = [text, name, target, key[3]]
+        with watching_time_cuts() as cuts:
+            fn = cached_function("optimize", parts, build, rules_digest())
+        digest = None if cuts else "optimized " + function_key("optimize", parts, rules_digest())
         if built:
-            out = (built[0].module, built[0], note)
+            out = (built[0].module, built[0], note, digest)
         else:
             note = "optimized program read from the compile cache (no e-graph built)"
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
-            out = (result, None, note)
+            out = (result, None, note, digest)
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
-        out = (module, None, note)
+        out = (module, None, note, None)
     add_seconds("optimize", time.perf_counter() - t0)
     with _lock:
         if len(_optimized) > 256:
@@ -231,10 +243,12 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
         t0 = time.perf_counter()
-        module, result, note = optimized(module, fn.name, target)
+        module, result, note, ir_key = _optimized_keyed(module, fn.name, target)
         seconds["optimize"] = time.perf_counter() - t0
+    else:
+        ir_key = None
     t0 = time.perf_counter()
-    plan = planned(module, fn.name, target)
+    plan = planned(module, fn.name, target, ir_key)
     seconds["plan"] = time.perf_counter() - t0
     add_seconds("plan", seconds["plan"])
     return CompileReport(fn.name, target, plan, result, note, seconds)

@@ -10,6 +10,9 @@ generator for its side effects.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
@@ -39,7 +42,34 @@ def _native(target: str):
     return compile_for_jit
 
 
-_BACKENDS: dict = {"interp": _compile_interp, "cpu": _native("cpu"), "gpu": _native("gpu")}
+_NATIVE = {"cpu": _native("cpu"), "gpu": _native("gpu")}
+_BACKENDS: dict = {"interp": _compile_interp, **_NATIVE}
+
+
+_OPTIMIZED_LATER = contextvars.ContextVar("dlvm_eq_optimized_later", default=False)
+
+
+@contextlib.contextmanager
+def traced_for(target: str):
+    """Within: tracing for `target`; differentiation leaves the algebra to the target's
+    compile where it optimizes the whole module (one e-graph of algebra per function)."""
+    token = _OPTIMIZED_LATER.set(optimizes(target))
+    try:
+        yield
+    finally:
+        _OPTIMIZED_LATER.reset(token)
+
+
+def optimizes(target: str) -> bool:
+    """Whether compiling for `target` optimizes the module as a whole (the native pipeline,
+    not a back end registered in its place)."""
+    native = _NATIVE.get(target)
+    return native is not None and _BACKENDS.get(target) is native
+
+
+def will_be_optimized() -> bool:
+    """Whether the module being traced is optimized as a whole after tracing."""
+    return _OPTIMIZED_LATER.get()
 
 
 def register_backend(target: str, compile) -> None:
@@ -56,4 +86,4 @@ def backend(target: str):
         raise DlvmError(f"jit: unknown target {target!r} (available: {known})") from None
 
 
-__all__ = ["DEFAULT_TARGET", "backend", "register_backend"]
+__all__ = ["DEFAULT_TARGET", "backend", "register_backend", "traced_for", "will_be_optimized"]
