@@ -111,3 +111,16 @@ def test_a_time_cut_optimization_keys_its_plan_by_its_text(monkeypatch):
     m = dq.make_ir(lambda w, x: dq.sum(dq.exp(x @ w) * 3.0))(W, X)
     native.lower(m, next(iter(m.functions)), "cpu")
     assert len(printed) == 1
+
+
+def test_the_report_splits_the_compile_into_exclusive_phases(saturations):
+    import time
+
+    f = dq.jit(dq.value_and_grad(lambda w, x: dq.sum(dq.sin(x @ w) * 2.0)))
+    t0 = time.perf_counter()
+    f(W, X)
+    wall = time.perf_counter() - t0
+    phases = f.report(W, X).phases
+    assert {"trace", "adjoint", "optimize", "plan", "kernels"} <= set(phases)
+    assert all(s >= 0 for s in phases.values())
+    assert sum(phases.values()) <= wall  # no phase counted inside another as well

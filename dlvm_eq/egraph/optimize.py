@@ -86,8 +86,16 @@ def _base_session(rules: Sequence[str | Path]) -> tuple[tuple, EGraphSession]:
         if len(bases) >= POOL_SIZE:  # drop user rule sets, oldest first; keep the shipped
             for old in [k for k in bases if k][: len(bases) - POOL_SIZE + 1]:
                 del bases[old]
+        t0 = time.perf_counter()
         session = bases[key] = new_session(rules)
+        _LOCAL.rule_seconds = rule_compile_seconds() + time.perf_counter() - t0
     return key, session
+
+
+def rule_compile_seconds() -> float:
+    """Seconds this thread spent compiling rule files into its base sessions (the compile
+    report's `rules` phase)."""
+    return getattr(_LOCAL, "rule_seconds", 0.0)
 
 
 def prepare_session(rules: Sequence[str | Path] = ()) -> None:

@@ -30,6 +30,7 @@ from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
 from .jit import jit
 from .targets import DEFAULT_TARGET, optimizes, will_be_optimized
+from .timing import phase
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
@@ -97,9 +98,15 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
             )
         ranges = _leaf_ranges(in_tree)
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
-        adj = adjoint_function(
-            None, forward, wrt=wrt, keeping=(0,), tuple_result=True, optimize=_optimize_adjoint()
-        )
+        with phase("adjoint"):
+            adj = adjoint_function(
+                None,
+                forward,
+                wrt=wrt,
+                keeping=(0,),
+                tuple_result=True,
+                optimize=_optimize_adjoint(),
+            )
         value, *flat_grads = call_function(adj, *leaves, *captured)
         flat_grads = iter(flat_grads)
         grads = tuple(
@@ -153,14 +160,15 @@ def vjp(fn, *primals):
         raise AdjointError("vjp: no float primal to differentiate")
     # outside a trace the adjoint runs under jit's default target, which optimizes it
     later = will_be_optimized() if is_tracing() else optimizes(DEFAULT_TARGET)
-    adj = adjoint_function(
-        None,
-        forward,
-        wrt=wrt,
-        seedable=True,
-        tuple_result=True,
-        optimize=not (later and _NESTING.get() == 0),
-    )
+    with phase("adjoint"):
+        adj = adjoint_function(
+            None,
+            forward,
+            wrt=wrt,
+            seedable=True,
+            tuple_result=True,
+            optimize=not (later and _NESTING.get() == 0),
+        )
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():
         out = call_function(forward, *leaves, *captured)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import time
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from ..dsl.tree_args import leaf_types
 from ..errors import DlvmError
 from ..ir.module import Module
 from .targets import DEFAULT_TARGET, backend, traced_for
-from .timing import add_seconds
+from .timing import compile_phases, phase
 
 
 def _signature(args, fn) -> tuple[tuple, list | None]:
@@ -87,13 +86,15 @@ class Jitted:
     def _build(self, args, leaves) -> tuple:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
-        t0 = time.perf_counter()
-        with traced_for(self.target):  # gradients leave the algebra to the target's compile
-            module, out_tree = traced_module(
-                self.fn, args, leaves=list(args) if leaves is None else leaves
-            )
-        add_seconds("trace", time.perf_counter() - t0)
-        compiled = backend(self.target)(module, module.name)
+        with compile_phases() as phases:  # the compile's time by phase, for its report
+            # gradients leave the algebra to the target's compile (one e-graph per function)
+            with phase("trace"), traced_for(self.target):
+                module, out_tree = traced_module(
+                    self.fn, args, leaves=list(args) if leaves is None else leaves
+                )
+            compiled = backend(self.target)(module, module.name)
+        if hasattr(getattr(compiled, "report", None), "phases"):
+            compiled.report.phases = phases
         return (module, compiled, out_tree)
 
     def _lookup(self, args, kwargs) -> tuple:

@@ -35,7 +35,7 @@ from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
-from .timing import add_seconds, compile_seconds
+from .timing import PHASES, compile_phases, compile_seconds, phase
 
 TARGETS = ("cpu", "gpu")
 
@@ -55,6 +55,8 @@ class CompileReport:
     note: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     measured: object = None  # a measure_time.Measured, once `measure_compiled` ran it
+    # where the compile went, phase by phase (timing.PHASES; dq.jit adds trace and adjoint)
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def predicted(self):
@@ -127,6 +129,13 @@ class CompileReport:
             lines.append(
                 "  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
             )
+        if self.phases:
+            lines.append(
+                f"  compile time {sum(self.phases.values()) * 1e3:.0f} ms by phase: "
+                + ", ".join(
+                    f"{p} {self.phases[p] * 1e3:.1f} ms" for p in PHASES if p in self.phases
+                )
+            )
         lines.append(_time_line(self))
         return "\n".join(lines)
 
@@ -168,7 +177,16 @@ def _optimized_keyed(module: Module, name: str, target: str):
         hit = _optimized.get(key)
     if hit is not None:
         return hit
-    t0 = time.perf_counter()
+    with phase("optimize"):
+        out = _optimize(module, name, target, text, key)
+    with _lock:
+        if len(_optimized) > 256:
+            _optimized.clear()
+        _optimized[key] = out
+    return out
+
+
+def _optimize(module: Module, name: str, target: str, text: str, key: tuple):
     note = ""
     try:
         built = []
@@ -198,11 +216,6 @@ def _optimized_keyed(module: Module, name: str, target: str):
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
         out = (module, None, note, None)
-    add_seconds("optimize", time.perf_counter() - t0)
-    with _lock:
-        if len(_optimized) > 256:
-            _optimized.clear()
-        _optimized[key] = out
     return out
 
 
@@ -238,7 +251,8 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
     note = ""
     result = None
     t0 = time.perf_counter()
-    module = resolve_adjoints(module, [fn.name])  # fn, or what it applies, may be declared
+    with phase("adjoint"):
+        module = resolve_adjoints(module, [fn.name])  # fn, or what it applies, may be declared
     if fn.is_declaration:
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
@@ -248,9 +262,9 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
     else:
         ir_key = None
     t0 = time.perf_counter()
-    plan = planned(module, fn.name, target, ir_key)
+    with phase("plan"):
+        plan = planned(module, fn.name, target, ir_key)
     seconds["plan"] = time.perf_counter() - t0
-    add_seconds("plan", seconds["plan"])
     return CompileReport(fn.name, target, plan, result, note, seconds)
 
 
@@ -268,10 +282,12 @@ def compile(
         from ..codegen import cupy_module
 
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
-    report = lower(module, name, target, optimize)
-    prog = program(report.plan, target, cast=cast)
+    with compile_phases() as phases:
+        report = lower(module, name, target, optimize)
+        with phase("kernels"):
+            prog = program(report.plan, target, cast=cast)
     report.seconds["kernels"] = prog.kernel_seconds
-    add_seconds("kernels", prog.kernel_seconds)
+    report.phases = phases
     return Compiled(prog, report)
 
 
