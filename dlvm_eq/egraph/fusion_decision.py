@@ -150,6 +150,7 @@ def _load_instruction(ld: _Loader, inst) -> Let:
 
 # ------------------------------------------------------------------ the e-graph
 
+
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts).
     The program lives between push and pop in this thread's session of the shipped rule files

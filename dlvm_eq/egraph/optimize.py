@@ -35,7 +35,7 @@ from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
 from .lets import Let
 from .loader import LoadedProgram, load_function
-from .optimize_report import FunctionReport, OptimizeReport
+from .optimize_report import FunctionReport, OptimizeReport, user_rules_fired
 from .rule_origin import blame_user_rules
 from .rulefiles import read_rule_file, rule_file
 from .ruleset_schedule import Budget, Schedule, rulesets_in
@@ -436,6 +436,7 @@ def _optimize_function(
         except ShortOfTime as e:
             res = None
             short = str(e)
+        fired = user_rules_fired(session, res.saturation) if rules and res is not None else []
     if res is None:
         fr = FunctionReport(
             fn.name,
@@ -467,6 +468,7 @@ def _optimize_function(
         len(fn.body),
     )
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
+    fr.user_rules = fired
     if explain:
         fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()

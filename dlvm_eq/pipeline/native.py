@@ -21,12 +21,16 @@ holds one program, safe to call from many threads (see codegen's executor).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..cache import watching_time_cuts
 from ..codegen import Plan, program
+from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
@@ -89,6 +93,11 @@ class CompileReport:
             )
             fired = _rules_fired(sat)
             lines.append(f"  rules fired: {fired or 'none'}")
+            if fr.user_rules:
+                lines.append(
+                    "  your rules fired: "
+                    + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in fr.user_rules)
+                )
             lines.append(
                 f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
                 + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
@@ -161,24 +170,38 @@ def _rules_fired(sat) -> str:
     )
 
 
-def optimized(module: Module, name: str, target: str):
-    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text and
-    per machine profile (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
-    return _optimized_keyed(module, name, target)[:3]
+def optimized(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):
+    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text, per
+    the user's rule files (`rules`, added to the shipped ones) and per machine profile
+    (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
+    return _optimized_keyed(module, name, target, rules)[:3]
 
 
-def _optimized_keyed(module: Module, name: str, target: str):
+def rule_files_key(rules: Sequence[str | Path]) -> str:
+    """What a compile's cache keys hold of the user's rule files: their contents, in order."""
+    if not rules:
+        return ""
+    from ..egraph.rulefiles import read_rule_file
+
+    h = hashlib.sha256()
+    for path in rules:
+        h.update(read_rule_file(path)[0].encode() + b"\0")
+    return "user rules " + h.hexdigest()
+
+
+def _optimized_keyed(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):
     """optimized(...) and the key of the module it returns: a digest of the input's key where
     any process would return the same module for it (read from the IR cache, or built with no
     time budget cut short), else None (the caller prints the module to key what it builds)."""
     text = str(module)  # the one print of the input: every key below derives from it
-    key = (text, name, target, machine(target).profile)
+    rules = tuple(rules)
+    key = (text, name, target, machine(target).profile, rule_files_key(rules))
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:
         return hit
     with phase("optimize"):
-        out = _optimize(module, name, target, text, key)
+        out = _optimize(module, name, target, text, key, rules)
     with _lock:
         if len(_optimized) > 256:
             _optimized.clear()
@@ -186,7 +209,7 @@ def _optimized_keyed(module: Module, name: str, target: str):
     return out
 
 
-def _optimize(module: Module, name: str, target: str, text: str, key: tuple):
+def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rules: tuple):
     note = ""
     try:
         built = []
@@ -197,12 +220,12 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple):
             load_bindings()
             from ..egraph.optimize import optimize
 
-            res = optimize(module, func=name, target=target)
+            res = optimize(module, func=name, target=target, rules=list(rules))
             built.append(res)
             return res.module[name]
 
         # a second process compiling the same program reads the optimized function from disk
-        parts = [text, name, target, key[3]]
+        parts = [text, name, target, key[3]] + ([key[4]] if rules else [])
         with watching_time_cuts() as cuts:
             fn = cached_function("optimize", parts, build, rules_digest())
         digest = None if cuts else "optimized " + function_key("optimize", parts, rules_digest())
@@ -213,6 +236,8 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple):
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
             out = (result, None, note, digest)
+    except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
+        raise
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
         out = (module, None, note, None)
@@ -240,10 +265,17 @@ class Compiled:
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
 
 
-def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> CompileReport:
+def lower(
+    module: Module,
+    name: str,
+    target: str = "cpu",
+    optimize: bool = True,
+    rules: Sequence[str | Path] = (),
+) -> CompileReport:
     """Every stage of `compile` short of building kernels: declared adjoints resolved, the
-    e-graph (unless `optimize=False`), the fusion decision and the plan (from the plan cache
-    when there). The report's `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
+    e-graph (unless `optimize=False`; `rules`: the user's rule files, added to the shipped
+    ones), the fusion decision and the plan (from the plan cache when there). The report's
+    `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     fn = module[name]
@@ -257,7 +289,7 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
         t0 = time.perf_counter()
-        module, result, note, ir_key = _optimized_keyed(module, fn.name, target)
+        module, result, note, ir_key = _optimized_keyed(module, fn.name, target, rules)
         seconds["optimize"] = time.perf_counter() - t0
     else:
         ir_key = None
@@ -269,7 +301,12 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
 
 
 def compile(
-    module: Module, name: str, target: str = "cpu", optimize: bool = True, cast: bool = False
+    module: Module,
+    name: str,
+    target: str = "cpu",
+    optimize: bool = True,
+    cast: bool = False,
+    rules: Sequence[str | Path] = (),
 ) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
 
@@ -277,13 +314,14 @@ def compile(
     inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
     of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
     object arrays); Python numbers take the declared dtype where their kind fits
-    (codegen/arguments.py)."""
+    (codegen/arguments.py). `rules`: the user's rule files, whose rulesets join the shipped
+    ones (as `dlvm-eq opt --rules`); the report lists which of their rules fired."""
     if target == "gpu":
         from ..codegen import cupy_module
 
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
     with compile_phases() as phases:
-        report = lower(module, name, target, optimize)
+        report = lower(module, name, target, optimize, rules)
         with phase("kernels"):
             prog = program(report.plan, target, cast=cast)
     report.seconds["kernels"] = prog.kernel_seconds

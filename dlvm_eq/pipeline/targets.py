@@ -32,12 +32,12 @@ def _compile_interp(module: Module, name: str):
 
 
 def _native(target: str):
-    def compile_for_jit(module: Module, name: str):
+    def compile_for_jit(module: Module, name: str, rules=()):
         from .native import compile  # the code generator loads on the first native compile
 
         # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
         # does without x64), so the compiled function takes what it was traced for
-        return compile(module, name, target, cast=True)
+        return compile(module, name, target, cast=True, rules=rules)
 
     return compile_for_jit
 
@@ -58,6 +58,18 @@ def traced_for(target: str):
         yield
     finally:
         _OPTIMIZED_LATER.reset(token)
+
+
+def compile_for(target: str, module: Module, name: str, rules=()):
+    """What dq.jit calls: the target's compile, with the user's rule files where given (only
+    a target that optimizes, cpu or gpu, has rules to add them to)."""
+    if not rules:
+        return backend(target)(module, name)
+    if not optimizes(target):
+        raise DlvmError(
+            f"jit: rules= needs a target that optimizes the program (cpu, gpu), not {target!r}"
+        )
+    return backend(target)(module, name, rules=tuple(rules))
 
 
 def optimizes(target: str) -> bool:
@@ -86,4 +98,11 @@ def backend(target: str):
         raise DlvmError(f"jit: unknown target {target!r} (available: {known})") from None
 
 
-__all__ = ["DEFAULT_TARGET", "backend", "register_backend", "traced_for", "will_be_optimized"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "compile_for",
+    "backend",
+    "register_backend",
+    "traced_for",
+    "will_be_optimized",
+]
