@@ -314,8 +314,8 @@ def compile(
     inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
     of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
     object arrays); Python numbers take the declared dtype where their kind fits
-    (codegen/arguments.py). `rules`: the user's rule files, whose rulesets join the shipped
-    ones (as `dlvm-eq opt --rules`); the report lists which of their rules fired."""
+    (codegen/execution/arguments.py). `rules`: the user's rule files, whose rulesets join the
+    shipped ones (as `dlvm-eq opt --rules`); the report lists which of their rules fired."""
     if target == "gpu":
         from ..codegen import cupy_module
 
