@@ -157,7 +157,7 @@ def median(rows: list[dict], key: str) -> float:
 def phases_text(rows: list[dict]) -> str:
     names = [
         p
-        for p in ("trace", "adjoint", "rules", "optimize", "plan", "kernels")
+        for p in ("import", "trace", "adjoint", "rules", "optimize", "plan", "kernels")
         if p in rows[0]["phases"]
     ]
     return ", ".join(

@@ -16,6 +16,7 @@ import contextvars
 from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
+from .timing import phase
 
 DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
 
@@ -33,7 +34,8 @@ def _compile_interp(module: Module, name: str):
 
 def _native(target: str):
     def compile_for_jit(module: Module, name: str, rules=()):
-        from .native import compile  # the code generator loads on the first native compile
+        with phase("import"):  # the code generator loads on the first native compile
+            from .native import compile
 
         # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
         # does without x64), so the compiled function takes what it was traced for

@@ -21,7 +21,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-PHASES = ("trace", "adjoint", "rules", "optimize", "plan", "kernels")
+PHASES = ("import", "trace", "adjoint", "rules", "optimize", "plan", "kernels")
 _lock = threading.Lock()
 _SECONDS = dict.fromkeys(PHASES, 0.0)
 _local = threading.local()
@@ -38,7 +38,8 @@ def add_seconds(phase: str, s: float) -> None:
 
 
 def compile_seconds() -> dict[str, float]:
-    """Seconds this process spent compiling, by phase: trace (dq.jit's tracing), adjoint
+    """Seconds this process spent compiling, by phase: import (the code generator, loaded
+    on the first native compile), trace (dq.jit's tracing), adjoint
     (differentiation in the e-graph), rules (rule files compiled into egglog sessions, once
     per thread), optimize (the e-graph), plan (fusion), kernels (LLVM code generation or
     disk-cache loads)."""
