@@ -14,7 +14,6 @@ Shared state (threads): a Jitted's `_cache` holds only complete entries; `_build
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import threading
 
@@ -23,7 +22,7 @@ import numpy as np
 from ..dsl.api import traced_module
 from ..dsl.pytree import is_flat, tree_flatten, tree_unflatten
 from ..dsl.tensor import Tensor
-from ..dsl.tree_args import leaf_types
+from ..dsl.tree_args import bind_arguments, check_arity, leaf_types, signature_text
 from ..errors import DlvmError
 from ..ir.module import Module
 from .targets import DEFAULT_TARGET, backend, compile_for, traced_for
@@ -62,7 +61,9 @@ class Jitted:
     def _positional(self, args, kwargs):
         if not kwargs:
             return args
-        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        bound = bind_arguments(self.fn, args, kwargs, "jit")
+        if bound is None:
+            raise DlvmError(f"jit: {signature_text(self.fn)} takes no keyword arguments")
         if bound.kwargs:
             raise DlvmError("jit: keyword-only arguments are not supported")
         return bound.args
@@ -88,6 +89,7 @@ class Jitted:
     def _build(self, args, leaves) -> tuple:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
+        check_arity(self.fn, len(args), "jit")  # a new signature: maybe a wrong argument count
         with compile_phases() as phases:  # the compile's time by phase, for its report
             # gradients leave the algebra to the target's compile (one e-graph per function)
             with phase("trace"), traced_for(self.target):
