@@ -157,7 +157,10 @@ class Trace:
             if tensor.trace is self.parent
             else Tensor(self.parent.capture(tensor), self.parent)
         )
-        param = Value(self.builder.fresh("capture"), tensor.value.type)
+        name = tensor.value.name  # the outer value's name reads best (`%w`, not `%capture`)
+        param = Value(
+            self.builder.fresh(name if name[0].isalpha() else "capture"), tensor.value.type
+        )
         self.builder.params.append(param)
         self.captured.append(outer)
         self._capture_params[key] = param

@@ -320,6 +320,10 @@ def compile(
         from ..codegen import cupy_module
 
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
+    from .loops import compile_loops, needs_loops
+
+    if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
+        return compile_loops(module, name, target, cast, optimize, rules)
     with compile_phases() as phases:
         report = lower(module, name, target, optimize, rules)
         with phase("kernels"):
