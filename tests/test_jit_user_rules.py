@@ -71,3 +71,20 @@ def test_a_pickled_jitted_function_keeps_its_rules(tmp_path):
     back = pickle.loads(pickle.dumps(dq.jit(f, rules=[rules])))
     assert back.rules == (rules,)
     np.testing.assert_allclose(back(X), 2 * X, rtol=1e-5, atol=1e-6)
+
+
+def test_the_users_rules_reach_a_loop_body(tmp_path):
+    rules = tmp_path / "mine.egg"
+    rules.write_text(IDENTITY)
+
+    def loop(x):
+        def body(c, _):
+            return (dq.softplus(c) - dq.softplus(-c)) * 0.5 + c, None
+
+        return dq.scan(body, x, length=3)[0]
+
+    got = dq.jit(loop, rules=[rules])(X)
+    np.testing.assert_allclose(got, X * 1.5**3, rtol=1e-5, atol=1e-6)
+    report = str(dq.jit(loop, rules=[rules]).report(X))
+    assert f"your rules fired: {rules}:3" in report
+    assert "your rules" not in str(dq.jit(loop).report(X))
