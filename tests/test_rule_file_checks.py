@@ -175,8 +175,8 @@ def test_the_shipped_files_pass_the_checks():
         assert index.add(p.read_text(), str(p))  # the shipped files may run their commands
 
 
-def test_chunks_keep_egglog_positions(tmp_path, capsys):
-    # an error in the 40th form (the third chunk) is at the file's line and column
+def test_an_error_late_in_a_long_file_keeps_its_position(tmp_path, capsys):
+    # egglog parses each form alone (rule_program.py): the 40th form's error is at its line
     body = "".join(f'(rewrite (Multiply x (Const {i}.5 "f32")) x)\n' for i in range(39))
     rules = tmp_path / "long.egg"
     rules.write_text(body + "(rewrite (Exp x)   (Frobnicate x))\n")

@@ -1,9 +1,8 @@
 """What egglog may see of a rule file: its text is read by us first, in one iterative pass, and
 refused with a located error (file:line:col) where egglog would crash, hang or panic.
 
-    index = RuleIndex()                        # one per e-graph session
-    for chunk in index.add(text, "my.egg"):    # RuleFileError for a mistake, located
-        run(chunk.text)                        # a few forms, padded to the file's lines
+    index = RuleIndex()              # one per e-graph session
+    index.add(text, "my.egg")        # RuleFileError for a mistake, located; then egglog runs it
 
 Checks, each for a measured failure of egglog 13:
 - nesting deeper than MAX_DEPTH: egglog's parser and query compiler recurse (10,000 deep:
@@ -14,10 +13,6 @@ Checks, each for a measured failure of egglog 13:
   the session's scopes, `include`/`input`/`output` touch other files, top-level facts
   (`union`, `let`, ...) would assert equalities no rule checker sees;
 - a rule defined twice (same text, or the same :name): egglog panics ("already present").
-
-Chunks: egglog's time per call grows with the square of the text's length (2,000 rules in one
-text: 22 s; 16 forms per call: 0.6 s), so a file runs a few forms per call, each chunk padded
-with newlines and spaces so that egglog's own error positions are the file's.
 """
 
 from __future__ import annotations
@@ -30,7 +25,6 @@ from ..errors import SourceError
 
 # egglog compiles a 64-deep pattern in ~15 ms; the shipped rule files nest at most 11 deep
 MAX_DEPTH = 64
-FORMS_PER_CHUNK = 16  # measured best of 1, 16, 64 on 2,000 rules
 RULES = ("rule", "rewrite", "birewrite")
 # top-level commands a user's file may hold: declarations and rules (the optimizer runs them)
 USER_COMMANDS = frozenset(
@@ -75,12 +69,6 @@ class Form:
     key: str | None = None
     ruleset: str | None = None
     tokens: str = ""  # its tokens joined by single spaces (strings and comments left whole)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    text: str  # padded: egglog's line and column numbers are the file's
-    line: int  # the file's line where the chunk's first form starts
 
 
 class _Lines:
@@ -219,9 +207,9 @@ class RuleIndex:
     def __init__(self):
         self.rules: dict[str, tuple[str, int]] = {}  # key -> (file, line)
 
-    def add(self, text: str, filename: str) -> list[Chunk]:
-        """Check a rule file's text (see the module docstring) and record its rules; the
-        chunks to run, in order. Nothing is recorded when the text is refused."""
+    def add(self, text: str, filename: str) -> list[Form]:
+        """Check a rule file's text (see the module docstring) and record its rules; its
+        forms. Nothing is recorded when the text is refused."""
         forms = scan_forms(text, filename)
         user = not is_shipped(filename)
         if user:
@@ -244,7 +232,7 @@ class RuleIndex:
                 )
             seen[f.key] = (filename, f.line)
         self.rules.update(seen)
-        return chunks(text, forms)
+        return forms
 
     def where(self, name: str) -> tuple[str, int] | None:
         """(file, line) of a rule by egglog's name for it (its :name, or its text)."""
@@ -316,15 +304,3 @@ def _check_user_form(text: str, filename: str, f: Form, declared: set[str]) -> N
             "a user's rule cannot join the `analysis` ruleset (it is run to saturation after "
             "every step, outside the budget); declare a (ruleset NAME) of your own",
         )
-
-
-def chunks(text: str, forms: list[Form], per: int = FORMS_PER_CHUNK) -> list[Chunk]:
-    """The text in pieces of `per` forms (comments between them included), each padded with
-    newlines and spaces so that a position in it is the same line and column in the file."""
-    out = []
-    for i in range(0, len(forms), per):
-        first = forms[i]
-        end = forms[i + per].start if i + per < len(forms) else len(text)
-        pad = "\n" * (first.line - 1) + " " * (first.col - 1)
-        out.append(Chunk(pad + text[first.start : end], first.line))
-    return out

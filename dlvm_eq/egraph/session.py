@@ -32,6 +32,7 @@ from ..ir.module import Function, Module
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .parens import parens
+from .rule_program import parsed_program
 from .rule_text import RuleFileError, RuleIndex, is_shipped
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
@@ -83,21 +84,17 @@ def egg_error(err: Exception, text: str, filename: str) -> DlvmError:
     return RuleFileError(msg, filename)
 
 
-def _duplicate_error(
-    err: EgglogPanic, index: RuleIndex, filename: str, line: int
-) -> DlvmError | None:
+def _duplicate_error(err: EgglogPanic, index: RuleIndex, filename: str) -> DlvmError | None:
     """egglog's panic on a rule defined twice that our index did not see (two spellings it
-    prints alike) as the user's error, located at the forms egglog ran (from `line`) and
-    naming the first definition where known; None for other panics."""
+    prints alike) as the user's error, naming the first definition where known; None for
+    other panics."""
     m = re.search(r"Rule '(.*)' was already present", str(err), re.S)
     if m is None:
         return None
     first = index.where(m.group(1))
-    at = f", first defined at {first[0]}:{first[1]}" if first else ""
+    at = f" (first defined at {first[0]}:{first[1]})" if first else ""
     name = " ".join(m.group(1).split())
-    return RuleFileError(
-        f"a rule is defined twice (in the forms from this line on{at}): {name}", filename, line
-    )
+    return RuleFileError(f"a rule is defined twice{at}: {name}", filename)
 
 
 def unclosed_paren(text: str) -> tuple[int, int] | None:
@@ -161,8 +158,12 @@ class EGraphSession:
             self.values.pop()
         elif "$" in text:
             text = self.values.refer(text)
+        return self._run(lambda: self.egraph.parse_program(text, filename=filename), text, filename)
+
+    def _run(self, parse, text: str, filename: str):
+        """Run the commands parse() returns; egglog's errors as the project's own."""
         try:
-            commands = self.egraph.parse_program(text, filename=filename)
+            commands = parse()
             out = self.egraph.run_program(*commands)
         except EggSmolError as e:
             raise egg_error(e, text, filename) from None
@@ -182,18 +183,17 @@ class EGraphSession:
         return self.add_rules_text(text, filename)
 
     def add_rules_text(self, text: str, filename: str = "<rules>"):
-        """Run a rule file's text, checked first and a few forms per egglog call (rule_text.py
-        says why: depth, commands, duplicates, and egglog's time on long texts)."""
-        out = []
-        chunks = self.rule_index.add(text, filename)
+        """Declarations and rules (no `$` names, no push/pop), checked by us before egglog
+        parses them (rule_text.py: depth, commands, duplicates), parsed once per process
+        (rule_program.py), compiled into this session's e-graph."""
+        self._check_usable()
+        self.rule_index.add(text, filename)
         if not is_shipped(filename):
             self.user_rules.append(filename)
-        for chunk in chunks:
-            try:
-                out.extend(self.run_text(chunk.text, filename))
-            except EgglogPanic as e:
-                raise _duplicate_error(e, self.rule_index, filename, chunk.line) or e from None
-        return out
+        try:
+            return self._run(lambda: parsed_program(text, filename), text, filename)
+        except EgglogPanic as e:
+            raise _duplicate_error(e, self.rule_index, filename) or e from None
 
     def add_function(self, fn: Function, module: Module | None = None) -> LoadedProgram:
         prefix = f"p{self._programs}_"
