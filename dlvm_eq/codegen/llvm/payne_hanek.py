@@ -1,0 +1,141 @@
+"""Payne–Hanek reduction of a large f64 argument by pi/2, branch-free, so a vectorized loop
+computes it for every lane and selects (polymath's trig uses it above REDUCE_LIMIT, where its
+Cody–Waite reduction loses bits: sin(1e22) was 1.6e8 and sin(1e300) inf).
+
+x (f64, |x| >= 2**20) is split into three 24-bit integers m0 m1 m2 times powers of two, and
+2/pi into 24-bit integers T[k] (2/pi = sum T[k] 2**(-24(k+1))), so that
+x * 2/pi = sum_j P_j 2**E_j with P_j = sum_i m_i T[j-i] exact in f64 (< 2**50). Terms with
+E_j >= 2 are multiples of 4 and drop out of the quadrant; the next seven are each reduced mod 4
+exactly and summed in double-double (error ~2**-100, far below an f64 ulp of r).
+
+    >>> r, q = reduce_large(e, x)     # x = (n + r / (pi/2)) * pi/2 ... with q = n mod 4 (0..3)
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from .emitter import F64, I64, Emitter
+
+REDUCE_LIMIT = 2.0**20  # |x| below this: Cody-Waite (polymath), exact enough for n < 2**23
+TERMS = 7  # P_j kept after the first term below 4 (each 24 bits further down)
+CHUNKS = 50  # 24-bit chunks of 2/pi: enough for the largest f64 exponent (1023) plus TERMS
+PAD = 2  # zeros before the chunks: P_j reads T[j - 2] for j >= 0
+
+
+def _pi_bits(bits: int) -> int:
+    """floor(pi * 2**bits), Machin's formula in integers (with guard bits)."""
+    guard = bits + 32
+    one = 1 << guard
+
+    def arctan_inv(n: int) -> int:  # atan(1/n) * 2**guard
+        total, term, k, n2 = 0, one // n, 0, n * n
+        while term:
+            total += term // (2 * k + 1) if k % 2 == 0 else -(term // (2 * k + 1))
+            term //= n2
+            k += 1
+        return total
+
+    return (16 * arctan_inv(5) - 4 * arctan_inv(239)) >> 32
+
+
+def two_over_pi_chunks(count: int = CHUNKS) -> tuple[int, ...]:
+    """The first `count` 24-bit chunks of 2/pi's binary fraction (2/pi < 1)."""
+    bits = 24 * count
+    guard = bits + 64
+    pi = _pi_bits(guard)  # pi * 2**guard
+    scaled = (
+        1 << (bits + guard + 1)
+    ) // pi  # floor(2/pi * 2**bits), the guard bits absorb pi's error
+    return tuple((scaled >> (24 * (count - 1 - k))) & 0xFFFFFF for k in range(count))
+
+
+_TABLE = (0.0,) * PAD + tuple(float(c) for c in two_over_pi_chunks())
+_NAME = "dlvm_eq_two_over_pi"
+
+
+def _table(e: Emitter) -> ir.GlobalVariable:
+    """The chunks as a constant global of the module (global memory on NVPTX)."""
+    module = e.module
+    table = module.globals.get(_NAME)
+    if table is None:
+        space = 1 if str(module.triple).startswith("nvptx") else 0
+        t = ir.ArrayType(F64, len(_TABLE))
+        table = ir.GlobalVariable(module, t, _NAME, addrspace=space)
+        table.global_constant = True
+        table.linkage = "internal"
+        table.initializer = ir.Constant(t, list(_TABLE))
+    return table
+
+
+def _pow2(e: Emitter, k):
+    """2.0**k for an i64 k in the normal range, by building its bits."""
+    biased = e.b.add(k, ir.Constant(I64, 1023))
+    return e.b.bitcast(e.b.shl(biased, ir.Constant(I64, 52)), F64)
+
+
+def _mod4(e: Emitter, t):
+    """t mod 4 for t = P * 2**E (P < 2**50 an integer): exact, no contraction needed."""
+    b = e.b
+    return b.fsub(t, b.fmul(b.call(_floor(e), [b.fmul(t, ir.Constant(F64, 0.25))]), _c(4.0)))
+
+
+def _floor(e: Emitter) -> ir.Function:
+    return e.declare("llvm.floor.f64", F64, [F64])
+
+
+def _c(v: float) -> ir.Constant:
+    return ir.Constant(F64, v)
+
+
+def reduce_large(e: Emitter, x):
+    """(r, q) with x = (4k + q) * pi/2 + r, |r| <= ~pi/4, q a float in 0..3, for
+    REDUCE_LIMIT <= |x| < inf (other lanes get finite garbage the caller selects away)."""
+    b = e.b
+    floor = _floor(e)
+    a = e.intrinsic("fabs", x)
+    bits = b.bitcast(a, I64)
+    ex = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
+    # lanes the caller discards (small, inf, NaN) still index the table in range
+    ex = b.select(b.icmp_signed("<", ex, ir.Constant(I64, 20)), ir.Constant(I64, 20), ex)
+    ex = b.select(b.icmp_signed(">", ex, ir.Constant(I64, 1023)), ir.Constant(I64, 1023), ex)
+    s = b.sub(ex, ir.Constant(I64, 23))  # a = m0 2**s + m1 2**(s-24) + m2 2**(s-48)
+    y = b.fmul(a, _pow2(e, b.neg(s)))  # in [2**23, 2**24): scaling is exact
+    m0 = b.call(floor, [y])
+    y1 = b.fmul(b.fsub(y, m0), _c(2.0**24))
+    m1 = b.call(floor, [y1])
+    m2 = b.fmul(b.fsub(y1, m1), _c(2.0**24))
+    # first j whose E_j = s - 24 (j + 1) is below 2: j0 = max(0, floor((s - 26) / 24) + 1)
+    j0 = b.sub(b.udiv(b.add(s, ir.Constant(I64, 22)), ir.Constant(I64, 24)), ir.Constant(I64, 1))
+    j0 = b.select(b.icmp_signed("<", j0, ir.Constant(I64, 0)), ir.Constant(I64, 0), j0)
+    table = _table(e)
+    zero = ir.Constant(ir.IntType(32), 0)
+
+    def chunk(index):
+        return b.load(b.gep(table, [zero, index], inbounds=True))
+
+    hi = lo = None
+    for d in range(TERMS):
+        j = b.add(j0, ir.Constant(I64, d + PAD))  # index of T[j] in the padded table
+        p = b.fmul(m0, chunk(j))
+        p = b.fadd(p, b.fmul(m1, chunk(b.sub(j, ir.Constant(I64, 1)))))
+        p = b.fadd(p, b.fmul(m2, chunk(b.sub(j, ir.Constant(I64, 2)))))
+        exp_j = b.sub(s, b.mul(b.add(j0, ir.Constant(I64, d + 1)), ir.Constant(I64, 24)))
+        u = _mod4(e, b.fmul(p, _pow2(e, exp_j)))
+        if hi is None:
+            hi, lo = u, _c(0.0)
+            continue
+        total = b.fadd(hi, u)  # two-sum: hi + u = total + err exactly
+        back = b.fsub(total, hi)
+        err = b.fadd(b.fsub(hi, b.fsub(total, back)), b.fsub(u, back))
+        hi, lo = total, b.fadd(lo, err)
+    n = e.intrinsic("rint", hi)
+    f = b.fadd(b.fsub(hi, n), lo)  # x * 2/pi - n, |f| <= ~1/2
+    r = b.fmul(f, _c(math.pi / 2))
+    q = b.fsub(n, b.fmul(b.call(floor, [b.fmul(n, _c(0.25))]), _c(4.0)))
+    # x < 0: x = -(n pi/2 + r) = (-n) pi/2 - r
+    neg = b.fcmp_ordered("<", x, _c(0.0))
+    q_neg = b.select(b.fcmp_ordered("==", q, _c(0.0)), q, b.fsub(_c(4.0), q))
+    return b.select(neg, b.fneg(r), r), b.select(neg, q_neg, q)
