@@ -16,15 +16,19 @@ primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops),
 composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ...), tree_args
 (pytree arguments of traced functions), api (make_ir), optim (sgd, momentum, adam).
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
-stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the
-targets live in dlvm_eq/pipeline (trace + compile). May import: ir, errors.
+stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip,
+cumsum, pad), activations (silu, leaky_relu, elu, log_sigmoid, ...), shapes (squeeze, tile,
+flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`); `dq.nn` gathers
+jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
+May import: ir, errors.
 """
 
 # first: tensor.py, primitive.py and indexing.py import each other
 from .tensor import Tensor  # isort: skip
 
 # isort: split
-from . import optim
+from . import losses, nn, optim
+from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
 from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
@@ -86,6 +90,18 @@ from .ops import (
     where,
 )
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
+from .shapes import (
+    broadcast_to,
+    expand_dims,
+    eye,
+    flip,
+    repeat,
+    squeeze,
+    take_along_axis,
+    tile,
+    tril,
+    triu,
+)
 from .special import erf
 from .stack import stack
 from .stats import std, var
@@ -158,6 +174,23 @@ __all__ = [
     "transpose",
     "where",
     # compositions of the ops
+    "broadcast_to",
+    "elu",
+    "expand_dims",
+    "eye",
+    "flip",
+    "hard_tanh",
+    "leaky_relu",
+    "log_sigmoid",
+    "relu6",
+    "repeat",
+    "silu",
+    "squeeze",
+    "swish",
+    "take_along_axis",
+    "tile",
+    "tril",
+    "triu",
     "arange",
     "clip",
     "einsum",
@@ -173,7 +206,9 @@ __all__ = [
     "var",
     "zeros",
     "zeros_like",
-    # pytrees and optimizers over them
+    # namespaces: jax.nn's names, losses, optimizers over pytrees
+    "losses",
+    "nn",
     "optim",
     "PyTreeDef",
     "tree_flatten",

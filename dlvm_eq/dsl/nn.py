@@ -3,13 +3,20 @@ e-graph see nothing new): subtract the maximum (softmax: its floor) before `exp`
 
     softmax(x)    = exp(x - m) / sum(exp(x - m)),  m = floor(max(x))
     logsumexp(x)  = max(x) + log(sum(exp(x - max(x))))
+
+As `dq.nn`, this module also holds jax.nn's other names: `dq.nn.silu`, `dq.nn.one_hot`, ...
 """
 
 from __future__ import annotations
 
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
 from . import ops
-from .ops import normalize_axes, shape_of
+from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
+from .layers import gelu, one_hot
+from .ops import normalize_axes, relu, shape_of, sigmoid, softplus
+
+JAX_NN = (elu, gelu, hard_tanh, leaky_relu, log_sigmoid, one_hot, relu, relu6, sigmoid, silu)
+JAX_NN += (softplus, swish)  # re-exported: dq.nn.<name> as jax.nn.<name>
 
 
 def softmax(x, axis=-1):
