@@ -18,8 +18,8 @@ composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ..
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
 stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip,
 cumsum, pad), activations (silu, leaky_relu, elu, log_sigmoid, ...), shapes (squeeze, tile,
-flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`); `dq.nn` gathers
-jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
+flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`), norms (batch_norm
+with running statistics, group_norm), resample (upsample); `dq.nn` gathers jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
 May import: ir, errors.
 """
 
@@ -33,13 +33,14 @@ from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from .context import TracingError, current_trace, is_tracing
-from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
+from .conv import avg_pool2d, conv1d, conv2d, conv_transpose2d, max_pool2d
 from .einsum import einsum
 from .gather import take
 from .indexing import split
 from .layers import gelu, layer_norm, one_hot
 from .linalg import matmul
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
+from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
 from .ops import (
     abs,
     add,
@@ -90,6 +91,7 @@ from .ops import (
     where,
 )
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
+from .resample import upsample
 from .shapes import (
     broadcast_to,
     expand_dims,
@@ -112,6 +114,7 @@ __all__ = [
     "avg_pool2d",
     "conv1d",
     "conv2d",
+    "conv_transpose2d",
     "max_pool2d",
     "abs",
     "add",
@@ -174,6 +177,11 @@ __all__ = [
     "transpose",
     "where",
     # compositions of the ops
+    "BatchNormState",
+    "batch_norm",
+    "batch_norm_state",
+    "group_norm",
+    "upsample",
     "broadcast_to",
     "elu",
     "expand_dims",

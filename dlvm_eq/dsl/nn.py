@@ -12,11 +12,13 @@ from __future__ import annotations
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
 from . import ops
 from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
-from .layers import gelu, one_hot
+from .layers import gelu, layer_norm, one_hot
+from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
 from .ops import normalize_axes, relu, shape_of, sigmoid, softplus
 
 JAX_NN = (elu, gelu, hard_tanh, leaky_relu, log_sigmoid, one_hot, relu, relu6, sigmoid, silu)
 JAX_NN += (softplus, swish)  # re-exported: dq.nn.<name> as jax.nn.<name>
+LAYERS = (BatchNormState, batch_norm, batch_norm_state, group_norm, layer_norm)  # and layers
 
 
 def softmax(x, axis=-1):
