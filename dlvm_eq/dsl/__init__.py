@@ -19,7 +19,8 @@ Compositions of the ops, one small file each: constants (zeros, ones, full, aran
 stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip,
 cumsum, pad), activations (silu, leaky_relu, elu, log_sigmoid, ...), shapes (squeeze, tile,
 flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`), norms (batch_norm
-with running statistics, group_norm), resample (upsample); `dq.nn` gathers jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
+with running statistics, group_norm), resample (upsample), sorting (sort, argsort, top_k by
+counted ranks); `dq.nn` gathers jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
 May import: ir, errors.
 """
 
@@ -104,6 +105,7 @@ from .shapes import (
     tril,
     triu,
 )
+from .sorting import argsort, sort, top_k
 from .special import erf
 from .stack import stack
 from .stats import std, var
@@ -182,6 +184,9 @@ __all__ = [
     "batch_norm_state",
     "group_norm",
     "upsample",
+    "argsort",
+    "sort",
+    "top_k",
     "broadcast_to",
     "elu",
     "expand_dims",
