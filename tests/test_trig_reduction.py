@@ -6,6 +6,7 @@ for f32 and f64, over magnitudes up to the largest finite value."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 
@@ -15,7 +16,12 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import KernelInput, KernelSpec, Load, ptx_kernel, set_cache_dir, unary
-from dlvm_eq.codegen.llvm.payne_hanek import two_over_pi_chunks
+from dlvm_eq.codegen.llvm.payne_hanek import (
+    F32_CHUNKS,
+    F32_EXPONENTS,
+    f32_table,
+    two_over_pi_chunks,
+)
 
 OPS = ("sin", "cos", "tan")
 PTXAS = shutil.which("ptxas")
@@ -57,6 +63,24 @@ def test_two_over_pi_chunks_are_fdlibms():
     assert two_over_pi_chunks(6) == (0xA2F983, 0x6E4E44, 0x1529FC, 0x2757D1, 0xF534DD, 0xC0DB62)
 
 
+def test_f32_rows_are_two_over_pi_scaled_mod_4_in_exact_pieces():
+    """Row e: (2/pi 2**(e-23)) mod 4 in 29-bit pieces, so a 24-bit mantissa times a piece is
+    exact; checked in exact rationals against 2/pi to 1200 bits."""
+    from fractions import Fraction
+
+    two_over_pi = Fraction(0)
+    for k, c in enumerate(two_over_pi_chunks()):
+        two_over_pi += Fraction(c, 2 ** (24 * (k + 1)))
+    table = f32_table()
+    for row, ex in enumerate(F32_EXPONENTS):
+        pieces = table[row * F32_CHUNKS : (row + 1) * F32_CHUNKS]
+        want = (two_over_pi * Fraction(2) ** (ex - 23)) % 4
+        assert 0 <= want - sum(Fraction(p) for p in pieces) < Fraction(2) ** (2 - F32_CHUNKS * 29)
+        for p in pieces:
+            mantissa = Fraction(p) / Fraction(2) ** (math.frexp(p)[1] - 29) if p else 0
+            assert mantissa == int(mantissa)  # at most 29 significant bits
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("op", OPS)
 def test_cpu_trig_of_large_arguments_matches_numpy(op, dtype):
@@ -78,7 +102,8 @@ def test_the_reported_case_stays_in_range():
 def test_trig_ptx_with_its_table_assembles(dt, arch, tmp_path):
     spec = KernelSpec(f"trig_{dt}", (100,), [KernelInput(dt)], [unary(op, Load(0)) for op in OPS])
     kp = ptx_kernel(spec, arch)
-    assert ".global .align 8 .b8 dlvm_eq_two_over_pi[" in kp.ptx  # one table in global memory
+    table = "dlvm_eq_two_over_pi_f32[" if dt == "f32" else "dlvm_eq_two_over_pi["
+    assert f".global .align 8 .b8 {table}" in kp.ptx  # one table in global memory
     src = tmp_path / "k.ptx"
     src.write_text(kp.ptx)
     r = subprocess.run(

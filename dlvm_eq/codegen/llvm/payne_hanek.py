@@ -53,20 +53,39 @@ def two_over_pi_chunks(count: int = CHUNKS) -> tuple[int, ...]:
 
 
 _TABLE = (0.0,) * PAD + tuple(float(c) for c in two_over_pi_chunks())
-_NAME = "dlvm_eq_two_over_pi"
+F32_EXPONENTS = range(20, 128)  # the binary exponents of f32 values at or above REDUCE_LIMIT
+F32_CHUNKS, F32_BITS = 3, 29  # per exponent: 2/pi * 2**(e - 23) mod 4 in 29-bit pieces
 
 
-def _table(e: Emitter) -> ir.GlobalVariable:
-    """The chunks as a constant global of the module (global memory on NVPTX)."""
+def f32_table() -> tuple[float, ...]:
+    """Row e - 20: (2**(e-23) * 2/pi) mod 4 as F32_CHUNKS floats of F32_BITS bits each, from
+    2**1 down, so that m * chunk is exact for a 24-bit integer m (an f32 mantissa)."""
+    bits = 24 * CHUNKS
+    scaled = 0
+    for c in two_over_pi_chunks():
+        scaled = (scaled << 24) | c  # floor(2/pi * 2**bits)
+    low = 2 - F32_CHUNKS * F32_BITS  # bits 2**1 .. 2**low: 116 bits, the units and 2s kept
+    out = []
+    for ex in F32_EXPONENTS:
+        w = (scaled << (ex - 23 - low)) >> bits  # (2/pi * 2**(ex-23)) / 2**low, floored
+        w &= (1 << (F32_CHUNKS * F32_BITS)) - 1  # mod 4
+        for j in range(F32_CHUNKS):
+            shift = (F32_CHUNKS - 1 - j) * F32_BITS
+            out.append(math.ldexp(float((w >> shift) & ((1 << F32_BITS) - 1)), shift + low))
+    return tuple(out)
+
+
+def _table(e: Emitter, name: str, values) -> ir.GlobalVariable:
+    """A constant table as a global of the module (global memory on NVPTX)."""
     module = e.module
-    table = module.globals.get(_NAME)
+    table = module.globals.get(name)
     if table is None:
         space = 1 if str(module.triple).startswith("nvptx") else 0
-        t = ir.ArrayType(F64, len(_TABLE))
-        table = ir.GlobalVariable(module, t, _NAME, addrspace=space)
+        t = ir.ArrayType(F64, len(values))
+        table = ir.GlobalVariable(module, t, name, addrspace=space)
         table.global_constant = True
         table.linkage = "internal"
-        table.initializer = ir.Constant(t, list(_TABLE))
+        table.initializer = ir.Constant(t, list(values))
     return table
 
 
@@ -90,18 +109,45 @@ def _c(v: float) -> ir.Constant:
     return ir.Constant(F64, v)
 
 
-def reduce_large(e: Emitter, x):
+def _exponent(e: Emitter, a, top: int):
+    """The binary exponent of a >= REDUCE_LIMIT as i64, clamped to [20, top] so that lanes the
+    caller discards (small, inf, NaN) still index the tables in range."""
+    b = e.b
+    ex = b.sub(b.lshr(b.bitcast(a, I64), ir.Constant(I64, 52)), ir.Constant(I64, 1023))
+    ex = b.select(b.icmp_signed("<", ex, ir.Constant(I64, 20)), ir.Constant(I64, 20), ex)
+    return b.select(b.icmp_signed(">", ex, ir.Constant(I64, top)), ir.Constant(I64, top), ex)
+
+
+def _load(e: Emitter, table, index):
+    zero = ir.Constant(ir.IntType(32), 0)
+    return e.b.load(e.b.gep(table, [zero, index], inbounds=True))
+
+
+def reduce_large(e: Emitter, x, from_f32: bool = False):
     """(r, q) with x = (4k + q) * pi/2 + r, |r| <= ~pi/4, q a float in 0..3, for
-    REDUCE_LIMIT <= |x| < inf (other lanes get finite garbage the caller selects away)."""
+    REDUCE_LIMIT <= |x| < inf (other lanes get finite garbage the caller selects away).
+    from_f32: x holds an f32 value (24-bit mantissa): one table row per exponent, 4 products."""
+    return _finish(e, x, (_parts_f32 if from_f32 else _parts_f64)(e, e.intrinsic("fabs", x)))
+
+
+def _parts_f32(e: Emitter, a) -> list:
+    """m * row[j] mod 4 for |x| = m 2**(ex-23): sum to |x| * 2/pi mod 4."""
+    b = e.b
+    ex = _exponent(e, a, F32_EXPONENTS[-1])
+    m = b.fmul(a, _pow2(e, b.sub(ir.Constant(I64, 23), ex)))  # the 24-bit integer mantissa
+    table = _table(e, "dlvm_eq_two_over_pi_f32", f32_table())
+    row = b.mul(b.sub(ex, ir.Constant(I64, F32_EXPONENTS[0])), ir.Constant(I64, F32_CHUNKS))
+    return [
+        _mod4(e, b.fmul(m, _load(e, table, b.add(row, ir.Constant(I64, j)))))
+        for j in range(F32_CHUNKS)
+    ]
+
+
+def _parts_f64(e: Emitter, a) -> list:
+    """P_j 2**E_j mod 4 for the TERMS first j with E_j < 2 (module docstring)."""
     b = e.b
     floor = _floor(e)
-    a = e.intrinsic("fabs", x)
-    bits = b.bitcast(a, I64)
-    ex = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
-    # lanes the caller discards (small, inf, NaN) still index the table in range
-    ex = b.select(b.icmp_signed("<", ex, ir.Constant(I64, 20)), ir.Constant(I64, 20), ex)
-    ex = b.select(b.icmp_signed(">", ex, ir.Constant(I64, 1023)), ir.Constant(I64, 1023), ex)
-    s = b.sub(ex, ir.Constant(I64, 23))  # a = m0 2**s + m1 2**(s-24) + m2 2**(s-48)
+    s = b.sub(_exponent(e, a, 1023), ir.Constant(I64, 23))  # a = m0 2**s + m1 2**(s-24) + ...
     y = b.fmul(a, _pow2(e, b.neg(s)))  # in [2**23, 2**24): scaling is exact
     m0 = b.call(floor, [y])
     y1 = b.fmul(b.fsub(y, m0), _c(2.0**24))
@@ -110,23 +156,24 @@ def reduce_large(e: Emitter, x):
     # first j whose E_j = s - 24 (j + 1) is below 2: j0 = max(0, floor((s - 26) / 24) + 1)
     j0 = b.sub(b.udiv(b.add(s, ir.Constant(I64, 22)), ir.Constant(I64, 24)), ir.Constant(I64, 1))
     j0 = b.select(b.icmp_signed("<", j0, ir.Constant(I64, 0)), ir.Constant(I64, 0), j0)
-    table = _table(e)
-    zero = ir.Constant(ir.IntType(32), 0)
-
-    def chunk(index):
-        return b.load(b.gep(table, [zero, index], inbounds=True))
-
-    hi = lo = None
+    table = _table(e, "dlvm_eq_two_over_pi", _TABLE)
+    parts = []
     for d in range(TERMS):
         j = b.add(j0, ir.Constant(I64, d + PAD))  # index of T[j] in the padded table
-        p = b.fmul(m0, chunk(j))
-        p = b.fadd(p, b.fmul(m1, chunk(b.sub(j, ir.Constant(I64, 1)))))
-        p = b.fadd(p, b.fmul(m2, chunk(b.sub(j, ir.Constant(I64, 2)))))
+        p = b.fmul(m0, _load(e, table, j))
+        p = b.fadd(p, b.fmul(m1, _load(e, table, b.sub(j, ir.Constant(I64, 1)))))
+        p = b.fadd(p, b.fmul(m2, _load(e, table, b.sub(j, ir.Constant(I64, 2)))))
         exp_j = b.sub(s, b.mul(b.add(j0, ir.Constant(I64, d + 1)), ir.Constant(I64, 24)))
-        u = _mod4(e, b.fmul(p, _pow2(e, exp_j)))
-        if hi is None:
-            hi, lo = u, _c(0.0)
-            continue
+        parts.append(_mod4(e, b.fmul(p, _pow2(e, exp_j))))
+    return parts
+
+
+def _finish(e: Emitter, x, parts):
+    """(r, q) from exact parts of |x| * 2/pi mod 4, summed in double-double, signed as x."""
+    b = e.b
+    floor = _floor(e)
+    hi, lo = parts[0], _c(0.0)
+    for u in parts[1:]:
         total = b.fadd(hi, u)  # two-sum: hi + u = total + err exactly
         back = b.fsub(total, hi)
         err = b.fadd(b.fsub(hi, b.fsub(total, back)), b.fsub(u, back))

@@ -294,8 +294,9 @@ def _in_f64(fn):
     return wrapped
 
 
-def _reduce_pio2(e: Emitter, x):
-    """(sin r, cos r, quadrant as float 0..3) with x = r + n*pi/2, |r| <= pi/4."""
+def _reduce_pio2(e: Emitter, x, from_f32: bool):
+    """(sin r, cos r, quadrant as float 0..3) with x = r + n*pi/2, |r| <= pi/4; from_f32: x
+    (f64) holds an f32 value, which a cheaper large-argument reduction serves."""
     c = e.const_like
     n = e.intrinsic("rint", e.fmul(x, c(x, 2.0 / math.pi)))
     r = x
@@ -307,7 +308,7 @@ def _reduce_pio2(e: Emitter, x):
     # the NaN of the path above
     large = e.fcmp("<", c(x, REDUCE_LIMIT), e.intrinsic("fabs", x))
     large = e.b.and_(large, e.fcmp("<", e.intrinsic("fabs", x), c(x, math.inf)))
-    r_large, q_large = reduce_large(e, x)
+    r_large, q_large = reduce_large(e, x, from_f32)
     r, q = e.select(large, r_large, r), e.select(large, q_large, q)
     z = e.fmul(r, r)
     s = e.fadd(r, e.fmul(e.fmul(r, z), e.horner(z, _SIN)))
@@ -322,21 +323,31 @@ def _quadrant(e: Emitter, q, v0, v1, v2, v3):
     return e.select(e.fcmp("==", q, c(q, 3.0)), v3, r)
 
 
-@_in_f64
-def sin(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+def _trig(fn):
+    """fn(e, sin r, cos r, quadrant) -> the result, computed in f64 (f32 rounded once)."""
+
+    def wrapped(e: Emitter, x):
+        narrow = not isinstance(x.type, ir.DoubleType)
+        wide = e.b.fpext(x, F64) if narrow else x
+        y = fn(e, *_reduce_pio2(e, wide, narrow))
+        return e.b.fptrunc(y, x.type) if narrow else y
+
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+@_trig
+def sin(e: Emitter, s, co, q):
     return _quadrant(e, q, s, co, e.fneg(s), e.fneg(co))
 
 
-@_in_f64
-def cos(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+@_trig
+def cos(e: Emitter, s, co, q):
     return _quadrant(e, q, co, e.fneg(s), e.fneg(co), s)
 
 
-@_in_f64
-def tan(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+@_trig
+def tan(e: Emitter, s, co, q):
     odd = e.fcmp(
         "u!=",
         e.fsub(
