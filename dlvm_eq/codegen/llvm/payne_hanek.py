@@ -6,7 +6,11 @@ x (f64, |x| >= 2**20) is split into three 24-bit integers m0 m1 m2 times powers 
 2/pi into 24-bit integers T[k] (2/pi = sum T[k] 2**(-24(k+1))), so that
 x * 2/pi = sum_j P_j 2**E_j with P_j = sum_i m_i T[j-i] exact in f64 (< 2**50). Terms with
 E_j >= 2 are multiples of 4 and drop out of the quadrant; the next seven are each reduced mod 4
-exactly and summed in double-double (error ~2**-100, far below an f64 ulp of r).
+exactly and summed in double-double (error ~2**-100, far below an f64 ulp of r). An f32
+argument (24-bit mantissa m) reads one precomputed row instead: (2/pi 2**(e-23)) mod 4 in three
+29-bit pieces, so x * 2/pi mod 4 is three exact products (error < 2**-61, enough for f32).
+Cost: every lane computes both reductions; f32 sin measured ~3x slower on 4M elements (a
+shared 2-core machine: 45 -> 140 ms), the price of being right beyond 2**20.
 
     >>> r, q = reduce_large(e, x)     # x = (n + r / (pi/2)) * pi/2 ... with q = n mod 4 (0..3)
 """
