@@ -90,3 +90,24 @@ def test_an_unknown_shape_is_reported_at_the_op_the_analysis_stopped_at(tmp_path
     assert "gives no shape to `transpose` (Transpose) of operand shapes 2x3x3x2x4" in str(
         info.value
     )
+
+
+@pytest.mark.parametrize("rank", range(0, 9))
+def test_schema_shape_analysis_of_transpose_and_pad_shape_for_every_rank(rank):
+    """The analysis alone, in an e-graph: a transpose of each rank by a rotation of its axes,
+    and padShape at every position (the IR accepts any), get the shapes the op table gives."""
+    from dlvm_eq.egraph.optimize import scratch_session
+
+    shape = tuple(range(2, 2 + rank))
+    perm = tuple(range(1, rank)) + (0,) if rank else ()
+    vec = lambda xs: f"(vec-of {' '.join(map(str, xs))})" if xs else "(vec-empty)"
+    lines = [f'(set (shape (Var "x")) {vec(shape)})', '(set (dtype (Var "x")) "f32")']
+    lines.append(f'(let t (Transpose (Var "x") {vec(perm)}))')
+    lines += [f'(let p{k} (PadShape (Var "x") {k}))' for k in range(rank + 1)]
+    lines.append("(run-schedule (saturate (run analysis)))")
+    lines.append(f"(check (= (shape t) {vec(tuple(shape[i] for i in perm))}))")
+    lines += [
+        f"(check (= (shape p{k}) {vec(shape[:k] + (1,) + shape[k:])}))" for k in range(rank + 1)
+    ]
+    with scratch_session() as session:
+        session.run_text("\n".join(lines))  # a failed check raises
