@@ -111,3 +111,13 @@ def test_schema_shape_analysis_of_transpose_and_pad_shape_for_every_rank(rank):
     ]
     with scratch_session() as session:
         session.run_text("\n".join(lines))  # a failed check raises
+
+
+def test_a_rank5_transpose_and_its_inverse_cancel_in_the_optimizer():
+    """transpose-transpose composes any rank, transpose-id drops the identity of any rank."""
+    x = np.ones((2, 3, 2, 2, 3), np.float32)
+    p = (1, 0, 3, 4, 2)
+    back = tuple(int(i) for i in np.argsort(p))
+    module = dq.make_ir(lambda x: dq.exp(dq.transpose(dq.transpose(x, p), back)))(x)
+    text = str(dq.optimize(module).module)
+    assert "transpose" not in text and "exp %" in text
