@@ -82,6 +82,9 @@ def test_take_along_axis_with_constant_and_traced_indices(target):
     assert_values(lambda x: dq.take_along_axis(x, idx, axis=1), (X,), want, target, rtol=0)
     traced = dq.jit(lambda x, i: dq.take_along_axis(x, i, axis=-2), target=target)
     np.testing.assert_array_equal(traced(X, idx.astype(np.int32)), want)
+    negative = idx - 4 * (RNG.random(idx.shape) < 0.5)  # numpy counts these from the end
+    np.testing.assert_array_equal(traced(X, negative.astype(np.int32)), want)
+    np.testing.assert_array_equal(dq.take_along_axis(X, negative, 1), want)
     weights = RNG.standard_normal(want.shape)
     assert_grads(lambda x, i: dq.sum(dq.take_along_axis(x, i, 1) * weights), (X, idx), target)
 

@@ -8,8 +8,9 @@ so each adjoint comes from the ops it is made of:
     dq.triu(x, 1); dq.tril(x); dq.eye(3)            # where with a constant mask; a constant
     dq.take_along_axis(logp, labels[:, None], 1)    # one take of the flattened array
 
-Indices (take_along_axis) must lie in [0, size): as dq.take, out-of-range indices raise;
-negative ones are not wrapped (numpy wraps them, JAX clamps or fills).
+Indices (take_along_axis) must lie in [-size, size), negative ones counted from the end as
+numpy does; others raise (as dq.take: at trace time for constants, at run time for tensors),
+where JAX clamps or fills.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from ..ir.types import F32, I32
 from .context import current_trace, shape_error, user_location
 from .gather import take
-from .ops import add, astype, multiply, normalize_axes, reshape, shape_of, where
+from .ops import add, astype, less, multiply, normalize_axes, reshape, shape_of, where
 from .primitive import bind, dtype_of, to_dtype
 from .tensor import Tensor
 
@@ -166,16 +167,18 @@ def take_along_axis(x, indices, axis):
             offsets = offsets + (np.arange(n) * strides[a]).reshape(
                 [n if b == a else 1 for b in range(len(out))]
             )
+    n = shape[axis]
     if isinstance(indices, Tensor):
         ids = broadcast_to(astype(indices, I32), out)
+        ids = where(less(ids, 0), add(ids, n), ids)  # numpy's negative indices, from the end
         flat = add(multiply(ids, strides[axis]), offsets.astype(np.int32))
     else:
         ids = np.broadcast_to(np.asarray(indices), out)
-        if ids.size and (ids.min() < 0 or ids.max() >= shape[axis]):
+        if ids.size and (ids.min() < -n or ids.max() >= n):
             raise shape_error(
                 f"take_along_axis: an index is out of range for axis {axis} with size {shape[axis]}"
             )
-        flat = (ids * strides[axis] + offsets).astype(np.int32)
+        flat = ((ids % n) * strides[axis] + offsets).astype(np.int32)
     if math.prod(shape) >= 2**31:
         raise shape_error("take_along_axis: x has too many entries for i32 positions")
     return reshape(take(reshape(x, (math.prod(shape),)), flat, axis=0), out)
