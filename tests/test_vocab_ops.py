@@ -131,3 +131,20 @@ def test_shape_errors_name_the_function():
         dq.make_ir(lambda x: dq.broadcast_to(x, (4, 5)))(X)
     with pytest.raises(dq.ShapeError, match="take_along_axis: an index is out of range"):
         dq.make_ir(lambda x: dq.take_along_axis(x, np.full((3, 1, 5), 4), 1))(X)
+
+
+def test_a_few_compositions_on_the_emulated_gpu(monkeypatch):
+    """The gpu target runs them too (fake_cupy: PTX assembled by ptxas, launches on the host)."""
+    import fake_cupy
+
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    idx = RNG.integers(0, 3, size=(2, 1, 4)).astype(np.int32)
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        f = dq.jit(
+            lambda x, i: (dq.sort(x, axis=1), dq.take_along_axis(x, i, 1), dq.tile(x[:, ::-1], 2)),
+            target="gpu",
+        )
+        s, t, r = (a.get() for a in f(cp.asarray(x), cp.asarray(idx)))
+    np.testing.assert_array_equal(s, np.sort(x, axis=1))
+    np.testing.assert_array_equal(t, np.take_along_axis(x, idx, 1))
+    np.testing.assert_array_equal(r, np.tile(x[:, ::-1], 2))
