@@ -27,6 +27,12 @@ CASES = {
     "softplus": (dq.nn.softplus, jax.nn.softplus, X * 30),
     "relu6": (dq.nn.relu6, jax.nn.relu6, X),
     "hard_tanh": (dq.nn.hard_tanh, jax.nn.hard_tanh, X),
+    "celu": (lambda x: dq.nn.celu(x, 0.6), lambda x: jax.nn.celu(x, 0.6), X),
+    "selu": (dq.nn.selu, jax.nn.selu, X),
+    "softsign": (dq.nn.softsign, jax.nn.soft_sign, X),
+    "mish": (dq.nn.mish, jax.nn.mish, X),
+    "glu": (lambda x: dq.nn.glu(x, axis=1), lambda x: jax.nn.glu(x, axis=1), X),
+    "standardize": (dq.nn.standardize, jax.nn.standardize, X),
     "squeeze": (lambda x: dq.squeeze(x[:, :1], 1), lambda x: jnp.squeeze(x[:, :1], 1), X),
     "expand_dims": (lambda x: dq.expand_dims(x, (0, 2)), lambda x: jnp.expand_dims(x, (0, 2)), X),
     "broadcast_to": (
