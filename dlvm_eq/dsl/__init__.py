@@ -28,7 +28,7 @@ May import: ir, errors.
 from .tensor import Tensor  # isort: skip
 
 # isort: split
-from . import losses, nn, optim
+from . import losses, nn, optim, random
 from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
 from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
@@ -223,6 +223,7 @@ __all__ = [
     "losses",
     "nn",
     "optim",
+    "random",
     "PyTreeDef",
     "tree_flatten",
     "tree_leaves",

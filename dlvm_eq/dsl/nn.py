@@ -28,6 +28,7 @@ from .activations import (
 from .layers import gelu, layer_norm, one_hot
 from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
 from .ops import normalize_axes, relu, shape_of, sigmoid, softplus
+from .random import dropout
 
 JAX_NN = (elu, gelu, hard_tanh, leaky_relu, log_sigmoid, one_hot, relu, relu6, sigmoid, silu)
 JAX_NN += (
@@ -39,7 +40,14 @@ JAX_NN += (
     softsign,
     swish,
 )  # re-exported: dq.nn.<name> as jax.nn.<name>
-LAYERS = (BatchNormState, batch_norm, batch_norm_state, group_norm, layer_norm)  # and layers
+LAYERS = (
+    BatchNormState,
+    batch_norm,
+    batch_norm_state,
+    dropout,
+    group_norm,
+    layer_norm,
+)  # and layers
 
 
 def softmax(x, axis=-1):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import IRError
 from . import window_ops
-from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
+from .types import BOOL, I32, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
 
 # Kinds group ops that every stage treats alike.
 UNARY, BINARY, COMPARE, LOGIC, SELECT = "unary", "binary", "compare", "logic", "select"
@@ -171,6 +171,32 @@ _BINARY_FNS: dict[str, Callable] = {
     "min": lambda a, b: np.minimum(a, b),
     "max": lambda a, b: np.maximum(a, b),
 }
+
+
+# Bit operations on i32 words read as unsigned 32-bit (counter-based random numbers,
+# dsl/random.py); shift counts are taken mod 32 (LLVM: a count >= 32 is poison).
+def _words(a, b):
+    """The operands as int32 words, shift counts mod 32."""
+    return np.asarray(a).astype(np.int32), np.asarray(b).astype(np.int32)
+
+
+_BIT_FNS: dict[str, Callable] = {
+    "xor": lambda a, b: np.bitwise_xor(*_words(a, b)),
+    "shiftLeft": lambda a, b: np.left_shift(_words(a, b)[0], _words(a, b)[1] & 31),
+    "shiftRightLogical": lambda a, b: (
+        np.right_shift(_words(a, b)[0].view(np.uint32), (_words(a, b)[1] & 31).astype(np.uint32))
+    ).view(np.int32),
+}
+BIT_OPS = tuple(_BIT_FNS)  # i32 only: the kernels accept them on no other dtype
+
+
+def _bits_type(op: str, types):
+    t = _elementwise_type(op, types)
+    if t.dtype is not I32:
+        _fail(op, f"expected i32 operands, got {t.dtype}")
+    return t
+
+
 _COMPARE_FNS: dict[str, Callable] = {
     "equal": np.equal,
     "notEqual": np.not_equal,
@@ -540,6 +566,18 @@ def _build_table() -> dict[str, OpSpec]:
                 ),
                 (lambda f: _errstate(lambda args, at: f(*args)))(fn),
                 float_only=(name == "power"),
+            )
+        )
+    for name, fn in _BIT_FNS.items():
+        add(
+            OpSpec(
+                name,
+                BINARY,
+                2,
+                _PASCAL(name),
+                (lambda n: lambda ts, at: _bits_type(n, ts))(name),
+                (lambda f: lambda args, at: f(*args))(fn),
+                differentiable=False,
             )
         )
     add(

@@ -26,7 +26,7 @@ import sympy as sp
 from ..errors import DlvmError
 from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
-from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
+from ..ir.ops import BIT_OPS, OPS, scatter_slice, slice_index, transpose_perm
 from ..ir.types import DType, TensorType, TupleType
 from .window_symbolic import window_table
 
@@ -154,7 +154,23 @@ _UNARY = {
     "erf": sp.erf,
     "not": sp.Not,
 }
+
+
+def _bit_function(name: str):
+    """A sympy function of two i32 words that evaluates once both are numbers (bit operations
+    have no symbolic algebra here), with the op table's numpy semantics."""
+
+    def evaluate(cls, a, b):
+        if a.is_number and b.is_number:
+            words = [np.asarray(int(v), np.int32) for v in (a, b)]
+            return sp.Integer(int(OPS[name].evaluate(words, {})))
+        return None
+
+    return type(name, (sp.Function,), {"nargs": 2, "eval": classmethod(evaluate)})
+
+
 _BINARY = {
+    **{name: _bit_function(name) for name in BIT_OPS},
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
