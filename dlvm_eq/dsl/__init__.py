@@ -20,7 +20,8 @@ stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, ar
 cumsum, pad), activations (silu, leaky_relu, elu, log_sigmoid, ...), shapes (squeeze, tile,
 flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`), norms (batch_norm
 with running statistics, group_norm), resample (upsample), sorting (sort, argsort, top_k by
-counted ranks); `dq.nn` gathers jax.nn's names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
+counted ranks), random (`dq.random`: JAX's threefry keys and draws); `dq.nn` gathers jax.nn's
+names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
 May import: ir, errors.
 """
 
