@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from control_flow_programs import check_interp_op
 from window_cases import check_window_op
 
 from dlvm_eq.errors import DlvmError
@@ -23,6 +24,7 @@ from dlvm_eq.ir import (
     TupleType,
     interpret,
 )
+from dlvm_eq.ir.control_flow import CONTROL_FLOW_OPS
 from dlvm_eq.ir.ops import BINARY, BIT_OPS, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
@@ -54,6 +56,7 @@ REF_UNARY = {
     "expm1": lambda x: np.exp(x) - 1,
     "softplus": lambda x: np.log(1 + np.exp(x)),
     "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
+    "stopGradient": lambda x: x + 0,  # issue 31: the identity (no adjoint)
 }
 POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "log1p"}
 
@@ -76,20 +79,20 @@ def _signed_words(values, shape):
     return np.array([v - (1 << 32) if v >= 1 << 31 else v for v in values], np.int64).reshape(shape)
 
 
+def _xor(x, y):
+    return x ^ y
+
+
 def _bits(fn):
     """An i32 bit operation in Python integers on the words as unsigned (an independent
-    reference for the op table's numpy)."""
+    reference for the registry's numpy)."""
 
     def ref(a, b):
         a, b = np.broadcast_arrays(a, b)
-        out = [fn(x, y % 32 if fn is not _xor else y) for x, y in zip(_unsigned(a), _unsigned(b))]
+        out = [fn(x, y if fn is _xor else y % 32) for x, y in zip(_unsigned(a), _unsigned(b))]
         return _signed_words([v & 0xFFFFFFFF for v in out], a.shape)
 
     return ref
-
-
-def _xor(x, y):
-    return x ^ y
 
 
 REF_BINARY = {
@@ -590,6 +593,7 @@ CHECKS = {
     "sliceScatter": check_sliceScatter,
     "cumsum": check_cumsum,
     **{op: check_bits for op in BIT_OPS},
+    **{op: check_interp_op for op in CONTROL_FLOW_OPS},  # tests/control_flow_programs.py
 }
 
 
