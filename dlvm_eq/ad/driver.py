@@ -298,10 +298,9 @@ def _session(rules):
     load_bindings()
     from ..egraph.optimize import new_session, scratch_session
 
-    if rules is None:
-        path = rule_file("adjoint.egg")
-        with scratch_session([path]) as session:
-            yield (session, *read_rule_file(path))
+    if rules is None:  # adjoint.egg is one of the rule files of this thread's shared session
+        with scratch_session() as session:
+            yield (session, *read_rule_file(rule_file("adjoint.egg")))
         return
     if isinstance(rules, Path) or (
         isinstance(rules, str) and "\n" not in rules and rules.endswith(".egg")
@@ -309,7 +308,7 @@ def _session(rules):
         text, name = read_rule_file(rules)
     else:
         text, name = str(rules), "<adjoint rules>"
-    session = new_session()
+    session = new_session(shipped=("algebra.egg",))  # the user's text declares `adjoint`
     session.add_rules_text(text, name)
     yield session, text, name
 
@@ -358,12 +357,13 @@ def adjoint_function(
         out = build()
     else:
         # a second process differentiating the same program reads the result from disk
-        # optimizing prices the e-graph with this host's profile: another profile, another entry
+        # extraction (after optimizing or not) prices the e-graph with this host's profile:
+        # another profile, another entry
         parts = [
             print_function(fn),
             print_module(module) if module is not None else "",
             repr((cfg, name, tuple_result, optimize, target, budget)),
-            machine(target).profile if optimize else "",
+            machine(target).profile,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location
