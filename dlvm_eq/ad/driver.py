@@ -252,12 +252,37 @@ def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
             f"the adjoint rule in {rules_name} for "
             + "; ".join(no_match)
             + " did not apply: a shape or dtype it needs is unknown"
+            + _unshaped_ops(g)
         )
     if stuck:
         raise AdjointError(
             f"{rules_name}: helper(s) {', '.join(stuck)} left unexpanded "
-            "(a shape or dtype they need is unknown)"
+            "(a shape or dtype they need is unknown)" + _unshaped_ops(g)
         )
+
+
+def _unshaped_ops(g: Graph) -> str:
+    """Where the shape analysis stopped: the ops whose operands have shapes but that have none
+    themselves. An adjoint rule fails far downstream of them (at a reduce, say), so name them."""
+    shapes: dict[str, tuple] = {}
+    for node in g.nodes.values():
+        if node["op"] == "shape":
+            vec = next(
+                (n for n in g.classes.get(node["eclass"], []) if g.nodes[n]["op"] == "vec-of"), None
+            )
+            shapes[g.eclass(node["children"][0])] = g.primitive(vec) if vec else ()
+    culprits: dict[str, None] = {}
+    for node in g.nodes.values():
+        user = node["op"]
+        if user not in EGG_TO_OP or node["eclass"] in shapes:
+            continue
+        operands = [g.eclass(c) for c in node["children"] if g.is_term_class(g.eclass(c))]
+        if all(c in shapes for c in operands):
+            given = ", ".join("x".join(map(str, shapes[c])) or "scalar" for c in operands)
+            culprits[f"`{EGG_TO_OP[user]}` ({user}) of operand shapes {given}"] = None
+    if not culprits:
+        return ""
+    return "; the shape analysis (rules/schema.egg) gives no shape to " + "; ".join(culprits)
 
 
 # ---------------------------------------------------------------- the entry points
