@@ -28,16 +28,21 @@ def run_corpus(tmp_path, cases) -> tuple[list[dict], str | None, str]:
     work = tmp_path / "files"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
-    p = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "rule_fuzz.py"), str(spec), str(work)],
-        capture_output=True,
-        text=True,
-        timeout=HANG * len(cases),
-        cwd=ROOT,
-        env=env,
-    )
+    try:
+        p = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "rule_fuzz.py"), str(spec), str(work)],
+            capture_output=True,
+            text=True,
+            timeout=HANG * len(cases),
+            cwd=ROOT,
+            env=env,
+        )
+        stdout, stderr, code = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:  # a hang: the case that was running says which
+        out = e.stdout or ""
+        stdout, stderr, code = out if isinstance(out, str) else out.decode(), "(timed out)", -9
     results, running = [], None
-    for line in p.stdout.splitlines():
+    for line in stdout.splitlines():
         if not line.startswith("{"):
             continue
         rec = json.loads(line)
@@ -46,9 +51,9 @@ def run_corpus(tmp_path, cases) -> tuple[list[dict], str | None, str]:
         else:
             results.append(rec)
             running = None
-    if p.returncode != 0 and running is None:
-        running = f"(after the last case: exit {p.returncode})"
-    return results, running, p.stderr[-2000:]
+    if code != 0 and running is None:
+        running = f"(after the last case: exit {code})"
+    return results, running, stderr[-2000:]
 
 
 def test_every_mutated_rule_file_ends_in_a_located_error_or_a_verified_program(tmp_path):
