@@ -31,6 +31,7 @@ from ..extract.target_cost import TargetCost
 from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
+from .attention_report import attention_lines
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
 from .lets import Let
@@ -50,6 +51,7 @@ def new_session(rules: Sequence[str | Path] = ()) -> EGraphSession:
     """A session with the schema, rules/algebra.egg and the user's rule files loaded."""
     session = EGraphSession()
     session.add_rules_file(rule_file("algebra.egg"))
+    session.add_rules_file(rule_file("attention.egg"))  # issue 33: needs algebra's cval
     for path in rules:
         session.add_rules_file(path)
     return session
@@ -103,7 +105,7 @@ def scratch_session(rules: Sequence[str | Path] = ()):
 
 def schedule_for(rules: Sequence[str | Path] = ()) -> Schedule:
     """The default schedule plus the rulesets the user's files declare."""
-    schedule = Schedule.default()
+    schedule = Schedule.default().with_rulesets(("attention",))  # rules/attention.egg
     for path in rules:
         schedule = schedule.with_rulesets(rulesets_in(read_rule_file(path)[0]))
     return schedule
@@ -434,6 +436,7 @@ def _optimize_function(
         len(fn.body),
     )
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
+    fr.attention = attention_lines(res.extraction, res.cost)
     if explain:
         fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()

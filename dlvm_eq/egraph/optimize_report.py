@@ -29,6 +29,7 @@ class FunctionReport:
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     # with explain: (result as written, result extracted) per returned value, in infix form
     results: list[tuple[str, str]] = field(default_factory=list)
+    attention: list[str] = field(default_factory=list)  # issue 33: fused or plain, and why
 
     @property
     def speedup(self) -> float:
@@ -52,6 +53,7 @@ class FunctionReport:
             else:
                 lines.append(f"{label}{before}")
                 lines.append(f"{pad[:-4]}->  {after}")
+        lines.extend("  " + line for line in self.attention)
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
         lines.append(

@@ -10,7 +10,7 @@ from ..config import rules_dir
 from ..errors import DlvmError
 
 # The shipped rule files, in load order (each builds on the ones before it).
-SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg")
+SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
 
 
 def rule_file(name: str) -> Path:

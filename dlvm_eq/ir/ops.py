@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IRError
-from . import window_ops
+from . import attention_op, window_ops
 from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
 
 # Kinds group ops that every stage treats alike.
@@ -41,6 +41,7 @@ GATHER = "gather"
 SCAN = "scan"  # cumsum: a plan step of its own (a compiled line scan on the CPU)
 # convolution and pooling (window_ops.py): a sliding window over the two trailing axes
 WINDOW = "window"
+ATTENTION = "attention"  # fused softmax(q kᵀ s + bias) v (attention_op.py): a plan step of its own
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -789,6 +790,19 @@ def _build_table() -> dict[str, OpSpec]:
             _slice_scatter_type,
             _slice_scatter,
             attrs=("axis", "lo", "step", "size"),
+        )
+    )
+    # ---- issue 33: fused attention (attention_op.py; derived by rules/attention.egg)
+    add(
+        OpSpec(
+            "attention",
+            ATTENTION,
+            4,
+            "Attention",
+            attention_op.attention_type,
+            attention_op.attention,
+            attrs=("scale", "causal"),
+            float_only=True,
         )
     )
     return table

@@ -103,6 +103,8 @@ def format_instruction(inst: Instruction) -> str:
         text = f"literal ({args}): {inst.result.type}"
     elif name == "apply":
         text = f"apply @{a['callee']}({args})"
+    elif name == "attention":  # issue 33
+        text = f"attention {args} scale {a['scale']!r}" + (" causal" if a["causal"] else "")
     elif name in WINDOW_OPS:
         text = f"{name} {args} {format_window_attrs(name, a)}"
     else:

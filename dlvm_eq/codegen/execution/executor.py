@@ -60,6 +60,7 @@ from ..planning.plan import (
     arena_aliases,
     step_outputs,
 )
+from ..planning.attention import AttentionStep, attention_run
 from ..planning.scan import ScanStep, scan_run
 from ..planning.views import apply_chain
 from ..planning.window import window_run
@@ -217,6 +218,8 @@ def array_step(step, xp):
         return scan_run(step, xp, _view_fn)
     if isinstance(step, WindowStep):
         return window_run(step, xp, [_view_fn(v.chain, xp) for v in step.inputs])
+    if isinstance(step, AttentionStep):  # issue 33
+        return attention_run(step, xp, [_view_fn(v.chain, xp) for v in step.inputs])
     if isinstance(step, ConcatStep):
         parts = [(p.slot, _view_fn(p.chain, xp) or (lambda x: x)) for p in step.parts]
         axis, o = step.axis, step.out

@@ -24,6 +24,7 @@ import numpy as np
 from ...errors import DlvmError
 from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
 from .views import chain_text
+from .attention import AttentionStep
 from .window import WindowStep
 
 PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"
@@ -226,7 +227,7 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return tuple(p.slot for p in step.parts)
     if isinstance(step, AliasStep):
         return (step.src,)
-    if isinstance(step, WindowStep):
+    if isinstance(step, (WindowStep, AttentionStep)):
         return tuple(v.slot for v in step.inputs)
     ids = getattr(step, "ids", None)  # gather.IndexStep reads its indices too
     return (step.src.slot,) if ids is None else (step.src.slot, ids.slot)

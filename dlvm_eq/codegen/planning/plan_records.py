@@ -20,7 +20,7 @@ def plan_schema() -> Schema:
     if schema is None:
         from ..kernels import spec as kernel
         from ..kernels.rows import RowSpec
-        from . import gather, plan, scan
+        from . import attention, gather, plan, scan
         from .fusion_report import FusionReport
 
         schema = _SCHEMA = Schema(
@@ -41,6 +41,7 @@ def plan_schema() -> Schema:
                 gather.IndexStep,
                 gather.SliceScatterStep,
                 scan.ScanStep,
+                attention.AttentionStep,
                 kernel.KernelSpec,
                 kernel.ReduceSpec,
                 kernel.KernelInput,

@@ -96,6 +96,7 @@ from .plan import (
     step_outputs,
 )
 from .rowfusion import RowFusion
+from .attention import AttentionStep
 from .scan import ScanStep
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
@@ -336,6 +337,23 @@ class _Planner(KernelGrouping, RowFusion):
             size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
             self.steps.append(
                 IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order)
+            )
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "attention":  # issue 33: the fused kernel (planning/attention.py)
+            refs = [self.ref_of(o) for o in inst.operands]
+            bias = refs[3].value if isinstance(refs[3], Konst) and not refs[3].shape else 0.0
+            if not isinstance(refs[3], Konst) or refs[3].shape:
+                refs = refs[:4]
+            else:
+                refs = refs[:3]
+            ins = [self.materialize(r, _name(o), order) for r, o in zip(refs, inst.operands)]
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            a = inst.attrs
+            self.steps.append(
+                AttentionStep(
+                    tuple(_view(m) for m in ins), float(bias), a["scale"], bool(a["causal"]),
+                    out, name, order,
+                )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "window":  # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
