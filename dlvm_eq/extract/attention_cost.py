@@ -3,7 +3,8 @@
 Per batch index, each (query block, key block) pair costs its two block products at the
 calibrated matmul rate, the softmax work on the block's scores (an exp and a few flops per
 score, in cache: no memory traffic), and a fixed per-block overhead of the kernel's calls; q,
-the output and one pass of k and v per query block move through memory. The plain program
+the output, and k and v (again per query block where one batch index's do not fit in a
+core's cache) move through memory. The plain program
 instead writes and reads the seq x seq scores several times; extraction compares the two.
 
     attention_seconds(cost, result_type, child)    # child(i): operand i's TensorType or None
@@ -16,8 +17,13 @@ import math
 from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
 
 INF = math.inf
+CACHE_BYTES = 512 * 1024  # a core's L2 (target_cost.CACHE_BYTES)
 SOFTMAX_FLOPS = 6  # per score besides its exp: scale, bias, max, subtract, sum, rescale
-CALLS_PER_BLOCK = 10  # array calls per block in the kernel (products, exp, max, sums, rescale)
+# The numpy-driven kernel's fixed costs (runtime/attention_cpu.py), measured: one call with one
+# block took 55 us on the 2-core Xeon under load (BLAS thread switch, task dispatch, ~12 array
+# calls); more blocks add ~20 us each beyond their arithmetic.
+CALL_SECONDS = 30e-6
+BLOCK_SECONDS = 20e-6
 
 
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
@@ -34,10 +40,14 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
     scores = bq * bk * (flops_per_element("Exp", mc) + SOFTMAX_FLOPS) / mc.flop_rate
     itemsize = t.dtype.itemsize
-    moved = (q.size + t.size + (k.size + v.size) * -(-m // QUERY_BLOCK)) * itemsize
+    # one batch index's k and v are read again by each query block, from the core's cache
+    # when they fit there, else from memory
+    kv = (k.size + v.size) * itemsize
+    rereads = 1 if kv // max(batch, 1) <= CACHE_BYTES else -(-m // QUERY_BLOCK)
+    moved = (q.size + t.size) * itemsize + kv * rereads
     return (
         mc.node_overhead
-        + mc.launch
-        + pairs * (products + scores + CALLS_PER_BLOCK * mc.step_call)
+        + CALL_SECONDS
+        + pairs * (products + scores + BLOCK_SECONDS)
         + moved / mc.bandwidth
     )

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
-from .machine import Machine, machine
 from .attention_cost import attention_seconds
+from .machine import Machine, machine
 from .window_cost import window_seconds
 
 INF = math.inf

@@ -42,6 +42,7 @@ import numpy as np
 from ...config import settings
 from ...errors import DlvmError
 from ..kernels.spec import DTYPES, KernelSpec
+from ..planning.attention import AttentionStep, attention_run
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
 from ..planning.plan import (
     ALIAS,
@@ -60,7 +61,6 @@ from ..planning.plan import (
     arena_aliases,
     step_outputs,
 )
-from ..planning.attention import AttentionStep, attention_run
 from ..planning.scan import ScanStep, scan_run
 from ..planning.views import apply_chain
 from ..planning.window import window_run

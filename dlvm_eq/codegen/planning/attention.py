@@ -54,6 +54,8 @@ def attention_run(step: AttentionStep, xp, view_fns):
     def run_array(env):  # CuPy: the reference formula on the device
         args = [f(env[s]) for f, s in zip(fns, slots)]
         bias = args[3] if len(args) > 3 else xp.asarray(step.bias, args[0].dtype)
-        xp.copyto(env[out], reference_attention([*args[:3], bias], {"scale": scale, "causal": causal}))
+        xp.copyto(
+            env[out], reference_attention([*args[:3], bias], {"scale": scale, "causal": causal})
+        )
 
     return run_array

@@ -23,8 +23,8 @@ import numpy as np
 
 from ...errors import DlvmError
 from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
-from .views import chain_text
 from .attention import AttentionStep
+from .views import chain_text
 from .window import WindowStep
 
 PARAM, OUTPUT, TEMP, CONST, ALIAS = "param", "output", "temp", "const", "alias"

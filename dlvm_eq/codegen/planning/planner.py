@@ -71,6 +71,7 @@ from ..kernels.spec import (
     c_strides,
     unary,
 )
+from .attention import AttentionStep
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
 from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
@@ -96,7 +97,6 @@ from .plan import (
     step_outputs,
 )
 from .rowfusion import RowFusion
-from .attention import AttentionStep
 from .scan import ScanStep
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
@@ -351,8 +351,13 @@ class _Planner(KernelGrouping, RowFusion):
             a = inst.attrs
             self.steps.append(
                 AttentionStep(
-                    tuple(_view(m) for m in ins), float(bias), a["scale"], bool(a["causal"]),
-                    out, name, order,
+                    tuple(_view(m) for m in ins),
+                    float(bias),
+                    a["scale"],
+                    bool(a["causal"]),
+                    out,
+                    name,
+                    order,
                 )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))

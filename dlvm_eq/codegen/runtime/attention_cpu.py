@@ -62,15 +62,27 @@ def one_blas_thread():
             put(n)
 
 
-def attention_forward(q, k, v, bias, scale: float, causal: bool, out, threads: int = 0) -> None:
+def attention_forward(
+    q,
+    k,
+    v,
+    bias,
+    scale: float,
+    causal: bool,
+    out,
+    threads: int = 0,
+    blocks: tuple[int, int] = (QUERY_BLOCK, KEY_BLOCK),
+) -> None:
+    """blocks: (queries, keys) per tile; the cost model prices the defaults."""
+    query_block, key_block = blocks
     m, n = q.shape[-2], k.shape[-2]
     batch = q.shape[:-2]
     dense = isinstance(bias, np.ndarray) and bias.ndim > 0
     bias = np.broadcast_to(bias, batch + (m, n)) if dense else float(bias)
-    tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, QUERY_BLOCK)]
+    tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, query_block)]
 
     def task(idx, q0):
-        q1 = min(m, q0 + QUERY_BLOCK)
+        q1 = min(m, q0 + query_block)
         qb = q[idx][q0:q1] * q.dtype.type(scale)  # scaled once per block: d, not n, products
         kb_all, vb_all = k[idx], v[idx]
         rows = q1 - q0
@@ -78,8 +90,8 @@ def attention_forward(q, k, v, bias, scale: float, causal: bool, out, threads: i
         run_sum = np.zeros((rows, 1), q.dtype)
         acc = np.zeros((rows, v.shape[-1]), q.dtype)
         end = min(n, q1) if causal else n  # keys past the block's last query are all hidden
-        for k0 in range(0, end, KEY_BLOCK):
-            k1 = min(end, k0 + KEY_BLOCK)
+        for k0 in range(0, end, key_block):
+            k1 = min(end, k0 + key_block)
             s = qb @ kb_all[k0:k1].T
             if dense:
                 s += bias[idx][q0:q1, k0:k1]
