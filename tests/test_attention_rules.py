@@ -164,5 +164,5 @@ def test_verify_rules_proves_attention_egg():
     quick = Settings(space=Space(limit=48), symbolic_seconds=5.0)
     report = verify_rules([str(rule_file("attention.egg"))], settings=quick)
     assert report.ok and not report.skipped, report.render()
-    assert len(report.results) == 17
+    assert len(report.results) == 18
     assert report.count("proven") >= 10, report.render()
