@@ -73,7 +73,9 @@ def _dlvm_rows(args, fwd_only: bool):
         name = "loss"
     chosen = native_compile(module, name, "cpu")
     fused_chosen = "attention(" in str(chosen.plan)
-    lines = [line.strip() for line in str(chosen.report).splitlines() if "attention e-class" in line]
+    lines = [
+        line.strip() for line in str(chosen.report).splitlines() if "attention e-class" in line
+    ]
     note = ("fused" if fused_chosen else "plain") + " chosen" + (f"; {lines[0]}" if lines else "")
     rows.append(("dlvm_eq (extraction's choice)", chosen, chosen.plan.arena_bytes, note))
     if fwd_only:
@@ -176,9 +178,10 @@ def main():
                 table.append([seq, name, f"{ms:.2f}", mib, note])
                 print(seq, "fwd" if fwd_only else "fwd+bwd", name, f"{ms:.2f} ms", mib, note)
         title = "Forward" if fwd_only else "Forward + backward (value_and_grad of sum(o * w))"
-        out.append(f"### {title}\n\n" + markdown_table(
-            ["seq", "implementation", "median ms", "arena MiB", "note"], table
-        ))
+        out.append(
+            f"### {title}\n\n"
+            + markdown_table(["seq", "implementation", "median ms", "arena MiB", "note"], table)
+        )
     text = (
         f"{SECTION}\n\n`benchmarks/attention.py --seq {' '.join(map(str, a.seq))}` "
         f"(batch 1, {HEADS} heads, head dim {DIM}, float32; medians of about {a.calls} calls "

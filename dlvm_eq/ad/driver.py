@@ -274,8 +274,10 @@ def _session(rules):
 
     if rules is None:
         path = rule_file("adjoint.egg")
-        with scratch_session([path]) as session:
-            yield (session, *read_rule_file(path))
+        extra = rule_file("attention_adjoint.egg")  # issue 33: Attention's adjoints
+        with scratch_session([path, extra]) as session:
+            text, name = read_rule_file(path)
+            yield session, text + "\n" + read_rule_file(extra)[0], name
         return
     if isinstance(rules, Path) or (
         isinstance(rules, str) and "\n" not in rules and rules.endswith(".egg")

@@ -803,6 +803,7 @@ def _build_table() -> dict[str, OpSpec]:
             attention_op.attention,
             attrs=("scale", "causal"),
             float_only=True,
+            nondiff_operands=(3,),  # the bias is a mask (rules/attention_adjoint.egg)
         )
     )
     return table
