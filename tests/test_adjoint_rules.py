@@ -347,8 +347,8 @@ def case_cumsum(op, rng):
 
 
 # ---- issue 33: the fused attention (rules/attention_adjoint.egg); the bias is a mask constant
-def case_attention(op, rng):
-    batch = _shape(rng, 1, 2)
+def case_attention(op, rng):  # rank 3: the rank the adjoint rules cover
+    batch = _shape(rng, 1, 1)
     m, n, d, e = (int(x) for x in rng.integers(1, 4, 4))
     sq, sk, sv = batch + (m, d), batch + (n, d), batch + (n, e)
     scale = float(rng.choice([1.0, 0.5]))
