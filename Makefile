@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest tests
 
+# the documentation site into site/, warnings as errors (the test extra installs MkDocs)
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build dist
+	rm -rf $(VENV) build dist site

@@ -1,7 +1,7 @@
 """A small on-disk cache: one file per key, with a checksum, written atomically, in a private
 directory.
 
-Kernels (dlvm_eq/codegen/kernel_cache.py), kernel plans, compiled IR (dlvm_eq/ir/function_cache.py) and
+Kernels (dlvm_eq/codegen/kernels/kernel_cache.py), kernel plans, compiled IR (dlvm_eq/ir/function_cache.py) and
 the IR parser's tables use it.
 
     >>> cache = DiskCache()                     # $DLVM_EQ_CACHE_DIR, default ~/.cache/dlvm_eq

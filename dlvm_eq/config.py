@@ -6,8 +6,9 @@
 
 Nothing else in dlvm_eq reads the environment, and nothing reads it on a hot path: a
 subprocess reads its own environment when it first asks. Some values are used once per process
-where they are used (the thread count, the spin budget, the GEMM switch: see the README's
-table); `reload()` changes what later readers see, not what was already built from it.
+where they are used (the thread count, the spin budget, the GEMM switch: see the settings
+page, docs/guide/settings.md); `reload()` changes what later readers see, not what was
+already built from it.
 The rule files' directory is found here too, so that the caches need not import the e-graph.
 
 Shared state (threads): `_current` is replaced whole (a frozen object) under `_lock`; readers
@@ -33,7 +34,7 @@ class Setting:
     help: str
 
 
-# The table (the README's table of settings is checked against it, tests/test_config.py).
+# The table (the settings table, docs/guide/settings.md, is checked against it, tests/test_config.py).
 SETTINGS = (
     Setting(
         "DLVM_EQ_CACHE_DIR",
@@ -89,7 +90,7 @@ class Settings:
 
     cache_dir: Path
     ir_cache: bool  # DLVM_EQ_NO_IR_CACHE unset or empty
-    num_threads: str  # as written ("" when unset); codegen/cpu_count.py parses it
+    num_threads: str  # as written ("" when unset); codegen/runtime/cpu_count.py parses it
     native_pool: bool
     blas_pool: bool
     spin_us: float

@@ -1,6 +1,6 @@
 """A stand-in for CuPy that runs the generated GPU kernels on the host, launch by launch.
 
-The GPU target's launcher (`codegen/gpu_runtime.py`) and program (`executor.GpuProgram`) only
+The GPU target's launcher (`codegen/gpu/gpu_runtime.py`) and program (`executor.GpuProgram`) only
 ever run on a machine with a GPU. This module lets the tests run them here: it provides the part
 of CuPy's API they use, with "device arrays" that are numpy arrays of a marked subclass, and a
 `cuda.function.Module` whose functions execute each launch as CUDA would — every (block,
@@ -93,8 +93,8 @@ broadcast_to, transpose, reshape = (
     _on_device(np.reshape),
 )
 copyto = np.copyto
-take, clip = _on_device(np.take), _on_device(np.clip)  # gather steps (codegen/gather.py)
-cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/scan.py)
+take, clip = _on_device(np.take), _on_device(np.clip)  # gather steps (codegen/planning/gather.py)
+cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/planning/scan.py)
 add.at = np.add.at  # CuPy's ufunc.at, as scatterAdd calls it
 # what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
 full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (

@@ -1,4 +1,5 @@
-"""dlvm_eq.config: the one reader of DLVM_EQ_* variables, and the README's table of them."""
+"""dlvm_eq.config: the one reader of DLVM_EQ_* variables, and the settings page's table of them
+(docs/guide/settings.md)."""
 
 from __future__ import annotations
 
@@ -73,9 +74,9 @@ def test_every_variable_named_in_the_package_is_a_setting():
     assert named - names == set()
 
 
-def test_the_readme_table_lists_every_setting_with_its_default():
+def test_the_settings_page_lists_every_setting_with_its_default():
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "guide" / "settings.md").read_text().splitlines():
         m = re.match(r"\|\s*`(DLVM_EQ_[A-Z_]+)`\s*\|\s*([^|]*)\|", line)
         if m:
             rows[m.group(1)] = m.group(2).strip().strip("`")

@@ -1,4 +1,4 @@
-"""The thread count (codegen/cpu_count.py): DLVM_EQ_NUM_THREADS, the affinity mask, cgroup v1
+"""The thread count (codegen/runtime/cpu_count.py): DLVM_EQ_NUM_THREADS, the affinity mask, cgroup v1
 and v2 CPU quotas (on fake cgroup trees), and in a subprocess, what the runtime reads."""
 
 from __future__ import annotations

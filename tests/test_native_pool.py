@@ -1,4 +1,4 @@
-"""The native worker pool (codegen/native_pool.py): every call runs exactly once, on fresh,
+"""The native worker pool (codegen/runtime/native_pool.py): every call runs exactly once, on fresh,
 spinning, sleeping and closed pools, from several Python threads and after fork. A hang is
 the typical failure of such code, so the risky scenarios run in a subprocess with a timeout."""
 
@@ -332,3 +332,28 @@ def test_a_compiled_call_rests_the_process_pool():
     assert pool.ctl[np_mod.REST] == 1
     _count_run(pool, np.zeros(64, np.int64), 8)
     assert pool.ctl[np_mod.REST] == 0
+
+
+def test_the_pool_ir_file_parses_verifies_and_matches_the_constants():
+    """native_pool.ll (checked in, shipped in the wheel) is well-formed LLVM IR with one entry
+    and its BLAS callback, written for this module's constants; a file written for others is
+    refused with the names that differ."""
+    import llvmlite.binding as llvm
+
+    from dlvm_eq.codegen.runtime import native_pool as pool_module
+
+    text = pool_module.pool_ir()
+    module = llvm.parse_assembly(text.replace("{symbol}", "dq_pool_test"))
+    module.verify()
+    names = {f.name for f in module.functions if not f.is_declaration}
+    assert {"dq_pool_test", "dq_pool_test_blas"} <= names
+    pool_module.pool_ir.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(pool_module, "MAX_ARGS", pool_module.MAX_ARGS + 1)
+            with pytest.raises(
+                RuntimeError, match="native_pool.ll was written for other constants: MAX_ARGS"
+            ):
+                pool_module.pool_ir()
+    finally:
+        pool_module.pool_ir.cache_clear()

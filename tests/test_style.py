@@ -1,5 +1,5 @@
 """The code stays formatted and lint-clean (issue 35): `ruff check` and `ruff format --check`
-over the package, tests, benchmarks, examples and scripts, with pyproject.toml's settings."""
+over the package, tests, benchmarks, examples, scripts and docs, with pyproject.toml's settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ["dlvm_eq", "tests", "benchmarks", "examples", "scripts"]
+CHECKED = ["dlvm_eq", "tests", "benchmarks", "examples", "scripts", "docs"]
 
 
 def _ruff() -> str:

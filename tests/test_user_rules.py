@@ -1,7 +1,7 @@
 """A user's rule file, checked as users write them: verify-rules knows the shipped relations
-(the README's guarded rule verifies alone), a wrong rule fails with a counterexample, a rule
-that makes an ill-typed term is named (file:line) by opt and query, and an unclosed paren is
-reported where it is."""
+(the rules guide's guarded rule, docs/guide/rules.md, verifies alone), a wrong rule fails with
+a counterexample, a rule that makes an ill-typed term is named (file:line) by opt and query,
+and an unclosed paren is reported where it is."""
 
 import textwrap
 
@@ -36,7 +36,7 @@ PROGRAM = """
 
 
 def test_a_guarded_user_rule_verifies_alone(capsys, tmp_path):
-    # the README's form: a sign guard through algebra.egg's `positive` relation
+    # the rules guide's form: a sign guard through algebra.egg's `positive` relation
     rules = _file(
         tmp_path,
         "mine.egg",

@@ -49,7 +49,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _function_name(module, name: str | None) -> str:
+def pick_function(module, name: str | None) -> str:
+    """The function `-f NAME` names, or the file's only function; an error listing them
+    where the file has several and no name was given (codegen and compile share it)."""
     if name is not None:
         return module[name].name
     if len(module.functions) == 1:
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     module = load(args.file)
     verify(module)
-    name = _function_name(module, args.function)
+    name = pick_function(module, args.function)
     target = "cpu" if args.emit == "llvm" else "gpu"  # fusion is costed for that machine
     report = lower(module, name, target, optimize=args.optimize)  # as dq.compile plans it
     if report.note:

@@ -16,7 +16,7 @@ import argparse
 
 from ..ir import verify
 from ..ir.parser import load
-from .codegen import _function_name
+from .codegen import pick_function
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     module = load(args.file)
     verify(module)
-    name = _function_name(module, args.function)
+    name = pick_function(module, args.function)
     compiled = compile_function(module, name, args.target, optimize=args.optimize)
     measured = (
         measure_compiled(compiled, repeats=args.repeats, seed=args.seed) if args.measure else None

@@ -151,7 +151,7 @@ def _shape_error(name: str, op: str, types, err: IRError, loc):
 def _lift(x, dtype: DType | None, trace, loc):
     """A traced tensor, scalar or array -> an IR operand of `dtype` in `trace`."""
     if isinstance(x, Tensor):
-        value = _own_value(x, trace)
+        value = own_value(x, trace)
         if dtype is not None and value.type.dtype is not dtype:
             value = trace.builder.emit("dataTypeCast", [value], location=loc, dtype=dtype)
         return value
@@ -164,7 +164,9 @@ def _lift(x, dtype: DType | None, trace, loc):
     return trace.literal(a if isinstance(x, np.ndarray) else np.array(a), dtype, loc)
 
 
-def _own_value(x: Tensor, trace) -> Value:
+def own_value(x: Tensor, trace) -> Value:
+    """The IR value of `x` in `trace`: its own, or captured from an enclosing trace (a closure
+    over an outer traced value); a value whose trace has ended is an error (it escaped)."""
     if x.trace is trace:
         return x.value
     if not x.trace.active:

@@ -20,7 +20,7 @@ from ..ir.inline import live_instructions
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.types import DType, TensorType, TupleType
 from .context import Trace, current_trace, tracing_error, user_location
-from .primitive import _own_value, is_weak, lift_value, promote, to_dtype
+from .primitive import is_weak, lift_value, own_value, promote, to_dtype
 from .tensor import Tensor
 
 
@@ -186,7 +186,7 @@ def _unwrap(x):
 
 def _param_value(a, p: Value, fn: Function, i: int, t: Trace):
     if isinstance(a, Tensor):
-        v = _own_value(a, t)
+        v = own_value(a, t)
     elif is_weak(a) and p.type.shape == ():
         return Const.of(a, p.type.dtype)
     else:

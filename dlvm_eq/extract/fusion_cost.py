@@ -47,7 +47,7 @@ from .target_cost import flops_per_element
 
 LOAD = "Load"
 # A kernel body expands at most this many scalar classes per member: the planner splits fused
-# expressions far sooner (codegen/fusion.py MAX_EXPR_NODES), and the bound keeps each cost
+# expressions far sooner (codegen/planning/kernel_groups.py MAX_EXPR_NODES), and the bound keeps each cost
 # evaluation O(1) in the program's depth, so greedy fusion of a long chain is linear, not
 # quadratic. Past it, a tensor is costed as written by another kernel and read here.
 EXPAND_LIMIT = 320

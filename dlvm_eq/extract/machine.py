@@ -1,6 +1,6 @@
 """Machine descriptions: what the target cost model knows about a target.
 
-The CPU figures are the measurements in MEASUREMENTS.md (2-core EPYC with AVX-512: ~40 GB/s
+The CPU figures were measured on a 2-core EPYC with AVX-512 (~40 GB/s
 copy bandwidth, 238-436 GFLOP/s sgemm); the GPU figures are an H100/H200-class device (HBM3,
 ~4 TB/s, ~60 TFLOP/s fp32). Only ratios matter to extraction; absolute values make the
 reported costs read as estimated seconds.

@@ -113,7 +113,7 @@ class Profile:
     measured_at: str = ""
     seconds: float = 0.0  # how long the calibration took
     # plan step kind -> ((size in bytes moved, seconds), ...) measured through the executor,
-    # sizes increasing; the kinds are pipeline/plan_cost.py's (map, reduce, rows, copy, ...)
+    # sizes increasing; the kinds are calibration/plan_cost.py's (map, reduce, rows, copy, ...)
     steps: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     program_call: float = 0.0  # seconds of calling a compiled program, its steps aside
     step_call: float = 0.0  # seconds the executor spends per step beyond its work

@@ -334,7 +334,7 @@ def _argmax(xp, x, attrs):
     return xp.expand_dims(xp.argmax(cols, axis=2), 2)
 
 
-def _spread(xp, cols, attrs, hw):
+def spread_columns(xp, cols, attrs, hw):
     """cols (N, C, KH*KW, OH, OW) summed back onto an (N, C, H, W) input."""
     k, p = attrs["kernel"], attrs["padding"]
     n, c, _, oh, ow = cols.shape
@@ -356,7 +356,7 @@ def max_pool2d_backward(xp, x, dy, attrs):
     idx = _argmax(xp, x, attrs)
     taps = xp.arange(attrs["kernel"][0] * attrs["kernel"][1]).reshape(1, 1, -1, 1, 1)
     cols = xp.where(taps == idx, xp.expand_dims(dy, 2), xp.zeros((), dy.dtype))
-    return _spread(xp, cols, attrs, x.shape[2:])
+    return spread_columns(xp, cols, attrs, x.shape[2:])
 
 
 def max_pool2d_gather(xp, x, g, attrs):
@@ -374,7 +374,7 @@ def avg_pool2d_backward(xp, dy, attrs):
     n, c, oh, ow = dy.shape
     share = xp.expand_dims(dy / dy.dtype.type(k[0] * k[1]), 2)
     cols = xp.broadcast_to(share, (n, c, k[0] * k[1], oh, ow))
-    return _spread(xp, cols, attrs, attrs["size"])
+    return spread_columns(xp, cols, attrs, attrs["size"])
 
 
 def evaluate(op: str, xp, args, attrs, matmul=None):

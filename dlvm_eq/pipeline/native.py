@@ -250,7 +250,7 @@ def compile(
     inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
     of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
     object arrays); Python numbers take the declared dtype where their kind fits
-    (codegen/arguments.py)."""
+    (codegen/execution/arguments.py)."""
     if target == "gpu":
         from ..codegen import cupy_module
 

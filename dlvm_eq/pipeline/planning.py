@@ -1,4 +1,4 @@
-"""Planning: the fusion decision (egraph/fusion.py) handed to the code generator's planner,
+"""Planning: the fusion decision (egraph/fusion_decision.py) handed to the code generator's planner,
 and the plan cache.
 
     plan = plan_function(module["f"], module, target="cpu")   # what was fused: print(plan)

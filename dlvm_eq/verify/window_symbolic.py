@@ -72,7 +72,7 @@ def window_table(as_array, extremum) -> dict:
         x, dy = args
         conds = _first_max(_taps(x, attrs, sp.S.NegativeInfinity))
         cols = _routed(conds, np.broadcast_to(np.expand_dims(dy, 2), conds.shape))
-        return as_array(_SYMPIFY(window_ops._spread(np, cols, attrs, x.shape[2:])))
+        return as_array(_SYMPIFY(window_ops.spread_columns(np, cols, attrs, x.shape[2:])))
 
     def max_pool_gather(args, attrs, rtype):
         x, g = args

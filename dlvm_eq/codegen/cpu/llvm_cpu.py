@@ -18,7 +18,6 @@ lru_caches of values that never change (a race computes one twice).
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
 
 import llvmlite
@@ -32,9 +31,9 @@ from ..llvm.llvm_lock import LLVM_LOCK
 from ..llvm.loops import counted_loop, entry_alloca, i64, strided_range
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
 from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
+from ..llvm.symbols import symbol_for
 
 PTR = ir.PointerType()
-_PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
 
 
 @dataclass(frozen=True)
@@ -238,14 +237,6 @@ def cpu_ir(spec) -> CpuIR:
     args = dict(layout=layout, triple=tm.triple, datalayout=str(tm.target_data))
     text, symbol = symbol_for(lambda sym: str(build_module(spec, sym, **args)))
     return CpuIR(text, symbol, layout, "map" if isinstance(spec, KernelSpec) else "reduce")
-
-
-def symbol_for(build) -> tuple[str, str]:
-    """(IR text, symbol) for `build(symbol) -> IR text`, the symbol being a hash of the IR, so
-    that equal kernels coincide."""
-    draft = build(_PLACEHOLDER)
-    symbol = "dq_" + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol
 
 
 # ------------------------------------------------------------------ LLVM: target and passes

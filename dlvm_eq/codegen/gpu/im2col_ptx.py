@@ -14,21 +14,20 @@ there), see the report of issue 14.
 
 from __future__ import annotations
 
-import hashlib
-
 from llvmlite import ir
 
 from ..kernels.conv_spec import Col2imSpec, Im2colSpec
 from ..llvm.emitter import I64
+from ..llvm.symbols import symbol_for
 from ..llvm.window_loops import col2im_plane, im2col_row
 from .llvm_ptx import PtxKernel, compile_ptx, grid_stride, kernel_function, new_module
 
 _PLACEHOLDER = "__dq_conv__"
 
 
-def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir.Module:
+def _build(spec: Im2colSpec | Col2imSpec, name: str, arch: str, host_emulation: bool) -> ir.Module:
     module = new_module(arch, host_emulation)
-    fn = kernel_function(module, _PLACEHOLDER, 1, 2, 3, I64)
+    fn = kernel_function(module, name, 1, 2, 3, I64)
     items, dst, src, image_stride, row_stride, images = fn.args[:6]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     body = im2col_row if isinstance(spec, Im2colSpec) else col2im_plane
@@ -40,9 +39,8 @@ def _build(spec: Im2colSpec | Col2imSpec, arch: str, host_emulation: bool) -> ir
 
 
 def _named(spec, prefix: str, arch: str, host_emulation: bool) -> tuple[str, str]:
-    draft = str(_build(spec, arch, host_emulation))
-    symbol = prefix + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol
+    build = lambda name: str(_build(spec, name, arch, host_emulation))
+    return symbol_for(build, prefix, _PLACEHOLDER)
 
 
 def conv_ptx(spec: Im2colSpec | Col2imSpec, arch: str = "sm_75") -> PtxKernel:

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..cpu.llvm_cpu import symbol_for
 from ..kernels.index_spec import IndexSpec
 from ..kernels.spec import DTYPES
 from ..llvm.emitter import I32, I64
 from ..llvm.lower_expr import storage_type
+from ..llvm.symbols import symbol_for
 from .llvm_ptx import PtxKernel, compile_ptx, grid_stride, kernel_function, new_module
 
 N_PTRS = 4  # out, src, ids, flag

@@ -21,7 +21,6 @@ global context is not thread-safe.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -35,11 +34,11 @@ from ..llvm.emitter import I32, I64, Emitter
 from ..llvm.llvm_lock import LLVM_LOCK
 from ..llvm.loops import counted_loop, decompose, entry_alloca, strided_range
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
+from ..llvm.symbols import symbol_for
 
 TRIPLE = "nvptx64-nvidia-cuda"
 GLOBAL = ir.PointerType(addrspace=1)
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
-_PLACEHOLDER = "__dq_kernel__"  # replaced by the IR's hash
 
 
 @dataclass(frozen=True)
@@ -358,10 +357,14 @@ def host_emulation_ir(spec) -> tuple[str, str, LoopLayout, int]:
 
 
 def _named(spec, prefix: str, **kw) -> tuple[str, str, LoopLayout, int]:
-    module, layout, bits = build_module(spec, _PLACEHOLDER, **kw)
-    draft = str(module)
-    symbol = prefix + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol, layout, bits
+    built = {}
+
+    def build(name: str) -> str:
+        module, built["layout"], built["bits"] = build_module(spec, name, **kw)
+        return str(module)
+
+    text, symbol = symbol_for(build, prefix)
+    return text, symbol, built["layout"], built["bits"]
 
 
 def ptx_ir(spec, arch: str = "sm_75") -> tuple[str, str, LoopLayout, int]:

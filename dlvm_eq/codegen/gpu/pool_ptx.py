@@ -14,14 +14,13 @@ zero fill are needed. in_1 is ignored by one-operand ops.
 
 from __future__ import annotations
 
-import hashlib
-
 from llvmlite import ir
 
 from ..cpu.pool_ir import PoolEmitter
 from ..kernels.pool_spec import PoolSpec
 from ..llvm.emitter import I64
 from ..llvm.loops import counted_loop, entry_alloca
+from ..llvm.symbols import symbol_for
 from .llvm_ptx import grid_stride, kernel_function, new_module
 
 _PLACEHOLDER = "__dq_pool__"
@@ -142,9 +141,7 @@ def _module(spec: PoolSpec, symbol: str, arch: str, host_emulation: bool) -> str
 
 
 def _named(spec: PoolSpec, prefix: str, arch: str, host_emulation: bool) -> tuple[str, str]:
-    draft = _module(spec, _PLACEHOLDER, arch, host_emulation)
-    symbol = prefix + hashlib.sha256(draft.encode()).hexdigest()[:20]
-    return draft.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"'), symbol
+    return symbol_for(lambda name: _module(spec, name, arch, host_emulation), prefix, _PLACEHOLDER)
 
 
 def pool_ptx_ir(spec: PoolSpec, arch: str = "sm_75") -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """What the fusion stage decided, as the compile report prints it: the plan's record of the
-decision it was given (egraph/fusion.py fills it in). It lives with the plan because kernel
+decision it was given (egraph/fusion_decision.py fills it in). It lives with the plan because kernel
 plans are cached (as JSON data) with their report, and reading one imports no e-graph."""
 
 from __future__ import annotations

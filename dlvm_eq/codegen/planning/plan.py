@@ -269,7 +269,7 @@ class Plan:
     constants: dict[int, np.ndarray] = field(default_factory=dict)
     offsets: dict[int, int] = field(default_factory=dict)  # temp slot -> byte offset in the arena
     arena_bytes: int = 0
-    fusion: object = None  # the fusion stage's report (egraph/fusion.py)
+    fusion: object = None  # the fusion stage's report (egraph/fusion_decision.py)
 
     @property
     def kernels(self) -> list:

@@ -8,7 +8,7 @@ The rules, in the order they apply:
   unmaterialized values become one scalar expression per kernel output; implicit and explicit
   broadcasts, transposes and shape casts become strided reads (`views.py`), never copies.
 - Which values are materialized (written to a buffer) is not decided here: the fusion stage
-  (egraph/fusion.py) loads the function into an e-graph where every elementwise value is also
+  (egraph/fusion_decision.py) loads the function into an e-graph where every elementwise value is also
   a `Map` of scalar ops and every read of it may recompute it (rules/fusion.egg), and
   extraction (extract/fusion_cost.py) picks the materialized set by a kernel cost model:
   results, BLAS, concatenate and slice operands and reductions are forced; a value kept in a buffer
@@ -149,10 +149,10 @@ class _Planner(KernelGrouping, RowFusion):
         self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"
     ):
         self.flat, self.name, self.target = flat, name, target
-        self.decision = decision  # the fusion stage's FusionDecision (egraph/fusion.py)
+        self.decision = decision  # the fusion stage's FusionDecision (egraph/fusion_decision.py)
         self.rows = rows is True or (rows is not False and int(rows) > 0)
         self.row_limit = None if rows is True else int(rows)  # longest row a row kernel takes
-        self.fusion = None  # the fusion stage's report (egraph/fusion.py)
+        self.fusion = None  # the fusion stage's report (egraph/fusion_decision.py)
         self.same_as: dict = {}  # id(value) -> an earlier value it equals (the e-graph's)
         self.slots: list[SlotInfo] = []
         self.leaves: list[tuple[int, tuple]] = []
