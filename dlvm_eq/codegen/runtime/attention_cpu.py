@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...ir.attention_op import KEY_BLOCK, QUERY_BLOCK
-from .blas_threads import _function, loaded_openblas
+from .blas_threads import loaded_openblas
 from .cpu_count import usable_cpus
 from .threads import run_python
 
@@ -27,6 +27,13 @@ _SET = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
 _SET += ("openblas_set_num_threads64_", "openblas_set_num_threads")
 _LIBS: list | None = None  # (get, set) of every loaded OpenBLAS, found once
 _LIBS_LOCK = threading.Lock()
+
+
+def _symbol(lib, names):
+    for name in names:
+        if hasattr(lib, name):
+            return getattr(lib, name)
+    return None
 
 
 def _openblas() -> list:
@@ -39,7 +46,7 @@ def _openblas() -> list:
                     lib = ctypes.CDLL(path)
                 except OSError:
                     continue
-                get, put = _function(lib, _GET), _function(lib, _SET)
+                get, put = _symbol(lib, _GET), _symbol(lib, _SET)
                 if get is not None and put is not None:
                     get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
                     _LIBS.append((get, put))
