@@ -45,6 +45,12 @@ def given_kt(q, kt, v):  # k already transposed by the user: no transpose in the
     return dq.softmax(q @ kt, axis=-1) @ v
 
 
+def extra_transpose(q, k, v):  # kᵀ written as a transpose of a transpose of a transpose
+    p = (0, 2, 1)
+    kt = dq.transpose(dq.transpose(dq.transpose(k, p), p), p)
+    return dq.softmax((q @ kt) * 0.125, axis=-1) @ v
+
+
 def with_padding(q, k, v, pad):  # pad: (batch, 1, keys), 0 or -1e9: broadcast over the queries
     return dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.125 + pad, axis=-1) @ v
 
@@ -67,6 +73,7 @@ B, M, N, D = 2, 8, 8, 4
         (heads, [(1, 2, M, D), (1, 2, N, D), (1, 2, N, D)], "attention 4: softmax(q kt * c) v"),
         (prescaled_q, [(B, M, D), (B, N, D), (B, N, D)], "attention 3: softmax(q kt) v"),
         (given_kt, [(B, M, D), (B, D, N), (B, N, D)], "attention 3: softmax(q kt) v"),
+        (extra_transpose, [(B, M, D), (B, N, D), (B, N, D)], "attention 3: softmax(q kt * c) v"),
         (
             with_padding,
             [(B, M, D), (B, N, D), (B, N, D), (B, 1, N)],
