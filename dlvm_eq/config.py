@@ -4,6 +4,10 @@
     config.settings().cache_dir        # read on first call, then the same object every time
     config.reload()                    # re-read os.environ (for in-process tests that change it)
 
+Every value is checked here, by its row of SETTINGS: a bad one is a DlvmError that names the
+variable and what it accepts (`DLVM_EQ_SPIN_US='1e99': expected a number of microseconds from
+0 to 1,000,000`), on the first call, not where the value is first used.
+
 Nothing else in dlvm_eq reads the environment, and nothing reads it on a hot path: a
 subprocess reads its own environment when it first asks. Some values are used once per process
 where they are used (the thread count, the spin budget, the GEMM switch: see the settings
@@ -17,21 +21,84 @@ take a reference without locking.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import DlvmError
+
+# Caps: past them a value is a mistake, not a machine (100,000 threads took 9.6 s to fail
+# with "can't start new thread"; a spin of 1e99 us overflowed the pool's cycle counter).
+MAX_THREADS = 1024
+MAX_SPIN_US = 1_000_000.0  # one second: an idle worker that spins longer only burns a CPU
+
+
+def _path(name: str, text: str) -> Path:
+    return Path(text) if text else Path.home() / ".cache" / "dlvm_eq"
+
+
+def _any_value(name: str, text: str) -> bool:
+    return text == ""  # DLVM_EQ_NO_IR_CACHE: set to anything, the IR cache is off
+
+
+def _switch(default: bool):
+    def parse(name: str, text: str) -> bool:
+        if text == "":
+            return default
+        if text not in ("0", "1"):
+            raise _bad(name, text, "0 or 1")
+        return text == "1"
+
+    return parse
+
+
+def _gemm(name: str, text: str) -> str:
+    if text not in ("", "auto", "0", "1"):
+        raise _bad(name, text, "0 (never), 1 (always), auto or unset (the host decides)")
+    return text or "auto"
+
+
+def _threads(name: str, text: str) -> int | None:
+    if text == "":
+        return None  # the CPUs of the affinity mask and the cgroup quota (cpu_count.py)
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise _bad(name, text, f"a whole number of threads from 1 to {MAX_THREADS}, or unset")
+    return n
+
+
+def _spin(name: str, text: str) -> float:
+    try:
+        us = float(text) if text else 300.0
+    except ValueError:
+        us = math.nan
+    if not 0.0 <= us <= MAX_SPIN_US:  # nan and inf fail too
+        raise _bad(name, text, f"a number of microseconds from 0 to {MAX_SPIN_US:,.0f}")
+    return us
+
+
+def _bad(name: str, text: str, accepted: str) -> DlvmError:
+    return DlvmError(f"{name}={text!r}: expected {accepted}")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its name, default (as text) and what it does."""
+    """One environment variable: its name, default (as text), what it does, the `Settings`
+    field it fills and its parser ((name, text stripped) -> value, or a DlvmError that names
+    the variable and the values it accepts)."""
 
     name: str
     default: str
     help: str
+    field: str
+    parse: Callable[[str, str], Any]
 
 
 # The table (the settings table, docs/guide/settings.md, is checked against it, tests/test_config.py).
@@ -41,45 +108,62 @@ SETTINGS = (
         "~/.cache/dlvm_eq",
         "where compiled kernels, optimized programs, adjoints and plans are cached (a "
         "directory private to the user; another owner's is not used)",
+        "cache_dir",
+        _path,
     ),
     Setting(
         "DLVM_EQ_NO_IR_CACHE",
         "",
         "any non-empty value: do not read or write optimized programs, adjoints and plans "
         "on disk (kernel object code is still cached)",
+        "ir_cache",
+        _any_value,
     ),
     Setting(
         "DLVM_EQ_NUM_THREADS",
         "",
-        "threads for parallel kernels, the caller's included (a whole number >= 1); unset: "
-        "the CPUs of the affinity mask, capped by the cgroup CPU quota",
+        f"threads for parallel kernels, the caller's included (a whole number from 1 to "
+        f"{MAX_THREADS}); unset: the CPUs of the affinity mask, capped by the cgroup CPU quota",
+        "num_threads",
+        _threads,
     ),
     Setting(
         "DLVM_EQ_NATIVE_POOL",
         "1",
         "0: run parallel kernels on Python threads instead of the native worker pool",
+        "native_pool",
+        _switch(True),
     ),
     Setting(
         "DLVM_EQ_BLAS_POOL",
         "0",
         "1: run OpenBLAS's threaded calls (numpy's matmul) on the native worker pool instead "
         "of OpenBLAS's own threads (OpenBLAS 0.3.27 or later)",
+        "blas_pool",
+        _switch(False),
     ),
     Setting(
         "DLVM_EQ_SPIN_US",
         "300",
-        "microseconds an idle native worker spins before it sleeps on a futex",
+        f"microseconds an idle native worker spins before it sleeps on a futex (0 to "
+        f"{MAX_SPIN_US:,.0f})",
+        "spin_us",
+        _spin,
     ),
     Setting(
         "DLVM_EQ_GEMM",
         "auto",
-        "1: always use our float32 GEMM for large products (and fuse epilogues into it); 0, "
-        "unset or anything else: never (numpy's BLAS, faster on idle hosts)",
+        "1: always use our float32 GEMM for large products (and fuse epilogues into it); 0: "
+        "never (numpy's BLAS, measured faster on idle hosts); auto or unset: the default, never",
+        "gemm",
+        _gemm,
     ),
     Setting(
         "DLVM_EQ_EPILOGUES",
         "1",
         "0: do not fuse elementwise consumers of a matmul into our GEMM's tiles",
+        "epilogues",
+        _switch(True),
     ),
 )
 
@@ -90,7 +174,7 @@ class Settings:
 
     cache_dir: Path
     ir_cache: bool  # DLVM_EQ_NO_IR_CACHE unset or empty
-    num_threads: str  # as written ("" when unset); codegen/runtime/cpu_count.py parses it
+    num_threads: int | None  # None: unset (codegen/runtime/cpu_count.py counts the CPUs)
     native_pool: bool
     blas_pool: bool
     spin_us: float
@@ -99,31 +183,15 @@ class Settings:
 
 
 def read(environ=None) -> Settings:
-    """Settings parsed from `environ` (default os.environ); a DlvmError names a bad value."""
+    """Settings parsed from `environ` (default os.environ); a DlvmError names a bad value (the
+    first, in the table's order) and the values its variable accepts."""
     env = os.environ if environ is None else environ
-
-    def text(name: str) -> str:
-        return env.get(name, "")
-
-    gemm = text("DLVM_EQ_GEMM").strip()
-    gemm = (
-        gemm if gemm in ("0", "1") else "auto"
-    )  # anything else: the default (gemm_runtime.DEFAULT_ENABLED)
-    spin = text("DLVM_EQ_SPIN_US").strip() or "300"
-    try:
-        spin_us = float(spin)
-    except ValueError:
-        raise DlvmError(f"DLVM_EQ_SPIN_US={spin!r}: expected a number of microseconds") from None
-    return Settings(
-        cache_dir=Path(text("DLVM_EQ_CACHE_DIR") or Path.home() / ".cache" / "dlvm_eq"),
-        ir_cache=text("DLVM_EQ_NO_IR_CACHE") == "",
-        num_threads=text("DLVM_EQ_NUM_THREADS"),
-        native_pool=(text("DLVM_EQ_NATIVE_POOL") or "1") != "0",
-        blas_pool=text("DLVM_EQ_BLAS_POOL").strip() == "1",
-        spin_us=spin_us,
-        gemm=gemm,
-        epilogues=(text("DLVM_EQ_EPILOGUES") or "1") != "0",
-    )
+    values = {}
+    for s in SETTINGS:
+        text = env.get(s.name, "")
+        # blanks around a number or switch are a typing accident (" 1 " is 1); a path is kept
+        values[s.field] = s.parse(s.name, text if s.parse is _path else text.strip())
+    return Settings(**values)
 
 
 _lock = threading.Lock()

@@ -17,7 +17,7 @@ import pytest
 from dlvm_eq.codegen.runtime import blas_threads, native_pool
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_S = 120
+LIMIT_S = 120  # a hang (a fork that never returns, say) ends as a failure here
 
 pytestmark = pytest.mark.skipif(
     not native_pool.supported(), reason="the native pool is x86-64 Linux only"
@@ -184,6 +184,44 @@ def test_a_fork_child_gets_openblas_threads_back():
         assert ok and bt.installed()
         print("ok")
     """)
+
+
+def test_fork_while_another_thread_runs_compiled_products():
+    """The parent's fork returns (issue 34: OpenBLAS's prefork handler waited forever for a
+    server thread whose wake-up a job of ours erased), and the busy thread goes on."""
+    _needs_callback()
+    out = _run(
+        """
+        import os, time
+        import dlvm_eq as dq
+        f = dq.jit(lambda w, x: dq.sum(dq.tanh(x @ w)))
+        w, x = rng.standard_normal((2, 512, 512)).astype(np.float32)
+        want = f(w, x)
+        assert bt.installed()
+        stop, calls = False, [0]
+        def busy():
+            while not stop:
+                assert f(w, x) == want
+                calls[0] += 1
+        t = threading.Thread(target=busy, daemon=True)
+        t.start()
+        while calls[0] < 2:
+            time.sleep(0.01)
+        codes = []
+        for _ in range(30):
+            time.sleep(0.02)  # the busy thread takes the GIL and starts a product
+            pid = os.fork()
+            if pid == 0:  # no product here: the child may inherit OpenBLAS's level-3 lock held
+                os._exit(0 if not bt.installed() else 3)
+            codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        stop = True
+        t.join()
+        print(codes, calls[0] > 2)
+        """,
+        DLVM_EQ_BLAS_POOL="1",
+        DLVM_EQ_GEMM="0",  # the compiled products are OpenBLAS's (conftest sets our GEMM)
+    )
+    assert out.strip() == f"{[0] * 30} True"
 
 
 def test_no_openblas_leaves_nothing_installed(monkeypatch):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlvm_eq.cache import MAGIC, DiskCache, UntrustedCache
+from dlvm_eq.cache import MAGIC, MARKER, DiskCache, UntrustedCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,11 @@ def _plant_everywhere(cache_dir, payload_for) -> int:
     return len(entries)
 
 
-def _framed(magic: bytes, payload: bytes) -> bytes:
+def _framed(magic: bytes, payload: bytes, p: Path | None = None) -> bytes:
+    """An entry file as the cache writes it; for the current format at `p`, the body records
+    the kind and key of that place (a planted file that passes every check but its content)."""
+    if p is not None and magic == MAGIC:
+        payload = f"{p.parent.parent.name}/{p.stem}".encode() + b"\n" + payload
     return magic + hashlib.sha256(payload).digest() + payload
 
 
@@ -122,7 +126,7 @@ def test_planted_pickles_never_run(cold, tmp_path, magic):
     cache_dir = _copy(cold, tmp_path / "cache")
     marker = tmp_path / "pwned"
     evil = pickle.dumps(_Plant(marker))
-    n = _plant_everywhere(cache_dir, lambda p: _framed(magic, evil))
+    n = _plant_everywhere(cache_dir, lambda p: _framed(magic, evil, p))
     assert n >= 5
     # the payload is live: unpickling it does create the marker (then we remove it)
     pickle.loads(evil)
@@ -139,7 +143,9 @@ def _real_object(cache_dir) -> tuple[Path, dict, bytes]:
     for p in _entries(cache_dir):
         if p.parent.parent.name != "cpu":
             continue
-        payload = p.read_bytes()[len(MAGIC) + 32 :]
+        body = p.read_bytes()[len(MAGIC) + 32 :]
+        label, _, payload = body.partition(b"\n")
+        assert label == f"cpu/{p.stem}".encode()
         head, _, obj = payload.partition(b"\n")
         return p, json.loads(head), obj
     raise AssertionError("no object code in the cache")
@@ -164,7 +170,7 @@ def test_planted_object_code_is_not_loaded(cold, tmp_path, damage):
         if damage == "other-host":
             m["host"] = "x86_64-unknown-linux-gnu|some other cpu"
         # a valid entry checksum, and a valid header checksum for the bytes planted
-        return _framed(MAGIC, json.dumps(m).encode() + b"\n" + obj)
+        return _framed(MAGIC, json.dumps(m).encode() + b"\n" + obj, p)
 
     n = _plant_everywhere(cache_dir / "cpu", payload)
     assert n >= 1
@@ -230,7 +236,7 @@ def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
     from dlvm_eq.cli import main
 
     cache_dir = _copy(cold, tmp_path / "cache")
-    (cache_dir / "lark" / "old.lark.pickle").write_bytes(b"\x80\x04old lark cache")
+    (cache_dir / "lark" / "dlvm-grammar-0a1b.lark.pickle").write_bytes(b"\x80\x04old lark")
     monkeypatch.setattr(cache_mod, "_shared", DiskCache(cache_dir))
     n = len(_entries(cache_dir))
     assert main(["cache", "info"]) == 0
@@ -244,7 +250,7 @@ def test_cache_info_and_clear(cold, tmp_path, capsys, monkeypatch):
     assert "stale: 1 file of an older format" in out
     assert main(["cache", "clear"]) == 0
     assert capsys.readouterr().out.strip() == f"removed {n + 1} files from {cache_dir}"
-    assert list(cache_dir.rglob("*")) == [] and cache_dir.is_dir()
+    assert [p.name for p in cache_dir.rglob("*")] == [MARKER] and cache_dir.is_dir()
     assert main(["cache", "info"]) == 0
     assert "0 B in 0 entries" in capsys.readouterr().out
     os.chmod(cache_dir, 0o777)

@@ -70,6 +70,19 @@ def test_rnn_gradient_matches_finite_differences(tmp_path):
     assert curve[-1] < 0.1 * curve[0]
 
 
+def test_scan_rnn_is_one_scan_and_its_gradient_matches_finite_differences(tmp_path):
+    out = run_example("scan_rnn.py", tmp_path)
+    assert "64 time steps as 1 scan op (1 tanh in the IR)" in out
+    checks = re.findall(
+        r"d loss / d (\w+)\s*: compiled ([+-][0-9.]+)\s+finite differences ([+-][0-9.]+)", out
+    )
+    assert [c[0] for c in checks] == ["wx", "wh", "b", "wo"]
+    for _, got, expected in checks:
+        assert float(got) == pytest.approx(float(expected), rel=1e-3, abs=1e-4)
+    curve = losses(out)
+    assert curve[-1] < 0.1 * curve[0]
+
+
 def test_least_squares_avoids_materializing_uvt(tmp_path):
     out = run_example("least_squares.py", tmp_path)
     assert "matmul results before: 1000x800" in out

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from control_flow_programs import check_interp_op
 from window_cases import check_window_op
 
 from dlvm_eq.errors import DlvmError
@@ -23,6 +24,7 @@ from dlvm_eq.ir import (
     TupleType,
     interpret,
 )
+from dlvm_eq.ir.control_flow import CONTROL_FLOW_OPS
 from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
@@ -571,6 +573,7 @@ CHECKS = {
     "scatterAdd": check_scatterAdd,
     "sliceScatter": check_sliceScatter,
     "cumsum": check_cumsum,
+    **{op: check_interp_op for op in CONTROL_FLOW_OPS},  # tests/control_flow_programs.py
 }
 
 

@@ -6,11 +6,11 @@ import re
 
 from dlvm_eq.egraph.rulefiles import rule_file
 from dlvm_eq.egraph.serialized import EGG_TO_OP, HELPERS, LEAVES
-from dlvm_eq.ir.ops import CALL, LITERAL, OPS, TUPLE
+from dlvm_eq.ir.ops import CALL, CONTROL, LITERAL, OPS, TUPLE
 
 # ops the loader removes before the e-graph: literals become Const/Lit, tuples become several
-# roots, extract picks one, apply is inlined
-NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL)
+# roots, extract picks one, apply is inlined; control flow is split off by the pipeline (loops.py)
+NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL, CONTROL)
 
 
 def schema_constructors() -> dict[str, int]:

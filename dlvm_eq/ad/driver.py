@@ -29,6 +29,7 @@ from ..egraph.ruleset_schedule import Budget, Schedule
 from ..egraph.serialized import EGG_TO_OP, LEAVES, Graph
 from ..errors import DlvmError
 from ..extract.machine import machine
+from ..ir.control_flow import reaches_control_flow
 from ..ir.function_cache import cached_function
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
@@ -314,6 +315,11 @@ def adjoint_function(
         fn = synthesize_declared(module, fn)
     cfg = configure(fn, wrt, from_index, keeping, seedable)
     name = name or f"{fn.name}_grad"
+    if reaches_control_flow(fn, module):  # cut at its loops and branches (control_flow.py)
+        from .control_flow import control_flow_adjoint
+
+        options = {"rules": rules, "optimize": optimize, "target": target, "budget": budget}
+        return control_flow_adjoint(module, fn, cfg, name, tuple_result, options)
 
     def build() -> Function:
         from .resolve import resolve_declared  # (resolve.py imports this module)

@@ -12,6 +12,7 @@ DlvmError for a declaration they are handed unresolved. Synthesis is memoized pe
 
 from __future__ import annotations
 
+from ..ir.control_flow import add_renamed, reachable_bodies
 from ..ir.module import Function, Module
 from .driver import synthesize_declared
 
@@ -45,6 +46,10 @@ def resolve_declared(module: Module | None, roots=None) -> Module | None:
     out = Module(module.name, module.stage)
     for name, fn in module.functions.items():
         out.add(bodies.get(name, fn))
+    for fn in bodies.values():  # the loop bodies and branches of a synthesized adjoint
+        for body in reachable_bodies(fn):
+            if out.functions.get(body.name) is not body:
+                add_renamed(out, body)
     return out
 
 

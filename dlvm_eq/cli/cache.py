@@ -8,11 +8,16 @@ size: 1.2 MiB in 57 entries
   ...
 $ dlvm-eq cache clear
 removed 57 files from /home/me/.cache/dlvm_eq
+kept the machine profile profiles/cpu.json (`dlvm-eq calibrate` measured it)
+
+`clear` removes only the cache's own files and says what else it kept; it refuses a directory
+that is a symbolic link or not dlvm_eq's cache (dlvm_eq/cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 
 
@@ -29,8 +34,21 @@ def run(args) -> int:
 
     cache = shared_cache()
     if args.action == "clear":
-        n = cache.clear()
+        done = cache.clear()
+        n = done.removed
         print(f"removed {n} file{'s' * (n != 1)} from {cache.root}")
+        if done.profiles:
+            print(
+                f"kept the machine profile{'s' * (len(done.profiles) != 1)} "
+                f"{_listed(done.root, done.profiles)} (`dlvm-eq calibrate` measured "
+                f"{'them' if len(done.profiles) != 1 else 'it'})"
+            )
+        if done.kept:
+            k = len(done.kept)
+            print(
+                f"kept {k} file{'s' * (k != 1)} that {'are' if k != 1 else 'is'} not the "
+                f"cache's: {_listed(done.root, done.kept)}"
+            )
         return 0
     with warnings.catch_warnings():  # the report below says it, once
         warnings.simplefilter("ignore")
@@ -40,10 +58,17 @@ def run(args) -> int:
     if not info["exists"]:
         print("size: empty (the directory is created, private, on first use)")
         return 0
+    if not info["trusted"]:
+        return 0  # not read, not written, not described: it may not be the cache's at all
     total = sum(info["entries"].values())
     print(f"size: {_bytes(info['bytes'])} in {total} entr{'ies' if total != 1 else 'y'}")
     for kind, n in info["entries"].items():
         print(f"  {kind:<12}{n:>6}")
+    if info["other"]:
+        print(
+            f"other: {info['other']} file{'s' * (info['other'] != 1)} not the cache's "
+            "(`dlvm-eq cache clear` keeps them)"
+        )
     if info["stale"]:
         print(
             f"stale: {info['stale']} file{'s' * (info['stale'] != 1)} of an older format "
@@ -57,3 +82,10 @@ def _bytes(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+def _listed(root, paths, shown: int = 8) -> str:
+    """Paths relative to the cache directory, the first `shown` of them."""
+    names = sorted(os.path.relpath(p, root) + ("/" if p.endswith(os.sep) else "") for p in paths)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

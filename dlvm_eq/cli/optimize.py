@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -46,9 +47,14 @@ def _budget_item(text: str) -> tuple[str, float]:
             f"expected iterations=N, nodes=N or seconds=S, got {text!r}"
         )
     try:
-        return key, (float(value) if key == "seconds" else int(value))
+        number = float(value) if key == "seconds" else int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+    # nan compares false with every limit: the budget would never stop anything
+    if not (math.isfinite(number) and number > 0):
+        kind = "a finite number" if key == "seconds" else "a whole number"
+        raise argparse.ArgumentTypeError(f"{text!r}: {key} must be {kind} above 0")
+    return key, number
 
 
 def _common(p: argparse.ArgumentParser) -> None:

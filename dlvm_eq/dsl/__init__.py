@@ -13,7 +13,8 @@ Files: context (trace stack, user locations), tensor (the symbolic Tensor and it
 primitive (bind: dtype promotion, trace-or-eager dispatch), ops (primitive ops), linalg
 (matmul with numpy rules), indexing
 (x[...] and split: slices), nn (stable
-composites), tracing (trace / call_function), pytree (tree_flatten, tree_map, ...), tree_args
+composites), tracing (trace / call_function), control_flow (scan, fori_loop, while_loop, cond, switch),
+pytree (tree_flatten, tree_map, ...), tree_args
 (pytree arguments of traced functions), api (make_ir), optim (sgd, momentum, adam).
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
 stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the
@@ -29,6 +30,7 @@ from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from .context import TracingError, current_trace, is_tracing
+from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
 from .einsum import einsum
 from .gather import take
@@ -92,6 +94,11 @@ from .stats import std, var
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
 
 __all__ = [
+    "cond",
+    "fori_loop",
+    "scan",
+    "switch",
+    "while_loop",
     # ops
     "avg_pool2d",
     "conv1d",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from ..ir.control_flow import module_with_bodies
 from ..ir.module import Module
 from ..ir.verifier import verify
 from .pytree import tree_flatten
@@ -42,6 +43,6 @@ def traced_module(fn, args, name=None, leaves=None) -> tuple[Module, object]:
     if code is not None:  # the user's def, not the flattening wrapper
         function.location = (code.co_filename, code.co_firstlineno, 1)
     module = Module(function.name)
-    module.add(function)
+    module_with_bodies(module, function)  # and the bodies of its loops and branches
     verify(module)
     return module, out_trees[0]

@@ -95,6 +95,27 @@ def tracing_error(message: str) -> TracingError:
     return TracingError(located(message))
 
 
+class OperandError(ShapeError):
+    """An operand that is no array, number or traced tensor (None, a dict, a string): a
+    mistake, not an array of shape (). `value` is the operand, so that the argument handling
+    (tree_args.flat_function) can name the argument that held it."""
+
+
+def operand_error(value) -> OperandError:
+    err = OperandError(located(f"an operand is {describe(value)}, not an array or a number"))
+    err.location, err.value = user_location(), value
+    return err
+
+
+def describe(value) -> str:
+    """A short account of a Python value for an error: `None`, `a dict with keys ['w']`."""
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))[:6]}"
+    return f"a {type(value).__name__} ({value!r:.40})"
+
+
 class Trace:
     """One function under construction. `captures` (when allowed) turns values of enclosing
     traces used here into extra trailing parameters (closure conversion)."""
@@ -136,7 +157,10 @@ class Trace:
             if tensor.trace is self.parent
             else Tensor(self.parent.capture(tensor), self.parent)
         )
-        param = Value(self.builder.fresh("capture"), tensor.value.type)
+        name = tensor.value.name  # the outer value's name reads best (`%w`, not `%capture`)
+        param = Value(
+            self.builder.fresh(name if name[0].isalpha() else "capture"), tensor.value.type
+        )
         self.builder.params.append(param)
         self.captured.append(outer)
         self._capture_params[key] = param

@@ -21,12 +21,15 @@ import numpy as np
 
 from .context import shape_error
 from .gather import is_index_array, take
-from .primitive import bind
+from .primitive import bind, check_operand
 from .tensor import Tensor
 
 
 def _shape(x) -> tuple[int, ...]:
-    return tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
+    if isinstance(x, Tensor):
+        return tuple(x.shape)
+    check_operand(x)
+    return np.shape(x)
 
 
 def _check_entry(e, shape) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 from ..ir.ops import OPS
 from ..ir.types import BOOL, F32, I32
 from .context import shape_error
-from .primitive import bind, dtype_of, is_weak, promote, to_dtype
+from .primitive import bind, check_operand, dtype_of, is_weak, promote, to_dtype
 from .tensor import Tensor
 
 # sum, max, min, abs and round below shadow the builtins on purpose: they are the DSL's ops.
@@ -149,7 +149,10 @@ def astype(x, dtype):
 
 
 def shape_of(x) -> tuple[int, ...]:
-    return x.shape if isinstance(x, Tensor) else np.shape(x)
+    if isinstance(x, Tensor):
+        return x.shape
+    check_operand(x)  # None is not a scalar: np.shape(None) is ()
+    return np.shape(x)
 
 
 def normalize_axes(axis, shape, name: str) -> tuple[int, ...]:

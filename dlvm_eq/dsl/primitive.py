@@ -23,7 +23,7 @@ from ..errors import DlvmError, IRError
 from ..ir.module import Const, Value
 from ..ir.ops import OPS
 from ..ir.types import BOOL, F32, F64, I32, DType, TensorType
-from .context import current_trace, shape_error, tracing_error, user_location
+from .context import current_trace, operand_error, shape_error, tracing_error, user_location
 from .tensor import Tensor
 
 _ORDER = {BOOL: 0, I32: 1, F32: 2, F64: 3}
@@ -76,10 +76,22 @@ def _weak_kind(x) -> int:
     raise tracing_error(f"unsupported operand {x!r} of type {type(x).__name__}")
 
 
+def check_operand(x) -> None:
+    """`x` is a traced tensor, a number, an array or what numpy reads as a numeric array;
+    else an OperandError (numpy would read None or a dict as an object array of shape ())."""
+    if isinstance(x, (Tensor, np.ndarray)) or is_weak(x):
+        return
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # jax/cupy arrays, specs
+        return
+    if x is None or isinstance(x, (dict, str, bytes)) or np.asarray(x).dtype.kind in "OSUV":
+        raise operand_error(x)
+
+
 def dtype_of(x) -> DType:
     """The (strong) dtype of a traced tensor or concrete array."""
     if isinstance(x, Tensor):
         return x.value.type.dtype
+    check_operand(x)
     a = np.asarray(x)
     try:
         return DType.from_numpy(a.dtype)

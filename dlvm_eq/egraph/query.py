@@ -6,11 +6,17 @@
 Alternatives are one per e-node of the root e-class: that node at the top, greedy's choice
 below it, all from one greedy pass (extract/alternatives.py). They differ in their outermost
 step (e.g. where a chain splits last). `alternatives=0` computes none.
+
+An expression is measured before it is read: one nested deeper than MAX_DEPTH is refused (the
+reader, the IR builder and the renderer recurse per level), and so is a number that is not
+finite in the query's dtype (`1e999`, or `1e39` in f32: the form would be printed as inf).
 """
 
 from __future__ import annotations
 
+import ast
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +24,9 @@ from pathlib import Path
 from ..errors import DlvmError
 from ..extract.alternatives import alternatives as root_alternatives
 from ..extract.cost_model import node_costs
+from ..ir.module import Const, Function
 from .deadline import Deadline, extraction_seconds
-from .expr import parse_expression, render
+from .expr import ExpressionError, parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
 from .optimize_report import seconds_text
 from .rule_origin import blame_user_rules
@@ -72,7 +79,7 @@ def query(
     another e-node at the top). The budget's seconds (or `deadline`) bound the whole query."""
     budget = Budget.of(budget)
     deadline = deadline or Deadline(budget.seconds)
-    fn = parse_expression(expression, shapes, dtype)
+    fn = read_expression(expression, shapes, dtype)
     original_cost = program_cost(fn, None, target)
     with scratch_session(rules) as session:  # the input as written, for comparison
         orig = extract_programs(session, [session.add_function(fn)], target)
@@ -119,6 +126,61 @@ def query(
                 if len(alts) >= alternatives or deadline.expired:
                     break
     return QueryResult(expression, original, best, alts, sat, target)
+
+
+# Python's parser refuses parentheses nested past 200; the reader, builder and renderer take one
+# to three frames a level, well inside Python's 1,000-frame limit at this depth
+MAX_DEPTH = 200
+
+
+def read_expression(expression: str, shapes, dtype: str = "f32") -> Function:
+    """parse_expression, after measuring the text's depth; then every number must be finite."""
+    if nesting_depth(expression) > MAX_DEPTH:
+        raise ExpressionError(
+            f"the expression is nested more than {MAX_DEPTH} levels deep; at most "
+            f"{MAX_DEPTH} are read "
+            "(name a part with a variable and query it on its own)"
+        )
+    with warnings.catch_warnings():  # an overflowing literal is reported below, once
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fn = parse_expression(expression, shapes, dtype)
+    for inst in fn.body:
+        for v in [o.value for o in inst.operands if isinstance(o, Const)] + (
+            [inst.attrs["value"]] if inst.op == "literal" else []
+        ):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ExpressionError(
+                    f"{expression}: a number is not a finite {fn.result_type.dtype.value} "
+                    f"(it reads as {v}); write numbers within the dtype's range"
+                )
+    return fn
+
+
+def nesting_depth(text: str) -> int:
+    """How deeply `text` nests: the deeper of its parentheses and, when it reads as Python,
+    its syntax tree (`A + A + ... + A` nests without parentheses). Iterative: any depth."""
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        return deepest
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError):
+        return deepest  # an s-expression (or not an expression: the reader says why)
+    except (RecursionError, MemoryError):
+        return MAX_DEPTH + 1  # deeper than CPython's own parser goes
+    stack = [(tree.body, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend(
+            (child, d + 1)
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, ast.expr_context)  # Load: a field, not a level
+        )
+    return deepest
 
 
 def _multiplies(g, choice: dict[str, str], root: str, types) -> int:

@@ -19,7 +19,9 @@ from ..ir.ops import OPS, WINDOW
 from ..ir.types import DType, TensorType
 
 EGG_TO_OP: dict[str, str] = {
-    spec.egg: name for name, spec in OPS.items() if spec.kind not in ("tuple", "call", "literal")
+    spec.egg: name
+    for name, spec in OPS.items()
+    if spec.kind not in ("tuple", "call", "literal", "control")
 }
 EGG_TO_OP["StridedSlice"] = "slice"  # a slice with a step > 1 (rules/schema.egg)
 LEAVES = ("Var", "Const", "Lit")

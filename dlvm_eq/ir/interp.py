@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlvmError
+from .control_flow import CONTROL_FLOW_OPS, evaluate
 from .declared import require_body
 from .module import Const, Function, Module
 from .ops import OPS
@@ -35,6 +36,13 @@ def _const(c: Const, float64: bool):
     return np.asarray(c.value, dtype=_dtype(c.type.dtype, float64))
 
 
+def _resolved(module: Module | None, body: Function) -> Function:
+    """A body that is a declared adjoint runs as the module's resolved function of its name."""
+    if body.is_declaration and module is not None and body.name in module:
+        return module[body.name]
+    return body
+
+
 def run_function(module: Module | None, fn: Function, args, float64: bool = False):
     require_body(fn)  # declared adjoints: resolved by the pipeline (dq.interpret) first
     if len(args) != len(fn.params):
@@ -52,6 +60,14 @@ def run_function(module: Module | None, fn: Function, args, float64: bool = Fals
             if module is None:
                 raise DlvmError("apply needs the module")
             out = run_function(module, module[inst.attrs["callee"]], vals, float64)
+        elif inst.op in CONTROL_FLOW_OPS:
+            out = evaluate(
+                inst.op,
+                vals,
+                inst.attrs,
+                lambda body, args: run_function(module, _resolved(module, body), args, float64),
+                lambda shape, t: np.zeros(shape, _dtype(t.dtype, float64)),
+            )
         else:
             attrs = inst.attrs
             if float64 and inst.op in ("literal", "dataTypeCast"):

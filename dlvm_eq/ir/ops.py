@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IRError
-from . import attention_op, window_ops
+from . import attention_op, control_flow, window_ops
 from .types import BOOL, DType, TensorType, TupleType, Type, broadcast_shapes, scalar, tensor  # noqa: F401
 
 # Kinds group ops that every stage treats alike.
@@ -41,6 +41,8 @@ GATHER = "gather"
 SCAN = "scan"  # cumsum: a plan step of its own (a compiled line scan on the CPU)
 # convolution and pooling (window_ops.py): a sliding window over the two trailing axes
 WINDOW = "window"
+# scan, while, cond, switch (control_flow.py): bodies are functions; never in the e-graph
+CONTROL = "control"
 ATTENTION = "attention"  # fused softmax(q kᵀ s + bias) v (attention_op.py): a plan step of its own
 
 REDUCE_COMBINATORS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -792,6 +794,19 @@ def _build_table() -> dict[str, OpSpec]:
             attrs=("axis", "lo", "step", "size"),
         )
     )
+    # structured control flow (control_flow.py): bodies are functions, run by the interpreter
+    for name in control_flow.CONTROL_FLOW_OPS:
+        add(
+            OpSpec(
+                name,
+                CONTROL,
+                None,
+                _PASCAL(name),
+                control_flow.result_type(name),
+                control_flow.unevaluable,
+                attrs=control_flow.ATTRS[name],
+            )
+        )
     # ---- issue 33: fused attention (attention_op.py; derived by rules/attention.egg)
     add(
         OpSpec(

@@ -1,6 +1,7 @@
 """Parses DLVM textual IR (grammar.lark) into a Module; accepts exactly what the printer prints,
 plus DLVM's own spellings (`[gradient ...]`, `apply @g(...): (T) -> T`, typed array elements,
-`literal 1: <2 x f32>` operands, `init %c: f32`, branch-linked block chains).
+`literal 1: <2 x f32>` operands, `init %c: f32`, branch-linked block chains; control-flow
+graphs with `conditional`, structured into while/cond by cfg.py).
 
     m = parse('''
     module "demo"
@@ -31,6 +32,9 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DlvmError, IRError, SourceError
+from .cfg import Walker, has_conditional
+from .control_flow import CONTROL_FLOW_OPS, bodies
+from .control_flow_syntax import SYNTAX as CONTROL_FLOW_SYNTAX
 from .fastlines import names as fast_names
 from .fastlines import scan
 from .module import AdjointDecl, Const, Function, Instruction, Module, Operand, Value
@@ -298,9 +302,15 @@ class _ModuleReader:
     def signature(self, funcdef: Tree, adjoint: Tree | None) -> Function:
         name_tok, functype = funcdef.children[0], funcdef.children[1]
         params, result = self.functype(functype)
+        names = [f"arg{i}" for i in range(len(params))]
+        if len(funcdef.children) == 3:  # the entry block's names, for messages read before it
+            entry = funcdef.children[2].children[0].children
+            if len(entry) > 1 and isinstance(entry[1], Tree) and entry[1].data == "block_params":
+                written = [str(p.children[0])[1:] for p in entry[1].children]
+                names = written if len(written) == len(names) else names
         fn = Function(
             name_tok[1:],
-            [Value(f"arg{i}", t) for i, t in enumerate(params)],
+            [Value(n, t) for n, t in zip(names, params)],
             result,
             location=self.src.location(funcdef),
         )
@@ -358,7 +368,8 @@ class _ModuleReader:
 
     def check_recursion(self, module: Module) -> None:
         calls = {
-            name: [i for i in fn.body if i.op == "apply"] for name, fn in module.functions.items()
+            name: [i for i in fn.body if i.op == "apply" or i.op in CONTROL_FLOW_OPS]
+            for name, fn in module.functions.items()
         }
         done: set[str] = set()
 
@@ -367,17 +378,26 @@ class _ModuleReader:
                 return
             stack = stack + [name]
             for inst in calls[name]:
-                callee = inst.attrs["callee"]
-                if callee in stack:
-                    cycle = " -> ".join("@" + n for n in stack[stack.index(callee) :] + [callee])
-                    raise self.src.error(
-                        f"recursive apply is not supported ({cycle})", *inst.location[1:]
-                    )
-                visit(callee, stack)
+                for callee in _callees(inst):
+                    if callee in stack:
+                        cycle = " -> ".join(
+                            "@" + n for n in stack[stack.index(callee) :] + [callee]
+                        )
+                        raise self.src.error(
+                            f"recursive {inst.op} is not supported ({cycle})", *inst.location[1:]
+                        )
+                    visit(callee, stack)
             done.add(name)
 
         for name in module.functions:
             visit(name, [])
+
+
+def _callees(inst) -> list[str]:
+    """The functions an instruction runs: apply's callee, a control-flow op's bodies."""
+    if inst.op == "apply":
+        return [inst.attrs["callee"]]
+    return [b.name for b in bodies(inst.attrs)]
 
 
 # ---------------------------------------------------------------- types, numbers, literals
@@ -540,6 +560,10 @@ class _FunctionReader:
                 f"is declared with parameters ({want})",
             )
         self.fn.params = [self.define(tok, Value(str(tok)[1:], t)) for tok, t in params]
+        if has_conditional(blocks):  # loops and if/else become structured ops (cfg.py)
+            Walker(self, blocks, str(entry.children[0])).run(str(entry.children[0]))
+            self.fn.body = self.body
+            return
 
         visited, block = set(), entry
         while True:
@@ -938,4 +962,5 @@ _OP_SYNTAX = {
     "literal": _FunctionReader.literal,
     "tuple_literal": _FunctionReader.tuple_literal,
     "apply": _FunctionReader.apply,
+    **CONTROL_FLOW_SYNTAX,
 }

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .control_flow import CONTROL_FLOW_OPS, format_control_flow
 from .module import AdjointDecl, Const, Function, Instruction, Module
 from .ops import transpose_perm
 from .types import DType, TensorType
@@ -103,6 +104,8 @@ def format_instruction(inst: Instruction) -> str:
         text = f"literal ({args}): {inst.result.type}"
     elif name == "apply":
         text = f"apply @{a['callee']}({args})"
+    elif name in CONTROL_FLOW_OPS:
+        text = format_control_flow(name, ops, a, format_operand)
     elif name == "attention":  # issue 33
         text = f"attention {args} scale {a['scale']!r}" + (" causal" if a["causal"] else "")
     elif name in WINDOW_OPS:

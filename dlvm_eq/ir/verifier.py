@@ -4,6 +4,7 @@ op table's rule. Messages name the function, the value and the mismatch."""
 from __future__ import annotations
 
 from ..errors import IRError
+from .control_flow import CONTROL_FLOW_OPS, bodies, check
 from .module import Const, Function, Module, Value
 from .ops import OPS
 
@@ -41,7 +42,10 @@ def verify_function(fn: Function, module: Module | None = None) -> None:
                     f"({', '.join(map(str, got))})"
                 )
         try:
-            expected = spec.result_type([o.type for o in inst.operands], inst.attrs)
+            if inst.op in CONTROL_FLOW_OPS:  # messages name the operands and the body
+                expected = check_control_flow(inst, module)
+            else:
+                expected = spec.result_type([o.type for o in inst.operands], inst.attrs)
         except IRError as e:
             raise IRError(f"{_where(fn, inst)}: %{inst.result.name}: {e}") from None
         if expected != inst.result.type:
@@ -67,3 +71,16 @@ def verify(module: Module) -> None:
         verify_function(fn, module)
         if fn.adjoint is not None and fn.adjoint.of not in module:
             raise IRError(f"{_where(fn)}: adjoint of unknown function @{fn.adjoint.of}")
+
+
+def check_control_flow(inst, module: Module | None):
+    """A control-flow instruction's result type, its operands named; its bodies must be the
+    module's functions of their names."""
+    labels = [
+        f"%{o.name}" if isinstance(o, Value) else f"constant {o.value}" for o in inst.operands
+    ]
+    if module is not None:
+        for body in bodies(inst.attrs):
+            if module.functions.get(body.name) is not body:
+                raise IRError(f"{inst.op} runs @{body.name}, which is not a function of the module")
+    return check(inst.op, [o.type for o in inst.operands], inst.attrs, labels)

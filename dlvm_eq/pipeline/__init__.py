@@ -8,6 +8,8 @@ points that run them.
     step = dq.jit(dq.value_and_grad(loss))        # jit.py (trace + compile), differentiate.py
     dq.interpret(module, "f_grad", x)             # module_calls.py: declared adjoints resolved
     dq.jit(fn, target="interp")                   # targets.py: the table of jit's targets
+    compile_loops(module, "rnn", "cpu")           # loops.py: a function cut at its loops and
+                                                  # branches, each piece and body compiled once
 
 Owns: trace-then-compile (`jit`), the differentiation API (`grad`, `value_and_grad`, `vjp`,
 `check_grads` with dq.grad as default), the compile pipeline and its caches (optimized

@@ -14,7 +14,6 @@ Shared state (threads): a Jitted's `_cache` holds only complete entries; `_build
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import time
 
@@ -23,7 +22,7 @@ import numpy as np
 from ..dsl.api import traced_module
 from ..dsl.pytree import is_flat, tree_flatten, tree_unflatten
 from ..dsl.tensor import Tensor
-from ..dsl.tree_args import leaf_types
+from ..dsl.tree_args import bind_arguments, check_arity, leaf_types, signature_text
 from ..errors import DlvmError
 from ..ir.module import Module
 from .targets import DEFAULT_TARGET, backend
@@ -61,7 +60,9 @@ class Jitted:
     def _positional(self, args, kwargs):
         if not kwargs:
             return args
-        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        bound = bind_arguments(self.fn, args, kwargs, "jit")
+        if bound is None:
+            raise DlvmError(f"jit: {signature_text(self.fn)} takes no keyword arguments")
         if bound.kwargs:
             raise DlvmError("jit: keyword-only arguments are not supported")
         return bound.args
@@ -87,6 +88,7 @@ class Jitted:
     def _build(self, args, leaves) -> tuple:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
+        check_arity(self.fn, len(args), "jit")  # a new signature: maybe a wrong argument count
         t0 = time.perf_counter()
         module, out_tree = traced_module(
             self.fn, args, leaves=list(args) if leaves is None else leaves

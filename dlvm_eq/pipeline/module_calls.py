@@ -9,9 +9,11 @@ as on one whose bodies are written out.
 
 from __future__ import annotations
 
+from ..errors import DlvmError
 from ..ir.interp import interpret as interpret_resolved
 from ..ir.module import Module
 from .adjoints import resolve_adjoints
+from .loops import needs_loops
 
 
 def interpret(module: Module, name: str, *arrays, float64: bool = False):
@@ -30,7 +32,14 @@ def optimize(module: Module, func: str | None = None, *args, **options):
     from ..egraph.optimize import optimize as optimize_resolved
 
     roots = None if func is None else [func]
-    return optimize_resolved(resolve_adjoints(module, roots), func, *args, **options)
+    resolved = resolve_adjoints(module, roots)
+    for name in roots or list(resolved.functions):
+        if needs_loops(resolved, name):  # (loops.py: dq.compile optimizes piece by piece)
+            raise DlvmError(
+                f"dq.optimize: @{name} has loops or branches, which one e-graph does not "
+                "hold yet; dq.compile and dq.jit optimize each straight piece and each body"
+            )
+    return optimize_resolved(resolved, func, *args, **options)
 
 
 def verify_adjoint(forward, adjoint, *args, module: Module | None = None, **options):

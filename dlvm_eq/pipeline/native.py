@@ -255,6 +255,10 @@ def compile(
         from ..codegen import cupy_module
 
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
+    from .loops import compile_loops, needs_loops
+
+    if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
+        return compile_loops(module, name, target, cast, optimize)
     report = lower(module, name, target, optimize)
     prog = program(report.plan, target, cast=cast)
     report.seconds["kernels"] = prog.kernel_seconds

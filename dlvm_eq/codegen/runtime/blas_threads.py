@@ -18,8 +18,20 @@ pool (OpenBLAS splits into as many jobs as it has threads). A library without th
 (older than 0.3.27, or not OpenBLAS) is left alone. After fork the child uninstalls it: the
 child has no workers, and OpenBLAS starts threads of its own there.
 
-Module state: `_INSTALLED` (the callback setters of the libraries whose callback is ours) is
-written under `_LOCK` or in the fork child.
+Fork. OpenBLAS's own prefork handler (`blas_thread_shutdown_`) wakes its server threads with
+a -1 in their queue word and joins them; a job of ours running meanwhile (OpenBLAS's
+`exec_threads` zeroes the queue word of the thread number it is given) erased the -1, and the
+fork waited forever in `pthread_join`. Every threaded call comes through our callback, which
+holds the pool's BLAS mutex: a before-fork hook takes that mutex (waiting for the call in
+flight, holding off the next) and the parent releases it after the fork. The child is
+another matter, and OpenBLAS's: a thread of the parent inside a product at the fork (between
+its jobs and its return, or waiting for the mutex) holds OpenBLAS's level-3 lock, which the
+child inherits locked, so the child's first threaded product waits forever. Plain numpy does
+the same, with or without our callback; OPENBLAS_NUM_THREADS=1 (no level-3 lock taken)
+avoids it (README, Settings).
+
+Module state: `_INSTALLED` (the callback setters of the libraries whose callback is ours) and
+`_POOL` (the pool they call) are written under `_LOCK` or in the fork child.
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ _THREAD_COUNTS = (
 
 _LOCK = threading.Lock()
 _INSTALLED: list = []  # each library's openblas_set_threads_callback_function
+_POOL = None  # the pool our callback runs on, while installed
+_HELD = None  # the pool whose BLAS mutex this process holds across a fork
 
 
 def loaded_openblas() -> list[str]:
@@ -71,6 +85,7 @@ def _function(lib: ctypes.CDLL, names):
 
 def install(pool) -> bool:
     """Route the threaded calls of every loaded OpenBLAS that fits `pool` to it; True if any."""
+    global _POOL
     if pool is None:
         return False
     import numpy  # noqa: F401  (numpy loads its OpenBLAS)
@@ -96,6 +111,8 @@ def install(pool) -> bool:
             setter.restype = None
             setter(callback)
             _INSTALLED.append(setter)
+        if _INSTALLED:
+            _POOL = pool
         return bool(_INSTALLED)
 
 
@@ -110,14 +127,37 @@ def installed() -> bool:
 
 
 def _clear() -> None:
+    global _POOL
     while _INSTALLED:
         _INSTALLED.pop()(None)
+    _POOL = None
+
+
+def _before_fork() -> None:
+    """No OpenBLAS job of ours runs while the fork's handlers do (see the docstring)."""
+    global _HELD
+    pool = _POOL
+    if pool is not None and _INSTALLED:
+        pool.hold_blas(True)  # ctypes releases the GIL: the call in flight finishes
+        _HELD = pool
+
+
+def _after_fork_in_parent() -> None:
+    global _HELD
+    if _HELD is not None:
+        _HELD.hold_blas(False)
+        _HELD = None
 
 
 def _after_fork_in_child() -> None:
-    global _LOCK
+    global _LOCK, _HELD
     _LOCK = threading.Lock()  # perhaps held at the fork
+    _HELD = None  # the child's copy of the mutex goes with the pool it resets
     _clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

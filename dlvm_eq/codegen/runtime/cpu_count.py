@@ -17,25 +17,16 @@ import math
 import os
 from pathlib import Path
 
-from ...config import settings
-from ...errors import DlvmError
-
-ENV = "DLVM_EQ_NUM_THREADS"
+from ...config import read, settings
 
 
 def thread_count(
     environ=None, proc_cgroup: str = "/proc/self/cgroup", cgroup_root: str = "/sys/fs/cgroup"
 ) -> int:
     """Threads for parallel kernels (the caller's included); at least 1. environ: a mapping
-    to read DLVM_EQ_NUM_THREADS from instead of the process's settings (dlvm_eq.config)."""
-    text = (settings().num_threads if environ is None else environ.get(ENV, "")).strip()
-    if text:
-        try:
-            n = int(text)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise DlvmError(f"{ENV}={text!r}: expected a whole number of threads, 1 or more")
+    of settings to parse (dlvm_eq.config.read) instead of the process's settings."""
+    n = (settings() if environ is None else read(environ)).num_threads
+    if n is not None:  # DLVM_EQ_NUM_THREADS, checked by dlvm_eq.config
         return n
     cpus = affinity_cpus()
     limit = cgroup_cpu_limit(proc_cgroup, cgroup_root)

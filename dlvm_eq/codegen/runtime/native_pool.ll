@@ -7,7 +7,8 @@
 ; One entry function; `op` selects: 0 = worker loop of worker a (returns or parks on `stop`),
 ; 1 = run fn a on blocks b (c of them) with at most d helpers, 2 = stop with mode a,
 ; 3 = run fn a on blocks b (c of them) on the calling thread alone (touches no shared word),
-; 4 = make the BLAS callback (`{symbol}_blas`) run on this pool and store its address in BLAS_CB.
+; 4 = make the BLAS callback (`{symbol}_blas`) run on this pool and store its address in BLAS_CB,
+; 5 / 6 = take / release the BLAS callback's mutex (around a fork: blas_threads.py).
 ; `{symbol}` is replaced by a hash of this text when it is compiled.
 ;
 ; The numbers written into the code: word indices in the control block (and in a worker's
@@ -635,7 +636,9 @@ entry:
   switch i64 %op, label %alone [ i64 0, label %wk
                                  i64 1, label %rn
                                  i64 2, label %st
-                                 i64 4, label %blas ]
+                                 i64 4, label %blas
+                                 i64 5, label %bl
+                                 i64 6, label %bu ]
 wk:
   call void @worker(ptr %pool, i64 %a)
   ret void
@@ -652,6 +655,14 @@ blas:
   %cbp = getelementptr i64, ptr %pool, i64 28
   %cb = ptrtoint ptr @"{symbol}_blas" to i64
   store i64 %cb, ptr %cbp
+  ret void
+bl:
+  %blp = getelementptr i64, ptr %pool, i64 22
+  call void @lock(ptr %pool, ptr %blp)
+  ret void
+bu:
+  %bup = getelementptr i64, ptr %pool, i64 22
+  call void @unlock(ptr %pool, ptr %bup)
   ret void
 st:
   call void @stop(ptr %pool, i64 %a)

@@ -247,6 +247,11 @@ class NativePool:
         self._entry(4, self._ctl_addr, 0, 0, 0, 0)
         return int(self.ctl[BLAS_CB])
 
+    def hold_blas(self, hold: bool) -> None:
+        """Take (True) or release (False) the mutex every OpenBLAS call through our callback
+        holds: taken, no OpenBLAS job runs (blas_threads.py, around a fork)."""
+        self._entry(5 if hold else 6, self._ctl_addr, 0, 0, 0, 0)
+
     def rest(self) -> None:
         """Idle workers sleep now instead of spinning out their budget; the next run wakes
         them (and clears this). Called when a compiled program call returns: the user's code

@@ -1,0 +1,217 @@
+"""Running functions with loops and branches on the cpu and gpu targets: the function is cut
+at its control-flow ops (ir/regions.py); each straight piece and each body is compiled ONCE by
+the normal pipeline (e-graph, plan, kernels), and a small driver runs the loop, calling the
+compiled body once per step. A body with loops of its own is compiled the same way.
+
+    f = compile_loops(module, "rnn", "cpu")     # what dq.compile / dq.jit do for such a module
+    f(w, h0, xs)
+    print(f.report)                               # one compile report per piece and body
+
+The e-graph sees each piece and body separately: a control-flow op is an opaque call for the
+program around it, and its body is optimized on its own by the same rules.
+
+Buffers: a compiled body reuses its arena across steps (codegen's executor); its outputs are
+fresh or recycled buffers that the driver drops once the next step has read them, and the
+stacked ys are allocated once per loop and filled step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DlvmError
+from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, has_control_flow
+from ..ir.loop_rules import apply_loop_rules
+from ..ir.module import Const, Function, Module
+from ..ir.regions import normalize, split
+from ..ir.types import TupleType
+
+LOOP_RULES = True
+# Batching x_t @ W over all steps (ir/loop_rules.py) is off: on the GRU of benchmarks/rnn.py
+# (T 64, batch 16) it gained nothing with one BLAS thread (35.5 vs 35.2 ms a step) and lost
+# with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
+# OpenBLAS's threading threshold where 64 small ones did not).
+BATCH_STEP_PRODUCTS = False
+
+
+def needs_loops(module: Module, name: str) -> bool:
+    """Whether function `name` (or what it applies) has control flow."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        fn = module[todo.pop()]
+        if fn.name in seen:
+            continue
+        seen.add(fn.name)
+        if fn.is_declaration:  # a declared adjoint has the control flow of what it inverts
+            if fn.adjoint is not None:
+                todo.append(fn.adjoint.of)
+            continue
+        if has_control_flow(fn):
+            return True
+        todo.extend(i.attrs["callee"] for i in fn.body if i.op == "apply")
+    return False
+
+
+@dataclass
+class LoopsReport:
+    """The reports of the pieces and bodies compiled for one function."""
+
+    name: str
+    target: str
+    parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
+
+    def __str__(self) -> str:
+        lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
+        for label, report in self.parts:
+            lines.append(f"  {label}:")
+            lines.extend("    " + line for line in str(report).splitlines())
+        return "\n".join(lines)
+
+
+@dataclass
+class _Compiling:
+    """One compile's settings and the bodies it compiled (each once)."""
+
+    target: str
+    optimize: bool
+    done: dict = field(default_factory=dict)  # id(Function) -> (Function, compiled)
+
+
+def compile_loops(
+    module: Module, name: str, target: str = "cpu", cast: bool = False, optimize: bool = True
+):
+    """A callable running function `name` of `module` (numpy arrays in and out on cpu, CuPy
+    on gpu), each straight piece and each loop body compiled once (pieces always cast their
+    arguments to the declared dtypes: `cast` is accepted for dq.compile's signature)."""
+    from .adjoints import resolve_adjoints
+
+    module = resolve_adjoints(module, [name])
+    return _Program(module[name], module, _Compiling(target, optimize))
+
+
+class _Program:
+    def __init__(self, fn: Function, module: Module | None, ctx: _Compiling):
+        self.fn, self.target = fn, ctx.target
+        self.report = LoopsReport(fn.name, ctx.target)
+        self._xp = _array_module(ctx.target)
+        # loop rules first: invariants hoisted, input projections batched (ir/loop_rules.py)
+        if LOOP_RULES:
+            fn = apply_loop_rules(fn, batch=BATCH_STEP_PRODUCTS)
+        params, nodes, results = normalize(fn, module)
+        self._params, self._results = params, results
+        self._tuple = isinstance(fn.result_type, TupleType)
+        self._steps = []  # (run, operands read, values defined, whether a region)
+        for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
+            if piece.region is None:
+                run = _compiled(piece.function, module, ctx)
+                self.report.parts.append((f"piece {k}", run.report))
+                self._steps.append((run, piece.inputs, piece.outputs, False))
+            else:  # a region's operands may be constants
+                inst = piece.region.inst
+                run = self._region(inst, module, ctx)
+                self._steps.append((run, inst.operands, piece.outputs, True))
+
+    def _region(self, inst, module, ctx: _Compiling):
+        compiled = []
+        for key in ("cond", "body"):
+            if key in inst.attrs:
+                compiled.append(_compiled(inst.attrs[key], module, ctx))
+        for b in inst.attrs.get("branches", ()):
+            compiled.append(_compiled(b, module, ctx))
+        for fn_report in compiled:
+            self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
+        xp, attrs = self._xp, inst.attrs
+        if inst.op == SCAN:
+            return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
+        if inst.op == WHILE:
+            return lambda vals: _run_while(compiled[0], compiled[1], attrs, vals)
+        if inst.op == COND:
+            return lambda vals: _as_list(compiled[0 if bool(vals[0]) else 1](*vals[1:]))
+        assert inst.op == SWITCH
+        last = len(compiled) - 1
+        return lambda vals: _as_list(compiled[min(max(int(vals[0]), 0), last)](*vals[1:]))
+
+    def __call__(self, *args):
+        if len(args) != len(self._params):
+            raise DlvmError(f"@{self.fn.name} takes {len(self._params)} arguments, got {len(args)}")
+        env: dict[int, object] = {}
+        for p, a in zip(self._params, args):
+            # (the compiled pieces check or cast each argument's dtype)
+            env[id(p)] = a if hasattr(a, "dtype") else self._xp.asarray(a, p.type.dtype.numpy)
+        get = self._getter(env)
+        for run, inputs, outputs, is_region in self._steps:
+            vals = [get(v) for v in inputs]
+            outs = run(vals) if is_region else _as_list(run(*vals))
+            for v, o in zip(outputs, outs):
+                env[id(v)] = o
+        results = [get(r) for r in self._results]
+        return tuple(results) if self._tuple else results[0]
+
+    def _getter(self, env):
+        xp = self._xp
+
+        def get(o):
+            if isinstance(o, Const):
+                return xp.asarray(o.value, dtype=o.type.dtype.numpy)
+            return env[id(o)]
+
+        return get
+
+
+def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
+    """`fn` compiled once per compile (a body two loops run is compiled once)."""
+    hit = ctx.done.get(id(fn))
+    if hit is not None:
+        return hit[1]
+    if has_control_flow(fn):
+        run = _Program(fn, module, ctx)
+    else:
+        from .native import compile as native_compile
+
+        m = Module(fn.name)
+        m.add(fn)
+        run = native_compile(m, fn.name, ctx.target, optimize=ctx.optimize, cast=True)
+    ctx.done[id(fn)] = (fn, run)  # fn kept alive: its id is the key
+    return run
+
+
+def _array_module(target: str):
+    if target == "gpu":
+        from ..codegen import cupy_module
+
+        return cupy_module()
+    return np
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _run_scan(xp, body, attrs, vals) -> list:
+    n, nc, nx = attrs["length"], attrs["carries"], attrs["xs"]
+    carries, xs, withs = list(vals[:nc]), vals[nc : nc + nx], list(vals[nc + nx :])
+    y_types = elements(attrs["body"].result_type)[nc:]
+    ys = [xp.empty((n, *t.shape), t.dtype.numpy) for t in y_types]
+    call = getattr(body, "program", body)  # the executor itself: one Python call less a step
+    for t in range(n - 1, -1, -1) if attrs["reverse"] else range(n):
+        out = call(*carries, *[x[t] for x in xs], *withs)
+        if type(out) is not tuple:
+            out = (out,)
+        carries = list(out[:nc])
+        for acc, y in zip(ys, out[nc:]):
+            acc[t] = y
+    return carries + ys
+
+
+def _run_while(cond, body, attrs, vals) -> list:
+    nc = attrs["carries"]
+    carries, withs = list(vals[:nc]), list(vals[nc:])
+    while bool(cond(*carries, *withs)):
+        carries = _as_list(body(*carries, *withs))
+    return carries
+
+
+__all__ = ["LoopsReport", "compile_loops", "needs_loops"]
