@@ -77,10 +77,16 @@ def heads_padded(q, k, v, pad):  # rank 4 with a (batch, 1, 1, keys) padding mas
     return dq.softmax(s, axis=-1) @ v
 
 
+def causal_literal(q, k, v):  # a causal mask as users write it: a constant -1e9 above the diagonal
+    hidden = np.triu(np.full((q.shape[1], k.shape[1]), -1e9, np.float32), 1)
+    return dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.125 + hidden, axis=-1) @ v
+
+
 @pytest.mark.parametrize(
     "fn, shapes",
     [
         (scaled, [(2, 300, 16), (2, 700, 16), (2, 700, 8)]),
+        (causal_literal, [(2, 300, 16), (2, 600, 16), (2, 600, 8)]),
         (heads_padded, [(2, 2, 130, 8), (2, 2, 520, 8), (2, 2, 520, 8), (2, 1, 1, 520)]),
     ],
 )
