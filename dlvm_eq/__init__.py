@@ -19,17 +19,29 @@ from .lazy_attributes import lazy_attributes
 from .pipeline import (
     DEFAULT_TARGET,
     Jitted,
+    custom_vjp,
     grad,
+    hessian,
     interpret,
+    jacfwd,
+    jacrev,
     jit,
+    jvp,
+    linearize,
     register_backend,
     value_and_grad,
     vjp,
+    vmap,
 )
 from .version import __version__
 
 # name -> submodule that defines it, imported on first access (PEP 562)
-_LAZY = {"load": "ir.parser", "parse": "ir.parser", "optimize": "pipeline.module_calls"}
+_LAZY = {
+    "load": "ir.parser",
+    "parse": "ir.parser",
+    "optimize": "pipeline.module_calls",
+    "check_grads": "pipeline.gradient_check",
+}
 _lazy_attribute, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 

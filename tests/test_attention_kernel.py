@@ -146,3 +146,28 @@ def test_backward_rowsum_rule_fires_in_value_and_grad():
     np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_vmap_of_the_attention_op_is_a_loop_over_examples():
+    """The registry's batching rule: batched q and bias, unbatched k and v."""
+    from dlvm_eq.ir import FunctionBuilder, Module
+    from dlvm_eq.ir.batching import batch_function
+    from dlvm_eq.ir.interp import interpret
+    from dlvm_eq.ir.types import DType, TensorType
+
+    f32 = DType.f32
+    types = [TensorType(s, f32) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 6), (1, 5))]
+    b = FunctionBuilder("f", types, ["q", "k", "v", "pad"])
+    f = b.finish(b.emit("attention", list(b.params), scale=0.5, causal=0))
+    g, _ = batch_function(f, batched=[True, False, False, True], size=3)
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((3, 2, 3, 4)).astype(np.float32)
+    k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 5, 4), (2, 5, 6)))
+    pad = np.where(rng.random((3, 1, 5)) < 0.3, -1e9, 0).astype(np.float32)
+    m = Module("t")
+    m.add(g)
+    got = interpret(m, g.name, q, k, v, pad)
+    want = np.stack(
+        [reference([q[i], k, v, pad[i]], {"scale": 0.5, "causal": 0}) for i in range(3)]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

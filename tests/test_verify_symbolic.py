@@ -6,6 +6,7 @@ import pytest
 import sympy as sp
 
 from dlvm_eq.ir import BOOL, F32, I32, OPS, FunctionBuilder, Module, TensorType, interpret, tensor
+from dlvm_eq.ir.ops import CONTROL
 from dlvm_eq.verify import SYMBOLIC, apply_op, evaluate_function, symbol_array
 from dlvm_eq.verify.identity import (
     NUMERIC_ONLY,
@@ -115,12 +116,11 @@ MORE = [  # further attribute cases of ops with attributes
 
 
 def test_every_op_has_a_symbolic_implementation_and_an_example():
-    assert set(SYMBOLIC) == set(OPS), "ops without sympy semantics: " + str(
-        set(OPS) - set(SYMBOLIC)
-    )
-    assert set(EXAMPLES) == set(OPS), "ops without an example here: " + str(
-        set(OPS) - set(EXAMPLES)
-    )
+    # control flow (scan, while, cond, switch) has no sympy semantics yet: its bodies are
+    # checked against the interpreter and finite differences (tests/test_control_flow_*.py)
+    ops = {op for op, spec in OPS.items() if spec.kind != CONTROL}
+    assert set(SYMBOLIC) == ops, "ops without sympy semantics: " + str(ops - set(SYMBOLIC))
+    assert set(EXAMPLES) == ops, "ops without an example here: " + str(ops - set(EXAMPLES))
 
 
 def _random(t: TensorType, rng, domain):

@@ -12,22 +12,12 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.module import Function
-from ..ir.ops import ELEMENTWISE_KINDS, OPS
+from ..ir.ops import ELEMENTWISE_KINDS, LAYOUT, LITERAL, OPS, TUPLE
 from ..ir.types import TensorType
 
-# layout ops move data but compute nothing (a transpose read by a matmul is a BLAS flag)
-_FREE = {
-    "shapeCast",
-    "padShape",
-    "squeezeShape",
-    "broadcast",
-    "transpose",
-    "concatenate",
-    "slice",
-    "literal",
-    "tuple",
-    "extract",
-}
+# layout ops move data but compute nothing (a transpose read by a matmul is a BLAS flag); so
+# do slices, literals and tuples
+_FREE = {n for n, s in OPS.items() if s.kind in (LAYOUT, LITERAL, TUPLE)} | {"slice"}
 
 
 def op_flops(op: str, result: TensorType, operands: list[TensorType]) -> float:

@@ -20,20 +20,22 @@ import numpy as np
 
 from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, binary, compile_cpu, unary
 from ..extract.profile import MatmulPoint
+from ..ir.ops import OPS
 
-# elementwise op classes timed one by one; the others of a class are priced like its member
-# (the polynomial of tanh is that of exp plus a division, sinh/cosh are two exps...)
-OP_CLASSES = {
-    "Exp": ("exp", ("Exp", "Expm1")),
-    "Log": ("log", ("Log", "Log1p")),
-    "Tanh": ("tanh", ("Tanh",)),
-    "Sigmoid": ("sigmoid", ("Sigmoid",)),
-    "Softplus": ("softplus", ("Softplus",)),
-    "Sin": ("sin", ("Sin", "Cos", "Tan")),
-    "Sqrt": ("sqrt", ("Sqrt",)),
-    "Rsqrt": ("rsqrt", ("Rsqrt",)),
-}
-BINARY_CLASSES = {"Divide": "divide", "Power": "power"}
+
+# elementwise op classes timed one by one, from the registry's `measured_as` (ir/registry/):
+# constructor of the op timed -> (its name, the constructors priced like it)
+def _classes(arity: int) -> dict[str, tuple[str, tuple[str, ...]]]:
+    out: dict[str, tuple[str, list[str]]] = {}
+    for spec in OPS.values():
+        if spec.arity == arity and spec.measured_as:
+            timed = OPS[spec.measured_as]
+            out.setdefault(timed.egg, (timed.name, []))[1].append(spec.egg)
+    return {egg: (name, tuple(members)) for egg, (name, members) in out.items()}
+
+
+OP_CLASSES = _classes(1)
+BINARY_CLASSES = {egg: name for egg, (name, _) in _classes(2).items()}
 SINH_COSH = ("Sinh", "Cosh")  # two exponentials and an add
 
 # products measured: the MLP's and attention's shapes, squares across cache levels, skinny ones

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops import OPS
+from ..ir.ops import ELEMENTWISE_KINDS, LOGIC, OPS
 from ..ir.types import BOOL, F32, I32
 from .context import shape_error
 from .primitive import bind, check_operand, dtype_of, is_weak, promote, to_dtype
@@ -19,47 +19,11 @@ from .tensor import Tensor
 
 # ---------------------------------------------------------------- elementwise
 
-# DSL name -> IR op; the op table says whether the op needs floats (ints are promoted to f32).
-UNARY = {
-    "exp": "exp",
-    "log": "log",
-    "tanh": "tanh",
-    "sigmoid": "sigmoid",
-    "relu": "relu",
-    "sqrt": "sqrt",
-    "abs": "abs",
-    "square": "square",
-    "log1p": "log1p",
-    "expm1": "expm1",
-    "softplus": "softplus",
-    "negative": "negate",
-    "sin": "sin",
-    "cos": "cos",
-    "sinh": "sinh",
-    "cosh": "cosh",
-    "tan": "tan",
-    "rsqrt": "rsqrt",
-    "sign": "sign",
-    "floor": "floor",
-    "ceil": "ceil",
-    "round": "round",
-}
+# DSL name -> IR op, from the registry's `dsl` names (ir/registry/); the op says whether it
+# needs floats (ints are promoted to f32).
+UNARY = {d: n for n, s in OPS.items() if s.arity == 1 and s.kind != LOGIC for d in s.dsl}
 BINARY = {
-    "add": "add",
-    "subtract": "subtract",
-    "multiply": "multiply",
-    "divide": "divide",
-    "power": "power",
-    "maximum": "max",
-    "minimum": "min",
-    "equal": "equal",
-    "not_equal": "notEqual",
-    "less": "lessThan",
-    "less_equal": "lessThanOrEqual",
-    "greater": "greaterThan",
-    "greater_equal": "greaterThanOrEqual",
-    "logical_and": "and",
-    "logical_or": "or",
+    d: n for n, s in OPS.items() if s.arity == 2 and s.kind in ELEMENTWISE_KINDS for d in s.dsl
 }
 _TRUE_DIVIDE = {"divide"}  # `/` is true division, as in numpy and JAX: ints give floats
 
@@ -84,47 +48,10 @@ def _binary(name: str, ir_op: str):
     return op
 
 
-(
-    exp,
-    log,
-    tanh,
-    sigmoid,
-    relu,
-    sqrt,
-    abs,
-    square,
-    log1p,
-    expm1,
-    softplus,
-    negative,
-    sin,
-    cos,
-    sinh,
-    cosh,
-    tan,
-    rsqrt,
-    sign,
-    floor,
-    ceil,
-    round,
-) = (_unary(n, o) for n, o in UNARY.items())
-(
-    add,
-    subtract,
-    multiply,
-    divide,
-    power,
-    maximum,
-    minimum,
-    equal,
-    not_equal,
-    less,
-    less_equal,
-    greater,
-    greater_equal,
-    logical_and,
-    logical_or,
-) = (_binary(n, o) for n, o in BINARY.items())
+# dq.exp, dq.add, ...: one function per DSL name (`from .ops import exp` in dsl/__init__.py)
+ELEMENTWISE = {n: _unary(n, o) for n, o in UNARY.items()}
+ELEMENTWISE.update({n: _binary(n, o) for n, o in BINARY.items()})
+globals().update(ELEMENTWISE)
 
 
 def logical_not(x):
@@ -134,7 +61,7 @@ def logical_not(x):
 def where(cond, x, y):
     """`select x, y by cond`; a non-bool condition means `cond != 0`."""
     if not is_weak(cond) and dtype_of(cond) is not BOOL:
-        cond = not_equal(cond, 0)
+        cond = ELEMENTWISE["not_equal"](cond, 0)
     return bind("select", [x, y, cond], name="where", promote_only=(0, 1))
 
 
@@ -211,7 +138,7 @@ def mean(x, axis=None, keepdims=False):
         x = astype(x, F32)
     shape = shape_of(x)
     count = int(np.prod([shape[a] for a in normalize_axes(axis, shape, "mean")], dtype=np.int64))
-    return divide(sum(x, axis, keepdims), count)
+    return ELEMENTWISE["divide"](sum(x, axis, keepdims), count)
 
 
 def max(x, axis=None, keepdims=False):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ..ir.op_spec import COST_FLOPS
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
 from .attention_cost import attention_seconds
@@ -44,28 +45,13 @@ MATMULS = frozenset(("Dot", "Gemm"))
 # an operand up to this size is re-read from a core's cache (L2: 512 KiB on this EPYC), not memory
 CACHE_BYTES = 512 * 1024
 
-# flops per output element; everything not listed is one flop (the fusion extractor's scalar
-# ops cost the same: extract/fusion_cost.py)
-FLOPS = {"Divide": 4, "Sqrt": 4, "Rsqrt": 4, "Power": 40}
-FLOPS.update(
-    {
-        op: 20
-        for op in (
-            "Exp",
-            "Log",
-            "Tanh",
-            "Sigmoid",
-            "Softplus",
-            "Log1p",
-            "Expm1",
-            "Sin",
-            "Cos",
-            "Tan",
-            "Sinh",
-            "Cosh",
-        )
-    }
-)
+# flops per output element, from each op's cost class in the registry (ir/registry/); ops of
+# no class are one flop (the fusion extractor's scalar ops cost the same: extract/fusion_cost.py)
+FLOPS = {
+    spec.egg: COST_FLOPS[spec.cost]
+    for spec in OPS.values()
+    if spec.cost is not None and COST_FLOPS[spec.cost] != 1
+}
 
 
 def flops_per_element(op: str, mc: Machine | None = None) -> float:

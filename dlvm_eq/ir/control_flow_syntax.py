@@ -45,7 +45,7 @@ def read_scan(reader, tree: Tree):
     body_tok = tree.children[0]
     g = _groups(reader, tree.children[1:])
     length_tok = next(c for c in tree.children[1:] if isinstance(c, Token) and c.type != "REVERSE")
-    from .parser import read_int  # (parser.py imports this module)
+    from .source_text import read_int  # (function_reader.py imports this module)
 
     attrs = {
         "body": _body(reader, body_tok),

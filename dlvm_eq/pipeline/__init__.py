@@ -12,7 +12,8 @@ points that run them.
                                                   # branches, each piece and body compiled once
 
 Owns: trace-then-compile (`jit`), the differentiation API (`grad`, `value_and_grad`, `vjp`,
-`check_grads` with dq.grad as default), the compile pipeline and its caches (optimized
+`check_grads` with dq.grad as default), the transforms (`vmap`, `jvp`, `linearize`, `jacfwd`,
+`jacrev`, `hessian`, `custom_vjp`: trace, transform the IR, inline or jit), the compile pipeline and its caches (optimized
 programs in memory, plans on disk), the target table, compile timings.
 May import: verify, ad, egraph, extract, codegen, dsl, ir, cache, json_records,
 config, errors, version, lazy_attributes (never cli, models, distributed, nor the root package).
@@ -22,11 +23,14 @@ egglog, the planner) load on first use.
 
 from ..lazy_attributes import lazy_attributes
 from .adjoints import resolve_adjoints
+from .custom_vjp import custom_vjp
 from .differentiate import grad, value_and_grad, vjp
+from .forward import hessian, jacfwd, jacrev, jvp, linearize
 from .jit import Jitted, jit
 from .module_calls import interpret, optimize, verify_adjoint
 from .targets import DEFAULT_TARGET, register_backend
 from .timing import compile_seconds
+from .vmap import vmap
 
 # name -> submodule, imported on first access (PEP 562): the code generator and the planner
 # load only when something is compiled
@@ -52,10 +56,16 @@ __all__ = [
     "Jitted",
     "check_grads",
     "compile",
+    "custom_vjp",
     "compile_seconds",
     "grad",
+    "hessian",
     "interpret",
+    "jacfwd",
+    "jacrev",
     "jit",
+    "jvp",
+    "linearize",
     "lower",
     "optimize",
     "optimized",
@@ -66,4 +76,5 @@ __all__ = [
     "value_and_grad",
     "verify_adjoint",
     "vjp",
+    "vmap",
 ]

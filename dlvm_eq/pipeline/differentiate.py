@@ -67,11 +67,18 @@ def _leaf_ranges(in_tree) -> list[range]:
     return ranges
 
 
-def _differentiated(fn, argnums, with_value: bool, who: str):
+def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = False):
     def traced(*args):
         nums, single = _argnums(argnums, len(args), who)
-        forward, captured, leaves, in_tree, _ = _trace(fn, args, who)
+        forward, captured, leaves, in_tree, out_tree = _trace(fn, args, who)
         t = forward.result_type
+        if has_aux:  # (loss, aux): differentiate output 0, return the aux leaves as they are
+            if out_tree.kind == "leaf" or len(out_tree.children) != 2:
+                raise AdjointError(
+                    f"{who}: with has_aux=True, {getattr(fn, '__name__', 'the function')} "
+                    f"must return a pair (loss, aux), not {out_tree}"
+                )
+            t = t.elements[0] if isinstance(t, TupleType) else t
         if not (isinstance(t, TensorType) and t.shape == () and t.dtype.is_float):
             raise AdjointError(
                 f"{who}: {getattr(fn, '__name__', 'the function')} must return a "
@@ -79,16 +86,29 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
             )
         ranges = _leaf_ranges(in_tree)
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
-        adj = adjoint_function(None, forward, wrt=wrt, keeping=(0,), tuple_result=True)
+        kept = (0,) + tuple(range(1, 1 + out_tree.children[1].num_leaves)) if has_aux else (0,)
+        adj = adjoint_function(
+            None,
+            forward,
+            wrt=wrt,
+            from_index=0 if has_aux else None,
+            keeping=kept,
+            tuple_result=True,
+        )
         value, *flat_grads = call_function(adj, *leaves, *captured)
+        if has_aux:
+            aux_leaves, flat_grads = flat_grads[: len(kept) - 1], flat_grads[len(kept) - 1 :]
+            value = (value, tree_unflatten(out_tree.children[1], aux_leaves))
         flat_grads = iter(flat_grads)
         grads = tuple(
             tree_unflatten(in_tree.children[n], [next(flat_grads) for _ in ranges[n]]) for n in nums
         )  # each gradient has its argument's structure
-        return value, (grads[0] if single else grads)
+        grads = grads[0] if single else grads
+        return value, grads
 
     def traced_grads(*args):
-        return traced(*args)[1]
+        value, grads = traced(*args)
+        return (grads, value[1]) if has_aux else grads
 
     # grad's program returns the gradients only: the loss is not computed where the gradient
     # does not need it (its final reduction, say)
@@ -105,16 +125,17 @@ def _differentiated(fn, argnums, with_value: bool, who: str):
     return call
 
 
-def value_and_grad(fn, argnums=0):
+def value_and_grad(fn, argnums=0, has_aux=False):
     """`(fn(*args), gradient)`; the gradient is a tuple when argnums is a tuple. fn must return
-    a float scalar."""
-    return _differentiated(fn, argnums, True, "value_and_grad")
+    a float scalar, or with `has_aux` a pair (scalar, aux): then `((value, aux), gradient)`."""
+    return _differentiated(fn, argnums, True, "value_and_grad", has_aux)
 
 
-def grad(fn, argnums=0):
+def grad(fn, argnums=0, has_aux=False):
     """The gradient of a float-scalar `fn` with respect to argument `argnums` (a tuple of
-    gradients for a tuple of argnums), like `jax.grad`."""
-    return _differentiated(fn, argnums, False, "grad")
+    gradients for a tuple of argnums), like `jax.grad`; with `has_aux`, fn returns (scalar,
+    aux) and grad returns `(gradient, aux)`."""
+    return _differentiated(fn, argnums, False, "grad", has_aux)
 
 
 def vjp(fn, *primals):

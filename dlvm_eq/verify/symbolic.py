@@ -26,7 +26,8 @@ import sympy as sp
 from ..errors import DlvmError
 from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
-from ..ir.ops import OPS, scatter_slice, slice_index, transpose_perm
+from ..ir.ops import LAYOUT, OPS, scatter_slice
+from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import DType, TensorType, TupleType
 from .attention_symbolic import attention_table
 from .window_symbolic import window_table
@@ -129,48 +130,25 @@ def _divide(args, attrs, rtype):
     return as_array(np.frompyfunc(f, 2, 1)(*args))
 
 
-_UNARY = {
-    "negate": lambda x: -x,
-    "exp": sp.exp,
-    "log": sp.log,
-    "tanh": sp.tanh,
-    "sinh": sp.sinh,
-    "cosh": sp.cosh,
-    "sin": sp.sin,
-    "cos": sp.cos,
-    "tan": sp.tan,
-    "sqrt": sp.sqrt,
-    "rsqrt": lambda x: 1 / sp.sqrt(x),
-    "square": lambda x: x**2,
-    "sign": sp.sign,
-    "floor": sp.floor,
-    "ceil": sp.ceiling,
-    "round": rint,
-    "abs": sp.Abs,
-    "sigmoid": lambda x: 1 / (1 + sp.exp(-x)),
+# Elementwise ops mean what the registry's `sympy` says (ir/registry/); these few need this
+# module's helpers: numpy's rint, and Max/Min without sympy's pairwise comparisons.
+_OWN = {
+    "round": lambda x: rint(x),
     "relu": lambda x: _extremum(sp.Max, [x, sp.S.Zero]),
-    "log1p": lambda x: sp.log(1 + x),
-    "expm1": lambda x: sp.exp(x) - 1,
-    "softplus": lambda x: sp.log(1 + sp.exp(x)),
-    "erf": sp.erf,
-    "not": sp.Not,
-}
-_BINARY = {
-    "add": lambda a, b: a + b,
-    "subtract": lambda a, b: a - b,
-    "multiply": lambda a, b: a * b,
-    "power": lambda a, b: a**b,
     "min": lambda a, b: _extremum(sp.Min, [a, b]),
     "max": lambda a, b: _extremum(sp.Max, [a, b]),
-    "equal": sp.Eq,
-    "notEqual": sp.Ne,
-    "lessThan": sp.Lt,
-    "lessThanOrEqual": sp.Le,
-    "greaterThan": sp.Gt,
-    "greaterThanOrEqual": sp.Ge,
-    "and": sp.And,
-    "or": sp.Or,
 }
+
+
+def _registry_elementwise() -> dict[str, Callable]:
+    """IR op -> its scalar sympy function, for every registry op with an elementwise meaning."""
+    table = {}
+    for name, spec in OPS.items():
+        if name in _OWN:
+            table[name] = _OWN[name]
+        elif spec.sympy is not None:
+            table[name] = (lambda f: lambda *xs: f(sp, *xs))(spec.sympy)
+    return table
 
 
 def _extremum(cls, args):
@@ -197,11 +175,14 @@ def _extremum(cls, args):
     return rest[0] if len(rest) == 1 else cls(*rest, evaluate=False)
 
 
+# the registry's combinators (ir/registry/reduction.py) fold with sympy's Add, Mul, Max, Min
 _COMBINE = {
-    "add": lambda init, xs: sp.Add(init, *xs),
-    "multiply": lambda init, xs: sp.Mul(init, *xs),
-    "max": lambda init, xs: _extremum(sp.Max, [init, *xs]),
-    "min": lambda init, xs: _extremum(sp.Min, [init, *xs]),
+    name: (
+        (lambda cls: lambda init, xs: _extremum(cls, [init, *xs]))(getattr(sp, c.sympy))
+        if c.sympy in ("Max", "Min")
+        else (lambda cls: lambda init, xs: cls(init, *xs))(getattr(sp, c.sympy))
+    )
+    for name, c in COMBINATORS.items()
 }
 
 
@@ -323,23 +304,21 @@ def _literal(args, attrs, rtype):
     return out
 
 
-def _layout(f):
-    def run(args, attrs, rtype):
-        return as_array(f(args[0], attrs))
-
-    return run
-
-
 def _apply(args, attrs, rtype):
     raise DlvmError("apply is evaluated by evaluate_function (it needs the module)")
 
 
 def _build() -> dict[str, Callable]:
     table: dict[str, Callable] = {}
-    for name, f in _UNARY.items():
-        table[name] = _elementwise(f, 1)
-    for name, f in _BINARY.items():
-        table[name] = _elementwise(f, 2)
+    for name, f in _registry_elementwise().items():
+        table[name] = _elementwise(f, OPS[name].arity)
+    # views, concatenate and slice move entries: the interpreter's numpy code (ir/registry/
+    # layout.py) does the same on object arrays of sympy expressions
+    for name, spec in OPS.items():
+        if spec.kind == LAYOUT or name == "slice":
+            table[name] = (lambda ev: lambda args, attrs, rtype: as_array(ev(args, attrs)))(
+                spec.evaluate
+            )
     table["divide"] = _divide
     table["select"] = _select
     table["dot"] = _dot
@@ -350,15 +329,8 @@ def _build() -> dict[str, Callable]:
     )  # sums of objects
     table["sliceScatter"] = _slice_scatter
     table["scatterAdd"] = _scatter_add
-    table["transpose"] = _layout(lambda x, at: np.transpose(x, transpose_perm(x.ndim, at)))
     table["reduce"] = _reduce
-    table["shapeCast"] = _layout(lambda x, at: x.reshape(tuple(at["shape"])))
-    table["padShape"] = _layout(lambda x, at: np.expand_dims(x, at["at"]))
-    table["squeezeShape"] = _layout(lambda x, at: np.squeeze(x, at["at"]))
-    table["broadcast"] = _layout(lambda x, at: np.broadcast_to(x, tuple(at["shape"])).copy())
     table["dataTypeCast"] = _cast
-    table["concatenate"] = lambda args, attrs, rtype: np.concatenate(args, axis=attrs["axis"])
-    table["slice"] = _layout(lambda x, at: x[slice_index(x.ndim, at)].copy())
     table["literal"] = _literal
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]

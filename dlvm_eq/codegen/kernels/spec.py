@@ -32,6 +32,7 @@ import numpy as np
 
 from ...errors import DlvmError
 from ...ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
+from ...ir.registry.reduction import COMBINATORS
 from ...ir.types import DType
 
 
@@ -61,20 +62,9 @@ def dtype_name(dt) -> str:
 
 
 # ------------------------------------------------------------------ op tables (data, one row per op)
-# A kernel op is an IR op (ir/ops.py) under a short name: the IR's (DLVM's) names that differ.
-DLVM_NAMES = {
-    "negate": "neg",
-    "subtract": "sub",
-    "multiply": "mul",
-    "divide": "div",
-    "power": "pow",
-    "equal": "eq",
-    "notEqual": "ne",
-    "lessThan": "lt",
-    "lessThanOrEqual": "le",
-    "greaterThan": "gt",
-    "greaterThanOrEqual": "ge",
-}
+# A kernel op is an IR op under the short name its registry row gives (ir/registry/): the IR's
+# (DLVM's) names that differ.
+DLVM_NAMES = {n: s.kernel for n, s in OPS.items() if s.kernel is not None and s.kernel != n}
 
 
 def _accepted(dlvm: str) -> tuple[str, ...]:
@@ -104,8 +94,9 @@ BINARY_OPS: dict[str, tuple[tuple[str, ...], str | None]] = {
     **{DLVM_NAMES.get(n, n): (_compared(n), "bool") for n, s in OPS.items() if s.kind == COMPARE},
     **{n: (("bool",), "bool") for n, s in OPS.items() if s.kind == LOGIC and s.arity == 2},
 }
-REDUCE_OPS = ("add", "mul", "max", "min")
-REDUCE_INIT = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}
+# the registry's reduce combinators (ir/registry/reduction.py) under their kernel names
+REDUCE_OPS = tuple(c.kernel for c in COMBINATORS.values())
+REDUCE_INIT = {c.kernel: c.identity for c in COMBINATORS.values()}
 
 
 def op_name(name: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from ...ir.ops import OPS
 from ..kernels.spec import (
     Binary,
     Cast,
@@ -46,28 +47,67 @@ def _relu(e: Emitter, x, dt):
     return e.select(e.fcmp("<", x, e.const_like(x, 0.0)), e.const_like(x, 0.0), x)  # NaN stays
 
 
-def _float_only(fn):
-    return lambda e, x, dt: fn(e, x)
+class ScalarVocabulary:
+    """What a registry op's kernel formula (`OpSpec.scalar`, ir/registry/) is written with: the
+    instructions and polynomial math routines of one element of dtype `dt`.
+
+        REGISTRY["rsqrt"].scalar(ScalarVocabulary(e, "f32"), x)   # 1 / sqrt(x)
+    """
+
+    def __init__(self, e: Emitter, dt: str):
+        self.e, self.dt = e, dt
+
+    def const(self, like, value: float):
+        return self.e.const_like(like, value)
+
+    def neg(self, x):
+        return self.e.b.neg(x) if self.dt == "i32" else self.e.fneg(x)
+
+    def abs(self, x):
+        if self.dt == "i32":
+            return self.e.intrinsic("abs", x, ir.Constant(I1, 0), ret=I32)
+        return self.e.intrinsic("fabs", x)
+
+    def mul(self, a, b):
+        return self.e.b.mul(a, b) if self.dt == "i32" else self.e.fmul(a, b)
+
+    def div(self, a, b):
+        return self.e.fdiv(a, b)
+
+    def sqrt(self, x):
+        return self.e.intrinsic("sqrt", x)
+
+    def floor(self, x):
+        return self.e.intrinsic("floor", x)
+
+    def ceil(self, x):
+        return self.e.intrinsic("ceil", x)
+
+    def rint(self, x):
+        return self.e.intrinsic("rint", x)
+
+    def sign(self, x):
+        return _sign(self.e, x, self.dt)
+
+    def relu(self, x):
+        return _relu(self.e, x, self.dt)
+
+    def not_(self, x):
+        return self.e.b.not_(x)
+
+    def math(self, name: str, x):
+        if self.dt not in ("f32", "f64"):
+            raise KernelError(f"{name} is lowered for floats only, not {self.dt}")
+        return polymath.MATH[name](self.e, x)
 
 
-# name -> (emitter, x, dtype) -> value
+def _formula(spec):
+    return lambda e, x, dt: spec.scalar(ScalarVocabulary(e, dt), x)
+
+
+# kernel name -> (emitter, x, dtype) -> value: every unary op's formula from the registry
 UNARY_LOWER: dict[str, Callable] = {
-    "neg": lambda e, x, dt: e.b.neg(x) if dt == "i32" else e.fneg(x),
-    "abs": lambda e, x, dt: (
-        e.intrinsic("abs", x, ir.Constant(I1, 0), ret=I32)
-        if dt == "i32"
-        else e.intrinsic("fabs", x)
-    ),
-    "square": lambda e, x, dt: e.b.mul(x, x) if dt == "i32" else e.fmul(x, x),
-    "sign": _sign,
-    "relu": _relu,
-    "sqrt": lambda e, x, dt: e.intrinsic("sqrt", x),
-    "rsqrt": lambda e, x, dt: e.fdiv(e.const_like(x, 1.0), e.intrinsic("sqrt", x)),
-    "floor": lambda e, x, dt: e.intrinsic("floor", x),
-    "ceil": lambda e, x, dt: e.intrinsic("ceil", x),
-    "round": lambda e, x, dt: e.intrinsic("rint", x),  # half to even, as numpy.rint
-    "not": lambda e, x, dt: e.b.not_(x),
-    **{name: _float_only(fn) for name, fn in polymath.MATH.items()},
+    s.kernel: _formula(s) for s in OPS.values() if s.arity == 1 and s.scalar is not None
 }
 
 

@@ -1,0 +1,128 @@
+"""The op registry (ir/registry/) against the declarative rule files, both ways: what each
+side names that the other lacks, one line per gap (tests/test_registry.py asserts none).
+
+    >>> registry_gaps()
+    []
+
+- registry -> schema.egg: every op in the e-graph has its constructor, with one Term argument
+  per operand, and a shape/dtype analysis rule.
+- schema.egg -> registry: every constructor is an op's (or a leaf, or the strided slice).
+- registry -> adjoint.egg: every differentiable operand of every op has a rule.
+- adjoint.egg -> registry: every rule is for an op's operand that is differentiable.
+- the registry itself: what a layer above reads is there (kernel formula, cost class,
+  batching rule).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..ir.op_spec import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, SELECT, TUPLE
+from ..ir.ops import OPS
+from .rulefiles import rule_file
+from .serialized import LEAVES
+
+# ops the loader removes before the e-graph: literals become Const/Lit, tuples become several
+# roots, extract picks one, apply is inlined; control flow stays outside it (its bodies go in)
+NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL, CONTROL)
+SCHEMA_ONLY = {"StridedSlice": "slice"}  # the IR's slice with a step > 1
+EGG_ARITY = {"Concatenate": 2}  # variadic in the IR, binary in the e-graph
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r";[^\n]*", "", text)
+
+
+def schema_constructors(text: str) -> dict[str, tuple[str, ...]]:
+    """Constructor -> argument sorts, from a schema's `(datatype Term ...)` block."""
+    text = _strip_comments(text)
+    start = text.index("(datatype Term")
+    depth, end = 0, start
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            end = i
+            break
+    body = text[start + len("(datatype Term") : end]
+    return {m.group(1): tuple(m.group(2).split()) for m in re.finditer(r"\((\w+)([^()]*)\)", body)}
+
+
+def adjoint_heads(text: str) -> set[tuple[int, str]]:
+    """(operand, constructor) of every `(Adjoint i (Ctor ...) g)` rule."""
+    return {(int(i), c) for i, c in re.findall(r"\(Adjoint (\d+) \((\w+)", _strip_comments(text))}
+
+
+def _schema_gaps(schema: str) -> list[str]:
+    ctors = schema_constructors(schema)
+    gaps = []
+    in_egraph = {s.egg: n for n, s in OPS.items() if s.kind not in NOT_IN_EGRAPH}
+    for egg, name in in_egraph.items():
+        spec = OPS[name]
+        if egg not in ctors:
+            gaps.append(f"op {name}: no constructor ({egg} ...) in schema.egg")
+            continue
+        terms = ctors[egg].count("Term")
+        arity = EGG_ARITY.get(egg, spec.arity)
+        if arity is not None and terms != arity:
+            gaps.append(f"op {name}: ({egg} ...) has {terms} Term arguments, the op {arity}")
+    for ctor in ctors:
+        if ctor not in in_egraph and ctor not in LEAVES and ctor not in SCHEMA_ONLY:
+            gaps.append(f"schema.egg constructor {ctor} is no op of the registry")
+        if ctor not in ("Var", "Lit") and not re.search(rf"\(= e \({ctor}[ )]", schema):
+            gaps.append(f"schema.egg constructor {ctor} has no shape/dtype analysis rule")
+    return gaps
+
+
+def _adjoint_gaps(adjoint: str) -> list[str]:
+    heads = adjoint_heads(adjoint)
+    gaps = []
+    by_egg = {s.egg: s for s in OPS.values()}
+    by_egg.update({k: OPS[v] for k, v in SCHEMA_ONLY.items()})
+    for name, spec in OPS.items():
+        if not spec.differentiable or spec.kind in NOT_IN_EGRAPH:
+            continue
+        for i in range(EGG_ARITY.get(spec.egg, spec.arity) or 0):
+            if i not in spec.nondiff_operands and (i, spec.egg) not in heads:
+                gaps.append(f"op {name}: no rule (Adjoint {i} ({spec.egg} ...) g) in adjoint.egg")
+    for i, egg in sorted(heads):
+        spec = by_egg.get(egg)
+        if spec is None:
+            gaps.append(f"adjoint.egg: a rule for {egg}, which no op of the registry has")
+        elif not spec.differentiable or i in spec.nondiff_operands:
+            gaps.append(
+                f"adjoint.egg: a rule for operand {i} of {egg}, which the registry "
+                "declares non-differentiable"
+            )
+        elif i >= (EGG_ARITY.get(egg, spec.arity) or 0) and egg not in SCHEMA_ONLY:
+            gaps.append(f"adjoint.egg: a rule for operand {i} of {egg}, which has fewer")
+    return gaps
+
+
+def _registry_gaps() -> list[str]:
+    gaps = []
+    for name, spec in OPS.items():
+        if spec.kind in ELEMENTWISE_KINDS:
+            if spec.cost is None:
+                gaps.append(f"op {name}: elementwise without a cost class")
+            if spec.kernel is None and spec.kind != SELECT:
+                gaps.append(f"op {name}: elementwise without a kernel name")
+        if spec.arity == 1 and spec.kind in ELEMENTWISE_KINDS:
+            if spec.scalar is None:
+                gaps.append(f"op {name}: unary without a kernel formula (scalar)")
+        # control flow's rules (bodies batched with Batcher.batch_body) are not written yet
+        if spec.batch is None and spec.kind not in NOT_IN_EGRAPH:
+            gaps.append(f"op {name}: no batching rule (vmap)")
+    return gaps
+
+
+def registry_gaps(schema: str | None = None, adjoint: str | None = None) -> list[str]:
+    """Every disagreement between the registry, rules/schema.egg and rules/adjoint.egg (or the
+    texts given), one line each; empty when they agree."""
+    schema = schema if schema is not None else rule_file("schema.egg").read_text()
+    if adjoint is None:  # the attention op's adjoints live beside it (issue 33)
+        adjoint = rule_file("adjoint.egg").read_text()
+        adjoint += rule_file("attention_adjoint.egg").read_text()
+    return _schema_gaps(schema) + _adjoint_gaps(adjoint) + _registry_gaps()
+
+
+__all__ = ["registry_gaps"]

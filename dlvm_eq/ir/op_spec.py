@@ -1,0 +1,135 @@
+"""What the compiler knows about one op (`OpSpec`), and the shape helpers op modules share.
+
+An `OpSpec` is declared once, in the op's family module under `dlvm_eq/ir/registry/`; every
+layer reads it there. Fields hold data and plain functions only: what a higher layer needs from
+its own library (sympy, the kernel emitter) it passes in as an argument, so the IR imports none
+of them.
+
+    >>> OpSpec("exp", UNARY, 1, "Exp", result_type, evaluate, sympy=lambda sp, x: sp.exp(x))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import IRError
+from .types import BOOL, DType, TensorType, Type, broadcast_shapes
+
+# Kinds group ops that every stage treats alike.
+UNARY, BINARY, COMPARE, LOGIC, SELECT = "unary", "binary", "compare", "logic", "select"
+ELEMENTWISE_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT)
+REDUCE, DOT, LAYOUT, CAST, LITERAL, TUPLE, CALL = (
+    "reduce",
+    "dot",
+    "layout",
+    "cast",
+    "literal",
+    "tuple",
+    "call",
+)
+# A slice keeps part of its operand: not a LAYOUT view (views keep every element, and code that
+# fuses views into reads relies on that); codegen copies it out of a buffer, like concatenate.
+SLICE = "slice"
+# take and scatterAdd read or write along an axis at integer indices (a plan step of their own:
+# compiled index kernels on the CPU, codegen/runtime/index_kernel.py)
+GATHER = "gather"
+SCAN = "scan"  # cumsum: a plan step of its own (a compiled line scan on the CPU)
+# convolution and pooling (window_ops.py): a sliding window over the two trailing axes
+WINDOW = "window"
+# scan, while, cond, switch (control_flow.py): bodies are functions; never in the e-graph
+CONTROL = "control"
+
+# Cost classes of elementwise ops: flops per output element before calibration (the extractor's
+# prior, extract/target_cost.py); a calibrated machine measures one representative per class.
+COST_FLOPS = {"cheap": 1, "divide": 4, "transcendental": 20, "power": 40}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op. The first fields are the IR's (parser, printer, verifier, interpreter, e-graph);
+    the rest are what the layers above read instead of tables of their own:
+
+    - dsl: names the DSL binds to this op (`dq.negative` -> negate); elementwise ops only.
+    - kernel: the fused-kernel name (`neg`); scalar(k, *xs): the element formula written with
+      the kernel vocabulary `k` that codegen passes in (`lambda k, x: k.math("exp", x)`).
+    - sympy(sp, *xs): the element's exact meaning, with sympy passed in (verify/symbolic.py).
+    - cost: a COST_FLOPS class; measured_as: the op a calibration times for it (None: not timed).
+    - batch(bt, op, args, batched, attrs) -> Value: the vmap rule (ir/batching.py, shared ones in
+      registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
+      does the result.
+    - regions: attributes that name body functions (structured control flow); a region op's
+      batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
+    """
+
+    name: str  # DLVM spelling, e.g. "add", "shapeCast"
+    kind: str  # UNARY, BINARY, ... (see above)
+    arity: int | None  # None: variadic
+    egg: str  # e-graph constructor in rules/schema.egg
+    result_type: Callable[[list[Type], dict], Type]
+    evaluate: Callable[..., Any]  # numpy semantics: evaluate(args, attrs) -> array
+    attrs: tuple[str, ...] = ()  # attribute names, in printed order
+    float_only: bool = False  # operands must be f32/f64
+    differentiable: bool = True  # has a derivative (may be zero) in its float operands
+    nondiff_operands: tuple[int, ...] = field(default=())  # operands with no adjoint (masks)
+    dsl: tuple[str, ...] = ()
+    kernel: str | None = None
+    scalar: Callable | None = None
+    sympy: Callable | None = None
+    cost: str | None = None
+    measured_as: str | None = None
+    batch: Callable | None = None
+    regions: tuple[str, ...] = ()
+
+
+def pascal(name: str) -> str:
+    """The e-graph constructor of a DLVM name: shapeCast -> ShapeCast."""
+    return name[0].upper() + name[1:]
+
+
+def fail(op: str, msg: str):
+    raise IRError(f"{op}: {msg}")
+
+
+def tensors(op: str, types: list[Type]) -> list[TensorType]:
+    for t in types:
+        if not isinstance(t, TensorType):
+            fail(op, f"expected tensor operands, got tuple {t}")
+    return types  # type: ignore[return-value]
+
+
+def elementwise_type(
+    op: str,
+    types: list[Type],
+    out_dtype: DType | None = None,
+    float_only: bool = False,
+    bool_only: bool = False,
+) -> TensorType:
+    ts = tensors(op, types)
+    dtypes = {t.dtype for t in ts}
+    if len(dtypes) != 1:
+        fail(op, "operands have different data types: " + ", ".join(str(t) for t in ts))
+    dtype = dtypes.pop()
+    if float_only and not dtype.is_float:
+        fail(op, f"expected a floating-point operand, got {dtype}")
+    if bool_only and dtype is not BOOL:
+        fail(op, f"expected bool operands, got {dtype}")
+    if not bool_only and not float_only and dtype is BOOL and out_dtype is None:
+        fail(op, "arithmetic on bool operands; cast them with dataTypeCast first")
+    shape = broadcast_shapes(*(t.shape for t in ts))
+    if shape is None:
+        fail(op, "shapes do not broadcast: " + ", ".join(str(t) for t in ts))
+    return TensorType(shape, out_dtype or dtype)
+
+
+def quiet(fn):
+    """fn with numpy's floating-point warnings off (inf and NaN are values, not errors)."""
+
+    def run(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+
+    return run

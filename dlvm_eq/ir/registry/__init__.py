@@ -1,0 +1,77 @@
+"""The op registry: every op of the IR, declared once, in the module of its family.
+
+    elementwise.py  unary math, binary arithmetic, comparisons, logic, select, dataTypeCast
+    products.py     dot, batchMatmul            layout.py     transpose, views, concatenate, slices
+    reduction.py    reduce, cumsum              gather.py     take, scatterAdd
+    window.py       convolution and pooling     structure.py  literal, tuple, extract, apply
+    control.py      scan, while, cond, switch   stop_gradient.py
+    attention.py    attention (issue 33)
+
+An op's `OpSpec` (ir/op_spec.py) holds its type rule, interpreter, DSL names, kernel formula,
+sympy meaning, cost class and batching rule; the parser, printer, verifier, interpreter, DSL,
+codegen, verify and the cost model read it here. Its rewrites and adjoints stay declarative, in
+rules/schema.egg and rules/adjoint.egg; tests/test_registry.py checks the three agree. How to
+add an op: README.md, "How to add an op".
+
+    >>> REGISTRY["exp"].kernel, REGISTRY["exp"].cost
+    ('exp', 'transcendental')
+"""
+
+from __future__ import annotations
+
+from ..op_spec import OpSpec
+from . import (
+    attention,
+    control,
+    elementwise,
+    gather,
+    layout,
+    products,
+    reduction,
+    stop_gradient,
+    structure,
+    window,
+)
+
+
+def _ordered() -> list[OpSpec]:
+    # the order of rules/fusion.egg's generated rows and of the kinds' op tuples: the one the
+    # op table had before the registry split it into families
+    literal, tuple_, extract = structure.literal_specs()
+    return [
+        *elementwise.specs(),
+        products.dot_spec(),
+        layout.transpose_spec(),
+        reduction.reduce_spec(),
+        *layout.view_specs(),
+        elementwise.cast_spec(),
+        layout.concatenate_spec(),
+        layout.slice_spec(),
+        literal,
+        tuple_,
+        extract,
+        *window.specs(),
+        structure.apply_spec(),
+        products.batch_matmul_spec(),
+        gather.take_spec(),
+        gather.scatter_add_spec(),
+        reduction.cumsum_spec(),
+        layout.slice_scatter_spec(),
+        *control.specs(),
+        stop_gradient.spec(),
+        attention.spec(),  # issue 33
+    ]
+
+
+def _build() -> dict[str, OpSpec]:
+    table: dict[str, OpSpec] = {}
+    for spec in _ordered():
+        if spec.name in table:
+            raise ValueError(f"op {spec.name!r} is registered twice")
+        table[spec.name] = spec
+    return table
+
+
+REGISTRY: dict[str, OpSpec] = _build()
+
+__all__ = ["REGISTRY", "OpSpec"]

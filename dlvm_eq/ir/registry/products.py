@@ -1,0 +1,127 @@
+"""Products: `dot` (vectors and matrices, BLAS) and `batchMatmul` (one product per batch index).
+
+    %y = dot %x: <4 x 3 x f32>, %w: <3 x 2 x f32>                     // <4 x 2 x f32>
+    %z = batchMatmul %a: <8 x 4 x 3 x f32>, %b: <8 x 3 x 2 x f32>      // <8 x 4 x 2 x f32>
+
+Under vmap a product with one operand batched stays one `dot` (the batch's rows, or columns, are
+one product's); with both batched it becomes a `batchMatmul` (a multiply for outer products).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..op_spec import DOT, OpSpec, fail, tensors
+from ..types import BOOL, TensorType
+
+# The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
+# and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
+MAX_BATCH_MATMUL_RANK = 4
+
+
+def _dot_type(types, attrs):
+    a, b = tensors("dot", types)
+    if a.dtype != b.dtype:
+        fail("dot", f"operands have different data types: {a}, {b}")
+    if a.dtype is BOOL:
+        fail("dot", "bool operands")
+    if a.rank not in (1, 2) or b.rank not in (1, 2):
+        fail("dot", f"expected vectors or matrices, got {a} and {b}")
+    k_a = a.shape[-1]
+    k_b = b.shape[0]
+    if k_a != k_b:
+        fail("dot", f"contracted dimensions differ: {a} · {b} ({k_a} vs {k_b})")
+    return TensorType(a.shape[:-1] + b.shape[1:], a.dtype)
+
+
+def _batch_matmul_type(types, attrs):
+    a, b = tensors("batchMatmul", types)
+    if a.dtype != b.dtype:
+        fail("batchMatmul", f"operands have different data types: {a}, {b}")
+    if a.dtype is BOOL:
+        fail("batchMatmul", "bool operands")
+    if not 3 <= a.rank <= MAX_BATCH_MATMUL_RANK or a.rank != b.rank:
+        fail(
+            "batchMatmul",
+            f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, got {a} and {b}",
+        )
+    if a.shape[:-2] != b.shape[:-2]:
+        fail("batchMatmul", f"batch dimensions differ: {a} and {b} (broadcast them first)")
+    if a.shape[-1] != b.shape[-2]:
+        fail(
+            "batchMatmul",
+            f"contracted dimensions differ: {a} · {b} ({a.shape[-1]} vs {b.shape[-2]})",
+        )
+    return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
+
+
+def _batch_dot(bt, op, args, batched, attrs):
+    a, b = args
+    B = bt.size
+    if not batched[1]:  # rows of a batched left operand are rows of one product
+        if a.type.rank == 2:  # (B, k) @ b
+            return bt.emit("dot", [a, b])
+        m, k = a.type.shape[1:]
+        out = bt.emit("dot", [bt.emit("shapeCast", [a], shape=(B * m, k)), b])
+        return bt.emit("shapeCast", [out], shape=(B, m) + b.type.shape[1:])
+    if not batched[0]:  # columns of a batched right operand are columns of one product
+        if b.type.rank == 2:  # a @ (B, k) vectors: (B, k) @ a^T
+            return bt.emit("dot", [b, a if a.type.rank == 1 else bt.emit("transpose", [a])])
+        k, n = b.type.shape[1:]
+        cols = bt.emit("transpose", [b], perm=(1, 0, 2))
+        cols = bt.emit("shapeCast", [cols], shape=(k, B * n))
+        out = bt.emit("dot", [a, cols])  # (m, B * n) or (B * n,)
+        if a.type.rank == 1:
+            return bt.emit("shapeCast", [out], shape=(B, n))
+        out = bt.emit("shapeCast", [out], shape=(a.type.shape[0], B, n))
+        return bt.emit("transpose", [out], perm=(1, 0, 2))
+    a_matrix, b_matrix = a.type.rank == 3, b.type.rank == 3
+    k = b.type.shape[1]
+    a3 = a if a_matrix else bt.emit("shapeCast", [a], shape=(B, 1, k))
+    b3 = b if b_matrix else bt.emit("shapeCast", [b], shape=(B, k, 1))
+    if k == 1:  # per-example outer products: a broadcasting multiply, not B products
+        out = bt.emit("multiply", [a3, b3])
+    else:
+        out = bt.emit("batchMatmul", [a3, b3])
+    shape = (B,) + a3.type.shape[1:2] * a_matrix + b3.type.shape[2:] * b_matrix
+    return out if shape == out.type.shape else bt.emit("shapeCast", [out], shape=shape)
+
+
+def _batch_batch_matmul(bt, op, args, batched, attrs):
+    a, b = (x if bx else bt.full(x) for x, bx in zip(args, batched))
+    if a.type.rank <= MAX_BATCH_MATMUL_RANK:
+        return bt.emit("batchMatmul", [a, b])
+    lead = a.type.shape[:-2]  # more batch axes than the op takes: fold them into one
+    n = math.prod(lead)
+    a3 = bt.emit("shapeCast", [a], shape=(n,) + a.type.shape[-2:])
+    b3 = bt.emit("shapeCast", [b], shape=(n,) + b.type.shape[-2:])
+    out = bt.emit("batchMatmul", [a3, b3])
+    return bt.emit("shapeCast", [out], shape=lead + out.type.shape[-2:])
+
+
+def dot_spec() -> OpSpec:
+    return OpSpec(
+        "dot",
+        DOT,
+        2,
+        "Dot",
+        _dot_type,
+        lambda args, at: np.matmul(args[0], args[1]),
+        batch=_batch_dot,
+    )
+
+
+def batch_matmul_spec() -> OpSpec:
+    # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;
+    # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
+    return OpSpec(
+        "batchMatmul",
+        DOT,
+        2,
+        "BatchMatmul",
+        _batch_matmul_type,
+        lambda args, at: np.matmul(args[0], args[1]),
+        batch=_batch_batch_matmul,
+    )

@@ -1,0 +1,106 @@
+"""Reductions: `reduce` with a combinator along some axes, and `cumsum` (running sums).
+
+    %s = reduce %x: <4 x 5 x f32> by add init 0: f32 along 1      // <4 x f32>
+
+A combinator is one row of COMBINATORS: its numpy ufunc, its sympy fold, its kernel name and
+identity; the interpreter, verify/symbolic.py and the kernels (codegen/kernels/spec.py) read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..op_spec import REDUCE, SCAN, OpSpec, fail, quiet, tensors
+from ..types import BOOL
+from .batch_rules import shift_axis
+
+
+@dataclass(frozen=True)
+class Combinator:
+    ufunc: np.ufunc
+    kernel: str  # the fused-kernel name (codegen/kernels/spec.py)
+    identity: float  # the kernels' initial value
+    sympy: str  # the sympy class folding the elements with init: Add, Mul, Max, Min
+
+
+COMBINATORS = {
+    "add": Combinator(np.add, "add", 0.0, "Add"),
+    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul"),
+    "max": Combinator(np.maximum, "max", -math.inf, "Max"),
+    "min": Combinator(np.minimum, "min", math.inf, "Min"),
+}
+REDUCE_COMBINATORS = {name: c.ufunc for name, c in COMBINATORS.items()}
+
+
+def _reduce_type(types, attrs):
+    (a,) = tensors("reduce", types)
+    axes = tuple(attrs["axes"])
+    if attrs["combinator"] not in COMBINATORS:
+        fail(
+            "reduce",
+            f"unknown combinator {attrs['combinator']!r}; expected one of "
+            + ", ".join(COMBINATORS),
+        )
+    if len(set(axes)) != len(axes) or any(not 0 <= ax < a.rank for ax in axes):
+        fail("reduce", f"axes {list(axes)} are not distinct axes of {a}")
+    return a.with_shape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
+def _reduce(args, attrs):
+    (x,) = args
+    fn = REDUCE_COMBINATORS[attrs["combinator"]]
+    axes = tuple(attrs["axes"])
+    init = np.asarray(attrs["init"], dtype=x.dtype)
+    if not axes:
+        return fn(x, init)
+    return fn.reduce(x, axis=axes, initial=init[()]).astype(x.dtype, copy=False)
+
+
+def _cumsum_type(types, attrs):
+    (a,) = tensors("cumsum", types)
+    if not 0 <= attrs["axis"] < a.rank:
+        fail("cumsum", f"axis {attrs['axis']} out of range for {a}")
+    if a.dtype is BOOL:
+        fail("cumsum", "bool operand; cast it with dataTypeCast first")
+    if attrs["reverse"] not in (0, 1):
+        fail("cumsum", f"reverse must be 0 or 1, not {attrs['reverse']}")
+    return a
+
+
+def _cumsum(args, attrs):
+    (x,) = args
+    k = attrs["axis"]
+    if attrs["reverse"]:
+        return np.flip(np.cumsum(np.flip(x, k), axis=k, dtype=x.dtype), k).copy()
+    return np.cumsum(x, axis=k, dtype=x.dtype)
+
+
+def reduce_spec() -> OpSpec:
+    return OpSpec(
+        "reduce",
+        REDUCE,
+        1,
+        "Reduce",
+        _reduce_type,
+        quiet(_reduce),
+        attrs=("combinator", "init", "axes"),
+        batch=shift_axis("axes"),
+    )
+
+
+def cumsum_spec() -> OpSpec:
+    # `cumsum %x: T along k [reverse]`: running sums along axis k, from the end with `reverse`
+    # (attribute reverse: bool); its adjoint is the cumsum the other way
+    return OpSpec(
+        "cumsum",
+        SCAN,
+        1,
+        "Cumsum",
+        _cumsum_type,
+        _cumsum,
+        attrs=("axis", "reverse"),
+        batch=shift_axis("axis"),
+    )
