@@ -53,12 +53,13 @@ def __getattr__(name):
     return _lazy_attribute(name)
 
 
-def compile(module, name, target="cpu", optimize=True, cast=False):
+def compile(module, name, target="cpu", optimize=True, cast=False, rules=()):
     """`dq.compile(module, "f", target="cpu"|"gpu")`: a callable running function `f` of a
     `.dl` module (declared adjoints included) as native kernels; `.report` and `.plan` say
     what was optimized and fused. The code generator loads on first use (llvmlite).
     Arguments must have the declared dtypes (a DlvmError names the one that does not), or
-    `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed."""
+    `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed.
+    rules: the user's rule files, added to the shipped ones (as `dlvm-eq opt --rules`)."""
     from .pipeline.native import compile as _compile
 
-    return _compile(module, name, target, optimize, cast)
+    return _compile(module, name, target, optimize, cast, rules)

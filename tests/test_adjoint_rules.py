@@ -20,7 +20,7 @@ from dlvm_eq.ad import AdjointError, adjoint_function
 from dlvm_eq.egraph.rulefiles import rule_file
 from dlvm_eq.ir import F32, F64, FunctionBuilder, Module, tensor
 from dlvm_eq.ir.interp import run_function
-from dlvm_eq.ir.ops import BINARY, COMPARE, CONTROL, LOGIC, OPS, UNARY
+from dlvm_eq.ir.ops import BINARY, BIT_OPS, COMPARE, CONTROL, LOGIC, OPS, UNARY
 from dlvm_eq.ir.types import BOOL, DType, TupleType
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
@@ -278,7 +278,7 @@ CASES = {
     # stopGradient's zero adjoint is its definition, not a derivative finite differences see
     # (tests/test_transforms.py checks it)
     **{op: case_unary for op in OPS if OPS[op].kind == UNARY and op != "stopGradient"},
-    **{op: case_binary for op in OPS if OPS[op].kind == BINARY},
+    **{op: case_binary for op in OPS if OPS[op].kind == BINARY and op not in BIT_OPS},
     **{op: case_nondiff for op in OPS if OPS[op].kind in (COMPARE, LOGIC)},
     "select": case_select,
     "dot": case_dot,

@@ -21,7 +21,19 @@ from ir_programs import GUARDS, random_function, random_inputs
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
 from dlvm_eq.ir import BOOL, F32, F64, I32, FunctionBuilder, Module, interpret, tensor
-from dlvm_eq.ir.ops import BINARY, CAST, COMPARE, DOT, LAYOUT, LOGIC, OPS, REDUCE, SELECT, UNARY
+from dlvm_eq.ir.ops import (
+    BINARY,
+    BIT_OPS,
+    CAST,
+    COMPARE,
+    DOT,
+    LAYOUT,
+    LOGIC,
+    OPS,
+    REDUCE,
+    SELECT,
+    UNARY,
+)
 from dlvm_eq.pipeline import compile
 
 SETTINGS = dict(
@@ -131,11 +143,21 @@ def test_every_unary_op_compiled(op):
     _one_op(op, [T], [_domain(GUARDS.get(op, (None,))[0], X)])
 
 
-@pytest.mark.parametrize("op", sorted(n for n, s in OPS.items() if s.kind in (BINARY, COMPARE)))
+@pytest.mark.parametrize(
+    "op", sorted(n for n, s in OPS.items() if s.kind in (BINARY, COMPARE) and n not in BIT_OPS)
+)
 def test_every_binary_and_compare_op_compiled(op):
     ga, gb = GUARDS.get(op, (None, None))
     # the second operand is a row broadcast over the first's rows
     _one_op(op, [T, ROW], [_domain(ga, X), _domain(gb, Y[0])])
+
+
+@pytest.mark.parametrize("op", sorted(BIT_OPS))
+def test_bit_ops_compiled_on_i32_words(op):
+    rng = np.random.default_rng(sorted(BIT_OPS).index(op))
+    words = rng.integers(-(2**31), 2**31, size=(33, 17), dtype=np.int64).astype(np.int32)
+    counts = rng.integers(0, 40, size=17).astype(np.int32)  # shift counts are taken mod 32
+    _one_op(op, [tensor(33, 17, I32), tensor(17, I32)], [words, counts])
 
 
 @pytest.mark.parametrize("op", sorted(n for n, s in OPS.items() if s.kind == LOGIC))

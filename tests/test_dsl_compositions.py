@@ -50,6 +50,13 @@ SPECS = {  # spec -> operand shapes
     "ij,kj,k->i": [(3, 4), (5, 4), (5,)],  # three operands, left to right
     "ij,ij->i": [(3, 4), (3, 4)],  # a batch index beside a contracted one
     "iij->j": [(3, 3, 2)],
+    # ellipsis: leading axes, right-aligned and broadcast across operands (numpy's rules)
+    "...ij,...jk->...ik": [(2, 3, 4, 5), (3, 5, 6)],
+    "...ij,jk": [(2, 3, 4), (4, 5)],  # implicit output: the ... axes first, then "ik"
+    "b...->...b": [(2, 3, 4)],
+    "...ii->...i": [(2, 3, 3)],
+    "...ij,...ij->...": [(2, 3, 4), (1, 3, 4)],  # a size-1 axis broadcast
+    "...ij,jk->ik": [(3, 4), (4, 5)],  # ... of no axes
 }
 
 
@@ -59,7 +66,11 @@ def test_einsum_matches_numpy(spec):
     close_everywhere(lambda *a: dq.einsum(spec, *a), lambda *a: np.einsum(spec, *a), *xs)
 
 
-@pytest.mark.parametrize("spec", ["ij,jk->ik", "bij,bjk->bik", "ii->i", "i,j->ij", "ij,kj,k->i"])
+@pytest.mark.parametrize(
+    "spec",
+    ["ij,jk->ik", "bij,bjk->bik", "ii->i", "i,j->ij", "ij,kj,k->i", "...ij,...jk->...ik"]
+    + ["...ij,...ij->..."],
+)
 def test_einsum_gradients(spec):
     gradient_checks(lambda *a: dq.einsum(spec, *a), *[RNG.standard_normal(s) for s in SPECS[spec]])
 
@@ -95,7 +106,10 @@ def test_einsum_float32_on_cpu():
 @pytest.mark.parametrize(
     "spec, shapes, message",
     [
-        ("...ij,jk->ik", [(3, 4), (4, 5)], "ellipsis"),
+        ("...ij,...jk->...ik", [(2, 3, 4), (3, 4, 5)], "do not broadcast"),
+        ("i.j->ij", [(3, 4)], "letters"),
+        ("i...j.->ij", [(3, 4)], "a '.' outside '...'"),
+        ("b...->b", [(2, 3)], "the output needs '...'"),  # as numpy
         ("ij,jk->ii", [(3, 4), (4, 5)], "repeated in the output"),
         ("ij->k", [(3, 4)], "output index 'k' is in no operand"),
         ("ij,jk->ik", [(3, 4)], "names 2 operand"),

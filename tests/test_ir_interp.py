@@ -25,7 +25,7 @@ from dlvm_eq.ir import (
     interpret,
 )
 from dlvm_eq.ir.control_flow import CONTROL_FLOW_OPS
-from dlvm_eq.ir.ops import BINARY, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
+from dlvm_eq.ir.ops import BINARY, BIT_OPS, COMPARE, LOGIC, REDUCE_COMBINATORS, UNARY
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
 RNG = np.random.default_rng(1234)
@@ -71,7 +71,34 @@ def _c_divide(a, b):
     return np.array(out, dtype=np.int64).reshape(a.shape)
 
 
+def _unsigned(x):
+    return [int(v) & 0xFFFFFFFF for v in np.ravel(x)]
+
+
+def _signed_words(values, shape):
+    return np.array([v - (1 << 32) if v >= 1 << 31 else v for v in values], np.int64).reshape(shape)
+
+
+def _xor(x, y):
+    return x ^ y
+
+
+def _bits(fn):
+    """An i32 bit operation in Python integers on the words as unsigned (an independent
+    reference for the registry's numpy)."""
+
+    def ref(a, b):
+        a, b = np.broadcast_arrays(a, b)
+        out = [fn(x, y if fn is _xor else y % 32) for x, y in zip(_unsigned(a), _unsigned(b))]
+        return _signed_words([v & 0xFFFFFFFF for v in out], a.shape)
+
+    return ref
+
+
 REF_BINARY = {
+    "xor": _bits(_xor),
+    "shiftLeft": _bits(lambda x, s: x << s),
+    "shiftRightLogical": _bits(lambda x, s: x >> s),
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
@@ -178,6 +205,16 @@ def check_binary(op):
         m = Module("t")
         m.add(b.finish(b.emit(op, ops)))
         close(interpret(m, "f", x), want, F32)
+
+
+def check_bits(op):
+    rng = np.random.default_rng(5)
+    for sa, sb in SHAPE_PAIRS:
+        a = rng.integers(-(2**31), 2**31, size=sa, dtype=np.int64).astype(np.int32)
+        b = rng.integers(0, 40, size=sb).astype(np.int32)
+        got = run(op, [TensorType(sa, I32), TensorType(sb, I32)], [a, b])
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, REF_BINARY[op](a, b))
 
 
 def check_compare(op):
@@ -574,6 +611,7 @@ CHECKS = {
     "scatterAdd": check_scatterAdd,
     "sliceScatter": check_sliceScatter,
     "cumsum": check_cumsum,
+    **{op: check_bits for op in BIT_OPS},
     **{op: check_interp_op for op in CONTROL_FLOW_OPS},  # tests/control_flow_programs.py
 }
 

@@ -158,8 +158,11 @@ def test_report_shows_egraph_costs_kernels_blas_and_times():
     rep = step.report(*params, x, y)
     assert rep.kernel_names == [k.name for k in rep.plan.kernels]
     secs = compile_seconds()
-    assert set(secs) == {"trace", "optimize", "plan", "kernels"}
+    assert set(secs) == {"import", "trace", "adjoint", "rules", "optimize", "plan", "kernels"}
     assert secs["trace"] > 0 and secs["optimize"] > 0 and secs["plan"] > 0
+    # the compile's own breakdown: every phase it ran, none counted twice
+    assert set(rep.phases) >= {"trace", "adjoint", "optimize", "plan", "kernels"}
+    assert "compile time" in str(rep) and "by phase" in str(rep)
 
 
 def test_argument_errors_are_dlvm_errors():

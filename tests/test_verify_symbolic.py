@@ -49,6 +49,10 @@ EXAMPLES = {
         )
     },
     "power": ([T23, T23], {}, _POS),
+    **{
+        name: ([tensor(2, 3, I32)] * 2, {}, _ANY)
+        for name in ("xor", "shiftLeft", "shiftRightLogical")
+    },
     "not": ([B23], {}, _ANY),
     "and": ([B23, B23], {}, _ANY),
     "or": ([B23, B23], {}, _ANY),

@@ -252,12 +252,37 @@ def _check_expanded(g: Graph, rules_name: str, rules_text: str) -> None:
             f"the adjoint rule in {rules_name} for "
             + "; ".join(no_match)
             + " did not apply: a shape or dtype it needs is unknown"
+            + _unshaped_ops(g)
         )
     if stuck:
         raise AdjointError(
             f"{rules_name}: helper(s) {', '.join(stuck)} left unexpanded "
-            "(a shape or dtype they need is unknown)"
+            "(a shape or dtype they need is unknown)" + _unshaped_ops(g)
         )
+
+
+def _unshaped_ops(g: Graph) -> str:
+    """Where the shape analysis stopped: the ops whose operands have shapes but that have none
+    themselves. An adjoint rule fails far downstream of them (at a reduce, say), so name them."""
+    shapes: dict[str, tuple] = {}
+    for node in g.nodes.values():
+        if node["op"] == "shape":
+            vec = next(
+                (n for n in g.classes.get(node["eclass"], []) if g.nodes[n]["op"] == "vec-of"), None
+            )
+            shapes[g.eclass(node["children"][0])] = g.primitive(vec) if vec else ()
+    culprits: dict[str, None] = {}
+    for node in g.nodes.values():
+        user = node["op"]
+        if user not in EGG_TO_OP or node["eclass"] in shapes:
+            continue
+        operands = [g.eclass(c) for c in node["children"] if g.is_term_class(g.eclass(c))]
+        if all(c in shapes for c in operands):
+            given = ", ".join("x".join(map(str, shapes[c])) or "scalar" for c in operands)
+            culprits[f"`{EGG_TO_OP[user]}` ({user}) of operand shapes {given}"] = None
+    if not culprits:
+        return ""
+    return "; the shape analysis (rules/schema.egg) gives no shape to " + "; ".join(culprits)
 
 
 # ---------------------------------------------------------------- the entry points
@@ -273,12 +298,12 @@ def _session(rules):
     load_bindings()
     from ..egraph.optimize import new_session, scratch_session
 
-    if rules is None:
-        path = rule_file("adjoint.egg")
-        extra = rule_file("attention_adjoint.egg")  # issue 33: Attention's adjoints
-        with scratch_session([path, extra]) as session:
-            text, name = read_rule_file(path)
-            yield session, text + "\n" + read_rule_file(extra)[0], name
+    if rules is None:  # adjoint.egg is one of the rule files of this thread's shared session
+        with scratch_session() as session:
+            text, name = read_rule_file(rule_file("adjoint.egg"))
+            # issue 33: the fused attention's adjoints, in the same session (STAGE_RULE_FILES)
+            text += "\n" + read_rule_file(rule_file("attention_adjoint.egg"))[0]
+            yield session, text, name
         return
     if isinstance(rules, Path) or (
         isinstance(rules, str) and "\n" not in rules and rules.endswith(".egg")
@@ -286,7 +311,7 @@ def _session(rules):
         text, name = read_rule_file(rules)
     else:
         text, name = str(rules), "<adjoint rules>"
-    session = new_session()
+    session = new_session(shipped=("algebra.egg",))  # the user's text declares `adjoint`
     session.add_rules_text(text, name)
     yield session, text, name
 
@@ -335,12 +360,13 @@ def adjoint_function(
         out = build()
     else:
         # a second process differentiating the same program reads the result from disk
-        # optimizing prices the e-graph with this host's profile: another profile, another entry
+        # extraction (after optimizing or not) prices the e-graph with this host's profile:
+        # another profile, another entry
         parts = [
             print_function(fn),
             print_module(module) if module is not None else "",
             repr((cfg, name, tuple_result, optimize, target, budget)),
-            machine(target).profile if optimize else "",
+            machine(target).profile,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
     out.location = fn.location

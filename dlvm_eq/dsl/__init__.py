@@ -17,27 +17,34 @@ composites), tracing (trace / call_function), control_flow (scan, fori_loop, whi
 pytree (tree_flatten, tree_map, ...), tree_args
 (pytree arguments of traced functions), api (make_ir), optim (sgd, momentum, adam).
 Compositions of the ops, one small file each: constants (zeros, ones, full, arange), stack,
-stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip, cumsum, pad). `jit`, `grad` and the
-targets live in dlvm_eq/pipeline (trace + compile). May import: ir, errors.
+stats (var, std), layers (gelu, layer_norm, one_hot), einsum, arrays (argmax, argmin, clip,
+cumsum, pad), activations (silu, leaky_relu, elu, log_sigmoid, ...), shapes (squeeze, tile,
+flip, triu, take_along_axis, ...), losses (mse, huber, nll: `dq.losses`), norms (batch_norm
+with running statistics, group_norm), resample (upsample), sorting (sort, argsort, top_k by
+counted ranks), random (`dq.random`: JAX's threefry keys and draws); `dq.nn` gathers jax.nn's
+names. `jit`, `grad` and the targets live in dlvm_eq/pipeline (trace + compile).
+May import: ir, errors.
 """
 
 # first: tensor.py, primitive.py and indexing.py import each other
 from .tensor import Tensor  # isort: skip
 
 # isort: split
-from . import optim
+from . import losses, nn, optim, random
+from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
 from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from .context import TracingError, current_trace, is_tracing
 from .control_flow import cond, fori_loop, scan, switch, while_loop
-from .conv import avg_pool2d, conv1d, conv2d, max_pool2d
+from .conv import avg_pool2d, conv1d, conv2d, conv_transpose2d, max_pool2d
 from .einsum import einsum
 from .gather import take
 from .indexing import split
 from .layers import gelu, layer_norm, one_hot
 from .linalg import matmul
 from .nn import log_softmax, logsumexp, softmax, softmax_cross_entropy
+from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
 from .ops import (
     abs,
     add,
@@ -89,6 +96,20 @@ from .ops import (
     where,
 )
 from .pytree import PyTreeDef, tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
+from .resample import upsample
+from .shapes import (
+    broadcast_to,
+    expand_dims,
+    eye,
+    flip,
+    repeat,
+    squeeze,
+    take_along_axis,
+    tile,
+    tril,
+    triu,
+)
+from .sorting import argsort, sort, top_k
 from .special import erf
 from .stack import stack
 from .stats import std, var
@@ -104,6 +125,7 @@ __all__ = [
     "avg_pool2d",
     "conv1d",
     "conv2d",
+    "conv_transpose2d",
     "max_pool2d",
     "abs",
     "add",
@@ -167,6 +189,31 @@ __all__ = [
     "transpose",
     "where",
     # compositions of the ops
+    "BatchNormState",
+    "batch_norm",
+    "batch_norm_state",
+    "group_norm",
+    "upsample",
+    "argsort",
+    "sort",
+    "top_k",
+    "broadcast_to",
+    "elu",
+    "expand_dims",
+    "eye",
+    "flip",
+    "hard_tanh",
+    "leaky_relu",
+    "log_sigmoid",
+    "relu6",
+    "repeat",
+    "silu",
+    "squeeze",
+    "swish",
+    "take_along_axis",
+    "tile",
+    "tril",
+    "triu",
     "arange",
     "clip",
     "einsum",
@@ -182,8 +229,11 @@ __all__ = [
     "var",
     "zeros",
     "zeros_like",
-    # pytrees and optimizers over them
+    # namespaces: jax.nn's names, losses, optimizers over pytrees
+    "losses",
+    "nn",
     "optim",
+    "random",
     "PyTreeDef",
     "tree_flatten",
     "tree_leaves",

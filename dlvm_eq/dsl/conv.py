@@ -134,3 +134,37 @@ def max_pool2d(x, kernel, stride=None, padding=0):
 def avg_pool2d(x, kernel, stride=None, padding=0):
     """Mean of each kernel window of x (N, C, H, W), zero padding counted (torch's count_include_pad)."""
     return _pool("avg_pool2d", "avgPool2d", x, kernel, stride, padding)
+
+
+def conv_transpose2d(x, w, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
+    """torch's conv_transpose2d: x (N, C_in, H, W), w (C_in, C_out/groups, KH, KW); the input
+    adjoint of conv2d with that weight (IR `conv2dBackwardInput`), so its own adjoints are a
+    conv2d and a conv2dBackwardWeight. Output size (H - 1) s - 2 p + d (KH - 1) + op + 1."""
+    op = "conv_transpose2d"
+    xs = _rank(op, x, 4, "input")
+    ws = _rank(op, w, 4, "weight")
+    stride, dilation = _ints("stride", op, stride, 2, 1), _ints("dilation", op, dilation, 2, 1)
+    pad = _ints("padding", op, padding, 2, 0)
+    extra = _ints("output_padding", op, output_padding, 2, 0)
+    (groups,) = _ints("groups", op, groups, 1, 1)
+    if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation)):
+        raise shape_error(
+            f"{op}: output_padding {extra} must be smaller than the stride or the dilation"
+        )
+    size = tuple(
+        (n - 1) * s - 2 * p + d * (k - 1) + e + 1
+        for n, s, p, d, k, e in zip(xs[2:], stride, pad, dilation, ws[2:], extra)
+    )
+    if min(size) < 1:
+        raise shape_error(f"{op}: the output would have spatial size {size}")
+    return bind(
+        "conv2dBackwardInput",
+        [x, w],
+        name=op,
+        float_result=True,
+        stride=stride,
+        padding=(pad[0], pad[0], pad[1], pad[1]),
+        dilation=dilation,
+        groups=groups,
+        size=size,
+    )

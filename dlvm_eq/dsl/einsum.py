@@ -9,8 +9,10 @@ dot (matrix products), broadcasting multiply and reduce. No loop, no new primiti
 Operands are contracted left to right. For each pair: indices of one operand alone that the
 output and later operands do not need are summed first; the shared ones needed afterwards are
 batch axes, the other shared ones are contracted, by a matrix product of
-(batch, free_a, contracted) and (batch, contracted, free_b) arrays. Not supported (a ShapeError):
-`...` (ellipsis), and an index repeated in the output.
+(batch, free_a, contracted) and (batch, contracted, free_b) arrays. `...` stands for the
+leading axes (numpy's rules: right-aligned, broadcast across operands, first in an implicit
+output), spelled out as unused letters first. Not supported (a ShapeError): an index
+repeated in the output.
 """
 
 from __future__ import annotations
@@ -27,14 +29,11 @@ from .context import shape_error
 from .linalg import matmul  # numpy's rules: (B, M, K) @ (B, K, N) is one batched product
 from .ops import shape_of
 from .primitive import promote
+from .shapes import broadcast_to
 
 
 def _parse(spec: str, n: int) -> tuple[list[str], str]:
     spec = spec.replace(" ", "")
-    if "." in spec:
-        raise shape_error(
-            f"einsum: {spec!r}: ellipsis ('...') is not supported; write the axes out"
-        )
     inputs, arrow, output = spec.partition("->")
     terms = inputs.split(",")
     if not re.fullmatch(r"[a-zA-Z,]*", inputs) or not re.fullmatch(r"[a-zA-Z]*", output):
@@ -71,6 +70,7 @@ def einsum(spec: str, *operands):
     implicit), e.g. "ij,jk->ik", "bij,bjk->bik", "ij->ji", "ij->i", "ii->i", "i,j->ij"."""
     if not operands:
         raise shape_error("einsum: needs at least one operand")
+    spec, operands = _spell_ellipsis(spec, operands)
     terms, output = _parse(spec, len(operands))
     sizes = _sizes(terms, operands, spec)
     x, term = _diagonals(operands[0], terms[0], sizes)
@@ -83,6 +83,51 @@ def einsum(spec: str, *operands):
     x, term = _sum_alone(x, term, set(output))
     perm = tuple(term.index(c) for c in output)
     return x if perm == tuple(range(len(perm))) else ops.transpose(x, perm)
+
+
+def _spell_ellipsis(spec: str, operands) -> tuple[str, tuple]:
+    """spec with each `...` replaced by letters it does not use, one per leading axis it
+    stands for (right-aligned across operands, as numpy), and operands broadcast where their
+    `...` axes differ; an implicit output puts them first."""
+    spec = spec.replace(" ", "")
+    if "..." not in spec:
+        return spec, operands
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands) or spec.replace("...", "").count("."):
+        raise shape_error(f"einsum: {spec!r}: a '.' outside '...', or not one term per operand")
+    lead = []
+    for term, x in zip(terms, operands):
+        count = len(shape_of(x)) - len(term.replace("...", ""))
+        if count < 0 or ("..." not in term and count):
+            raise shape_error(f"einsum: {spec!r}: operand {term!r} has shape {shape_of(x)}")
+        lead.append(
+            tuple(shape_of(x))[term.index("...") : term.index("...") + count] if count else ()
+        )
+    try:
+        common = np.broadcast_shapes(*lead)
+    except ValueError:
+        raise shape_error(f"einsum: {spec!r}: the '...' axes {lead} do not broadcast") from None
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in spec]
+    letters = "".join(free[: len(common)])
+    out_terms, out_ops = [], []
+    for term, x, own in zip(terms, operands, lead):
+        if "..." in term:
+            mine = letters[len(letters) - len(own) :]
+            at = term.index("...")
+            want = common[len(common) - len(own) :]
+            if own != want:
+                shape = tuple(shape_of(x))
+                x = broadcast_to(x, shape[:at] + want + shape[at + len(own) :])
+            term = term.replace("...", mine)
+        out_terms.append(term)
+        out_ops.append(x)
+    if arrow and "..." not in output and letters:
+        raise shape_error(f"einsum: {spec!r}: the output needs '...' for the axes it stands for")
+    if not arrow:
+        joined = "".join(t for t in terms).replace("...", "")
+        output = letters + "".join(sorted(c for c in set(joined) if joined.count(c) == 1))
+    return ",".join(out_terms) + "->" + output.replace("...", letters), tuple(out_ops)
 
 
 def _diagonals(x, term: str, sizes):

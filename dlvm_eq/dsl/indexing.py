@@ -7,9 +7,10 @@ axis `squeezeShape` drops; `None` adds an axis with `padShape`:
     dq.split(z, 4, axis=-1)    # four slices of equal size (LSTM gates)
 
 Bounds follow numpy: negative from the end, slice bounds clamped to the axis; a positive step
-`x[1:7:3]` is a strided `slice ... by 3` (read in place by compiled code). An integer array or
-tensor alone, `x[ids]`, is a `take` (dsl/gather.py). Not supported (a ShapeError at the user's
-line): negative steps, empty slices, boolean indices, arrays mixed with other entries.
+`x[1:7:3]` is a strided `slice ... by 3` (read in place by compiled code), a negative step
+`x[::-1]` a `take` of the indices in reverse. An integer array or tensor alone, `x[ids]`, is a
+`take` (dsl/gather.py). Not supported (a ShapeError at the user's line): empty slices, boolean
+indices, arrays mixed with other entries.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _check_entry(e, shape) -> None:
         return
     raise shape_error(
         f"indexing shape {shape} with {type(e).__name__} {e!r} is not supported: "
-        "only ints, slices with positive steps, ... and None, or one integer array "
+        "only ints, slices, ... and None, or one integer array "
         "as the whole index (x[ids])"
     )
 
@@ -77,14 +78,14 @@ def _bounds(e, n: int, axis: int, shape) -> tuple[int, int, int, bool]:
     """(lo, hi, step, squeeze) of entry e on an axis of size n."""
     if isinstance(e, slice):
         if e.step is not None and (
-            not isinstance(e.step, (numbers.Integral, np.integer)) or e.step < 1
+            not isinstance(e.step, (numbers.Integral, np.integer)) or e.step == 0
         ):
             raise shape_error(
                 f"indexing shape {shape}: slice step {e.step} on axis {axis} is not "
-                "supported (only positive steps; reverse with a take of the indices)"
+                "supported (integer steps other than 0)"
             )
         lo, hi, step = e.indices(n)
-        if hi <= lo:
+        if not len(range(lo, hi, step)):
             raise shape_error(
                 f"indexing shape {shape}: the slice {_text(e)} of axis {axis} "
                 f"(size {n}) is empty; empty tensors are not supported"
@@ -121,7 +122,9 @@ def getitem(x, index):
         lo, hi, step, drop = _bounds(e, n, axis, shape)
         if step != 1 and len(range(lo, hi, step)) == 1:
             hi, step = lo + 1, 1  # one entry: a plain slice
-        if step != 1:
+        if step < 0:  # x[::-k]: a take of the indices in reverse (its adjoint adds them back)
+            out = take(out, np.arange(lo, hi, step), axis=axis)
+        elif step != 1:
             out = bind("slice", [out], name="indexing", axis=axis, lo=lo, hi=hi, step=step)
         elif (lo, hi) != (0, n):
             out = bind("slice", [out], name="indexing", axis=axis, lo=lo, hi=hi)

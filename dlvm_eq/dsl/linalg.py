@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from ..ir.ops import MAX_BATCH_MATMUL_RANK
 from ..ir.types import broadcast_shapes
 from .context import shape_error
 from .ops import reshape, shape_of
@@ -53,9 +52,6 @@ def _batched(a, b, sa, sb):
         )
     full_a, full_b = batch + ma[-2:], batch + sb[-2:]
     a, b = _to(a, sa, full_a), _to(b, sb, full_b)
-    if len(batch) + 2 > MAX_BATCH_MATMUL_RANK:  # fold the batch into one axis
-        flat = (math.prod(batch),)
-        a, b = reshape(a, flat + ma[-2:]), reshape(b, flat + sb[-2:])
     out = bind("batchMatmul", [a, b], name="matmul")
     want = batch + ((sb[-1],) if vector_a else (ma[-2], sb[-1]))
     return out if tuple(shape_of(out)) == want else reshape(out, want)

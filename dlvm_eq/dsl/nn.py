@@ -3,13 +3,51 @@ e-graph see nothing new): subtract the maximum (softmax: its floor) before `exp`
 
     softmax(x)    = exp(x - m) / sum(exp(x - m)),  m = floor(max(x))
     logsumexp(x)  = max(x) + log(sum(exp(x - max(x))))
+
+As `dq.nn`, this module also holds jax.nn's other names: `dq.nn.silu`, `dq.nn.one_hot`, ...
 """
 
 from __future__ import annotations
 
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
 from . import ops
-from .ops import normalize_axes, shape_of
+from .activations import (
+    celu,
+    elu,
+    glu,
+    hard_tanh,
+    leaky_relu,
+    log_sigmoid,
+    mish,
+    relu6,
+    selu,
+    silu,
+    softsign,
+    swish,
+)
+from .layers import gelu, layer_norm, one_hot
+from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
+from .ops import normalize_axes, relu, shape_of, sigmoid, softplus
+from .random import dropout
+
+JAX_NN = (elu, gelu, hard_tanh, leaky_relu, log_sigmoid, one_hot, relu, relu6, sigmoid, silu)
+JAX_NN += (
+    celu,
+    glu,
+    mish,
+    selu,
+    softplus,
+    softsign,
+    swish,
+)  # re-exported: dq.nn.<name> as jax.nn.<name>
+LAYERS = (
+    BatchNormState,
+    batch_norm,
+    batch_norm_state,
+    dropout,
+    group_norm,
+    layer_norm,
+)  # and layers
 
 
 def softmax(x, axis=-1):
@@ -51,3 +89,11 @@ def _shift(x, axes):
     tensor (the tie mask, its count, a sum of the shifted adjoint). JAX's softmax gets the same
     with stop_gradient(max)."""
     return ops.floor(ops.max(x, axes, keepdims=True))
+
+
+def standardize(x, axis=-1, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) along `axis`, as jax.nn.standardize."""
+    axes = normalize_axes(axis, shape_of(x), "standardize")
+    centred = ops.subtract(x, ops.mean(x, axes, keepdims=True))
+    variance = ops.mean(ops.square(centred), axes, keepdims=True)
+    return ops.multiply(centred, ops.rsqrt(ops.add(variance, eps)))

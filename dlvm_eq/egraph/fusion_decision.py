@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -152,51 +151,28 @@ def _load_instruction(ld: _Loader, inst) -> Let:
 
 # ------------------------------------------------------------------ the e-graph
 
-# egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one per thread
-_local = threading.local()
-
-
-def _base_session():
-    """schema.egg's declarations + fusion.egg, once per thread; each program runs between
-    push and pop."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        from .fusion_rules import schema_declarations
-        from .rulefiles import rule_file
-        from .session import EGraphSession
-
-        s = EGraphSession(schema=False)
-        s.add_rules_text(schema_declarations(), str(rule_file("schema.egg")))
-        s.declare_marker()
-        s.add_rules_file(rule_file("fusion.egg"))
-        _local.session = s
-    return s
-
 
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
-    """(serialized e-graph JSON with every let and result load as a root, saturation facts)."""
+    """(serialized e-graph JSON with every let and result load as a root, saturation facts).
+    The program lives between push and pop in this thread's session of the shipped rule files
+    (egraph.optimize.scratch_session): fusion.egg is compiled once per thread, with the rest."""
+    from .optimize import scratch_session
     from .ruleset_schedule import Schedule
     from .saturate import saturate
 
     budget = Budget.of(budget or DEFAULT_BUDGET)
-    s = _base_session()
-    s.run_text("(push)")
-    try:
+    with scratch_session() as s:
         t0 = time.perf_counter()
         s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
         if loaded.loads:
             s.add_globals(loaded.loads, "<fusion program>")
         t1 = time.perf_counter()
-        # the one saturation driver; the fusion e-graph has no analysis ruleset
+        # the one saturation driver; the fusion stage runs no analysis
         sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)
         t2 = time.perf_counter()
         roots = loaded.names + list(loaded.result_loads.values())
         data = s.serialize(roots).data
         t3 = time.perf_counter()
-    except BaseException:
-        _local.session = None  # egglog may be left in any state: never reuse it
-        raise
-    s.run_text("(pop)")
     if len(data.get("root_eclasses", ())) != len(roots):
         raise DlvmError("fusion e-graph: serialized roots do not match the program's values")
     facts = {

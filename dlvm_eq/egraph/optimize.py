@@ -7,7 +7,7 @@
 Composable pieces, for drivers that build their own e-graph (e.g. adjoints: forward and
 gradient roots in one e-graph, extracted jointly so that they share values):
 
-    session = new_session()                              # schema + rules/algebra.egg
+    session = new_session()                              # schema + the shipped rule files
     fwd = session.add_function(fn, module)
     grad = dataclasses.replace(fwd, name="f_grad", roots=[...], result_is_tuple=True)
     res = optimize_session(session, [fwd, grad], target="cpu")
@@ -36,7 +36,7 @@ from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
 from .lets import Let
 from .loader import LoadedProgram, load_function
-from .optimize_report import FunctionReport, OptimizeReport
+from .optimize_report import FunctionReport, OptimizeReport, user_rules_fired
 from .rule_origin import blame_user_rules
 from .rulefiles import read_rule_file, rule_file
 from .ruleset_schedule import Budget, Schedule, rulesets_in
@@ -46,19 +46,30 @@ from .session import EGraphSession
 from .stability import stable_rules_fired
 from .unload import unload
 
+# The shipped rule files every compile stage uses, compiled into one session per thread: the
+# optimizer runs `algebra`'s rulesets, the adjoint driver `adjoint`, the fusion stage `fusion`,
+# each on its own program between (push) and (pop). Every rule names its ruleset, so rules of
+# one stage never run in another.
+STAGE_RULE_FILES = ("algebra.egg", "adjoint.egg", "fusion.egg")
+# issue 33: attention.egg (`attention`, run by the optimizer; needs algebra's cval) and the fused
+# op's adjoints (ruleset `adjoint`, declared by adjoint.egg)
+STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
 
-def new_session(rules: Sequence[str | Path] = ()) -> EGraphSession:
-    """A session with the schema, rules/algebra.egg and the user's rule files loaded."""
+
+def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):
+    """A session with the schema, the `shipped` rule files (names in rules/) and the user's
+    rule files loaded."""
     session = EGraphSession()
-    session.add_rules_file(rule_file("algebra.egg"))
-    session.add_rules_file(rule_file("attention.egg"))  # issue 33: needs algebra's cval
+    for name in shipped:
+        session.add_rules_file(rule_file(name))
     for path in rules:
         session.add_rules_file(path)
     return session
 
 
-# egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one cache per thread
+# egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one pool per thread
 _LOCAL = threading.local()
+POOL_SIZE = 4  # base sessions kept per thread: the shipped rules, plus user rule sets
 
 
 def _bases() -> dict[tuple, EGraphSession]:
@@ -69,15 +80,26 @@ def _bases() -> dict[tuple, EGraphSession]:
 
 
 def _base_session(rules: Sequence[str | Path]) -> tuple[tuple, EGraphSession]:
-    """(key, this thread's session with `rules` compiled), made on first use."""
+    """(key, this thread's session with the shipped rules and `rules` compiled), made on first
+    use. A user's rule files get a base session of their own, keyed by their contents: their
+    rules never reach a compile that did not ask for them."""
     key = tuple(read_rule_file(p) for p in rules)
     bases = _bases()
     session = bases.get(key)
     if session is None:
-        if len(bases) >= 4:
-            bases.clear()
+        if len(bases) >= POOL_SIZE:  # drop user rule sets, oldest first; keep the shipped
+            for old in [k for k in bases if k][: len(bases) - POOL_SIZE + 1]:
+                del bases[old]
+        t0 = time.perf_counter()
         session = bases[key] = new_session(rules)
+        _LOCAL.rule_seconds = rule_compile_seconds() + time.perf_counter() - t0
     return key, session
+
+
+def rule_compile_seconds() -> float:
+    """Seconds this thread spent compiling rule files into its base sessions (the compile
+    report's `rules` phase)."""
+    return getattr(_LOCAL, "rule_seconds", 0.0)
 
 
 def prepare_session(rules: Sequence[str | Path] = ()) -> None:
@@ -90,17 +112,30 @@ def prepare_session(rules: Sequence[str | Path] = ()) -> None:
 
 @contextmanager
 def scratch_session(rules: Sequence[str | Path] = ()):
-    """A session with the rules loaded, reused across calls on this thread: the program lives
+    """This thread's session with the shipped rules and `rules` loaded; the program lives
     between an egglog (push) and (pop), so the rules are compiled once per thread."""
     key, session = _base_session(rules)
-    bases = _bases()
+    depth = len(session.values.marks)
     session.run_text("(push)")
     try:
         yield session
     except BaseException:
-        bases.pop(key, None)  # egglog may be left in any state: never reuse it
+        _restore(key, session, depth)
         raise
     session.run_text("(pop)")
+
+
+def _restore(key: tuple, session: EGraphSession, depth: int) -> None:
+    """After an error inside a scratch session (an adjoint without a rule, a short budget):
+    pop back to the base state, which egglog's (pop) restores whatever happened since the
+    push; a session that egglog failed inside (a panic), or that does not pop, is dropped."""
+    try:
+        if session.broken:
+            raise DlvmError("broken")
+        while len(session.values.marks) > depth:
+            session.run_text("(pop)")
+    except BaseException:
+        _bases().pop(key, None)
 
 
 def schedule_for(rules: Sequence[str | Path] = ()) -> Schedule:
@@ -405,6 +440,7 @@ def _optimize_function(
         except ShortOfTime as e:
             res = None
             short = str(e)
+        fired = user_rules_fired(session, res.saturation) if rules and res is not None else []
     if res is None:
         fr = FunctionReport(
             fn.name,
@@ -436,6 +472,7 @@ def _optimize_function(
         len(fn.body),
     )
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
+    fr.user_rules = fired
     fr.attention = attention_lines(res.extraction, res.cost)
     if explain:
         fr.results = list(zip(written, _rendered(res)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..units import seconds_text
+from .rule_origin import user_rule_locations
 from .saturate import SaturationReport
 
 
@@ -29,6 +30,8 @@ class FunctionReport:
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     # with explain: (result as written, result extracted) per returned value, in infix form
     results: list[tuple[str, str]] = field(default_factory=list)
+    # the user's rules that fired: (file, line, rule, matches), most matches first
+    user_rules: list[tuple[str, int, str, int]] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)  # issue 33: fused or plain, and why
 
     @property
@@ -56,6 +59,11 @@ class FunctionReport:
         lines.extend("  " + line for line in self.attention)
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
+        if self.user_rules:
+            lines.append(
+                "  your rules fired: "
+                + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in self.user_rules)
+            )
         lines.append(
             f"  extraction: {self.extractor} ({self.extraction_status or 'ok'}) over "
             f"{self.e_classes} e-classes"
@@ -82,3 +90,19 @@ class OptimizeReport:
         return f"optimize (target {self.target}):\n" + "\n".join(
             str(f) for f in self.functions.values()
         )
+
+
+def user_rules_fired(session, saturation) -> list[tuple[str, int, str, int]]:
+    """(file, line, rule, matches) of each rule of the user's files that fired in `saturation`,
+    most matches first: what a report shows of them."""
+    fired = getattr(saturation, "rule_matches", None) or {}
+    if not fired:
+        return []
+    where = user_rule_locations(session)
+    hits = []
+    for rule, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
+        text = " ".join(rule.split())
+        loc = where.get(rule) or where.get(text)
+        if loc is not None:
+            hits.append((loc[0], loc[1], text if len(text) <= 60 else text[:57] + "...", n))
+    return hits

@@ -32,6 +32,7 @@ from ..ir.module import Function, Module
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .parens import parens
+from .rule_program import parsed_program
 from .rulefiles import read_rule_file, rule_file
 from .serialized import Graph
 from .values import MARKER_DECLARATION, BoundValues, drop_markers
@@ -145,8 +146,12 @@ class EGraphSession:
             self.values.pop()
         elif "$" in text:
             text = self.values.refer(text)
+        return self._run(lambda: self.egraph.parse_program(text, filename=filename), text, filename)
+
+    def _run(self, parse, text: str, filename: str):
+        """Run the commands parse() returns; egglog's errors as the project's own."""
         try:
-            commands = self.egraph.parse_program(text, filename=filename)
+            commands = parse()
             out = self.egraph.run_program(*commands)
         except EggSmolError as e:
             raise egg_error(e, text, filename) from None
@@ -163,10 +168,13 @@ class EGraphSession:
     def add_rules_file(self, path: str | Path):
         text, filename = read_rule_file(path)
         self.files.append(filename)
-        return self.run_text(text, filename)
+        return self.add_rules_text(text, filename)
 
     def add_rules_text(self, text: str, filename: str = "<rules>"):
-        return self.run_text(text, filename)
+        """Declarations and rules (no `$` names, no push/pop): parsed once per process
+        (rule_program.py), compiled into this session's e-graph."""
+        self._check_usable()
+        return self._run(lambda: parsed_program(text, filename), text, filename)
 
     def add_function(self, fn: Function, module: Module | None = None) -> LoadedProgram:
         prefix = f"p{self._programs}_"

@@ -32,9 +32,9 @@ from .op_spec import (  # noqa: F401
     OpSpec,
 )
 from .registry import REGISTRY
+from .registry.bits import BIT_OPS  # noqa: F401
 from .registry.gather import checked_indices  # noqa: F401
 from .registry.layout import scatter_slice, slice_index, transpose_perm  # noqa: F401
-from .registry.products import MAX_BATCH_MATMUL_RANK  # noqa: F401
 from .registry.reduction import REDUCE_COMBINATORS  # noqa: F401
 from .types import F32, scalar, tensor  # noqa: F401
 

@@ -16,6 +16,7 @@ with the pipeline.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 
 import numpy as np
@@ -28,6 +29,8 @@ from ..dsl.tracing import call_function, trace_closure, type_of
 from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
 from .jit import jit
+from .targets import DEFAULT_TARGET, optimizes, will_be_optimized
+from .timing import phase
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
@@ -45,6 +48,18 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
     if len(set(out)) != len(out):
         raise AdjointError(f"{who}: argnums {argnums!r} repeats an argument")
     return tuple(out), single
+
+
+# One e-graph of algebra per function: under a jit whose back end optimizes the traced module
+# as a whole (cpu, gpu: targets.optimized_later), an outermost gradient is only expanded here
+# (the adjoint rules), and the algebra saturates once, over forward, backward and whatever the
+# step does with them. A gradient inside another one's trace (grad of grad) is optimized
+# first: the outer adjoint then differentiates the smaller program.
+_NESTING = contextvars.ContextVar("dlvm_eq_gradient_nesting", default=0)
+
+
+def _optimize_adjoint() -> bool:
+    return not (will_be_optimized() and _NESTING.get() == 0)
 
 
 def _trace(fn, args, who: str):
@@ -70,7 +85,11 @@ def _leaf_ranges(in_tree) -> list[range]:
 def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = False):
     def traced(*args):
         nums, single = _argnums(argnums, len(args), who)
-        forward, captured, leaves, in_tree, out_tree = _trace(fn, args, who)
+        token = _NESTING.set(_NESTING.get() + 1)
+        try:
+            forward, captured, leaves, in_tree, out_tree = _trace(fn, args, who)
+        finally:
+            _NESTING.reset(token)
         t = forward.result_type
         if has_aux:  # (loss, aux): differentiate output 0, return the aux leaves as they are
             if out_tree.kind == "leaf" or len(out_tree.children) != 2:
@@ -87,14 +106,16 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         ranges = _leaf_ranges(in_tree)
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
         kept = (0,) + tuple(range(1, 1 + out_tree.children[1].num_leaves)) if has_aux else (0,)
-        adj = adjoint_function(
-            None,
-            forward,
-            wrt=wrt,
-            from_index=0 if has_aux else None,
-            keeping=kept,
-            tuple_result=True,
-        )
+        with phase("adjoint"):
+            adj = adjoint_function(
+                None,
+                forward,
+                wrt=wrt,
+                from_index=0 if has_aux else None,
+                keeping=kept,
+                tuple_result=True,
+                optimize=_optimize_adjoint(),
+            )
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if has_aux:
             aux_leaves, flat_grads = flat_grads[: len(kept) - 1], flat_grads[len(kept) - 1 :]
@@ -144,11 +165,25 @@ def vjp(fn, *primals):
     cotangent has the output's structure (entries for non-float outputs are ignored)."""
     if not primals:
         raise AdjointError("vjp: needs at least one primal")
-    forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
+    token = _NESTING.set(_NESTING.get() + 1)
+    try:
+        forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
+    finally:
+        _NESTING.reset(token)
     wrt = tuple(i for i, a in enumerate(leaves) if type_of(a).dtype.is_float)
     if not wrt:
         raise AdjointError("vjp: no float primal to differentiate")
-    adj = adjoint_function(None, forward, wrt=wrt, seedable=True, tuple_result=True)
+    # outside a trace the adjoint runs under jit's default target, which optimizes it
+    later = will_be_optimized() if is_tracing() else optimizes(DEFAULT_TARGET)
+    with phase("adjoint"):
+        adj = adjoint_function(
+            None,
+            forward,
+            wrt=wrt,
+            seedable=True,
+            tuple_result=True,
+            optimize=not (later and _NESTING.get() == 0),
+        )
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():
         out = call_function(forward, *leaves, *captured)

@@ -14,8 +14,8 @@ Shared state (threads): a Jitted's `_cache` holds only complete entries; `_build
 from __future__ import annotations
 
 import functools
+import os
 import threading
-import time
 
 import numpy as np
 
@@ -25,8 +25,8 @@ from ..dsl.tensor import Tensor
 from ..dsl.tree_args import bind_arguments, check_arity, leaf_types, signature_text
 from ..errors import DlvmError
 from ..ir.module import Module
-from .targets import DEFAULT_TARGET, backend
-from .timing import add_seconds
+from .targets import DEFAULT_TARGET, backend, compile_for, traced_for
+from .timing import compile_phases, phase
 
 
 def _signature(args, fn) -> tuple[tuple, list | None]:
@@ -47,9 +47,10 @@ class Jitted:
     """A function compiled on first call for each distinct argument tree structure and leaf
     shapes/dtypes; arguments and results may be pytrees (dicts, lists, tuples, namedtuples)."""
 
-    def __init__(self, fn, target: str = DEFAULT_TARGET):
+    def __init__(self, fn, target: str = DEFAULT_TARGET, rules=()):
         backend(target)  # an unknown target is a DlvmError here, not at the first call
         self.fn, self.target = fn, target
+        self.rules = (rules,) if isinstance(rules, (str, os.PathLike)) else tuple(rules or ())
         self._cache: dict[tuple, tuple] = {}
         # one compile per signature: the first caller builds the entry (only complete entries
         # enter _cache), a concurrent caller of the same signature waits for it
@@ -89,12 +90,15 @@ class Jitted:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
         check_arity(self.fn, len(args), "jit")  # a new signature: maybe a wrong argument count
-        t0 = time.perf_counter()
-        module, out_tree = traced_module(
-            self.fn, args, leaves=list(args) if leaves is None else leaves
-        )
-        add_seconds("trace", time.perf_counter() - t0)
-        compiled = backend(self.target)(module, module.name)
+        with compile_phases() as phases:  # the compile's time by phase, for its report
+            # gradients leave the algebra to the target's compile (one e-graph per function)
+            with phase("trace"), traced_for(self.target):
+                module, out_tree = traced_module(
+                    self.fn, args, leaves=list(args) if leaves is None else leaves
+                )
+            compiled = compile_for(self.target, module, module.name, self.rules)
+        if hasattr(getattr(compiled, "report", None), "phases"):
+            compiled.report.phases = phases
         return (module, compiled, out_tree)
 
     def _lookup(self, args, kwargs) -> tuple:
@@ -124,7 +128,7 @@ class Jitted:
     def __reduce__(self):
         # pickled (for a Ray worker) as its function and target, not its compiled code (native
         # code and locks do not pickle): the receiver compiles again, through the disk cache
-        return (Jitted, (self.fn, self.target))
+        return (Jitted, (self.fn, self.target, self.rules))
 
     def cache_size(self) -> int:
         return len(self._cache)
@@ -133,8 +137,9 @@ class Jitted:
         self._cache.clear()
 
 
-def jit(fn=None, *, target: str = DEFAULT_TARGET):
-    """`dq.jit(f)`, `dq.jit(f, target="interp")` or `@dq.jit(target=...)`."""
+def jit(fn=None, *, target: str = DEFAULT_TARGET, rules=()):
+    """`dq.jit(f)`, `dq.jit(f, target="interp")` or `@dq.jit(target=...)`. rules: the user's
+    rule files (paths), whose rulesets join the shipped ones (as `dlvm-eq opt --rules`)."""
     if fn is None:
-        return lambda f: Jitted(f, target)
-    return Jitted(fn, target)
+        return lambda f: Jitted(f, target, rules)
+    return Jitted(fn, target, rules)

@@ -78,10 +78,16 @@ class _Compiling:
     target: str
     optimize: bool
     done: dict = field(default_factory=dict)  # id(Function) -> (Function, compiled)
+    rules: tuple = ()  # the user's rule files, for every piece and body
 
 
 def compile_loops(
-    module: Module, name: str, target: str = "cpu", cast: bool = False, optimize: bool = True
+    module: Module,
+    name: str,
+    target: str = "cpu",
+    cast: bool = False,
+    optimize: bool = True,
+    rules=(),
 ):
     """A callable running function `name` of `module` (numpy arrays in and out on cpu, CuPy
     on gpu), each straight piece and each loop body compiled once (pieces always cast their
@@ -89,7 +95,7 @@ def compile_loops(
     from .adjoints import resolve_adjoints
 
     module = resolve_adjoints(module, [name])
-    return _Program(module[name], module, _Compiling(target, optimize))
+    return _Program(module[name], module, _Compiling(target, optimize, rules=tuple(rules)))
 
 
 class _Program:
@@ -173,7 +179,9 @@ def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
 
         m = Module(fn.name)
         m.add(fn)
-        run = native_compile(m, fn.name, ctx.target, optimize=ctx.optimize, cast=True)
+        run = native_compile(
+            m, fn.name, ctx.target, optimize=ctx.optimize, cast=True, rules=ctx.rules
+        )
     ctx.done[id(fn)] = (fn, run)  # fn kept alive: its id is the key
     return run
 

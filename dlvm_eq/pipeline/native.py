@@ -21,20 +21,25 @@ holds one program, safe to call from many threads (see codegen's executor).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..cache import watching_time_cuts
 from ..codegen import Plan, program
+from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
-from ..ir.function_cache import cached_function
+from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
-from .timing import add_seconds, compile_seconds
+from .timing import PHASES, compile_phases, compile_seconds, phase
 
 TARGETS = ("cpu", "gpu")
 
@@ -54,6 +59,8 @@ class CompileReport:
     note: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     measured: object = None  # a measure_time.Measured, once `measure_compiled` ran it
+    # where the compile went, phase by phase (timing.PHASES; dq.jit adds trace and adjoint)
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def predicted(self):
@@ -86,6 +93,11 @@ class CompileReport:
             )
             fired = _rules_fired(sat)
             lines.append(f"  rules fired: {fired or 'none'}")
+            if fr.user_rules:
+                lines.append(
+                    "  your rules fired: "
+                    + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in fr.user_rules)
+                )
             lines.append(
                 f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
                 + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
@@ -127,6 +139,13 @@ class CompileReport:
             lines.append(
                 "  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
             )
+        if self.phases:
+            lines.append(
+                f"  compile time {sum(self.phases.values()) * 1e3:.0f} ms by phase: "
+                + ", ".join(
+                    f"{p} {self.phases[p] * 1e3:.1f} ms" for p in PHASES if p in self.phases
+                )
+            )
         lines.append(_time_line(self))
         return "\n".join(lines)
 
@@ -152,15 +171,46 @@ def _rules_fired(sat) -> str:
     )
 
 
-def optimized(module: Module, name: str, target: str):
-    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text and
-    per machine profile (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
-    key = (str(module), name, target, machine(target).profile)
+def optimized(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):
+    """(module with `name` optimized, OptimizeResult or None, note); cached per IR text, per
+    the user's rule files (`rules`, added to the shipped ones) and per machine profile
+    (extraction prices e-nodes with it: `dlvm-eq calibrate`)."""
+    return _optimized_keyed(module, name, target, rules)[:3]
+
+
+def rule_files_key(rules: Sequence[str | Path]) -> str:
+    """What a compile's cache keys hold of the user's rule files: their contents, in order."""
+    if not rules:
+        return ""
+    from ..egraph.rulefiles import read_rule_file
+
+    h = hashlib.sha256()
+    for path in rules:
+        h.update(read_rule_file(path)[0].encode() + b"\0")
+    return "user rules " + h.hexdigest()
+
+
+def _optimized_keyed(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):
+    """optimized(...) and the key of the module it returns: a digest of the input's key where
+    any process would return the same module for it (read from the IR cache, or built with no
+    time budget cut short), else None (the caller prints the module to key what it builds)."""
+    text = str(module)  # the one print of the input: every key below derives from it
+    rules = tuple(rules)
+    key = (text, name, target, machine(target).profile, rule_files_key(rules))
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:
         return hit
-    t0 = time.perf_counter()
+    with phase("optimize"):
+        out = _optimize(module, name, target, text, key, rules)
+    with _lock:
+        if len(_optimized) > 256:
+            _optimized.clear()
+        _optimized[key] = out
+    return out
+
+
+def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rules: tuple):
     note = ""
     try:
         built = []
@@ -171,27 +221,27 @@ def optimized(module: Module, name: str, target: str):
             load_bindings()
             from ..egraph.optimize import optimize
 
-            res = optimize(module, func=name, target=target)
+            res = optimize(module, func=name, target=target, rules=list(rules))
             built.append(res)
             return res.module[name]
 
         # a second process compiling the same program reads the optimized function from disk
-        fn = cached_function("optimize", [key[0], name, target, key[3]], build, rules_digest())
+        parts = [text, name, target, key[3]] + ([key[4]] if rules else [])
+        with watching_time_cuts() as cuts:
+            fn = cached_function("optimize", parts, build, rules_digest())
+        digest = None if cuts else "optimized " + function_key("optimize", parts, rules_digest())
         if built:
-            out = (built[0].module, built[0], note)
+            out = (built[0].module, built[0], note, digest)
         else:
             note = "optimized program read from the compile cache (no e-graph built)"
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
-            out = (result, None, note)
+            out = (result, None, note, digest)
+    except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
+        raise
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
-        out = (module, None, note)
-    add_seconds("optimize", time.perf_counter() - t0)
-    with _lock:
-        if len(_optimized) > 256:
-            _optimized.clear()
-        _optimized[key] = out
+        out = (module, None, note, None)
     return out
 
 
@@ -216,10 +266,17 @@ class Compiled:
         return f"<compiled @{self.report.name} for {self.report.target}: {self.plan.summary()}>"
 
 
-def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True) -> CompileReport:
+def lower(
+    module: Module,
+    name: str,
+    target: str = "cpu",
+    optimize: bool = True,
+    rules: Sequence[str | Path] = (),
+) -> CompileReport:
     """Every stage of `compile` short of building kernels: declared adjoints resolved, the
-    e-graph (unless `optimize=False`), the fusion decision and the plan (from the plan cache
-    when there). The report's `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
+    e-graph (unless `optimize=False`; `rules`: the user's rule files, added to the shipped
+    ones), the fusion decision and the plan (from the plan cache when there). The report's
+    `plan` is what `compile` builds; `dlvm-eq codegen` prints it."""
     if target not in TARGETS:
         raise DlvmError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     fn = module[name]
@@ -227,22 +284,30 @@ def lower(module: Module, name: str, target: str = "cpu", optimize: bool = True)
     note = ""
     result = None
     t0 = time.perf_counter()
-    module = resolve_adjoints(module, [fn.name])  # fn, or what it applies, may be declared
+    with phase("adjoint"):
+        module = resolve_adjoints(module, [fn.name])  # fn, or what it applies, may be declared
     if fn.is_declaration:
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
         t0 = time.perf_counter()
-        module, result, note = optimized(module, fn.name, target)
+        module, result, note, ir_key = _optimized_keyed(module, fn.name, target, rules)
         seconds["optimize"] = time.perf_counter() - t0
+    else:
+        ir_key = None
     t0 = time.perf_counter()
-    plan = planned(module, fn.name, target)
+    with phase("plan"):
+        plan = planned(module, fn.name, target, ir_key)
     seconds["plan"] = time.perf_counter() - t0
-    add_seconds("plan", seconds["plan"])
     return CompileReport(fn.name, target, plan, result, note, seconds)
 
 
 def compile(
-    module: Module, name: str, target: str = "cpu", optimize: bool = True, cast: bool = False
+    module: Module,
+    name: str,
+    target: str = "cpu",
+    optimize: bool = True,
+    cast: bool = False,
+    rules: Sequence[str | Path] = (),
 ) -> Compiled:
     """A callable running function `name` of `module` as native kernels on `target`.
 
@@ -250,7 +315,8 @@ def compile(
     inlined. `optimize=False` skips the e-graph (the IR is planned as written). An argument
     of another dtype than declared is a DlvmError unless `cast=True` (never from complex or
     object arrays); Python numbers take the declared dtype where their kind fits
-    (codegen/execution/arguments.py)."""
+    (codegen/execution/arguments.py). `rules`: the user's rule files, whose rulesets join the
+    shipped ones (as `dlvm-eq opt --rules`); the report lists which of their rules fired."""
     if target == "gpu":
         from ..codegen import cupy_module
 
@@ -258,11 +324,13 @@ def compile(
     from .loops import compile_loops, needs_loops
 
     if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
-        return compile_loops(module, name, target, cast, optimize)
-    report = lower(module, name, target, optimize)
-    prog = program(report.plan, target, cast=cast)
+        return compile_loops(module, name, target, cast, optimize, rules)
+    with compile_phases() as phases:
+        report = lower(module, name, target, optimize, rules)
+        with phase("kernels"):
+            prog = program(report.plan, target, cast=cast)
     report.seconds["kernels"] = prog.kernel_seconds
-    add_seconds("kernels", prog.kernel_seconds)
+    report.phases = phases
     return Compiled(prog, report)
 
 

@@ -55,11 +55,13 @@ PLAN_FORMAT = "2"  # bump when what a plan entry holds changes (2: JSON, was a p
 plan_cache_stats = {"hits": 0, "misses": 0, "time_cut": 0}  # time_cut: built, not stored
 
 
-def planned(module: Module, name: str, target: str) -> Plan:
+def planned(module: Module, name: str, target: str, ir_key: str | None = None) -> Plan:
     """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan
     a previous process stored for the same module text, target, rule files and package source. A plan
     entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
-    turns this cache off along with the IR cache."""
+    turns this cache off along with the IR cache. ir_key: a key that names `module` as
+    exactly as its text does (native: the optimizer's input key), so that it is not printed
+    again."""
 
     def build() -> Plan:
         from ..codegen import rows_for
@@ -76,7 +78,7 @@ def planned(module: Module, name: str, target: str) -> Plan:
         rules_digest(),
         name,
         target,
-        print_module(module),
+        ir_key or print_module(module),
         plan_settings(),
         machine(target).profile,
     )  # the fusion decision is priced with the profile

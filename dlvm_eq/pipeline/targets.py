@@ -10,9 +10,13 @@ generator for its side effects.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from ..errors import DlvmError
 from ..ir.interp import interpret
 from ..ir.module import Module
+from .timing import phase
 
 DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
 
@@ -29,17 +33,57 @@ def _compile_interp(module: Module, name: str):
 
 
 def _native(target: str):
-    def compile_for_jit(module: Module, name: str):
-        from .native import compile  # the code generator loads on the first native compile
+    def compile_for_jit(module: Module, name: str, rules=()):
+        with phase("import"):  # the code generator loads on the first native compile
+            from .native import compile
 
         # jit traced the function for its arguments' own types (int64 arrays as i32, as JAX
         # does without x64), so the compiled function takes what it was traced for
-        return compile(module, name, target, cast=True)
+        return compile(module, name, target, cast=True, rules=rules)
 
     return compile_for_jit
 
 
-_BACKENDS: dict = {"interp": _compile_interp, "cpu": _native("cpu"), "gpu": _native("gpu")}
+_NATIVE = {"cpu": _native("cpu"), "gpu": _native("gpu")}
+_BACKENDS: dict = {"interp": _compile_interp, **_NATIVE}
+
+
+_OPTIMIZED_LATER = contextvars.ContextVar("dlvm_eq_optimized_later", default=False)
+
+
+@contextlib.contextmanager
+def traced_for(target: str):
+    """Within: tracing for `target`; differentiation leaves the algebra to the target's
+    compile where it optimizes the whole module (one e-graph of algebra per function)."""
+    token = _OPTIMIZED_LATER.set(optimizes(target))
+    try:
+        yield
+    finally:
+        _OPTIMIZED_LATER.reset(token)
+
+
+def compile_for(target: str, module: Module, name: str, rules=()):
+    """What dq.jit calls: the target's compile, with the user's rule files where given (only
+    a target that optimizes, cpu or gpu, has rules to add them to)."""
+    if not rules:
+        return backend(target)(module, name)
+    if not optimizes(target):
+        raise DlvmError(
+            f"jit: rules= needs a target that optimizes the program (cpu, gpu), not {target!r}"
+        )
+    return backend(target)(module, name, rules=tuple(rules))
+
+
+def optimizes(target: str) -> bool:
+    """Whether compiling for `target` optimizes the module as a whole (the native pipeline,
+    not a back end registered in its place)."""
+    native = _NATIVE.get(target)
+    return native is not None and _BACKENDS.get(target) is native
+
+
+def will_be_optimized() -> bool:
+    """Whether the module being traced is optimized as a whole after tracing."""
+    return _OPTIMIZED_LATER.get()
 
 
 def register_backend(target: str, compile) -> None:
@@ -56,4 +100,11 @@ def backend(target: str):
         raise DlvmError(f"jit: unknown target {target!r} (available: {known})") from None
 
 
-__all__ = ["DEFAULT_TARGET", "backend", "register_backend"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "compile_for",
+    "backend",
+    "register_backend",
+    "traced_for",
+    "will_be_optimized",
+]

@@ -47,6 +47,10 @@ PRIMS: dict[str, tuple] = {
     "vec-set": ((VEC, "i64", "i64"), VEC),
     "vec-contains": ((VEC, "i64"), "Unit"),
     "vec-not-contains": ((VEC, "i64"), "Unit"),
+    "vec-range": (("i64",), VEC),
+    # a gather s[p[i]] over any length: (unstable-vec-map (unstable-fn "vec-get" s) p)
+    "unstable-fn": (("String", None), "IFn"),  # the function's name, then what it binds
+    "unstable-vec-map": (("IFn", VEC), VEC),
     "+": (None, "N"),
     "-": (None, "N"),
     "*": (None, "N"),

@@ -17,7 +17,7 @@ import itertools
 import re
 from dataclasses import dataclass, replace
 
-from ..ir.ops import REDUCE_COMBINATORS
+from ..ir.ops import BIT_OPS, OPS, REDUCE_COMBINATORS
 from ..ir.types import DType, TensorType, broadcast_shapes
 from .obligation import Obligation
 from .pattern import PRIM_SORTS, VEC, PCall, PVar, variables
@@ -48,6 +48,7 @@ class Space:
 
 
 _DTYPE_TEXT = re.compile(r'"(f32|f64|i32|bool)"')
+_WORD_OPS = re.compile(r"\(S?(?:" + "|".join(OPS[n].egg for n in BIT_OPS) + r")\s")
 
 
 # Constructors whose operand 1 is a vector of i32 indices (take, scatterAdd): such a variable
@@ -117,7 +118,10 @@ class _Search:
         for x, c in ob.constants.items():  # a constant tensor's value must suit its dtype
             self.checks.setdefault(max(pos[x], pos[c]), []).append(("constant", (x, c)))
         text = ob.text
-        self.dtypes = tuple(dict.fromkeys(space.dtypes + tuple(_DTYPE_TEXT.findall(text))))
+        named = tuple(_DTYPE_TEXT.findall(text))
+        if _WORD_OPS.search(text):  # bit operations take i32 words only
+            named += ("i32",)
+        self.dtypes = tuple(dict.fromkeys(space.dtypes + named))
         lits = [float(x) for x in re.findall(r"(?<![\w.])-?\d+\.\d*(?:e-?\d+)?", text)]
         self.floats = tuple(dict.fromkeys(space.floats + tuple(x for x in lits if _dyadic(x))))
         self.index_vars = index_variables(ob)

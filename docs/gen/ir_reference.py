@@ -18,7 +18,7 @@ from pathlib import Path
 from rule_language import split_forms
 
 from dlvm_eq.ir.module import Instruction, Value
-from dlvm_eq.ir.ops import OPS
+from dlvm_eq.ir.ops import BIT_OPS, OPS
 from dlvm_eq.ir.printer import format_instruction
 from dlvm_eq.ir.types import BOOL, DType, TensorType, TupleType
 
@@ -63,6 +63,7 @@ EXAMPLES: dict[str, tuple[list, dict]] = {
     "scatterAdd": ([t(2, 3), t(2, dtype=I32)], {"axis": 0, "size": 4}),
     "cumsum": ([t(2, 3)], {"axis": 1, "reverse": False}),
     "sliceScatter": ([t(2, 3)], {"axis": 0, "lo": 0, "step": 2, "size": 4}),
+    **{name: ([t(2, 3, dtype=I32), t(3, dtype=I32)], {}) for name in BIT_OPS},
 }
 
 KIND_RULES = {

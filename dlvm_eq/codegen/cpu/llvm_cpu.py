@@ -18,6 +18,7 @@ lru_caches of values that never change (a race computes one twice).
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import llvmlite
@@ -297,11 +298,39 @@ def optimize(ir_text: str, vectorize: bool = True) -> llvm.ModuleRef:
     return mod
 
 
+_own = threading.local()  # this thread's LLVM context and target machine (compile_object)
+
+
+def _own_llvm() -> tuple:
+    """(context, target machine) of this thread: LLVM runs concurrently in distinct
+    contexts, so kernels build in parallel without the global context's lock."""
+    own = getattr(_own, "llvm", None)
+    if own is None:
+        target_machine()  # LLVM's native target initialized (once, under the lock)
+        with _lock:
+            tm = llvm.Target.from_default_triple().create_target_machine(
+                cpu=llvm.get_host_cpu_name(),
+                features=llvm.get_host_cpu_features().flatten(),
+                opt=3,
+                codemodel="jitdefault",
+            )
+            own = _own.llvm = (llvm.create_context(), tm)
+    return own
+
+
 def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
-    """IR text -> optimized native object code for the host."""
-    mod = optimize(ir_text, vectorize)
-    with _lock:
-        return target_machine().emit_object(mod)
+    """IR text -> optimized native object code for the host (the same bytes as `optimize`
+    + emit in the global context: tests/test_parallel_kernels.py), in this thread's own LLVM
+    context: threads compile at once (llvmlite's calls release the GIL)."""
+    context, tm = _own_llvm()
+    mod = llvm.parse_assembly(ir_text, context=context)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3 if vectorize else 2)
+    pto.loop_vectorization = vectorize
+    pto.slp_vectorization = vectorize
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
 
 
 def assembly(ir_text: str, vectorize: bool = True) -> str:

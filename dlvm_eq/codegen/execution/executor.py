@@ -67,6 +67,7 @@ from ..planning.window import window_run
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
+from ..runtime.kernel_memo import build_all
 from ..runtime.row_kernel import compile_rows
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import check_argument
@@ -235,11 +236,18 @@ class CpuProgram:
     def __init__(self, plan: Plan):
         self.plan = plan
         t0 = time.perf_counter()
-        self.kernels = {
-            id(s): compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
-            for s in plan.steps
-            if isinstance(s, (KernelStep, RowStep))
-        }  # epilogues: their GEMMs
+        steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep))]
+        built = build_all(
+            [
+                (
+                    lambda s=s: (
+                        compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
+                    )
+                )
+                for s in steps
+            ]
+        )  # new kernels build in parallel
+        self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
         self._outputs = [

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ...errors import DlvmError
-from ...ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
+from ...ir.ops import BINARY, BIT_OPS, COMPARE, LOGIC, OPS, UNARY
 from ...ir.registry.reduction import COMBINATORS
 from ...ir.types import DType
 
@@ -68,6 +68,8 @@ DLVM_NAMES = {n: s.kernel for n, s in OPS.items() if s.kernel is not None and s.
 
 
 def _accepted(dlvm: str) -> tuple[str, ...]:
+    if dlvm in BIT_OPS:
+        return ("i32",)
     return FLOATS if OPS[dlvm].float_only else FLOATS + ("i32",)
 
 

@@ -129,12 +129,14 @@ def _int_div(e: Emitter, a, b):
 _FCMP = {"eq": "==", "ne": "u!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _INT_BIN = {"add": "add", "sub": "sub", "mul": "mul"}
+# bit operations on the word as unsigned; shift counts mod 32 (a count >= 32 is poison in LLVM)
+_BITS = {"xor": "xor", "shiftLeft": "shl", "shiftRightLogical": "lshr"}
 _FLOAT_BIN = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 # The binary ops lower_binary emits, per operand dtype; llvm/vocabulary.py checks them and
 # UNARY_LOWER against the op table (ir/ops.py), so an op is never added to one alone.
 BINARY_LOWERED = {
     "float": frozenset(_FLOAT_BIN) | {"min", "max", "pow"} | frozenset(_FCMP),
-    "i32": frozenset(_INT_BIN) | {"div", "min", "max"} | frozenset(_ICMP),
+    "i32": frozenset(_INT_BIN) | {"div", "min", "max"} | frozenset(_ICMP) | frozenset(_BITS),
     "bool": frozenset(_ICMP) | {"and", "or"},
 }
 
@@ -153,6 +155,10 @@ def lower_binary(e: Emitter, op: str, a, b, dt: str):
             return _int_div(e, a, b)
         if op in ("min", "max"):
             return e.intrinsic("s" + op, a, b)
+        if op in _BITS:
+            if op != "xor":
+                b = e.b.and_(b, ir.Constant(I32, 31))
+            return getattr(e.b, _BITS[op])(a, b)
         return getattr(e.b, _INT_BIN[op])(a, b)
     if op in ("min", "max"):  # NaN-propagating, as numpy.minimum/maximum
         return e.intrinsic("minimum" if op == "min" else "maximum", a, b)

@@ -5,9 +5,9 @@ follow numpy. Accuracy against numpy float64 (measured max; the tests enforce 4 
 
 - f32 exp log (Cephes minimax polynomials), tanh (Cephes below 0.625), sigmoid softplus log1p
   expm1 sinh cosh built on them: <= 2 ulp; sin cos tan pow erf are computed in f64 and rounded
-  (<= 1 ulp; trig for |x| < 6e6);
+  (<= 1 ulp; trig for every finite x: Payne-Hanek reduction above 2**20, payne_hanek.py);
 - f64 (Taylor / atanh series with exact coefficients): <= 2.3 ulp; pow ~1e-13 relative (its
-  exponent y*log|x| carries log's rounding); trig accurate for |x| < 6e6;
+  exponent y*log|x| carries log's rounding); trig accurate for every finite x;
 - results in the subnormal range are rounded once (two-step or vscalef scaling).
 
     >>> y = MATH["exp"](emitter, x)          # x: an llvmlite float value
@@ -22,6 +22,7 @@ from decimal import Decimal, localcontext
 from llvmlite import ir
 
 from .emitter import BOUNDED_DIV_FLAGS, F64, I32, I64, Emitter
+from .payne_hanek import REDUCE_LIMIT, reduce_large
 
 
 def _split(value: Decimal, bits: int, parts: int) -> tuple[float, ...]:
@@ -293,14 +294,22 @@ def _in_f64(fn):
     return wrapped
 
 
-def _reduce_pio2(e: Emitter, x):
-    """(sin r, cos r, quadrant as float 0..3) with x = r + n*pi/2, |r| <= pi/4."""
+def _reduce_pio2(e: Emitter, x, from_f32: bool):
+    """(sin r, cos r, quadrant as float 0..3) with x = r + n*pi/2, |r| <= pi/4; from_f32: x
+    (f64) holds an f32 value, which a cheaper large-argument reduction serves."""
     c = e.const_like
     n = e.intrinsic("rint", e.fmul(x, c(x, 2.0 / math.pi)))
     r = x
     for part in PIO2:
         r = e.fsub(r, e.fmul(n, c(x, part)))
     q = e.fsub(n, e.fmul(e.intrinsic("floor", e.fmul(n, c(x, 0.25))), c(x, 4.0)))
+    # Cody-Waite loses r's bits beyond REDUCE_LIMIT (|sin| reached inf): Payne-Hanek there,
+    # computed for every lane and selected (no branch in a vectorized loop); inf and NaN keep
+    # the NaN of the path above
+    large = e.fcmp("<", c(x, REDUCE_LIMIT), e.intrinsic("fabs", x))
+    large = e.b.and_(large, e.fcmp("<", e.intrinsic("fabs", x), c(x, math.inf)))
+    r_large, q_large = reduce_large(e, x, from_f32)
+    r, q = e.select(large, r_large, r), e.select(large, q_large, q)
     z = e.fmul(r, r)
     s = e.fadd(r, e.fmul(e.fmul(r, z), e.horner(z, _SIN)))
     co = e.fadd(e.fsub(c(x, 1.0), e.fmul(z, c(x, 0.5))), e.fmul(e.fmul(z, z), e.horner(z, _COS)))
@@ -314,21 +323,31 @@ def _quadrant(e: Emitter, q, v0, v1, v2, v3):
     return e.select(e.fcmp("==", q, c(q, 3.0)), v3, r)
 
 
-@_in_f64
-def sin(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+def _trig(fn):
+    """fn(e, sin r, cos r, quadrant) -> the result, computed in f64 (f32 rounded once)."""
+
+    def wrapped(e: Emitter, x):
+        narrow = not isinstance(x.type, ir.DoubleType)
+        wide = e.b.fpext(x, F64) if narrow else x
+        y = fn(e, *_reduce_pio2(e, wide, narrow))
+        return e.b.fptrunc(y, x.type) if narrow else y
+
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+@_trig
+def sin(e: Emitter, s, co, q):
     return _quadrant(e, q, s, co, e.fneg(s), e.fneg(co))
 
 
-@_in_f64
-def cos(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+@_trig
+def cos(e: Emitter, s, co, q):
     return _quadrant(e, q, co, e.fneg(s), e.fneg(co), s)
 
 
-@_in_f64
-def tan(e: Emitter, x):
-    s, co, q = _reduce_pio2(e, x)
+@_trig
+def tan(e: Emitter, s, co, q):
     odd = e.fcmp(
         "u!=",
         e.fsub(

@@ -99,13 +99,17 @@ class Jit:
                     except RuntimeError:  # checksum fine but unloadable: rebuild below
                         pass
                 disk.corrupt += 1
-            kir = build_ir()
+        # built outside the lock: other threads build other kernels meanwhile (parallel_build)
+        kir = build_ir()
+        with self.lock:
             obj = self.objects.get(kir.symbol)
-            if obj is None:
-                obj = compile_object(kir.text, vectorize=kir.kind != "gemm")  # explicit vectors
-                self.counters["compiled"] += 1
-            else:  # the same IR under another spec: compiled already
-                self.counters["memory_hits"] += 1
+        if obj is None:
+            obj = compile_object(kir.text, vectorize=kir.kind != "gemm")  # explicit vectors
+            compiled = True
+        else:  # the same IR under another spec: compiled already
+            compiled = False
+        with self.lock:
+            self.counters["compiled" if compiled else "memory_hits"] += 1
             addr = self._load(obj, kir.symbol)
             disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.by_spec[key] = (addr, kir.symbol)

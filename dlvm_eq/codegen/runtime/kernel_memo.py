@@ -37,3 +37,21 @@ class KernelMemo:
         """The keys held now (a snapshot: tests see which kernels a program compiled)."""
         with self._lock:
             return iter(list(self._items))
+
+
+def build_all(builds: list[Callable[[], K]]) -> list[K]:
+    """[build() for build in builds], run on up to usable_cpus() threads, the caller building
+    too: kernels compile in their threads' own LLVM contexts (cpu/llvm_cpu.compile_object) and
+    llvmlite releases the GIL, so a plan's new kernels build at once. Results in order; the
+    object code is the same whatever the thread count (tests/test_parallel_kernels.py)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .cpu_count import usable_cpus
+
+    workers = min(usable_cpus(), len(builds)) - 1
+    if workers < 1:
+        return [b() for b in builds]
+    with ThreadPoolExecutor(workers, thread_name_prefix="dlvm_eq-kernel-build") as pool:
+        rest = [pool.submit(b) for b in builds[1:]]
+        first = builds[0]()
+        return [first] + [f.result() for f in rest]

@@ -1,6 +1,7 @@
 """The op registry: every op of the IR, declared once, in the module of its family.
 
     elementwise.py  unary math, binary arithmetic, comparisons, logic, select, dataTypeCast
+    bits.py         xor, shiftLeft, shiftRightLogical on i32 words (random numbers)
     products.py     dot, batchMatmul            layout.py     transpose, views, concatenate, slices
     reduction.py    reduce, cumsum              gather.py     take, scatterAdd
     window.py       convolution and pooling     structure.py  literal, tuple, extract, apply
@@ -22,6 +23,7 @@ from __future__ import annotations
 from ..op_spec import OpSpec
 from . import (
     attention,
+    bits,
     control,
     elementwise,
     gather,
@@ -40,6 +42,7 @@ def _ordered() -> list[OpSpec]:
     literal, tuple_, extract = structure.literal_specs()
     return [
         *elementwise.specs(),
+        *bits.specs(),
         products.dot_spec(),
         layout.transpose_spec(),
         reduction.reduce_spec(),

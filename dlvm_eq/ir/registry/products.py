@@ -9,16 +9,10 @@ one product's); with both batched it becomes a `batchMatmul` (a multiply for out
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..op_spec import DOT, OpSpec, fail, tensors
 from ..types import BOOL, TensorType
-
-# The adjoint rules swap the last two axes with one transpose rule per rank (rules/adjoint.egg),
-# and verify-rules checks ranks up to 4; the DSL folds more batch dimensions into one.
-MAX_BATCH_MATMUL_RANK = 4
 
 
 def _dot_type(types, attrs):
@@ -42,11 +36,8 @@ def _batch_matmul_type(types, attrs):
         fail("batchMatmul", f"operands have different data types: {a}, {b}")
     if a.dtype is BOOL:
         fail("batchMatmul", "bool operands")
-    if not 3 <= a.rank <= MAX_BATCH_MATMUL_RANK or a.rank != b.rank:
-        fail(
-            "batchMatmul",
-            f"expected operands of one rank from 3 to {MAX_BATCH_MATMUL_RANK}, got {a} and {b}",
-        )
+    if a.rank < 3 or a.rank != b.rank:  # any rank: the adjoint rules swap the last two axes
+        fail("batchMatmul", f"expected operands of one rank, 3 or more, got {a} and {b}")
     if a.shape[:-2] != b.shape[:-2]:
         fail("batchMatmul", f"batch dimensions differ: {a} and {b} (broadcast them first)")
     if a.shape[-1] != b.shape[-2]:
@@ -91,14 +82,7 @@ def _batch_dot(bt, op, args, batched, attrs):
 
 def _batch_batch_matmul(bt, op, args, batched, attrs):
     a, b = (x if bx else bt.full(x) for x, bx in zip(args, batched))
-    if a.type.rank <= MAX_BATCH_MATMUL_RANK:
-        return bt.emit("batchMatmul", [a, b])
-    lead = a.type.shape[:-2]  # more batch axes than the op takes: fold them into one
-    n = math.prod(lead)
-    a3 = bt.emit("shapeCast", [a], shape=(n,) + a.type.shape[-2:])
-    b3 = bt.emit("shapeCast", [b], shape=(n,) + b.type.shape[-2:])
-    out = bt.emit("batchMatmul", [a3, b3])
-    return bt.emit("shapeCast", [out], shape=lead + out.type.shape[-2:])
+    return bt.emit("batchMatmul", [a, b])  # one more batch axis: batchMatmul takes any rank
 
 
 def dot_spec() -> OpSpec:

@@ -1,0 +1,284 @@
+"""Compile time and memory: cold and warm compiles of training steps, each in a fresh process,
+against JAX's jit in the same run, and the tanh-chain gradient's growth with depth.
+
+    .venv/bin/python benchmarks/compile_time.py                         # prints the tables
+    .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
+    .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
+    .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
+
+Each measurement is a fresh Python process (`dlvm_eq` imported from the tree given, its import
+not counted): cold has an empty cache directory; warm is a second process on the directory the
+cold one filled. A compile is timed from `dq.jit(...)` to the first result of the first call.
+Peak RSS is the process's (getrusage) after that call. Python bytecode is cached (as after an
+install): a first discarded run per tree writes it. Trees and peers take turns, round by round;
+the tables show medians over --rounds.
+
+| program | what is compiled |
+|---|---|
+| MLP step | `jit` of value_and_grad + SGD, 784-256-10 ReLU, batch 256, softmax cross-entropy |
+| CNN step | benchmarks/models.py CNN: conv 3x3 32, pool, conv 3x3 64, pool, dense 10, batch 128 |
+| transformer step | benchmarks/models.py encoder layer: batch 16, seq 128, d 256, 4 heads, MLP 1024 |
+| tanh chain N | `jit(grad(f))`, f = N times `x = tanh(x * x + x)` on 6 floats, then sum |
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SECTION = "## Compile time (cold, warm, against JAX)"
+PROGRAMS = ("mlp", "cnn", "transformer", "tanh30")
+DEPTHS = (8, 16, 32, 64, 128, 256)
+PYC = Path(tempfile.gettempdir()) / "dlvm_eq-bench-pycache"
+
+# One measurement: argv = framework, program. Prints one JSON line.
+CHILD = r"""
+import sys, time, json, resource
+sys.path.insert(0, BENCH)
+framework, program = sys.argv[1], sys.argv[2]
+import numpy as np
+t0 = time.perf_counter()
+if framework == "dlvm_eq":
+    import dlvm_eq as dq
+else:
+    import jax, jax.numpy as jnp
+imported = time.perf_counter() - t0
+rng = np.random.default_rng(0)
+if program == "mlp":
+    from dlvm_eq.models.mlp import init_params
+    params = init_params([784, 256, 10])
+    x = rng.random((256, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    args = (*params, x, y)
+elif program in ("cnn", "transformer"):
+    import models
+    model = models.MODELS[program]
+    params, (x, y) = model.params(), model.data()
+    args = (params, x, y)
+else:
+    depth = int(program[4:])
+    args = (np.linspace(-0.5, 0.5, 6).astype(np.float32),)
+phases = {}
+if framework == "dlvm_eq":
+    t1 = time.perf_counter()
+    if program == "mlp":
+        from dlvm_eq.models.mlp import loss
+        vg = dq.value_and_grad(loss, argnums=(0, 1, 2, 3))
+        def step(w1, b1, w2, b2, x, y):
+            value, grads = vg(w1, b1, w2, b2, x, y)
+            return value, tuple(p - 0.01 * g for p, g in zip((w1, b1, w2, b2), grads))
+        f = dq.jit(step)
+    elif program in ("cnn", "transformer"):
+        f = models.dlvm_step_functions(model)[1]
+    else:
+        def deep(x):
+            for _ in range(depth):
+                x = dq.tanh(x * x + x)
+            return dq.sum(x)
+        f = dq.jit(dq.grad(deep))
+    out = f(*args)
+    seconds = time.perf_counter() - t1
+    phases = getattr(f.report(*args), "phases", {})
+else:
+    t1 = time.perf_counter()
+    if program == "mlp":
+        def loss(w1, b1, w2, b2, x, y):
+            z = jax.nn.relu(x @ w1 + b1) @ w2 + b2
+            return jnp.mean(-jnp.sum(jax.nn.log_softmax(z) * y, axis=1))
+        @jax.jit
+        def f(w1, b1, w2, b2, x, y):
+            value, grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(w1, b1, w2, b2, x, y)
+            return value, tuple(p - 0.01 * g for p, g in zip((w1, b1, w2, b2), grads))
+        out = jax.block_until_ready(f(*args))
+    elif program in ("cnn", "transformer"):
+        models.Jax(model, params, x, y)  # compiles and runs its train step once
+    else:
+        def deep(x):
+            for _ in range(depth):
+                x = jnp.tanh(x * x + x)
+            return jnp.sum(x)
+        out = jax.block_until_ready(jax.jit(jax.grad(deep))(*args))
+    seconds = time.perf_counter() - t1
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "import": imported, "rss_mb": rss, "phases": phases}))
+"""
+
+
+def _env(tree: Path, cache: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(
+        PYTHONPATH=str(tree),
+        DLVM_EQ_CACHE_DIR=cache,
+        PYTHONPYCACHEPREFIX=str(PYC),  # bytecode cached outside the trees, as after an install
+        JAX_PLATFORMS="cpu",
+    )
+    return env
+
+
+def child(tree: Path, framework: str, program: str, cache: str, timeout: float) -> dict:
+    code = CHILD.replace("BENCH", repr(str(HERE)))
+    run = subprocess.run(
+        [sys.executable, "-c", code, framework, program],
+        env=_env(tree, cache),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"{framework} {program} ({tree}): {run.stderr[-1500:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def cold_and_warm(tree: Path, program: str, timeout: float) -> tuple[dict, dict]:
+    with tempfile.TemporaryDirectory(prefix="dq-compile-") as cache:
+        cold = child(tree, "dlvm_eq", program, cache, timeout)
+        warm = child(tree, "dlvm_eq", program, cache, timeout)
+    return cold, warm
+
+
+def has_jax() -> bool:
+    return subprocess.run([sys.executable, "-c", "import jax"], capture_output=True).returncode == 0
+
+
+def median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def phases_text(rows: list[dict]) -> str:
+    names = [
+        p
+        for p in ("import", "trace", "adjoint", "rules", "optimize", "plan", "kernels")
+        if p in rows[0]["phases"]
+    ]
+    return ", ".join(
+        f"{p} {statistics.median(r['phases'].get(p, 0.0) for r in rows) * 1e3:.0f}" for p in names
+    )
+
+
+def run(trees: list[Path], rounds: int, timeout: float, depths, jax: bool, log=print):
+    results: dict[tuple, list] = {}
+    for tree in trees:  # writes the bytecode caches; not measured
+        cold_and_warm(tree, "tanh8", timeout)
+    if jax:
+        child(trees[0], "jax", "tanh8", tempfile.gettempdir(), timeout)
+    for r in range(rounds):
+        for program in PROGRAMS:
+            order = trees if r % 2 == 0 else trees[::-1]
+            for tree in order:
+                cold, warm = cold_and_warm(tree, program, timeout)
+                results.setdefault((program, str(tree)), []).append((cold, warm))
+                log(
+                    f"round {r} {program} {tree}: cold {cold['seconds']:.2f} s, warm {warm['seconds']:.3f} s"
+                )
+            if jax:
+                j = child(trees[0], "jax", program, tempfile.gettempdir(), timeout)
+                results.setdefault((program, "jax"), []).append((j, None))
+                log(f"round {r} {program} jax: {j['seconds']:.2f} s")
+    growth = []
+    for n in depths:
+        cold, _ = cold_and_warm(trees[-1], f"tanh{n}", timeout)
+        growth.append((n, cold))
+        log(f"tanh chain {n}: {cold['seconds']:.2f} s")
+    return results, growth
+
+
+TITLES = {
+    "mlp": "MLP step",
+    "cnn": "CNN step",
+    "transformer": "transformer step",
+    "tanh30": "tanh chain 30",
+}
+
+
+def report(results, growth, trees: list[Path], jax: bool, profile: bool) -> str:
+    labels = {str(t): (f"`{t}`" if len(trees) > 1 else "dlvm_eq") for t in trees}
+    if len(trees) == 2:
+        labels = {str(trees[0]): "dlvm_eq before", str(trees[1]): "dlvm_eq after"}
+    head = "| program | compiler | cold s | warm s | peak RSS MB (cold) |"
+    if profile:
+        head += " cold by phase (ms) |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for program in PROGRAMS:
+        for tree in trees:
+            rows = results[(program, str(tree))]
+            colds, warms = [c for c, _ in rows], [w for _, w in rows]
+            line = (
+                f"| {TITLES[program]} | {labels[str(tree)]} | {median(colds, 'seconds'):.2f} | "
+                f"{median(warms, 'seconds'):.3f} | {median(colds, 'rss_mb'):.0f} |"
+            )
+            if profile:
+                line += f" {phases_text(colds)} |"
+            lines.append(line)
+        if jax:
+            rows = [j for j, _ in results[(program, "jax")]]
+            line = f"| {TITLES[program]} | JAX jit | {median(rows, 'seconds'):.2f} | | {median(rows, 'rss_mb'):.0f} |"
+            lines.append(line + (" |" if profile else ""))
+    out = ["\n".join(lines)]
+    if growth:
+        g = ["| depth | cold s | s per layer | by phase (ms) |", "|---|---|---|---|"]
+        for n, cold in growth:
+            g.append(
+                f"| {n} | {cold['seconds']:.2f} | {cold['seconds'] / n * 1e3:.1f} ms | {phases_text([cold])} |"
+            )
+        out.append(
+            f"tanh-chain gradient, cold, by depth ({labels[str(trees[-1])]}):\n\n" + "\n".join(g)
+        )
+    return "\n\n".join(out)
+
+
+def machine() -> str:
+    sys.path.insert(0, str(HERE))
+    from common import machine_line
+
+    return machine_line()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", nargs="+", type=Path, default=[ROOT], help="source trees to compare")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--depths", type=int, nargs="*", default=list(DEPTHS))
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="each cold compile's time by phase")
+    ap.add_argument("--update", type=Path, help="write the section into this markdown file")
+    args = ap.parse_args(argv)
+    trees = [t.resolve() for t in args.trees]
+    jax = not args.no_jax and has_jax()
+    results, growth = run(
+        trees,
+        args.rounds,
+        args.timeout,
+        args.depths,
+        jax,
+        log=lambda s: print(s, file=sys.stderr, flush=True),
+    )
+    text = report(results, growth, trees, jax, args.profile)
+    cmd = "benchmarks/compile_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    section = (
+        f"{SECTION}\n\n`{cmd.strip()}`, {datetime.date.today()}, {machine()}; medians of "
+        f"{args.rounds} rounds, each compile a fresh process (import not counted), cold with an "
+        f"empty cache, warm on the cache the cold one filled.{'' if jax else ' JAX not installed.'}\n\n"
+        + text
+    )
+    print(section)
+    if args.update:
+        sys.path.insert(0, str(HERE))
+        from common import update_section
+
+        update_section(args.update, SECTION, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
