@@ -139,7 +139,9 @@ def test_backward_rowsum_rule_fires_in_value_and_grad():
     args = [rng.standard_normal((2, 16, 8)).astype(np.float32) for _ in range(4)]
     step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1, 2)))
     value, grads = step(*args)
-    assert "flash backward 3: rowsum(dP*P)" in str(step.report(*args)), str(step.report(*args))
+    report = step.report(*args)
+    fired = report.optimize.report["loss"].saturation.rule_matches
+    assert fired.get("flash backward 3: rowsum(dP*P)", 0) >= 1, fired
     want_value, want_grads = dq.jit(dq.value_and_grad(loss, argnums=(0, 1, 2)), target="interp")(
         *[a.astype(np.float64) for a in args]
     )
