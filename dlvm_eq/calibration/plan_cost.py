@@ -34,18 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..codegen.kernels.kernel_spec import KernelSpec, c_strides
 from ..codegen.kernels.rows import RowSpec
-from ..codegen.kernels.spec import (
-    DLVM_NAMES,
-    DTYPES,
-    Binary,
-    Cast,
-    KernelSpec,
-    Select,
-    Unary,
-    c_strides,
-    walk,
-)
+from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, Select, Unary, walk
 from ..codegen.planning.attention import AttentionStep
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
 from ..codegen.planning.plan import (

@@ -41,7 +41,8 @@ import numpy as np
 
 from ...config import settings
 from ...errors import DlvmError
-from ..kernels.spec import DTYPES, KernelSpec
+from ..kernels.kernel_spec import KernelSpec
+from ..kernels.spec import DTYPES
 from ..planning.attention import AttentionStep, attention_run
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
 from ..planning.plan import (

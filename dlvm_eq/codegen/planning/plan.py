@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import DlvmError
-from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES
 from .attention import AttentionStep
 from .views import chain_text
 from .window import WindowStep

@@ -18,6 +18,7 @@ def plan_schema() -> Schema:
     global _SCHEMA
     schema = _SCHEMA
     if schema is None:
+        from ..kernels import kernel_spec
         from ..kernels import spec as kernel
         from ..kernels.rows import RowSpec
         from . import attention, gather, plan, scan
@@ -42,9 +43,9 @@ def plan_schema() -> Schema:
                 gather.SliceScatterStep,
                 scan.ScanStep,
                 attention.AttentionStep,
-                kernel.KernelSpec,
-                kernel.ReduceSpec,
-                kernel.KernelInput,
+                kernel_spec.KernelSpec,
+                kernel_spec.ReduceSpec,
+                kernel_spec.KernelInput,
                 RowSpec,
                 kernel.Load,
                 kernel.Const,
