@@ -122,7 +122,8 @@ def gemm_table(rounds: int, reps: int) -> str:
 
 def epilogue_table(rounds: int, reps: int) -> str:
     """x @ w1 then relu(. + b1) and the mask (. + b1) > 0, three ways, warm and cold."""
-    from dlvm_eq.codegen.kernels.spec import Const, KernelInput, KernelSpec, Load, binary, unary
+    from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec
+    from dlvm_eq.codegen.kernels.spec import Const, Load, binary, unary
     from dlvm_eq.codegen.runtime.buffers import data_ptr
     from dlvm_eq.codegen.runtime.cpu_kernel import compile_cpu
     from dlvm_eq.codegen.runtime.gemm_runtime import CpuEpilogue, CpuGemm

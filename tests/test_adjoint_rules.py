@@ -24,7 +24,8 @@ from dlvm_eq.ir.ops import BINARY, BIT_OPS, COMPARE, CONTROL, LOGIC, OPS, UNARY
 from dlvm_eq.ir.types import BOOL, DType, TupleType
 from dlvm_eq.ir.window_ops import WINDOW_OPS
 
-RULES = rule_file("adjoint.egg").read_text()
+# issue 33: the fused attention's adjoints live beside it, in their own file
+RULES = rule_file("adjoint.egg").read_text() + rule_file("attention_adjoint.egg").read_text()
 
 
 # ---------------------------------------------------------------- the finite-difference check
@@ -346,6 +347,22 @@ def case_cumsum(op, rng):
         _values(rng, s)
     ]
 
+
+# ---- issue 33: the fused attention (rules/attention_adjoint.egg); the bias is a mask constant
+def case_attention(op, rng):  # rank 3: the rank the adjoint rules cover
+    batch = _shape(rng, 1, 1)
+    m, n, d, e = (int(x) for x in rng.integers(1, 4, 4))
+    sq, sk, sv = batch + (m, d), batch + (n, d), batch + (n, e)
+    scale = float(rng.choice([1.0, 0.5]))
+    body = lambda b, q, k, v: b.emit(
+        "attention", [q, k, v, b.const(0.0, F64)], scale=scale, causal=0
+    )
+    shapes = (sq, sk, sv)
+    return _fn([tensor(*s, F64) for s in shapes], body), [_values(rng, s) for s in shapes]
+
+
+CASES["attention"] = case_attention
+# ---- end of issue 33
 
 CASES.update(
     {

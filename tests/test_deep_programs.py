@@ -10,18 +10,8 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
-from dlvm_eq.codegen.kernels.spec import (
-    Binary,
-    Const,
-    KernelInput,
-    KernelSpec,
-    Load,
-    ReduceSpec,
-    Unary,
-    dtype_of,
-    resolve,
-    walk,
-)
+from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
+from dlvm_eq.codegen.kernels.spec import Binary, Const, Load, Unary, dtype_of, resolve, walk
 from dlvm_eq.ir.parser import parse
 
 ROOT = Path(__file__).resolve().parent.parent

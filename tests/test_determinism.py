@@ -24,16 +24,8 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.codegen.kernels.spec import (
-    DTYPES,
-    UNARY_OPS,
-    KernelInput,
-    KernelSpec,
-    Load,
-    ReduceSpec,
-    binary,
-    unary,
-)
+from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
+from dlvm_eq.codegen.kernels.spec import DTYPES, UNARY_OPS, Load, binary, unary
 from dlvm_eq.codegen.runtime.buffers import data_ptr
 from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
 

@@ -250,7 +250,8 @@ def test_gemm_for_declines_what_it_cannot_read():
 
 def test_spec_validation():
     from dlvm_eq.codegen.cpu.gemm_ir import check_epilogue
-    from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load
+    from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec
+    from dlvm_eq.codegen.kernels.spec import Load
 
     with pytest.raises(ValueError, match="multiple"):
         GemmSpec(nr=24)

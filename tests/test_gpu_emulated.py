@@ -19,7 +19,8 @@ from ir_programs import random_function, random_inputs
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.codegen.kernels.spec import KernelInput, KernelSpec, Load, ReduceSpec
+from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
+from dlvm_eq.codegen.kernels.spec import Load
 from dlvm_eq.ir import F64, Module, interpret
 from dlvm_eq.models import mlp
 from dlvm_eq.pipeline import compile

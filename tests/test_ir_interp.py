@@ -566,7 +566,26 @@ def check_window(op):
         check_window_op(op, rng)
 
 
+def check_attention(op):  # issue 33: softmax(q kᵀ s + bias) v, against a per-row loop
+    rng = np.random.default_rng(33)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 2)))
+    pad = np.array([0, 0, 0, -np.inf, 0], np.float32).reshape(1, 1, 5)
+    t = [TensorType(a.shape, F32) for a in (q, k, v, pad)]
+    for causal in (0, 1):
+        want = np.zeros((2, 3, 2))
+        for i, j in np.ndindex(2, 3):
+            s = q[i, j].astype(np.float64) @ k[i].T * 0.5 + pad[0, 0]
+            s[np.arange(5) > j] = -np.inf if causal else s[np.arange(5) > j]
+            p = np.exp(s - s.max())
+            want[i, j] = p / p.sum() @ v[i]
+        got = _run_body(
+            t, lambda b: b.emit(op, list(b.params), scale=0.5, causal=causal), q, k, v, pad
+        )
+        close(got, want, F32)
+
+
 CHECKS = {
+    "attention": check_attention,
     **{op: check_unary for op in REF_UNARY},
     **{op: check_binary for op in REF_BINARY},
     **{op: check_compare for op in REF_COMPARE},

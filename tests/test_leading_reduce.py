@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlvm_eq.codegen.kernels.spec import KernelInput, Load, ReduceSpec
+from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, ReduceSpec
+from dlvm_eq.codegen.kernels.spec import Load
 from dlvm_eq.codegen.runtime import cpu_kernel
 from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
 

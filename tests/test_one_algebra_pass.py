@@ -1,6 +1,8 @@
-"""One e-graph of algebra per jitted function: a gradient under a native jit is only expanded
-at trace time, and the traced module is optimized once; the plan's cache key is derived from
-the optimizer's input key, not from printing the optimized module again."""
+"""Where the algebra runs on a jitted gradient (pipeline/differentiate.EXPAND_ONLY_UNDER_JIT):
+by default where the gradient is made (adjoint and algebra in one e-graph) and again over the
+jitted module; with the switch on, a gradient under a native jit is only expanded at trace time
+and the traced module is optimized once. The plan's cache key is derived from the optimizer's
+input key, not from printing the optimized module again."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import dlvm_eq as dq
 from dlvm_eq import config
 from dlvm_eq.cache import note_time_cut
 from dlvm_eq.egraph import optimize as optimize_mod
-from dlvm_eq.pipeline import native, planning
+from dlvm_eq.pipeline import differentiate, native, planning
 
 
 @pytest.fixture
@@ -47,9 +49,11 @@ def expected_grad(w, x):
     return x.T.astype(np.float64) @ (1 - t**2)
 
 
-def test_a_jitted_gradient_saturates_the_algebra_once(saturations):
+@pytest.mark.parametrize("expand_only, passes", [(False, 2), (True, 1)])
+def test_a_jitted_gradients_algebra_passes(saturations, monkeypatch, expand_only, passes):
+    monkeypatch.setattr(differentiate, "EXPAND_ONLY_UNDER_JIT", expand_only)
     value, g = dq.jit(dq.value_and_grad(loss))(W, X)
-    assert len(saturations) == 1
+    assert len(saturations) == passes
     np.testing.assert_allclose(g, expected_grad(W, X), rtol=1e-5)
     assert value == pytest.approx(np.tanh(X.astype(np.float64) @ W).sum(), rel=1e-5)
 
@@ -62,7 +66,11 @@ def test_a_gradient_outside_a_native_jit_is_optimized_where_it_is_made(saturatio
     assert len(saturations) == 2
 
 
-def test_an_inner_gradient_is_optimized_before_the_outer_one_differentiates_it(saturations):
+def test_an_inner_gradient_is_optimized_before_the_outer_one_differentiates_it(
+    saturations, monkeypatch
+):
+    monkeypatch.setattr(differentiate, "EXPAND_ONLY_UNDER_JIT", True)
+
     def f(x):
         return dq.sum(dq.sin(x) * x)
 

@@ -23,6 +23,7 @@ from dlvm_eq.calibration.measure_steps import KINDS, c_view, step_grids, tiny_pl
 from dlvm_eq.calibration.plan_cost import STEP_KINDS, predict_plan, product_seconds, step_price
 from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
 from dlvm_eq.codegen.planning import plan as plan_mod
+from dlvm_eq.codegen.planning.attention import AttentionStep
 from dlvm_eq.codegen.planning.plan import AliasStep, BlasStep, GemmStep, KernelStep, View
 from dlvm_eq.extract.machine import MACHINES, from_profile, machine
 from dlvm_eq.extract.profile import (
@@ -181,6 +182,11 @@ def _example_steps() -> list[tuple]:
     )
     alias = tiny_plan("alias", [((8,), "f32")], [((8,), "f32")], [AliasStep(0, 2, 0)], aliases=1)
     examples.append((alias, alias.steps[0]))
+    # issue 33: the fused attention kernel, q k v (1, 4, 64, 16) and a constant bias
+    qkv = [((1, 4, 64, 16), "f32")] * 3
+    step = AttentionStep(tuple(c_view(i, s) for i, (s, _) in enumerate(qkv)), 0.0, 0.25, False, 3)
+    attention = tiny_plan("attention", qkv, [((1, 4, 64, 16), "f32")], [step])
+    examples.append((attention, step))
     return examples
 
 

@@ -91,6 +91,12 @@ EXAMPLES = {
     "maxPool2dGather": ([tensor(1, 1, 3, 4, F32), tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
     "avgPool2d": ([tensor(1, 1, 3, 4, F32)], _POOL, _ANY),
     "avgPool2dBackward": ([tensor(1, 1, 3, 3, F32)], {**_POOL, "size": (3, 4)}, _ANY),
+    # issue 33: the online softmax over key blocks against numpy's softmax
+    "attention": (
+        [tensor(1, 2, 2, F32), tensor(1, 3, 2, F32), tensor(1, 3, 2, F32), tensor(1, 1, 3, F32)],
+        {"scale": 0.5, "causal": 0},
+        _ANY,
+    ),
     "extract": None,  # needs a tuple operand: checked through evaluate_function below
     "apply": None,  # needs a module: checked through evaluate_function below
 }

@@ -300,7 +300,10 @@ def _session(rules):
 
     if rules is None:  # adjoint.egg is one of the rule files of this thread's shared session
         with scratch_session() as session:
-            yield (session, *read_rule_file(rule_file("adjoint.egg")))
+            text, name = read_rule_file(rule_file("adjoint.egg"))
+            # issue 33: the fused attention's adjoints, in the same session (STAGE_RULE_FILES)
+            text += "\n" + read_rule_file(rule_file("attention_adjoint.egg"))[0]
+            yield session, text, name
         return
     if isinstance(rules, Path) or (
         isinstance(rules, str) and "\n" not in rules and rules.endswith(".egg")

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, RowSpec, program
-from ..codegen.kernels.spec import c_strides
+from ..codegen.kernels.kernel_spec import c_strides
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
 from ..codegen.planning.plan import (
     ALIAS,

@@ -34,18 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..codegen.kernels.kernel_spec import KernelSpec, c_strides
 from ..codegen.kernels.rows import RowSpec
-from ..codegen.kernels.spec import (
-    DLVM_NAMES,
-    DTYPES,
-    Binary,
-    Cast,
-    KernelSpec,
-    Select,
-    Unary,
-    c_strides,
-    walk,
-)
+from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, Select, Unary, walk
+from ..codegen.planning.attention import AttentionStep
 from ..codegen.planning.gather import IndexStep, SliceScatterStep
 from ..codegen.planning.plan import (
     AliasStep,
@@ -61,10 +53,12 @@ from ..codegen.planning.plan import (
 )
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
+from ..extract.attention_cost import attention_seconds
 from ..extract.machine import Machine, interpolate, machine
-from ..extract.target_cost import flops_per_element
+from ..extract.target_cost import TargetCost, flops_per_element
 from ..ir import window_ops
 from ..ir.ops import OPS
+from ..ir.types import DType, TensorType
 from ..units import seconds_text
 from .reuse import reuse
 from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
@@ -500,6 +494,16 @@ def _window(step: WindowStep, plan: Plan, mc: Machine):
     return step.op, f"-> {label}", passes + window_products_seconds(mc, products)
 
 
+def _attention(step: AttentionStep, plan: Plan, mc: Machine):
+    """The fused attention kernel: priced as extraction prices its e-node (attention_cost.py)."""
+    out = plan.slots[step.out]
+    dt = DType(out.dtype)
+    types = [TensorType(tuple(v.shape), dt) for v in step.inputs[:3]]
+    t = TensorType(tuple(out.shape), dt)
+    seconds = attention_seconds(TargetCost(mc, {}), t, lambda i: types[i], step.causal)
+    return "attention", "-> " + " ".join(map(str, out.shape)), seconds
+
+
 _PRICES = {
     KernelStep: _kernel,
     RowStep: _rows,
@@ -512,6 +516,7 @@ _PRICES = {
     SliceScatterStep: _slice_scatter,
     ScanStep: _scan,
     WindowStep: _window,
+    AttentionStep: _attention,  # issue 33
 }
 
 STEP_KINDS = (

@@ -59,10 +59,7 @@ _LAZY = {
             "Const",
             "Expr",
             "KernelError",
-            "KernelInput",
-            "KernelSpec",
             "Load",
-            "ReduceSpec",
             "Select",
             "Unary",
             "binary",
@@ -70,6 +67,7 @@ _LAZY = {
             "unary",
         )
     },
+    **{n: "kernels.kernel_spec" for n in ("KernelInput", "KernelSpec", "ReduceSpec")},
     "RowSpec": "kernels.rows",
     "cache_key": "kernels.kernel_cache",
     "set_cache_dir": "kernels.kernel_cache",

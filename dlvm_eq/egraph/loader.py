@@ -148,6 +148,9 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
         return loader.let("ScatterAdd", (x, ops[1][0], int(a["axis"]), int(a["size"])), rt)
     if spec.kind == DOT:  # dot, batchMatmul
         return loader.let(spec.egg, (x, ops[1][0]), rt)
+    if inst.op == "attention":  # issue 33: the bias stays unbroadcast (the kernel broadcasts it)
+        terms = tuple(term for term, _ in ops)
+        return loader.let("Attention", (*terms, float(a["scale"]), int(a["causal"])), rt)
     if spec.kind == WINDOW:  # tensor operands, then the attributes packed in one IVec
         return loader.let(
             spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt

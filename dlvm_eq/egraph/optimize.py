@@ -31,6 +31,7 @@ from ..extract.target_cost import TargetCost
 from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
+from .attention_report import attention_lines
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
 from .lets import Let
@@ -50,6 +51,9 @@ from .unload import unload
 # each on its own program between (push) and (pop). Every rule names its ruleset, so rules of
 # one stage never run in another.
 STAGE_RULE_FILES = ("algebra.egg", "adjoint.egg", "fusion.egg")
+# issue 33: attention.egg (`attention`, run by the optimizer; needs algebra's cval) and the fused
+# op's adjoints (ruleset `adjoint`, declared by adjoint.egg)
+STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
 
 
 def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):
@@ -136,7 +140,7 @@ def _restore(key: tuple, session: EGraphSession, depth: int) -> None:
 
 def schedule_for(rules: Sequence[str | Path] = ()) -> Schedule:
     """The default schedule plus the rulesets the user's files declare."""
-    schedule = Schedule.default()
+    schedule = Schedule.default().with_rulesets(("attention",))  # rules/attention.egg
     for path in rules:
         schedule = schedule.with_rulesets(rulesets_in(read_rule_file(path)[0]))
     return schedule
@@ -474,6 +478,7 @@ def _optimize_function(
     )
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
     fr.user_rules = fired
+    fr.attention = attention_lines(res.extraction, res.cost)
     if explain:
         fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()

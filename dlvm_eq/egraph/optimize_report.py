@@ -32,6 +32,7 @@ class FunctionReport:
     results: list[tuple[str, str]] = field(default_factory=list)
     # the user's rules that fired: (file, line, rule, matches), most matches first
     user_rules: list[tuple[str, int, str, int]] = field(default_factory=list)
+    attention: list[str] = field(default_factory=list)  # issue 33: fused or plain, and why
 
     @property
     def speedup(self) -> float:
@@ -55,6 +56,7 @@ class FunctionReport:
             else:
                 lines.append(f"{label}{before}")
                 lines.append(f"{pad[:-4]}->  {after}")
+        lines.extend("  " + line for line in self.attention)
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
         if self.user_rules:

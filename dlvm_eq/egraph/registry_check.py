@@ -119,7 +119,9 @@ def registry_gaps(schema: str | None = None, adjoint: str | None = None) -> list
     """Every disagreement between the registry, rules/schema.egg and rules/adjoint.egg (or the
     texts given), one line each; empty when they agree."""
     schema = schema if schema is not None else rule_file("schema.egg").read_text()
-    adjoint = adjoint if adjoint is not None else rule_file("adjoint.egg").read_text()
+    if adjoint is None:  # the attention op's adjoints live beside it (issue 33)
+        adjoint = rule_file("adjoint.egg").read_text()
+        adjoint += rule_file("attention_adjoint.egg").read_text()
     return _schema_gaps(schema) + _adjoint_gaps(adjoint) + _registry_gaps()
 
 

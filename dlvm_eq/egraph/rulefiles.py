@@ -10,7 +10,8 @@ from ..config import rules_dir
 from ..errors import DlvmError
 
 # The shipped rule files, in load order (each builds on the ones before it).
-SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg")
+SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
+SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after both it builds on
 
 
 def rule_file(name: str) -> Path:

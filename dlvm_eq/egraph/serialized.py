@@ -152,6 +152,8 @@ def _decode(g: Graph, nid: str) -> Decoded:
         )
     if egg == "ScatterAdd":
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
+    if egg == "Attention":  # issue 33: q, k, v, bias, scale, causal
+        return Decoded(egg, op, tuple(ch[:4]), {"scale": float(p(ch[4])), "causal": int(p(ch[5]))})
     if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
     return Decoded(egg, op, tuple(ch), {})

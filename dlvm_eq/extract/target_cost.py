@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from ..ir.op_spec import COST_FLOPS
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
+from .attention_cost import attention_seconds
 from .machine import Machine, machine
 from .window_cost import window_seconds
 
@@ -200,6 +201,8 @@ class TargetCost:
             return self.kernel_seconds(0, t, copies=2)
         if kind == WINDOW:
             return window_seconds(self, op, t, child)
+        if op == "Attention":  # issue 33: the fused kernel (attention_cost.py)
+            return attention_seconds(self, t, child)
         return INF  # helper constructors (Adjoint, ...) are not programs
 
 

@@ -106,6 +106,8 @@ def format_instruction(inst: Instruction) -> str:
         text = f"apply @{a['callee']}({args})"
     elif name in CONTROL_FLOW_OPS:
         text = format_control_flow(name, ops, a, format_operand)
+    elif name == "attention":  # issue 33
+        text = f"attention {args} scale {a['scale']!r}" + (" causal" if a["causal"] else "")
     elif name in WINDOW_OPS:
         text = f"{name} {args} {format_window_attrs(name, a)}"
     else:

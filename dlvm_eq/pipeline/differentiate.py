@@ -50,16 +50,22 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
     return tuple(out), single
 
 
-# One e-graph of algebra per function: under a jit whose back end optimizes the traced module
-# as a whole (cpu, gpu: targets.optimized_later), an outermost gradient is only expanded here
-# (the adjoint rules), and the algebra saturates once, over forward, backward and whatever the
-# step does with them. A gradient inside another one's trace (grad of grad) is optimized
-# first: the outer adjoint then differentiates the smaller program.
+# Where the algebra runs on a gradient. With EXPAND_ONLY_UNDER_JIT, under a jit whose back end
+# optimizes the traced module as a whole (cpu, gpu: targets.will_be_optimized), an outermost
+# gradient is only expanded here (the adjoint rules) and the algebra saturates once over the
+# whole step. Off: the adjoint and the algebra saturate together where the gradient is made,
+# and the jitted module is optimized again. Off because expanding alone loses forms the joint
+# e-graph finds: the MLP step's softmax-cross-entropy gradient came out as 8 kernels instead of
+# 7 (tests/test_gemm.py), and its cold compile was no faster (2.8 s against 1.8-2.6 s with
+# both passes, same loaded 2-core machine). A gradient inside another one's trace (grad of
+# grad) is always optimized first: the outer adjoint then differentiates the smaller program.
+EXPAND_ONLY_UNDER_JIT = False
 _NESTING = contextvars.ContextVar("dlvm_eq_gradient_nesting", default=0)
 
 
-def _optimize_adjoint() -> bool:
-    return not (will_be_optimized() and _NESTING.get() == 0)
+def _optimize_adjoint(later: bool) -> bool:
+    """Whether the adjoint being made is optimized now; `later`: the module will be."""
+    return not (EXPAND_ONLY_UNDER_JIT and later and _NESTING.get() == 0)
 
 
 def _trace(fn, args, who: str):
@@ -114,7 +120,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
                 from_index=0 if has_aux else None,
                 keeping=kept,
                 tuple_result=True,
-                optimize=_optimize_adjoint(),
+                optimize=_optimize_adjoint(will_be_optimized()),
             )
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if has_aux:
@@ -182,7 +188,7 @@ def vjp(fn, *primals):
             wrt=wrt,
             seedable=True,
             tuple_result=True,
-            optimize=not (later and _NESTING.get() == 0),
+            optimize=_optimize_adjoint(later),
         )
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():

@@ -102,6 +102,7 @@ class CompileReport:
                 f"  cost (model): {seconds_text(fr.cost_before)} -> {seconds_text(fr.cost_after)}"
                 + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
             )
+            lines.extend("  " + line for line in fr.attention)  # issue 33: fused or plain
         if self.note:
             lines.append(f"  note: {self.note}")
         if self.plan.fusion is not None:

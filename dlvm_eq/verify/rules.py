@@ -108,6 +108,9 @@ def _shipped_name(filename: str) -> str | None:
     return None
 
 
+_BUILDS_ON_OTHERS = ("attention.egg", "attention_adjoint.egg")
+
+
 def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligation]]:
     """Load into egglog (errors come back as RuleFileError) and read the obligations.
 
@@ -116,7 +119,8 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
     rules are checked. A file that declares such a relation itself is read alone, as before."""
     files = _sources(sources)
     shipped = {f: _shipped_name(f) for _, f in files}
-    if any(name is None for name in shipped.values()):
+    # shipped files that read another's analyses (attention.egg: algebra's cval) load after them
+    if any(name is None or name in _BUILDS_ON_OTHERS for name in shipped.values()):
         given = {name for name in shipped.values() if name}
         context = [
             read_rule_file(p)

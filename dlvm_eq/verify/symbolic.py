@@ -29,6 +29,7 @@ from ..ir.module import Const, Function, Module
 from ..ir.ops import LAYOUT, OPS, scatter_slice
 from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import DType, TensorType, TupleType
+from .attention_symbolic import attention_table
 from .window_symbolic import window_table
 
 
@@ -335,6 +336,7 @@ def _build() -> dict[str, Callable]:
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
     table["apply"] = _apply
     table.update(window_table(as_array, _extremum))  # convolution and pooling
+    table.update(attention_table(as_array, _extremum))  # issue 33: the online softmax
     return table
 
 

@@ -69,6 +69,8 @@ def ctor_attrs(head: str, prims: list) -> dict:
             }
         if head == "Cumsum":
             return {"axis": int(prims[0]), "reverse": int(prims[1])}
+        if head == "Attention":  # issue 33
+            return {"scale": float(prims[0]), "causal": int(prims[1])}
         if head == "Take":
             return {"axis": int(prims[0])}
         if head == "ScatterAdd":

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..kernels.spec import KernelSpec, c_strides
+from ..kernels.kernel_spec import KernelSpec, c_strides
 from ..llvm.emitter import Emitter
 from ..llvm.loops import counted_loop, i64
 from ..llvm.lower_expr import from_storage, lower, storage_type, to_storage

@@ -25,8 +25,9 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
 from ..kernels.layout import LoopLayout, spec_layout
-from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES
 from ..llvm.emitter import I64, Emitter
 from ..llvm.llvm_lock import LLVM_LOCK
 from ..llvm.loops import counted_loop, entry_alloca, i64, strided_range

@@ -41,7 +41,9 @@ import numpy as np
 
 from ...config import settings
 from ...errors import DlvmError
-from ..kernels.spec import DTYPES, KernelSpec
+from ..kernels.kernel_spec import KernelSpec
+from ..kernels.spec import DTYPES
+from ..planning.attention import AttentionStep, attention_run
 from ..planning.gather import IndexStep, SliceScatterStep, index_run
 from ..planning.plan import (
     ALIAS,
@@ -218,6 +220,8 @@ def array_step(step, xp):
         return scan_run(step, xp, _view_fn)
     if isinstance(step, WindowStep):
         return window_run(step, xp, [_view_fn(v.chain, xp) for v in step.inputs])
+    if isinstance(step, AttentionStep):  # issue 33
+        return attention_run(step, xp, [_view_fn(v.chain, xp) for v in step.inputs])
     if isinstance(step, ConcatStep):
         parts = [(p.slot, _view_fn(p.chain, xp) or (lambda x: x)) for p in step.parts]
         axis, o = step.axis, step.out

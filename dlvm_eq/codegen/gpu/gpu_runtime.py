@@ -22,9 +22,10 @@ import numpy as np
 
 from ...errors import DlvmError
 from ..kernels.kernel_cache import DiskCache, cache_key, shared_cache
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
 from ..kernels.layout import group_size
 from ..kernels.rows import RowSpec
-from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES, KernelError
 from .llvm_ptx import ARCHS, PtxKernel, compile_ptx, kernel_kind, ptx_ir, row_int_args
 
 BLOCK = 256

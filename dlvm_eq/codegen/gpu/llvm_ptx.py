@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
 from ..kernels.layout import LoopLayout, spec_layout
 from ..kernels.rows import RowSpec, reduce_identity
-from ..kernels.spec import KernelSpec, ReduceSpec
 from ..llvm.emitter import I32, I64, Emitter
 from ..llvm.llvm_lock import LLVM_LOCK
 from ..llvm.loops import counted_loop, decompose, entry_alloca, strided_range

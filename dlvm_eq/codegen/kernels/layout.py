@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .spec import KernelSpec, ReduceSpec, c_strides
+from .kernel_spec import KernelSpec, ReduceSpec, c_strides
 
 
 @dataclass(frozen=True)

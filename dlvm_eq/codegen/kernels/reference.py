@@ -15,6 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ...ir.ops import OPS, REDUCE_COMBINATORS
+from .kernel_spec import KernelSpec, ReduceSpec
 from .spec import (
     BINARY_OPS,
     DLVM_NAMES,
@@ -23,9 +24,7 @@ from .spec import (
     Binary,
     Cast,
     Const,
-    KernelSpec,
     Load,
-    ReduceSpec,
     Select,
     Unary,
     dtype_of,

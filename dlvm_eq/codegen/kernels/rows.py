@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .kernel_spec import KernelInput
 from .spec import (
     REDUCE_INIT,
     REDUCE_OPS,
@@ -29,7 +30,6 @@ from .spec import (
     Const,
     Expr,
     KernelError,
-    KernelInput,
     Load,
     Select,
     Unary,

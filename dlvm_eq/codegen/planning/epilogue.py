@@ -18,7 +18,7 @@ reader in program order. Whether the step then runs through our GEMM is decided 
 
 from __future__ import annotations
 
-from ..kernels.spec import KernelSpec, c_strides
+from ..kernels.kernel_spec import KernelSpec, c_strides
 from ..runtime import gemm_runtime
 from .plan import BlasStep, GemmStep, KernelStep
 from .steps_order import Node

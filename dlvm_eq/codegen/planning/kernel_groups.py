@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 
 from ...ir.ops import LAYOUT, OPS
+from ..kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
 from ..kernels.rows import loads, rebuild
-from ..kernels.spec import Expr, KernelInput, KernelSpec, Load, ReduceSpec, walk
+from ..kernels.spec import Expr, Load, walk
 from .plan import KernelStep, step_inputs, step_outputs
 from .rowfusion import short_op
 from .steps_order import Node

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import DlvmError
-from ..kernels.spec import DTYPES, KernelSpec, ReduceSpec
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES
+from .attention import AttentionStep
 from .views import chain_text
 from .window import WindowStep
 
@@ -226,7 +228,7 @@ def step_inputs(step: Step) -> tuple[int, ...]:
         return tuple(p.slot for p in step.parts)
     if isinstance(step, AliasStep):
         return (step.src,)
-    if isinstance(step, WindowStep):
+    if isinstance(step, (WindowStep, AttentionStep)):
         return tuple(v.slot for v in step.inputs)
     ids = getattr(step, "ids", None)  # gather.IndexStep reads its indices too
     return (step.src.slot,) if ids is None else (step.src.slot, ids.slot)

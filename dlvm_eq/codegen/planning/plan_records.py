@@ -18,9 +18,10 @@ def plan_schema() -> Schema:
     global _SCHEMA
     schema = _SCHEMA
     if schema is None:
+        from ..kernels import kernel_spec
         from ..kernels import spec as kernel
         from ..kernels.rows import RowSpec
-        from . import gather, plan, scan
+        from . import attention, gather, plan, scan
         from .fusion_report import FusionReport
 
         schema = _SCHEMA = Schema(
@@ -41,9 +42,10 @@ def plan_schema() -> Schema:
                 gather.IndexStep,
                 gather.SliceScatterStep,
                 scan.ScanStep,
-                kernel.KernelSpec,
-                kernel.ReduceSpec,
-                kernel.KernelInput,
+                attention.AttentionStep,
+                kernel_spec.KernelSpec,
+                kernel_spec.ReduceSpec,
+                kernel_spec.KernelInput,
                 RowSpec,
                 kernel.Load,
                 kernel.Const,

@@ -34,7 +34,6 @@ Files: ir/inline.py (apply/tuples), planner (this: values -> kernels), rowfusion
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -42,38 +41,14 @@ import numpy as np
 from ...ir import window_ops
 from ...ir.inline import Flat
 from ...ir.module import Const as IRConst
-from ...ir.module import Instruction, Value
-from ...ir.ops import (
-    BINARY,
-    CAST,
-    COMPARE,
-    DOT,
-    LITERAL,
-    LOGIC,
-    OPS,
-    REDUCE,
-    SELECT,
-    TUPLE,
-    UNARY,
-    WINDOW,
-    transpose_perm,
-)
+from ...ir.module import Instruction
+from ..kernels.kernel_spec import c_strides
 from ..kernels.rows import loads, rebuild
-from ..kernels.spec import (
-    DTYPES,
-    REDUCE_INIT,
-    Cast,
-    Const,
-    Expr,
-    Load,
-    Select,
-    binary,
-    c_strides,
-    unary,
-)
+from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select, binary, unary
+from .attention import AttentionStep
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
-from .kernel_groups import MAX_EXPR_NODES, VIEW_OPS, KernelGrouping
+from .kernel_groups import MAX_EXPR_NODES, KernelGrouping
 from .plan import (
     ALIAS,
     CONST,
@@ -95,6 +70,15 @@ from .plan import (
     step_inputs,
     step_outputs,
 )
+from .plan_queries import (
+    layout_view_map,
+    operand_name,
+    readers,
+    renamed_kernel,
+    spliced_concats,
+    value_kind,
+    view_of,
+)
 from .rowfusion import RowFusion
 from .scan import ScanStep
 from .steps_order import Node, arena, schedule
@@ -103,14 +87,7 @@ from .views import (
     NoView,
     broadcast_strides,
     is_contiguous,
-    pad_strides,
-    reshape_strides,
-    squeeze_strides,
-    transpose_strides,
 )
-
-EW_KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, CAST)
-
 
 # ------------------------------------------------------------------ the planner
 
@@ -268,7 +245,7 @@ class _Planner(KernelGrouping, RowFusion):
         return self.refs[id(o)]
 
     def instruction(self, inst: Instruction, order: int):
-        kind = _kind(inst)
+        kind = value_kind(inst)
         t = inst.result.type
         name = inst.result.name
         if kind == "ew":
@@ -286,14 +263,16 @@ class _Planner(KernelGrouping, RowFusion):
         if kind == "reduce":
             return self.reduce(inst, order)
         if kind == "dot":
-            a, b = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
+            a, b = (self.materialize(self.ref_of(o), operand_name(o), order) for o in inst.operands)
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            self.steps.append(BlasStep(_view(a), _view(b), out, name, order))
+            self.steps.append(BlasStep(view_of(a), view_of(b), out, name, order))
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if (
             kind == "slice"
         ):  # read in place: an alias of the operand's memory from the first element
-            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            src = self.materialize(
+                self.ref_of(inst.operands[0]), operand_name(inst.operands[0]), order
+            )
             a = inst.attrs
             k, step = a["axis"], a.get("step", 1)
             offset = a["lo"] * src.strides[k]
@@ -314,38 +293,68 @@ class _Planner(KernelGrouping, RowFusion):
                 (("strided", (tuple(t.shape), strides)),),
             )
         if kind == "cumsum":  # a numpy/CuPy step (scan.py) on a buffer
-            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            src = self.materialize(
+                self.ref_of(inst.operands[0]), operand_name(inst.operands[0]), order
+            )
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(
                 ScanStep(
-                    _view(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order
+                    view_of(src), inst.attrs["axis"], bool(inst.attrs["reverse"]), out, name, order
                 )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "sliceScatter":  # zeros, then g written in place at every step-th entry
-            src = self.materialize(self.ref_of(inst.operands[0]), _name(inst.operands[0]), order)
+            src = self.materialize(
+                self.ref_of(inst.operands[0]), operand_name(inst.operands[0]), order
+            )
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             a = inst.attrs
             self.steps.append(
-                SliceScatterStep(_view(src), a["axis"], a["lo"], a["step"], out, name, order)
+                SliceScatterStep(view_of(src), a["axis"], a["lo"], a["step"], out, name, order)
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind in ("take", "scatterAdd"):  # a numpy/CuPy step (gather.py) on buffers
-            src, ids = (self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands)
+            src, ids = (
+                self.materialize(self.ref_of(o), operand_name(o), order) for o in inst.operands
+            )
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             size = inst.attrs["size"] if kind == "scatterAdd" else src.shape[inst.attrs["axis"]]
             self.steps.append(
-                IndexStep(kind, _view(src), _view(ids), inst.attrs["axis"], size, out, name, order)
+                IndexStep(
+                    kind, view_of(src), view_of(ids), inst.attrs["axis"], size, out, name, order
+                )
+            )
+            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind == "attention":  # issue 33: the fused kernel (planning/attention.py)
+            refs = [self.ref_of(o) for o in inst.operands]
+            bias = refs[3].value if isinstance(refs[3], Konst) and not refs[3].shape else 0.0
+            if not isinstance(refs[3], Konst) or refs[3].shape:
+                refs = refs[:4]
+            else:
+                refs = refs[:3]
+            ins = [self.materialize(r, operand_name(o), order) for r, o in zip(refs, inst.operands)]
+            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
+            a = inst.attrs
+            self.steps.append(
+                AttentionStep(
+                    tuple(view_of(m) for m in ins),
+                    float(bias),
+                    a["scale"],
+                    bool(a["causal"]),
+                    out,
+                    name,
+                    order,
+                )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         if kind == "window":  # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
-            ins = [self.materialize(self.ref_of(o), _name(o), order) for o in inst.operands]
+            ins = [self.materialize(self.ref_of(o), operand_name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(
                 WindowStep(
                     inst.op,
                     window_ops.pack(inst.op, inst.attrs),
-                    tuple(_view(m) for m in ins),
+                    tuple(view_of(m) for m in ins),
                     out,
                     name,
                     order,
@@ -357,10 +366,10 @@ class _Planner(KernelGrouping, RowFusion):
             if id(inst.result) in self.splice:  # its one reader copies these parts instead
                 self.spliced[id(inst.result)] = parts
                 return None
-            parts = [self.materialize(self.ref_of(o), _name(o), order) for o in parts]
+            parts = [self.materialize(self.ref_of(o), operand_name(o), order) for o in parts]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(
-                ConcatStep(tuple(_view(p) for p in parts), inst.attrs["axis"], out, name, order)
+                ConcatStep(tuple(view_of(p) for p in parts), inst.attrs["axis"], out, name, order)
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
         raise PlanError(f"@{self.name}: the code generator does not support {inst.op}")
@@ -400,17 +409,17 @@ class _Planner(KernelGrouping, RowFusion):
         t = inst.result.type
         if isinstance(src, Konst):
             return Konst(src.value, src.dtype, t.shape)
-        fn, link = _view_map(inst, src.shape)
+        fn, link = layout_view_map(inst, src.shape)
         if isinstance(src, Fused):
             try:
                 expr = self.reindex(src.expr, fn)
                 return Fused(expr, t.shape, src.dtype, src.names | {inst.result.name}, src.nodes)
             except NoView:
-                src = self.materialize(src, _name(inst.operands[0]), order)
+                src = self.materialize(src, operand_name(inst.operands[0]), order)
         st = fn(src.strides)
         if st is None:  # a shape cast of a non-contiguous view: copy it (a strided kernel)
             copy = Fused(self.leaf(src.slot, src.strides), src.shape, src.dtype, frozenset(), 1)
-            src = self.materialize(copy, _name(inst.operands[0]), order)
+            src = self.materialize(copy, operand_name(inst.operands[0]), order)
             st = fn(src.strides)
             link = ("reshape", t.shape)
         return Mat(src.slot, t.shape, src.dtype, st, src.chain + (link,))
@@ -495,11 +504,11 @@ class _Planner(KernelGrouping, RowFusion):
         )
         for r in self.flat.results:
             ref = self.ref_of(r)
-            name = _name(r)
+            name = operand_name(r)
             if not isinstance(ref, Mat):
                 ref = self.materialize(ref, name, order, OUTPUT)
                 claimed.add(ref.slot)
-                out.append(_view(ref))
+                out.append(view_of(ref))
                 continue
             info = self.slots[ref.slot]
             plain = all(op == "reshape" for op, _ in ref.chain) and is_contiguous(
@@ -508,10 +517,10 @@ class _Planner(KernelGrouping, RowFusion):
             if ref.slot in produced and ref.slot not in claimed and info.role == TEMP and plain:
                 info.role = OUTPUT
                 claimed.add(ref.slot)
-                out.append(_view(ref))
+                out.append(view_of(ref))
                 continue
             slot = self.new_slot(ref.shape, ref.dtype, OUTPUT, name)
-            self.steps.append(CopyStep(_view(ref), slot, name, order))
+            self.steps.append(CopyStep(view_of(ref), slot, name, order))
             claimed.add(slot)
             out.append(View(slot, tuple(ref.shape), c_strides(tuple(ref.shape))))
         return out
@@ -541,7 +550,7 @@ class _Planner(KernelGrouping, RowFusion):
             step = node.payload
             kernel = step.epilogue if isinstance(step, GemmStep) else step
             if isinstance(kernel, (KernelStep, RowStep)):
-                kernel.spec = _renamed(kernel.spec, f"k{n}_{kernel.spec.name}")
+                kernel.spec = renamed_kernel(kernel.spec, f"k{n}_{kernel.spec.name}")
                 n += 1
             steps.append(step)
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
@@ -559,86 +568,3 @@ class _Planner(KernelGrouping, RowFusion):
         )
         plan.fusion = self.fusion  # why these kernels: printed by the plan and the compile report
         return plan
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def readers(flat: Flat) -> dict[int, list]:
-    """id(value) -> the instructions reading it, once per operand (None: a function result)."""
-    users: dict[int, list] = {}
-    for inst in flat.body:
-        for o in inst.operands:
-            users.setdefault(id(o), []).append(inst)
-    for r in flat.results:
-        users.setdefault(id(r), []).append(None)
-    return users
-
-
-def spliced_concats(flat: Flat, users: dict[int, list]) -> set[int]:
-    """ids of the concatenations read only by a concatenation along the same axis: their reader
-    copies their parts itself (x@[[A|B]|C], the merged weights of three products, is one copy).
-    `users`: readers(flat)."""
-    out = set()
-    for inst in flat.body:
-        if inst.op != "concatenate":
-            continue
-        (user, *more) = users.get(id(inst.result), [None])
-        if (
-            not more
-            and user is not None
-            and user.op == "concatenate"
-            and user.attrs["axis"] == inst.attrs["axis"]
-        ):
-            out.add(id(inst.result))
-    return out
-
-
-def _kind(inst: Instruction) -> str:
-    spec = OPS[inst.op]
-    if spec.kind in EW_KINDS:
-        return "ew"
-    if inst.op in VIEW_OPS:
-        return "view"
-    if spec.kind == REDUCE:
-        return "reduce"
-    if spec.kind == DOT:
-        return "dot"
-    if inst.op == "concatenate":
-        return "concat"
-    if spec.kind == WINDOW:
-        return "window"
-    if spec.kind == LITERAL:
-        return "const" if np.ndim(inst.attrs["value"]) == 0 else "literal"
-    if spec.kind == TUPLE:
-        return "tuple"
-    return inst.op
-
-
-def _name(o) -> str:
-    return o.name if isinstance(o, Value) else "const"
-
-
-def _view(m: Mat) -> View:
-    return View(m.slot, tuple(m.shape), tuple(m.strides), tuple(m.chain))
-
-
-def _view_map(inst: Instruction, shape):
-    """(strides -> strides or None, numpy chain link) for a layout op on a view of `shape`."""
-    t = inst.result.type
-    op, at = inst.op, inst.attrs
-    if op == "transpose":
-        perm = transpose_perm(len(shape), at)
-        return (lambda st: transpose_strides(st, perm)), ("transpose", tuple(perm))
-    if op == "broadcast":
-        return (lambda st: broadcast_strides(st, shape, t.shape)), ("broadcast", tuple(t.shape))
-    if op == "padShape":
-        return (lambda st: pad_strides(st, at["at"])), ("reshape", tuple(t.shape))
-    if op == "squeezeShape":
-        return (lambda st: squeeze_strides(st, at["at"])), ("reshape", tuple(t.shape))
-    return (lambda st: reshape_strides(shape, st, t.shape)), ("reshape", tuple(t.shape))
-
-
-def _renamed(spec, name: str):
-    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)[:48]
-    return dataclasses.replace(spec, name=safe)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
+from ..kernels.kernel_spec import KernelInput, c_strides
 from ..kernels.rows import RowSpec, loads, rebuild
-from ..kernels.spec import Expr, KernelInput, Load, c_strides
+from ..kernels.spec import Expr, Load
 from .plan import RowStep
 from .steps_order import Node, reached
 from .views import NoView, broadcast_strides, reshape_strides

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ..kernels.spec import c_strides
+from ..kernels.kernel_spec import c_strides
 
 Strides = tuple[int, ...]
 

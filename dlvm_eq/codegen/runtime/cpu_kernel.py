@@ -24,9 +24,10 @@ import math
 
 import numpy as np
 
+from ..kernels.kernel_spec import KernelSpec, ReduceSpec
 from ..kernels.layout import group_size, spec_layout
 from ..kernels.reference import REDUCE_NP
-from ..kernels.spec import DTYPES, KernelError, KernelSpec, ReduceSpec
+from ..kernels.spec import DTYPES, KernelError
 from .buffers import BufferPool, aligned_empty, data_ptr
 from .cpu_count import usable_cpus
 from .jit import JIT, cpu_ir

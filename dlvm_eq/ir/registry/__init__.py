@@ -6,6 +6,7 @@
     reduction.py    reduce, cumsum              gather.py     take, scatterAdd
     window.py       convolution and pooling     structure.py  literal, tuple, extract, apply
     control.py      scan, while, cond, switch   stop_gradient.py
+    attention.py    attention (issue 33)
 
 An op's `OpSpec` (ir/op_spec.py) holds its type rule, interpreter, DSL names, kernel formula,
 sympy meaning, cost class and batching rule; the parser, printer, verifier, interpreter, DSL,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from ..op_spec import OpSpec
 from . import (
+    attention,
     bits,
     control,
     elementwise,
@@ -60,6 +62,7 @@ def _ordered() -> list[OpSpec]:
         layout.slice_scatter_spec(),
         *control.specs(),
         stop_gradient.spec(),
+        attention.spec(),  # issue 33
     ]
 
 

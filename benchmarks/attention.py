@@ -1,0 +1,201 @@
+"""Attention (issue 33): softmax(q kᵀ / 8) v, 4 heads of dim 64, batch 1, float32, forward and
+forward+backward, dlvm_eq against PyTorch's `scaled_dot_product_attention` (its CPU flash
+kernel) and PyTorch eager with the naive formula, side by side in one process.
+
+    .venv/bin/python benchmarks/attention.py                          # seq 256 1024 4096
+    .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
+
+dlvm_eq rows:
+- "dlvm_eq (extraction's choice)": dq.jit as a user gets it; the note says which form
+  extraction chose (rules/attention.egg put the fused `attention` op beside the plain program).
+- "dlvm_eq fused kernel": the program with the one `attention` op that extraction produces
+  where it prices the fused form lower, planned as is: the online-softmax kernel, never writing
+  the seq x seq scores.
+- "dlvm_eq plain": the traced program planned as written (no e-graph).
+Peak memory: the bytes of the program's arena (its temporaries, planned by liveness); the fused
+kernel also holds one block of scores per thread (128 x 512 floats) outside it.
+Implementations take turns (three rounds, a few calls each, the first call of each turn not
+counted), so a slow phase of the shared machine hits all alike; each figure is the median of
+its calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import reexec_without
+
+UNSET = reexec_without()  # before numpy loads OpenBLAS
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from common import machine_line, markdown_table, update_section  # noqa: E402
+
+import dlvm_eq as dq  # noqa: E402
+from dlvm_eq.ir import FunctionBuilder, Module  # noqa: E402
+from dlvm_eq.ir.types import DType, TensorType  # noqa: E402
+from dlvm_eq.pipeline.native import compile as native_compile  # noqa: E402
+
+SECTION = "## Attention: fused kernel derived by rules (issue 33)"
+HEADS, DIM = 4, 64
+ROUNDS = 3
+
+
+def attn(q, k, v):
+    return dq.softmax((q @ dq.transpose(k, (0, 1, 3, 2))) * 0.125, axis=-1) @ v
+
+
+def loss(q, k, v, w):
+    return dq.sum(attn(q, k, v) * w)
+
+
+def _fused_module(q):
+    """The program extraction gives where it takes the fused form: one `attention` op."""
+    t = TensorType(q.shape, DType.f32)
+    b = FunctionBuilder("attn", [t, t, t], ["q", "k", "v"])
+    zero = b.const(0.0, DType.f32)
+    m = Module("attn")
+    m.add(b.finish(b.emit("attention", [*b.params, zero], scale=0.125, causal=0)))
+    return m
+
+
+def _dlvm_rows(args, fwd_only: bool):
+    """[(name, callable, arena bytes, note)] of the dlvm_eq implementations."""
+    rows = []
+    if fwd_only:
+        module = dq.make_ir(attn)(*args[:3])
+        call_args = args[:3]
+        name = "attn"
+    else:
+        module = dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args)
+        call_args = args
+        name = "loss"
+    chosen = native_compile(module, name, "cpu")
+    fused_chosen = "attention(" in str(chosen.plan)
+    lines = [
+        line.strip() for line in str(chosen.report).splitlines() if "attention e-class" in line
+    ]
+    note = ("fused" if fused_chosen else "plain") + " chosen" + (f"; {lines[0]}" if lines else "")
+    rows.append(("dlvm_eq (extraction's choice)", chosen, chosen.plan.arena_bytes, note))
+    if fwd_only:
+        fused = native_compile(_fused_module(args[0]), "attn", "cpu", optimize=False)
+        assert "attention(" in str(fused.plan)
+        rows.append(("dlvm_eq fused kernel", fused, fused.plan.arena_bytes, "online softmax"))
+    plain = native_compile(module, name, "cpu", optimize=False)
+    rows.append(("dlvm_eq plain (no e-graph)", plain, plain.plan.arena_bytes, "as traced"))
+    return [(n, (lambda c=c: c(*call_args)), b, note) for n, c, b, note in rows]
+
+
+def _torch_rows(args, fwd_only: bool):
+    try:
+        import torch
+    except ImportError:
+        return []
+    torch.set_num_threads(2)
+    F = torch.nn.functional
+    q, k, v, w = (torch.from_numpy(a.copy()) for a in args)
+
+    def sdpa():
+        if fwd_only:
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v)
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qq, kk, vv)
+        (out * w).sum().backward()
+        return qq.grad
+
+    def naive():
+        if fwd_only:
+            with torch.no_grad():
+                return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) @ v
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        out = torch.softmax(qq @ kk.transpose(-1, -2) * 0.125, -1) @ vv
+        (out * w).sum().backward()
+        return qq.grad
+
+    version = f"torch {torch.__version__}, 2 threads"
+    return [
+        ("torch scaled_dot_product_attention", sdpa, None, version),
+        ("torch eager, naive formula", naive, None, version),
+    ]
+
+
+def _check(rows, args, fwd_only):
+    """Every dlvm_eq row agrees with the float64 formula before it is timed."""
+    q, k, v = (a.astype(np.float64) for a in args[:3])
+    s = q @ np.swapaxes(k, -1, -2) * 0.125
+    p = np.exp(s - s.max(-1, keepdims=True))
+    o = (p / p.sum(-1, keepdims=True)) @ v
+    for name, fn, _, _ in rows:
+        if not name.startswith("dlvm_eq"):
+            continue
+        out = fn()
+        got = out if fwd_only else out[0]
+        want = o if fwd_only else np.sum(o * args[3])
+        np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3, err_msg=name)
+
+
+def measure(seq: int, fwd_only: bool, calls: int):
+    rng = np.random.default_rng(0)
+    shape = (1, HEADS, seq, DIM)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
+    rows = _dlvm_rows(args, fwd_only) + _torch_rows(args, fwd_only)
+    _check(rows, args, fwd_only)
+    times = {name: [] for name, *_ in rows}
+    for name, fn, *_ in rows:  # warm up
+        fn()
+    # Rounds over the implementations, a few calls each, the first of each turn not counted:
+    # thread pools that spin after a call (OpenBLAS's, torch's OpenMP workers, our pool) slow
+    # whatever runs next on two cores, so a call right after another implementation's is not
+    # its own figure.
+    for _ in range(ROUNDS):
+        for name, fn, *_ in rows:
+            for i in range(1 + -(-calls // ROUNDS)):
+                t0 = time.perf_counter()
+                fn()
+                if i:
+                    times[name].append(time.perf_counter() - t0)
+    return [
+        (name, statistics.median(times[name]) * 1e3, arena, note) for name, _, arena, note in rows
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq", type=int, nargs="+", default=[256, 1024, 4096])
+    ap.add_argument("--calls", type=int, default=9)
+    ap.add_argument("--update", type=Path)
+    a = ap.parse_args()
+    out = []
+    for fwd_only in (True, False):
+        table = []
+        for seq in a.seq:
+            calls = max(3, a.calls // 3) if seq >= 4096 else a.calls
+            for name, ms, arena, note in measure(seq, fwd_only, calls):
+                mib = f"{arena / 2**20:.1f}" if arena is not None else None
+                table.append([seq, name, f"{ms:.2f}", mib, note])
+                print(seq, "fwd" if fwd_only else "fwd+bwd", name, f"{ms:.2f} ms", mib, note)
+        title = "Forward" if fwd_only else "Forward + backward (value_and_grad of sum(o * w))"
+        out.append(
+            f"### {title}\n\n"
+            + markdown_table(["seq", "implementation", "median ms", "arena MiB", "note"], table)
+        )
+    text = (
+        f"{SECTION}\n\n`benchmarks/attention.py --seq {' '.join(map(str, a.seq))}` "
+        f"(batch 1, {HEADS} heads, head dim {DIM}, float32; medians of about {a.calls} calls "
+        f"in {ROUNDS} rounds). Machine: {machine_line()}; load average {os.getloadavg()[0]:.1f} "
+        "at the end: the machine was shared with other jobs.\n\n" + "\n\n".join(out) + "\n"
+    )
+    print(text)
+    if a.update:
+        update_section(a.update, SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Cost of the fused `Attention` e-node (ir/attention_op.py): what the CPU kernel runs.
+
+Per batch index, each (query block, key block) pair costs its two block products at the
+calibrated matmul rate, the softmax work on the block's scores (an exp and a few flops per
+score, in cache: no memory traffic), and a fixed per-block overhead of the kernel's calls; q,
+the output, and k and v (again per query block where one batch index's do not fit in a
+core's cache) move through memory. The plain program
+instead writes and reads the seq x seq scores several times; extraction compares the two.
+
+    attention_seconds(cost, result_type, child)    # child(i): operand i's TensorType or None
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
+
+INF = math.inf
+CACHE_BYTES = 512 * 1024  # a core's L2 (target_cost.CACHE_BYTES)
+SOFTMAX_FLOPS = 6  # per score besides its exp: scale, bias, max, subtract, sum, rescale
+# The numpy-driven kernel's fixed costs (runtime/attention_cpu.py), measured: one call with one
+# block took 55 us on the 2-core Xeon under load (BLAS thread switch, task dispatch, ~12 array
+# calls); more blocks add ~20 us each beyond their arithmetic.
+CALL_SECONDS = 30e-6
+BLOCK_SECONDS = 20e-6
+
+
+def attention_seconds(cost, t, child, causal: bool = False) -> float:
+    from .target_cost import flops_per_element  # late: target_cost imports this module
+
+    q, k, v = child(0), child(1), child(2)
+    if q is None or k is None or v is None or t is None:
+        return INF
+    if cost.machine.name == "gpu":  # no fused kernel there yet: the step writes the scores
+        return INF
+    mc = cost.machine
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = math.prod(q.shape[:-2])
+    pairs = batch * blocks(m, n, causal)
+    bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
+    products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
+    scores = bq * bk * (flops_per_element("Exp", mc) + SOFTMAX_FLOPS) / mc.flop_rate
+    itemsize = t.dtype.itemsize
+    # one batch index's k and v are read again by each query block, from the core's cache
+    # when they fit there, else from memory
+    kv = (k.size + v.size) * itemsize
+    rereads = 1 if kv // max(batch, 1) <= CACHE_BYTES else -(-m // QUERY_BLOCK)
+    moved = (q.size + t.size) * itemsize + kv * rereads
+    return (
+        mc.node_overhead
+        + CALL_SECONDS
+        + pairs * (products + scores + BLOCK_SECONDS)
+        + moved / mc.bandwidth
+    )

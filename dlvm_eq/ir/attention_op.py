@@ -1,0 +1,75 @@
+"""`attention`: softmax(q kᵀ · scale + bias) v in one op, the form rules/attention.egg derives
+from the naive program (issue 33); codegen runs it without writing the score matrix.
+
+    %o = attention %q: <B.. x m x d x T>, %k: <B.. x n x d x T>, %v: <B.. x n x e x T>,
+                   %bias: B scale 0.125 [causal]
+
+bias broadcasts (numpy's rules) to the scores' shape <B.. x m x n x T> (a scalar 0 where there
+is none; padding masks are 0 / -inf); causal hides key j from query i where j > i (top-left
+aligned, torch's `is_causal`). This is the interpreter's semantics, written the naive way: it is
+the oracle the fused kernel is tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import IRError
+from .types import TensorType, broadcast_shapes
+
+
+def _fail(msg: str):
+    raise IRError(f"attention: {msg}")
+
+
+def attention_type(types, attrs) -> TensorType:
+    if len(types) != 4 or not all(isinstance(t, TensorType) for t in types):
+        _fail("expected four tensor operands: q, k, v, bias")
+    q, k, v, bias = types
+    if len({q.dtype, k.dtype, v.dtype, bias.dtype}) != 1 or not q.dtype.is_float:
+        _fail(f"operands must share one floating-point type: {q}, {k}, {v}, {bias}")
+    if not 2 <= q.rank <= 4 or not q.rank == k.rank == v.rank:
+        _fail(f"q, k and v need equal ranks from 2 to 4: {q}, {k}, {v}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        _fail(f"batch dimensions differ: {q}, {k}, {v}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        _fail(f"q·kᵀ or the product with v does not type-check: {q}, {k}, {v}")
+    scores = q.shape[:-1] + (k.shape[-2],)
+    if broadcast_shapes(bias.shape, scores) != scores:
+        _fail(f"bias {bias} does not broadcast to the scores' shape {scores}")
+    if attrs.get("causal", 0) not in (0, 1):
+        _fail(f"causal must be 0 or 1, not {attrs['causal']}")
+    return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+
+
+def causal_mask(m: int, n: int) -> np.ndarray:
+    """True where query i may not see key j (j > i)."""
+    return np.arange(n)[None, :] > np.arange(m)[:, None]
+
+
+def attention(args, attrs):
+    q, k, v, bias = args
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(attrs["scale"]) + bias
+    if attrs.get("causal", 0):
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), -np.inf, s)
+    with np.errstate(invalid="ignore"):  # a row with every key hidden is NaN, as the naive form
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(e / e.sum(axis=-1, keepdims=True), v).astype(q.dtype)
+
+
+# Key block x query block of scores that one thread keeps in its core's cache (the kernel's
+# working set: a block of scores, its exp, and the running rows); codegen and the cost model
+# both read these, so the price is that of the tiles the kernel really runs.
+QUERY_BLOCK = 128
+KEY_BLOCK = 512
+
+
+def blocks(m: int, n: int, causal: bool) -> int:
+    """(query block, key block) pairs the kernel visits for one batch index: with causal, only
+    those on or below the diagonal."""
+    total = 0
+    for q0 in range(0, m, QUERY_BLOCK):
+        last = min(m, q0 + QUERY_BLOCK) - 1  # the block's last query sees keys <= last
+        keys = min(n, last + 1) if causal else n
+        total += -(-keys // KEY_BLOCK)
+    return total

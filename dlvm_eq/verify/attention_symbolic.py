@@ -1,0 +1,61 @@
+"""`attention` on sympy, computed the way the fused kernel computes it: FlashAttention's online
+softmax over key blocks (a running maximum, a running sum and a running weighted sum of v, each
+rescaled by exp(old max - new max) when a block raises the maximum). verify-rules then proves
+rules/attention.egg's rewrites from the naive softmax(q kᵀ s + bias) v to `Attention` as
+identities between the two computations (the online-softmax lemma, on every small shape).
+
+    attention_table(as_array, extremum)["attention"]([q, k, v, bias], attrs, rtype)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from ..ir.attention_op import causal_mask
+
+BLOCK = 2  # keys per block: two blocks already exercise the rescaling of the first
+
+
+def online_softmax_row(scores: list, values: list, extremum, block: int = BLOCK):
+    """sum_j softmax(scores)_j values_j by blocks of keys; values are tuples (one per output
+    column). The running max starts at the first block's, so no -oo enters the sums."""
+    m = lsum = acc = None
+    for lo in range(0, len(scores), block):
+        s, vals = scores[lo : lo + block], values[lo : lo + block]
+        m_blk = extremum(sp.Max, s)
+        w = [sp.exp(x - m_blk) for x in s]  # this block's weights against its own maximum
+        l_blk = sp.Add(*w)
+        acc_blk = [sp.Add(*(wj * vj[c] for wj, vj in zip(w, vals))) for c in range(len(vals[0]))]
+        if m is None:
+            m, lsum, acc = m_blk, l_blk, acc_blk
+            continue
+        new = extremum(sp.Max, [m, m_blk])
+        old_scale, blk_scale = sp.exp(m - new), sp.exp(m_blk - new)
+        lsum = lsum * old_scale + l_blk * blk_scale
+        acc = [a * old_scale + b * blk_scale for a, b in zip(acc, acc_blk)]
+        m = new
+    return [a / lsum for a in acc]
+
+
+def attention_table(as_array, extremum) -> dict:
+    def attention(args, attrs, rtype):
+        q, k, v, bias = (as_array(a) for a in args)
+        scale = sp.Rational(float(attrs["scale"]))  # exact, as the Const it came from
+        m, n = q.shape[-2], k.shape[-2]
+        bias = np.broadcast_to(bias, q.shape[:-1] + (n,))
+        hidden = causal_mask(m, n) if attrs.get("causal", 0) else np.zeros((m, n), bool)
+        out = np.empty(rtype.shape, dtype=object)
+        for idx in np.ndindex(q.shape[:-2]):
+            qb, kb, vb, bb = q[idx], k[idx], v[idx], bias[idx]
+            for i in range(m):
+                seen = [j for j in range(n) if not hidden[i, j]]
+                scores = [
+                    sp.Add(*(qb[i, c] * kb[j, c] for c in range(q.shape[-1]))) * scale + bb[i, j]
+                    for j in seen
+                ]
+                row = online_softmax_row(scores, [tuple(vb[j]) for j in seen], extremum)
+                out[idx + (i,)] = row
+        return out
+
+    return {"attention": attention}
