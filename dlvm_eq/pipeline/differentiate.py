@@ -88,14 +88,21 @@ def _leaf_ranges(in_tree) -> list[range]:
     return ranges
 
 
+def _trace_nested(fn, args, who: str):
+    """_trace one gradient level deeper. (A module-level function, so that the closures that
+    call it pickle by reference: Ray ships jitted gradients to its workers, and a ContextVar
+    named in a closure cannot be pickled.)"""
+    token = _NESTING.set(_NESTING.get() + 1)
+    try:
+        return _trace(fn, args, who)
+    finally:
+        _NESTING.reset(token)
+
+
 def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = False):
     def traced(*args):
         nums, single = _argnums(argnums, len(args), who)
-        token = _NESTING.set(_NESTING.get() + 1)
-        try:
-            forward, captured, leaves, in_tree, out_tree = _trace(fn, args, who)
-        finally:
-            _NESTING.reset(token)
+        forward, captured, leaves, in_tree, out_tree = _trace_nested(fn, args, who)
         t = forward.result_type
         if has_aux:  # (loss, aux): differentiate output 0, return the aux leaves as they are
             if out_tree.kind == "leaf" or len(out_tree.children) != 2:
@@ -171,11 +178,7 @@ def vjp(fn, *primals):
     cotangent has the output's structure (entries for non-float outputs are ignored)."""
     if not primals:
         raise AdjointError("vjp: needs at least one primal")
-    token = _NESTING.set(_NESTING.get() + 1)
-    try:
-        forward, captured, leaves, in_tree, out_tree = _trace(fn, primals, "vjp")
-    finally:
-        _NESTING.reset(token)
+    forward, captured, leaves, in_tree, out_tree = _trace_nested(fn, primals, "vjp")
     wrt = tuple(i for i, a in enumerate(leaves) if type_of(a).dtype.is_float)
     if not wrt:
         raise AdjointError("vjp: no float primal to differentiate")
