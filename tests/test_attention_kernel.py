@@ -173,3 +173,32 @@ def test_vmap_of_the_attention_op_is_a_loop_over_examples():
         [reference([q[i], k, v, pad[i]], {"scale": 0.5, "causal": 0}) for i in range(3)]
     )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+ATTENTION_TEXT = """module "a"
+stage raw
+func @f: (<2 x 4 x 8 x f64>, <2 x 6 x 8 x f64>, <2 x 6 x 8 x f64>) -> <2 x 4 x 8 x f64> {
+'entry(%q: <2 x 4 x 8 x f64>, %k: <2 x 6 x 8 x f64>, %v: <2 x 6 x 8 x f64>):
+    %o = attention %q: <2 x 4 x 8 x f64>, %k: <2 x 6 x 8 x f64>, %v: <2 x 6 x 8 x f64>, 0.0: f64 scale 0.3 causal
+    return %o: <2 x 4 x 8 x f64>
+}
+"""
+
+
+def test_the_attention_op_parses_prints_back_and_runs_as_the_naive_formula():
+    from dlvm_eq.ir import interpret
+    from dlvm_eq.ir.parser import parse
+
+    m = parse(ATTENTION_TEXT)
+    assert str(parse(str(m))) == str(m)  # the printed op reads back to the same op
+    rng = np.random.default_rng(3)
+    q, k, v = (
+        rng.standard_normal((2, 4, 8)),
+        rng.standard_normal((2, 6, 8)),
+        rng.standard_normal((2, 6, 8)),
+    )
+    s = q @ k.transpose(0, 2, 1) * 0.3
+    s = np.where(np.arange(6)[None, :] > np.arange(4)[:, None], -np.inf, s)  # causal: j > i hidden
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(interpret(m, "f", q, k, v), want, rtol=1e-12)

@@ -380,6 +380,14 @@ class FunctionReader:
         x = self.operand(x_tree)
         return "cumsum", [x], {"axis": self._indexed_axis(x, axis), "reverse": bool(rev)}
 
+    def attention(self, tree: Tree):
+        operands, scale, *causal = tree.children
+        return (
+            "attention",
+            self.operands(operands),
+            {"scale": float(scale), "causal": int(bool(causal))},
+        )
+
     def take(self, tree: Tree):
         x_tree, ids_tree, axis = tree.children
         x, ids = self.operand(x_tree), self.operand(ids_tree)
@@ -479,6 +487,7 @@ OP_SYNTAX = {
     "scatter_add": FunctionReader.scatter_add,
     "slice_scatter": FunctionReader.slice_scatter,
     "cumsum": FunctionReader.cumsum,
+    "attention": FunctionReader.attention,
     "select": FunctionReader.select,
     "literal": FunctionReader.literal,
     "tuple_literal": FunctionReader.tuple_literal,

@@ -107,7 +107,8 @@ def format_instruction(inst: Instruction) -> str:
     elif name in CONTROL_FLOW_OPS:
         text = format_control_flow(name, ops, a, format_operand)
     elif name == "attention":  # issue 33
-        text = f"attention {args} scale {a['scale']!r}" + (" causal" if a["causal"] else "")
+        scale = repr(float(a["scale"]))  # float's repr reads back to the same value
+        text = f"attention {args} scale {scale}" + (" causal" if a["causal"] else "")
     elif name in WINDOW_OPS:
         text = f"{name} {args} {format_window_attrs(name, a)}"
     else:
