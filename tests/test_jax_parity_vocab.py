@@ -10,8 +10,18 @@ import pytest
 import dlvm_eq as dq
 
 jax = pytest.importorskip("jax")
-jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _jax_in_float64():
+    """JAX computes in float64 for these tests only: the flag is global, and set at import it
+    would change other modules' JAX results (the high word of a negative PRNGKey seed)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
 
 RNG = np.random.default_rng(17)
 X = RNG.standard_normal((3, 4, 5))
