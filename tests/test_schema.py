@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from dlvm_eq.egraph import registry_check
 from dlvm_eq.egraph.rulefiles import rule_file
 from dlvm_eq.egraph.serialized import EGG_TO_OP, HELPERS, LEAVES
 from dlvm_eq.ir.ops import CALL, CONTROL, LITERAL, OPS, TUPLE
@@ -16,16 +17,7 @@ NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL, CONTROL)
 def schema_constructors() -> dict[str, int]:
     """Constructor name -> number of arguments, from the `(datatype Term ...)` block."""
     text = rule_file("schema.egg").read_text()
-    text = re.sub(r";[^\n]*", "", text)  # comments
-    start = text.index("(datatype Term")
-    depth, end = 0, start
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            end = i
-            break
-    body = text[start + len("(datatype Term") : end]
-    return {m.group(1): len(m.group(2).split()) for m in re.finditer(r"\((\w+)([^()]*)\)", body)}
+    return {name: len(sorts) for name, sorts in registry_check.schema_constructors(text).items()}
 
 
 def test_every_op_has_its_constructor():
