@@ -34,6 +34,7 @@ from . import losses, nn, optim, random
 from .activations import elu, hard_tanh, leaky_relu, log_sigmoid, relu6, silu, swish
 from .api import make_ir
 from .arrays import argmax, argmin, clip, cumsum, pad
+from .checkpoint import checkpoint, remat
 from .constants import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from .context import TracingError, current_trace, is_tracing
 from .control_flow import cond, fori_loop, scan, switch, while_loop
@@ -116,8 +117,10 @@ from .stats import std, var
 from .tracing import ShapeDtypeStruct, call_function, spec, trace, trace_closure, type_of
 
 __all__ = [
+    "checkpoint",
     "cond",
     "fori_loop",
+    "remat",
     "scan",
     "switch",
     "while_loop",
