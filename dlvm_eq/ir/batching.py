@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IRError
+from .control_flow import elements
 from .inline import flatten
 from .module import Const, Function, FunctionBuilder, Module, Value
 from .ops import OPS
-from .types import DType, TensorType
+from .types import DType, TensorType, TupleType
 
 
 class BatchError(IRError):
@@ -72,12 +73,6 @@ def batch_function(
     broadcast to the batch too (vmap's out_axes=0)."""
     if len(batched) != len(fn.params):
         raise BatchError(f"@{fn.name}: {len(fn.params)} parameters, {len(batched)} batch flags")
-    for inst in fn.body:  # their tuple results and bodies need rules not written yet
-        if OPS[inst.op].regions and OPS[inst.op].batch is None:
-            raise BatchError(
-                f"vmap: {inst.op} has no batching rule yet (ir/registry/control.py); "
-                "vmap the loop's body, or loop over the batched function"
-            )
     flat = flatten(fn, module)
     types = [
         TensorType((size, *p.type.shape), p.type.dtype) if b else p.type
@@ -91,7 +86,11 @@ def batch_function(
     def get(o):
         return (o, False) if isinstance(o, Const) else env[id(o)]
 
+    parts: dict[int, list] = {}  # a loop's batched tuple result: its elements, batched
     for inst in flat.body:
+        if inst.op == "extract" and id(inst.operands[0]) in parts:
+            env[id(inst.result)] = (parts[id(inst.operands[0])][inst.attrs["index"]], True)
+            continue
         args, flags = zip(*(get(o) for o in inst.operands)) if inst.operands else ((), ())
         if not any(flags):
             out = builder.emit(inst.op, list(args), location=inst.location, **inst.attrs)
@@ -102,13 +101,18 @@ def batch_function(
             raise BatchError(f"vmap: op {inst.op} has no batching rule (ir/registry/)")
         bt = Batcher(builder, size, inst.location, module)
         out = spec.batch(bt, inst.op, list(args), tuple(flags), dict(inst.attrs))
-        want = (size, *inst.result.type.shape)
-        if out.type.shape != want or out.type.dtype != inst.result.type.dtype:
-            raise BatchError(
-                f"vmap: the batching rule of {inst.op} gave {out.type}, expected "
-                f"{TensorType(want, inst.result.type.dtype)}"
-            )
-        env[id(inst.result)] = (out, True)
+        outs = out if isinstance(out, list) else [out]  # control flow: one per element
+        for o, t in zip(outs, elements(inst.result.type)):
+            want = (size, *t.shape)
+            if o.type.shape != want or o.type.dtype != t.dtype:
+                raise BatchError(
+                    f"vmap: the batching rule of {inst.op} gave {o.type}, expected "
+                    f"{TensorType(want, t.dtype)}"
+                )
+        if isinstance(inst.result.type, TupleType):
+            parts[id(inst.result)] = outs
+        else:
+            env[id(inst.result)] = (outs[0], True)
     results, out_batched = [], []
     for r in flat.results:
         v, b = get(r)

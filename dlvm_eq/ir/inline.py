@@ -58,6 +58,11 @@ def live_instructions(body: list[Instruction], results: list) -> list[Instructio
     return live
 
 
+def _op_result(t) -> bool:
+    """Whether t is the tuple result of an op (a loop's): its elements are read by `extract`."""
+    return isinstance(t, Value) and isinstance(t.type, TupleType)
+
+
 def _get(env, o):
     return o if isinstance(o, IRConst) else env.get(id(o), o)
 
@@ -70,7 +75,7 @@ def _inline(fn: Function, module, env0, body, env, prefix: str, depth: int):
         ops = [_get(env, o) for o in inst.operands]
         if inst.op == "tuple":
             env[id(inst.result)] = tuple(ops)
-        elif inst.op == "extract":
+        elif inst.op == "extract" and not _op_result(ops[0]):
             t = ops[0]
             if not isinstance(t, tuple):
                 raise IRError(f"@{fn.name}: extract from a value that is not a tuple")

@@ -5,14 +5,15 @@ never sees them (loop rules: ir/loop_rules.py).
 
     %r = scan @step carry (%h0: <4 x f32>) over (%xs: <8 x 3 x f32>) length 8
 
-No batching rule yet: vmap of a program with control flow is a BatchError naming the op (a
-rule batches each body with `bt.batch_body`, ir/batching.py).
+Their vmap rules (each body batched with `bt.batch_body`, ir/batching.py) are in
+ir/registry/control_batch.py.
 """
 
 from __future__ import annotations
 
 from .. import control_flow
 from ..op_spec import CONTROL, OpSpec, pascal
+from .control_batch import branch_rule, scan_rule, while_rule
 
 REGIONS = {
     "scan": ("body",),
@@ -20,6 +21,7 @@ REGIONS = {
     "cond": ("branches",),
     "switch": ("branches",),
 }
+BATCH = {"scan": scan_rule, "while": while_rule, "cond": branch_rule, "switch": branch_rule}
 
 
 def specs() -> list[OpSpec]:
@@ -33,6 +35,7 @@ def specs() -> list[OpSpec]:
             control_flow.unevaluable,
             attrs=control_flow.ATTRS[name],
             regions=REGIONS[name],
+            batch=BATCH[name],
         )
         for name in control_flow.CONTROL_FLOW_OPS
     ]
