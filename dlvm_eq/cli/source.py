@@ -1,8 +1,10 @@
 """`dlvm-eq check FILE.dl` and `dlvm-eq fmt FILE.dl [-i]`: a .dl file parsed and verified,
-or printed in canonical form with its comments kept.
+or printed in canonical form with its comments kept (`--cfg`: whiles and conds written as
+DLVM's blocks, branches and conditionals, comments dropped).
 
     $ dlvm-eq check examples/mlp.dl                   # "ok: 2 functions"
     $ dlvm-eq fmt examples/mlp.dl -i                  # rewritten in place
+    $ dlvm-eq fmt tests/data/control_flow/loops.dl --cfg   # loops as blocks and branches
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from ..errors import DlvmError
 from ..ir import verify
+from ..ir.cfg_printer import print_module_cfg
 from ..ir.comments import format_with_comments
 from ..ir.parser import load, parse, read_source
 
@@ -34,13 +37,22 @@ def fmt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-i", "--in-place", action="store_true", help="rewrite the file instead of printing"
     )
+    p.add_argument(
+        "--cfg",
+        action="store_true",
+        help="write while loops and conds as DLVM's blocks with arguments, branch and "
+        "conditional (comments are not kept)",
+    )
 
 
 def fmt(args: argparse.Namespace) -> int:
     source = read_source(args.file)
     module = parse(source, args.file)
     verify(module)
-    text = format_with_comments(module, source)  # the source's comments kept
+    if getattr(args, "cfg", False):
+        text = print_module_cfg(module)
+    else:
+        text = format_with_comments(module, source)  # the source's comments kept
     if args.in_place:
         write_text(Path(args.file), text)
     else:
