@@ -77,7 +77,8 @@ class _Loader:
 
     def literal(self, value: np.ndarray, t: TensorType) -> Let:
         value = np.asarray(value, dtype=t.dtype.numpy)
-        if value.ndim == 0 or np.all(value == value.flat[0]) and value.size:
+        if value.size == 0 or value.ndim == 0 or np.all(value == value.flat[0]):
+            # one value everywhere (an empty array: any value, say 0)
             return self.const(value.flat[0].item() if value.size else 0, t)
         key = f"{self.prefix}lit{len(self.prog.literals)}"
         self.prog.literals[key] = np.broadcast_to(value, t.shape).copy()

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..errors import DlvmError
 from ..extract import Extraction, ExtractionError, extract
 from ..extract.target_cost import TargetCost
+from ..ir.control_flow import reaches_control_flow
 from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
@@ -54,6 +55,8 @@ STAGE_RULE_FILES = ("algebra.egg", "adjoint.egg", "fusion.egg")
 # issue 33: attention.egg (`attention`, run by the optimizer; needs algebra's cval) and the fused
 # op's adjoints (ruleset `adjoint`, declared by adjoint.egg)
 STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
+# issue 30: rules/loops.egg (`loops`, run by the optimizer): selectors folded to constants
+STAGE_RULE_FILES += ("loops.egg",)
 
 
 def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):
@@ -140,7 +143,8 @@ def _restore(key: tuple, session: EGraphSession, depth: int) -> None:
 
 def schedule_for(rules: Sequence[str | Path] = ()) -> Schedule:
     """The default schedule plus the rulesets the user's files declare."""
-    schedule = Schedule.default().with_rulesets(("attention",))  # rules/attention.egg
+    # rules/attention.egg, rules/loops.egg
+    schedule = Schedule.default().with_rulesets(("attention", "loops"))
     for path in rules:
         schedule = schedule.with_rulesets(rulesets_in(read_rule_file(path)[0]))
     return schedule
@@ -383,17 +387,25 @@ def optimize(
     names = [module[func].name] if func is not None else list(module.functions)
     out = Module(module.name, module.stage)
     report = OptimizeReport(str(target))
-    todo = sum(1 for n in module.functions if n in names)
+    # a loop body is optimized with the function that runs it (egraph/optimize_loops.py)
+    from .optimize_loops import bodies_optimized_with, put_bodies
+
+    with_loops = bodies_optimized_with(module, names)
+    todo = sum(1 for n in module.functions if n in names and id(module[n]) not in with_loops)
     for name, fn in module.functions.items():
-        if name in names:
+        if name in names and id(fn) not in with_loops:
             share = deadline.split(todo)
             todo -= 1
-            fn, fr = _optimize_function(
+            optimize_one = _optimize_function
+            if reaches_control_flow(fn, module):  # pieces and bodies in one e-graph
+                from .optimize_loops import optimize_loops as optimize_one
+            fn, fr = optimize_one(
                 module, fn, rules, target, budget, extractor, schedule, time_limit, explain, share
             )
             if fr is not None:
                 report.functions[name] = fr
         out.add(fn)
+    put_bodies(out, with_loops)
     return OptimizeResult(out, report)
 
 

@@ -12,6 +12,7 @@ from ..errors import DlvmError
 # The shipped rule files, in load order (each builds on the ones before it).
 SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
 SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after both it builds on
+SHIPPED += ("loops.egg",)  # issue 30: constant selectors of conds and switches (needs cval)
 
 
 def rule_file(name: str) -> Path:

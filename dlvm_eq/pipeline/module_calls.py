@@ -9,11 +9,9 @@ as on one whose bodies are written out.
 
 from __future__ import annotations
 
-from ..errors import DlvmError
 from ..ir.interp import interpret as interpret_resolved
 from ..ir.module import Module
 from .adjoints import resolve_adjoints
-from .loops import needs_loops
 
 
 def interpret(module: Module, name: str, *arrays, float64: bool = False):
@@ -33,12 +31,7 @@ def optimize(module: Module, func: str | None = None, *args, **options):
 
     roots = None if func is None else [func]
     resolved = resolve_adjoints(module, roots)
-    for name in roots or list(resolved.functions):
-        if needs_loops(resolved, name):  # (loops.py: dq.compile optimizes piece by piece)
-            raise DlvmError(
-                f"dq.optimize: @{name} has loops or branches, which one e-graph does not "
-                "hold yet; dq.compile and dq.jit optimize each straight piece and each body"
-            )
+    # a function with loops: its pieces and bodies share one e-graph (egraph/optimize_loops.py)
     return optimize_resolved(resolved, func, *args, **options)
 
 

@@ -108,7 +108,7 @@ def _shipped_name(filename: str) -> str | None:
     return None
 
 
-_BUILDS_ON_OTHERS = ("attention.egg", "attention_adjoint.egg")
+_BUILDS_ON_OTHERS = ("attention.egg", "attention_adjoint.egg", "loops.egg")
 
 
 def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligation]]:
