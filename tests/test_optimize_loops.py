@@ -20,6 +20,7 @@ from dlvm_eq.egraph.optimize import scratch_session
 from dlvm_eq.egraph.rulefiles import rule_file
 from dlvm_eq.ir import Module, interpret, verify
 from dlvm_eq.ir.control_flow import COND, module_with_bodies, reachable_bodies
+from dlvm_eq.ir.loop_rules import apply_loop_rules
 from dlvm_eq.ir.parser import load, parse
 
 DATA = Path(__file__).parent / "data" / "control_flow"
@@ -229,3 +230,33 @@ def test_random_loops_optimize_to_the_same_results(shape, steps, k, seed):
     r = dq.optimize(m, name)
     verify(r.module)
     same_results(m, r.module, name, x, w)
+
+
+def test_a_value_the_e_graph_makes_invariant_leaves_the_body():
+    def f(h, xs, w, v, hoist):
+        def step(h, x):
+            # h - h is 0, so ((h - h) + w) @ v is w @ v: invariant, once the e-graph says so
+            shift = ((h - h) + w) @ v if hoist else (h * 0.5) @ w
+            return dq.tanh(x + shift), None
+
+        return dq.scan(step, h, xs)[0]
+
+    h, v = RNG.standard_normal((2, 3)).astype(np.float32)
+    xs = RNG.standard_normal((5, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    for hoist in (True, False):
+        m = traced(lambda h, xs, w, v: f(h, xs, w, v, hoist), h, xs, w, v)
+        name = next(iter(m.functions))
+        r = dq.optimize(m, name)
+        verify(r.module)
+        same_results(m, r.module, name, h, xs, w, v)
+        new = r.module[name]
+        (body,) = reachable_bodies(new)
+        in_body = [i.op for i in body.body]
+        if hoist:  # w @ v computed once, before the scan, and passed in
+            assert "dot" not in in_body and "dot" in [i.op for i in new.body]
+            # the loop rules alone, on the program as written, cannot see it
+            (as_written,) = reachable_bodies(apply_loop_rules(m[name]))
+            assert "dot" in [i.op for i in as_written.body]
+        else:  # it reads the carry: it stays
+            assert "dot" in in_body
