@@ -145,3 +145,21 @@ def test_random_checkpointed_bodies_keep_the_gradient(ops, length, reverse, seed
     got = dq.jit(dq.grad(lambda *a: loss(*a, True), argnums=(0, 1, 2)), target="cpu")(*args)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11)
+
+
+def test_checkpoint_of_a_pytree_function_with_a_python_argument():
+    def block(p, x, scale):
+        return {"a": dq.tanh(x @ p["w"]) * scale, "b": dq.sin(x) + p["c"]}
+
+    def loss(p, x, remat):
+        f = dq.checkpoint(block, static_argnums=(2,)) if remat else block
+        out = f(p, x, 3.0)
+        return dq.sum(out["a"] * out["b"])
+
+    p = {"w": W, "c": RNG.standard_normal(4)}
+    x = RNG.standard_normal((2, 4))
+    want = dq.grad(lambda p, x: loss(p, x, False), argnums=(0, 1))(p, x)
+    got = dq.jit(dq.grad(lambda p, x: loss(p, x, True), argnums=(0, 1)))(p, x)
+    np.testing.assert_allclose(got[0]["w"], want[0]["w"], rtol=1e-10)
+    np.testing.assert_allclose(got[0]["c"], want[0]["c"], rtol=1e-10)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-10)
