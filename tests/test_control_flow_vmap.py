@@ -6,6 +6,7 @@ interpreter and the cpu compile; per-example gradients through a scan; random lo
 from __future__ import annotations
 
 import operator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,3 +162,26 @@ def test_vmap_of_random_loops_equals_a_loop_over_examples(ops, length, reverse, 
     args = [rng.standard_normal(((2,) if ax == 0 else ()) + s) for s, ax in zip(shapes, axes)]
     got = dq.jit(dq.vmap(f, in_axes=axes), target="cpu")(*args)
     assert_close(got, per_example(f, axes, *args), 1e-9)
+
+
+def test_batch_function_of_a_dl_scan_returned_whole():
+    from dlvm_eq.ir import interpret, verify
+    from dlvm_eq.ir.batching import batch_function
+    from dlvm_eq.ir.control_flow import module_with_bodies
+    from dlvm_eq.ir.module import Module
+    from dlvm_eq.ir.parser import load
+
+    m = load(Path(__file__).parent / "data" / "control_flow" / "loops.dl")
+    fn = m["main"]  # returns the scan's (final carry, stacked ys) tuple as it is
+    batched, flags = batch_function(fn, [True, False, False], 3, m)
+    out = Module("b")
+    module_with_bodies(out, batched)
+    verify(out)
+    h = RNG.standard_normal((3, 4)).astype(np.float32)
+    xs = RNG.standard_normal((8, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    got = interpret(out, batched.name, h, xs, w)
+    assert flags == [True, True]
+    for b in range(3):
+        for g, want in zip(got, interpret(m, "main", h[b], xs, w)):
+            np.testing.assert_allclose(g[b], want, rtol=1e-5, atol=1e-6)

@@ -114,8 +114,10 @@ def batch_function(
         else:
             env[id(inst.result)] = (outs[0], True)
     results, out_batched = [], []
-    for r in flat.results:
-        v, b = get(r)
+    pairs = []
+    for r in flat.results:  # a loop's tuple returned whole: its elements
+        pairs += [(v, True) for v in parts[id(r)]] if id(r) in parts else [get(r)]
+    for v, b in pairs:
         if not b and broadcast_outputs:
             v, b = Batcher(builder, size).full(v), True
         results.append(v)
