@@ -163,3 +163,16 @@ def test_checkpoint_of_a_pytree_function_with_a_python_argument():
     np.testing.assert_allclose(got[0]["w"], want[0]["w"], rtol=1e-10)
     np.testing.assert_allclose(got[0]["c"], want[0]["c"], rtol=1e-10)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-10)
+
+
+def test_per_example_gradients_through_a_checkpointed_scan_body():
+    xs = RNG.standard_normal((3, 5, 4))
+
+    def loss(w, h0, xs):
+        f = dq.checkpoint(lambda h, x: dq.tanh(h @ w + x))
+        h, _ = dq.scan(lambda h, x: (f(h, x), None), h0, xs)
+        return dq.sum(h * h)
+
+    got = dq.jit(dq.vmap(dq.grad(loss), in_axes=(None, None, 0)))(W, H0[0], xs)
+    for b in range(3):
+        np.testing.assert_allclose(got[b], dq.grad(loss)(W, H0[0], xs[b]), rtol=1e-10)
