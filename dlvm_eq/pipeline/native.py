@@ -38,6 +38,7 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
+from .never_slower import choose_program
 from .planning import planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
@@ -222,8 +223,11 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             from ..egraph.optimize import optimize
 
             res = optimize(module, func=name, target=target, rules=list(rules))
-            built.append(res)
-            return res.module[name]
+            choice = _never_slower(module, res, name, target)
+            built.append((res, choice))
+            return (
+                res.module[name] if choice is None or choice.kept == "optimized" else module[name]
+            )
 
         # a second process compiling the same program reads the optimized function from disk
         parts = [text, name, target, key[3]] + ([key[4]] if rules else [])
@@ -231,7 +235,11 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             fn = cached_function("optimize", parts, build, rules_digest())
         digest = None if cuts else "optimized " + function_key("optimize", parts, rules_digest())
         if built:
-            out = (built[0].module, built[0], note, digest)
+            res, choice = built[0]
+            if choice is not None and choice.kept == "original":
+                out = (module, res, str(choice), digest)
+            else:
+                out = (res.module, res, str(choice) if choice else note, digest)
         else:
             note = "optimized program read from the compile cache (no e-graph built)"
             result = Module(module.name, module.stage, dict(module.functions))
@@ -243,6 +251,20 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
         note = f"not optimized: {e}"
         out = (module, None, note, None)
     return out
+
+
+def _never_slower(module: Module, res, name: str, target: str):
+    """The never-slower guard (never_slower.py) on the optimizer's result, or None where the
+    optimizer kept the function as written; its choice is what the IR cache stores."""
+    from ..egraph.stability import stable_rules_fired
+
+    fr = res.report[name]
+    if fr.kept_original or res.module[name] is module[name]:
+        return None
+    stable = tuple(stable_rules_fired(fr.saturation.rule_matches)) if fr.saturation else ()
+    before = planned(module, name, target)
+    after = planned(res.module, name, target)
+    return choose_program(before, after, target, stable=stable)
 
 
 class Compiled:
