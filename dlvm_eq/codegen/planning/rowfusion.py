@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..kernels.kernel_spec import KernelInput, c_strides
 from ..kernels.rows import RowSpec, loads, rebuild
 from ..kernels.spec import Expr, Load
-from .plan import RowStep
+from .plan import CONST, RowStep
 from .steps_order import Node, reached
 from .views import NoView, broadcast_strides, reshape_strides
+
+# a constant broadcast at plan time for a row kernel holds at most this many bytes
+ROW_CONSTANT_BYTES = 1 << 20
 
 
 def short_op(op: str) -> str:
@@ -175,6 +180,28 @@ class RowFusion:
         new.source = step
         return new, group
 
+    def row_constant(self, slot: int, shape, st) -> int | None:
+        """A constant read through strides that do not flatten to (rows, cols) (a causal mask
+        (T, T) broadcast over the batch of (B, T, T) scores), broadcast at plan time into a
+        constant of `shape`, or None (not a constant, larger than ROW_CONSTANT_BYTES). Without
+        it the mask kept the softmax's max, sum and map in three passes over the scores."""
+        value = self.constants.get(slot)
+        if value is None or min(st, default=0) < 0:
+            return None
+        if math.prod(shape) * value.itemsize > ROW_CONSTANT_BYTES:
+            return None
+        key = (slot, tuple(shape), tuple(st))
+        made = self.row_constants.get(key)
+        if made is None:
+            info = self.slots[slot]
+            wide = np.lib.stride_tricks.as_strided(
+                value.reshape(-1), tuple(shape), tuple(s * value.itemsize for s in st)
+            )
+            made = self.new_slot(tuple(shape), info.dtype, CONST, info.name)
+            self.constants[made] = np.ascontiguousarray(wide)
+            self.row_constants[key] = made
+        return made
+
     def _row_parts(self, shape, t, rows, cols, exprs, node, reds, keep):
         """Expressions and inputs of a row kernel fusing `node` with the reductions `reds`
         and the per-row maps `keep`; None when some read cannot be expressed."""
@@ -232,7 +259,10 @@ class RowFusion:
                     return None
                 st2 = reshape_strides(shape, st, (rows, cols))
                 if st2 is None:
-                    return None
+                    slot = self.row_constant(slot, shape, st)
+                    if slot is None:
+                        return None
+                    st2 = (cols, 1)
                 info = self.slots[slot]
                 plain = st2 == (cols, 1) and math.prod(info.shape) == rows * cols
                 local[ld.index] = len(inputs)

@@ -1,0 +1,135 @@
+"""Softmax's max, sum and map in one pass (issue 36's multi-output fusion) where a constant is
+read broadcast over leading axes the row kernel's (rows, cols) view cannot express: a causal
+mask (T, T) over (B, T, T) scores. The planner broadcasts such a constant at plan time
+(codegen/planning/rowfusion.py, `row_constant`), so that the masked softmax is one row kernel;
+it does not for parameters, for constants above ROW_CONSTANT_BYTES, or where no reduction is
+fused. Every plan runs against the reference interpreter (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dlvm_eq as dq
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen.planning.plan import CONST, RowStep
+from dlvm_eq.codegen.planning.rowfusion import ROW_CONSTANT_BYTES
+from dlvm_eq.ir import interpret
+from dlvm_eq.pipeline import compile, plan_function
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    set_cache_dir(tmp_path_factory.mktemp("kernel-cache"))
+
+
+def _plan_and_check(fn, *args):
+    m = dq.make_ir(fn)(*args)
+    name = next(iter(m.functions))
+    plan = plan_function(m[name], m)
+    got = compile(m, name, optimize=False)(*args)
+    want = interpret(m, name, *args, float64=True)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    return plan
+
+
+def _causal(T):
+    return np.tril(np.ones((T, T), bool))
+
+
+def _rows(plan):
+    return [s for s in plan.steps if isinstance(s, RowStep)]
+
+
+def test_causal_softmax_over_a_batch_is_one_row_kernel():
+    mask = _causal(16)
+    s = RNG.standard_normal((4, 16, 16)).astype(np.float32)
+    plan = _plan_and_check(lambda s: dq.softmax(dq.where(mask, s, -1e9), axis=-1), s)
+    assert len(plan.steps) == 1 and len(_rows(plan)) == 1
+    (row,) = _rows(plan)
+    assert len(row.spec.reductions) == 2  # the max and the sum share the pass
+    wide = [c for c in plan.slots if c.role == CONST and tuple(c.shape) == (4, 16, 16)]
+    assert len(wide) == 1 and wide[0].dtype == "bool"
+
+
+def test_the_same_mask_twice_is_broadcast_once():
+    mask = _causal(8)
+    s = RNG.standard_normal((3, 8, 8)).astype(np.float32)
+
+    def f(s):
+        a = dq.softmax(dq.where(mask, s, -1e9), axis=-1)
+        return a + dq.where(mask, a, 0.0)
+
+    plan = _plan_and_check(f, s)
+    wide = [c for c in plan.slots if c.role == CONST and tuple(c.shape) == (3, 8, 8)]
+    assert len(wide) == 1
+
+
+def test_a_mask_given_as_a_parameter_is_not_broadcast():
+    s = RNG.standard_normal((4, 16, 16)).astype(np.float32)
+    hidden = 1.0 - _causal(16).astype(np.float32)  # 1 above the diagonal
+    plan = _plan_and_check(lambda s, m: dq.softmax(s + m * -1e9, axis=-1), s, hidden)
+    assert not _rows(plan)  # the parameter is read at (0, 16, 1): no row kernel can
+    assert not [c for c in plan.slots if c.role == CONST and tuple(c.shape) == (4, 16, 16)]
+
+
+def test_a_constant_larger_than_the_limit_is_not_broadcast():
+    T = 64
+    B = ROW_CONSTANT_BYTES // (T * T) + 1  # bool: one byte an element
+    mask = _causal(T)
+    s = RNG.standard_normal((B, T, T)).astype(np.float32)
+    plan = _plan_and_check(lambda s: dq.softmax(dq.where(mask, s, -1e9), axis=-1), s)
+    assert not _rows(plan)
+
+
+def test_a_masked_map_without_a_reduction_keeps_the_mask_as_it_is():
+    mask = _causal(16)
+    s = RNG.standard_normal((4, 16, 16)).astype(np.float32)
+    plan = _plan_and_check(lambda s: dq.exp(dq.where(mask, s, -1e9)), s)
+    assert not [c for c in plan.slots if c.role == CONST and tuple(c.shape) == (4, 16, 16)]
+
+
+@settings(
+    deadline=None,
+    derandomize=True,
+    max_examples=25,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(st.data())
+def test_random_masked_reductions_agree_with_the_interpreter(data):
+    """Random rank-3 programs: a constant of random trailing shape (broadcast over the leading
+    axes) masks or offsets the input, then a softmax, log-softmax, two-moment normalization
+    or max-and-sum row pattern over the last axis, then a reduction over random axes."""
+    B = data.draw(st.integers(2, 4))  # a batch: the constant is broadcast over it
+    T = data.draw(st.integers(2, 9))
+    C = data.draw(st.integers(1, 12))
+    const_shape = data.draw(st.sampled_from([(C,), (T, C), (1, C), (T, 1)]))
+    c = RNG.standard_normal(const_shape).astype(np.float32)
+    use_mask = data.draw(st.booleans())
+    pattern = data.draw(st.sampled_from(["softmax", "log_softmax", "moments", "maxsum"]))
+    axes = data.draw(st.sampled_from([None, 0, 1, 2, (0, 2), (0, 1)]))
+    x = RNG.standard_normal((B, T, C)).astype(np.float32)
+
+    def f(x):
+        h = dq.where(c > 0.0, x, -30.0) if use_mask else x + c
+        if pattern == "softmax":
+            h = dq.softmax(h, axis=-1)
+        elif pattern == "log_softmax":
+            h = dq.log_softmax(h, axis=-1)
+        elif pattern == "moments":
+            mu = dq.mean(h, axis=-1, keepdims=True)
+            h = (h - mu) * dq.rsqrt(dq.mean(dq.square(h - mu), axis=-1, keepdims=True) + 1e-3)
+        else:
+            h = h - dq.max(h, axis=-1, keepdims=True) + dq.sum(h, axis=-1, keepdims=True)
+        return dq.sum(h * x, axis=axes)
+
+    m = dq.make_ir(f)(x)
+    name = next(iter(m.functions))
+    want = interpret(m, name, x, float64=True)
+    for optimize in (False, True):
+        got = compile(m, name, optimize=optimize)(x)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
