@@ -1,9 +1,12 @@
-"""The ordinary models of benchmarks/egraph_value.py (issue 36): training steps written as a
-user would write them, not tuned to this compiler. Each function returns (title, loss, args,
-argnums), like the models in egraph_value.py.
+"""The models of benchmarks/egraph_value.py: the first eight (an MLP, attention, ..., a badly
+associated chain), then the ordinary ones of issue 36 (`ORDINARY`: training steps written as a
+user would write them, not tuned to this compiler). Each returns (title, loss, args, argnums);
+`build` makes its value-and-gradient program with the algebra off or on.
 
-    from egraph_models import ORDINARY
-    title, loss, args, argnums = ORDINARY[0]()
+    from egraph_models import MODELS, build
+    title, module, fname, args = build(MODELS[0], algebra=True)
+
+No side effects at import (tests/test_cost_ranking.py imports it).
 """
 
 from __future__ import annotations
@@ -232,6 +235,173 @@ def pooling():
     )
 
 
+def mlp():
+    from dlvm_eq.models import mlp as m
+
+    params = m.init_params([784, 256, 10], seed=0)
+    x = rng.random((256, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    return "MLP 784-256-10, batch 256", m.loss, (*params, x, y), (0, 1, 2, 3)
+
+
+def _softmax_rows(s):
+    import dlvm_eq as dq
+
+    e = dq.exp(s - dq.max(s, axis=1, keepdims=True))
+    return e / dq.sum(e, axis=1, keepdims=True)
+
+
+def attention():
+    import dlvm_eq as dq
+
+    T, D = 128, 64
+
+    def loss(wq, wk, wv, wo, x, y):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
+        return dq.mean(dq.square((p @ v) @ wo - y))
+
+    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)]
+    return f"attention block, seq {T}, d {D}", loss, (*ws, f32(T, D), f32(T, D)), (0, 1, 2, 3)
+
+
+def _layer_norm(h):
+    import dlvm_eq as dq
+
+    mu = dq.mean(h, axis=1, keepdims=True)
+    c = h - mu
+    return c / dq.sqrt(dq.mean(c * c, axis=1, keepdims=True) + 1e-5)
+
+
+def _gelu(h):
+    import dlvm_eq as dq
+
+    return 0.5 * h * (1.0 + dq.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+
+
+def transformer():
+    import dlvm_eq as dq
+
+    T, D, F = 128, 64, 256
+
+    def loss(wq, wk, wv, wo, w1, w2, x, y):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
+        h = _layer_norm(x + (p @ v) @ wo)
+        out = _layer_norm(h + _gelu(h @ w1) @ w2)
+        return dq.mean(dq.square(out - y))
+
+    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)] + [
+        f32(D, F, scale=D**-0.5),
+        f32(F, D, scale=F**-0.5),
+    ]
+    return (
+        f"transformer encoder layer (1 head), seq {T}, d {D}, MLP {F}",
+        loss,
+        (*ws, f32(T, D), f32(T, D)),
+        tuple(range(6)),
+    )
+
+
+def lstm():
+    import dlvm_eq as dq
+
+    STEPS, B, X, H = 8, 32, 16, 32
+
+    def loss(w, b, wo, y, *xs):
+        h = c = np.zeros((B, H), np.float32)
+        for x in xs:
+            z = dq.concatenate([x, h], axis=1) @ w + b
+            i, f, o, g = z[:, :H], z[:, H : 2 * H], z[:, 2 * H : 3 * H], z[:, 3 * H :]
+            c = dq.sigmoid(f) * c + dq.sigmoid(i) * dq.tanh(g)
+            h = dq.sigmoid(o) * dq.tanh(c)
+        return dq.mean(dq.square(h @ wo - y))
+
+    args = (
+        f32(X + H, 4 * H, scale=0.2),
+        f32(4 * H, scale=0.1),
+        f32(H, 1, scale=0.3),
+        f32(B, 1),
+        *[f32(B, X) for _ in range(STEPS)],
+    )
+    return f"LSTM, {STEPS} steps, batch {B}, hidden {H}", loss, args, (0, 1, 2)
+
+
+def matrix_factorization():
+    import dlvm_eq as dq
+
+    U, I, R = 512, 384, 32
+
+    def loss(u, v, ratings, mask):
+        err = (u @ dq.transpose(v) - ratings) * mask
+        return dq.sum(err * err) / U + 0.01 * (dq.sum(u * u) + dq.sum(v * v))
+
+    mask = (rng.random((U, I)) < 0.1).astype(np.float32)
+    return (
+        f"matrix factorization {U}x{I}, rank {R}",
+        loss,
+        (f32(U, R, scale=0.1), f32(I, R, scale=0.1), f32(U, I), mask),
+        (0, 1),
+    )
+
+
+def logistic():
+    import dlvm_eq as dq
+
+    N, D = 1024, 128
+
+    def loss(w, b, x, y):
+        p = dq.sigmoid(x @ w + b)
+        return -dq.mean(y * dq.log(p) + (1.0 - y) * dq.log(1.0 - p))
+
+    y = (rng.random((N, 1)) < 0.5).astype(np.float32)
+    return (
+        f"logistic regression, log(sigmoid) as written, {N}x{D}",
+        loss,
+        (f32(D, 1, scale=0.05), f32(1), f32(N, D), y),
+        (0, 1),
+    )
+
+
+def as_written():
+    import dlvm_eq as dq
+
+    N = 256
+
+    def loss(a, b, c, d, x):
+        t = dq.transpose(dq.transpose(a))  # a transpose of a transpose
+        chain = ((t @ b) @ c) @ d  # (256x256)(256x256)(256x8)(8x1): badly associated
+        return dq.sum(dq.square(chain - x)) + dq.sum(dq.transpose(dq.transpose(b)) * 0.0)
+
+    return (
+        f"as a user wrote it: redundant transposes, badly associated {N}-chain",
+        loss,
+        (f32(N, N, scale=N**-0.5), f32(N, N, scale=N**-0.5), f32(N, 8), f32(8, 1), f32(N, 1)),
+        (0, 1),
+    )
+
+
+def cnn():
+    from dlvm_eq.models import cnn as m
+
+    B, IMAGE = 32, 16
+    p = m.init_params(image=IMAGE, seed=0)
+    names = ("c1", "b1", "c2", "b2", "w", "b")
+
+    def loss(c1, b1, c2, b2, w, b, x, y):
+        return m.loss(dict(zip(names, (c1, b1, c2, b2, w, b))), x, y)
+
+    x = rng.random((B, 1, IMAGE, IMAGE), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, B)]
+    return (
+        f"CNN, batch {B}, 1x{IMAGE}x{IMAGE}: conv3x3 {m.CHANNELS[0]}, pool, conv3x3 {m.CHANNELS[1]}, "
+        f"pool, dense 10",
+        loss,
+        (*(p[k] for k in names), x, y),
+        tuple(range(6)),
+    )
+
+
 ORDINARY = [
     _resnet("resnet_small", 8, 16, 16),
     _resnet("resnet_large", 8, 32, 24),
@@ -246,3 +416,32 @@ ORDINARY = [
     bilinear,
     pooling,
 ]
+
+MODELS = [mlp, attention, transformer, lstm, cnn, matrix_factorization, logistic, as_written]
+MODELS += ORDINARY  # issue 36: ResNet blocks, depthwise-separable convs, GRUs, a VAE, ...
+CONTRIVED = ("as_written",)  # left out of the ordinary models' geometric mean
+
+
+def build(model, algebra: bool):
+    """(title, module holding the value-and-gradient function, its name, args). With the
+    algebra off, the adjoint is extracted without the algebra rules too: differentiation
+    itself runs in the e-graph, and would otherwise already optimize the program."""
+    import dlvm_eq as dq
+    from dlvm_eq.ad import adjoint_function
+    from dlvm_eq.ir.module import Module
+
+    title, loss, args, argnums = model()
+    loss.__name__ = model.__name__
+    forward = dq.make_ir(loss)(*args)[model.__name__]
+    grad = adjoint_function(
+        None,
+        forward,
+        wrt=argnums,
+        keeping=(0,),
+        tuple_result=True,
+        optimize=algebra,
+        name=f"{model.__name__}_step",
+    )
+    module = Module(grad.name)
+    module.add(grad)
+    return title, module, grad.name, args
