@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from ..codegen import Plan
 
-# Median over the benchmark's models of |log(predicted speedup / measured speedup)|, shipped
-# defaults, one thread (tests/data/egraph_value_programs.json): a predicted gain below this
-# is noise in the cost model.
-PREDICTION_ERROR = 0.03
+# The median over the benchmark's models and runs of |log(predicted / measured speedup)|,
+# shipped defaults, one thread (tests/data/egraph_value_programs.json: 40 model runs, 0.038):
+# a predicted gain below this is within the cost model's error.
+PREDICTION_ERROR = 0.04
 
 
 @dataclass(frozen=True)
