@@ -1,9 +1,11 @@
-"""Softmax's max, sum and map in one pass (issue 36's multi-output fusion) where a constant is
-read broadcast over leading axes the row kernel's (rows, cols) view cannot express: a causal
-mask (T, T) over (B, T, T) scores. The planner broadcasts such a constant at plan time
-(codegen/planning/rowfusion.py, `row_constant`), so that the masked softmax is one row kernel;
-it does not for parameters, for constants above ROW_CONSTANT_BYTES, or where no reduction is
-fused. Every plan runs against the reference interpreter (float64)."""
+"""Softmax's max, sum and map in one pass (issue 36's multi-output fusion), in two cases the row
+kernels (codegen/planning/rowfusion.py) missed:
+- a constant read broadcast over leading axes the row kernel's (rows, cols) view cannot express,
+  a causal mask (T, T) over (B, T, T) scores: broadcast at plan time (`row_constant`); not for
+  parameters, constants above ROW_CONSTANT_BYTES, or where no reduction is fused;
+- per-row values computed on the reduced shape itself (the log of the sum in softmax
+  cross-entropy's gradient, (B, T) rather than (B, T, 1)).
+Every plan runs against the reference interpreter (float64)."""
 
 from __future__ import annotations
 
@@ -93,6 +95,35 @@ def test_a_masked_map_without_a_reduction_keeps_the_mask_as_it_is():
     assert not [c for c in plan.slots if c.role == CONST and tuple(c.shape) == (4, 16, 16)]
 
 
+def test_softmax_cross_entropy_value_and_gradient_is_one_row_pass():
+    """max, sum of exp, the label sum and the gradient's map: one row kernel (were 4 kernels)."""
+    # large enough that the fusion decision keeps the per-row log and divide in a buffer
+    x = RNG.standard_normal((16, 32, 64)).astype(np.float32)
+    y = np.eye(64, dtype=np.float32)[RNG.integers(0, 64, (16, 32))]
+    vg = dq.value_and_grad(lambda x, y: dq.mean(dq.softmax_cross_entropy(x, y)), argnums=0)
+    m = dq.make_ir(vg)(x, y)
+    name = list(m.functions)[-1]
+    plan = plan_function(m[name], m)
+    (row,) = _rows(plan)
+    assert len(row.spec.reductions) == 3 and len(plan.kernels) == 3
+    want = interpret(m, name, x, y, float64=True)
+    got = compile(m, name, optimize=False)(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_a_per_row_value_read_along_the_trailing_axes_is_not_a_row_value():
+    """A (B, T) value read as the trailing axes of (B, T, T) (numpy broadcasting, not per
+    row) keeps its own kernel, and the program still agrees."""
+    x = RNG.standard_normal((4, 6, 6)).astype(np.float32)
+
+    def f(x):
+        r = dq.log(dq.sum(dq.exp(x), axis=2))  # (4, 6) -- only 4 x 6: reads right-aligned below
+        return dq.softmax(x, axis=-1) * dq.reshape(r[0], (1, 1, 6))
+
+    _plan_and_check(f, x)
+
+
 @settings(
     deadline=None,
     derandomize=True,
@@ -127,9 +158,11 @@ def test_random_masked_reductions_agree_with_the_interpreter(data):
             h = h - dq.max(h, axis=-1, keepdims=True) + dq.sum(h, axis=-1, keepdims=True)
         return dq.sum(h * x, axis=axes)
 
-    m = dq.make_ir(f)(x)
-    name = next(iter(m.functions))
+    grad = data.draw(st.booleans())  # the gradient too: per-row values on the reduced shape
+    m = dq.make_ir(dq.value_and_grad(lambda x: dq.sum(f(x))) if grad else f)(x)
+    name = list(m.functions)[-1]
     want = interpret(m, name, x, float64=True)
     for optimize in (False, True):
         got = compile(m, name, optimize=optimize)(x)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        for g, w in zip(*(v if grad else (v,) for v in (got, want))):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

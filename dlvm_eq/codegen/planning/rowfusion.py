@@ -98,6 +98,8 @@ class RowFusion:
 
         def row_shaped(m: Node) -> bool:
             sm = m.source[0].shape
+            if tuple(sm) == tuple(shape[:t]):  # on the reduced shape, no kept 1s (log of a sum)
+                return True
             pad = (1,) * (len(shape) - len(sm)) + tuple(sm) if len(sm) <= len(shape) else None
             return (
                 pad is not None
@@ -228,14 +230,11 @@ class RowFusion:
                 for ld in hit:
                     slot, st = self.leaves[ld.index]
                     me, ms = row_exprs[slot]
-                    if not _same_read(
-                        at_shape, st, broadcast_strides(c_strides(tuple(ms)), ms, at_shape)
-                    ):
+                    fn = _row_value_read(at_shape, t, st, tuple(ms))
+                    if fn is None:
                         return None
                     try:
-                        repl[ld] = self.reindex(
-                            me, lambda s2, ms=ms: broadcast_strides(s2, ms, at_shape)
-                        )
+                        repl[ld] = self.reindex(me, fn)
                     except NoView:
                         return None
                 e = rebuild(e, repl)
@@ -274,6 +273,20 @@ class RowFusion:
                     )
                 )
         return group, inside, inputs, kinputs, local, virtual, order, outs, bodies
+
+
+def _row_value_read(shape, t: int, st, ms: tuple):
+    """How a per-row value of shape `ms` read at strides `st` over `shape` maps its own
+    strides onto `shape`, or None: either as a numpy broadcast (`ms` with kept 1s,
+    right-aligned), or, where `ms` is the reduced shape shape[:t] itself, along the leading
+    axes (the trailing ones broadcast)."""
+    if ms == tuple(shape[:t]) and len(ms) < len(shape):
+        pad = (0,) * (len(shape) - len(ms))
+        if _same_read(shape, st, c_strides(ms) + pad):
+            return lambda s2: tuple(s2) + pad
+    if len(ms) <= len(shape) and _same_read(shape, st, broadcast_strides(c_strides(ms), ms, shape)):
+        return lambda s2: broadcast_strides(s2, ms, shape)
+    return None
 
 
 def _same_read(shape, st, want) -> bool:
