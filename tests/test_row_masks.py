@@ -4,7 +4,7 @@ kernels (codegen/planning/rowfusion.py) missed:
   a causal mask (T, T) over (B, T, T) scores: broadcast at plan time (`row_constant`); not for
   parameters, constants above ROW_CONSTANT_BYTES, or where no reduction is fused;
 - per-row values computed on the reduced shape itself (the log of the sum in softmax
-  cross-entropy's gradient, (B, T) rather than (B, T, 1)).
+  cross-entropy's gradient, (B, T) rather than (B, T, 1)), for long rows or large row spaces.
 Every plan runs against the reference interpreter (float64)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
 from dlvm_eq.codegen.planning.plan import CONST, RowStep
-from dlvm_eq.codegen.planning.rowfusion import ROW_CONSTANT_BYTES
+from dlvm_eq.codegen.planning.rowfusion import ROW_CONSTANT_BYTES, ROW_VALUE_MIN_COLS
 from dlvm_eq.ir import interpret
 from dlvm_eq.pipeline import compile, plan_function
 
@@ -97,19 +97,29 @@ def test_a_masked_map_without_a_reduction_keeps_the_mask_as_it_is():
 
 def test_softmax_cross_entropy_value_and_gradient_is_one_row_pass():
     """max, sum of exp, the label sum and the gradient's map: one row kernel (were 4 kernels)."""
+    plan = _cross_entropy_plan(4, 16, ROW_VALUE_MIN_COLS)  # long rows
+    (row,) = _rows(plan)
+    assert len(row.spec.reductions) == 3 and len(plan.kernels) == 3
+
+
+def test_softmax_cross_entropy_with_short_rows_in_cache_keeps_its_kernels():
+    """(16, 32, 64): the four kernels measured faster than one row kernel (rowfusion.py)."""
+    plan = _cross_entropy_plan(16, 32, 64)
+    assert not _rows(plan) and len(plan.kernels) == 7
+
+
+def _cross_entropy_plan(B, T, V):
     # large enough that the fusion decision keeps the per-row log and divide in a buffer
-    x = RNG.standard_normal((16, 32, 64)).astype(np.float32)
-    y = np.eye(64, dtype=np.float32)[RNG.integers(0, 64, (16, 32))]
+    x = RNG.standard_normal((B, T, V)).astype(np.float32)
+    y = np.eye(V, dtype=np.float32)[RNG.integers(0, V, (B, T))]
     vg = dq.value_and_grad(lambda x, y: dq.mean(dq.softmax_cross_entropy(x, y)), argnums=0)
     m = dq.make_ir(vg)(x, y)
     name = list(m.functions)[-1]
-    plan = plan_function(m[name], m)
-    (row,) = _rows(plan)
-    assert len(row.spec.reductions) == 3 and len(plan.kernels) == 3
     want = interpret(m, name, x, y, float64=True)
     got = compile(m, name, optimize=False)(x, y)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+    return plan_function(m[name], m)
 
 
 def test_a_per_row_value_read_along_the_trailing_axes_is_not_a_row_value():
