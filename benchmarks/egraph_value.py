@@ -36,220 +36,19 @@ os.environ["DLVM_EQ_NO_IR_CACHE"] = "1"
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from common import machine_line, markdown_table, update_section  # noqa: E402
+from egraph_models import CONTRIVED, MODELS, build  # noqa: E402
 
 SECTION = "## What the e-graph buys (algebra off vs on)"
-rng = np.random.default_rng(0)
-
-
-def f32(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-# ---------------------------------------------------------------- the models (loss, args, argnums)
-
-
-def mlp():
-    from dlvm_eq.models import mlp as m
-
-    params = m.init_params([784, 256, 10], seed=0)
-    x = rng.random((256, 784), dtype=np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
-    return "MLP 784-256-10, batch 256", m.loss, (*params, x, y), (0, 1, 2, 3)
-
-
-def _softmax_rows(s):
-    import dlvm_eq as dq
-
-    e = dq.exp(s - dq.max(s, axis=1, keepdims=True))
-    return e / dq.sum(e, axis=1, keepdims=True)
-
-
-def attention():
-    import dlvm_eq as dq
-
-    T, D = 128, 64
-
-    def loss(wq, wk, wv, wo, x, y):
-        q, k, v = x @ wq, x @ wk, x @ wv
-        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
-        return dq.mean(dq.square((p @ v) @ wo - y))
-
-    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)]
-    return f"attention block, seq {T}, d {D}", loss, (*ws, f32(T, D), f32(T, D)), (0, 1, 2, 3)
-
-
-def _layer_norm(h):
-    import dlvm_eq as dq
-
-    mu = dq.mean(h, axis=1, keepdims=True)
-    c = h - mu
-    return c / dq.sqrt(dq.mean(c * c, axis=1, keepdims=True) + 1e-5)
-
-
-def _gelu(h):
-    import dlvm_eq as dq
-
-    return 0.5 * h * (1.0 + dq.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
-
-
-def transformer():
-    import dlvm_eq as dq
-
-    T, D, F = 128, 64, 256
-
-    def loss(wq, wk, wv, wo, w1, w2, x, y):
-        q, k, v = x @ wq, x @ wk, x @ wv
-        p = _softmax_rows((q @ dq.transpose(k)) * (1.0 / math.sqrt(D)))
-        h = _layer_norm(x + (p @ v) @ wo)
-        out = _layer_norm(h + _gelu(h @ w1) @ w2)
-        return dq.mean(dq.square(out - y))
-
-    ws = [f32(D, D, scale=D**-0.5) for _ in range(4)] + [
-        f32(D, F, scale=D**-0.5),
-        f32(F, D, scale=F**-0.5),
-    ]
-    return (
-        f"transformer encoder layer (1 head), seq {T}, d {D}, MLP {F}",
-        loss,
-        (*ws, f32(T, D), f32(T, D)),
-        tuple(range(6)),
-    )
-
-
-def lstm():
-    import dlvm_eq as dq
-
-    STEPS, B, X, H = 8, 32, 16, 32
-
-    def loss(w, b, wo, y, *xs):
-        h = c = np.zeros((B, H), np.float32)
-        for x in xs:
-            z = dq.concatenate([x, h], axis=1) @ w + b
-            i, f, o, g = z[:, :H], z[:, H : 2 * H], z[:, 2 * H : 3 * H], z[:, 3 * H :]
-            c = dq.sigmoid(f) * c + dq.sigmoid(i) * dq.tanh(g)
-            h = dq.sigmoid(o) * dq.tanh(c)
-        return dq.mean(dq.square(h @ wo - y))
-
-    args = (
-        f32(X + H, 4 * H, scale=0.2),
-        f32(4 * H, scale=0.1),
-        f32(H, 1, scale=0.3),
-        f32(B, 1),
-        *[f32(B, X) for _ in range(STEPS)],
-    )
-    return f"LSTM, {STEPS} steps, batch {B}, hidden {H}", loss, args, (0, 1, 2)
-
-
-def matrix_factorization():
-    import dlvm_eq as dq
-
-    U, I, R = 512, 384, 32
-
-    def loss(u, v, ratings, mask):
-        err = (u @ dq.transpose(v) - ratings) * mask
-        return dq.sum(err * err) / U + 0.01 * (dq.sum(u * u) + dq.sum(v * v))
-
-    mask = (rng.random((U, I)) < 0.1).astype(np.float32)
-    return (
-        f"matrix factorization {U}x{I}, rank {R}",
-        loss,
-        (f32(U, R, scale=0.1), f32(I, R, scale=0.1), f32(U, I), mask),
-        (0, 1),
-    )
-
-
-def logistic():
-    import dlvm_eq as dq
-
-    N, D = 1024, 128
-
-    def loss(w, b, x, y):
-        p = dq.sigmoid(x @ w + b)
-        return -dq.mean(y * dq.log(p) + (1.0 - y) * dq.log(1.0 - p))
-
-    y = (rng.random((N, 1)) < 0.5).astype(np.float32)
-    return (
-        f"logistic regression, log(sigmoid) as written, {N}x{D}",
-        loss,
-        (f32(D, 1, scale=0.05), f32(1), f32(N, D), y),
-        (0, 1),
-    )
-
-
-def as_written():
-    import dlvm_eq as dq
-
-    N = 256
-
-    def loss(a, b, c, d, x):
-        t = dq.transpose(dq.transpose(a))  # a transpose of a transpose
-        chain = ((t @ b) @ c) @ d  # (256x256)(256x256)(256x8)(8x1): badly associated
-        return dq.sum(dq.square(chain - x)) + dq.sum(dq.transpose(dq.transpose(b)) * 0.0)
-
-    return (
-        f"as a user wrote it: redundant transposes, badly associated {N}-chain",
-        loss,
-        (f32(N, N, scale=N**-0.5), f32(N, N, scale=N**-0.5), f32(N, 8), f32(8, 1), f32(N, 1)),
-        (0, 1),
-    )
-
-
-def cnn():
-    from dlvm_eq.models import cnn as m
-
-    B, IMAGE = 32, 16
-    p = m.init_params(image=IMAGE, seed=0)
-    names = ("c1", "b1", "c2", "b2", "w", "b")
-
-    def loss(c1, b1, c2, b2, w, b, x, y):
-        return m.loss(dict(zip(names, (c1, b1, c2, b2, w, b))), x, y)
-
-    x = rng.random((B, 1, IMAGE, IMAGE), dtype=np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, B)]
-    return (
-        f"CNN, batch {B}, 1x{IMAGE}x{IMAGE}: conv3x3 {m.CHANNELS[0]}, pool, conv3x3 {m.CHANNELS[1]}, "
-        f"pool, dense 10",
-        loss,
-        (*(p[k] for k in names), x, y),
-        tuple(range(6)),
-    )
-
-
-MODELS = [mlp, attention, transformer, lstm, cnn, matrix_factorization, logistic, as_written]
 
 
 # ---------------------------------------------------------------- measuring
-
-
-def build(model, algebra: bool):
-    """(title, module holding the value-and-gradient function, its name, args). With the
-    algebra off, the adjoint is extracted without the algebra rules too: differentiation
-    itself runs in the e-graph, and would otherwise already optimize the program."""
-    import dlvm_eq as dq
-    from dlvm_eq.ad import adjoint_function
-    from dlvm_eq.ir.module import Module
-
-    title, loss, args, argnums = model()
-    loss.__name__ = model.__name__
-    forward = dq.make_ir(loss)(*args)[model.__name__]
-    grad = adjoint_function(
-        None,
-        forward,
-        wrt=argnums,
-        keeping=(0,),
-        tuple_result=True,
-        optimize=algebra,
-        name=f"{model.__name__}_step",
-    )
-    module = Module(grad.name)
-    module.add(grad)
-    return title, module, grad.name, args
 
 
 def flat(out):
@@ -352,9 +151,18 @@ def predicted_seconds(compiled) -> float:
     return predict_plan(compiled.plan, "cpu").seconds
 
 
+def stable(result, fname) -> tuple[str, ...]:
+    """The numerically stable rewrites that fired (the guard keeps those whatever the gain)."""
+    from dlvm_eq.egraph.stability import stable_rules_fired
+
+    sat = result.report[fname].saturation
+    return tuple(stable_rules_fired(sat.rule_matches)) if sat else ()
+
+
 def run(rounds: int, steps: int, only=None):
     import dlvm_eq as dq
     from dlvm_eq.extract.machine import machine
+    from dlvm_eq.pipeline.never_slower import choose_program
 
     built = []
     for model in MODELS:
@@ -369,11 +177,12 @@ def run(rounds: int, steps: int, only=None):
         optimize_s = time.perf_counter() - t0
         check(title, plain, fname, args, {"unoptimized": off, "optimized": on})
         built.append((title, fname, off, on, args, result, optimize_s))
-    rows, programs = [], []
+    rows, programs, records = [], [], []
     timings = time_pairs([(off, on, args) for _, _, off, on, args, _, _ in built], rounds, steps)
     for (title, fname, off, on, args, result, optimize_s), timing in zip(built, timings):
         (t_off, fast_off, first_off), (t_on, fast_on, first_on), speedup = timing
         p_off, p_on = predicted_seconds(off), predicted_seconds(on)
+        kept = choose_program(off.plan, on.plan, "cpu", stable=stable(result, fname)).kept
         fr = result.report[fname]
         sat = fr.saturation
         fired = ", ".join(f"{r} x{n}" for r, n in (sat.top_rules()[:4] if sat else []))
@@ -384,12 +193,24 @@ def run(rounds: int, steps: int, only=None):
                 f"{t_on * 1e3:.3f}",
                 f"{speedup:.2f}x",
                 f"{p_off / p_on:.2f}x",
+                f"{'on' if kept == 'optimized' else 'off'} ({speedup if kept == 'optimized' else 1.0:.2f}x)",
                 f"{fr.e_classes} classes, {sat.nodes} nodes" if sat else "-",
                 f"{optimize_s:.2f} s",
                 fired or "none",
             ]
         )
         programs += [(p_off, t_off, fast_off, first_off), (p_on, t_on, fast_on, first_on)]
+        records.append(
+            {
+                "model": fname.removesuffix("_step"),
+                "title": title,
+                "predicted_ms": {"off": p_off * 1e3, "on": p_on * 1e3},
+                "median_ms": {"off": t_off * 1e3, "on": t_on * 1e3},
+                "fastest_ms": {"off": fast_off * 1e3, "on": fast_on * 1e3},
+                "measured_speedup": speedup,
+                "guard_keeps": kept,
+            }
+        )
         print(
             f"  {title}: off {t_off * 1e3:.3f} ms, fastest {fast_off * 1e3:.3f}, first {first_off * 1e3:.3f} "
             f"(predicted {p_off * 1e3:.3f}), on {t_on * 1e3:.3f} ms, fastest {fast_on * 1e3:.3f}, first "
@@ -397,7 +218,8 @@ def run(rounds: int, steps: int, only=None):
             flush=True,
         )
     mc = machine("cpu")
-    return rows, programs, ("measured profile " + mc.profile) if mc.profile else "shipped defaults"
+    cost_model = ("measured profile " + mc.profile) if mc.profile else "shipped defaults"
+    return rows, programs, cost_model, records
 
 
 def first_calls(programs) -> str:
@@ -425,10 +247,23 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--only", nargs="+", choices=[m.__name__ for m in MODELS])
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
+    ap.add_argument("--json", type=Path, help="write each model's predictions and times here")
     args = ap.parse_args(argv)
-    rows, programs, cost_model = run(args.rounds, args.steps, args.only)
+    rows, programs, cost_model, records = run(args.rounds, args.steps, args.only)
     speedups = [float(r[3][:-1]) for r in rows]
     gmean = math.exp(sum(map(math.log, speedups)) / len(speedups))
+    ordinary = [r["measured_speedup"] for r in records if r["model"] not in CONTRIVED]
+    ordinary_gmean = math.exp(sum(map(math.log, ordinary)) / len(ordinary))
+    guarded = [
+        r["measured_speedup"] if r["guard_keeps"] == "optimized" else 1.0
+        for r in records
+        if r["model"] not in CONTRIVED
+    ]
+    guarded_gmean = math.exp(sum(map(math.log, guarded)) / len(guarded))
+    if args.json:  # the records tests/data/egraph_value_programs.json holds
+        args.json.write_text(
+            json.dumps({"cost_model": cost_model, "programs": records}, indent=1) + "\n"
+        )
     table = markdown_table(
         [
             "model",
@@ -436,6 +271,7 @@ def main(argv=None) -> int:
             "on ms",
             "measured speedup",
             "predicted speedup",
+            "never slower keeps",
             "e-graph",
             "differentiate + optimize",
             "rules fired (top 4)",
@@ -444,7 +280,10 @@ def main(argv=None) -> int:
     )
     summary = (
         f"geometric-mean measured speedup {gmean:.2f}x over {len(rows)} models; slowest "
-        f"{min(speedups):.2f}x. Predicted (the planned programs, cost model: {cost_model}) vs "
+        f"{min(speedups):.2f}x; over the {len(ordinary)} ordinary models (the contrived "
+        f"chain aside) {ordinary_gmean:.2f}x, slowest {min(ordinary):.2f}x; with the never-slower "
+        f"guard's choice (pipeline/never_slower.py: the off program where the predicted gain is "
+        f"within the cost model's error) {guarded_gmean:.2f}x, slowest {min(guarded):.2f}x. Predicted (the planned programs, cost model: {cost_model}) vs "
         f"measured program times ({len(programs)} programs): "
         + agreement([p[0] for p in programs], [p[1] for p in programs])
         + " against the "

@@ -38,6 +38,7 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
+from .never_slower import choose_program
 from .planning import planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
@@ -191,9 +192,11 @@ def rule_files_key(rules: Sequence[str | Path]) -> str:
 
 
 def _optimized_keyed(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):
-    """optimized(...) and the key of the module it returns: a digest of the input's key where
+    """optimized(...), the key of the module it returns: a digest of the input's key where
     any process would return the same module for it (read from the IR cache, or built with no
-    time budget cut short), else None (the caller prints the module to key what it builds)."""
+    time budget cut short), else None (the caller prints the module to key what it builds),
+    and the never-slower guard's plan of that module when this call made one (else None: a
+    plan is handed out once, never shared between two compiles)."""
     text = str(module)  # the one print of the input: every key below derives from it
     rules = tuple(rules)
     key = (text, name, target, machine(target).profile, rule_files_key(rules))
@@ -206,7 +209,7 @@ def _optimized_keyed(module: Module, name: str, target: str, rules: Sequence[str
     with _lock:
         if len(_optimized) > 256:
             _optimized.clear()
-        _optimized[key] = out
+        _optimized[key] = out[:4] + (None,)
     return out
 
 
@@ -222,8 +225,11 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             from ..egraph.optimize import optimize
 
             res = optimize(module, func=name, target=target, rules=list(rules))
-            built.append(res)
-            return res.module[name]
+            choice, plan = _never_slower(module, res, name, target)
+            built.append((res, choice, plan))
+            return (
+                res.module[name] if choice is None or choice.kept == "optimized" else module[name]
+            )
 
         # a second process compiling the same program reads the optimized function from disk
         parts = [text, name, target, key[3]] + ([key[4]] if rules else [])
@@ -231,18 +237,38 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             fn = cached_function("optimize", parts, build, rules_digest())
         digest = None if cuts else "optimized " + function_key("optimize", parts, rules_digest())
         if built:
-            out = (built[0].module, built[0], note, digest)
+            res, choice, plan = built[0]
+            if choice is not None and choice.kept == "original":
+                out = (module, res, str(choice), digest, plan)
+            else:
+                out = (res.module, res, str(choice) if choice else note, digest, plan)
         else:
             note = "optimized program read from the compile cache (no e-graph built)"
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
-            out = (result, None, note, digest)
+            out = (result, None, note, digest, None)
     except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
         raise
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
         note = f"not optimized: {e}"
-        out = (module, None, note, None)
+        out = (module, None, note, None, None)
     return out
+
+
+def _never_slower(module: Module, res, name: str, target: str):
+    """(the never-slower guard's choice (never_slower.py) on the optimizer's result, the plan
+    of the program it keeps), or (None, None) where the optimizer kept the function as
+    written; its choice is what the IR cache stores, its plan what `lower` uses."""
+    from ..egraph.stability import stable_rules_fired
+
+    fr = res.report[name]
+    if fr.kept_original or res.module[name] is module[name]:
+        return None, None
+    stable = tuple(stable_rules_fired(fr.saturation.rule_matches)) if fr.saturation else ()
+    before = planned(module, name, target)
+    after = planned(res.module, name, target)
+    choice = choose_program(before, after, target, stable=stable)
+    return choice, (after if choice.kept == "optimized" else before)
 
 
 class Compiled:
@@ -290,13 +316,13 @@ def lower(
         seconds["adjoint"] = time.perf_counter() - t0
     if optimize:
         t0 = time.perf_counter()
-        module, result, note, ir_key = _optimized_keyed(module, fn.name, target, rules)
+        module, result, note, ir_key, built = _optimized_keyed(module, fn.name, target, rules)
         seconds["optimize"] = time.perf_counter() - t0
     else:
-        ir_key = None
+        ir_key = built = None
     t0 = time.perf_counter()
     with phase("plan"):
-        plan = planned(module, fn.name, target, ir_key)
+        plan = planned(module, fn.name, target, ir_key, built)
     seconds["plan"] = time.perf_counter() - t0
     return CompileReport(fn.name, target, plan, result, note, seconds)
 

@@ -55,17 +55,22 @@ PLAN_FORMAT = "2"  # bump when what a plan entry holds changes (2: JSON, was a p
 plan_cache_stats = {"hits": 0, "misses": 0, "time_cut": 0}  # time_cut: built, not stored
 
 
-def planned(module: Module, name: str, target: str, ir_key: str | None = None) -> Plan:
+def planned(
+    module: Module, name: str, target: str, ir_key: str | None = None, built: Plan | None = None
+) -> Plan:
     """`plan_function(module[name], module, rows=rows_for(target), target=target)`, or the plan
     a previous process stored for the same module text, target, rule files and package source. A plan
     entry that does not read back as a Plan is rebuilt and overwritten. DLVM_EQ_NO_IR_CACHE=1
     turns this cache off along with the IR cache. ir_key: a key that names `module` as
     exactly as its text does (native: the optimizer's input key), so that it is not printed
-    again."""
+    again. built: a plan of this module already made (the never-slower guard's), stored under
+    the key instead of planning again."""
 
     def build() -> Plan:
         from ..codegen import rows_for
 
+        if built is not None:
+            return built
         return plan_function(module[name], module, rows=rows_for(target), target=target)
 
     if not function_cache.enabled():
@@ -83,7 +88,7 @@ def planned(module: Module, name: str, target: str, ir_key: str | None = None) -
         machine(target).profile,
     )  # the fusion decision is priced with the profile
     cache = shared_cache()
-    data = cache.get("plan", key)
+    data = None if built is not None else cache.get("plan", key)
     if data is not None:
         plan = _load_plan(data)
         if plan is not None:

@@ -138,6 +138,7 @@ class _Planner(KernelGrouping, RowFusion):
         self.reductions: list[ReduceNode] = []
         self.steps: list = []  # BlasStep / ConcatStep / CopyStep
         self.constants: dict[int, np.ndarray] = {}
+        self.row_constants: dict[tuple, int] = {}  # rowfusion.row_constant's, made once each
         self.refs: dict[int, object] = {}
         self.op_of: dict[str, str] = {}  # IR value name -> op (kernel names)
         self.pos_of: dict[str, int] = {}
