@@ -6,7 +6,7 @@ module for a target (pipeline/targets.py).
     f(params, x)                           # pytrees (dicts, lists, tuples, namedtuples) too
     f.lower(w, x)                          # the Module it compiled
     f.report(w, x)                         # what compiling did (cpu/gpu)
-    dq.jit(f, rules=["mine.egg"], verify_rules=True)   # the user's rules, proven first
+    dq.jit(f, rules=["my.egg"], verify_rules=True)   # the user's rules, proven first
 
 Shared state (threads): a Jitted's `_cache` holds only complete entries; `_building` (under
 `_lock`) gives each signature one builder, so concurrent first calls compile once.

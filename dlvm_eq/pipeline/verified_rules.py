@@ -2,7 +2,7 @@
 (verify/rules.py) before anything is compiled with them, and a rule it cannot prove is refused
 with its file:line.
 
-    dq.jit(f, rules=["mine.egg"], verify_rules=True)   # VerificationError: mine.egg:3: FAILED ...
+    dq.jit(f, rules=["my.egg"], verify_rules=True)   # VerificationError: my.egg:3: FAILED ...
 
 Refused, as by `dlvm-eq verify-rules --strict`: a rule that fails (a counterexample), is
 skipped (the checker cannot read it) or stays unproven. A rule sympy ran out of time on, but
