@@ -1,5 +1,6 @@
 """Compile time and memory: cold and warm compiles of training steps, each in a fresh process,
-against JAX's jit in the same run, and the tanh-chain gradient's growth with depth.
+against JAX's jit and torch.compile (cold, empty caches) in the same run, and the tanh-chain
+gradient's growth with depth.
 
     .venv/bin/python benchmarks/compile_time.py                         # prints the tables
     .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
@@ -49,6 +50,8 @@ import numpy as np
 t0 = time.perf_counter()
 if framework == "dlvm_eq":
     import dlvm_eq as dq
+elif framework == "torch":
+    import torch
 else:
     import jax, jax.numpy as jnp
 imported = time.perf_counter() - t0
@@ -88,6 +91,29 @@ if framework == "dlvm_eq":
     out = f(*args)
     seconds = time.perf_counter() - t1
     phases = getattr(f.report(*args), "phases", {})
+elif framework == "torch":  # a training step's forward compiled, its backward by AOTAutograd
+    t1 = time.perf_counter()
+    if program == "mlp":
+        ps = [torch.tensor(a, requires_grad=True) for a in args[:4]]
+        tx, ty = torch.from_numpy(args[4]), torch.from_numpy(args[5])
+        def loss(w1, b1, w2, b2, x, y):
+            z = torch.relu(x @ w1 + b1) @ w2 + b2
+            return torch.mean(-torch.sum(torch.log_softmax(z, dim=1) * y, dim=1))
+        value = torch.compile(loss)(*ps, tx, ty)
+        value.backward()
+        with torch.no_grad():
+            out = [p - 0.01 * p.grad for p in ps]
+    elif program in ("cnn", "transformer"):
+        models.Torch(model, params, x, y, compiled=True).step()
+    else:
+        tx = torch.tensor(args[0], requires_grad=True)
+        def deep(x):
+            for _ in range(depth):
+                x = torch.tanh(x * x + x)
+            return torch.sum(x)
+        torch.compile(deep)(tx).backward()
+        out = tx.grad
+    seconds = time.perf_counter() - t1
 else:
     t1 = time.perf_counter()
     if program == "mlp":
@@ -120,6 +146,7 @@ def _env(tree: Path, cache: str) -> dict:
         DLVM_EQ_CACHE_DIR=cache,
         PYTHONPYCACHEPREFIX=str(PYC),  # bytecode cached outside the trees, as after an install
         JAX_PLATFORMS="cpu",
+        TORCHINDUCTOR_CACHE_DIR=str(Path(cache) / "inductor"),  # torch.compile's cold: empty
     )
     return env
 
@@ -146,8 +173,23 @@ def cold_and_warm(tree: Path, program: str, timeout: float) -> tuple[dict, dict]
     return cold, warm
 
 
-def has_jax() -> bool:
-    return subprocess.run([sys.executable, "-c", "import jax"], capture_output=True).returncode == 0
+PEERS = {"jax": ("import jax", "JAX jit"), "torch": ("import torch", "torch.compile")}
+
+
+def installed_peers(names) -> list[str]:
+    """The peers (jax, torch) among `names` this interpreter can import."""
+    return [
+        n
+        for n in names
+        if subprocess.run([sys.executable, "-c", PEERS[n][0]], capture_output=True).returncode == 0
+    ]
+
+
+def peer(framework: str, program: str, timeout: float) -> dict:
+    """One cold compile of a peer, in a fresh process with an empty cache directory of its own
+    (torch.compile's inductor cache lives there)."""
+    with tempfile.TemporaryDirectory(prefix="dq-peer-") as cache:
+        return child(ROOT, framework, program, cache, timeout)
 
 
 def median(rows: list[dict], key: str) -> float:
@@ -165,12 +207,12 @@ def phases_text(rows: list[dict]) -> str:
     )
 
 
-def run(trees: list[Path], rounds: int, timeout: float, depths, jax: bool, log=print):
+def run(trees: list[Path], rounds: int, timeout: float, depths, peers, log=print):
     results: dict[tuple, list] = {}
     for tree in trees:  # writes the bytecode caches; not measured
         cold_and_warm(tree, "tanh8", timeout)
-    if jax:
-        child(trees[0], "jax", "tanh8", tempfile.gettempdir(), timeout)
+    for framework in peers:
+        peer(framework, "tanh8", timeout)
     for r in range(rounds):
         for program in PROGRAMS:
             order = trees if r % 2 == 0 else trees[::-1]
@@ -180,15 +222,19 @@ def run(trees: list[Path], rounds: int, timeout: float, depths, jax: bool, log=p
                 log(
                     f"round {r} {program} {tree}: cold {cold['seconds']:.2f} s, warm {warm['seconds']:.3f} s"
                 )
-            if jax:
-                j = child(trees[0], "jax", program, tempfile.gettempdir(), timeout)
-                results.setdefault((program, "jax"), []).append((j, None))
-                log(f"round {r} {program} jax: {j['seconds']:.2f} s")
+            for framework in peers:
+                j = peer(framework, program, timeout)
+                results.setdefault((program, framework), []).append((j, None))
+                log(f"round {r} {program} {framework}: {j['seconds']:.2f} s")
     growth = []
     for n in depths:
         cold, _ = cold_and_warm(trees[-1], f"tanh{n}", timeout)
-        growth.append((n, cold))
-        log(f"tanh chain {n}: {cold['seconds']:.2f} s")
+        others = {framework: peer(framework, f"tanh{n}", timeout) for framework in peers}
+        growth.append((n, cold, others))
+        log(
+            f"tanh chain {n}: {cold['seconds']:.2f} s"
+            + "".join(f", {f} {o['seconds']:.2f} s" for f, o in others.items())
+        )
     return results, growth
 
 
@@ -200,7 +246,7 @@ TITLES = {
 }
 
 
-def report(results, growth, trees: list[Path], jax: bool, profile: bool) -> str:
+def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
     labels = {str(t): (f"`{t}`" if len(trees) > 1 else "dlvm_eq") for t in trees}
     if len(trees) == 2:
         labels = {str(trees[0]): "dlvm_eq before", str(trees[1]): "dlvm_eq after"}
@@ -209,6 +255,8 @@ def report(results, growth, trees: list[Path], jax: bool, profile: bool) -> str:
         head += " cold by phase (ms) |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for program in PROGRAMS:
+        if (program, str(trees[0])) not in results:  # --rounds 0: the growth table only
+            continue
         for tree in trees:
             rows = results[(program, str(tree))]
             colds, warms = [c for c, _ in rows], [w for _, w in rows]
@@ -219,16 +267,27 @@ def report(results, growth, trees: list[Path], jax: bool, profile: bool) -> str:
             if profile:
                 line += f" {phases_text(colds)} |"
             lines.append(line)
-        if jax:
-            rows = [j for j, _ in results[(program, "jax")]]
-            line = f"| {TITLES[program]} | JAX jit | {median(rows, 'seconds'):.2f} | | {median(rows, 'rss_mb'):.0f} |"
+        for framework in peers:
+            rows = [j for j, _ in results[(program, framework)]]
+            line = (
+                f"| {TITLES[program]} | {PEERS[framework][1]} | {median(rows, 'seconds'):.2f} | "
+                f"| {median(rows, 'rss_mb'):.0f} |"
+            )
             lines.append(line + (" |" if profile else ""))
-    out = ["\n".join(lines)]
+    out = ["\n".join(lines)] if len(lines) > 2 else []
     if growth:
-        g = ["| depth | cold s | s per layer | by phase (ms) |", "|---|---|---|---|"]
-        for n, cold in growth:
+        names = [PEERS[f][1] for f in peers]
+        g = [
+            "| depth | cold s | s per layer | "
+            + "".join(f"{n} cold s | " for n in names)
+            + "by phase (ms) |",
+            "|---|---|---|" + "---|" * len(names) + "---|",
+        ]
+        for n, cold, others in growth:
             g.append(
-                f"| {n} | {cold['seconds']:.2f} | {cold['seconds'] / n * 1e3:.1f} ms | {phases_text([cold])} |"
+                f"| {n} | {cold['seconds']:.2f} | {cold['seconds'] / n * 1e3:.1f} ms | "
+                + "".join(f"{others[f]['seconds']:.2f} | " for f in peers)
+                + f"{phases_text([cold])} |"
             )
         out.append(
             f"tanh-chain gradient, cold, by depth ({labels[str(trees[-1])]}):\n\n" + "\n".join(g)
@@ -250,26 +309,29 @@ def main(argv=None) -> int:
     ap.add_argument("--depths", type=int, nargs="*", default=list(DEPTHS))
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--profile", action="store_true", help="each cold compile's time by phase")
     ap.add_argument("--update", type=Path, help="write the section into this markdown file")
     args = ap.parse_args(argv)
     trees = [t.resolve() for t in args.trees]
-    jax = not args.no_jax and has_jax()
+    peers = installed_peers(
+        [n for n, off in (("jax", args.no_jax), ("torch", args.no_torch)) if not off]
+    )
     results, growth = run(
         trees,
         args.rounds,
         args.timeout,
         args.depths,
-        jax,
+        peers,
         log=lambda s: print(s, file=sys.stderr, flush=True),
     )
-    text = report(results, growth, trees, jax, args.profile)
+    text = report(results, growth, trees, peers, args.profile)
     cmd = "benchmarks/compile_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
     section = (
         f"{SECTION}\n\n`{cmd.strip()}`, {datetime.date.today()}, {machine()}; medians of "
         f"{args.rounds} rounds, each compile a fresh process (import not counted), cold with an "
-        f"empty cache, warm on the cache the cold one filled.{'' if jax else ' JAX not installed.'}\n\n"
-        + text
+        f"empty cache, warm on the cache the cold one filled; peers: "
+        f"{', '.join(PEERS[f][1] for f in peers) or 'none installed'}.\n\n" + text
     )
     print(section)
     if args.update:

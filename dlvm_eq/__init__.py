@@ -53,13 +53,19 @@ def __getattr__(name):
     return _lazy_attribute(name)
 
 
-def compile(module, name, target="cpu", optimize=True, cast=False, rules=()):
+def compile(module, name, target="cpu", optimize=True, cast=False, rules=(), verify_rules=False):
     """`dq.compile(module, "f", target="cpu"|"gpu")`: a callable running function `f` of a
     `.dl` module (declared adjoints included) as native kernels; `.report` and `.plan` say
     what was optimized and fused. The code generator loads on first use (llvmlite).
     Arguments must have the declared dtypes (a DlvmError names the one that does not), or
     `cast=True` casts them (never complex or object arrays); Python numbers are weakly typed.
-    rules: the user's rule files, added to the shipped ones (as `dlvm-eq opt --rules`)."""
+    rules: the user's rule files, added to the shipped ones (as `dlvm-eq opt --rules`);
+    verify_rules=True refuses a rule verify-rules cannot prove (VerificationError, file:line)."""
     from .pipeline.native import compile as _compile
+
+    if verify_rules:
+        from .pipeline.verified_rules import check_user_rules
+
+        check_user_rules(rules, "compile")
 
     return _compile(module, name, target, optimize, cast, rules)

@@ -202,7 +202,7 @@ def test_col2im_has_no_masked_vector_stores():
     LLVM vectorized the sums with masked AVX loads and stores (vmaskmov), slow on Zen and
     defeating store forwarding between taps."""
     from dlvm_eq.codegen.cpu.im2col_ir import conv_ir
-    from dlvm_eq.codegen.cpu.llvm_cpu import assembly
+    from dlvm_eq.codegen.cpu.llvm_cpu import assembly, family_pipeline
 
     g = geometry(
         "f32",
@@ -210,8 +210,31 @@ def test_col2im_has_no_masked_vector_stores():
         (3, 3),
         {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)},
     )
-    asm = assembly(conv_ir(Col2imSpec(g)).text)
+    speed, vectorize = family_pipeline("col2im")  # the pipeline its kernels are built with
+    asm = assembly(conv_ir(Col2imSpec(g)).text, vectorize, speed)
     assert "vaddps" in asm and "vmaskmov" not in asm
+
+
+@pytest.mark.parametrize("spec_type", [Im2colSpec, Col2imSpec])
+def test_window_kernels_are_built_with_their_familys_pipeline(spec_type):
+    """The object code a conv kernel runs is its family's LLVM pipeline's (FAMILY_PIPELINE),
+    byte for byte, whether built now or read from the disk cache (keyed by the source)."""
+    from dlvm_eq.codegen.cpu import llvm_cpu
+    from dlvm_eq.codegen.cpu.im2col_ir import conv_ir
+    from dlvm_eq.codegen.runtime.jit import JIT
+
+    g = geometry(
+        "f32", (3, 5, 9, 7), (3, 2), {"stride": (2, 1), "padding": (1, 0, 1, 1), "dilation": (1, 1)}
+    )
+    spec = spec_type(g)
+    kernel = compile_conv(spec)
+    kir = conv_ir(spec)
+    speed, vectorize = llvm_cpu.family_pipeline(kir.kind)
+    assert (kir.kind, speed) == (spec.name, 2)
+    symbol = next(
+        s for s, a in JIT.symbols.items() if a == ctypes.cast(kernel.fn, ctypes.c_void_p).value
+    )
+    assert JIT.objects[symbol] == llvm_cpu.compile_object(kir.text, vectorize, speed)
 
 
 def test_a_too_small_buffer_is_a_clear_error_not_a_write_out_of_bounds():

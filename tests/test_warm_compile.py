@@ -200,3 +200,19 @@ def test_egglog_bindings_load_alone_and_egglog_still_imports():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "i64(3)"
+
+
+@pytest.mark.parametrize("entry", ["dlvm_eq.egraph.optimize", "dlvm_eq.verify.rules"])
+def test_importing_an_egraph_module_first_loads_the_bindings_alone(entry):
+    # no load_bindings() by the caller: the modules that use egglog load its bindings alone
+    code = textwrap.dedent(f"""
+        import sys, importlib
+        importlib.import_module({entry!r})
+        from dlvm_eq.egraph.optimize import prepare_session
+        prepare_session()
+        print(sorted(m for m in ("egglog", "black", "click", "graphviz") if m in sys.modules))
+        print("egglog.bindings" in sys.modules)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[]", "True"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import threading
 
-from egglog.bindings import EGraph
+from .egglog_bindings import EGraph
 
 _COMMENT = re.compile(r";[^\n]*")
 _lock = threading.Lock()

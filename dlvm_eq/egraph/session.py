@@ -15,7 +15,9 @@ import re
 import threading
 from pathlib import Path
 
-from egglog.bindings import (
+from ..errors import DlvmError
+from ..ir.module import Function, Module
+from .egglog_bindings import (
     AddRuleset,
     Call,
     EggSmolError,
@@ -25,10 +27,7 @@ from egglog.bindings import (
     PanicSpan,
     UnstableCombinedRuleset,
 )
-from egglog.bindings import Var as EggVar
-
-from ..errors import DlvmError
-from ..ir.module import Function, Module
+from .egglog_bindings import Var as EggVar
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .parens import parens

@@ -6,6 +6,7 @@ module for a target (pipeline/targets.py).
     f(params, x)                           # pytrees (dicts, lists, tuples, namedtuples) too
     f.lower(w, x)                          # the Module it compiled
     f.report(w, x)                         # what compiling did (cpu/gpu)
+    dq.jit(f, rules=["my.egg"], verify_rules=True)   # the user's rules, proven first
 
 Shared state (threads): a Jitted's `_cache` holds only complete entries; `_building` (under
 `_lock`) gives each signature one builder, so concurrent first calls compile once.
@@ -47,10 +48,15 @@ class Jitted:
     """A function compiled on first call for each distinct argument tree structure and leaf
     shapes/dtypes; arguments and results may be pytrees (dicts, lists, tuples, namedtuples)."""
 
-    def __init__(self, fn, target: str = DEFAULT_TARGET, rules=()):
+    def __init__(self, fn, target: str = DEFAULT_TARGET, rules=(), verify_rules: bool = False):
         backend(target)  # an unknown target is a DlvmError here, not at the first call
         self.fn, self.target = fn, target
         self.rules = (rules,) if isinstance(rules, (str, os.PathLike)) else tuple(rules or ())
+        self.verify_rules = verify_rules
+        if verify_rules:  # refused here, before any call compiles with them
+            from .verified_rules import check_user_rules  # sympy loads only when asked
+
+            check_user_rules(self.rules, "jit")
         self._cache: dict[tuple, tuple] = {}
         # one compile per signature: the first caller builds the entry (only complete entries
         # enter _cache), a concurrent caller of the same signature waits for it
@@ -128,7 +134,7 @@ class Jitted:
     def __reduce__(self):
         # pickled (for a Ray worker) as its function and target, not its compiled code (native
         # code and locks do not pickle): the receiver compiles again, through the disk cache
-        return (Jitted, (self.fn, self.target, self.rules))
+        return (Jitted, (self.fn, self.target, self.rules, self.verify_rules))
 
     def cache_size(self) -> int:
         return len(self._cache)
@@ -137,9 +143,11 @@ class Jitted:
         self._cache.clear()
 
 
-def jit(fn=None, *, target: str = DEFAULT_TARGET, rules=()):
+def jit(fn=None, *, target: str = DEFAULT_TARGET, rules=(), verify_rules: bool = False):
     """`dq.jit(f)`, `dq.jit(f, target="interp")` or `@dq.jit(target=...)`. rules: the user's
-    rule files (paths), whose rulesets join the shipped ones (as `dlvm-eq opt --rules`)."""
+    rule files (paths), whose rulesets join the shipped ones (as `dlvm-eq opt --rules`).
+    verify_rules=True: a rule verify-rules cannot prove is refused here, a VerificationError
+    naming its file:line (pipeline/verified_rules.py)."""
     if fn is None:
-        return lambda f: Jitted(f, target, rules)
-    return Jitted(fn, target, rules)
+        return lambda f: Jitted(f, target, rules, verify_rules)
+    return Jitted(fn, target, rules, verify_rules)

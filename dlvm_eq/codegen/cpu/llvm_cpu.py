@@ -283,15 +283,27 @@ def host_key() -> str:
     )
 
 
-def optimize(ir_text: str, vectorize: bool = True) -> llvm.ModuleRef:
-    """Parse, verify and run the O3 pipeline (loop and SLP vectorization on), or, for code
-    written with explicit vectors (the GEMM), O2 without the vectorizers: they only blow up
-    its scalar packing loops (GEMM: 310 ms to compile -> 90 ms, same speed)."""
+# LLVM's pipeline per kernel family (CpuIR.kind): (speed level, vectorizers on), where it was
+# measured cheaper to compile and no slower to run; every other family gets O3, vectorizers on.
+# gemm: its explicit vectors; the vectorizers only blow up its scalar packing loops (310 ms to
+# compile -> 90 ms, same speed). im2col, col2im (memory-bound copies): O2 took a quarter less
+# LLVM time on the CNN step, the kernels no slower (BENCHMARKS.md, "LLVM pipeline per family").
+FAMILY_PIPELINE = {"gemm": (2, False), "im2col": (2, True), "col2im": (2, True)}
+
+
+def family_pipeline(kind: str) -> tuple[int, bool]:
+    """(speed level, vectorize) for a kernel of family `kind` (FAMILY_PIPELINE)."""
+    return FAMILY_PIPELINE.get(kind, (3, True))
+
+
+def optimize(ir_text: str, vectorize: bool = True, speed: int | None = None) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline (loop and SLP vectorization on), or O2 without
+    the vectorizers (vectorize=False), or the given speed level (FAMILY_PIPELINE)."""
     tm = target_machine()
     with _lock:  # LLVM's pass managers are not to be shared between threads
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3 if vectorize else 2)
+        pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
         pto.loop_vectorization = vectorize
         pto.slp_vectorization = vectorize
         pb = llvm.create_pass_builder(tm, pto)
@@ -319,14 +331,14 @@ def _own_llvm() -> tuple:
     return own
 
 
-def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
+def compile_object(ir_text: str, vectorize: bool = True, speed: int | None = None) -> bytes:
     """IR text -> optimized native object code for the host (the same bytes as `optimize`
     + emit in the global context: tests/test_parallel_kernels.py), in this thread's own LLVM
     context: threads compile at once (llvmlite's calls release the GIL)."""
     context, tm = _own_llvm()
     mod = llvm.parse_assembly(ir_text, context=context)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3 if vectorize else 2)
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
     pto.loop_vectorization = vectorize
     pto.slp_vectorization = vectorize
     pb = llvm.create_pass_builder(tm, pto)
@@ -334,8 +346,8 @@ def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
     return tm.emit_object(mod)
 
 
-def assembly(ir_text: str, vectorize: bool = True) -> str:
+def assembly(ir_text: str, vectorize: bool = True, speed: int | None = None) -> str:
     """Optimized host assembly, for inspection (e.g. to check that loops are vectorized)."""
-    mod = optimize(ir_text, vectorize)
+    mod = optimize(ir_text, vectorize, speed)
     with _lock:
         return target_machine().emit_assembly(mod)

@@ -104,7 +104,7 @@ class Jit:
         with self.lock:
             obj = self.objects.get(kir.symbol)
         if obj is None:
-            obj = compile_object(kir.text, vectorize=kir.kind != "gemm")  # explicit vectors
+            obj = compile_object(kir.text, *family_pipeline(kir.kind))
             compiled = True
         else:  # the same IR under another spec: compiled already
             compiled = False
@@ -206,10 +206,17 @@ def cpu_ir(spec) -> CpuIR:
     return build(spec)
 
 
-def compile_object(ir_text: str, vectorize: bool = True) -> bytes:
+def compile_object(ir_text: str, speed: int = 3, vectorize: bool = True) -> bytes:
     from ..cpu.llvm_cpu import compile_object as build
 
-    return build(ir_text, vectorize)
+    return build(ir_text, vectorize, speed)
+
+
+def family_pipeline(kind: str) -> tuple[int, bool]:
+    """(LLVM speed level, vectorize) for a kernel family (cpu/llvm_cpu.FAMILY_PIPELINE)."""
+    from ..cpu.llvm_cpu import family_pipeline as pipeline
+
+    return pipeline(kind)
 
 
 def _make_engine():
