@@ -18,7 +18,6 @@ key_block), run_max and run_sum (rows) are the task's scratch. o is written whol
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -32,8 +31,18 @@ PTR = ir.PointerType()
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # cblas enums
 LOG2E = 1.4426950408889634
 SHIFTER = 1.5 * 2.0**23  # x + SHIFTER rounds x to an integer held in the low mantissa bits
-# 2**f = e**(f ln2) on |f| <= 1/2 by Taylor to degree 7: error (ln2/2)**8/8! < 6e-9 (< 0.1 ulp)
-EXP2_TAYLOR = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(7, -1, -1))
+# 2**f on |f| <= 1/2: a degree-5 polynomial fitted for relative error (iteratively reweighted
+# least squares at Chebyshev nodes), rounded to f32: max relative error 2.1e-7 (3.5 ulp), below
+# the rounding of the block products that use the weights; two FMAs fewer than Taylor's
+# degree 7 in a pass bound by its arithmetic
+EXP2_POLY = (
+    0.001303739845752716,
+    0.009672075510025024,
+    0.0555139034986496,
+    0.24022194743156433,
+    0.6931465864181519,
+    1.0,
+)
 
 
 def exp2_nonpositive(em: Emitter, x):
@@ -44,7 +53,7 @@ def exp2_nonpositive(em: Emitter, x):
     b = em.b
     t = em.fadd(x, ir.Constant(F32, SHIFTER))
     n = em.fsub(t, ir.Constant(F32, SHIFTER))
-    p = em.horner(em.fsub(x, n), EXP2_TAYLOR)
+    p = em.horner(em.fsub(x, n), EXP2_POLY)
     bits = b.sub(b.bitcast(t, I32), ir.Constant(I32, 0x4B400000))  # n as an integer
     pow2 = b.bitcast(b.shl(b.add(bits, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
     return em.select(
