@@ -15,6 +15,7 @@ bias: an array broadcastable to the scores' shape, or a float added everywhere (
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from contextlib import contextmanager
 
@@ -92,8 +93,10 @@ def one_blas_thread():
                     put(n)
 
 
+@functools.cache
 def _native(blas_int64: bool, bias: bool, causal: bool):
-    """The compiled task for these flags (JIT's memory and disk caches: built once)."""
+    """The compiled task for these flags (JIT's memory and disk caches: built once; the memo
+    spares each call the cache key, ~50 us). A race builds the same function twice."""
     from ..cpu.attention_ir import AttentionSpec, attention_ir  # the IR builder: a cache miss
 
     spec = AttentionSpec(bias=bias, causal=causal, blas_int64=blas_int64)
@@ -103,13 +106,15 @@ def _native(blas_int64: bool, bias: bool, causal: bool):
 
 
 def _scratch(shape_key: tuple[int, int, int]):
-    """This thread's (qs, s, run_max, run_sum) for (rows, d, key block), reused across calls."""
+    """Addresses of this thread's (qs, s, run_max, run_sum) for (rows, d, key block), kept
+    across calls."""
     got = getattr(_SCRATCH, "bufs", None)
     if got is None or got[0] != shape_key:
         rows, d, kb = shape_key
-        got = (shape_key, *(np.empty(n, np.float32) for n in (rows * d, rows * kb, rows, rows)))
+        bufs = [np.empty(n, np.float32) for n in (rows * d, rows * kb, rows, rows)]
+        got = (shape_key, *bufs, *(b.ctypes.data for b in bufs))
         _SCRATCH.bufs = got
-    return got[1:]
+    return got[5:]
 
 
 def _rows(a) -> np.ndarray:
@@ -145,19 +150,21 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
     fn = _native(gemm[1], dense, causal)
     scale = float(scale)
 
+    arrays = (q, k, v, o) + ((bias,) if dense else ())
+    base = [a.ctypes.data for a in arrays]  # addresses by arithmetic: .ctypes costs ~2 us each
+    lead = [a.strides[:-2] for a in arrays]
+    ld = [a.strides[-2] // 4 for a in arrays]
+    brs = ld[4] if dense else 0
+
     def task(idx, q0):
-        rows = min(m, q0 + query_block) - q0
+        at = [b + sum(i * st for i, st in zip(idx, sts)) for b, sts in zip(base, lead)]
+        bptr = at[4] + q0 * brs * 4 if dense else 0
         qs, s, run_max, run_sum = _scratch((query_block, d, key_block))
-        qi, ki, vi, oi = q[idx], k[idx], v[idx], o[idx]
-        bptr, brs = 0, 0
-        if dense:
-            bi = bias[idx]
-            bptr, brs = bi[q0:].ctypes.data, bi.strides[0] // 4
         fn(
-            qi[q0:].ctypes.data, ki.ctypes.data, vi.ctypes.data, oi[q0:].ctypes.data, bptr,
-            qs.ctypes.data, s.ctypes.data, run_max.ctypes.data, run_sum.ctypes.data, gemm[0],
-            rows, n, d, e, qi.strides[0] // 4, ki.strides[0] // 4, vi.strides[0] // 4,
-            oi.strides[0] // 4, brs, q0, key_block, scale,
+            at[0] + q0 * ld[0] * 4, at[1], at[2], at[3] + q0 * ld[3] * 4, bptr,
+            qs, s, run_max, run_sum, gemm[0],
+            min(m, q0 + query_block) - q0, n, d, e, ld[0], ld[1], ld[2], ld[3], brs, q0,
+            key_block, scale,
         )  # fmt: skip
 
     tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, query_block)]
