@@ -139,6 +139,39 @@ def test_extraction_picks_the_fused_kernel_when_it_is_cheaper():
     assert fr.attention[0].split(":")[1].strip().startswith("fused chosen"), fr.attention
 
 
+def _seconds(text: str) -> float:
+    value, unit = text.split()[:2]
+    return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+
+
+@pytest.mark.parametrize("fn", [scaled, prescaled_q, extra_transpose])
+def test_shipped_defaults_pick_the_fused_kernel_at_seq_1024(fn):
+    """The shipped CPU machine, no calibration: a user's spelling (the scale on q, kᵀ behind
+    three transposes) reaches the fused form through the rules and extraction takes it, and
+    the report gives both predicted costs, the fused one the lower."""
+    shape = (2, 1024, 64)
+    res, fr = _optimized(fn, shape, shape, shape)
+    assert "attention" in [inst.op for inst in res.module[fn.__name__].body]
+    line = fr.attention[0]
+    assert "fused chosen" in line, line
+    fused, plain = (_seconds(x) for x in line.split("fused kernel ")[1].split(", plain program "))
+    assert fused < plain, line
+
+
+def test_shipped_defaults_keep_the_plain_backward_without_a_fused_one():
+    """value_and_grad needs the probabilities for the backward anyway (no fused backward
+    kernel yet): the fused forward would only add work, and extraction keeps the plain form."""
+
+    def loss(q, k, v):
+        return dq.sum(heads(q, k, v))
+
+    shape = (1, 4, 1024, 64)
+    args = [np.zeros(shape, np.float32)] * 3
+    res = dq.optimize(dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args), target="cpu")
+    fr = res.report["loss"]
+    assert fr.attention and "plain chosen" in fr.attention[0], fr.attention
+
+
 def test_extraction_keeps_the_plain_program_when_it_is_cheaper():
     """A tiny attention: the fused kernel's per-block overhead outweighs what it saves."""
     res, fr = _optimized(scaled, (1, 4, 2), (1, 4, 2), (1, 4, 2))
