@@ -24,6 +24,9 @@ from ..ir.types import TensorType
 # constructors whose Lets get their shape and dtype set when loaded: the leaves the schema's
 # analysis starts from (every other term's shape and dtype follow from its operands)
 LEAVES_WITH_FACTS = ("Var", "Lit")
+# an array literal whose key holds this is a causal additive mask (loader.causal_mask_value):
+# its let also asserts (causal-bias lit), which rules/attention.egg reads
+CAUSAL_KEY = "causal"
 
 
 def let_name(prefix: str, n: int) -> str:
@@ -105,10 +108,11 @@ class Let:
         if self.ctor not in LEAVES_WITH_FACTS or self.type is None:
             return []
         me = ref(self)
+        causal = self.ctor == "Lit" and CAUSAL_KEY in str(self.args[0])
         return [
             f"(set (shape {me}) {egg_vec(self.type.shape)})",
             f"(set (dtype {me}) {egg_string(str(self.type.dtype))})",
-        ]
+        ] + ([f"(causal-bias {me})"] if causal else [])
 
 
 def commands(lets, facts: bool = True) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from .pattern import (
     ANALYSES,
     ASSUMPTIONS,
+    CAUSAL_BIAS,
     COMPARISONS,
     CVAL,
     IGNORED_ACTIONS,
@@ -388,6 +389,8 @@ def _constants(ob: Obligation) -> None:
     for x, name in ob.constants.items():
         ob.patterns.append(PVar(x))
         kind = ob.assumptions.get(x)
+        if kind == CAUSAL_BIAS:  # a scalar constant is no mask over two axes
+            raise Unsupported(f"({kind} {x}) on a scalar constant")
         if kind:  # a constant assumed positive: the constant must be
             op = {"positive": ">", "nonneg": ">=", "nonzero": "!="}[kind]
             ob.guards.append(PCall(op, (PVar(name), PLit(0.0, "f64"))))
