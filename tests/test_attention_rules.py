@@ -204,7 +204,7 @@ def test_verify_rules_proves_attention_egg():
     quick = Settings(space=Space(limit=48), symbolic_seconds=5.0)
     report = verify_rules([str(rule_file("attention.egg"))], settings=quick)
     assert report.ok and not report.skipped, report.render()
-    assert len(report.results) == 20
+    assert len(report.results) == 24
     assert report.count("proven") >= 10, report.render()
 
 
@@ -257,3 +257,41 @@ def test_masked_attention_compiled_matches_the_interpreter(fn):
     got = dq.jit(fn)(*args)
     want = dq.jit(fn, target="interp")(*[a.astype(np.float64) for a in args])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def causal_where(q, k, v):  # the mask as a selection: where(tril(ones), scores, -inf)
+    keep = np.tril(np.ones((q.shape[1], k.shape[1]), bool))
+    return dq.softmax(dq.where(keep, (q @ dq.transpose(k, (0, 2, 1))) * 0.125, -np.inf), -1) @ v
+
+
+def causal_where_heads(q, k, v):  # rank 4, no scale
+    keep = np.tril(np.ones((q.shape[2], k.shape[2]), bool))
+    return dq.softmax(dq.where(keep, q @ dq.transpose(k, (0, 1, 3, 2)), -np.inf), -1) @ v
+
+
+def upper_where(q, k, v):  # a look-alike: the queries see the keys at and after them
+    keep = np.triu(np.ones((q.shape[1], k.shape[1]), bool))
+    return dq.softmax(dq.where(keep, (q @ dq.transpose(k, (0, 2, 1))) * 0.125, -np.inf), -1) @ v
+
+
+@pytest.mark.parametrize(
+    "fn, shape", [(causal_where, (2, 1024, 64)), (causal_where_heads, (1, 2, 1024, 64))]
+)
+def test_a_causal_mask_written_as_a_selection_reaches_the_causal_mode(fn, shape):
+    res, fr = _optimized(fn, shape, shape, shape)
+    att = [inst for inst in res.module[fn.__name__].body if inst.op == "attention"]
+    assert att and att[0].attrs["causal"] == 1, str(res.module)
+    assert "(causal mode)" in fr.attention[0], fr.attention
+
+
+@pytest.mark.parametrize("fn", [causal_where, causal_where_heads, upper_where])
+def test_selected_masks_compiled_match_the_interpreter(fn):
+    shape = (2, 300, 16) if fn is not causal_where_heads else (1, 2, 300, 16)
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    got = dq.jit(fn)(*args)
+    want = dq.jit(fn, target="interp")(*[a.astype(np.float64) for a in args])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if fn is upper_where:
+        _, fr = _optimized(fn, shape, shape, shape)
+        assert not any("where(causal" in name for name in _fired(fr)), _fired(fr)

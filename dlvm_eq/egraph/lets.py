@@ -27,6 +27,9 @@ LEAVES_WITH_FACTS = ("Var", "Lit")
 # an array literal whose key holds this is a causal additive mask (loader.causal_mask_value):
 # its let also asserts (causal-bias lit), which rules/attention.egg reads
 CAUSAL_KEY = "causal"
+# ... and one whose key holds this is a causal keep mask (bool: True where key j <= query i),
+# asserted as (causal-keep lit)
+CAUSAL_KEEP_KEY = "causalkeep"
 
 
 def let_name(prefix: str, n: int) -> str:
@@ -108,11 +111,18 @@ class Let:
         if self.ctor not in LEAVES_WITH_FACTS or self.type is None:
             return []
         me = ref(self)
-        causal = self.ctor == "Lit" and CAUSAL_KEY in str(self.args[0])
+        key = str(self.args[0]) if self.ctor == "Lit" else ""
+        mask = (
+            [f"(causal-keep {me})"]
+            if CAUSAL_KEEP_KEY in key
+            else [f"(causal-bias {me})"]
+            if CAUSAL_KEY in key
+            else []
+        )
         return [
             f"(set (shape {me}) {egg_vec(self.type.shape)})",
             f"(set (dtype {me}) {egg_string(str(self.type.dtype))})",
-        ] + ([f"(causal-bias {me})"] if causal else [])
+        ] + mask
 
 
 def commands(lets, facts: bool = True) -> list[str]:

@@ -21,6 +21,7 @@ from .pattern import (
     ANALYSES,
     ASSUMPTIONS,
     CAUSAL_BIAS,
+    CAUSAL_KEEP,
     COMPARISONS,
     CVAL,
     IGNORED_ACTIONS,
@@ -389,7 +390,7 @@ def _constants(ob: Obligation) -> None:
     for x, name in ob.constants.items():
         ob.patterns.append(PVar(x))
         kind = ob.assumptions.get(x)
-        if kind == CAUSAL_BIAS:  # a scalar constant is no mask over two axes
+        if kind in (CAUSAL_BIAS, CAUSAL_KEEP):  # a scalar constant is no mask over two axes
             raise Unsupported(f"({kind} {x}) on a scalar constant")
         if kind:  # a constant assumed positive: the constant must be
             op = {"positive": ">", "nonneg": ">=", "nonzero": "!="}[kind]

@@ -30,6 +30,9 @@ ASSUMPTIONS = {"positive": "> 0", "nonneg": ">= 0", "nonzero": "!= 0"}
 # where j <= i and -inf above (the loader asserts it on such literals; rules/attention.egg)
 ASSUMPTIONS["causal-bias"] = "is the causal mask"
 CAUSAL_BIAS = "causal-bias"
+# (causal-keep t): t is the bool causal keep mask (True where j <= i on the last two axes)
+ASSUMPTIONS["causal-keep"] = "is the causal keep mask"
+CAUSAL_KEEP = "causal-keep"
 LEAF_CTORS = ("Var", "Lit")
 SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
 SCALAR_PREFIX = "S"  # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)

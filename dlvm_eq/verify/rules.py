@@ -54,7 +54,7 @@ from ..errors import DlvmError
 from ..ir.types import DType, TensorType
 from .identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, RANK, UNPROVEN, ZeroProver
 from .obligation import Obligation, obligations
-from .pattern import ANALYSES, ASSUMPTIONS, CAUSAL_BIAS, Vocab, pshow
+from .pattern import ANALYSES, ASSUMPTIONS, CAUSAL_BIAS, CAUSAL_KEEP, Vocab, pshow
 from .report import DEFINITION, FAILED, NOTHING, SKIPPED, RuleResult, RulesReport
 from .search import Space, assignments, index_variables
 from .sexpr import SexprError
@@ -216,6 +216,21 @@ def causal_bias_value(shape, symbolic: bool) -> np.ndarray:
     return out
 
 
+def causal_keep_value(shape, symbolic: bool) -> np.ndarray:
+    """The bool causal keep mask of this shape: True where key j <= query i on the last two
+    axes (sympy's true/false when symbolic); below rank 2 every entry is True."""
+    keep = np.ones(shape, bool)
+    if len(shape) >= 2:
+        m, n = shape[-2:]
+        keep = np.broadcast_to(np.arange(n)[None, :] <= np.arange(m)[:, None], shape).copy()
+    if not symbolic:
+        return keep
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape):
+        out[idx] = sp.true if keep[idx] else sp.false
+    return out
+
+
 def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarray]:
     """float64 values of the tensor variables: random, or drawn from special values; index
     vectors (search.index_variables) all zeros, in range for any axis."""
@@ -230,6 +245,8 @@ def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarra
             leaves[k] = np.zeros(t.shape, np.int32)
         elif kind == CAUSAL_BIAS:
             leaves[k] = causal_bias_value(t.shape, False)
+        elif kind == CAUSAL_KEEP:
+            leaves[k] = causal_keep_value(t.shape, False)
         elif c is not None:
             leaves[k] = np.full(t.shape, c, dtype=bool if t.dtype is DType.bool else np.float64)
         elif t.dtype is DType.bool:
@@ -257,6 +274,8 @@ def _symbols(ob: Obligation, asg: dict) -> dict[str, np.ndarray]:
         c = _constant(ob, asg, k)
         if ob.assumptions.get(k) == CAUSAL_BIAS:
             leaves[k] = causal_bias_value(t.shape, True)
+        elif ob.assumptions.get(k) == CAUSAL_KEEP:
+            leaves[k] = causal_keep_value(t.shape, True)
         elif k in index or c is not None:  # index vectors: zeros (as _point)
             arr = np.empty(t.shape, dtype=object)
             for idx in np.ndindex(t.shape):
