@@ -168,6 +168,8 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
         )  # fmt: skip
 
     tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, query_block)]
+    if causal:  # a later query block sees more keys: the longest first, so none is left last
+        tasks.sort(key=lambda t: -t[1])
     if n == 0 or d == 0:
         return False
     with one_blas_thread():
