@@ -6,6 +6,9 @@ kernel) and PyTorch eager with the naive formula, side by side in one process.
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
     .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
 
+From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
+editable install's dlvm_eq (another tree's).
+
 --threads N (default: every usable CPU) pins the process to N CPUs before numpy, OpenBLAS,
 torch and dlvm_eq load, so that every implementation runs on N threads (torch is also told
 N); its figures go in a section of their own.
