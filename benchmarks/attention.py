@@ -4,6 +4,14 @@ kernel) and PyTorch eager with the naive formula, side by side in one process.
 
     .venv/bin/python benchmarks/attention.py                          # seq 256 1024 4096
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
+    .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
+
+From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
+editable install's dlvm_eq (another tree's).
+
+--threads N (default: every usable CPU) pins the process to N CPUs before numpy, OpenBLAS,
+torch and dlvm_eq load, so that every implementation runs on N threads (torch is also told
+N); its figures go in a section of their own.
 
 dlvm_eq rows:
 - "dlvm_eq (extraction's choice)": dq.jit as a user gets it; the note says which form
@@ -28,6 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import reexec_without
 
 UNSET = reexec_without()  # before numpy loads OpenBLAS
+
+
+def _pin_threads(argv) -> int | None:
+    """--threads N: this process on its first N CPUs, before any thread pool is sized."""
+    import os
+
+    if "--threads" not in argv:
+        return None
+    n = int(argv[argv.index("--threads") + 1])
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus[:n])
+    return n
+
+
+PINNED = _pin_threads(sys.argv)
 
 import argparse  # noqa: E402
 import os  # noqa: E402
@@ -97,7 +120,7 @@ def _torch_rows(args, fwd_only: bool):
         import torch
     except ImportError:
         return []
-    torch.set_num_threads(2)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     F = torch.nn.functional
     q, k, v, w = (torch.from_numpy(a.copy()) for a in args)
 
@@ -119,7 +142,7 @@ def _torch_rows(args, fwd_only: bool):
         (out * w).sum().backward()
         return qq.grad
 
-    version = f"torch {torch.__version__}, 2 threads"
+    version = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     return [
         ("torch scaled_dot_product_attention", sdpa, None, version),
         ("torch eager, naive formula", naive, None, version),
@@ -171,6 +194,7 @@ def main():
     ap.add_argument("--seq", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--calls", type=int, default=9)
     ap.add_argument("--update", type=Path)
+    ap.add_argument("--threads", type=int, help="pin to this many CPUs (read before imports)")
     a = ap.parse_args()
     out = []
     for fwd_only in (True, False):
@@ -186,15 +210,19 @@ def main():
             f"### {title}\n\n"
             + markdown_table(["seq", "implementation", "median ms", "arena MiB", "note"], table)
         )
+    threads = len(os.sched_getaffinity(0))
+    section = SECTION if PINNED is None else f"{SECTION}, {threads} thread(s)"
+    flag = "" if PINNED is None else f" --threads {PINNED}"
     text = (
-        f"{SECTION}\n\n`benchmarks/attention.py --seq {' '.join(map(str, a.seq))}` "
+        f"{section}\n\n`benchmarks/attention.py --seq {' '.join(map(str, a.seq))}{flag}` "
         f"(batch 1, {HEADS} heads, head dim {DIM}, float32; medians of about {a.calls} calls "
-        f"in {ROUNDS} rounds). Machine: {machine_line()}; load average {os.getloadavg()[0]:.1f} "
+        f"in {ROUNDS} rounds; {threads} CPU(s) for every implementation). Machine: "
+        f"{machine_line()}; load average {os.getloadavg()[0]:.1f} "
         "at the end: the machine was shared with other jobs.\n\n" + "\n\n".join(out) + "\n"
     )
     print(text)
     if a.update:
-        update_section(a.update, SECTION, text)
+        update_section(a.update, section, text)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,39 @@ def test_extraction_picks_the_fused_kernel_when_it_is_cheaper():
     assert fr.attention[0].split(":")[1].strip().startswith("fused chosen"), fr.attention
 
 
+def _seconds(text: str) -> float:
+    value, unit = text.split()[:2]
+    return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+
+
+@pytest.mark.parametrize("fn", [scaled, prescaled_q, extra_transpose])
+def test_shipped_defaults_pick_the_fused_kernel_at_seq_1024(fn):
+    """The shipped CPU machine, no calibration: a user's spelling (the scale on q, kᵀ behind
+    three transposes) reaches the fused form through the rules and extraction takes it, and
+    the report gives both predicted costs, the fused one the lower."""
+    shape = (2, 1024, 64)
+    res, fr = _optimized(fn, shape, shape, shape)
+    assert "attention" in [inst.op for inst in res.module[fn.__name__].body]
+    line = fr.attention[0]
+    assert "fused chosen" in line, line
+    fused, plain = (_seconds(x) for x in line.split("fused kernel ")[1].split(", plain program "))
+    assert fused < plain, line
+
+
+def test_shipped_defaults_keep_the_plain_backward_without_a_fused_one():
+    """value_and_grad needs the probabilities for the backward anyway (no fused backward
+    kernel yet): the fused forward would only add work, and extraction keeps the plain form."""
+
+    def loss(q, k, v):
+        return dq.sum(heads(q, k, v))
+
+    shape = (1, 4, 1024, 64)
+    args = [np.zeros(shape, np.float32)] * 3
+    res = dq.optimize(dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args), target="cpu")
+    fr = res.report["loss"]
+    assert fr.attention and "plain chosen" in fr.attention[0], fr.attention
+
+
 def test_extraction_keeps_the_plain_program_when_it_is_cheaper():
     """A tiny attention: the fused kernel's per-block overhead outweighs what it saves."""
     res, fr = _optimized(scaled, (1, 4, 2), (1, 4, 2), (1, 4, 2))
@@ -171,5 +204,94 @@ def test_verify_rules_proves_attention_egg():
     quick = Settings(space=Space(limit=48), symbolic_seconds=5.0)
     report = verify_rules([str(rule_file("attention.egg"))], settings=quick)
     assert report.ok and not report.skipped, report.render()
-    assert len(report.results) == 18
+    assert len(report.results) == 24
     assert report.count("proven") >= 10, report.render()
+
+
+def causal_bias(q, k, v):  # a causal mask as users write it: -1e9 above the diagonal
+    hidden = np.triu(np.full((q.shape[1], k.shape[1]), -1e9, np.float32), 1)
+    return dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.125 + hidden, axis=-1) @ v
+
+
+def causal_inf_heads(q, k, v):  # rank 4, -inf above the diagonal, the scale on q
+    hidden = np.triu(np.full((q.shape[2], k.shape[2]), -np.inf, np.float32), 1)
+    return dq.softmax((q * 0.125) @ dq.transpose(k, (0, 1, 3, 2)) + hidden, axis=-1) @ v
+
+
+def shifted_band(q, k, v):  # a look-alike: keys hidden from j > i + 1, not causal
+    hidden = np.triu(np.full((q.shape[1], k.shape[1]), -1e9, np.float32), 2)
+    return dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.125 + hidden, axis=-1) @ v
+
+
+def soft_bias(q, k, v):  # a look-alike: -10 above the diagonal only lowers those weights
+    hidden = np.triu(np.full((q.shape[1], k.shape[1]), -10.0, np.float32), 1)
+    return dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.125 + hidden, axis=-1) @ v
+
+
+@pytest.mark.parametrize(
+    "fn, shape", [(causal_bias, (2, 1024, 64)), (causal_inf_heads, (1, 2, 1024, 64))]
+)
+def test_a_causal_mask_written_as_a_bias_reaches_the_causal_mode(fn, shape):
+    res, fr = _optimized(fn, shape, shape, shape)
+    body = res.module[fn.__name__].body
+    att = [inst for inst in body if inst.op == "attention"]
+    assert att and att[0].attrs["causal"] == 1, str(res.module)
+    assert "fused chosen; predicted fused kernel (causal mode)" in fr.attention[0], fr.attention
+    assert not any(inst.op == "literal" and inst.result.type.rank for inst in body)  # no mask
+
+
+@pytest.mark.parametrize("fn", [shifted_band, soft_bias])
+def test_look_alike_masks_stay_a_bias(fn):
+    shape = (2, 64, 16)
+    res, fr = _optimized(fn, shape, shape, shape)
+    assert "attention: causal bias (broadcast) is causal mode" not in _fired(fr), _fired(fr)
+    att = [inst for inst in res.module[fn.__name__].body if inst.op == "attention"]
+    assert all(inst.attrs["causal"] == 0 for inst in att)
+
+
+@pytest.mark.parametrize("fn", [causal_bias, causal_inf_heads, shifted_band])
+def test_masked_attention_compiled_matches_the_interpreter(fn):
+    shape = (2, 300, 16) if fn is not causal_inf_heads else (1, 2, 300, 16)
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    got = dq.jit(fn)(*args)
+    want = dq.jit(fn, target="interp")(*[a.astype(np.float64) for a in args])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def causal_where(q, k, v):  # the mask as a selection: where(tril(ones), scores, -inf)
+    keep = np.tril(np.ones((q.shape[1], k.shape[1]), bool))
+    return dq.softmax(dq.where(keep, (q @ dq.transpose(k, (0, 2, 1))) * 0.125, -np.inf), -1) @ v
+
+
+def causal_where_heads(q, k, v):  # rank 4, no scale
+    keep = np.tril(np.ones((q.shape[2], k.shape[2]), bool))
+    return dq.softmax(dq.where(keep, q @ dq.transpose(k, (0, 1, 3, 2)), -np.inf), -1) @ v
+
+
+def upper_where(q, k, v):  # a look-alike: the queries see the keys at and after them
+    keep = np.triu(np.ones((q.shape[1], k.shape[1]), bool))
+    return dq.softmax(dq.where(keep, (q @ dq.transpose(k, (0, 2, 1))) * 0.125, -np.inf), -1) @ v
+
+
+@pytest.mark.parametrize(
+    "fn, shape", [(causal_where, (2, 1024, 64)), (causal_where_heads, (1, 2, 1024, 64))]
+)
+def test_a_causal_mask_written_as_a_selection_reaches_the_causal_mode(fn, shape):
+    res, fr = _optimized(fn, shape, shape, shape)
+    att = [inst for inst in res.module[fn.__name__].body if inst.op == "attention"]
+    assert att and att[0].attrs["causal"] == 1, str(res.module)
+    assert "(causal mode)" in fr.attention[0], fr.attention
+
+
+@pytest.mark.parametrize("fn", [causal_where, causal_where_heads, upper_where])
+def test_selected_masks_compiled_match_the_interpreter(fn):
+    shape = (2, 300, 16) if fn is not causal_where_heads else (1, 2, 300, 16)
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    got = dq.jit(fn)(*args)
+    want = dq.jit(fn, target="interp")(*[a.astype(np.float64) for a in args])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if fn is upper_where:
+        _, fr = _optimized(fn, shape, shape, shape)
+        assert not any("where(causal" in name for name in _fired(fr)), _fired(fr)

@@ -39,19 +39,25 @@ def attention_lines(extraction, cost) -> list[str]:
     if g is None:
         return []
     choice = extraction.choice
-    lines = []
+    by_class: dict[str, list[str]] = {}
     for nid, node in g.raw_nodes.items():
-        if node["op"] != "Attention" or node["eclass"] not in choice:
+        if node["eclass"] in choice:
+            by_class.setdefault(node["eclass"], []).append(nid)
+    lines = []
+    for cls, members in by_class.items():
+        fused_nodes = [n for n in members if g.raw_nodes[n]["op"] == "Attention"]
+        if not fused_nodes:
             continue
-        cls = node["eclass"]
-        fused = _sub_cost(g, cost, choice, nid)
-        plain_nodes = [
-            n for n, d in g.raw_nodes.items() if d["eclass"] == cls and d["op"] != "Attention"
-        ]
+        chosen = g.raw_nodes[choice[cls]]["op"] == "Attention"
+        # the cheapest fused form (with a causal mask: its causal mode and its bias form)
+        best = min(fused_nodes, key=lambda n: _sub_cost(g, cost, choice, n))
+        fused = _sub_cost(g, cost, choice, choice[cls] if chosen else best)
+        causal = g.raw_nodes[g.raw_nodes[choice[cls] if chosen else best]["children"][5]]["op"]
+        plain_nodes = [n for n in members if g.raw_nodes[n]["op"] != "Attention"]
         plain = min((_sub_cost(g, cost, choice, n) for n in plain_nodes), default=float("inf"))
-        chosen = "fused" if g.raw_nodes[choice[cls]]["op"] == "Attention" else "plain"
         lines.append(
-            f"attention e-class {cls}: {chosen} chosen; predicted fused kernel "
-            f"{seconds_text(fused)}, plain program {seconds_text(plain)}"
+            f"attention e-class {cls}: {'fused' if chosen else 'plain'} chosen; predicted fused "
+            f"kernel{' (causal mode)' if causal == '1' else ''} {seconds_text(fused)}, "
+            f"plain program {seconds_text(plain)}"
         )
-    return sorted(set(lines))
+    return sorted(lines)

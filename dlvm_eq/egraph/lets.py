@@ -24,6 +24,12 @@ from ..ir.types import TensorType
 # constructors whose Lets get their shape and dtype set when loaded: the leaves the schema's
 # analysis starts from (every other term's shape and dtype follow from its operands)
 LEAVES_WITH_FACTS = ("Var", "Lit")
+# an array literal whose key holds this is a causal additive mask (loader.causal_mask_value):
+# its let also asserts (causal-bias lit), which rules/attention.egg reads
+CAUSAL_KEY = "causal"
+# ... and one whose key holds this is a causal keep mask (bool: True where key j <= query i),
+# asserted as (causal-keep lit)
+CAUSAL_KEEP_KEY = "causalkeep"
 
 
 def let_name(prefix: str, n: int) -> str:
@@ -105,10 +111,18 @@ class Let:
         if self.ctor not in LEAVES_WITH_FACTS or self.type is None:
             return []
         me = ref(self)
+        key = str(self.args[0]) if self.ctor == "Lit" else ""
+        mask = (
+            [f"(causal-keep {me})"]
+            if CAUSAL_KEEP_KEY in key
+            else [f"(causal-bias {me})"]
+            if CAUSAL_KEY in key
+            else []
+        )
         return [
             f"(set (shape {me}) {egg_vec(self.type.shape)})",
             f"(set (dtype {me}) {egg_string(str(self.type.dtype))})",
-        ]
+        ] + mask
 
 
 def commands(lets, facts: bool = True) -> list[str]:

@@ -26,7 +26,7 @@ from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
 from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.types import TensorType
-from .lets import Let, LetTable, commands
+from .lets import CAUSAL_KEEP_KEY, CAUSAL_KEY, Let, LetTable, commands
 
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
 
@@ -80,9 +80,49 @@ class _Loader:
         if value.size == 0 or value.ndim == 0 or np.all(value == value.flat[0]):
             # one value everywhere (an empty array: any value, say 0)
             return self.const(value.flat[0].item() if value.size else 0, t)
-        key = f"{self.prefix}lit{len(self.prog.literals)}"
+        kind = (
+            CAUSAL_KEEP_KEY
+            if causal_keep_value(value)
+            else CAUSAL_KEY
+            if causal_mask_value(value)
+            else "lit"
+        )
+        key = f"{self.prefix}{kind}{len(self.prog.literals)}"
         self.prog.literals[key] = np.broadcast_to(value, t.shape).copy()
         return self.let("Lit", (key,), t)
+
+
+# an additive mask value at or below this hides a key as -inf does: exp(s - 1e9 - max) is 0 in
+# f32 and f64 while the visible scores stay below 1e8 in magnitude
+HIDDEN = -1e9
+
+
+def causal_mask_value(value: np.ndarray) -> bool:
+    """Is value the additive causal mask over its last two axes: 0 where key j <= query i, at
+    most HIDDEN (-inf included) where j > i, the same for every leading index?"""
+    above = _above_diagonal(value)
+    if above is None or value.dtype.kind != "f":
+        return False
+    flat = value.reshape(-1, *above.shape)
+    return bool(np.all(flat[:, ~above] == 0) and np.all(flat[:, above] <= HIDDEN))
+
+
+def _above_diagonal(value: np.ndarray) -> np.ndarray | None:
+    """(m, n) True where key j > query i, or None where value has no two axes to mask."""
+    if value.ndim < 2 or value.shape[-1] < 2:
+        return None
+    m, n = value.shape[-2:]
+    return np.arange(n)[None, :] > np.arange(m)[:, None]
+
+
+def causal_keep_value(value: np.ndarray) -> bool:
+    """Is value the bool causal keep mask over its last two axes (`np.tril(ones, bool)`: True
+    where key j <= query i), the same for every leading index?"""
+    above = _above_diagonal(value)
+    if above is None or value.dtype != np.bool_:
+        return False
+    flat = value.reshape(-1, *above.shape)
+    return bool(np.all(flat == ~above))
 
 
 def _operand(loader: _Loader, env: dict, o):

@@ -4,7 +4,7 @@ Per batch index, each (query block, key block) pair costs its two block products
 calibrated matmul rate, the softmax work on the block's scores (an exp and a few flops per
 score, in cache: no memory traffic), and a fixed per-block overhead of the kernel's calls; q,
 the output, and k and v (again per query block where one batch index's do not fit in a
-core's cache) move through memory. The plain program
+core's cache) move through memory, overlapped with the arithmetic (the larger of the two). The plain program
 instead writes and reads the seq x seq scores several times; extraction compares the two.
 
     attention_seconds(cost, result_type, child)    # child(i): operand i's TensorType or None
@@ -19,11 +19,13 @@ from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
 INF = math.inf
 CACHE_BYTES = 512 * 1024  # a core's L2 (target_cost.CACHE_BYTES)
 SOFTMAX_FLOPS = 6  # per score besides its exp: scale, bias, max, subtract, sum, rescale
-# The numpy-driven kernel's fixed costs (runtime/attention_cpu.py), measured: one call with one
-# block took 55 us on the 2-core Xeon under load (BLAS thread switch, task dispatch, ~12 array
-# calls); more blocks add ~20 us each beyond their arithmetic.
-CALL_SECONDS = 30e-6
-BLOCK_SECONDS = 20e-6
+# The native kernel's fixed costs (codegen/cpu/attention_ir.py through runtime/attention_cpu.py),
+# measured on the 2-core EPYC under load 10 (CPU time, so the other jobs' share is not in it):
+# a call with one tiny block took 40 us (ctypes, task dispatch, OpenBLAS's thread setting), and
+# each (query block, key block) pair adds two direct cblas_sgemm calls and a pass's set-up per
+# row, ~3 us beyond its arithmetic. (The numpy-driven kernel before it: 55 us and 20 us.)
+CALL_SECONDS = 40e-6
+BLOCK_SECONDS = 3e-6
 
 
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
@@ -40,6 +42,8 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     pairs = batch * blocks(m, n, causal)
     bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
+    if not mc.matmul_grid:  # the defaults price a product as a plan step's launch plus flops;
+        products -= 2 * mc.launch  # these are direct calls inside one step (BLOCK_SECONDS)
     scores = bq * bk * (flops_per_element("Exp", mc) + SOFTMAX_FLOPS) / mc.flop_rate
     itemsize = t.dtype.itemsize
     # one batch index's k and v are read again by each query block, from the core's cache
@@ -47,9 +51,11 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     kv = (k.size + v.size) * itemsize
     rereads = 1 if kv // max(batch, 1) <= CACHE_BYTES else -(-m // QUERY_BLOCK)
     moved = (q.size + t.size) * itemsize + kv * rereads
+    # k and v stream under the block products (64 flops a byte re-read at head dim 64): the
+    # memory time overlaps the arithmetic. Measured: the blocked products of seq 1024 took the
+    # CPU time of the whole-size ones (16.6 against 17.1 ms, OpenBLAS, one thread, load 10).
     return (
         mc.node_overhead
         + CALL_SECONDS
-        + pairs * (products + scores + BLOCK_SECONDS)
-        + moved / mc.bandwidth
+        + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )

@@ -123,6 +123,8 @@ class TargetCost:
         flags = (
             (graph.raw_nodes[kids[2]]["op"] == "1", graph.raw_nodes[kids[3]]["op"] == "1")
             if op == "Gemm"
+            else (graph.raw_nodes[kids[5]]["op"] == "1", False)  # causal
+            if op == "Attention"
             else (False, False)
         )
         if op == "Concatenate" and self.types.get(cls) is not None:
@@ -156,7 +158,7 @@ class TargetCost:
 
     def term_cost(self, op: str, t: TensorType | None, child, flags=(False, False)) -> float:
         """The cost of constructor `op` with result type t; child(i) is operand i's type (or
-        None where unknown); flags: Gemm's transpose flags."""
+        None where unknown); flags: Gemm's transpose flags, Attention's causal first."""
         if op in LEAVES:
             return 0.0
         if t is None:
@@ -202,7 +204,7 @@ class TargetCost:
         if kind == WINDOW:
             return window_seconds(self, op, t, child)
         if op == "Attention":  # issue 33: the fused kernel (attention_cost.py)
-            return attention_seconds(self, t, child)
+            return attention_seconds(self, t, child, causal=flags[0])
         return INF  # helper constructors (Adjoint, ...) are not programs
 
 

@@ -50,6 +50,9 @@ def attention_table(as_array, extremum) -> dict:
             qb, kb, vb, bb = q[idx], k[idx], v[idx], bias[idx]
             for i in range(m):
                 seen = [j for j in range(n) if not hidden[i, j]]
+                # a -oo bias (verify/rules.py's causal_bias_value) hides its key: weight 0
+                finite = [j for j in seen if bb[i, j] != -sp.oo]
+                seen = finite or seen
                 scores = [
                     sp.Add(*(qb[i, c] * kb[j, c] for c in range(q.shape[-1]))) * scale + bb[i, j]
                     for j in seen

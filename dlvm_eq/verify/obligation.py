@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from .pattern import (
     ANALYSES,
     ASSUMPTIONS,
+    CAUSAL_BIAS,
+    CAUSAL_KEEP,
     COMPARISONS,
     CVAL,
     IGNORED_ACTIONS,
@@ -388,6 +390,8 @@ def _constants(ob: Obligation) -> None:
     for x, name in ob.constants.items():
         ob.patterns.append(PVar(x))
         kind = ob.assumptions.get(x)
+        if kind in (CAUSAL_BIAS, CAUSAL_KEEP):  # a scalar constant is no mask over two axes
+            raise Unsupported(f"({kind} {x}) on a scalar constant")
         if kind:  # a constant assumed positive: the constant must be
             op = {"positive": ">", "nonneg": ">=", "nonzero": "!="}[kind]
             ob.guards.append(PCall(op, (PVar(name), PLit(0.0, "f64"))))

@@ -26,6 +26,13 @@ from .sexpr import SList, Str, Sym, show
 # Relations that state a sign fact about a term; as facts they are assumptions on the symbols,
 # as actions they are claims to verify. Rule files declare them, e.g. `(relation positive (Term))`.
 ASSUMPTIONS = {"positive": "> 0", "nonneg": ">= 0", "nonzero": "!= 0"}
+# issue 33: (causal-bias t): t's value is the additive causal mask over its last two axes, 0
+# where j <= i and -inf above (the loader asserts it on such literals; rules/attention.egg)
+ASSUMPTIONS["causal-bias"] = "is the causal mask"
+CAUSAL_BIAS = "causal-bias"
+# (causal-keep t): t is the bool causal keep mask (True where j <= i on the last two axes)
+ASSUMPTIONS["causal-keep"] = "is the causal keep mask"
+CAUSAL_KEEP = "causal-keep"
 LEAF_CTORS = ("Var", "Lit")
 SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
 SCALAR_PREFIX = "S"  # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)

@@ -54,7 +54,7 @@ from ..errors import DlvmError
 from ..ir.types import DType, TensorType
 from .identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, RANK, UNPROVEN, ZeroProver
 from .obligation import Obligation, obligations
-from .pattern import ANALYSES, ASSUMPTIONS, Vocab, pshow
+from .pattern import ANALYSES, ASSUMPTIONS, CAUSAL_BIAS, CAUSAL_KEEP, Vocab, pshow
 from .report import DEFINITION, FAILED, NOTHING, SKIPPED, RuleResult, RulesReport
 from .search import Space, assignments, index_variables
 from .sexpr import SexprError
@@ -203,6 +203,34 @@ def _constant(ob: Obligation, asg: dict, name: str):
     return None if c is None else asg[c]
 
 
+def causal_bias_value(shape, symbolic: bool) -> np.ndarray:
+    """The additive causal mask of this shape: 0 where key j <= query i on the last two axes,
+    -inf (sympy's -oo when symbolic) above. Rules guard the rank; below 2 every entry is 0."""
+    out = np.zeros(shape, dtype=object if symbolic else np.float64)
+    if len(shape) >= 2:
+        m, n = shape[-2:]
+        above = np.broadcast_to(np.arange(n)[None, :] > np.arange(m)[:, None], shape)
+        out[above] = -sp.oo if symbolic else -np.inf
+    if symbolic:
+        out[out == 0] = sp.Integer(0)
+    return out
+
+
+def causal_keep_value(shape, symbolic: bool) -> np.ndarray:
+    """The bool causal keep mask of this shape: True where key j <= query i on the last two
+    axes (sympy's true/false when symbolic); below rank 2 every entry is True."""
+    keep = np.ones(shape, bool)
+    if len(shape) >= 2:
+        m, n = shape[-2:]
+        keep = np.broadcast_to(np.arange(n)[None, :] <= np.arange(m)[:, None], shape).copy()
+    if not symbolic:
+        return keep
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape):
+        out[idx] = sp.true if keep[idx] else sp.false
+    return out
+
+
 def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarray]:
     """float64 values of the tensor variables: random, or drawn from special values; index
     vectors (search.index_variables) all zeros, in range for any axis."""
@@ -215,6 +243,10 @@ def _point(ob: Obligation, asg: dict, rng, special: bool) -> dict[str, np.ndarra
         c = _constant(ob, asg, k)
         if k in index:
             leaves[k] = np.zeros(t.shape, np.int32)
+        elif kind == CAUSAL_BIAS:
+            leaves[k] = causal_bias_value(t.shape, False)
+        elif kind == CAUSAL_KEEP:
+            leaves[k] = causal_keep_value(t.shape, False)
         elif c is not None:
             leaves[k] = np.full(t.shape, c, dtype=bool if t.dtype is DType.bool else np.float64)
         elif t.dtype is DType.bool:
@@ -240,7 +272,11 @@ def _symbols(ob: Obligation, asg: dict) -> dict[str, np.ndarray]:
         if not isinstance(t, TensorType):
             continue
         c = _constant(ob, asg, k)
-        if k in index or c is not None:  # index vectors: zeros (as _point)
+        if ob.assumptions.get(k) == CAUSAL_BIAS:
+            leaves[k] = causal_bias_value(t.shape, True)
+        elif ob.assumptions.get(k) == CAUSAL_KEEP:
+            leaves[k] = causal_keep_value(t.shape, True)
+        elif k in index or c is not None:  # index vectors: zeros (as _point)
             arr = np.empty(t.shape, dtype=object)
             for idx in np.ndindex(t.shape):
                 arr[idx] = number(0 if k in index else c, t.dtype)

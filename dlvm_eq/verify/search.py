@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from ..ir.ops import BIT_OPS, OPS, REDUCE_COMBINATORS
 from ..ir.types import DType, TensorType, broadcast_shapes
 from .obligation import Obligation
-from .pattern import PRIM_SORTS, VEC, PCall, PVar, variables
+from .pattern import CAUSAL_KEEP, PRIM_SORTS, VEC, PCall, PVar, variables
 from .terms import Evaluator, Untypable, check_constant
 from .window_search import HEADS as WINDOW_HEADS
 from .window_search import window_attr_domain
@@ -151,7 +151,9 @@ class _Search:
             return [TensorType((n,), DType.i32) for n in self.space.dims]
         if sort not in PRIM_SORTS:
             dtypes = self.dtypes
-            if var in self.ob.assumptions:
+            if self.ob.assumptions.get(var) == CAUSAL_KEEP:  # a bool mask (issue 33)
+                dtypes = ("bool",)
+            elif var in self.ob.assumptions:
                 dtypes = tuple(d for d in dtypes if DType(d).is_float)
             return [TensorType(s, DType(d)) for s in self.space.shapes() for d in dtypes]
         role = self.roles.get(var)

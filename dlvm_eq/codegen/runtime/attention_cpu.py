@@ -1,7 +1,11 @@
 """The fused attention kernel on the CPU: FlashAttention's forward, tiled over key blocks with
-the online softmax, threads over (batch index, query block) tasks; the block products are
-numpy's BLAS calls and the softmax work runs on a block that stays in the core's cache. Only
-one block of scores per thread exists at a time: memory grows linearly in the sequence.
+the online softmax, threads over (batch index, query block) tasks. Only one block of scores per
+thread exists at a time: memory grows linearly in the sequence.
+
+float32 runs the native task (cpu/attention_ir.py: the key loop, both block products through
+OpenBLAS's cblas_sgemm on one thread, the softmax in vectorized passes); other dtypes, a
+process without a cblas OpenBLAS, and a non-finite scalar bias run the same algorithm with
+numpy's calls per block (`_numpy_task`).
 
     attention_forward(q, k, v, bias, scale, causal, out)   # out[...] = softmax(q kᵀ s + bias) v
 
@@ -11,6 +15,7 @@ bias: an array broadcastable to the scores' shape, or a float added everywhere (
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from contextlib import contextmanager
 
@@ -19,14 +24,19 @@ import numpy as np
 from ...ir.attention_op import KEY_BLOCK, QUERY_BLOCK
 from .blas_threads import loaded_openblas
 from .cpu_count import usable_cpus
+from .jit import JIT
 from .threads import run_python
 
 _GET = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
 _GET += ("openblas_get_num_threads64_", "openblas_get_num_threads")
 _SET = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
 _SET += ("openblas_set_num_threads64_", "openblas_set_num_threads")
+_SGEMM = (("scipy_cblas_sgemm64_", True), ("scipy_cblas_sgemm", False))
+_SGEMM += (("cblas_sgemm64_", True), ("cblas_sgemm", False))
 _LIBS: list | None = None  # (get, set) of every loaded OpenBLAS, found once
+_GEMM: list = []  # (address, 64-bit integers) of the first loaded cblas_sgemm, found once
 _LIBS_LOCK = threading.Lock()
+_SCRATCH = threading.local()  # each thread's task scratch (qs, s, run_max, run_sum)
 
 
 def _symbol(lib, names):
@@ -36,7 +46,7 @@ def _symbol(lib, names):
     return None
 
 
-def _openblas() -> list:
+def openblas_libraries() -> list:
     global _LIBS
     with _LIBS_LOCK:
         if _LIBS is None:
@@ -46,6 +56,9 @@ def _openblas() -> list:
                     lib = ctypes.CDLL(path)
                 except OSError:
                     continue
+                for name, wide in _SGEMM:
+                    if not _GEMM and hasattr(lib, name):
+                        _GEMM.append((ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, wide))
                 get, put = _symbol(lib, _GET), _symbol(lib, _SET)
                 if get is not None and put is not None:
                     get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
@@ -53,20 +66,117 @@ def _openblas() -> list:
         return _LIBS
 
 
+_HOLDERS = [0, []]  # calls inside one_blas_thread now, and the thread counts they restore
+
+
 @contextmanager
 def one_blas_thread():
     """OpenBLAS on one thread while the kernel's own threads call it: its workers busy-wait
     between calls, and with our threads on the same cores a block product took 40x longer
-    (measured: 4.5 s against 0.11 s for seq 1024 on a loaded 2-core host)."""
-    libs = _openblas()
-    before = [get() for get, _ in libs]
-    for _, put in libs:
-        put(1)
+    (measured: 4.5 s against 0.11 s for seq 1024 on a loaded 2-core host). Counted: with
+    calls from several threads at once, the first saves the thread counts and the last
+    restores them (a second call saving the first's 1 left OpenBLAS on one thread for good)."""
+    libs = openblas_libraries()
+    with _LIBS_LOCK:
+        if _HOLDERS[0] == 0:
+            _HOLDERS[1] = [get() for get, _ in libs]
+            for _, put in libs:
+                put(1)
+        _HOLDERS[0] += 1
     try:
         yield
     finally:
-        for (_, put), n in zip(libs, before):
-            put(n)
+        with _LIBS_LOCK:
+            _HOLDERS[0] -= 1
+            if _HOLDERS[0] == 0:
+                for (_, put), n in zip(libs, _HOLDERS[1]):
+                    put(n)
+
+
+@functools.cache
+def _native(blas_int64: bool, bias: bool, causal: bool):
+    """The compiled task for these flags (JIT's memory and disk caches: built once; the memo
+    spares each call the cache key, ~50 us). A race builds the same function twice."""
+    from ..cpu.attention_ir import AttentionSpec, attention_ir  # the IR builder: a cache miss
+
+    spec = AttentionSpec(bias=bias, causal=causal, blas_int64=blas_int64)
+    code = JIT.kernel("attention", spec, lambda: attention_ir(spec))
+    args = [ctypes.c_void_p] * 10 + [ctypes.c_int64] * 11 + [ctypes.c_float]
+    return ctypes.CFUNCTYPE(None, *args)(code.address)
+
+
+def _scratch(shape_key: tuple[int, int, int]):
+    """Addresses of this thread's (qs, s, run_max, run_sum) for (rows, d, key block), kept
+    across calls."""
+    got = getattr(_SCRATCH, "bufs", None)
+    if got is None or got[0] != shape_key:
+        rows, d, kb = shape_key
+        bufs = [np.empty(n, np.float32) for n in (rows * d, rows * kb, rows, rows)]
+        got = (shape_key, *bufs, *(b.ctypes.data for b in bufs))
+        _SCRATCH.bufs = got
+    return got[5:]
+
+
+def _rows(a) -> np.ndarray:
+    """a with a contiguous last axis and row strides in whole elements (a copy otherwise)."""
+    ok = a.strides[-1] == a.itemsize and all(st % a.itemsize == 0 for st in a.strides)
+    return a if ok else np.ascontiguousarray(a)
+
+
+def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
+    """The float32 kernel; False where it does not apply (the caller runs numpy's)."""
+    if q.dtype != np.float32 or not all(a.dtype == np.float32 for a in (k, v, out)):
+        return False
+    with _LIBS_LOCK:
+        gemm = _GEMM[0] if _GEMM else None
+    if gemm is None:
+        openblas_libraries()
+        gemm = _GEMM[0] if _GEMM else None
+    if gemm is None:
+        return False
+    dense = isinstance(bias, np.ndarray) and bias.ndim > 0
+    if not dense and not np.isfinite(float(bias)):
+        return False  # softmax(s + c) = softmax(s) for a finite c only
+    m, d, n, e = q.shape[-1 - 1], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = q.shape[:-2]
+    q, k, v = _rows(q), _rows(k), _rows(v)
+    target = out if out.strides[-1] == 4 and all(st % 4 == 0 for st in out.strides) else None
+    o = target if target is not None else np.empty(out.shape, np.float32)
+    if dense:
+        bias = np.broadcast_to(np.asarray(bias, np.float32), batch + (m, n))
+        if bias.strides[-1] != 4:  # keys broadcast: the kernel reads them contiguous
+            bias = np.ascontiguousarray(bias)
+    query_block, key_block = blocks
+    fn = _native(gemm[1], dense, causal)
+    scale = float(scale)
+
+    arrays = (q, k, v, o) + ((bias,) if dense else ())
+    base = [a.ctypes.data for a in arrays]  # addresses by arithmetic: .ctypes costs ~2 us each
+    lead = [a.strides[:-2] for a in arrays]
+    ld = [a.strides[-2] // 4 for a in arrays]
+    brs = ld[4] if dense else 0
+
+    def task(idx, q0):
+        at = [b + sum(i * st for i, st in zip(idx, sts)) for b, sts in zip(base, lead)]
+        bptr = at[4] + q0 * brs * 4 if dense else 0
+        qs, s, run_max, run_sum = _scratch((query_block, d, key_block))
+        fn(
+            at[0] + q0 * ld[0] * 4, at[1], at[2], at[3] + q0 * ld[3] * 4, bptr,
+            qs, s, run_max, run_sum, gemm[0],
+            min(m, q0 + query_block) - q0, n, d, e, ld[0], ld[1], ld[2], ld[3], brs, q0,
+            key_block, scale,
+        )  # fmt: skip
+
+    tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, query_block)]
+    if causal:  # a later query block sees more keys: the longest first, so none is left last
+        tasks.sort(key=lambda t: -t[1])
+    if n == 0 or d == 0:
+        return False
+    with one_blas_thread():
+        run_python(task, tasks, threads or usable_cpus())
+    if target is None:
+        out[...] = o
+    return True
 
 
 def attention_forward(
@@ -81,6 +191,8 @@ def attention_forward(
     blocks: tuple[int, int] = (QUERY_BLOCK, KEY_BLOCK),
 ) -> None:
     """blocks: (queries, keys) per tile; the cost model prices the defaults."""
+    if native_forward(q, k, v, bias, scale, causal, out, threads, blocks):
+        return
     query_block, key_block = blocks
     m, n = q.shape[-2], k.shape[-2]
     batch = q.shape[:-2]
