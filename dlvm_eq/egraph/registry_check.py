@@ -106,9 +106,10 @@ def _registry_gaps() -> list[str]:
                 gaps.append(f"op {name}: elementwise without a cost class")
             if spec.kernel is None and spec.kind != SELECT:
                 gaps.append(f"op {name}: elementwise without a kernel name")
-        if spec.arity == 1 and spec.kind in ELEMENTWISE_KINDS:
+        if spec.arity in (1, 2) and spec.kind in ELEMENTWISE_KINDS and spec.kind != SELECT:
             if spec.scalar is None:
-                gaps.append(f"op {name}: unary without a kernel formula (scalar)")
+                what = "unary" if spec.arity == 1 else "binary"
+                gaps.append(f"op {name}: {what} without a kernel formula (scalar)")
         # control flow's rules (bodies batched with Batcher.batch_body) are not written yet
         if spec.batch is None and spec.kind not in NOT_IN_EGRAPH:
             gaps.append(f"op {name}: no batching rule (vmap)")
