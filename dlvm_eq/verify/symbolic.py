@@ -241,11 +241,9 @@ def _scatter_add(args, attrs, rtype):
     return out
 
 
-_COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
-    "add": lambda init, xs: sp.Or(init, *xs),
-    "max": lambda init, xs: sp.Or(init, *xs),
-    "multiply": lambda init, xs: sp.And(init, *xs),
-    "min": lambda init, xs: sp.And(init, *xs),
+_COMBINE_BOOL = {  # numpy on bools: `or` where the identity is False, else `and`
+    name: (lambda cls: lambda init, xs: cls(init, *xs))(sp.And if c.bool_identity else sp.Or)
+    for name, c in COMBINATORS.items()
 }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..op_spec import REDUCE, SCAN, OpSpec, fail, quiet, tensors
-from ..types import BOOL
+from ..types import BOOL, DType
 from .batch_rules import shift_axis
 
 
@@ -24,13 +24,24 @@ class Combinator:
     kernel: str  # the fused-kernel name (codegen/kernels/spec.py)
     identity: float  # the kernels' initial value
     sympy: str  # the sympy class folding the elements with init: Add, Mul, Max, Min
+    bool_identity: bool  # numpy on bools: add and max are `or` (False), multiply and min `and`
+
+    def init(self, dtype: DType):
+        """The reduction's `init` attribute for elements of `dtype` (the DSL's reductions):
+        the identity, in range for i32 (the extreme ints for max and min)."""
+        if dtype is BOOL:
+            return self.bool_identity
+        if dtype.is_float or math.isfinite(self.identity):
+            return self.identity if dtype.is_float else int(self.identity)
+        info = np.iinfo(np.int32)
+        return int(info.min if self.identity < 0 else info.max)
 
 
 COMBINATORS = {
-    "add": Combinator(np.add, "add", 0.0, "Add"),
-    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul"),
-    "max": Combinator(np.maximum, "max", -math.inf, "Max"),
-    "min": Combinator(np.minimum, "min", math.inf, "Min"),
+    "add": Combinator(np.add, "add", 0.0, "Add", False),
+    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul", True),
+    "max": Combinator(np.maximum, "max", -math.inf, "Max", False),
+    "min": Combinator(np.minimum, "min", math.inf, "Min", True),
 }
 REDUCE_COMBINATORS = {name: c.ufunc for name, c in COMBINATORS.items()}
 
