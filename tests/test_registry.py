@@ -118,6 +118,10 @@ def test_the_layers_read_the_registry():
             assert DLVM_NAMES[name] == spec.kernel
     assert flops_per_element("Exp") == 20 and flops_per_element("Divide") == 4
     assert flops_per_element("Add") == 1
+    from dlvm_eq.extract.target_cost import MATMULS, VIEWS
+
+    assert {"Broadcast", "ShapeCast", "PadShape", "SqueezeShape"} == VIEWS
+    assert {"Dot", "Gemm"} == MATMULS  # Gemm: the e-graph's dot of transposed reads
     assert ir_ops.REDUCE_COMBINATORS["max"] is np.maximum
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ..ir.op_spec import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, SELECT, TUPLE
+from ..ir.op_spec import CALL, CONTROL, COST_FLOPS, ELEMENTWISE_KINDS, LITERAL, SELECT, TUPLE
 from ..ir.ops import OPS
 from .rulefiles import rule_file
 from .serialized import LEAVES
@@ -102,8 +102,8 @@ def _registry_gaps() -> list[str]:
     gaps = []
     for name, spec in OPS.items():
         if spec.kind in ELEMENTWISE_KINDS:
-            if spec.cost is None:
-                gaps.append(f"op {name}: elementwise without a cost class")
+            if spec.cost not in COST_FLOPS:
+                gaps.append(f"op {name}: elementwise without a cost class of COST_FLOPS")
             if spec.kernel is None and spec.kind != SELECT:
                 gaps.append(f"op {name}: elementwise without a kernel name")
         if spec.arity in (1, 2) and spec.kind in ELEMENTWISE_KINDS and spec.kind != SELECT:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..op_spec import DOT, OpSpec, fail, tensors
+from ..op_spec import DOT, MATMUL_COST, OpSpec, fail, tensors
 from ..types import BOOL, TensorType
 
 
@@ -93,6 +93,7 @@ def dot_spec() -> OpSpec:
         "Dot",
         _dot_type,
         lambda args, at: np.matmul(args[0], args[1]),
+        cost=MATMUL_COST,
         batch=_batch_dot,
     )
 
