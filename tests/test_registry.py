@@ -65,6 +65,11 @@ def test_an_op_without_its_layers_fields_is_named(monkeypatch):
     gaps = registry_gaps()
     assert "op exp: no batching rule (vmap)" in gaps
     assert "op exp: unary without a kernel formula (scalar)" in gaps
+    broken["dot"] = dataclasses.replace(OPS["dot"], symbolic=None)
+    broken["xor"] = dataclasses.replace(OPS["xor"], scalar=None)
+    gaps = registry_gaps()
+    assert "op dot: no meaning on sympy arrays (symbolic) for verify" in gaps
+    assert "op xor: binary without a kernel formula (scalar)" in gaps
 
 
 ELEMENTWISE = [n for n, s in OPS.items() if s.kind in ELEMENTWISE_KINDS and s.arity in (1, 2)]

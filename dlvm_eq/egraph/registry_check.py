@@ -10,14 +10,25 @@ side names that the other lacks, one line per gap (tests/test_registry.py assert
 - registry -> adjoint.egg: every differentiable operand of every op has a rule.
 - adjoint.egg -> registry: every rule is for an op's operand that is differentiable.
 - the registry itself: what a layer above reads is there (kernel formula, cost class,
-  batching rule).
+  batching rule, the meaning on sympy arrays of products, reductions and gathers).
 """
 
 from __future__ import annotations
 
 import re
 
-from ..ir.op_spec import CALL, CONTROL, COST_FLOPS, ELEMENTWISE_KINDS, LITERAL, SELECT, TUPLE
+from ..ir.op_spec import (
+    CALL,
+    CONTROL,
+    COST_FLOPS,
+    DOT,
+    ELEMENTWISE_KINDS,
+    GATHER,
+    LITERAL,
+    REDUCE,
+    SELECT,
+    TUPLE,
+)
 from ..ir.ops import OPS
 from .rulefiles import rule_file
 from .serialized import LEAVES
@@ -110,6 +121,8 @@ def _registry_gaps() -> list[str]:
             if spec.scalar is None:
                 what = "unary" if spec.arity == 1 else "binary"
                 gaps.append(f"op {name}: {what} without a kernel formula (scalar)")
+        if spec.kind in (DOT, REDUCE, GATHER) and spec.symbolic is None:
+            gaps.append(f"op {name}: no meaning on sympy arrays (symbolic) for verify")
         # control flow's rules (bodies batched with Batcher.batch_body) are not written yet
         if spec.batch is None and spec.kind not in NOT_IN_EGRAPH:
             gaps.append(f"op {name}: no batching rule (vmap)")

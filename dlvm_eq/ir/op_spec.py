@@ -66,6 +66,10 @@ class OpSpec:
     - batch(bt, op, args, batched, attrs) -> Value: the vmap rule (ir/batching.py, shared ones in
       registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
       does the result.
+    - symbolic(sv, args, attrs, rtype): the op on object arrays of sympy expressions, for ops
+      whose meaning is not one sympy function per element (products, reductions, gathers);
+      `sv` is verify's vocabulary (verify/symbolic.SymbolicVocabulary: sv.sp, sv.extremum,
+      sv.number, sv.as_array, sv.indices).
     - regions: attributes that name body functions (structured control flow); a region op's
       batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
     """
@@ -88,6 +92,7 @@ class OpSpec:
     measured_as: str | None = None
     batch: Callable | None = None
     regions: tuple[str, ...] = ()
+    symbolic: Callable | None = None
 
 
 def pascal(name: str) -> str:

@@ -231,6 +231,14 @@ def slice_spec() -> OpSpec:
     )
 
 
+def _slice_scatter_symbolic(sv, args, attrs, rtype):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.full(shape, sv.sp.S.Zero, dtype=object)
+    out[index] = g
+    return out
+
+
 def slice_scatter_spec() -> OpSpec:
     # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
     # lo, lo + s, ...: a strided slice's adjoint
@@ -243,4 +251,5 @@ def slice_scatter_spec() -> OpSpec:
         _slice_scatter,
         attrs=("axis", "lo", "step", "size"),
         batch=shift_axis("axis"),
+        symbolic=_slice_scatter_symbolic,
     )

@@ -89,6 +89,34 @@ def _cumsum(args, attrs):
     return np.cumsum(x, axis=k, dtype=x.dtype)
 
 
+def _fold(sv, comb: Combinator, dtype: DType):
+    """(init, elements) -> their sympy fold: bools by And/Or (numpy's bool arithmetic), Max
+    and Min by verify's extremum (no pairwise comparisons), Add and Mul as they are."""
+    if dtype is BOOL:
+        cls = sv.sp.And if comb.bool_identity else sv.sp.Or
+        return lambda init, xs: cls(init, *xs)
+    cls = getattr(sv.sp, comb.sympy)
+    if comb.sympy in ("Max", "Min"):
+        return lambda init, xs: sv.extremum(cls, [init, *xs])
+    return lambda init, xs: cls(init, *xs)
+
+
+def _reduce_symbolic(sv, args, attrs, rtype):
+    (x,) = args
+    fold = _fold(sv, COMBINATORS[attrs["combinator"]], rtype.dtype)
+    init = sv.number(attrs["init"], rtype.dtype)
+    axes = tuple(attrs["axes"])
+    if not axes:
+        return sv.as_array(np.frompyfunc(lambda v: fold(init, [v]), 1, 1)(x))
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = np.transpose(x, kept + list(axes))
+    flat = moved.reshape(tuple(x.shape[i] for i in kept) + (-1,))
+    out = np.empty(rtype.shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fold(init, list(flat[idx]))
+    return out
+
+
 def reduce_spec() -> OpSpec:
     return OpSpec(
         "reduce",
@@ -99,6 +127,7 @@ def reduce_spec() -> OpSpec:
         quiet(_reduce),
         attrs=("combinator", "init", "axes"),
         batch=shift_axis("axes"),
+        symbolic=_reduce_symbolic,
     )
 
 
