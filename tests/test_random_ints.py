@@ -123,5 +123,7 @@ def test_user_mistakes_are_located_errors():
         dq.jit(lambda k, a: R.randint(k, (3,), a, 5))(key, np.zeros(3, np.float32))
     with pytest.raises(DlvmError, match="at least one-dimensional"):
         R.permutation(key, np.float32(2.0))
+    with pytest.raises(DlvmError, match="at most 16384"):
+        R.permutation(key, 60_000)  # a located error, not an n x n allocation
     with pytest.raises(DlvmError, match="key has shape"):
         R.permutation(np.zeros(3, np.int32), 4)

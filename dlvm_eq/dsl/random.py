@@ -274,8 +274,18 @@ def permutation(k, x, axis=0, independent=False):
     return take(x, _shuffle(k, arange(shape[axis]), 0), axis=axis)
 
 
+PERMUTATION_LIMIT = 2**14  # the sort compares n x n: 2**28 comparisons per row at the limit
+
+
 def _shuffle(k, x, axis: int):
     size = math.prod(shape_of(x))
+    n = tuple(shape_of(x))[axis]
+    if n > PERMUTATION_LIMIT:
+        raise shape_error(
+            f"random.permutation: {n} entries along the axis; at most {PERMUTATION_LIMIT} (its "
+            "sort compares every pair); shuffle longer axes outside the step (numpy's "
+            "permutation) or in blocks"
+        )
     rounds = int(np.ceil(3 * np.log(max(1, size)) / np.log(2**32 - 1)))  # JAX's count
     for _ in range(rounds):
         keys = split(k)
