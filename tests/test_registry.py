@@ -65,6 +65,11 @@ def test_an_op_without_its_layers_fields_is_named(monkeypatch):
     gaps = registry_gaps()
     assert "op exp: no batching rule (vmap)" in gaps
     assert "op exp: unary without a kernel formula (scalar)" in gaps
+    broken["dot"] = dataclasses.replace(OPS["dot"], symbolic=None)
+    broken["xor"] = dataclasses.replace(OPS["xor"], scalar=None)
+    gaps = registry_gaps()
+    assert "op dot: no meaning on sympy arrays (symbolic) for verify" in gaps
+    assert "op xor: binary without a kernel formula (scalar)" in gaps
 
 
 ELEMENTWISE = [n for n, s in OPS.items() if s.kind in ELEMENTWISE_KINDS and s.arity in (1, 2)]
@@ -118,4 +123,33 @@ def test_the_layers_read_the_registry():
             assert DLVM_NAMES[name] == spec.kernel
     assert flops_per_element("Exp") == 20 and flops_per_element("Divide") == 4
     assert flops_per_element("Add") == 1
+    from dlvm_eq.extract.target_cost import MATMULS, VIEWS
+
+    assert {"Broadcast", "ShapeCast", "PadShape", "SqueezeShape"} == VIEWS
+    assert {"Dot", "Gemm"} == MATMULS  # Gemm: the e-graph's dot of transposed reads
     assert ir_ops.REDUCE_COMBINATORS["max"] is np.maximum
+
+
+def test_reduce_inits_are_the_registrys_identities():
+    """The DSL's reductions take their init from the registry's combinators (reduction.py);
+    each is an identity of its combinator on every dtype, extremes included."""
+    from dlvm_eq.ir.registry.reduction import COMBINATORS
+    from dlvm_eq.ir.types import BOOL, F32, F64, I32
+
+    big = np.iinfo(np.int32)
+    samples = {
+        F32: [-np.inf, -3.5, 0.0, 2.0, np.inf],
+        F64: [-np.inf, -1e300, 0.0, 1e300, np.inf],
+        I32: [big.min, -1, 0, 7, big.max],
+        BOOL: [False, True],
+    }
+    for name, comb in COMBINATORS.items():
+        for dtype, values in samples.items():
+            init = np.asarray(comb.init(dtype), dtype.numpy)
+            for v in values:
+                v = np.asarray(v, dtype.numpy)
+                assert comb.ufunc(init, v) == v, (name, dtype, v)
+    low = np.full(3, big.min, np.int32)
+    for target in ("interp", "cpu"):
+        assert dq.jit(lambda x: dq.max(x), target=target)(low) == big.min
+        assert dq.jit(lambda x: dq.min(-x - 1), target=target)(low) == big.max

@@ -26,6 +26,18 @@ def arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="training epochs (default: mlp 40, cnn 25, transformer 3)",
     )
+    p.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="cnn: drop the dense layer's inputs with probability RATE in training (default 0)",
+    )
+    p.add_argument(
+        "--batch-norm",
+        action="store_true",
+        help="cnn: batch norm after each convolution (running statistics at test time)",
+    )
     p.add_argument("--plot", metavar="PNG", help="draw the loss curve with matplotlib")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -49,5 +61,11 @@ def run(args) -> int:
         if args.model != "mlp":
             raise DlvmError("--workers trains the MLP demo only (use --model mlp)")
         kwargs["workers"] = args.workers
+    if args.dropout or args.batch_norm:
+        if args.model != "cnn":
+            raise DlvmError("--dropout and --batch-norm train the CNN demo only (use --model cnn)")
+        if not 0.0 <= args.dropout < 1.0:
+            raise DlvmError(f"--dropout must be in [0, 1), got {args.dropout}")
+        kwargs.update(dropout=args.dropout, batch_norm=args.batch_norm)
     {"mlp": demo, "cnn": cnn_demo, "transformer": transformer_demo}[args.model].run(**kwargs)
     return 0

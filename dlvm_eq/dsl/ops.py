@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.ops import ELEMENTWISE_KINDS, LOGIC, OPS
+from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import BOOL, F32, I32
 from .context import shape_error
 from .primitive import bind, check_operand, dtype_of, is_weak, promote, to_dtype
@@ -102,23 +103,12 @@ def _kept_shape(shape, axes):
     return tuple(1 if i in axes else d for i, d in enumerate(shape))
 
 
-_INIT = {
-    "add": lambda d: False if d is BOOL else 0,
-    "max": lambda d: (
-        False if d is BOOL else float("-inf") if d.is_float else int(np.iinfo(np.int32).min)
-    ),
-    "min": lambda d: (
-        True if d is BOOL else float("inf") if d.is_float else int(np.iinfo(np.int32).max)
-    ),
-}
-
-
 def _reduce(x, combinator: str, axis, keepdims: bool, name: str):
     shape = shape_of(x)
     axes = normalize_axes(axis, shape, name)
     if not axes:
         return x
-    init = _INIT[combinator](promote([x]))
+    init = COMBINATORS[combinator].init(promote([x]))  # the registry's identity
     out = bind("reduce", [x], name=name, combinator=combinator, init=init, axes=axes)
     if keepdims:
         out = bind("shapeCast", [out], name=name, shape=_kept_shape(shape, axes))

@@ -15,7 +15,6 @@ tuple results become several roots.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,10 +24,11 @@ from ..ir import window_ops
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
 from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
+from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import TensorType
 from .lets import CAUSAL_KEEP_KEY, CAUSAL_KEY, Let, LetTable, commands
 
-REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "max": -math.inf, "min": math.inf}
+REDUCE_IDENTITY = {name: c.identity for name, c in COMBINATORS.items()}  # the registry's
 
 
 @dataclass
@@ -205,7 +205,8 @@ def _load_reduce(loader: _Loader, operand: tuple[Let, TensorType], a: dict, rt: 
     term, t = operand
     axes = sorted(a["axes"], reverse=True)
     if not axes:
-        return loader.let(_COMBINE[a["combinator"]], (term, loader.const(a["init"], t)), rt)
+        # over no axis: the combinator is the binary op of its name (add, multiply, max, min)
+        return loader.let(OPS[a["combinator"]].egg, (term, loader.const(a["init"], t)), rt)
     shape = list(t.shape)
     for i, ax in enumerate(axes):
         init = a["init"] if i == len(axes) - 1 else REDUCE_IDENTITY[a["combinator"]]
@@ -214,9 +215,6 @@ def _load_reduce(loader: _Loader, operand: tuple[Let, TensorType], a: dict, rt: 
             "Reduce", (term, a["combinator"], float(init), int(ax)), rt.with_shape(shape)
         )
     return term
-
-
-_COMBINE = {"add": "Add", "multiply": "Multiply", "max": "Max", "min": "Min"}
 
 
 def load_function(fn: Function, module: Module | None = None, prefix: str = "v") -> LoadedProgram:

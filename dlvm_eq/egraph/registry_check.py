@@ -10,14 +10,25 @@ side names that the other lacks, one line per gap (tests/test_registry.py assert
 - registry -> adjoint.egg: every differentiable operand of every op has a rule.
 - adjoint.egg -> registry: every rule is for an op's operand that is differentiable.
 - the registry itself: what a layer above reads is there (kernel formula, cost class,
-  batching rule).
+  batching rule, the meaning on sympy arrays of products, reductions and gathers).
 """
 
 from __future__ import annotations
 
 import re
 
-from ..ir.op_spec import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, SELECT, TUPLE
+from ..ir.op_spec import (
+    CALL,
+    CONTROL,
+    COST_FLOPS,
+    DOT,
+    ELEMENTWISE_KINDS,
+    GATHER,
+    LITERAL,
+    REDUCE,
+    SELECT,
+    TUPLE,
+)
 from ..ir.ops import OPS
 from .rulefiles import rule_file
 from .serialized import LEAVES
@@ -102,13 +113,16 @@ def _registry_gaps() -> list[str]:
     gaps = []
     for name, spec in OPS.items():
         if spec.kind in ELEMENTWISE_KINDS:
-            if spec.cost is None:
-                gaps.append(f"op {name}: elementwise without a cost class")
+            if spec.cost not in COST_FLOPS:
+                gaps.append(f"op {name}: elementwise without a cost class of COST_FLOPS")
             if spec.kernel is None and spec.kind != SELECT:
                 gaps.append(f"op {name}: elementwise without a kernel name")
-        if spec.arity == 1 and spec.kind in ELEMENTWISE_KINDS:
+        if spec.arity in (1, 2) and spec.kind in ELEMENTWISE_KINDS and spec.kind != SELECT:
             if spec.scalar is None:
-                gaps.append(f"op {name}: unary without a kernel formula (scalar)")
+                what = "unary" if spec.arity == 1 else "binary"
+                gaps.append(f"op {name}: {what} without a kernel formula (scalar)")
+        if spec.kind in (DOT, REDUCE, GATHER) and spec.symbolic is None:
+            gaps.append(f"op {name}: no meaning on sympy arrays (symbolic) for verify")
         # control flow's rules (bodies batched with Batcher.batch_body) are not written yet
         if spec.batch is None and spec.kind not in NOT_IN_EGRAPH:
             gaps.append(f"op {name}: no batching rule (vmap)")

@@ -174,7 +174,11 @@ class _Evaluator:
                     choice = t
                     break
             if choice is None and depth >= EXPAND_LIMIT:
-                horizon = next((t for t in p.loads[c] if t not in own and t not in reduced), None)
+                # a view (a Broadcast of a scalar) has no size here: not a split, expand on
+                horizon = next(
+                    (t for t in p.loads[c] if t not in own and t not in reduced and t in p.sizes),
+                    None,
+                )
                 if horizon is not None:  # the planner splits here: written once, read here
                     elems, itemsize = p.sizes[horizon]
                     read += 2 * min(elems, n) * itemsize

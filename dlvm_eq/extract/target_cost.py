@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..ir.op_spec import COST_FLOPS
+from ..ir.op_spec import COST_FLOPS, MATMUL_COST, VIEW_COST
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
 from .attention_cost import attention_seconds
@@ -40,8 +40,10 @@ INF = math.inf
 
 _EGG_KIND = {spec.egg: spec.kind for spec in OPS.values()}
 LEAVES = frozenset(("Var", "Const", "Lit"))
-VIEWS = frozenset(("Broadcast", "ShapeCast", "PadShape", "SqueezeShape"))
-MATMULS = frozenset(("Dot", "Gemm"))
+# the registry's views and products (their cost classes); Gemm is the e-graph's dot of
+# operands read transposed (rules/algebra.egg), not an op of its own
+VIEWS = frozenset(s.egg for s in OPS.values() if s.cost == VIEW_COST)
+MATMULS = frozenset(s.egg for s in OPS.values() if s.cost == MATMUL_COST) | {"Gemm"}
 # an operand up to this size is re-read from a core's cache (L2: 512 KiB on this EPYC), not memory
 CACHE_BYTES = 512 * 1024
 
@@ -50,7 +52,7 @@ CACHE_BYTES = 512 * 1024
 FLOPS = {
     spec.egg: COST_FLOPS[spec.cost]
     for spec in OPS.values()
-    if spec.cost is not None and COST_FLOPS[spec.cost] != 1
+    if spec.cost in COST_FLOPS and COST_FLOPS[spec.cost] != 1
 }
 
 

@@ -46,6 +46,9 @@ CONTROL = "control"
 # Cost classes of elementwise ops: flops per output element before calibration (the extractor's
 # prior, extract/target_cost.py); a calibrated machine measures one representative per class.
 COST_FLOPS = {"cheap": 1, "divide": 4, "transcendental": 20, "power": 40}
+# Cost classes the cost model prices by formula rather than per element (extract/target_cost.py):
+# a view is free but its node (it fuses into its readers), a matmul is priced as a GEMM.
+VIEW_COST, MATMUL_COST = "view", "matmul"
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,16 @@ class OpSpec:
     - kernel: the fused-kernel name (`neg`); scalar(k, *xs): the element formula written with
       the kernel vocabulary `k` that codegen passes in (`lambda k, x: k.math("exp", x)`).
     - sympy(sp, *xs): the element's exact meaning, with sympy passed in (verify/symbolic.py).
-    - cost: a COST_FLOPS class; measured_as: the op a calibration times for it (None: not timed).
+    - cost: a COST_FLOPS class for elementwise ops, VIEW_COST or MATMUL_COST for the views and
+      products the cost model prices by formula; measured_as: the op a calibration times for
+      it (None: not timed).
     - batch(bt, op, args, batched, attrs) -> Value: the vmap rule (ir/batching.py, shared ones in
       registry/batch_rules.py): operands with `batched[i]` carry the batch on axis 0, and so
       does the result.
+    - symbolic(sv, args, attrs, rtype): the op on object arrays of sympy expressions, for ops
+      whose meaning is not one sympy function per element (products, reductions, gathers);
+      `sv` is verify's vocabulary (verify/symbolic.SymbolicVocabulary: sv.sp, sv.extremum,
+      sv.number, sv.as_array, sv.indices).
     - regions: attributes that name body functions (structured control flow); a region op's
       batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
     """
@@ -83,6 +92,7 @@ class OpSpec:
     measured_as: str | None = None
     batch: Callable | None = None
     regions: tuple[str, ...] = ()
+    symbolic: Callable | None = None
 
 
 def pascal(name: str) -> str:

@@ -26,8 +26,7 @@ import sympy as sp
 from ..errors import DlvmError
 from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
-from ..ir.ops import LAYOUT, OPS, scatter_slice
-from ..ir.registry.reduction import COMBINATORS
+from ..ir.ops import LAYOUT, OPS
 from ..ir.types import DType, TensorType, TupleType
 from .attention_symbolic import attention_table
 from .window_symbolic import window_table
@@ -175,39 +174,8 @@ def _extremum(cls, args):
     return rest[0] if len(rest) == 1 else cls(*rest, evaluate=False)
 
 
-# the registry's combinators (ir/registry/reduction.py) fold with sympy's Add, Mul, Max, Min
-_COMBINE = {
-    name: (
-        (lambda cls: lambda init, xs: _extremum(cls, [init, *xs]))(getattr(sp, c.sympy))
-        if c.sympy in ("Max", "Min")
-        else (lambda cls: lambda init, xs: cls(init, *xs))(getattr(sp, c.sympy))
-    )
-    for name, c in COMBINATORS.items()
-}
-
-
 def _select(args, attrs, rtype):
     return as_array(np.frompyfunc(lambda a, b, m: sp.Piecewise((a, m), (b, True)), 3, 1)(*args))
-
-
-def _dot(args, attrs, rtype):
-    a, b = args
-    out = np.empty(rtype.shape, dtype=object)
-    a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a
-    b2 = b.reshape(b.shape + (1,)) if b.ndim == 1 else b
-    full = np.empty((a2.shape[0], b2.shape[1]), dtype=object)
-    for i in range(full.shape[0]):
-        for j in range(full.shape[1]):
-            full[i, j] = sp.Add(*[a2[i, k] * b2[k, j] for k in range(a2.shape[1])])
-    return full.reshape(out.shape)
-
-
-def _batch_matmul(args, attrs, rtype):
-    a, b = args
-    out = np.empty(rtype.shape, dtype=object)
-    for idx in np.ndindex(rtype.shape[:-2]):
-        out[idx] = _dot([a[idx], b[idx]], attrs, TensorType(rtype.shape[-2:], rtype.dtype))
-    return out
 
 
 def _concrete_indices(op: str, ids) -> np.ndarray:
@@ -215,54 +183,6 @@ def _concrete_indices(op: str, ids) -> np.ndarray:
         return np.array([int(v) for v in np.asarray(ids).flat], dtype=np.intp)
     except TypeError:
         raise DlvmError(f"{op}: symbolic evaluation needs concrete indices, got {ids}") from None
-
-
-def _slice_scatter(args, attrs, rtype):
-    (g,) = args
-    shape, index = scatter_slice(g, attrs)
-    out = np.full(shape, sp.S.Zero, dtype=object)
-    out[index] = g
-    return out
-
-
-def _take(args, attrs, rtype):
-    x, ids = args
-    k = attrs["axis"]
-    return np.take(x, _concrete_indices("take", ids), axis=k)
-
-
-def _scatter_add(args, attrs, rtype):
-    g, ids = args
-    k = attrs["axis"]
-    out = np.full(rtype.shape, sp.S.Zero, dtype=object)
-    for j, i in enumerate(_concrete_indices("scatterAdd", ids)):
-        dst = (slice(None),) * k + (i,)
-        out[dst] = out[dst] + g[(slice(None),) * k + (j,)]
-    return out
-
-
-_COMBINE_BOOL = {  # numpy on bools: add and max are `or`, multiply and min are `and`
-    "add": lambda init, xs: sp.Or(init, *xs),
-    "max": lambda init, xs: sp.Or(init, *xs),
-    "multiply": lambda init, xs: sp.And(init, *xs),
-    "min": lambda init, xs: sp.And(init, *xs),
-}
-
-
-def _reduce(args, attrs, rtype):
-    (x,) = args
-    comb = (_COMBINE_BOOL if rtype.dtype is DType.bool else _COMBINE)[attrs["combinator"]]
-    init = number(attrs["init"], rtype.dtype)
-    axes = tuple(attrs["axes"])
-    if not axes:
-        return as_array(np.frompyfunc(lambda v: comb(init, [v]), 1, 1)(x))
-    kept = [i for i in range(x.ndim) if i not in axes]
-    moved = np.transpose(x, kept + list(axes))
-    flat = moved.reshape(tuple(x.shape[i] for i in kept) + (-1,))
-    out = np.empty(rtype.shape, dtype=object)
-    for idx in np.ndindex(out.shape):
-        out[idx] = comb(init, list(flat[idx]))
-    return out
 
 
 def is_boolean(v) -> bool:
@@ -308,6 +228,35 @@ def _apply(args, attrs, rtype):
     raise DlvmError("apply is evaluated by evaluate_function (it needs the module)")
 
 
+class SymbolicVocabulary:
+    """What a registry op's meaning on sympy arrays (`OpSpec.symbolic`, ir/registry/) is
+    written with: sympy itself, and this module's helpers.
+
+        REGISTRY["dot"].symbolic(VOCABULARY, [a, b], {}, rtype)     # object arrays in and out
+    """
+
+    sp = sp
+
+    @staticmethod
+    def extremum(cls, args):
+        return _extremum(cls, args)
+
+    @staticmethod
+    def number(value, dtype: DType):
+        return number(value, dtype)
+
+    @staticmethod
+    def as_array(x) -> np.ndarray:
+        return as_array(x)
+
+    @staticmethod
+    def indices(op: str, ids) -> np.ndarray:
+        return _concrete_indices(op, ids)
+
+
+VOCABULARY = SymbolicVocabulary()
+
+
 def _build() -> dict[str, Callable]:
     table: dict[str, Callable] = {}
     for name, f in _registry_elementwise().items():
@@ -319,17 +268,17 @@ def _build() -> dict[str, Callable]:
             table[name] = (lambda ev: lambda args, attrs, rtype: as_array(ev(args, attrs)))(
                 spec.evaluate
             )
+    # products, reductions, gathers: the registry's meaning on sympy arrays (OpSpec.symbolic)
+    for name, spec in OPS.items():
+        if spec.symbolic is not None:
+            table[name] = (lambda f: lambda args, attrs, rtype: f(VOCABULARY, args, attrs, rtype))(
+                spec.symbolic
+            )
     table["divide"] = _divide
     table["select"] = _select
-    table["dot"] = _dot
-    table["batchMatmul"] = _batch_matmul
-    table["take"] = _take
     table["cumsum"] = lambda args, attrs, rtype: OPS["cumsum"].evaluate(
         args, attrs
     )  # sums of objects
-    table["sliceScatter"] = _slice_scatter
-    table["scatterAdd"] = _scatter_add
-    table["reduce"] = _reduce
     table["dataTypeCast"] = _cast
     table["literal"] = _literal
     table["tuple"] = lambda args, attrs, rtype: tuple(args)

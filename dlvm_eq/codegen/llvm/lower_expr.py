@@ -6,12 +6,13 @@ CPU and NVPTX back ends supply how input i is loaded at the current element.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 from llvmlite import ir
 
-from ...ir.ops import OPS
+from ...ir.ops import BINARY, COMPARE, LOGIC, OPS
 from ..kernels.spec import (
     Binary,
     Cast,
@@ -28,6 +29,7 @@ from . import polymath
 from .emitter import I1, I8, I32, REDUCE_FLAGS, STORAGE_TYPES, VALUE_TYPES, Emitter
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+BINARY_KINDS = (BINARY, COMPARE, LOGIC)  # bit operations are BINARY
 
 
 def _sign(e: Emitter, x, dt):
@@ -68,11 +70,64 @@ class ScalarVocabulary:
             return self.e.intrinsic("abs", x, ir.Constant(I1, 0), ret=I32)
         return self.e.intrinsic("fabs", x)
 
+    def _numbers(self, name: str) -> bool:
+        """Whether the element is an i32 (else a float); bools have no arithmetic."""
+        if self.dt == "bool":
+            raise KernelError(f"{name} is lowered for numbers only, not bool")
+        return self.dt == "i32"
+
+    def _only(self, name: str, dt: str):
+        if self.dt != dt:
+            raise KernelError(f"{name} is lowered for {dt} only, not {self.dt}")
+
+    def add(self, a, b):
+        return self.e.b.add(a, b) if self._numbers("add") else self.e.fadd(a, b)
+
+    def sub(self, a, b):
+        return self.e.b.sub(a, b) if self._numbers("sub") else self.e.fsub(a, b)
+
     def mul(self, a, b):
-        return self.e.b.mul(a, b) if self.dt == "i32" else self.e.fmul(a, b)
+        return self.e.b.mul(a, b) if self._numbers("mul") else self.e.fmul(a, b)
 
     def div(self, a, b):
-        return self.e.fdiv(a, b)
+        return _int_div(self.e, a, b) if self._numbers("div") else self.e.fdiv(a, b)
+
+    def min(self, a, b):  # floats: NaN-propagating, as numpy.minimum
+        return self.e.intrinsic("smin" if self._numbers("min") else "minimum", a, b)
+
+    def max(self, a, b):
+        return self.e.intrinsic("smax" if self._numbers("max") else "maximum", a, b)
+
+    def pow(self, a, b):
+        if self.dt not in FLOAT_DTYPES:
+            raise KernelError(f"pow is lowered for floats only, not {self.dt}")
+        return polymath.pow(self.e, a, b)
+
+    def compare(self, op: str, a, b):
+        """op one of eq ne lt le gt ge; floats: ordered, except ne (true on NaN, as numpy)."""
+        if self.dt in ("i32", "bool"):
+            return self.e.b.icmp_signed(_ICMP[op], a, b)
+        return self.e.fcmp(_FCMP[op], a, b)
+
+    def and_(self, a, b):
+        self._only("and", "bool")
+        return self.e.b.and_(a, b)
+
+    def or_(self, a, b):
+        self._only("or", "bool")
+        return self.e.b.or_(a, b)
+
+    def xor(self, a, b):
+        self._only("xor", "i32")
+        return self.e.b.xor(a, b)
+
+    def shl(self, a, count):  # counts mod 32: a count >= 32 is poison in LLVM
+        self._only("shiftLeft", "i32")
+        return self.e.b.shl(a, self.e.b.and_(count, ir.Constant(I32, 31)))
+
+    def lshr(self, a, count):
+        self._only("shiftRightLogical", "i32")
+        return self.e.b.lshr(a, self.e.b.and_(count, ir.Constant(I32, 31)))
 
     def sqrt(self, x):
         return self.e.intrinsic("sqrt", x)
@@ -105,9 +160,19 @@ def _formula(spec):
     return lambda e, x, dt: spec.scalar(ScalarVocabulary(e, dt), x)
 
 
+def _binary_formula(spec):
+    return lambda e, a, b, dt: spec.scalar(ScalarVocabulary(e, dt), a, b)
+
+
 # kernel name -> (emitter, x, dtype) -> value: every unary op's formula from the registry
 UNARY_LOWER: dict[str, Callable] = {
     s.kernel: _formula(s) for s in OPS.values() if s.arity == 1 and s.scalar is not None
+}
+# kernel name -> (emitter, a, b, operand dtype) -> value: every binary op's, the same way
+BINARY_LOWER: dict[str, Callable] = {
+    s.kernel: _binary_formula(s)
+    for s in OPS.values()
+    if s.arity == 2 and s.kind in BINARY_KINDS and s.scalar is not None
 }
 
 
@@ -128,43 +193,38 @@ def _int_div(e: Emitter, a, b):
 
 _FCMP = {"eq": "==", "ne": "u!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_INT_BIN = {"add": "add", "sub": "sub", "mul": "mul"}
-# bit operations on the word as unsigned; shift counts mod 32 (a count >= 32 is poison in LLVM)
-_BITS = {"xor": "xor", "shiftLeft": "shl", "shiftRightLogical": "lshr"}
-_FLOAT_BIN = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
-# The binary ops lower_binary emits, per operand dtype; llvm/vocabulary.py checks them and
-# UNARY_LOWER against the op table (ir/ops.py), so an op is never added to one alone.
-BINARY_LOWERED = {
-    "float": frozenset(_FLOAT_BIN) | {"min", "max", "pow"} | frozenset(_FCMP),
-    "i32": frozenset(_INT_BIN) | {"div", "min", "max"} | frozenset(_ICMP) | frozenset(_BITS),
-    "bool": frozenset(_ICMP) | {"and", "or"},
-}
+FLOAT_DTYPES = ("f32", "f64")
+
+
+def _lowers(formula, dt: str) -> bool:
+    """Whether a binary formula lowers for operands of dtype dt, tried in a scratch function."""
+    t = VALUE_TYPES[dt]
+    fn = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [t, t]), "probe")
+    e = Emitter(ir.IRBuilder(fn.append_basic_block()))
+    try:
+        formula(e, *fn.args, dt)
+    except KernelError:
+        return False
+    return True
+
+
+@functools.cache
+def binary_lowered() -> dict[str, frozenset]:
+    """The binary kernel ops whose registry formula lowers, per operand dtype ("float": both
+    float widths), found by lowering each one; llvm/vocabulary.py checks them against the
+    dtypes the kernels accept (kernels/spec.py)."""
+    by_dtype = {dt: {op for op, f in BINARY_LOWER.items() if _lowers(f, dt)} for dt in VALUE_TYPES}
+    return {
+        "float": frozenset(by_dtype["f32"] & by_dtype["f64"]),
+        "i32": frozenset(by_dtype["i32"]),
+        "bool": frozenset(by_dtype["bool"]),
+    }
 
 
 def lower_binary(e: Emitter, op: str, a, b, dt: str):
-    if op in _FCMP or op in ("and", "or"):
-        if op == "and":
-            return e.b.and_(a, b)
-        if op == "or":
-            return e.b.or_(a, b)
-        if dt in ("i32", "bool"):
-            return e.b.icmp_signed(_ICMP[op], a, b)
-        return e.fcmp(_FCMP[op], a, b)
-    if dt == "i32":
-        if op == "div":
-            return _int_div(e, a, b)
-        if op in ("min", "max"):
-            return e.intrinsic("s" + op, a, b)
-        if op in _BITS:
-            if op != "xor":
-                b = e.b.and_(b, ir.Constant(I32, 31))
-            return getattr(e.b, _BITS[op])(a, b)
-        return getattr(e.b, _INT_BIN[op])(a, b)
-    if op in ("min", "max"):  # NaN-propagating, as numpy.minimum/maximum
-        return e.intrinsic("minimum" if op == "min" else "maximum", a, b)
-    if op == "pow":
-        return polymath.pow(e, a, b)
-    return getattr(e, _FLOAT_BIN[op])(a, b)
+    if op not in BINARY_LOWER:
+        raise KernelError(f"binary op {op!r} has no kernel formula in the registry")
+    return BINARY_LOWER[op](e, a, b, dt)
 
 
 def lower_cast(e: Emitter, x, src: str, dst: str):

@@ -1,6 +1,7 @@
 """The lowering's op vocabulary against the op table (ir/ops.py, the one table of the op set):
 every elementwise op of the table has a lowering for every dtype the kernels accept, and no
-lowering names an op the table lacks.
+lowering names an op the table lacks. The lowerings are the registry's kernel formulas
+(`OpSpec.scalar`); which dtypes a binary one handles is found by lowering it.
 
     >>> lowering_gaps()          # what is missing or extra; tests/test_lowering_vocabulary.py
     []
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from ...ir.ops import BINARY, COMPARE, LOGIC, OPS, UNARY
 from ..kernels.spec import BINARY_OPS, FLOATS, UNARY_OPS, op_name
-from .lower_expr import BINARY_LOWERED, UNARY_LOWER
+from .lower_expr import UNARY_LOWER, binary_lowered
 from .polymath import MATH
 
 
@@ -24,14 +25,14 @@ def _table_ops() -> tuple[set[str], set[str]]:
 
 
 def _lowered_for(dtype: str) -> frozenset:
-    return BINARY_LOWERED["float" if dtype in FLOATS else dtype]
+    return binary_lowered()["float" if dtype in FLOATS else dtype]
 
 
 def lowering_gaps() -> list[str]:
     """Disagreements between the op table, the kernel op sets (kernels/spec.py) and the
     lowering (llvm/lower_expr.py), one line each; empty when they agree."""
     unary, binary = _table_ops()
-    lowered_binary = set().union(*BINARY_LOWERED.values())
+    lowered_binary = set().union(*binary_lowered().values())
     gaps = [
         f"unary op {n!r} of the op table has no lowering" for n in sorted(unary - set(UNARY_LOWER))
     ]

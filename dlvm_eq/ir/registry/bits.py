@@ -37,6 +37,12 @@ def _shift_right_logical(args, attrs):
 
 
 _ROWS = {"xor": _xor, "shiftLeft": _shift_left, "shiftRightLogical": _shift_right_logical}
+# the kernel formulas: the vocabulary's instructions, which take shift counts mod 32 as above
+_KERNEL = {
+    "xor": lambda k, a, b: k.xor(a, b),
+    "shiftLeft": lambda k, a, count: k.shl(a, count),
+    "shiftRightLogical": lambda k, a, count: k.lshr(a, count),
+}
 BIT_OPS = tuple(_ROWS)  # i32 only: the kernels accept them on no other dtype
 _SYMPY: dict[str, object] = {}
 
@@ -84,6 +90,7 @@ def specs() -> list[OpSpec]:
             fn,
             differentiable=False,
             kernel=name,
+            scalar=_KERNEL[name],
             sympy=_sympy(name),
             cost="cheap",
             batch=elementwise,

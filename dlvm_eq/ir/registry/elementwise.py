@@ -144,11 +144,17 @@ def _binary_row(name, fn, sympy, kernel, dsl, cost="cheap", float_only=False, me
         float_only=float_only,
         dsl=(dsl,),
         kernel=kernel,
+        scalar=_by_kernel(kernel),
         sympy=sympy,
         cost=cost,
         measured_as=measured,
         batch=elementwise,
     )
+
+
+def _by_kernel(method: str):
+    """The binary kernel formula that is the vocabulary's method of the op's kernel name."""
+    return lambda k, a, b: getattr(k, method)(a, b)
 
 
 def _int_divide(a, b):
@@ -242,6 +248,7 @@ def specs() -> list[OpSpec]:
             quiet(_divide),
             dsl=("divide",),
             kernel="div",
+            scalar=_by_kernel("div"),  # i32: truncating, x / 0 = 0 (the interpreter's _int_divide)
             cost="divide",
             measured_as="divide",
             batch=elementwise,
@@ -259,6 +266,7 @@ def specs() -> list[OpSpec]:
                 differentiable=False,
                 dsl=(dsl,),
                 kernel=kernel,
+                scalar=(lambda c: lambda k, a, b: k.compare(c, a, b))(kernel),
                 sympy=(lambda s: lambda sp, a, b: getattr(sp, s)(a, b))(sym),
                 cost="cheap",
                 batch=elementwise,
@@ -276,6 +284,7 @@ def specs() -> list[OpSpec]:
                 differentiable=False,
                 dsl=("logical_" + name,),
                 kernel=name,
+                scalar=_by_kernel(name + "_"),
                 sympy=(lambda s: lambda sp, a, b: getattr(sp, s)(a, b))(sym),
                 cost="cheap",
                 batch=elementwise,

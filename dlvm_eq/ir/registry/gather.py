@@ -115,6 +115,21 @@ def _batch_scatter_add(bt, op, args, batched, attrs):
     return _unfold_axis(bt, out, k)
 
 
+def _take_symbolic(sv, args, attrs, rtype):
+    x, ids = args
+    return np.take(x, sv.indices("take", ids), axis=attrs["axis"])
+
+
+def _scatter_add_symbolic(sv, args, attrs, rtype):
+    g, ids = args
+    k = attrs["axis"]
+    out = np.full(rtype.shape, sv.sp.S.Zero, dtype=object)
+    for j, i in enumerate(sv.indices("scatterAdd", ids)):
+        dst = (slice(None),) * k + (i,)
+        out[dst] = out[dst] + g[(slice(None),) * k + (j,)]
+    return out
+
+
 def take_spec() -> OpSpec:
     # `take %x: T, %ids: <n x i32> along k`: x[..., ids, ...] on axis k (numpy's take); indices
     # outside the axis are an error (checked_indices), in compiled code too
@@ -128,6 +143,7 @@ def take_spec() -> OpSpec:
         attrs=("axis",),
         nondiff_operands=(1,),
         batch=_batch_take,
+        symbolic=_take_symbolic,
     )
 
 
@@ -144,4 +160,5 @@ def scatter_add_spec() -> OpSpec:
         attrs=("axis", "size"),
         nondiff_operands=(1,),
         batch=_batch_scatter_add,
+        symbolic=_scatter_add_symbolic,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..op_spec import LAYOUT, SLICE, OpSpec, fail, tensors
+from ..op_spec import LAYOUT, SLICE, VIEW_COST, OpSpec, fail, tensors
 from ..types import BOOL, broadcast_shapes
 from .batch_rules import shape_attr, shift_axis
 
@@ -163,6 +163,7 @@ def view_specs() -> list[OpSpec]:
             _shape_cast_type,
             lambda args, at: np.reshape(args[0], tuple(at["shape"])),
             attrs=("shape",),
+            cost=VIEW_COST,
             batch=shape_attr("shape"),
         ),
         OpSpec(
@@ -173,6 +174,7 @@ def view_specs() -> list[OpSpec]:
             _pad_shape_type,
             lambda args, at: np.expand_dims(args[0], at["at"]),
             attrs=("at",),
+            cost=VIEW_COST,
             batch=shift_axis("at"),
         ),
         OpSpec(
@@ -183,6 +185,7 @@ def view_specs() -> list[OpSpec]:
             _squeeze_shape_type,
             lambda args, at: np.squeeze(args[0], at["at"]),
             attrs=("at",),
+            cost=VIEW_COST,
             batch=shift_axis("at"),
         ),
         # Implicit broadcasts are explicit in the e-graph; the unloader may print them back as this op.
@@ -194,6 +197,7 @@ def view_specs() -> list[OpSpec]:
             _broadcast_type,
             lambda args, at: np.broadcast_to(args[0], tuple(at["shape"])).copy(),
             attrs=("shape",),
+            cost=VIEW_COST,
             batch=shape_attr("shape"),
         ),
     ]
@@ -227,6 +231,14 @@ def slice_spec() -> OpSpec:
     )
 
 
+def _slice_scatter_symbolic(sv, args, attrs, rtype):
+    (g,) = args
+    shape, index = scatter_slice(g, attrs)
+    out = np.full(shape, sv.sp.S.Zero, dtype=object)
+    out[index] = g
+    return out
+
+
 def slice_scatter_spec() -> OpSpec:
     # `sliceScatter %g: T along k from lo by s into size`: zeros of `size` along k with g at
     # lo, lo + s, ...: a strided slice's adjoint
@@ -239,4 +251,5 @@ def slice_scatter_spec() -> OpSpec:
         _slice_scatter,
         attrs=("axis", "lo", "step", "size"),
         batch=shift_axis("axis"),
+        symbolic=_slice_scatter_symbolic,
     )

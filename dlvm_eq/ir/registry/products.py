@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..op_spec import DOT, OpSpec, fail, tensors
+from ..op_spec import DOT, MATMUL_COST, OpSpec, fail, tensors
 from ..types import BOOL, TensorType
 
 
@@ -85,6 +85,26 @@ def _batch_batch_matmul(bt, op, args, batched, attrs):
     return bt.emit("batchMatmul", [a, b])  # one more batch axis: batchMatmul takes any rank
 
 
+def _dot_symbolic(sv, args, attrs, rtype):
+    """Each entry one flat sympy Add of its products (not numpy's pairwise sums)."""
+    a, b = args
+    a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape + (1,)) if b.ndim == 1 else b
+    full = np.empty((a2.shape[0], b2.shape[1]), dtype=object)
+    for i in range(full.shape[0]):
+        for j in range(full.shape[1]):
+            full[i, j] = sv.sp.Add(*[a2[i, k] * b2[k, j] for k in range(a2.shape[1])])
+    return full.reshape(rtype.shape)
+
+
+def _batch_matmul_symbolic(sv, args, attrs, rtype):
+    a, b = args
+    out = np.empty(rtype.shape, dtype=object)
+    for idx in np.ndindex(rtype.shape[:-2]):
+        out[idx] = _dot_symbolic(sv, [a[idx], b[idx]], attrs, rtype.with_shape(rtype.shape[-2:]))
+    return out
+
+
 def dot_spec() -> OpSpec:
     return OpSpec(
         "dot",
@@ -93,7 +113,9 @@ def dot_spec() -> OpSpec:
         "Dot",
         _dot_type,
         lambda args, at: np.matmul(args[0], args[1]),
+        cost=MATMUL_COST,
         batch=_batch_dot,
+        symbolic=_dot_symbolic,
     )
 
 
@@ -108,4 +130,5 @@ def batch_matmul_spec() -> OpSpec:
         _batch_matmul_type,
         lambda args, at: np.matmul(args[0], args[1]),
         batch=_batch_batch_matmul,
+        symbolic=_batch_matmul_symbolic,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..op_spec import REDUCE, SCAN, OpSpec, fail, quiet, tensors
-from ..types import BOOL
+from ..types import BOOL, DType
 from .batch_rules import shift_axis
 
 
@@ -24,13 +24,24 @@ class Combinator:
     kernel: str  # the fused-kernel name (codegen/kernels/spec.py)
     identity: float  # the kernels' initial value
     sympy: str  # the sympy class folding the elements with init: Add, Mul, Max, Min
+    bool_identity: bool  # numpy on bools: add and max are `or` (False), multiply and min `and`
+
+    def init(self, dtype: DType):
+        """The reduction's `init` attribute for elements of `dtype` (the DSL's reductions):
+        the identity, in range for i32 (the extreme ints for max and min)."""
+        if dtype is BOOL:
+            return self.bool_identity
+        if dtype.is_float or math.isfinite(self.identity):
+            return self.identity if dtype.is_float else int(self.identity)
+        info = np.iinfo(np.int32)
+        return int(info.min if self.identity < 0 else info.max)
 
 
 COMBINATORS = {
-    "add": Combinator(np.add, "add", 0.0, "Add"),
-    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul"),
-    "max": Combinator(np.maximum, "max", -math.inf, "Max"),
-    "min": Combinator(np.minimum, "min", math.inf, "Min"),
+    "add": Combinator(np.add, "add", 0.0, "Add", False),
+    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul", True),
+    "max": Combinator(np.maximum, "max", -math.inf, "Max", False),
+    "min": Combinator(np.minimum, "min", math.inf, "Min", True),
 }
 REDUCE_COMBINATORS = {name: c.ufunc for name, c in COMBINATORS.items()}
 
@@ -78,6 +89,34 @@ def _cumsum(args, attrs):
     return np.cumsum(x, axis=k, dtype=x.dtype)
 
 
+def _fold(sv, comb: Combinator, dtype: DType):
+    """(init, elements) -> their sympy fold: bools by And/Or (numpy's bool arithmetic), Max
+    and Min by verify's extremum (no pairwise comparisons), Add and Mul as they are."""
+    if dtype is BOOL:
+        cls = sv.sp.And if comb.bool_identity else sv.sp.Or
+        return lambda init, xs: cls(init, *xs)
+    cls = getattr(sv.sp, comb.sympy)
+    if comb.sympy in ("Max", "Min"):
+        return lambda init, xs: sv.extremum(cls, [init, *xs])
+    return lambda init, xs: cls(init, *xs)
+
+
+def _reduce_symbolic(sv, args, attrs, rtype):
+    (x,) = args
+    fold = _fold(sv, COMBINATORS[attrs["combinator"]], rtype.dtype)
+    init = sv.number(attrs["init"], rtype.dtype)
+    axes = tuple(attrs["axes"])
+    if not axes:
+        return sv.as_array(np.frompyfunc(lambda v: fold(init, [v]), 1, 1)(x))
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = np.transpose(x, kept + list(axes))
+    flat = moved.reshape(tuple(x.shape[i] for i in kept) + (-1,))
+    out = np.empty(rtype.shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fold(init, list(flat[idx]))
+    return out
+
+
 def reduce_spec() -> OpSpec:
     return OpSpec(
         "reduce",
@@ -88,6 +127,7 @@ def reduce_spec() -> OpSpec:
         quiet(_reduce),
         attrs=("combinator", "init", "axes"),
         batch=shift_axis("axes"),
+        symbolic=_reduce_symbolic,
     )
 
 
