@@ -54,6 +54,8 @@ STAGE_RULE_FILES = ("algebra.egg", "adjoint.egg", "fusion.egg")
 # issue 33: attention.egg (`attention`, run by the optimizer; needs algebra's cval) and the fused
 # op's adjoints (ruleset `adjoint`, declared by adjoint.egg)
 STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
+# issue 36: layout rules (rulesets `transpose` and `layout`, declared by algebra.egg)
+STAGE_RULE_FILES += ("layout.egg",)
 
 
 def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):

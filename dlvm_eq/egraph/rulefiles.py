@@ -12,6 +12,7 @@ from ..errors import DlvmError
 # The shipped rule files, in load order (each builds on the ones before it).
 SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
 SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after both it builds on
+SHIPPED += ("layout.egg",)  # issue 36: transposes moved and cancelled, batched operand order
 
 
 def rule_file(name: str) -> Path:

@@ -1,0 +1,95 @@
+"""rules/layout.egg: each rule fires where it should (an input term becomes equal to the
+expected term) and leaves alone what it must not touch (the guards). The rules themselves are
+proved by `dlvm-eq verify-rules` (tests/test_verify_rules.py runs it over the shipped files)."""
+
+from __future__ import annotations
+
+import pytest
+from test_algebra_rules import K, equal_after
+
+T2 = "(vec-of 1 0)"
+P3 = "(vec-of 0 2 1)"  # the last two axes of a rank-3 tensor swapped, the batch axis kept
+LAYOUT = ("layout", "transpose", "identities")
+
+FIRES = [
+    ("T-sin", f"(Sin (Transpose $A {T2}))", f"(Transpose (Sin $A) {T2})"),
+    ("T-erf", f"(Erf (Transpose $T {P3}))", f"(Transpose (Erf $T) {P3})"),
+    (
+        "T-pow",
+        f"(Power (Transpose $A {T2}) (Transpose $M {T2}))",
+        f"(Transpose (Power $A $M) {T2})",
+    ),
+    (
+        "T-select",
+        f"(Select (Transpose $A {T2}) (Transpose $M {T2}) (Transpose (GreaterThan $A $M) {T2}))",
+        f"(Transpose (Select $A $M (GreaterThan $A $M)) {T2})",
+    ),
+    (
+        "T-select-scalar",
+        f"(Select (Transpose $A {T2}) {K(0.0, (5, 4))} (Transpose (GreaterThan $A $M) {T2}))",
+        f"(Transpose (Select $A {K(0.0, (4, 5))} (GreaterThan $A $M)) {T2})",
+    ),
+    # a transpose pair around a map cancels once the inner one moves out of the map
+    ("cancel", f"(Transpose (Cos (Transpose $T {P3})) {P3})", "(Cos $T)"),
+    # summing axis 0 of T^(1 0 2) sums axis 1 of T; the other axes keep their order
+    (
+        "reduce-T-ordered",
+        '(Reduce (Transpose $T (vec-of 1 0 2)) "add" 0.0 0)',
+        '(Reduce $T "add" 0.0 1)',
+    ),
+    (
+        "reduce-T-ordered",
+        '(Reduce (Transpose $T (vec-of 2 0 1)) "max" 0.0 0)',
+        '(Reduce $T "max" 0.0 2)',
+    ),
+    # (T T^T)^T = T T^T: bmm-T swaps the operands, the transposes of the transposes cancel
+    (
+        "bmm-T",
+        f"(Transpose (BatchMatmul $T (Transpose $T {P3})) {P3})",
+        f"(BatchMatmul $T (Transpose $T {P3}))",
+    ),
+    (
+        "bmm-TT",
+        f"(BatchMatmul (Transpose (Transpose $T {P3}) {P3}) (Transpose $T {P3}))",
+        f"(Transpose (BatchMatmul $T (Transpose $T {P3})) {P3})",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,term,expected", FIRES, ids=[f[0] for f in FIRES])
+def test_layout_rule_fires(name, term, expected):
+    assert equal_after(term, expected, LAYOUT)
+
+
+HOLDS = [
+    # removing axis 1 from (2 1 0) leaves (2 0): out of order, so no plain reduce of T
+    (
+        "reduce-T-unordered",
+        '(Reduce (Transpose $T (vec-of 2 1 0)) "add" 0.0 1)',
+        '(Reduce $T "add" 0.0 1)',
+    ),
+    # a permutation that moves the batch axis is not a batched product's transpose
+    (
+        "bmm-T-batch-moved",
+        "(Transpose (BatchMatmul $T (Transpose $T (vec-of 0 2 1))) (vec-of 1 0 2))",
+        "(BatchMatmul (Transpose (Transpose $T (vec-of 0 2 1)) (vec-of 1 0 2)) (Transpose $T (vec-of 1 0 2)))",
+    ),
+    # a select whose mask is not transposed like its branches keeps its transposes
+    (
+        "T-select-mask",
+        f"(Select (Transpose $A {T2}) (Transpose $M {T2}) (GreaterThan (Transpose $A {T2}) {K(0.0, (5, 4))}))",
+        f"(Transpose (Select $A $M (GreaterThan $A {K(0.0, (4, 5))})) {T2})",
+    ),
+    # operands transposed by different permutations do not share one transpose
+    (
+        "T-pow-mixed",
+        f"(Power (Transpose $T {P3}) (Transpose $T (vec-of 0 1 2)))",
+        f"(Transpose (Power $T $T) {P3})",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,term,unexpected", HOLDS, ids=[h[0] for h in HOLDS])
+def test_layout_rule_guard_holds(name, term, unexpected):
+    # the identities ruleset is left out: (vec-of 0 1 2) must stay a transpose here
+    assert not equal_after(term, unexpected, ("layout", "transpose"))
