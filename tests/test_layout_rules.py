@@ -4,8 +4,11 @@ proved by `dlvm-eq verify-rules` (tests/test_verify_rules.py runs it over the sh
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from test_algebra_rules import K, equal_after
+
+import dlvm_eq as dq
 
 T2 = "(vec-of 1 0)"
 P3 = "(vec-of 0 2 1)"  # the last two axes of a rank-3 tensor swapped, the batch axis kept
@@ -93,3 +96,33 @@ HOLDS = [
 def test_layout_rule_guard_holds(name, term, unexpected):
     # the identities ruleset is left out: (vec-of 0 1 2) must stay a transpose here
     assert not equal_after(term, unexpected, ("layout", "transpose"))
+
+
+def _transposed_program(a, b, F=dq):
+    h = F.transpose(F.tanh(F.transpose(a, (0, 2, 1))), (0, 2, 1))
+    s = F.transpose(h @ F.transpose(b, (0, 2, 1)), (0, 2, 1))
+    return F.sum(F.sum(F.transpose(s, (1, 0, 2)), axis=0) ** 2)
+
+
+def test_report_shows_the_layout_decisions():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    j = dq.jit(_transposed_program)
+    want = _transposed_program(a.astype(np.float64), b.astype(np.float64), np)
+    np.testing.assert_allclose(float(j(a, b)), want, rtol=1e-5)
+    fr = dq.optimize(j.lower(a, b)).report["_transposed_program"]
+    (line,) = fr.layout
+    # the pair around tanh cancels, the product's transpose folds into swapped operands
+    # (bmm-T), the sum reads the untransposed axis (reduce-T-ordered): one transpose is left,
+    # b's, which the batched product reads through its strides
+    assert line.startswith("layout: transposes 5 -> 1 (4 moved away")
+    for rule in ("transpose-transpose", "bmm-T", "reduce-T-ordered", "T-tanh"):
+        assert f" {rule} x" in line
+    assert "layout: transposes 5 -> 1" in str(j.report(a, b))
+
+
+def test_report_says_nothing_of_layout_without_transposes():
+    x = np.ones((3, 4), np.float32)
+    fr = dq.optimize(dq.jit(lambda v: dq.sum(dq.tanh(v) * 2.0)).lower(x)).report
+    assert all(f.layout == [] for f in fr)

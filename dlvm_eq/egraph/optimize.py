@@ -34,6 +34,7 @@ from ..ir.verifier import verify_function
 from .attention_report import attention_lines
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
+from .layout_report import layout_lines
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .optimize_report import FunctionReport, OptimizeReport, user_rules_fired
@@ -481,6 +482,7 @@ def _optimize_function(
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
     fr.user_rules = fired
     fr.attention = attention_lines(res.extraction, res.cost)
+    fr.layout = layout_lines(fn, new, res.saturation, target)  # issue 36
     if explain:
         fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()

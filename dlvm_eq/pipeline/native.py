@@ -103,6 +103,7 @@ class CompileReport:
                 + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
             )
             lines.extend("  " + line for line in fr.attention)  # issue 33: fused or plain
+            lines.extend("  " + line for line in fr.layout)  # issue 36: transposes
         if self.note:
             lines.append(f"  note: {self.note}")
         if self.plan.fusion is not None:
