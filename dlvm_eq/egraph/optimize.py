@@ -333,7 +333,10 @@ def loaded_cost(prog: LoadedProgram, target="cpu") -> float:
             nested = inner.ctor == "Concatenate" and inner.args[-1] == let.args[-1]
             total.append(model.concatenation_seconds(let.type, inner.type if nested else None))
         else:
-            total.append(model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags))
+            perm = tuple(let.args[1]) if ctor == "Transpose" else None
+            total.append(
+                model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags, perm)
+            )
         stack.extend(kids)
     return math.fsum(total)
 
