@@ -1,5 +1,5 @@
 """Random programs of transposes, maps, selects, batched products, reductions and convolutions
-(hypothesis) agree after the layout rules (rules/layout.egg) with two oracles: the value with
+(hypothesis), and attention heads split and merged several ways, agree after the layout rules (rules/layout.egg) with two oracles: the value with
 numpy in float64, the gradient with the reference interpreter (`target="interp"`, the
 unoptimized program)."""
 
@@ -133,3 +133,46 @@ def test_random_conv_layout_programs_agree(steps, chansum, seed):
     g_ref = dq.jit(dq.grad(loss, argnums=(0, 1)), target="interp")(x, w)
     for a, b in zip(g, g_ref):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-3, atol=1e-4)
+
+
+def _attention_program(x, F, k_route, merge, tanh_out):
+    """Heads split from x (B, T, H*d) three ways (q, k, v), softmax(q kᵀ) v, heads merged:
+    k_route says how kᵀ is written (one permutation, or two transposes in a row, or the
+    product's transpose), merge how the heads come back (transpose + reshape, or a sum)."""
+    B, T, H, d = 2, 6, 2, 4
+    heads = [
+        F.transpose(F.reshape(x[..., i * H * d : (i + 1) * H * d], (B, T, H, d)), (0, 2, 1, 3))
+        for i in range(3)
+    ]
+    q, k, v = heads
+    if k_route == "one":
+        s = q @ F.transpose(F.reshape(x[..., H * d : 2 * H * d], (B, T, H, d)), (0, 2, 3, 1))
+    elif k_route == "two":
+        s = q @ F.transpose(k, (0, 1, 3, 2))
+    else:  # (k qᵀ)ᵀ
+        s = F.transpose(k @ F.transpose(q, (0, 1, 3, 2)), (0, 1, 3, 2))
+    s = s * 0.5
+    e = F.exp(s - F.max(s, axis=-1, keepdims=True))
+    p = e / F.sum(e, axis=-1, keepdims=True)
+    o = p @ v  # (B, H, T, d)
+    if merge == "reshape":
+        o = F.reshape(F.transpose(o, (0, 2, 1, 3)), (B, T, H * d))
+    else:
+        o = F.sum(o, axis=1)
+    return F.sum(F.tanh(o) * o) if tanh_out else F.sum(o * o)
+
+
+@settings(**SETTINGS)
+@given(
+    st.sampled_from(("one", "two", "product")),
+    st.sampled_from(("reshape", "sum")),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_random_attention_layouts_agree(k_route, merge, tanh_out, seed):
+    x = np.random.default_rng(seed).standard_normal((2, 6, 24)).astype(np.float32)
+
+    def loss(a):
+        return _attention_program(a, dq, k_route, merge, tanh_out)
+
+    _check(lambda a: _attention_program(a, np, k_route, merge, tanh_out), loss, x)
