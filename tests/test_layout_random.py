@@ -1,7 +1,7 @@
 """Random programs of transposes, maps, selects, batched products, reductions and convolutions
-(hypothesis), and attention heads split and merged several ways, agree after the layout rules (rules/layout.egg) with two oracles: the value with
-numpy in float64, the gradient with the reference interpreter (`target="interp"`, the
-unoptimized program)."""
+(hypothesis), and attention heads split and merged several ways, agree after the layout rules
+(rules/layout.egg) with two oracles: the value with numpy in float64, the gradient with the
+reference interpreter (`target="interp"`, the unoptimized program)."""
 
 from __future__ import annotations
 
