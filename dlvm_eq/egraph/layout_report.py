@@ -1,9 +1,9 @@
 """What the compile report says about layout (issue 36): the transposes of the program as
-written and as extracted, the cost model's seconds of copying them (a transpose is priced as a
-copy kernel, extract/target_cost.py; one read only by a matmul is a BLAS flag and costs
-nothing), and which layout rules fired (rules/layout.egg and algebra.egg's `transpose` and
-`layout` rulesets: transposes moved through maps and reductions, cancelled, folded into
-products).
+written and as extracted, the cost model's seconds of them (as extract/target_cost.py prices
+a transpose: a copy kernel where it moves the innermost axis, a view where it keeps it; one
+read only by products is a BLAS flag or a strided read and costs nothing), and which layout
+rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` rulesets: transposes
+moved through maps and reductions, cancelled, folded into products).
 
     layout_lines(before, after, saturation, "cpu")
     # ["layout: transposes 6 -> 2 (4 cancelled or folded), predicted copies 0.41 ms -> 0.12 ms;
@@ -60,7 +60,8 @@ def transpose_copies(fn: Function, target="cpu") -> tuple[int, float]:
         n += 1
         t = ins.result.type
         if id(ins.result) not in free and isinstance(t, TensorType):
-            seconds += model.term_cost("Transpose", t, None)
+            perm = ins.attrs.get("perm")  # one keeping the innermost axis is priced a view
+            seconds += model.term_cost("Transpose", t, None, perm=tuple(perm) if perm else None)
     return n, seconds
 
 
