@@ -6,7 +6,8 @@ rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` ruleset
 moved through maps and reductions, cancelled, folded into products).
 
     layout_lines(before, after, saturation, "cpu")
-    # ["layout: transposes 6 -> 2 (4 cancelled or folded), predicted copies 0.41 ms -> 0.12 ms;
+    # ["layout: transposes 6 -> 2 (4 moved away, cancelled or folded into products),
+    #   predicted copies 0.41 ms -> 0.12 ms;
     #   rules T-exp x2, transpose-transpose x2, gemm-nt x1"]
 """
 
