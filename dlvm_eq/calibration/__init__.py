@@ -74,6 +74,7 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
             **profile.__dict__,
             "steps": {**got["steps"], **windows},
             "cache": program_state.cache_timings(),
+            "gemm_blocks": measure.gemm_blocks(),  # issue 36: our GEMM's fastest blocking
             "seconds": round(time.perf_counter() - t0, 2),
         }
     )

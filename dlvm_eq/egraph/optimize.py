@@ -35,6 +35,7 @@ from ..ir.verifier import verify_function
 from .attention_report import attention_lines
 from .deadline import Deadline, extraction_seconds, nodes_within, observe
 from .expr import render
+from .layout_report import layout_lines
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .optimize_report import FunctionReport, OptimizeReport, user_rules_fired
@@ -57,6 +58,8 @@ STAGE_RULE_FILES = ("algebra.egg", "adjoint.egg", "fusion.egg")
 STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
 # issue 30: rules/loops.egg (`loops`, run by the optimizer): selectors folded to constants
 STAGE_RULE_FILES += ("loops.egg",)
+# issue 36: layout rules (rulesets `transpose` and `layout`, declared by algebra.egg)
+STAGE_RULE_FILES += ("layout.egg",)
 
 
 def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):
@@ -334,7 +337,10 @@ def loaded_cost(prog: LoadedProgram, target="cpu") -> float:
             nested = inner.ctor == "Concatenate" and inner.args[-1] == let.args[-1]
             total.append(model.concatenation_seconds(let.type, inner.type if nested else None))
         else:
-            total.append(model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags))
+            perm = tuple(let.args[1]) if ctor == "Transpose" else None
+            total.append(
+                model.term_cost(ctor, let.type, lambda i, kids=kids: kids[i].type, flags, perm)
+            )
         stack.extend(kids)
     return math.fsum(total)
 
@@ -491,6 +497,7 @@ def _optimize_function(
     fr.seconds = {"load": t1 - t0, "baseline": t2 - t1, **res.seconds}
     fr.user_rules = fired
     fr.attention = attention_lines(res.extraction, res.cost)
+    fr.layout = layout_lines(fn, new, res.saturation, target)  # issue 36
     if explain:
         fr.results = list(zip(written, _rendered(res)))
     t3 = time.perf_counter()

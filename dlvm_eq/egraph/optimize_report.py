@@ -33,6 +33,7 @@ class FunctionReport:
     # the user's rules that fired: (file, line, rule, matches), most matches first
     user_rules: list[tuple[str, int, str, int]] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)  # issue 33: fused or plain, and why
+    layout: list[str] = field(default_factory=list)  # issue 36: transposes moved, cancelled
 
     @property
     def speedup(self) -> float:
@@ -56,7 +57,7 @@ class FunctionReport:
             else:
                 lines.append(f"{label}{before}")
                 lines.append(f"{pad[:-4]}->  {after}")
-        lines.extend("  " + line for line in self.attention)
+        lines.extend("  " + line for line in self.attention + self.layout)
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
         if self.user_rules:

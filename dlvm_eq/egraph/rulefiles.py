@@ -13,6 +13,7 @@ from ..errors import DlvmError
 SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
 SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after both it builds on
 SHIPPED += ("loops.egg",)  # issue 30: constant selectors of conds and switches (needs cval)
+SHIPPED += ("layout.egg",)  # issue 36: transposes moved and cancelled, batched operand order
 
 
 def rule_file(name: str) -> Path:

@@ -120,6 +120,9 @@ class Profile:
     # how a buffer leaves the caches while a program works on other things, one curve per
     # probe size (CacheCurve); () (an older profile): nothing is ever lost
     cache: tuple[CacheCurve, ...] = ()
+    # issue 36: our GEMM's cache blocking measured fastest here ({"kc": depth of a K slice,
+    # "mc": rows of A per packed block}); {} (not measured): the shipped blocks of gemm_tiles.py
+    gemm_blocks: dict[str, int] = field(default_factory=dict)
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -177,6 +180,7 @@ class Profile:
                 program_call=_non_negative(data.get("program_call", 0.0)),
                 step_call=_non_negative(data.get("step_call", 0.0)),
                 cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
+                gemm_blocks=_blocks(data.get("gemm_blocks", {})),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -193,6 +197,16 @@ def _positive(v) -> float:
     if not (math.isfinite(x) and x > 0):
         raise ValueError(f"{v!r} is not a positive number")
     return x
+
+
+def _blocks(d) -> dict[str, int]:
+    """{"kc": n, "mc": n}, both whole numbers in [8, 4096], or {}."""
+    if not d:
+        return {}
+    out = {k: int(d[k]) for k in ("kc", "mc")}
+    if set(d) != {"kc", "mc"} or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
+        raise ValueError(f"{d!r} is not GEMM blocks (kc and mc, whole numbers in 8..4096)")
+    return out
 
 
 def _fractions(curve) -> tuple[tuple[float, float], ...]:

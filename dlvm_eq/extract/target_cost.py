@@ -131,7 +131,8 @@ class TargetCost:
         )
         if op == "Concatenate" and self.types.get(cls) is not None:
             return self.concat_seconds(graph, node_id, self.types[cls])
-        return self.term_cost(op, self.types.get(cls), child, flags)
+        perm = _vec(graph, kids[1]) if op == "Transpose" else None
+        return self.term_cost(op, self.types.get(cls), child, flags, perm)
 
     def concat_seconds(self, graph, node_id: str, t: TensorType) -> float:
         """A concatenation e-node: `concatenation_seconds`, its first part nested when that
@@ -158,9 +159,12 @@ class TargetCost:
             copied, launch = copied - nested.size * nested.dtype.itemsize, 0.0
         return mc.node_overhead + launch + 2 * copied / mc.bandwidth
 
-    def term_cost(self, op: str, t: TensorType | None, child, flags=(False, False)) -> float:
+    def term_cost(
+        self, op: str, t: TensorType | None, child, flags=(False, False), perm=None
+    ) -> float:
         """The cost of constructor `op` with result type t; child(i) is operand i's type (or
-        None where unknown); flags: Gemm's transpose flags, Attention's causal first."""
+        None where unknown); flags: Gemm's transpose flags, Attention's causal first; perm: a
+        Transpose's permutation."""
         if op in LEAVES:
             return 0.0
         if t is None:
@@ -193,6 +197,11 @@ class TargetCost:
         if op == "Reduce":
             src = child(0)
             return INF if src is None else self.kernel_seconds(src.size, t)
+        if op == "Transpose" and perm and perm[-1] == len(perm) - 1:
+            # issue 36: the innermost axis kept, a strided view every kernel and batched product
+            # reads in place (codegen/planning/views.py): priced like a map fused into its
+            # reader; moving the innermost axis makes its readers' rows strided, priced a copy
+            return self.elementwise_seconds(op, t)
         if op in (
             "Transpose",
             "Concatenate",
@@ -208,6 +217,17 @@ class TargetCost:
         if op == "Attention":  # issue 33: the fused kernel (attention_cost.py)
             return attention_seconds(self, t, child, causal=flags[0])
         return INF  # helper constructors (Adjoint, ...) are not programs
+
+
+def _vec(graph, node_id: str) -> tuple[int, ...] | None:
+    """The (vec-of ...) a primitive child holds, None where it is not one."""
+    node = graph.raw_nodes.get(node_id)
+    if node is None or node["op"] != "vec-of":
+        return None
+    try:
+        return tuple(int(graph.raw_nodes[c]["op"]) for c in node["children"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _axis(graph, cls: int) -> str:

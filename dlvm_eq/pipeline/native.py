@@ -30,10 +30,12 @@ from pathlib import Path
 
 from ..cache import watching_time_cuts
 from ..codegen import Plan, program
+from ..codegen.runtime.batch_gemm import use_blocks as use_gemm_blocks
 from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
+from ..extract.profile import load_profile
 from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
@@ -104,6 +106,7 @@ class CompileReport:
                 + (" (original kept: " + fr.note + ")" if fr.kept_original else "")
             )
             lines.extend("  " + line for line in fr.attention)  # issue 33: fused or plain
+            lines.extend("  " + line for line in fr.layout)  # issue 36: transposes
         if self.note:
             lines.append(f"  note: {self.note}")
         if self.plan.fusion is not None:
@@ -349,6 +352,9 @@ def compile(
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
     from .loops import compile_loops, needs_loops
 
+    if target == "cpu":  # issue 36: our GEMM blocked as this host's profile measured fastest
+        profile = load_profile("cpu")
+        use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
     if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
         return compile_loops(module, name, target, cast, optimize, rules)
     with compile_phases() as phases:

@@ -42,6 +42,13 @@ _DRIVER = None
 _DRIVER_LOCK = threading.Lock()
 
 
+def use_blocks(blocks: dict | None) -> None:
+    """gemm_runtime.use_blocks, and this module's launch plans (made for the old kernels) dropped."""
+    global _LAUNCHES
+    if gemm.use_blocks(blocks):
+        _LAUNCHES = LaunchPool(MAX_LAUNCHES)
+
+
 def worth_batched(out_shape: tuple, k: int) -> bool:
     """Whether a batched product of this result shape (batch..., m, n) and depth is one for
     our GEMM: it is enabled and all entries together reach GEMM_MIN_MACS (entries are never

@@ -42,7 +42,7 @@ from ...config import settings
 from . import threads as kernel_threads  # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
-from .gemm_tiles import host_tiles, packs_row_major_a
+from .gemm_tiles import host_tiles, packs_row_major_a, with_blocks
 from .jit import JIT, KernelCode
 from .launch_pool import LaunchPool
 
@@ -65,7 +65,9 @@ MAX_LAUNCHES = 64  # launch plans kept per GEMM (one per operand shape and strid
 # Micro-tiles for the host's vector ISA (gemm_tiles.py): on AVX-512 12 x 32 in general and
 # 24 x 16 for products at most 16 columns wide (the MLP's 10 classes would leave 22 of 32
 # columns idle); on AVX2 6 x 16 for both.
-WIDE, NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
+# Copies, changed in place by `use_blocks` (batch_gemm reads NARROW by name).
+HOST_WIDE, HOST_NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
+WIDE, NARROW = dict(HOST_WIDE), dict(HOST_NARROW)
 
 GEMM_CTYPES = (
     [ctypes.c_int64] * 5
@@ -300,6 +302,22 @@ class CpuGemm:
 
 _GEMMS: dict[bool, CpuGemm] = {}
 _GEMMS_LOCK = threading.Lock()
+
+
+def use_blocks(blocks: dict | None) -> bool:
+    """Block our GEMM's products as a calibrated profile says ({"kc", "mc"}; None or {}: the
+    shipped blocks of gemm_tiles.py). True when that changed the tiles: the shared CpuGemms
+    are dropped and the next product compiles (or finds in the kernel cache) the new kernel."""
+    wide, narrow = with_blocks(HOST_WIDE, blocks), with_blocks(HOST_NARROW, blocks)
+    with _GEMMS_LOCK:
+        if wide == WIDE and narrow == NARROW:
+            return False
+        WIDE.clear()
+        WIDE.update(wide)
+        NARROW.clear()
+        NARROW.update(narrow)
+        _GEMMS.clear()
+    return True
 
 
 # Unset (DLVM_EQ_GEMM=auto), products go to numpy's BLAS on every host: measured at the program

@@ -34,6 +34,19 @@ def host_tiles(features: str) -> tuple[dict, dict]:
     return AVX2_TILE, AVX2_TILE
 
 
+def with_blocks(tile: dict, blocks: dict | None) -> dict:
+    """`tile` with a calibrated profile's cache blocking (its "kc" and "mc"; mc rounded up to
+    a multiple of the micro-tile's rows); the register tile (mr, nr, lanes) stays the ISA's.
+
+    >>> with_blocks(AVX2_TILE, {"kc": 128, "mc": 100})["mc"]
+    102
+    """
+    if not blocks:
+        return dict(tile)
+    mr = tile["mr"]
+    return {**tile, "kc": int(blocks["kc"]), "mc": -(-int(blocks["mc"]) // mr) * mr}
+
+
 def packs_row_major_a(tile: dict) -> bool:
     """Whether a tile packs a row-major A whose rows share L1 sets (see gemm_runtime's
     _rows_collide): the AVX-512 tile's 12 rows overflow the L1's 8 ways, the AVX2 tile's 6 do not."""

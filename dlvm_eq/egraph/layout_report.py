@@ -1,0 +1,87 @@
+"""What the compile report says about layout (issue 36): the transposes of the program as
+written and as extracted, the cost model's seconds of them (as extract/target_cost.py prices
+a transpose: a copy kernel where it moves the innermost axis, a view where it keeps it; one
+read only by products is a BLAS flag or a strided read and costs nothing), and which layout
+rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` rulesets: transposes
+moved through maps and reductions, cancelled, folded into products).
+
+    layout_lines(before, after, saturation, "cpu")
+    # ["layout: transposes 6 -> 2 (4 moved away, cancelled or folded into products),
+    #   predicted copies 0.41 ms -> 0.12 ms;
+    #   rules T-exp x2, transpose-transpose x2, gemm-nt x1"]
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from ..extract.target_cost import TargetCost
+from ..ir.module import Function
+from ..ir.types import TensorType
+from ..units import seconds_text
+from .rulefiles import rule_file
+
+_LAYOUT_RULE = re.compile(r':ruleset\s+(?:transpose|layout)\s+:name\s+"([^"]+)"')
+
+
+@functools.cache
+def layout_rule_names() -> frozenset[str]:
+    """Names of the rules in the `transpose` and `layout` rulesets of the shipped files."""
+    names: set[str] = set()
+    for f in ("algebra.egg", "layout.egg"):
+        names.update(_LAYOUT_RULE.findall(rule_file(f).read_text(encoding="utf-8")))
+    return frozenset(names)
+
+
+def _matmul_read_only(fn: Function) -> set[int]:
+    """ids of transposes whose every reader is a `dot` or `batchMatmul` (read through flags
+    or strides, never copied)."""
+    readers: dict[int, set[str]] = {}
+    for ins in fn.body:
+        for o in ins.operands:
+            readers.setdefault(id(o), set()).add(ins.op)
+    return {
+        id(ins.result)
+        for ins in fn.body
+        if ins.op == "transpose"
+        and readers.get(id(ins.result))
+        and readers[id(ins.result)] <= {"dot", "batchMatmul"}
+    }
+
+
+def transpose_copies(fn: Function, target="cpu") -> tuple[int, float]:
+    """(transposes, predicted seconds of those copied) of an IR function."""
+    model = TargetCost(target, {})
+    free = _matmul_read_only(fn)
+    n, seconds = 0, 0.0
+    for ins in fn.body:
+        if ins.op != "transpose":
+            continue
+        n += 1
+        t = ins.result.type
+        if id(ins.result) not in free and isinstance(t, TensorType):
+            perm = ins.attrs.get("perm")  # one keeping the innermost axis is priced a view
+            seconds += model.term_cost("Transpose", t, None, perm=tuple(perm) if perm else None)
+    return n, seconds
+
+
+def layout_lines(before: Function, after: Function, saturation, target="cpu") -> list[str]:
+    """One line: transposes and their predicted copy time before -> after, and the layout
+    rules that fired; none when the program has no transpose and no layout rule fired."""
+    n0, s0 = transpose_copies(before, target)
+    n1, s1 = transpose_copies(after, target)
+    fired = getattr(saturation, "rule_matches", None) or {}
+    names = layout_rule_names()
+    hits = sorted(((r, k) for r, k in fired.items() if r in names), key=lambda rk: (-rk[1], rk[0]))
+    if not (n0 or n1 or hits):
+        return []
+    line = f"layout: transposes {n0} -> {n1}"
+    if n1 < n0:
+        line += f" ({n0 - n1} moved away, cancelled or folded into products)"
+    line += f", predicted copies {seconds_text(s0)} -> {seconds_text(s1)}"
+    if hits:
+        line += "; rules " + ", ".join(f"{r} x{k}" for r, k in hits[:8])
+        if len(hits) > 8:
+            line += f" (+{len(hits) - 8} more)"
+    return [line]
