@@ -7,6 +7,8 @@ IR) and on numpy arrays (computes eagerly with the op table's numpy semantics):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..ir.ops import ELEMENTWISE_KINDS, LOGIC, OPS
@@ -52,6 +54,12 @@ def _binary(name: str, ir_op: str):
 ELEMENTWISE = {n: _unary(n, o) for n, o in UNARY.items()}
 ELEMENTWISE.update({n: _binary(n, o) for n, o in BINARY.items()})
 globals().update(ELEMENTWISE)
+
+if TYPE_CHECKING:
+    # the names above are made from the op registry, so a type checker cannot list them: any
+    # name it does not find in this module is one of ELEMENTWISE's functions (PEP 562)
+    def __getattr__(name: str) -> Any:
+        raise AttributeError(name)
 
 
 def logical_not(x):
