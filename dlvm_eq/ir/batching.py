@@ -34,7 +34,7 @@ class Batcher:
     def align(self, x: Value, rank: int) -> Value:
         """A batched x (B, *s) as (B, 1, ..., 1, *s) of rank + 1 (numpy's broadcasting aligns
         the other operands' axes to the right, after the batch axis)."""
-        shape = x.type.shape
+        shape = x.tensor_type.shape
         if len(shape) - 1 >= rank:
             return x
         pad = (1,) * (rank - len(shape) + 1)
@@ -80,7 +80,7 @@ def batch_function(
             )
     flat = flatten(fn, module)
     types = [
-        TensorType((size, *p.type.shape), p.type.dtype) if b else p.type
+        TensorType((size, *p.tensor_type.shape), p.tensor_type.dtype) if b else p.type
         for p, b in zip(fn.params, batched)
     ]
     builder = FunctionBuilder(name or f"{fn.name}_batched", types, [p.name for p in fn.params])
@@ -102,11 +102,11 @@ def batch_function(
             raise BatchError(f"vmap: op {inst.op} has no batching rule (ir/registry/)")
         bt = Batcher(builder, size, inst.location, module)
         out = spec.batch(bt, inst.op, list(args), tuple(flags), dict(inst.attrs))
-        want = (size, *inst.result.type.shape)
-        if out.type.shape != want or out.type.dtype != inst.result.type.dtype:
+        want = (size, *inst.result.tensor_type.shape)
+        if out.tensor_type.shape != want or out.tensor_type.dtype != inst.result.tensor_type.dtype:
             raise BatchError(
                 f"vmap: the batching rule of {inst.op} gave {out.type}, expected "
-                f"{TensorType(want, inst.result.type.dtype)}"
+                f"{TensorType(want, inst.result.tensor_type.dtype)}"
             )
         env[id(inst.result)] = (out, True)
     results, out_batched = [], []
@@ -116,6 +116,6 @@ def batch_function(
             v, b = Batcher(builder, size).full(v), True
         results.append(v)
         out_batched.append(b)
-    out = builder.finish(results if flat.tuple_result else results[0])
-    out.location = fn.location
-    return out, out_batched
+    batched_fn = builder.finish(results if flat.tuple_result else results[0])
+    batched_fn.location = fn.location
+    return batched_fn, out_batched
