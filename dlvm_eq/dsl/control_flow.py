@@ -362,6 +362,7 @@ def _zero(t: TensorType):
 
 def _branches(op: str, selector: Value, funs, operands):
     t, loc = current_trace(), user_location()
+    assert t is not None  # cond and switch come here only inside a trace
     leaves, tree = tree_flatten(tuple(operands))
     args = _values(leaves, t)
     out_trees: list[PyTreeDef] = []

@@ -136,6 +136,7 @@ def bind(
     loc = user_location()
     if traced:
         ins = [_lift(x, d, trace, loc) for x, d in zip(operands, dtypes)]
+        assert trace is not None  # _lift refused a tensor whose trace has ended
         try:
             value = trace.builder.emit(op, ins, location=loc, **attrs)
         except IRError as e:
