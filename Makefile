@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/dlvm-eq demo
 
+# mypy first so that the log shows the type check (tests/test_types.py enforces it too)
 test: $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 # the documentation site into site/, warnings as errors (the test extra installs MkDocs)
