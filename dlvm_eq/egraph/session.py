@@ -29,9 +29,9 @@ from egglog.bindings import Var as EggVar
 
 from ..errors import DlvmError
 from ..ir.module import Function, Module
+from ..sexpr import parens
 from .lets import Let
 from .loader import LoadedProgram, load_function
-from .parens import parens
 from .rule_program import parsed_program
 from .rule_text import RuleFileError, RuleIndex, is_shipped
 from .rulefiles import read_rule_file, rule_file
