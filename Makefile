@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/dlvm-eq demo
 
+# mypy first so that the log shows the type check (tests/test_types.py enforces it too); the
+# tests in one process per core (pytest-xdist; the Ray tests share one, their xdist_group)
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m mypy
+	$(PY) -m pytest -n auto --dist loadgroup tests
 
 # the documentation site into site/, warnings as errors (the test extra installs MkDocs)
 docs: $(STAMP)

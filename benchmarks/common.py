@@ -165,9 +165,10 @@ def machine_line() -> str:
     return ", ".join(parts)
 
 
-def update_section(path: Path, heading: str, text: str) -> None:
+def update_section(path: Path, heading: str, text: str, plots_dir: Path | None = None) -> None:
     """Replace the section `heading` of markdown file `path` (up to the next '## ' heading)
-    with `text`, or append it; other sections are left as they are."""
+    with `text`, or append it; other sections are left as they are. Then the plots that section
+    feeds are drawn again (plots.redraw; into plots_dir when given)."""
     doc = path.read_text() if path.exists() else "# Benchmarks\n"
     text = text.rstrip() + "\n"
     if not text.startswith(heading):
@@ -178,6 +179,10 @@ def update_section(path: Path, heading: str, text: str) -> None:
     else:
         doc = doc.rstrip() + "\n\n" + text
     path.write_text(doc)
+    from plots import redraw  # this folder's module (benchmarks/plots.py)
+
+    for written in redraw(Path(path), heading, plots_dir):
+        print(f"plot: {written}")
 
 
 class Busy:

@@ -1,10 +1,11 @@
 """Plots of BENCHMARKS.md's tables for the documentation site (docs/benchmarks.md shows them):
 step time against peers, compile time against depth, and what the e-graph buys per model.
 
-    python benchmarks/plots.py            # after a benchmark's --update; writes docs/img/*.png
+    python benchmarks/plots.py            # every plot again; writes docs/img/*.png
 
-The numbers come from the tables the benchmark scripts write into BENCHMARKS.md, so a plot
-shows what the table says (matplotlib, from the `bench` extra, is needed only to draw).
+A benchmark script's --update draws the plot its section feeds right after writing the section
+(common.update_section -> redraw), from the tables in BENCHMARKS.md, so a plot shows what the
+table says (matplotlib, from the `bench` extra, is needed only to draw).
 """
 
 from __future__ import annotations
@@ -77,15 +78,19 @@ def egraph_speedups(text: str) -> list[tuple[str, float, float]]:
 PEERS = ["dlvm_eq", "numpy hand-written", "PyTorch eager", "torch.compile", "JAX jit"]
 
 
-def draw(text: str, out: Path = OUT) -> list[Path]:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def draw_step_times(text: str, out: Path = OUT) -> list[Path]:
+    plt = _pyplot()
     out.mkdir(parents=True, exist_ok=True)
     written = []
-
     steps = step_times(text)
     fig, axes = plt.subplots(1, len(steps), figsize=(11, 3.4))
     for ax, (model, times) in zip(axes, steps.items()):
@@ -106,7 +111,13 @@ def draw(text: str, out: Path = OUT) -> list[Path]:
     written.append(out / "step_time_vs_peers.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
+    return written
 
+
+def draw_compile_depth(text: str, out: Path = OUT) -> list[Path]:
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
     layers = compile_times(text)
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     ax.plot([n for n, _ in layers], [s for _, s in layers], "o-", color="#4c72b0")
@@ -118,7 +129,13 @@ def draw(text: str, out: Path = OUT) -> list[Path]:
     written.append(out / "compile_time_vs_depth.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
+    return written
 
+
+def draw_egraph_speedups(text: str, out: Path = OUT) -> list[Path]:
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
     models = egraph_speedups(text)
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     y = range(len(models))
@@ -142,6 +159,43 @@ def draw(text: str, out: Path = OUT) -> list[Path]:
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
     return written
+
+
+# the section a benchmark script writes -> the plot it redraws (common.update_section)
+DRAWN_FROM = {
+    "## MLP training step": draw_step_times,
+    "## Model training steps (CNN, transformer encoder layer)": draw_step_times,
+    "## Deep programs": draw_compile_depth,
+    "## What the e-graph buys (algebra off vs on)": draw_egraph_speedups,
+}
+
+
+def draw(text: str, out: Path = OUT) -> list[Path]:
+    """Every plot (`python benchmarks/plots.py`)."""
+    return [
+        p for f in (draw_step_times, draw_compile_depth, draw_egraph_speedups) for p in f(text, out)
+    ]
+
+
+def redraw(path: Path, heading: str, out: Path | None = None) -> list[Path]:
+    """The plots fed by section `heading` of `path`, drawn again from it: what a benchmark
+    script's --update runs after writing its section. Into docs/img for the repository's
+    BENCHMARKS.md, else beside `path` (img/); nothing where matplotlib is missing."""
+    draw_one = DRAWN_FROM.get(heading)
+    if draw_one is None:
+        return []
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plots not redrawn: matplotlib is in the bench extra (pip install -e '.[bench]')")
+        return []
+    if out is None:
+        out = OUT if path.resolve() == (ROOT / "BENCHMARKS.md").resolve() else path.parent / "img"
+    try:
+        return draw_one(path.read_text(), out)
+    except ValueError as e:  # a file without the other sections a plot needs
+        print(f"plot not redrawn: {e}")
+        return []
 
 
 def main() -> None:

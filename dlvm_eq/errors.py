@@ -39,3 +39,5 @@ class IRError(DlvmError):
 
 class ShapeError(DlvmError):
     """A shape or dtype mismatch found while tracing a Python function or building IR."""
+
+    location: tuple[str, int, int] | None  # the user's line, set where the error is made

@@ -93,7 +93,10 @@ broadcast_to, transpose, reshape = (
     _on_device(np.reshape),
 )
 copyto = np.copyto
-take, clip = _on_device(np.take), _on_device(np.clip)  # gather steps (codegen/planning/gather.py)
+take, clip = (
+    _on_device(np.take),
+    _on_device(np.clip),
+)  # gather steps (codegen/execution/gather_steps.py)
 cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/planning/scan.py)
 add.at = np.add.at  # CuPy's ufunc.at, as scatterAdd calls it
 # what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them

@@ -1,5 +1,6 @@
 """benchmarks/plots.py reads BENCHMARKS.md's tables as the benchmark scripts write them (the
-numbers its plots show are the tables'), and draws the three plots docs/benchmarks.md shows."""
+numbers its plots show are the tables'), draws the three plots docs/benchmarks.md shows, and a
+benchmark script's --update draws the plot its section feeds."""
 
 from __future__ import annotations
 
@@ -38,3 +39,21 @@ def test_the_plots_are_drawn(tmp_path):
         p.name for p in (ROOT / "docs/img").glob("*.png")
     )
     assert all(p.stat().st_size > 10_000 for p in written)
+
+
+def test_a_benchmarks_update_redraws_the_plot_its_section_feeds(tmp_path):
+    """common.update_section (each script's --update) writes the section, then draws the plots
+    that section feeds from the file it wrote: a changed number shows in the plot at once."""
+    pytest.importorskip("matplotlib", reason="the bench extra draws the plots")
+    from common import update_section
+
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text(TEXT)
+    heading = "## Deep programs"
+    section = plots.section(TEXT, "Deep programs")
+    update_section(report, heading, heading + "\n" + section, plots_dir=tmp_path / "img")
+    assert sorted(p.name for p in (tmp_path / "img").iterdir()) == ["compile_time_vs_depth.png"]
+    assert plots.compile_times(report.read_text()) == plots.compile_times(TEXT)
+    # a section that feeds no plot draws none
+    update_section(report, "## Adjoints", "## Adjoints\n\nnothing timed\n", tmp_path / "img2")
+    assert not (tmp_path / "img2").exists()

@@ -30,6 +30,10 @@ from dlvm_eq.distributed import data_parallel, start_local, train  # noqa: E402
 from dlvm_eq.errors import DlvmError, ShapeError  # noqa: E402
 from dlvm_eq.models import mlp  # noqa: E402
 
+# under pytest-xdist (`make test`) one worker runs this module and the Ray tutorial, so that one
+# local Ray instance runs at a time (tests/test_tutorials.py)
+pytestmark = pytest.mark.xdist_group("ray")
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 120  # per step: a hang, not a slow machine (the first step compiles)
 ROWS = 13  # two workers get 7 and 6 rows: unequal shards

@@ -1,5 +1,6 @@
 """The code stays formatted and lint-clean (issue 35): `ruff check` and `ruff format --check`
-over the package, tests, benchmarks, examples, scripts and docs, with pyproject.toml's settings."""
+over the package, tests, benchmarks, examples, scripts and docs, with pyproject.toml's settings;
+and no Python file there is over 600 lines."""
 
 from __future__ import annotations
 
@@ -27,3 +28,16 @@ def test_ruff_is_clean(command):
         [_ruff(), *command, *CHECKED], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+MAX_LINES = 600
+
+
+def test_no_file_is_over_600_lines():
+    over = {}
+    for folder in CHECKED:
+        for path in (ROOT / folder).rglob("*.py"):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > MAX_LINES:
+                over[path.relative_to(ROOT).as_posix()] = n
+    assert not over, f"over {MAX_LINES} lines (split them): {over}"

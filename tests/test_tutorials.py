@@ -37,7 +37,12 @@ def run_script(name: str, tmp_path) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+# under pytest-xdist (`make test`) the scripts that start Ray run in the worker that runs
+# test_distributed.py, one local Ray instance at a time
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(s, marks=pytest.mark.xdist_group("ray")) if "ray" in s else s for s in SCRIPTS],
+)
 def test_tutorial_script_runs_and_its_claims_hold(name, tmp_path):
     if name == "train_on_ray.py" and importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed: pip install -e '.[distributed]'")

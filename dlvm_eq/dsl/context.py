@@ -16,6 +16,7 @@ import functools
 import linecache
 import os
 import sys
+from types import FrameType
 
 from ..errors import DlvmError, ShapeError
 from ..ir.module import FunctionBuilder, Value
@@ -43,7 +44,7 @@ def _inside_package(filename: str) -> bool:
 def user_location() -> tuple[str, int, int] | None:
     """(file, line, col) of the innermost frame outside dlvm_eq: the user's line (or, inside
     `called_from`, the caller's location it was given: a worker's frames above it are Ray's)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and _inside_package(frame.f_code.co_filename):
         if frame.f_code is _CALLED_FROM:
             return frame.f_locals["location"]
@@ -100,6 +101,8 @@ class OperandError(ShapeError):
     mistake, not an array of shape (). `value` is the operand, so that the argument handling
     (tree_args.flat_function) can name the argument that held it."""
 
+    value: object
+
 
 def operand_error(value) -> OperandError:
     err = OperandError(located(f"an operand is {describe(value)}, not an array or a number"))
@@ -152,6 +155,7 @@ class Trace:
                 f"a traced value {tensor.value!r} of an enclosing trace is used inside a nested "
                 "trace; pass it as an argument instead of closing over it"
             )
+        assert self.parent is not None  # an enclosing trace is active, so this one has a parent
         outer = (
             tensor
             if tensor.trace is self.parent

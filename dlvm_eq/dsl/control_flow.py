@@ -181,9 +181,9 @@ def _ids(tree: PyTreeDef, root: str) -> list[str]:
 def _length(length, steps: list[Value], x_tree, loc) -> int:
     lengths = set()
     for path, v in zip(leaf_paths(x_tree, "xs"), steps):
-        if v.type.rank == 0:
+        if v.tensor_type.rank == 0:
             raise shape_error(f"scan: {path} is a scalar ({v.type}); xs need a leading axis", loc)
-        lengths.add(v.type.shape[0])
+        lengths.add(v.tensor_type.shape[0])
     if length is not None:
         length = int(length)
         lengths.add(length)
@@ -362,6 +362,7 @@ def _zero(t: TensorType):
 
 def _branches(op: str, selector: Value, funs, operands):
     t, loc = current_trace(), user_location()
+    assert t is not None  # cond and switch come here only inside a trace
     leaves, tree = tree_flatten(tuple(operands))
     args = _values(leaves, t)
     out_trees: list[PyTreeDef] = []

@@ -9,6 +9,9 @@ As `dq.nn`, this module also holds jax.nn's other names: `dq.nn.silu`, `dq.nn.on
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 # Explicit ops rather than operators: on numpy inputs `a - b` would be numpy's, not ours.
 from . import ops
 from .activations import (
@@ -30,7 +33,18 @@ from .norms import BatchNormState, batch_norm, batch_norm_state, group_norm
 from .ops import normalize_axes, relu, shape_of, sigmoid, softplus
 from .random import dropout
 
-JAX_NN = (elu, gelu, hard_tanh, leaky_relu, log_sigmoid, one_hot, relu, relu6, sigmoid, silu)
+JAX_NN: tuple[Callable[..., Any], ...] = (
+    elu,
+    gelu,
+    hard_tanh,
+    leaky_relu,
+    log_sigmoid,
+    one_hot,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+)
 JAX_NN += (
     celu,
     glu,

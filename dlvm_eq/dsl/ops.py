@@ -7,6 +7,8 @@ IR) and on numpy arrays (computes eagerly with the op table's numpy semantics):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Protocol
+
 import numpy as np
 
 from ..ir.ops import ELEMENTWISE_KINDS, LOGIC, OPS
@@ -53,6 +55,55 @@ def _binary(name: str, ir_op: str):
 ELEMENTWISE = {n: _unary(n, o) for n, o in UNARY.items()}
 ELEMENTWISE.update({n: _binary(n, o) for n, o in BINARY.items()})
 globals().update(ELEMENTWISE)
+
+
+class ElementwiseOp(Protocol):
+    """The type of dq.exp, dq.add, ...: tensors, arrays or numbers in, a tensor or array out."""
+
+    def __call__(self, *operands: Any) -> Any: ...
+
+
+if TYPE_CHECKING:
+    # the names above, spelled out for a type checker (tests/test_types.py checks that they
+    # are ELEMENTWISE's names)
+    abs: ElementwiseOp
+    add: ElementwiseOp
+    ceil: ElementwiseOp
+    cos: ElementwiseOp
+    cosh: ElementwiseOp
+    divide: ElementwiseOp
+    equal: ElementwiseOp
+    exp: ElementwiseOp
+    expm1: ElementwiseOp
+    floor: ElementwiseOp
+    greater: ElementwiseOp
+    greater_equal: ElementwiseOp
+    less: ElementwiseOp
+    less_equal: ElementwiseOp
+    log: ElementwiseOp
+    log1p: ElementwiseOp
+    logical_and: ElementwiseOp
+    logical_or: ElementwiseOp
+    maximum: ElementwiseOp
+    minimum: ElementwiseOp
+    multiply: ElementwiseOp
+    negative: ElementwiseOp
+    not_equal: ElementwiseOp
+    power: ElementwiseOp
+    relu: ElementwiseOp
+    round: ElementwiseOp
+    rsqrt: ElementwiseOp
+    sigmoid: ElementwiseOp
+    sign: ElementwiseOp
+    sin: ElementwiseOp
+    sinh: ElementwiseOp
+    softplus: ElementwiseOp
+    sqrt: ElementwiseOp
+    square: ElementwiseOp
+    stop_gradient: ElementwiseOp
+    subtract: ElementwiseOp
+    tan: ElementwiseOp
+    tanh: ElementwiseOp
 
 
 def logical_not(x):

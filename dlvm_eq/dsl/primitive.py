@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import DlvmError, IRError
 from ..ir.module import Const, Value
 from ..ir.ops import OPS
-from ..ir.types import BOOL, F32, F64, I32, DType, TensorType
+from ..ir.types import BOOL, F32, F64, I32, DType, TensorType, Type
 from .context import current_trace, operand_error, shape_error, tracing_error, user_location
 from .tensor import Tensor
 
@@ -90,7 +90,7 @@ def check_operand(x) -> None:
 def dtype_of(x) -> DType:
     """The (strong) dtype of a traced tensor or concrete array."""
     if isinstance(x, Tensor):
-        return x.value.type.dtype
+        return x.value.tensor_type.dtype
     check_operand(x)
     a = np.asarray(x)
     try:
@@ -136,17 +136,19 @@ def bind(
     loc = user_location()
     if traced:
         ins = [_lift(x, d, trace, loc) for x, d in zip(operands, dtypes)]
+        assert trace is not None  # _lift refused a tensor whose trace has ended
         try:
             value = trace.builder.emit(op, ins, location=loc, **attrs)
         except IRError as e:
             raise _shape_error(name or op, op, [o.type for o in ins], e, loc) from None
         return Tensor(value, trace)
     arrays = [_concrete(x, d) for x, d in zip(operands, dtypes)]
-    types = [TensorType(a.shape, DType.from_numpy(a.dtype)) for a in arrays]
+    types: list[Type] = [TensorType(a.shape, DType.from_numpy(a.dtype)) for a in arrays]
     try:
         rtype = OPS[op].result_type(types, attrs)
     except IRError as e:
         raise _shape_error(name or op, op, types, e, loc) from None
+    assert isinstance(rtype, TensorType)  # an op on arrays gives one array
     out = np.asarray(OPS[op].evaluate(arrays, attrs)).astype(rtype.dtype.numpy, copy=False)
     return out[()] if all_weak else out
 
@@ -164,7 +166,7 @@ def _lift(x, dtype: DType | None, trace, loc):
     """A traced tensor, scalar or array -> an IR operand of `dtype` in `trace`."""
     if isinstance(x, Tensor):
         value = own_value(x, trace)
-        if dtype is not None and value.type.dtype is not dtype:
+        if dtype is not None and value.tensor_type.dtype is not dtype:
             value = trace.builder.emit("dataTypeCast", [value], location=loc, dtype=dtype)
         return value
     if is_weak(x):

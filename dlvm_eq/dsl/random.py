@@ -70,7 +70,7 @@ def threefry2x32(key, x0, x1):
 def _words(value: int) -> tuple[int, int]:
     """The high and low 32-bit words of a non-negative int, as i32 values."""
     hi, lo = (value >> 32) & 0xFFFFFFFF, value & 0xFFFFFFFF
-    return tuple(int(np.array(w, np.uint32).view(np.int32)) for w in (hi, lo))
+    return int(np.array(hi, np.uint32).view(np.int32)), int(np.array(lo, np.uint32).view(np.int32))
 
 
 def key(seed: int):

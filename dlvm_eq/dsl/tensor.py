@@ -29,11 +29,11 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.value.type.shape
+        return self.value.tensor_type.shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.value.type.dtype.numpy
+        return self.value.tensor_type.dtype.numpy
 
     @property
     def ndim(self) -> int:
@@ -41,7 +41,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return self.value.type.size
+        return self.value.tensor_type.size
 
     def __len__(self) -> int:
         if not self.shape:
@@ -113,10 +113,10 @@ class Tensor:
         return _ops.greater_equal(self, o)
 
     def __eq__(self, o):
-        return _ops.equal(self, o)  # type: ignore[override]
+        return _ops.equal(self, o)
 
     def __ne__(self, o):
-        return _ops.not_equal(self, o)  # type: ignore[override]
+        return _ops.not_equal(self, o)
 
     def __and__(self, o):
         return _ops.logical_and(self, o)

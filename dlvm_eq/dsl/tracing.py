@@ -46,7 +46,7 @@ def type_of(x) -> TensorType:
     """The IR type an example argument traces as: f64 arrays -> f64, ints -> i32, bools -> bool;
     Python floats -> f32 scalars; specs, TensorTypes and Tensors as they say."""
     if isinstance(x, Tensor):
-        return x.value.type
+        return x.value.tensor_type
     if isinstance(x, TensorType):
         return x
     if isinstance(x, ShapeDtypeStruct):
@@ -187,10 +187,10 @@ def _unwrap(x):
 def _param_value(a, p: Value, fn: Function, i: int, t: Trace):
     if isinstance(a, Tensor):
         v = own_value(a, t)
-    elif is_weak(a) and p.type.shape == ():
-        return Const.of(a, p.type.dtype)
+    elif is_weak(a) and p.tensor_type.shape == ():
+        return Const.of(a, p.tensor_type.dtype)
     else:
-        v = lift_value(np.asarray(a).astype(p.type.dtype.numpy), t)
+        v = lift_value(np.asarray(a).astype(p.tensor_type.dtype.numpy), t)
     if v.type != p.type:
         raise tracing_error(
             f"@{fn.name}: argument {i} has type {v.type}, parameter %{p.name} expects {p.type}"

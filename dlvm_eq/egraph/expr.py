@@ -27,6 +27,7 @@ from ..ir import window_ops
 from ..ir.module import Const, Function, FunctionBuilder
 from ..ir.ops import OPS, UNARY_OPS, WINDOW
 from ..ir.types import DType, TensorType
+from ..sexpr import SexprError, SList, Str, Sym, read, show
 from .serialized import EGG_TO_OP, Graph
 
 
@@ -43,10 +44,22 @@ def parse_expression(
     text = text.strip()
     try:
         if _is_sexpr(text):
-            return builder.finish(builder.sexpr(_SexprParser(text).parse()))
+            return builder.finish(builder.sexpr(_read_one(text)))
         return builder.finish(builder.infix(text))
     except IRError as e:
         raise ExpressionError(f"{text}: {e}") from None
+
+
+def _read_one(text: str):
+    """The one s-expression of `text` (sexpr.read: Sym, Str, numbers, SList)."""
+    try:
+        forms = read(text)
+    except SexprError as e:
+        raise ExpressionError(f"{e.message} at line {e.line}, column {e.col}") from None
+    if len(forms) != 1:
+        extra = show(forms[1]) if len(forms) > 1 else "nothing"
+        raise ExpressionError(f"expected one ( ) expression, found {extra} after it")
+    return forms[0]
 
 
 def _is_sexpr(text: str) -> bool:
@@ -198,16 +211,15 @@ class _Builder:
 
     # ------------------------------------------------------------ s-expressions
     def sexpr(self, node):
-        if isinstance(node, str):
-            if node.startswith('"'):
-                raise ExpressionError(f"a string {node} where a term is expected")
-            try:
-                return float(node)
-            except ValueError:
-                return self.var(node)
-        if not node or not isinstance(node[0], str):
+        if isinstance(node, Str):
+            raise ExpressionError(f"a string {show(node)} where a term is expected")
+        if isinstance(node, (int, float)):
+            return float(node)
+        if isinstance(node, Sym):
+            return self.var(node)
+        if not node or isinstance(node[0], SList):
             raise ExpressionError("an empty or headless ( ) group")
-        head, args = node[0], node[1:]
+        head, args = show(node[0]), node[1:]
         if head == "Var":
             return self.var(_string(args[0]))
         if head == "Const":
@@ -259,60 +271,15 @@ _BINOPS = {
 
 
 def _string(tok) -> str:
-    if isinstance(tok, str) and tok.startswith('"') and tok.endswith('"'):
-        return tok[1:-1]
-    if isinstance(tok, str):
-        return tok
-    raise ExpressionError(f"expected a string, got {tok!r}")
+    if isinstance(tok, str):  # a Str, or a bare Sym
+        return str(tok)
+    raise ExpressionError(f"expected a string, got {show(tok)}")
 
 
 def _vec(tok) -> tuple[int, ...]:
-    if isinstance(tok, list) and tok and tok[0] in ("vec-of", "vec-empty"):
+    if isinstance(tok, SList) and tok and tok[0] in ("vec-of", "vec-empty"):
         return tuple(int(t) for t in tok[1:])
-    raise ExpressionError(f"expected (vec-of ...), got {tok!r}")
-
-
-class _SexprParser:
-    _TOKEN = re.compile(r'\s*(?:(\()|(\))|("(?:[^"\\]|\\.)*")|([^\s()"]+))')
-
-    def __init__(self, text: str):
-        self.text = text
-        self.tokens = []
-        pos = 0
-        while pos < len(text):
-            m = self._TOKEN.match(text, pos)
-            if not m or m.end() == pos:
-                if text[pos:].strip():
-                    raise ExpressionError(
-                        f"cannot read {text[pos : pos + 20]!r} at column {pos + 1}"
-                    )
-                break
-            self.tokens.append(next(g for g in m.groups() if g is not None))
-            pos = m.end()
-        self.i = 0
-
-    def parse(self):
-        node = self.node()
-        if self.i != len(self.tokens):
-            raise ExpressionError(f"unexpected {self.tokens[self.i]!r} after the expression")
-        return node
-
-    def node(self):
-        if self.i >= len(self.tokens):
-            raise ExpressionError("the expression ends inside ( )")
-        tok = self.tokens[self.i]
-        self.i += 1
-        if tok == "(":
-            out = []
-            while self.i < len(self.tokens) and self.tokens[self.i] != ")":
-                out.append(self.node())
-            if self.i >= len(self.tokens):
-                raise ExpressionError("a ( is never closed")
-            self.i += 1
-            return out
-        if tok == ")":
-            raise ExpressionError("an unmatched )")
-        return tok
+    raise ExpressionError(f"expected (vec-of ...), got {show(tok)}")
 
 
 # ---------------------------------------------------------------- rendering

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import DlvmError, IRError
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
-from .parens import parens
+from ..sexpr import parens
 from .serialized import EGG_TO_OP, LEAVES, Graph, leaf_type
 
 

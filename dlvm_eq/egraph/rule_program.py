@@ -19,15 +19,12 @@ import threading
 
 from .egglog_bindings import EGraph
 
+from ..sexpr import STRUCTURE
+
 _COMMENT = re.compile(r";[^\n]*")
 _lock = threading.Lock()
 _PARSED: dict[tuple[str, str], tuple] = {}  # (file name, text) -> egglog commands
 _local = threading.local()  # a parser per thread (an EGraph belongs to its thread)
-
-
-# a string (closed, or open to the end of the text), a ; comment, or a paren: one regex pass
-# (scanning the shipped files a character at a time in Python took 20 ms a process)
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("|\Z)|;[^\n]*|[()]', re.S)
 
 
 def top_level_spans(text: str) -> list[tuple[int, int, int, int]] | None:
@@ -40,7 +37,7 @@ def top_level_spans(text: str) -> list[tuple[int, int, int, int]] | None:
     True
     """
     spans, depth, start = [], 0, 0
-    for m in _TOKEN.finditer(text):
+    for m in STRUCTURE.finditer(text):
         c = m.group()
         if c == "(":
             if depth == 0:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SourceError
+from ..sexpr import TOKEN, Lines
 
 # egglog compiles a 64-deep pattern in ~15 ms; the shipped rule files nest at most 11 deep
 MAX_DEPTH = 64
@@ -34,7 +35,6 @@ USER_COMMANDS = frozenset(
 RUN_COMMANDS = frozenset({"run", "run-schedule"})
 
 FORBIDDEN_ACTIONS = ("delete", "panic")  # actions a user's rule may not take
-_TOKEN = re.compile(r'[()]|"(?:[^"\\]|\\.)*("?)|;[^\n]*|[^\s()";]+', re.S)
 
 
 class RuleFileError(SourceError):
@@ -71,25 +71,8 @@ class Form:
     tokens: str = ""  # its tokens joined by single spaces (strings and comments left whole)
 
 
-class _Lines:
-    """(line, column) of text offsets, for offsets in increasing order (one pass)."""
-
-    def __init__(self, text: str):
-        self.text, self.at, self.line, self.bol = text, 0, 1, 0
-
-    def __call__(self, i: int) -> tuple[int, int]:
-        if i < self.at:  # an earlier offset: count again from the start
-            self.at, self.line, self.bol = 0, 1, 0
-        n = self.text.count("\n", self.at, i)
-        if n:
-            self.line += n
-            self.bol = self.text.rfind("\n", self.at, i) + 1
-        self.at = i
-        return self.line, i - self.bol + 1
-
-
 def _error(text: str, filename: str, i: int, message: str) -> RuleFileError:
-    line, col = _Lines(text)(i)
+    line, col = Lines(text)(i)
     lines = text.split("\n")
     return RuleFileError(message, filename, line, col, lines[line - 1])
 
@@ -98,9 +81,9 @@ def scan_forms(text: str, filename: str) -> list[Form]:
     """The top-level forms of egglog text, strings and ; comments skipped; RuleFileError at an
     unbalanced paren, an unclosed string, nesting deeper than MAX_DEPTH, or a bare atom."""
     forms: list[Form] = []
-    where = _Lines(text)
+    where = Lines(text)
     depth, start, tokens, opts = 0, 0, [], []
-    for m in _TOKEN.finditer(text):
+    for m in TOKEN.finditer(text):
         tok = m.group()
         c = tok[0]
         if c == ";":
@@ -147,7 +130,7 @@ def scan_forms(text: str, filename: str) -> list[Form]:
 def _outermost_open(text: str) -> int:
     """Offset of the first '(' of text whose form is never closed (text starts with a '(')."""
     stack = []
-    for m in _TOKEN.finditer(text):
+    for m in TOKEN.finditer(text):
         if m.group() == "(":
             stack.append(m.start())
         elif m.group() == ")" and stack:
@@ -155,7 +138,7 @@ def _outermost_open(text: str) -> int:
     return stack[0] if stack else 0
 
 
-def _form(text: str, start: int, end: int, where: _Lines, tokens, opts) -> Form:
+def _form(text: str, start: int, end: int, where: Lines, tokens, opts) -> Form:
     line, col = where(start)
     head = tokens[1] if len(tokens) > 1 else ""
     key = ruleset = None
@@ -247,7 +230,7 @@ def _quoted(name: str) -> str:
 
 def _normal(text: str) -> str:
     """A rule's text as our keys spell it: its tokens joined by single spaces."""
-    return " ".join(m.group() for m in _TOKEN.finditer(text) if m.group()[0] != ";")
+    return " ".join(m.group() for m in TOKEN.finditer(text) if m.group()[0] != ";")
 
 
 def _name(text: str, f: Form) -> str:

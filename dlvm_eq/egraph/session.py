@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import DlvmError
 from ..ir.module import Function, Module
+from ..sexpr import parens
 from .egglog_bindings import (
     AddRuleset,
     Call,
@@ -30,7 +31,6 @@ from .egglog_bindings import (
 from .egglog_bindings import Var as EggVar
 from .lets import Let
 from .loader import LoadedProgram, load_function
-from .parens import parens
 from .rule_program import parsed_program
 from .rule_text import RuleFileError, RuleIndex, is_shipped
 from .rulefiles import read_rule_file, rule_file

@@ -83,7 +83,7 @@ class _Graph:
         return order
 
     def _preds(self) -> dict[str, list[str]]:
-        preds = {n: [] for n in self.order}
+        preds: dict[str, list[str]] = {n: [] for n in self.order}
         for n in self.order:
             for s in self.succ[n]:
                 preds[s].append(n)

@@ -62,22 +62,19 @@ def anchored_lines(m: Module, code_lines: list[str]) -> list[tuple[int | None, s
     out: list[tuple[int | None, str]] = []
     last = 0  # the latest source line of the current function
     for kind, obj, text in module_lines(m):
+        at = getattr(obj, "location", None)  # funcs, adjoints and instructions have one
         line = None
         if kind in ("module", "stage"):
             line = _first_line(code_lines, rf"\s*{kind}\b")
-        elif kind == "func" and obj.location:
-            line = last = obj.location[1]
-        elif kind == "adjoint" and obj.location:  # written on or before the func line
+        elif kind == "func" and at:
+            line = last = at[1]
+        elif kind == "adjoint" and at:  # written on or before the func line
             line = next(
-                (
-                    n
-                    for n in range(obj.location[1], 0, -1)
-                    if code_lines[n - 1].lstrip().startswith("[")
-                ),
+                (n for n in range(at[1], 0, -1) if code_lines[n - 1].lstrip().startswith("[")),
                 None,
             )
-        elif kind == "inst" and obj.location:
-            line = obj.location[1]
+        elif kind == "inst" and at:
+            line = at[1]
             last = max(last, line)
         elif kind == "return" and last:
             line = _first_line(code_lines, r"\s*return\b", last)

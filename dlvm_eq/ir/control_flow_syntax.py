@@ -15,7 +15,7 @@ from ..errors import IRError
 from .control_flow import COND, SCAN, SWITCH, WHILE, check
 
 
-def _body(reader, tok: Token):
+def _body(reader, tok: Token | Tree):
     name = str(tok)[1:]
     fn = reader.module.functions.get(name)
     if fn is None:

@@ -72,7 +72,7 @@ def _type_tree(text: str) -> Tree:
     # positions, and on an error the parser reads the file again with lark
     m = _TENSOR.fullmatch(text)
     if m is not None:
-        kids = [Token("NUMBER", d) for d in _DIMS.findall(m.group(1))]
+        kids: list[Token | Tree] = [Token("NUMBER", d) for d in _DIMS.findall(m.group(1))]
         return Tree("tensor_type", kids + [Token("NAME", m.group(2))])
     return Tree("scalar_type", [Token("NAME", text)])
 
@@ -81,7 +81,7 @@ def _line_tree(m: re.Match, line_no: int) -> Tree | None:
     indent, result, op, operands_text = m.group(1), m.group(2), m.group(3), m.group(4)
     if not _fast_op(op):
         return None
-    operands = []
+    operands: list[Token | Tree] = []
     start = m.start(4) + 1
     for om in _ONE_OPERAND.finditer(operands_text):
         first, t = om.group(1), _type_tree(om.group(2))

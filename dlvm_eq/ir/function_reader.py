@@ -7,6 +7,7 @@ number readers are source_text.py.
 from __future__ import annotations
 
 import heapq
+from typing import TypeVar
 
 import numpy as np
 from lark import Token, Tree
@@ -30,9 +31,12 @@ from .source_text import (
     read_scalar,
     read_type,
     suggest,
+    token,
 )
 from .types import TensorType, TupleType, Type, size_problem
 from .window_syntax import read_window_attrs
+
+O = TypeVar("O", bound=Operand)  # define() gives back what it was given
 
 
 class FunctionReader:
@@ -42,7 +46,9 @@ class FunctionReader:
         self.src, self.module, self.fn = src, module, fn
         self.env: dict[str, Operand] = {}
         self.defined_at: dict[str, tuple[int, int]] = {}
-        self.literal_values: dict[int, object] = {}  # id(Value) of scalar literals -> value
+        self.literal_values: dict[
+            int, float | int | bool
+        ] = {}  # id(Value) of scalar literals -> value
         self.body: list[Instruction] = []
         self.all_names: set[str] = set()  # every %name written in the function
         self.def_names: set[str] = set()  # the %names it defines
@@ -121,13 +127,13 @@ class FunctionReader:
         node = block.children[1] if len(block.children) > 1 else None
         if not isinstance(node, Tree) or node.data != "block_params":
             return []
-        out = []
+        out: list[tuple[Token, Type]] = []
         for param in node.children:
             tok, t = param.children
             t_ = read_type(self.src, t)
             if isinstance(t_, TupleType):
                 raise self.src.at(t, f"a block parameter cannot have tuple type {t_}")
-            out.append((tok, t_))
+            out.append((token(tok), t_))
         return out
 
     def terminator(self, term: Tree, blocks: dict[str, Tree], visited: set[str]) -> Tree | None:
@@ -169,7 +175,7 @@ class FunctionReader:
             self.define(tok, arg)
         return target
 
-    def define(self, tok: Token, value: Operand) -> Operand:
+    def define(self, tok: Token, value: O) -> O:
         name = str(tok)[1:]
         if name in self.env:
             line, col = self.defined_at[name]
@@ -182,7 +188,8 @@ class FunctionReader:
     def instruction(self, inst: Tree) -> None:
         result, op_tree = inst.children
         op, operands, attrs = OP_SYNTAX[op_tree.data](self, op_tree)
-        self.emit(op, operands, attrs, result, op_tree, self.src.location(inst))
+        result_tok = token(result) if result is not None else None
+        self.emit(op, operands, attrs, result_tok, op_tree, self.src.location(inst))
 
     def emit(
         self, op: str, operands: list[Operand], attrs: dict, result: Token | None, at, location
@@ -285,11 +292,11 @@ class FunctionReader:
                 init_tree,
                 f"init has type {init.type} but the reduced operand's elements are {dtype}",
             )
-        axes = read_int_list(self.src, axes[0], "an axis") if axes else ()
-        return "reduce", [x], {"combinator": str(combinator), "init": value, "axes": axes}
+        axis_list = read_int_list(self.src, axes[0], "an axis") if axes else ()
+        return "reduce", [x], {"combinator": str(combinator), "init": value, "axes": axis_list}
 
     def _shape(self, tree: Tree) -> tuple[int, ...]:
-        if tree.children[0].type == "SCALAR_KW":
+        if token(tree.children[0]).type == "SCALAR_KW":
             return ()
         if len(tree.children) > MAX_RANK:
             raise self.src.at(tree, f"shapes of rank {len(tree.children)} are not supported")
@@ -385,7 +392,7 @@ class FunctionReader:
         return (
             "attention",
             self.operands(operands),
-            {"scale": float(scale), "causal": int(bool(causal))},
+            {"scale": float(token(scale)), "causal": int(bool(causal))},
         )
 
     def take(self, tree: Tree):
@@ -401,7 +408,7 @@ class FunctionReader:
             raise self.src.at(size, "the size of scatterAdd's result axis must be positive")
         return "scatterAdd", [g, ids], {"axis": self._indexed_axis(g, axis), "size": n}
 
-    def _indexed_axis(self, x: Operand, axis: Token) -> int:
+    def _indexed_axis(self, x: Operand, axis: Token | Tree) -> int:
         k = read_int(self.src, axis, "an axis")
         if isinstance(x.type, TensorType) and k >= x.type.rank:  # point at the axis
             raise self.src.at(axis, f"axis {k} out of range for {x.type}")
@@ -438,8 +445,9 @@ class FunctionReader:
         operands, type_tree = tree.children
         ops = self.operands(operands)
         t = read_type(self.src, type_tree)
-        got = TupleType(tuple(o.type for o in ops))
-        if t != got:
+        types = tuple(o.type for o in ops)
+        if not isinstance(t, TupleType) or t.elements != types:
+            got = "(" + ", ".join(str(e) for e in types) + ")"  # as TupleType prints
             raise self.src.at(type_tree, f"the tuple's elements are {got} but it is written as {t}")
         return "tuple", ops, {}
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .control_flow import COND, SCAN, SWITCH
 from .inline import live_instructions
-from .module import Const, Function, FunctionBuilder, Instruction, Value
+from .module import Const, Function, FunctionBuilder, Instruction, Operand, Value
 from .ops import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .types import TensorType, TupleType
 
@@ -61,7 +61,7 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
     def get(o):
         return o if isinstance(o, Const) else env[id(o)]
 
-    scalars: dict[int, object] = {}  # id(Value) of a scalar literal -> its value
+    scalars: dict[int, float | int | bool] = {}  # id(Value) of a scalar literal -> its value
     used = _used_outputs(fn)
     renumbered: dict[int, dict] = {}  # a scan without its dead carries: old index -> new
     for inst in fn.body:
@@ -130,9 +130,10 @@ def _used_outputs(fn: Function) -> dict[int, set | None]:
     used: dict[int, set | None] = {k: set() for k in scans}
     for i in fn.body:
         for o in i.operands:
-            if id(o) in scans and used[id(o)] is not None:
+            seen = used.get(id(o))
+            if id(o) in scans and seen is not None:
                 if i.op == "extract":
-                    used[id(o)].add(i.attrs["index"])
+                    seen.add(i.attrs["index"])
                 else:
                     used[id(o)] = None
     if id(fn.ret) in scans:
@@ -175,11 +176,12 @@ def _without_carries(inst: Instruction, ops: list, dead: set[int]):
     body, nc = a["body"], a["carries"]
     keep = [k for k in range(len(body.params)) if k >= nc or k not in dead]
     outs = _outputs(body)
+    assert outs is not None  # _dead_carries found carries to drop, so they are spelled out
     kept_outs = [o for j, o in enumerate(outs) if j >= nc or j not in dead]
     fb = FunctionBuilder(
         body.name, [body.param_types[k] for k in keep], [body.params[k].name for k in keep]
     )
-    env: dict[int, object] = {id(body.params[k]): q for k, q in zip(keep, fb.params)}
+    env: dict[int, Operand] = {id(body.params[k]): q for k, q in zip(keep, fb.params)}
     for i in live_instructions(body.body, [o for o in kept_outs if isinstance(o, Value)]):
         args = [o if isinstance(o, Const) else env[id(o)] for o in i.operands]
         env[id(i.result)] = fb.emit(i.op, args, location=i.location, **i.attrs)
@@ -239,7 +241,7 @@ def _scan(b: FunctionBuilder, inst: Instruction, ops: list, batch: bool) -> Valu
         + [f"{i.result.name}.once" for i in new_w],
     )
     fp = fb.params
-    env: dict[int, object] = {id(p): q for p, q in zip(params[: nc + nx], fp)}
+    env: dict[int, Operand] = {id(p): q for p, q in zip(params[: nc + nx], fp)}
     env.update({id(i.result): q for i, q in zip(new_x, fp[nc + nx :])})
     k = nc + nx + len(new_x)
     env.update({id(p): q for p, q in zip(params[nc + nx :], fp[k:])})
@@ -283,17 +285,17 @@ def _batch(b, i, n, steps, withs, outer, hoisted, batched, loc) -> Value | None:
         if not (isinstance(x, Value) and isinstance(w, Value)):
             return None
         xs = _stacked(x, steps, outer, batched)
-        if xs is None or w.type.rank != 2 or x.type.rank not in (1, 2):
+        if xs is None or w.tensor_type.rank != 2 or x.tensor_type.rank not in (1, 2):
             return None
         if not (id(w) in withs or id(w) in hoisted):
             return None
         wv = _outside(w, outer, hoisted)
-        if x.type.rank == 1:  # (T, D) @ (D, H)
+        if x.tensor_type.rank == 1:  # (T, D) @ (D, H)
             return b.emit("dot", [xs, wv], location=loc)
-        rows, d = x.type.shape
+        rows, d = x.tensor_type.shape
         flat = b.emit("shapeCast", [xs], location=loc, shape=(n * rows, d))
         out = b.emit("dot", [flat, wv], location=loc)
-        return b.emit("shapeCast", [out], location=loc, shape=(n, rows, w.type.shape[1]))
+        return b.emit("shapeCast", [out], location=loc, shape=(n, rows, w.tensor_type.shape[1]))
     if OPS[i.op].kind not in ELEMENTWISE_KINDS or rank < 0:
         return None
     operands, any_step = [], False

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import IRError
 from .ops import OPS, lookup
-from .types import DType, TensorType, Type
+from .types import DType, TensorType, TupleType, Type
 
 
 class Value:
@@ -30,6 +30,13 @@ class Value:
     def __repr__(self) -> str:
         return f"%{self.name}: {self.type}"
 
+    @property
+    def tensor_type(self) -> TensorType:
+        """The type of a value that must be a tensor (a call's or loop's tuple result is not)."""
+        if isinstance(self.type, TupleType):
+            raise IRError(f"%{self.name} is the tuple {self.type} where a tensor belongs")
+        return self.type
+
 
 @dataclass(frozen=True)
 class Const:
@@ -37,6 +44,10 @@ class Const:
 
     value: float | int | bool
     type: TensorType
+
+    @property
+    def tensor_type(self) -> TensorType:
+        return self.type
 
     @staticmethod
     def of(value, dtype: DType) -> Const:

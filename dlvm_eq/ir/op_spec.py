@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def pascal(name: str) -> str:
     return name[0].upper() + name[1:]
 
 
-def fail(op: str, msg: str):
+def fail(op: str, msg: str) -> NoReturn:
     raise IRError(f"{op}: {msg}")
 
 

@@ -33,7 +33,15 @@ from .function_reader import FunctionReader
 from .module import AdjointDecl, Function, Module, Value
 from .ops import OPS
 from .parser_tables import lark_parser
-from .source_text import Source, read_functype, read_int, read_int_list, shorten, suggest
+from .source_text import (
+    Source,
+    read_functype,
+    read_int,
+    read_int_list,
+    shorten,
+    suggest,
+    token,
+)
 from .types import DType, TupleType, Type
 
 MAX_RANK = 32  # numpy's limit is 64; no real program comes near either
@@ -180,6 +188,7 @@ def _syntax_error(e: UnexpectedInput, src: Source) -> SourceError:
     elif isinstance(e, UnexpectedCharacters):
         expected = _accepts(e.state) if e.state is not None else e.allowed
         line, col = e.line, e.column
+        assert e.pos_in_stream is not None  # lark sets it on UnexpectedCharacters
         found = f"character {src.text[e.pos_in_stream]!r}"
     else:  # pragma: no cover - UnexpectedEOF is not raised by the LALR parser
         line, col = src.end()
@@ -203,7 +212,7 @@ class _ModuleReader:
         funcs: list[tuple[Tree, Tree | None, Function]] = []
         for node in tree.children:
             if node.data == "module_decl":
-                module.name = node.children[0][1:-1]
+                module.name = str(node.children[0])[1:-1]
             elif node.data == "stage_decl":
                 stage = node.children[0]
                 if stage not in ("raw", "optimizable"):
@@ -217,6 +226,7 @@ class _ModuleReader:
                 fn = self.signature(funcdef, adjoint)
                 if fn.name in module.functions:
                     first = module.functions[fn.name].location
+                    assert first is not None  # every function read here has its location
                     raise self.src.at(
                         funcdef.children[0],
                         f"function @{fn.name} is already defined at line {first[1]}",
@@ -248,7 +258,7 @@ class _ModuleReader:
                 written = [str(p.children[0])[1:] for p in entry[1].children]
                 names = written if len(written) == len(names) else names
         fn = Function(
-            name_tok[1:],
+            str(name_tok)[1:],
             [Value(n, t) for n, t in zip(names, params)],
             result,
             location=self.src.location(funcdef),
@@ -261,7 +271,7 @@ class _ModuleReader:
         return read_functype(self.src, tree)
 
     def adjoint(self, tree: Tree) -> AdjointDecl:
-        decl = AdjointDecl(of=tree.children[1][1:])
+        decl = AdjointDecl(of=str(tree.children[1])[1:])
         for part in tree.children[2:]:
             if part.data == "adj_from":
                 decl.from_index = read_int(self.src, part.children[0], "an output index")
@@ -275,6 +285,7 @@ class _ModuleReader:
 
     def check_adjoint(self, tree: Tree, fn: Function, module: Module) -> None:
         decl = fn.adjoint
+        assert decl is not None  # read by adjoint() before this check
         if decl.of not in module.functions:
             raise self.src.at(
                 tree.children[1],
@@ -293,7 +304,8 @@ class _ModuleReader:
             if part.data not in limits:
                 continue
             limit, what = limits[part.data]
-            for tok in part.children[0].children if part.data != "adj_from" else part.children:
+            for node in part.children[0].children if part.data != "adj_from" else part.children:
+                tok = token(node)
                 if int(tok) >= limit:
                     raise self.src.at(
                         tok,
@@ -318,6 +330,7 @@ class _ModuleReader:
                         cycle = " -> ".join(
                             "@" + n for n in stack[stack.index(callee) :] + [callee]
                         )
+                        assert inst.location is not None  # the reader located every call
                         raise self.src.error(
                             f"recursive {inst.op} is not supported ({cycle})", *inst.location[1:]
                         )

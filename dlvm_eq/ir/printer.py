@@ -58,8 +58,8 @@ def format_instruction(inst: Instruction) -> str:
     args = ", ".join(format_operand(o) for o in ops)
     if name == "reduce":
         x = ops[0]
-        init = format_scalar(a["init"], x.type.dtype)
-        text = f"reduce {args} by {a['combinator']} init {init}: {x.type.dtype}"
+        init = format_scalar(a["init"], x.tensor_type.dtype)
+        text = f"reduce {args} by {a['combinator']} init {init}: {x.tensor_type.dtype}"
         if a["axes"]:
             text += " along " + ", ".join(str(ax) for ax in a["axes"])
     elif name in ("shapeCast", "broadcast"):
@@ -69,9 +69,9 @@ def format_instruction(inst: Instruction) -> str:
     elif name == "dataTypeCast":
         text = f"dataTypeCast {args} to {a['dtype']}"
     elif name == "transpose":
-        perm = transpose_perm(ops[0].type.rank, a)
+        perm = transpose_perm(ops[0].tensor_type.rank, a)
         text = f"transpose {args}"
-        if perm != tuple(reversed(range(ops[0].type.rank))):
+        if perm != tuple(reversed(range(ops[0].tensor_type.rank))):
             text += " along " + ", ".join(map(str, perm))
     elif name == "concatenate":
         text = f"concatenate {args} along {a['axis']}"

@@ -185,6 +185,6 @@ def _function(name: str, piece: Piece) -> Function:
     while tname in used:
         k += 1
         tname = f"results{k}"
-    t = TupleType(tuple(v.type for v in outs))
+    t = TupleType(tuple(v.tensor_type for v in outs))
     tup = Instruction(Value(tname, t), "tuple", list(outs))
     return Function(name, list(piece.inputs), t, [*piece.insts, tup], tup.result)

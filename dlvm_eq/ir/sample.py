@@ -15,6 +15,7 @@ from .types import DType, TensorType
 
 def sample_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
     """An array of type `t`: floats ~ N(0, 1), i32 in [-5, 5], bools fair coin flips."""
+    a: np.ndarray
     if t.dtype.is_float:
         a = rng.standard_normal(t.shape)
     elif t.dtype is DType.i32:

@@ -66,11 +66,18 @@ def position(node) -> tuple[int, int]:
     return 1, 1
 
 
+def token(node: Token | Tree) -> Token:
+    """A parse-tree child that the grammar makes a token (a type checker sees Token | Tree)."""
+    if not isinstance(node, Token):
+        raise TypeError(f"the grammar gave a tree '{node.data}' where a token belongs")
+    return node
+
+
 def shorten(s: str, n: int = 24) -> str:
     return s if len(s) <= n else s[:n] + "..."
 
 
-def suggest(name: str, choices) -> str:
+def suggest(name: object, choices) -> str:
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=3)
     if not close:
         return ""
@@ -95,20 +102,22 @@ def read_type(src: Source, tree: Tree) -> Type:
             raise src.at(tree, f"{t}: {problem}")
         return t
     elements = [read_type(src, t) for t in tree.children]
-    for node, t in zip(tree.children, elements):
-        if isinstance(t, TupleType):
+    for node, element in zip(tree.children, elements):
+        if isinstance(element, TupleType):
             raise src.at(node, "tuples cannot be nested")
-    return TupleType(tuple(elements))
+    return TupleType(tuple(e for e in elements if isinstance(e, TensorType)))
 
 
-def read_dtype(src: Source, tok: Token) -> DType:
+def read_dtype(src: Source, node: Token | Tree) -> DType:
+    tok = token(node)
     try:
         return DTYPES[str(tok)]
     except KeyError:
         raise src.at(tok, f"unknown data type '{tok}'; expected f32, f64, i32 or bool") from None
 
 
-def read_int(src: Source, tok: Token, what: str) -> int:
+def read_int(src: Source, node: Token | Tree, what: str) -> int:
+    tok = token(node)
     if not re.fullmatch(r"\d+", tok):
         raise src.at(tok, f"expected {what} (a non-negative integer), got '{shorten(tok)}'")
     value = int(tok)
@@ -117,8 +126,8 @@ def read_int(src: Source, tok: Token, what: str) -> int:
     return value
 
 
-def read_dim(src: Source, tok: Token) -> int:
-    return read_int(src, tok, "a dimension")
+def read_dim(src: Source, node: Token | Tree) -> int:
+    return read_int(src, node, "a dimension")
 
 
 def read_int_list(src: Source, tree: Tree, what: str) -> tuple[int, ...]:
@@ -131,7 +140,7 @@ def read_int_list(src: Source, tree: Tree, what: str) -> tuple[int, ...]:
 
 def read_scalar(src: Source, tree: Tree, dtype: DType):
     """The value of a scalar literal token as a Python value of `dtype` (f32 values rounded)."""
-    tok: Token = tree.children[0]
+    tok = token(tree.children[0])
     text = str(tok)
     if dtype is DType.bool:
         if tok.type not in ("TRUE", "FALSE"):
@@ -146,19 +155,20 @@ def read_scalar(src: Source, tree: Tree, dtype: DType):
         if not -(2**31) <= value < 2**31:
             raise src.at(tok, f"{shorten(text)} is out of range for i32")
         return value
-    value = {"NAN": math.nan, "INF": math.inf, "NEG_INF": -math.inf}.get(tok.type)
-    if value is None:
-        value = float(text)
+    special = {"NAN": math.nan, "INF": math.inf, "NEG_INF": -math.inf}.get(tok.type)
+    if special is None:
+        special = float(text)
         with np.errstate(over="ignore"):
-            overflow = math.isinf(np.asarray(value, dtype=dtype.numpy))
+            overflow = math.isinf(np.asarray(special, dtype=dtype.numpy))
         if overflow:
             raise src.at(tok, f"{shorten(text)} is out of range for {dtype}")
-    return Const.of(value, dtype).value
+    return Const.of(special, dtype).value
 
 
 def read_array(src: Source, tree: Tree, dtype: DType) -> tuple[list, tuple[int, ...]]:
     """A `<...>` array literal: nested lists of values and the shape, checked rectangular."""
-    values, shapes = [], []
+    values: list = []
+    shapes: list[tuple[int, ...]] = []
     for elem in tree.children:
         inner, *annotation = elem.children
         if inner.data == "array":

@@ -5,6 +5,7 @@ A scalar is a TensorType with shape (); `<2 x 3 x f32>` is TensorType((2, 3), F3
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -23,7 +24,7 @@ class DType(Enum):
         return _NUMPY[self]
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:  # `bool` in this class is DType.bool
         return self in (DType.f32, DType.f64)
 
     @property
@@ -46,7 +47,7 @@ class DType(Enum):
         return self.value
 
 
-_NUMPY = {
+_NUMPY: dict[DType, np.dtype] = {
     DType.f32: np.dtype(np.float32),
     DType.f64: np.dtype(np.float64),
     DType.i32: np.dtype(np.int32),

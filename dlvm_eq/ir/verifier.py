@@ -58,6 +58,8 @@ def verify_function(fn: Function, module: Module | None = None) -> None:
         defined.add(id(inst.result))
     if isinstance(fn.ret, Value) and id(fn.ret) not in defined:
         raise IRError(f"{_where(fn)}: returns %{fn.ret.name}, which is not defined")
+    if fn.ret is None:
+        raise IRError(f"{_where(fn)}: has no return")
     if fn.ret.type != fn.result_type:
         raise IRError(
             f"{_where(fn)}: returns {fn.ret.type} but is declared to return {fn.result_type}"

@@ -21,6 +21,9 @@ optional `matmul(a, b, out)`, so that code generation runs the same im2col + GEM
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NoReturn
+
 import numpy as np
 
 from ..errors import IRError
@@ -87,14 +90,14 @@ def out_size(n: int, k: int, stride: int, lo: int, hi: int, dilation: int = 1) -
     return (n + lo + hi - dilation * (k - 1) - 1) // stride + 1
 
 
-def _fail(op: str, msg: str):
+def _fail(op: str, msg: str) -> NoReturn:
     raise IRError(f"{op}: {msg}")
 
 
 def _check_attrs(op: str, attrs: dict) -> None:
     for name, n in ATTR_LAYOUT[op]:
         v = attrs.get(name)
-        vals = (v,) if n == 1 else v
+        vals: tuple | None = (v,) if n == 1 else v
         if (
             vals is None
             or len(vals) != n
@@ -388,7 +391,7 @@ def evaluate(op: str, xp, args, attrs, matmul=None):
     return _POOLS[op](xp, *args, attrs)
 
 
-_POOLS = {
+_POOLS: dict[str, Callable[..., Any]] = {
     "maxPool2d": max_pool2d,
     "maxPool2dBackward": max_pool2d_backward,
     "maxPool2dGather": max_pool2d_gather,

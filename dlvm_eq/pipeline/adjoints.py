@@ -17,7 +17,9 @@ from ..ir.module import Module
 def resolve_adjoints(module: Module, roots=None) -> Module:
     """`module` with the declared adjoints that `roots` (function names; None: every function)
     reach synthesized: a new Module, or `module` itself when nothing was declared."""
-    return resolve_declared(module, roots)
+    resolved = resolve_declared(module, roots)
+    assert resolved is not None  # None only when there is no module
+    return resolved
 
 
 __all__ = ["resolve_adjoints"]

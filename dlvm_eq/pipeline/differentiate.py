@@ -155,7 +155,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         return run(*args) if is_tracing() else compiled(*args)
 
     functools.update_wrapper(call, fn, updated=())
-    call.lower = compiled.lower  # the Module that runs, like Jitted.lower
+    call.lower = compiled.lower  # type: ignore[attr-defined]  # an attribute on a function, as Jitted.lower
     return call
 
 

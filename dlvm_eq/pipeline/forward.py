@@ -41,7 +41,7 @@ def _traced_or_jitted(run, fn, suffix: str):
         return run(*args) if is_tracing() else compiled(*args)
 
     functools.update_wrapper(call, fn, updated=())
-    call.lower = compiled.lower
+    call.lower = compiled.lower  # type: ignore[attr-defined]  # an attribute on a function, as Jitted.lower
     return call
 
 

@@ -11,6 +11,8 @@ runs, and a forward-mode check of order 2 differentiates the program four times.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..verify import numeric
@@ -84,7 +86,7 @@ def check_grads(
         tuple(i for i, a in enumerate(args) if a.dtype.kind == "f") if argnums is None else argnums
     )
     nums = (nums,) if isinstance(nums, int) else tuple(nums)
-    options = dict(argnums=nums, rtol=rtol, atol=atol, seed=seed)
+    options: dict[str, Any] = dict(argnums=nums, rtol=rtol, atol=atol, seed=seed)
     checks: list[GradientCheck] = []
     if "rev" in modes:
         if grad is not None or _is_scalar(f, args):

@@ -17,16 +17,21 @@ stacked ys are allocated once per loop and filled step by step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import DlvmError
 from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, has_control_flow
 from ..ir.loop_rules import apply_loop_rules
-from ..ir.module import Const, Function, Module
+from ..ir.module import Const, Function, Module, Operand, Value
 from ..ir.regions import normalize, split
 from ..ir.types import TupleType
+
+if TYPE_CHECKING:
+    from .native import Compiled
 
 LOOP_RULES = True
 # Batching x_t @ W over all steps (ir/loop_rules.py) is off: on the GRU of benchmarks/rnn.py
@@ -109,9 +114,11 @@ class _Program:
         params, nodes, results = normalize(fn, module)
         self._params, self._results = params, results
         self._tuple = isinstance(fn.result_type, TupleType)
-        self._steps = []  # (run, operands read, values defined, whether a region)
+        # (run, operands read, values defined, whether a region)
+        self._steps: list[tuple[Any, Sequence[Operand], list[Value], bool]] = []
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
+                assert piece.function is not None  # split() gives each straight piece one
                 run = _compiled(piece.function, module, ctx)
                 self.report.parts.append((f"piece {k}", run.report))
                 self._steps.append((run, piece.inputs, piece.outputs, False))
@@ -172,6 +179,7 @@ def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
     hit = ctx.done.get(id(fn))
     if hit is not None:
         return hit[1]
+    run: _Program | Compiled
     if has_control_flow(fn):
         run = _Program(fn, module, ctx)
     else:

@@ -41,11 +41,13 @@ def verify_adjoint(forward, adjoint, *args, module: Module | None = None, **opti
     from ..verify import verify_adjoint as verify_resolved  # sympy: only for this call
 
     if module is not None:
-        names = [f.name for f in (forward, adjoint) if module.functions.get(f.name) is f]
+        fns = module.functions
+        names = [f.name for f in (forward, adjoint) if f.name in fns and fns[f.name] is f]
         resolved = resolve_adjoints(module, names)
         forward, adjoint = (resolved[f.name] if f.name in names else f for f in (forward, adjoint))
         module = resolved
-    return verify_resolved(forward, adjoint, *args, module=module, **options)
+    options["module"] = module  # by keyword, as verify_resolved takes it
+    return verify_resolved(forward, adjoint, *args, **options)
 
 
 __all__ = ["interpret", "optimize", "verify_adjoint"]

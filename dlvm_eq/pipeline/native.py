@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cache import watching_time_cuts
 from ..codegen import Plan, program
@@ -44,6 +45,10 @@ from .never_slower import choose_program
 from .planning import planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
+if TYPE_CHECKING:
+    from ..egraph.optimize import OptimizeResult
+    from .measure_time import Measured
+
 TARGETS = ("cpu", "gpu")
 
 _lock = threading.Lock()
@@ -58,10 +63,10 @@ class CompileReport:
     name: str
     target: str
     plan: Plan
-    optimize: object = None  # an OptimizeResult, or None when not optimized
+    optimize: OptimizeResult | None = None  # an OptimizeResult, or None when not optimized
     note: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
-    measured: object = None  # a measure_time.Measured, once `measure_compiled` ran it
+    measured: Measured | None = None  # a measure_time.Measured, once `measure_compiled` ran it
     # where the compile went, phase by phase (timing.PHASES; dq.jit adds trace and adjoint)
     phases: dict[str, float] = field(default_factory=dict)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..sexpr import SList, Sym, read, show
 from .pattern import (
     ANALYSES,
     ASSUMPTIONS,
@@ -39,7 +40,6 @@ from .pattern import (
     to_pattern,
     variables,
 )
-from .sexpr import SList, Sym, read, show
 
 # ---------------------------------------------------------------- obligations
 

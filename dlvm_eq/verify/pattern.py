@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..egraph.serialized import EGG_TO_OP
+from ..sexpr import SList, Str, Sym, show
 from .helpers import FUNCTIONS, HELPERS
-from .sexpr import SList, Str, Sym, show
 
 # Relations that state a sign fact about a term; as facts they are assumptions on the symbols,
 # as actions they are claims to verify. Rule files declare them, e.g. `(relation positive (Term))`.

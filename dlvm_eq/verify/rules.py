@@ -52,12 +52,12 @@ from ..egraph.rulefiles import SHIPPED, read_rule_file, rule_file, shipped_rule_
 from ..egraph.session import EGraphSession, RuleFileError
 from ..errors import DlvmError
 from ..ir.types import DType, TensorType
+from ..sexpr import SexprError
 from .identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, RANK, UNPROVEN, ZeroProver
 from .obligation import Obligation, obligations
 from .pattern import ANALYSES, ASSUMPTIONS, CAUSAL_BIAS, CAUSAL_KEEP, Vocab, pshow
 from .report import DEFINITION, FAILED, NOTHING, SKIPPED, RuleResult, RulesReport
 from .search import Space, assignments, index_variables
-from .sexpr import SexprError
 from .symbolic import number, symbol_array, to_number
 from .terms import Evaluator, NumpyBackend, SympyBackend, Untypable
 

@@ -44,7 +44,7 @@ from ...errors import DlvmError
 from ..kernels.kernel_spec import KernelSpec
 from ..kernels.spec import DTYPES
 from ..planning.attention import AttentionStep, attention_run
-from ..planning.gather import IndexStep, SliceScatterStep, index_run
+from ..planning.gather import IndexStep, SliceScatterStep
 from ..planning.plan import (
     ALIAS,
     CONST,
@@ -64,7 +64,6 @@ from ..planning.plan import (
 )
 from ..planning.scan import ScanStep, scan_run
 from ..planning.views import apply_chain
-from ..planning.window import window_run
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
@@ -72,8 +71,10 @@ from ..runtime.kernel_memo import build_all
 from ..runtime.row_kernel import compile_rows
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import check_argument
+from .gather_steps import index_run
 from .index_range_check import IndexRangeCheck
 from .index_steps import native_index_run
+from .window_steps import window_run
 
 KEEP_OUTPUTS = 4  # output buffers remembered per result for reuse
 

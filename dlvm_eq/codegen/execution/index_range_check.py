@@ -3,7 +3,7 @@
     >>> check = IndexRangeCheck(plan.steps, cp, view_fn)    # once per GpuProgram
     >>> check(env)        # after the call's steps: raises the interpreter's DlvmError, or returns
 
-The GPU program's take and scatterAdd steps (planning/gather.index_run, CuPy calls) clamp every
+The GPU program's take and scatterAdd steps (execution/gather_steps.index_run, CuPy calls) clamp every
 id into range, so that no launch reads or writes outside a buffer; left at that, an
 out-of-range id would give a silently different result than the CPU's and the interpreter's
 error (a miscompile). So after the steps have run, every such step's ids are compared with

@@ -348,7 +348,9 @@ class _Planner(KernelGrouping, RowFusion):
                 )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "window":  # im2col + GEMM, pools: numpy/CuPy over buffers (planning/window.py)
+        if (
+            kind == "window"
+        ):  # im2col + GEMM, pools: numpy/CuPy over buffers (execution/window_steps.py)
             ins = [self.materialize(self.ref_of(o), operand_name(o), order) for o in inst.operands]
             out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
             self.steps.append(

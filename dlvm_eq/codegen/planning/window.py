@@ -1,14 +1,6 @@
-"""Convolution and pooling steps of a kernel plan: im2col into GEMM.
-
-Strategy (measured in BENCHMARKS.md / the report of issue 14): the im2col matrix of an NCHW
-input is a strided view of the padded input, (N, C, KH, KW, OH, OW); one contiguous copy
-materializes it grouped as (groups, C/g * KH * KW, N * OH * OW), and the product with the
-(O/g, C/g * KH * KW) weights is one GEMM per group (our GEMM where `gemm_runtime` takes the
-product, else numpy's BLAS; CuPy/cuBLAS on the GPU), then a layout copy to NCHW. The input
-adjoint is the transposed product followed by col2im (KH * KW strided adds), the weight adjoint
-im2col(x)ᵀ-style products. Pools read the same window view of the input (ir/window_ops.py
-holds the array algorithms, written against numpy or CuPy). On the CPU the three convolution
-ops instead run runtime/conv_cpu.py (generated im2col/col2im kernels, its own product plan).
+"""Convolution and pooling steps of a kernel plan, as data: `WindowStep` names the op, its packed
+attributes, the operand views and the output slot. execution/window_steps.py runs them (im2col
+into GEMM, the CPU's generated convolution kernels, compiled pooling kernels).
 
     step = WindowStep("conv2d", pack("conv2d", attrs), (x_view, w_view), out_slot)
 """
@@ -18,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import window_ops
-from ..runtime import conv_cpu
-from .pool_steps import pool_run
 
 
 @dataclass
@@ -38,54 +28,3 @@ class WindowStep:
         attrs = window_ops.unpack(self.op, self.packed)
         detail = " ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in attrs.items())
         return f"{self.op}({ins}) {detail} -> {slots[self.out].label()}    [%{self.value}]"
-
-
-def _cpu_matmul():
-    """out = a @ b through our GEMM where it takes the product, else numpy's BLAS."""
-    import numpy as np
-
-    from ..runtime.gemm_runtime import matmul as gemm
-
-    def matmul(a, b, out):
-        if not gemm(a, b, out):
-            np.matmul(a, b, out=out)
-
-    return matmul
-
-
-def window_run(step: WindowStep, xp, view_fns):
-    """The step as a function of the plan's environment (a list of arrays indexed by slot);
-    view_fns[i] applies input i's view chain (None: the array as it is)."""
-    if step.op in window_ops.POOL_OPS:  # compiled pooling kernels where the target has them
-        run = pool_run(step, xp, view_fns)
-        if run is not None:
-            return run
-    attrs = window_ops.unpack(step.op, step.packed)
-    op, out = step.op, step.out
-    slots = [v.slot for v in step.inputs]
-    fns = [f or (lambda a: a) for f in view_fns]
-    matmul = _cpu_matmul() if xp.__name__ == "numpy" else None
-    if matmul is not None and op in conv_cpu.OPS:
-        return _conv_run(op, attrs, slots, fns, out, matmul)
-
-    def run(env):
-        args = [f(env[s]) for f, s in zip(fns, slots)]
-        xp.copyto(env[out], window_ops.evaluate(op, xp, args, attrs, matmul))
-
-    return run
-
-
-def _conv_run(op, attrs, slots, fns, out, matmul):
-    """A convolution on the CPU: generated im2col/col2im kernels around the products
-    (runtime/conv_cpu.py), written straight into the output slot."""
-    import numpy as np
-
-    def run(env):
-        args = [np.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]
-        dst = env[out]
-        if dst.flags.c_contiguous:
-            conv_cpu.evaluate(op, args, attrs, matmul, out=dst)
-        else:
-            np.copyto(dst, conv_cpu.evaluate(op, args, attrs, matmul))
-
-    return run

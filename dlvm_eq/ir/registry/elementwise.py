@@ -176,7 +176,7 @@ def _two(f: Callable):
 
 
 # comparisons: (numpy, sympy class name, kernel name, DSL name)
-COMPARE_ROWS = {
+COMPARE_ROWS: dict[str, tuple[np.ufunc, str, str, str]] = {
     "equal": (np.equal, "Eq", "eq", "equal"),
     "notEqual": (np.not_equal, "Ne", "ne", "not_equal"),
     "lessThan": (np.less, "Lt", "lt", "less"),
