@@ -17,9 +17,8 @@ from __future__ import annotations
 import re
 import threading
 
-from .egglog_bindings import EGraph
-
 from ..sexpr import STRUCTURE
+from .egglog_bindings import EGraph
 
 _COMMENT = re.compile(r";[^\n]*")
 _lock = threading.Lock()

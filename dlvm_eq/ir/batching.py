@@ -35,7 +35,7 @@ class Batcher:
     def align(self, x: Value, rank: int) -> Value:
         """A batched x (B, *s) as (B, 1, ..., 1, *s) of rank + 1 (numpy's broadcasting aligns
         the other operands' axes to the right, after the batch axis)."""
-        shape = x.type.shape
+        shape = x.tensor_type.shape
         if len(shape) - 1 >= rank:
             return x
         pad = (1,) * (rank - len(shape) + 1)
@@ -75,7 +75,7 @@ def batch_function(
         raise BatchError(f"@{fn.name}: {len(fn.params)} parameters, {len(batched)} batch flags")
     flat = flatten(fn, module)
     types = [
-        TensorType((size, *p.type.shape), p.type.dtype) if b else p.type
+        TensorType((size, *p.tensor_type.shape), p.tensor_type.dtype) if b else p.type
         for p, b in zip(fn.params, batched)
     ]
     builder = FunctionBuilder(name or f"{fn.name}_batched", types, [p.name for p in fn.params])
@@ -104,7 +104,7 @@ def batch_function(
         outs = out if isinstance(out, list) else [out]  # control flow: one per element
         for o, t in zip(outs, elements(inst.result.type)):
             want = (size, *t.shape)
-            if o.type.shape != want or o.type.dtype != t.dtype:
+            if o.tensor_type.shape != want or o.tensor_type.dtype != t.dtype:
                 raise BatchError(
                     f"vmap: the batching rule of {inst.op} gave {o.type}, expected "
                     f"{TensorType(want, t.dtype)}"
@@ -122,6 +122,6 @@ def batch_function(
             v, b = Batcher(builder, size).full(v), True
         results.append(v)
         out_batched.append(b)
-    out = builder.finish(results if flat.tuple_result else results[0])
-    out.location = fn.location
-    return out, out_batched
+    batched_fn = builder.finish(results if flat.tuple_result else results[0])
+    batched_fn.location = fn.location
+    return batched_fn, out_batched

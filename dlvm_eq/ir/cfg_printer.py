@@ -60,7 +60,11 @@ def _function(fn: Function) -> list[str]:
     env = {id(p): p for p in fn.params}
     w.open("'entry", list(fn.params))
     outs = w.body(fn, env)
-    ret = outs[0] if len(outs) == 1 else w.tuple_of(outs, fn.result_type)
+    if len(outs) == 1:
+        ret = outs[0]
+    else:
+        assert isinstance(fn.result_type, TupleType)  # several results: a tuple type
+        ret = w.tuple_of(outs, fn.result_type)
     w.lines.append(f"    return {format_operand(ret)}")
     return [*head, sig + " {", *w.lines, "}"]
 
@@ -123,7 +127,9 @@ class _Writer:
         if isinstance(ret, Value) and isinstance(env[id(ret)], tuple):
             return list(env[id(ret)])
         if isinstance(fn.result_type, TupleType):
-            return self.extracts(get(ret), fn.result_type)
+            whole = get(ret)
+            assert isinstance(whole, Value)  # a tuple is a value, never a literal
+            return self.extracts(whole, fn.result_type)
         return [get(ret)]
 
     def extracts(self, v: Value, t: TupleType) -> list:

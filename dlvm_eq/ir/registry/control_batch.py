@@ -16,8 +16,13 @@ and cond_p. A rule returns one Value per element of the op's result, each batche
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..control_flow import COND, SCAN, elements
 from ..types import I32, TensorType
+
+if TYPE_CHECKING:
+    from ..module import Operand
 
 # ir/module.py imports the registry: its names are imported where the rules run
 
@@ -123,7 +128,9 @@ def _masked_step(test, step, types, names, nc: int, size: int):
     bt = Batcher(b, size)
     (holds,) = inline(b, test, list(b.params))
     new = _materialized(bt, inline(b, step, list(b.params)))
-    out = [b.emit("select", [n, c, _mask(bt, holds, n)]) for n, c in zip(new, b.params[:nc])]
+    out: list[Operand] = [
+        b.emit("select", [n, c, _mask(bt, holds, n)]) for n, c in zip(new, b.params[:nc])
+    ]
     return b.finish(out[0] if len(out) == 1 else out)
 
 
