@@ -35,7 +35,7 @@ def test_gru_logits_match_a_numpy_loop_in_float64():
         xs = rnn.as_sequence(images, setting)
         assert xs.shape == (steps, 5, 8 if setting == "rows" else 1)
         g = {k: v.astype(np.float64) for k, v in q.items()}
-        sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
+        sig = lambda a: 1 / (1 + np.exp(-a))
         h = np.zeros((5, 16))
         for t in range(steps):
             x = xs[t].astype(np.float64)

@@ -71,9 +71,11 @@ class LoopsReport:
     name: str
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
+    drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
+        lines.extend(f"  scan {k}: driver {d}" for k, d in enumerate(self.drivers))
         for label, report in self.parts:
             lines.append(f"  {label}:")
             lines.extend("    " + line for line in str(report).splitlines())
@@ -119,7 +121,7 @@ class _Program:
         self._params, self._results = params, results
         self._tuple = isinstance(fn.result_type, TupleType)
         self._steps = []  # (run, operands read, values defined, whether a region)
-        self.drivers: list = []  # per scan: "native", or why the Python driver runs it
+        self.drivers = self.report.drivers  # per scan: "native", or why Python runs it
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
                 run = _compiled(piece.function, module, ctx)

@@ -76,12 +76,15 @@ class NativeScan:
 
     def __call__(self, carries, xs, withs, length: int) -> list:
         plan, n = self.plan, len(self.plan.slots)
-        dtype = lambda s: DTYPES[plan.slots[s].dtype]  # noqa: E731
-        shape = lambda s: tuple(plan.slots[s].shape)  # noqa: E731
+        dtype = lambda s: DTYPES[plan.slots[s].dtype]
+        shape = lambda s: tuple(plan.slots[s].shape)
         fixed: dict = {}
         moving: dict = {}  # slot -> (base address, bytes per step)
         keep = []
-        cs = [np.array(c, dtype=dtype(s), order="C", copy=True) for s, c in zip(self.carry_slots, carries)]
+        cs = [
+            np.array(c, dtype=dtype(s), order="C", copy=True)
+            for s, c in zip(self.carry_slots, carries)
+        ]
         for s, c in zip(self.carry_slots, cs):
             _check(c, shape(s), plan, s)
             fixed[s] = data_ptr(c) if c.size else 0

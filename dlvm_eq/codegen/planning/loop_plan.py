@@ -145,7 +145,9 @@ def _blas(plan: Plan, step: BlasStep):
         return None
     kind = SGEMM if out.dtype == "f32" else DGEMM
     return Record(
-        kind, ("blas", out.dtype), [ROW_MAJOR, a[1], b[1], m, n, k, a[0], a[2], b[0], b[2], Ptr(step.out), n]
+        kind,
+        ("blas", out.dtype),
+        [ROW_MAJOR, a[1], b[1], m, n, k, a[0], a[2], b[0], b[2], Ptr(step.out), n],
     )
 
 
