@@ -189,12 +189,20 @@ def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int 
         sync(out)
     compile_s = time.perf_counter() - t0
     step = median_time(lambda: f(*args), repeats=repeats, warmup=2, sync=sync)
+    cpu = []  # CPU seconds of the process (every thread) per call: what load does not inflate
+    for _ in range(max(3, repeats // 2)):
+        c0 = time.process_time()
+        out = f(*args)
+        if sync:
+            sync(out)
+        cpu.append(time.process_time() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     return {
         "kind": kind,
         "steps": steps,
         "compile_s": compile_s,
         "step_ms": step.ms,
+        "cpu_ms": 1e3 * sorted(cpu)[len(cpu) // 2],
         "peak_mb": max(peak - rss0, 0.0),
     }
 
@@ -349,6 +357,7 @@ def main() -> None:
                     kind,
                     f"{r['compile_s']:.2f}",
                     f"{r['step_ms']:.3f}",
+                    f"{r['cpu_ms']:.3f}",
                     f"{r['peak_mb']:.0f}",
                     f"{os.getloadavg()[0]:.1f}",
                 ]
@@ -360,6 +369,7 @@ def main() -> None:
             "program",
             "cold compile s (torch: first call)",
             "step ms (median)",
+            "step CPU ms (median)",
             "peak RSS growth MB",
             "load",
         ],
@@ -377,7 +387,10 @@ def main() -> None:
         "biases), value and gradient of the mean squared hidden states with respect to the "
         "weight matrices, target cpu. Cold compile: the first call in a fresh process with "
         "an empty compile cache (trace, differentiate, optimize, plan, kernels; PyTorch has "
-        "nothing to compile: its first call); step: median of the timed calls after it; peak "
+        "nothing to compile: its first call); step: median wall time of the timed calls after "
+        "it; step CPU: median CPU time of the process (all its threads) per call, which the "
+        "machine's load inflates far less than wall time (a call that needs a few ms of CPU "
+        "is often preempted here and waits a time slice); peak "
         "RSS growth: the process's peak RSS less its RSS after imports. `dq-scan` compiles "
         "each straight piece and the forward and backward scan bodies once and runs both "
         "scans on the native loop driver; `dq-unrolled` is the Python loop unrolled at trace "
