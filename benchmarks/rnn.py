@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]  # this tree's dlvm_eq, not an installed one
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from common import machine_line, markdown_table, median_time, update_section
 
 BATCH, INPUT, HIDDEN = 16, 32, 64
@@ -303,7 +304,8 @@ def residual_memory(steps_list=(64, 256, 1024)) -> list[list]:
 
 def _in_fresh_process(kind: str, steps: int, repeats: int, cell: str, hidden: int) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache)
+        path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache, PYTHONPATH=path)
         cmd = [sys.executable, __file__, "--one", kind, str(steps), "--repeats", str(repeats)]
         cmd += ["--cell", cell, "--hidden", str(hidden)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
