@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # this tree's dlvm_eq, not an installed one
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-from common import machine_line, markdown_table, median_time, update_section
+from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
 
 BATCH, INPUT, HIDDEN = 16, 32, 64
 HEADING = "## RNN: GRU value and gradient through dq.scan"
