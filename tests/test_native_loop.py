@@ -181,3 +181,44 @@ def test_random_matrix_bodies_equal_the_interpreter(p, seed):
     for g, wv in zip(got, want):
         assert g.shape == wv.shape
         np.testing.assert_allclose(g, wv, **tol)
+
+
+_GEMM_BODIES = """
+import sys
+sys.path.insert(0, "tests")
+import numpy as np, dlvm_eq as dq
+from test_native_loop import compiled, gru_args, gru_loss
+from dlvm_eq.ir.interp import interpret
+args = gru_args(5, batch=16, inputs=32, hidden=256)
+f, m = compiled(dq.value_and_grad(gru_loss), *args)
+assert f.report.drivers == ["native", "native"], f.report.drivers
+kinds = {type(s).__name__ for _, r in f.report.parts for s in r.plan.steps}
+assert "GemmStep" in kinds, kinds
+leaves = dq.tree_leaves(args)
+want = interpret(m, f.name, *[a.astype(np.float64) for a in leaves])
+for g, w in zip(f(*leaves), want):
+    # float32 sums of 256 products, against float64: an error relative to the largest entry
+    np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(w).max())))
+print("ok")
+"""
+
+
+def test_bodies_with_our_gemm_and_its_epilogue_run_natively():
+    """With our GEMM on (DLVM_EQ_GEMM=1), a hidden-256 GRU's bodies plan GemmSteps (a product
+    with a fused epilogue): the driver runs the product on BLAS, then the epilogue kernel."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, DLVM_EQ_GEMM="1", DLVM_EQ_EPILOGUES="1", PYTHONPATH=str(root))
+    out = subprocess.run(
+        [sys.executable, "-c", _GEMM_BODIES],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
