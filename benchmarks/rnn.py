@@ -378,7 +378,11 @@ def main() -> None:
         rows,
     )
     default = (a.cell, a.hidden) == ("gru", HIDDEN)
-    heading = HEADING if default else f"{HEADING} ({a.cell.upper()}, hidden {a.hidden})"
+    heading = (
+        HEADING
+        if default
+        else f"## RNN: {a.cell.upper()} (hidden {a.hidden}) value and gradient through dq.scan"
+    )
     command = " ".join(["python benchmarks/rnn.py", *sys.argv[1:]])
     text = (
         f"{heading}\n\n"

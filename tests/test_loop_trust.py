@@ -19,6 +19,7 @@ import pytest
 from at_once import run_at_once
 
 import dlvm_eq as dq
+from dlvm_eq.codegen.runtime.attention_cpu import blas_thread_controls
 from dlvm_eq.ir.interp import interpret
 from dlvm_eq.pipeline.loops import compile_loops
 
@@ -68,12 +69,15 @@ def test_one_compiled_scan_from_eight_threads_at_once(gru):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=1e-5)
     out: dict = {}
+    threads_before = [get() for get, _ in blas_thread_controls()]
 
     def work(i):
         for r in range(20):
             out[i, r] = prog(*data[(i + r) % 8])
 
     assert run_at_once(work, n=8) == []
+    # loops run OpenBLAS on one thread while any is in flight; the last one puts it back
+    assert [get() for get, _ in blas_thread_controls()] == threads_before
     for (i, r), got in out.items():
         for g, w in zip(got, alone[(i + r) % 8]):
             np.testing.assert_array_equal(g, w)  # each call has its own arena and records

@@ -13,7 +13,8 @@ product BLAS cannot read in place: planning/loop_plan.py says which) returns Non
 the scan runs through the Python driver (pipeline/loops.py).
 
 Shared state (threads): a NativeScan is read only after construction; each call builds its
-own records array and takes its own arena from the program (as a plain call does).
+own records array and takes its own arena from the program (as a plain call does); OpenBLAS
+runs on one thread while any loop of small products is in flight (a count, under a lock).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ import numpy as np
 
 from ...errors import DlvmError
 from ..kernels.spec import DTYPES
-from ..planning.loop_plan import CALL, COPY, MAX_ARGS, LoopPlan, Ptr, loop_plan
+from ..planning.loop_plan import CALL, COPY, DGEMM, MAX_ARGS, SGEMM, LoopPlan, Ptr, loop_plan
 from ..planning.plan import OUTPUT, PARAM, GemmStep
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
-from ..runtime.loop_driver import WORDS, gemm_address, loop_driver
+from ..runtime.loop_driver import WORDS, gemm_address, loop_driver, one_blas_thread
+
+# A loop whose products are all below this many multiply-adds runs them on one OpenBLAS thread
+# (loop_driver.one_blas_thread); one at or above it keeps OpenBLAS's threads.
+THREADED_BLAS_MACS = 1 << 24
 
 
 class NativeScan:
@@ -67,6 +72,8 @@ class NativeScan:
                 else:
                     row[2 + w] = a
         self.driver = loop_driver()
+        macs = [r.args[3] * r.args[4] * r.args[5] for r in lp.records if r.kind in (SGEMM, DGEMM)]
+        self.threaded_blas = max(macs, default=0) >= THREADED_BLAS_MACS
         nc, nx = lp.carries, lp.xs
         self.carry_slots = plan.params[:nc]
         self.x_slots = plan.params[nc : nc + nx]
@@ -125,14 +132,12 @@ class NativeScan:
                             raise DlvmError(f"@{plan.name}: slot {a.slot} has no memory")
                     records[r, w] = addr + a.offset
             patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
-            self.driver(
-                records.ctypes.data,
-                len(records),
-                patch.ctypes.data,
-                len(patches),
-                length,
-                int(self.reverse),
-            )
+            run = (records.ctypes.data, len(records), patch.ctypes.data, len(patches))
+            if self.threaded_blas:
+                self.driver(*run, length, int(self.reverse))
+            else:
+                with one_blas_thread():
+                    self.driver(*run, length, int(self.reverse))
         finally:
             self.prog.give_arena(env)
         del keep

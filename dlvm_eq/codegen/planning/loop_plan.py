@@ -36,7 +36,7 @@ from .plan import (
 )
 
 CALL, SGEMM, DGEMM, COPY = 0, 1, 2, 3  # record kinds (the driver's switch)
-MAX_ARGS = 24  # integer or pointer arguments of a CALL record
+MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's constants
 MAX_VIEW_ELEMENTS = 1 << 22  # views are resolved on an index array of the slot's size
 

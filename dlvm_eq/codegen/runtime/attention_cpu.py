@@ -53,6 +53,12 @@ def _openblas() -> list:
         return _LIBS
 
 
+def blas_thread_controls() -> list:
+    """(get, set) of the thread count of each OpenBLAS in the process (runtime/loop_driver.py
+    sets it for loops too)."""
+    return _openblas()
+
+
 @contextmanager
 def one_blas_thread():
     """OpenBLAS on one thread while the kernel's own threads call it: its workers busy-wait

@@ -4,8 +4,8 @@ of records (planning/loop_plan.py), with no Python between steps.
     drive = loop_driver()          # a ctypes function (it releases the GIL while it runs)
     drive(records, n_records, patches, n_patches, length, reverse)
 
-`records` is an int64 array of n_records rows of WORDS words: [kind, fn, arg 0 .. arg 23].
-Kinds: CALL calls fn(arg 0, .., arg 23) as `void (i64 x 24)` (the kernels take integers and
+`records` is an int64 array of n_records rows of WORDS words: [kind, fn, arg 0 .. arg 39].
+Kinds: CALL calls fn(arg 0, .., arg 39) as `void (i64 x 40)` (the kernels take integers and
 pointers only: on the SysV x86-64 ABI surplus arguments are ignored, an i32 reads the low
 half; native_pool.py calls them the same way); SGEMM / DGEMM call CBLAS's ?gemm (64-bit
 integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, transb, m, n,
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 from ..planning.loop_plan import COPY, DGEMM, MAX_ARGS, SGEMM
@@ -31,6 +32,8 @@ WORDS = 2 + MAX_ARGS
 SYMBOL = "dq_loop_driver"
 
 _LOCK = threading.Lock()
+_SAVED: list = []  # (OpenBLAS's thread count before the first loop in flight, its setter)
+_INSIDE = 0  # loops in flight (one_blas_thread)
 _DRIVER: list = []
 _BLAS: dict = {}
 
@@ -180,6 +183,32 @@ def loop_driver():
         return _DRIVER[0]
 
 
+@contextmanager
+def one_blas_thread():
+    """OpenBLAS on one thread while any loop runs (a count of loops in flight: the first sets
+    it, the last puts back what it found). A loop's products are small and many: threaded,
+    each waited for OpenBLAS's second thread, and on a loaded 2-core machine a hidden-256 GRU
+    step took 2.1 s against 0.11 s on one thread (benchmarks/rnn.py)."""
+    global _SAVED, _INSIDE
+    with _LOCK:
+        if _INSIDE == 0:
+            from .attention_cpu import blas_thread_controls
+
+            _SAVED = [(get(), put) for get, put in blas_thread_controls()]
+            for _, put in _SAVED:
+                put(1)
+        _INSIDE += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _INSIDE -= 1
+            if _INSIDE == 0:
+                for n, put in _SAVED:
+                    put(n)
+                _SAVED = []
+
+
 def gemm_address(dtype: str) -> int | None:
     """The address of CBLAS's sgemm ("f32") or dgemm ("f64") with 64-bit integers in numpy's
     OpenBLAS, None where there is none (the Python driver runs such a loop)."""
@@ -205,4 +234,4 @@ def gemm_address(dtype: str) -> int | None:
         return _BLAS[dtype]
 
 
-__all__ = ["WORDS", "gemm_address", "loop_driver"]
+__all__ = ["WORDS", "gemm_address", "loop_driver", "one_blas_thread"]
