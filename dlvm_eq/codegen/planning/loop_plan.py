@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.spec import DTYPES
+from ..runtime.loop_driver import CALL, COPY, DGEMM, MAX_ARGS, SGEMM
 from .plan import (
     OUTPUT,
     PARAM,
@@ -35,8 +36,6 @@ from .plan import (
     arena_aliases,
 )
 
-CALL, SGEMM, DGEMM, COPY = 0, 1, 2, 3  # record kinds (the driver's switch)
-MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's constants
 MAX_VIEW_ELEMENTS = 1 << 22  # views are resolved on an index array of the slot's size
 

@@ -26,8 +26,8 @@ import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from ..planning.loop_plan import COPY, DGEMM, MAX_ARGS, SGEMM
-
+CALL, SGEMM, DGEMM, COPY = 0, 1, 2, 3  # record kinds (the driver's switch)
+MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
 SYMBOL = "dq_loop_driver"
 
@@ -234,4 +234,14 @@ def gemm_address(dtype: str) -> int | None:
         return _BLAS[dtype]
 
 
-__all__ = ["WORDS", "gemm_address", "loop_driver", "one_blas_thread"]
+__all__ = [
+    "CALL",
+    "COPY",
+    "DGEMM",
+    "MAX_ARGS",
+    "SGEMM",
+    "WORDS",
+    "gemm_address",
+    "loop_driver",
+    "one_blas_thread",
+]
