@@ -1,11 +1,13 @@
-"""A GRU's value and gradient over T steps: dq.scan (the body compiled once) against the same
-GRU unrolled by a Python loop (the only way before scan), and JAX's lax.scan when JAX is
-installed. Cold compile time (a fresh process and an empty compile cache per row) and step
-time (median of timed calls), batch 16, input 32, hidden 64, float32.
+"""A GRU's (or LSTM's) value and gradient over T steps: dq.scan (the body compiled once, run
+on the native loop driver), the same GRU unrolled by a Python loop (the only way before scan),
+JAX's lax.scan, and PyTorch (an eager loop of the same cell, and nn.GRU / nn.LSTM), in one
+run. Cold compile time (a fresh process and an empty compile cache per row; PyTorch: its
+first call), step time (median of timed calls) and peak memory (the fresh process's peak RSS
+growth from before the first call), batch 16, input 32, hidden 64 (`--hidden`), float32.
 
-    python benchmarks/rnn.py                       # prints the table
+    python benchmarks/rnn.py                       # prints the tables
     python benchmarks/rnn.py --update BENCHMARKS.md
-    python benchmarks/rnn.py --steps 8 64 --unrolled-max 64
+    python benchmarks/rnn.py --steps 8 64 --unrolled-max 64 --cell lstm --hidden 256
 """
 
 from __future__ import annotations
@@ -13,124 +15,231 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, markdown_table, median_time, update_section
+ROOT = Path(__file__).resolve().parents[1]  # this tree's dlvm_eq, not an installed one
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+from common import machine_line, markdown_table, median_time, update_section  # noqa: E402
 
 BATCH, INPUT, HIDDEN = 16, 32, 64
 HEADING = "## RNN: GRU value and gradient through dq.scan"
+GATES = {"gru": "zrh", "lstm": "ifoc"}
+# PyTorch on one thread: with its default two OpenMP threads on this loaded 2-core machine a
+# T = 64 GRU step took 1.7-1.9 s against 53-69 ms on one (the threads spin against the load)
+TORCH_THREADS = 1
 
 
-def _data(steps: int):
+def _data(steps: int, cell: str = "gru", hidden: int = HIDDEN):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    p = {
-        k: (rng.standard_normal(s) * 0.2).astype(np.float32)
-        for k, s in [
-            ("wz", (INPUT, HIDDEN)),
-            ("uz", (HIDDEN, HIDDEN)),
-            ("wr", (INPUT, HIDDEN)),
-            ("ur", (HIDDEN, HIDDEN)),
-            ("wh", (INPUT, HIDDEN)),
-            ("uh", (HIDDEN, HIDDEN)),
-        ]
-    }
-    h0 = np.zeros((BATCH, HIDDEN), np.float32)
+    p = {}
+    for g in GATES[cell]:
+        p[f"w{g}"] = (rng.standard_normal((INPUT, hidden)) * 0.2).astype(np.float32)
+        p[f"u{g}"] = (rng.standard_normal((hidden, hidden)) * 0.2).astype(np.float32)
+    h0 = np.zeros((BATCH, hidden), np.float32)
     xs = rng.standard_normal((steps, BATCH, INPUT)).astype(np.float32)
     return p, h0, xs
 
 
 def _cell(np_, sigmoid, p, h, x):
+    """The GRU cell (Cho et al.), the same formula for dq, JAX, numpy and PyTorch tensors."""
     z = sigmoid(x @ p["wz"] + h @ p["uz"])
     r = sigmoid(x @ p["wr"] + h @ p["ur"])
     c = np_.tanh(x @ p["wh"] + (r * h) @ p["uh"])
     return (1.0 - z) * h + z * c
 
 
-def _dq_program(kind: str):
+def _lstm(np_, sigmoid, p, hc, x):
+    """The LSTM cell on the carry (h, c); h is what the loss reads."""
+    h, c = hc
+    i = sigmoid(x @ p["wi"] + h @ p["ui"])
+    f = sigmoid(x @ p["wf"] + h @ p["uf"])
+    o = sigmoid(x @ p["wo"] + h @ p["uo"])
+    c = f * c + i * np_.tanh(x @ p["wc"] + h @ p["uc"])
+    return o * np_.tanh(c), c
+
+
+def _step(np_, sigmoid, cell):
+    """(carry, x) -> (carry, h) for lax.scan / dq.scan; the carry of an LSTM is (h, c)."""
+    if cell == "gru":
+        return lambda p: lambda h, x: (lambda h: (h, h))(_cell(np_, sigmoid, p, h, x))
+
+    def lstm(p):
+        def step(hc, x):
+            hc = _lstm(np_, sigmoid, p, hc, x)
+            return hc, hc[0]
+
+        return step
+
+    return lstm
+
+
+def _init(cell, h0):
+    return h0 if cell == "gru" else (h0, h0 * 0.0)
+
+
+def _dq_program(kind: str, cell: str = "gru"):
     import dlvm_eq as dq
 
-    def cell(p, h, x):
-        return _cell(dq, dq.sigmoid, p, h, x)
-
+    step = _step(dq, dq.sigmoid, cell)
     if kind == "dq-scan":
 
         def loss(p, h0, xs):
-            h, ys = dq.scan(lambda h, x: (cell(p, h, x),) * 2, h0, xs)
+            _, ys = dq.scan(step(p), _init(cell, h0), xs)
             return dq.mean(ys * ys)
 
     else:
 
         def loss(p, h0, xs):
-            h, total = h0, 0.0
+            carry, total = _init(cell, h0), 0.0
             for t in range(xs.shape[0]):
-                h = cell(p, h, xs[t])
+                carry, h = step(p)(carry, xs[t])
                 total = total + dq.sum(h * h)
-            return total / (xs.shape[0] * BATCH * HIDDEN)
+            return total / (xs.shape[0] * BATCH * h0.shape[1])
 
     return dq.jit(dq.value_and_grad(loss))
 
 
-def _jax_program():
+def _jax_program(cell: str = "gru"):
     import jax
     import jax.numpy as jnp
 
-    def loss(p, h0, xs):
-        def step(h, x):
-            h = _cell(jnp, jax.nn.sigmoid, p, h, x)
-            return h, h
+    step = _step(jnp, jax.nn.sigmoid, cell)
 
-        h, ys = jax.lax.scan(step, h0, xs)
+    def loss(p, h0, xs):
+        _, ys = jax.lax.scan(step(p), _init(cell, h0), xs)
         return jnp.mean(ys * ys)
 
     return jax.jit(jax.value_and_grad(loss))
 
 
-def run_one(kind: str, steps: int, repeats: int) -> dict:
-    """Compile (first call) and step time of one program, in this process."""
-    args = _data(steps)
+def _torch_program(kind: str, cell: str, args):
+    """(a callable running value and gradient, its arguments): `torch-loop` the same cell in an
+    eager Python loop, `torch-nn` nn.GRU / nn.LSTM (PyTorch's own formula, the same sizes)."""
+    import torch
+
+    p, h0, xs = args
+    xs_t, h0_t = torch.from_numpy(xs), torch.from_numpy(h0)
+    if kind == "torch-nn":
+        hidden = h0.shape[1]
+        net = (torch.nn.GRU if cell == "gru" else torch.nn.LSTM)(INPUT, hidden, bias=False)
+
+        def run():
+            net.zero_grad(set_to_none=True)
+            ys, _ = net(xs_t)
+            loss = torch.mean(ys * ys)
+            loss.backward()
+            return loss.item(), [q.grad for q in net.parameters()]
+
+        return run
+    params = {k: torch.from_numpy(v).requires_grad_() for k, v in p.items()}
+    step = _step(torch, torch.sigmoid, cell)(params)
+
+    def run():
+        for q in params.values():
+            q.grad = None
+        carry, ys = _init(cell, h0_t), []
+        for t in range(xs_t.shape[0]):
+            carry, h = step(carry, xs_t[t])
+            ys.append(h)
+        ys = torch.stack(ys)
+        loss = torch.mean(ys * ys)
+        loss.backward()
+        return loss.item(), [q.grad for q in params.values()]
+
+    return run
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int = HIDDEN) -> dict:
+    """Compile (first call), step time and peak memory of one program, in this process."""
+    args = _data(steps, cell, hidden)
+    sync = None
     if kind == "jax":  # imports are not compile time (dlvm_eq's code generator and e-graph
-        import jax  # noqa: F401  # still load on first use: that is part of a cold compile)
+        import jax  # still load on first use: that is part of a cold compile)
+
+        jax.numpy.zeros(1).block_until_ready()
+        sync = lambda out: out[0].block_until_ready()
+    elif kind.startswith("torch"):
+        import torch
+
+        torch.set_num_threads(TORCH_THREADS)
     else:
         import dlvm_eq  # noqa: F401
+    rss0 = _rss_mb()
     t0 = time.perf_counter()
     if kind == "jax":
-        f = _jax_program()
-        sync = lambda out: out[0].block_until_ready()
+        f = _jax_program(cell)
+    elif kind.startswith("torch"):
+        run = _torch_program(kind, cell, args)
+        f = lambda *_: run()
     else:
-        f = _dq_program(kind)
-        sync = None
+        f = _dq_program(kind, cell)
     out = f(*args)
     if sync:
         sync(out)
     compile_s = time.perf_counter() - t0
     step = median_time(lambda: f(*args), repeats=repeats, warmup=2, sync=sync)
-    return {"kind": kind, "steps": steps, "compile_s": compile_s, "step_ms": step.ms}
+    cpu = []  # CPU seconds of the process (every thread) per call: what load does not inflate
+    for _ in range(max(3, repeats // 2)):
+        c0 = time.process_time()
+        out = f(*args)
+        if sync:
+            sync(out)
+        cpu.append(time.process_time() - c0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+    return {
+        "kind": kind,
+        "steps": steps,
+        "compile_s": compile_s,
+        "step_ms": step.ms,
+        "cpu_ms": 1e3 * sorted(cpu)[len(cpu) // 2],
+        "peak_mb": max(peak - rss0, 0.0),
+    }
 
 
-def overhead(steps: int = 1000, repeats: int = 10) -> dict:
-    """Per-step cost of the loop driver: a scan whose body is one add on a 16 x 64 carry,
-    against calling that body's compiled program directly (numpy arrays, target cpu)."""
+def overhead(steps: int = 1000, rounds: int = 5) -> dict:
+    """Per-step cost of the loop drivers: a scan whose body is one add on a 16 x 64 carry on
+    the native driver and on the Python driver (pipeline/loops.NATIVE_LOOPS off), alternating
+    rounds in this process, against calling that body's compiled program directly."""
     import numpy as np
 
     import dlvm_eq as dq
     from dlvm_eq.ir import Module
+    from dlvm_eq.pipeline import loops
 
     c0 = np.zeros((BATCH, HIDDEN), np.float32)
     xs = np.ones((steps, BATCH, HIDDEN), np.float32)
-    f = dq.jit(lambda c, xs: dq.scan(lambda c, x: (c + x, None), c0 * 0.0 + c, xs)[0])
-    f(c0, xs)
-    per_step = median_time(lambda: f(c0, xs), repeats=repeats, warmup=1).median / steps
+    fs = {}
+    for native in (True, False):
+        loops.NATIVE_LOOPS = native
+        fs[native] = dq.jit(lambda c, xs: dq.scan(lambda c, x: (c + x, None), c0 * 0.0 + c, xs)[0])
+        fs[native](c0, xs)
+    loops.NATIVE_LOOPS = True
+    times: dict = {True: [], False: []}
+    for _ in range(rounds):
+        for native in (True, False):
+            t = median_time(lambda f=fs[native]: f(c0, xs), repeats=5, warmup=1).median
+            times[native].append(t / steps)
     m = dq.make_ir(lambda c, x: c + x)(c0, xs[0])
     body = dq.compile(Module("b", functions=dict(m.functions)), next(iter(m.functions)))
     alone = median_time(lambda: body(c0, xs[0]), repeats=2000, warmup=50).median
-    return {"per_step_us": per_step * 1e6, "body_alone_us": alone * 1e6, "steps": steps}
+    return {
+        "native_us": float(np.median(times[True])) * 1e6,
+        "python_us": float(np.median(times[False])) * 1e6,
+        "body_alone_us": alone * 1e6,
+        "steps": steps,
+    }
 
 
 def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
@@ -193,10 +302,12 @@ def residual_memory(steps_list=(64, 256, 1024)) -> list[list]:
     return rows
 
 
-def _in_fresh_process(kind: str, steps: int, repeats: int) -> dict:
+def _in_fresh_process(kind: str, steps: int, repeats: int, cell: str, hidden: int) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache)
+        path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache, PYTHONPATH=path)
         cmd = [sys.executable, __file__, "--one", kind, str(steps), "--repeats", str(repeats)]
+        cmd += ["--cell", cell, "--hidden", str(hidden)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode:
         raise SystemExit(f"{kind} T={steps} failed:\n{out.stderr[-3000:]}")
@@ -211,70 +322,126 @@ def _has_jax() -> bool:
     return True
 
 
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, nargs="+", default=[8, 64, 512])
-    ap.add_argument("--unrolled-max", type=int, default=64, help="longest unrolled program")
+    ap.add_argument("--steps", type=int, nargs="+", default=[8, 64, 512, 2048])
+    ap.add_argument("--unrolled-max", type=int, default=8, help="longest unrolled program")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--cell", choices=sorted(GATES), default="gru")
+    ap.add_argument("--hidden", type=int, default=HIDDEN)
+    ap.add_argument("--table-only", action="store_true", help="no overhead, SGD or memory runs")
     ap.add_argument("--update", type=Path, help="write the table into this markdown file")
     ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats)))
+        print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats, a.cell, a.hidden)))
         return
-    kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has_jax() else [])
+    load = os.getloadavg()[0]
+    kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has("jax") else [])
+    kinds += ["torch-loop", "torch-nn"] if _has("torch") else []
     rows = []
     for steps in a.steps:
         for kind in kinds:
             if kind == "dq-unrolled" and steps > a.unrolled_max:
-                rows.append([steps, kind, None, None])
                 continue
-            r = _in_fresh_process(kind, steps, a.repeats)
-            rows.append([steps, kind, f"{r['compile_s']:.2f}", f"{r['step_ms']:.3f}"])
-            print(f"T={steps} {kind}: compile {r['compile_s']:.2f} s, step {r['step_ms']:.3f} ms")
-    table = markdown_table(["T", "program", "cold compile s", "step ms (median)"], rows)
-    o = overhead()
-    print(o)
-    sgd = sgd_in_one_call()
-    print(sgd)
-    memory = markdown_table(
-        ["T", "T carries KiB", "peak KiB, checkpoint None", 'peak KiB, checkpoint "sqrt"'],
-        residual_memory(),
+            r = _in_fresh_process(kind, steps, a.repeats, a.cell, a.hidden)
+            rows.append(
+                [
+                    steps,
+                    kind,
+                    f"{r['compile_s']:.2f}",
+                    f"{r['step_ms']:.3f}",
+                    f"{r['cpu_ms']:.3f}",
+                    f"{r['peak_mb']:.0f}",
+                    f"{os.getloadavg()[0]:.1f}",
+                ]
+            )
+            print(f"T={steps} {kind}: {r}", flush=True)
+    table = markdown_table(
+        [
+            "T",
+            "program",
+            "cold compile s (torch: first call)",
+            "step ms (median)",
+            "step CPU ms (median)",
+            "peak RSS growth MB",
+            "load",
+        ],
+        rows,
     )
-    print(memory)
+    default = (a.cell, a.hidden) == ("gru", HIDDEN)
+    heading = (
+        HEADING
+        if default
+        else f"## RNN: {a.cell.upper()} (hidden {a.hidden}) value and gradient through dq.scan"
+    )
+    command = " ".join(["python benchmarks/rnn.py", *sys.argv[1:]])
     text = (
-        f"{HEADING}\n\n"
-        f"Command: `python benchmarks/rnn.py{' --update ' + str(a.update) if a.update else ''}`  \n"
+        f"{heading}\n\n"
+        f"Command: `{command}`  \n"
         f"Machine: {machine_line()}; measured {time.strftime('%Y-%m-%d')}, load average "
-        f"{os.getloadavg()[0]:.2f} before the run (a shared machine).\n\n"
-        f"GRU (batch {BATCH}, input {INPUT}, hidden {HIDDEN}, float32), value and gradient of "
-        "the mean squared hidden state with respect to the six weight matrices, target cpu. "
-        "Cold compile: the first call in a fresh process with an empty compile cache (trace, "
-        "differentiate, optimize, plan, kernels); step: median of the timed calls after it. "
-        "`dq-scan` compiles each straight piece and the forward and backward scan bodies once; "
-        "`dq-unrolled` is the Python loop unrolled at trace time (not run past "
-        f"T = {a.unrolled_max}).\n\n{table}\n\n"
-        f"Per-iteration overhead of the loop driver: a scan of {o['steps']} steps whose body "
-        f"is one add on a {BATCH} x {HIDDEN} f32 carry takes {o['per_step_us']:.1f} us a "
-        f"step; the compiled body called alone from Python takes {o['body_alone_us']:.1f} us "
-        "a call (the driver adds the rest: slicing xs, stacking ys, Python between steps).\n\n"
-        f"Training inside one call: {sgd['steps']} SGD steps of a least-squares model "
-        "(256 x 32, value-and-grad in the loop body) through `dq.fori_loop` in one `dq.jit` "
-        f"call take {sgd['one_call_ms']:.2f} ms; {sgd['steps']} calls of the jitted step "
-        f"take {sgd['separate_ms']:.2f} ms (ratio "
-        f"{sgd['one_call_ms'] / sgd['separate_ms']:.2f}).\n\n"
-        f"Residual memory: the gradient of a tanh RNN (carry {BATCH} x {HIDDEN} f32, 4 KiB) "
-        "with respect to its weights, peak bytes allocated during one compiled call "
-        "(tracemalloc, numpy arrays included, after two warm-up calls). Without "
-        "checkpointing the forward scan stores each step's residuals (here two 4 KiB values: "
-        "what the body's VJP reads that depends on the carry); "
-        '`dq.scan(..., checkpoint="sqrt")` stores one carry per segment of ceil(sqrt(T)) '
-        "steps and runs each segment again in the backward pass.\n\n"
-        f"{memory}\n"
+        f"{load:.2f} before the run and per row in the table (a shared machine).\n\n"
+        f"{a.cell.upper()} (batch {BATCH}, input {INPUT}, hidden {a.hidden}, float32, no "
+        "biases), value and gradient of the mean squared hidden states with respect to the "
+        "weight matrices, target cpu. Cold compile: the first call in a fresh process with "
+        "an empty compile cache (trace, differentiate, optimize, plan, kernels; PyTorch has "
+        "nothing to compile: its first call); step: median wall time of the timed calls after "
+        "it; step CPU: median CPU time of the process (all its threads) per call, which the "
+        "machine's load inflates far less than wall time (a call that needs a few ms of CPU "
+        "is often preempted here and waits a time slice); peak "
+        "RSS growth: the process's peak RSS less its RSS after imports. `dq-scan` compiles "
+        "each straight piece and the forward and backward scan bodies once and runs both "
+        "scans on the native loop driver; `dq-unrolled` is the Python loop unrolled at trace "
+        f"time (not run past T = {a.unrolled_max}); `jax` is `jax.lax.scan` under `jax.jit`; "
+        "`torch-loop` the same cell in an eager Python loop with autograd; `torch-nn` "
+        f"`nn.{'GRU' if a.cell == 'gru' else 'LSTM'}` (PyTorch's own gate formula, the same "
+        f"sizes), on {TORCH_THREADS} thread (with its default two threads under this load a "
+        "T = 64 step took 25-35x longer); dlvm_eq, JAX and OpenBLAS with their defaults.\n\n"
+        f"{table}\n"
     )
+    if not a.table_only:
+        o = overhead()
+        print(o)
+        sgd = sgd_in_one_call()
+        print(sgd)
+        memory = markdown_table(
+            ["T", "T carries KiB", "peak KiB, checkpoint None", 'peak KiB, checkpoint "sqrt"'],
+            residual_memory(),
+        )
+        print(memory)
+        text += (
+            f"\nPer-iteration overhead of the loop drivers (load {os.getloadavg()[0]:.1f}): a "
+            f"scan of {o['steps']} steps whose body is one add on a {BATCH} x {HIDDEN} f32 "
+            f"carry takes {o['native_us']:.2f} us a step on the native driver (every step in "
+            f"one native call) and {o['python_us']:.1f} us a step on the Python driver "
+            "(`pipeline/loops.NATIVE_LOOPS = False`: a Python call of the body per step), "
+            "alternating rounds in one process; the compiled body called alone from Python "
+            f"takes {o['body_alone_us']:.1f} us a call.\n\n"
+            f"Training inside one call: {sgd['steps']} SGD steps of a least-squares model "
+            "(256 x 32, value-and-grad in the loop body) through `dq.fori_loop` in one "
+            f"`dq.jit` call take {sgd['one_call_ms']:.2f} ms; {sgd['steps']} calls of the "
+            f"jitted step take {sgd['separate_ms']:.2f} ms (ratio "
+            f"{sgd['one_call_ms'] / sgd['separate_ms']:.2f}).\n\n"
+            f"Residual memory: the gradient of a tanh RNN (carry {BATCH} x {HIDDEN} f32, 4 KiB) "
+            "with respect to its weights, peak bytes allocated during one compiled call "
+            "(tracemalloc, numpy arrays included, after two warm-up calls). Without "
+            "checkpointing the forward scan stores each step's residuals (here two 4 KiB "
+            "values: what the body's VJP reads that depends on the carry); "
+            '`dq.scan(..., checkpoint="sqrt")` stores one carry per segment of ceil(sqrt(T)) '
+            "steps and runs each segment again in the backward pass.\n\n"
+            f"{memory}\n"
+        )
     print(text)
     if a.update:
-        update_section(a.update, HEADING, text)
+        update_section(a.update, heading, text)
 
 
 if __name__ == "__main__":

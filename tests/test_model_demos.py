@@ -11,13 +11,40 @@ import numpy as np
 import pytest
 
 from dlvm_eq.cli import main
-from dlvm_eq.models import cnn, cnn_demo, transformer, transformer_demo
+from dlvm_eq.models import cnn, cnn_demo, rnn, rnn_demo, transformer, transformer_demo
 
 
 def test_cnn_reaches_98_percent_on_the_digits():
     result = cnn_demo.run(epochs=14, out=io.StringIO())
     assert result["accuracy"] >= 0.98
     assert result["losses"][-1] < result["losses"][0] / 10
+
+
+def test_gru_reaches_95_percent_on_the_digits_rows_as_steps():
+    out = io.StringIO()
+    result = rnn_demo.run(epochs=8, out=out)
+    assert result["accuracy"] >= 0.95
+    assert result["losses"][-1] < result["losses"][0] / 5
+    assert "8 steps" in out.getvalue()
+
+
+def test_gru_logits_match_a_numpy_loop_in_float64():
+    images = np.random.default_rng(1).random((5, 64), dtype=np.float32)
+    for setting, steps in (("rows", 8), ("pixels", 64)):
+        q = rnn.init_params(inputs=8 if setting == "rows" else 1, hidden=16, seed=2)
+        xs = rnn.as_sequence(images, setting)
+        assert xs.shape == (steps, 5, 8 if setting == "rows" else 1)
+        g = {k: v.astype(np.float64) for k, v in q.items()}
+        sig = lambda a: 1 / (1 + np.exp(-a))
+        h = np.zeros((5, 16))
+        for t in range(steps):
+            x = xs[t].astype(np.float64)
+            z = sig(x @ g["wz"] + h @ g["uz"] + g["bz"])
+            r = sig(x @ g["wr"] + h @ g["ur"] + g["br"])
+            c = np.tanh(x @ g["wh"] + (r * h) @ g["uh"] + g["bh"])
+            h = (1 - z) * h + z * c
+        want = h @ g["w"] + g["b"]
+        np.testing.assert_allclose(rnn.logits(q, xs), want, rtol=1e-4, atol=1e-5)
 
 
 def test_transformer_sorts_held_out_digit_sequences():
@@ -62,7 +89,12 @@ def test_demo_command_refuses_workers_for_other_models(capsys):
     assert "--workers trains the MLP demo only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_demo_command_refuses_sequence_for_other_models(capsys):
+    assert main(["demo", "--model", "cnn", "--sequence", "pixels"]) == 1
+    assert "--sequence is for the GRU demo only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["cnn", "rnn", "transformer"])
 def test_demo_command_trains_the_model(model, capsys):
     assert main(["demo", "--model", model, "--epochs", "1"]) == 0
     out = capsys.readouterr().out

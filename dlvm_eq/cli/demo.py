@@ -1,6 +1,7 @@
 """`dlvm-eq demo`: compile and train a bundled model: the MLP on the digits data set (the default,
-what `make demo` runs), a CNN on the same digits (`--model cnn`), or a transformer encoder that
-learns to sort digit sequences (`--model transformer`)."""
+what `make demo` runs), a CNN on the same digits (`--model cnn`), a GRU reading them as a sequence through dq.scan
+(`--model rnn`, rows as steps or `--sequence pixels`), or a transformer encoder that learns to
+sort digit sequences (`--model transformer`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="mlp",
-        choices=("mlp", "cnn", "transformer"),
+        choices=("mlp", "cnn", "rnn", "transformer"),
         help="which bundled model to train (default: mlp)",
     )
     p.add_argument(
@@ -24,7 +25,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--epochs",
         type=int,
         default=None,
-        help="training epochs (default: mlp 40, cnn 25, transformer 3)",
+        help="training epochs (default: mlp 40, cnn 25, rnn 30, transformer 3)",
     )
     p.add_argument(
         "--dropout",
@@ -41,6 +42,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PNG", help="draw the loss curve with matplotlib")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--sequence",
+        default=None,
+        choices=("rows", "pixels"),
+        help="rnn: the digits as 8 steps of a row (default) or 64 steps of a pixel",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -52,7 +59,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from ..errors import DlvmError
-    from ..models import cnn_demo, demo, transformer_demo
+    from ..models import cnn_demo, demo, rnn_demo, transformer_demo
 
     kwargs = {"target": args.target, "plot": args.plot, "seed": args.seed}
     if args.epochs is not None:
@@ -67,5 +74,10 @@ def run(args) -> int:
         if not 0.0 <= args.dropout < 1.0:
             raise DlvmError(f"--dropout must be in [0, 1), got {args.dropout}")
         kwargs.update(dropout=args.dropout, batch_norm=args.batch_norm)
-    {"mlp": demo, "cnn": cnn_demo, "transformer": transformer_demo}[args.model].run(**kwargs)
+    if args.sequence is not None:
+        if args.model != "rnn":
+            raise DlvmError("--sequence is for the GRU demo only (use --model rnn)")
+        kwargs["sequence"] = args.sequence
+    models = {"mlp": demo, "cnn": cnn_demo, "rnn": rnn_demo, "transformer": transformer_demo}
+    models[args.model].run(**kwargs)
     return 0

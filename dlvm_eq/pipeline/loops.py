@@ -10,9 +10,15 @@ compiled body once per step. A body with loops of its own is compiled the same w
 The e-graph sees each piece and body separately: a control-flow op is an opaque call for the
 program around it, and its body is optimized on its own by the same rules.
 
-Buffers: a compiled body reuses its arena across steps (codegen's executor); its outputs are
-fresh or recycled buffers that the driver drops once the next step has read them, and the
-stacked ys are allocated once per loop and filled step by step.
+Execution: on cpu a scan whose body's plan allows it (codegen/planning/loop_plan.py) runs on
+the native loop driver (codegen/execution/native_loop.py): every step in one native call, no
+Python between steps, the body's arena and output buffers reused by every step and the stacked
+ys written in place. Otherwise (gpu, a body with loops of its own, a kernel split over
+threads, ...) the Python driver below calls the compiled body once per step; `drivers` says
+which ran each scan and why. Buffers there: a compiled body reuses its arena across steps
+(codegen's executor); its outputs are fresh or recycled buffers that the driver drops once the
+next step has read them, and the stacked ys are allocated once per loop and filled step by
+step.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ LOOP_RULES = True
 # with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
 # OpenBLAS's threading threshold where 64 small ones did not).
 BATCH_STEP_PRODUCTS = False
+# A scan whose body allows it runs on the native loop driver (no Python between steps); off,
+# every scan runs through the Python driver below (benchmarks/rnn.py measures both).
+NATIVE_LOOPS = True
 
 
 def needs_loops(module: Module, name: str) -> bool:
@@ -67,9 +76,11 @@ class LoopsReport:
     name: str
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
+    drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
+        lines.extend(f"  scan {k}: driver {d}" for k, d in enumerate(self.drivers))
         for label, report in self.parts:
             lines.append(f"  {label}:")
             lines.extend("    " + line for line in str(report).splitlines())
@@ -116,6 +127,7 @@ class _Program:
         self._tuple = isinstance(fn.result_type, TupleType)
         # (run, operands read, values defined, whether a region)
         self._steps: list[tuple[Any, Sequence[Operand], list[Value], bool]] = []
+        self.drivers = self.report.drivers  # per scan: "native", or why Python runs it
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
                 assert piece.function is not None  # split() gives each straight piece one
@@ -138,6 +150,12 @@ class _Program:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
         if inst.op == SCAN:
+            native = _native(compiled[0], attrs) if self.target == "cpu" else None
+            self.drivers.append(native if isinstance(native, str) or native is None else "native")
+            if native is not None and not isinstance(native, str):
+                nc, nx = attrs["carries"], attrs["xs"]
+                n = attrs["length"]
+                return lambda vals: native(vals[:nc], vals[nc : nc + nx], vals[nc + nx :], n)
             return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
         if inst.op == WHILE:
             return lambda vals: _run_while(compiled[0], compiled[1], attrs, vals)
@@ -192,6 +210,18 @@ def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
         )
     ctx.done[id(fn)] = (fn, run)  # fn kept alive: its id is the key
     return run
+
+
+def _native(body, attrs):
+    """The scan on the native loop driver (codegen/execution/native_loop.py), or why not."""
+    if not NATIVE_LOOPS:
+        return "native loops are off"
+    prog = getattr(body, "program", None)
+    if prog is None or not hasattr(prog, "take_arena"):
+        return "a body with loops of its own"
+    from ..codegen.execution.native_loop import native_scan
+
+    return native_scan(prog, attrs["carries"], attrs["xs"], attrs["reverse"])
 
 
 def _array_module(target: str):

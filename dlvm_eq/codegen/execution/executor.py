@@ -390,6 +390,19 @@ class CpuProgram:
     def __call__(self, *args):
         return self._call(args, self._runs)
 
+    def take_arena(self) -> list:
+        """An arena (slot list: arrays, then data pointers) for one call on this thread
+        (execution/native_loop.py runs a loop in it); hand it back with give_arena."""
+        try:
+            return self._arenas.pop()  # atomic: each arena serves one call at a time
+        except IndexError:
+            return self._new_env()
+
+    def give_arena(self, env: list) -> None:
+        for s in self._clear:
+            env[s] = None
+        self._arenas.append(env)
+
     def timed_call(self, *args) -> tuple[object, list[float]]:
         """(the call's results, seconds of each plan step in this call): what `--measure`
         prints next to each step's predicted time."""
