@@ -27,6 +27,10 @@ EXPLODING = """(ruleset explode)
 """
 
 
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def long_sum(n: int = 14) -> str:
     t = "<3 x f32>"
     lines = [
@@ -52,6 +56,9 @@ def interrupted_after(delay: float, *argv) -> tuple[int, float, str]:
         text=True,
         cwd=ROOT,
         env=env,
+        # Ctrl-C as a terminal's foreground job gets it: a shell starts a background job
+        # (CI's runner, say) with SIGINT ignored, and the child would inherit that
+        preexec_fn=_sigint_default,
     )
     time.sleep(delay)
     t0 = time.perf_counter()

@@ -94,3 +94,11 @@ def test_defaults_see_which_way_each_large_measured_change_goes(programs):
             wrong.append(f"{name}: measured {measured:.2f}x, predicted {p_off / p_on:.2f}x")
     assert not wrong, wrong
     assert any(abs(math.log(r["measured_speedup"])) > math.log(1.15) for r, *_ in programs.values())
+
+
+def test_building_a_model_leaves_the_bundled_loss_named_as_written():
+    # build() once renamed dlvm_eq.models.mlp.loss to "mlp" for the rest of the process
+    from dlvm_eq.models import mlp
+
+    egraph_models.build(egraph_models.mlp, algebra=False)
+    assert mlp.loss.__name__ == "loss"

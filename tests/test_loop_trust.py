@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 120  # per process: a hang, not a slow machine
 
 
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def compiled(f, *args):
     m = dq.make_ir(f)(*args)
     name = next(iter(m.functions))
@@ -216,6 +220,9 @@ def test_a_process_leaving_during_a_loop_exits_cleanly(kind, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal's foreground job gets it: a shell starts a background job
+        # (CI's runner, say) with SIGINT ignored, and the child would inherit that
+        preexec_fn=_sigint_default,
     )
     try:
         assert proc.stdout.readline().strip() == "ready"

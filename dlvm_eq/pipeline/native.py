@@ -42,7 +42,7 @@ from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .never_slower import choose_program
-from .planning import planned
+from .planning import plan_function, planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
 if TYPE_CHECKING:
@@ -273,8 +273,13 @@ def _never_slower(module: Module, res, name: str, target: str):
     if fr.kept_original or res.module[name] is module[name]:
         return None, None
     stable = tuple(stable_rules_fired(fr.saturation.rule_matches)) if fr.saturation else ()
-    before = planned(module, name, target)
-    after = planned(res.module, name, target)
+    from ..codegen import rows_for
+
+    # planned here, not through planning.planned's cache: its key prints each module, and the
+    # plan kept is stored by `lower` under the optimizer's key (no print)
+    rows = rows_for(target)
+    before = plan_function(module[name], module, rows=rows, target=target)
+    after = plan_function(res.module[name], res.module, rows=rows, target=target)
     choice = choose_program(before, after, target, stable=stable)
     return choice, (after if choice.kept == "optimized" else before)
 
