@@ -18,6 +18,7 @@ lru_caches of values that never change (a race computes one twice).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ class CpuIR:
     text: str  # LLVM IR (unoptimized)
     symbol: str  # function name in `text`
     layout: LoopLayout  # loop layout; its dims_array() is the kernel's last argument
-    kind: str  # "map" or "reduce"
+    kind: str  # "map" or "reduce" ("small-map", "small-reduce": see is_small)
 
 
 def mark_noalias(fn: ir.Function, first: int):
@@ -232,13 +233,44 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
     return triple.startswith("x86_64") and out_bytes >= NT_MIN_BYTES
 
 
+# A kernel over fewer elements than one 256-bit vector holds never runs a vector loop body
+# (LLVM's narrowest vector loop here is 8 f32 or 4 f64 lanes): it compiles without the
+# vectorizers, at O2. Measured (benchmarks/small_kernels.py, CPU time per call): no slower at
+# sizes under one vector (at 8 f32 or 4 f64, 1.4-1.9x slower). The 30-layer tanh chain's
+# gradient on 6 floats: LLVM time 0.82 -> 0.35 s. Its IR starts with SMALL_HEADER, so its
+# symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object codes
+# never stand in for each other.
+SMALL_KERNEL_BYTES = 32
+SMALL_HEADER = "; small kernel: O2, no vectorizers\n"
+
+
+def is_small(spec) -> bool:
+    """Whether a map or reduction kernel iterates over fewer elements than one 256-bit vector
+    of its widest dtype holds (counted as at least 4 bytes: bool and i32 kernels as f32's).
+
+    >>> from dlvm_eq.codegen.kernels.kernel_spec import KernelInput
+    >>> from dlvm_eq.codegen.kernels.spec import Load
+    >>> is_small(KernelSpec("k", (7,), [KernelInput("f32")], [Load(0) + 1.0]))
+    True
+    >>> is_small(KernelSpec("k", (4,), [KernelInput("f64")], [Load(0) + 1.0]))
+    False
+    """
+    dtypes = set(spec.input_dtypes)
+    dtypes |= set(spec.output_dtypes) if isinstance(spec, KernelSpec) else {spec.dtype}
+    widest = max([4] + [DTYPES[d].itemsize for d in dtypes])
+    return math.prod(spec.shape) * widest < SMALL_KERNEL_BYTES
+
+
 def cpu_ir(spec) -> CpuIR:
     """LLVM IR text for the host CPU; the symbol hashes the IR so equal kernels coincide."""
     tm = target_machine()
     layout = spec_layout(spec)
     args = dict(layout=layout, triple=tm.triple, datalayout=str(tm.target_data))
-    text, symbol = symbol_for(lambda sym: str(build_module(spec, sym, **args)))
-    return CpuIR(text, symbol, layout, "map" if isinstance(spec, KernelSpec) else "reduce")
+    small = is_small(spec)
+    head = SMALL_HEADER if small else ""
+    text, symbol = symbol_for(lambda sym: head + str(build_module(spec, sym, **args)))
+    kind = "map" if isinstance(spec, KernelSpec) else "reduce"
+    return CpuIR(text, symbol, layout, f"small-{kind}" if small else kind)
 
 
 # ------------------------------------------------------------------ LLVM: target and passes
@@ -289,6 +321,8 @@ def host_key() -> str:
 # compile -> 90 ms, same speed). im2col, col2im (memory-bound copies): O2 took a quarter less
 # LLVM time on the CNN step, the kernels no slower (BENCHMARKS.md, "LLVM pipeline per family").
 FAMILY_PIPELINE = {"gemm": (2, False), "im2col": (2, True), "col2im": (2, True)}
+# maps and reductions smaller than one vector (is_small): no vector loop body ever runs
+FAMILY_PIPELINE.update({"small-map": (2, False), "small-reduce": (2, False)})
 
 
 def family_pipeline(kind: str) -> tuple[int, bool]:
