@@ -103,3 +103,23 @@ def test_a_pickled_jitted_function_keeps_the_flag(tmp_path):
     back = pickle.loads(pickle.dumps(dq.jit(softplus_difference, rules=[rules], verify_rules=True)))
     assert back.verify_rules and back.rules == (rules,)
     np.testing.assert_allclose(back(X), 2 * X, rtol=1e-5, atol=1e-6)
+
+
+def test_optimize_refuses_a_false_rule_and_keeps_a_proven_one(tmp_path):
+    false, mine = tmp_path / "false.egg", tmp_path / "mine.egg"
+    false.write_text(FALSE)
+    mine.write_text(IDENTITY)
+    module = dq.jit(tanh_then_product).lower(X, W)
+    name = next(iter(module.functions))
+    # without the flag the false rule is used: the interpreted result is wrong, as numpy says
+    unchecked = dq.optimize(module, name, rules=[false]).module
+    assert not np.allclose(dq.interpret(unchecked, name, X, W), np.tanh(X) @ W, atol=1e-3)
+    with pytest.raises(VerificationError) as info:
+        dq.optimize(module, name, rules=[false], verify_rules=True)
+    assert f"{false}:3" in str(info.value) and f"{false}:2" not in str(info.value)
+    with pytest.raises(VerificationError, match=f"{false}:3"):  # rules given by position
+        dq.optimize(module, name, [false], verify_rules=True)
+    sp = dq.jit(softplus_difference).lower(X)
+    sp_name = next(iter(sp.functions))
+    checked = dq.optimize(sp, sp_name, rules=mine, verify_rules=True).module
+    np.testing.assert_allclose(dq.interpret(checked, sp_name, X), 2 * X, rtol=1e-5, atol=1e-6)

@@ -20,10 +20,15 @@ def interpret(module: Module, name: str, *arrays, float64: bool = False):
     return interpret_resolved(resolve_adjoints(module, [name]), name, *arrays, float64=float64)
 
 
-def optimize(module: Module, func: str | None = None, *args, **options):
+def optimize(module: Module, func: str | None = None, *args, verify_rules: bool = False, **options):
     """`dlvm_eq.egraph.optimize.optimize` (same options: rules, target, budget, extractor,
     schedule, time_limit, explain, deadline) on `module` with its declared adjoints (those
-    `func` reaches, or all) synthesized; an OptimizeResult."""
+    `func` reaches, or all) synthesized; an OptimizeResult. verify_rules=True refuses a rule
+    of `rules` that verify-rules cannot prove (VerificationError, file:line), as on dq.jit."""
+    if verify_rules:
+        from .verified_rules import check_user_rules
+
+        check_user_rules((args[0] if args else options.get("rules")) or (), "optimize")
     from ..egraph import load_bindings  # egglog: only when an e-graph is built
 
     load_bindings()

@@ -1,8 +1,9 @@
-"""`verify_rules=True` on dq.jit and dq.compile: the user's rule files go through verify-rules
+"""`verify_rules=True` on dq.jit, dq.compile and dq.optimize: the user's rule files go through verify-rules
 (verify/rules.py) before anything is compiled with them, and a rule it cannot prove is refused
 with its file:line.
 
     dq.jit(f, rules=["my.egg"], verify_rules=True)   # VerificationError: my.egg:3: FAILED ...
+    dq.optimize(module, rules=["my.egg"], verify_rules=True)   # the same refusal
 
 Refused, as by `dlvm-eq verify-rules --strict`: a rule that fails (a counterexample), is
 skipped (the checker cannot read it) or stays unproven. A rule sympy ran out of time on, but
