@@ -476,3 +476,33 @@ def test_the_gpu_kernels_logic_matches_the_reference_when_emulated_on_the_cpu(ca
         g.dilation,
     )
     np.testing.assert_array_equal(dx, full[:, :, t : t + g.height, l : l + g.width])
+
+
+def test_conv_kernels_build_with_the_plan_not_on_the_first_call():
+    # their build time then counts in the compile's `kernels` phase (the report's breakdown)
+    from dlvm_eq.codegen.runtime import conv_kernel
+    from dlvm_eq.codegen.runtime.jit import JIT
+
+    rng = np.random.default_rng(7)
+    args = [
+        rng.standard_normal(s).astype(np.float32)
+        for s in ((3, 2, 9, 7), (4, 2, 3, 3), (6, 2, 1, 3))
+    ]
+    step = dq.value_and_grad(_cnn_loss, argnums=(0, 1, 2))
+    module = dq.jit(step).lower(*args)
+    name = next(iter(module.functions))
+    compiled = dq.compile(module, name)
+    built = set(conv_kernel._kernels)
+    kinds = {type(k[0] if isinstance(k, tuple) else k).__name__ for k in built}
+    assert {"Im2colSpec", "Col2imSpec"} <= kinds
+    counters = dict(JIT.counters)
+    got = compiled(*args)  # the value and the three gradients, flat
+    assert set(conv_kernel._kernels) == built  # the call built no window kernel
+    assert {k: JIT.counters[k] for k in ("compiled", "loaded_from_disk")} == {
+        k: counters[k] for k in ("compiled", "loaded_from_disk")
+    }
+    assert "kernels" in compiled.report.phases
+    want_value, want_grads = dq.jit(step, target="interp")(*args)
+    assert len(got) == 4
+    for g, w in zip(got, [want_value, *want_grads]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max())

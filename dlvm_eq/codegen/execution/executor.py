@@ -74,7 +74,7 @@ from .arguments import check_argument
 from .gather_steps import index_run
 from .index_range_check import IndexRangeCheck
 from .index_steps import native_index_run
-from .window_steps import window_run
+from .window_steps import conv_kernel_builds, window_run
 
 KEEP_OUTPUTS = 4  # output buffers remembered per result for reuse
 
@@ -248,7 +248,8 @@ class CpuProgram:
                 )
                 for s in steps
             ]
-        )  # new kernels build in parallel
+            + conv_kernel_builds(plan)
+        )  # new kernels build in parallel (convolutions' too: runtime/conv_cpu.kernel_spec)
         self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]

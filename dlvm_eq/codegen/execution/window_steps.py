@@ -57,6 +57,27 @@ def window_run(step: WindowStep, xp, view_fns):
     return run
 
 
+def conv_kernel_builds(plan) -> list:
+    """A build (a callable) per im2col/col2im kernel the plan's convolutions run on the CPU,
+    so that they compile with the plan's other kernels, in parallel and inside the compile's
+    `kernels` phase, rather than on the first call."""
+    from ..kernels.spec import DTYPES
+    from ..runtime.conv_kernel import compile_conv
+
+    specs = {
+        conv_cpu.kernel_spec(
+            step.op,
+            step.inputs[0].shape,
+            step.inputs[1].shape,
+            DTYPES[plan.slots[step.out].dtype],
+            window_ops.unpack(step.op, step.packed),
+        )
+        for step in plan.steps
+        if isinstance(step, WindowStep) and step.op in conv_cpu.OPS
+    }
+    return [lambda spec=spec: compile_conv(spec) for spec in sorted(specs, key=repr)]
+
+
 def _conv_run(op, attrs, slots, fns, out, matmul):
     """A convolution on the CPU: generated im2col/col2im kernels around the products
     (runtime/conv_cpu.py), written straight into the output slot."""

@@ -139,11 +139,29 @@ def _geometry(x_shape, kernel, dtype, attrs) -> ConvGeometry:
     return geometry(DTYPE_NAMES[np.dtype(dtype)], x_shape, kernel, attrs)
 
 
+def geometry_for(op: str, a_shape, b_shape, dtype, attrs) -> ConvGeometry:
+    """The geometry `op` works in, from its operands' shapes (conv2d: x, w; the input
+    adjoint: dy, w; the weight adjoint: x, dy)."""
+    if op == "conv2dBackwardInput":
+        x_shape = (a_shape[0], b_shape[1] * attrs["groups"]) + tuple(attrs["size"])
+        return _geometry(x_shape, tuple(b_shape[2:]), dtype, attrs)
+    kernel = tuple(b_shape[2:]) if op == "conv2d" else tuple(attrs["size"])
+    return _geometry(a_shape, kernel, dtype, attrs)
+
+
+def kernel_spec(op: str, a_shape, b_shape, dtype, attrs) -> Im2colSpec | Col2imSpec:
+    """The im2col or col2im kernel `evaluate(op, ...)` runs on operands of these shapes: a
+    plan builds it with its other kernels (in the compile's `kernels` phase), not on the
+    first call."""
+    g = geometry_for(op, a_shape, b_shape, dtype, attrs)
+    return Col2imSpec(g) if op == "conv2dBackwardInput" else Im2colSpec(g)
+
+
 def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     n = x.shape[0]
-    o, _, kh, kw = w.shape
+    o = w.shape[0]
     groups = attrs["groups"]
-    g = _geometry(x.shape, (kh, kw), x.dtype, attrs)
+    g = geometry_for("conv2d", x.shape, w.shape, x.dtype, attrs)
     rg, og, p = g.rows // groups, o // groups, g.cols
     wm = w.reshape(groups, og, rg)
     y = np.empty((n, o) + g.out_hw, x.dtype) if out is None else out
@@ -182,9 +200,8 @@ def conv2d(x, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
 
 def conv2d_backward_input(dy, w, attrs, matmul, out=None, chunk_bytes=None, small=None):
     n, o = dy.shape[:2]
-    _, cg, kh, kw = w.shape
     groups = attrs["groups"]
-    g = _geometry((n, cg * groups) + tuple(attrs["size"]), (kh, kw), dy.dtype, attrs)
+    g = geometry_for("conv2dBackwardInput", dy.shape, w.shape, dy.dtype, attrs)
     rg, og, p = g.rows // groups, o // groups, g.cols
     wm = w.reshape(groups, og, rg)
     dx = np.empty((n, g.channels, g.height, g.width), dy.dtype) if out is None else out
@@ -220,7 +237,7 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
     o = dy.shape[1]
     groups = attrs["groups"]
     kh, kw = attrs["size"]
-    g = _geometry(x.shape, (kh, kw), x.dtype, attrs)
+    g = geometry_for("conv2dBackwardWeight", x.shape, dy.shape, x.dtype, attrs)
     rg, og, p = g.rows // groups, o // groups, g.cols
     dw = np.zeros((o, c // groups, kh, kw), x.dtype) if out is None else out
     acc = dw.reshape(o, rg)
