@@ -212,7 +212,9 @@ class _Saturation:
         self.peak[rs] = (_most_matches(run), nodes)
         step_held = _held_back(run, limit) if guarded else {}
         self.held_back.update(step_held)
-        self.nodes = node_count(self.session)
+        # a step that changed nothing added no e-node (the analysis after it had nothing new
+        # to do either): its count is not asked again (a print-size per step, ~0.1 ms each)
+        self.nodes = node_count(self.session) if run.updated else nodes
         # under the scheduler `updated` is also set when only held-back rules matched
         changed = self.nodes != nodes or (
             any(it.rule_set_report.changed for it in run.iterations) if guarded else run.updated
