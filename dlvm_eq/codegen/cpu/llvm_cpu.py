@@ -236,7 +236,7 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
 # A kernel over fewer elements than one 256-bit vector holds never runs a vector loop body
 # (LLVM's narrowest vector loop here is 8 f32 or 4 f64 lanes): it compiles without the
 # vectorizers, at O2. Measured (benchmarks/small_kernels.py, CPU time per call): no slower at
-# sizes under one vector (at 8 f32 or 4 f64, 1.4-1.9x slower). The 30-layer tanh chain's
+# sizes under one vector (at 8-15 f32 or 4-15 f64, 1.3-2.0x slower). The 30-layer tanh chain's
 # gradient on 6 floats: LLVM time 0.82 -> 0.35 s. Its IR starts with SMALL_HEADER, so its
 # symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object codes
 # never stand in for each other.
