@@ -202,3 +202,23 @@ def test_two_thousand_rules_load_within_the_budget(tmp_path):
     # was 25 s (egglog's time per call grows with the square of the text's length); the
     # budget counts from the process's start, so its own 5 s bound all but the exit
     assert wall < 6.0 + 4.0, wall  # slack for a loaded 2-core machine
+
+
+def test_a_users_rule_repeating_a_shipped_one_is_located_at_the_shipped_one(tmp_path):
+    # the shipped files are indexed only once a user's file joins them (egraph/session.py)
+    from dlvm_eq.egraph.optimize import new_session
+    from dlvm_eq.egraph.rulefiles import rule_file
+
+    shipped = rule_file("adjoint.egg")
+    lines = Path(shipped).read_text().splitlines()
+    at = next(
+        i for i, line in enumerate(lines) if line.startswith("(rewrite") and line.endswith(")")
+    )
+    mine = tmp_path / "mine.egg"
+    mine.write_text(";; copied\n" + lines[at] + "\n")
+    with pytest.raises(RuleFileError) as info:
+        new_session([mine])
+    assert f"already defined at {shipped}:{at + 1}" in str(info.value)
+    assert str(info.value).startswith(f"{mine}:2:1: error: this rule is")
+    with pytest.raises(RuleFileError, match=f"already defined at {shipped}:"):
+        new_session([shipped])  # a shipped file given again as the user's
