@@ -35,7 +35,9 @@ from ..ir.types import TupleType
 from ..ir.verifier import verify_function
 from .deadline import Deadline
 from .optimize import ShortOfTime, optimize_session, program_cost, scratch_session
-from .optimize_report import FunctionReport
+from .optimize_report import FunctionReport, user_rules_fired
+from .rule_origin import blame_user_rules
+from .stability import stable_rules_fired
 
 
 @dataclass
@@ -188,18 +190,13 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
             except ShortOfTime as e:
                 state["short"] = str(e)
                 return list(functions)
-        state["res"] = res
-        out = []
-        for old, new in zip(functions, res.functions):
-            before = program_cost(old, module, target)
-            try:
-                verify_function(new, module)
-                after = program_cost(new, module, target)
-            except DlvmError:
-                after = math.inf
-            state.setdefault("costs", []).append((before, min(before, after)))
-            out.append(new if after < before else old)
-        return out
+            state["res"] = res
+            if rules:
+                state["fired"] = user_rules_fired(session, res.saturation)
+            return [
+                _chosen(old, new, session, res, module, target, state)
+                for old, new in zip(functions, res.functions)
+            ]
 
     new, units = optimize_with_bodies(fn, module, joint)
     # the loop rules on the extracted program: they see what the e-graph simplified (a
@@ -224,7 +221,27 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
     )
     if res is not None:
         fr.seconds = dict(res.seconds)
+    fr.user_rules = state.get("fired", [])
     return new, fr
+
+
+def _chosen(old, new, session, res, module, target, state) -> Function:
+    """`new` where it verifies and is cheaper than `old`, or a numerical-stability rewrite fired
+    (stability outranks the cost model, egraph/stability.py, as for a function without loops);
+    else `old`. An ill-typed `new` that a user's rule made is the user's error."""
+    before = program_cost(old, module, target)
+    try:
+        verify_function(new, module)
+        after = program_cost(new, module, target)
+    except DlvmError as e:
+        blamed = blame_user_rules(e, session, res.saturation)
+        if blamed is not e:
+            raise blamed from None
+        after = math.inf
+    stable = bool(res.saturation) and bool(stable_rules_fired(res.saturation.rule_matches))
+    keep = after < before or (stable and after < math.inf and new is not old)
+    state.setdefault("costs", []).append((before, after if keep else before))
+    return new if keep else old
 
 
 def bodies_optimized_with(module: Module, names) -> dict[int, Function]:

@@ -23,6 +23,7 @@ step.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,11 +31,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import DlvmError
-from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, has_control_flow
+from ..extract.machine import machine
+from ..ir.control_flow import (
+    COND,
+    SCAN,
+    SWITCH,
+    WHILE,
+    elements,
+    has_control_flow,
+    reachable_bodies,
+)
 from ..ir.loop_rules import apply_loop_rules
 from ..ir.module import Const, Function, Module, Operand, Value
 from ..ir.regions import normalize, split
 from ..ir.types import TupleType
+from .timing import phase
 
 if TYPE_CHECKING:
     from .native import Compiled
@@ -77,9 +88,28 @@ class LoopsReport:
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
     drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
+    optimize: Any = None  # the OptimizeResult of the one e-graph (pieces and bodies), or None
+    note: str = ""
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
+        fr = self.optimize.report.functions.get(self.name) if self.optimize else None
+        if fr is not None:
+            lines.append(f"  e-graph (one for every piece and body): {fr.e_classes} e-classes")
+            if fr.saturation is not None:
+                from ..egraph.saturate import rule_label
+
+                top = fr.saturation.top_rules()[:8]
+                text = ", ".join(f"{rule_label(r)} x{n}" for r, n in top)
+                lines.append(f"  rules fired: {text or 'none'}")
+            if fr.user_rules:
+                lines.append(
+                    "  your rules fired: "
+                    + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in fr.user_rules)
+                )
+            lines.append(f"  {fr.note}")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         lines.extend(f"  scan {k}: driver {d}" for k, d in enumerate(self.drivers))
         for label, report in self.parts:
             lines.append(f"  {label}:")
@@ -111,7 +141,51 @@ def compile_loops(
     from .adjoints import resolve_adjoints
 
     module = resolve_adjoints(module, [name])
-    return _Program(module[name], module, _Compiling(target, optimize, rules=tuple(rules)))
+    fn, result, note = module[name], None, ""
+    if optimize:  # every piece and body in ONE e-graph session; each then planned as extracted
+        fn, result, note = optimized_with_bodies(module, name, target, tuple(rules))
+    program = _Program(fn, module, _Compiling(target, False, rules=tuple(rules)))
+    program.report.optimize, program.report.note = result, note
+    return program
+
+
+_lock = threading.Lock()
+_optimized: dict[tuple, tuple] = {}  # (function and bodies as text, ...) -> optimized_with_bodies
+
+
+def optimized_with_bodies(module: Module, name: str, target: str, rules: tuple = ()) -> tuple:
+    """(function `name` with its straight pieces and every body it reaches optimized together
+    in one e-graph session (egraph/optimize_loops.py), the OptimizeResult or None, a note);
+    cached per process by the text of the function and its bodies. The optimizer's limits are
+    not the code generator's: on a DlvmError the function runs as written."""
+    from ..egraph.rule_origin import UserRuleError
+    from .native import rule_files_key
+
+    fn = module[name]
+    text = "\n".join(str(f) for f in [fn, *reachable_bodies(fn)])
+    key = (text, name, target, machine(target).profile, rule_files_key(rules))
+    with _lock:
+        hit = _optimized.get(key)
+    if hit is not None:
+        return hit
+    with phase("optimize"):
+        try:
+            from ..egraph import load_bindings
+
+            load_bindings()
+            from ..egraph.optimize import optimize as egraph_optimize
+
+            res = egraph_optimize(module, func=name, target=target, rules=list(rules))
+            out = (res.module[name], res, "")
+        except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
+            raise
+        except DlvmError as e:
+            out = (fn, None, f"not optimized: {e}")
+    with _lock:
+        if len(_optimized) > 64:
+            _optimized.clear()
+        _optimized[key] = out
+    return out
 
 
 class _Program:
