@@ -226,9 +226,9 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
 
 
 def _chosen(old, new, session, res, module, target, state) -> Function:
-    """`new` where it verifies and is cheaper than `old`, or a numerical-stability rewrite fired
-    (stability outranks the cost model, egraph/stability.py, as for a function without loops);
-    else `old`. An ill-typed `new` that a user's rule made is the user's error."""
+    """`new` where it verifies and is cheaper than `old` (or as cheap in fewer instructions),
+    or where a numerical-stability rewrite fired (stability outranks the cost model,
+    egraph/stability.py, as for a function without loops); else `old`. An ill-typed `new` that a user's rule made is the user's error."""
     before = program_cost(old, module, target)
     try:
         verify_function(new, module)
@@ -239,7 +239,11 @@ def _chosen(old, new, session, res, module, target, state) -> Function:
             raise blamed from None
         after = math.inf
     stable = bool(res.saturation) and bool(stable_rules_fired(res.saturation.rule_matches))
-    keep = after < before or (stable and after < math.inf and new is not old)
+    # the cost model prices a program's DAG (two equal instructions are one let, priced once),
+    # so a program whose only gain is duplicates gone (the LSTM's `keep` body computes its
+    # forward twice: 16 products where 8 do) costs the same: fewer instructions break the tie
+    fewer = after <= before and len(new.body) < len(old.body)
+    keep = after < before or fewer or (stable and after < math.inf and new is not old)
     state.setdefault("costs", []).append((before, after if keep else before))
     return new if keep else old
 
