@@ -1,14 +1,14 @@
-"""Running functions with loops and branches on the cpu and gpu targets: the function is cut
-at its control-flow ops (ir/regions.py); each straight piece and each body is compiled ONCE by
-the normal pipeline (e-graph, plan, kernels), and a small driver runs the loop, calling the
-compiled body once per step. A body with loops of its own is compiled the same way.
+"""Running functions with loops and branches on the cpu and gpu targets: the function is first
+optimized with every body it reaches in ONE e-graph session (egraph/optimize_loops.py: each
+straight piece and each body loaded once, saturated by the same rules, extracted jointly);
+then it is cut at its control-flow ops (ir/regions.py) and each straight piece and each body
+is planned and compiled ONCE as extracted (fusion, plan, kernels), and a small driver runs
+the loop, calling the compiled body once per step. A body with loops of its own is compiled
+the same way.
 
     f = compile_loops(module, "rnn", "cpu")     # what dq.compile / dq.jit do for such a module
     f(w, h0, xs)
-    print(f.report)                               # one compile report per piece and body
-
-The e-graph sees each piece and body separately: a control-flow op is an opaque call for the
-program around it, and its body is optimized on its own by the same rules.
+    print(f.report)                               # the one e-graph; one report per piece, body
 
 Execution: on cpu a scan whose body's plan allows it (codegen/planning/loop_plan.py) runs on
 the native loop driver (codegen/execution/native_loop.py): every step in one native call, no
