@@ -56,6 +56,12 @@ LOOP_RULES = True
 # with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
 # OpenBLAS's threading threshold where 64 small ones did not).
 BATCH_STEP_PRODUCTS = False
+# A function with loops runs every piece's products on one OpenBLAS thread, not only those in
+# the native loops: OpenBLAS's workers, woken by one large product between two loops (the
+# deferred weight gradients, ir/loop_sums.py; a batched input projection), busy-wait through
+# the single-threaded loop that follows. Measured on the 2-core machine at load 8 (CPU time a
+# call, GRU hidden 64, T 64): 131 ms with OpenBLAS's two threads against 3.1 ms on one.
+ONE_BLAS_THREAD = True
 # A scan whose body allows it runs on the native loop driver (no Python between steps); off,
 # every scan runs through the Python driver below (benchmarks/rnn.py measures both).
 NATIVE_LOOPS = True
@@ -242,6 +248,14 @@ class _Program:
     def __call__(self, *args):
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.fn.name} takes {len(self._params)} arguments, got {len(args)}")
+        if self.target != "cpu" or not ONE_BLAS_THREAD:
+            return self._run(args)
+        from ..codegen.runtime.attention_cpu import one_blas_thread  # (a counted section)
+
+        with one_blas_thread():
+            return self._run(args)
+
+    def _run(self, args):
         env: dict[int, object] = {}
         for p, a in zip(self._params, args):
             # (the compiled pieces check or cast each argument's dtype)
