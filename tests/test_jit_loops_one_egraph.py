@@ -23,10 +23,11 @@ RNG = np.random.default_rng(30)
 @pytest.fixture
 def sessions(monkeypatch):
     """The optimizer's e-graph sessions opened while compiling, and the functions loaded into
-    each; the process cache of optimized loops emptied, so that this compile builds its
+    each; the process caches of optimized loops emptied, so that this compile builds its
     e-graph. (Differentiation and the fusion decision of each plan have e-graphs of their own:
     other stages, not counted.) A straight function optimized on its own is a session too."""
     monkeypatch.setattr(loops, "_optimized", {})
+    monkeypatch.setattr(optimize_loops, "_JOINT", {})
     opened: list[list[str]] = []
 
     def spy(real):
@@ -155,3 +156,20 @@ def test_compile_without_optimize_builds_no_e_graph(sessions):
     assert sessions == []
     want = np.ones(3) @ w.astype(np.float64) + 1.0
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_scan_of_another_length_builds_no_second_e_graph(sessions):
+    """The one e-graph's choices are kept per straight pieces and bodies: dq.jit at another
+    scan length (the same body, no piece reading xs) reuses them. A daemon thread compiling
+    then never enters egglog, which it must not be inside of when the interpreter exits."""
+    w = (RNG.standard_normal((4, 4)) * 0.5).astype(np.float32)
+    f = dq.jit(lambda h, xs: dq.scan(lambda h, x: (dq.tanh(h @ w + x * 1.0), None), h, xs)[0])
+    h = RNG.standard_normal((2, 4)).astype(np.float32)
+    for steps in (3, 9):
+        xs = RNG.standard_normal((steps, 2, 4)).astype(np.float32)
+        got = f(h, xs)
+        want = h.astype(np.float64)
+        for x in xs:
+            want = np.tanh(want @ w + x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(sessions) == 1, sessions

@@ -179,9 +179,9 @@ def optimized_with_bodies(module: Module, name: str, target: str, rules: tuple =
             from ..egraph import load_bindings
 
             load_bindings()
-            from ..egraph.optimize import optimize as egraph_optimize
+            from ..egraph.optimize_loops import optimize_function_with_loops
 
-            res = egraph_optimize(module, func=name, target=target, rules=list(rules))
+            res = optimize_function_with_loops(module, name, rules, target)
             out = (res.module[name], res, "")
         except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
             raise
