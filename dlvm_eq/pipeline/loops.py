@@ -51,10 +51,11 @@ if TYPE_CHECKING:
     from .native import Compiled
 
 LOOP_RULES = True
-# Batching x_t @ W over all steps (ir/loop_rules.py) is off: on the GRU of benchmarks/rnn.py
-# (T 64, batch 16) it gained nothing with one BLAS thread (35.5 vs 35.2 ms a step) and lost
-# with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
-# OpenBLAS's threading threshold where 64 small ones did not).
+# Batching x_t @ W over all steps (ir/loop_rules.py) is off. It measured slower (LSTM hidden
+# 256, T 64: 96 against 58 ms) because the one large product before the loop ran on
+# OpenBLAS's two threads, which then busy-waited through the single-threaded loop; with the
+# whole call on one OpenBLAS thread (ONE_BLAS_THREAD) it is even: 32.9 against 32.3 ms CPU
+# a call for that LSTM, 3.10 against 3.27 ms for the GRU at hidden 64 (load 7-8, 2 cores).
 BATCH_STEP_PRODUCTS = False
 # A function with loops runs every piece's products on one OpenBLAS thread, not only those in
 # the native loops: OpenBLAS's workers, woken by one large product between two loops (the
