@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .inline import live_instructions
-from .module import Const, Function, FunctionBuilder, Instruction, Value
+from .module import Const, Function, FunctionBuilder, Instruction, Operand, Value
 from .types import TupleType
 
 
@@ -109,7 +109,7 @@ def pays(found: dict[int, Summed], producer: dict, steps: set) -> bool:
     return stored < saved
 
 
-def _size(v: Value) -> int:
+def _size(v: Operand) -> int:
     return v.tensor_type.size
 
 
@@ -131,9 +131,9 @@ def defer_sums(inst: Instruction, ops: list, found: dict[int, Summed]):
     producer = {id(i.result): i for i in body.body}
     steps = {id(p): k for k, p in enumerate(params[nc : nc + nx])}
     keep = [k for k in range(len(params)) if k not in found]
-    stacked: list[Value] = []  # body values output as new ys (stacked by the scan)
+    stacked: list[Operand] = []  # body values output as new ys (stacked by the scan)
 
-    def stack_of(v: Value):
+    def stack_of(v: Operand):
         """('xs', index) or ('y', index): where all steps of body value v are, stacked."""
         if id(v) in steps:
             return ("xs", steps[id(v)])
@@ -157,12 +157,12 @@ def defer_sums(inst: Instruction, ops: list, found: dict[int, Summed]):
     fb_ = FunctionBuilder(
         body.name, [body.param_types[k] for k in keep], [params[k].name for k in keep]
     )
-    env: dict[int, object] = {id(params[k]): q for k, q in zip(keep, fb_.params)}
+    env: dict[int, Operand] = {id(params[k]): q for k, q in zip(keep, fb_.params)}
     new_outs = [o for j, o in enumerate(outs) if j >= nc or j not in found] + stacked
     for i in live_instructions(body.body, [o for o in new_outs if isinstance(o, Value)]):
         args = [o if isinstance(o, Const) else env[id(o)] for o in i.operands]
         env[id(i.result)] = fb_.emit(i.op, args, location=i.location, **i.attrs)
-    made = [o if isinstance(o, Const) else env[id(o)] for o in new_outs]
+    made: list[Operand] = [o if isinstance(o, Const) else env[id(o)] for o in new_outs]
     made = [
         o if isinstance(o, Value) else fb_.emit("literal", [], value=o.value, type=o.type)
         for o in made
