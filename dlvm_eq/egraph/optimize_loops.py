@@ -18,9 +18,12 @@ a constant, a body value that algebra made loop-invariant (`h - h + w` is `w`).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 
+from ..cache import watching_time_cuts
 from ..errors import DlvmError
+from ..extract.machine import machine
 from ..ir.control_flow import (
     CONTROL_FLOW_OPS,
     add_renamed,
@@ -34,8 +37,20 @@ from ..ir.regions import Piece, normalize, split
 from ..ir.types import TupleType
 from ..ir.verifier import verify_function
 from .deadline import Deadline
-from .optimize import ShortOfTime, optimize_session, program_cost, scratch_session
-from .optimize_report import FunctionReport
+from .optimize import (
+    OptimizeResult,
+    ShortOfTime,
+    optimize_session,
+    prepare_session,
+    program_cost,
+    schedule_for,
+    scratch_session,
+)
+from .optimize_report import FunctionReport, OptimizeReport, user_rules_fired
+from .rule_origin import blame_user_rules
+from .rulefiles import read_rule_file
+from .ruleset_schedule import Budget
+from .stability import stable_rules_fired
 
 
 @dataclass
@@ -166,12 +181,37 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
     one e-graph session by one saturation and one joint extraction (egraph/optimize_loops.py);
     each unit keeps its original form unless the extracted one is cheaper and verifies. The
     report's costs are the units' costs summed, each body counted once (not per iteration)."""
-    deadline = rest[1] if len(rest) > 1 and rest[1] is not None else Deadline(budget.seconds)
+    # no deadline given: the rules are compiled and the clock started only when an e-graph is
+    # built (a cache hit builds none: a thread compiling a scan of another length never enters
+    # egglog, which a daemon thread must not be inside of when the interpreter exits)
+    given = rest[1] if len(rest) > 1 else None
     state: dict = {}
 
     def joint(functions: list[Function]) -> list[Function]:
         if not functions:
             return []
+        key = _joint_key(functions, rules, target, budget, extractor, schedule, time_limit)
+        with _JOINT_LOCK:
+            hit = _JOINT.get(key)
+        if hit is not None:  # the same straight units (a scan of another length, say)
+            chosen, saved = hit
+            state.update(saved)
+            return [old if new is None else new for old, new in zip(functions, chosen)]
+        with watching_time_cuts() as cuts:
+            out = built(functions)
+        if not cuts and "short" not in state:
+            chosen = [None if new is old else new for old, new in zip(functions, out)]
+            with _JOINT_LOCK:
+                if len(_JOINT) > 64:
+                    _JOINT.clear()
+                _JOINT[key] = (chosen, dict(state))
+        return out
+
+    def built(functions: list[Function]) -> list[Function]:
+        deadline = given
+        if deadline is None:
+            prepare_session(rules)  # before the clock starts (see prepare_session)
+            deadline = Deadline(budget.seconds)
         with scratch_session(rules) as session:
             progs = [session.add_function(f, module) for f in functions]
             try:
@@ -188,18 +228,13 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
             except ShortOfTime as e:
                 state["short"] = str(e)
                 return list(functions)
-        state["res"] = res
-        out = []
-        for old, new in zip(functions, res.functions):
-            before = program_cost(old, module, target)
-            try:
-                verify_function(new, module)
-                after = program_cost(new, module, target)
-            except DlvmError:
-                after = math.inf
-            state.setdefault("costs", []).append((before, min(before, after)))
-            out.append(new if after < before else old)
-        return out
+            state["res"] = res
+            if rules:
+                state["fired"] = user_rules_fired(session, res.saturation)
+            return [
+                _chosen(old, new, session, res, module, target, state)
+                for old, new in zip(functions, res.functions)
+            ]
 
     new, units = optimize_with_bodies(fn, module, joint)
     # the loop rules on the extracted program: they see what the e-graph simplified (a
@@ -224,7 +259,64 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
     )
     if res is not None:
         fr.seconds = dict(res.seconds)
+    fr.user_rules = state.get("fired", [])
     return new, fr
+
+
+# the straight units of a function with loops, as text (and the settings) -> what the one
+# e-graph chose for each (None: kept as written), and its report's state. A process cache: a
+# second compile of the same pieces and bodies (dq.jit at another scan length, whose pieces
+# around the loop are the same) builds no e-graph.
+_JOINT: dict[tuple, tuple] = {}
+_JOINT_LOCK = threading.Lock()
+
+
+def _joint_key(functions, rules, target, budget, extractor, schedule, time_limit) -> tuple:
+    texts = tuple(str(f) for f in functions)
+    mine = tuple(read_rule_file(r)[0] for r in rules) if rules else ()
+    profile = machine(target).profile
+    return (texts, mine, target, repr(budget), extractor, repr(schedule), time_limit, profile)
+
+
+def _chosen(old, new, session, res, module, target, state) -> Function:
+    """`new` where it verifies and is cheaper than `old` (or as cheap in fewer instructions),
+    or where a numerical-stability rewrite fired (stability outranks the cost model,
+    egraph/stability.py, as for a function without loops); else `old`. An ill-typed `new` that a user's rule made is the user's error."""
+    before = program_cost(old, module, target)
+    try:
+        verify_function(new, module)
+        after = program_cost(new, module, target)
+    except DlvmError as e:
+        blamed = blame_user_rules(e, session, res.saturation)
+        if blamed is not e:
+            raise blamed from None
+        after = math.inf
+    stable = bool(res.saturation) and bool(stable_rules_fired(res.saturation.rule_matches))
+    # the cost model prices a program's DAG (two equal instructions are one let, priced once),
+    # so a program whose only gain is duplicates gone (the LSTM's `keep` body computes its
+    # forward twice: 16 products where 8 do) costs the same: fewer instructions break the tie
+    fewer = after <= before and len(new.body) < len(old.body)
+    keep = after < before or fewer or (stable and after < math.inf and new is not old)
+    state.setdefault("costs", []).append((before, after if keep else before))
+    return new if keep else old
+
+
+def optimize_function_with_loops(module: Module, name: str, rules=(), target="cpu"):
+    """dq.optimize's result for function `name` (which has loops or branches) of `module`, with
+    the default budget, schedule and extractor: what dq.jit / dq.compile run (pipeline/loops.py);
+    a cache hit (the same straight pieces and bodies) builds no e-graph, and loads no rules."""
+    rules = list(rules)
+    fn = module[name]
+    with_loops = bodies_optimized_with(module, [name])
+    new, fr = optimize_loops(
+        module, fn, rules, target, Budget.of(None), "greedy", schedule_for(rules), 10.0
+    )
+    out = Module(module.name, module.stage)
+    out.add(new)
+    put_bodies(out, with_loops)
+    report = OptimizeReport(str(target))
+    report.functions[name] = fr
+    return OptimizeResult(out, report)
 
 
 def bodies_optimized_with(module: Module, names) -> dict[int, Function]:
@@ -256,4 +348,11 @@ def has_loops(fn: Function) -> bool:
     return any(i.op in CONTROL_FLOW_OPS for i in fn.body)
 
 
-__all__ = ["Unit", "has_loops", "optimize_loops", "optimize_with_bodies", "straight_units"]
+__all__ = [
+    "Unit",
+    "has_loops",
+    "optimize_function_with_loops",
+    "optimize_loops",
+    "optimize_with_bodies",
+    "straight_units",
+]

@@ -18,12 +18,15 @@ same numbers, regrouped (a batched product may round differently in the last bit
 
 from __future__ import annotations
 
-from .control_flow import COND, SCAN, SWITCH
+from .control_flow import COND, SCAN, SWITCH, elements
 from .inline import live_instructions
+from .loop_sums import defer_sums, summed_carries
 from .module import Const, Function, FunctionBuilder, Instruction, Operand, Value
 from .ops import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .types import TensorType, TupleType
 
+# a carry that only adds a per-step product leaves the loop as one product (ir/loop_sums.py)
+DEFER_SUMS = True
 # never moved out of a body: constants stay constants, tuples and calls are structure
 _STAYS = (LITERAL, TUPLE, CALL, CONTROL)
 
@@ -68,6 +71,9 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
         ops = [get(o) for o in inst.operands]
         if inst.op == "extract" and id(ops[0]) in renumbered:
             k = renumbered[id(ops[0])][inst.attrs["index"]]
+            if isinstance(k, Value):  # a deferred sum's final value, computed after the loop
+                env[id(inst.result)] = k
+                continue
             single = not isinstance(ops[0].type, TupleType)
             env[id(inst.result)] = (
                 ops[0] if single else b.emit("extract", ops, location=inst.location, index=k)
@@ -88,10 +94,18 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
             env[id(inst.result)] = _one_step(b, inst, ops, batch)
         elif inst.op == SCAN:
             dead = _dead_carries(inst, used.get(id(inst.result)))
+            index = {k: k for k in range(len(elements(inst.result.type)))}
             if dead:
                 inst, ops, index = _without_carries(inst, ops, dead)
+            summed = summed_carries(inst) if DEFER_SUMS else {}
+            finish = None
+            if summed:  # carries that only sum a product per step (ir/loop_sums.py)
+                inst, ops, finish = defer_sums(inst, ops, summed)
             r = env[id(inst.result)] = _scan(b, inst, ops, batch)
-            if dead:
+            if finish is not None:
+                after = finish(b, r)
+                index = {old: after[k] for old, k in index.items()}
+            if dead or finish is not None:
                 renumbered[id(r)] = index
         else:
             env[id(inst.result)] = b.emit(inst.op, ops, location=inst.location, **inst.attrs)

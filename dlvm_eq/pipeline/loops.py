@@ -1,14 +1,14 @@
-"""Running functions with loops and branches on the cpu and gpu targets: the function is cut
-at its control-flow ops (ir/regions.py); each straight piece and each body is compiled ONCE by
-the normal pipeline (e-graph, plan, kernels), and a small driver runs the loop, calling the
-compiled body once per step. A body with loops of its own is compiled the same way.
+"""Running functions with loops and branches on the cpu and gpu targets: the function is first
+optimized with every body it reaches in ONE e-graph session (egraph/optimize_loops.py: each
+straight piece and each body loaded once, saturated by the same rules, extracted jointly);
+then it is cut at its control-flow ops (ir/regions.py) and each straight piece and each body
+is planned and compiled ONCE as extracted (fusion, plan, kernels), and a small driver runs
+the loop, calling the compiled body once per step. A body with loops of its own is compiled
+the same way.
 
     f = compile_loops(module, "rnn", "cpu")     # what dq.compile / dq.jit do for such a module
     f(w, h0, xs)
-    print(f.report)                               # one compile report per piece and body
-
-The e-graph sees each piece and body separately: a control-flow op is an opaque call for the
-program around it, and its body is optimized on its own by the same rules.
+    print(f.report)                               # the one e-graph; one report per piece, body
 
 Execution: on cpu a scan whose body's plan allows it (codegen/planning/loop_plan.py) runs on
 the native loop driver (codegen/execution/native_loop.py): every step in one native call, no
@@ -23,6 +23,7 @@ step.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,21 +31,38 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import DlvmError
-from ..ir.control_flow import COND, SCAN, SWITCH, WHILE, elements, has_control_flow
+from ..extract.machine import machine
+from ..ir.control_flow import (
+    COND,
+    SCAN,
+    SWITCH,
+    WHILE,
+    elements,
+    has_control_flow,
+    reachable_bodies,
+)
 from ..ir.loop_rules import apply_loop_rules
 from ..ir.module import Const, Function, Module, Operand, Value
 from ..ir.regions import normalize, split
 from ..ir.types import TupleType
+from .timing import phase
 
 if TYPE_CHECKING:
     from .native import Compiled
 
 LOOP_RULES = True
-# Batching x_t @ W over all steps (ir/loop_rules.py) is off: on the GRU of benchmarks/rnn.py
-# (T 64, batch 16) it gained nothing with one BLAS thread (35.5 vs 35.2 ms a step) and lost
-# with two (259 vs 70 ms on a loaded 2-core machine: the one 1024 x 32 x 64 product crosses
-# OpenBLAS's threading threshold where 64 small ones did not).
+# Batching x_t @ W over all steps (ir/loop_rules.py) is off. It measured slower (LSTM hidden
+# 256, T 64: 96 against 58 ms) because the one large product before the loop ran on
+# OpenBLAS's two threads, which then busy-waited through the single-threaded loop; with the
+# whole call on one OpenBLAS thread (ONE_BLAS_THREAD) it is even: 32.9 against 32.3 ms CPU
+# a call for that LSTM, 3.10 against 3.27 ms for the GRU at hidden 64 (load 7-8, 2 cores).
 BATCH_STEP_PRODUCTS = False
+# A function with loops runs every piece's products on one OpenBLAS thread, not only those in
+# the native loops: OpenBLAS's workers, woken by one large product between two loops (the
+# deferred weight gradients, ir/loop_sums.py; a batched input projection), busy-wait through
+# the single-threaded loop that follows. Measured on the 2-core machine at load 8 (CPU time a
+# call, GRU hidden 64, T 64): 131 ms with OpenBLAS's two threads against 3.1 ms on one.
+ONE_BLAS_THREAD = True
 # A scan whose body allows it runs on the native loop driver (no Python between steps); off,
 # every scan runs through the Python driver below (benchmarks/rnn.py measures both).
 NATIVE_LOOPS = True
@@ -77,9 +95,28 @@ class LoopsReport:
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
     drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
+    optimize: Any = None  # the OptimizeResult of the one e-graph (pieces and bodies), or None
+    note: str = ""
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
+        fr = self.optimize.report.functions.get(self.name) if self.optimize else None
+        if fr is not None:
+            lines.append(f"  e-graph (one for every piece and body): {fr.e_classes} e-classes")
+            if fr.saturation is not None:
+                from ..egraph.saturate import rule_label
+
+                top = fr.saturation.top_rules()[:8]
+                text = ", ".join(f"{rule_label(r)} x{n}" for r, n in top)
+                lines.append(f"  rules fired: {text or 'none'}")
+            if fr.user_rules:
+                lines.append(
+                    "  your rules fired: "
+                    + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in fr.user_rules)
+                )
+            lines.append(f"  {fr.note}")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         lines.extend(f"  scan {k}: driver {d}" for k, d in enumerate(self.drivers))
         for label, report in self.parts:
             lines.append(f"  {label}:")
@@ -111,7 +148,51 @@ def compile_loops(
     from .adjoints import resolve_adjoints
 
     module = resolve_adjoints(module, [name])
-    return _Program(module[name], module, _Compiling(target, optimize, rules=tuple(rules)))
+    fn, result, note = module[name], None, ""
+    if optimize:  # every piece and body in ONE e-graph session; each then planned as extracted
+        fn, result, note = optimized_with_bodies(module, name, target, tuple(rules))
+    program = _Program(fn, module, _Compiling(target, False, rules=tuple(rules)))
+    program.report.optimize, program.report.note = result, note
+    return program
+
+
+_lock = threading.Lock()
+_optimized: dict[tuple, tuple] = {}  # (function and bodies as text, ...) -> optimized_with_bodies
+
+
+def optimized_with_bodies(module: Module, name: str, target: str, rules: tuple = ()) -> tuple:
+    """(function `name` with its straight pieces and every body it reaches optimized together
+    in one e-graph session (egraph/optimize_loops.py), the OptimizeResult or None, a note);
+    cached per process by the text of the function and its bodies. The optimizer's limits are
+    not the code generator's: on a DlvmError the function runs as written."""
+    from ..egraph.rule_origin import UserRuleError
+    from .native import rule_files_key
+
+    fn = module[name]
+    text = "\n".join(str(f) for f in [fn, *reachable_bodies(fn)])
+    key = (text, name, target, machine(target).profile, rule_files_key(rules))
+    with _lock:
+        hit = _optimized.get(key)
+    if hit is not None:
+        return hit
+    with phase("optimize"):
+        try:
+            from ..egraph import load_bindings
+
+            load_bindings()
+            from ..egraph.optimize_loops import optimize_function_with_loops
+
+            res = optimize_function_with_loops(module, name, rules, target)
+            out = (res.module[name], res, "")
+        except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
+            raise
+        except DlvmError as e:
+            out = (fn, None, f"not optimized: {e}")
+    with _lock:
+        if len(_optimized) > 64:
+            _optimized.clear()
+        _optimized[key] = out
+    return out
 
 
 class _Program:
@@ -168,6 +249,14 @@ class _Program:
     def __call__(self, *args):
         if len(args) != len(self._params):
             raise DlvmError(f"@{self.fn.name} takes {len(self._params)} arguments, got {len(args)}")
+        if self.target != "cpu" or not ONE_BLAS_THREAD:
+            return self._run(args)
+        from ..codegen.runtime.attention_cpu import one_blas_thread  # (a counted section)
+
+        with one_blas_thread():
+            return self._run(args)
+
+    def _run(self, args):
         env: dict[int, object] = {}
         for p, a in zip(self._params, args):
             # (the compiled pieces check or cast each argument's dtype)
