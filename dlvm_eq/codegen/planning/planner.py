@@ -70,6 +70,7 @@ from .plan import (
     step_inputs,
     step_outputs,
 )
+from .product_layout import write_in_reader_layout
 from .plan_queries import (
     layout_view_map,
     operand_name,
@@ -546,6 +547,7 @@ class _Planner(KernelGrouping, RowFusion):
             nodes = self.fuse_rows(nodes)
         if self.target == "cpu":
             nodes = fuse_epilogues(nodes, self.slots)
+            nodes = write_in_reader_layout(nodes, self.slots)
         order = schedule(nodes)
         steps = []
         n = 0
