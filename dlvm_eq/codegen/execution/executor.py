@@ -330,11 +330,11 @@ class CpuProgram:
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
             matmul = np.matmul
+            if step.out_view is not None:  # written in its reader's layout (product_layout.py)
+                return _batched_matmul(a, b, o, fa, fb, strided_view_fn(step.out_view))
             if is_outer_product(step.a.shape, step.b.shape):
                 fa, fb, multiply = fa or (lambda x: x), fb or (lambda x: x), np.multiply
                 return lambda env: multiply(fa(env[a]), fb(env[b]), out=env[o])
-            if step.out_view is not None:  # written in its reader's layout (product_layout.py)
-                return _batched_matmul(a, b, o, fa, fb, strided_view_fn(step.out_view))
             if _batch_sized(self.plan.slots[o].shape, step):
                 return _batched_matmul(a, b, o, fa, fb)
             if not _gemm_sized(self.plan.slots[o].shape, step):

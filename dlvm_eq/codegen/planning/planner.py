@@ -70,7 +70,6 @@ from .plan import (
     step_inputs,
     step_outputs,
 )
-from .product_layout import write_in_reader_layout
 from .plan_queries import (
     layout_view_map,
     operand_name,
@@ -80,6 +79,7 @@ from .plan_queries import (
     value_kind,
     view_of,
 )
+from .product_layout import write_in_reader_layout
 from .rowfusion import RowFusion
 from .scan import ScanStep
 from .steps_order import Node, arena, schedule
