@@ -34,8 +34,9 @@ SECTION = "## Products written in their reader's layout (transformer step)"
 
 
 def build(model, enabled: bool):
-    from dlvm_eq.codegen.planning import product_layout
     from models import dlvm_step_functions
+
+    from dlvm_eq.codegen.planning import product_layout
 
     product_layout.ENABLED = enabled  # read when planning: the first call below
     _, step = dlvm_step_functions(model)

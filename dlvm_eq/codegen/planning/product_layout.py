@@ -29,7 +29,6 @@ from ..kernels.spec import Load
 from .plan import TEMP, BlasStep, KernelStep, View
 from .steps_order import Node
 
-
 ENABLED = True  # benchmarks/head_layout.py measures with it off; part of the plan cache's key
 
 
