@@ -96,5 +96,5 @@ def test_random_row_programs_agree_with_float64(rows, cols, fn, scale, seed):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
     (spec,) = _row_specs(f, x, w)
     assert len(spec.reductions) == 3
-    kept = [n for _, v, _ in early_stash(specs[0])[2] for n in walk([v])]
-        assert any(isinstance(n, Unary) and n.op == fn for n in kept)
+    kept = [n for _, v, _ in early_stash(spec)[2] for n in walk([v])]
+    assert any(isinstance(n, Unary) and n.op == fn for n in kept)
