@@ -26,6 +26,8 @@ The rules, in the order they apply:
   softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
   GPU_ROW_COLS elements.
+- On the CPU a batched product whose only reader is a copy permuting its axes (attention's
+  head merge) writes that layout itself (`product_layout.py`): the copy is gone.
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
   one arena by liveness (`steps_order.py`).
 
