@@ -176,7 +176,7 @@ def early_stash(spec: RowSpec) -> tuple[list, list, list]:
     Returns (bodies, outputs, stash): the reductions' bodies and the outputs with each kept
     value replaced by Load(len(spec.all_dtypes) + q), and stash[q] = (k, value, dtype), k the
     reduction that computes and stores it. Only maximal values holding a COSTLY op are kept,
-    MAX_STASH per reduction."""
+    MAX_STASH in all (each a 32 KiB stack buffer, as the last reduction's MAX_STASH are)."""
     dtypes = list(spec.all_dtypes)
     bodies = [body for body, _, _ in spec.reductions]
     outputs = list(spec.outputs)
@@ -186,7 +186,7 @@ def early_stash(spec: RowSpec) -> tuple[list, list, list]:
         found: list = []
         seen: set = set()
         stack = bodies[k + 1 :] + outputs
-        while stack and len(found) < MAX_STASH:
+        while stack and len(found) + len(stash) < MAX_STASH:  # with the last's: 4 at most
             e = stack.pop()
             if e in seen:
                 continue
