@@ -178,6 +178,9 @@ def test_declined_layouts_are_left_to_numpy():
             a, b, np.full((3, 8, 10), np.nan, np.float32)[:, :, ::2]
         )  # no unit stride along the rows or the columns of an entry
         assert not batch_gemm.batch_matmul(
+            a, b, np.lib.stride_tricks.as_strided(out[:1], out.shape, (0, *out.strides[1:]))
+        )  # every entry the same memory
+        assert not batch_gemm.batch_matmul(
             a[:, ::2, ::2], b[:, :3], np.empty((3, 4, 5), np.float32)
         )
         assert not batch_gemm.batch_matmul(a, rng.standard_normal((2, 6, 5), dtype=np.float32), out)
