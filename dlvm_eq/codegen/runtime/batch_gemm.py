@@ -95,7 +95,7 @@ def _plan(a, b, out):
         return None
     if out.strides[-1] != out.itemsize and n > 1 and out.size:  # entries of neither order
         return None
-    if any(s == 0 and d > 1 for s, d in zip(out.strides, out.shape)):  # elements written twice
+    if out.size and any(s == 0 and d > 1 for s, d in zip(out.strides, out.shape)):  # aliased
         return None
     count = math.prod(batch)
     if count == 0 or m == 0 or n == 0:
