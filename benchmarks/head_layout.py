@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]  # this tree's dlvm_eq, not an installed one
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from common import reexec_without
 
 UNSET = reexec_without()
