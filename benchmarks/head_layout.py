@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # this tree's dlvm_eq, not an installed one
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-from common import reexec_without
+from common import reexec_without  # noqa: E402
 
 UNSET = reexec_without()
 
