@@ -102,6 +102,38 @@ def test_drawn_batched_products_against_float64(shapes, m, k, n, ta, tb, tile, t
     _entry_check(out, a, b)
 
 
+@settings(max_examples=25, **SETTINGS)
+@given(
+    batch=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    m=dims,
+    k=dims,
+    n=dims,
+    ta=st.booleans(),
+    columns=st.booleans(),
+    threads=st.sampled_from([1, 2, 3]),
+    data=st.data(),
+)
+def test_results_written_in_a_readers_layout(batch, m, k, n, ta, columns, threads, data):
+    """out a permuted view of a C-ordered buffer (a product written in the layout its reader
+    wants, planning/product_layout.py): the batch axes and the entry's rows in any order of the
+    buffer's axes, the entry's columns innermost (row-major entries) or its rows innermost
+    (column-major entries, computed as outᵀ = bᵀ aᵀ); every element of the buffer written once."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    shape = tuple(batch) + (m, n)
+    inner = len(shape) - 2 if columns else len(shape) - 1
+    rest = data.draw(st.permutations([d for d in range(len(shape)) if d != inner]))
+    order = list(rest) + [inner]  # buffer axis j holds out axis order[j]
+    buf = np.full(tuple(shape[d] for d in order), np.nan, np.float32)
+    out = buf.transpose(np.argsort(order))
+    assert out.shape == shape
+    a = _matrices(rng, tuple(batch), m, k, ta)
+    b = _matrices(rng, tuple(batch), k, n, False)
+    with gemm_with(AVX2_TILE, threads):
+        assert batch_gemm.batch_matmul(a, b, out)
+    assert not np.isnan(buf).any()
+    _entry_check(out, a, b)
+
+
 def test_stride_zero_operands_and_a_batch_of_one():
     """np.broadcast_to operands (stride 0 in the batch dimensions), a batch of one entry."""
     with gemm_with(AVX2_TILE, 2):
@@ -132,7 +164,7 @@ def test_empty_batches_and_zero_depth():
 
 
 def test_declined_layouts_are_left_to_numpy():
-    """False and out untouched: float64, a non-contiguous out, an A with no contiguous
+    """False and out untouched: float64, an out entry with no unit stride, an A with no contiguous
     direction, shapes that do not broadcast, a rank-2 result."""
     with gemm_with(AVX2_TILE, 2):
         rng = np.random.default_rng(2)
@@ -143,8 +175,11 @@ def test_declined_layouts_are_left_to_numpy():
             a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)
         )
         assert not batch_gemm.batch_matmul(
-            a, b, np.full((3, 5, 8), np.nan, np.float32).transpose(0, 2, 1)
-        )
+            a, b, np.full((3, 8, 10), np.nan, np.float32)[:, :, ::2]
+        )  # no unit stride along the rows or the columns of an entry
+        assert not batch_gemm.batch_matmul(
+            a, b, np.lib.stride_tricks.as_strided(out[:1], out.shape, (0, *out.strides[1:]))
+        )  # every entry the same memory
         assert not batch_gemm.batch_matmul(
             a[:, ::2, ::2], b[:, :3], np.empty((3, 4, 5), np.float32)
         )

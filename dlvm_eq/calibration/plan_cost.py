@@ -237,7 +237,7 @@ def _product_dims(a: View, b: View, out_shape) -> tuple[int, int, int, int]:
 
 
 def _blas(step: BlasStep, plan: Plan, mc: Machine):
-    batch, m, k, n = _product_dims(step.a, step.b, plan.slots[step.out].shape)
+    batch, m, k, n = _product_dims(step.a, step.b, step.out_shape(plan.slots))
     ta, tb = _transposed(step.a), _transposed(step.b)
     layout = ("T" if ta else "N") + ("T" if tb else "N")
     label = (f"{batch} x " if batch > 1 else "") + f"{m} x {k} x {n} {layout}"

@@ -134,6 +134,17 @@ class CompileReport:
                 else ""
             )
         )
+        slots = self.plan.slots
+        written = [b for b in blas if getattr(b, "out_view", None) is not None]
+        if written:  # codegen/planning/product_layout.py: a permuting copy replaced
+            lines.append(
+                "  products written in their reader's layout (no copy): "
+                + ", ".join(
+                    f"{b.a.text(slots)} @ {b.b.text(slots)} -> {slots[b.out].label()}"
+                    f" {slots[b.out].shape}"
+                    for b in written
+                )
+            )
         epilogues = self.plan.epilogues
         if epilogues:
             lines.append(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels.rows import RowSpec, pattern, rebuild, reduce_identity, stash_nodes
+from ..kernels.rows import RowSpec, early_stash, pattern, rebuild, reduce_identity, stash_nodes
 from ..kernels.spec import DTYPES, KernelError, Load, dtype_of
 from ..llvm.emitter import I64, Emitter
 from ..llvm.loops import counted_loop, entry_alloca, i64
@@ -56,8 +56,21 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
     cstride = [i64(p[1]) if p[1] is not None else dim(3 + 2 * i) for i, p in enumerate(pat)]
     dtypes = spec.all_dtypes
     odt = spec.output_dtypes
-    stash = stash_nodes(spec) if spec.cols <= SCRATCH else []  # the IR depends on it: one version
-    stash_dt = [dtype_of(s, dtypes) for s in stash]
+    # Values computed once per element and kept in row buffers (the IR depends on it: one
+    # version): those of an earlier reduction that later passes read again (early_stash), then
+    # the last reduction's that the outputs read. stash[q] = (reduction, value, dtype), read
+    # back as Load(len(dtypes) + q).
+    bodies, outputs = [body for body, _, _ in spec.reductions], list(spec.outputs)
+    stash: list = []
+    if spec.cols <= SCRATCH:
+        bodies, outputs, stash = early_stash(spec)
+        known = dtypes + tuple(dt for *_, dt in stash)
+        last = stash_nodes(spec, bodies[-1], outputs)
+        stash += [(n_red - 1, v, dtype_of(v, known)) for v in last]
+        keep = {v: Load(len(known) + q) for q, v in enumerate(last)}
+        outputs = [rebuild(o, keep) for o in outputs]
+    stash_dt = [dt for *_, dt in stash]
+    all_dt = dtypes + tuple(stash_dt)
     slots = []
     for dt in stash_dt:
         with b.goto_entry_block():
@@ -78,6 +91,11 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
 
         def loader(j):
             def load(i):
+                if i >= len(dtypes):  # a value kept in a row buffer
+                    q = i - len(dtypes)
+                    t = storage_type(stash_dt[q])
+                    v = b.load(b.gep(slots[q], [j], inbounds=True, source_etype=t), typ=t)
+                    return from_storage(e, v, stash_dt[q])
                 if i >= n_in:
                     return accs[i - n_in]
                 t = storage_type(dtypes[i])
@@ -93,17 +111,19 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
 
             return load
 
-        def reduce(k, body, op, init, keep):
+        def reduce(k, body, op, init):
             dt = dtypes[n_in + k]
             ident = init_constant(reduce_identity(op, dt), dt)
             acc = entry_alloca(b, ident.type, f"acc{k}")
             b.store(ident, acc)
-            roots = [body] + (list(keep) if keep else [])
+            mine = [q for q, (r, _, _) in enumerate(stash) if r == k]  # kept by this pass
+            roots = [body] + [stash[q][1] for q in mine]
 
             def step(b, j):
-                vals = lower(e, roots, dtypes, loader(j))
+                vals = lower(e, roots, all_dt, loader(j))
                 b.store(combine(e, op, b.load(acc, typ=ident.type), vals[0], dt), acc)
-                for slot, v, sdt in zip(slots, vals[1:], stash_dt):
+                for q, v in zip(mine, vals[1:]):
+                    slot, sdt = slots[q], stash_dt[q]
                     b.store(
                         to_storage(e, v, sdt),
                         b.gep(slot, [j], inbounds=True, source_etype=storage_type(sdt)),
@@ -119,35 +139,19 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
             )
             return v
 
-        for k, (body, op, init) in enumerate(spec.reductions[:-1]):
-            accs.append(reduce(k, body, op, init, None))
+        for k, (_, op, init) in enumerate(spec.reductions):
+            accs.append(reduce(k, bodies[k], op, init))
         row_lo = b.mul(r, cols)
 
-        def finish(use_stash: bool):
-            body, op, init = spec.reductions[-1]
-            k = n_red - 1
-            v = reduce(k, body, op, init, stash if use_stash else None)
-            accs.append(v)
-            exprs = list(spec.outputs)
-            if use_stash:  # stashed values are read back as extra inputs
-                extra = {s: Load(len(dtypes) + q) for q, s in enumerate(stash)}
-                exprs = [rebuild(o, extra) for o in exprs]
-            all_dt = dtypes + tuple(stash_dt) if use_stash else dtypes
+        def finish():
+            exprs = outputs
 
             def compute(b, lo, hi, sinks):
                 def body_(b, flat):
                     j = b.sub(flat, row_lo)
                     base_load = loader(j)
 
-                    def load(i):
-                        if i >= len(dtypes):
-                            q = i - len(dtypes)
-                            t = storage_type(stash_dt[q])
-                            v = b.load(b.gep(slots[q], [j], inbounds=True, source_etype=t), typ=t)
-                            return from_storage(e, v, stash_dt[q])
-                        return base_load(i)
-
-                    vals = lower(e, exprs, all_dt, load)
+                    vals = lower(e, exprs, all_dt, base_load)
                     for sink, v, dt in zip(sinks, vals, odt):
                         b.store(to_storage(e, v, dt), sink(b, flat))
 
@@ -171,7 +175,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
                     ],
                 )
 
-        finish(bool(stash))
+        finish()
 
     counted_loop(b, r0, r1, per_row, "rows")
     b.ret_void()

@@ -62,6 +62,7 @@ from ..planning.plan import (
     arena_aliases,
     step_outputs,
 )
+from ..planning.product_layout import strided_view_fn
 from ..planning.scan import ScanStep, scan_run
 from ..planning.views import apply_chain
 from ..runtime.buffers import aligned_empty, data_ptr
@@ -97,15 +98,15 @@ def _batch_sized(out_shape, step) -> bool:
     return len(step.a.shape) >= 2 and worth_batched(tuple(out_shape), step.a.shape[-1])
 
 
-def _batched_matmul(a: int, b: int, o: int, fa, fb):
-    """The step running a batched product through our GEMM, numpy where its layouts do not suit."""
+def _batched_matmul(a: int, b: int, o: int, fa, fb, fo=None):
+    """The step running a batched product through our GEMM, numpy where its layouts do not
+    suit; `fo` views the out slot (a result written in its reader's layout)."""
     from ..runtime.batch_gemm import batch_matmul
 
-    fa = fa or (lambda x: x)
-    fb = fb or (lambda x: x)
+    fa, fb, fo = (f or (lambda x: x) for f in (fa, fb, fo))
 
     def run_batched(env):
-        x, y, out = fa(env[a]), fb(env[b]), env[o]
+        x, y, out = fa(env[a]), fb(env[b]), fo(env[o])
         if not batch_matmul(x, y, out):
             np.matmul(x, y, out=out)
 
@@ -330,6 +331,8 @@ class CpuProgram:
             a, b, o = step.a.slot, step.b.slot, step.out
             fa, fb = _view_fn(step.a.chain, np), _view_fn(step.b.chain, np)
             matmul = np.matmul
+            if step.out_view is not None:  # written in its reader's layout (product_layout.py)
+                return _batched_matmul(a, b, o, fa, fb, strided_view_fn(step.out_view))
             if is_outer_product(step.a.shape, step.b.shape):
                 fa, fb, multiply = fa or (lambda x: x), fb or (lambda x: x), np.multiply
                 return lambda env: multiply(fa(env[a]), fb(env[b]), out=env[o])

@@ -143,12 +143,13 @@ def rebuild(expr: Expr, replace: dict) -> Expr:
     return new[expr]
 
 
-def stash_nodes(spec: RowSpec) -> list[Expr]:
-    """The last reduction's subexpressions that the outputs read again (maximal ones)."""
+def stash_nodes(spec: RowSpec, body: Expr | None = None, outputs=None) -> list[Expr]:
+    """The last reduction's subexpressions that the outputs read again (maximal ones); of
+    `body` and `outputs` in place of the spec's last body and outputs when given."""
     if not spec.reductions:
         return []
-    last = set(walk([spec.reductions[-1][0]]))
-    out, seen, stack = [], set(), list(spec.outputs)
+    last = set(walk([spec.reductions[-1][0] if body is None else body]))
+    out, seen, stack = [], set(), list(spec.outputs if outputs is None else outputs)
     while stack:
         e = stack.pop()
         if e in seen:
@@ -161,4 +162,58 @@ def stash_nodes(spec: RowSpec) -> list[Expr]:
     return out[:MAX_STASH]
 
 
-__all__ = ["MAX_STASH", "RowSpec", "loads", "pattern", "rebuild", "reduce_identity", "stash_nodes"]
+# ops worth a store and a load per element to compute once (polynomials of tens of flops)
+COSTLY = frozenset(
+    ("exp", "log", "tanh", "sigmoid", "log1p", "expm1", "softplus", "sin", "cos", "tan")
+    + ("sinh", "cosh", "erf", "pow")
+)
+
+
+def early_stash(spec: RowSpec) -> tuple[list, list, list]:
+    """Values an earlier reduction computes that a later reduction or the outputs compute
+    again, kept in a row buffer instead (softmax's gradient with the softmax recomputed: the
+    sum of exp(x - max), then the sum of dy * exp(x - max) / s, each computing the exp).
+    Returns (bodies, outputs, stash): the reductions' bodies and the outputs with each kept
+    value replaced by Load(len(spec.all_dtypes) + q), and stash[q] = (k, value, dtype), k the
+    reduction that computes and stores it. Only maximal values holding a COSTLY op are kept,
+    MAX_STASH in all (each a 32 KiB stack buffer, as the last reduction's MAX_STASH are)."""
+    dtypes = list(spec.all_dtypes)
+    bodies = [body for body, _, _ in spec.reductions]
+    outputs = list(spec.outputs)
+    stash: list = []
+    for k in range(len(bodies) - 1):
+        mine = set(walk([bodies[k]]))
+        found: list = []
+        seen: set = set()
+        stack = bodies[k + 1 :] + outputs
+        while stack and len(found) + len(stash) < MAX_STASH:  # with the last's: 4 at most
+            e = stack.pop()
+            if e in seen:
+                continue
+            seen.add(e)
+            if e in mine and not isinstance(e, (Load, Const)):
+                if any(isinstance(n, Unary) and n.op in COSTLY for n in walk([e])):
+                    found.append(e)
+                continue
+            stack.extend(children(e))
+        for e in found:
+            q = len(dtypes)
+            stash.append((k, e, dtype_of(e, tuple(dtypes))))
+            dtypes.append(stash[-1][2])
+            keep = {e: Load(q)}
+            bodies[k + 1 :] = [rebuild(b, keep) for b in bodies[k + 1 :]]
+            outputs = [rebuild(o, keep) for o in outputs]
+    return bodies, outputs, stash
+
+
+__all__ = [
+    "COSTLY",
+    "MAX_STASH",
+    "RowSpec",
+    "early_stash",
+    "loads",
+    "pattern",
+    "rebuild",
+    "reduce_identity",
+    "stash_nodes",
+]

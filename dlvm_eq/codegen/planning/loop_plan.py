@@ -131,6 +131,8 @@ def _copy(plan: Plan, dst: Ptr, src_view, es: int):
 
 def _blas(plan: Plan, step: BlasStep):
     out = plan.slots[step.out]
+    if step.out_view is not None:  # written in its reader's layout: not a plain BLAS call
+        return None
     if out.dtype not in ("f32", "f64") or len(out.shape) != 2 or 0 in out.shape:
         return None
     if len(step.a.shape) != 2 or len(step.b.shape) != 2:

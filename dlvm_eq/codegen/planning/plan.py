@@ -143,9 +143,19 @@ class BlasStep:
     out: int
     value: str = ""
     order: int = 0
+    # the result written through strides into slot `out` in its reader's layout, or None: a
+    # C-ordered result of slot `out`'s shape (planning/product_layout.py)
+    out_view: View | None = None
+
+    def out_shape(self, slots) -> tuple[int, ...]:
+        """The product's result shape (its slot's, unless written through `out_view`)."""
+        return self.out_view.shape if self.out_view is not None else slots[self.out].shape
 
     def text(self, slots) -> str:
-        return f"blas: {self.a.text(slots)} @ {self.b.text(slots)} -> {slots[self.out].label()}    [%{self.value}]"
+        out = slots[self.out].label()
+        if self.out_view is not None:
+            out += f" as {self.out_view.shape} strides {self.out_view.strides}"
+        return f"blas: {self.a.text(slots)} @ {self.b.text(slots)} -> {out}    [%{self.value}]"
 
 
 @dataclass

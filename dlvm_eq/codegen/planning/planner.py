@@ -26,6 +26,8 @@ The rules, in the order they apply:
   softmax, log-softmax, layer norm read their rows from memory once): on the CPU for any row
   length, on the GPU (one thread per row, `llvm_ptx._rows_kernel`) for rows of at most
   GPU_ROW_COLS elements.
+- On the CPU a batched product whose only reader is a copy permuting its axes (attention's
+  head merge) writes that layout itself (`product_layout.py`): the copy is gone.
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
   one arena by liveness (`steps_order.py`).
 
@@ -79,6 +81,7 @@ from .plan_queries import (
     value_kind,
     view_of,
 )
+from .product_layout import write_in_reader_layout
 from .rowfusion import RowFusion
 from .scan import ScanStep
 from .steps_order import Node, arena, schedule
@@ -546,6 +549,7 @@ class _Planner(KernelGrouping, RowFusion):
             nodes = self.fuse_rows(nodes)
         if self.target == "cpu":
             nodes = fuse_epilogues(nodes, self.slots)
+            nodes = write_in_reader_layout(nodes, self.slots)
         order = schedule(nodes)
         steps = []
         n = 0

@@ -57,9 +57,11 @@ def worth_batched(out_shape: tuple, k: int) -> bool:
 
 
 def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """out = a @ b for float32 operands of rank >= 2 with broadcast batch dimensions and a
-    C-contiguous `out` of rank >= 3; False (nothing done) where numpy should do it (another
-    dtype or rank, an entry whose A has no contiguous direction, too little work)."""
+    """out = a @ b for float32 operands of rank >= 2 with broadcast batch dimensions and an
+    `out` of rank >= 3 whose entries have a unit stride along their rows or columns (any batch
+    strides: a result written in its reader's layout); False (nothing done) where numpy should
+    do it (another dtype or rank, an entry whose A has no contiguous direction, too little
+    work)."""
     if (
         a.ndim < 2
         or b.ndim < 2
@@ -67,6 +69,10 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         or not (a.dtype == b.dtype == out.dtype == np.float32)
     ):
         return False
+    if out.strides[-1] != out.itemsize and out.shape[-1] > 1 and out.size:
+        if out.strides[-2] == out.itemsize or out.shape[-2] == 1:
+            # column-major entries (a result written in its reader's layout): outᵀ = bᵀ aᵀ
+            a, b, out = (np.swapaxes(x, -1, -2) for x in (b, a, out))
     key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides)
     launch = _LAUNCHES.take(key, lambda: _plan(a, b, out))
     try:
@@ -85,7 +91,11 @@ def _plan(a, b, out):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         return None
-    if b.shape[-2] != k or out.shape != batch + (m, n) or not out.flags.c_contiguous:
+    if b.shape[-2] != k or out.shape != batch + (m, n):
+        return None
+    if out.strides[-1] != out.itemsize and n > 1 and out.size:  # entries of neither order
+        return None
+    if out.size and any(s == 0 and d > 1 for s, d in zip(out.strides, out.shape)):  # aliased
         return None
     count = math.prod(batch)
     if count == 0 or m == 0 or n == 0:
