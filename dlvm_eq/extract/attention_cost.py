@@ -59,3 +59,43 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
         + CALL_SECONDS
         + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )
+
+
+# The fused backward (codegen/runtime/attention_backward.py): numpy's calls per (key block,
+# query block) pair, five block products and the elementwise passes over the block's scores
+# (P, dS: ~8 flops and an exp per score, in cache). Measured fixed costs (CPU time, one
+# thread, 2-core EPYC): BWD_CALL_SECONDS per call (tasks, the log-sum-exp's and D's set-up),
+# BWD_BLOCK_SECONDS per pair beyond its arithmetic (about a dozen numpy calls).
+BWD_CALL_SECONDS = 80e-6
+BWD_BLOCK_SECONDS = 30e-6
+BWD_SCORE_FLOPS = 8
+
+
+def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
+    """One of the three AttentionBackward e-nodes of an attention: a third of the kernel that
+    computes dQ, dK and dV together (codegen runs the three as one step)."""
+    from .target_cost import flops_per_element  # late: target_cost imports this module
+
+    q, k, v = child(0), child(1), child(2)
+    if q is None or k is None or v is None or t is None:
+        return INF
+    if cost.machine.name == "gpu":
+        return INF
+    mc = cost.machine
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = math.prod(q.shape[:-2])
+    pairs = batch * blocks(m, n, causal)
+    bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
+    products = 3 * cost.dot_seconds(bq, d, bk) + 2 * cost.dot_seconds(bq, bk, e)
+    if not mc.matmul_grid:
+        products -= 5 * mc.launch
+    scores = bq * bk * (flops_per_element("Exp", mc) + BWD_SCORE_FLOPS) / mc.flop_rate
+    itemsize = t.dtype.itemsize
+    shares = -(-n // KEY_BLOCK) * batch * m * d * itemsize  # dQ's shares, written and added
+    moved = (2 * q.size + 2 * k.size + 2 * v.size + 2 * batch * m * e) * itemsize + 2 * shares
+    total = (
+        mc.node_overhead
+        + BWD_CALL_SECONDS
+        + max(pairs * (products + scores + BWD_BLOCK_SECONDS), moved / mc.bandwidth)
+    )
+    return total / 3
