@@ -62,13 +62,17 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
 
 
 # The fused backward (codegen/runtime/attention_backward.py): numpy's calls per (key block,
-# query block) pair, five block products and the elementwise passes over the block's scores
-# (P, dS: ~8 flops and an exp per score, in cache). Measured fixed costs (CPU time, one
-# thread, 2-core EPYC): BWD_CALL_SECONDS per call (tasks, the log-sum-exp's and D's set-up),
-# BWD_BLOCK_SECONDS per pair beyond its arithmetic (about a dozen numpy calls).
-BWD_CALL_SECONDS = 80e-6
-BWD_BLOCK_SECONDS = 30e-6
-BWD_SCORE_FLOPS = 8
+# query block) pair, five block products and five elementwise passes over the block's scores
+# (subtract the lse, exp, subtract D, multiply by P; in cache). Measured on the 2-core EPYC
+# (CPU time, one thread, OpenBLAS on one thread, load 12): a pair at head dim 64 took 660 us,
+# 525 of them its five products (105 us each, 80 GFLOP/s) and 135 the passes (exp 84 us, the
+# others 13-19 us each), so the passes cost a quarter of the products: BWD_SCORE_FLOPS per
+# score beside its exp, at the model's flop rate, keeps that ratio. A call on one tiny block
+# took 97 us (tasks, D, the dQ shares): BWD_CALL_SECONDS; about twelve numpy calls a pair,
+# ~1 us each beyond their arithmetic: BWD_BLOCK_SECONDS.
+BWD_CALL_SECONDS = 100e-6
+BWD_BLOCK_SECONDS = 12e-6
+BWD_SCORE_FLOPS = 40
 
 
 def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
