@@ -13,13 +13,28 @@ from __future__ import annotations
 
 from ..ir.module import Function, Module
 
-# a softmax attention needs these ops; other programs skip the extra optimization
-NEEDS = ({"exp"}, {"batchMatmul", "dot"})
+PRODUCTS = ("batchMatmul", "dot")
+
+
+def softmax_times_matrix(fn: Function) -> bool:
+    """Whether fn has a product whose operand is a quotient of an exp (a softmax times v, as
+    the DSL writes softmax): only such programs pay for the extra optimization."""
+    made = {id(inst.result): inst for inst in fn.body}
+    for inst in fn.body:
+        if inst.op not in PRODUCTS:
+            continue
+        for o in inst.operands:
+            src = made.get(id(o))
+            if src is not None and src.op == "divide":
+                num = made.get(id(src.operands[0]))
+                if num is not None and num.op == "exp":
+                    return True
+    return False
 
 
 def with_fused_attention(module: Module | None, fn: Function, target: str, budget) -> Function:
     ops = {inst.op for inst in fn.body}
-    if "attention" in ops or any(not (need & ops) for need in NEEDS) or "apply" in ops:
+    if "attention" in ops or "apply" in ops or not softmax_times_matrix(fn):
         return fn
     from .optimize import optimize  # late: optimize loads egglog
 
