@@ -198,3 +198,32 @@ def test_attention_backward_parses_prints_back_and_cannot_be_differentiated():
     assert str(parse(str(m))) == str(m)
     with pytest.raises(DlvmError, match="fused attention backward"):
         adjoint_function(m, m["f"], optimize=False)
+
+
+def test_vmap_of_attention_backward_is_a_loop_over_examples():
+    """The registry's batching rule: batched q, g and bias, unbatched k, v and o."""
+    from dlvm_eq.ir import FunctionBuilder, Module
+    from dlvm_eq.ir.batching import batch_function
+    from dlvm_eq.ir.interp import interpret
+    from dlvm_eq.ir.types import DType, TensorType
+
+    shapes = ((2, 3, 4), (2, 5, 4), (2, 5, 6), (1, 5), (2, 3, 6), (2, 3, 6))
+    types = [TensorType(s, DType.f64) for s in shapes]
+    b = FunctionBuilder("f", types, ["q", "k", "v", "pad", "o", "g"])
+    f = b.finish(b.emit("attentionBackward", list(b.params), scale=0.5, causal=1, wrt=1))
+    batched = [True, False, False, True, False, True]
+    g, _ = batch_function(f, batched=batched, size=3)
+    rng = np.random.default_rng(12)
+    args = [rng.standard_normal(((3,) if bt else ()) + s) for s, bt in zip(shapes, batched)]
+    args[3] = np.where(rng.random((3, 1, 5)) < 0.3, -1e9, 0.0)
+    m = Module("t")
+    m.add(g)
+    got = interpret(m, g.name, *args)
+    attrs = {"scale": 0.5, "causal": 1, "wrt": 1}
+    want = np.stack(
+        [
+            reference_backward([a[i] if bt else a for a, bt in zip(args, batched)], attrs)
+            for i in range(3)
+        ]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
