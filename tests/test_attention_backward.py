@@ -227,3 +227,25 @@ def test_vmap_of_attention_backward_is_a_loop_over_examples():
         ]
     )
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def biased(q, k, v, b):
+    s = (q @ dq.transpose(k, (0, 1, 3, 2))) * 0.25 + b
+    return dq.sum(dq.softmax(s, axis=-1) @ v)
+
+
+def test_a_differentiated_bias_keeps_the_plain_program():
+    """The fused op gives its bias (a mask) no adjoint: a learned bias's gradient must come
+    from the plain program, and it equals torch's."""
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((1, 1, T, 16)).astype(np.float32) for _ in range(3))
+    b = rng.standard_normal((1, 1, 1, T)).astype(np.float32)
+    step = dq.jit(dq.value_and_grad(biased, argnums=(0, 3)))
+    _, (gq, gb) = step(q, k, v, b)
+    ops = [inst.op for inst in step.report(q, k, v, b).optimize.module["biased"].body]
+    assert "attentionBackward" not in ops, ops
+    tq, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, b))
+    s = tq @ torch.tensor(k, dtype=torch.float64).transpose(-1, -2) * 0.25 + tb
+    (torch.softmax(s, -1) @ torch.tensor(v, dtype=torch.float64)).sum().backward()
+    _close(gq, tq.grad.numpy(), 1e-4)
+    _close(gb, tb.grad.numpy(), 1e-4)

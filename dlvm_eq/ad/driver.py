@@ -360,7 +360,7 @@ def adjoint_function(
         body_module = resolve_declared(module, applied) if applied else module
         forward = fn
         if rules is None and optimize:  # issue 33: the fused attention, differentiated as one op
-            forward = with_fused_attention(body_module, fn, target, budget)
+            forward = with_fused_attention(body_module, fn, target, budget, cfg.wrt)
         return _adjoint_function(
             body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget
         )

@@ -32,7 +32,22 @@ def softmax_times_matrix(fn: Function) -> bool:
     return False
 
 
-def with_fused_attention(module: Module | None, fn: Function, target: str, budget) -> Function:
+def _bias_is_differentiated(fn: Function, wrt) -> bool:
+    """Whether an `attention`'s bias depends on a differentiated parameter: the op gives its
+    bias no adjoint (a mask), so such a program must be differentiated as written."""
+    live = {id(fn.params[i]) for i in wrt}
+    for inst in fn.body:
+        if inst.op == "attention" and id(inst.operands[3]) in live:
+            return True
+        if any(id(o) in live for o in inst.operands):
+            live.add(id(inst.result))
+    return False
+
+
+def with_fused_attention(
+    module: Module | None, fn: Function, target: str, budget, wrt=None
+) -> Function:
+    """wrt: the indexes of the parameters differentiated (None: all)."""
     ops = {inst.op for inst in fn.body}
     if "attention" in ops or "apply" in ops or not softmax_times_matrix(fn):
         return fn
@@ -41,4 +56,7 @@ def with_fused_attention(module: Module | None, fn: Function, target: str, budge
     one = Module(module.name if module is not None else "m", "raw")
     one.add(fn)
     got = optimize(one, fn.name, target=target, budget=budget).module[fn.name]
-    return got if any(inst.op == "attention" for inst in got.body) else fn
+    if not any(inst.op == "attention" for inst in got.body):
+        return fn
+    wrt = range(len(got.params)) if wrt is None else wrt
+    return fn if _bias_is_differentiated(got, wrt) else got
