@@ -28,6 +28,14 @@ from .threads import run_python
 SHARE_BYTES = 32 << 20  # the dQ shares held at once (a chunk of batch indices)
 
 
+def _flat_out(out, shape, dtype):
+    """out itself as (batch, rows, cols) where it is contiguous (written in place), else a new
+    array copied into it at the end."""
+    if out is not None and out.dtype == dtype and out.flags.c_contiguous:
+        return out.reshape(shape)
+    return np.empty(shape, dtype)
+
+
 def row_lse(q, k, v, bias, scale: float, causal: bool, threads: int = 0):
     """Each score row's log-sum-exp (batch + (m,)), through the forward kernel."""
     lse = np.empty(q.shape[:-1], q.dtype)
@@ -79,9 +87,14 @@ def attention_backward(
     per = len(key_blocks) * m * d * q.dtype.itemsize
     chunk = max(1, min(b, SHARE_BYTES // max(per, 1)))
     share = np.empty((len(key_blocks), chunk, m, d), q.dtype)
-    dqf = np.empty((b, m, d), q.dtype) if dq is not None else None
-    dkf = np.empty((b, n, d), q.dtype)
-    dvf = np.empty((b, n, e), q.dtype)
+    dqf, dkf, dvf = (
+        _flat_out(a, (b,) + a_shape, q.dtype) if want else None
+        for a, a_shape, want in (
+            (dq, (m, d), dq is not None),
+            (dk, (n, d), True),
+            (dv, (n, e), True),
+        )
+    )
     sc = dt(scale)
 
     def task(bi, kbi, slot):
@@ -135,5 +148,5 @@ def attention_backward(
                 parts = [(bi, bi - c0, q0) for bi in ids for q0 in range(0, m, query_block)]
                 run_python(combine, parts, workers)
     for want, got in ((dq, dqf), (dk, dkf), (dv, dvf)):
-        if want is not None:
+        if want is not None and not np.shares_memory(want, got):
             want[...] = np.reshape(got, want.shape)
