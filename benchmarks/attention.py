@@ -1,6 +1,7 @@
 """Attention (issue 33): softmax(q kᵀ / 8) v, 4 heads of dim 64, batch 1, float32, forward and
 forward+backward, dlvm_eq against PyTorch's `scaled_dot_product_attention` (its CPU flash
-kernel) and PyTorch eager with the naive formula, side by side in one process.
+kernel), PyTorch eager with the naive formula, torch.compile of the naive formula and JAX's
+jit of it, side by side in one process.
 
     .venv/bin/python benchmarks/attention.py                          # seq 256 1024 4096
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
@@ -19,7 +20,11 @@ dlvm_eq rows:
 - "dlvm_eq fused kernel": the program with the one `attention` op that extraction produces
   where it prices the fused form lower, planned as is: the online-softmax kernel, never writing
   the seq x seq scores.
-- "dlvm_eq plain": the traced program planned as written (no e-graph).
+- "dlvm_eq plain": the traced program planned as written (no e-graph; for forward+backward
+  the adjoint expanded from the primitives, not optimized, so no fused forward or backward).
+In forward+backward, extraction's choice at seq >= 1024 is the fused forward and the fused
+backward (codegen/runtime/attention_backward.py: dQ, dK, dV from the forward's row
+log-sum-exp, never writing the scores).
 Peak memory: the bytes of the program's arena (its temporaries, planned by liveness); the fused
 kernel also holds one block of scores per thread (128 x 512 floats) outside it.
 Implementations take turns (three rounds, a few calls each, the first call of each turn not
@@ -110,6 +115,16 @@ def _dlvm_rows(args, fwd_only: bool):
         fused = native_compile(_fused_module(args[0]), "attn", "cpu", optimize=False)
         assert "attention(" in str(fused.plan)
         rows.append(("dlvm_eq fused kernel", fused, fused.plan.arena_bytes, "online softmax"))
+    if not fwd_only:  # the adjoint of the naive forward, expanded and not optimized
+        from dlvm_eq.ad.driver import adjoint_function
+
+        fwd = dq.make_ir(loss)(*args)
+        adj = adjoint_function(
+            fwd, fwd["loss"], wrt=(0, 1, 2), keeping=(0,), tuple_result=True, optimize=False
+        )
+        module = Module("plain")
+        module.add(adj)
+        name = adj.name
     plain = native_compile(module, name, "cpu", optimize=False)
     rows.append(("dlvm_eq plain (no e-graph)", plain, plain.plan.arena_bytes, "as traced"))
     return [(n, (lambda c=c: c(*call_args)), b, note) for n, c, b, note in rows]
@@ -143,10 +158,48 @@ def _torch_rows(args, fwd_only: bool):
         return qq.grad
 
     version = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-    return [
+    rows = [
         ("torch scaled_dot_product_attention", sdpa, None, version),
         ("torch eager, naive formula", naive, None, version),
     ]
+    try:  # inductor's C++ kernels: needs a compiler; a failure leaves the row out
+        formula = torch.compile(
+            lambda a, b, c: torch.softmax(a @ b.transpose(-1, -2) * 0.125, -1) @ c
+        )
+
+        def compiled():
+            if fwd_only:
+                with torch.no_grad():
+                    return formula(q, k, v)
+            qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+            (formula(qq, kk, vv) * w).sum().backward()
+            return qq.grad
+
+        compiled()
+        rows.append(("torch.compile, naive formula", compiled, None, version))
+    except Exception as e:  # a peer that cannot run here is reported and left out
+        print("torch.compile left out:", type(e).__name__, str(e)[:200])
+    return rows
+
+
+def _jax_rows(args, fwd_only: bool):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return []
+    q, k, v, w = (jnp.asarray(a) for a in args)
+
+    def formula(a, b, c):
+        return jax.nn.softmax(a @ jnp.swapaxes(b, -1, -2) * 0.125, axis=-1) @ c
+
+    if fwd_only:
+        f = jax.jit(formula)
+        call = lambda: f(q, k, v).block_until_ready()
+    else:
+        g = jax.jit(jax.value_and_grad(lambda a, b, c: jnp.sum(formula(a, b, c) * w), (0, 1, 2)))
+        call = lambda: jax.block_until_ready(g(q, k, v))
+    return [("JAX jit, naive formula", call, None, f"jax {jax.__version__}")]
 
 
 def _check(rows, args, fwd_only):
@@ -168,7 +221,7 @@ def measure(seq: int, fwd_only: bool, calls: int):
     rng = np.random.default_rng(0)
     shape = (1, HEADS, seq, DIM)
     args = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
-    rows = _dlvm_rows(args, fwd_only) + _torch_rows(args, fwd_only)
+    rows = _dlvm_rows(args, fwd_only) + _torch_rows(args, fwd_only) + _jax_rows(args, fwd_only)
     _check(rows, args, fwd_only)
     times = {name: [] for name, *_ in rows}
     for name, fn, *_ in rows:  # warm up

@@ -158,9 +158,10 @@ def test_shipped_defaults_pick_the_fused_kernel_at_seq_1024(fn):
     assert fused < plain, line
 
 
-def test_shipped_defaults_keep_the_plain_backward_without_a_fused_one():
-    """value_and_grad needs the probabilities for the backward anyway (no fused backward
-    kernel yet): the fused forward would only add work, and extraction keeps the plain form."""
+def test_shipped_defaults_pick_the_fused_backward_in_value_and_grad():
+    """value_and_grad at seq 1024: the forward is fused before differentiation
+    (egraph/attention_forward.py), and its adjoints are the fused backward
+    (rules/attention_adjoint.egg); the report gives each one's predicted cost."""
 
     def loss(q, k, v):
         return dq.sum(heads(q, k, v))
@@ -169,7 +170,10 @@ def test_shipped_defaults_keep_the_plain_backward_without_a_fused_one():
     args = [np.zeros(shape, np.float32)] * 3
     res = dq.optimize(dq.make_ir(dq.value_and_grad(loss, argnums=(0, 1, 2)))(*args), target="cpu")
     fr = res.report["loss"]
-    assert fr.attention and "plain chosen" in fr.attention[0], fr.attention
+    ops = [inst.op for inst in res.module["loss"].body]
+    assert ops.count("attentionBackward") == 3, ops
+    assert any("fused backward chosen" in line for line in fr.attention), fr.attention
+    assert any(line.split(":")[1].strip().startswith("fused chosen") for line in fr.attention)
 
 
 def test_extraction_keeps_the_plain_program_when_it_is_cheaper():

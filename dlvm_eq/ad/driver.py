@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..egraph.attention_forward import with_fused_attention
 from ..egraph.deadline import Deadline
 from ..egraph.lets import Let, LetTable, inline
 from ..egraph.loader import LoadedProgram
@@ -202,6 +203,11 @@ class _ReversePass:
                 g = self.let("Add", (g, part))
             adjoint[let] = g
             spec = OPS[EGG_TO_OP[let.ctor]] if let.ctor in EGG_TO_OP else None
+            if let.ctor == "AttentionBackward":  # a fused adjoint has no adjoint rules (issue 33)
+                raise AdjointError(
+                    f"@{self.fn.name}: cannot differentiate a fused attention backward "
+                    "(attentionBackward); differentiate the program before optimizing it"
+                )
             if spec is None or not spec.differentiable:
                 continue
             for i, child in enumerate(let.children):
@@ -352,8 +358,11 @@ def adjoint_function(
         # declared adjoints that fn applies get their bodies before the e-graph loads fn
         applied = [i.attrs["callee"] for i in fn.body if i.op == "apply"]
         body_module = resolve_declared(module, applied) if applied else module
+        forward = fn
+        if rules is None and optimize:  # issue 33: the fused attention, differentiated as one op
+            forward = with_fused_attention(body_module, fn, target, budget, cfg.wrt)
         return _adjoint_function(
-            body_module, fn, cfg, name, rules, tuple_result, optimize, target, budget
+            body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget
         )
 
     if rules is not None:  # a user's rule file: not covered by the cache key

@@ -53,7 +53,7 @@ from ..codegen.planning.plan import (
 )
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
-from ..extract.attention_cost import attention_seconds
+from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
 from ..extract.target_cost import TargetCost, flops_per_element
 from ..ir import window_ops
@@ -500,6 +500,11 @@ def _attention(step: AttentionStep, plan: Plan, mc: Machine):
     dt = DType(out.dtype)
     types = [TensorType(tuple(v.shape), dt) for v in step.inputs[:3]]
     t = TensorType(tuple(out.shape), dt)
+    if step.grads:  # the three results of one kernel
+        seconds = 3 * attention_backward_seconds(
+            TargetCost(mc, {}), t, lambda i: types[i], step.causal
+        )
+        return "attentionBackward", "-> " + " ".join(map(str, out.shape)), seconds
     seconds = attention_seconds(TargetCost(mc, {}), t, lambda i: types[i], step.causal)
     return "attention", "-> " + " ".join(map(str, out.shape)), seconds
 

@@ -45,6 +45,9 @@ def attention_lines(extraction, cost) -> list[str]:
             by_class.setdefault(node["eclass"], []).append(nid)
     lines = []
     for cls, members in by_class.items():
+        if any(g.raw_nodes[n]["op"] == "AttentionBackward" for n in members):
+            lines.append(_backward_line(g, cost, choice, cls, members))
+            continue
         fused_nodes = [n for n in members if g.raw_nodes[n]["op"] == "Attention"]
         if not fused_nodes:
             continue
@@ -58,6 +61,31 @@ def attention_lines(extraction, cost) -> list[str]:
         lines.append(
             f"attention e-class {cls}: {'fused' if chosen else 'plain'} chosen; predicted fused "
             f"kernel{' (causal mode)' if causal == '1' else ''} {seconds_text(fused)}, "
-            f"plain program {seconds_text(plain)}"
+            f"plain program {_plain_text(plain)}"
         )
     return sorted(lines)
+
+
+def _plain_text(seconds: float) -> str:
+    if seconds == float("inf"):  # attention_forward.py fused it before differentiation, or
+        return "none in the e-graph"  # no plain adjoint rule covers it (rank 4, causal)
+    return seconds_text(seconds)
+
+
+def _backward_line(g, cost, choice, cls, members) -> str:
+    """One of dQ, dK, dV: the fused backward's share (a third of its kernel) against the plain
+    adjoint's sub-program."""
+    fused_nodes = [n for n in members if g.raw_nodes[n]["op"] == "AttentionBackward"]
+    chosen = g.raw_nodes[choice[cls]]["op"] == "AttentionBackward"
+    best = choice[cls] if chosen else min(fused_nodes, key=lambda n: _sub_cost(g, cost, choice, n))
+    kids = g.raw_nodes[best]["children"]
+    wrt = "QKV"[int(g.raw_nodes[kids[8]]["op"])]
+    # the fused node's own price: its operands (the forward) are the plain side's too
+    fused = cost.node_cost(g, best)
+    plain_nodes = [n for n in members if g.raw_nodes[n]["op"] != "AttentionBackward"]
+    plain = min((_sub_cost(g, cost, choice, n) for n in plain_nodes), default=float("inf"))
+    return (
+        f"attention backward d{wrt} e-class {cls}: {'fused' if chosen else 'plain'} backward "
+        f"chosen; predicted fused kernel (a third of dQ, dK, dV) {seconds_text(fused)}, plain "
+        f"program {_plain_text(plain)}"
+    )

@@ -40,7 +40,7 @@ FUSIBLE_KINDS = ELEMENTWISE_KINDS + (CAST,)
 VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
 # numpy/CuPy steps: they read and write buffers (convolutions and pools too: im2col + GEMM)
 COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum") + WINDOW_OPS
-COPY_OPS += ("attention",)  # issue 33: the fused attention kernel reads buffers too
+COPY_OPS += ("attention", "attentionBackward")  # issue 33: the fused attention kernels read buffers
 DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
 
 

@@ -192,6 +192,10 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
     if inst.op == "attention":  # issue 33: the bias stays unbroadcast (the kernel broadcasts it)
         terms = tuple(term for term, _ in ops)
         return loader.let("Attention", (*terms, float(a["scale"]), int(a["causal"])), rt)
+    if inst.op == "attentionBackward":
+        terms = tuple(term for term, _ in ops)
+        attrs = (float(a["scale"]), int(a["causal"]), int(a["wrt"]))
+        return loader.let("AttentionBackward", (*terms, *attrs), rt)
     if spec.kind == WINDOW:  # tensor operands, then the attributes packed in one IVec
         return loader.let(
             spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt

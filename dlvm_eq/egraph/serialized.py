@@ -154,6 +154,9 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
     if egg == "Attention":  # issue 33: q, k, v, bias, scale, causal
         return Decoded(egg, op, tuple(ch[:4]), {"scale": float(p(ch[4])), "causal": int(p(ch[5]))})
+    if egg == "AttentionBackward":  # q, k, v, bias, o, g, scale, causal, wrt
+        attrs = {"scale": float(p(ch[6])), "causal": int(p(ch[7])), "wrt": int(p(ch[8]))}
+        return Decoded(egg, op, tuple(ch[:6]), attrs)
     if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
     return Decoded(egg, op, tuple(ch), {})

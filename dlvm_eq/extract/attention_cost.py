@@ -59,3 +59,47 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
         + CALL_SECONDS
         + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )
+
+
+# The fused backward (codegen/runtime/attention_backward.py): numpy's calls per (key block,
+# query block) pair, five block products and five elementwise passes over the block's scores
+# (subtract the lse, exp, subtract D, multiply by P; in cache). Measured on the 2-core EPYC
+# (CPU time, one thread, OpenBLAS on one thread, load 12): a pair at head dim 64 took 660 us,
+# 525 of them its five products (105 us each, 80 GFLOP/s) and 135 the passes (exp 84 us, the
+# others 13-19 us each), so the passes cost a quarter of the products: BWD_SCORE_FLOPS per
+# score beside its exp, at the model's flop rate, keeps that ratio. A call on one tiny block
+# took 97 us (tasks, D, the dQ shares): BWD_CALL_SECONDS; about twelve numpy calls a pair,
+# ~1 us each beyond their arithmetic: BWD_BLOCK_SECONDS.
+BWD_CALL_SECONDS = 100e-6
+BWD_BLOCK_SECONDS = 12e-6
+BWD_SCORE_FLOPS = 40
+
+
+def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
+    """One of the three AttentionBackward e-nodes of an attention: a third of the kernel that
+    computes dQ, dK and dV together (codegen runs the three as one step)."""
+    from .target_cost import flops_per_element  # late: target_cost imports this module
+
+    q, k, v = child(0), child(1), child(2)
+    if q is None or k is None or v is None or t is None:
+        return INF
+    if cost.machine.name == "gpu":
+        return INF
+    mc = cost.machine
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = math.prod(q.shape[:-2])
+    pairs = batch * blocks(m, n, causal)
+    bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
+    products = 3 * cost.dot_seconds(bq, d, bk) + 2 * cost.dot_seconds(bq, bk, e)
+    if not mc.matmul_grid:
+        products -= 5 * mc.launch
+    scores = bq * bk * (flops_per_element("Exp", mc) + BWD_SCORE_FLOPS) / mc.flop_rate
+    itemsize = t.dtype.itemsize
+    shares = -(-n // KEY_BLOCK) * batch * m * d * itemsize  # dQ's shares, written and added
+    moved = (2 * q.size + 2 * k.size + 2 * v.size + 2 * batch * m * e) * itemsize + 2 * shares
+    total = (
+        mc.node_overhead
+        + BWD_CALL_SECONDS
+        + max(pairs * (products + scores + BWD_BLOCK_SECONDS), moved / mc.bandwidth)
+    )
+    return total / 3

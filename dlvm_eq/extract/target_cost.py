@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from ..ir.op_spec import COST_FLOPS, MATMUL_COST, VIEW_COST
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.types import TensorType
-from .attention_cost import attention_seconds
+from .attention_cost import attention_backward_seconds, attention_seconds
 from .machine import Machine, machine
 from .window_cost import window_seconds
 
@@ -127,6 +127,8 @@ class TargetCost:
             if op == "Gemm"
             else (graph.raw_nodes[kids[5]]["op"] == "1", False)  # causal
             if op == "Attention"
+            else (graph.raw_nodes[kids[7]]["op"] == "1", False)
+            if op == "AttentionBackward"
             else (False, False)
         )
         if op == "Concatenate" and self.types.get(cls) is not None:
@@ -216,6 +218,8 @@ class TargetCost:
             return window_seconds(self, op, t, child)
         if op == "Attention":  # issue 33: the fused kernel (attention_cost.py)
             return attention_seconds(self, t, child, causal=flags[0])
+        if op == "AttentionBackward":  # the fused backward, a third each (attention_cost.py)
+            return attention_backward_seconds(self, t, child, causal=flags[0])
         return INF  # helper constructors (Adjoint, ...) are not programs
 
 

@@ -57,6 +57,40 @@ def attention(args, attrs):
         return np.matmul(e / e.sum(axis=-1, keepdims=True), v).astype(q.dtype)
 
 
+def attention_backward_type(types, attrs) -> TensorType:
+    """attentionBackward q, k, v, bias, o, g: the adjoint of `attention` at operand wrt (0: q,
+    1: k, 2: v), given its output o and the output's adjoint g."""
+    if len(types) != 6:
+        _fail("attentionBackward expects six operands: q, k, v, bias, o, g")
+    out = attention_type(types[:4], attrs)
+    if types[4] != out or types[5] != out:
+        _fail(f"o and g must have the attention's type {out}: {types[4]}, {types[5]}")
+    if attrs.get("wrt") not in (0, 1, 2):
+        _fail(f"wrt must be 0 (q), 1 (k) or 2 (v), not {attrs.get('wrt')}")
+    return types[attrs["wrt"]]
+
+
+def attention_backward(args, attrs):
+    """FlashAttention-2's backward written the naive way (the oracle of the fused kernel):
+    P = softmax(x), dV = Pᵀ g, dS = P * (g vᵀ - rowsum(g * o)), dQ = dS k s, dK = dSᵀ q s."""
+    q, k, v, bias, o, g = args
+    sc = q.dtype.type(attrs["scale"])
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc + bias
+    if attrs.get("causal", 0):
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), -np.inf, s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+        wrt = attrs["wrt"]
+        if wrt == 2:
+            return np.matmul(np.swapaxes(p, -1, -2), g).astype(q.dtype)
+        rows = (g * o).sum(axis=-1, keepdims=True)
+        ds = p * (np.matmul(g, np.swapaxes(v, -1, -2)) - rows)
+        if wrt == 0:
+            return (np.matmul(ds, k) * sc).astype(q.dtype)
+        return (np.matmul(np.swapaxes(ds, -1, -2), q) * sc).astype(q.dtype)
+
+
 # Key block x query block of scores that one thread keeps in its core's cache (the kernel's
 # working set: a block of scores, its exp, and the running rows); codegen and the cost model
 # both read these, so the price is that of the tiles the kernel really runs.

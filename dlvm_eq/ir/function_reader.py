@@ -395,6 +395,14 @@ class FunctionReader:
             {"scale": float(token(scale)), "causal": int(bool(causal))},
         )
 
+    def attention_backward(self, tree: Tree):
+        operands, scale, *causal, wrt = tree.children
+        return (
+            "attentionBackward",
+            self.operands(operands),
+            {"scale": float(token(scale)), "causal": int(bool(causal)), "wrt": int(token(wrt))},
+        )
+
     def take(self, tree: Tree):
         x_tree, ids_tree, axis = tree.children
         x, ids = self.operand(x_tree), self.operand(ids_tree)
@@ -496,6 +504,7 @@ OP_SYNTAX = {
     "slice_scatter": FunctionReader.slice_scatter,
     "cumsum": FunctionReader.cumsum,
     "attention": FunctionReader.attention,
+    "attention_backward": FunctionReader.attention_backward,
     "select": FunctionReader.select,
     "literal": FunctionReader.literal,
     "tuple_literal": FunctionReader.tuple_literal,

@@ -109,6 +109,10 @@ def format_instruction(inst: Instruction) -> str:
     elif name == "attention":  # issue 33
         scale = repr(float(a["scale"]))  # float's repr reads back to the same value
         text = f"attention {args} scale {scale}" + (" causal" if a["causal"] else "")
+    elif name == "attentionBackward":  # issue 33: one of the fused backward's results
+        scale = repr(float(a["scale"]))
+        causal = " causal" if a["causal"] else ""
+        text = f"attentionBackward {args} scale {scale}{causal} wrt {a['wrt']}"
     elif name in WINDOW_OPS:
         text = f"{name} {args} {format_window_attrs(name, a)}"
     else:

@@ -3,6 +3,9 @@ softmax over key blocks (a running maximum, a running sum and a running weighted
 rescaled by exp(old max - new max) when a block raises the maximum). verify-rules then proves
 rules/attention.egg's rewrites from the naive softmax(q kᵀ s + bias) v to `Attention` as
 identities between the two computations (the online-softmax lemma, on every small shape).
+`attentionBackward` is FlashAttention-2's backward (probabilities from the row log-sum-exp,
+D = rowsum(g * o)), so rules/attention_adjoint.egg's fused adjoint is proved against the
+vector-Jacobian product of the naive program.
 
     attention_table(as_array, extremum)["attention"]([q, k, v, bias], attrs, rtype)
 """
@@ -61,4 +64,38 @@ def attention_table(as_array, extremum) -> dict:
                 out[idx + (i,)] = row
         return out
 
-    return {"attention": attention}
+    def attention_backward(args, attrs, rtype):
+        """FlashAttention-2's backward as the kernel computes it: the probabilities from the row
+        log-sum-exp, D = rowsum(g * o) from the given output o."""
+        q, k, v, bias, o, g = (as_array(a) for a in args)
+        scale = sp.Rational(float(attrs["scale"]))
+        m, n, wrt = q.shape[-2], k.shape[-2], attrs["wrt"]
+        bias = np.broadcast_to(bias, q.shape[:-1] + (n,))
+        hidden = causal_mask(m, n) if attrs.get("causal", 0) else np.zeros((m, n), bool)
+        out = np.full(rtype.shape, sp.Integer(0), dtype=object)
+        for idx in np.ndindex(q.shape[:-2]):
+            qb, kb, vb, bb, ob, gb = q[idx], k[idx], v[idx], bias[idx], o[idx], g[idx]
+            for i in range(m):
+                seen = [j for j in range(n) if not hidden[i, j] and bb[i, j] != -sp.oo]
+                x = {
+                    j: sp.Add(*(qb[i, c] * kb[j, c] for c in range(q.shape[-1]))) * scale + bb[i, j]
+                    for j in seen
+                }
+                lse = sp.log(sp.Add(*(sp.exp(x[j]) for j in seen)))
+                rows = sp.Add(*(gb[i, c] * ob[i, c] for c in range(v.shape[-1])))
+                for j in seen:
+                    p = sp.exp(x[j] - lse)
+                    if wrt == 2:
+                        for c in range(v.shape[-1]):
+                            out[idx + (j, c)] += p * gb[i, c]
+                        continue
+                    dp = sp.Add(*(gb[i, c] * vb[j, c] for c in range(v.shape[-1])))
+                    ds = p * (dp - rows) * scale
+                    for c in range(q.shape[-1]):
+                        if wrt == 0:
+                            out[idx + (i, c)] += ds * kb[j, c]
+                        else:
+                            out[idx + (j, c)] += ds * qb[i, c]
+        return out
+
+    return {"attention": attention, "attentionBackward": attention_backward}

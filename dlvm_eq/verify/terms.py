@@ -71,6 +71,8 @@ def ctor_attrs(head: str, prims: list) -> dict:
             return {"axis": int(prims[0]), "reverse": int(prims[1])}
         if head == "Attention":  # issue 33
             return {"scale": float(prims[0]), "causal": int(prims[1])}
+        if head == "AttentionBackward":
+            return {"scale": float(prims[0]), "causal": int(prims[1]), "wrt": int(prims[2])}
         if head == "Take":
             return {"axis": int(prims[0])}
         if head == "ScatterAdd":

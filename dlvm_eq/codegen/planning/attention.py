@@ -1,6 +1,11 @@
-"""`attention` as a plan step (ir/attention_op.py): the fused kernel on the CPU
-(runtime/attention_cpu.py); on the GPU the op's reference semantics through CuPy (no fused
-kernel there yet: it writes the scores).
+"""`attention` and `attentionBackward` as plan steps (ir/attention_op.py): the fused kernels on
+the CPU (runtime/attention_cpu.py, runtime/attention_backward.py); on the GPU the ops'
+reference semantics through CuPy (no fused kernel there yet: it writes the scores).
+
+The three `attentionBackward` values of one attention (dQ, dK, dV: same operands, scale and
+causal mode) are one step with three outputs: one kernel computes them together. Where its
+output o is an `attention` step's, that step also writes each score row's log-sum-exp to a
+slot of its own, and the backward reads it instead of recomputing it.
 
     step = AttentionStep((q_view, k_view, v_view), bias, 0.125, False, out_slot)
 """
@@ -9,12 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...ir.attention_op import attention as reference_attention
+from ...ir.attention_op import attention_backward as reference_backward
+from ..kernels.kernel_spec import c_strides
+from .values import Konst, Mat
 
 
 @dataclass
 class AttentionStep:
-    """out = softmax(q kᵀ scale + bias) v; bias a View (operand 3) or a float (a constant)."""
+    """out = softmax(q kᵀ scale + bias) v; bias a View (operand 3) or a float (a constant).
+    A backward step (grads not empty) reads q, k, v, [bias], o, g[, lse] and writes the slots
+    in grads (dQ, dK, dV; -1 where not wanted); out is one of them. lse: a forward step's
+    second output slot, or the backward's last input (-1: none)."""
 
     inputs: tuple  # plan.View of q, k, v, and of the bias when it is a tensor
     bias: float
@@ -23,15 +36,75 @@ class AttentionStep:
     out: int
     value: str = ""
     order: int = 0
+    grads: tuple = ()
+    lse: int = -1
+
+    def outputs(self) -> tuple:
+        if self.grads:
+            return tuple(s for s in self.grads if s >= 0)
+        return (self.out,) + ((self.lse,) if self.lse >= 0 else ())
 
     def text(self, slots) -> str:
+        n = len(self.inputs) - (1 if self.grads and self.lse >= 0 else 0)
         ins = ", ".join(v.text(slots) for v in self.inputs)
-        bias = "" if len(self.inputs) > 3 else f" bias={self.bias:g}"
+        bias = "" if n in (4, 6) else f" bias={self.bias:g}"
         causal = " causal" if self.causal else ""
-        return (
-            f"attention({ins}) scale={self.scale:g}{bias}{causal} -> "
-            f"{slots[self.out].label()}    [%{self.value}]"
+        outs = ", ".join(slots[s].label() for s in self.outputs())
+        name = "attentionBackward" if self.grads else "attention"
+        return f"{name}({ins}) scale={self.scale:g}{bias}{causal} -> {outs}    [%{self.value}]"
+
+
+def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
+    """The planner's step for an `attention` or `attentionBackward` instruction (pl: the
+    Planner; temp: its temporary slot role)."""
+    from .plan_queries import operand_name, view_of  # late: plan_queries imports plan, this
+
+    refs = [pl.ref_of(o) for o in inst.operands]
+    scalar = isinstance(refs[3], Konst) and not refs[3].shape
+    bias = float(refs[3].value) if scalar else 0.0
+    keep = [i for i in range(len(refs)) if not (i == 3 and scalar)]
+    views = [view_of(pl.materialize(refs[i], operand_name(inst.operands[i]), order)) for i in keep]
+    a = inst.attrs
+    forwards = pl.__dict__.setdefault("attention_forwards", {})
+    if inst.op == "attention":
+        out = pl.new_slot(t.shape, str(t.dtype), temp, name)
+        step = AttentionStep(tuple(views), bias, a["scale"], bool(a["causal"]), out, name, order)
+        pl.steps.append(step)
+        forwards[out] = step
+        return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+    groups = pl.__dict__.setdefault("attention_groups", {})
+    key = (tuple(id(o) for o in inst.operands), a["scale"], a["causal"])
+    if key not in groups:  # the first of its siblings: one step for all of them
+        grads, mats = [-1, -1, -1], {}
+        for sib in pl.flat.body:
+            if sib.op != "attentionBackward" or sib.attrs["wrt"] in mats:
+                continue
+            if (tuple(id(o) for o in sib.operands), sib.attrs["scale"], sib.attrs["causal"]) != key:
+                continue
+            st = sib.result.type
+            slot = pl.new_slot(st.shape, str(st.dtype), temp, sib.result.name)
+            grads[sib.attrs["wrt"]] = slot
+            mats[sib.attrs["wrt"]] = Mat(slot, st.shape, str(st.dtype), c_strides(st.shape))
+        fwd = forwards.get(views[-2].slot)
+        lse = -1
+        if (
+            fwd is not None
+            and fwd.inputs == tuple(views[:-2])
+            and (fwd.scale, fwd.causal, fwd.bias) == (a["scale"], bool(a["causal"]), bias)
+        ):
+            if fwd.lse < 0:  # the forward writes each row's log-sum-exp too
+                shape = tuple(inst.operands[0].type.shape[:-1])
+                fwd.lse = pl.new_slot(shape, str(t.dtype), temp, f"{fwd.value}_lse")
+            lse = fwd.lse
+            shape = pl.slots[lse].shape
+            views.append(view_of(Mat(lse, shape, str(t.dtype), c_strides(shape))))
+        step = AttentionStep(
+            tuple(views), bias, a["scale"], bool(a["causal"]), grads[a["wrt"]], name, order
         )
+        step.grads, step.lse = tuple(grads), lse
+        pl.steps.append(step)
+        groups[key] = mats
+    return groups[key][a["wrt"]]
 
 
 def attention_run(step: AttentionStep, xp, view_fns):
@@ -39,23 +112,51 @@ def attention_run(step: AttentionStep, xp, view_fns):
     chain (None: the array as it is)."""
     fns = [f or (lambda a: a) for f in view_fns]
     slots = [v.slot for v in step.inputs]
-    out, scale, causal = step.out, step.scale, step.causal
+    out, scale, causal, lse_slot = step.out, step.scale, step.causal, step.lse
+    backward = bool(step.grads)
+    has_lse = backward and lse_slot >= 0
+
+    def operands(env):
+        args = [f(env[s]) for f, s in zip(fns, slots)]
+        lse = args.pop() if has_lse else None
+        n = 6 if backward else 4
+        bias = args[3] if len(args) == n else step.bias
+        rest = args[n - 2 :] if backward else []
+        return args[:3], bias, rest, lse
 
     if xp.__name__ == "numpy":
+        from ..runtime.attention_backward import attention_backward
         from ..runtime.attention_cpu import attention_forward
 
         def run(env):
-            args = [f(env[s]) for f, s in zip(fns, slots)]
-            bias = args[3] if len(args) > 3 else step.bias
-            attention_forward(*args[:3], bias, scale, causal, env[out])
+            qkv, bias, rest, lse = operands(env)
+            if backward:
+                grads = [env[s] if s >= 0 else None for s in step.grads]
+                attention_backward(*qkv, bias, scale, causal, *rest, *grads, lse=lse)
+                return
+            keep = env[lse_slot] if lse_slot >= 0 else None
+            attention_forward(*qkv, bias, scale, causal, env[out], lse=keep)
 
         return run
 
-    def run_array(env):  # CuPy: the reference formula on the device
-        args = [f(env[s]) for f, s in zip(fns, slots)]
-        bias = args[3] if len(args) > 3 else xp.asarray(step.bias, args[0].dtype)
-        xp.copyto(
-            env[out], reference_attention([*args[:3], bias], {"scale": scale, "causal": causal})
-        )
+    def run_array(env):  # CuPy: the reference formulas on the device
+        qkv, bias, rest, _ = operands(env)
+        if not isinstance(bias, xp.ndarray):
+            bias = xp.asarray(bias, qkv[0].dtype)
+        attrs = {"scale": scale, "causal": causal}
+        if backward:
+            for wrt, s in enumerate(step.grads):
+                if s >= 0:
+                    xp.copyto(
+                        env[s], reference_backward([*qkv, bias, *rest], {**attrs, "wrt": wrt})
+                    )
+            return
+        xp.copyto(env[out], reference_attention([*qkv, bias], attrs))
+        if lse_slot >= 0:
+            x = xp.matmul(qkv[0], xp.swapaxes(qkv[1], -1, -2)) * scale + bias
+            if causal:
+                x = xp.where(xp.asarray(np.triu(np.ones(x.shape[-2:], bool), 1)), -np.inf, x)
+            top = x.max(axis=-1, keepdims=True)
+            xp.copyto(env[lse_slot], (top + xp.log(xp.exp(x - top).sum(-1, keepdims=True)))[..., 0])
 
     return run_array

@@ -249,6 +249,8 @@ def step_outputs(step: Step) -> tuple[int, ...]:
         return step.outputs + step.reductions
     if isinstance(step, GemmStep):
         return (step.blas.out,) + step.epilogue.outputs
+    if isinstance(step, AttentionStep):  # a backward's three results; a forward's row lse
+        return step.outputs()
     return step.outputs if isinstance(step, KernelStep) else (step.out,)
 
 

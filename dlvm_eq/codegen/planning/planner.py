@@ -47,7 +47,7 @@ from ...ir.module import Instruction
 from ..kernels.kernel_spec import c_strides
 from ..kernels.rows import loads, rebuild
 from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select, binary, unary
-from .attention import AttentionStep
+from .attention import plan_attention
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
 from .kernel_groups import MAX_EXPR_NODES, KernelGrouping
@@ -329,28 +329,8 @@ class _Planner(KernelGrouping, RowFusion):
                 )
             )
             return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-        if kind == "attention":  # issue 33: the fused kernel (planning/attention.py)
-            refs = [self.ref_of(o) for o in inst.operands]
-            bias = refs[3].value if isinstance(refs[3], Konst) and not refs[3].shape else 0.0
-            if not isinstance(refs[3], Konst) or refs[3].shape:
-                refs = refs[:4]
-            else:
-                refs = refs[:3]
-            ins = [self.materialize(r, operand_name(o), order) for r, o in zip(refs, inst.operands)]
-            out = self.new_slot(t.shape, str(t.dtype), TEMP, name)
-            a = inst.attrs
-            self.steps.append(
-                AttentionStep(
-                    tuple(view_of(m) for m in ins),
-                    float(bias),
-                    a["scale"],
-                    bool(a["causal"]),
-                    out,
-                    name,
-                    order,
-                )
-            )
-            return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
+        if kind in ("attention", "attentionBackward"):  # issue 33: planning/attention.py
+            return plan_attention(self, inst, order, name, t, TEMP)
         if (
             kind == "window"
         ):  # im2col + GEMM, pools: numpy/CuPy over buffers (execution/window_steps.py)

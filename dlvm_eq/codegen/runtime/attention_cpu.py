@@ -36,6 +36,7 @@ _SGEMM += (("cblas_sgemm64_", True), ("cblas_sgemm", False))
 _LIBS: list | None = None  # (get, set) of every loaded OpenBLAS, found once
 _GEMM: list = []  # (address, 64-bit integers) of the first loaded cblas_sgemm, found once
 _LIBS_LOCK = threading.Lock()
+LN2 = 0.6931471805599453
 _SCRATCH = threading.local()  # each thread's task scratch (qs, s, run_max, run_sum)
 
 
@@ -123,8 +124,10 @@ def _rows(a) -> np.ndarray:
     return a if ok else np.ascontiguousarray(a)
 
 
-def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
-    """The float32 kernel; False where it does not apply (the caller runs numpy's)."""
+def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None) -> bool:
+    """The float32 kernel; False where it does not apply (the caller runs numpy's). lse: None,
+    or a float32 array of the scores' rows (batch + (m,)) that receives each row's log-sum-exp:
+    the task's running maximum and sum are kept there (base 2) instead of in its scratch."""
     if q.dtype != np.float32 or not all(a.dtype == np.float32 for a in (k, v, out)):
         return False
     with _LIBS_LOCK:
@@ -155,11 +158,18 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
     lead = [a.strides[:-2] for a in arrays]
     ld = [a.strides[-2] // 4 for a in arrays]
     brs = ld[4] if dense else 0
+    stats = None
+    if lse is not None:  # per row: the running maximum and sum, kept for the log-sum-exp
+        stats = np.empty((2,) + batch + (m,), np.float32)
+        st_base, st_lead = stats.ctypes.data, stats.strides[1:-1]
 
     def task(idx, q0):
         at = [b + sum(i * st for i, st in zip(idx, sts)) for b, sts in zip(base, lead)]
         bptr = at[4] + q0 * brs * 4 if dense else 0
         qs, s, run_max, run_sum = _scratch((query_block, d, key_block))
+        if stats is not None:
+            run_max = st_base + sum(i * st for i, st in zip(idx, st_lead)) + q0 * 4
+            run_sum = run_max + stats.strides[0]
         fn(
             at[0] + q0 * ld[0] * 4, at[1], at[2], at[3] + q0 * ld[3] * 4, bptr,
             qs, s, run_max, run_sum, gemm[0],
@@ -176,6 +186,9 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks) -> bool:
         run_python(task, tasks, threads or usable_cpus())
     if target is None:
         out[...] = o
+    if stats is not None:  # base 2: lse = (max + log2 sum) ln 2; a row with every key hidden: -inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse[...] = (stats[0] + np.log2(stats[1])) * np.float32(LN2)
     return True
 
 
@@ -189,9 +202,12 @@ def attention_forward(
     out,
     threads: int = 0,
     blocks: tuple[int, int] = (QUERY_BLOCK, KEY_BLOCK),
+    lse=None,
 ) -> None:
-    """blocks: (queries, keys) per tile; the cost model prices the defaults."""
-    if native_forward(q, k, v, bias, scale, causal, out, threads, blocks):
+    """blocks: (queries, keys) per tile; the cost model prices the defaults. lse: None, or an
+    array of shape batch + (m,) that receives each score row's log-sum-exp (natural log), which
+    the fused backward (attention_backward.py) reads instead of recomputing it."""
+    if native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse):
         return
     query_block, key_block = blocks
     m, n = q.shape[-2], k.shape[-2]
@@ -232,6 +248,8 @@ def attention_forward(
             run_max = new_max
         with np.errstate(invalid="ignore", divide="ignore"):  # a fully hidden row: NaN, as naive
             np.divide(acc, run_sum, out=out[idx][q0:q1])
+            if lse is not None:
+                lse[idx][q0:q1] = (run_max + np.log(run_sum))[:, 0]
 
     with one_blas_thread():
         run_python(task, tasks, threads or usable_cpus())

@@ -63,6 +63,7 @@ def _ordered() -> list[OpSpec]:
         *control.specs(),
         stop_gradient.spec(),
         attention.spec(),  # issue 33
+        attention.backward_spec(),
     ]
 
 

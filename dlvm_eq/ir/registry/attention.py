@@ -22,6 +22,30 @@ def _batch(bt, op, args, batched, attrs):
     return bt.emit(op, [q, k, v, bias], **attrs)
 
 
+def _batch_backward(bt, op, args, batched, attrs):
+    ops = [a if b or i == 3 else bt.full(a) for i, (a, b) in enumerate(zip(args, batched))]
+    if batched[3]:
+        ops[3] = bt.align(args[3], ops[0].type.rank - 1)
+    return bt.emit(op, ops, **attrs)
+
+
+def backward_spec() -> OpSpec:
+    """attentionBackward q, k, v, bias, o, g: one of the fused backward's three results (wrt);
+    codegen runs the three of one attention in one kernel (codegen/planning/attention.py)."""
+    return OpSpec(
+        "attentionBackward",
+        ATTENTION,
+        6,
+        "AttentionBackward",
+        attention_op.attention_backward_type,
+        attention_op.attention_backward,
+        attrs=("scale", "causal", "wrt"),
+        float_only=True,
+        differentiable=False,  # no adjoint rules: grad of grad keeps the plain program
+        batch=_batch_backward,
+    )
+
+
 def spec() -> OpSpec:
     return OpSpec(
         "attention",
