@@ -1,0 +1,109 @@
+"""Map-plus-reduction specs: one pass over an iteration space that writes a map's outputs and
+folds one or more reductions over the same axes (any axes: leading ones too), as plain data.
+
+A conv's bias gradient with the ReLU-adjoint select that produces it, in one pass:
+
+    >>> g, x = Load(0), Load(1)
+    >>> dz = Select(binary("greaterThan", x, 0.0), g, Const(0.0))
+    >>> spec = MapReduceSpec("relu_bias", (8, 4, 5, 5), [KernelInput("f32")] * 2,
+    ...                      [dz], [(dz, "add")], axes=(0, 2, 3))
+    >>> spec.out_shape
+    (4,)
+
+Batch norm's two moments over (N, H, W) are a spec with no map output and two reductions.
+Reductions start from their op's identity (an `init` of another value stays a reduction of its
+own). The CPU builds it with `cpu/map_reduce_ir.py` and runs it with
+`runtime/map_reduce_kernel.py`; `evaluate_map_reduce` is its numpy oracle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernel_spec import KernelInput, KernelSpec, c_strides
+from .spec import REDUCE_OPS, Expr, KernelError, as_expr, dtype_of, op_name, resolve
+
+
+@dataclass(frozen=True)
+class MapReduceSpec:
+    name: str
+    shape: tuple[int, ...]
+    inputs: tuple[KernelInput, ...]
+    outputs: tuple[Expr, ...]  # map outputs: C-contiguous arrays of `shape`
+    reductions: tuple[tuple, ...]  # (body, op), each folded over `axes` from the identity
+    axes: tuple[int, ...]
+
+    def __post_init__(self):
+        shape = tuple(int(d) for d in self.shape)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        axes = tuple(sorted(int(a) + len(shape) if a < 0 else int(a) for a in self.axes))
+        if len(set(axes)) != len(axes) or any(not 0 <= a < len(shape) for a in axes):
+            raise KernelError(f"{self.name}: axes {self.axes} are not distinct axes of {shape}")
+        object.__setattr__(self, "axes", axes)
+        for i, inp in enumerate(self.inputs):
+            if inp.strides is not None and (len(inp.strides) != len(shape) or min(inp.strides) < 0):
+                raise KernelError(f"{self.name}: input {i} has strides {inp.strides} for {shape}")
+        if not self.reductions:
+            raise KernelError(f"{self.name}: a map-reduce kernel needs at least one reduction")
+        memo: dict = {}
+        dts = self.input_dtypes
+        outs = tuple(resolve(as_expr(o), dts, memo) for o in self.outputs)
+        object.__setattr__(self, "outputs", outs)
+        reds = []
+        for body, op in self.reductions:
+            op = op_name(op)
+            if op not in REDUCE_OPS:
+                raise KernelError(f"{self.name}: unknown reduction {op!r}")
+            body = resolve(as_expr(body), dts, memo)
+            if dtype_of(body, dts) == "bool":
+                raise KernelError(f"{self.name}: cannot reduce bool values; cast them first")
+            reds.append((body, op))
+        object.__setattr__(self, "reductions", tuple(reds))
+
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return tuple(i.dtype for i in self.inputs)
+
+    @property
+    def output_dtypes(self) -> tuple[str, ...]:
+        return tuple(dtype_of(o, self.input_dtypes) for o in self.outputs)
+
+    @property
+    def reduction_dtypes(self) -> tuple[str, ...]:
+        return tuple(dtype_of(b, self.input_dtypes) for b, _ in self.reductions)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The reductions' shape: the kept axes, in order."""
+        return tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def reduction_strides(self) -> tuple[int, ...]:
+        """Element strides of a reduction's output along the iteration shape (0 on the reduced
+        axes): the loops read and update it as one more input stream."""
+        kept = iter(c_strides(self.out_shape))
+        return tuple(0 if i in self.axes else next(kept) for i in range(len(self.shape)))
+
+
+def evaluate_map_reduce(spec: MapReduceSpec, arrays, compute: str | None = None) -> list:
+    """The spec's map outputs, then its reductions, by numpy (reference.evaluate for the
+    expressions, numpy's reduce for the folds); float ops in `compute` if given."""
+    from .reference import REDUCE_NP, evaluate
+
+    roots = list(spec.outputs) + [b for b, _ in spec.reductions]
+    vals = evaluate(KernelSpec(spec.name, spec.shape, spec.inputs, roots), arrays, compute)
+    outs = vals[: len(spec.outputs)]
+    with np.errstate(all="ignore"):
+        for v, (_, op) in zip(vals[len(spec.outputs) :], spec.reductions):
+            outs.append(np.asarray(REDUCE_NP[op].reduce(v, axis=spec.axes)).reshape(spec.out_shape))
+    return outs
+
+
+__all__ = ["MapReduceSpec", "evaluate_map_reduce"]
