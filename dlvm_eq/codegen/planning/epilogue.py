@@ -28,10 +28,13 @@ MAX_FUSED_ELEMENTS = 1 << 18  # 1 MiB of float32 result: half this machine's L2
 
 def plan_settings() -> str:
     """What a CPU plan depends on besides the module (for the plan cache's key): GEMM epilogue
-    fusion's switch and whether, and from which product size, our GEMM is used (settable at run
+    fusion's and multi-output fusion's switches and whether, and from which product size, our GEMM is used (settable at run
     time, e.g. by tests)."""
+    from ...config import settings
+
     g = gemm_runtime
-    return f"epilogues={g.epilogues_enabled()},gemm={g.enabled()}:{g.GEMM_MIN_MACS}"
+    multi = settings().multi_output
+    return f"epilogues={g.epilogues_enabled()},gemm={g.enabled()}:{g.GEMM_MIN_MACS},multi={multi}"
 
 
 def fuse_epilogues(nodes: list[Node], slots) -> list[Node]:
