@@ -374,6 +374,13 @@ class _Kernels:
             self.forced.setdefault(cls[v], self._kernel(v, cls[load], _size(t), self._group(v, t)))
         for c in self.forced:
             self.candidates.pop(c, None)
+        # a space with a row kernel: the planner gives its maps to the row kernel
+        # (codegen/planning/rowfusion.py runs first), so a reduction there keeps its own pass
+        rows = {k.group for k in self.forced.values() if k.reduction and k.group is not None}
+        for let, k in list(self.shared.items()):
+            if k.group in rows:
+                del self.shared[let]
+                self.forced[k.cls] = dataclasses.replace(k, group=None, reduction=True)
 
     def add(self, let: str, required: bool) -> None:
         c, kind, t = self.cls[let], self.loaded.kind[let], self.loaded.type[let]
