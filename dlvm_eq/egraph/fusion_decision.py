@@ -100,16 +100,51 @@ class _Loader:
         return term
 
 
+def merged_axes(flat: Flat) -> dict[int, tuple]:
+    """id(result) of a reduction the planner merges with the reductions after it (through
+    shape casts that keep the reduced axes as 1s, one reader each, one op: how the adjoint sums
+    a bias gradient, along 3, then 2, then 0; planner.merged_reduce) -> all the axes the merged
+    reduction folds. Its input is read once, by one reduction over all of them."""
+    from ..codegen.planning.plan_queries import readers
+
+    users = readers(flat)
+    producer = {id(i.result): i for i in flat.body}
+    first: dict[int, tuple] = {}  # id(reduce result) -> (id of its chain's first, its axes)
+    out: dict[int, tuple] = {}
+    for inst in flat.body:
+        if OPS[inst.op].kind != REDUCE:
+            continue
+        axes = tuple(sorted(inst.attrs["axes"]))
+        cast = producer.get(id(inst.operands[0]))
+        inner = producer.get(id(cast.operands[0])) if cast and cast.op == "shapeCast" else None
+        if (
+            inner is not None
+            and id(inner.result) in first
+            and inner.attrs["combinator"] == inst.attrs["combinator"]
+            and len(users.get(id(cast.result), ())) == 1
+            and len(users.get(id(inner.result), ())) == 1
+        ):
+            head, head_axes = first[id(inner.result)]
+            merged = tuple(sorted(set(head_axes) | set(axes)))
+            first[id(inst.result)] = (head, merged)
+            out[head] = merged
+        else:
+            first[id(inst.result)] = (id(inst.result), axes)
+    return out
+
+
 def load_fusion(flat: Flat) -> _Loaded:
     """The fusion e-graph's terms of `flat`: one let per distinct term."""
     ld = _Loader()
     out = ld.out
+    merged = merged_axes(flat)
     for p in flat.params:
         out.of_value[id(p)] = ld.let("Var", (p.name,), p.type, "param")
     for inst in flat.body:
         let = out.of_value[id(inst.result)] = _load_instruction(ld, inst)
         if out.kind[let.name] == "reduce":
-            out.reduce_input[let.name] = (inst.operands[0].type, tuple(sorted(inst.attrs["axes"])))
+            axes = merged.get(id(inst.result), tuple(sorted(inst.attrs["axes"])))
+            out.reduce_input[let.name] = (inst.operands[0].type, axes)
     for r in flat.results:
         if isinstance(r, Value) and out.kind[out.of_value[id(r)].name] == "view":
             v = out.of_value[id(r)]
@@ -222,6 +257,7 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
     its longest path from the parameters: maps of one depth can share a kernel without a
     cycle (a group key of the cost model, like the planner's grouping)."""
     depth: dict[int, int] = {}
+    merged = merged_axes(flat)
     for inst in flat.body:
         d = 0
         for o in inst.operands:
@@ -230,7 +266,7 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
         spec = OPS[inst.op]
         d_in = d
         if spec.kind == REDUCE:
-            axes = tuple(sorted(inst.attrs["axes"]))
+            axes = merged.get(id(inst.result), tuple(sorted(inst.attrs["axes"])))
             rank = inst.operands[0].type.rank
             row = rows and bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], rank))
             d += 0 if row else 1
