@@ -96,13 +96,17 @@ def evaluate_map_reduce(spec: MapReduceSpec, arrays, compute: str | None = None)
     """The spec's map outputs, then its reductions, by numpy (reference.evaluate for the
     expressions, numpy's reduce for the folds); float ops in `compute` if given."""
     from .reference import REDUCE_NP, evaluate
+    from .rows import reduce_identity
 
     roots = list(spec.outputs) + [b for b, _ in spec.reductions]
     vals = evaluate(KernelSpec(spec.name, spec.shape, spec.inputs, roots), arrays, compute)
     outs = vals[: len(spec.outputs)]
     with np.errstate(all="ignore"):
-        for v, (_, op) in zip(vals[len(spec.outputs) :], spec.reductions):
-            outs.append(np.asarray(REDUCE_NP[op].reduce(v, axis=spec.axes)).reshape(spec.out_shape))
+        for v, (_, op), dt in zip(
+            vals[len(spec.outputs) :], spec.reductions, spec.reduction_dtypes
+        ):
+            folded = REDUCE_NP[op].reduce(v, axis=spec.axes, initial=reduce_identity(op, dt))
+            outs.append(np.asarray(folded, v.dtype).reshape(spec.out_shape))
     return outs
 
 

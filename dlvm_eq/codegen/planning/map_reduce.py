@@ -35,24 +35,26 @@ def _identity_init(r: ReduceNode) -> bool:
 
 
 class MapReduceFusion:
-    """Needs the planner's `decision`, `leaves`, `group_exprs`, `_inputs`, `_localize`,
+    """Needs the planner's `decision`, `fusion` (its report), `leaves`, `group_exprs`, `_inputs`, `_localize`,
     `_kernel_name` and `_pos` (kernel_groups.KernelGrouping)."""
 
     def fuse_map_reductions(self, nodes: list[Node]) -> list[Node]:
-        """Each reduction the fusion stage chose, in program order, joins the first pass it
-        can: one it already shares, the map whose outputs it reads, a map or a reduction of
+        """Each reduction the fusion stage chose (those reading a map's outputs first, each in
+        program order) joins the first pass it can: one it already shares, the map whose outputs it reads, a map or a reduction of
         its space that reads one of its inputs. One merge at a time, each checked against
         the nodes as they are then, so that no merge closes a cycle."""
-        shared = set(getattr(self.decision, "shared_pass", None) or ())
+        shared = getattr(self.decision, "shared_pass", None) or {}
         reds = [
             n
             for n in nodes
             if isinstance(n.source, ReduceNode)
-            and n.source.names & shared
+            and n.source.names & set(shared)
             and _identity_init(n.source)
         ]
         clusters: dict[int, dict] = {}  # id(fused node) -> {"map": Node | None, "reds": [Node]}
-        for rn in sorted(reds, key=lambda n: n.order):
+        maps = {o for n in nodes if isinstance(n.source, list) for o in n.outputs}
+        # first those that read a map's outputs (they save its write-then-read), then the rest
+        for rn in sorted(reds, key=lambda n: (not (set(n.inputs) & maps), n.order)):
             if not any(n is rn for n in nodes):
                 continue  # taken into an earlier pass
             for target in self._targets(rn, nodes, clusters, reds):
@@ -65,8 +67,15 @@ class MapReduceFusion:
                 c = {"map": c["map"], "reds": c["reds"] + [rn]}
                 new = self._pass_node(c)
                 nodes = [n for n in nodes if n is not target and n is not rn] + [new]
+                clusters.pop(id(target), None)
                 clusters[id(new)] = c
                 break
+        if self.fusion is not None:  # the report: the passes the plan holds, and their saving
+            fused = [r.source for c in clusters.values() for r in c["reds"]]
+            self.fusion.shared = len(fused)
+            self.fusion.shared_saving = sum(
+                max((shared[n] for n in r.names if n in shared), default=0.0) for r in fused
+            )
         return nodes
 
     def _targets(self, rn: Node, nodes: list[Node], clusters: dict, reds: list[Node]):
