@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq import config
-from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen import plan_schema, set_cache_dir
 from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, ReduceSpec
 from dlvm_eq.codegen.kernels.map_reduce import MapReduceSpec, evaluate_map_reduce
 from dlvm_eq.codegen.kernels.spec import Const, KernelError, Load, Select, binary, unary
@@ -248,3 +248,18 @@ def test_random_maps_and_reductions_agree_with_the_interpreter(program):
 
     x, y = (RNG.standard_normal(shape).astype(np.float32) for _ in range(2))
     _plan_and_check(f, x, y)
+
+
+def test_a_plan_with_a_shared_pass_round_trips_through_the_plan_cache_records():
+    x = RNG.standard_normal((4, 5, 6, 6)).astype(np.float32)
+    m, name = _module(lambda x: (dq.exp(x), dq.sum(dq.exp(x), axis=(0, 2, 3))), x)
+    plan = plan_function(m[name], m)
+    (p,) = _passes(plan)
+    again = plan_schema().loads(plan_schema().dumps(plan))
+    (q,) = _passes(again)
+    assert q.spec == p.spec and (q.inputs, q.outputs, q.reductions) == (
+        p.inputs,
+        p.outputs,
+        p.reductions,
+    )
+    assert str(again) == str(plan)
