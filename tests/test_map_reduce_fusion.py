@@ -263,3 +263,21 @@ def test_a_plan_with_a_shared_pass_round_trips_through_the_plan_cache_records():
         p.reductions,
     )
     assert str(again) == str(plan)
+
+
+def test_layer_norm_gain_and_bias_gradients_share_a_pass_beside_the_row_kernels():
+    x = RNG.standard_normal((6, 8, 16)).astype(np.float32)
+    g = (1.0 + 0.1 * RNG.standard_normal((16,))).astype(np.float32)
+    b = (0.1 * RNG.standard_normal((16,))).astype(np.float32)
+
+    def loss(g, b, x):
+        mu = dq.mean(x, axis=-1, keepdims=True)
+        var = dq.mean((x - mu) ** 2, axis=-1, keepdims=True)
+        h = (x - mu) / dq.sqrt(var + 1e-5) * g + b
+        return dq.sum(dq.tanh(h))
+
+    m, name = _module(dq.value_and_grad(loss, argnums=(0, 1)), g, b, x)
+    plan = plan_function(m[name], m)
+    (p,) = [p for p in _passes(plan) if p.spec.axes == (0, 1)]
+    assert len(p.reductions) == 2  # d gain and d bias: one pass over (6, 8, 16)
+    _close(compile(m, name, optimize=False)(g, b, x), interpret(m, name, g, b, x, float64=True))

@@ -411,12 +411,15 @@ class _Kernels:
         for c in self.forced:
             self.candidates.pop(c, None)
         # a space with a row kernel: the planner gives its maps to the row kernel
-        # (codegen/planning/rowfusion.py runs first), so a reduction there keeps its own pass
+        # (codegen/planning/rowfusion.py runs first), so a reduction there shares a pass only
+        # with the reductions over its own axes that read what it reads (a layer norm's
+        # gamma and beta gradients)
         rows = {k.group for k in self.forced.values() if k.reduction and k.group is not None}
         for let, k in list(self.shared.items()):
             if k.group in rows:
-                del self.shared[let]
-                self.forced[k.cls] = dataclasses.replace(k, group=None, reduction=True)
+                axes = self.loaded.reduce_input[let][1]
+                self.shared[let] = k = dataclasses.replace(k, group=("alone", k.group, axes))
+                self.forced[k.cls] = k
 
     def add(self, let: str, required: bool) -> None:
         c, kind, t = self.cls[let], self.loaded.kind[let], self.loaded.type[let]
