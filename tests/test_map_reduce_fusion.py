@@ -6,7 +6,7 @@ where the fusion stage prices it cheaper (egraph/fusion_decision.py: `shared_pas
 - fires: a conv's bias gradient with the ReLU-adjoint select, batch norm's two moments over
   (N, H, W), the sum of a softmax along a leading axis with its exp;
 - does not fire: a reduction whose result the map reads, a map output read at another order,
-  two reductions over different axes in one pass, the GPU target, DLVM_EQ_MULTI_OUTPUT=0;
+  the GPU target, DLVM_EQ_MULTI_OUTPUT=0 (reductions over different axes share a pass);
 - random programs of maps and reductions agree with the interpreter (float64), hypothesis.
 """
 
@@ -70,8 +70,9 @@ def _passes(plan) -> list[MapReduceStep]:
 def _relu_bias_spec(shape, axes):
     g, x = Load(0), Load(1)
     dz = Select(binary("greaterThan", x, 0.0), g, Const(0.0))
-    reds = [(dz, "add"), (dz * dz, "add"), (unary("exp", x), "max")]
-    return MapReduceSpec("relu_bias", shape, [KernelInput("f32")] * 2, [dz], reds, axes)
+    reds = [(dz, "add", axes), (dz * dz, "add", axes), (unary("exp", x), "max", axes)]
+    reds.append((x, "add", tuple(range(len(shape)))))  # and everything, in the same pass
+    return MapReduceSpec("relu_bias", shape, [KernelInput("f32")] * 2, [dz], reds)
 
 
 @pytest.mark.parametrize(
@@ -106,9 +107,9 @@ def test_leading_axis_sums_are_bit_identical_with_any_thread_count():
 
 def test_a_spec_with_bad_axes_or_no_reduction_is_a_kernel_error():
     with pytest.raises(KernelError, match="axes"):
-        MapReduceSpec("k", (2, 3), [KernelInput("f32")], [Load(0)], [(Load(0), "add")], (2,))
+        MapReduceSpec("k", (2, 3), [KernelInput("f32")], [Load(0)], [(Load(0), "add", (2,))])
     with pytest.raises(KernelError, match="at least one reduction"):
-        MapReduceSpec("k", (2, 3), [KernelInput("f32")], [Load(0)], [], (0,))
+        MapReduceSpec("k", (2, 3), [KernelInput("f32")], [Load(0)], [])
 
 
 # ---------------------------------------------------------------- where it fires
@@ -125,8 +126,11 @@ def test_a_conv_bias_gradient_shares_the_pass_of_its_relu_adjoint():
 
     m, name = _module(dq.value_and_grad(loss, argnums=(0, 1)), w, b, x)
     plan = plan_function(m[name], m)
-    (bias_pass,) = [p for p in _passes(plan) if p.spec.axes == (0, 2, 3)]
-    assert bias_pass.outputs and [op for _, op in bias_pass.spec.reductions] == ["add"]
+    (p,) = _passes(plan)  # the bias gradient and the loss's sum, with the ReLU adjoint
+    assert p.outputs and sorted(axes for _, _, axes in p.spec.reductions) == [
+        (0, 1, 2, 3),
+        (0, 2, 3),
+    ]
     assert "in one pass with their maps" in str(plan.fusion) and plan.fusion.shared_saving > 0
     got = compile(m, name, optimize=False)(w, b, x)
     _close(got, interpret(m, name, w, b, x, float64=True))
@@ -147,14 +151,14 @@ def test_layer_norm_moments_over_a_leading_axis_are_one_pass():
         return mean, dq.mean(x * x, axis=0) - mean * mean
 
     (p,) = _passes(_plan_and_check(f, x))
-    assert p.spec.axes == (0,) and len(p.reductions) == 2
+    assert [axes for _, _, axes in p.spec.reductions] == [(0,), (0,)]
 
 
 def test_softmax_along_a_leading_axis_sums_in_the_pass_of_its_exp():
     x = RNG.standard_normal((40, 12)).astype(np.float32)
     plan = _plan_and_check(lambda x: dq.softmax(x, axis=0), x)
     (p,) = _passes(plan)
-    assert [op for _, op in p.spec.reductions] == ["add"] and p.outputs
+    assert [op for _, op, _ in p.spec.reductions] == ["add"] and p.outputs
 
 
 # ---------------------------------------------------------------- where it must not
@@ -166,18 +170,21 @@ def test_a_reduction_the_map_reads_keeps_its_own_pass():
     assert not _passes(plan)
 
 
-def test_two_reductions_over_different_axes_never_share_a_pass():
+def test_reductions_over_different_axes_share_one_pass_with_their_map():
     x = RNG.standard_normal((6, 5, 4)).astype(np.float32)
 
     def f(x):
         e = dq.exp(x)
-        return e, dq.sum(e, axis=0), dq.sum(e, axis=1), dq.max(e, axis=0)
+        return e, dq.sum(e, axis=0), dq.sum(e, axis=1), dq.max(e, axis=(0, 2))
 
     plan = _plan_and_check(f, x)
-    (p,) = _passes(plan)  # the map with the sum and the max along axis 0 (program order)
-    assert p.spec.axes == (0,) and [op for _, op in p.spec.reductions] == ["add", "max"]
-    alone = [k for k in plan.kernels if isinstance(k.spec, ReduceSpec)]
-    assert [k.spec.axes for k in alone] == [(1,)]  # the sum along axis 1: a pass of its own
+    (p,) = _passes(plan)  # e read once, written once; each reduction along its own axes
+    assert len(plan.kernels) == 1 and p.outputs
+    assert [(op, axes) for _, op, axes in p.spec.reductions] == [
+        ("add", (0,)),
+        ("add", (1,)),
+        ("max", (0, 2)),
+    ]
 
 
 def test_a_map_output_read_at_another_order_is_not_folded_from_registers():
@@ -278,6 +285,6 @@ def test_layer_norm_gain_and_bias_gradients_share_a_pass_beside_the_row_kernels(
 
     m, name = _module(dq.value_and_grad(loss, argnums=(0, 1)), g, b, x)
     plan = plan_function(m[name], m)
-    (p,) = [p for p in _passes(plan) if p.spec.axes == (0, 1)]
-    assert len(p.reductions) == 2  # d gain and d bias: one pass over (6, 8, 16)
+    (p,) = _passes(plan)  # d gain, d bias (and the loss's sum): one pass over (6, 8, 16)
+    assert sorted(axes for _, _, axes in p.spec.reductions) == [(0, 1), (0, 1), (0, 1, 2)]
     _close(compile(m, name, optimize=False)(g, b, x), interpret(m, name, g, b, x, float64=True))

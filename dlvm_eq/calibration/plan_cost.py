@@ -370,16 +370,17 @@ def _rows(step: RowStep, plan: Plan, mc: Machine):
 
 def _map_reduce(step: MapReduceStep, plan: Plan, mc: Machine):
     """A map-plus-reduction pass (planning/map_reduce.py): its inputs read once, its outputs and
-    reductions written once; priced on the grid of the reduction it holds (along the last
-    axis or along leading ones), its arithmetic that of every output and reduction body."""
+    reductions written once; priced on the grid of the reductions it holds (along leading
+    axes when one keeps the last axis), its arithmetic that of every output and reduction body."""
     spec = step.spec
     n = math.prod(spec.shape)
     nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(
         plan.slots[s].nbytes for s in step.outputs + step.reductions
     )
     last = max((i for i, d in enumerate(spec.shape) if d > 1), default=-1)
-    kind = "reduce" if last < 0 or last in spec.axes else "reduce_lead"
-    roots = list(spec.outputs) + [b for b, _ in spec.reductions]
+    lead = any(last >= 0 and last not in axes for _, _, axes in spec.reductions)
+    kind = "reduce_lead" if lead else "reduce"
+    roots = list(spec.outputs) + [b for b, _, _ in spec.reductions]
     compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, kind, n)
     return kind, spec.name, _bound(mc, kind, nbytes, n, compute)
 

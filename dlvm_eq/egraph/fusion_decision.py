@@ -412,13 +412,12 @@ class _Kernels:
             self.candidates.pop(c, None)
         # a space with a row kernel: the planner gives its maps to the row kernel
         # (codegen/planning/rowfusion.py runs first), so a reduction there shares a pass only
-        # with the reductions over its own axes that read what it reads (a layer norm's
-        # gamma and beta gradients)
+        # with the other reductions of its space that read what it reads (a layer norm's gain
+        # and bias gradients)
         rows = {k.group for k in self.forced.values() if k.reduction and k.group is not None}
         for let, k in list(self.shared.items()):
             if k.group in rows:
-                axes = self.loaded.reduce_input[let][1]
-                self.shared[let] = k = dataclasses.replace(k, group=("alone", k.group, axes))
+                self.shared[let] = k = dataclasses.replace(k, group=("alone", k.group))
                 self.forced[k.cls] = k
 
     def add(self, let: str, required: bool) -> None:

@@ -7,10 +7,10 @@ ABI (the range [lo, hi) of flat indices of the iteration space, C order):
     void k(i64 lo, i64 hi, i64 init, ptr out_0.., ptr red_0.., ptr in_0.., ptr dims)
 With `init` non-zero the call first sets every reduction element to its op's identity (the
 runtime's one-call path and each of its partial rows); then red_j[kept index] is updated in
-place. The reductions' index is one more strided stream of the loop layout (stride 0 along
-the reduced axes), so a leading-axis reduction's inner loop walks its outputs contiguously and
+place. Each reduction's index is one more strided stream of the loop layout (stride 0 along
+its reduced axes), so a leading-axis reduction's inner loop walks its outputs contiguously and
 a trailing one's keeps its accumulator in a register (LLVM promotes the invariant address).
-dims = the layout's dims array, then the number of reduction elements.
+dims = the layout's dims array, then each reduction's number of elements.
 """
 
 from __future__ import annotations
@@ -31,17 +31,19 @@ PTR = ir.PointerType()
 
 
 def map_reduce_layout(spec: MapReduceSpec) -> LoopLayout:
-    """The loop layout: the inputs' streams, then the reductions' index stream."""
-    streams = [i.strides for i in spec.inputs] + [spec.reduction_strides()]
+    """The loop layout: the inputs' streams, then one index stream per reduction."""
+    streams = [i.strides for i in spec.inputs]
+    streams += [spec.reduction_strides(j) for j in range(len(spec.reductions))]
     return elementwise_layout(spec.shape, streams)
 
 
 def map_reduce_dims(spec: MapReduceSpec):
-    """The kernel's run-time dims array (the layout's, then the reduction size)."""
+    """The kernel's run-time dims array (the layout's, then each reduction's size)."""
     import numpy as np
 
     lay = map_reduce_layout(spec)
-    return np.concatenate([lay.dims_array(), [max(1, math.prod(spec.out_shape))]]).astype(np.int64)
+    sizes = [max(1, math.prod(spec.out_shape(j))) for j in range(len(spec.reductions))]
+    return np.concatenate([lay.dims_array(), sizes]).astype(np.int64)
 
 
 def _load_i64(b, dims_arg, j: int):
@@ -71,9 +73,10 @@ def _build(spec: MapReduceSpec, lay: LoopLayout, symbol: str, triple: str, dl: s
         ]
         for k, st in enumerate(lay.strides)
     ]
-    n_red_elems = _load_i64(b, dims_arg, n_dims * (1 + len(lay.strides)))
+    sizes_at = n_dims * (1 + len(lay.strides))
     with b.if_then(b.icmp_signed("!=", init, i64(0))):
-        for p, (_, op), dt in zip(reds, spec.reductions, rdt):
+        for j, (p, (_, op, _), dt) in enumerate(zip(reds, spec.reductions, rdt)):
+            n_red_elems = _load_i64(b, dims_arg, sizes_at + j)
             ident = init_constant(reduce_identity(op, dt), dt)
             t = storage_type(dt)
             counted_loop(
@@ -92,17 +95,17 @@ def _build(spec: MapReduceSpec, lay: LoopLayout, symbol: str, triple: str, dl: s
             v = b.load(b.gep(ins[i], [offs[i]], inbounds=True, source_etype=t), typ=t)
             return from_storage(e, v, dtypes[i])
 
-        roots = list(spec.outputs) + [r for r, _ in spec.reductions]
+        roots = list(spec.outputs) + [r for r, _, _ in spec.reductions]
         vals = lower(e, roots, dtypes, load)
         for p, v, dt in zip(outs, vals, odt):
             t = storage_type(dt)
             b.store(to_storage(e, v, dt), b.gep(p, [flat], inbounds=True, source_etype=t))
-        for p, v, (_, op), dt in zip(reds, vals[n_out:], spec.reductions, rdt):
+        for j, (p, v, (_, op, _), dt) in enumerate(zip(reds, vals[n_out:], spec.reductions, rdt)):
             t = storage_type(dt)
-            q = b.gep(p, [offs[n_in]], inbounds=True, source_etype=t)
+            q = b.gep(p, [offs[n_in + j]], inbounds=True, source_etype=t)
             b.store(combine(e, op, b.load(q, typ=t), v, dt), q)
 
-    strided_range(b, lo, hi, dims, strides, [i64(0)] * (n_in + 1), body)
+    strided_range(b, lo, hi, dims, strides, [i64(0)] * (n_in + n_red), body)
     b.ret_void()
     return module
 

@@ -11,8 +11,8 @@ fused where that is possible:
   reads the map's outputs element for element (at another order it needs them whole first);
 - nothing in the map reads a reduction of the same pass, and no input of the fused kernel
   depends, through other steps, on one of its outputs (a cycle);
-- reductions of one pass share their axes; a reduction with no such map shares a pass with
-  another over the same space and axes that reads one of its inputs.
+- each reduction folds its own axes; a reduction with no such map shares a pass with another
+  over the same space that reads one of its inputs.
 
     nodes = self.fuse_map_reductions(nodes)   # some map + reduction nodes -> MapReduceStep nodes
 """
@@ -86,12 +86,12 @@ class MapReduceFusion:
         def space(n: Node) -> bool:
             if id(n) in clusters:
                 step = n.payload
-                return step.spec.shape == tuple(r.shape) and step.spec.axes == tuple(sorted(r.axes))
+                return step.spec.shape == tuple(r.shape)
             if isinstance(n.source, list) and isinstance(n.payload, KernelStep):
                 return tuple(n.source[0].shape) == tuple(r.shape)
             if isinstance(n.source, ReduceNode) and any(n is x for x in reds):
                 s = n.source
-                return s.shape == r.shape and tuple(s.axes) == tuple(r.axes)
+                return s.shape == r.shape
             return False
 
         near = [n for n in nodes if n is not rn and space(n)]
@@ -100,8 +100,6 @@ class MapReduceFusion:
 
     def _can_join(self, rn: Node, c: dict, target: Node, nodes: list[Node]) -> bool:
         r = rn.source
-        if c["reds"] and tuple(sorted(c["reds"][0].source.axes)) != tuple(sorted(r.axes)):
-            return False
         mapped = set(c["map"].outputs) if c["map"] is not None else set()
         # the map's outputs are read element for element, else they are needed whole first
         for ld in loads(r.body):
@@ -116,8 +114,7 @@ class MapReduceFusion:
         return not reached(ins, outs, nodes, [target, rn])
 
     def _pass_node(self, c: dict) -> Node:
-        first = c["reds"][0].source
-        shape, axes = tuple(first.shape), tuple(sorted(first.axes))
+        shape = tuple(c["reds"][0].source.shape)
         members = c["map"].source if c["map"] is not None else []
         outs = self.group_exprs(members) if members else []
         by_slot = {m.slot: e for m, e in zip(members, outs)}
@@ -143,8 +140,7 @@ class MapReduceFusion:
             shape,
             kinputs,
             [self._localize(e, local) for e in outs],
-            [(self._localize(b, local), r.op) for b, r in zip(bodies, rnodes)],
-            axes,
+            [(self._localize(b, local), r.op, r.axes) for b, r in zip(bodies, rnodes)],
         )
         order = min([r.order for r in rnodes] + [m.order for m in members])
         step = MapReduceStep(

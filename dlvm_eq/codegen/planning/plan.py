@@ -143,7 +143,7 @@ class MapReduceStep:
         return self.spec.name
 
     def text(self, slots) -> str:
-        reds = ", ".join(op for _, op in self.spec.reductions)
+        reds = ", ".join(f"{op} along {list(axes)}" for _, op, axes in self.spec.reductions)
         shape = " x ".join(map(str, self.spec.shape)) or "scalar"
         ins = ", ".join(
             _input_text(slots[s], inp, self.spec.shape)
@@ -151,10 +151,7 @@ class MapReduceStep:
         )
         outs = ", ".join(slots[s].label() for s in self.outputs + self.reductions)
         fused = " ".join("%" + v for v in self.values)
-        return (
-            f"{self.name}: map + reduce {reds} along {list(self.spec.axes)} <{shape}> "
-            f"({ins}) -> {outs}    [{fused}]"
-        )
+        return f"{self.name}: map + reduce {reds} <{shape}> ({ins}) -> {outs}    [{fused}]"
 
 
 def _input_text(slot: Slot, inp, shape) -> str:

@@ -41,7 +41,8 @@ PARTIAL_SHARE = 8
 
 def slices(spec: MapReduceSpec) -> int:
     """How many slices a call is cut into: from the spec's sizes alone."""
-    n, n_red = spec.size, max(1, math.prod(spec.out_shape))
+    n = spec.size
+    n_red = sum(max(1, math.prod(spec.out_shape(j))) for j in range(len(spec.reductions)))
     return max(1, min(MAX_SLICES, n // MIN_PARALLEL_WORK, n // (PARTIAL_SHARE * n_red)))
 
 
@@ -70,8 +71,10 @@ class MapReduceKernel:
         self.out_dtypes = [DTYPES[d] for d in spec.output_dtypes]
         self.red_dtypes = [DTYPES[d] for d in spec.reduction_dtypes]
         self.identities = [
-            reduce_identity(op, dt) for (_, op), dt in zip(spec.reductions, spec.reduction_dtypes)
+            reduce_identity(op, dt)
+            for (_, op, _), dt in zip(spec.reductions, spec.reduction_dtypes)
         ]
+        self.out_sizes = [max(1, math.prod(spec.out_shape(j))) for j in range(len(spec.reductions))]
         self._chunks = split_range(spec.size, slices(spec)) if spec.size else []
 
     def one_call_head(self) -> tuple | None:
@@ -89,8 +92,8 @@ class MapReduceKernel:
         if len(self._chunks) == 1:
             self.fn(0, self.spec.size, 1, *out_ptrs, *map(data_ptr, reds), *in_ptrs, self.dims_ptr)
             return
-        n_red = max(1, math.prod(self.spec.out_shape))
-        partial = [np.empty((len(self._chunks), n_red), d) for d in self.red_dtypes]
+        parts = len(self._chunks)
+        partial = [np.empty((parts, n), d) for n, d in zip(self.out_sizes, self.red_dtypes)]
         run_chunks(
             self.fn,
             [
@@ -100,14 +103,14 @@ class MapReduceKernel:
             self.threads,
         )
         with np.errstate(all="ignore"):  # in slice order, whatever thread computed each
-            for p, red, (_, op) in zip(partial, reds, self.spec.reductions):
+            for p, red, (_, op, _) in zip(partial, reds, self.spec.reductions):
                 REDUCE_NP[op].reduce(p, axis=0, out=red.reshape(-1))
 
     def __call__(self, *inputs):
         spec = self.spec
         ins = [np.ascontiguousarray(a, dtype=DTYPES[i.dtype]) for a, i in zip(inputs, spec.inputs)]
         outs = [aligned_empty(spec.shape, d) for d in self.out_dtypes]
-        reds = [np.empty(spec.out_shape, d) for d in self.red_dtypes]
+        reds = [np.empty(spec.out_shape(j), d) for j, d in enumerate(self.red_dtypes)]
         self.run(ins, outs, reds)
         return tuple(outs) + tuple(reds)
 
