@@ -165,6 +165,14 @@ SETTINGS = (
         "epilogues",
         _switch(True),
     ),
+    Setting(
+        "DLVM_EQ_MULTI_OUTPUT",
+        "1",
+        "0: reductions never share a pass with the maps of their iteration space (multi-output "
+        "fusion on the CPU, planning/map_reduce.py)",
+        "multi_output",
+        _switch(True),
+    ),
 )
 
 
@@ -180,6 +188,7 @@ class Settings:
     spin_us: float
     gemm: str  # "0", "1" or "auto"
     epilogues: bool
+    multi_output: bool
 
 
 def read(environ=None) -> Settings:

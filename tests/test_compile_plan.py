@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
+from dlvm_eq import config
 from dlvm_eq.codegen import KernelSpec, set_cache_dir
-from dlvm_eq.codegen.planning.plan import TEMP, ConcatStep, CopyStep, KernelStep, RowStep
+from dlvm_eq.codegen.planning.plan import (
+    TEMP,
+    ConcatStep,
+    CopyStep,
+    KernelStep,
+    MapReduceStep,
+    RowStep,
+)
 from dlvm_eq.ir import interpret
 from dlvm_eq.pipeline import compile, plan_function
 
@@ -55,11 +63,17 @@ def test_elementwise_chain_is_one_kernel_reading_only_its_input():
     _check(m, X)
 
 
-def test_row_softmax_is_one_row_kernel_and_three_kernels_without_rows():
+def test_row_softmax_is_one_row_kernel_and_three_kernels_without_rows(monkeypatch):
     m = _ir(lambda x: dq.softmax(x, axis=1), X)
     plan = _plan(m)
     assert [type(s) for s in plan.steps] == [RowStep]
     assert [op for _, op, _ in plan.steps[0].spec.reductions] == ["max", "add"]
+    # without rows, the sum is folded in the pass that writes exp(x - max) (multi-output)
+    three = _plan(m, rows=False)
+    assert [type(s) for s in three.steps] == [KernelStep, MapReduceStep, KernelStep]
+    assert [op for _, op, _ in three.steps[1].spec.reductions] == ["add"]
+    monkeypatch.setenv("DLVM_EQ_MULTI_OUTPUT", "0")
+    config.reload()  # (conftest re-reads the restored environment after the test)
     three = _plan(m, rows=False)
     assert [type(s) for s in three.steps] == [KernelStep] * 3
     assert [isinstance(s.spec, KernelSpec) for s in three.steps] == [False, False, True]
@@ -133,7 +147,10 @@ def test_values_read_by_two_kernels_are_recomputed_when_cheap_and_stored_when_no
         return t * s
 
     plan = _plan(_ir(cheap, big), rows=False)
-    assert all(len(k.outputs) == 1 for k in plan.kernels) and plan.arena_bytes == 0
+    # t recomputed, never stored: the two reductions fold it in one pass (multi-output)
+    (k,) = plan.kernels
+    assert isinstance(k, MapReduceStep) and not k.outputs and len(k.reductions) == 2
+    assert plan.arena_bytes == 0
     plan = _plan(_ir(costly, big), rows=False)
     temps = [s for s in plan.slots if s.role == TEMP and s.shape == (512, 512)]
     assert len(temps) == 1  # exp(tanh(sin(x))) written once, read by the sum and the product
@@ -146,10 +163,14 @@ def test_siblings_of_one_iteration_space_share_a_kernel():
         return e + 1.0, e * 2.0, dq.sum(e, axis=0)
 
     plan = _plan(_ir(two, X))
-    maps = [k for k in plan.kernels if isinstance(k.spec, KernelSpec)]
+    maps = [
+        k for k in plan.kernels if isinstance(k.spec, KernelSpec) or isinstance(k, MapReduceStep)
+    ]
     # both results come from one kernel (whether e is also stored for the sum is the fusion
-    # stage's cost-driven choice: tests/test_fusion_extract.py)
+    # stage's cost-driven choice: tests/test_fusion_extract.py); the sum along the leading
+    # axis shares that pass (multi-output fusion: tests/test_map_reduce_fusion.py)
     assert len(maps) == 1 and {r.slot for r in plan.results[:2]} <= set(maps[0].outputs)
+    assert isinstance(maps[0], MapReduceStep) and maps[0].reductions == (plan.results[2].slot,)
     _check(_ir(two, X), X)
 
 

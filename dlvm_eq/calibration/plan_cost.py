@@ -46,6 +46,7 @@ from ..codegen.planning.plan import (
     CopyStep,
     GemmStep,
     KernelStep,
+    MapReduceStep,
     Plan,
     RowStep,
     View,
@@ -367,6 +368,23 @@ def _rows(step: RowStep, plan: Plan, mc: Machine):
     return "rows", spec.name, _bound(mc, "rows", nbytes, work, compute)
 
 
+def _map_reduce(step: MapReduceStep, plan: Plan, mc: Machine):
+    """A map-plus-reduction pass (planning/map_reduce.py): its inputs read once, its outputs and
+    reductions written once; priced on the grid of the reductions it holds (along leading
+    axes when one keeps the last axis), its arithmetic that of every output and reduction body."""
+    spec = step.spec
+    n = math.prod(spec.shape)
+    nbytes = _read_bytes(plan, step.inputs, n, spec.inputs) + sum(
+        plan.slots[s].nbytes for s in step.outputs + step.reductions
+    )
+    last = max((i for i, d in enumerate(spec.shape) if d > 1), default=-1)
+    lead = any(last >= 0 and last not in axes for _, _, axes in spec.reductions)
+    kind = "reduce_lead" if lead else "reduce"
+    roots = list(spec.outputs) + [b for b, _, _ in spec.reductions]
+    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, kind, n)
+    return kind, spec.name, _bound(mc, kind, nbytes, n, compute)
+
+
 def row_bytes(read: int, reductions: int, maps: bool, written: int) -> int:
     """Bytes a row kernel moves: its inputs once per pass over a row (each reduction, then the
     map), plus what it writes."""
@@ -512,6 +530,7 @@ def _attention(step: AttentionStep, plan: Plan, mc: Machine):
 _PRICES = {
     KernelStep: _kernel,
     RowStep: _rows,
+    MapReduceStep: _map_reduce,
     BlasStep: _blas,
     GemmStep: _gemm,
     CopyStep: _copy,

@@ -16,10 +16,10 @@ decision as data.
 Subpackages, lowest layer first; each imports only the ones before it (its __init__ says what
 it owns); none imports dsl, egraph, ad, pipeline or the root package (the import-linter
 contracts in pyproject.toml):
-  kernels    kernel specs as plain data (KernelSpec, ReduceSpec, RowSpec), layouts, the numpy
-             oracle, cache keys
+  kernels    kernel specs as plain data (KernelSpec, ReduceSpec, RowSpec, MapReduceSpec),
+             layouts, the numpy oracle, cache keys
   llvm       LLVM IR emission shared by both targets (emitter, loops, lowering, math, lock)
-  cpu        the CPU target's IR builders (elementwise/reduction, row kernels, our GEMM)
+  cpu        the CPU target's IR builders (elementwise/reduction, row, map-reduce kernels, GEMM)
   gpu        NVPTX kernels and their CuPy launcher
   runtime    the JIT and its caches, buffers, threads and the native pool, compiled kernels,
              the GEMM's runtime
@@ -69,6 +69,7 @@ _LAZY = {
     },
     **{n: "kernels.kernel_spec" for n in ("KernelInput", "KernelSpec", "ReduceSpec")},
     "RowSpec": "kernels.rows",
+    "MapReduceSpec": "kernels.map_reduce",
     "cache_key": "kernels.kernel_cache",
     "set_cache_dir": "kernels.kernel_cache",
     "evaluate": "kernels.reference",
@@ -108,6 +109,7 @@ __all__ = [
     "KernelError",
     "KernelInput",
     "KernelSpec",
+    "MapReduceSpec",
     "Load",
     "Plan",
     "PlanError",

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..codegen import FusionReport  # the plan's record of this decision (plain data)
+from ..config import settings
 from ..errors import DlvmError
 from ..ir.inline import Flat
 from ..ir.module import Const as IRConst
@@ -49,6 +50,9 @@ class FusionDecision:
     materialize: set  # id() of the IR values to keep in buffers
     report: FusionReport
     same_as: dict = field(default_factory=dict)  # id(value) -> an earlier Value it equals
+    # reductions priced cheaper in one pass with the maps of their space (planning/map_reduce.py
+    # fuses them where it can): IR value name -> model seconds saved
+    shared_pass: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ the loader
@@ -65,6 +69,7 @@ class _Loaded:
     result_loads: dict = field(default_factory=dict)  # view result let -> let of (Load it)
     reduce_input: dict = field(default_factory=dict)  # reduce let -> (input type, axes)
     depth: dict = field(default_factory=dict)  # let -> kernel boundaries above it
+    reduce_depth: dict = field(default_factory=dict)  # reduce let -> the depth of its input
 
 
 class _Loader:
@@ -95,16 +100,51 @@ class _Loader:
         return term
 
 
+def merged_axes(flat: Flat) -> dict[int, tuple]:
+    """id(result) of a reduction the planner merges with the reductions after it (through
+    shape casts that keep the reduced axes as 1s, one reader each, one op: how the adjoint sums
+    a bias gradient, along 3, then 2, then 0; planner.merged_reduce) -> all the axes the merged
+    reduction folds. Its input is read once, by one reduction over all of them."""
+    from ..codegen.planning.plan_queries import readers
+
+    users = readers(flat)
+    producer = {id(i.result): i for i in flat.body}
+    first: dict[int, tuple] = {}  # id(reduce result) -> (id of its chain's first, its axes)
+    out: dict[int, tuple] = {}
+    for inst in flat.body:
+        if OPS[inst.op].kind != REDUCE:
+            continue
+        axes = tuple(sorted(inst.attrs["axes"]))
+        cast = producer.get(id(inst.operands[0]))
+        inner = producer.get(id(cast.operands[0])) if cast and cast.op == "shapeCast" else None
+        if (
+            inner is not None
+            and id(inner.result) in first
+            and inner.attrs["combinator"] == inst.attrs["combinator"]
+            and len(users.get(id(cast.result), ())) == 1
+            and len(users.get(id(inner.result), ())) == 1
+        ):
+            head, head_axes = first[id(inner.result)]
+            merged = tuple(sorted(set(head_axes) | set(axes)))
+            first[id(inst.result)] = (head, merged)
+            out[head] = merged
+        else:
+            first[id(inst.result)] = (id(inst.result), axes)
+    return out
+
+
 def load_fusion(flat: Flat) -> _Loaded:
     """The fusion e-graph's terms of `flat`: one let per distinct term."""
     ld = _Loader()
     out = ld.out
+    merged = merged_axes(flat)
     for p in flat.params:
         out.of_value[id(p)] = ld.let("Var", (p.name,), p.type, "param")
     for inst in flat.body:
         let = out.of_value[id(inst.result)] = _load_instruction(ld, inst)
         if out.kind[let.name] == "reduce":
-            out.reduce_input[let.name] = (inst.operands[0].type, tuple(sorted(inst.attrs["axes"])))
+            axes = merged.get(id(inst.result), tuple(sorted(inst.attrs["axes"])))
+            out.reduce_input[let.name] = (inst.operands[0].type, axes)
     for r in flat.results:
         if isinstance(r, Value) and out.kind[out.of_value[id(r)].name] == "view":
             v = out.of_value[id(r)]
@@ -203,8 +243,13 @@ def decide_fusion(
     _depths(flat, loaded, rows)
     required = _required(flat)
     required_lets = {loaded.of_value[id(v)].name for v in required if id(v) in loaded.of_value}
-    lets, report, classes = _choose(loaded, required_lets, target, budget, method, rows)
-    return _decision(flat, loaded, required, lets, report, classes)
+    lets, report, classes, shared = _choose(loaded, required_lets, target, budget, method, rows)
+    decision = _decision(flat, loaded, required, lets, report, classes)
+    for inst in flat.body:
+        let = loaded.of_value.get(id(inst.result))
+        if let is not None and let.name in shared:
+            decision.shared_pass[inst.result.name] = shared[let.name]
+    return decision
 
 
 def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
@@ -212,14 +257,16 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
     its longest path from the parameters: maps of one depth can share a kernel without a
     cycle (a group key of the cost model, like the planner's grouping)."""
     depth: dict[int, int] = {}
+    merged = merged_axes(flat)
     for inst in flat.body:
         d = 0
         for o in inst.operands:
             if isinstance(o, Value):
                 d = max(d, depth.get(id(o), 0))
         spec = OPS[inst.op]
+        d_in = d
         if spec.kind == REDUCE:
-            axes = tuple(sorted(inst.attrs["axes"]))
+            axes = merged.get(id(inst.result), tuple(sorted(inst.attrs["axes"])))
             rank = inst.operands[0].type.rank
             row = rows and bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], rank))
             d += 0 if row else 1
@@ -229,6 +276,8 @@ def _depths(flat: Flat, loaded: _Loaded, rows: bool) -> None:
         let = loaded.of_value.get(id(inst.result))
         if let is not None:
             loaded.depth[let.name] = max(loaded.depth.get(let.name, 0), d)
+            if spec.kind == REDUCE:
+                loaded.reduce_depth[let.name] = d_in
 
 
 def _required(flat: Flat) -> list:
@@ -271,7 +320,12 @@ def _decision(flat, loaded, required, lets, report, classes) -> FusionDecision:
 
 def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, rows: bool):
     """(lets of the elementwise values to materialize, report): the e-graph and extraction."""
-    from ..extract.fusion_cost import FusionProblem, exhaustive_fusion, greedy_fusion
+    from ..extract.fusion_cost import (
+        FusionProblem,
+        exhaustive_fusion,
+        greedy_fusion,
+        shared_pass_saving,
+    )
     from ..extract.graph import load_json
     from ..extract.machine import machine
 
@@ -279,7 +333,8 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     t1 = time.perf_counter()
     g = load_json(data)
     cls = {r: g.class_index[str(c)] for r, c in zip(facts["roots"], data["root_eclasses"])}
-    kernels = _Kernels(loaded, g, cls, required_lets, rows)
+    multi = target == "cpu" and settings().multi_output  # planning/map_reduce.py: CPU only
+    kernels = _Kernels(loaded, g, cls, required_lets, rows, multi)
     forced = kernels.forced
     report = FusionReport(
         nodes=facts["nodes"],
@@ -296,7 +351,7 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
         )
         report.values = report.forced = len(ew_lets)
         report.seconds["extract"] = time.perf_counter() - t1
-        return set(ew_lets), report, {}
+        return set(ew_lets), report, {}, {}
     problem = FusionProblem(
         g,
         list(forced.values()),
@@ -319,8 +374,14 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     report.materialized = len(lets) - report.forced
     report.inlined = len(ew_lets) - len(lets)
     report.cost_unfused, report.cost = choice.cost_unfused, choice.cost
+    shared = {}
+    for let, k in kernels.shared.items():  # a reduction in one pass with its space's maps?
+        saving = shared_pass_saving(problem, choice.materialized, k)
+        if saving > 0:
+            shared[let] = saving
+    report.shared, report.shared_saving = len(shared), sum(shared.values())
     report.seconds["extract"] = time.perf_counter() - t1
-    return lets, report, cls
+    return lets, report, cls, shared
 
 
 def _size(t: TensorType) -> int:
@@ -331,11 +392,16 @@ class _Kernels:
     """The fusion problem's parts, per e-class of a let: buffers (materialized anyway),
     free values (constants), forced kernels (reductions, required maps, returned views) and
     candidate kernels (maps extraction may inline). `unsaturated`: a map or reduction has no
-    Map/ReduceMap node (saturation stopped early)."""
+    Map/ReduceMap node (saturation stopped early). multi: a reduction not in a row kernel is
+    priced in one pass with the maps of its space at its input's depth (multi-output fusion,
+    CPU); `shared` holds those reductions' kernels by let."""
 
-    def __init__(self, loaded: _Loaded, g, cls: dict, required_lets: set, rows: bool):
-        self.loaded, self.g, self.cls, self.rows = loaded, g, cls, rows
+    def __init__(
+        self, loaded: _Loaded, g, cls: dict, required_lets: set, rows: bool, multi: bool = False
+    ):
+        self.loaded, self.g, self.cls, self.rows, self.multi = loaded, g, cls, rows, multi
         self.buffers, self.free, self.forced, self.candidates = {}, set(), {}, {}
+        self.shared: dict = {}
         self.unsaturated = False
         for let in loaded.names:
             self.add(let, let in required_lets)
@@ -344,6 +410,15 @@ class _Kernels:
             self.forced.setdefault(cls[v], self._kernel(v, cls[load], _size(t), self._group(v, t)))
         for c in self.forced:
             self.candidates.pop(c, None)
+        # a space with a row kernel: the planner gives its maps to the row kernel
+        # (codegen/planning/rowfusion.py runs first), so a reduction there shares a pass only
+        # with the other reductions of its space that read what it reads (a layer norm's gain
+        # and bias gradients)
+        rows = {k.group for k in self.forced.values() if k.reduction and k.group is not None}
+        for let, k in list(self.shared.items()):
+            if k.group in rows:
+                self.shared[let] = k = dataclasses.replace(k, group=("alone", k.group))
+                self.forced[k.cls] = k
 
     def add(self, let: str, required: bool) -> None:
         c, kind, t = self.cls[let], self.loaded.kind[let], self.loaded.type[let]
@@ -374,9 +449,13 @@ class _Kernels:
         src, axes = self.loaded.reduce_input[let]
         trailing = bool(axes) and axes[0] > 0 and axes == tuple(range(axes[0], src.rank))
         group = self._group(let, src) if self.rows and trailing else None
-        self.forced[self.cls[let]] = dataclasses.replace(
-            self._kernel(let, self.g.children[rm[0]][0], _size(src), group), reduction=True
-        )
+        multi = group is None and self.multi
+        if multi:  # its maps never read its result: they are one kernel boundary deeper
+            group = tuple(d for d in src.shape if d != 1), self.loaded.reduce_depth.get(let, 0)
+        k = self._kernel(let, self.g.children[rm[0]][0], _size(src), group)
+        self.forced[self.cls[let]] = k = dataclasses.replace(k, reduction=not multi)
+        if multi:
+            self.shared[let] = k
 
     def _nodes_of(self, c: int, op: str) -> list[int]:
         return [n for n in self.g.class_nodes[c] if self.g.ops[n] == op]

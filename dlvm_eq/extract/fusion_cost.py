@@ -33,6 +33,7 @@ expressions), and `FusionChoice.stopped` says so.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -347,6 +348,21 @@ def exhaustive_fusion(p: FusionProblem, limit: int = 16) -> FusionChoice:
     )
 
 
+def shared_pass_saving(p: FusionProblem, materialized, k: Kernel) -> float:
+    """Model seconds saved by running the forced kernel `k` (a reduction) inside its group, one
+    pass with the maps of its space, rather than as a kernel of its own, given the
+    `materialized` candidates: the launch and the bytes the two kernels would both move."""
+    ev = _Evaluator(p)
+    mat = set(materialized)
+    members = ev.groups(mat).get(_key(k), [])
+    others = [m for m in members if m.cls != k.cls]
+    if k.group is None or not others:
+        return 0.0
+    together = ev.kernel(members, mat).cost
+    alone = dataclasses.replace(k, group=None)
+    return ev.kernel(others, mat).cost + ev.kernel([alone], mat).cost - together
+
+
 def fusion_cost(p: FusionProblem, materialized) -> float:
     """The cost of materializing exactly `materialized` (candidate classes)."""
     return _Evaluator(p).total(set(materialized))
@@ -360,4 +376,5 @@ __all__ = [
     "fusion_cost",
     "greedy_fusion",
     "scalar_flops",
+    "shared_pass_saving",
 ]

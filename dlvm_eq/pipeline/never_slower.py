@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from ..codegen import Plan
 
 # The median over the benchmark's models and runs of |log(predicted / measured speedup)|,
-# shipped defaults, one thread (tests/data/egraph_value_programs.json: 40 model runs, 0.038):
+# shipped defaults, one thread (tests/data/egraph_value_programs.json: 40 model runs, 0.058
+# since they were re-recorded after multi-output fusion changed the plans, at load 10-12):
 # a predicted gain below this is within the cost model's error.
-PREDICTION_ERROR = 0.04
+PREDICTION_ERROR = 0.058
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from ..planning.plan import (
     CopyStep,
     GemmStep,
     KernelStep,
+    MapReduceStep,
     Plan,
     RowStep,
     WindowStep,
@@ -69,6 +70,7 @@ from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
 from ..runtime.kernel_memo import build_all
+from ..runtime.map_reduce_kernel import compile_map_reduce
 from ..runtime.row_kernel import compile_rows
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import check_argument
@@ -137,8 +139,18 @@ def _alias_run(step: AliasStep):
     return lambda env: env.__setitem__(out, _alias_view(env[src], step))
 
 
-def _row_run(kernel, step: RowStep):
-    """A row kernel (CPU RowKernel or GpuRowKernel: the same `run`) as a closure on the slot list."""
+def _compile_step(s):
+    """The CPU kernel of a KernelStep, RowStep or MapReduceStep."""
+    if isinstance(s, RowStep):
+        return compile_rows(s.spec)
+    if isinstance(s, MapReduceStep):
+        return compile_map_reduce(s.spec)
+    return compile_cpu(s.spec)
+
+
+def _row_run(kernel, step):
+    """A row kernel (CPU RowKernel or GpuRowKernel: the same `run`) or a map-reduce kernel
+    (MapReduceKernel: outputs, then reductions) as a closure on the slot list."""
     run = kernel.run
     ins, outs, reds = list(step.inputs), list(step.outputs), list(step.reductions)
     return lambda env: run([env[s] for s in ins], [env[s] for s in outs], [env[s] for s in reds])
@@ -239,17 +251,9 @@ class CpuProgram:
     def __init__(self, plan: Plan):
         self.plan = plan
         t0 = time.perf_counter()
-        steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep))]
+        steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep, MapReduceStep))]
         built = build_all(
-            [
-                (
-                    lambda s=s: (
-                        compile_rows(s.spec) if isinstance(s, RowStep) else compile_cpu(s.spec)
-                    )
-                )
-                for s in steps
-            ]
-            + conv_kernel_builds(plan)
+            [lambda s=s: _compile_step(s) for s in steps] + conv_kernel_builds(plan)
         )  # new kernels build in parallel (convolutions' too: runtime/conv_cpu.kernel_spec)
         self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
@@ -307,7 +311,7 @@ class CpuProgram:
                 env[n + out] = data_ptr(v)
 
             return run_alias
-        if isinstance(step, (KernelStep, RowStep)):
+        if isinstance(step, (KernelStep, RowStep, MapReduceStep)):
             k = self.kernels[id(step)]
             fast = k.one_call_head()
             if fast is not None:  # small kernels: one call on this thread, pointers ready
@@ -315,7 +319,7 @@ class CpuProgram:
                     step.inputs
                 )  # the kernels' argument order
                 return _direct_call(k.fn, fast, [n + s for s in slots], k.dims_ptr)
-        if isinstance(step, RowStep):
+        if isinstance(step, (RowStep, MapReduceStep)):
             return _row_run(self.kernels[id(step)], step)
         if isinstance(step, KernelStep):
             k = self.kernels[id(step)]

@@ -22,6 +22,8 @@ class FusionReport:
     method: str = "greedy"
     note: str = ""
     seconds: dict = field(default_factory=dict)
+    shared: int = 0  # reductions priced in one pass with their space's maps (multi-output)
+    shared_saving: float = 0.0  # model seconds those passes save
 
     def __str__(self) -> str:
         from ...units import seconds_text
@@ -34,4 +36,9 @@ class FusionReport:
             f"{self.inlined} inlined; cost (model) {seconds_text(self.cost_unfused)} unfused -> "
             f"{seconds_text(self.cost)}; {ms:.1f} ms"
         )
+        if self.shared:
+            text += (
+                f"; {self.shared} reduction{'s' * (self.shared != 1)} in one pass with their "
+                f"maps, saving {seconds_text(self.shared_saving)} (model)"
+            )
         return text + (f"; {self.note}" if self.note else "")

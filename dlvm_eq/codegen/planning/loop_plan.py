@@ -31,6 +31,7 @@ from .plan import (
     CopyStep,
     GemmStep,
     KernelStep,
+    MapReduceStep,
     Plan,
     RowStep,
     arena_aliases,
@@ -168,7 +169,7 @@ def loop_plan(plan: Plan, carries: int, xs: int) -> LoopPlan | str:
             if i in fixed:  # made with the arena: its pointer is the arena's
                 aliases.pop(step.out)
             continue
-        if isinstance(step, (KernelStep, RowStep)):
+        if isinstance(step, (KernelStep, RowStep, MapReduceStep)):
             slots = list(step.outputs) + list(getattr(step, "reductions", ())) + list(step.inputs)
             if len(slots) + 5 > MAX_ARGS:
                 return "a kernel with too many arguments"

@@ -125,6 +125,35 @@ class RowStep:
         )
 
 
+@dataclass
+class MapReduceStep:
+    """A map and reductions over the same iteration space in one pass (kernels.map_reduce.
+    MapReduceSpec, CPU): the map's outputs written, the reductions (any axes, leading ones
+    too) folded as the inputs are read once (planning/map_reduce.py forms it)."""
+
+    spec: object  # kernels.map_reduce.MapReduceSpec
+    inputs: tuple[int, ...]  # Load(i)
+    outputs: tuple[int, ...]  # map outputs (the spec's shape, in the slots' own shapes)
+    reductions: tuple[int, ...]  # one slot per reduction (the spec's out_shape)
+    values: tuple[str, ...] = ()
+    order: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def text(self, slots) -> str:
+        reds = ", ".join(f"{op} along {list(axes)}" for _, op, axes in self.spec.reductions)
+        shape = " x ".join(map(str, self.spec.shape)) or "scalar"
+        ins = ", ".join(
+            _input_text(slots[s], inp, self.spec.shape)
+            for s, inp in zip(self.inputs, self.spec.inputs)
+        )
+        outs = ", ".join(slots[s].label() for s in self.outputs + self.reductions)
+        fused = " ".join("%" + v for v in self.values)
+        return f"{self.name}: map + reduce {reds} <{shape}> ({ins}) -> {outs}    [{fused}]"
+
+
 def _input_text(slot: Slot, inp, shape) -> str:
     if inp.strides is None:
         return slot.label()
@@ -222,11 +251,21 @@ class GemmStep:
         )
 
 
-Step = KernelStep | RowStep | BlasStep | GemmStep | ConcatStep | CopyStep | AliasStep | WindowStep
+Step = (
+    KernelStep
+    | RowStep
+    | MapReduceStep
+    | BlasStep
+    | GemmStep
+    | ConcatStep
+    | CopyStep
+    | AliasStep
+    | WindowStep
+)
 
 
 def step_inputs(step: Step) -> tuple[int, ...]:
-    if isinstance(step, (KernelStep, RowStep)):
+    if isinstance(step, (KernelStep, RowStep, MapReduceStep)):
         return step.inputs
     if isinstance(step, GemmStep):
         return (step.blas.a.slot, step.blas.b.slot) + tuple(
@@ -245,7 +284,7 @@ def step_inputs(step: Step) -> tuple[int, ...]:
 
 
 def step_outputs(step: Step) -> tuple[int, ...]:
-    if isinstance(step, RowStep):
+    if isinstance(step, (RowStep, MapReduceStep)):
         return step.outputs + step.reductions
     if isinstance(step, GemmStep):
         return (step.blas.out,) + step.epilogue.outputs
@@ -286,11 +325,11 @@ class Plan:
 
     @property
     def kernels(self) -> list:
-        """Generated kernels (KernelStep and RowStep, GEMM epilogues included), in execution order."""
+        """Generated kernels (KernelStep, RowStep, MapReduceStep, GEMM epilogues included), in execution order."""
         return [
             s.epilogue if isinstance(s, GemmStep) else s
             for s in self.steps
-            if isinstance(s, (KernelStep, RowStep, GemmStep))
+            if isinstance(s, (KernelStep, RowStep, MapReduceStep, GemmStep))
         ]
 
     @property

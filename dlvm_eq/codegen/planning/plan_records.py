@@ -20,6 +20,7 @@ def plan_schema() -> Schema:
     if schema is None:
         from ..kernels import kernel_spec
         from ..kernels import spec as kernel
+        from ..kernels.map_reduce import MapReduceSpec
         from ..kernels.rows import RowSpec
         from . import attention, gather, plan, scan
         from .fusion_report import FusionReport
@@ -33,6 +34,7 @@ def plan_schema() -> Schema:
                 plan.View,
                 plan.KernelStep,
                 plan.RowStep,
+                plan.MapReduceStep,
                 plan.BlasStep,
                 plan.GemmStep,
                 plan.ConcatStep,
@@ -47,6 +49,7 @@ def plan_schema() -> Schema:
                 kernel_spec.ReduceSpec,
                 kernel_spec.KernelInput,
                 RowSpec,
+                MapReduceSpec,
                 kernel.Load,
                 kernel.Const,
                 kernel.Unary,

@@ -51,6 +51,7 @@ from .attention import plan_attention
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
 from .kernel_groups import MAX_EXPR_NODES, KernelGrouping
+from .map_reduce import MapReduceFusion
 from .plan import (
     ALIAS,
     CONST,
@@ -63,6 +64,7 @@ from .plan import (
     CopyStep,
     GemmStep,
     KernelStep,
+    MapReduceStep,
     Plan,
     PlanError,
     RowStep,
@@ -123,7 +125,7 @@ def plan_flat(
     return _Planner(flat, name, fusion, rows, target or "cpu").build()
 
 
-class _Planner(KernelGrouping, RowFusion):
+class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
     def __init__(
         self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"
     ):
@@ -530,13 +532,14 @@ class _Planner(KernelGrouping, RowFusion):
         if self.target == "cpu":
             nodes = fuse_epilogues(nodes, self.slots)
             nodes = write_in_reader_layout(nodes, self.slots)
+            nodes = self.fuse_map_reductions(nodes)  # map_reduce.py: the fusion stage's choice
         order = schedule(nodes)
         steps = []
         n = 0
         for node in order:
             step = node.payload
             kernel = step.epilogue if isinstance(step, GemmStep) else step
-            if isinstance(kernel, (KernelStep, RowStep)):
+            if isinstance(kernel, (KernelStep, RowStep, MapReduceStep)):
                 kernel.spec = renamed_kernel(kernel.spec, f"k{n}_{kernel.spec.name}")
                 n += 1
             steps.append(step)
