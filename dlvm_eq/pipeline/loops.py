@@ -76,7 +76,7 @@ class LoopsReport:
     name: str
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
-    drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
+    drivers: list = field(default_factory=list)  # per scan or while: "native", or why not
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target} in {len(self.parts)} parts"]
@@ -158,6 +158,10 @@ class _Program:
                 return lambda vals: native(vals[:nc], vals[nc : nc + nx], vals[nc + nx :], n)
             return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
         if inst.op == WHILE:
+            native = _native_while(compiled, attrs) if self.target == "cpu" else None
+            self.drivers.append(native if isinstance(native, str) or native is None else "native")
+            if native is not None and not isinstance(native, str):
+                return native
             return lambda vals: _run_while(compiled[0], compiled[1], attrs, vals)
         if inst.op == COND:
             return lambda vals: _as_list(compiled[0 if bool(vals[0]) else 1](*vals[1:]))
@@ -222,6 +226,15 @@ def _native(body, attrs):
     from ..codegen.execution.native_loop import native_scan
 
     return native_scan(prog, attrs["carries"], attrs["xs"], attrs["reverse"])
+
+
+def _native_while(compiled, attrs):
+    """The while loop on the native loop driver, or why not."""
+    if not NATIVE_LOOPS:
+        return "native loops are off"
+    from ..codegen.execution.native_loop import native_while
+
+    return native_while(compiled[0], compiled[1], attrs["carries"])
 
 
 def _array_module(target: str):
