@@ -30,8 +30,7 @@ import numpy as np
 from ...errors import DlvmError
 from ..kernels.kernel_spec import KernelSpec
 from ..kernels.spec import DTYPES
-from ..planning.loop_plan import BREAK, CALL, COPY, DGEMM, MAX_ARGS, SGEMM, LoopPlan, Ptr
-from ..planning.loop_plan import loop_plan
+from ..planning.loop_plan import BREAK, CALL, COPY, DGEMM, MAX_ARGS, SGEMM, LoopPlan, Ptr, loop_plan
 from ..planning.plan import OUTPUT, PARAM, GemmStep
 from ..runtime.attention_cpu import one_blas_thread  # one count shared with attention
 from ..runtime.buffers import aligned_empty, data_ptr
@@ -51,22 +50,19 @@ class _NotNative(Exception):
 
 
 def _head(k) -> tuple | None:
-    """The leading integers of one call running kernel `k` whole on the calling thread: the
-    plan's own where it makes one call, else the whole range of a map or row kernel (their
-    chunks are independent, so one call gives the same bits). None: a kernel over nothing.
-    A reduction that a plain call cuts in slices combines partial results: not native."""
-    head = k.one_call_head()
-    if head is not None:
-        return tuple(head)
+    """The leading integers of one call running kernel `k` whole on the calling thread, with
+    the bits of a plain call (CpuKernel.one_thread_head; a row kernel's rows are independent).
+    None: a kernel over nothing. A reduction that a plain call cuts in slices: not native."""
     if isinstance(k, RowKernel):
         if k.spec.rows == 0:
             return None
         if k.spec.cols == 0:
             raise _NotNative("a row kernel over empty rows")
         return (0, k.spec.rows)
-    if isinstance(k.spec, KernelSpec):
-        return (0, k.size) if k.size > 0 else None
-    raise _NotNative("a reduction split over threads")
+    head = k.one_thread_head()
+    if head is None and not (isinstance(k.spec, KernelSpec) and k.size == 0):
+        raise _NotNative("a reduction split over threads")
+    return head
 
 
 class _Segment:
@@ -146,10 +142,21 @@ def _shape(plan, s):
     return tuple(plan.slots[s].shape)
 
 
-def _check(a: np.ndarray, want: tuple, plan, slot: int) -> None:
+def _array(value, plan, slot: int, lead: tuple = (), copy: bool = False) -> np.ndarray:
+    """`value` as a C-contiguous array of the slot's dtype and shape (after `lead` axes: a
+    scan's steps), a copy if asked; a scalar may come as one element of any shape. A wrong
+    shape is an error."""
+    want = (*lead, *_shape(plan, slot))
+    dt = _dtype(plan, slot)
+    a = np.array(value, dt, order="C", copy=True) if copy else np.asarray(value, dt, order="C")
     if a.shape != want:
-        name = plan.slots[slot].name
-        raise DlvmError(f"@{plan.name}: %{name} has shape {a.shape} in the loop, expected {want}")
+        if a.size != 1 or want != ():
+            name = plan.slots[slot].name
+            raise DlvmError(
+                f"@{plan.name}: %{name} has shape {a.shape} in the loop, expected {want}"
+            )
+        a = a.reshape(())
+    return a
 
 
 def _drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[int, bool]:
@@ -172,9 +179,7 @@ class _Carries:
     def __init__(self, plan, slots, values, swapped: dict):
         self.a = []
         for s, c in zip(slots, values):
-            a = np.array(c, dtype=_dtype(plan, s), order="C", copy=True)
-            _check(a, _shape(plan, s), plan, s)
-            self.a.append(a)
+            self.a.append(_array(c, plan, s, copy=True))
         self.b = {c: aligned_empty(self.a[c].shape, self.a[c].dtype) for c in swapped}
 
     def param(self, c: int):
@@ -214,13 +219,11 @@ class NativeScan:
         for c, s in lp.swapped.items():
             places[s] = cs.result(c)
         for s, x in zip(self.x_slots, xs):
-            x = np.ascontiguousarray(x, dtype=_dtype(plan, s))
-            _check(x, (length, *_shape(plan, s)), plan, s)
+            x = _array(x, plan, s, (length,))
             keep.append(x)
             places[s] = ("moving", data_ptr(x) if x.size else 0, x.strides[0] if x.ndim else 0, 0)
         for s, w in zip(self.with_slots, withs):
-            w = np.ascontiguousarray(w, dtype=_dtype(plan, s))
-            _check(w, _shape(plan, s), plan, s)
+            w = _array(w, plan, s)
             keep.append(w)
             places[s] = ("fixed", data_ptr(w) if w.size else 0)
         ys = [aligned_empty((length, *_shape(plan, s)), _dtype(plan, s)) for s in self.y_slots]
@@ -273,8 +276,7 @@ class NativeWhile:
         for k, w in enumerate(vals[nc:]):
             for plan, places in ((cplan, cplaces), (bplan, bplaces)):
                 s = plan.params[nc + k]
-                a = np.ascontiguousarray(w, dtype=_dtype(plan, s))
-                _check(a, _shape(plan, s), plan, s)
+                a = _array(w, plan, s)
                 keep.append(a)
                 places[s] = ("fixed", data_ptr(a) if a.size else 0)
         pred = np.zeros(1, np.bool_)
