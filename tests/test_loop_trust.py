@@ -240,3 +240,69 @@ def test_a_process_leaving_during_a_loop_exits_cleanly(kind, tmp_path):
         assert err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     else:
         assert proc.returncode == 0, err[-2000:]
+
+
+_INTERRUPTED = """
+import sys, time
+import numpy as np, dlvm_eq as dq
+from dlvm_eq.pipeline.loops import compile_loops
+
+def spin(h, go):  # runs until `go` is 0: never, with go = 1
+    return dq.while_loop(lambda c: c[1] > 0.0, lambda c: (dq.tanh(c[0]) * 2.0, c[1]), (h, go))[0]
+
+def scan(h):  # a billion steps: about 5 minutes, far past the test's limit
+    return dq.scan(lambda c, _: (dq.tanh(c) * 2.0, None), h, None, length=10**9)[0]
+
+h = np.full((4, 8), 0.5, np.float32)
+progs = {}
+for name, f, args in (("while", spin, (h, np.float32(1))), ("scan", scan, (h,))):
+    m = dq.make_ir(f)(*args)
+    progs[name] = compile_loops(m, next(iter(m.functions)), "cpu"), args
+    assert progs[name][0].report.drivers == ["native"], progs[name][0].report.drivers
+# the while loop's program runs and stops where its test says (go = 0: no step)
+np.testing.assert_array_equal(progs["while"][0](h, np.float32(0)), h)
+for name, (prog, args) in progs.items():
+    print("looping", name, flush=True)
+    t0 = time.perf_counter()
+    try:
+        prog(*args)
+        print("finished", name, flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", name, f"{time.perf_counter() - t0:.2f}", flush=True)
+    # the arena went back and the program still gives right answers
+    np.testing.assert_array_equal(progs["while"][0](h, np.float32(0)), h)
+print("done", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
+    """SIGINT while the main thread is inside a native while loop that never ends, then inside
+    a scan of 10**9 steps: each raises KeyboardInterrupt (the driver returns to Python about
+    every 10 ms), the program stays usable, and the process ends normally. Without the
+    driver's pauses the first loop would never end and the test would hit its limit."""
+    script = tmp_path / "loop_interrupt.py"
+    script.write_text(textwrap.dedent(_INTERRUPTED))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_default,  # as a terminal's foreground job gets it
+    )
+    lines = []
+    try:
+        for name in ("while", "scan"):
+            line = proc.stdout.readline().strip()
+            assert line == f"looping {name}", (line, proc.stderr.read()[-2000:])
+            time.sleep(0.5)  # inside the native loop by now (no compile left)
+            proc.send_signal(signal.SIGINT)
+            lines.append(proc.stdout.readline().strip())
+        out, err = proc.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the loop did not stop within {LIMIT_S} s of Ctrl-C: {lines}")
+    assert [ln.split()[:2] for ln in lines] == [["interrupted", "while"], ["interrupted", "scan"]]
+    assert out.strip() == "done" and proc.returncode == 0, err[-2000:]
