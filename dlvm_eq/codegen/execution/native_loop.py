@@ -41,6 +41,9 @@ from ..runtime.row_kernel import RowKernel
 # A loop whose products are all below this many multiply-adds runs them on one OpenBLAS thread
 # (runtime/attention_cpu.one_blas_thread); one at or above it keeps OpenBLAS's threads.
 THREADED_BLAS_MACS = 1 << 24
+# Carries whose result has a buffer of its own swap buffers with it every step instead of being
+# copied (benchmarks/rnn.py measures both; off, every carry result is copied).
+SWAP_CARRIES = True
 NOOP = -1  # a record the driver skips (a kernel over no elements)
 FOREVER = (1 << 62) - 1  # a while loop's length
 
@@ -325,7 +328,7 @@ def native_scan(prog, carries: int, xs: int, reverse: bool) -> NativeScan | str:
     """The scan of body `prog` (a CpuProgram) on the native driver, or why not (a str)."""
     if not _params_own_slots(prog):
         return "a parameter without its own slot"
-    lp = loop_plan(prog.plan, carries, xs)
+    lp = loop_plan(prog.plan, carries, xs, swap=SWAP_CARRIES)
     if isinstance(lp, str):
         return lp
     try:
@@ -348,7 +351,7 @@ def native_while(cond, body, carries: int) -> NativeWhile | str:
         return clp
     if len(cprog.plan.results) != 1 or cprog.plan.slots[cprog.plan.results[0].slot].dtype != "bool":
         return "a test that is not one bool"
-    blp = loop_plan(bprog.plan, carries, 0)
+    blp = loop_plan(bprog.plan, carries, 0, swap=SWAP_CARRIES)
     if isinstance(blp, str):
         return blp
     if len(bprog.plan.results) != carries:
