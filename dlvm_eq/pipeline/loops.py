@@ -128,16 +128,19 @@ class _Program:
         # (run, operands read, values defined, whether a region)
         self._steps: list[tuple[Any, Sequence[Operand], list[Value], bool]] = []
         self.drivers = self.report.drivers  # per scan: "native", or why Python runs it
+        self._parts: list = []  # for native_nest.py: the steps with their compiled functions
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
                 assert piece.function is not None  # split() gives each straight piece one
                 run = _compiled(piece.function, module, ctx)
                 self.report.parts.append((f"piece {k}", run.report))
                 self._steps.append((run, piece.inputs, piece.outputs, False))
+                self._parts.append(("piece", run, piece.inputs, piece.outputs))
             else:  # a region's operands may be constants
                 inst = piece.region.inst
                 run = self._region(inst, module, ctx)
                 self._steps.append((run, inst.operands, piece.outputs, True))
+                self._parts.append(("region", inst, self._bodies, piece.outputs))
 
     def _region(self, inst, module, ctx: _Compiling):
         compiled = []
@@ -146,6 +149,7 @@ class _Program:
                 compiled.append(_compiled(inst.attrs[key], module, ctx))
         for b in inst.attrs.get("branches", ()):
             compiled.append(_compiled(b, module, ctx))
+        self._bodies = compiled
         for fn_report in compiled:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
@@ -168,6 +172,11 @@ class _Program:
         assert inst.op == SWITCH
         last = len(compiled) - 1
         return lambda vals: _as_list(compiled[min(max(int(vals[0]), 0), last)](*vals[1:]))
+
+    def parts(self) -> tuple:
+        """(params, steps, results): ("piece", compiled, inputs, outputs) and ("region", inst,
+        [compiled functions], outputs) steps, for the native loop driver."""
+        return self._params, self._parts, self._results
 
     def __call__(self, *args):
         if len(args) != len(self._params):
@@ -220,9 +229,14 @@ def _native(body, attrs):
     """The scan on the native loop driver (codegen/execution/native_loop.py), or why not."""
     if not NATIVE_LOOPS:
         return "native loops are off"
+    if isinstance(body, _Program):  # loops or branches of its own
+        from ..codegen.execution.native_nest import native_nested_scan
+
+        nc, nx = attrs["carries"], attrs["xs"]
+        return native_nested_scan(body, nc, nx, attrs["reverse"], attrs["body"])
     prog = getattr(body, "program", None)
     if prog is None or not hasattr(prog, "take_arena"):
-        return "a body with loops of its own"
+        return "a body without a cpu program"
     from ..codegen.execution.native_loop import native_scan
 
     return native_scan(prog, attrs["carries"], attrs["xs"], attrs["reverse"])

@@ -48,8 +48,8 @@ NOOP = -1  # a record the driver skips (a kernel over no elements)
 FOREVER = (1 << 62) - 1  # a while loop's length
 
 
-class _NotNative(Exception):
-    pass
+class NotNative(Exception):
+    """Why a body cannot run on the native driver (its loop runs on the Python driver)."""
 
 
 def _head(k) -> tuple | None:
@@ -60,15 +60,15 @@ def _head(k) -> tuple | None:
         if k.spec.rows == 0:
             return None
         if k.spec.cols == 0:
-            raise _NotNative("a row kernel over empty rows")
+            raise NotNative("a row kernel over empty rows")
         return (0, k.spec.rows)
     head = k.one_thread_head()
     if head is None and not (isinstance(k.spec, KernelSpec) and k.size == 0):
-        raise _NotNative("a reduction split over threads")
+        raise NotNative("a reduction split over threads")
     return head
 
 
-class _Segment:
+class Segment:
     """One compiled program's records (a LoopPlan), their pointers resolved at each call."""
 
     def __init__(self, prog, lp: LoopPlan):
@@ -99,10 +99,10 @@ class _Segment:
             elif rec.kind != COPY:
                 addr = gemm_address(rec.fn[1])
                 if addr is None:
-                    raise _NotNative("no CBLAS in this process")
+                    raise NotNative("no CBLAS in this process")
                 row[1] = addr
             if len(args) > MAX_ARGS:
-                raise _NotNative("a call with too many arguments")
+                raise NotNative("a call with too many arguments")
             for w, a in enumerate(args):
                 if isinstance(a, (Ptr, tuple)):
                     self.pointers.append((r, 2 + w, a))
@@ -162,7 +162,7 @@ def _array(value, plan, slot: int, lead: tuple = (), copy: bool = False) -> np.n
     return a
 
 
-def _drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[int, bool]:
+def drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[int, bool]:
     """Run the loop to its end (or its BREAK), returning to Python every BUDGET_CYCLES so that
     a signal's handler (KeyboardInterrupt) runs between two steps. (steps run, whether broke)."""
     patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
@@ -203,7 +203,7 @@ class _Carries:
 class NativeScan:
     def __init__(self, prog, lp: LoopPlan, reverse: bool):
         self.prog, self.plan, self.lp, self.reverse = prog, prog.plan, lp, reverse
-        self.seg = _Segment(prog, lp)
+        self.seg = Segment(prog, lp)
         self.driver = loop_driver()
         self.threaded_blas = self.seg.max_macs >= THREADED_BLAS_MACS
         plan, nc, nx = self.plan, lp.carries, lp.xs
@@ -244,10 +244,10 @@ class NativeScan:
             patches: list = []
             self.seg.place(records, 0, places.get, env, patches)
             if self.threaded_blas:
-                _drive(self.driver, records, patches, length, self.reverse)
+                drive(self.driver, records, patches, length, self.reverse)
             else:
                 with one_blas_thread():
-                    _drive(self.driver, records, patches, length, self.reverse)
+                    drive(self.driver, records, patches, length, self.reverse)
         finally:
             self.prog.give_arena(env)
         del keep
@@ -259,7 +259,7 @@ class NativeWhile:
     step runs the test's records, a BREAK on its bool, then the body's records."""
 
     def __init__(self, cond_prog, cond_lp: LoopPlan, body_prog, body_lp: LoopPlan):
-        self.cond, self.body = _Segment(cond_prog, cond_lp), _Segment(body_prog, body_lp)
+        self.cond, self.body = Segment(cond_prog, cond_lp), Segment(body_prog, body_lp)
         self.nc = body_lp.carries
         self.driver = loop_driver()
         self.threaded_blas = max(self.cond.max_macs, self.body.max_macs) >= THREADED_BLAS_MACS
@@ -303,10 +303,10 @@ class NativeWhile:
             self.cond.place(records, 0, cplaces.get, cenv, patches)
             self.body.place(records, n_cond + 1, bplaces.get, benv, patches)
             if self.threaded_blas:
-                steps, _ = _drive(self.driver, records, patches, FOREVER, False)
+                steps, _ = drive(self.driver, records, patches, FOREVER, False)
             else:
                 with one_blas_thread():
-                    steps, _ = _drive(self.driver, records, patches, FOREVER, False)
+                    steps, _ = drive(self.driver, records, patches, FOREVER, False)
         finally:
             self.cond.prog.give_arena(cenv)
             self.body.prog.give_arena(benv)
@@ -333,7 +333,7 @@ def native_scan(prog, carries: int, xs: int, reverse: bool) -> NativeScan | str:
         return lp
     try:
         return NativeScan(prog, lp, reverse)
-    except _NotNative as e:
+    except NotNative as e:
         return str(e)
 
 
@@ -358,8 +358,17 @@ def native_while(cond, body, carries: int) -> NativeWhile | str:
         return "a body with other results than its carries"
     try:
         return NativeWhile(cprog, clp, bprog, blp)
-    except _NotNative as e:
+    except NotNative as e:
         return str(e)
 
 
-__all__ = ["NativeScan", "NativeWhile", "native_scan", "native_while"]
+__all__ = [
+    "FOREVER",
+    "NativeScan",
+    "NativeWhile",
+    "NotNative",
+    "Segment",
+    "drive",
+    "native_scan",
+    "native_while",
+]

@@ -13,8 +13,9 @@ integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, tr
 k, a, lda, b, ldb, c, ldc); COPY copies a rows x cols strided block (args: dst, src, rows,
 cols, row stride and column stride in bytes, element size) into a contiguous dst: a row at a
 time where its elements are adjacent (memmove: a carry copied onto itself is fine), else
-element by element; BREAK (a while loop's test) ends the loop when the bool byte at arg 0 is
-0, before the records after it run (state[4] = 1 then).
+element by element; BREAK ends the loop, before the records after it run (state[4] = 1 then),
+when the bool byte at arg 0 is arg 1 (0: a while loop's test is false; a cond's branch runs as
+a one-step loop that breaks unless it is the branch taken).
 
 `patches` (n_patches rows of [address, base, stride, mode]) are the words that move with the
 step: before step t, the int64 at `address` (in a record, or in a block of arguments the
@@ -41,7 +42,7 @@ CALL, SGEMM, DGEMM, COPY, BREAK = 0, 1, 2, 3, 4  # record kinds (the driver's sw
 BUDGET_CYCLES = 1 << 25
 MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
-SYMBOL = "dq_loop_driver_v2"  # the v1 driver took (length, reverse) as arguments
+SYMBOL = "dq_loop_driver_v3"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1
 
 _LOCK = threading.Lock()
 _DRIVER: list = []
@@ -134,7 +135,9 @@ kdgemm:
 kbreak:
   %bp = inttoptr i64 %a0 to ptr
   %bv = load volatile i8, ptr %bp
-  %bz = icmp eq i8 %bv, 0
+  %bset = icmp ne i8 %bv, 0
+  %bwhen = icmp ne i64 %a1, 0
+  %bz = icmp eq i1 %bset, %bwhen
   br i1 %bz, label %broke, label %rnext
 broke:
   store i64 1, ptr %brkp
