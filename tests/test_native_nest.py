@@ -195,3 +195,31 @@ def test_random_nested_bodies_equal_the_interpreter(p, seed):
     want = interpret(m, prog.name, *(v.astype(np.float64) for v in (a, h0, xs, zs)))
     for g, w in zip(got, want):
         close(g, w, p["f64"])
+
+
+def scan_in_while(a, h0, xs, n):
+    def body(c):
+        i, h = c
+        h, _ = dq.scan(lambda g, x: (dq.tanh(g @ a + x), None), h, xs)
+        return i + 1, h
+
+    return dq.while_loop(lambda c: c[0] < n, body, (n * 0, h0))[1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_while_loop_with_a_scan_in_its_body_runs_natively(n, monkeypatch):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 3, 4))
+    prog, m = compiled(scan_in_while, a, h0, xs, np.int32(n))
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, xs, np.int32(n))
+    want = h0
+    for _ in range(n):
+        for x in xs:
+            want = np.tanh(want @ a + x)
+    close(got, want, True)
+    close(got, interpret(m, prog.name, a, h0, xs, np.int32(n)), True)
+    slow, _ = compiled(scan_in_while, a, h0, xs, np.int32(n), native=False, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(slow(a, h0, xs, np.int32(n)), got)

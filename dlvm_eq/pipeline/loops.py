@@ -246,6 +246,10 @@ def _native_while(compiled, attrs):
     """The while loop on the native loop driver, or why not."""
     if not NATIVE_LOOPS:
         return "native loops are off"
+    if any(isinstance(c, _Program) for c in compiled):  # loops or branches of their own
+        from ..codegen.execution.native_nest import native_nested_while
+
+        return native_nested_while(compiled[0], compiled[1], attrs["carries"], attrs["body"])
     from ..codegen.execution.native_loop import native_while
 
     return native_while(compiled[0], compiled[1], attrs["carries"])

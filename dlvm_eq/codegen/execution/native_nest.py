@@ -3,8 +3,10 @@ in a scan) on the native loop driver: every level is a records table of its own,
 loop is a record of its parent that calls the driver again on the inner table (its state reset
 by a COPY first), so the whole nest runs without Python between steps.
 
-    scan = native_nested_scan(body, carries=1, xs=1, reverse=False)   # or a str: why not
-    carries_and_ys = scan(carries, xs, withs, length)
+    scan = native_nested_scan(body, carries=1, xs=1, reverse=False, fn=body_function)
+    carries_and_ys = scan(carries, xs, withs, length)        # (a str above: why not natively)
+    loop = native_nested_while(cond, body, carries=1, fn=body_function)
+    carries = loop(carries_and_withs)
 
 `body` is what pipeline/loops.py compiles for a function with control flow: its `parts()` are
 (params, steps, results), a step ("piece", compiled, inputs, outputs) or ("region", inst,
@@ -386,6 +388,49 @@ class NestedScan:
         return cs + ys
 
 
+class NestedWhile:
+    """`while cond(carries, withs): carries = body(carries, withs)` where the test or the body
+    has loops or branches of its own: one level whose steps run the test, BREAK, the body."""
+
+    def __init__(self, cond, body, carries: int, types: list):
+        self.cond, self.body, self.nc, self.types = cond, body, carries, types
+        self.driver = loop_driver()
+
+    def __call__(self, vals) -> list:
+        b = _Build()
+        top = b.level(FOREVER, False)
+        e = _Emit(b)
+        nc = self.nc
+        arrays = [
+            np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
+            for t, v in zip(self.types, vals)
+        ]
+        b.keep.extend(arrays)
+        ins = [Fixed(data_ptr(a) if a.size else 0) for a in arrays]
+        pred = Fixed(data_ptr(b.buffer((), np.bool_)))
+        try:
+            e.program(top, self.cond, ins, [pred])
+            e.brk(top, pred, 0)
+            e.carried(top, self.body, ins[:nc], ins[nc:], [], self.types[:nc])
+            b.freeze()
+            records, _, patches, n_patches = b.table(top)
+            with one_blas_thread():
+                drive(self.driver, records, patches[:n_patches].tolist(), FOREVER, False)
+        finally:
+            for prog, env in b.arenas:
+                prog.give_arena(env)
+        return arrays[:nc]
+
+
+def native_nested_while(cond, body, carries: int, fn) -> NestedWhile | str:
+    """The while loop of compiled `cond` and `body` (either with control flow of its own) on
+    the native driver, or why not (a str). `fn` is the body's IR Function (its types)."""
+    why = _check(cond) or _check(body)
+    if why:
+        return why
+    return NestedWhile(cond, body, carries, list(fn.param_types))
+
+
 def native_nested_scan(body, carries: int, xs: int, reverse: bool, fn) -> NestedScan | str:
     """The scan of `body` (compiled with control flow of its own: it has `parts()`) on the
     native driver, or why not (a str). `fn` is the body's IR Function (its types)."""
@@ -430,4 +475,4 @@ def _check(body) -> str | None:
     return None
 
 
-__all__ = ["NestedScan", "native_nested_scan"]
+__all__ = ["NestedScan", "NestedWhile", "native_nested_scan", "native_nested_while"]
