@@ -212,8 +212,9 @@ def overhead(steps: int = 1000, rounds: int = 5) -> dict:
     """Per-step cost of the loop drivers, alternating rounds in this process: a scan whose body
     is one add on a 16 x 64 carry on the native driver (its carry swapped between two buffers,
     and copied each step), on the Python driver (pipeline/loops.NATIVE_LOOPS off); a while
-    loop of as many steps (a counter test, the same add) on both drivers; against calling the
-    scan body's compiled program directly."""
+    loop of as many steps (a counter test, the same add) on both drivers; a scan of scans of 10
+    steps each (the outer loop on either driver); against calling the scan body's compiled
+    program directly."""
     import numpy as np
 
     import dlvm_eq as dq
@@ -234,12 +235,21 @@ def overhead(steps: int = 1000, rounds: int = 5) -> dict:
 
         return dq.while_loop(lambda k: k[0] < n, body, (n * 0, c0 * 0.0 + c))[1]
 
+    def nested(c, xss):  # steps // 10 outer steps, each a scan of 10 steps
+        def outer(c, xs):
+            return dq.scan(lambda c, x: (c + x, None), c, xs)[0], None
+
+        return dq.scan(outer, c0 * 0.0 + c, xss)[0]
+
+    xss = xs.reshape(steps // 10, 10, BATCH, HIDDEN)
     variants = {  # name: (native, swap, function, arguments)
         "native": (True, True, scan, (c0, xs)),
         "native_copy": (True, False, scan, (c0, xs)),
         "python": (False, True, scan, (c0, xs)),
         "while_native": (True, True, while_loop, (c0, xs[0], n)),
         "while_python": (False, True, while_loop, (c0, xs[0], n)),
+        "nested_native": (True, True, nested, (c0, xss)),
+        "nested_python": (False, True, nested, (c0, xss)),
     }
     fs = {}
     for name, (native, swap, f, args) in variants.items():
@@ -450,7 +460,12 @@ def main() -> None:
             f"A `dq.while_loop` of as many steps (a counter test, the same add) takes "
             f"{o['while_native_us']:.2f} us a step on the native driver (the test's kernel, "
             f"a break on its bool, the body) and {o['while_python_us']:.1f} us on the Python "
-            "driver (two Python calls a step and the bool read back). Alternating rounds in "
+            "driver (two Python calls a step and the bool read back). A scan of "
+            f"{o['steps'] // 10} steps whose body is a scan of 10 such steps takes "
+            f"{o['nested_native_us']:.2f} us an inner step natively (the inner loop a record "
+            "of the outer one) and "
+            f"{o['nested_python_us']:.2f} us with the outer loop on the Python driver (the "
+            "inner one native: before, a body with a loop of its own ran so). Alternating rounds in "
             "one process; the compiled body called alone from Python "
             f"takes {o['body_alone_us']:.1f} us a call.\n\n"
             f"Training inside one call: {sgd['steps']} SGD steps of a least-squares model "

@@ -10,12 +10,12 @@ compiled body once per step. A body with loops of its own is compiled the same w
 The e-graph sees each piece and body separately: a control-flow op is an opaque call for the
 program around it, and its body is optimized on its own by the same rules.
 
-Execution: on cpu a scan whose body's plan allows it (codegen/planning/loop_plan.py) runs on
-the native loop driver (codegen/execution/native_loop.py): every step in one native call, no
-Python between steps, the body's arena and output buffers reused by every step and the stacked
-ys written in place. Otherwise (gpu, a body with loops of its own, a kernel split over
-threads, ...) the Python driver below calls the compiled body once per step; `drivers` says
-which ran each scan and why. Buffers there: a compiled body reuses its arena across steps
+Execution: on cpu a scan or while loop whose bodies' plans allow it (codegen/planning/
+loop_plan.py) runs on the native loop driver (codegen/execution/native_loop.py; bodies with
+loops or branches of their own: native_nest.py): no Python between steps, the body's arena and
+output buffers reused by every step and the stacked ys written in place. Otherwise (gpu, a
+switch in a body, a reduction cut in slices, ...) the Python driver below calls the compiled
+body once per step; `drivers` says which ran each scan and while loop, and why. Buffers there: a compiled body reuses its arena across steps
 (codegen's executor); its outputs are fresh or recycled buffers that the driver drops once the
 next step has read them, and the stacked ys are allocated once per loop and filled step by
 step.
