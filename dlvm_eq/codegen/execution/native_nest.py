@@ -150,8 +150,9 @@ def _nbytes(t) -> int:
 class _Emit:
     """Records of one run of a body with control flow (its `parts()`), into level `lv`."""
 
-    def __init__(self, build: _Build):
+    def __init__(self, build: _Build, segments: dict):
         self.b = build
+        self.segments = segments  # id(program) -> (program, its Segment), kept across calls
 
     def const(self, c) -> Fixed:
         a = np.asarray(c.value, c.type.dtype.numpy).reshape(c.type.shape)
@@ -175,13 +176,14 @@ class _Emit:
         self.b.put(lv, i, 2, dst)
         self.b.put(lv, i, 3, src)
 
-    def program(self, lv: _Level, body, in_places: list, out_places: list | None) -> list:
+    def program(self, lv: _Level, body, in_places: list, out_places: list) -> None:
         """Records running compiled `body` (a straight program or one with control flow) on
-        the inputs at `in_places`; its results end at `out_places` (copied there) or, when
-        None, wherever they are (returned)."""
+        the inputs at `in_places`, its results written or copied to `out_places` (buffers of
+        their own, never an input's)."""
         prog = getattr(body, "program", None)
         if prog is not None and hasattr(prog, "take_arena"):
-            return self.straight(lv, prog, in_places, out_places)
+            self.straight(lv, prog, in_places, out_places)
+            return
         if not hasattr(body, "parts"):
             raise NotNative("a body the native driver cannot run")
         params, steps, results = body.parts()
@@ -201,31 +203,22 @@ class _Emit:
                 ins = [self.place_of(places, v) for v in inst.operands]
                 outs = self.region(lv, inst, compiled, ins, outputs)
                 places.update((id(v), p) for v, p in zip(outputs, outs))
-        got = [self.place_of(places, r) for r in results]
-        if out_places is None:
-            return got
-        for dst, src, r in zip(out_places, got, results):
-            self.copy(lv, dst, src, _nbytes(r.type))
-        return out_places
+        for dst, r in zip(out_places, results):
+            self.copy(lv, dst, self.place_of(places, r), _nbytes(r.type))
 
-    def straight(self, lv: _Level, prog, in_places: list, out_places: list | None) -> list:
+    def straight(self, lv: _Level, prog, in_places: list, out_places: list) -> None:
         plan = prog.plan
-        lp = loop_plan(plan, 0, 0, swap=False)
-        if isinstance(lp, str):
-            raise NotNative(lp)
-        seg = Segment(prog, lp)
+        hit = self.segments.get(id(prog))
+        if hit is None:
+            lp = loop_plan(plan, 0, 0, swap=False)
+            if isinstance(lp, str):
+                raise NotNative(lp)
+            hit = self.segments[id(prog)] = (prog, Segment(prog, lp))
+        seg = hit[1]
+        lp = seg.lp
         env = prog.take_arena()
         self.b.arenas.append((prog, env))
         slots: dict = {s: p for s, p in zip(plan.params, in_places)}
-        if out_places is None:
-            out_places = [
-                Fixed(
-                    data_ptr(
-                        self.b.buffer(plan.slots[r.slot].shape, DTYPES[plan.slots[r.slot].dtype])
-                    )
-                )
-                for r in plan.results
-            ]
         for j, p in enumerate(out_places):
             slots[("y", j)] = p
         for slot, j in lp.direct_ys.items():
@@ -245,7 +238,6 @@ class _Emit:
                     raise DlvmError(f"@{plan.name}: slot {key} has no memory")
                 place = Fixed(addr)
             self.b.put(lv, first + r, w, place.plus(offset))
-        return out_places
 
     def carried(self, lv: _Level, body, carry: list, rest: list, y_outs: list, types) -> None:
         """Records of one step of `body` whose first results are the carries at `carry`: they
@@ -348,11 +340,12 @@ class NestedScan:
         self.body, self.nc, self.nx, self.reverse = body, carries, xs, reverse
         self.types = types  # the body's parameter types (carries, xs, withs) and result types
         self.driver = loop_driver()
+        self.segments: dict = {}  # the straight programs' records, made on the first call
 
     def __call__(self, carries, xs, withs, length: int) -> list:
         b = _Build()
         top = b.level(length, self.reverse)
-        e = _Emit(b)
+        e = _Emit(b, self.segments)
         params, results = self.types
         nc, nx = self.nc, self.nx
         cs = []
@@ -395,11 +388,12 @@ class NestedWhile:
     def __init__(self, cond, body, carries: int, types: list):
         self.cond, self.body, self.nc, self.types = cond, body, carries, types
         self.driver = loop_driver()
+        self.segments: dict = {}  # the straight programs' records, made on the first call
 
     def __call__(self, vals) -> list:
         b = _Build()
         top = b.level(FOREVER, False)
-        e = _Emit(b)
+        e = _Emit(b, self.segments)
         nc = self.nc
         arrays = [
             np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
