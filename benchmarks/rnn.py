@@ -269,6 +269,53 @@ def overhead(steps: int = 1000, rounds: int = 5) -> dict:
     return {**out, "body_alone_us": alone * 1e6, "steps": steps}
 
 
+def large_bodies(rounds: int = 5) -> list[list]:
+    """Per-step time of a scan `c = tanh(c * 0.5 + x)` with larger carries, alternating rounds:
+    on the native driver with the carry swapped between two buffers and copied each step, and on
+    the Python driver (whose plain calls split a kernel of 2**17 elements or more over threads;
+    the native driver runs it as one call on its own thread)."""
+    import numpy as np
+
+    import dlvm_eq as dq
+    from dlvm_eq.codegen.execution import native_loop
+    from dlvm_eq.pipeline import loops
+
+    rows = []
+    for shape, steps in (((16, 64), 2000), ((256, 256), 200), ((1024, 256), 50)):
+        c0 = np.zeros(shape, np.float32)
+        xs = np.full((steps, *shape), 1e-3, np.float32)
+        fs = {}
+        for name, native, swap in (
+            ("swap", True, True),
+            ("copy", True, False),
+            ("py", False, True),
+        ):
+            loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = native, swap
+            fs[name] = dq.jit(
+                lambda c, xs: dq.scan(lambda c, x: (dq.tanh(c * 0.5 + x), None), c, xs)[0]
+            )
+            fs[name](c0, xs)
+        loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = True, True
+        want = fs["py"](c0, xs)
+        assert all(np.array_equal(f(c0, xs), want) for f in fs.values())  # the same bits
+        times: dict = {name: [] for name in fs}
+        for _ in range(rounds):
+            for name, f in fs.items():
+                t = median_time(lambda f=f: f(c0, xs), repeats=3, warmup=1).median
+                times[name].append(t / steps * 1e6)
+        med = {name: float(np.median(t)) for name, t in times.items()}
+        rows.append(
+            [
+                " x ".join(map(str, shape)),
+                f"{med['swap']:.2f}",
+                f"{med['copy']:.2f}",
+                f"{med['py']:.2f}",
+                f"{os.getloadavg()[0]:.1f}",
+            ]
+        )
+    return rows
+
+
 def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
     """`steps` SGD steps of a least-squares model (256 x 32) inside one dq.jit call through
     dq.fori_loop, against `steps` calls of the jitted step (medians, seconds)."""
@@ -375,6 +422,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     if a.overhead_only:
         print(f"load {load:.2f}", overhead(), f"load {os.getloadavg()[0]:.2f}")
+        head = ["carry", "native, swapped us/step", "native, copied", "Python driver", "load"]
+        print(markdown_table(head, large_bodies()))
         return
     kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has("jax") else [])
     kinds += ["torch-loop", "torch-nn"] if _has("torch") else []
