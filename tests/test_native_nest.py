@@ -223,3 +223,32 @@ def test_a_while_loop_with_a_scan_in_its_body_runs_natively(n, monkeypatch):
     close(got, interpret(m, prog.name, a, h0, xs, np.int32(n)), True)
     slow, _ = compiled(scan_in_while, a, h0, xs, np.int32(n), native=False, monkeypatch=monkeypatch)
     np.testing.assert_array_equal(slow(a, h0, xs, np.int32(n)), got)
+
+
+def test_a_while_loop_with_max_steps_and_its_gradient_run_natively():
+    """while_loop(max_steps=N) is a scan whose body is a cond: forward and backward scans run
+    natively; the value against numpy, the gradient against the interpreter and float64
+    central differences."""
+
+    def loss(a, h0):
+        body = lambda c: c @ a + 0.1
+        h = dq.while_loop(lambda c: dq.sum(c * c) < 50.0, body, h0, max_steps=12)
+        return dq.sum(h * h)
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 4)) * 0.3 + np.eye(4)
+    h0 = rng.standard_normal((3, 4)) * 0.3
+    prog, m = compiled(dq.value_and_grad(loss, argnums=(0, 1)), a, h0)
+    assert prog.report.drivers == ["native", "native"], prog.report.drivers
+    got = prog(a, h0)
+    h = h0
+    for _ in range(12):
+        if np.sum(h * h) < 50.0:
+            h = h @ a + 0.1
+    close(got[0], np.sum(h * h), True)
+    for g, w in zip(got, interpret(m, prog.name, a, h0)):
+        close(g, w, True)
+    d = rng.standard_normal(a.shape)
+    eps = 1e-6
+    fd = (prog(a + eps * d, h0)[0] - prog(a - eps * d, h0)[0]) / (2 * eps)
+    np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
