@@ -209,37 +209,111 @@ def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int 
 
 
 def overhead(steps: int = 1000, rounds: int = 5) -> dict:
-    """Per-step cost of the loop drivers: a scan whose body is one add on a 16 x 64 carry on
-    the native driver and on the Python driver (pipeline/loops.NATIVE_LOOPS off), alternating
-    rounds in this process, against calling that body's compiled program directly."""
+    """Per-step cost of the loop drivers, alternating rounds in this process: a scan whose body
+    is one add on a 16 x 64 carry on the native driver (its carry swapped between two buffers,
+    and copied each step), on the Python driver (pipeline/loops.NATIVE_LOOPS off); a while
+    loop of as many steps (a counter test, the same add) on both drivers; a scan of scans of 10
+    steps each (the outer loop on either driver); against calling the scan body's compiled
+    program directly."""
     import numpy as np
 
     import dlvm_eq as dq
+    from dlvm_eq.codegen.execution import native_loop
     from dlvm_eq.ir import Module
     from dlvm_eq.pipeline import loops
 
     c0 = np.zeros((BATCH, HIDDEN), np.float32)
     xs = np.ones((steps, BATCH, HIDDEN), np.float32)
+    n = np.int32(steps)
+
+    def scan(c, xs):
+        return dq.scan(lambda c, x: (c + x, None), c0 * 0.0 + c, xs)[0]
+
+    def while_loop(c, x, n):
+        def body(k):
+            return k[0] + 1, k[1] + x
+
+        return dq.while_loop(lambda k: k[0] < n, body, (n * 0, c0 * 0.0 + c))[1]
+
+    def nested(c, xss):  # steps // 10 outer steps, each a scan of 10 steps
+        def outer(c, xs):
+            return dq.scan(lambda c, x: (c + x, None), c, xs)[0], None
+
+        return dq.scan(outer, c0 * 0.0 + c, xss)[0]
+
+    xss = xs.reshape(steps // 10, 10, BATCH, HIDDEN)
+    variants = {  # name: (native, swap, function, arguments)
+        "native": (True, True, scan, (c0, xs)),
+        "native_copy": (True, False, scan, (c0, xs)),
+        "python": (False, True, scan, (c0, xs)),
+        "while_native": (True, True, while_loop, (c0, xs[0], n)),
+        "while_python": (False, True, while_loop, (c0, xs[0], n)),
+        "nested_native": (True, True, nested, (c0, xss)),
+        "nested_python": (False, True, nested, (c0, xss)),
+    }
     fs = {}
-    for native in (True, False):
-        loops.NATIVE_LOOPS = native
-        fs[native] = dq.jit(lambda c, xs: dq.scan(lambda c, x: (c + x, None), c0 * 0.0 + c, xs)[0])
-        fs[native](c0, xs)
-    loops.NATIVE_LOOPS = True
-    times: dict = {True: [], False: []}
+    for name, (native, swap, f, args) in variants.items():
+        loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = native, swap
+        fs[name] = dq.jit(lambda *a, f=f: f(*a))
+        fs[name](*args)
+    loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = True, True
+    times: dict = {name: [] for name in variants}
     for _ in range(rounds):
-        for native in (True, False):
-            t = median_time(lambda f=fs[native]: f(c0, xs), repeats=5, warmup=1).median
-            times[native].append(t / steps)
+        for name, (_, _, _, args) in variants.items():
+            t = median_time(lambda f=fs[name], a=args: f(*a), repeats=5, warmup=1).median
+            times[name].append(t / steps)
     m = dq.make_ir(lambda c, x: c + x)(c0, xs[0])
     body = dq.compile(Module("b", functions=dict(m.functions)), next(iter(m.functions)))
     alone = median_time(lambda: body(c0, xs[0]), repeats=2000, warmup=50).median
-    return {
-        "native_us": float(np.median(times[True])) * 1e6,
-        "python_us": float(np.median(times[False])) * 1e6,
-        "body_alone_us": alone * 1e6,
-        "steps": steps,
-    }
+    out = {f"{name}_us": float(np.median(t)) * 1e6 for name, t in times.items()}
+    return {**out, "body_alone_us": alone * 1e6, "steps": steps}
+
+
+def large_bodies(rounds: int = 5) -> list[list]:
+    """Per-step time of a scan `c = tanh(c * 0.5 + x)` with larger carries, alternating rounds:
+    on the native driver with the carry swapped between two buffers and copied each step, and on
+    the Python driver (whose plain calls split a kernel of 2**17 elements or more over threads;
+    the native driver runs it as one call on its own thread)."""
+    import numpy as np
+
+    import dlvm_eq as dq
+    from dlvm_eq.codegen.execution import native_loop
+    from dlvm_eq.pipeline import loops
+
+    rows = []
+    for shape, steps in (((16, 64), 2000), ((256, 256), 200), ((1024, 256), 50)):
+        c0 = np.zeros(shape, np.float32)
+        xs = np.full((steps, *shape), 1e-3, np.float32)
+        fs = {}
+        for name, native, swap in (
+            ("swap", True, True),
+            ("copy", True, False),
+            ("py", False, True),
+        ):
+            loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = native, swap
+            fs[name] = dq.jit(
+                lambda c, xs: dq.scan(lambda c, x: (dq.tanh(c * 0.5 + x), None), c, xs)[0]
+            )
+            fs[name](c0, xs)
+        loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = True, True
+        want = fs["py"](c0, xs)
+        assert all(np.array_equal(f(c0, xs), want) for f in fs.values())  # the same bits
+        times: dict = {name: [] for name in fs}
+        for _ in range(rounds):
+            for name, f in fs.items():
+                t = median_time(lambda f=f: f(c0, xs), repeats=3, warmup=1).median
+                times[name].append(t / steps * 1e6)
+        med = {name: float(np.median(t)) for name, t in times.items()}
+        rows.append(
+            [
+                " x ".join(map(str, shape)),
+                f"{med['swap']:.2f}",
+                f"{med['copy']:.2f}",
+                f"{med['py']:.2f}",
+                f"{os.getloadavg()[0]:.1f}",
+            ]
+        )
+    return rows
 
 
 def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
@@ -338,6 +412,7 @@ def main() -> None:
     ap.add_argument("--cell", choices=sorted(GATES), default="gru")
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--table-only", action="store_true", help="no overhead, SGD or memory runs")
+    ap.add_argument("--overhead-only", action="store_true", help="print the drivers' overheads")
     ap.add_argument("--update", type=Path, help="write the table into this markdown file")
     ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -345,6 +420,11 @@ def main() -> None:
         print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats, a.cell, a.hidden)))
         return
     load = os.getloadavg()[0]
+    if a.overhead_only:
+        print(f"load {load:.2f}", overhead(), f"load {os.getloadavg()[0]:.2f}")
+        head = ["carry", "native, swapped us/step", "native, copied", "Python driver", "load"]
+        print(markdown_table(head, large_bodies()))
+        return
     kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has("jax") else [])
     kinds += ["torch-loop", "torch-nn"] if _has("torch") else []
     rows = []
@@ -421,9 +501,21 @@ def main() -> None:
             f"\nPer-iteration overhead of the loop drivers (load {os.getloadavg()[0]:.1f}): a "
             f"scan of {o['steps']} steps whose body is one add on a {BATCH} x {HIDDEN} f32 "
             f"carry takes {o['native_us']:.2f} us a step on the native driver (every step in "
-            f"one native call) and {o['python_us']:.1f} us a step on the Python driver "
-            "(`pipeline/loops.NATIVE_LOOPS = False`: a Python call of the body per step), "
-            "alternating rounds in one process; the compiled body called alone from Python "
+            "native code, the carry and the body's result swapped between two buffers; "
+            f"{o['native_copy_us']:.2f} us with the result copied into the carry each step, "
+            "`native_loop.SWAP_CARRIES = False`) and "
+            f"{o['python_us']:.1f} us a step on the Python driver "
+            "(`pipeline/loops.NATIVE_LOOPS = False`: a Python call of the body per step). "
+            f"A `dq.while_loop` of as many steps (a counter test, the same add) takes "
+            f"{o['while_native_us']:.2f} us a step on the native driver (the test's kernel, "
+            f"a break on its bool, the body) and {o['while_python_us']:.1f} us on the Python "
+            "driver (two Python calls a step and the bool read back). A scan of "
+            f"{o['steps'] // 10} steps whose body is a scan of 10 such steps takes "
+            f"{o['nested_native_us']:.2f} us an inner step natively (the inner loop a record "
+            "of the outer one) and "
+            f"{o['nested_python_us']:.2f} us with the outer loop on the Python driver (the "
+            "inner one native: before, a body with a loop of its own ran so). Alternating rounds in "
+            "one process; the compiled body called alone from Python "
             f"takes {o['body_alone_us']:.1f} us a call.\n\n"
             f"Training inside one call: {sgd['steps']} SGD steps of a least-squares model "
             "(256 x 32, value-and-grad in the loop body) through `dq.fori_loop` in one "

@@ -87,6 +87,54 @@ def test_one_compiled_scan_from_eight_threads_at_once(gru):
             np.testing.assert_array_equal(g, w)  # each call has its own arena and records
 
 
+def test_nested_loops_and_a_while_loop_from_eight_threads_at_once():
+    """A scan with a scan and a cond in its body, and a while loop, each compiled once and
+    called from 8 threads at once: every call builds its own tables and takes its own arenas,
+    so each result is bit-identical to the same call made alone, and equal to numpy."""
+
+    def nested(a, h0, xs):
+        def outer(h, x):
+            g, _ = dq.scan(lambda g, xx: (dq.tanh(g @ a + xx), None), h, x)
+            g = dq.cond(dq.sum(g) > 0.0, lambda v: v * 0.5, lambda v: v + 1.0, g)
+            return g, dq.sum(g * g)
+
+        return dq.scan(outer, h0, xs)
+
+    def newton(a, x0):
+        def body(c):
+            nx = 0.5 * (c[0] + a / c[0])
+            return nx, nx - c[0]
+
+        return dq.while_loop(lambda c: dq.max(dq.abs(c[1])) > 1e-9, body, (x0, x0))[0]
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((4, 4)) * 0.4
+    data = [(a, rng.standard_normal((3, 4)), rng.standard_normal((5, 4, 3, 4))) for _ in range(8)]
+    roots = [(rng.uniform(1.0, 9.0, (3, 5)), np.ones((3, 5))) for _ in range(8)]
+    prog, _, _ = compiled(nested, *data[0])
+    loop, _, _ = compiled(newton, *roots[0])
+    alone = [prog(*d) for d in data]
+    for (a_, h, xs), (got_h, got_ys) in zip(data, alone):
+        for x in xs:  # numpy's loop: an oracle that is not the IR
+            for xx in x:
+                h = np.tanh(h @ a_ + xx)
+            h = h * 0.5 if h.sum() > 0 else h + 1.0
+        np.testing.assert_allclose(got_h, h, rtol=1e-10, atol=1e-12)
+    out: dict = {}
+
+    def work(i):
+        for r in range(10):
+            k = (i + r) % 8
+            out[i, r] = prog(*data[k]), loop(*roots[k])
+
+    assert run_at_once(work, n=8) == []
+    for (i, r), (got, root) in out.items():
+        k = (i + r) % 8
+        for g, w in zip(got, alone[k]):
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_allclose(root, np.sqrt(roots[k][0]), rtol=1e-12)
+
+
 @pytest.fixture
 def busy_process():
     """`python -c 'while True: pass'` on one of our CPUs for the test's duration."""
@@ -240,3 +288,69 @@ def test_a_process_leaving_during_a_loop_exits_cleanly(kind, tmp_path):
         assert err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     else:
         assert proc.returncode == 0, err[-2000:]
+
+
+_INTERRUPTED = """
+import sys, time
+import numpy as np, dlvm_eq as dq
+from dlvm_eq.pipeline.loops import compile_loops
+
+def spin(h, go):  # runs until `go` is 0: never, with go = 1
+    return dq.while_loop(lambda c: c[1] > 0.0, lambda c: (dq.tanh(c[0]) * 2.0, c[1]), (h, go))[0]
+
+def scan(h):  # a billion steps: about 5 minutes, far past the test's limit
+    return dq.scan(lambda c, _: (dq.tanh(c) * 2.0, None), h, None, length=10**9)[0]
+
+h = np.full((4, 8), 0.5, np.float32)
+progs = {}
+for name, f, args in (("while", spin, (h, np.float32(1))), ("scan", scan, (h,))):
+    m = dq.make_ir(f)(*args)
+    progs[name] = compile_loops(m, next(iter(m.functions)), "cpu"), args
+    assert progs[name][0].report.drivers == ["native"], progs[name][0].report.drivers
+# the while loop's program runs and stops where its test says (go = 0: no step)
+np.testing.assert_array_equal(progs["while"][0](h, np.float32(0)), h)
+for name, (prog, args) in progs.items():
+    print("looping", name, flush=True)
+    t0 = time.perf_counter()
+    try:
+        prog(*args)
+        print("finished", name, flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", name, f"{time.perf_counter() - t0:.2f}", flush=True)
+    # the arena went back and the program still gives right answers
+    np.testing.assert_array_equal(progs["while"][0](h, np.float32(0)), h)
+print("done", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
+    """SIGINT while the main thread is inside a native while loop that never ends, then inside
+    a scan of 10**9 steps: each raises KeyboardInterrupt (the driver returns to Python about
+    every 10 ms), the program stays usable, and the process ends normally. Without the
+    driver's pauses the first loop would never end and the test would hit its limit."""
+    script = tmp_path / "loop_interrupt.py"
+    script.write_text(textwrap.dedent(_INTERRUPTED))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_default,  # as a terminal's foreground job gets it
+    )
+    lines = []
+    try:
+        for name in ("while", "scan"):
+            line = proc.stdout.readline().strip()
+            assert line == f"looping {name}", (line, proc.stderr.read()[-2000:])
+            time.sleep(0.5)  # inside the native loop by now (no compile left)
+            proc.send_signal(signal.SIGINT)
+            lines.append(proc.stdout.readline().strip())
+        out, err = proc.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the loop did not stop within {LIMIT_S} s of Ctrl-C: {lines}")
+    assert [ln.split()[:2] for ln in lines] == [["interrupted", "while"], ["interrupted", "scan"]]
+    assert out.strip() == "done" and proc.returncode == 0, err[-2000:]

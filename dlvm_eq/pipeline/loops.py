@@ -10,15 +10,15 @@ the same way.
     f(w, h0, xs)
     print(f.report)                               # the one e-graph; one report per piece, body
 
-Execution: on cpu a scan whose body's plan allows it (codegen/planning/loop_plan.py) runs on
-the native loop driver (codegen/execution/native_loop.py): every step in one native call, no
-Python between steps, the body's arena and output buffers reused by every step and the stacked
-ys written in place. Otherwise (gpu, a body with loops of its own, a kernel split over
-threads, ...) the Python driver below calls the compiled body once per step; `drivers` says
-which ran each scan and why. Buffers there: a compiled body reuses its arena across steps
-(codegen's executor); its outputs are fresh or recycled buffers that the driver drops once the
-next step has read them, and the stacked ys are allocated once per loop and filled step by
-step.
+Execution: on cpu a scan or while loop whose bodies' plans allow it (codegen/planning/
+loop_plan.py) runs on the native loop driver (codegen/execution/native_loop.py; bodies with
+loops or branches of their own: native_nest.py): no Python between steps, the body's arena and
+output buffers reused by every step and the stacked ys written in place. Otherwise (gpu, a
+switch in a body, a reduction cut in slices, ...) the Python driver below calls the compiled
+body once per step; `drivers` says which ran each scan and while loop, and why. Buffers there:
+a compiled body reuses its arena across steps (codegen's executor); its outputs are fresh or
+recycled buffers that the driver drops once the next step has read them, and the stacked ys
+are allocated once per loop and filled step by step.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class LoopsReport:
     name: str
     target: str
     parts: list = field(default_factory=list)  # (label, CompileReport or LoopsReport)
-    drivers: list = field(default_factory=list)  # per scan: "native", or why Python runs it
+    drivers: list = field(default_factory=list)  # per scan or while: "native", or why not
     optimize: Any = None  # the OptimizeResult of the one e-graph (pieces and bodies), or None
     note: str = ""
 
@@ -209,16 +209,19 @@ class _Program:
         # (run, operands read, values defined, whether a region)
         self._steps: list[tuple[Any, Sequence[Operand], list[Value], bool]] = []
         self.drivers = self.report.drivers  # per scan: "native", or why Python runs it
+        self._parts: list = []  # for native_nest.py: the steps with their compiled functions
         for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
             if piece.region is None:
                 assert piece.function is not None  # split() gives each straight piece one
                 run = _compiled(piece.function, module, ctx)
                 self.report.parts.append((f"piece {k}", run.report))
                 self._steps.append((run, piece.inputs, piece.outputs, False))
+                self._parts.append(("piece", run, piece.inputs, piece.outputs))
             else:  # a region's operands may be constants
                 inst = piece.region.inst
                 run = self._region(inst, module, ctx)
                 self._steps.append((run, inst.operands, piece.outputs, True))
+                self._parts.append(("region", inst, self._bodies, piece.outputs))
 
     def _region(self, inst, module, ctx: _Compiling):
         compiled = []
@@ -227,6 +230,7 @@ class _Program:
                 compiled.append(_compiled(inst.attrs[key], module, ctx))
         for b in inst.attrs.get("branches", ()):
             compiled.append(_compiled(b, module, ctx))
+        self._bodies = compiled
         for fn_report in compiled:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
@@ -239,12 +243,21 @@ class _Program:
                 return lambda vals: native(vals[:nc], vals[nc : nc + nx], vals[nc + nx :], n)
             return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
         if inst.op == WHILE:
+            native = _native_while(compiled, attrs) if self.target == "cpu" else None
+            self.drivers.append(native if isinstance(native, str) or native is None else "native")
+            if native is not None and not isinstance(native, str):
+                return native
             return lambda vals: _run_while(compiled[0], compiled[1], attrs, vals)
         if inst.op == COND:
             return lambda vals: _as_list(compiled[0 if bool(vals[0]) else 1](*vals[1:]))
         assert inst.op == SWITCH
         last = len(compiled) - 1
         return lambda vals: _as_list(compiled[min(max(int(vals[0]), 0), last)](*vals[1:]))
+
+    def parts(self) -> tuple:
+        """(params, steps, results): ("piece", compiled, inputs, outputs) and ("region", inst,
+        [compiled functions], outputs) steps, for the native loop driver."""
+        return self._params, self._parts, self._results
 
     def __call__(self, *args):
         if len(args) != len(self._params):
@@ -305,12 +318,30 @@ def _native(body, attrs):
     """The scan on the native loop driver (codegen/execution/native_loop.py), or why not."""
     if not NATIVE_LOOPS:
         return "native loops are off"
+    if isinstance(body, _Program):  # loops or branches of its own
+        from ..codegen.execution.native_nest import native_nested_scan
+
+        nc, nx = attrs["carries"], attrs["xs"]
+        return native_nested_scan(body, nc, nx, attrs["reverse"], attrs["body"])
     prog = getattr(body, "program", None)
     if prog is None or not hasattr(prog, "take_arena"):
-        return "a body with loops of its own"
+        return "a body without a cpu program"
     from ..codegen.execution.native_loop import native_scan
 
     return native_scan(prog, attrs["carries"], attrs["xs"], attrs["reverse"])
+
+
+def _native_while(compiled, attrs):
+    """The while loop on the native loop driver, or why not."""
+    if not NATIVE_LOOPS:
+        return "native loops are off"
+    if any(isinstance(c, _Program) for c in compiled):  # loops or branches of their own
+        from ..codegen.execution.native_nest import native_nested_while
+
+        return native_nested_while(compiled[0], compiled[1], attrs["carries"], attrs["body"])
+    from ..codegen.execution.native_loop import native_while
+
+    return native_while(compiled[0], compiled[1], attrs["carries"])
 
 
 def _array_module(target: str):

@@ -1,20 +1,26 @@
-"""A scan run by the native loop driver (runtime/loop_driver.py): the body's compiled program
-(a CpuProgram) supplies its kernels and an arena; every step runs in one native call, with no
-Python between steps.
+"""Loops run by the native loop driver (runtime/loop_driver.py): a body's compiled program (a
+CpuProgram) supplies its kernels and an arena; the steps run in native calls, with no Python
+between steps (the driver returns to Python about every 10 ms, so Ctrl-C stops a long loop).
 
-    scan = native_scan(body_program, carries=1, xs=1, reverse=False)  # None: not natively
+    scan = native_scan(body_program, carries=1, xs=1, reverse=False)  # or a str: why not
     carries_and_ys = scan(carries, xs, withs, length)
+    loop = native_while(cond_program, body_program, carries=2)        # or a str: why not
+    carries = loop(carries_and_withs)
 
 The body's buffers are reused across steps: its temporaries stay in the one arena, its
-outputs are one buffer each per call (a carry result is copied into the carry parameter after
-each step), its ys are written into their rows of the stacked ys (in place where the body's
-output is the y's alone). What cannot run natively (a kernel split over threads, a gather, a
-product BLAS cannot read in place: planning/loop_plan.py says which) returns None here and
-the scan runs through the Python driver (pipeline/loops.py).
+outputs are one buffer each per call, its ys are written into their rows of the stacked ys (in
+place where the body's output is the y's alone). A carry whose result is an output buffer of
+its own swaps buffers with it every step (ping-pong); other carry results are copied into the
+carry parameter after each step. A kernel that a plain call splits over threads runs as one
+call on the driver's thread (the same bits: its chunks are independent). What cannot run
+natively (a reduction cut in slices, a gather, a product BLAS cannot read in place:
+planning/loop_plan.py says which) gives a str here and the loop runs through the Python driver
+(pipeline/loops.py).
 
-Shared state (threads): a NativeScan is read only after construction; each call builds its
-own records array and takes its own arena from the program (as a plain call does); OpenBLAS
-runs on one thread while any loop of small products is in flight (a count, under a lock).
+Shared state (threads): a NativeScan / NativeWhile is read only after construction; each call
+builds its own records array and takes its own arenas from the programs (as a plain call
+does); OpenBLAS runs on one thread while any loop of small products is in flight (a count,
+under a lock).
 """
 
 from __future__ import annotations
@@ -22,26 +28,55 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import DlvmError
+from ..kernels.kernel_spec import KernelSpec
 from ..kernels.spec import DTYPES
-from ..planning.loop_plan import CALL, COPY, DGEMM, MAX_ARGS, SGEMM, LoopPlan, Ptr, loop_plan
+from ..planning.loop_plan import BREAK, CALL, COPY, DGEMM, MAX_ARGS, SGEMM, LoopPlan, Ptr, loop_plan
 from ..planning.plan import OUTPUT, PARAM, GemmStep
 from ..runtime.attention_cpu import one_blas_thread  # one count shared with attention
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
-from ..runtime.loop_driver import WORDS, gemm_address, loop_driver
+from ..runtime.loop_driver import BUDGET_CYCLES, WORDS, gemm_address, loop_driver
+from ..runtime.row_kernel import RowKernel
 
 # A loop whose products are all below this many multiply-adds runs them on one OpenBLAS thread
 # (runtime/attention_cpu.one_blas_thread); one at or above it keeps OpenBLAS's threads.
 THREADED_BLAS_MACS = 1 << 24
+# Carries whose result has a buffer of its own swap buffers with it every step instead of being
+# copied (benchmarks/rnn.py measures both; off, every carry result is copied).
+SWAP_CARRIES = True
+NOOP = -1  # a record the driver skips (a kernel over no elements)
+FOREVER = (1 << 62) - 1  # a while loop's length
 
 
-class NativeScan:
-    def __init__(self, prog, lp: LoopPlan, reverse: bool):
-        self.prog, self.plan, self.lp, self.reverse = prog, prog.plan, lp, reverse
+class NotNative(Exception):
+    """Why a body cannot run on the native driver (its loop runs on the Python driver)."""
+
+
+def _head(k) -> tuple | None:
+    """The leading integers of one call running kernel `k` whole on the calling thread, with
+    the bits of a plain call (CpuKernel.one_thread_head; a row kernel's rows are independent).
+    None: a kernel over nothing. A reduction that a plain call cuts in slices: not native."""
+    if isinstance(k, RowKernel):
+        if k.spec.rows == 0:
+            return None
+        if k.spec.cols == 0:
+            raise NotNative("a row kernel over empty rows")
+        return (0, k.spec.rows)
+    head = k.one_thread_head()
+    if head is None and not (isinstance(k.spec, KernelSpec) and k.size == 0):
+        raise NotNative("a reduction split over threads")
+    return head
+
+
+class Segment:
+    """One compiled program's records (a LoopPlan), their pointers resolved at each call."""
+
+    def __init__(self, prog, lp: LoopPlan):
+        self.prog, self.plan, self.lp = prog, prog.plan, lp
         plan = self.plan
         self.template = np.zeros((len(lp.records), WORDS), np.int64)
         self.pointers: list = []  # (record, word, Ptr or ("y", j))
-        self._kernels = []  # kept alive: the records hold their addresses and dims arrays
+        self.kernels = []  # kept alive: the records hold their addresses and dims arrays
         for r, rec in enumerate(lp.records):
             row = self.template[r]
             row[0] = rec.kind
@@ -54,118 +89,286 @@ class NativeScan:
                     k = compile_cpu(step.epilogue.spec)
                 else:
                     k = prog.kernels[id(step)]
-                head = k.one_call_head()
+                head = _head(k)
                 if head is None:
-                    raise _NotNative("a kernel split over threads")
-                self._kernels.append(k)
+                    row[0] = NOOP
+                    continue
+                self.kernels.append(k)
                 args = list(head) + args + [k.dims_ptr]
                 row[1] = k.address
             elif rec.kind != COPY:
                 addr = gemm_address(rec.fn[1])
                 if addr is None:
-                    raise _NotNative("no CBLAS in this process")
+                    raise NotNative("no CBLAS in this process")
                 row[1] = addr
             if len(args) > MAX_ARGS:
-                raise _NotNative("a call with too many arguments")
+                raise NotNative("a call with too many arguments")
             for w, a in enumerate(args):
                 if isinstance(a, (Ptr, tuple)):
                     self.pointers.append((r, 2 + w, a))
                 else:
                     row[2 + w] = a
-        self.driver = loop_driver()
         macs = [r.args[3] * r.args[4] * r.args[5] for r in lp.records if r.kind in (SGEMM, DGEMM)]
-        self.threaded_blas = max(macs, default=0) >= THREADED_BLAS_MACS
-        nc, nx = lp.carries, lp.xs
+        self.max_macs = max(macs, default=0)
+        # outputs with a buffer per call (not written into ys, not a swapped carry's result)
+        mine = set(lp.direct_ys) | set(lp.swapped.values())
+        self.outputs = [s for s in plan.slots if s.role == OUTPUT and s.index not in mine]
+
+    def place(self, records, first: int, where, env, patches: list) -> None:
+        """Fill this segment's pointers into records[first:] (or add patches for those that
+        move with the step). `where(slot)` is ("fixed", addr), ("moving", base, stride, mode)
+        or None (the slot lives in the arena `env`); a ("y", j) pointer asks where(("y", j))."""
+        n = len(self.plan.slots)
+        row_bytes = WORDS * 8
+        base_addr = records.ctypes.data
+        for r, w, a in self.pointers:
+            key, offset = (a, 0) if isinstance(a, tuple) else (a.slot, a.offset)
+            got = where(key)
+            if got is None:
+                addr = env[n + key]
+                if addr is None:
+                    raise DlvmError(f"@{self.plan.name}: slot {key} has no memory")
+                records[first + r, w] = addr + offset
+            elif got[0] == "fixed":
+                records[first + r, w] = got[1] + offset
+            else:
+                _, base, stride, mode = got
+                at = base_addr + (first + r) * row_bytes + w * 8
+                patches.append((at, base + offset, stride, mode))
+
+
+def _dtype(plan, s):
+    return DTYPES[plan.slots[s].dtype]
+
+
+def _shape(plan, s):
+    return tuple(plan.slots[s].shape)
+
+
+def _array(value, plan, slot: int, lead: tuple = (), copy: bool = False) -> np.ndarray:
+    """`value` as a C-contiguous array of the slot's dtype and shape (after `lead` axes: a
+    scan's steps), a copy if asked; a scalar may come as one element of any shape. A wrong
+    shape is an error."""
+    want = (*lead, *_shape(plan, slot))
+    dt = _dtype(plan, slot)
+    a = np.array(value, dt, order="C", copy=True) if copy else np.asarray(value, dt, order="C")
+    if a.shape != want:
+        if a.size != 1 or want != ():
+            name = plan.slots[slot].name
+            raise DlvmError(
+                f"@{plan.name}: %{name} has shape {a.shape} in the loop, expected {want}"
+            )
+        a = a.reshape(())
+    return a
+
+
+def drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[int, bool]:
+    """Run the loop to its end (or its BREAK), returning to Python every BUDGET_CYCLES so that
+    a signal's handler (KeyboardInterrupt) runs between two steps. (steps run, whether broke)."""
+    patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
+    state = np.array([0, length, int(reverse), BUDGET_CYCLES, 0], np.int64)
+    args = (records.ctypes.data, len(records), patch.ctypes.data, len(patches), state.ctypes.data)
+    while True:
+        driver(*args)
+        if state[4] or state[0] >= length:
+            return int(state[0]), bool(state[4])
+
+
+class _Carries:
+    """The carry buffers of one call: A (a copy of the initial value) and, for a swapped
+    carry, B (its result's buffer); after `steps` steps a swapped carry's value is in A when
+    `steps` is even, else in B."""
+
+    def __init__(self, plan, slots, values, swapped: dict):
+        self.a = []
+        for s, c in zip(slots, values):
+            self.a.append(_array(c, plan, s, copy=True))
+        self.b = {c: aligned_empty(self.a[c].shape, self.a[c].dtype) for c in swapped}
+
+    def param(self, c: int):
+        a = self.a[c]
+        if c not in self.b:
+            return ("fixed", data_ptr(a) if a.size else 0)
+        pa, pb = data_ptr(a), data_ptr(self.b[c])
+        return ("moving", pa, pb - pa, 1)
+
+    def result(self, c: int):
+        pa, pb = data_ptr(self.a[c]), data_ptr(self.b[c])
+        return ("moving", pb, pa - pb, 1)
+
+    def values(self, steps: int) -> list:
+        return [self.b[c] if c in self.b and steps % 2 else a for c, a in enumerate(self.a)]
+
+
+class NativeScan:
+    def __init__(self, prog, lp: LoopPlan, reverse: bool):
+        self.prog, self.plan, self.lp, self.reverse = prog, prog.plan, lp, reverse
+        self.seg = Segment(prog, lp)
+        self.driver = loop_driver()
+        self.threaded_blas = self.seg.max_macs >= THREADED_BLAS_MACS
+        plan, nc, nx = self.plan, lp.carries, lp.xs
         self.carry_slots = plan.params[:nc]
         self.x_slots = plan.params[nc : nc + nx]
         self.with_slots = plan.params[nc + nx :]
         self.y_slots = [r.slot for r in plan.results[nc:]]
-        self.outputs = [s for s in plan.slots if s.role == OUTPUT and s.index not in lp.direct_ys]
 
     def __call__(self, carries, xs, withs, length: int) -> list:
-        plan, n = self.plan, len(self.plan.slots)
-        dtype = lambda s: DTYPES[plan.slots[s].dtype]
-        shape = lambda s: tuple(plan.slots[s].shape)
-        fixed: dict = {}
-        moving: dict = {}  # slot -> (base address, bytes per step)
+        plan, lp = self.plan, self.lp
+        places: dict = {}
         keep = []
-        cs = [
-            np.array(c, dtype=dtype(s), order="C", copy=True)
-            for s, c in zip(self.carry_slots, carries)
-        ]
-        for s, c in zip(self.carry_slots, cs):
-            _check(c, shape(s), plan, s)
-            fixed[s] = data_ptr(c) if c.size else 0
+        cs = _Carries(plan, self.carry_slots, carries, lp.swapped)
+        for c, s in enumerate(self.carry_slots):
+            places[s] = cs.param(c)
+        for c, s in lp.swapped.items():
+            places[s] = cs.result(c)
         for s, x in zip(self.x_slots, xs):
-            x = np.ascontiguousarray(x, dtype=dtype(s))
-            _check(x, (length, *shape(s)), plan, s)
+            x = _array(x, plan, s, (length,))
             keep.append(x)
-            moving[s] = (data_ptr(x) if x.size else 0, x.strides[0] if x.ndim else 0)
+            places[s] = ("moving", data_ptr(x) if x.size else 0, x.strides[0] if x.ndim else 0, 0)
         for s, w in zip(self.with_slots, withs):
-            w = np.ascontiguousarray(w, dtype=dtype(s))
-            _check(w, shape(s), plan, s)
+            w = _array(w, plan, s)
             keep.append(w)
-            fixed[s] = data_ptr(w) if w.size else 0
-        ys = [aligned_empty((length, *shape(s)), dtype(s)) for s in self.y_slots]
-        ystep = [(data_ptr(y) if y.size else 0, y.strides[0] if y.size else 0) for y in ys]
-        for slot, j in self.lp.direct_ys.items():
-            moving[slot] = ystep[j]
-        for s in self.outputs:
+            places[s] = ("fixed", data_ptr(w) if w.size else 0)
+        ys = [aligned_empty((length, *_shape(plan, s)), _dtype(plan, s)) for s in self.y_slots]
+        for j, y in enumerate(ys):
+            places[("y", j)] = ("moving", data_ptr(y) if y.size else 0, y.strides[0], 0)
+        for slot, j in lp.direct_ys.items():
+            places[slot] = places[("y", j)]
+        for s in self.seg.outputs:
             buf = aligned_empty(s.shape, DTYPES[s.dtype])
             keep.append(buf)
-            fixed[s.index] = data_ptr(buf)
+            places[s.index] = ("fixed", data_ptr(buf))
         env = self.prog.take_arena()
         try:
-            records = self.template.copy()
-            patches = []
-            for r, w, a in self.pointers:
-                if isinstance(a, tuple):  # ("y", j): a row of the stacked ys
-                    base, stride = ystep[a[1]]
-                    patches.append((r, w, base, stride))
-                elif a.slot in moving:
-                    base, stride = moving[a.slot]
-                    patches.append((r, w, base + a.offset, stride))
-                else:
-                    addr = fixed.get(a.slot)
-                    if addr is None:
-                        addr = env[n + a.slot]
-                        if addr is None:
-                            raise DlvmError(f"@{plan.name}: slot {a.slot} has no memory")
-                    records[r, w] = addr + a.offset
-            patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
-            run = (records.ctypes.data, len(records), patch.ctypes.data, len(patches))
+            records = self.seg.template.copy()
+            patches: list = []
+            self.seg.place(records, 0, places.get, env, patches)
             if self.threaded_blas:
-                self.driver(*run, length, int(self.reverse))
+                drive(self.driver, records, patches, length, self.reverse)
             else:
                 with one_blas_thread():
-                    self.driver(*run, length, int(self.reverse))
+                    drive(self.driver, records, patches, length, self.reverse)
         finally:
             self.prog.give_arena(env)
         del keep
-        return cs + ys
+        return cs.values(length) + ys
 
 
-class _NotNative(Exception):
-    pass
+class NativeWhile:
+    """`while cond(carries, withs): carries = body(carries, withs)` as one native loop: each
+    step runs the test's records, a BREAK on its bool, then the body's records."""
+
+    def __init__(self, cond_prog, cond_lp: LoopPlan, body_prog, body_lp: LoopPlan):
+        self.cond, self.body = Segment(cond_prog, cond_lp), Segment(body_prog, body_lp)
+        self.nc = body_lp.carries
+        self.driver = loop_driver()
+        self.threaded_blas = max(self.cond.max_macs, self.body.max_macs) >= THREADED_BLAS_MACS
+
+    def __call__(self, vals) -> list:
+        nc = self.nc
+        cplan, bplan = self.cond.plan, self.body.plan
+        lp = self.body.lp
+        keep = []
+        cs = _Carries(bplan, bplan.params[:nc], vals[:nc], lp.swapped)
+        cplaces: dict = {}
+        bplaces: dict = {}
+        for c in range(nc):
+            cplaces[cplan.params[c]] = bplaces[bplan.params[c]] = cs.param(c)
+        for c, s in lp.swapped.items():
+            bplaces[s] = cs.result(c)
+        for k, w in enumerate(vals[nc:]):
+            for plan, places in ((cplan, cplaces), (bplan, bplaces)):
+                s = plan.params[nc + k]
+                a = _array(w, plan, s)
+                keep.append(a)
+                places[s] = ("fixed", data_ptr(a) if a.size else 0)
+        pred = np.zeros(1, np.bool_)
+        cplaces[("y", 0)] = ("fixed", data_ptr(pred))
+        for slot in self.cond.lp.direct_ys:
+            cplaces[slot] = cplaces[("y", 0)]
+        for seg, places in ((self.cond, cplaces), (self.body, bplaces)):
+            for s in seg.outputs:
+                buf = aligned_empty(s.shape, DTYPES[s.dtype])
+                keep.append(buf)
+                places[s.index] = ("fixed", data_ptr(buf))
+        n_cond = len(self.cond.template)
+        records = np.concatenate(
+            [self.cond.template, np.zeros((1, WORDS), np.int64), self.body.template]
+        )
+        records[n_cond, 0] = BREAK
+        records[n_cond, 2] = data_ptr(pred)
+        cenv, benv = self.cond.prog.take_arena(), self.body.prog.take_arena()
+        try:
+            patches: list = []
+            self.cond.place(records, 0, cplaces.get, cenv, patches)
+            self.body.place(records, n_cond + 1, bplaces.get, benv, patches)
+            if self.threaded_blas:
+                steps, _ = drive(self.driver, records, patches, FOREVER, False)
+            else:
+                with one_blas_thread():
+                    steps, _ = drive(self.driver, records, patches, FOREVER, False)
+        finally:
+            self.cond.prog.give_arena(cenv)
+            self.body.prog.give_arena(benv)
+        del keep
+        return cs.values(steps)
 
 
-def _check(a: np.ndarray, want: tuple, plan, slot: int) -> None:
-    if a.shape != want:
-        name = plan.slots[slot].name
-        raise DlvmError(f"@{plan.name}: %{name} has shape {a.shape} in the loop, expected {want}")
+def _program(compiled):
+    """The CpuProgram of a compiled straight function, None for one with loops of its own."""
+    prog = getattr(compiled, "program", None)
+    return prog if prog is not None and hasattr(prog, "take_arena") else None
+
+
+def _params_own_slots(prog) -> bool:
+    return all(prog.plan.slots[s].role == PARAM for s in prog.plan.params)
 
 
 def native_scan(prog, carries: int, xs: int, reverse: bool) -> NativeScan | str:
     """The scan of body `prog` (a CpuProgram) on the native driver, or why not (a str)."""
-    if any(prog.plan.slots[s].role != PARAM for s in prog.plan.params):
+    if not _params_own_slots(prog):
         return "a parameter without its own slot"
-    lp = loop_plan(prog.plan, carries, xs)
+    lp = loop_plan(prog.plan, carries, xs, swap=SWAP_CARRIES)
     if isinstance(lp, str):
         return lp
     try:
         return NativeScan(prog, lp, reverse)
-    except _NotNative as e:
+    except NotNative as e:
         return str(e)
 
 
-__all__ = ["NativeScan", "native_scan"]
+def native_while(cond, body, carries: int) -> NativeWhile | str:
+    """The while loop of compiled functions `cond` and `body` (what pipeline/loops.py compiles:
+    each has a CpuProgram `.program` when it has no loops of its own) on the native driver, or
+    why not (a str)."""
+    cprog, bprog = _program(cond), _program(body)
+    if cprog is None or bprog is None:
+        return "a test or body with loops of its own"
+    if not (_params_own_slots(cprog) and _params_own_slots(bprog)):
+        return "a parameter without its own slot"
+    clp = loop_plan(cprog.plan, 0, 0)
+    if isinstance(clp, str):
+        return clp
+    if len(cprog.plan.results) != 1 or cprog.plan.slots[cprog.plan.results[0].slot].dtype != "bool":
+        return "a test that is not one bool"
+    blp = loop_plan(bprog.plan, carries, 0, swap=SWAP_CARRIES)
+    if isinstance(blp, str):
+        return blp
+    if len(bprog.plan.results) != carries:
+        return "a body with other results than its carries"
+    try:
+        return NativeWhile(cprog, clp, bprog, blp)
+    except NotNative as e:
+        return str(e)
+
+
+__all__ = [
+    "FOREVER",
+    "NativeScan",
+    "NativeWhile",
+    "NotNative",
+    "Segment",
+    "drive",
+    "native_scan",
+    "native_while",
+]

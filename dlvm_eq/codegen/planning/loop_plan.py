@@ -12,7 +12,9 @@ xs or ys) is decided when the loop runs.
 
 Per step, after the body's steps: each y is copied into its row of the stacked ys (or the
 body writes it there directly, `direct_ys`), and each carry result is copied into the carry
-parameter that the next step reads.
+parameter that the next step reads, unless the carry is `swapped`: where the result is an
+output buffer of its own, the carry parameter and the result trade buffers every step instead
+(ping-pong: the driver points them at buffer A and B, then B and A), and nothing is copied.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.spec import DTYPES
-from ..runtime.loop_driver import CALL, COPY, DGEMM, MAX_ARGS, SGEMM
+from ..runtime.loop_driver import BREAK, CALL, COPY, DGEMM, MAX_ARGS, SGEMM
 from .plan import (
     OUTPUT,
     PARAM,
@@ -60,6 +62,7 @@ class LoopPlan:
     carries: int
     xs: int
     direct_ys: dict = field(default_factory=dict)  # output slot -> y index (written in place)
+    swapped: dict = field(default_factory=dict)  # carry index -> its result slot (ping-pong)
 
 
 def _view(plan: Plan, view) -> tuple[int, tuple, tuple] | None:
@@ -153,16 +156,19 @@ def _blas(plan: Plan, step: BlasStep):
     )
 
 
-def loop_plan(plan: Plan, carries: int, xs: int) -> LoopPlan | str:
+def loop_plan(plan: Plan, carries: int, xs: int, swap: bool = True) -> LoopPlan | str:
     """The body `plan` of a scan with `carries` carries and `xs` per-step inputs as native
-    records, or why it cannot run natively (the Python driver runs it then)."""
+    records, or why it cannot run natively (the Python driver runs it then). `swap`: carries
+    whose result has a buffer of its own trade buffers instead of being copied."""
     if any(s.dtype not in DTYPES for s in plan.slots):
         return "a slot of another dtype"
     aliases = {}  # slot -> Ptr of its source (aliases are flat views from an offset)
     fixed = arena_aliases(plan)
     records: list = []
+    alias_outs = set()
     for i, step in enumerate(plan.steps):
         if isinstance(step, AliasStep):
+            alias_outs.add(step.out)
             es = DTYPES[plan.slots[step.src].dtype].itemsize
             src = aliases.get(step.src, Ptr(step.src))
             aliases[step.out] = Ptr(src.slot, src.offset + step.offset * es)
@@ -218,6 +224,7 @@ def loop_plan(plan: Plan, carries: int, xs: int) -> LoopPlan | str:
             tail.append(Record(COPY, None, [("y", j), src, 1, size, 0, es, es]))
     # carries: each result into the parameter the next step reads
     carry_params = plan.params[:carries]
+    swapped: dict = {}
     for c, r in enumerate(results[:carries]):
         s = plan.slots[r.slot]
         if r.slot == carry_params[c]:
@@ -227,12 +234,16 @@ def loop_plan(plan: Plan, carries: int, xs: int) -> LoopPlan | str:
         size = int(np.prod(s.shape, dtype=np.int64))
         if size == 0:
             continue
+        own = s.role == OUTPUT and uses[r.slot] == 1 and r.slot not in alias_outs
+        if swap and own and r.slot not in direct:
+            swapped[c] = r.slot
+            continue
         src = aliases.get(r.slot, Ptr(r.slot))
         es = DTYPES[s.dtype].itemsize
         tail.append(Record(COPY, None, [Ptr(carry_params[c]), src, 1, size, 0, es, es]))
     if any(plan.slots[s].role != PARAM for s in plan.params):
         return "a parameter slot of another role"
-    return LoopPlan(records + tail, carries, xs, direct)
+    return LoopPlan(records + tail, carries, xs, direct, swapped)
 
 
 def _resolve(record: Record, aliases: dict) -> Record:
@@ -245,4 +256,15 @@ def _resolve(record: Record, aliases: dict) -> Record:
     return Record(record.kind, record.fn, args)
 
 
-__all__ = ["CALL", "COPY", "DGEMM", "MAX_ARGS", "SGEMM", "LoopPlan", "Ptr", "Record", "loop_plan"]
+__all__ = [
+    "BREAK",
+    "CALL",
+    "COPY",
+    "DGEMM",
+    "MAX_ARGS",
+    "SGEMM",
+    "LoopPlan",
+    "Ptr",
+    "Record",
+    "loop_plan",
+]

@@ -149,6 +149,26 @@ class CpuKernel:
         n_out, n_red = max(1, math.prod(spec.out_shape)), group_size(self.ir.layout, 1)
         return (0, n_out, 0, n_red) if n_out * n_red < MIN_PARALLEL_WORK else None
 
+    def one_thread_head(self) -> tuple | None:
+        """The leading integers of one call that runs the whole kernel on the calling thread
+        with the bits run_map / run_reduce give (their chunks are independent; the native loop
+        driver calls it so), else None: a kernel over nothing, or a reduction that run_reduce
+        cuts in slices (partial results combined) or finishes in numpy."""
+        head = self.one_call_head()
+        if head is not None:
+            return head
+        spec = self.spec
+        if isinstance(spec, KernelSpec):
+            return (0, self.size) if self.size > 0 else None
+        n_out = max(1, math.prod(spec.out_shape))
+        n_red = group_size(self.ir.layout, 1)
+        if spec.init != spec.identity or 0 in spec.shape:
+            return None
+        parts = max(1, min(REDUCE_SLICES, n_out * n_red // MIN_PARALLEL_WORK))
+        if parts > 1 and _rows_of_outputs(self.ir.layout, n_out, n_red):
+            return None
+        return (0, n_out, 0, n_red) if parts == 1 or n_out >= 4 * parts else None
+
     def run_map(self, ins, outs):
         n = self.size
         if n == 0:

@@ -1,8 +1,9 @@
-"""The native loop driver: one LLVM function that runs every step of a scan, each step a list
-of records (planning/loop_plan.py), with no Python between steps.
+"""The native loop driver: one LLVM function that runs the steps of a loop, each step a list of
+records (planning/loop_plan.py), with no Python between steps.
 
     drive = loop_driver()          # a ctypes function (it releases the GIL while it runs)
-    drive(records, n_records, patches, n_patches, length, reverse)
+    state = np.array([0, length, reverse, budget, 0], np.int64)
+    drive(records, n_records, patches, n_patches, state.ctypes.data)   # until state[0] == length
 
 `records` is an int64 array of n_records rows of WORDS words: [kind, fn, arg 0 .. arg 39].
 Kinds: CALL calls fn(arg 0, .., arg 39) as `void (i64 x 40)` (the kernels take integers and
@@ -12,11 +13,21 @@ integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, tr
 k, a, lda, b, ldb, c, ldc); COPY copies a rows x cols strided block (args: dst, src, rows,
 cols, row stride and column stride in bytes, element size) into a contiguous dst: a row at a
 time where its elements are adjacent (memmove: a carry copied onto itself is fine), else
-element by element.
+element by element; BREAK ends the loop, before the records after it run (state[4] = 1 then),
+when the bool byte at arg 0 is arg 1 (0: a while loop's test is false; a cond's branch runs as
+a one-step loop that breaks unless it is the branch taken).
 
-`patches` (n_patches rows of [record, word, base, stride]) are the arguments that move with
-the step: before step t, records[record][word] = base + t' * stride (t' = length - 1 - t when
-`reverse`): the slices of xs the body reads and the rows of ys it writes.
+`patches` (n_patches rows of [address, base, stride, mode]) are the words that move with the
+step: before step t, the int64 at `address` (in a record, or in a block of arguments the
+records point to) becomes base + i * stride, where i = t' (mode 0; t' = length - 1 - t when
+`reverse`: the slices of xs the body reads and the rows of ys it writes) or i = t % 2 (mode 1:
+a carry and its result swapped between two buffers every step).
+
+`state` = [t, length, reverse, budget, broke]. The driver runs from step state[0] and stores
+where it stopped there: at `length`, at a BREAK, or after the first step that ends more than
+`budget` cycles (the CPU's cycle counter; 0: no budget) after the call began. The caller calls
+again until the loop is done, so that Python handles a signal (Ctrl-C) between the calls,
+within about `budget` cycles, with every buffer in a consistent state.
 """
 
 from __future__ import annotations
@@ -25,10 +36,13 @@ import ctypes
 import threading
 from types import SimpleNamespace
 
-CALL, SGEMM, DGEMM, COPY = 0, 1, 2, 3  # record kinds (the driver's switch)
+CALL, SGEMM, DGEMM, COPY, BREAK = 0, 1, 2, 3, 4  # record kinds (the driver's switch)
+# About 10 ms between returns to Python at 3 GHz: the latency of Ctrl-C in a native loop, and
+# one ctypes call (about 1 us) per 10 ms of work.
+BUDGET_CYCLES = 1 << 25
 MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
-SYMBOL = "dq_loop_driver"
+SYMBOL = "dq_loop_driver_v3"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1
 
 _LOCK = threading.Lock()
 _DRIVER: list = []
@@ -46,18 +60,29 @@ def _ir() -> str:
         "i64 %a8, i64 %a9, {t} 0.0, i64 %a10, i64 %a11"
     )
     return f"""
-define void @{SYMBOL}(ptr %recs, i64 %nrec, ptr %patch, i64 %npatch, i64 %len, i64 %rev) {{
+define void @{SYMBOL}(ptr %recs, i64 %nrec, ptr %patch, i64 %npatch, ptr %state) {{
 entry:
+  %t0 = load i64, ptr %state
+  %lenp = getelementptr i64, ptr %state, i64 1
+  %len = load i64, ptr %lenp
+  %revp = getelementptr i64, ptr %state, i64 2
+  %rev = load i64, ptr %revp
+  %budp = getelementptr i64, ptr %state, i64 3
+  %budget = load i64, ptr %budp
+  %brkp = getelementptr i64, ptr %state, i64 4
+  %isrev = icmp ne i64 %rev, 0
+  %hasbudget = icmp sgt i64 %budget, 0
+  %c0 = call i64 @llvm.readcyclecounter()
   br label %tloop
 tloop:
-  %t = phi i64 [0, %entry], [%t1, %tnext]
+  %t = phi i64 [%t0, %entry], [%t1, %tnext]
   %more = icmp slt i64 %t, %len
   br i1 %more, label %tbody, label %done
 tbody:
   %last = sub i64 %len, 1
   %back = sub i64 %last, %t
-  %isrev = icmp ne i64 %rev, 0
   %tt = select i1 %isrev, i64 %back, i64 %t
+  %par = and i64 %t, 1
   br label %ploop
 ploop:
   %p = phi i64 [0, %tbody], [%p1, %pbody]
@@ -66,18 +91,18 @@ ploop:
 pbody:
   %q = mul i64 %p, 4
   %q0 = getelementptr i64, ptr %patch, i64 %q
-  %prec = load i64, ptr %q0
+  %paddr = load i64, ptr %q0
   %q1 = getelementptr i64, ptr %q0, i64 1
-  %pword = load i64, ptr %q1
+  %pbase = load i64, ptr %q1
   %q2 = getelementptr i64, ptr %q0, i64 2
-  %pbase = load i64, ptr %q2
+  %pstride = load i64, ptr %q2
   %q3 = getelementptr i64, ptr %q0, i64 3
-  %pstride = load i64, ptr %q3
-  %off = mul i64 %tt, %pstride
+  %pmode = load i64, ptr %q3
+  %alt = icmp ne i64 %pmode, 0
+  %pidx = select i1 %alt, i64 %par, i64 %tt
+  %off = mul i64 %pidx, %pstride
   %val = add i64 %pbase, %off
-  %w0 = mul i64 %prec, {WORDS}
-  %w = add i64 %w0, %pword
-  %dst = getelementptr i64, ptr %recs, i64 %w
+  %dst = inttoptr i64 %paddr to ptr
   store i64 %val, ptr %dst
   %p1 = add i64 %p, 1
   br label %ploop
@@ -96,7 +121,8 @@ rbody:
   switch i64 %kind, label %rnext [ i64 0, label %kcall
                                    i64 {SGEMM}, label %ksgemm
                                    i64 {DGEMM}, label %kdgemm
-                                   i64 {COPY}, label %kcopy ]
+                                   i64 {COPY}, label %kcopy
+                                   i64 {BREAK}, label %kbreak ]
 kcall:
   call void %fn({ints})
   br label %rnext
@@ -106,6 +132,17 @@ ksgemm:
 kdgemm:
   call void %fn({gemm.format(t="double", one="1.0")})
   br label %rnext
+kbreak:
+  %bp = inttoptr i64 %a0 to ptr
+  %bv = load volatile i8, ptr %bp
+  %bset = icmp ne i8 %bv, 0
+  %bwhen = icmp ne i64 %a1, 0
+  %bz = icmp eq i1 %bset, %bwhen
+  br i1 %bz, label %broke, label %rnext
+broke:
+  store i64 1, ptr %brkp
+  store i64 %t, ptr %state
+  ret void
 kcopy:
   %dstp = inttoptr i64 %a0 to ptr
   %srcp = inttoptr i64 %a1 to ptr
@@ -150,13 +187,22 @@ rnext:
   br label %rloop
 tnext:
   %t1 = add i64 %t, 1
-  br label %tloop
+  %c1 = call i64 @llvm.readcyclecounter()
+  %elapsed = sub i64 %c1, %c0
+  %over = icmp ugt i64 %elapsed, %budget
+  %stop = and i1 %hasbudget, %over
+  br i1 %stop, label %pause, label %tloop
+pause:
+  store i64 %t1, ptr %state
+  ret void
 done:
+  store i64 %t, ptr %state
   ret void
 }}
 
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
+declare i64 @llvm.readcyclecounter()
 """
 
 
@@ -173,8 +219,7 @@ def loop_driver():
                 ctypes.c_int64,
                 ctypes.c_void_p,
                 ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.c_int64,
+                ctypes.c_void_p,
             )
             _DRIVER.append(proto(addr))  # a CFUNCTYPE call releases the GIL
         return _DRIVER[0]
@@ -206,6 +251,8 @@ def gemm_address(dtype: str) -> int | None:
 
 
 __all__ = [
+    "BREAK",
+    "BUDGET_CYCLES",
     "CALL",
     "COPY",
     "DGEMM",

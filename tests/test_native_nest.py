@@ -1,0 +1,254 @@
+"""Scans whose bodies have loops or branches of their own (a scan in a scan, a cond or a while
+loop in a scan) on the native loop driver (codegen/execution/native_nest.py). Each result is
+checked against the reference interpreter in float64 and against the Python driver, and
+`report.drivers` must say "native" for the outer scan, so a test of the native path fails if
+the loop silently ran in Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dlvm_eq as dq
+from dlvm_eq.ir.interp import interpret
+from dlvm_eq.pipeline import loops
+from dlvm_eq.pipeline.loops import compile_loops
+
+
+def compiled(f, *args, native=True, monkeypatch=None):
+    m = dq.make_ir(f)(*args)
+    name = next(iter(m.functions))
+    if monkeypatch is not None:
+        monkeypatch.setattr(loops, "NATIVE_LOOPS", native)
+    prog = compile_loops(m, name, "cpu")
+    prog.name = name
+    return prog, m
+
+
+def close(got, want, f64: bool):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    tol = 1e-10 if f64 else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def scan_in_scan(a, h0, xs):
+    def outer(h, x):  # the inner scan runs over this step's slice of xs
+        g, ys = dq.scan(lambda g, xx: (dq.tanh(g @ a + xx), g * 2.0), h, x)
+        return g + 1.0, dq.sum(ys, axis=0)
+
+    return dq.scan(outer, h0, xs)
+
+
+def cond_in_scan(a, h0, xs):
+    def outer(h, x):
+        h = dq.cond(dq.sum(h) > 0.0, lambda v: dq.tanh(v @ a), lambda v: v * 0.5 + 1.0, h)
+        return h + x, h
+
+    return dq.scan(outer, h0, xs)
+
+
+def while_in_scan(a, h0, xs):
+    def outer(h, x):  # the while body reads this step's x
+        body = lambda s: (s[0] + 1, dq.tanh(s[1] @ a + x))
+        _, h2 = dq.while_loop(lambda s: s[0] < 3, body, (0, h))
+        return h2, h2 * 2.0
+
+    return dq.scan(outer, h0, xs, reverse=True)
+
+
+NUMPY = {  # the same programs as numpy loops: oracles that are not the IR
+    "scan_in_scan": lambda a, h, xs: _np_scan_in_scan(a, h, xs),
+    "cond_in_scan": lambda a, h, xs: _np_cond_in_scan(a, h, xs),
+    "while_in_scan": lambda a, h, xs: _np_while_in_scan(a, h, xs),
+}
+
+
+def _np_scan_in_scan(a, h, xs):
+    outs = []
+    for x in xs:
+        g, ys = h, []
+        for xx in x:
+            ys.append(g * 2.0)
+            g = np.tanh(g @ a + xx)
+        h = g + 1.0
+        outs.append(np.sum(ys, axis=0) if ys else np.zeros_like(h))
+    return h, np.stack(outs)
+
+
+def _np_cond_in_scan(a, h, xs):
+    outs = []
+    for x in xs:
+        h = np.tanh(h @ a) if h.sum() > 0 else h * 0.5 + 1.0
+        outs.append(h)
+        h = h + x
+    return h, np.stack(outs)
+
+
+def _np_while_in_scan(a, h, xs):
+    outs = [None] * len(xs)
+    for t in range(len(xs) - 1, -1, -1):
+        for _ in range(3):
+            h = np.tanh(h @ a + xs[t])
+        outs[t] = h * 2.0
+    return h, np.stack(outs)
+
+
+@pytest.mark.parametrize("f", [scan_in_scan, cond_in_scan, while_in_scan])
+def test_nested_loops_run_natively(f, monkeypatch):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    shape = (5, 6, 3, 4) if f is scan_in_scan else (6, 3, 4)
+    xs = rng.standard_normal(shape)
+    prog, m = compiled(f, a, h0, xs)
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, xs)
+    for g, w, n in zip(got, interpret(m, prog.name, a, h0, xs), NUMPY[f.__name__](a, h0, xs)):
+        close(g, w, True)
+        close(g, n, True)
+    slow, _ = compiled(f, a, h0, xs, native=False, monkeypatch=monkeypatch)
+    assert slow.report.drivers == ["native loops are off"]
+    for g, s in zip(got, slow(a, h0, xs)):
+        np.testing.assert_array_equal(g, s)  # the same kernels in the same order
+
+
+def test_the_gradient_through_a_scan_in_a_scan(monkeypatch):
+    def loss(a, h0, xs):
+        h, ys = scan_in_scan(a, h0, xs)
+        return dq.sum(ys * ys) + dq.sum(h)
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((4, 4)) * 0.4
+    h0 = rng.standard_normal((3, 4)) * 0.5
+    xs = rng.standard_normal((3, 4, 3, 4)) * 0.5
+    prog, m = compiled(dq.value_and_grad(loss, argnums=(0, 2)), a, h0, xs)
+    assert prog.report.drivers and set(prog.report.drivers) == {"native"}, prog.report.drivers
+    got = prog(a, h0, xs)
+    want = interpret(m, prog.name, a, h0, xs)
+    for g, w in zip(got, want):
+        close(g, w, True)
+    # the directional derivative against float64 central differences
+    d = rng.standard_normal(a.shape)
+    eps = 1e-6
+    fd = (prog(a + eps * d, h0, xs)[0] - prog(a - eps * d, h0, xs)[0]) / (2 * eps)
+    np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
+
+
+INNER = ["scan", "scan_reverse", "cond", "while", "none"]
+
+
+@st.composite
+def nested_bodies(draw):
+    return {
+        "inner": draw(st.lists(st.sampled_from(INNER), min_size=1, max_size=3)),
+        "length": draw(st.sampled_from([0, 2, 5])),
+        "inner_length": draw(st.sampled_from([0, 2, 3])),
+        "reverse": draw(st.booleans()),
+        "f64": draw(st.booleans()),
+    }
+
+
+def nested_program(p):
+    def f(a, h0, xs, zs):
+        def outer(h, x):
+            z = x[0]  # a (steps, 3, 4) slice: its first row is this step's addend
+            for kind in p["inner"]:
+                if kind.startswith("scan"):
+                    h, _ = dq.scan(
+                        lambda g, xx: (dq.tanh(g @ a + xx), None), h, x, reverse=kind != "scan"
+                    )
+                elif kind == "cond":
+                    h = dq.cond(dq.sum(h) > 0.0, lambda v: v @ a, lambda v: dq.sin(v) + z, h)
+                elif kind == "while":
+                    body = lambda s: (s[0] + 1, dq.tanh(s[1] * 0.5 + z))
+                    h = dq.while_loop(lambda s: s[0] < 2, body, (0, h))[1]
+                else:
+                    h = h * 0.9 + z
+            return h, dq.sum(h * h, axis=1)
+
+        return dq.scan(outer, h0 + zs, xs, reverse=p["reverse"])
+
+    return f
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(nested_bodies(), st.integers(0, 2**16))
+def test_random_nested_bodies_equal_the_interpreter(p, seed):
+    dt = np.float64 if p["f64"] else np.float32
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((4, 4)) * 0.4).astype(dt)
+    h0 = rng.standard_normal((3, 4)).astype(dt)
+    inner = max(p["inner_length"], 1)  # x[0] needs a row
+    xs = (rng.standard_normal((p["length"], inner, 3, 4)) * 0.5).astype(dt)
+    zs = np.zeros((3, 4), dt)
+    prog, m = compiled(nested_program(p), a, h0, xs, zs)
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, xs, zs)
+    want = interpret(m, prog.name, *(v.astype(np.float64) for v in (a, h0, xs, zs)))
+    for g, w in zip(got, want):
+        close(g, w, p["f64"])
+
+
+def scan_in_while(a, h0, xs, n):
+    def body(c):
+        i, h = c
+        h, _ = dq.scan(lambda g, x: (dq.tanh(g @ a + x), None), h, xs)
+        return i + 1, h
+
+    return dq.while_loop(lambda c: c[0] < n, body, (n * 0, h0))[1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_while_loop_with_a_scan_in_its_body_runs_natively(n, monkeypatch):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 3, 4))
+    prog, m = compiled(scan_in_while, a, h0, xs, np.int32(n))
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, xs, np.int32(n))
+    want = h0
+    for _ in range(n):
+        for x in xs:
+            want = np.tanh(want @ a + x)
+    close(got, want, True)
+    close(got, interpret(m, prog.name, a, h0, xs, np.int32(n)), True)
+    slow, _ = compiled(scan_in_while, a, h0, xs, np.int32(n), native=False, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(slow(a, h0, xs, np.int32(n)), got)
+
+
+def test_a_while_loop_with_max_steps_and_its_gradient_run_natively():
+    """while_loop(max_steps=N) is a scan whose body is a cond: forward and backward scans run
+    natively; the value against numpy, the gradient against the interpreter and float64
+    central differences."""
+
+    def loss(a, h0):
+        body = lambda c: c @ a + 0.1
+        h = dq.while_loop(lambda c: dq.sum(c * c) < 50.0, body, h0, max_steps=12)
+        return dq.sum(h * h)
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 4)) * 0.3 + np.eye(4)
+    h0 = rng.standard_normal((3, 4)) * 0.3
+    prog, m = compiled(dq.value_and_grad(loss, argnums=(0, 1)), a, h0)
+    assert prog.report.drivers == ["native", "native"], prog.report.drivers
+    got = prog(a, h0)
+    h = h0
+    for _ in range(12):
+        if np.sum(h * h) < 50.0:
+            h = h @ a + 0.1
+    close(got[0], np.sum(h * h), True)
+    for g, w in zip(got, interpret(m, prog.name, a, h0)):
+        close(g, w, True)
+    d = rng.standard_normal(a.shape)
+    eps = 1e-6
+    fd = (prog(a + eps * d, h0)[0] - prog(a - eps * d, h0)[0]) / (2 * eps)
+    np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
