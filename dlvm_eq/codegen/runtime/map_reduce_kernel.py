@@ -82,6 +82,13 @@ class MapReduceKernel:
         CpuKernel.one_call_head), else None."""
         return (0, self.spec.size, 1) if len(self._chunks) == 1 else None
 
+    def one_thread_head(self) -> tuple | None:
+        """The leading integers of one call with the bits `run` gives, for the native loop driver
+        (execution/native_loop.py; as CpuKernel.one_thread_head): only a call `run` makes in
+        one slice. A call cut in slices (partial rows combined by numpy) or over nothing: None,
+        and its loop runs on the Python driver."""
+        return self.one_call_head()
+
     def run(self, ins, outs, reds) -> None:
         if not self._chunks:
             for red, v in zip(reds, self.identities):
