@@ -72,6 +72,23 @@ def test_an_op_without_its_layers_fields_is_named(monkeypatch):
     assert "op xor: binary without a kernel formula (scalar)" in gaps
 
 
+def test_window_and_attention_meanings_live_in_the_registry(monkeypatch):
+    """verify reads the window ops' and attention's sympy meaning from their specs (the
+    registry), and registry_check names an op that lacks it."""
+    from dlvm_eq.verify.symbolic import SYMBOLIC
+
+    for name in ("conv2d", "maxPool2d", "maxPool2dGather", "avgPool2dBackward", "attention"):
+        assert OPS[name].symbolic is not None, name
+        assert name in SYMBOLIC, name
+    broken = dict(OPS)
+    for name in ("maxPool2d", "attention"):
+        broken[name] = dataclasses.replace(OPS[name], symbolic=None)
+    monkeypatch.setattr(registry_check, "OPS", broken)
+    gaps = registry_gaps()
+    assert "op maxPool2d: no meaning on sympy arrays (symbolic) for verify" in gaps
+    assert "op attention: no meaning on sympy arrays (symbolic) for verify" in gaps
+
+
 ELEMENTWISE = [n for n, s in OPS.items() if s.kind in ELEMENTWISE_KINDS and s.arity in (1, 2)]
 
 
