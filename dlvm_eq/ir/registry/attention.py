@@ -28,7 +28,8 @@ def online_softmax_row(sv, scores: list, values: list, block: int = BLOCK):
     """sum_j softmax(scores)_j values_j by blocks of keys; values are tuples (one per output
     column). The running max starts at the first block's, so no -oo enters the sums."""
     sp = sv.sp
-    m = lsum = acc = None
+    m = lsum = None
+    acc: list = []
     for lo in range(0, len(scores), block):
         s, vals = scores[lo : lo + block], values[lo : lo + block]
         m_blk = sv.extremum(sp.Max, s)
