@@ -26,10 +26,13 @@ RULES = ("per-example-sq-norm", "per-example-scaled-sum", "per-example-scaled-su
 
 
 # ---------------------------------------------------------------- the step, as users write it
-def clipped_inside(C):
-    """JAX's DP-SGD: vmap over examples of (grad, then clip_by_global_norm), then sum."""
+def clipped_inside(C, one_row=False):
+    """JAX's DP-SGD: vmap over examples of (grad, then clip_by_global_norm), then sum.
+    one_row: the loss reads the example as a batch of one, x[None], as JAX examples do."""
 
     def clipped_grad(params, x, y):
+        if one_row:
+            x, y = x[None], y[None]
         g = dq.grad(lambda p: mlp.loss(*p, x, y))(params)
         return dq.optim.clip_by_global_norm(g, C)
 
@@ -99,7 +102,7 @@ def test_rule_file_is_proven_by_verify_rules():
     from dlvm_eq.verify.rules import verify_rules
 
     report = verify_rules([rule_file("per_example.egg")])
-    assert len(report.results) == 4
+    assert len(report.results) == 5
     assert all(r.status == "proven" for r in report.results), [
         (r.where, r.status) for r in report.results if r.status != "proven"
     ]
@@ -142,13 +145,21 @@ FIRES = [
     ("per-example-scaled-sum", f'(Reduce (Multiply {outer()} {C3}) "add" 0.0 0)', GEMM),
     ("per-example-scaled-sum'", f'(Reduce (Multiply {C3} {outer()}) "add" 0.0 0)', GEMM),
     ("per-example-sum", f'(Reduce {outer()} "add" 0.0 0)', "(Dot (Transpose $a (vec-of 1 0)) $b)"),
+    # the loss read x[None]: the column is a (B 1 k) row transposed, a reshape
+    (
+        "per-example-T-is-reshape",
+        "(Reduce (Multiply (Broadcast (Transpose (ShapeCast $a (vec-of 4 1 6)) (vec-of 0 2 1)) "
+        '(vec-of 4 6 5)) (Broadcast (ShapeCast $b (vec-of 4 1 5)) (vec-of 4 6 5))) "add" 0.0 0)',
+        "(Dot (Transpose $a (vec-of 1 0)) $b)",
+    ),
 ]
 
 
 def fired(term: str, expected: str) -> bool:
     with scratch_session() as s:
         s.run_text(DECLS + f"(let $t {term})\n(let $e {expected})")
-        saturate(s, Schedule(("perexample",)), Budget(iterations=4))
+        # identities: the ShapeCasts of the right-hand sides cancel the ones that made a and b
+        saturate(s, Schedule(("perexample", "identities")), Budget(iterations=4))
         try:
             s.run_text("(check (= $t $e))")
             return True
@@ -183,6 +194,15 @@ NOT_FIRES = [
 ]
 
 
+NOT_FIRES.append(
+    (
+        "a transpose that moves elements",
+        "(Transpose (ShapeCast $a (vec-of 4 2 3)) (vec-of 0 2 1))",
+        "(ShapeCast $a (vec-of 4 3 2))",
+    )
+)
+
+
 @pytest.mark.parametrize("name,term,expected", NOT_FIRES, ids=[f[0] for f in NOT_FIRES])
 def test_rule_does_not_fire(name, term, expected):
     assert not fired(term, expected)
@@ -201,24 +221,29 @@ def test_rule_does_not_fire(name, term, expected):
     h=st.integers(2, 6),
     n=st.integers(2, 4),
     C=st.sampled_from([2.0**-10, 2.0**-4, 0.375, 1.0, 128.0]),  # exact in f32
-    inside=st.booleans(),
+    form=st.sampled_from(["inside", "inside x[None]", "outside"]),
 )
-def test_optimized_step_equals_the_loop(B, k, h, n, C, inside):
+def test_optimized_step_equals_the_loop(B, k, h, n, C, form):
     """The rules fire on the traced step, and the optimized program (run by the reference
     interpreter in float64) is the clipped sum of the per-example gradients."""
     params, xs, ys = problem(B, [k, h, n])
-    step = (clipped_inside if inside else clipped_outside)(C)
+    step = {
+        "inside": clipped_inside(C),
+        "inside x[None]": clipped_inside(C, one_row=True),
+        "outside": clipped_outside(C),
+    }[form]
     _, after, name, matches = optimized(step, params, xs, ys)
     assert all(matches.get(r, 0) + matches.get(r + "'", 0) >= 1 for r in RULES[:2]), matches
     got = interpret(after, name, *params, xs, ys, float64=True)
     close(got, loop_oracle(params, xs, ys, C), rel=1e-9)
 
 
-def test_per_example_gradients_are_never_stored():
+@pytest.mark.parametrize("one_row", [False, True], ids=["x", "x[None]"])
+def test_per_example_gradients_are_never_stored(one_row):
     """At a shape where they matter, the extracted step has no (B, k, h) or (B, h, n) value."""
     B, sizes = 64, [96, 48, 10]
     params, xs, ys = problem(B, sizes)
-    before, after, name, _ = optimized(clipped_inside(0.5), params, xs, ys)
+    before, after, name, _ = optimized(clipped_inside(0.5, one_row), params, xs, ys)
     big = {(B, sizes[0], sizes[1]), (B, sizes[1], sizes[2])}
 
     def shapes(fn):
