@@ -581,22 +581,3 @@ def test_kernel_op_tables_are_the_op_tables_elementwise_ops_and_nothing_else():
         assert result == (None if kind == BINARY else "bool"), k
         assert ("bool" in dts) == (kind == LOGIC or k in ("eq", "ne")), k
         assert ("i32" in dts) == (kind != LOGIC and not short[k].float_only), k
-
-
-@pytest.mark.parametrize("combinator", ["add", "multiply", "max", "min"])
-@pytest.mark.parametrize("dt", ["f32", "i32"])
-def test_every_registry_combinator_lowers_as_its_ufunc(combinator, dt):
-    """The kernel step is the registry's (ir/registry/reduction.py `scalar`): each combinator
-    against its numpy ufunc, floats with a NaN row (max and min propagate it)."""
-    from dlvm_eq.ir.registry.reduction import COMBINATORS
-
-    c = COMBINATORS[combinator]
-    if dt == "i32":
-        x = RNG.integers(-3, 4, size=(5, 7)).astype(np.int32)
-    else:
-        x = RNG.uniform(0.5, 1.5, size=(5, 7)).astype(np.float32)
-        x[3, 2] = np.nan
-    spec = ReduceSpec("r", x.shape, [KernelInput(dt)], Load(0), c.kernel, (1,))
-    got = compile_cpu(spec)(x)
-    want = c.ufunc.reduce(x, axis=1)
-    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
