@@ -72,6 +72,23 @@ def test_an_op_without_its_layers_fields_is_named(monkeypatch):
     assert "op xor: binary without a kernel formula (scalar)" in gaps
 
 
+def test_window_and_attention_meanings_live_in_the_registry(monkeypatch):
+    """verify reads the window ops' and attention's sympy meaning from their specs (the
+    registry), and registry_check names an op that lacks it."""
+    from dlvm_eq.verify.symbolic import SYMBOLIC
+
+    for name in ("conv2d", "maxPool2d", "maxPool2dGather", "avgPool2dBackward", "attention"):
+        assert OPS[name].symbolic is not None, name
+        assert name in SYMBOLIC, name
+    broken = dict(OPS)
+    for name in ("maxPool2d", "attention"):
+        broken[name] = dataclasses.replace(OPS[name], symbolic=None)
+    monkeypatch.setattr(registry_check, "OPS", broken)
+    gaps = registry_gaps()
+    assert "op maxPool2d: no meaning on sympy arrays (symbolic) for verify" in gaps
+    assert "op attention: no meaning on sympy arrays (symbolic) for verify" in gaps
+
+
 ELEMENTWISE = [n for n, s in OPS.items() if s.kind in ELEMENTWISE_KINDS and s.arity in (1, 2)]
 
 
@@ -153,3 +170,24 @@ def test_reduce_inits_are_the_registrys_identities():
     for target in ("interp", "cpu"):
         assert dq.jit(lambda x: dq.max(x), target=target)(low) == big.min
         assert dq.jit(lambda x: dq.min(-x - 1), target=target)(low) == big.max
+
+
+@pytest.mark.parametrize("combinator", ["add", "multiply", "max", "min"])
+@pytest.mark.parametrize("dt", ["f32", "i32"])
+def test_every_registry_combinator_lowers_as_its_ufunc(combinator, dt):
+    """The kernel step is the registry's (ir/registry/reduction.py `scalar`): each combinator
+    against its numpy ufunc, floats with a NaN row (max and min propagate it)."""
+    from dlvm_eq.codegen import KernelInput, Load, ReduceSpec, compile_cpu
+    from dlvm_eq.ir.registry.reduction import COMBINATORS
+
+    c = COMBINATORS[combinator]
+    rng = np.random.default_rng(len(combinator) + len(dt))
+    if dt == "i32":
+        x = rng.integers(-3, 4, size=(5, 7)).astype(np.int32)
+    else:
+        x = rng.uniform(0.5, 1.5, size=(5, 7)).astype(np.float32)
+        x[3, 2] = np.nan
+    spec = ReduceSpec("r", x.shape, [KernelInput(dt)], Load(0), c.kernel, (1,))
+    got = compile_cpu(spec)(x)
+    want = c.ufunc.reduce(x, axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)

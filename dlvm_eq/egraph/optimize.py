@@ -60,6 +60,8 @@ STAGE_RULE_FILES += ("attention.egg", "attention_adjoint.egg")
 STAGE_RULE_FILES += ("loops.egg",)
 # issue 36: layout rules (rulesets `transpose` and `layout`, declared by algebra.egg)
 STAGE_RULE_FILES += ("layout.egg",)
+# issue 31: per-example gradients' norms and batch sums without storing them (`perexample`)
+STAGE_RULE_FILES += ("per_example.egg",)
 
 
 def new_session(rules: Sequence[str | Path] = (), shipped: Sequence[str] = STAGE_RULE_FILES):
@@ -146,8 +148,8 @@ def _restore(key: tuple, session: EGraphSession, depth: int) -> None:
 
 def schedule_for(rules: Sequence[str | Path] = ()) -> Schedule:
     """The default schedule plus the rulesets the user's files declare."""
-    # rules/attention.egg, rules/loops.egg
-    schedule = Schedule.default().with_rulesets(("attention", "loops"))
+    # rules/attention.egg, rules/loops.egg, rules/per_example.egg
+    schedule = Schedule.default().with_rulesets(("attention", "loops", "perexample"))
     for path in rules:
         schedule = schedule.with_rulesets(rulesets_in(read_rule_file(path)[0]))
     return schedule

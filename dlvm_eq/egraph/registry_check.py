@@ -10,7 +10,8 @@ side names that the other lacks, one line per gap (tests/test_registry.py assert
 - registry -> adjoint.egg: every differentiable operand of every op has a rule.
 - adjoint.egg -> registry: every rule is for an op's operand that is differentiable.
 - the registry itself: what a layer above reads is there (kernel formula, cost class,
-  batching rule, the meaning on sympy arrays of products, reductions and gathers).
+  batching rule, the meaning on sympy arrays of products, reductions, gathers, window ops
+  and attention).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from ..ir.op_spec import (
     REDUCE,
     SELECT,
     TUPLE,
+    WINDOW,
 )
 from ..ir.ops import OPS
+from ..ir.registry.attention import ATTENTION
 from .rulefiles import rule_file
 from .serialized import LEAVES
 
@@ -38,6 +41,8 @@ from .serialized import LEAVES
 NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL, CONTROL)
 SCHEMA_ONLY = {"StridedSlice": "slice"}  # the IR's slice with a step > 1
 EGG_ARITY = {"Concatenate": 2}  # variadic in the IR, binary in the e-graph
+# kinds whose meaning verify reads from the registry (OpSpec.symbolic), not from a formula
+SYMBOLIC_KINDS = (DOT, REDUCE, GATHER, WINDOW, ATTENTION)
 
 
 def _strip_comments(text: str) -> str:
@@ -121,7 +126,7 @@ def _registry_gaps() -> list[str]:
             if spec.scalar is None:
                 what = "unary" if spec.arity == 1 else "binary"
                 gaps.append(f"op {name}: {what} without a kernel formula (scalar)")
-        if spec.kind in (DOT, REDUCE, GATHER) and spec.symbolic is None:
+        if spec.kind in SYMBOLIC_KINDS and spec.symbolic is None:
             gaps.append(f"op {name}: no meaning on sympy arrays (symbolic) for verify")
         # control flow's rules (bodies batched with Batcher.batch_body) are not written yet
         if spec.batch is None and spec.kind not in NOT_IN_EGRAPH:

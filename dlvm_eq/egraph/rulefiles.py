@@ -14,6 +14,7 @@ SHIPPED = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.
 SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after both it builds on
 SHIPPED += ("loops.egg",)  # issue 30: constant selectors of conds and switches (needs cval)
 SHIPPED += ("layout.egg",)  # issue 36: transposes moved and cancelled, batched operand order
+SHIPPED += ("per_example.egg",)  # issue 31: per-example gradients reduced unstored (DP-SGD)
 
 
 def rule_file(name: str) -> Path:

@@ -28,8 +28,6 @@ from ..ir.declared import require_body
 from ..ir.module import Const, Function, Module
 from ..ir.ops import LAYOUT, OPS
 from ..ir.types import DType, TensorType, TupleType
-from .attention_symbolic import attention_table
-from .window_symbolic import window_table
 
 
 class rint(sp.Function):
@@ -284,8 +282,6 @@ def _build() -> dict[str, Callable]:
     table["tuple"] = lambda args, attrs, rtype: tuple(args)
     table["extract"] = lambda args, attrs, rtype: args[0][attrs["index"]]
     table["apply"] = _apply
-    table.update(window_table(as_array, _extremum))  # convolution and pooling
-    table.update(attention_table(as_array, _extremum))  # issue 33: the online softmax
     return table
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from ...ir.ops import BINARY, COMPARE, LOGIC, OPS
+from ...ir.registry.reduction import COMBINATORS
 from ..kernels.spec import (
     Binary,
     Cast,
@@ -80,14 +81,19 @@ class ScalarVocabulary:
         if self.dt != dt:
             raise KernelError(f"{name} is lowered for {dt} only, not {self.dt}")
 
-    def add(self, a, b):
-        return self.e.b.add(a, b) if self._numbers("add") else self.e.fadd(a, b)
+    def add(self, a, b, reassociate: bool = False):
+        """reassociate: a reduction's step, which may be reordered (vectorized)."""
+        if self._numbers("add"):
+            return self.e.b.add(a, b)
+        return self.e.fadd(a, b, flags=REDUCE_FLAGS) if reassociate else self.e.fadd(a, b)
 
     def sub(self, a, b):
         return self.e.b.sub(a, b) if self._numbers("sub") else self.e.fsub(a, b)
 
-    def mul(self, a, b):
-        return self.e.b.mul(a, b) if self._numbers("mul") else self.e.fmul(a, b)
+    def mul(self, a, b, reassociate: bool = False):
+        if self._numbers("mul"):
+            return self.e.b.mul(a, b)
+        return self.e.fmul(a, b, flags=REDUCE_FLAGS) if reassociate else self.e.fmul(a, b)
 
     def div(self, a, b):
         return _int_div(self.e, a, b) if self._numbers("div") else self.e.fdiv(a, b)
@@ -290,20 +296,14 @@ def storage_type(dt: str) -> ir.Type:
     return STORAGE_TYPES[dt]
 
 
+# a reduction kernel's op (its combinator's kernel name) -> the registry's combinator
+COMBINATOR_OF_KERNEL = {c.kernel: c for c in COMBINATORS.values()}
+
+
 def combine(e: Emitter, op: str, acc, v, dt: str):
-    """One reduction step acc (op) v. Floats: reassociable (vectorizable) add/mul; max/min
-    propagate NaN like numpy."""
-    if dt == "i32":
-        return (
-            {"add": e.b.add, "mul": e.b.mul}[op](acc, v)
-            if op in ("add", "mul")
-            else e.intrinsic("s" + op, acc, v)
-        )
-    if op == "add":
-        return e.fadd(acc, v, flags=REDUCE_FLAGS)
-    if op == "mul":
-        return e.fmul(acc, v, flags=REDUCE_FLAGS)
-    return e.intrinsic("maximum" if op == "max" else "minimum", acc, v)
+    """One reduction step acc (op) v: the registry's combinator step (ir/registry/reduction.py).
+    Floats: reassociable (vectorizable) add/mul; max/min propagate NaN like numpy."""
+    return COMBINATOR_OF_KERNEL[op].scalar(ScalarVocabulary(e, dt), acc, v)
 
 
 def init_constant(value, dt: str) -> ir.Constant:

@@ -2,13 +2,16 @@
 
     %s = reduce %x: <4 x 5 x f32> by add init 0: f32 along 1      // <4 x f32>
 
-A combinator is one row of COMBINATORS: its numpy ufunc, its sympy fold, its kernel name and
-identity; the interpreter, verify/symbolic.py and the kernels (codegen/kernels/spec.py) read it.
+A combinator is one row of COMBINATORS: its numpy ufunc, its sympy fold, its kernel name,
+identity and kernel step (`scalar`: acc (op) v, written with codegen's ScalarVocabulary, as an
+elementwise op's formula); the interpreter, verify/symbolic.py and the kernels
+(codegen/kernels/spec.py, codegen/llvm/lower_expr.py's `combine`) read it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +28,9 @@ class Combinator:
     identity: float  # the kernels' initial value
     sympy: str  # the sympy class folding the elements with init: Add, Mul, Max, Min
     bool_identity: bool  # numpy on bools: add and max are `or` (False), multiply and min `and`
+    # one kernel step acc (op) v: floats' add and multiply reassociable (vectorizable), max and
+    # min propagating NaN as numpy's
+    scalar: Callable
 
     def init(self, dtype: DType):
         """The reduction's `init` attribute for elements of `dtype` (the DSL's reductions):
@@ -38,10 +44,12 @@ class Combinator:
 
 
 COMBINATORS = {
-    "add": Combinator(np.add, "add", 0.0, "Add", False),
-    "multiply": Combinator(np.multiply, "mul", 1.0, "Mul", True),
-    "max": Combinator(np.maximum, "max", -math.inf, "Max", False),
-    "min": Combinator(np.minimum, "min", math.inf, "Min", True),
+    "add": Combinator(np.add, "add", 0.0, "Add", False, lambda sv, a, v: sv.add(a, v, True)),
+    "multiply": Combinator(
+        np.multiply, "mul", 1.0, "Mul", True, lambda sv, a, v: sv.mul(a, v, True)
+    ),
+    "max": Combinator(np.maximum, "max", -math.inf, "Max", False, lambda sv, a, v: sv.max(a, v)),
+    "min": Combinator(np.minimum, "min", math.inf, "Min", True, lambda sv, a, v: sv.min(a, v)),
 }
 REDUCE_COMBINATORS = {name: c.ufunc for name, c in COMBINATORS.items()}
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import window_ops
 from ..op_spec import WINDOW, OpSpec, pascal
+from .window_semantics import SYMBOLIC
 
 # operands that are images (N, C, H, W) whose N a vmap batch folds into, when the weights are
 # not batched
@@ -87,6 +88,7 @@ def specs() -> list[OpSpec]:
             float_only=True,
             nondiff_operands=window_ops.NONDIFF.get(name, ()),
             batch=_batch_window,
+            symbolic=SYMBOLIC[name],
         )
         for name in window_ops.WINDOW_OPS
     ]
