@@ -459,8 +459,38 @@ def check_attention(op):  # issue 33: softmax(q kᵀ s + bias) v, against a per-
         close(got, want, F32)
 
 
+def check_attention_backward(op):
+    """dq, dk, dv of softmax(q kᵀ s + bias) v at the true output o, against the vector-Jacobian
+    product written out in float64 (P, dP = g vᵀ, dS = P (dP - rowsum(dP P)))."""
+    rng = np.random.default_rng(34)
+    shapes = ((2, 3, 4), (2, 5, 4), (2, 5, 2))
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    g = rng.standard_normal((2, 3, 2)).astype(np.float32)
+    pad = np.array([0, 0, 0, -np.inf, 0], np.float32).reshape(1, 1, 5)
+    for causal in (0, 1):
+        s = np.einsum("bid,bjd->bij", q.astype(np.float64), k) * 0.5 + pad
+        if causal:
+            s = np.where(np.arange(5)[None, :] > np.arange(3)[:, None], -np.inf, s)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        o = p @ v
+        dp = g @ np.swapaxes(v, 1, 2)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * 0.5
+        wants = (ds @ k, np.swapaxes(ds, 1, 2) @ q, np.swapaxes(p, 1, 2) @ g)
+        args = (q, k, v, pad, o.astype(np.float32), g)
+        t = [TensorType(a.shape, F32) for a in args]
+        for wrt, want in enumerate(wants):
+            got = _run_body(
+                t,
+                lambda b: b.emit(op, list(b.params), scale=0.5, causal=causal, wrt=wrt),
+                *args,
+            )
+            close(got, want, F32)
+
+
 CHECKS = {
     "attention": check_attention,
+    "attentionBackward": check_attention_backward,
     **{op: check_unary for op in REF_UNARY},
     **{op: check_binary for op in REF_BINARY},
     **{op: check_compare for op in REF_COMPARE},

@@ -22,9 +22,17 @@ from dlvm_eq.calibration import measure_steps
 from dlvm_eq.calibration.measure_steps import KINDS, c_view, step_grids, tiny_plan, window_plan
 from dlvm_eq.calibration.plan_cost import STEP_KINDS, predict_plan, product_seconds, step_price
 from dlvm_eq.codegen import KernelInput, KernelSpec, Load, unary
+from dlvm_eq.codegen.kernels.map_reduce import MapReduceSpec
 from dlvm_eq.codegen.planning import plan as plan_mod
 from dlvm_eq.codegen.planning.attention import AttentionStep
-from dlvm_eq.codegen.planning.plan import AliasStep, BlasStep, GemmStep, KernelStep, View
+from dlvm_eq.codegen.planning.plan import (
+    AliasStep,
+    BlasStep,
+    GemmStep,
+    KernelStep,
+    MapReduceStep,
+    View,
+)
 from dlvm_eq.extract.machine import MACHINES, from_profile, machine
 from dlvm_eq.extract.profile import (
     MatmulPoint,
@@ -187,6 +195,17 @@ def _example_steps() -> list[tuple]:
     step = AttentionStep(tuple(c_view(i, s) for i, (s, _) in enumerate(qkv)), 0.0, 0.25, False, 3)
     attention = tiny_plan("attention", qkv, [((1, 4, 64, 16), "f32")], [step])
     examples.append((attention, step))
+    # issue 36: a map and its bias-gradient-like sum over the leading axes in one pass
+    relu = MapReduceSpec(
+        "relu_sum",
+        (8, 16),
+        [KernelInput("f32")],
+        [unary("relu", Load(0))],
+        [(unary("relu", Load(0)), "add", (0,))],
+    )
+    both = MapReduceStep(relu, (0,), (1,), (2,))
+    fused = tiny_plan("map_reduce", [((8, 16), "f32")], [((8, 16), "f32"), ((16,), "f32")], [both])
+    examples.append((fused, both))
     return examples
 
 

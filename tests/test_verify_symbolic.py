@@ -25,6 +25,11 @@ _ANY, _POS = (-2.0, 2.0), (0.2, 2.5)
 UNARY_DOMAIN = {"log": _POS, "sqrt": _POS, "rsqrt": _POS, "log1p": _POS}
 _CONV = {"stride": (2, 1), "padding": (1, 0, 0, 1), "dilation": (1, 2), "groups": 1}
 _POOL = {"kernel": (2, 2), "stride": (1, 1), "padding": (1, 0, 0, 0)}
+ATTN_BACKWARD = [tensor(1, 2, 2, F32), tensor(1, 3, 2, F32), tensor(1, 3, 2, F32)] + [
+    tensor(1, 1, 3, F32),
+    tensor(1, 2, 2, F32),
+    tensor(1, 2, 2, F32),
+]
 EXAMPLES = {
     **{
         name: ([T23], {}, UNARY_DOMAIN.get(name, _ANY))
@@ -97,10 +102,15 @@ EXAMPLES = {
         {"scale": 0.5, "causal": 0},
         _ANY,
     ),
+    # issue 33: FlashAttention-2's backward (dq, dk or dv from q, k, v, bias, o, g) against the
+    # interpreter's naive formula; o is any array (the kernel's D = rowsum(g * o) reads it)
+    "attentionBackward": (ATTN_BACKWARD, {"scale": 0.5, "causal": 1, "wrt": 1}, _ANY),
     "extract": None,  # needs a tuple operand: checked through evaluate_function below
     "apply": None,  # needs a module: checked through evaluate_function below
 }
 MORE = [  # further attribute cases of ops with attributes
+    ("attentionBackward", ATTN_BACKWARD, {"scale": 0.5, "causal": 0, "wrt": 0}),
+    ("attentionBackward", ATTN_BACKWARD, {"scale": 0.25, "causal": 0, "wrt": 2}),
     ("reduce", [T23], {"combinator": "add", "init": 0.5, "axes": (0, 1)}),
     ("reduce", [T23], {"combinator": "multiply", "init": 1.0, "axes": (0,)}),
     ("reduce", [T23], {"combinator": "min", "init": 1.0, "axes": ()}),
