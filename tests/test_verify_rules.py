@@ -9,10 +9,8 @@ from dlvm_eq.egraph.rulefiles import rules_dir
 from dlvm_eq.egraph.session import RuleFileError
 from dlvm_eq.verify import VerificationError, verify_rules
 from dlvm_eq.verify.rules import FAILED, SKIPPED, Settings
-from dlvm_eq.verify.search import Space
 
 DATA = Path(__file__).parent / "data" / "rules"
-QUICK = Settings(space=Space(limit=48), symbolic_seconds=5.0)
 
 
 def _by_line(report):
