@@ -28,19 +28,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import egraph_models  # noqa: E402  (the benchmark's models: no side effects at import)
 
 DATA = Path(__file__).parent / "data" / "egraph_value_programs.json"
-# a fixed set, quick to build: dense, attention, recurrent, factorization, einsum, pooling
-MODELS = (
-    "mlp",
-    "attention",
-    "lstm",
-    "matrix_factorization",
-    "logistic",
-    "as_written",
-    "bilinear",
-    "causal_attention",
-    "gru_6",
-    "pooling",
-)
+# Every model of the benchmark (about 20 s to build and plan here). A fixed subset of 10 fell
+# from 0.91 to 0.89 when a merge lowered one plain program's prediction by 3%: on so few
+# programs one pair decides; the benchmark itself ranks all 40 programs (0.94-0.95).
+MODELS = tuple(m.__name__ for m in egraph_models.MODELS)
 
 
 @pytest.fixture(scope="module", autouse=True)
