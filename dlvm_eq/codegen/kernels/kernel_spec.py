@@ -76,7 +76,8 @@ class KernelInput:
         return 1 + sum((d - 1) * abs(s) for d, s in zip(shape, self.resolved_strides(shape)))
 
 
-def _check_inputs(name: str, shape, inputs):
+def check_inputs(name: str, shape, inputs):
+    """A kernel's shape and its inputs' strides (KernelSpec, ReduceSpec, map_reduce.MapReduceSpec)."""
     if any(d < 0 for d in shape):
         raise KernelError(f"{name}: negative dimension in shape {shape}")
     for i, inp in enumerate(inputs):
@@ -102,7 +103,7 @@ class KernelSpec:
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         object.__setattr__(self, "inputs", tuple(self.inputs))
-        _check_inputs(self.name, self.shape, self.inputs)
+        check_inputs(self.name, self.shape, self.inputs)
         if not self.outputs:
             raise KernelError(f"{self.name}: a kernel needs at least one output")
         memo: dict = {}
@@ -142,7 +143,7 @@ class ReduceSpec:
         object.__setattr__(self, "op", op_name(self.op))
         axes = tuple(sorted(int(a) + len(self.shape) if a < 0 else int(a) for a in self.axes))
         object.__setattr__(self, "axes", axes)
-        _check_inputs(self.name, self.shape, self.inputs)
+        check_inputs(self.name, self.shape, self.inputs)
         if self.op not in REDUCE_OPS:
             raise KernelError(
                 f"{self.name}: unknown reduction {self.op!r}; expected one of "

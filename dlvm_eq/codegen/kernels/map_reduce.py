@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel_spec import KernelInput, KernelSpec, c_strides
+from .kernel_spec import KernelInput, KernelSpec, c_strides, check_inputs
 from .spec import REDUCE_OPS, Expr, KernelError, as_expr, dtype_of, op_name, resolve
 
 
@@ -39,9 +39,7 @@ class MapReduceSpec:
         shape = tuple(int(d) for d in self.shape)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "inputs", tuple(self.inputs))
-        for i, inp in enumerate(self.inputs):
-            if inp.strides is not None and (len(inp.strides) != len(shape) or min(inp.strides) < 0):
-                raise KernelError(f"{self.name}: input {i} has strides {inp.strides} for {shape}")
+        check_inputs(self.name, shape, self.inputs)
         if not self.reductions:
             raise KernelError(f"{self.name}: a map-reduce kernel needs at least one reduction")
         memo: dict = {}
