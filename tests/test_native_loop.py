@@ -28,6 +28,15 @@ def compiled(f, *args, native=True, monkeypatch=None):
     return prog, m
 
 
+def close(got, want, f64: bool):
+    """float64 programs: near the interpreter's bits; float32: relative to the largest entry."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    tol = 1e-10 if f64 else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
 def gru_loss(p, h0, xs):
     def cell(h, x):
         z = dq.sigmoid(x @ p["wz"] + h @ p["uz"])

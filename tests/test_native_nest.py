@@ -10,29 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_native_loop import close, compiled
 
 import dlvm_eq as dq
 from dlvm_eq.ir.interp import interpret
-from dlvm_eq.pipeline import loops
-from dlvm_eq.pipeline.loops import compile_loops
-
-
-def compiled(f, *args, native=True, monkeypatch=None):
-    m = dq.make_ir(f)(*args)
-    name = next(iter(m.functions))
-    if monkeypatch is not None:
-        monkeypatch.setattr(loops, "NATIVE_LOOPS", native)
-    prog = compile_loops(m, name, "cpu")
-    prog.name = name
-    return prog, m
-
-
-def close(got, want, f64: bool):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape
-    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
-    tol = 1e-10 if f64 else 1e-4
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
 
 
 def scan_in_scan(a, h0, xs):
