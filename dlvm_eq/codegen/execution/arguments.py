@@ -81,6 +81,12 @@ def check_argument(
     )
 
 
+def argument_shape_error(func: str, i: int, a, shape, dtype) -> DlvmError:
+    """The error for argument i of @func whose shape is not the declared one."""
+    got = getattr(a, "shape", None)
+    return DlvmError(f"@{func}: argument {i} has shape {got}, expected {shape} ({dtype})")
+
+
 def _ir_name(dt: np.dtype) -> str:
     """The IR's name of a numpy dtype ("f32"; exactly, not DType.from_numpy's nearest kind),
     numpy's where the IR has none."""
