@@ -13,7 +13,7 @@ integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, tr
 k, a, lda, b, ldb, c, ldc); COPY copies a rows x cols strided block (args: dst, src, rows,
 cols, row stride and column stride in bytes, element size) into a contiguous dst: a row at a
 time where its elements are adjacent (memmove: a carry copied onto itself is fine), else
-element by element; BREAK ends the loop, before the records after it run (state[4] = 1 then),
+element by element (a load and a store for 4- and 8-byte elements: a memcpy call each cost a 16 x 256 transposing copy 10 us); BREAK ends the loop, before the records after it run (state[4] = 1 then),
 when the bool byte at arg 0 is arg 1 (0: a while loop's test is false; a cond's branch runs as
 a one-step loop that breaks unless it is the branch taken).
 
@@ -42,7 +42,8 @@ CALL, SGEMM, DGEMM, COPY, BREAK = 0, 1, 2, 3, 4  # record kinds (the driver's sw
 BUDGET_CYCLES = 1 << 25
 MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
-SYMBOL = "dq_loop_driver_v3"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1
+SYMBOL = "dq_loop_driver_v4"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1;
+# v3 copied a strided element with a memcpy call
 
 _LOCK = threading.Lock()
 _DRIVER: list = []
@@ -164,7 +165,7 @@ crowfast:
   call void @llvm.memmove.p0.p0.i64(ptr %fdp, ptr %fsp, i64 %fn0, i1 false)
   br label %crownext
 ccol:
-  %j = phi i64 [0, %crowkind], [%j1, %celem]
+  %j = phi i64 [0, %crowkind], [%j1, %cnext]
   %jmore = icmp slt i64 %j, %a3
   br i1 %jmore, label %celem, label %crownext
 celem:
@@ -176,7 +177,20 @@ celem:
   %di = mul i64 %di1, %a6
   %sp = getelementptr i8, ptr %srcp, i64 %si
   %dp = getelementptr i8, ptr %dstp, i64 %di
+  switch i64 %a6, label %cany [ i64 4, label %c4
+                                i64 8, label %c8 ]
+c4:
+  %v4 = load i32, ptr %sp, align 1
+  store i32 %v4, ptr %dp, align 1
+  br label %cnext
+c8:
+  %v8 = load i64, ptr %sp, align 1
+  store i64 %v8, ptr %dp, align 1
+  br label %cnext
+cany:
   call void @llvm.memcpy.p0.p0.i64(ptr %dp, ptr %sp, i64 %a6, i1 false)
+  br label %cnext
+cnext:
   %j1 = add i64 %j, 1
   br label %ccol
 crownext:
