@@ -119,7 +119,7 @@ def test_the_gradient_through_a_scan_in_a_scan(monkeypatch):
     np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
 
 
-INNER = ["scan", "scan_reverse", "cond", "while", "none"]
+INNER = ["scan", "scan_reverse", "cond", "switch", "while", "none"]
 
 
 @st.composite
@@ -144,6 +144,10 @@ def nested_program(p):
                     )
                 elif kind == "cond":
                     h = dq.cond(dq.sum(h) > 0.0, lambda v: v @ a, lambda v: dq.sin(v) + z, h)
+                elif kind == "switch":  # -1 (clamped to 0), 0, 1 or 2
+                    k = (dq.sum(h) > 0.0).astype("i32") * 2 + (dq.sum(z) > 0.0).astype("i32") - 1
+                    branches = [lambda v: v @ a, lambda v: dq.cos(v) * z, lambda v: v * 0.5 - 1.0]
+                    h = dq.switch(k, branches, h)
                 elif kind == "while":
                     body = lambda s: (s[0] + 1, dq.tanh(s[1] * 0.5 + z))
                     h = dq.while_loop(lambda s: s[0] < 2, body, (0, h))[1]
@@ -176,6 +180,47 @@ def test_random_nested_bodies_equal_the_interpreter(p, seed):
     want = interpret(m, prog.name, *(v.astype(np.float64) for v in (a, h0, xs, zs)))
     for g, w in zip(got, want):
         close(g, w, p["f64"])
+
+
+def switch_in_scan(a, h0, xs, ks):
+    def outer(h, xk):  # the branch is this step's k, clamped to the three branches
+        x, k = xk
+        branches = [lambda v: dq.tanh(v @ a), lambda v: v * 0.5 + x, lambda v: dq.sin(v) - 1.0]
+        h = dq.switch(k, branches, h)
+        return h, h * 2.0
+
+    return dq.scan(outer, h0, (xs, ks))
+
+
+def _np_switch_in_scan(a, h, xs, ks):
+    outs = []
+    for x, k in zip(xs, ks):
+        k = min(max(int(k), 0), 2)
+        h = [np.tanh(h @ a), h * 0.5 + x, np.sin(h) - 1.0][k]
+        outs.append(h * 2.0)
+    return h, np.stack(outs) if outs else np.zeros((0, *h.shape))
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 9])
+def test_a_switch_in_a_scan_runs_natively(steps, monkeypatch):
+    """Before, a switch in a body sent its scan to the Python driver."""
+    rng = np.random.default_rng(steps)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((steps, 3, 4))
+    ks = np.array([0, 1, 2, -3, 5, 1, 0, 2, 7][:steps], np.int32)
+    prog, m = compiled(switch_in_scan, a, h0, xs, ks)
+    # (a scan of one step is inlined: its switch runs as the function's own)
+    assert prog.report.drivers == ([] if steps == 1 else ["native"]), prog.report.drivers
+    got = prog(a, h0, xs, ks)
+    want = interpret(m, prog.name, a, h0, xs, ks)
+    for g, w, n in zip(got, want, _np_switch_in_scan(a, h0, xs, ks)):
+        close(g, w, True)
+        close(g, n, True)
+    slow, _ = compiled(switch_in_scan, a, h0, xs, ks, native=False, monkeypatch=monkeypatch)
+    assert slow.report.drivers == ([] if steps == 1 else ["native loops are off"])
+    for g, s in zip(got, slow(a, h0, xs, ks)):
+        np.testing.assert_array_equal(g, s)
 
 
 def scan_in_while(a, h0, xs, n):

@@ -166,7 +166,7 @@ def drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[i
     """Run the loop to its end (or its BREAK), returning to Python every BUDGET_CYCLES so that
     a signal's handler (KeyboardInterrupt) runs between two steps. (steps run, whether broke)."""
     patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
-    state = np.array([0, length, int(reverse), BUDGET_CYCLES, 0], np.int64)
+    state = np.array([0, length, int(reverse), BUDGET_CYCLES, 0, 0], np.int64)
     args = (records.ctypes.data, len(records), patch.ctypes.data, len(patches), state.ctypes.data)
     while True:
         driver(*args)

@@ -1,7 +1,9 @@
 """Scans whose body has loops or branches of its own (a scan in a scan, a cond or a while loop
 in a scan) on the native loop driver: every level is a records table of its own, and an inner
-loop is a record of its parent that calls the driver again on the inner table (its state reset
-by a COPY first), so the whole nest runs without Python between steps.
+loop is a LOOP record of its parent that runs the driver again on the inner table (its state
+reset by a COPY first), so the whole nest runs without Python between steps. An inner loop
+pauses like the outer one (about every 10 ms), and its parents pause at the record that runs
+it, so Ctrl-C stops a long inner loop too.
 
     scan = native_nested_scan(body, carries=1, xs=1, reverse=False, fn=body_function)
     carries_and_ys = scan(carries, xs, withs, length)        # (a str above: why not natively)
@@ -14,7 +16,7 @@ by a COPY first), so the whole nest runs without Python between steps.
 a piece's results are copied into theirs (or written there, as a scan's ys); an inner scan's
 carries are copied in before it runs, and its carry results and ys are read where it left
 them. A cond runs each branch as a one-step loop that BREAKs at once unless its branch is the
-taken one.
+taken one; a switch the same, each branch's loop beginning with a PICK of its index.
 
 Addresses that move with a step (xs slices, ys rows) are patches of the level whose step moves
 them; a word in an inner table that moves with an outer step is patched by the outer level
@@ -32,14 +34,11 @@ from ...errors import DlvmError
 from ...ir.control_flow import elements
 from ...ir.module import Const
 from ..kernels.spec import DTYPES
-from ..planning.loop_plan import BREAK, CALL, COPY, loop_plan
+from ..planning.loop_plan import BREAK, COPY, loop_plan
 from ..runtime.attention_cpu import one_blas_thread
 from ..runtime.buffers import aligned_empty, data_ptr
-from ..runtime.loop_driver import WORDS, loop_driver
+from ..runtime.loop_driver import LOOP, PICK, STATE_WORDS, WORDS, loop_driver
 from .native_loop import FOREVER, NotNative, Segment, drive
-
-# (the driver's own address, for the records that run an inner loop)
-_DRIVER_ADDRESS: list = []
 
 
 class Fixed:
@@ -67,7 +66,7 @@ class _Level:
     def __init__(self, length: int, reverse: bool):
         self.rows: list = []
         self.patches: list = []
-        self.state = np.array([0, length, int(reverse), 0, 0], np.int64)
+        self.state = np.array([0, length, int(reverse), 0, 0, 0], np.int64)
         self.start = self.state.copy()  # what a COPY record resets state to
 
     def row(self) -> list:
@@ -249,11 +248,12 @@ class _Emit:
             self.copy(lv, dst, src, _nbytes(t))
 
     def loop(self, lv: _Level, inner: _Level) -> None:
-        """Records of lv that reset inner's state and run it to its end."""
+        """Records of lv that reset inner's state and run it to its end (a LOOP record: when
+        the inner loop pauses, lv pauses at that record, and goes on there on the next call)."""
         self.copy_state(lv, inner)
         r = lv.row()
         i = len(lv.rows) - 1
-        r[0], r[1] = CALL, _driver_address()
+        r[0] = LOOP
         self.b.put(lv, i, 2, ("addr", "r", inner))
         self.b.put(lv, i, 4, ("addr", "p", inner))
         self.b.put(lv, i, 5, ("patches", inner))
@@ -264,7 +264,7 @@ class _Emit:
         r = lv.row()
         i = len(lv.rows) - 1
         r[0] = COPY
-        r[4], r[5], r[6], r[7], r[8] = 1, 5 * 8, 0, 1, 1
+        r[4], r[5], r[6], r[7], r[8] = 1, STATE_WORDS * 8, 0, 1, 1
         self.b.put(lv, i, 2, ("addr", "s", inner))
         self.b.put(lv, i, 3, ("addr", "t", inner))
 
@@ -317,6 +317,19 @@ class _Emit:
                 self.program(inner, branch, ins[1:], outs)
                 self.loop(lv, inner)
             return outs
+        if inst.op == "switch":  # branch k clamped to the branches, as the interpreter does
+            outs = [
+                Fixed(data_ptr(self.b.buffer(v.type.shape, v.type.dtype.numpy))) for v in outputs
+            ]
+            last = len(compiled) - 1
+            for k, branch in enumerate(compiled):
+                inner = self.b.level(1, False)
+                r = inner.row()
+                r[0], r[3], r[4] = PICK, k, last
+                self.b.put(inner, len(inner.rows) - 1, 2, ins[0])
+                self.program(inner, branch, ins[1:], outs)
+                self.loop(lv, inner)
+            return outs
         raise NotNative(f"a {inst.op} inside a loop body")
 
     def brk(self, lv: _Level, pred, when: int) -> None:
@@ -325,14 +338,6 @@ class _Emit:
         r[0] = BREAK
         r[3] = when
         self.b.put(lv, i, 2, pred)
-
-
-def _driver_address() -> int:
-    if not _DRIVER_ADDRESS:
-        import ctypes
-
-        _DRIVER_ADDRESS.append(ctypes.cast(loop_driver(), ctypes.c_void_p).value)
-    return _DRIVER_ADDRESS[0]
 
 
 class NestedScan:
@@ -449,7 +454,7 @@ def _straight(prog) -> str | None:
 
 def _check(body) -> str | None:
     """Why a body with control flow cannot run natively (None: it can), found before a call:
-    each straight program must have a native plan; regions are scans, whiles and conds."""
+    each straight program must have a native plan; regions are scans, whiles, conds and switches."""
     if not hasattr(body, "parts"):
         prog = getattr(body, "program", None)
         if prog is None or not hasattr(prog, "take_arena"):
@@ -461,7 +466,7 @@ def _check(body) -> str | None:
             why = _check(step[1])
         else:
             _, inst, compiled, _ = step
-            if inst.op not in ("scan", "while", "cond"):
+            if inst.op not in ("scan", "while", "cond", "switch"):
                 return f"a {inst.op} inside a loop body"
             why = next((w for w in map(_check, compiled) if w), None)
         if why:
