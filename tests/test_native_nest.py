@@ -278,3 +278,39 @@ def test_a_while_loop_with_max_steps_and_its_gradient_run_natively():
     eps = 1e-6
     fd = (prog(a + eps * d, h0)[0] - prog(a - eps * d, h0)[0]) / (2 * eps)
     np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("f", [scan_in_scan, while_in_scan, switch_in_scan])
+def test_nested_loops_paused_at_every_step_give_the_same_bits(f, monkeypatch):
+    """With a budget of one cycle the driver returns to Python after every step of every
+    level, inner loops mid-step included (their parents resume at the record that runs them):
+    the results are the bits of an uninterrupted run. Before, an inner loop ran to its end."""
+    from dlvm_eq.codegen.execution import native_loop, native_nest
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 6, 3, 4) if f is scan_in_scan else (6, 3, 4))
+    args = (a, h0, xs) + ((np.array([2, 0, 1, 9, -1, 1], np.int32),) if f is switch_in_scan else ())
+    prog, _ = compiled(f, *args)
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    whole = prog(*args)
+    calls = []
+
+    def counting_drive(driver, *rest):
+        def counted(*a):
+            calls.append(1)
+            driver(*a)
+
+        return native_loop.drive(counted, *rest)
+
+    monkeypatch.setattr(native_loop, "BUDGET_CYCLES", 1)
+    monkeypatch.setattr(native_nest, "drive", counting_drive)
+    paused = prog(*args)
+    for g, w in zip(paused, whole):
+        np.testing.assert_array_equal(g, w)
+    # a return after every inner step (the last one ends its loop: the outer step goes on)
+    # and after every outer step: 5 outer steps of 6 inner ones; 6 outer steps of a while
+    # loop of 3 steps and its failing test; 6 steps whose branches are one-step loops
+    returns = {scan_in_scan: 5 * 6, while_in_scan: 6 * 4, switch_in_scan: 6}[f]
+    assert len(calls) == returns, len(calls)
