@@ -27,6 +27,7 @@ outer xs reads the right slice at every outer step.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -47,6 +48,17 @@ class Fixed:
 
     def plus(self, offset: int):
         return Fixed(self.addr + offset)
+
+
+class Input:
+    """The k-th buffer a call passes in (a carry, an xs, a with, a ys), plus `offset` bytes:
+    its word is written at each call, the rest of the tables are made once."""
+
+    def __init__(self, k: int, offset: int = 0):
+        self.k, self.offset = k, offset
+
+    def plus(self, offset: int):
+        return Input(self.k, self.offset + offset)
 
 
 class Moving:
@@ -84,6 +96,7 @@ class _Build:
         self.keep: list = []
         self.arenas: list = []  # (program, env)
         self.levels: list = []
+        self.fills: list = []  # (table, row, col, Input): the words each call writes
 
     def level(self, length: int, reverse: bool) -> _Level:
         lv = _Level(length, reverse)
@@ -135,11 +148,39 @@ class _Build:
                 table[row, col] = len(place[1].patches)
             elif isinstance(place, Fixed):
                 table[row, col] = place.addr
+            elif isinstance(place, Input):
+                self.fills.append((table, row, col, place))
             else:
                 table[row, col] = int(place)
 
     def table(self, lv: _Level):
         return self.tables[("r", id(lv))], len(lv.rows), self.tables[("p", id(lv))], len(lv.patches)
+
+    def fill(self, arrays: list) -> None:
+        """Write the addresses of this call's buffers (Input k is arrays[k])."""
+        addrs = [data_ptr(a) if a.size else 0 for a in arrays]
+        for table, row, col, place in self.fills:
+            table[row, col] = addrs[place.k] + place.offset
+
+
+class _Tables:
+    """A loop's tables, made on its first call and kept (about 0.2 ms a call to make them
+    again): one _Build per call in flight (threads), each holding its buffers and arenas."""
+
+    def __init__(self, make):
+        self.make = make  # () -> (a frozen _Build, its top level)
+        self.free: list = []
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            if self.free:
+                return self.free.pop()
+        return self.make()
+
+    def give(self, built) -> None:
+        with self.lock:
+            self.free.append(built)
 
 
 def _nbytes(t) -> int:
@@ -346,44 +387,58 @@ class NestedScan:
         self.types = types  # the body's parameter types (carries, xs, withs) and result types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
+        self.tables = _Tables(self._build)
+
+    def _build(self):
+        """The tables of one step (any length: the top level's state is each call's own)."""
+        b = _Build()
+        top = b.level(0, self.reverse)
+        e = _Emit(b, self.segments)
+        params, results = self.types
+        nc, nx = self.nc, self.nx
+        n_in = len(params)
+        ins: list = [Input(k) for k in range(nc)]  # carries, then xs (a slice a step), withs
+        ins += [Moving(top, Input(k), _nbytes(params[k])) for k in range(nc, nc + nx)]
+        ins += [Input(k) for k in range(nc + nx, n_in)]
+        y_rows = [Moving(top, Input(n_in + j), _nbytes(t)) for j, t in enumerate(results[nc:])]
+        try:
+            e.carried(top, self.body, ins[:nc], ins[nc:], y_rows, results[:nc])
+            b.freeze()
+        except BaseException:
+            _give_arenas(b)
+            raise
+        return b, top
 
     def __call__(self, carries, xs, withs, length: int) -> list:
-        b = _Build()
-        top = b.level(length, self.reverse)
-        e = _Emit(b, self.segments)
         params, results = self.types
         nc, nx = self.nc, self.nx
         cs = []
         for t, c in zip(params[:nc], carries):
             a = np.array(c, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
             cs.append(a)
-        ins = [Fixed(data_ptr(a) if a.size else 0) for a in cs]
+        arrays = list(cs)
         for t, x in zip(params[nc : nc + nx], xs):
             x = np.ascontiguousarray(x, t.dtype.numpy)
             if x.shape != (length, *t.shape):
                 raise DlvmError(f"a scan's xs has shape {x.shape}, expected {(length, *t.shape)}")
-            b.keep.append(x)
-            ins.append(Moving(top, Fixed(data_ptr(x) if x.size else 0), _nbytes(t)))
+            arrays.append(x)
         for t, w in zip(params[nc + nx :], withs):
-            w = np.ascontiguousarray(np.asarray(w, t.dtype.numpy)).reshape(t.shape)
-            b.keep.append(w)
-            ins.append(Fixed(data_ptr(w) if w.size else 0))
+            arrays.append(np.ascontiguousarray(np.asarray(w, t.dtype.numpy)).reshape(t.shape))
         ys = [np.empty((length, *t.shape), t.dtype.numpy) for t in results[nc:]]
-        y_rows = [
-            Moving(top, Fixed(data_ptr(y) if y.size else 0), _nbytes(t))
-            for y, t in zip(ys, results[nc:])
-        ]
+        b, top = self.tables.take()
         try:
-            e.carried(top, self.body, ins[:nc], ins[nc:], y_rows, results[:nc])
-            b.freeze()
+            b.fill(arrays + ys)
             records, _, patches, n_patches = b.table(top)
-            patch_list = patches[:n_patches].tolist()
             with one_blas_thread():
-                drive(self.driver, records, patch_list, length, self.reverse)
+                drive(self.driver, records, patches[:n_patches].tolist(), length, self.reverse)
         finally:
-            for prog, env in b.arenas:
-                prog.give_arena(env)
+            self.tables.give((b, top))
         return cs + ys
+
+
+def _give_arenas(b: _Build) -> None:
+    for prog, env in b.arenas:
+        prog.give_arena(env)
 
 
 class NestedWhile:
@@ -394,30 +449,39 @@ class NestedWhile:
         self.cond, self.body, self.nc, self.types = cond, body, carries, types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
+        self.tables = _Tables(self._build)
 
-    def __call__(self, vals) -> list:
+    def _build(self):
         b = _Build()
         top = b.level(FOREVER, False)
         e = _Emit(b, self.segments)
         nc = self.nc
-        arrays = [
-            np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
-            for t, v in zip(self.types, vals)
-        ]
-        b.keep.extend(arrays)
-        ins = [Fixed(data_ptr(a) if a.size else 0) for a in arrays]
+        ins = [Input(k) for k in range(len(self.types))]
         pred = Fixed(data_ptr(b.buffer((), np.bool_)))
         try:
             e.program(top, self.cond, ins, [pred])
             e.brk(top, pred, 0)
             e.carried(top, self.body, ins[:nc], ins[nc:], [], self.types[:nc])
             b.freeze()
+        except BaseException:
+            _give_arenas(b)
+            raise
+        return b, top
+
+    def __call__(self, vals) -> list:
+        nc = self.nc
+        arrays = [
+            np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
+            for t, v in zip(self.types, vals)
+        ]
+        b, top = self.tables.take()
+        try:
+            b.fill(arrays)
             records, _, patches, n_patches = b.table(top)
             with one_blas_thread():
                 drive(self.driver, records, patches[:n_patches].tolist(), FOREVER, False)
         finally:
-            for prog, env in b.arenas:
-                prog.give_arena(env)
+            self.tables.give((b, top))
         return arrays[:nc]
 
 
