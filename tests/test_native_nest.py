@@ -342,3 +342,30 @@ def test_a_nested_scan_makes_its_tables_once(monkeypatch):
             close(g, w, True)
             close(g, n, True)
     assert len(made) == 1, len(made)
+
+
+def switch_in_while(a, h0, n):
+    def body(c):
+        i, h = c  # branch i - 1: clamped to 0 at i = 0 and to 2 from i = 3
+        h = dq.switch(i - 1, [lambda v: dq.tanh(v @ a), lambda v: v * 0.5 + 1.0, dq.sin], h)
+        return i + 1, h
+
+    return dq.while_loop(lambda c: c[0] < n, body, (n * 0, h0))[1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_a_switch_in_a_while_loop_runs_natively(n, monkeypatch):
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    prog, m = compiled(switch_in_while, a, h0, np.int32(n))
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, np.int32(n))
+    want = h0
+    for i in range(n):
+        want = [np.tanh(want @ a), want * 0.5 + 1.0, np.sin(want)][min(max(i - 1, 0), 2)]
+    close(got, want, True)
+    close(got, interpret(m, prog.name, a, h0, np.int32(n)), True)
+    slow, _ = compiled(switch_in_while, a, h0, np.int32(n), native=False, monkeypatch=monkeypatch)
+    assert slow.report.drivers == ["native loops are off"]
+    np.testing.assert_array_equal(slow(a, h0, np.int32(n)), got)
