@@ -7,6 +7,7 @@ reference interpreter, numpy loops); every exit must be clean and bounded."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -338,6 +339,15 @@ print("done", flush=True)
 NAMES = ("while", "scan", "nested-while", "nested-scan")
 
 
+def _line_within(proc, seconds: float) -> str:
+    """The child's next line, or TimeoutExpired (a loop that Ctrl-C did not stop fails the
+    test instead of hanging it in readline)."""
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    if not ready:
+        raise subprocess.TimeoutExpired(proc.args, seconds)
+    return proc.stdout.readline().strip()
+
+
 def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
     """SIGINT while the main thread is inside a native while loop that never ends, then inside
     a scan of 10**9 steps, then inside the same loops as the body of a scan: each raises
@@ -364,10 +374,11 @@ def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
             assert line == f"looping {name}", (line, proc.stderr.read()[-2000:])
             time.sleep(0.5)  # inside the native loop by now (no compile left)
             proc.send_signal(signal.SIGINT)
-            lines.append(proc.stdout.readline().strip())
+            lines.append(_line_within(proc, LIMIT_S))
         out, err = proc.communicate(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.communicate()
         pytest.fail(f"the loop did not stop within {LIMIT_S} s of Ctrl-C: {lines}")
     assert [ln.split()[:2] for ln in lines] == [["interrupted", name] for name in NAMES]
     assert out.strip() == "done" and proc.returncode == 0, err[-2000:]
