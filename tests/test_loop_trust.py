@@ -375,7 +375,10 @@ def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
             time.sleep(0.5)  # inside the native loop by now (no compile left)
             proc.send_signal(signal.SIGINT)
             lines.append(_line_within(proc, LIMIT_S))
-        out, err = proc.communicate(timeout=LIMIT_S)
+        # (read through the text streams: the last readline may hold "done" in its buffer,
+        # which communicate(), reading the pipes' descriptors, would miss)
+        proc.wait(timeout=LIMIT_S)
+        out, err = proc.stdout.read(), proc.stderr.read()
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
