@@ -27,7 +27,6 @@ outer xs reads the right slice at every outer step.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from ..planning.loop_plan import BREAK, COPY, loop_plan
 from ..runtime.attention_cpu import one_blas_thread
 from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.loop_driver import LOOP, PICK, STATE_WORDS, WORDS, loop_driver
-from .native_loop import FOREVER, NotNative, Segment, drive
+from .native_loop import FOREVER, NotNative, Segment, TablePool, drive
 
 
 class Fixed:
@@ -161,26 +160,6 @@ class _Build:
         addrs = [data_ptr(a) if a.size else 0 for a in arrays]
         for table, row, col, place in self.fills:
             table[row, col] = addrs[place.k] + place.offset
-
-
-class _Tables:
-    """A loop's tables, made on its first call and kept (about 0.2 ms a call to make them
-    again): one _Build per call in flight (threads), each holding its buffers and arenas."""
-
-    def __init__(self, make):
-        self.make = make  # () -> (a frozen _Build, its top level)
-        self.free: list = []
-        self.lock = threading.Lock()
-
-    def take(self):
-        with self.lock:
-            if self.free:
-                return self.free.pop()
-        return self.make()
-
-    def give(self, built) -> None:
-        with self.lock:
-            self.free.append(built)
 
 
 def _nbytes(t) -> int:
@@ -387,7 +366,7 @@ class NestedScan:
         self.types = types  # the body's parameter types (carries, xs, withs) and result types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
-        self.tables = _Tables(self._build)
+        self.tables = TablePool(self._build)
 
     def _build(self):
         """The tables of one step (any length: the top level's state is each call's own)."""
@@ -449,7 +428,7 @@ class NestedWhile:
         self.cond, self.body, self.nc, self.types = cond, body, carries, types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
-        self.tables = _Tables(self._build)
+        self.tables = TablePool(self._build)
 
     def _build(self):
         b = _Build()
