@@ -7,6 +7,7 @@ reference interpreter, numpy loops); every exit must be clean and bounded."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -301,9 +302,20 @@ def spin(h, go):  # runs until `go` is 0: never, with go = 1
 def scan(h):  # a billion steps: about 5 minutes, far past the test's limit
     return dq.scan(lambda c, _: (dq.tanh(c) * 2.0, None), h, None, length=10**9)[0]
 
+def nested_spin(h, go):  # a scan whose body's while loop never ends (with go = 1)
+    return dq.scan(lambda c, _: (spin(c, go), None), h, None, length=3)[0]
+
+def nested_scan(h):  # a scan whose body is a scan of a billion steps
+    return dq.scan(lambda c, _: (scan(c), None), h, None, length=3)[0]
+
 h = np.full((4, 8), 0.5, np.float32)
 progs = {}
-for name, f, args in (("while", spin, (h, np.float32(1))), ("scan", scan, (h,))):
+for name, f, args in (
+    ("while", spin, (h, np.float32(1))),
+    ("scan", scan, (h,)),
+    ("nested-while", nested_spin, (h, np.float32(1))),
+    ("nested-scan", nested_scan, (h,)),
+):
     m = dq.make_ir(f)(*args)
     progs[name] = compile_loops(m, next(iter(m.functions)), "cpu"), args
     assert progs[name][0].report.drivers == ["native"], progs[name][0].report.drivers
@@ -317,17 +329,32 @@ for name, (prog, args) in progs.items():
         print("finished", name, flush=True)
     except KeyboardInterrupt:
         print("interrupted", name, f"{time.perf_counter() - t0:.2f}", flush=True)
-    # the arena went back and the program still gives right answers
+    # the arena went back and the programs still give right answers
     np.testing.assert_array_equal(progs["while"][0](h, np.float32(0)), h)
+    np.testing.assert_array_equal(progs["nested-while"][0](h, np.float32(0)), h)
 print("done", flush=True)
 """
 
 
+NAMES = ("while", "scan", "nested-while", "nested-scan")
+
+
+def _line_within(proc, seconds: float) -> str:
+    """The child's next line, or TimeoutExpired (a loop that Ctrl-C did not stop fails the
+    test instead of hanging it in readline)."""
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    if not ready:
+        raise subprocess.TimeoutExpired(proc.args, seconds)
+    return proc.stdout.readline().strip()
+
+
 def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
     """SIGINT while the main thread is inside a native while loop that never ends, then inside
-    a scan of 10**9 steps: each raises KeyboardInterrupt (the driver returns to Python about
-    every 10 ms), the program stays usable, and the process ends normally. Without the
-    driver's pauses the first loop would never end and the test would hit its limit."""
+    a scan of 10**9 steps, then inside the same loops as the body of a scan: each raises
+    KeyboardInterrupt (the driver returns to Python about every 10 ms, an inner loop's parents
+    with it), the program stays usable, and the process ends normally. Without the driver's
+    pauses the first loop would never end and the test would hit its limit; before inner
+    loops paused, the third."""
     script = tmp_path / "loop_interrupt.py"
     script.write_text(textwrap.dedent(_INTERRUPTED))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -342,15 +369,19 @@ def test_ctrl_c_stops_a_long_native_loop_between_steps(tmp_path):
     )
     lines = []
     try:
-        for name in ("while", "scan"):
+        for name in NAMES:
             line = proc.stdout.readline().strip()
             assert line == f"looping {name}", (line, proc.stderr.read()[-2000:])
             time.sleep(0.5)  # inside the native loop by now (no compile left)
             proc.send_signal(signal.SIGINT)
-            lines.append(proc.stdout.readline().strip())
-        out, err = proc.communicate(timeout=LIMIT_S)
+            lines.append(_line_within(proc, LIMIT_S))
+        # (read through the text streams: the last readline may hold "done" in its buffer,
+        # which communicate(), reading the pipes' descriptors, would miss)
+        proc.wait(timeout=LIMIT_S)
+        out, err = proc.stdout.read(), proc.stderr.read()
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.communicate()
         pytest.fail(f"the loop did not stop within {LIMIT_S} s of Ctrl-C: {lines}")
-    assert [ln.split()[:2] for ln in lines] == [["interrupted", "while"], ["interrupted", "scan"]]
+    assert [ln.split()[:2] for ln in lines] == [["interrupted", name] for name in NAMES]
     assert out.strip() == "done" and proc.returncode == 0, err[-2000:]

@@ -231,3 +231,24 @@ def test_bodies_with_our_gemm_and_its_epilogue_run_natively():
         timeout=900,
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64])
+def test_the_drivers_strided_copy_equals_numpy(dtype):
+    """A COPY record of a transposed block (element by element: a load and a store for 4- and
+    8-byte elements, memcpy for the others) equals numpy's transpose, at every step."""
+    from dlvm_eq.codegen.execution.native_loop import drive
+    from dlvm_eq.codegen.runtime.loop_driver import COPY, WORDS, loop_driver
+
+    steps, rows, cols = 3, 5, 7
+    src = np.arange(steps * rows * cols).astype(dtype).reshape(steps, rows, cols)
+    dst = np.zeros((steps, cols, rows), dtype)
+    es = src.itemsize
+    rec = np.zeros((1, WORDS), np.int64)
+    rec[0, :9] = [COPY, 0, 0, 0, cols, rows, es, cols * es, es]  # dst[j, i] = src[i, j]
+    patches = [
+        (rec.ctypes.data + 2 * 8, dst.ctypes.data, dst.strides[0], 0),
+        (rec.ctypes.data + 3 * 8, src.ctypes.data, src.strides[0], 0),
+    ]
+    drive(loop_driver(), rec, patches, steps, False)
+    np.testing.assert_array_equal(dst, src.transpose(0, 2, 1))

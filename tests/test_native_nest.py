@@ -119,7 +119,7 @@ def test_the_gradient_through_a_scan_in_a_scan(monkeypatch):
     np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
 
 
-INNER = ["scan", "scan_reverse", "cond", "while", "none"]
+INNER = ["scan", "scan_reverse", "cond", "switch", "while", "none"]
 
 
 @st.composite
@@ -144,6 +144,10 @@ def nested_program(p):
                     )
                 elif kind == "cond":
                     h = dq.cond(dq.sum(h) > 0.0, lambda v: v @ a, lambda v: dq.sin(v) + z, h)
+                elif kind == "switch":  # -1 (clamped to 0), 0, 1 or 2
+                    k = (dq.sum(h) > 0.0).astype("i32") * 2 + (dq.sum(z) > 0.0).astype("i32") - 1
+                    branches = [lambda v: v @ a, lambda v: dq.cos(v) * z, lambda v: v * 0.5 - 1.0]
+                    h = dq.switch(k, branches, h)
                 elif kind == "while":
                     body = lambda s: (s[0] + 1, dq.tanh(s[1] * 0.5 + z))
                     h = dq.while_loop(lambda s: s[0] < 2, body, (0, h))[1]
@@ -176,6 +180,47 @@ def test_random_nested_bodies_equal_the_interpreter(p, seed):
     want = interpret(m, prog.name, *(v.astype(np.float64) for v in (a, h0, xs, zs)))
     for g, w in zip(got, want):
         close(g, w, p["f64"])
+
+
+def switch_in_scan(a, h0, xs, ks):
+    def outer(h, xk):  # the branch is this step's k, clamped to the three branches
+        x, k = xk
+        branches = [lambda v: dq.tanh(v @ a), lambda v: v * 0.5 + x, lambda v: dq.sin(v) - 1.0]
+        h = dq.switch(k, branches, h)
+        return h, h * 2.0
+
+    return dq.scan(outer, h0, (xs, ks))
+
+
+def _np_switch_in_scan(a, h, xs, ks):
+    outs = []
+    for x, k in zip(xs, ks):
+        k = min(max(int(k), 0), 2)
+        h = [np.tanh(h @ a), h * 0.5 + x, np.sin(h) - 1.0][k]
+        outs.append(h * 2.0)
+    return h, np.stack(outs) if outs else np.zeros((0, *h.shape))
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 9])
+def test_a_switch_in_a_scan_runs_natively(steps, monkeypatch):
+    """Before, a switch in a body sent its scan to the Python driver."""
+    rng = np.random.default_rng(steps)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((steps, 3, 4))
+    ks = np.array([0, 1, 2, -3, 5, 1, 0, 2, 7][:steps], np.int32)
+    prog, m = compiled(switch_in_scan, a, h0, xs, ks)
+    # (a scan of one step is inlined: its switch runs as the function's own)
+    assert prog.report.drivers == ([] if steps == 1 else ["native"]), prog.report.drivers
+    got = prog(a, h0, xs, ks)
+    want = interpret(m, prog.name, a, h0, xs, ks)
+    for g, w, n in zip(got, want, _np_switch_in_scan(a, h0, xs, ks)):
+        close(g, w, True)
+        close(g, n, True)
+    slow, _ = compiled(switch_in_scan, a, h0, xs, ks, native=False, monkeypatch=monkeypatch)
+    assert slow.report.drivers == ([] if steps == 1 else ["native loops are off"])
+    for g, s in zip(got, slow(a, h0, xs, ks)):
+        np.testing.assert_array_equal(g, s)
 
 
 def scan_in_while(a, h0, xs, n):
@@ -233,3 +278,94 @@ def test_a_while_loop_with_max_steps_and_its_gradient_run_natively():
     eps = 1e-6
     fd = (prog(a + eps * d, h0)[0] - prog(a - eps * d, h0)[0]) / (2 * eps)
     np.testing.assert_allclose(np.sum(got[1] * d), fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("f", [scan_in_scan, while_in_scan, switch_in_scan])
+def test_nested_loops_paused_at_every_step_give_the_same_bits(f, monkeypatch):
+    """With a budget of one cycle the driver returns to Python after every step of every
+    level, inner loops mid-step included (their parents resume at the record that runs them):
+    the results are the bits of an uninterrupted run. Before, an inner loop ran to its end."""
+    from dlvm_eq.codegen.execution import native_loop, native_nest
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 6, 3, 4) if f is scan_in_scan else (6, 3, 4))
+    args = (a, h0, xs) + ((np.array([2, 0, 1, 9, -1, 1], np.int32),) if f is switch_in_scan else ())
+    prog, _ = compiled(f, *args)
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    whole = prog(*args)
+    calls = []
+
+    def counting_drive(driver, *rest):
+        def counted(*a):
+            calls.append(1)
+            driver(*a)
+
+        return native_loop.drive(counted, *rest)
+
+    monkeypatch.setattr(native_loop, "BUDGET_CYCLES", 1)
+    monkeypatch.setattr(native_nest, "drive", counting_drive)
+    paused = prog(*args)
+    for g, w in zip(paused, whole):
+        np.testing.assert_array_equal(g, w)
+    # a return after every inner step (the last one ends its loop: the outer step goes on)
+    # and after every outer step: 5 outer steps of 6 inner ones; 6 outer steps of a while
+    # loop of 3 steps and its failing test; 6 steps whose branches are one-step loops
+    returns = {scan_in_scan: 5 * 6, while_in_scan: 6 * 4, switch_in_scan: 6}[f]
+    assert len(calls) == returns, len(calls)
+
+
+def test_a_nested_scan_makes_its_tables_once(monkeypatch):
+    """The tables are made on the first call (about 0.2 ms); later calls with other arrays
+    write only their buffers' addresses, with right answers."""
+    from dlvm_eq.codegen.execution import native_nest
+
+    made = []
+
+    class Counted(native_nest._Build):
+        def __init__(self):
+            made.append(1)
+            super().__init__()
+
+    monkeypatch.setattr(native_nest, "_Build", Counted)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    prog, m = compiled(scan_in_scan, a, h0, rng.standard_normal((4, 2, 3, 4)))
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    for _ in range(4):
+        a2, h2 = rng.standard_normal((4, 4)) * 0.5, rng.standard_normal((3, 4))
+        xs = rng.standard_normal((4, 2, 3, 4))
+        got = prog(a2, h2, xs)
+        for g, w, n in zip(got, interpret(m, prog.name, a2, h2, xs), _np_scan_in_scan(a2, h2, xs)):
+            close(g, w, True)
+            close(g, n, True)
+    assert len(made) == 1, len(made)
+
+
+def switch_in_while(a, h0, n):
+    def body(c):
+        i, h = c  # branch i - 1: clamped to 0 at i = 0 and to 2 from i = 3
+        h = dq.switch(i - 1, [lambda v: dq.tanh(v @ a), lambda v: v * 0.5 + 1.0, dq.sin], h)
+        return i + 1, h
+
+    return dq.while_loop(lambda c: c[0] < n, body, (n * 0, h0))[1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_a_switch_in_a_while_loop_runs_natively(n, monkeypatch):
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((4, 4)) * 0.5
+    h0 = rng.standard_normal((3, 4))
+    prog, m = compiled(switch_in_while, a, h0, np.int32(n))
+    assert prog.report.drivers == ["native"], prog.report.drivers
+    got = prog(a, h0, np.int32(n))
+    want = h0
+    for i in range(n):
+        want = [np.tanh(want @ a), want * 0.5 + 1.0, np.sin(want)][min(max(i - 1, 0), 2)]
+    close(got, want, True)
+    close(got, interpret(m, prog.name, a, h0, np.int32(n)), True)
+    slow, _ = compiled(switch_in_while, a, h0, np.int32(n), native=False, monkeypatch=monkeypatch)
+    assert slow.report.drivers == ["native loops are off"]
+    np.testing.assert_array_equal(slow(a, h0, np.int32(n)), got)

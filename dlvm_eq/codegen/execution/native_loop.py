@@ -25,6 +25,8 @@ under a lock).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...errors import DlvmError
@@ -114,14 +116,24 @@ class Segment:
         mine = set(lp.direct_ys) | set(lp.swapped.values())
         self.outputs = [s for s in plan.slots if s.role == OUTPUT and s.index not in mine]
 
-    def place(self, records, first: int, where, env, patches: list) -> None:
-        """Fill this segment's pointers into records[first:] (or add patches for those that
-        move with the step). `where(slot)` is ("fixed", addr), ("moving", base, stride, mode)
-        or None (the slot lives in the arena `env`); a ("y", j) pointer asks where(("y", j))."""
+    def split(self, per_call) -> tuple[list, list]:
+        """(pointers whose slot is not in `per_call`, pointers whose slot is): the first are
+        placed once per prepared table, the second at each call."""
+        once, each = [], []
+        for p in self.pointers:
+            key = p[2] if isinstance(p[2], tuple) else p[2].slot
+            (each if key in per_call else once).append(p)
+        return once, each
+
+    def place(self, records, first: int, where, env, patches: list, pointers=None) -> None:
+        """Fill this segment's pointers (or those given) into records[first:] (or add patches
+        for those that move with the step). `where(slot)` is ("fixed", addr), ("moving", base,
+        stride, mode) or None (the slot lives in the arena `env`); a ("y", j) pointer asks
+        where(("y", j))."""
         n = len(self.plan.slots)
         row_bytes = WORDS * 8
         base_addr = records.ctypes.data
-        for r, w, a in self.pointers:
+        for r, w, a in self.pointers if pointers is None else pointers:
             key, offset = (a, 0) if isinstance(a, tuple) else (a.slot, a.offset)
             got = where(key)
             if got is None:
@@ -135,6 +147,37 @@ class Segment:
                 _, base, stride, mode = got
                 at = base_addr + (first + r) * row_bytes + w * 8
                 patches.append((at, base + offset, stride, mode))
+
+
+class TablePool:
+    """A loop's records tables, each made once with what stays put between calls (the arena,
+    the body's own output buffers) and reused; one per call in flight (threads take their
+    own), so that a call writes only the words of its own arrays (carries, xs, withs, ys)."""
+
+    def __init__(self, make):
+        self.make = make  # () -> a new table (whatever the loop keeps with it)
+        self.free: list = []
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            if self.free:
+                return self.free.pop()
+        return self.make()
+
+    def give(self, table) -> None:
+        with self.lock:
+            self.free.append(table)
+
+
+def _buffers(seg: Segment, places: dict) -> list:
+    """Buffers of the segment's own outputs (kept with a prepared table), entered in places."""
+    keep = []
+    for s in seg.outputs:
+        buf = aligned_empty(s.shape, DTYPES[s.dtype])
+        keep.append(buf)
+        places[s.index] = ("fixed", data_ptr(buf))
+    return keep
 
 
 def _dtype(plan, s):
@@ -166,7 +209,7 @@ def drive(driver, records, patches: list, length: int, reverse: bool) -> tuple[i
     """Run the loop to its end (or its BREAK), returning to Python every BUDGET_CYCLES so that
     a signal's handler (KeyboardInterrupt) runs between two steps. (steps run, whether broke)."""
     patch = np.array(patches or [(0, 0, 0, 0)], np.int64).reshape(-1, 4)
-    state = np.array([0, length, int(reverse), BUDGET_CYCLES, 0], np.int64)
+    state = np.array([0, length, int(reverse), BUDGET_CYCLES, 0, 0], np.int64)
     args = (records.ctypes.data, len(records), patch.ctypes.data, len(patches), state.ctypes.data)
     while True:
         driver(*args)
@@ -211,6 +254,19 @@ class NativeScan:
         self.x_slots = plan.params[nc : nc + nx]
         self.with_slots = plan.params[nc + nx :]
         self.y_slots = [r.slot for r in plan.results[nc:]]
+        per_call = set(plan.params) | set(lp.swapped.values()) | set(lp.direct_ys)
+        per_call |= {("y", j) for j in range(len(self.y_slots))}
+        self.once, self.each = self.seg.split(per_call)
+        self.tables = TablePool(self._prepare)
+
+    def _prepare(self):
+        """(records with the arena's and the outputs' pointers in place, arena, buffers)."""
+        env = self.prog.take_arena()
+        places: dict = {}
+        keep = _buffers(self.seg, places)
+        records = self.seg.template.copy()
+        self.seg.place(records, 0, places.get, env, [], self.once)
+        return records, env, keep
 
     def __call__(self, carries, xs, withs, length: int) -> list:
         plan, lp = self.plan, self.lp
@@ -234,22 +290,18 @@ class NativeScan:
             places[("y", j)] = ("moving", data_ptr(y) if y.size else 0, y.strides[0], 0)
         for slot, j in lp.direct_ys.items():
             places[slot] = places[("y", j)]
-        for s in self.seg.outputs:
-            buf = aligned_empty(s.shape, DTYPES[s.dtype])
-            keep.append(buf)
-            places[s.index] = ("fixed", data_ptr(buf))
-        env = self.prog.take_arena()
+        table = self.tables.take()
         try:
-            records = self.seg.template.copy()
+            records, env, _ = table
             patches: list = []
-            self.seg.place(records, 0, places.get, env, patches)
+            self.seg.place(records, 0, places.get, env, patches, self.each)
             if self.threaded_blas:
                 drive(self.driver, records, patches, length, self.reverse)
             else:
                 with one_blas_thread():
                     drive(self.driver, records, patches, length, self.reverse)
         finally:
-            self.prog.give_arena(env)
+            self.tables.give(table)
         del keep
         return cs.values(length) + ys
 
@@ -263,6 +315,32 @@ class NativeWhile:
         self.nc = body_lp.carries
         self.driver = loop_driver()
         self.threaded_blas = max(self.cond.max_macs, self.body.max_macs) >= THREADED_BLAS_MACS
+        cplan, bplan = cond_prog.plan, body_prog.plan
+        self.cond_once, self.cond_each = self.cond.split(set(cplan.params))
+        body_each = set(bplan.params) | set(body_lp.swapped.values())
+        self.body_once, self.body_each = self.body.split(body_each)
+        self.tables = TablePool(self._prepare)
+
+    def _prepare(self):
+        """(records, the two arenas, buffers, the test's bool), the arenas' and the outputs'
+        pointers in place."""
+        cplaces: dict = {}
+        bplaces: dict = {}
+        pred = np.zeros(1, np.bool_)
+        cplaces[("y", 0)] = ("fixed", data_ptr(pred))
+        for slot in self.cond.lp.direct_ys:
+            cplaces[slot] = cplaces[("y", 0)]
+        keep = _buffers(self.cond, cplaces) + _buffers(self.body, bplaces) + [pred]
+        n_cond = len(self.cond.template)
+        records = np.concatenate(
+            [self.cond.template, np.zeros((1, WORDS), np.int64), self.body.template]
+        )
+        records[n_cond, 0] = BREAK
+        records[n_cond, 2] = data_ptr(pred)
+        cenv, benv = self.cond.prog.take_arena(), self.body.prog.take_arena()
+        self.cond.place(records, 0, cplaces.get, cenv, [], self.cond_once)
+        self.body.place(records, n_cond + 1, bplaces.get, benv, [], self.body_once)
+        return records, cenv, benv, keep
 
     def __call__(self, vals) -> list:
         nc = self.nc
@@ -282,34 +360,20 @@ class NativeWhile:
                 a = _array(w, plan, s)
                 keep.append(a)
                 places[s] = ("fixed", data_ptr(a) if a.size else 0)
-        pred = np.zeros(1, np.bool_)
-        cplaces[("y", 0)] = ("fixed", data_ptr(pred))
-        for slot in self.cond.lp.direct_ys:
-            cplaces[slot] = cplaces[("y", 0)]
-        for seg, places in ((self.cond, cplaces), (self.body, bplaces)):
-            for s in seg.outputs:
-                buf = aligned_empty(s.shape, DTYPES[s.dtype])
-                keep.append(buf)
-                places[s.index] = ("fixed", data_ptr(buf))
-        n_cond = len(self.cond.template)
-        records = np.concatenate(
-            [self.cond.template, np.zeros((1, WORDS), np.int64), self.body.template]
-        )
-        records[n_cond, 0] = BREAK
-        records[n_cond, 2] = data_ptr(pred)
-        cenv, benv = self.cond.prog.take_arena(), self.body.prog.take_arena()
+        table = self.tables.take()
         try:
+            records, cenv, benv, _ = table
             patches: list = []
-            self.cond.place(records, 0, cplaces.get, cenv, patches)
-            self.body.place(records, n_cond + 1, bplaces.get, benv, patches)
+            self.cond.place(records, 0, cplaces.get, cenv, patches, self.cond_each)
+            n_cond = len(self.cond.template)
+            self.body.place(records, n_cond + 1, bplaces.get, benv, patches, self.body_each)
             if self.threaded_blas:
                 steps, _ = drive(self.driver, records, patches, FOREVER, False)
             else:
                 with one_blas_thread():
                     steps, _ = drive(self.driver, records, patches, FOREVER, False)
         finally:
-            self.cond.prog.give_arena(cenv)
-            self.body.prog.give_arena(benv)
+            self.tables.give(table)
         del keep
         return cs.values(steps)
 

@@ -1,7 +1,9 @@
 """Scans whose body has loops or branches of its own (a scan in a scan, a cond or a while loop
 in a scan) on the native loop driver: every level is a records table of its own, and an inner
-loop is a record of its parent that calls the driver again on the inner table (its state reset
-by a COPY first), so the whole nest runs without Python between steps.
+loop is a LOOP record of its parent that runs the driver again on the inner table (its state
+reset by a COPY first), so the whole nest runs without Python between steps. An inner loop
+pauses like the outer one (about every 10 ms), and its parents pause at the record that runs
+it, so Ctrl-C stops a long inner loop too.
 
     scan = native_nested_scan(body, carries=1, xs=1, reverse=False, fn=body_function)
     carries_and_ys = scan(carries, xs, withs, length)        # (a str above: why not natively)
@@ -14,7 +16,7 @@ by a COPY first), so the whole nest runs without Python between steps.
 a piece's results are copied into theirs (or written there, as a scan's ys); an inner scan's
 carries are copied in before it runs, and its carry results and ys are read where it left
 them. A cond runs each branch as a one-step loop that BREAKs at once unless its branch is the
-taken one.
+taken one; a switch the same, each branch's loop beginning with a PICK of its index.
 
 Addresses that move with a step (xs slices, ys rows) are patches of the level whose step moves
 them; a word in an inner table that moves with an outer step is patched by the outer level
@@ -32,14 +34,11 @@ from ...errors import DlvmError
 from ...ir.control_flow import elements
 from ...ir.module import Const
 from ..kernels.spec import DTYPES
-from ..planning.loop_plan import BREAK, CALL, COPY, loop_plan
+from ..planning.loop_plan import BREAK, COPY, loop_plan
 from ..runtime.attention_cpu import one_blas_thread
 from ..runtime.buffers import aligned_empty, data_ptr
-from ..runtime.loop_driver import WORDS, loop_driver
-from .native_loop import FOREVER, NotNative, Segment, drive
-
-# (the driver's own address, for the records that run an inner loop)
-_DRIVER_ADDRESS: list = []
+from ..runtime.loop_driver import LOOP, PICK, STATE_WORDS, WORDS, loop_driver
+from .native_loop import FOREVER, NotNative, Segment, TablePool, drive
 
 
 class Fixed:
@@ -48,6 +47,17 @@ class Fixed:
 
     def plus(self, offset: int):
         return Fixed(self.addr + offset)
+
+
+class Input:
+    """The k-th buffer a call passes in (a carry, an xs, a with, a ys), plus `offset` bytes:
+    its word is written at each call, the rest of the tables are made once."""
+
+    def __init__(self, k: int, offset: int = 0):
+        self.k, self.offset = k, offset
+
+    def plus(self, offset: int):
+        return Input(self.k, self.offset + offset)
 
 
 class Moving:
@@ -67,7 +77,7 @@ class _Level:
     def __init__(self, length: int, reverse: bool):
         self.rows: list = []
         self.patches: list = []
-        self.state = np.array([0, length, int(reverse), 0, 0], np.int64)
+        self.state = np.array([0, length, int(reverse), 0, 0, 0], np.int64)
         self.start = self.state.copy()  # what a COPY record resets state to
 
     def row(self) -> list:
@@ -85,6 +95,7 @@ class _Build:
         self.keep: list = []
         self.arenas: list = []  # (program, env)
         self.levels: list = []
+        self.fills: list = []  # (table, row, col, Input): the words each call writes
 
     def level(self, length: int, reverse: bool) -> _Level:
         lv = _Level(length, reverse)
@@ -136,11 +147,19 @@ class _Build:
                 table[row, col] = len(place[1].patches)
             elif isinstance(place, Fixed):
                 table[row, col] = place.addr
+            elif isinstance(place, Input):
+                self.fills.append((table, row, col, place))
             else:
                 table[row, col] = int(place)
 
     def table(self, lv: _Level):
         return self.tables[("r", id(lv))], len(lv.rows), self.tables[("p", id(lv))], len(lv.patches)
+
+    def fill(self, arrays: list) -> None:
+        """Write the addresses of this call's buffers (Input k is arrays[k])."""
+        addrs = [data_ptr(a) if a.size else 0 for a in arrays]
+        for table, row, col, place in self.fills:
+            table[row, col] = addrs[place.k] + place.offset
 
 
 def _nbytes(t) -> int:
@@ -249,11 +268,12 @@ class _Emit:
             self.copy(lv, dst, src, _nbytes(t))
 
     def loop(self, lv: _Level, inner: _Level) -> None:
-        """Records of lv that reset inner's state and run it to its end."""
+        """Records of lv that reset inner's state and run it to its end (a LOOP record: when
+        the inner loop pauses, lv pauses at that record, and goes on there on the next call)."""
         self.copy_state(lv, inner)
         r = lv.row()
         i = len(lv.rows) - 1
-        r[0], r[1] = CALL, _driver_address()
+        r[0] = LOOP
         self.b.put(lv, i, 2, ("addr", "r", inner))
         self.b.put(lv, i, 4, ("addr", "p", inner))
         self.b.put(lv, i, 5, ("patches", inner))
@@ -264,7 +284,7 @@ class _Emit:
         r = lv.row()
         i = len(lv.rows) - 1
         r[0] = COPY
-        r[4], r[5], r[6], r[7], r[8] = 1, 5 * 8, 0, 1, 1
+        r[4], r[5], r[6], r[7], r[8] = 1, STATE_WORDS * 8, 0, 1, 1
         self.b.put(lv, i, 2, ("addr", "s", inner))
         self.b.put(lv, i, 3, ("addr", "t", inner))
 
@@ -317,6 +337,19 @@ class _Emit:
                 self.program(inner, branch, ins[1:], outs)
                 self.loop(lv, inner)
             return outs
+        if inst.op == "switch":  # branch k clamped to the branches, as the interpreter does
+            outs = [
+                Fixed(data_ptr(self.b.buffer(v.type.shape, v.type.dtype.numpy))) for v in outputs
+            ]
+            last = len(compiled) - 1
+            for k, branch in enumerate(compiled):
+                inner = self.b.level(1, False)
+                r = inner.row()
+                r[0], r[3], r[4] = PICK, k, last
+                self.b.put(inner, len(inner.rows) - 1, 2, ins[0])
+                self.program(inner, branch, ins[1:], outs)
+                self.loop(lv, inner)
+            return outs
         raise NotNative(f"a {inst.op} inside a loop body")
 
     def brk(self, lv: _Level, pred, when: int) -> None:
@@ -327,58 +360,64 @@ class _Emit:
         self.b.put(lv, i, 2, pred)
 
 
-def _driver_address() -> int:
-    if not _DRIVER_ADDRESS:
-        import ctypes
-
-        _DRIVER_ADDRESS.append(ctypes.cast(loop_driver(), ctypes.c_void_p).value)
-    return _DRIVER_ADDRESS[0]
-
-
 class NestedScan:
     def __init__(self, body, carries: int, xs: int, reverse: bool, types: list):
         self.body, self.nc, self.nx, self.reverse = body, carries, xs, reverse
         self.types = types  # the body's parameter types (carries, xs, withs) and result types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
+        self.tables = TablePool(self._build)
+
+    def _build(self):
+        """The tables of one step (any length: the top level's state is each call's own)."""
+        b = _Build()
+        top = b.level(0, self.reverse)
+        e = _Emit(b, self.segments)
+        params, results = self.types
+        nc, nx = self.nc, self.nx
+        n_in = len(params)
+        ins: list = [Input(k) for k in range(nc)]  # carries, then xs (a slice a step), withs
+        ins += [Moving(top, Input(k), _nbytes(params[k])) for k in range(nc, nc + nx)]
+        ins += [Input(k) for k in range(nc + nx, n_in)]
+        y_rows = [Moving(top, Input(n_in + j), _nbytes(t)) for j, t in enumerate(results[nc:])]
+        try:
+            e.carried(top, self.body, ins[:nc], ins[nc:], y_rows, results[:nc])
+            b.freeze()
+        except BaseException:
+            _give_arenas(b)
+            raise
+        return b, top
 
     def __call__(self, carries, xs, withs, length: int) -> list:
-        b = _Build()
-        top = b.level(length, self.reverse)
-        e = _Emit(b, self.segments)
         params, results = self.types
         nc, nx = self.nc, self.nx
         cs = []
         for t, c in zip(params[:nc], carries):
             a = np.array(c, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
             cs.append(a)
-        ins = [Fixed(data_ptr(a) if a.size else 0) for a in cs]
+        arrays = list(cs)
         for t, x in zip(params[nc : nc + nx], xs):
             x = np.ascontiguousarray(x, t.dtype.numpy)
             if x.shape != (length, *t.shape):
                 raise DlvmError(f"a scan's xs has shape {x.shape}, expected {(length, *t.shape)}")
-            b.keep.append(x)
-            ins.append(Moving(top, Fixed(data_ptr(x) if x.size else 0), _nbytes(t)))
+            arrays.append(x)
         for t, w in zip(params[nc + nx :], withs):
-            w = np.ascontiguousarray(np.asarray(w, t.dtype.numpy)).reshape(t.shape)
-            b.keep.append(w)
-            ins.append(Fixed(data_ptr(w) if w.size else 0))
+            arrays.append(np.ascontiguousarray(np.asarray(w, t.dtype.numpy)).reshape(t.shape))
         ys = [np.empty((length, *t.shape), t.dtype.numpy) for t in results[nc:]]
-        y_rows = [
-            Moving(top, Fixed(data_ptr(y) if y.size else 0), _nbytes(t))
-            for y, t in zip(ys, results[nc:])
-        ]
+        b, top = self.tables.take()
         try:
-            e.carried(top, self.body, ins[:nc], ins[nc:], y_rows, results[:nc])
-            b.freeze()
+            b.fill(arrays + ys)
             records, _, patches, n_patches = b.table(top)
-            patch_list = patches[:n_patches].tolist()
             with one_blas_thread():
-                drive(self.driver, records, patch_list, length, self.reverse)
+                drive(self.driver, records, patches[:n_patches].tolist(), length, self.reverse)
         finally:
-            for prog, env in b.arenas:
-                prog.give_arena(env)
+            self.tables.give((b, top))
         return cs + ys
+
+
+def _give_arenas(b: _Build) -> None:
+    for prog, env in b.arenas:
+        prog.give_arena(env)
 
 
 class NestedWhile:
@@ -389,30 +428,39 @@ class NestedWhile:
         self.cond, self.body, self.nc, self.types = cond, body, carries, types
         self.driver = loop_driver()
         self.segments: dict = {}  # the straight programs' records, made on the first call
+        self.tables = TablePool(self._build)
 
-    def __call__(self, vals) -> list:
+    def _build(self):
         b = _Build()
         top = b.level(FOREVER, False)
         e = _Emit(b, self.segments)
         nc = self.nc
-        arrays = [
-            np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
-            for t, v in zip(self.types, vals)
-        ]
-        b.keep.extend(arrays)
-        ins = [Fixed(data_ptr(a) if a.size else 0) for a in arrays]
+        ins = [Input(k) for k in range(len(self.types))]
         pred = Fixed(data_ptr(b.buffer((), np.bool_)))
         try:
             e.program(top, self.cond, ins, [pred])
             e.brk(top, pred, 0)
             e.carried(top, self.body, ins[:nc], ins[nc:], [], self.types[:nc])
             b.freeze()
+        except BaseException:
+            _give_arenas(b)
+            raise
+        return b, top
+
+    def __call__(self, vals) -> list:
+        nc = self.nc
+        arrays = [
+            np.array(v, t.dtype.numpy, order="C", copy=True).reshape(t.shape)
+            for t, v in zip(self.types, vals)
+        ]
+        b, top = self.tables.take()
+        try:
+            b.fill(arrays)
             records, _, patches, n_patches = b.table(top)
             with one_blas_thread():
                 drive(self.driver, records, patches[:n_patches].tolist(), FOREVER, False)
         finally:
-            for prog, env in b.arenas:
-                prog.give_arena(env)
+            self.tables.give((b, top))
         return arrays[:nc]
 
 
@@ -449,7 +497,7 @@ def _straight(prog) -> str | None:
 
 def _check(body) -> str | None:
     """Why a body with control flow cannot run natively (None: it can), found before a call:
-    each straight program must have a native plan; regions are scans, whiles and conds."""
+    each straight program must have a native plan; regions are scans, whiles, conds and switches."""
     if not hasattr(body, "parts"):
         prog = getattr(body, "program", None)
         if prog is None or not hasattr(prog, "take_arena"):
@@ -461,7 +509,7 @@ def _check(body) -> str | None:
             why = _check(step[1])
         else:
             _, inst, compiled, _ = step
-            if inst.op not in ("scan", "while", "cond"):
+            if inst.op not in ("scan", "while", "cond", "switch"):
                 return f"a {inst.op} inside a loop body"
             why = next((w for w in map(_check, compiled) if w), None)
         if why:

@@ -2,7 +2,7 @@
 records (planning/loop_plan.py), with no Python between steps.
 
     drive = loop_driver()          # a ctypes function (it releases the GIL while it runs)
-    state = np.array([0, length, reverse, budget, 0], np.int64)
+    state = np.array([0, length, reverse, budget, 0, 0], np.int64)
     drive(records, n_records, patches, n_patches, state.ctypes.data)   # until state[0] == length
 
 `records` is an int64 array of n_records rows of WORDS words: [kind, fn, arg 0 .. arg 39].
@@ -13,9 +13,13 @@ integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, tr
 k, a, lda, b, ldb, c, ldc); COPY copies a rows x cols strided block (args: dst, src, rows,
 cols, row stride and column stride in bytes, element size) into a contiguous dst: a row at a
 time where its elements are adjacent (memmove: a carry copied onto itself is fine), else
-element by element; BREAK ends the loop, before the records after it run (state[4] = 1 then),
-when the bool byte at arg 0 is arg 1 (0: a while loop's test is false; a cond's branch runs as
-a one-step loop that breaks unless it is the branch taken).
+element by element (a load and a store for 4- and 8-byte elements: a memcpy call each made
+the LSTM's 16 x 256 transposed residual cost 10 us a step); BREAK ends the loop, before the
+records after it run (state[4] = 1 then), when the bool byte at arg 0 is arg 1 (0: a while
+loop's test is false; a cond's branch runs as a one-step loop that breaks unless it is the
+branch taken); PICK ends it the same way unless the i32 at arg 0, clamped to [0, arg 2], is
+arg 1 (a switch's branch i of arg 2 + 1); LOOP runs an inner loop: the driver itself on the
+table (records, n_records, patches, n_patches, state) in args 0-4, with this call's budget.
 
 `patches` (n_patches rows of [address, base, stride, mode]) are the words that move with the
 step: before step t, the int64 at `address` (in a record, or in a block of arguments the
@@ -23,11 +27,14 @@ records point to) becomes base + i * stride, where i = t' (mode 0; t' = length -
 `reverse`: the slices of xs the body reads and the rows of ys it writes) or i = t % 2 (mode 1:
 a carry and its result swapped between two buffers every step).
 
-`state` = [t, length, reverse, budget, broke]. The driver runs from step state[0] and stores
-where it stopped there: at `length`, at a BREAK, or after the first step that ends more than
-`budget` cycles (the CPU's cycle counter; 0: no budget) after the call began. The caller calls
-again until the loop is done, so that Python handles a signal (Ctrl-C) between the calls,
-within about `budget` cycles, with every buffer in a consistent state.
+`state` = [t, length, reverse, budget, broke, r]. The driver runs from step state[0] (from its
+record r, then r = 0) and stores where it stopped there: at `length`, at a BREAK, after the
+first step that ends more than `budget` cycles (the CPU's cycle counter; 0: no budget) after
+the call began, or inside a step, at a LOOP record whose inner loop stopped so (its record
+index in r: the next call runs that inner loop on from where it stopped, then the rest of the
+step). The caller calls again until the loop is done, so that Python handles a signal
+(Ctrl-C) between the calls, within about `budget` cycles per level of nesting, with every
+buffer in a consistent state.
 """
 
 from __future__ import annotations
@@ -36,13 +43,15 @@ import ctypes
 import threading
 from types import SimpleNamespace
 
-CALL, SGEMM, DGEMM, COPY, BREAK = 0, 1, 2, 3, 4  # record kinds (the driver's switch)
+CALL, SGEMM, DGEMM, COPY, BREAK, PICK, LOOP = 0, 1, 2, 3, 4, 5, 6  # record kinds (its switch)
+STATE_WORDS = 6  # [t, length, reverse, budget, broke, record to resume at]
 # About 10 ms between returns to Python at 3 GHz: the latency of Ctrl-C in a native loop, and
 # one ctypes call (about 1 us) per 10 ms of work.
 BUDGET_CYCLES = 1 << 25
 MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
-SYMBOL = "dq_loop_driver_v3"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1
+SYMBOL = "dq_loop_driver_v5"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1;
+# v3 copied a strided element with a memcpy call; v4 had no PICK, LOOP or resumed step
 
 _LOCK = threading.Lock()
 _DRIVER: list = []
@@ -70,12 +79,16 @@ entry:
   %budp = getelementptr i64, ptr %state, i64 3
   %budget = load i64, ptr %budp
   %brkp = getelementptr i64, ptr %state, i64 4
+  %resp = getelementptr i64, ptr %state, i64 5
+  %r0 = load i64, ptr %resp
+  store i64 0, ptr %resp
   %isrev = icmp ne i64 %rev, 0
   %hasbudget = icmp sgt i64 %budget, 0
   %c0 = call i64 @llvm.readcyclecounter()
   br label %tloop
 tloop:
   %t = phi i64 [%t0, %entry], [%t1, %tnext]
+  %rs = phi i64 [%r0, %entry], [0, %tnext]
   %more = icmp slt i64 %t, %len
   br i1 %more, label %tbody, label %done
 tbody:
@@ -107,7 +120,7 @@ pbody:
   %p1 = add i64 %p, 1
   br label %ploop
 rloop:
-  %r = phi i64 [0, %ploop], [%r1, %rnext]
+  %r = phi i64 [%rs, %ploop], [%r1, %rnext]
   %rmore = icmp slt i64 %r, %nrec
   br i1 %rmore, label %rbody, label %tnext
 rbody:
@@ -122,7 +135,9 @@ rbody:
                                    i64 {SGEMM}, label %ksgemm
                                    i64 {DGEMM}, label %kdgemm
                                    i64 {COPY}, label %kcopy
-                                   i64 {BREAK}, label %kbreak ]
+                                   i64 {BREAK}, label %kbreak
+                                   i64 {PICK}, label %kpick
+                                   i64 {LOOP}, label %kloop ]
 kcall:
   call void %fn({ints})
   br label %rnext
@@ -139,6 +154,36 @@ kbreak:
   %bwhen = icmp ne i64 %a1, 0
   %bz = icmp eq i1 %bset, %bwhen
   br i1 %bz, label %broke, label %rnext
+kpick:
+  %kp = inttoptr i64 %a0 to ptr
+  %kv32 = load volatile i32, ptr %kp
+  %kv = sext i32 %kv32 to i64
+  %klo = icmp slt i64 %kv, 0
+  %kc0 = select i1 %klo, i64 0, i64 %kv
+  %khi = icmp sgt i64 %kc0, %a2
+  %kc = select i1 %khi, i64 %a2, i64 %kc0
+  %keq = icmp eq i64 %kc, %a1
+  br i1 %keq, label %rnext, label %broke
+kloop:
+  %lrecs = inttoptr i64 %a0 to ptr
+  %lpatch = inttoptr i64 %a2 to ptr
+  %lstate = inttoptr i64 %a4 to ptr
+  %lbudp = getelementptr i64, ptr %lstate, i64 3
+  store i64 %budget, ptr %lbudp
+  call void @{SYMBOL}(ptr %lrecs, i64 %a1, ptr %lpatch, i64 %a3, ptr %lstate)
+  %lt = load i64, ptr %lstate
+  %llenp = getelementptr i64, ptr %lstate, i64 1
+  %llen = load i64, ptr %llenp
+  %lbrkp = getelementptr i64, ptr %lstate, i64 4
+  %lbrk = load i64, ptr %lbrkp
+  %lend = icmp sge i64 %lt, %llen
+  %lbroke = icmp ne i64 %lbrk, 0
+  %ldone = or i1 %lend, %lbroke
+  br i1 %ldone, label %rnext, label %lpause
+lpause:
+  store i64 %r, ptr %resp
+  store i64 %t, ptr %state
+  ret void
 broke:
   store i64 1, ptr %brkp
   store i64 %t, ptr %state
@@ -164,7 +209,7 @@ crowfast:
   call void @llvm.memmove.p0.p0.i64(ptr %fdp, ptr %fsp, i64 %fn0, i1 false)
   br label %crownext
 ccol:
-  %j = phi i64 [0, %crowkind], [%j1, %celem]
+  %j = phi i64 [0, %crowkind], [%j1, %cnext]
   %jmore = icmp slt i64 %j, %a3
   br i1 %jmore, label %celem, label %crownext
 celem:
@@ -176,7 +221,20 @@ celem:
   %di = mul i64 %di1, %a6
   %sp = getelementptr i8, ptr %srcp, i64 %si
   %dp = getelementptr i8, ptr %dstp, i64 %di
+  switch i64 %a6, label %cany [ i64 4, label %c4
+                                i64 8, label %c8 ]
+c4:
+  %v4 = load i32, ptr %sp, align 1
+  store i32 %v4, ptr %dp, align 1
+  br label %cnext
+c8:
+  %v8 = load i64, ptr %sp, align 1
+  store i64 %v8, ptr %dp, align 1
+  br label %cnext
+cany:
   call void @llvm.memcpy.p0.p0.i64(ptr %dp, ptr %sp, i64 %a6, i1 false)
+  br label %cnext
+cnext:
   %j1 = add i64 %j, 1
   br label %ccol
 crownext:
@@ -252,6 +310,9 @@ def gemm_address(dtype: str) -> int | None:
 
 __all__ = [
     "BREAK",
+    "LOOP",
+    "PICK",
+    "STATE_WORDS",
     "BUDGET_CYCLES",
     "CALL",
     "COPY",
