@@ -148,62 +148,70 @@ class _Evaluator:
         self.steps = 0  # scalar classes visited, over all evaluations: the work budget's unit
 
     def kernel(self, members: Sequence[Kernel], mat) -> _KernelCost:
-        """The cost of one (multi-output) kernel when the candidates in `mat` are materialized."""
+        """The cost of one (multi-output) kernel when the candidates in `mat` are materialized.
+        (The hot loop of fusion extraction: attributes are bound to locals.)"""
         self.count += 1
         p = self.p
+        loads_of, ops_of, sizes, cand_of = p.loads, p.ops, p.sizes, p.cand_of
+        free, buffers = p.free, p.buffers
         n = max(k.space for k in members)
         own = {k.cls for k in members}
         reduced = {k.cls for k in members if k.reduction}
         flops, read = 0.0, 0.0
-        seen, loaded_t, expanded, loaded = set(), set(), set(), set()
+        seen: set = set()
+        loaded_t, expanded, loaded = set(), set(), set()
         stack: list = []
         for k in members:  # member by member: each may expand up to EXPAND_LIMIT classes
             stack.append(None)
             stack.append(k.body)
         depth = 0
+        steps = 0
         while stack:
             c = stack.pop()
-            self.steps += 1
+            steps += 1
             if c is None:
                 depth = 0
                 continue
             if c in seen:
                 continue
             seen.add(c)
-            choice = None
-            for t in p.loads[c]:
-                if t in reduced:  # a row kernel's own reduction: in a register
-                    choice = None
-                    break
-                if t in own:
+            loads = loads_of[c]
+            if loads:
+                choice = None
+                in_register = False  # reads a reduction of this kernel
+                for t in loads:
+                    if t in reduced:  # a row kernel's own reduction: in a register
+                        in_register = True
+                        break
+                    if t in own:
+                        continue
+                    if t in free or t in buffers or t in mat:
+                        choice = t
+                        break
+                if choice is None and depth >= EXPAND_LIMIT:
+                    # a view (a Broadcast of a scalar) has no size here: not a split, expand on
+                    horizon = next(
+                        (t for t in loads if t not in own and t not in reduced and t in sizes),
+                        None,
+                    )
+                    if horizon is not None:  # the planner splits here: written once, read here
+                        elems, itemsize = sizes[horizon]
+                        read += 2 * min(elems, n) * itemsize
+                        continue
+                if in_register:
                     continue
-                if t in p.free or t in p.buffers or t in mat:
-                    choice = t
-                    break
-            if choice is None and depth >= EXPAND_LIMIT:
-                # a view (a Broadcast of a scalar) has no size here: not a split, expand on
-                horizon = next(
-                    (t for t in p.loads[c] if t not in own and t not in reduced and t in p.sizes),
-                    None,
-                )
-                if horizon is not None:  # the planner splits here: written once, read here
-                    elems, itemsize = p.sizes[horizon]
-                    read += 2 * min(elems, n) * itemsize
+                if choice is not None:
+                    if choice not in loaded_t and choice not in free:
+                        loaded_t.add(choice)
+                        elems, itemsize = sizes[choice]
+                        read += min(elems, n) * itemsize
+                        if choice in cand_of:
+                            loaded.add(choice)
                     continue
-            if choice is None and any(t in reduced for t in p.loads[c]):
-                continue
-            if choice is not None:
-                if choice not in loaded_t and choice not in p.free:
-                    loaded_t.add(choice)
-                    elems, itemsize = p.sizes[choice]
-                    read += min(elems, n) * itemsize
-                    if choice in p.cand_of:
-                        loaded.add(choice)
-                continue
-            for t in p.loads[c]:
-                if t in p.cand_of and t not in own:
-                    expanded.add(t)
-            op = p.ops[c]
+                for t in loads:
+                    if t in cand_of and t not in own:
+                        expanded.add(t)
+            op = ops_of[c]
             if op is None:
                 raise ExtractionError(
                     f"scalar e-class {p.graph.class_ids[c]!r} has no buffer to load "
@@ -212,6 +220,7 @@ class _Evaluator:
             flops += op[0]
             depth += 1
             stack.extend(op[1])
+        self.steps += steps
         out = sum(k.out_bytes for k in members)
         cost = self.launch + (out + read) * self.inv_bw + flops * n * self.inv_flops
         return _KernelCost(cost, frozenset(expanded), frozenset(loaded))
