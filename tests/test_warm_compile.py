@@ -39,7 +39,8 @@ CHILD = textwrap.dedent("""
     from dlvm_eq.cache import shared_cache
     from dlvm_eq.codegen import stats
     from dlvm_eq.pipeline import planning as backend
-    print(json.dumps({{"at_import": at_import, "after_call": after,
+    from dlvm_eq.digests import digest_stats
+    print(json.dumps({{"digests": digest_stats, "at_import": at_import, "after_call": after,
                       "ir": [ir_cache.stats.hits, ir_cache.stats.misses],
                       "plan": [backend.plan_cache_stats["hits"], backend.plan_cache_stats["misses"]],
                       "kernels": stats(), "n_kernels": len(step.report(*params, x, onehot).plan.kernels),
@@ -81,6 +82,9 @@ def test_a_warm_process_builds_nothing(tmp_path):
     assert warm["at_import"] == [] and warm["after_call"] == []
     assert warm["ir"] == [2, 0] and warm["plan"] == [1, 0]
     assert warm["kernels"]["compiled"] == 0
+    # the source and rule files' digests (in every key) from their stat signatures: no read
+    assert cold["digests"]["read"] >= 2
+    assert warm["digests"] == {"stat": 2, "read": 0}
     # every kernel from disk, and the GEMMs and worker pool it used (at most 3 objects)
     assert warm["n_kernels"] <= warm["kernels"]["loaded_from_disk"] <= warm["n_kernels"] + 3
     assert warm["corrupt"] == 0
