@@ -4,6 +4,7 @@ gradient's growth with depth.
 
     .venv/bin/python benchmarks/compile_time.py                         # prints the tables
     .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
+                                                  # (and whether the printed plans are the same)
     .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
     .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
 
@@ -70,7 +71,7 @@ elif program in ("cnn", "transformer"):
 else:
     depth = int(program[4:])
     args = (np.linspace(-0.5, 0.5, 6).astype(np.float32),)
-phases = {}
+phases, plan = {}, None
 if framework == "dlvm_eq":
     t1 = time.perf_counter()
     if program == "mlp":
@@ -91,6 +92,8 @@ if framework == "dlvm_eq":
     out = f(*args)
     seconds = time.perf_counter() - t1
     phases = getattr(f.report(*args), "phases", {})
+    import re  # the printed plan, less the fusion stage's wall time: compared across trees
+    plan = re.sub(r"; [0-9.]+ ms", "", str(f.report(*args).plan))
 elif framework == "torch":  # a training step's forward compiled, its backward by AOTAutograd
     t1 = time.perf_counter()
     if program == "mlp":
@@ -135,7 +138,8 @@ else:
         out = jax.block_until_ready(jax.jit(jax.grad(deep))(*args))
     seconds = time.perf_counter() - t1
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "import": imported, "rss_mb": rss, "phases": phases}))
+print(json.dumps({"seconds": seconds, "import": imported, "rss_mb": rss, "phases": phases,
+                  "plan": plan if framework == "dlvm_eq" else None}))
 """
 
 
@@ -275,6 +279,18 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             )
             lines.append(line + (" |" if profile else ""))
     out = ["\n".join(lines)] if len(lines) > 2 else []
+    if len(trees) > 1:  # a change of compile time must not change the programs
+        same = []
+        for program in PROGRAMS:
+            if (program, str(trees[0])) in results:
+                plans = {
+                    r[k]["plan"] for t in trees for r in results[(program, str(t))] for k in (0, 1)
+                }
+                same.append(f"{TITLES[program]} {'identical' if len(plans) == 1 else 'DIFFERENT'}")
+        if same:
+            out.append(
+                "Printed plans across trees, rounds, cold and warm: " + ", ".join(same) + "."
+            )
     if growth:
         names = [PEERS[f][1] for f in peers]
         g = [
