@@ -14,8 +14,17 @@ import numpy as np
 import pytest
 
 HEAVY = ("egglog", "scipy", "lark", "llvmlite", "sympy")
-# the LLVM IR builders: a kernel loaded from disk needs none of them (codegen/runtime/jit.py)
-IR_BUILDERS = ("dlvm_eq.codegen.cpu.llvm_cpu", "dlvm_eq.codegen.llvm.emitter")
+# what a warm compile of a straight program without convolutions or gathers needs none of:
+# the LLVM IR builders (a kernel loaded from disk: codegen/runtime/jit.py), the loop pipeline,
+# the never-slower guard (it runs with the e-graph), the convolution and index-step runtimes
+IR_BUILDERS = (
+    "dlvm_eq.codegen.cpu.llvm_cpu",
+    "dlvm_eq.codegen.llvm.emitter",
+    "dlvm_eq.pipeline.loops",
+    "dlvm_eq.pipeline.never_slower",
+    "dlvm_eq.codegen.runtime.conv_cpu",
+    "dlvm_eq.codegen.execution.index_steps",
+)
 
 CHILD = textwrap.dedent("""
     import json, sys

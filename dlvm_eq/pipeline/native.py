@@ -41,7 +41,6 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
-from .never_slower import choose_program
 from .planning import plan_function, planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
@@ -279,6 +278,7 @@ def _never_slower(module: Module, res, name: str, target: str):
     of the program it keeps), or (None, None) where the optimizer kept the function as
     written; its choice is what the IR cache stores, its plan what `lower` uses."""
     from ..egraph.stability import stable_rules_fired
+    from .never_slower import choose_program  # only where the e-graph ran: not warm
 
     fr = res.report[name]
     if fr.kept_original or res.module[name] is module[name]:

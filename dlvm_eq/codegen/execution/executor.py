@@ -76,7 +76,6 @@ from ..runtime.threads import native_workers, rest_workers
 from .arguments import check_argument
 from .gather_steps import index_run
 from .index_range_check import IndexRangeCheck
-from .index_steps import native_index_run
 from .window_steps import conv_kernel_builds, window_run
 
 KEEP_OUTPUTS = 4  # output buffers remembered per result for reuse
@@ -359,6 +358,8 @@ class CpuProgram:
                     matmul(x, y, out=out)
 
             return run_matmul
+        from .index_steps import native_index_run  # gathers, scatters, scans: on first use
+
         return native_index_run(step, self.plan.slots) or array_step(step, np)
 
     def _gemm_epilogue(self, step: GemmStep):
