@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import dlvm_eq as dq
+from dlvm_eq import cache
 from dlvm_eq.cache import watching_time_cuts
 from dlvm_eq.codegen import program
 from dlvm_eq.egraph.fusion_decision import DEFAULT_BUDGET
@@ -208,18 +209,24 @@ def _plan_text(plan) -> str:
     return re.sub(r"; [0-9.]+ ms", "", str(plan))
 
 
-def test_a_plan_is_cached_whatever_the_clock(monkeypatch):
-    """The default budget's decision is stored even when the clock is slow, and read back."""
+def test_a_plan_is_cached_whatever_the_clock(monkeypatch, tmp_path):
+    """The default budget's decision is built (a fresh cache: a miss) and stored even when the
+    clock is slow, and read back."""
     module = dq.make_ir(lambda a: dq.exp(a) * dq.sum(dq.tanh(a), axis=0) + 0.125)(
         np.ones((5, 3), np.float32)
     )
     name = next(iter(module.functions))
     stats = planning.plan_cache_stats
-    with monkeypatch.context() as m:
-        _slow_clock(m)
-        cut = stats["time_cut"]
-        first = planning.planned(module, name, "cpu")
-        assert stats["time_cut"] == cut
-    hits = stats["hits"]
-    again = planning.planned(module, name, "cpu")
-    assert stats["hits"] == hits + 1 and _plan_text(again) == _plan_text(first)
+    old = cache.shared_cache().root
+    cache.set_cache_dir(tmp_path)
+    try:
+        with monkeypatch.context() as m:
+            _slow_clock(m)
+            misses, cut = stats["misses"], stats["time_cut"]
+            first = planning.planned(module, name, "cpu")
+            assert stats["misses"] == misses + 1 and stats["time_cut"] == cut
+        hits = stats["hits"]
+        again = planning.planned(module, name, "cpu")
+        assert stats["hits"] == hits + 1 and _plan_text(again) == _plan_text(first)
+    finally:
+        cache.set_cache_dir(old)
