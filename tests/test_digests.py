@@ -38,7 +38,7 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path):
     first = files_digest(files, cache)
     path = files[0][1]
     st = os.stat(path)
-    time.sleep(0.01)  # a ctime of its own, on file systems with coarse timestamps
+    time.sleep(0.05)  # a ctime of its own where timestamps are jiffy-granular
     with open(path, "w") as f:
         f.write("x = 2\n")  # same size
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back
