@@ -4,6 +4,7 @@ gradient's growth with depth.
 
     .venv/bin/python benchmarks/compile_time.py                         # prints the tables
     .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
+                                                  # (and whether the printed plans are the same)
     .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
     .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
 
@@ -70,7 +71,8 @@ elif program in ("cnn", "transformer"):
 else:
     depth = int(program[4:])
     args = (np.linspace(-0.5, 0.5, 6).astype(np.float32),)
-phases = {}
+phases, plan, step, cpu = {}, None, None, None
+c1 = time.process_time()  # CPU time of the compile (all threads): steadier than wall under load
 if framework == "dlvm_eq":
     t1 = time.perf_counter()
     if program == "mlp":
@@ -90,7 +92,13 @@ if framework == "dlvm_eq":
         f = dq.jit(dq.grad(deep))
     out = f(*args)
     seconds = time.perf_counter() - t1
+    cpu = time.process_time() - c1
+    t2 = time.perf_counter()
+    f(*args)  # a second call: the step's own time, which the first call's includes
+    step = time.perf_counter() - t2
     phases = getattr(f.report(*args), "phases", {})
+    import re  # the printed plan, less the fusion stage's wall time: compared across trees
+    plan = re.sub(r"; [0-9.]+ ms", "", str(f.report(*args).plan))
 elif framework == "torch":  # a training step's forward compiled, its backward by AOTAutograd
     t1 = time.perf_counter()
     if program == "mlp":
@@ -135,7 +143,9 @@ else:
         out = jax.block_until_ready(jax.jit(jax.grad(deep))(*args))
     seconds = time.perf_counter() - t1
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "import": imported, "rss_mb": rss, "phases": phases}))
+cpu = time.process_time() - c1 if cpu is None else cpu
+print(json.dumps({"seconds": seconds, "cpu": cpu, "import": imported, "rss_mb": rss, "phases": phases,
+                  "plan": plan, "step": step if framework == "dlvm_eq" else None}))
 """
 
 
@@ -196,6 +206,18 @@ def median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+def _less_a_step(rows: list[dict]) -> float:
+    """The warm compile less the step's own run (a second call's time): what compiling from
+    the cache costs, whatever the step computes (the transformer step runs ~0.4 s)."""
+    return statistics.median(r["seconds"] - (r.get("step") or 0.0) for r in rows)
+
+
+def _cpu(rows: list[dict]) -> float:
+    """Median CPU seconds (all threads) of the compile to its first result: under load, when
+    wall times mostly measure waiting, the steadier figure (bench output of older trees: nan)."""
+    return statistics.median(r.get("cpu", float("nan")) for r in rows)
+
+
 def phases_text(rows: list[dict]) -> str:
     names = [
         p
@@ -250,7 +272,10 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
     labels = {str(t): (f"`{t}`" if len(trees) > 1 else "dlvm_eq") for t in trees}
     if len(trees) == 2:
         labels = {str(trees[0]): "dlvm_eq before", str(trees[1]): "dlvm_eq after"}
-    head = "| program | compiler | cold s | warm s | peak RSS MB (cold) |"
+    head = (
+        "| program | compiler | cold s | warm s | warm less a step s | CPU s cold / warm "
+        "| peak RSS MB (cold) |"
+    )
     if profile:
         head += " cold by phase (ms) |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -262,7 +287,8 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             colds, warms = [c for c, _ in rows], [w for _, w in rows]
             line = (
                 f"| {TITLES[program]} | {labels[str(tree)]} | {median(colds, 'seconds'):.2f} | "
-                f"{median(warms, 'seconds'):.3f} | {median(colds, 'rss_mb'):.0f} |"
+                f"{median(warms, 'seconds'):.3f} | {_less_a_step(warms):.3f} | "
+                f"{_cpu(colds):.2f} / {_cpu(warms):.3f} | {median(colds, 'rss_mb'):.0f} |"
             )
             if profile:
                 line += f" {phases_text(colds)} |"
@@ -271,10 +297,22 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             rows = [j for j, _ in results[(program, framework)]]
             line = (
                 f"| {TITLES[program]} | {PEERS[framework][1]} | {median(rows, 'seconds'):.2f} | "
-                f"| {median(rows, 'rss_mb'):.0f} |"
+                f"| | {_cpu(rows):.2f} | {median(rows, 'rss_mb'):.0f} |"
             )
             lines.append(line + (" |" if profile else ""))
     out = ["\n".join(lines)] if len(lines) > 2 else []
+    if len(trees) > 1:  # a change of compile time must not change the programs
+        same = []
+        for program in PROGRAMS:
+            if (program, str(trees[0])) in results:
+                plans = {
+                    r[k]["plan"] for t in trees for r in results[(program, str(t))] for k in (0, 1)
+                }
+                same.append(f"{TITLES[program]} {'identical' if len(plans) == 1 else 'DIFFERENT'}")
+        if same:
+            out.append(
+                "Printed plans across trees, rounds, cold and warm: " + ", ".join(same) + "."
+            )
     if growth:
         names = [PEERS[f][1] for f in peers]
         g = [

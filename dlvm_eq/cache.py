@@ -29,8 +29,9 @@ tell is its own: files of its format (a MAGIC header) at an entry's place
 (kind/xx/<key>.bin), its temporary files, and its old formats' files; it follows no link and
 reports what it kept.
 
-`source_digest()` is a hash of the package's own source files (~2 ms, once per process). Keys of
-entries that hold results of code that has no version number of its own include it: an
+`source_digest()` is a hash of the package's own source files (once per process; a process
+after the first reads it from the cache under the files' stat signature, `files_digest`). Keys
+of entries that hold results of code that has no version number of its own include it: an
 edited (or reinstalled) dlvm_eq never reads a stale entry.
 
 Results cut short by a wall-clock budget (saturation stopped by "seconds", an extraction or
@@ -61,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import settings
+from .digests import files_digest, tree_digest, tree_files  # noqa: F401  (tree_digest: API)
 from .errors import DlvmError
 
 # 3: the body records the entry's kind and key; 2: entries are data (DQK1 entries held pickles)
@@ -521,26 +523,13 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def source_digest() -> str:
-    """sha256 of every .py and .lark file of the dlvm_eq package (paths and contents)."""
+    """sha256 of every .py and .lark file of the dlvm_eq package (paths and contents), once per
+    process, and read from the cache where the files' stat signature is one already hashed
+    (`files_digest`): a warm process reads no source file."""
     global _SOURCE_DIGEST
     if _SOURCE_DIGEST is None:
-        _SOURCE_DIGEST = tree_digest(_PACKAGE)
+        _SOURCE_DIGEST = files_digest(tree_files(_PACKAGE), shared_cache())
     return _SOURCE_DIGEST
-
-
-def tree_digest(root, suffixes=(".py", ".lark")) -> str:
-    """sha256 of the files under `root` ending in `suffixes`: relative paths and contents, in
-    a fixed order (__pycache__ skipped)."""
-    h = hashlib.sha256()
-    root = os.fspath(root)
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        prefix = directory[len(root) :].lstrip(os.sep)
-        for name in sorted(files):
-            if name.endswith(suffixes):
-                with open(os.path.join(directory, name), "rb") as f:
-                    h.update(f"{prefix}/{name}".encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()
 
 
 _shared: DiskCache | None = None

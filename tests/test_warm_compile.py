@@ -14,11 +14,23 @@ import numpy as np
 import pytest
 
 HEAVY = ("egglog", "scipy", "lark", "llvmlite", "sympy")
+# what a warm compile of a straight program without convolutions or gathers needs none of:
+# the LLVM IR builders (a kernel loaded from disk: codegen/runtime/jit.py), the loop pipeline,
+# the never-slower guard (it runs with the e-graph), the convolution and index-step runtimes
+IR_BUILDERS = (
+    "dlvm_eq.codegen.cpu.llvm_cpu",
+    "dlvm_eq.codegen.llvm.emitter",
+    "dlvm_eq.pipeline.loops",
+    "dlvm_eq.pipeline.never_slower",
+    "dlvm_eq.codegen.runtime.conv_cpu",
+    "dlvm_eq.codegen.execution.index_steps",
+)
 
 CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np
     import dlvm_eq as dq
+    IR_BUILDERS = {builders!r}
     at_import = sorted(m for m in {heavy!r} if m in sys.modules)
     from dlvm_eq.models import mlp
     params = mlp.init_params([12, 6, 4], seed=1)
@@ -27,7 +39,7 @@ CHILD = textwrap.dedent("""
     onehot = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]
     step = dq.jit(dq.value_and_grad(mlp.loss, argnums=(0, 1, 2, 3)))
     value, grads = step(*params, x, onehot)
-    after = sorted(m for m in ("egglog", "scipy", "lark", "sympy") if m in sys.modules)
+    after = sorted(m for m in ("egglog", "scipy", "lark", "sympy") + IR_BUILDERS if m in sys.modules)
     ref_value, ref_grads = mlp.numpy_value_and_grad(*params, x, onehot)
     assert np.allclose(value, ref_value, rtol=1e-4), (value, ref_value)
     for g, r in zip(grads, ref_grads):
@@ -36,13 +48,14 @@ CHILD = textwrap.dedent("""
     from dlvm_eq.cache import shared_cache
     from dlvm_eq.codegen import stats
     from dlvm_eq.pipeline import planning as backend
-    print(json.dumps({{"at_import": at_import, "after_call": after,
+    from dlvm_eq.digests import digest_stats
+    print(json.dumps({{"digests": digest_stats, "at_import": at_import, "after_call": after,
                       "ir": [ir_cache.stats.hits, ir_cache.stats.misses],
                       "plan": [backend.plan_cache_stats["hits"], backend.plan_cache_stats["misses"]],
                       "kernels": stats(), "n_kernels": len(step.report(*params, x, onehot).plan.kernels),
                       "corrupt": shared_cache().corrupt,
                       "value": float(value), "grads": [float(np.abs(g).sum()) for g in grads]}}))
-""").format(heavy=HEAVY)
+""").format(heavy=HEAVY, builders=IR_BUILDERS)
 
 
 def _run(cache_dir) -> dict:
@@ -74,9 +87,13 @@ def test_a_warm_process_builds_nothing(tmp_path):
     # the GEMM for each micro-tile shape used (two at most) and the native worker pool
     assert 1 <= cold["kernels"]["compiled"] <= cold["n_kernels"] + 3
     warm = _run(tmp_path)
-    assert warm["at_import"] == [] and warm["after_call"] == []  # no egglog, scipy, lark, sympy
+    # no egglog, scipy, lark, sympy, and no LLVM IR builder
+    assert warm["at_import"] == [] and warm["after_call"] == []
     assert warm["ir"] == [2, 0] and warm["plan"] == [1, 0]
     assert warm["kernels"]["compiled"] == 0
+    # the source and rule files' digests (in every key) from their stat signatures: no read
+    assert cold["digests"]["read"] >= 2
+    assert warm["digests"] == {"stat": 2, "read": 0}
     # every kernel from disk, and the GEMMs and worker pool it used (at most 3 objects)
     assert warm["n_kernels"] <= warm["kernels"]["loaded_from_disk"] <= warm["n_kernels"] + 3
     assert warm["corrupt"] == 0

@@ -11,9 +11,14 @@ budget (it adds a `Map` of scalar ops beside every elementwise term and makes ev
 map or a view its scalar expression), and extract/fusion_cost.py picks the materialized set
 with a kernel cost model. Values that must be in buffers are forced: function results, the
 operands of BLAS calls, concatenations and slices (through views), reduction outputs. When saturation
-stops on a budget, nothing is left to chance: every elementwise value is materialized. The
-budget's `seconds` bound saturation and, again, the extraction: past them greedy extraction
-keeps what it decided and inlines the rest (the report's note says so).
+stops on a budget, nothing is left to chance: every elementwise value is materialized.
+
+The budget (`FusionBudget`) is work, not time, so that the program does not depend on the
+machine's load and may be cached: saturation stops at `iterations` rounds or `nodes` e-nodes,
+extraction at `work` expansion steps (extract/fusion_cost.greedy_fusion; past them greedy keeps
+what it decided and inlines the rest, and the report's note says so). `seconds` is only a
+last-resort cap on the whole stage (saturation and extraction): a decision it cuts says so in
+its note and is not cached (cache.note_time_cut), since another moment would decide otherwise.
 """
 
 from __future__ import annotations
@@ -42,7 +47,32 @@ VIEW_OPS = ("transpose", "shapeCast", "padShape", "squeezeShape", "broadcast")
 # numpy/CuPy steps: they read and write buffers (convolutions and pools too: im2col + GEMM)
 COPY_OPS = ("concatenate", "slice", "take", "scatterAdd", "sliceScatter", "cumsum") + WINDOW_OPS
 COPY_OPS += ("attention", "attentionBackward")  # issue 33: the fused attention kernels read buffers
-DEFAULT_BUDGET = Budget(iterations=12, nodes=200_000, seconds=2.0)
+
+
+@dataclass(frozen=True)
+class FusionBudget(Budget):
+    """The fusion stage's budget: saturation's iterations and nodes, extraction's `work`
+    (expansion steps of greedy_fusion's cost evaluations, about 1 us each on this project's
+    machines when quiet), and a last-resort wall-clock cap `seconds`."""
+
+    iterations: int = 12
+    nodes: int = 200_000
+    # the cap: far above what the work budget takes (a 5,000-op program: a few seconds)
+    seconds: float = 60.0
+    # 2M steps: ~1.5-3 s of extraction when quiet; the benchmark models take 1k-13k, a
+    # 30-layer tanh-chain gradient 0.2M, 128 and 256 layers 0.46M (none of them is cut)
+    work: int = 2_000_000
+
+
+DEFAULT_BUDGET = FusionBudget()
+
+
+def fusion_budget(budget) -> FusionBudget:
+    """A FusionBudget from a FusionBudget, a plain Budget (its iterations, nodes and seconds,
+    the default work), a dict of FusionBudget's fields or None (DEFAULT_BUDGET)."""
+    if isinstance(budget, Budget) and not isinstance(budget, FusionBudget):
+        return FusionBudget(budget.iterations, budget.nodes, budget.seconds)
+    return FusionBudget.of(budget)
 
 
 @dataclass
@@ -200,7 +230,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     from .ruleset_schedule import Schedule
     from .saturate import saturate
 
-    budget = Budget.of(budget or DEFAULT_BUDGET)
+    budget = fusion_budget(budget)
     with scratch_session() as s:
         t0 = time.perf_counter()
         s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
@@ -362,11 +392,12 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     )
     if method == "exhaustive":
         choice = exhaustive_fusion(problem)
-    else:  # the time left of the extraction's share of the budget
-        seconds = Budget.of(budget or DEFAULT_BUDGET).seconds
-        choice = greedy_fusion(problem, time_limit=max(0.0, seconds - (time.perf_counter() - t1)))
+    else:  # the work budget, and what is left of the wall-clock cap
+        b = fusion_budget(budget)
+        left = max(0.0, b.seconds - (time.perf_counter() - t1))
+        choice = greedy_fusion(problem, time_limit=left, work=b.work)
         if choice.stopped:
-            report.note = f"fusion extraction stopped by the time budget: {choice.stopped}"
+            report.note = f"fusion extraction stopped by its budget: {choice.stopped}"
     keep = choice.materialized | set(forced)
     lets = {n for n in ew_lets if cls[n] in keep}
     report.values = len(ew_lets)
@@ -473,9 +504,11 @@ class _Kernels:
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "FusionBudget",
     "FusionDecision",
     "FusionReport",
     "decide_fusion",
+    "fusion_budget",
     "fusion_graph",
     "load_fusion",
 ]

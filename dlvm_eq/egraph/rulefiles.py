@@ -3,10 +3,11 @@ package copy), then the copy force-included in the wheel at dlvm_eq/rules."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from ..cache import shared_cache
 from ..config import rules_dir
+from ..digests import files_digest
 from ..errors import DlvmError
 
 # The shipped rule files, in load order (each builds on the ones before it).
@@ -60,11 +61,11 @@ _RULES_DIGEST: str | None = None
 
 def rules_digest() -> str:
     """sha256 of the shipped rule files (names and contents), once per process: what cache
-    keys of results built with them include (ir.function_cache, the plan cache)."""
+    keys of results built with them include (ir.function_cache, the plan cache). Read from the
+    cache where the files' stat signature was hashed before (digests.files_digest): a warm
+    process reads no rule file."""
     global _RULES_DIGEST
     if _RULES_DIGEST is None:
-        h = hashlib.sha256()
-        for p in sorted(rules_dir().glob("*.egg")):
-            h.update(p.name.encode() + b"\0" + p.read_bytes())
-        _RULES_DIGEST = h.hexdigest()
+        files = [(p.name, str(p)) for p in sorted(rules_dir().glob("*.egg"))]
+        _RULES_DIGEST = files_digest(files, shared_cache())
     return _RULES_DIGEST

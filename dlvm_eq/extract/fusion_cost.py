@@ -26,9 +26,12 @@ tensor counts as written elsewhere and loaded): evaluations stay local in deep p
 Greedy: candidates from the last consumer to the first producer, each materialized when that
 lowers the total given the decisions below it (consumers decide first: they fix which kernels
 would recompute a producer), then passes that toggle single candidates while the cost drops.
-`time_limit` bounds it (a large program costs far more than linear time here): past it, the
-candidates not yet decided stay inlined, a choice as valid as any (the planner splits long
-expressions), and `FusionChoice.stopped` says so.
+`work` bounds it in expansion steps (scalar classes visited by the cost evaluations, each O(1),
+so work is proportional to time whatever the machine's load; a large program costs far more
+than linear time here): past it, the candidates not yet decided stay inlined, a choice as valid
+as any (the planner splits long expressions), and `FusionChoice.stopped` says so. The result
+depends on the program and `work` only, never on the clock, so it may be cached. `time_limit`
+(seconds) is a last-resort cap on top: a choice cut by it is reported as a time cut (not cached).
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ class FusionChoice:
     seconds: float = 0.0
     method: str = "greedy"
     stopped: str = ""  # why the search stopped early ("" when it did not)
+    work: int = 0  # expansion steps of the evaluations (what the `work` budget counts)
 
 
 @dataclass
@@ -141,63 +145,73 @@ class _Evaluator:
         mc = p.machine
         self.inv_bw, self.inv_flops, self.launch = 1.0 / mc.bandwidth, 1.0 / mc.flop_rate, mc.launch
         self.count = 0
+        self.steps = 0  # scalar classes visited, over all evaluations: the work budget's unit
 
     def kernel(self, members: Sequence[Kernel], mat) -> _KernelCost:
-        """The cost of one (multi-output) kernel when the candidates in `mat` are materialized."""
+        """The cost of one (multi-output) kernel when the candidates in `mat` are materialized.
+        (The hot loop of fusion extraction: attributes are bound to locals.)"""
         self.count += 1
         p = self.p
+        loads_of, ops_of, sizes, cand_of = p.loads, p.ops, p.sizes, p.cand_of
+        free, buffers = p.free, p.buffers
         n = max(k.space for k in members)
         own = {k.cls for k in members}
         reduced = {k.cls for k in members if k.reduction}
         flops, read = 0.0, 0.0
-        seen, loaded_t, expanded, loaded = set(), set(), set(), set()
+        seen: set = set()
+        loaded_t, expanded, loaded = set(), set(), set()
         stack: list = []
         for k in members:  # member by member: each may expand up to EXPAND_LIMIT classes
             stack.append(None)
             stack.append(k.body)
         depth = 0
+        steps = 0
         while stack:
             c = stack.pop()
+            steps += 1
             if c is None:
                 depth = 0
                 continue
             if c in seen:
                 continue
             seen.add(c)
-            choice = None
-            for t in p.loads[c]:
-                if t in reduced:  # a row kernel's own reduction: in a register
-                    choice = None
-                    break
-                if t in own:
+            loads = loads_of[c]
+            if loads:
+                choice = None
+                in_register = False  # reads a reduction of this kernel
+                for t in loads:
+                    if t in reduced:  # a row kernel's own reduction: in a register
+                        in_register = True
+                        break
+                    if t in own:
+                        continue
+                    if t in free or t in buffers or t in mat:
+                        choice = t
+                        break
+                if choice is None and depth >= EXPAND_LIMIT:
+                    # a view (a Broadcast of a scalar) has no size here: not a split, expand on
+                    horizon = next(
+                        (t for t in loads if t not in own and t not in reduced and t in sizes),
+                        None,
+                    )
+                    if horizon is not None:  # the planner splits here: written once, read here
+                        elems, itemsize = sizes[horizon]
+                        read += 2 * min(elems, n) * itemsize
+                        continue
+                if in_register:
                     continue
-                if t in p.free or t in p.buffers or t in mat:
-                    choice = t
-                    break
-            if choice is None and depth >= EXPAND_LIMIT:
-                # a view (a Broadcast of a scalar) has no size here: not a split, expand on
-                horizon = next(
-                    (t for t in p.loads[c] if t not in own and t not in reduced and t in p.sizes),
-                    None,
-                )
-                if horizon is not None:  # the planner splits here: written once, read here
-                    elems, itemsize = p.sizes[horizon]
-                    read += 2 * min(elems, n) * itemsize
+                if choice is not None:
+                    if choice not in loaded_t and choice not in free:
+                        loaded_t.add(choice)
+                        elems, itemsize = sizes[choice]
+                        read += min(elems, n) * itemsize
+                        if choice in cand_of:
+                            loaded.add(choice)
                     continue
-            if choice is None and any(t in reduced for t in p.loads[c]):
-                continue
-            if choice is not None:
-                if choice not in loaded_t and choice not in p.free:
-                    loaded_t.add(choice)
-                    elems, itemsize = p.sizes[choice]
-                    read += min(elems, n) * itemsize
-                    if choice in p.cand_of:
-                        loaded.add(choice)
-                continue
-            for t in p.loads[c]:
-                if t in p.cand_of and t not in own:
-                    expanded.add(t)
-            op = p.ops[c]
+                for t in loads:
+                    if t in cand_of and t not in own:
+                        expanded.add(t)
+            op = ops_of[c]
             if op is None:
                 raise ExtractionError(
                     f"scalar e-class {p.graph.class_ids[c]!r} has no buffer to load "
@@ -206,6 +220,7 @@ class _Evaluator:
             flops += op[0]
             depth += 1
             stack.extend(op[1])
+        self.steps += steps
         out = sum(k.out_bytes for k in members)
         cost = self.launch + (out + read) * self.inv_bw + flops * n * self.inv_flops
         return _KernelCost(cost, frozenset(expanded), frozenset(loaded))
@@ -225,16 +240,34 @@ def _key(k: Kernel):
 
 
 def greedy_fusion(
-    p: FusionProblem, passes: int = 3, time_limit: float | None = None
+    p: FusionProblem,
+    passes: int = 3,
+    time_limit: float | None = None,
+    work: int | None = None,
 ) -> FusionChoice:
     """Materialized candidates by a backward greedy pass and toggle passes (see the module),
-    within `time_limit` seconds (None: no limit)."""
+    within `work` expansion steps (None: no limit) and, as a last resort, `time_limit` seconds
+    (None: no limit; a cut by time is noted with cache.note_time_cut, a cut by work is not:
+    it gives the same choice on any machine under any load)."""
     t0 = time.perf_counter()
     deadline = math.inf if time_limit is None else t0 + time_limit
     ev = _Evaluator(p)
     mat: set[int] = set()
     groups = ev.groups(mat)
     state: dict = {g: ev.kernel(ms, mat) for g, ms in groups.items()}
+
+    def out_of_budget() -> str:
+        """Which budget is spent ("work", "time") or ""."""
+        if work is not None and ev.steps > work:
+            return "work"
+        if time.perf_counter() > deadline:
+            return "time"
+        return ""
+
+    def why(spent: str) -> str:
+        if spent == "work":
+            return f"work budget ({work:,} expansion steps) reached"
+        return f"time limit ({time_limit:.2g} s) reached"
 
     def reads(c: int) -> bool:
         return any(c in s.expanded for s in state.values())
@@ -280,13 +313,11 @@ def greedy_fusion(
                 state[g] = s
 
     cost_inlined = sum(s.cost for s in state.values())
-    stopped = ""
+    stopped, spent = "", ""
     for i, k in enumerate(reversed(p.candidates)):
-        if time.perf_counter() > deadline:
-            stopped = (
-                f"time limit ({time_limit:.2g} s) reached after {i} of {len(p.candidates)} "
-                "candidates: the rest inlined"
-            )
+        spent = out_of_budget()
+        if spent:
+            stopped = f"{why(spent)} after {i} of {len(p.candidates)} candidates: the rest inlined"
             break
         if not reads(k.cls):
             continue  # no kernel recomputes it: nothing to decide
@@ -296,8 +327,9 @@ def greedy_fusion(
     for n in range(passes if not stopped else 0):
         improved = False
         for k in reversed(p.candidates):
-            if time.perf_counter() > deadline:
-                stopped = f"time limit ({time_limit:.2g} s) reached in improvement pass {n + 1}"
+            spent = out_of_budget()
+            if spent:
+                stopped = f"{why(spent)} in improvement pass {n + 1}"
                 break
             add = k.cls not in mat
             if add and not reads(k.cls):
@@ -308,9 +340,10 @@ def greedy_fusion(
                 improved = True
         if not improved or stopped:
             break
-    if stopped:
+    if spent == "time":  # depends on this moment's load: not to be cached
         note_time_cut("fusion: " + stopped)
     cost = sum(s.cost for s in state.values())
+    steps = ev.steps
     return FusionChoice(
         frozenset(mat),
         cost,
@@ -319,6 +352,7 @@ def greedy_fusion(
         ev.count,
         time.perf_counter() - t0,
         stopped=stopped,
+        work=steps,
     )
 
 

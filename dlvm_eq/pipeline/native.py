@@ -41,7 +41,6 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
-from .never_slower import choose_program
 from .planning import plan_function, planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
@@ -279,6 +278,7 @@ def _never_slower(module: Module, res, name: str, target: str):
     of the program it keeps), or (None, None) where the optimizer kept the function as
     written; its choice is what the IR cache stores, its plan what `lower` uses."""
     from ..egraph.stability import stable_rules_fired
+    from .never_slower import choose_program  # only where the e-graph ran: not warm
 
     fr = res.report[name]
     if fr.kept_original or res.module[name] is module[name]:
@@ -371,13 +371,17 @@ def compile(
         from ..codegen import cupy_module
 
         cupy_module()  # GpuUnavailable (a DlvmError) says why the GPU cannot be used
-    from .loops import compile_loops, needs_loops
+    from ..ir.control_flow import has_control_flow
 
     if target == "cpu":  # issue 36: our GEMM blocked as this host's profile measured fastest
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
-    if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
-        return compile_loops(module, name, target, cast, optimize, rules)
+    # the loop pipeline loads only where some function of the module has control flow
+    if any(has_control_flow(f) for f in module.functions.values()):
+        from .loops import compile_loops, needs_loops
+
+        if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
+            return compile_loops(module, name, target, cast, optimize, rules)
     with compile_phases() as phases:
         report = lower(module, name, target, optimize, rules)
         with phase("kernels"):

@@ -15,12 +15,10 @@ dims = the layout's dims array, then each reduction's number of elements.
 
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 
-from ..kernels.layout import LoopLayout, elementwise_layout
-from ..kernels.map_reduce import MapReduceSpec
+from ..kernels.layout import LoopLayout
+from ..kernels.map_reduce import MapReduceSpec, map_reduce_dims, map_reduce_layout
 from ..kernels.rows import reduce_identity
 from ..llvm.emitter import I64, Emitter
 from ..llvm.loops import counted_loop, i64, strided_range
@@ -28,22 +26,6 @@ from ..llvm.lower_expr import combine, from_storage, init_constant, lower, stora
 from .llvm_cpu import CpuIR, has_avx512, mark_noalias, symbol_for, target_machine
 
 PTR = ir.PointerType()
-
-
-def map_reduce_layout(spec: MapReduceSpec) -> LoopLayout:
-    """The loop layout: the inputs' streams, then one index stream per reduction."""
-    streams = [i.strides for i in spec.inputs]
-    streams += [spec.reduction_strides(j) for j in range(len(spec.reductions))]
-    return elementwise_layout(spec.shape, streams)
-
-
-def map_reduce_dims(spec: MapReduceSpec):
-    """The kernel's run-time dims array (the layout's, then each reduction's size)."""
-    import numpy as np
-
-    lay = map_reduce_layout(spec)
-    sizes = [max(1, math.prod(spec.out_shape(j))) for j in range(len(spec.reductions))]
-    return np.concatenate([lay.dims_array(), sizes]).astype(np.int64)
 
 
 def _load_i64(b, dims_arg, j: int):

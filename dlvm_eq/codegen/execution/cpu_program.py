@@ -57,7 +57,6 @@ from ..runtime.map_reduce_kernel import compile_map_reduce
 from ..runtime.row_kernel import compile_rows
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import argument_shape_error, check_argument
-from .index_steps import native_index_run
 from .output_buffers import OutputBuffers
 from .step_runs import (
     alias_view,
@@ -197,6 +196,8 @@ class CpuProgram:
                     matmul(x, y, out=out)
 
             return run_matmul
+        from .index_steps import native_index_run  # gathers, scatters, scans: on first use
+
         return native_index_run(step, self.plan.slots) or array_step(step, np)
 
     def _gemm_epilogue(self, step: GemmStep):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from ...ir import window_ops
 from ..planning.window import WindowStep
-from ..runtime import conv_cpu
 from .pool_steps import pool_run
 
 
@@ -38,6 +37,8 @@ def _cpu_matmul():
 def window_run(step: WindowStep, xp, view_fns):
     """The step as a function of the plan's environment (a list of arrays indexed by slot);
     view_fns[i] applies input i's view chain (None: the array as it is)."""
+    from ..runtime import conv_cpu  # loads with a plan's first window step, not with the executor
+
     if step.op in window_ops.POOL_OPS:  # compiled pooling kernels where the target has them
         run = pool_run(step, xp, view_fns)
         if run is not None:
@@ -61,7 +62,10 @@ def conv_kernel_builds(plan) -> list:
     """A build (a callable) per im2col/col2im kernel the plan's convolutions run on the CPU,
     so that they compile with the plan's other kernels, in parallel and inside the compile's
     `kernels` phase, rather than on the first call."""
+    if not any(isinstance(step, WindowStep) for step in plan.steps):
+        return []  # the convolution runtime loads only for a plan that has window steps
     from ..kernels.spec import DTYPES
+    from ..runtime import conv_cpu
     from ..runtime.conv_kernel import compile_conv
 
     specs = {
@@ -82,6 +86,8 @@ def _conv_run(op, attrs, slots, fns, out, matmul):
     """A convolution on the CPU: generated im2col/col2im kernels around the products
     (runtime/conv_cpu.py), written straight into the output slot."""
     import numpy as np
+
+    from ..runtime import conv_cpu
 
     def run(env):
         args = [np.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]

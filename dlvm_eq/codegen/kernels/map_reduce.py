@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kernel_spec import KernelInput, KernelSpec, c_strides, check_inputs
+from .layout import LoopLayout, elementwise_layout
 from .spec import REDUCE_OPS, Expr, KernelError, as_expr, dtype_of, op_name, resolve
 
 
@@ -108,4 +109,18 @@ def evaluate_map_reduce(spec: MapReduceSpec, arrays, compute: str | None = None)
     return outs
 
 
-__all__ = ["MapReduceSpec", "evaluate_map_reduce"]
+def map_reduce_layout(spec: MapReduceSpec) -> LoopLayout:
+    """The loop layout: the inputs' streams, then one index stream per reduction."""
+    streams = [i.strides for i in spec.inputs]
+    streams += [spec.reduction_strides(j) for j in range(len(spec.reductions))]
+    return elementwise_layout(spec.shape, streams)
+
+
+def map_reduce_dims(spec: MapReduceSpec):
+    """The kernel's run-time dims array (the layout's, then each reduction's size)."""
+    lay = map_reduce_layout(spec)
+    sizes = [max(1, math.prod(spec.out_shape(j))) for j in range(len(spec.reductions))]
+    return np.concatenate([lay.dims_array(), sizes]).astype(np.int64)
+
+
+__all__ = ["MapReduceSpec", "evaluate_map_reduce", "map_reduce_dims", "map_reduce_layout"]

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..kernels.map_reduce import MapReduceSpec
+from ..kernels.map_reduce import MapReduceSpec, map_reduce_dims, map_reduce_layout
 from ..kernels.reference import REDUCE_NP
 from ..kernels.rows import reduce_identity
 from ..kernels.spec import DTYPES
@@ -56,8 +56,6 @@ class MapReduceKernel:
     """A compiled MapReduceSpec: call it on C-contiguous arrays; returns (outputs..., reductions...)."""
 
     def __init__(self, spec: MapReduceSpec, threads: int | None = None):
-        from ..cpu.map_reduce_ir import map_reduce_dims, map_reduce_layout
-
         self.spec = spec
         self.threads = threads or usable_cpus()
         self.ir = JIT.kernel("mapreduce", spec, lambda: _ir(spec), map_reduce_layout(spec))
