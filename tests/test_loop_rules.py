@@ -1,7 +1,8 @@
-"""Loop rules (ir/loop_rules.py): invariant code motion out of a scan body, batching a
-per-step product with an invariant into one product over all steps, constant-selector cond
-folding. Each fires where it should, not where it must not, and keeps the interpreter's
-result."""
+"""Loop rules. In the e-graph (rules/loops.egg, through dq.optimize): invariant code motion
+out of a scan body and batching a per-step product with an invariant into one product over
+all steps. As IR rewrites (ir/loop_rules.py): constant-selector cond folding, dead carries,
+one-step scans inlined. Each fires where it should, not where it must not, and keeps the
+interpreter's result."""
 
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ def _fn(f, *args):
     return m, next(iter(m.functions.values()))
 
 
-def _rewritten(fn, batch=True):
-    new = apply_loop_rules(fn, batch=batch)
+def _rewritten(fn):
+    new = apply_loop_rules(fn)
     m = Module("rules")
     module_with_bodies(m, new)
     verify(m)
     return m, new
+
+
+def _optimized(fn):
+    """fn through the one e-graph of a function with loops (rules/loops.egg included)."""
+    m = Module("t")
+    module_with_bodies(m, fn)
+    res = dq.optimize(m, fn.name)
+    verify(res.module)
+    return res.module, res.module[fn.name], res.report
 
 
 def _ops(fn, op):
@@ -55,42 +65,102 @@ def _rnn_args(rows=(4,)):
 
 
 def _same(m0, m1, name, args):
-    for g, w in zip(interpret(m1, name, *args), interpret(m0, name, *args)):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    """Both run by the interpreter on float64 arguments (the rewritten one regroups the sums);
+    a weight closed over is an f32 literal, so such a result is f32, and compared as one."""
+    args = [np.asarray(a, np.float64) for a in args]
+    got, want = interpret(m1, name, *args), interpret(m0, name, *args)
+    for g, w in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+        tol = 1e-9 if np.asarray(w).dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
 
 
-def test_invariant_is_hoisted_and_the_input_projection_batched():
+def _fired(report) -> str:
+    return str(report)
+
+
+def test_the_input_projection_is_batched_into_one_product_before_the_loop():
     args = _rnn_args()
     m0, fn = _fn(rnn, *args)
-    m1, new = _rewritten(fn)
+    m1, new, report = _optimized(fn)
+    assert "batch-step-matrix-product" in _fired(report)
     body = _scan_body(new)
-    assert not _ops(body, "transpose")  # u.T computed once, before the scan
-    assert len(_ops(new, "transpose")) == 1
     dots = _ops(body, "dot")
     assert len(dots) == 1 and dots[0].operands[0] is body.params[0]  # only h @ u.T stays
     outer_dots = _ops(new, "dot")
     assert len(outer_dots) == 1 and outer_dots[0].result.type.shape == (24, 5)  # 6 steps x 4
+    scan = _ops(new, "scan")[0]
+    assert scan.attrs["xs"] == 2  # the rows of x @ w + b, a new per-step input
     _same(m0, m1, "rnn", args)
 
 
-def test_batching_off_keeps_the_products_in_the_body():
-    m0, fn = _fn(rnn, *_rnn_args())
-    _, new = _rewritten(fn, batch=False)
-    assert len(_ops(_scan_body(new), "dot")) == 2
-    assert not _ops(new, "dot")
+def test_a_step_vector_times_an_invariant_matrix_is_batched():
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
 
-
-def test_no_rule_fires_on_carry_dependent_values():
     def f(h0, xs):
-        return dq.scan(lambda h, x: (dq.tanh(h * x), h), h0, xs)
+        return dq.scan(lambda h, x: (dq.tanh(h + x @ w), h), h0, xs)
 
     args = (
+        RNG.standard_normal(4).astype(np.float32),
+        RNG.standard_normal((7, 3)).astype(np.float32),
+    )
+    m0, fn = _fn(f, *args)
+    m1, new, report = _optimized(fn)
+    assert "batch-step-vector-product" in _fired(report)
+    assert not _ops(_scan_body(new), "dot")
+    assert [d.result.type.shape for d in _ops(new, "dot")] == [(7, 4)]
+    _same(m0, m1, "f", args)
+
+
+def test_an_invariant_value_is_computed_once_before_the_loop():
+    def f(w, v, h0, xs):
+        return dq.scan(lambda h, x: (h * x + dq.tanh(w @ v), h), h0, xs)
+
+    args = (
+        RNG.standard_normal((3, 4)).astype(np.float32),
+        RNG.standard_normal(4).astype(np.float32),
+        RNG.standard_normal(3).astype(np.float32),
+        RNG.standard_normal((5, 3)).astype(np.float32),
+    )
+    m0, fn = _fn(f, *args)
+    m1, new, report = _optimized(fn)
+    assert "once-dot" in _fired(report) and "once-tanh" in _fired(report)
+    body = _scan_body(new)
+    assert not _ops(body, "dot") and not _ops(body, "tanh")
+    assert len(_ops(new, "dot")) == 1 and len(_ops(new, "tanh")) == 1
+    _same(m0, m1, "f", args)
+
+
+def test_no_loop_motion_on_carry_dependent_values():
+    def f(u, h0, xs):  # h @ u and h * x read the carry: they stay, whatever u is
+        return dq.scan(lambda h, x: (dq.tanh(h * x + h @ u), h), h0, xs)
+
+    args = (
+        RNG.standard_normal((3, 3)).astype(np.float32),
         RNG.standard_normal(3).astype(np.float32),
         RNG.standard_normal((4, 3)).astype(np.float32),
     )
-    _, fn = _fn(f, *args)
-    _, new = _rewritten(fn)
-    assert [i.op for i in _scan_body(new).body] == [i.op for i in _scan_body(fn).body]
+    m0, fn = _fn(f, *args)
+    m1, new, report = _optimized(fn)
+    assert "batch-step" not in _fired(report)
+    assert _ops(new, "scan")[0].attrs["xs"] == 1 and not _ops(new, "dot")
+    assert len(_ops(_scan_body(new), "dot")) == 1
+    _same(m0, m1, "f", args)
+
+
+def test_a_product_of_two_per_step_operands_is_not_batched():
+    def f(h0, xs, ys):  # x_t @ y_t: both change per step, neither is invariant
+        return dq.scan(lambda h, xy: (h + xy[0] @ xy[1], h), h0, (xs, ys))
+
+    args = (
+        RNG.standard_normal(4).astype(np.float32),
+        RNG.standard_normal((5, 3)).astype(np.float32),
+        RNG.standard_normal((5, 3, 4)).astype(np.float32),
+    )
+    m0, fn = _fn(f, *args)
+    m1, new, report = _optimized(fn)
+    assert "batch-step" not in _fired(report)
+    assert len(_ops(_scan_body(new), "dot")) == 1 and not _ops(new, "dot")
+    _same(m0, m1, "f", args)
 
 
 def test_a_lower_rank_step_value_is_not_batched_against_a_wider_invariant():
@@ -102,7 +172,7 @@ def test_a_lower_rank_step_value_is_not_batched_against_a_wider_invariant():
         RNG.standard_normal((4, 3)).astype(np.float32),
     )
     m0, fn = _fn(f, *args)
-    m1, new = _rewritten(fn)
+    m1, new, _ = _optimized(fn)
     assert _ops(_scan_body(new), "multiply")
     _same(m0, m1, "f", args)
 

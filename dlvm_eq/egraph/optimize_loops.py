@@ -10,9 +10,16 @@ A body is loaded once however many loops run it (keyed by the Function object). 
 parameters are renamed apart (`u3.h`) before loading: the e-graph names a parameter by its
 name, and two bodies' `%h` of different shapes must not be one e-class. A control-flow op
 stays an op around its optimized bodies (its body is a function of the module, DLVM-style);
-the loop rules that look through a body (ir/loop_rules.py) run after, on the extracted
-program, so that they see what the e-graph found: a selector that rules/loops.egg folded to
-a constant, a body value that algebra made loop-invariant (`h - h + w` is `w`).
+the loop rules that inline a body (ir/loop_rules.py) run after, on the extracted program, so
+that they see what the e-graph found: a selector that rules/loops.egg folded to a constant.
+
+Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
+is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
+operand (StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg
+lifts invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction
+prices what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new
+body parameter with the function that computes it before the loop, and `_before_loop` puts
+that before the scan. A body value that algebra made invariant (`h - h + w` is `w`) moves too.
 """
 
 from __future__ import annotations
@@ -163,7 +170,7 @@ def _loop_body(inst, p: _Plan, unit: Unit) -> LoopBody | None:
 def loop_facts(loop: LoopBody) -> str:
     """rules/loops.egg's facts for a scan body: each per-step parameter is a row of its whole
     stacked operand (StepOf), each `with` parameter the outer operand's value (Once)."""
-    out = [f"(loop {egg_string(loop.label)} {loop.trips})"]
+    out = []
     for name, t in loop.outer.items():
         leaf = f"(Var {egg_string(name)})"
         out.append(f"(set (shape {leaf}) {egg_vec(t.shape)})")
@@ -385,8 +392,8 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
 
     new, units = optimize_with_bodies(fn, module, joint)
     # the loop rules on the extracted program: they see what the e-graph simplified (a
-    # selector folded by rules/loops.egg, a body value that became invariant)
-    new = apply_loop_rules(new, batch=False)
+    # selector folded by rules/loops.egg)
+    new = apply_loop_rules(new)
     res = state.get("res")
     costs = state.get("costs", [])
     before = sum(c[0] for c in costs)
