@@ -7,6 +7,8 @@ interpreter's result."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dlvm_eq as dq
 from dlvm_eq.ir import Module, interpret, verify
@@ -214,3 +216,54 @@ def test_a_scan_of_one_step_is_its_body_inlined():
     m1, new = _rewritten(fn)
     assert not _ops(new, "scan") and len(_ops(new, "tanh")) == 1
     _same(m0, m1, "rnn", args)
+
+
+# ---------------------------------------------------------------- random RNN-like bodies
+UNARY = [dq.tanh, dq.sigmoid, lambda v: v * 0.5]
+BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b]
+step_ops = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 9), st.integers(0, 9)),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(step_ops, st.sampled_from([2, 5]), st.booleans(), st.booleans(), st.integers(0, 2**16))
+def test_random_bodies_with_products_keep_the_interpreters_result(ops, n, reverse, rows, seed):
+    """Bodies over a carry h, a step x, invariants W, U, c: products x @ W (batchable), v @ U
+    (batchable only where v is), elementwise ops of all; optimized with the loop-motion rules,
+    run by the interpreter in float64, equal to the original."""
+
+    def f(w, u, c, h0, xs):
+        def step(h, x):
+            vals = [h, x @ w, c]
+            for kind, k, a, b in ops:
+                va, vb = vals[a % len(vals)], vals[b % len(vals)]
+                if kind == 0:
+                    vals.append(UNARY[k](va))
+                elif kind == 1:
+                    vals.append(BINARY[k](va, vb))
+                else:
+                    vals.append(va @ u)
+            new = dq.tanh(vals[-1] + h)
+            return new, vals[-1]
+
+        return dq.scan(step, h0, xs, reverse=reverse)
+
+    rng = np.random.default_rng(seed)
+    lead = (2,) if rows else ()
+    args = (
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((4, 4)) * 0.5,
+        rng.standard_normal((*lead, 4)),
+        rng.standard_normal((*lead, 4)),
+        rng.standard_normal((n, *lead, 3)),
+    )
+    m0, fn = _fn(f, *[a.astype(np.float32) for a in args])
+    m1, _, _ = _optimized(fn)
+    _same(m0, m1, "f", args)
