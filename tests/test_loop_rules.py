@@ -7,6 +7,7 @@ interpreter's result."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -267,3 +268,45 @@ def test_random_bodies_with_products_keep_the_interpreters_result(ops, n, revers
     m0, fn = _fn(f, *[a.astype(np.float32) for a in args])
     m1, _, _ = _optimized(fn)
     _same(m0, m1, "f", args)
+
+
+def test_what_a_loop_computes_once_is_priced_at_its_share_of_a_step():
+    """extract/target_cost.py: under (StepOf s n v), v's e-nodes cost 1/n of their own cost (v
+    is computed once for n steps); the StepOf itself is a view; elsewhere nothing changes."""
+    from dlvm_eq.extract.graph import load_json
+    from dlvm_eq.extract.target_cost import TargetCost
+    from dlvm_eq.ir.types import F32, TensorType
+
+    def node(op, kids, cls):
+        return {"op": op, "children": kids, "eclass": cls, "cost": 1.0}
+
+    g = load_json(
+        {
+            "nodes": {
+                "X": node("Var", ["pX"], "cX"),
+                "W": node("Var", ["pW"], "cW"),
+                "D": node("Dot", ["X", "W"], "cD"),  # the stacked product, (n*4, 8) @ (8, 8)
+                "d": node("Dot", ["X", "W"], "cd"),  # the same product outside any loop
+                "S": node("StepOf", ["pl", "pn", "D"], "cS"),
+                "pX": node('"u0.x.all"', [], "pX"),
+                "pW": node('"u0.w"', [], "pW"),
+                "pl": node('"u0"', [], "pl"),
+                "pn": node("16", [], "pn"),
+            },
+            "class_data": {c: {"type": "Term"} for c in ("cX", "cW", "cD", "cd", "cS")},
+            "root_eclasses": ["cS", "cd"],
+        }
+    )
+    types = {
+        "cX": TensorType((64, 8), F32),
+        "cW": TensorType((8, 8), F32),
+        "cD": TensorType((64, 8), F32),
+        "cd": TensorType((64, 8), F32),
+        "cS": TensorType((4, 8), F32),
+    }
+    cost = TargetCost("cpu", types)
+    whole = cost.step_cost(g, "D")
+    assert whole > 0 and cost.step_cost(g, "d") == whole
+    assert cost.node_cost(g, "D") == pytest.approx(whole / 16)
+    assert cost.node_cost(g, "d") == whole  # not under a loop: its full cost
+    assert cost.node_cost(g, "S") == cost.machine.node_overhead
