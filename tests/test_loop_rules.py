@@ -310,3 +310,51 @@ def test_what_a_loop_computes_once_is_priced_at_its_share_of_a_step():
     assert cost.node_cost(g, "D") == pytest.approx(whole / 16)
     assert cost.node_cost(g, "d") == whole  # not under a loop: its full cost
     assert cost.node_cost(g, "S") == cost.machine.node_overhead
+
+
+SHARED = """module "shared"
+stage raw
+
+func @step: (<4 x f32>, <3 x f32>, <3 x 4 x f32>) -> (<4 x f32>, <4 x f32>) {
+'entry(%h: <4 x f32>, %x: <3 x f32>, %w: <3 x 4 x f32>):
+    %0 = dot %x: <3 x f32>, %w: <3 x 4 x f32>
+    %1 = add %0: <4 x f32>, %h: <4 x f32>
+    %2 = tanh %1: <4 x f32>
+    %3 = literal (%2: <4 x f32>, %h: <4 x f32>): (<4 x f32>, <4 x f32>)
+    return %3: (<4 x f32>, <4 x f32>)
+}
+
+func @f: (<3 x 4 x f32>, <4 x f32>, <5 x 3 x f32>, <6 x 3 x f32>) -> <4 x f32> {
+'entry(%w: <3 x 4 x f32>, %h0: <4 x f32>, %xs: <5 x 3 x f32>, %ys: <6 x 3 x f32>):
+    %0 = scan @step carry (%h0: <4 x f32>) over (%xs: <5 x 3 x f32>) with (%w: <3 x 4 x f32>) length 5
+    %1 = extract 0 from %0: (<4 x f32>, <5 x 4 x f32>)
+    %2 = scan @step carry (%h0: <4 x f32>) over (%ys: <6 x 3 x f32>) with (%w: <3 x 4 x f32>) length 6
+    %3 = extract 0 from %2: (<4 x f32>, <6 x 4 x f32>)
+    %4 = add %1: <4 x f32>, %3: <4 x f32>
+    return %4: <4 x f32>
+}
+"""
+
+
+def test_a_body_two_scans_run_is_not_given_either_scans_rows():
+    """One body run by two scans of other operands: its parameter stands for neither scan's
+    rows alone, so no StepOf/Once fact ties it and x @ w stays in the body."""
+    from dlvm_eq.ir.parser import parse
+
+    m0 = parse(SHARED)
+    (body,) = {
+        id(i.attrs["body"]): i.attrs["body"] for i in m0["f"].body if i.op == "scan"
+    }.values()
+    res = dq.optimize(m0, "f")
+    verify(res.module)
+    assert "batch-step" not in str(res.report)
+    new = res.module["f"]
+    assert not _ops(new, "dot")
+    assert all(len(_ops(i.attrs["body"], "dot")) == 1 for i in _ops(new, "scan"))
+    args = (
+        RNG.standard_normal((3, 4)),
+        RNG.standard_normal(4),
+        RNG.standard_normal((5, 3)),
+        RNG.standard_normal((6, 3)),
+    )
+    _same(m0, res.module, "f", args)
