@@ -418,9 +418,11 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
 
 
 # the straight units of a function with loops, as text (and the settings) -> what the one
-# e-graph chose for each (None: kept as written), and its report's state. A process cache: a
-# second compile of the same pieces and bodies (dq.jit at another scan length, whose pieces
-# around the loop are the same) builds no e-graph.
+# e-graph chose for each (None: kept as written, else (function, lifted)), its report's state,
+# and the loops' lengths where a choice computes values before a loop (their types have the
+# length in them), else None. A process cache: a second compile of the same pieces and bodies
+# (dq.jit at another scan length, whose pieces around the loop are the same) builds no
+# e-graph, unless the first choice lifted values out of a loop (then only the same lengths).
 _JOINT: dict[tuple, tuple] = {}
 _JOINT_LOCK = threading.Lock()
 
