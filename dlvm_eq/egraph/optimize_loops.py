@@ -39,6 +39,7 @@ from ..ir.control_flow import (
     reachable_bodies,
     reaches_control_flow,
 )
+from ..ir.inline import live_instructions
 from ..ir.loop_rules import apply_loop_rules, inline
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.regions import Piece, normalize, split
@@ -269,6 +270,9 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
         for o in results
     ]
     out = b.finish(results if isinstance(fn.result_type, TupleType) else results[0])
+    # a unit inlined with a tuple result leaves its own tuple unread: later rules count uses
+    # (ir/loop_sums.py defers a sum only where its update has one reader)
+    out.body = live_instructions(out.body, [out.ret])
     out.location, out.adjoint = fn.location, fn.adjoint
     rebuilt[id(fn)] = out
     return out
