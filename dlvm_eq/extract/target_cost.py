@@ -43,6 +43,10 @@ LEAVES = frozenset(("Var", "Const", "Lit"))
 # rules/loops.egg: (Once s n v) and (StepOf s n v) read, in a loop body of n steps, a value
 # computed once before the loop (or a row of it): priced as a view, and v's term at 1/n a step
 LOOP_MOTION = frozenset(("Once", "StepOf"))
+# a fresh 4 KiB page's first write (MEASUREMENTS.md: a new 40 MB array, 17 ms): what a large
+# stacked value costs each call beyond its traffic. Without it, batching x_t @ W priced as a win
+# at T = 2048 and measured 1.3x the CPU of the loop (GRU hidden 64, load 13).
+FRESH_PAGE_SECONDS = 1.7e-6
 # the registry's views and products (their cost classes); Gemm is the e-graph's dot of
 # operands read transposed (rules/algebra.egg), not an op of its own
 VIEWS = frozenset(s.egg for s in OPS.values() if s.cost == VIEW_COST)
@@ -146,6 +150,16 @@ class TargetCost:
         self._once = (id(graph), out)
         return out
 
+    def step_row_seconds(self, row: TensorType | None) -> float:
+        """A loop step's share of a value stacked over its steps, read a row a step: the row's
+        traffic, and on cpu the fresh pages the stacked value fills each call (it is a new
+        array of n rows: ir-level buffers over a cache's size are not reused across calls)."""
+        if row is None:
+            return INF
+        nbytes = row.size * row.dtype.itemsize
+        fresh = FRESH_PAGE_SECONDS / 4096 if self.machine.name != "gpu" else 0.0
+        return self.machine.node_overhead + nbytes * (2 / self.machine.bandwidth + fresh)
+
     def step_cost(self, graph, node_id: str) -> float:
         """The cost of one e-node where it runs (node_cost: at 1/n of it where a loop of n
         steps computes it once)."""
@@ -157,7 +171,9 @@ class TargetCost:
             return 0.0 if node_id.startswith("primitive") else INF
         if op in LEAVES:
             return 0.0
-        if op in LOOP_MOTION:  # the body reads it (or a row of it) in place
+        if op == "StepOf":
+            return self.step_row_seconds(self.types.get(cls))
+        if op in LOOP_MOTION:  # the body reads it in place
             return self.machine.node_overhead
         kids = node["children"]
         child = (lambda i: self.types.get(graph.raw_nodes[kids[i]]["eclass"])) if kids else None
