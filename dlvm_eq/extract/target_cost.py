@@ -41,11 +41,12 @@ INF = math.inf
 _EGG_KIND = {spec.egg: spec.kind for spec in OPS.values()}
 LEAVES = frozenset(("Var", "Const", "Lit"))
 # rules/loops.egg: (Once s n v) and (StepOf s n v) read, in a loop body of n steps, a value
-# computed once before the loop (or a row of it): priced as a view, and v's term at 1/n a step
+# computed once before the loop (or a row of it): Once priced as a view, a StepOf row by
+# step_row_seconds, and v's term at 1/n a step
 LOOP_MOTION = frozenset(("Once", "StepOf"))
-# a fresh 4 KiB page's first write (MEASUREMENTS.md: a new 40 MB array, 17 ms): what a large
-# stacked value costs each call beyond its traffic. Without it, batching x_t @ W priced as a win
-# at T = 2048 and measured 1.3x the CPU of the loop (GRU hidden 64, load 13).
+# a fresh 4 KiB page's first write (measured on this kind of machine: a new 40 MB array takes
+# 17 ms): what a large stacked value costs each call beyond its traffic. Without it, batching
+# x_t @ W priced as a win at T = 2048 and measured 1.3x the loop's CPU (GRU hidden 64, load 13).
 FRESH_PAGE_SECONDS = 1.7e-6
 # the registry's views and products (their cost classes); Gemm is the e-graph's dot of
 # operands read transposed (rules/algebra.egg), not an op of its own
