@@ -147,7 +147,7 @@ def test_loop_rules_keep_the_interpreters_result(p, seed):
     m = dq.make_ir(build(p))(*args)
     fn = next(iter(m.functions.values()))
     rewritten = Module("rules")
-    module_with_bodies(rewritten, apply_loop_rules(fn, batch=True))
+    module_with_bodies(rewritten, apply_loop_rules(fn))
     verify(rewritten)
     got = dq.interpret(rewritten, fn.name, *args)
     np.testing.assert_allclose(got, dq.interpret(m, fn.name, *args), rtol=1e-5, atol=1e-6)

@@ -24,7 +24,7 @@ def _traced(f, *args):
 
 
 def _rewritten(fn):
-    new = apply_loop_rules(fn, batch=False)
+    new = apply_loop_rules(fn)
     m = Module("rules")
     module_with_bodies(m, new)
     verify(m)

@@ -32,6 +32,17 @@ REDUCE_IDENTITY = {name: c.identity for name, c in COMBINATORS.items()}  # the r
 
 
 @dataclass
+class Lifted:
+    """A value a loop body reads that is computed before the loop: `before` (a function of
+    the loop's outer leaves) gives it, the body reads it as its parameter `name`; `step`: a
+    per-step input (row t at step t), else the same value at every step."""
+
+    step: bool
+    name: str
+    before: Function
+
+
+@dataclass
 class LoadedProgram:
     """A function as Lets (egglog terms as data), plus what lives beside the e-graph."""
 
@@ -42,6 +53,10 @@ class LoadedProgram:
     literals: dict[str, np.ndarray] = field(default_factory=dict)  # Lit key -> value
     result_is_tuple: bool = False
     params: list[Value] = field(default_factory=list)
+    # a loop body's: its loop's outer leaves (rules/loops.egg's `.out` and `.all` Vars), and
+    # what the last unload lifted out of it (egraph/unload.py)
+    outer_vars: dict[str, TensorType] = field(default_factory=dict)
+    lifted: list[Lifted] = field(default_factory=list)
 
     @property
     def text(self) -> str:

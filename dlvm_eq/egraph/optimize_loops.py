@@ -10,9 +10,16 @@ A body is loaded once however many loops run it (keyed by the Function object). 
 parameters are renamed apart (`u3.h`) before loading: the e-graph names a parameter by its
 name, and two bodies' `%h` of different shapes must not be one e-class. A control-flow op
 stays an op around its optimized bodies (its body is a function of the module, DLVM-style);
-the loop rules that look through a body (ir/loop_rules.py) run after, on the extracted
-program, so that they see what the e-graph found: a selector that rules/loops.egg folded to
-a constant, a body value that algebra made loop-invariant (`h - h + w` is `w`).
+the loop rules that inline a body (ir/loop_rules.py) run after, on the extracted program, so
+that they see what the e-graph found: a selector that rules/loops.egg folded to a constant.
+
+Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
+is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
+operand (StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg
+lifts invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction
+prices what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new
+body parameter with the function that computes it before the loop, and `_before_loop` puts
+that before the scan. A body value that algebra made invariant (`h - h + w` is `w`) moves too.
 """
 
 from __future__ import annotations
@@ -26,17 +33,21 @@ from ..errors import DlvmError
 from ..extract.machine import machine
 from ..ir.control_flow import (
     CONTROL_FLOW_OPS,
+    SCAN,
     add_renamed,
     bodies,
     reachable_bodies,
     reaches_control_flow,
 )
+from ..ir.inline import live_instructions
 from ..ir.loop_rules import apply_loop_rules, inline
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.regions import Piece, normalize, split
-from ..ir.types import TupleType
+from ..ir.types import TensorType, TupleType
 from ..ir.verifier import verify_function
 from .deadline import Deadline
+from .lets import egg_string, egg_vec
+from .loader import Lifted
 from .optimize import (
     OptimizeResult,
     ShortOfTime,
@@ -54,6 +65,19 @@ from .stability import stable_rules_fired
 
 
 @dataclass
+class LoopBody:
+    """A unit that is the whole body of the one scan that runs it, of n >= 2 steps: its
+    parameters tied to the scan's operands by rules/loops.egg's facts (loop_facts)."""
+
+    label: str  # "u3": the unit's parameter prefix, and the Once/StepOf label
+    trips: int
+    carries: int
+    xs: int
+    index: dict[str, int]  # an outer leaf's name (`u3.x.all`, `u3.w.out`) -> operand index
+    outer: dict[str, TensorType]  # the outer leaves' types
+
+
+@dataclass
 class Unit:
     """A straight function loaded into the shared e-graph, and what became of it."""
 
@@ -62,6 +86,8 @@ class Unit:
     optimized: Function | None = None
     cost_before: float = 0.0
     cost_after: float = 0.0
+    loop: LoopBody | None = None
+    lifted: list[Lifted] = field(default_factory=list)  # computed before the loop (unload.py)
 
 
 @dataclass
@@ -80,6 +106,20 @@ class _Planner:
         self.module = module
         self.plans: dict[int, _Plan] = {}  # id(Function) -> plan (each body once)
         self.units: list[Unit] = []
+        self.runs: dict[int, list] = {}  # id(body) -> the control-flow instructions running it
+
+    def planned(self, fn: Function) -> _Plan:
+        """The plan of fn and every body it reaches, with each once-run scan body's unit
+        tied to its scan (LoopBody)."""
+        top = self.plan(fn)
+        for p in self.plans.values():
+            runs = self.runs.get(id(p.fn), [])
+            if len(runs) != 1 or runs[0].op != SCAN or len(p.pieces) != 1:
+                continue
+            unit = p.units.get(id(p.pieces[0]))
+            if unit is not None:
+                unit.loop = _loop_body(runs[0], p, unit)
+        return top
 
     def plan(self, fn: Function) -> _Plan:
         hit = self.plans.get(id(fn))
@@ -95,8 +135,51 @@ class _Planner:
                 p.units[id(piece)] = unit
             else:
                 for body in bodies(piece.region.inst.attrs):
+                    self.runs.setdefault(id(body), []).append(piece.region.inst)
                     self.plan(body)
         return p
+
+
+def _loop_body(inst, p: _Plan, unit: Unit) -> LoopBody | None:
+    """How a scan body's unit's parameters stand for the scan's operands; None for a scan of
+    fewer than 2 steps (the loop rules inline one step) or a body not read as one piece."""
+    a = inst.attrs
+    n, nc, nx = int(a["length"]), a["carries"], a["xs"]
+    piece = p.pieces[0]
+    if n < 2 or len(piece.inputs) != len(unit.function.params):
+        return None
+    at = {id(q): k for k, q in enumerate(p.fn.params)}
+    label = unit.function.params[0].name.split(".", 1)[0] if unit.function.params else ""
+    index: dict[str, int] = {}
+    outer: dict[str, TensorType] = {}
+    for v, q in zip(piece.inputs, unit.function.params):
+        k = at.get(id(v))
+        if k is None or not isinstance(q.type, TensorType):
+            return None
+        if nc <= k < nc + nx:
+            name = f"{q.name}.all"
+            outer[name] = q.type.with_shape((n, *q.type.shape))
+        elif k >= nc + nx:
+            name = f"{q.name}.out"
+            outer[name] = q.type
+        else:
+            continue  # a carry: nothing built on it is computed before the loop
+        index[name] = k
+    return LoopBody(label, n, nc, nx, index, outer) if index else None
+
+
+def loop_facts(loop: LoopBody) -> str:
+    """rules/loops.egg's facts for a scan body: each per-step parameter is a row of its whole
+    stacked operand (StepOf), each `with` parameter the outer operand's value (Once)."""
+    out = []
+    for name, t in loop.outer.items():
+        leaf = f"(Var {egg_string(name)})"
+        out.append(f"(set (shape {leaf}) {egg_vec(t.shape)})")
+        out.append(f"(set (dtype {leaf}) {egg_string(str(t.dtype))})")
+        param = egg_string(name.rsplit(".", 1)[0])
+        ctor = "StepOf" if name.endswith(".all") else "Once"
+        out.append(f"(union (Var {param}) ({ctor} {egg_string(loop.label)} {loop.trips} {leaf}))")
+    return "\n".join(out) + "\n"
 
 
 def _apart(fn: Function, k: int) -> Function:
@@ -113,19 +196,18 @@ def _apart(fn: Function, k: int) -> Function:
 def straight_units(fn: Function, module: Module | None = None) -> list[Unit]:
     """The straight pieces of fn and of every body it reaches, each once, in load order."""
     planner = _Planner(module)
-    planner.plan(fn)
+    planner.planned(fn)
     return planner.units
 
 
 def optimize_with_bodies(fn: Function, module: Module | None, optimize_units) -> tuple:
-    """(fn rebuilt from its optimized units, the units). `optimize_units(functions)` returns
-    one Function per given straight function, optimized together in one e-graph session
-    (egraph/optimize.py passes its session's joint optimize)."""
+    """(fn rebuilt from its optimized units, the units). `optimize_units(units)` sets each
+    unit's `optimized` (and `lifted`: what it computes before its loop), the units optimized
+    together in one e-graph session."""
     planner = _Planner(module)
-    planner.plan(fn)
+    planner.planned(fn)
     units = planner.units
-    for unit, new in zip(units, optimize_units([u.function for u in units])):
-        unit.optimized = new
+    optimize_units(units)
     if all(u.optimized is None or u.optimized is u.function for u in units):
         return fn, units  # nothing cheaper found: the function as written
     return _rebuild(planner, fn, {}), units
@@ -138,8 +220,19 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
     if hit is not None:
         return hit
     p = planner.plans[id(fn)]
-    b = FunctionBuilder(fn.name, fn.param_types, [q.name for q in fn.params])
-    env: dict[int, object] = {id(q): v for q, v in zip(p.params, b.params)}
+    lifted = _lifted(p)
+    steps = [x for x in lifted if x.step]
+    types, names = list(fn.param_types), [q.name for q in fn.params]
+    if lifted:  # the body's new parameters: rows after its xs, values after its withs
+        at = len(fn.params) - _withs(planner, fn)
+        types[at:at] = [_row(x.before.result_type) for x in steps]
+        names[at:at] = [x.name for x in steps]
+        types += [x.before.result_type for x in lifted if not x.step]
+        names += [x.name for x in lifted if not x.step]
+    b = FunctionBuilder(fn.name, types, names)
+    new_params = {n: v for n, v in zip(names, b.params)}
+    old = [new_params[q.name] for q in fn.params]
+    env: dict[int, object] = {id(q): v for q, v in zip(p.params, old)}
 
     def get(o):
         return o if isinstance(o, Const) else env[id(o)]
@@ -147,7 +240,10 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
     for piece in p.pieces:
         if piece.region is None:
             unit = p.units[id(piece)]
-            outs = inline(b, unit.optimized or unit.function, [get(v) for v in piece.inputs])
+            args = [get(v) for v in piece.inputs]
+            if unit.optimized is not None and unit.lifted:
+                args += [new_params[x.name] for x in unit.lifted]
+            outs = inline(b, unit.optimized or unit.function, args)
             for v, o in zip(piece.outputs, outs):
                 env[id(v)] = o
             continue
@@ -158,7 +254,10 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
                 attrs[key] = _rebuild(planner, attrs[key], rebuilt)
         if "branches" in attrs:
             attrs["branches"] = tuple(_rebuild(planner, f, rebuilt) for f in attrs["branches"])
-        r = b.emit(inst.op, [get(o) for o in inst.operands], location=inst.location, **attrs)
+        operands = [get(o) for o in inst.operands]
+        if inst.op == SCAN and inst.attrs["body"] is not None:
+            operands, attrs = _before_loop(b, planner, inst, operands, attrs)
+        r = b.emit(inst.op, operands, location=inst.location, **attrs)
         if isinstance(r.type, TupleType):
             outs = [b.emit("extract", [r], index=k) for k in range(len(r.type.elements))]
         else:
@@ -171,9 +270,50 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
         for o in results
     ]
     out = b.finish(results if isinstance(fn.result_type, TupleType) else results[0])
+    # a unit inlined with a tuple result leaves its own tuple unread: later rules count uses
+    # (ir/loop_sums.py defers a sum only where its update has one reader)
+    out.body = live_instructions(out.body, [out.ret])
     out.location, out.adjoint = fn.location, fn.adjoint
     rebuilt[id(fn)] = out
     return out
+
+
+def _lifted(p: _Plan) -> list[Lifted]:
+    """What the units of a body's plan compute before its loop (only a one-piece body's)."""
+    units = [u for u in p.units.values() if u.optimized is not None and u.loop is not None]
+    return [x for u in units for x in u.lifted]
+
+
+def _row(t) -> TensorType:
+    """The type of one row of a stacked tensor type."""
+    return t.with_shape(t.shape[1:])
+
+
+def _withs(planner: _Planner, body: Function) -> int:
+    (inst,) = planner.runs[id(body)]
+    return len(body.params) - inst.attrs["carries"] - inst.attrs["xs"]
+
+
+def _before_loop(b: FunctionBuilder, planner: _Planner, inst, operands: list, attrs: dict):
+    """A scan's operands and attributes with what its body's unit lifted (rules/loops.egg's
+    Once and StepOf) computed before it: rows as new xs, values as new withs."""
+    p = planner.plans[id(inst.attrs["body"])]
+    lifted = _lifted(p)
+    if not lifted:
+        return operands, attrs
+    (loop,) = [u.loop for u in p.units.values() if u.loop is not None]
+    made = []
+    for x in lifted:
+        args = [operands[loop.index[q.name]] for q in x.before.params]
+        (v,) = inline(b, x.before, args, inst.location)
+        if isinstance(v, Const):
+            v = b.emit("literal", [], value=v.value, type=v.type)
+        made.append(v)
+    at = loop.carries + loop.xs
+    rows = [v for v, x in zip(made, lifted) if x.step]
+    once = [v for v, x in zip(made, lifted) if not x.step]
+    new = operands[:at] + rows + operands[at:] + once
+    return new, dict(attrs, xs=loop.xs + len(rows))
 
 
 def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_limit, *rest):
@@ -187,33 +327,51 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
     given = rest[1] if len(rest) > 1 else None
     state: dict = {}
 
-    def joint(functions: list[Function]) -> list[Function]:
-        if not functions:
-            return []
+    def joint(units: list[Unit]) -> None:
+        if not units:
+            return
+        functions = [u.function for u in units]
+        loops = [u.loop for u in units]
         key = _joint_key(functions, rules, target, budget, extractor, schedule, time_limit)
+        key += (tuple(None if lp is None else (lp.label, tuple(lp.index)) for lp in loops),)
         with _JOINT_LOCK:
             hit = _JOINT.get(key)
-        if hit is not None:  # the same straight units (a scan of another length, say)
-            chosen, saved = hit
+        # the same straight units (a scan of another length, say); a choice that computes
+        # values before a loop has that loop's length in its types: only for that length
+        trips = tuple(lp.trips if lp is not None else 0 for lp in loops)
+        if hit is not None and (hit[2] is None or hit[2] == trips):
+            chosen, saved, _ = hit
             state.update(saved)
-            return [old if new is None else new for old, new in zip(functions, chosen)]
+            for u, got in zip(units, chosen):
+                u.optimized, u.lifted = (u.function, []) if got is None else got
+            return
         with watching_time_cuts() as cuts:
-            out = built(functions)
+            built(units)
         if not cuts and "short" not in state:
-            chosen = [None if new is old else new for old, new in zip(functions, out)]
+            chosen = [
+                None if u.optimized is u.function else (u.optimized, list(u.lifted)) for u in units
+            ]
+            lifting = any(u.lifted for u in units)
             with _JOINT_LOCK:
                 if len(_JOINT) > 64:
                     _JOINT.clear()
-                _JOINT[key] = (chosen, dict(state))
-        return out
+                _JOINT[key] = (chosen, dict(state), trips if lifting else None)
 
-    def built(functions: list[Function]) -> list[Function]:
+    def built(units: list[Unit]) -> None:
+        functions = [u.function for u in units]
+        for u in units:
+            u.optimized, u.lifted = u.function, []
         deadline = given
         if deadline is None:
             prepare_session(rules)  # before the clock starts (see prepare_session)
             deadline = Deadline(budget.seconds)
         with scratch_session(rules) as session:
             progs = [session.add_function(f, module) for f in functions]
+            for u, prog in zip(units, progs):
+                if u.loop is not None:  # tie the body to its scan (rules/loops.egg)
+                    session.run_text(loop_facts(u.loop), "<loop facts>")
+                    prog.outer_vars = dict(u.loop.outer)
+                    prog.var_types.update(u.loop.outer)
             try:
                 res = optimize_session(
                     session,
@@ -227,19 +385,19 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
                 )
             except ShortOfTime as e:
                 state["short"] = str(e)
-                return list(functions)
+                return
             state["res"] = res
             if rules:
                 state["fired"] = user_rules_fired(session, res.saturation)
-            return [
-                _chosen(old, new, session, res, module, target, state)
-                for old, new in zip(functions, res.functions)
-            ]
+            for u, new, prog in zip(units, res.functions, progs):
+                lifted = list(prog.lifted)
+                u.optimized = _chosen(u, new, lifted, session, res, module, target, state)
+                u.lifted = lifted if u.optimized is new else []
 
     new, units = optimize_with_bodies(fn, module, joint)
     # the loop rules on the extracted program: they see what the e-graph simplified (a
-    # selector folded by rules/loops.egg, a body value that became invariant)
-    new = apply_loop_rules(new, batch=False)
+    # selector folded by rules/loops.egg)
+    new = apply_loop_rules(new)
     res = state.get("res")
     costs = state.get("costs", [])
     before = sum(c[0] for c in costs)
@@ -264,9 +422,11 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
 
 
 # the straight units of a function with loops, as text (and the settings) -> what the one
-# e-graph chose for each (None: kept as written), and its report's state. A process cache: a
-# second compile of the same pieces and bodies (dq.jit at another scan length, whose pieces
-# around the loop are the same) builds no e-graph.
+# e-graph chose for each (None: kept as written, else (function, lifted)), its report's state,
+# and the loops' lengths where a choice computes values before a loop (their types have the
+# length in them), else None. A process cache: a second compile of the same pieces and bodies
+# (dq.jit at another scan length, whose pieces around the loop are the same) builds no
+# e-graph, unless the first choice lifted values out of a loop (then only the same lengths).
 _JOINT: dict[tuple, tuple] = {}
 _JOINT_LOCK = threading.Lock()
 
@@ -278,14 +438,18 @@ def _joint_key(functions, rules, target, budget, extractor, schedule, time_limit
     return (texts, mine, target, repr(budget), extractor, repr(schedule), time_limit, profile)
 
 
-def _chosen(old, new, session, res, module, target, state) -> Function:
+def _chosen(unit, new, lifted, session, res, module, target, state) -> Function:
     """`new` where it verifies and is cheaper than `old` (or as cheap in fewer instructions),
     or where a numerical-stability rewrite fired (stability outranks the cost model,
     egraph/stability.py, as for a function without loops); else `old`. An ill-typed `new` that a user's rule made is the user's error."""
+    old = unit.function
     before = program_cost(old, module, target)
     try:
         verify_function(new, module)
         after = program_cost(new, module, target)
+        for x in lifted:  # computed once before the loop: a step pays 1/n of it
+            verify_function(x.before, module)
+            after += program_cost(x.before, module, target) / unit.loop.trips
     except DlvmError as e:
         blamed = blame_user_rules(e, session, res.saturation)
         if blamed is not e:

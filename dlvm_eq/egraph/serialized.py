@@ -25,6 +25,9 @@ EGG_TO_OP: dict[str, str] = {
 }
 EGG_TO_OP["StridedSlice"] = "slice"  # a slice with a step > 1 (rules/schema.egg)
 LEAVES = ("Var", "Const", "Lit")
+# rules/loops.egg: in a loop body, a value computed once before the loop (Once) or a row of one
+# (StepOf); the unloader makes each a new parameter of the body (egraph/unload.py)
+LOOP_MOTION = ("Once", "StepOf")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"key": p(ch[0])})
     if egg in HELPERS:
         return HELPERS[egg](g, ch)
+    if egg in LOOP_MOTION:  # a loop body's new parameter; its one child is computed before
+        return Decoded(egg, None, (ch[2],), {"label": p(ch[0]), "trips": int(p(ch[1]))})
     if egg == "StridedSlice":  # the IR's slice with a step
         step = int(p(ch[4]))
         return Decoded(

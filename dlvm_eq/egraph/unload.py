@@ -2,6 +2,10 @@
 
 Explicit broadcasts feeding elementwise ops become implicit again, scalar constants become
 `1.0: f32` operands, and chains of one-axis reductions merge back into one multi-axis `reduce`.
+
+A loop body's (Once s n v) and (StepOf s n v) (rules/loops.egg) become new parameters of the
+body, appended after its own; v, over the loop's outer leaves (`prog.outer_vars`), becomes a
+function to run before the loop (a `Lifted` in `prog.lifted`).
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from ..errors import IRError
 from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.ops import ELEMENTWISE_KINDS, OPS
 from ..ir.types import TensorType, broadcast_shapes
-from .loader import REDUCE_IDENTITY, LoadedProgram
-from .serialized import Graph
+from .loader import REDUCE_IDENTITY, Lifted, LoadedProgram
+from .serialized import LOOP_MOTION, Graph
 
 
 def _same(a: float, b: float) -> bool:
@@ -21,10 +25,16 @@ def _same(a: float, b: float) -> bool:
 
 
 class _Unloader:
-    def __init__(self, g: Graph, choice: dict[str, str], prog: LoadedProgram, name: str):
+    def __init__(self, g: Graph, choice: dict[str, str], prog: LoadedProgram, name: str, extra=()):
         self.g, self.choice, self.prog = g, choice, prog
-        self.b = FunctionBuilder(name, [p.type for p in prog.params], [p.name for p in prog.params])
+        extra = list(extra)  # (e-class of a Once/StepOf, its parameter's name and type)
+        self.b = FunctionBuilder(
+            name,
+            [p.type for p in prog.params] + [t for _, _, t in extra],
+            [p.name for p in prog.params] + [n for _, n, _ in extra],
+        )
         self.params = {p.name: v for p, v in zip(prog.params, self.b.params)}
+        self.lifted = {c: v for (c, _, _), v in zip(extra, self.b.params[len(prog.params) :])}
         self.values: dict[str, Value | Const] = {}
         self.uses: dict[str, int] = {}
         self.transposes: dict[str, Value] = {}  # class -> its transpose, for Gemm operands
@@ -43,6 +53,8 @@ class _Unloader:
             if cls in seen:
                 continue
             seen.add(cls)
+            if self.node(cls).egg in LOOP_MOTION:
+                continue  # computed before the loop, by its own function
             for c in self.node(cls).children:
                 cc = self.g.eclass(c)
                 self.uses[cc] = self.uses.get(cc, 0) + 1
@@ -83,7 +95,14 @@ class _Unloader:
         d = self.node(cls)
         b = self.b
         if d.egg == "Var":
-            return self.params[d.attrs["name"]]
+            v = self.params.get(d.attrs["name"])
+            if v is None:  # an outer leaf of a loop outside a Once/StepOf: not a program
+                raise IRError(f"%{d.attrs['name']} is not a parameter of @{self.b.name}")
+            return v
+        if d.egg in LOOP_MOTION:
+            if cls not in self.lifted:
+                raise IRError(f"{d.egg} outside a loop body in @{self.b.name}")
+            return self.lifted[cls]
         if d.egg == "Const":
             t = TensorType((), d.attrs["dtype"])
             return b.emit("literal", [], value=Const.of(d.attrs["value"], t.dtype).value, type=t)
@@ -182,10 +201,53 @@ class _Unloader:
 def unload(
     g: Graph, choice: dict[str, str], prog: LoadedProgram, roots: list[str], name: str | None = None
 ) -> Function:
-    """The IR function computing the root e-classes with the chosen e-nodes."""
-    u = _Unloader(g, choice, prog, name or prog.name)
+    """The IR function computing the root e-classes with the chosen e-nodes (a loop body's
+    Once/StepOf picks as new parameters, each with its function in `prog.lifted`)."""
+    prog.lifted = []
+    extra = []
+    for cls in _lifted_classes(g, choice, roots):
+        if not prog.outer_vars:
+            raise IRError(f"a Once/StepOf term in @{name or prog.name}, which is not a loop body")
+        d = g.decode(choice[cls])
+        before = _outer(g, choice, prog, g.eclass(d.children[0]), len(prog.lifted))
+        t = before.result_type
+        if not isinstance(t, TensorType):  # pragma: no cover - a Term is a tensor
+            raise IRError(f"{d.egg} of a tuple")
+        step = d.egg == "StepOf"
+        pname = f"{d.attrs['label']}.{'t' if step else 'once'}{len(prog.lifted)}"
+        extra.append((cls, pname, t.with_shape(t.shape[1:]) if step else t))
+        prog.lifted.append(Lifted(step, pname, before))
+    u = _Unloader(g, choice, prog, name or prog.name, extra)
     u.count_uses(roots)
     outs = [u.value(r) for r in roots]
     if prog.result_is_tuple:
         return u.b.finish(outs)
     return u.b.finish(outs[0])
+
+
+def _lifted_classes(g: Graph, choice: dict[str, str], roots: list[str]) -> list[str]:
+    """The Once/StepOf e-classes the chosen terms of `roots` read, in a stable order."""
+    out, seen, stack = [], set(), list(reversed(roots))
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        nid = choice.get(cls)
+        if nid is None:
+            continue
+        d = g.decode(nid)
+        if d.egg in LOOP_MOTION:
+            out.append(cls)
+            continue
+        stack.extend(reversed([g.eclass(c) for c in d.children]))
+    return out
+
+
+def _outer(g: Graph, choice: dict[str, str], prog: LoadedProgram, cls: str, k: int) -> Function:
+    """The function of the loop's outer leaves (prog.outer_vars) that computes e-class cls."""
+    names = list(prog.outer_vars)
+    b = FunctionBuilder("p", [prog.outer_vars[n] for n in names], names)
+    outer = LoadedProgram(f"{prog.name}.before{k}", params=list(b.params))
+    outer.literals, outer.var_types = prog.literals, dict(prog.outer_vars)
+    return unload(g, choice, outer, [cls])

@@ -1,10 +1,6 @@
-"""Loop rules, applied to a function's scans before they are compiled (pipeline/loops.py):
+"""Loop rules that inline or drop a body, applied to a function's loops before they are
+compiled (pipeline/loops.py) and after the e-graph (egraph/optimize_loops.py):
 
-- invariant code motion: a body instruction that reads only `with` operands (values the same
-  at every step) is computed once before the scan and passed in as a new `with` operand;
-- batching: a product `x_t @ W` of a step of `xs` with an invariant W (the input projection
-  of an RNN), and elementwise ops on such products and invariants, are computed for all steps
-  at once before the scan (T small GEMMs become one GEMM) and passed in as a new `xs`;
 - dead carries go: a carry whose final value nothing reads and that no other output depends
   on (the step counter of a fori_loop whose body ignores it);
 - `cond`/`switch` on a constant selector is the taken branch, inlined; a scan of one step is
@@ -12,8 +8,9 @@
 
     fn2 = apply_loop_rules(fn)     # a new Function; `fn` is not changed
 
-Rules are plain IR rewrites (the e-graph sees a scan as an opaque op): the same ops on the
-same numbers, regrouped (a batched product may round differently in the last bits).
+These inline a body, which is a function of the module, not a term, so they are IR rewrites.
+Invariant code motion out of a scan body and batching x_t @ W into one product are rules of
+the e-graph (rules/loops.egg), which also folds the selectors these rules then inline.
 """
 
 from __future__ import annotations
@@ -22,13 +19,10 @@ from .control_flow import COND, SCAN, SWITCH, elements
 from .inline import live_instructions
 from .loop_sums import defer_sums, summed_carries
 from .module import Const, Function, FunctionBuilder, Instruction, Operand, Value
-from .ops import CALL, CONTROL, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .types import TensorType, TupleType
 
 # a carry that only adds a per-step product leaves the loop as one product (ir/loop_sums.py)
 DEFER_SUMS = True
-# never moved out of a body: constants stay constants, tuples and calls are structure
-_STAYS = (LITERAL, TUPLE, CALL, CONTROL)
 
 
 def inline(b: FunctionBuilder, fn: Function, args: list, location=None) -> list:
@@ -53,9 +47,8 @@ def inline(b: FunctionBuilder, fn: Function, args: list, location=None) -> list:
     return [b.emit("extract", [ret], index=i) for i in range(len(fn.result_type.elements))]
 
 
-def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
-    """`fn` with the loop rules applied to its scans and branches (nested ones too); `batch`:
-    also batch per-step products with invariants."""
+def apply_loop_rules(fn: Function) -> Function:
+    """`fn` with the loop rules applied to its scans and branches (nested ones too)."""
     if not any(i.op in (SCAN, COND, SWITCH) for i in fn.body):
         return fn
     b = FunctionBuilder(fn.name, fn.param_types, [p.name for p in fn.params])
@@ -91,7 +84,7 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
                 outs[0] if len(outs) == 1 else b.emit("tuple", outs, location=inst.location)
             )
         elif inst.op == SCAN and inst.attrs["length"] == 1:
-            env[id(inst.result)] = _one_step(b, inst, ops, batch)
+            env[id(inst.result)] = _one_step(b, inst, ops)
         elif inst.op == SCAN:
             dead = _dead_carries(inst, used.get(id(inst.result)))
             index = {k: k for k in range(len(elements(inst.result.type)))}
@@ -101,7 +94,7 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
             finish = None
             if summed:  # carries that only sum a product per step (ir/loop_sums.py)
                 inst, ops, finish = defer_sums(inst, ops, summed)
-            r = env[id(inst.result)] = _scan(b, inst, ops, batch)
+            r = env[id(inst.result)] = _scan(b, inst, ops)
             if finish is not None:
                 after = finish(b, r)
                 index = {old: after[k] for old, k in index.items()}
@@ -118,10 +111,10 @@ def apply_loop_rules(fn: Function, batch: bool = True) -> Function:
     return out
 
 
-def _one_step(b: FunctionBuilder, inst: Instruction, ops: list, batch: bool):
+def _one_step(b: FunctionBuilder, inst: Instruction, ops: list):
     """A scan of one step, inlined: the body on xs[0]; each y given its axis of one step."""
     a = inst.attrs
-    body, nc, nx = apply_loop_rules(a["body"], batch), a["carries"], a["xs"]
+    body, nc, nx = apply_loop_rules(a["body"]), a["carries"], a["xs"]
     loc = inst.location
     steps = [
         b.emit("shapeCast", [x], location=loc, shape=x.type.shape[1:]) for x in ops[nc : nc + nx]
@@ -211,133 +204,10 @@ def _without_carries(inst: Instruction, ops: list, dead: set[int]):
     )
 
 
-def _scan(b: FunctionBuilder, inst: Instruction, ops: list, batch: bool) -> Value:
-    a = inst.attrs
-    body, n, nc, nx = apply_loop_rules(a["body"], batch), a["length"], a["carries"], a["xs"]
-    params = body.params
-    withs = {id(p) for p in params[nc + nx :]}
-    steps = {id(p) for p in params[nc : nc + nx]}
-    hoisted: dict[int, Value] = {}  # body value -> its value outside (computed once)
-    batched: dict[int, Value] = {}  # body value -> all steps' values stacked, outside
-    outer = {id(p): o for p, o in zip(params, ops)}
-    loc = inst.location
-    for i in body.body:
-        vals = [o for o in i.operands if isinstance(o, Value)]
-        if OPS[i.op].kind in _STAYS:
-            continue
-        if vals and all(id(v) in withs or id(v) in hoisted for v in vals):
-            hoisted[id(i.result)] = b.emit(
-                i.op, [_outside(o, outer, hoisted) for o in i.operands], location=loc, **i.attrs
-            )
-        elif batch and n > 0:
-            stacked = _batch(b, i, n, steps, withs, outer, hoisted, batched, loc)
-            if stacked is not None:
-                batched[id(i.result)] = stacked
-    if not hoisted and not batched:
-        return b.emit(SCAN, ops, location=loc, **dict(a, body=body))
-    # the body reads the moved values as new parameters: batched ones as xs, hoisted as withs
-    moved = set(hoisted) | set(batched)
-    new_x = [i for i in body.body if id(i.result) in batched and _used(body, i.result, moved)]
-    new_w = [i for i in body.body if id(i.result) in hoisted and _used(body, i.result, moved)]
-    types = (
-        body.param_types[: nc + nx]
-        + [i.result.type for i in new_x]
-        + body.param_types[nc + nx :]
-        + [i.result.type for i in new_w]
-    )
-    names = [p.name for p in params]
-    fb = FunctionBuilder(
-        body.name,
-        types,
-        names[: nc + nx]
-        + [f"{i.result.name}.t" for i in new_x]
-        + names[nc + nx :]
-        + [f"{i.result.name}.once" for i in new_w],
-    )
-    fp = fb.params
-    env: dict[int, Operand] = {id(p): q for p, q in zip(params[: nc + nx], fp)}
-    env.update({id(i.result): q for i, q in zip(new_x, fp[nc + nx :])})
-    k = nc + nx + len(new_x)
-    env.update({id(p): q for p, q in zip(params[nc + nx :], fp[k:])})
-    env.update({id(i.result): q for i, q in zip(new_w, fp[k + len(params) - nc - nx :])})
-    for i in body.body:
-        if id(i.result) in env or id(i.result) in moved:
-            continue  # a parameter now, or dead in the body (only moved values read it)
-        ops_ = [o if isinstance(o, Const) else env[id(o)] for o in i.operands]
-        env[id(i.result)] = fb.emit(i.op, ops_, location=i.location, **i.attrs)
-    ret = body.ret if isinstance(body.ret, Const) else env[id(body.ret)]
-    new_body = fb.finish(ret)
-    new_body.body = live_instructions(new_body.body, [new_body.ret])
-    operands = (
-        ops[: nc + nx]
-        + [batched[id(i.result)] for i in new_x]
-        + ops[nc + nx :]
-        + [hoisted[id(i.result)] for i in new_w]
-    )
-    return b.emit(SCAN, operands, location=loc, **dict(a, body=new_body, xs=nx + len(new_x)))
-
-
-def _outside(o, outer, hoisted):
-    if isinstance(o, Const):
-        return o
-    return hoisted.get(id(o)) or outer[id(o)]
-
-
-def _used(body: Function, v: Value, moved: set) -> bool:
-    """Whether the body, once the moved instructions are gone, still reads `v`."""
-    if body.ret is v:
-        return True
-    return any(v is o for i in body.body if id(i.result) not in moved for o in i.operands)
-
-
-def _batch(b, i, n, steps, withs, outer, hoisted, batched, loc) -> Value | None:
-    """All steps' values of body instruction `i`, stacked on a new axis 0, computed outside;
-    None when `i` reads the carries or cannot be batched."""
-    rank = i.result.type.rank if isinstance(i.result.type, TensorType) else -1
-    if i.op == "dot":
-        x, w = i.operands
-        if not (isinstance(x, Value) and isinstance(w, Value)):
-            return None
-        xs = _stacked(x, steps, outer, batched)
-        if xs is None or w.tensor_type.rank != 2 or x.tensor_type.rank not in (1, 2):
-            return None
-        if not (id(w) in withs or id(w) in hoisted):
-            return None
-        wv = _outside(w, outer, hoisted)
-        if x.tensor_type.rank == 1:  # (T, D) @ (D, H)
-            return b.emit("dot", [xs, wv], location=loc)
-        rows, d = x.tensor_type.shape
-        flat = b.emit("shapeCast", [xs], location=loc, shape=(n * rows, d))
-        out = b.emit("dot", [flat, wv], location=loc)
-        return b.emit("shapeCast", [out], location=loc, shape=(n, rows, w.tensor_type.shape[1]))
-    if OPS[i.op].kind not in ELEMENTWISE_KINDS or rank < 0:
-        return None
-    operands, any_step = [], False
-    for o in i.operands:
-        if isinstance(o, Const):
-            operands.append(o)
-            continue
-        s = _stacked(o, steps, outer, batched)
-        if s is not None:
-            if o.type.rank != rank:  # a lower-rank step value would broadcast differently
-                return None
-            operands.append(s)
-            any_step = True
-        elif (id(o) in withs or id(o) in hoisted) and o.type.rank <= rank:
-            operands.append(_outside(o, outer, hoisted))
-        else:
-            return None
-    if not any_step:
-        return None
-    return b.emit(i.op, operands, location=loc, **i.attrs)
-
-
-def _stacked(v: Value, steps, outer, batched):
-    if id(v) in batched:
-        return batched[id(v)]
-    if id(v) in steps:
-        return outer[id(v)]
-    return None
+def _scan(b: FunctionBuilder, inst: Instruction, ops: list) -> Value:
+    """The scan around its body with the rules applied."""
+    body = apply_loop_rules(inst.attrs["body"])
+    return b.emit(SCAN, ops, location=inst.location, **dict(inst.attrs, body=body))
 
 
 __all__ = ["apply_loop_rules", "inline"]

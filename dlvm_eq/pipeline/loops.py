@@ -50,13 +50,13 @@ from .timing import phase
 if TYPE_CHECKING:
     from .native import Compiled
 
+# dead carries dropped, constant-selector branches and one-step scans inlined (ir/loop_rules.py);
+# invariant motion and x_t @ W batching are e-graph rules (rules/loops.egg), priced by the trip
+# count. (Batching once measured slower, LSTM hidden 256, T 64: 96 against 58 ms, because the
+# one large product before the loop ran on OpenBLAS's two threads, which then busy-waited
+# through the single-threaded loop; with the whole call on one OpenBLAS thread, ONE_BLAS_THREAD,
+# it measured even: 32.9 against 32.3 ms CPU a call, load 7-8, 2 cores.)
 LOOP_RULES = True
-# Batching x_t @ W over all steps (ir/loop_rules.py) is off. It measured slower (LSTM hidden
-# 256, T 64: 96 against 58 ms) because the one large product before the loop ran on
-# OpenBLAS's two threads, which then busy-waited through the single-threaded loop; with the
-# whole call on one OpenBLAS thread (ONE_BLAS_THREAD) it is even: 32.9 against 32.3 ms CPU
-# a call for that LSTM, 3.10 against 3.27 ms for the GRU at hidden 64 (load 7-8, 2 cores).
-BATCH_STEP_PRODUCTS = False
 # A function with loops runs every piece's products on one OpenBLAS thread, not only those in
 # the native loops: OpenBLAS's workers, woken by one large product between two loops (the
 # deferred weight gradients, ir/loop_sums.py; a batched input projection), busy-wait through
@@ -200,9 +200,9 @@ class _Program:
         self.fn, self.target = fn, ctx.target
         self.report = LoopsReport(fn.name, ctx.target)
         self._xp = _array_module(ctx.target)
-        # loop rules first: invariants hoisted, input projections batched (ir/loop_rules.py)
+        # loop rules first: dead carries dropped, constant branches inlined (ir/loop_rules.py)
         if LOOP_RULES:
-            fn = apply_loop_rules(fn, batch=BATCH_STEP_PRODUCTS)
+            fn = apply_loop_rules(fn)
         params, nodes, results = normalize(fn, module)
         self._params, self._results = params, results
         self._tuple = isinstance(fn.result_type, TupleType)

@@ -375,6 +375,37 @@ HELPERS: dict[str, Helper] = {
 }
 
 
+# ---------------------------------------------------------------- Once, StepOf (rules/loops.egg)
+# In a loop body, (Once s n v) is v, computed before the loop, and (StepOf s n v) is row t of v
+# at step t, v having n rows. The rules must hold at every step; nothing in them depends on t,
+# so the check takes one row, the last.
+def _step_type(ts, ps):
+    (x,) = ts
+    _need(x.rank >= 1 and x.shape[0] == int(ps[1]), "StepOf: v has a row per step (n rows)")
+    return x.with_shape(x.shape[1:])
+
+
+def _step(be, terms, ps, rt):
+    (x,) = terms
+    t = int(ps[1]) - 1
+    row = be.op("slice", [x], {"axis": 0, "lo": t, "hi": t + 1}, rt.with_shape((1, *rt.shape)))
+    return be.op("shapeCast", [row], {"shape": rt.shape}, rt)
+
+
+HELPERS["Once"] = Helper(
+    ("String", "i64", "Term"),
+    "v, computed once before a loop",
+    lambda ts, ps: ts[0],
+    lambda be, terms, ps, rt: terms[0],
+)
+HELPERS["StepOf"] = Helper(
+    ("String", "i64", "Term"),
+    "row t of v (n rows) at step t of a loop of n steps (checked at the last row)",
+    _step_type,
+    _step,
+)
+
+
 # primitive-valued functions: name -> (declared argument sorts, result sort, implementation)
 # (none at present: the slice op replaced prefix-size; pattern.py and rules.py read this table)
 FUNCTIONS: dict[str, tuple[tuple[str, ...], str, Callable]] = {}
