@@ -222,23 +222,27 @@ def _arrays():
 def test_pointwise_conv_is_extracted_as_a_product_and_reported():
     """The depthwise-separable block: the pointwise convolution is extracted as a batched
     product (the default cost model prices it below im2col + the layout copy), the depthwise
-    one stays a convolution, and the report says so with the predicted seconds."""
+    one as nine shifted multiply-adds (below C one-row products and a column matrix of C*9
+    rows), and the report says so with the predicted seconds."""
     args = _arrays()
     result = dq.optimize(dq.jit(_pointwise_step).lower(*args))
     (fn,) = result.module.functions.values()
     ops = [i.op for i in fn.body]
-    assert ops.count("batchMatmul") == 1 and ops.count("conv2d") == 1
-    (conv,) = [i for i in fn.body if i.op == "conv2d"]
-    assert conv.attrs["groups"] == 16
+    assert ops.count("batchMatmul") == 1 and ops.count("conv2d") == 0
+    assert ops.count("sliceScatter") == 1  # the depthwise input's zero rows
     (line,) = [ln for f in result.report for ln in f.layout if "convolutions" in ln]
-    assert line.startswith("layout: convolutions 2 -> 1 (1 pointwise as batched products)")
+    assert line.startswith(
+        "layout: convolutions 2 -> 0 (1 pointwise as batched products, 1 depthwise as shifted"
+    )
     assert "conv1x1-product x1" in str(result.report)
+    assert "depthwise3x3-taps x1" in str(result.report)
 
 
 def test_pointwise_adjoints_are_extracted_as_products():
     """The gradient of the same block, differentiated in the e-graph with the algebra on (as
-    benchmarks/egraph_value.py builds it): the pointwise convolution's forward and input
-    adjoint become batched products; the program still agrees with the interpreter."""
+    benchmarks/egraph_value.py builds it): no convolution is left (the pointwise ones are
+    batched products, the depthwise ones multiply-adds), and the program still agrees with
+    the interpreter."""
     from dlvm_eq.ad import adjoint_function
     from dlvm_eq.ir.module import Module
 
@@ -251,7 +255,7 @@ def test_pointwise_adjoints_are_extracted_as_products():
     (fn,) = result.module.functions.values()
     ops = [i.op for i in fn.body]
     assert ops.count("batchMatmul") >= 2
-    assert ops.count("conv2d") + ops.count("conv2dBackwardInput") <= 1  # the depthwise forward
+    assert not {"conv2d", "conv2dBackwardInput"} & set(ops)
     want = dq.interpret(module, grad.name, *args)
     got = dq.compile(result.module, grad.name, target="cpu", optimize=False)(*args)
     for g, r in zip(got, want):

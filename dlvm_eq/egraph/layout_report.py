@@ -4,16 +4,17 @@ a transpose: a copy kernel where it moves the innermost axis, a view where it ke
 read only by products is a BLAS flag or a strided read and costs nothing), and which layout
 rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` rulesets: transposes
 moved through maps and reductions, cancelled, folded into products). Where the program has
-convolutions: how many stayed convolutions (im2col + GEMM in NCHW) and how many pointwise ones
-became batched products over the (N, C, H*W) view, with the predicted seconds of the
-convolutions and batched products before and after.
+convolutions: how many stayed convolutions (im2col + GEMM in NCHW), how many pointwise ones
+became batched products over the (N, C, H*W) view and how many depthwise ones shifted
+multiply-adds (rules/layout.egg), with the predicted seconds of the convolutions and batched
+products before and after (the multiply-adds' maps are in the plan's own prediction).
 
     layout_lines(before, after, saturation, "cpu")
     # ["layout: transposes 6 -> 2 (4 moved away, cancelled or folded into products),
     #   predicted copies 0.41 ms -> 0.12 ms;
     #   rules T-exp x2, transpose-transpose x2, gemm-nt x1",
-    #  "layout: convolutions 6 -> 2 (4 pointwise as batched products), predicted convolutions
-    #   and batched products 3.2 ms -> 2.1 ms"]
+    #  "layout: convolutions 6 -> 2 (2 pointwise as batched products, 2 depthwise as shifted
+    #   multiply-adds), predicted convolutions and batched products 3.2 ms -> 2.1 ms"]
 """
 
 from __future__ import annotations
@@ -76,31 +77,44 @@ _EGG = {"conv2d": "Conv2d", "conv2dBackwardInput": "Conv2dBackwardInput"}
 _EGG.update(conv2dBackwardWeight="Conv2dBackwardWeight", batchMatmul="BatchMatmul")
 
 
-def product_seconds(fn: Function, target="cpu") -> tuple[int, int, float]:
-    """(convolutions, batched products, predicted seconds of both) of an IR function."""
+def _kind(ins) -> str:
+    """ "pointwise" (1x1 weights, one group), "depthwise" (a group per channel) or "other"."""
+    w = (ins.result if ins.op == "conv2dBackwardWeight" else ins.operands[1]).type.shape
+    groups = ins.attrs.get("groups", 1)
+    if groups == 1 and tuple(w[2:]) == (1, 1):
+        return "pointwise"
+    return "depthwise" if groups > 1 and w[1] == 1 else "other"
+
+
+def conv_costs(fn: Function, target="cpu") -> tuple[dict[str, int], float]:
+    """(convolutions by kind, predicted seconds of the convolutions and batched products) of
+    an IR function."""
     model = TargetCost(target, {})
-    convs = products = 0
+    kinds = {"pointwise": 0, "depthwise": 0, "other": 0}
     seconds = 0.0
     for ins in fn.body:
         if ins.op not in _EGG:
             continue
-        convs += ins.op in CONVS
-        products += ins.op == "batchMatmul"
+        if ins.op in CONVS:
+            kinds[_kind(ins)] += 1
         kids = [o.type for o in ins.operands]
         seconds += model.term_cost(_EGG[ins.op], ins.result.type, kids.__getitem__)
-    return convs, products, seconds
+    return kinds, seconds
 
 
 def conv_line(before: Function, after: Function, target="cpu") -> list[str]:
-    """The convolutions' layout decision: none where the program has no convolution or the
-    rules changed none."""
-    c0, p0, s0 = product_seconds(before, target)
-    c1, p1, s1 = product_seconds(after, target)
-    if not c0 or c0 == c1:
+    """The convolutions' layout decisions: none where the program has no convolution or the
+    rules replaced none."""
+    k0, s0 = conv_costs(before, target)
+    k1, s1 = conv_costs(after, target)
+    n0, n1 = sum(k0.values()), sum(k1.values())
+    if not n0 or n0 == n1:
         return []
+    pw, dw = k0["pointwise"] - k1["pointwise"], k0["depthwise"] - k1["depthwise"]
     return [
-        f"layout: convolutions {c0} -> {c1} ({c0 - c1} pointwise as batched products), "
-        f"predicted convolutions and batched products {seconds_text(s0)} -> {seconds_text(s1)}"
+        f"layout: convolutions {n0} -> {n1} ({pw} pointwise as batched products, {dw} depthwise "
+        f"as shifted multiply-adds), predicted convolutions and batched products "
+        f"{seconds_text(s0)} -> {seconds_text(s1)}"
     ]
 
 
