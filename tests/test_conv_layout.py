@@ -1,8 +1,9 @@
-"""rules/layout.egg's pointwise convolutions: a 1x1 convolution (stride 1, no padding, one group)
-and its two adjoints get a batched-product form over the (N, C, H*W) view of the NCHW
-activation. Each rule fires where it should and not where it must not (the e-graph alone), and
-random programs of convolutions, maps and reductions agree after optimization with PyTorch in
-float64 (the value) and the reference interpreter (the gradient)."""
+"""rules/layout.egg's convolution forms: a 1x1 convolution (stride 1, no padding, one group) and
+its two adjoints get a batched-product form over the (N, C, H*W) view of the NCHW activation; a
+depthwise 3x3 one (stride 1, padding 1) and its adjoints nine shifted multiply-adds. Each rule
+fires where it should and not where it must not (the e-graph alone), and random programs of
+convolutions, maps and reductions agree after optimization with PyTorch in float64 (the value)
+and the reference interpreter (the gradient)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ SHAPES = {
     "Q": (4, 3, 3, 3),  # 3x3 weights
     "G": (3, 1, 1, 1),  # per-channel (grouped) 1x1 weights
     "DY": (2, 4, 5, 5),  # a gradient of the pointwise conv's result
+    "D": (3, 1, 3, 3),  # depthwise 3x3 weights of X
+    "E": (4, 1, 3, 3),  # depthwise 3x3 weights of DY
+    "H": (4, 2, 3, 3),  # 3x3 weights of DY in groups of 2 channels
 }
 
 
@@ -38,11 +42,15 @@ def _decls() -> str:
 
 
 def _equal_after(term: str, expected: str) -> bool:
+    """Whether `term` and `expected` share an e-class after the `transpose` ruleset (an
+    `expected` with ?variables: whether term's class holds such a node)."""
     with scratch_session() as s:
-        s.run_text(_decls() + f"(let $t {term})\n(let $e {expected})")
+        s.run_text(_decls() + f"(let $t {term})")
+        if "?" not in expected:
+            s.run_text(f"(let $e {expected})")
         saturate(s, Schedule(("transpose",)), Budget(iterations=4))
         try:
-            s.run_text("(check (= $t $e))")
+            s.run_text(f"(check (= $t {expected if '?' in expected else '$e'}))")
             return True
         except RuleFileError:
             return False
@@ -80,6 +88,19 @@ FIRES = [
         f"(Conv2dBackwardWeight $X $DY {_attrs(size=(1, 1))})",
         WEIGHT_ADJOINT,
     ),
+    # the depthwise forms: a sum of taps (no convolution's class holds an Add otherwise),
+    # the weight adjoint's taps concatenated along the kernel rows
+    ("depthwise3x3-taps", f"(Conv2d $X $D {_attrs(pad=1, groups=3)})", "(Add ?a ?b)"),
+    (
+        "depthwise3x3-input-adjoint-taps",
+        f"(Conv2dBackwardInput $DY $E {_attrs(pad=1, groups=4, size=(5, 5))})",
+        "(Add ?a ?b)",
+    ),
+    (
+        "depthwise3x3-weight-adjoint-taps",
+        f"(Conv2dBackwardWeight $X $X {_attrs(pad=1, groups=3, size=(3, 3))})",
+        "(Concatenate ?a ?b 2)",
+    ),
 ]
 
 
@@ -106,6 +127,19 @@ HOLDS = [
         "adjoint-3x3",
         f"(Conv2dBackwardWeight $X $DY {_attrs(pad=1, size=(3, 3))})",
         WEIGHT_ADJOINT,
+    ),
+    # depthwise: stride 2, no padding, and groups of two channels keep their convolution
+    ("dw-stride", f"(Conv2d $X $D {_attrs(stride=2, pad=1, groups=3)})", "(Add ?a ?b)"),
+    ("dw-no-padding", f"(Conv2d $X $D {_attrs(groups=3)})", "(Add ?a ?b)"),
+    (
+        "dw-two-channels-a-group",
+        f"(Conv2dBackwardInput $DY $H {_attrs(pad=1, groups=2, size=(5, 5))})",
+        "(Add ?a ?b)",
+    ),
+    (
+        "dw-weight-stride",
+        f"(Conv2dBackwardWeight $X $X {_attrs(stride=2, pad=1, groups=3, size=(3, 3))})",
+        "(Concatenate ?a ?b 2)",
     ),
 ]
 

@@ -61,6 +61,10 @@ BLOCKS_PER_THREAD = 4
 BLOCK_MACS = 1 << 24
 BLOCK_BYTES = 1 << 24
 MAX_SCRATCH = 8  # scratch matrices kept per thread (one per shape)
+SHIPPED = {"chunk_bytes": CHUNK_BYTES, "per_image_macs": PER_IMAGE_MACS}
+# the blocking in use: the shipped constants, or what this host's calibrated profile measured
+# fastest among calibration/measure.CONV_BLOCKS (`use_blocks`, called as a cpu compile starts)
+BLOCKS = dict(SHIPPED)
 _local = threading.local()  # .scratch: {(shape, dtype): matrix}, this thread's own
 
 
@@ -79,14 +83,26 @@ def _scratch(size: int, dtype, slot: str) -> np.ndarray:
     return a
 
 
+def use_blocks(blocks: dict | None) -> bool:
+    """Block the convolutions as a calibrated profile says ({"chunk_bytes", "per_image_macs"};
+    None or {}: the shipped constants). True when that changed them. The results do not
+    depend on the blocks (tests/test_conv_blocks.py), only the time does."""
+    new = {**SHIPPED, **(blocks or {})}
+    if new == BLOCKS:
+        return False
+    BLOCKS.update(new)
+    return True
+
+
 def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -> int:
-    """Images per chunk: as many as fit CHUNK_BYTES of column matrix (at least one)."""
+    """Images per chunk: as many as fit the chunk's bytes of column matrix (at least one)."""
     per_image = g.rows * g.cols * g.itemsize
-    return max(1, min(images, (chunk_bytes or CHUNK_BYTES) // per_image))
+    return max(1, min(images, (chunk_bytes or BLOCKS["chunk_bytes"]) // per_image))
 
 
 def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
-    return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
+    macs = (out_channels // groups) * (g.rows // groups) * g.cols
+    return macs <= BLOCKS["per_image_macs"]
 
 
 def _blocks(fn, n: int, size: int, per_block: int) -> None:
