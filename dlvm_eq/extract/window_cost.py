@@ -3,8 +3,8 @@
 A convolution (or either of its adjoints) is an im2col copy of its window matrix (every group's
 rows: C·KH·KW by N·OH·OW) plus one product per group (runtime/conv_cpu.py runs them so, and
 calibration/plan_cost.window_work prices them so): a depthwise convolution is C products of one
-row each, a call apiece, not one GEMM of its flops; a pool is a kernel that reads every window
-tap.
+row each, a call apiece, not one GEMM of its flops), and the transposing copy between NCHW and
+the products' layout; a pool is a kernel that reads every window tap.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ def window_seconds(cost, op: str, t, child) -> float:
         }.get(op, (o, positions, rows))
         cols = groups * rows * positions
         products = groups * cost.dot_seconds(m, k, n)
-        return products + cost.kernel_seconds(0, t.with_shape((cols,)), copies=2)
+        # plus the layout copy between NCHW and the products' (O, N*OH*OW): of the result
+        # (forward) or of dY (adjoints); conv_cpu skips it where it runs one product per image
+        layout = cost.kernel_seconds(0, y, copies=2) - cost.machine.launch
+        return products + cost.kernel_seconds(0, t.with_shape((cols,)), copies=2) + layout
     (x,) = kids
     return cost.kernel_seconds(max(x.size, t.size) * 4, t, copies=2)
