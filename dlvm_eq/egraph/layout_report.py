@@ -5,8 +5,8 @@ read only by products is a BLAS flag or a strided read and costs nothing), and w
 rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` rulesets: transposes
 moved through maps and reductions, cancelled, folded into products). Where the program has
 convolutions: how many stayed convolutions (im2col + GEMM in NCHW), how many pointwise ones
-became batched products over the (N, C, H*W) view, how many depthwise ones shifted
-multiply-adds and how many 1-D ones shifted batched products (rules/layout.egg), with the predicted seconds of the convolutions and batched
+became batched products over the (N, C, H*W) view and how many depthwise ones shifted
+multiply-adds (rules/layout.egg), with the predicted seconds of the convolutions and batched
 products before and after (the multiply-adds' maps are in the plan's own prediction).
 
     layout_lines(before, after, saturation, "cpu")
@@ -75,32 +75,22 @@ def transpose_copies(fn: Function, target="cpu") -> tuple[int, float]:
 CONVS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 _EGG = {"conv2d": "Conv2d", "conv2dBackwardInput": "Conv2dBackwardInput"}
 _EGG.update(conv2dBackwardWeight="Conv2dBackwardWeight", batchMatmul="BatchMatmul")
-# the convolutions rules/layout.egg gives another form, and that form
-FORMS = {
-    "pointwise": "batched products",
-    "depthwise": "shifted multiply-adds",
-    "1-D": "shifted batched products",
-}
 
 
 def _kind(ins) -> str:
-    """ "pointwise" (1x1 weights, one group), "depthwise" (a group per channel), "1-D" (an
-    input of height 1, a 1x3 window) or "other"."""
+    """ "pointwise" (1x1 weights, one group), "depthwise" (a group per channel) or "other"."""
     w = (ins.result if ins.op == "conv2dBackwardWeight" else ins.operands[1]).type.shape
-    x = (ins.result if ins.op == "conv2dBackwardInput" else ins.operands[0]).type.shape
     groups = ins.attrs.get("groups", 1)
     if groups == 1 and tuple(w[2:]) == (1, 1):
         return "pointwise"
-    if groups > 1 and w[1] == 1:
-        return "depthwise"
-    return "1-D" if x[2] == 1 and tuple(w[2:]) == (1, 3) else "other"
+    return "depthwise" if groups > 1 and w[1] == 1 else "other"
 
 
 def conv_costs(fn: Function, target="cpu") -> tuple[dict[str, int], float]:
     """(convolutions by kind, predicted seconds of the convolutions and batched products) of
     an IR function."""
     model = TargetCost(target, {})
-    kinds = dict.fromkeys(FORMS, 0) | {"other": 0}
+    kinds = {"pointwise": 0, "depthwise": 0, "other": 0}
     seconds = 0.0
     for ins in fn.body:
         if ins.op not in _EGG:
@@ -120,14 +110,11 @@ def conv_line(before: Function, after: Function, target="cpu") -> list[str]:
     n0, n1 = sum(k0.values()), sum(k1.values())
     if not n0 or n0 == n1:
         return []
-    replaced = ", ".join(
-        f"{k0[kind] - k1[kind]} {kind} as {form}"
-        for kind, form in FORMS.items()
-        if k0[kind] > k1[kind]
-    )
+    pw, dw = k0["pointwise"] - k1["pointwise"], k0["depthwise"] - k1["depthwise"]
     return [
-        f"layout: convolutions {n0} -> {n1} ({replaced}), predicted convolutions and batched "
-        f"products {seconds_text(s0)} -> {seconds_text(s1)}"
+        f"layout: convolutions {n0} -> {n1} ({pw} pointwise as batched products, {dw} depthwise "
+        f"as shifted multiply-adds), predicted convolutions and batched products "
+        f"{seconds_text(s0)} -> {seconds_text(s1)}"
     ]
 
 
