@@ -75,6 +75,7 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
             "steps": {**got["steps"], **windows},
             "cache": program_state.cache_timings(),
             "gemm_blocks": measure.gemm_blocks(),  # issue 36: our GEMM's fastest blocking
+            "conv_blocks": measure.conv_blocks(),  # and the convolutions'
             "seconds": round(time.perf_counter() - t0, 2),
         }
     )

@@ -123,6 +123,10 @@ class Profile:
     # issue 36: our GEMM's cache blocking measured fastest here ({"kc": depth of a K slice,
     # "mc": rows of A per packed block}); {} (not measured): the shipped blocks of gemm_tiles.py
     gemm_blocks: dict[str, int] = field(default_factory=dict)
+    # issue 36: the convolutions' blocking measured fastest here ({"chunk_bytes": column
+    # matrix bytes per chunk of images, "per_image_macs": the largest group product run one per
+    # image}); {} (not measured): the shipped constants of codegen/runtime/conv_cpu.py
+    conv_blocks: dict[str, int] = field(default_factory=dict)
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -181,6 +185,7 @@ class Profile:
                 step_call=_non_negative(data.get("step_call", 0.0)),
                 cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
                 gemm_blocks=_blocks(data.get("gemm_blocks", {})),
+                conv_blocks=_conv_blocks(data.get("conv_blocks", {})),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -206,6 +211,17 @@ def _blocks(d) -> dict[str, int]:
     out = {k: int(d[k]) for k in ("kc", "mc")}
     if set(d) != {"kc", "mc"} or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
         raise ValueError(f"{d!r} is not GEMM blocks (kc and mc, whole numbers in 8..4096)")
+    return out
+
+
+def _conv_blocks(d) -> dict[str, int]:
+    """{"chunk_bytes": n, "per_image_macs": n}, both whole numbers in [2**10, 2**34], or {}."""
+    if not d:
+        return {}
+    keys = ("chunk_bytes", "per_image_macs")
+    out = {k: int(d[k]) for k in keys}
+    if set(d) != set(keys) or any(not 1 << 10 <= v <= 1 << 34 or v != d[k] for k, v in out.items()):
+        raise ValueError(f"{d!r} is not convolution blocks (chunk_bytes, per_image_macs)")
     return out
 
 

@@ -1,7 +1,10 @@
 """Cost of convolution and pooling e-nodes (ir/window_ops.py): what codegen runs for them.
 
-A convolution (or either of its adjoints) is an im2col copy of its window matrix plus one GEMM
-of 2·(output elements)·(taps per output) flops; a pool is a kernel that reads every window tap.
+A convolution (or either of its adjoints) is an im2col copy of its window matrix (every group's
+rows: C·KH·KW by N·OH·OW) plus one product per group (runtime/conv_cpu.py runs them so, and
+calibration/plan_cost.window_work prices them so): a depthwise convolution is C products of one
+row each, a call apiece, not one GEMM of its flops), and the transposing copy between NCHW and
+the products' layout; a pool is a kernel that reads every window tap.
 """
 
 from __future__ import annotations
@@ -18,13 +21,20 @@ def window_seconds(cost, op: str, t, child) -> float:
         return INF
     if op.startswith("Conv2d"):
         a, b = kids
-        if op == "Conv2d":  # x (N C H W), w (O Cg KH KW): O x (Cg KH KW) x (N OH OW)
-            m, k, n = b.shape[0], math.prod(b.shape[1:]), t.size // b.shape[0]
-        elif op == "Conv2dBackwardInput":  # dy, w: (Cg KH KW) x Og x (N OH OW), then col2im
-            m, k, n = math.prod(b.shape[1:]), b.shape[0], a.size // a.shape[1]
-        else:  # x, dy -> w: O x (N OH OW) x (Cg KH KW)
-            m, k, n = b.shape[1], b.size // b.shape[1], t.size // t.shape[0]
-        cols = k * n if op == "Conv2d" else m * n
-        return cost.dot_seconds(m, k, n) + cost.kernel_seconds(0, t.with_shape((cols,)), copies=2)
+        w = t if op == "Conv2dBackwardWeight" else b  # (O, C/g, KH, KW)
+        x = t if op == "Conv2dBackwardInput" else a  # (N, C, H, W)
+        y = {"Conv2d": t, "Conv2dBackwardInput": a}.get(op, b)  # (N, O, OH, OW)
+        groups = max(1, x.shape[1] // w.shape[1])
+        o, rows, positions = w.shape[0] // groups, math.prod(w.shape[1:]), y.size // y.shape[1]
+        m, k, n = {  # one group's product
+            "Conv2d": (o, rows, positions),
+            "Conv2dBackwardInput": (rows, o, positions),  # then col2im
+        }.get(op, (o, positions, rows))
+        cols = groups * rows * positions
+        products = groups * cost.dot_seconds(m, k, n)
+        # plus the layout copy between NCHW and the products' (O, N*OH*OW): of the result
+        # (forward) or of dY (adjoints); conv_cpu skips it where it runs one product per image
+        layout = cost.kernel_seconds(0, y, copies=2) - cost.machine.launch
+        return products + cost.kernel_seconds(0, t.with_shape((cols,)), copies=2) + layout
     (x,) = kids
     return cost.kernel_seconds(max(x.size, t.size) * 4, t, copies=2)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from ..cache import watching_time_cuts
 from ..codegen import Plan, program
 from ..codegen.runtime.batch_gemm import use_blocks as use_gemm_blocks
+from ..codegen.runtime.conv_blocks import use_blocks as use_conv_blocks
 from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
@@ -376,6 +377,7 @@ def compile(
     if target == "cpu":  # issue 36: our GEMM blocked as this host's profile measured fastest
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
+        use_conv_blocks(profile.conv_blocks if profile is not None else None)
     # the loop pipeline loads only where some function of the module has control flow
     if any(has_control_flow(f) for f in module.functions.values()):
         from .loops import compile_loops, needs_loops

@@ -347,14 +347,16 @@ class RuleChecker:
             res.status, res.detail = NOTHING, "no union, set or sign claim among its actions"
             return res
         s = self.settings
-        for space in (s.space, s.space.widened(3), s.space.widened(4)):
+        spaces = (s.space, s.space.widened(3), s.space.widened(4), s.space.for_windows())
+        for space in spaces:
             asgs, truncated = assignments(ob, self.ev, space)
             if asgs:
                 break
         else:
             res.detail = (
                 f"no assignment of its variables (ranks 0-{s.space.max_rank} with "
-                f"dims {', '.join(map(str, s.space.dims))}, ranks 3-4 with dims 1, 2) "
+                f"dims {', '.join(map(str, s.space.dims))}, ranks 3-4 with dims 1, 2, "
+                "rank 4 with dims 1, 3 and 3x3 windows) "
                 "type-checks and satisfies its guards"
             )
             return res

@@ -35,6 +35,7 @@ class Space:
     extra_shapes: tuple[tuple[int, ...], ...] = ((2, 2, 2),)  # rank 3: permutations beyond swaps
     limit: int = 400  # assignments kept (evenly sampled when there are more)
     max_nodes: int = 200_000  # search steps
+    windows: str = "small"  # window attributes searched (verify/window_search.py)
 
     def shapes(self):
         out = [()]
@@ -45,6 +46,11 @@ class Space:
     def widened(self, rank: int) -> Space:
         """A later try for rules whose guards ask for higher ranks (smaller dims keep it small)."""
         return replace(self, max_rank=rank, dims=(1, 2), extra_shapes=())
+
+    def for_windows(self) -> Space:
+        """The last try: rank-4 shapes of dims 1 and 3 with same-padded 3x3 windows, for rules
+        whose guards ask for a 3x3 kernel (no kernel of the other tries is that big)."""
+        return replace(self, max_rank=4, dims=(1, 3), extra_shapes=(), windows="3x3")
 
 
 _DTYPE_TEXT = re.compile(r'"(f32|f64|i32|bool)"')
@@ -199,7 +205,7 @@ class _Search:
         if head == "Adjoint":
             return [0, 1, 2]
         if head in WINDOW_HEADS:  # convolution and pooling: packed attribute vectors
-            return window_attr_domain(head)
+            return window_attr_domain(head, self.space.windows)
         t = self._operand(parent, asg)
         if t is None:
             return None

@@ -24,6 +24,15 @@ _CONV = {
     "groups": [1, 2],
     "size": _SIZES,
 }
+# the last try for rules no small window satisfies (rules/layout.egg's depthwise 3x3 forms):
+# "same" 3x3 windows, searched over rank-4 shapes of dims 1 and 3 (`Space.for_windows`)
+_CONV_3X3 = {
+    "stride": [(1, 1)],
+    "padding": [(1, 1, 1, 1)],
+    "dilation": [(1, 1)],
+    "groups": [1, 3],
+    "size": [(3, 3)],
+}
 _POOL = {
     "kernel": [(1, 1), (2, 2), (2, 1)],
     "stride": [(1, 1), (2, 2)],
@@ -33,9 +42,11 @@ _POOL = {
 
 
 @cache
-def window_attr_domain(head: str) -> list[tuple[int, ...]]:
+def window_attr_domain(head: str, windows: str = "small") -> list[tuple[int, ...]]:
+    """windows: "small" (kernels of 1 and 2) or "3x3" (same-padded 3x3 convolutions)."""
     op = HEADS[head]
-    choices = _CONV if op in window_ops.CONV_OPS else _POOL
+    conv = _CONV_3X3 if windows == "3x3" else _CONV
+    choices = conv if op in window_ops.CONV_OPS else _POOL
     names = window_ops.attr_names(op)
     return [
         window_ops.pack(op, dict(zip(names, values)))

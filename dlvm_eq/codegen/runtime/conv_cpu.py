@@ -38,18 +38,13 @@ import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
 from . import conv_reuse
+from .conv_blocks import BLOCKS
 from .conv_kernel import compile_conv
 from .cpu_count import usable_cpus
 from .threads import run_python, split_range
 
 OPS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-# Bytes of one chunk's column matrix: the images of a chunk share one product per group
-# (64 MB: the CNN's 29 MB batch in one; fewer, longer products measured faster, see above).
-CHUNK_BYTES = 64 << 20
-# A group's per-image product (multiply-adds) at most this big runs one product per image: in
-# OpenBLAS it stays on the calling thread (gemm_runtime.GEMM_MIN_MACS says the same).
-PER_IMAGE_MACS = 1 << 18
 # Blocks per thread of the per-image products and the transposing copies: a few, so that a
 # descheduled thread holds up little. Python threads wake in 15-60 us and then contend for the
 # GIL between numpy calls, so a block is at least BLOCK_MACS multiply-adds or BLOCK_BYTES
@@ -80,13 +75,14 @@ def _scratch(size: int, dtype, slot: str) -> np.ndarray:
 
 
 def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -> int:
-    """Images per chunk: as many as fit CHUNK_BYTES of column matrix (at least one)."""
+    """Images per chunk: as many as fit the chunk's bytes of column matrix (at least one)."""
     per_image = g.rows * g.cols * g.itemsize
-    return max(1, min(images, (chunk_bytes or CHUNK_BYTES) // per_image))
+    return max(1, min(images, (chunk_bytes or BLOCKS["chunk_bytes"]) // per_image))
 
 
 def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
-    return (out_channels // groups) * (g.rows // groups) * g.cols <= PER_IMAGE_MACS
+    macs = (out_channels // groups) * (g.rows // groups) * g.cols
+    return macs <= BLOCKS["per_image_macs"]
 
 
 def _blocks(fn, n: int, size: int, per_block: int) -> None:
