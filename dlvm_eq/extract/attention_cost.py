@@ -61,18 +61,19 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     )
 
 
-# The fused backward (codegen/runtime/attention_backward.py): numpy's calls per (key block,
-# query block) pair, five block products and five elementwise passes over the block's scores
-# (subtract the lse, exp, subtract D, multiply by P; in cache). Measured on the 2-core EPYC
-# (CPU time, one thread, OpenBLAS on one thread, load 12): a pair at head dim 64 took 660 us,
-# 525 of them its five products (105 us each, 80 GFLOP/s) and 135 the passes (exp 84 us, the
-# others 13-19 us each), so the passes cost a quarter of the products: BWD_SCORE_FLOPS per
-# score beside its exp, at the model's flop rate, keeps that ratio. A call on one tiny block
-# took 97 us (tasks, D, the dQ shares): BWD_CALL_SECONDS; about twelve numpy calls a pair,
-# ~1 us each beyond their arithmetic: BWD_BLOCK_SECONDS.
+# The fused backward (codegen/cpu/attention_backward_ir.py through
+# runtime/attention_backward.py): per (key block, query block) pair, five block products
+# through cblas_sgemm and two vectorized passes over the tile's scores (P's exp; dS), in cache.
+# Measured on the 2-core EPYC (one thread, OpenBLAS on one thread, load 2.8, best of 5): a pair
+# at head dim 64 took 550-565 us, 500 of them its five products (84 GFLOP/s), so the passes
+# cost a ninth of the products: an exp and BWD_SCORE_FLOPS per score at the model's flop rate
+# keep that ratio under the shipped defaults. A call on one tiny block took 105 us (D, the
+# scaled q, the dQ shares' sum, OpenBLAS's thread setting, the tasks): BWD_CALL_SECONDS; the
+# pair's five sgemm calls and row loops beyond their arithmetic: BWD_BLOCK_SECONDS. (The
+# numpy-driven backward before it: 660 us a pair, 135 of them the passes, 97 us a call.)
 BWD_CALL_SECONDS = 100e-6
-BWD_BLOCK_SECONDS = 12e-6
-BWD_SCORE_FLOPS = 40
+BWD_BLOCK_SECONDS = 4e-6
+BWD_SCORE_FLOPS = 4
 
 
 def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
