@@ -123,6 +123,9 @@ class Profile:
     # issue 36: our GEMM's cache blocking measured fastest here ({"kc": depth of a K slice,
     # "mc": rows of A per packed block}); {} (not measured): the shipped blocks of gemm_tiles.py
     gemm_blocks: dict[str, int] = field(default_factory=dict)
+    # issue 33: the fused attention's tiles measured fastest here ({"query": rows of q,
+    # "key": keys per tile}); {} (not measured): ir/attention_op.py's shipped tiles
+    attention_blocks: dict[str, int] = field(default_factory=dict)
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -181,6 +184,7 @@ class Profile:
                 step_call=_non_negative(data.get("step_call", 0.0)),
                 cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
                 gemm_blocks=_blocks(data.get("gemm_blocks", {})),
+                attention_blocks=_blocks(data.get("attention_blocks", {}), ("query", "key")),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -199,13 +203,13 @@ def _positive(v) -> float:
     return x
 
 
-def _blocks(d) -> dict[str, int]:
-    """{"kc": n, "mc": n}, both whole numbers in [8, 4096], or {}."""
+def _blocks(d, keys=("kc", "mc")) -> dict[str, int]:
+    """{keys[0]: n, keys[1]: n}, both whole numbers in [8, 4096], or {}."""
     if not d:
         return {}
-    out = {k: int(d[k]) for k in ("kc", "mc")}
-    if set(d) != {"kc", "mc"} or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
-        raise ValueError(f"{d!r} is not GEMM blocks (kc and mc, whole numbers in 8..4096)")
+    out = {k: int(d[k]) for k in keys}
+    if set(d) != set(keys) or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
+        raise ValueError(f"{d!r} is not blocks ({' and '.join(keys)}, whole numbers in 8..4096)")
     return out
 
 

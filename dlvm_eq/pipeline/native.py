@@ -37,6 +37,7 @@ from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
 from ..extract.profile import load_profile
+from ..ir.attention_op import use_tile_blocks
 from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
@@ -376,6 +377,7 @@ def compile(
     if target == "cpu":  # issue 36: our GEMM blocked as this host's profile measured fastest
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
+        use_tile_blocks(profile.attention_blocks if profile is not None else None)  # issue 33
     if target in TARGETS and needs_loops(module, name):  # each piece and body compiled once
         return compile_loops(module, name, target, cast, optimize, rules)
     with compile_phases() as phases:

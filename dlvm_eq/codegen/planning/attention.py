@@ -19,6 +19,7 @@ import numpy as np
 
 from ...ir.attention_op import attention as reference_attention
 from ...ir.attention_op import attention_backward as reference_backward
+from ...ir.attention_op import tile_blocks
 from ..kernels.kernel_spec import c_strides
 from .values import Konst, Mat
 
@@ -39,6 +40,7 @@ class AttentionStep:
     order: int = 0
     grads: tuple = ()
     lse: int = -1
+    tiles: tuple = ()  # (query block, key block); () : the shipped ones (attention_op.py)
 
     def outputs(self) -> tuple:
         if self.grads:
@@ -52,7 +54,10 @@ class AttentionStep:
         causal = " causal" if self.causal else ""
         outs = ", ".join(slots[s].label() for s in self.outputs())
         name = "attentionBackward" if self.grads else "attention"
-        return f"{name}({ins}) scale={self.scale:g}{bias}{causal} -> {outs}    [%{self.value}]"
+        tiles = " tiles={}x{}".format(*self.tiles) if self.tiles else ""
+        return (
+            f"{name}({ins}) scale={self.scale:g}{bias}{causal}{tiles} -> {outs}    [%{self.value}]"
+        )
 
 
 def _sibling_key(inst) -> tuple:
@@ -101,6 +106,7 @@ def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
     if inst.op == "attention":
         out = pl.new_slot(t.shape, str(t.dtype), temp, name)
         step = AttentionStep(tuple(views), bias, a["scale"], bool(a["causal"]), out, name, order)
+        step.tiles = tile_blocks()  # the profile's (pipeline/native.py), fixed at planning
         pl.steps.append(step)
         forwards[out] = step
         return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
@@ -126,7 +132,7 @@ def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
     step = AttentionStep(
         tuple(views), bias, a["scale"], bool(a["causal"]), grads[a["wrt"]], name, order
     )
-    step.grads, step.lse = tuple(grads), lse
+    step.grads, step.lse, step.tiles = tuple(grads), lse, tile_blocks()
     pl.steps.append(step)
     return planned[id(inst)]
 
@@ -137,6 +143,7 @@ def attention_run(step: AttentionStep, xp, view_fns):
     fns = [f or (lambda a: a) for f in view_fns]
     slots = [v.slot for v in step.inputs]
     out, scale, causal, lse_slot = step.out, step.scale, step.causal, step.lse
+    tiles = tuple(step.tiles) or tile_blocks()
     backward = bool(step.grads)
     has_lse = backward and lse_slot >= 0
 
@@ -156,10 +163,10 @@ def attention_run(step: AttentionStep, xp, view_fns):
             qkv, bias, rest, lse = operands(env)
             if backward:
                 grads = [env[s] if s >= 0 else None for s in step.grads]
-                attention_backward(*qkv, bias, scale, causal, *rest, *grads, lse=lse)
+                attention_backward(*qkv, bias, scale, causal, *rest, *grads, lse=lse, blocks=tiles)
                 return
             keep = env[lse_slot] if lse_slot >= 0 else None
-            attention_forward(*qkv, bias, scale, causal, env[out], lse=keep)
+            attention_forward(*qkv, bias, scale, causal, env[out], blocks=tiles, lse=keep)
 
         return run
 
