@@ -50,12 +50,14 @@ def _probabilities(b: FunctionBuilder, q, k, bias, attrs):
     return b.emit("divide", [e, _rows(b, e, "add", 0.0)])
 
 
-def _attention(b: FunctionBuilder, ops, attrs):
+def plain_attention(b: FunctionBuilder, ops, attrs):
+    """softmax(q kᵀ scale + bias) v in primitives, emitted into b."""
     q, k, v, bias = ops
     return _product(b, _probabilities(b, q, k, bias, attrs), v)
 
 
-def _attention_backward(b: FunctionBuilder, ops, attrs):
+def plain_attention_backward(b: FunctionBuilder, ops, attrs):
+    """attentionBackward's result (attrs["wrt"]) in primitives, emitted into b."""
     q, k, v, bias, o, g = ops
     p = _probabilities(b, q, k, bias, attrs)
     if attrs["wrt"] == 2:
@@ -66,7 +68,7 @@ def _attention_backward(b: FunctionBuilder, ops, attrs):
     return b.emit("multiply", [grad, Const.of(float(attrs["scale"]), q.type.dtype)])
 
 
-PLAIN = {"attention": _attention, "attentionBackward": _attention_backward}
+PLAIN = {"attention": plain_attention, "attentionBackward": plain_attention_backward}
 
 
 def with_plain_attention(fn: Function, module: Module | None) -> Function:
