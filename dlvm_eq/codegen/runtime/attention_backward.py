@@ -76,6 +76,25 @@ def _tiles(n: int):
     return got[3:]
 
 
+ROWS_PER_PART = 512  # rows of dQ per task of add_shares
+
+
+def add_shares(share, dqf, c0: int, count: int, scale, workers: int) -> None:
+    """dqf[c0 + i] = scale * sum over key blocks of share[:, i] for i < count, added in
+    key-block order (bit-identical on any number of threads), in tasks of ROWS_PER_PART rows."""
+    m = share.shape[2]
+
+    def part(i, r0):
+        r1 = min(m, r0 + ROWS_PER_PART)
+        acc = dqf[c0 + i, r0:r1]
+        np.copyto(acc, share[0, i, r0:r1])
+        for kbi in range(1, share.shape[0]):
+            acc += share[kbi, i, r0:r1]
+        acc *= scale
+
+    run_python(part, [(i, r0) for i in range(count) for r0 in range(0, m, ROWS_PER_PART)], workers)
+
+
 def _writable(a, shape):
     """a where the kernel can write it in place (float32, rows in whole elements), else a new
     array of `shape` (copied into a afterwards)."""
@@ -147,13 +166,8 @@ def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, thread
             if causal:  # an early key block meets more queries: the longest first
                 tasks.sort(key=lambda t: t[1])
             run_python(task, tasks, workers)
-            if share is not None:  # the key blocks' shares, added in key-block order
-                part = share[:, : len(ids)]
-                acc = dqf[c0 : c0 + len(ids)]
-                np.copyto(acc, part[0])
-                for kbi in range(1, len(key_blocks)):
-                    acc += part[kbi]
-                acc *= sc
+            if share is not None:
+                add_shares(share, dqf, c0, len(ids), sc, workers)
     for want, got in ((dq, dqw), (dk, dkw), (dv, dvw)):
         if want is not None and got is not want:
             want[...] = got
@@ -246,14 +260,6 @@ def attention_backward(
         dkf[bi, k0:k1] = dkb
         dvf[bi, k0:k1] = dvb
 
-    def combine(bi, slot, q0):  # the key blocks' shares, added in key-block order
-        q1 = min(m, q0 + query_block)
-        acc = share[0, slot, q0:q1].copy()
-        for kbi in range(1, len(key_blocks)):
-            acc += share[kbi, slot, q0:q1]
-        acc *= sc
-        dqf[bi, q0:q1] = acc
-
     workers = threads or usable_cpus()
     with one_blas_thread():
         for c0 in range(0, b, chunk):
@@ -263,8 +269,7 @@ def attention_backward(
                 tasks.sort(key=lambda t: t[1])
             run_python(task, tasks, workers)
             if dqf is not None:
-                parts = [(bi, bi - c0, q0) for bi in ids for q0 in range(0, m, query_block)]
-                run_python(combine, parts, workers)
+                add_shares(share, dqf, c0, len(ids), sc, workers)
     for want, got in ((dq, dqf), (dk, dkf), (dv, dvf)):
         if want is not None and not np.shares_memory(want, got):
             want[...] = np.reshape(got, want.shape)
