@@ -69,8 +69,8 @@ def _sibling_key(inst) -> tuple:
 
 
 def _group(pl, inst, planned: dict) -> list:
-    """inst's siblings that its step computes: those of its key that read the o the step
-    reads, dQ's or dK's where that is computed already (else inst's own)."""
+    """inst's siblings that its step computes: dV's, and dQ's and dK's that read the o the
+    step reads (theirs where it is computed already, else inst's own)."""
     key = _sibling_key(inst)
     sibs: dict = {}
     for sib in pl.flat.body:
@@ -83,7 +83,8 @@ def _group(pl, inst, planned: dict) -> list:
         if sib.attrs["wrt"] != 2 and id(sib.operands[4]) in pl.refs:
             o = sib.operands[4]
             break
-    return [sib for sib in sibs.values() if sib is inst or sib.operands[4] is o]
+    # dV reads no o (its node has g there): it joins whichever o the step reads
+    return [s for s in sibs.values() if s is inst or s.attrs["wrt"] == 2 or s.operands[4] is o]
 
 
 def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
