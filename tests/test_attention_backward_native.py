@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_attention_backward import assert_close, torch64
 
 import dlvm_eq as dq
 from dlvm_eq.codegen.runtime import attention_backward as ab
@@ -16,20 +17,6 @@ from dlvm_eq.codegen.runtime.attention_cpu import attention_forward, sgemm_point
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-def _torch64(q, k, v, g, bias, scale, causal):
-    t = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v)]
-    s = t[0] @ t[1].transpose(-1, -2) * scale + torch.tensor(np.asarray(bias), dtype=torch.float64)
-    if causal:
-        hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
-        s = s.masked_fill(hidden, -float("inf"))
-    (torch.softmax(s, -1) @ t[2]).backward(torch.tensor(g, dtype=torch.float64))
-    return [a.grad.numpy() for a in t]
-
-
-def _close(got, want, rel=2e-5):
-    np.testing.assert_allclose(got, want, rtol=0, atol=rel * max(1.0, np.abs(want).max()))
 
 
 def _run(q, k, v, g, bias, scale, causal, blocks=(16, 32), dtype=np.float32):
@@ -65,8 +52,8 @@ def test_a_scalar_bias_changes_nothing(causal):
     rng = np.random.default_rng(2)
     q, k, v, g = _inputs(rng, (2,), 33, 45, 8, 6)
     got = _run(q, k, v, g, 0.75, 0.4, causal)
-    for a, b in zip(got, _torch64(q, k, v, g, 0.0, 0.4, causal)):
-        _close(a, b)
+    for a, b in zip(got, torch64(q, k, v, g, 0.0, 0.4, causal)):
+        assert_close(a, b)
 
 
 @settings(max_examples=15, deadline=None)
@@ -84,7 +71,7 @@ def test_native_equals_the_numpy_fallback_and_float64_torch(m, n, causal, dense,
     rng = np.random.default_rng(seed)
     q, k, v, g = _inputs(rng, (2,), m, n, 5, 7)
     bias = rng.standard_normal((2, m, n)).astype(np.float32) if dense else np.float32(0.0)
-    want = _torch64(q, k, v, g, bias, 0.5, causal)
+    want = torch64(q, k, v, g, bias, 0.5, causal)
     if causal and m > n:  # rows past the last key see none of them: NaN, as the naive form
         want = [np.nan_to_num(w) for w in want]
     for dtype in (np.float32, np.float64):
@@ -92,7 +79,7 @@ def test_native_equals_the_numpy_fallback_and_float64_torch(m, n, causal, dense,
         if causal and m > n:
             got = [np.nan_to_num(a) for a in got]
         for a, b in zip(got, want):
-            _close(a, b, 2e-5 if dtype == np.float32 else 1e-12)
+            assert_close(a, b, 2e-5 if dtype == np.float32 else 1e-12)
 
 
 def test_strided_rows_are_read_in_place():
@@ -101,8 +88,8 @@ def test_strided_rows_are_read_in_place():
     big = _inputs(rng, (2,), 2 * 40, 2 * 50, 8, 6)
     q, k, v, g = big[0][:, ::2], big[1][:, ::2], big[2][:, ::2], big[3][:, ::2]
     got = _run(q, k, v, g, 0.0, 0.3, True)
-    for a, b in zip(got, _torch64(q, k, v, g, 0.0, 0.3, True)):
-        _close(a, b)
+    for a, b in zip(got, torch64(q, k, v, g, 0.0, 0.3, True)):
+        assert_close(a, b)
 
 
 def rank3(q, k, v):
@@ -118,6 +105,6 @@ def test_rank3_head_dim_64_extracts_the_fused_backward():
     _, grads = step(q, k, v)
     plan = str(step.report(q, k, v).plan)
     assert plan.count("attentionBackward(") == 1, plan  # dQ, dK, dV: one kernel
-    want = _torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.125, False)
+    want = torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.125, False)
     for a, b in zip(grads, want):
-        _close(a, b, 1e-4)
+        assert_close(a, b, 1e-4)

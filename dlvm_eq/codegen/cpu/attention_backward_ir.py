@@ -33,7 +33,7 @@ from llvmlite import ir
 from ..llvm.emitter import F32, I32, I64, Emitter
 from ..llvm.loops import counted_loop, i64
 from ..llvm.symbols import symbol_for
-from .attention_ir import LOG2E, NO_TRANS, ROW_MAJOR, TRANS, exp2_nonpositive
+from .attention_ir import LOG2E, NO_TRANS, TRANS, TaskOps, exp2_nonpositive, gemm_type
 from .llvm_cpu import CpuIR, has_avx512, mark_noalias, target_machine
 
 PTR = ir.PointerType()
@@ -51,11 +51,7 @@ def _build(spec: AttentionBackwardSpec, symbol: str, triple: str, datalayout: st
     module = ir.Module(name="dlvm_eq_attention_backward")
     module.triple, module.data_layout = triple, datalayout
     bint = I64 if spec.blas_int64 else I32
-    gemm_ty = ir.FunctionType(
-        ir.VoidType(),
-        [I32, I32, I32, bint, bint, bint, F32, PTR, bint, PTR, bint, F32, PTR, bint],
-    )
-    args = [PTR] * N_PTRS + [gemm_ty.as_pointer()] + [I64] * 14 + [F32, F32]
+    args = [PTR] * N_PTRS + [gemm_type(bint).as_pointer()] + [I64] * 14 + [F32, F32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), symbol)
     mark_noalias(fn, len(args))
     for a in fn.args[:N_PTRS]:
@@ -69,39 +65,17 @@ def _build(spec: AttentionBackwardSpec, symbol: str, triple: str, datalayout: st
     zero, one = ir.Constant(F32, 0.0), ir.Constant(F32, 1.0)
     i0 = i64(0)
 
-    def at(ptr, idx):
-        return b.gep(ptr, [idx], inbounds=True, source_etype=F32)
-
-    def load(ptr, idx):
-        return b.load(at(ptr, idx), typ=F32)
-
-    def store(val, ptr, idx):
-        b.store(val, at(ptr, idx))
-
-    def mul(x, y):
-        return b.mul(x, y, flags=("nsw",))
-
-    def add(x, y):
-        return b.add(x, y, flags=("nsw",))
-
-    def smin(x, y):
-        return b.select(b.icmp_signed("<", x, y), x, y)
-
-    def smax(x, y):
-        return b.select(b.icmp_signed(">", x, y), x, y)
-
-    def c32(x):
-        return ir.Constant(I32, x)
-
-    def cint(x):
-        return b.trunc(x, bint) if bint is I32 else x
-
-    def sgemm(ta, tb, m_, n_, k_, a, lda, bm, ldb, beta, cm, ldc):
-        b.call(
-            gemm,
-            [c32(ROW_MAJOR), c32(ta), c32(tb), cint(m_), cint(n_), cint(k_), one, a, cint(lda)]
-            + [bm, cint(ldb), beta, cm, cint(ldc)],
-        )
+    ops = TaskOps(b, bint, gemm)
+    at, load, store, mul, add, smin, smax, sgemm = (
+        ops.at,
+        ops.load,
+        ops.store,
+        ops.mul,
+        ops.add,
+        ops.smin,
+        ops.smax,
+        ops.sgemm,
+    )
 
     def zero_rows(ptr, ld, nrows, ncols, name):
         def row(b, i):

@@ -79,6 +79,22 @@ def _tiles(n: int):
 ROWS_PER_PART = 512  # rows of dQ per task of add_shares
 
 
+def run_tasks(task, b: int, chunk: int, key_blocks: int, causal: bool, share, dqf, sc, threads):
+    """task(batch index, key block index, share slot) for every pair, chunk batch indices at a
+    time (their dQ shares in `share`), each chunk's shares then added into dqf (None: dQ not
+    wanted), OpenBLAS on one thread."""
+    workers = threads or usable_cpus()
+    with one_blas_thread():
+        for c0 in range(0, b, chunk):
+            ids = range(c0, min(b, c0 + chunk))
+            tasks = [(bi, kbi, bi - c0) for bi in ids for kbi in range(key_blocks)]
+            if causal:  # an early key block meets more queries: the longest first
+                tasks.sort(key=lambda t: t[1])
+            run_python(task, tasks, workers)
+            if share is not None and dqf is not None:
+                add_shares(share, dqf, c0, len(ids), sc, workers)
+
+
 def add_shares(share, dqf, c0: int, count: int, scale, workers: int) -> None:
     """dqf[c0 + i] = scale * sum over key blocks of share[:, i] for i < count, added in
     key-block order (bit-identical on any number of threads), in tasks of ROWS_PER_PART rows."""
@@ -156,18 +172,8 @@ def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, thread
             int(share is not None), float(scale), cb2,
         )  # fmt: skip
 
-    workers = threads or usable_cpus()
     dqf = dqw.reshape((b, m, d)) if dqw is not None else None
-    sc = np.float32(scale)
-    with one_blas_thread():
-        for c0 in range(0, b, chunk):
-            ids = range(c0, min(b, c0 + chunk))
-            tasks = [(bi, kbi, bi - c0) for bi in ids for kbi in range(len(key_blocks))]
-            if causal:  # an early key block meets more queries: the longest first
-                tasks.sort(key=lambda t: t[1])
-            run_python(task, tasks, workers)
-            if share is not None:
-                add_shares(share, dqf, c0, len(ids), sc, workers)
+    run_tasks(task, b, chunk, len(key_blocks), causal, share, dqf, np.float32(scale), threads)
     for want, got in ((dq, dqw), (dk, dkw), (dv, dvw)):
         if want is not None and got is not want:
             want[...] = got
@@ -260,16 +266,7 @@ def attention_backward(
         dkf[bi, k0:k1] = dkb
         dvf[bi, k0:k1] = dvb
 
-    workers = threads or usable_cpus()
-    with one_blas_thread():
-        for c0 in range(0, b, chunk):
-            ids = range(c0, min(b, c0 + chunk))
-            tasks = [(bi, kbi, bi - c0) for bi in ids for kbi in range(len(key_blocks))]
-            if causal:  # an early key block meets more queries: the longest first
-                tasks.sort(key=lambda t: t[1])
-            run_python(task, tasks, workers)
-            if dqf is not None:
-                add_shares(share, dqf, c0, len(ids), sc, workers)
+    run_tasks(task, b, chunk, len(key_blocks), causal, share, dqf, sc, threads)
     for want, got in ((dq, dqf), (dk, dkf), (dv, dvf)):
         if want is not None and not np.shares_memory(want, got):
             want[...] = np.reshape(got, want.shape)
