@@ -32,9 +32,16 @@ from llvmlite import ir
 
 from ..llvm.emitter import F32, I32, I64, Emitter
 from ..llvm.loops import counted_loop, i64
-from ..llvm.symbols import symbol_for
-from .attention_ir import LOG2E, NO_TRANS, TRANS, TaskOps, exp2_nonpositive, gemm_type
-from .llvm_cpu import CpuIR, has_avx512, mark_noalias, target_machine
+from .attention_ir import (
+    LOG2E,
+    NO_TRANS,
+    TRANS,
+    TaskOps,
+    exp2_nonpositive,
+    gemm_type,
+    task_ir,
+)
+from .llvm_cpu import CpuIR, has_avx512, mark_noalias
 
 PTR = ir.PointerType()
 N_PTRS = 13  # the array pointers before the sgemm pointer
@@ -153,7 +160,4 @@ def _build(spec: AttentionBackwardSpec, symbol: str, triple: str, datalayout: st
 
 
 def attention_backward_ir(spec: AttentionBackwardSpec) -> CpuIR:
-    tm = target_machine()
-    args = dict(triple=tm.triple, datalayout=str(tm.target_data))
-    text, symbol = symbol_for(lambda sym: _build(spec, sym, **args))
-    return CpuIR(text, symbol, None, "attention_backward")
+    return task_ir(_build, spec, "attention_backward")

@@ -232,8 +232,13 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
     return str(module)
 
 
-def attention_ir(spec: AttentionSpec) -> CpuIR:
+def task_ir(build, spec, kind: str) -> CpuIR:
+    """The CpuIR of build(spec, symbol, triple, datalayout) for this host."""
     tm = target_machine()
     args = dict(triple=tm.triple, datalayout=str(tm.target_data))
-    text, symbol = symbol_for(lambda sym: _build(spec, sym, **args))
-    return CpuIR(text, symbol, None, "attention")
+    text, symbol = symbol_for(lambda sym: build(spec, sym, **args))
+    return CpuIR(text, symbol, None, kind)
+
+
+def attention_ir(spec: AttentionSpec) -> CpuIR:
+    return task_ir(_build, spec, "attention")
