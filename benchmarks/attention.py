@@ -6,6 +6,7 @@ jit of it, side by side in one process.
     .venv/bin/python benchmarks/attention.py                          # seq 256 1024 4096
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
     .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
+    .venv/bin/python benchmarks/attention.py --threads 1 --clock cpu    # CPU time: a loaded host
 
 From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
 editable install's dlvm_eq (another tree's).
@@ -217,7 +218,7 @@ def _check(rows, args, fwd_only):
         np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3, err_msg=name)
 
 
-def measure(seq: int, fwd_only: bool, calls: int):
+def measure(seq: int, fwd_only: bool, calls: int, clock=time.perf_counter):
     rng = np.random.default_rng(0)
     shape = (1, HEADS, seq, DIM)
     args = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
@@ -233,10 +234,10 @@ def measure(seq: int, fwd_only: bool, calls: int):
     for _ in range(ROUNDS):
         for name, fn, *_ in rows:
             for i in range(1 + -(-calls // ROUNDS)):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
                 if i:
-                    times[name].append(time.perf_counter() - t0)
+                    times[name].append(clock() - t0)
     return [
         (name, statistics.median(times[name]) * 1e3, arena, note) for name, _, arena, note in rows
     ]
@@ -248,13 +249,21 @@ def main():
     ap.add_argument("--calls", type=int, default=9)
     ap.add_argument("--update", type=Path)
     ap.add_argument("--threads", type=int, help="pin to this many CPUs (read before imports)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the process's CPU time per call (with --threads 1, what other jobs on a "
+        "shared machine do not inflate)",
+    )
     a = ap.parse_args()
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
     out = []
     for fwd_only in (True, False):
         table = []
         for seq in a.seq:
             calls = max(3, a.calls // 3) if seq >= 4096 else a.calls
-            for name, ms, arena, note in measure(seq, fwd_only, calls):
+            for name, ms, arena, note in measure(seq, fwd_only, calls, clock):
                 mib = f"{arena / 2**20:.1f}" if arena is not None else None
                 table.append([seq, name, f"{ms:.2f}", mib, note])
                 print(seq, "fwd" if fwd_only else "fwd+bwd", name, f"{ms:.2f} ms", mib, note)
@@ -265,10 +274,14 @@ def main():
         )
     threads = len(os.sched_getaffinity(0))
     section = SECTION if PINNED is None else f"{SECTION}, {threads} thread(s)"
-    flag = "" if PINNED is None else f" --threads {PINNED}"
+    section += ", CPU time" if a.clock == "cpu" else ""
+    flag = ("" if PINNED is None else f" --threads {PINNED}") + (
+        " --clock cpu" * (a.clock == "cpu")
+    )
     text = (
         f"{section}\n\n`benchmarks/attention.py --seq {' '.join(map(str, a.seq))}{flag}` "
-        f"(batch 1, {HEADS} heads, head dim {DIM}, float32; medians of about {a.calls} calls "
+        f"(batch 1, {HEADS} heads, head dim {DIM}, float32; medians of about {a.calls} calls' "
+        f"{'CPU' if a.clock == 'cpu' else 'wall'} time "
         f"in {ROUNDS} rounds; {threads} CPU(s) for every implementation). Machine: "
         f"{machine_line()}; load average {os.getloadavg()[0]:.1f} "
         "at the end: the machine was shared with other jobs.\n\n" + "\n\n".join(out) + "\n"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..egraph.attention_forward import with_fused_attention
+from ..egraph.attention_plain import with_plain_attention
 from ..egraph.deadline import Deadline
 from ..egraph.lets import Let, LetTable, inline
 from ..egraph.loader import LoadedProgram
@@ -358,8 +359,9 @@ def adjoint_function(
         # declared adjoints that fn applies get their bodies before the e-graph loads fn
         applied = [i.attrs["callee"] for i in fn.body if i.op == "apply"]
         body_module = resolve_declared(module, applied) if applied else module
-        forward = fn
-        if rules is None and optimize:  # issue 33: the fused attention, differentiated as one op
+        # issue 33: a fused attention backward has no adjoint: second order runs the plain program
+        forward = with_plain_attention(fn, body_module)
+        if rules is None and optimize and forward is fn:  # the fused attention, as one op
             forward = with_fused_attention(body_module, fn, target, budget, cfg.wrt)
         return _adjoint_function(
             body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget

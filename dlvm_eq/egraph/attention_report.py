@@ -8,6 +8,8 @@ attention's value, each e-class once).
 
 from __future__ import annotations
 
+import math
+
 from ..units import seconds_text
 
 
@@ -58,18 +60,65 @@ def attention_lines(extraction, cost) -> list[str]:
         causal = g.raw_nodes[g.raw_nodes[choice[cls] if chosen else best]["children"][5]]["op"]
         plain_nodes = [n for n in members if g.raw_nodes[n]["op"] != "Attention"]
         plain = min((_sub_cost(g, cost, choice, n) for n in plain_nodes), default=float("inf"))
+        if plain == math.inf:  # fused before differentiation: the naive formula priced apart
+            plain = _priced_apart(g, cost, best, backward=False)
         lines.append(
             f"attention e-class {cls}: {'fused' if chosen else 'plain'} chosen; predicted fused "
             f"kernel{' (causal mode)' if causal == '1' else ''} {seconds_text(fused)}, "
-            f"plain program {_plain_text(plain)}"
+            f"plain program {_plain_text(plain, apart=not plain_nodes)}"
         )
     return sorted(lines)
 
 
-def _plain_text(seconds: float) -> str:
-    if seconds == float("inf"):  # attention_forward.py fused it before differentiation, or
-        return "none in the e-graph"  # no plain adjoint rule covers it (rank 4, causal)
-    return seconds_text(seconds)
+def _plain_text(seconds: float, apart: bool = False) -> str:
+    if seconds == float("inf"):
+        return "none in the e-graph"
+    return seconds_text(seconds) + (" (priced apart)" if apart else "")
+
+
+def _priced_apart(g, cost, node: str, backward: bool) -> float:
+    """The cost model's seconds of the naive formula for a fused node that has no plain
+    e-node beside it (attention_forward.py fused it before differentiation; no plain adjoint
+    rule covers rank 4 or causal): the forward's program, or for a backward the program of
+    the forward and dQ, dK, dV less the forward's (what the plain backward adds; its
+    probabilities are the forward's). Built by attention_plain.py, priced as written."""
+    from ..ir.module import FunctionBuilder
+    from ..ir.types import TensorType
+    from .attention_plain import plain_attention, plain_attention_backward
+    from .optimize import program_cost  # late: optimize imports this module
+
+    kids = g.raw_nodes[node]["children"]
+    types = [cost.types.get(g.raw_nodes[k]["eclass"]) for k in kids[:4]]
+    if any(not isinstance(t, TensorType) for t in types):
+        return math.inf
+    scale_node, causal_node = (kids[6], kids[7]) if backward else (kids[4], kids[5])
+    try:
+        attrs = {
+            "scale": float(g.raw_nodes[scale_node]["op"]),
+            "causal": int(float(g.raw_nodes[causal_node]["op"])),
+        }
+    except ValueError:
+        return math.inf
+    q, k, v, bias = types
+    out = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    names = ["q", "k", "v", "bias", "g"]
+
+    def program(with_backward: bool) -> float:
+        b = FunctionBuilder("plain", [q, k, v, bias, out], names)
+        ops = b.params[:4]
+        o = plain_attention(b, ops, attrs)
+        if not with_backward:
+            return program_cost(b.finish(o))
+        grads = [
+            plain_attention_backward(b, [*ops, o, b.params[4]], {**attrs, "wrt": w})
+            for w in range(3)
+        ]
+        return program_cost(b.finish([o, *grads]))
+
+    try:
+        return program(True) - program(False) if backward else program(False)
+    except Exception:  # a type the naive formula does not cover: no price to show
+        return math.inf
 
 
 def _backward_line(g, cost, choice, cls, members) -> str:
@@ -84,8 +133,15 @@ def _backward_line(g, cost, choice, cls, members) -> str:
     fused = cost.node_cost(g, best)
     plain_nodes = [n for n in members if g.raw_nodes[n]["op"] != "AttentionBackward"]
     plain = min((_sub_cost(g, cost, choice, n) for n in plain_nodes), default=float("inf"))
+    if plain < math.inf:
+        return (
+            f"attention backward d{wrt} e-class {cls}: {'fused' if chosen else 'plain'} backward "
+            f"chosen; predicted fused kernel (a third of dQ, dK, dV) {seconds_text(fused)}, "
+            f"plain program {_plain_text(plain)}"
+        )
+    plain = _priced_apart(g, cost, best, backward=True)
     return (
         f"attention backward d{wrt} e-class {cls}: {'fused' if chosen else 'plain'} backward "
-        f"chosen; predicted fused kernel (a third of dQ, dK, dV) {seconds_text(fused)}, plain "
-        f"program {_plain_text(plain)}"
+        f"chosen; predicted fused kernel (dQ, dK, dV together) {seconds_text(3 * fused)}, "
+        f"plain program (dQ, dK, dV together) {_plain_text(plain, apart=True)}"
     )

@@ -24,6 +24,7 @@ from ..ir import window_ops
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
 from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
+from ..ir.registry.elementwise import COMPARE_ROWS
 from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import TensorType
 from .lets import CAUSAL_KEEP_KEY, CAUSAL_KEY, Let, LetTable, commands
@@ -146,16 +147,34 @@ def _operand(loader: _Loader, env: dict, o):
     return env[id(o)], o.type
 
 
+# issue 33: a comparison of literals (reshaped) is loaded as the literal it computes, so that
+# `arange(T)[:, None] >= arange(T)[None, :]` is the causal keep mask rules/attention.egg reads
+FOLDED = ("shapeCast", "padShape", "squeezeShape", "broadcast", *COMPARE_ROWS)
+FOLD_SIZE = 1 << 24  # elements: a mask of seq 4096
+
+
 def _load_body(loader: _Loader, flat: Flat, args: list) -> list[str]:
     """Load the flattened body with its parameters bound to `args` (Lets); the results' names."""
     env: dict[int, Let] = {id(p): a for p, a in zip(flat.params, args)}
+    known: dict[int, np.ndarray] = {}  # values computed from literals alone (FOLDED)
     for inst in flat.body:
         if inst.op == "literal":
             env[id(inst.result)] = loader.literal(inst.attrs["value"], inst.result.type)
-        else:
-            env[id(inst.result)] = _load_instruction(
-                loader, inst, [_operand(loader, env, o) for o in inst.operands]
-            )
+            known[id(inst.result)] = inst.attrs["value"]
+            continue
+        if (
+            inst.op in FOLDED
+            and inst.result.type.size <= FOLD_SIZE
+            and all(isinstance(o, Const) or id(o) in known for o in inst.operands)
+        ):
+            ins = [o.value if isinstance(o, Const) else known[id(o)] for o in inst.operands]
+            known[id(inst.result)] = value = OPS[inst.op].evaluate(ins, inst.attrs)
+            if inst.op in COMPARE_ROWS:
+                env[id(inst.result)] = loader.literal(value, inst.result.type)
+                continue
+        env[id(inst.result)] = _load_instruction(
+            loader, inst, [_operand(loader, env, o) for o in inst.operands]
+        )
     return [_operand(loader, env, r)[0].name for r in flat.results]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
+from .profile import load_profile
 
 INF = math.inf
 CACHE_BYTES = 512 * 1024  # a core's L2 (target_cost.CACHE_BYTES)
@@ -28,6 +29,17 @@ CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
 
 
+def machine_tiles(mc) -> tuple[int, int]:
+    """(query block, key block) the kernels run on this machine: its profile's
+    `attention_blocks` (calibration/attention_tiles.py) where it has them, else the shipped
+    tiles (codegen reads the same: pipeline/native.py sets them from the profile)."""
+    if mc.profile:
+        profile = load_profile(mc.name)
+        if profile is not None and profile.attention_blocks:
+            return profile.attention_blocks["query"], profile.attention_blocks["key"]
+    return QUERY_BLOCK, KEY_BLOCK
+
+
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
     from .target_cost import flops_per_element  # late: target_cost imports this module
 
@@ -39,8 +51,9 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
-    pairs = batch * blocks(m, n, causal)
-    bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
+    tq, tk = machine_tiles(mc)
+    pairs = batch * blocks(m, n, causal, (tq, tk))
+    bq, bk = min(m, tq), min(n, tk)
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
     if not mc.matmul_grid:  # the defaults price a product as a plan step's launch plus flops;
         products -= 2 * mc.launch  # these are direct calls inside one step (BLOCK_SECONDS)
@@ -49,7 +62,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     # one batch index's k and v are read again by each query block, from the core's cache
     # when they fit there, else from memory
     kv = (k.size + v.size) * itemsize
-    rereads = 1 if kv // max(batch, 1) <= CACHE_BYTES else -(-m // QUERY_BLOCK)
+    rereads = 1 if kv // max(batch, 1) <= CACHE_BYTES else -(-m // tq)
     moved = (q.size + t.size) * itemsize + kv * rereads
     # k and v stream under the block products (64 flops a byte re-read at head dim 64): the
     # memory time overlaps the arithmetic. Measured: the blocked products of seq 1024 took the
@@ -61,18 +74,19 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     )
 
 
-# The fused backward (codegen/runtime/attention_backward.py): numpy's calls per (key block,
-# query block) pair, five block products and five elementwise passes over the block's scores
-# (subtract the lse, exp, subtract D, multiply by P; in cache). Measured on the 2-core EPYC
-# (CPU time, one thread, OpenBLAS on one thread, load 12): a pair at head dim 64 took 660 us,
-# 525 of them its five products (105 us each, 80 GFLOP/s) and 135 the passes (exp 84 us, the
-# others 13-19 us each), so the passes cost a quarter of the products: BWD_SCORE_FLOPS per
-# score beside its exp, at the model's flop rate, keeps that ratio. A call on one tiny block
-# took 97 us (tasks, D, the dQ shares): BWD_CALL_SECONDS; about twelve numpy calls a pair,
-# ~1 us each beyond their arithmetic: BWD_BLOCK_SECONDS.
+# The fused backward (codegen/cpu/attention_backward_ir.py through
+# runtime/attention_backward.py): per (key block, query block) pair, five block products
+# through cblas_sgemm and two vectorized passes over the tile's scores (P's exp; dS), in cache.
+# Measured on the 2-core EPYC (one thread, OpenBLAS on one thread, load 2.8, best of 5): a pair
+# at head dim 64 took 550-565 us, 500 of them its five products (84 GFLOP/s), so the passes
+# cost a ninth of the products: an exp and BWD_SCORE_FLOPS per score at the model's flop rate
+# keep that ratio under the shipped defaults. A call on one tiny block took 105 us (D, the
+# scaled q, the dQ shares' sum, OpenBLAS's thread setting, the tasks): BWD_CALL_SECONDS; the
+# pair's five sgemm calls and row loops beyond their arithmetic: BWD_BLOCK_SECONDS. (The
+# numpy-driven backward before it: 660 us a pair, 135 of them the passes, 97 us a call.)
 BWD_CALL_SECONDS = 100e-6
-BWD_BLOCK_SECONDS = 12e-6
-BWD_SCORE_FLOPS = 40
+BWD_BLOCK_SECONDS = 4e-6
+BWD_SCORE_FLOPS = 4
 
 
 def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
@@ -88,14 +102,15 @@ def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
-    pairs = batch * blocks(m, n, causal)
-    bq, bk = min(m, QUERY_BLOCK), min(n, KEY_BLOCK)
+    tq, tk = machine_tiles(mc)
+    pairs = batch * blocks(m, n, causal, (tq, tk))
+    bq, bk = min(m, tq), min(n, tk)
     products = 3 * cost.dot_seconds(bq, d, bk) + 2 * cost.dot_seconds(bq, bk, e)
     if not mc.matmul_grid:
         products -= 5 * mc.launch
     scores = bq * bk * (flops_per_element("Exp", mc) + BWD_SCORE_FLOPS) / mc.flop_rate
     itemsize = t.dtype.itemsize
-    shares = -(-n // KEY_BLOCK) * batch * m * d * itemsize  # dQ's shares, written and added
+    shares = -(-n // tk) * batch * m * d * itemsize  # dQ's shares, written and added
     moved = (2 * q.size + 2 * k.size + 2 * v.size + 2 * batch * m * e) * itemsize + 2 * shares
     total = (
         mc.node_overhead

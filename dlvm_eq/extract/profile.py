@@ -127,6 +127,9 @@ class Profile:
     # matrix bytes per chunk of images, "per_image_macs": the largest group product run one per
     # image}); {} (not measured): the shipped constants of codegen/runtime/conv_cpu.py
     conv_blocks: dict[str, int] = field(default_factory=dict)
+    # issue 33: the fused attention's tiles measured fastest here ({"query": rows of q,
+    # "key": keys per tile}); {} (not measured): ir/attention_op.py's shipped tiles
+    attention_blocks: dict[str, int] = field(default_factory=dict)
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -186,6 +189,7 @@ class Profile:
                 cache=tuple(CacheCurve.from_data(c) for c in data.get("cache", ())),
                 gemm_blocks=_blocks(data.get("gemm_blocks", {})),
                 conv_blocks=_conv_blocks(data.get("conv_blocks", {})),
+                attention_blocks=_blocks(data.get("attention_blocks", {}), ("query", "key")),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -204,13 +208,13 @@ def _positive(v) -> float:
     return x
 
 
-def _blocks(d) -> dict[str, int]:
-    """{"kc": n, "mc": n}, both whole numbers in [8, 4096], or {}."""
+def _blocks(d, keys=("kc", "mc")) -> dict[str, int]:
+    """{keys[0]: n, keys[1]: n}, both whole numbers in [8, 4096], or {}."""
     if not d:
         return {}
-    out = {k: int(d[k]) for k in ("kc", "mc")}
-    if set(d) != {"kc", "mc"} or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
-        raise ValueError(f"{d!r} is not GEMM blocks (kc and mc, whole numbers in 8..4096)")
+    out = {k: int(d[k]) for k in keys}
+    if set(d) != set(keys) or any(not 8 <= v <= 4096 or v != d[k] for k, v in out.items()):
+        raise ValueError(f"{d!r} is not blocks ({' and '.join(keys)}, whole numbers in 8..4096)")
     return out
 
 

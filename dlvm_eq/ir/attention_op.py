@@ -96,14 +96,28 @@ def attention_backward(args, attrs):
 # both read these, so the price is that of the tiles the kernel really runs.
 QUERY_BLOCK = 128
 KEY_BLOCK = 512
+# The tiles in use: the shipped ones, or a calibrated profile's (`attention_blocks`, timed by
+# calibration/attention_tiles.py; pipeline/native.py sets them from this host's profile).
+_TILES = [QUERY_BLOCK, KEY_BLOCK]
 
 
-def blocks(m: int, n: int, causal: bool) -> int:
+def tile_blocks() -> tuple[int, int]:
+    """(query block, key block) of the tiles the kernels run now."""
+    return _TILES[0], _TILES[1]
+
+
+def use_tile_blocks(tiles: dict | None) -> None:
+    """A profile's {"query": n, "key": n}; None or {}: the shipped tiles."""
+    _TILES[:] = [tiles["query"], tiles["key"]] if tiles else [QUERY_BLOCK, KEY_BLOCK]
+
+
+def blocks(m: int, n: int, causal: bool, tiles: tuple[int, int] | None = None) -> int:
     """(query block, key block) pairs the kernel visits for one batch index: with causal, only
-    those on or below the diagonal."""
+    those on or below the diagonal. tiles: (query block, key block); None: tile_blocks()."""
+    query_block, key_block = tiles or tile_blocks()
     total = 0
-    for q0 in range(0, m, QUERY_BLOCK):
-        last = min(m, q0 + QUERY_BLOCK) - 1  # the block's last query sees keys <= last
+    for q0 in range(0, m, query_block):
+        last = min(m, q0 + query_block) - 1  # the block's last query sees keys <= last
         keys = min(n, last + 1) if causal else n
-        total += -(-keys // KEY_BLOCK)
+        total += -(-keys // key_block)
     return total

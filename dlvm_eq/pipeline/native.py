@@ -38,6 +38,7 @@ from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
 from ..extract.profile import load_profile
+from ..ir.attention_op import use_tile_blocks
 from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
@@ -378,6 +379,7 @@ def compile(
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
         use_conv_blocks(profile.conv_blocks if profile is not None else None)
+        use_tile_blocks(profile.attention_blocks if profile is not None else None)  # issue 33
     # the loop pipeline loads only where some function of the module has control flow
     if any(has_control_flow(f) for f in module.functions.values()):
         from .loops import compile_loops, needs_loops

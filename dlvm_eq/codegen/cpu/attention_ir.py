@@ -68,15 +68,61 @@ class AttentionSpec:
     blas_int64: bool  # the sgemm takes 64-bit integers (OpenBLAS built with INTERFACE64)
 
 
+def gemm_type(bint) -> ir.FunctionType:
+    """cblas_sgemm's type with `bint` integers."""
+    return ir.FunctionType(
+        ir.VoidType(),
+        [I32, I32, I32, bint, bint, bint, F32, PTR, bint, PTR, bint, F32, PTR, bint],
+    )
+
+
+class TaskOps:
+    """The index arithmetic, loads and stores, and sgemm calls of the attention tasks' IR
+    (forward, and attention_backward_ir.py's backward), on one builder."""
+
+    def __init__(self, b: ir.IRBuilder, bint, gemm):
+        self.b, self.bint, self.gemm = b, bint, gemm
+
+    def at(self, ptr, idx):
+        return self.b.gep(ptr, [idx], inbounds=True, source_etype=F32)
+
+    def load(self, ptr, idx):
+        return self.b.load(self.at(ptr, idx), typ=F32)
+
+    def store(self, val, ptr, idx):
+        self.b.store(val, self.at(ptr, idx))
+
+    def mul(self, x, y):
+        return self.b.mul(x, y, flags=("nsw",))
+
+    def add(self, x, y):
+        return self.b.add(x, y, flags=("nsw",))
+
+    def smin(self, x, y):
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def smax(self, x, y):
+        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
+
+    def cint(self, x):
+        return self.b.trunc(x, self.bint) if self.bint is I32 else x
+
+    def sgemm(self, ta, tb, m_, n_, k_, a, lda, bm, ldb, beta, cm, ldc):
+        """C = A B + beta C, row-major, alpha 1."""
+        c32, cint = (lambda x: ir.Constant(I32, x)), self.cint
+        one = ir.Constant(F32, 1.0)
+        self.b.call(
+            self.gemm,
+            [c32(ROW_MAJOR), c32(ta), c32(tb), cint(m_), cint(n_), cint(k_), one, a, cint(lda)]
+            + [bm, cint(ldb), beta, cm, cint(ldc)],
+        )
+
+
 def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> str:
     module = ir.Module(name="dlvm_eq_attention")
     module.triple, module.data_layout = triple, datalayout
     bint = I64 if spec.blas_int64 else I32
-    gemm_ty = ir.FunctionType(
-        ir.VoidType(),
-        [I32, I32, I32, bint, bint, bint, F32, PTR, bint, PTR, bint, F32, PTR, bint],
-    )
-    args = [PTR] * 9 + [gemm_ty.as_pointer()] + [I64] * 11 + [F32]
+    args = [PTR] * 9 + [gemm_type(bint).as_pointer()] + [I64] * 11 + [F32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), symbol)
     mark_noalias(fn, len(args))  # function attributes; the pointer arguments below
     for a in fn.args[:9]:
@@ -89,36 +135,16 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
     zero, one, ninf = (ir.Constant(F32, x) for x in (0.0, 1.0, float("-inf")))
     scale2 = em.fmul(scale, ir.Constant(F32, LOG2E))
 
-    def at(ptr, idx):
-        return b.gep(ptr, [idx], inbounds=True, source_etype=F32)
-
-    def load(ptr, idx):
-        return b.load(at(ptr, idx), typ=F32)
-
-    def store(val, ptr, idx):
-        b.store(val, at(ptr, idx))
-
-    def mul(x, y):
-        return b.mul(x, y, flags=("nsw",))
-
-    def add(x, y):
-        return b.add(x, y, flags=("nsw",))
-
-    def smin(x, y):
-        return b.select(b.icmp_signed("<", x, y), x, y)
-
-    def c32(x):
-        return ir.Constant(I32, x)
-
-    def cint(x):
-        return b.trunc(x, bint) if bint is I32 else x
-
-    def sgemm(ta, tb, m_, n_, k_, a, lda, bm, ldb, beta, cm, ldc):
-        b.call(
-            gemm,
-            [c32(ROW_MAJOR), c32(ta), c32(tb), cint(m_), cint(n_), cint(k_), one, a, cint(lda)]
-            + [bm, cint(ldb), beta, cm, cint(ldc)],
-        )
+    ops = TaskOps(b, bint, gemm)
+    at, load, store, mul, add, smin, sgemm = (
+        ops.at,
+        ops.load,
+        ops.store,
+        ops.mul,
+        ops.add,
+        ops.smin,
+        ops.sgemm,
+    )
 
     i0 = i64(0)
 
@@ -206,8 +232,13 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
     return str(module)
 
 
-def attention_ir(spec: AttentionSpec) -> CpuIR:
+def task_ir(build, spec, kind: str) -> CpuIR:
+    """The CpuIR of build(spec, symbol, triple, datalayout) for this host."""
     tm = target_machine()
     args = dict(triple=tm.triple, datalayout=str(tm.target_data))
-    text, symbol = symbol_for(lambda sym: _build(spec, sym, **args))
-    return CpuIR(text, symbol, None, "attention")
+    text, symbol = symbol_for(lambda sym: build(spec, sym, **args))
+    return CpuIR(text, symbol, None, kind)
+
+
+def attention_ir(spec: AttentionSpec) -> CpuIR:
+    return task_ir(_build, spec, "attention")

@@ -3,7 +3,8 @@ the CPU (runtime/attention_cpu.py, runtime/attention_backward.py); on the GPU th
 reference semantics through CuPy (no fused kernel there yet: it writes the scores).
 
 The three `attentionBackward` values of one attention (dQ, dK, dV: same operands, scale and
-causal mode) are one step with three outputs: one kernel computes them together. Where its
+causal mode, save that dV's reads g in o's place) are one step with three outputs: one kernel
+computes them together. Where its
 output o is an `attention` step's, that step also writes each score row's log-sum-exp to a
 slot of its own, and the backward reads it instead of recomputing it.
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from ...ir.attention_op import attention as reference_attention
 from ...ir.attention_op import attention_backward as reference_backward
+from ...ir.attention_op import tile_blocks
 from ..kernels.kernel_spec import c_strides
 from .values import Konst, Mat
 
@@ -38,6 +40,7 @@ class AttentionStep:
     order: int = 0
     grads: tuple = ()
     lse: int = -1
+    tiles: tuple = ()  # (query block, key block); () : the shipped ones (attention_op.py)
 
     def outputs(self) -> tuple:
         if self.grads:
@@ -51,7 +54,37 @@ class AttentionStep:
         causal = " causal" if self.causal else ""
         outs = ", ".join(slots[s].label() for s in self.outputs())
         name = "attentionBackward" if self.grads else "attention"
-        return f"{name}({ins}) scale={self.scale:g}{bias}{causal} -> {outs}    [%{self.value}]"
+        tiles = " tiles={}x{}".format(*self.tiles) if self.tiles else ""
+        return (
+            f"{name}({ins}) scale={self.scale:g}{bias}{causal}{tiles} -> {outs}    [%{self.value}]"
+        )
+
+
+def _sibling_key(inst) -> tuple:
+    """What the three attentionBackward nodes of one attention share: q, k, v, bias, g, scale
+    and causal mode (dV's fused node reads g in o's place: dV does not depend on o,
+    rules/attention_adjoint.egg)."""
+    ops = tuple(id(o) for i, o in enumerate(inst.operands) if i != 4)
+    return ops, inst.attrs["scale"], inst.attrs["causal"]
+
+
+def _group(pl, inst, planned: dict) -> list:
+    """inst's siblings that its step computes: dV's, and dQ's and dK's that read the o the
+    step reads (theirs where it is computed already, else inst's own)."""
+    key = _sibling_key(inst)
+    sibs: dict = {}
+    for sib in pl.flat.body:
+        if sib.op != "attentionBackward" or sib.attrs["wrt"] in sibs or id(sib) in planned:
+            continue
+        if _sibling_key(sib) == key:
+            sibs[sib.attrs["wrt"]] = sib
+    o = inst.operands[4]
+    for sib in sibs.values():
+        if sib.attrs["wrt"] != 2 and id(sib.operands[4]) in pl.refs:
+            o = sib.operands[4]
+            break
+    # dV reads no o (its node has g there): it joins whichever o the step reads
+    return [s for s in sibs.values() if s is inst or s.attrs["wrt"] == 2 or s.operands[4] is o]
 
 
 def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
@@ -59,52 +92,50 @@ def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
     Planner; temp: its temporary slot role)."""
     from .plan_queries import operand_name, view_of  # late: plan_queries imports plan, this
 
-    refs = [pl.ref_of(o) for o in inst.operands]
+    a = inst.attrs
+    planned = pl.__dict__.setdefault("attention_groups", {})  # id(instruction) -> its Mat
+    if id(inst) in planned:  # a sibling's step computes it
+        return planned[id(inst)]
+    group = _group(pl, inst, planned) if inst.op == "attentionBackward" else [inst]
+    lead = next((s for s in group if s.attrs.get("wrt") != 2), inst)  # its o is the step's
+    refs = [pl.ref_of(o) for o in lead.operands]
     scalar = isinstance(refs[3], Konst) and not refs[3].shape
     bias = float(refs[3].value) if scalar else 0.0
     keep = [i for i in range(len(refs)) if not (i == 3 and scalar)]
-    views = [view_of(pl.materialize(refs[i], operand_name(inst.operands[i]), order)) for i in keep]
-    a = inst.attrs
+    views = [view_of(pl.materialize(refs[i], operand_name(lead.operands[i]), order)) for i in keep]
     forwards = pl.__dict__.setdefault("attention_forwards", {})
     if inst.op == "attention":
         out = pl.new_slot(t.shape, str(t.dtype), temp, name)
         step = AttentionStep(tuple(views), bias, a["scale"], bool(a["causal"]), out, name, order)
+        step.tiles = tile_blocks()  # the profile's (pipeline/native.py), fixed at planning
         pl.steps.append(step)
         forwards[out] = step
         return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
-    groups = pl.__dict__.setdefault("attention_groups", {})
-    key = (tuple(id(o) for o in inst.operands), a["scale"], a["causal"])
-    if key not in groups:  # the first of its siblings: one step for all of them
-        grads, mats = [-1, -1, -1], {}
-        for sib in pl.flat.body:
-            if sib.op != "attentionBackward" or sib.attrs["wrt"] in mats:
-                continue
-            if (tuple(id(o) for o in sib.operands), sib.attrs["scale"], sib.attrs["causal"]) != key:
-                continue
-            st = sib.result.type
-            slot = pl.new_slot(st.shape, str(st.dtype), temp, sib.result.name)
-            grads[sib.attrs["wrt"]] = slot
-            mats[sib.attrs["wrt"]] = Mat(slot, st.shape, str(st.dtype), c_strides(st.shape))
-        fwd = forwards.get(views[-2].slot)
-        lse = -1
-        if (
-            fwd is not None
-            and fwd.inputs == tuple(views[:-2])
-            and (fwd.scale, fwd.causal, fwd.bias) == (a["scale"], bool(a["causal"]), bias)
-        ):
-            if fwd.lse < 0:  # the forward writes each row's log-sum-exp too
-                shape = tuple(inst.operands[0].type.shape[:-1])
-                fwd.lse = pl.new_slot(shape, str(t.dtype), temp, f"{fwd.value}_lse")
-            lse = fwd.lse
-            shape = pl.slots[lse].shape
-            views.append(view_of(Mat(lse, shape, str(t.dtype), c_strides(shape))))
-        step = AttentionStep(
-            tuple(views), bias, a["scale"], bool(a["causal"]), grads[a["wrt"]], name, order
-        )
-        step.grads, step.lse = tuple(grads), lse
-        pl.steps.append(step)
-        groups[key] = mats
-    return groups[key][a["wrt"]]
+    grads = [-1, -1, -1]
+    for sib in group:  # one step for the group: one kernel computes them together
+        st = sib.result.type
+        slot = pl.new_slot(st.shape, str(st.dtype), temp, sib.result.name)
+        grads[sib.attrs["wrt"]] = slot
+        planned[id(sib)] = Mat(slot, st.shape, str(st.dtype), c_strides(st.shape))
+    fwd = forwards.get(views[-2].slot)
+    lse = -1
+    if (
+        fwd is not None
+        and fwd.inputs == tuple(views[:-2])
+        and (fwd.scale, fwd.causal, fwd.bias) == (a["scale"], bool(a["causal"]), bias)
+    ):
+        if fwd.lse < 0:  # the forward writes each row's log-sum-exp too
+            shape = tuple(inst.operands[0].type.shape[:-1])
+            fwd.lse = pl.new_slot(shape, str(t.dtype), temp, f"{fwd.value}_lse")
+        lse = fwd.lse
+        shape = pl.slots[lse].shape
+        views.append(view_of(Mat(lse, shape, str(t.dtype), c_strides(shape))))
+    step = AttentionStep(
+        tuple(views), bias, a["scale"], bool(a["causal"]), grads[a["wrt"]], name, order
+    )
+    step.grads, step.lse, step.tiles = tuple(grads), lse, tile_blocks()
+    pl.steps.append(step)
+    return planned[id(inst)]
 
 
 def attention_run(step: AttentionStep, xp, view_fns):
@@ -113,6 +144,7 @@ def attention_run(step: AttentionStep, xp, view_fns):
     fns = [f or (lambda a: a) for f in view_fns]
     slots = [v.slot for v in step.inputs]
     out, scale, causal, lse_slot = step.out, step.scale, step.causal, step.lse
+    tiles = tuple(step.tiles) or tile_blocks()
     backward = bool(step.grads)
     has_lse = backward and lse_slot >= 0
 
@@ -132,10 +164,10 @@ def attention_run(step: AttentionStep, xp, view_fns):
             qkv, bias, rest, lse = operands(env)
             if backward:
                 grads = [env[s] if s >= 0 else None for s in step.grads]
-                attention_backward(*qkv, bias, scale, causal, *rest, *grads, lse=lse)
+                attention_backward(*qkv, bias, scale, causal, *rest, *grads, lse=lse, blocks=tiles)
                 return
             keep = env[lse_slot] if lse_slot >= 0 else None
-            attention_forward(*qkv, bias, scale, causal, env[out], lse=keep)
+            attention_forward(*qkv, bias, scale, causal, env[out], blocks=tiles, lse=keep)
 
         return run
 

@@ -9,23 +9,34 @@ block, key block) pair:
 Tasks are (batch index, key block): each owns its dK and dV rows, and writes its share of dQ
 into a buffer of its own; the shares are added in key-block order afterwards, by query block
 (no float atomics, no order that depends on the thread count: bit-identical on any number of
-threads). Block products are numpy's calls to OpenBLAS on one thread (the caller's threads run
-the tasks; attention_cpu.one_blas_thread). Memory: the dQ shares, n / key block copies of dQ
-for a chunk of batch indices (at most SHARE_BYTES), and a block of scores per thread.
+threads). float32 runs each task natively (cpu/attention_backward_ir.py: the query loop, five
+block products through OpenBLAS's cblas_sgemm on one thread, the exp and dS in vectorized
+passes; `native_backward`); other dtypes, a process without a cblas OpenBLAS and a non-finite
+scalar bias run the same algorithm with numpy's calls per block. OpenBLAS runs on one thread
+(the caller's threads run the tasks; attention_cpu.one_blas_thread). Memory: the dQ shares,
+n / key block copies of dQ for a chunk of batch indices (at most SHARE_BYTES), and two tiles of
+scores per thread.
 
     attention_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse=None)
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import threading
+
 import numpy as np
 
 from ...ir.attention_op import KEY_BLOCK, QUERY_BLOCK
-from .attention_cpu import attention_forward, one_blas_thread
+from .attention_cpu import attention_forward, one_blas_thread, row_view, sgemm_pointer
 from .cpu_count import usable_cpus
+from .jit import JIT
 from .threads import run_python
 
 SHARE_BYTES = 32 << 20  # the dQ shares held at once (a chunk of batch indices)
+LOG2E = 1.4426950408889634
+_SCRATCH = threading.local()  # each thread's two score tiles (s, dp)
 
 
 def _flat_out(out, shape, dtype):
@@ -42,6 +53,131 @@ def row_lse(q, k, v, bias, scale: float, causal: bool, threads: int = 0):
     out = np.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
     attention_forward(q, k, v, bias, scale, causal, out, threads, lse=lse)
     return lse
+
+
+@functools.cache
+def _native(blas_int64: bool, bias: bool, causal: bool):
+    """The compiled task for these flags (JIT's caches; the memo spares each call the key)."""
+    from ..cpu.attention_backward_ir import AttentionBackwardSpec, attention_backward_ir
+
+    spec = AttentionBackwardSpec(bias=bias, causal=causal, blas_int64=blas_int64)
+    code = JIT.kernel("attention_backward", spec, lambda: attention_backward_ir(spec))
+    args = [ctypes.c_void_p] * 14 + [ctypes.c_int64] * 14 + [ctypes.c_float] * 2
+    return ctypes.CFUNCTYPE(None, *args)(code.address)
+
+
+def _tiles(n: int):
+    """Addresses of this thread's two score tiles of n floats, kept across calls."""
+    got = getattr(_SCRATCH, "bufs", None)
+    if got is None or got[0] != n:
+        bufs = [np.empty(n, np.float32) for _ in range(2)]
+        got = (n, *bufs, *(b.ctypes.data for b in bufs))
+        _SCRATCH.bufs = got
+    return got[3:]
+
+
+ROWS_PER_PART = 512  # rows of dQ per task of add_shares
+
+
+def run_tasks(task, b: int, chunk: int, key_blocks: int, causal: bool, share, dqf, sc, threads):
+    """task(batch index, key block index, share slot) for every pair, chunk batch indices at a
+    time (their dQ shares in `share`), each chunk's shares then added into dqf (None: dQ not
+    wanted), OpenBLAS on one thread."""
+    workers = threads or usable_cpus()
+    with one_blas_thread():
+        for c0 in range(0, b, chunk):
+            ids = range(c0, min(b, c0 + chunk))
+            tasks = [(bi, kbi, bi - c0) for bi in ids for kbi in range(key_blocks)]
+            if causal:  # an early key block meets more queries: the longest first
+                tasks.sort(key=lambda t: t[1])
+            run_python(task, tasks, workers)
+            if share is not None and dqf is not None:
+                add_shares(share, dqf, c0, len(ids), sc, workers)
+
+
+def add_shares(share, dqf, c0: int, count: int, scale, workers: int) -> None:
+    """dqf[c0 + i] = scale * sum over key blocks of share[:, i] for i < count, added in
+    key-block order (bit-identical on any number of threads), in tasks of ROWS_PER_PART rows."""
+    m = share.shape[2]
+
+    def part(i, r0):
+        r1 = min(m, r0 + ROWS_PER_PART)
+        acc = dqf[c0 + i, r0:r1]
+        np.copyto(acc, share[0, i, r0:r1])
+        for kbi in range(1, share.shape[0]):
+            acc += share[kbi, i, r0:r1]
+        acc *= scale
+
+    run_python(part, [(i, r0) for i in range(count) for r0 in range(0, m, ROWS_PER_PART)], workers)
+
+
+def _writable(a, shape):
+    """a where the kernel can write it in place (float32, rows in whole elements), else a new
+    array of `shape` (copied into a afterwards)."""
+    if a is not None and a.dtype == np.float32 and row_view(a) is a:
+        return a
+    return np.empty(shape, np.float32)
+
+
+def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, threads, blocks):
+    """The float32 kernel; False where it does not apply (the caller runs numpy's)."""
+    outs = [a for a in (dq, dk, dv) if a is not None]
+    if not all(a.dtype == np.float32 for a in (q, k, v, o, do, lse, *outs)):
+        return False
+    gemm = sgemm_pointer()
+    dense = isinstance(bias, np.ndarray) and bias.ndim > 0
+    if gemm is None or (not dense and not np.isfinite(float(bias))):
+        return False
+    query_block, key_block = blocks
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = q.shape[:-2]
+    b = int(np.prod(batch, dtype=np.int64))
+    q, k, v, do = (row_view(a) for a in (q, k, v, do))
+    qs = np.multiply(q, np.float32(scale * LOG2E), dtype=np.float32)  # contiguous
+    lse2 = np.multiply(lse, np.float32(LOG2E), dtype=np.float32)
+    rows_d = np.einsum("...ij,...ij->...i", do, o)  # D = rowsum(dO * O), contiguous
+    cb2 = 0.0 if dense else float(bias) * LOG2E
+    if dense:
+        bias = np.broadcast_to(np.asarray(bias, np.float32), batch + (m, n))
+        if bias.strides[-1] != 4:  # keys broadcast: the kernel reads them contiguous
+            bias = np.ascontiguousarray(bias)
+    dkw, dvw = _writable(dk, k.shape), _writable(dv, v.shape)
+    dqw = dq if dq is None or (dq.dtype == np.float32 and dq.flags.c_contiguous) else None
+    dqw = np.empty(q.shape, np.float32) if dq is not None and dqw is None else dqw
+    arrays = [q, qs, k, v, do, lse2, rows_d, dkw, dvw] + ([bias] if dense else [])
+    base = [a.ctypes.data for a in arrays]  # addresses by arithmetic: .ctypes costs ~2 us each
+    lead = [a.strides[: len(batch)] for a in arrays]
+    ld = [a.strides[-1 - 1] // 4 if a.ndim > len(batch) + 1 else 0 for a in arrays]
+    brs = ld[9] if dense else 0
+    key_blocks = list(range(0, n, key_block))
+    per = len(key_blocks) * m * d * 4
+    chunk = max(1, min(b, SHARE_BYTES // max(per, 1)))
+    share = np.empty((len(key_blocks), chunk, m, d), np.float32) if dq is not None else None
+    fn = _native(gemm[1], dense, causal)
+    tile = query_block * min(key_block, n)
+    idxs = list(np.ndindex(batch))
+
+    def task(bi, kbi, slot):
+        idx = idxs[bi]
+        at = [p + sum(i * st for i, st in zip(idx, sts)) for p, sts in zip(base, lead)]
+        k0 = key_blocks[kbi]
+        kbl = min(n, k0 + key_block) - k0
+        s_buf, dp_buf = _tiles(tile)
+        sh = share[kbi, slot].ctypes.data if share is not None else 0
+        fn(
+            at[0], at[1], at[2] + k0 * ld[2] * 4, at[3] + k0 * ld[3] * 4, at[4],
+            at[9] + k0 * 4 if dense else 0, at[5], at[6],
+            at[7] + k0 * ld[7] * 4, at[8] + k0 * ld[8] * 4, sh, s_buf, dp_buf, gemm[0],
+            m, kbl, d, e, ld[0], ld[2], ld[3], ld[4], brs, ld[7], ld[8], k0, query_block,
+            int(share is not None), float(scale), cb2,
+        )  # fmt: skip
+
+    dqf = dqw.reshape((b, m, d)) if dqw is not None else None
+    run_tasks(task, b, chunk, len(key_blocks), causal, share, dqf, np.float32(scale), threads)
+    for want, got in ((dq, dqw), (dk, dkw), (dv, dvw)):
+        if want is not None and got is not want:
+            want[...] = got
+    return True
 
 
 def attention_backward(
@@ -73,6 +209,8 @@ def attention_backward(
         return
     if lse is None:
         lse = row_lse(q, k, v, bias, scale, causal, threads)
+    if native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, threads, blocks):
+        return
     dense = isinstance(bias, np.ndarray) and bias.ndim > 0
     b = int(np.prod(batch, dtype=np.int64))
     flat = [np.reshape(a, (b,) + a.shape[-2:]) for a in (q, k, v, o, do)]
@@ -128,25 +266,7 @@ def attention_backward(
         dkf[bi, k0:k1] = dkb
         dvf[bi, k0:k1] = dvb
 
-    def combine(bi, slot, q0):  # the key blocks' shares, added in key-block order
-        q1 = min(m, q0 + query_block)
-        acc = share[0, slot, q0:q1].copy()
-        for kbi in range(1, len(key_blocks)):
-            acc += share[kbi, slot, q0:q1]
-        acc *= sc
-        dqf[bi, q0:q1] = acc
-
-    workers = threads or usable_cpus()
-    with one_blas_thread():
-        for c0 in range(0, b, chunk):
-            ids = range(c0, min(b, c0 + chunk))
-            tasks = [(bi, kbi, bi - c0) for bi in ids for kbi in range(len(key_blocks))]
-            if causal:  # an early key block meets more queries: the longest first
-                tasks.sort(key=lambda t: t[1])
-            run_python(task, tasks, workers)
-            if dqf is not None:
-                parts = [(bi, bi - c0, q0) for bi in ids for q0 in range(0, m, query_block)]
-                run_python(combine, parts, workers)
+    run_tasks(task, b, chunk, len(key_blocks), causal, share, dqf, sc, threads)
     for want, got in ((dq, dqf), (dk, dkf), (dv, dvf)):
         if want is not None and not np.shares_memory(want, got):
             want[...] = np.reshape(got, want.shape)

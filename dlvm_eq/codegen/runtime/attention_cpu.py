@@ -118,7 +118,17 @@ def _scratch(shape_key: tuple[int, int, int]):
     return got[5:]
 
 
-def _rows(a) -> np.ndarray:
+def sgemm_pointer():
+    """(address, 64-bit integers) of the loaded OpenBLAS's cblas_sgemm, or None."""
+    with _LIBS_LOCK:
+        gemm = _GEMM[0] if _GEMM else None
+    if gemm is None:
+        openblas_libraries()
+        gemm = _GEMM[0] if _GEMM else None
+    return gemm
+
+
+def row_view(a) -> np.ndarray:
     """a with a contiguous last axis and row strides in whole elements (a copy otherwise)."""
     ok = a.strides[-1] == a.itemsize and all(st % a.itemsize == 0 for st in a.strides)
     return a if ok else np.ascontiguousarray(a)
@@ -130,19 +140,16 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None)
     the task's running maximum and sum are kept there (base 2) instead of in its scratch."""
     if q.dtype != np.float32 or not all(a.dtype == np.float32 for a in (k, v, out)):
         return False
-    with _LIBS_LOCK:
-        gemm = _GEMM[0] if _GEMM else None
-    if gemm is None:
-        openblas_libraries()
-        gemm = _GEMM[0] if _GEMM else None
+    gemm = sgemm_pointer()
     if gemm is None:
         return False
     dense = isinstance(bias, np.ndarray) and bias.ndim > 0
-    if not dense and not np.isfinite(float(bias)):
+    cb = 0.0 if dense else float(bias)
+    if not np.isfinite(cb):
         return False  # softmax(s + c) = softmax(s) for a finite c only
     m, d, n, e = q.shape[-1 - 1], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = q.shape[:-2]
-    q, k, v = _rows(q), _rows(k), _rows(v)
+    q, k, v = row_view(q), row_view(k), row_view(v)
     target = out if out.strides[-1] == 4 and all(st % 4 == 0 for st in out.strides) else None
     o = target if target is not None else np.empty(out.shape, np.float32)
     if dense:
@@ -187,8 +194,8 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None)
     if target is None:
         out[...] = o
     if stats is not None:  # base 2: lse = (max + log2 sum) ln 2; a row with every key hidden: -inf
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lse[...] = (stats[0] + np.log2(stats[1])) * np.float32(LN2)
+        with np.errstate(divide="ignore", invalid="ignore"):  # the kernel leaves a scalar bias out
+            lse[...] = (stats[0] + np.log2(stats[1])) * np.float32(LN2) + np.float32(cb)
     return True
 
 

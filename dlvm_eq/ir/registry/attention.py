@@ -137,7 +137,7 @@ def backward_spec() -> OpSpec:
         attention_op.attention_backward,
         attrs=("scale", "causal", "wrt"),
         float_only=True,
-        differentiable=False,  # no adjoint rules: grad of grad keeps the plain program
+        differentiable=False,  # no adjoint rules: ad/ differentiates egraph/attention_plain.py's form
         batch=_batch_backward,
         symbolic=_symbolic_backward,
     )
