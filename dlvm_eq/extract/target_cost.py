@@ -124,7 +124,10 @@ class TargetCost:
         cost = self.step_cost(graph, node_id)
         if cost == 0.0 or cost == INF:
             return cost
-        trips = self.computed_once(graph).get(graph.node_class[graph.node_index[node_id]], 1)
+        index = graph.node_index.get(node_id)  # None: a raw node extraction pruned (a report's)
+        if index is None:
+            return cost
+        trips = self.computed_once(graph).get(graph.node_class[index], 1)
         return cost / trips
 
     def computed_once(self, graph) -> dict[int, int]:
