@@ -1,4 +1,5 @@
-"""Kernels smaller than one vector compile at O2 without the vectorizers (llvm_cpu.is_small):
+"""Kernels smaller than one vector compile through the CLEANUP passes without the vectorizers
+(llvm_cpu.is_small):
 right results against float64 numpy, and object code that never stands in for a large kernel's
 of the same IR (their symbols differ)."""
 
@@ -38,7 +39,7 @@ def test_small_means_under_one_256_bit_vector(n, dtype, small):
     kir = llvm_cpu.cpu_ir(spec)
     assert kir.kind == ("small-map" if small else "map")
     assert kir.text.startswith(llvm_cpu.SMALL_HEADER) is small
-    assert llvm_cpu.family_pipeline(kir.kind) == ((2, False) if small else (3, True))
+    assert llvm_cpu.family_pipeline(kir.kind) == ((llvm_cpu.CLEANUP, False) if small else (3, True))
 
 
 def test_a_reduction_counts_its_input_shape_and_widest_dtype():

@@ -235,13 +235,14 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
 
 # A kernel over fewer elements than one 256-bit vector holds never runs a vector loop body
 # (LLVM's narrowest vector loop here is 8 f32 or 4 f64 lanes): it compiles without the
-# vectorizers, at O2. Measured (benchmarks/small_kernels.py, CPU time per call): no slower at
-# sizes under one vector (at 8-15 f32 or 4-15 f64, 1.3-2.0x slower). The 30-layer tanh chain's
-# gradient on 6 floats: LLVM time 0.82 -> 0.35 s. Its IR starts with SMALL_HEADER, so its
-# symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object codes
-# never stand in for each other.
+# vectorizers, through the CLEANUP pipeline. Measured (benchmarks/small_kernels.py, CPU time
+# per call): no slower at sizes under one vector (at 8-15 f32 or 4-15 f64, 1.3-2.0x slower).
+# The 30-layer tanh chain's gradient on 6 floats: LLVM time 0.82 -> 0.35 s (O2, no
+# vectorizers), then about half of that again with CLEANUP. Its IR starts with SMALL_HEADER,
+# so its symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object
+# codes never stand in for each other.
 SMALL_KERNEL_BYTES = 32
-SMALL_HEADER = "; small kernel: O2, no vectorizers\n"
+SMALL_HEADER = "; small kernel: cleanup passes only, no vectorizers\n"
 
 
 def is_small(spec) -> bool:
@@ -321,13 +322,41 @@ def host_key() -> str:
 # compile -> 90 ms, same speed). im2col, col2im (memory-bound copies): O2 took a quarter less
 # LLVM time on the CNN step, the kernels no slower (BENCHMARKS.md, "LLVM pipeline per family").
 FAMILY_PIPELINE = {"gemm": (2, False), "im2col": (2, True), "col2im": (2, True)}
-# maps and reductions smaller than one vector (is_small): no vector loop body ever runs
-FAMILY_PIPELINE.update({"small-map": (2, False), "small-reduce": (2, False)})
+# Speed level CLEANUP is not LLVM's O0 but one round of sroa, instcombine and simplifycfg over
+# each function, before the back end (still at -O3) selects, schedules and allocates registers.
+# Our map bodies are straight-line code that the emitter has already CSE'd, and the O2 pipeline
+# spent most of its time re-running instcombine over them. On the tanh-30 gradient's kernels
+# (about 2,000 instructions each): LLVM CPU time 0.106 -> 0.064 s on the largest, and the same
+# ns per element and bitwise the same results (BENCHMARKS.md, "LLVM pipeline per family").
+CLEANUP = 0
+# maps and reductions smaller than one vector (is_small): no vector loop body ever runs, and the
+# loop runs under 8 times, so LLVM's loop passes have nothing to gain
+FAMILY_PIPELINE.update({"small-map": (CLEANUP, False), "small-reduce": (CLEANUP, False)})
 
 
 def family_pipeline(kind: str) -> tuple[int, bool]:
     """(speed level, vectorize) for a kernel of family `kind` (FAMILY_PIPELINE)."""
     return FAMILY_PIPELINE.get(kind, (3, True))
+
+
+def run_passes(mod: llvm.ModuleRef, tm, vectorize: bool = True, speed: int | None = None):
+    """Optimize `mod` in place: LLVM's pipeline at `speed` (default O3 with the loop and SLP
+    vectorizers, O2 with vectorize=False), or the CLEANUP passes at speed CLEANUP."""
+    if speed is None:
+        speed = 3 if vectorize else 2
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
+    pto.loop_vectorization = pto.slp_vectorization = vectorize and speed != CLEANUP
+    pb = llvm.create_pass_builder(tm, pto)
+    if speed != CLEANUP:
+        pb.getModulePassManager().run(mod, pb)
+        return
+    fpm = llvm.create_new_function_pass_manager()
+    fpm.add_sroa_pass()  # a reduction's accumulator slot -> a register
+    fpm.add_instruction_combine_pass()
+    fpm.add_simplify_cfg_pass()
+    for fn in mod.functions:
+        if not fn.is_declaration:
+            fpm.run(fn, pb)
 
 
 def optimize(ir_text: str, vectorize: bool = True, speed: int | None = None) -> llvm.ModuleRef:
@@ -337,11 +366,7 @@ def optimize(ir_text: str, vectorize: bool = True, speed: int | None = None) -> 
     with _lock:  # LLVM's pass managers are not to be shared between threads
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
-        pto.loop_vectorization = vectorize
-        pto.slp_vectorization = vectorize
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        run_passes(mod, tm, vectorize, speed)
     return mod
 
 
@@ -372,11 +397,7 @@ def compile_object(ir_text: str, vectorize: bool = True, speed: int | None = Non
     context, tm = _own_llvm()
     mod = llvm.parse_assembly(ir_text, context=context)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
-    pto.loop_vectorization = vectorize
-    pto.slp_vectorization = vectorize
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    run_passes(mod, tm, vectorize, speed)
     return tm.emit_object(mod)
 
 
