@@ -1,7 +1,9 @@
-"""The CLEANUP pipeline of small kernels (llvm_cpu.FAMILY_PIPELINE: sroa, instcombine and
-simplifycfg, then the -O3 back end): the object code a small kernel runs is that pipeline's and
-not O2's, it computes bitwise what the O3 vectorizing build of the same kernel computes, and
-random small programs (every kernel small) agree with the float64 reference interpreter."""
+"""How small kernels are built (llvm_cpu.is_small): math routines called, not inlined
+(Emitter.outline), and the CLEANUP pipeline (llvm_cpu.FAMILY_PIPELINE: sroa, instcombine and
+simplifycfg, then the -O3 back end). The object code a small kernel runs is that pipeline's and
+not O2's; it computes bitwise what the O3 vectorizing, inlining build of the same kernel
+computes, for every unary op of the kernel vocabulary; random small programs (every kernel
+small) agree with the float64 reference interpreter."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dlvm_eq.codegen import set_cache_dir
 from dlvm_eq.codegen.cpu import llvm_cpu
 from dlvm_eq.codegen.kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
 from dlvm_eq.codegen.kernels.spec import Load, unary
+from dlvm_eq.codegen.llvm.lower_expr import UNARY_LOWER
 from dlvm_eq.codegen.runtime.cpu_kernel import CpuKernel
 from dlvm_eq.codegen.runtime.jit import JIT
 from dlvm_eq.ir import F64, I32, Module, interpret
@@ -68,6 +71,31 @@ def test_small_kernels_compute_bitwise_what_the_o3_build_computes(n, dtype, monk
         x = np.tanh(x * x + x)
     tol = 1e-5 if dtype == "f32" else 1e-12
     np.testing.assert_allclose(small(a)[0], x, rtol=tol, atol=tol * np.abs(x).max())
+
+
+FLOAT_UNARY = sorted(op for op in UNARY_LOWER if op != "not")  # every other one takes floats
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_every_unary_op_small_is_bitwise_the_inlined_o3_build(dtype, monkeypatch):
+    """op(x*1.5 + 0.25) * x + x: the caller's arithmetic on both sides of each call, where
+    contraction into FMAs could differ between a call and an inlined body."""
+    n = 3 if dtype == "f64" else 7
+    npdt = np.float32 if dtype == "f32" else np.float64
+    a = np.random.default_rng(5).uniform(0.05, 0.95, n).astype(npdt)  # every op's domain
+    specs = {}
+    for op in FLOAT_UNARY:
+        x = Load(0)
+        specs[op] = KernelSpec(
+            f"u_{op}", (n,), [KernelInput(dtype)], [unary(op, x * 1.5 + 0.25) * x + x]
+        )
+    small = {op: CpuKernel(spec) for op, spec in specs.items()}
+    assert all(llvm_cpu.is_small(spec) for spec in specs.values())
+    monkeypatch.setattr(llvm_cpu, "is_small", lambda spec: False)
+    for op, spec in specs.items():
+        full = CpuKernel(KernelSpec(f"u_{op}_o3", spec.shape, spec.inputs, spec.outputs))
+        got, want = small[op](a), full(a)
+        assert np.array_equal(got, want, equal_nan=True), (op, got, want)
 
 
 KINDS = (UNARY, BINARY, COMPARE, LOGIC, SELECT, REDUCE, CAST)

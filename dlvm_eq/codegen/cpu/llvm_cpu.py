@@ -102,14 +102,19 @@ def _store(e: Emitter, ptr, idx, v, dt):
 
 
 def _map_function(
-    module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbol: str, streaming: bool = False
+    module: ir.Module,
+    spec: KernelSpec,
+    layout: LoopLayout,
+    symbol: str,
+    streaming: bool = False,
+    small: bool = False,
 ):
     n_out, n_in = len(spec.outputs), len(spec.inputs)
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64] + [PTR] * (n_out + n_in + 1))
     fn = ir.Function(module, fnty, symbol)
     mark_noalias(fn, 2)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    e = Emitter(b, fast_ldexp=has_avx512())
+    e = Emitter(b, fast_ldexp=has_avx512(), outline=small)
     lo, hi = fn.args[:2]
     outs, ins, dims_arg = fn.args[2 : 2 + n_out], fn.args[2 + n_out : -1], fn.args[-1]
     frame = _Frame(b, layout, dims_arg, n_in)
@@ -142,13 +147,15 @@ def _map_function(
     b.ret_void()
 
 
-def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, symbol: str):
+def _reduce_function(
+    module: ir.Module, spec: ReduceSpec, layout: LoopLayout, symbol: str, small: bool = False
+):
     n_in = len(spec.inputs)
     fnty = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_in + 2))
     fn = ir.Function(module, fnty, symbol)
     mark_noalias(fn, 4)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    e = Emitter(b, fast_ldexp=has_avx512())
+    e = Emitter(b, fast_ldexp=has_avx512(), outline=small)
     o0, o1, r0, r1 = fn.args[:4]
     out, ins, dims_arg = fn.args[4], fn.args[5:-1], fn.args[-1]
     frame = _Frame(b, layout, dims_arg, n_in)
@@ -212,16 +219,24 @@ def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, sy
 
 
 def build_module(
-    spec, symbol: str, layout: LoopLayout | None = None, triple: str = "", datalayout: str = ""
+    spec,
+    symbol: str,
+    layout: LoopLayout | None = None,
+    triple: str = "",
+    datalayout: str = "",
+    small: bool = False,
 ) -> ir.Module:
+    """small: math routines are called, not inlined (Emitter.outline; cpu_ir sets it for
+    is_small kernels, which never vectorize)."""
     layout = layout or spec_layout(spec)
     module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
     module.triple = triple
     module.data_layout = datalayout
     if isinstance(spec, KernelSpec):
-        _map_function(module, spec, layout, symbol, streaming=use_streaming_stores(spec, triple))
+        streaming = use_streaming_stores(spec, triple)
+        _map_function(module, spec, layout, symbol, streaming=streaming, small=small)
     elif isinstance(spec, ReduceSpec):
-        _reduce_function(module, spec, layout, symbol)
+        _reduce_function(module, spec, layout, symbol, small=small)
     else:
         raise TypeError(f"not a kernel spec: {spec!r}")
     return module
@@ -242,7 +257,7 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
 # so its symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object
 # codes never stand in for each other.
 SMALL_KERNEL_BYTES = 32
-SMALL_HEADER = "; small kernel: cleanup passes only, no vectorizers\n"
+SMALL_HEADER = "; small kernel: math routines called, cleanup passes only, no vectorizers\n"
 
 
 def is_small(spec) -> bool:
@@ -269,7 +284,7 @@ def cpu_ir(spec) -> CpuIR:
     args = dict(layout=layout, triple=tm.triple, datalayout=str(tm.target_data))
     small = is_small(spec)
     head = SMALL_HEADER if small else ""
-    text, symbol = symbol_for(lambda sym: head + str(build_module(spec, sym, **args)))
+    text, symbol = symbol_for(lambda sym: head + str(build_module(spec, sym, small=small, **args)))
     kind = "map" if isinstance(spec, KernelSpec) else "reduce"
     return CpuIR(text, symbol, layout, f"small-{kind}" if small else kind)
 
