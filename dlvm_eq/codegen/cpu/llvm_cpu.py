@@ -250,12 +250,14 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
 
 # A kernel over fewer elements than one 256-bit vector holds never runs a vector loop body
 # (LLVM's narrowest vector loop here is 8 f32 or 4 f64 lanes): it compiles without the
-# vectorizers, through the CLEANUP pipeline. Measured (benchmarks/small_kernels.py, CPU time
-# per call): no slower at sizes under one vector (at 8-15 f32 or 4-15 f64, 1.3-2.0x slower).
-# The 30-layer tanh chain's gradient on 6 floats: LLVM time 0.82 -> 0.35 s (O2, no
-# vectorizers), then about half of that again with CLEANUP. Its IR starts with SMALL_HEADER,
-# so its symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object
-# codes never stand in for each other.
+# vectorizers, through the CLEANUP pipeline, and calls its math routines instead of inlining
+# them (Emitter.outline: inlined, 30 tanh made one 2,000-instruction block that LLVM's
+# instruction selection and register allocation took most of the time on). Measured
+# (benchmarks/small_kernels.py, CPU time per call): no slower at sizes under one vector (at
+# 8-15 f32 or 4-15 f64, 1.3-2.0x slower). The 30-layer tanh chain's gradient on 6 floats: LLVM
+# time 0.82 -> 0.35 s (O2, no vectorizers), then 0.38 -> about 0.03 s of CPU (math called,
+# CLEANUP). Its IR starts with SMALL_HEADER, so its symbol (a hash of the IR) differs from a
+# large kernel's of the same spec: the two object codes never stand in for each other.
 SMALL_KERNEL_BYTES = 32
 SMALL_HEADER = "; small kernel: math routines called, cleanup passes only, no vectorizers\n"
 
@@ -340,9 +342,9 @@ FAMILY_PIPELINE = {"gemm": (2, False), "im2col": (2, True), "col2im": (2, True)}
 # Speed level CLEANUP is not LLVM's O0 but one round of sroa, instcombine and simplifycfg over
 # each function, before the back end (still at -O3) selects, schedules and allocates registers.
 # Our map bodies are straight-line code that the emitter has already CSE'd, and the O2 pipeline
-# spent most of its time re-running instcombine over them. On the tanh-30 gradient's kernels
-# (about 2,000 instructions each): LLVM CPU time 0.106 -> 0.064 s on the largest, and the same
-# ns per element and bitwise the same results (BENCHMARKS.md, "LLVM pipeline per family").
+# spent most of its time re-running instcombine over them. On the tanh-30 gradient's largest
+# kernel, math inlined (about 2,000 instructions): LLVM CPU time 0.106 -> 0.064 s, the same ns
+# per element and bitwise the same results (BENCHMARKS.md, "Small kernels: math called").
 CLEANUP = 0
 # maps and reductions smaller than one vector (is_small): no vector loop body ever runs, and the
 # loop runs under 8 times, so LLVM's loop passes have nothing to gain

@@ -120,9 +120,9 @@ class Emitter:
     def outlined(self, name: str, x, body):
         """body(emitter, x) emitted once per module as an internal function `dq.<name>.<type>`
         of x's type, and called here. The same instructions as inline (the tanh-30 gradient's
-        small kernels give bitwise the same results), but LLVM compiles each routine once: the
-        largest of those kernels went from 103 KB of IR to 9 KB, and its LLVM time 7x down
-        (BENCHMARKS.md, "LLVM pipeline per family")."""
+        small kernels give bitwise the same results), but LLVM compiles each routine once: a
+        30-deep tanh chain's kernel went from 103 KB of IR to 9 KB, and its LLVM time 7x down
+        (BENCHMARKS.md, "Small kernels: math called")."""
         fname = f"dq.{name}.{_suffix(x.type)}"
         fn = self.module.globals.get(fname)
         if fn is None:
