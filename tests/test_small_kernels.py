@@ -1,7 +1,6 @@
-"""Kernels smaller than one vector compile through the CLEANUP passes without the vectorizers
-(llvm_cpu.is_small):
-right results against float64 numpy, and object code that never stands in for a large kernel's
-of the same IR (their symbols differ)."""
+"""Kernels smaller than one vector (llvm_cpu.is_small) call their math routines and compile
+through the CLEANUP passes without the vectorizers: right results against float64 numpy, and
+object code that never stands in for a large kernel's of the same spec (their symbols differ)."""
 
 from __future__ import annotations
 
