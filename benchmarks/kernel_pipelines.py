@@ -6,7 +6,8 @@ What llvm_cpu.FAMILY_PIPELINE is chosen from (with each family's kernels timed a
     .venv/bin/python benchmarks/kernel_pipelines.py cnn --update BENCHMARKS.md
 
 Pipelines: O3 and O2 (speed levels) with the loop and SLP vectorizers, O3 without them, O1
-without them; "shipped" is FAMILY_PIPELINE's choice. Each cell is parse + passes + emit of the
+without them, "cleanup" (llvm_cpu.CLEANUP: sroa, instcombine, simplifycfg, then the -O3 back
+end); "shipped" is FAMILY_PIPELINE's choice. Each cell is parse + passes + emit of the
 family's kernels, in ms, one process; the programs are compile_time.py's.
 """
 
@@ -22,7 +23,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## LLVM pipeline per kernel family (compile time)"
-PIPELINES = {"O3": (3, True), "O2": (2, True), "O3 no vectorizers": (3, False), "O1": (1, False)}
+PIPELINES = {
+    "O3": (3, True),
+    "O2": (2, True),
+    "O3 no vectorizers": (3, False),
+    "O1": (1, False),
+    "cleanup": (0, False),  # llvm_cpu.CLEANUP
+}
 
 
 def record(program: str) -> list[tuple[str, str]]:
@@ -71,6 +78,11 @@ def record(program: str) -> list[tuple[str, str]]:
     return seen
 
 
+def pipeline_name(pipeline: tuple[int, bool]) -> str:
+    speed, vectorize = pipeline
+    return "cleanup" if speed == 0 else f"O{speed}{'' if vectorize else ', no vec'}"
+
+
 def table(program: str) -> str:
     import llvmlite.binding as llvm
 
@@ -87,10 +99,7 @@ def table(program: str) -> str:
             with llvm_cpu.LLVM_LOCK:
                 mod = llvm.parse_assembly(text)
                 mod.verify()
-                pto = llvm.create_pipeline_tuning_options(speed_level=speed)
-                pto.loop_vectorization = pto.slp_vectorization = vectorize
-                passes = llvm.create_pass_builder(tm, pto)
-                passes.getModulePassManager().run(mod, passes)
+                llvm_cpu.run_passes(mod, tm, vectorize, speed)
                 tm.emit_object(mod)
             ms[kind][label] += (time.perf_counter() - t) * 1e3
     labels = [*PIPELINES, "shipped"]
@@ -103,7 +112,7 @@ def table(program: str) -> str:
         lines.append(
             f"| {program} | {kind} | {count[kind]} | "
             + " | ".join(f"{ms[kind][label]:.0f}" for label in labels[:-1])
-            + f" | {ms[kind]['shipped']:.0f} (O{shipped[0]}{'' if shipped[1] else ', no vec'}) |"
+            + f" | {ms[kind]['shipped']:.0f} ({pipeline_name(shipped)}) |"
         )
     return "\n".join(lines)
 

@@ -1,8 +1,8 @@
-"""Small kernels: the same map kernel (a 30-deep tanh chain) compiled as a small kernel (O2, no
-vectorizers: codegen/cpu/llvm_cpu.is_small) and with the O3 vectorizing pipeline, called
-alternately in one process; medians of the calling thread's CPU time per call (so that other
-processes on a busy machine count less), and LLVM's CPU time on the kernel's IR through its
-own pipeline and through O3 with the vectorizers.
+"""Small kernels: the same map kernel (a 30-deep tanh chain) compiled as a small kernel (math
+routines called, the CLEANUP pipeline, no vectorizers: codegen/cpu/llvm_cpu.is_small) and as a
+large one (math inlined, the O3 vectorizing pipeline), called alternately in one process;
+medians of the calling thread's CPU time per call (so that other processes on a busy machine
+count less), and LLVM's CPU time on each kernel's own IR through its own pipeline.
 
     .venv/bin/python benchmarks/small_kernels.py
 """
@@ -46,15 +46,20 @@ def both(n: int, dtype: str) -> tuple[CpuKernel, CpuKernel]:
     return small, full
 
 
-def llvm_ms(spec: KernelSpec, rounds: int = 3) -> tuple[float, float]:
-    """CPU ms of LLVM on the kernel's IR: its own pipeline, and O3 with the vectorizers."""
-    kir = llvm_cpu.cpu_ir(spec)
+def llvm_ms(small: CpuKernel, full: CpuKernel, rounds: int = 3) -> tuple[float, float]:
+    """CPU ms of LLVM on each kernel's IR through its pipeline: the small kernel's, and the
+    large build's (O3 with the vectorizers)."""
     out = []
-    for pipeline in (llvm_cpu.family_pipeline(kir.kind), (3, True)):
+    # the IR each was built from (a fresh cache: built, not loaded), and its family's pipeline
+    own = llvm_cpu.family_pipeline("small-map" if llvm_cpu.is_small(small.spec) else "map")
+    for text, pipeline in (
+        (small.ir.text, own),
+        (full.ir.text, (3, True)),
+    ):
         times = []
         for _ in range(rounds):
             t0 = time.thread_time()
-            llvm_cpu.compile_object(kir.text, pipeline[1], pipeline[0])
+            llvm_cpu.compile_object(text, pipeline[1], pipeline[0])
             times.append(time.thread_time() - t0)
         out.append(statistics.median(times) * 1e3)
     return out[0], out[1]
@@ -66,7 +71,7 @@ def main() -> int:
     for n in SIZES:
         for dtype in ("f32", "f64"):
             small, full = both(n, dtype)
-            c_small, c_full = llvm_ms(small.spec)
+            c_small, c_full = llvm_ms(small, full)
             a = np.linspace(-0.5, 0.5, n).astype("float32" if dtype == "f32" else "float64")
             assert np.array_equal(small(a), full(a))
             times: dict[str, list[float]] = {"small": [], "full": []}

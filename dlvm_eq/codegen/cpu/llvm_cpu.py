@@ -102,14 +102,19 @@ def _store(e: Emitter, ptr, idx, v, dt):
 
 
 def _map_function(
-    module: ir.Module, spec: KernelSpec, layout: LoopLayout, symbol: str, streaming: bool = False
+    module: ir.Module,
+    spec: KernelSpec,
+    layout: LoopLayout,
+    symbol: str,
+    streaming: bool = False,
+    small: bool = False,
 ):
     n_out, n_in = len(spec.outputs), len(spec.inputs)
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64] + [PTR] * (n_out + n_in + 1))
     fn = ir.Function(module, fnty, symbol)
     mark_noalias(fn, 2)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    e = Emitter(b, fast_ldexp=has_avx512())
+    e = Emitter(b, fast_ldexp=has_avx512(), outline=small)
     lo, hi = fn.args[:2]
     outs, ins, dims_arg = fn.args[2 : 2 + n_out], fn.args[2 + n_out : -1], fn.args[-1]
     frame = _Frame(b, layout, dims_arg, n_in)
@@ -142,13 +147,15 @@ def _map_function(
     b.ret_void()
 
 
-def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, symbol: str):
+def _reduce_function(
+    module: ir.Module, spec: ReduceSpec, layout: LoopLayout, symbol: str, small: bool = False
+):
     n_in = len(spec.inputs)
     fnty = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR] * (n_in + 2))
     fn = ir.Function(module, fnty, symbol)
     mark_noalias(fn, 4)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    e = Emitter(b, fast_ldexp=has_avx512())
+    e = Emitter(b, fast_ldexp=has_avx512(), outline=small)
     o0, o1, r0, r1 = fn.args[:4]
     out, ins, dims_arg = fn.args[4], fn.args[5:-1], fn.args[-1]
     frame = _Frame(b, layout, dims_arg, n_in)
@@ -212,16 +219,24 @@ def _reduce_function(module: ir.Module, spec: ReduceSpec, layout: LoopLayout, sy
 
 
 def build_module(
-    spec, symbol: str, layout: LoopLayout | None = None, triple: str = "", datalayout: str = ""
+    spec,
+    symbol: str,
+    layout: LoopLayout | None = None,
+    triple: str = "",
+    datalayout: str = "",
+    small: bool = False,
 ) -> ir.Module:
+    """small: math routines are called, not inlined (Emitter.outline; cpu_ir sets it for
+    is_small kernels, which never vectorize)."""
     layout = layout or spec_layout(spec)
     module = ir.Module(name="dlvm_eq")  # not spec.name: equal kernels must have equal IR
     module.triple = triple
     module.data_layout = datalayout
     if isinstance(spec, KernelSpec):
-        _map_function(module, spec, layout, symbol, streaming=use_streaming_stores(spec, triple))
+        streaming = use_streaming_stores(spec, triple)
+        _map_function(module, spec, layout, symbol, streaming=streaming, small=small)
     elif isinstance(spec, ReduceSpec):
-        _reduce_function(module, spec, layout, symbol)
+        _reduce_function(module, spec, layout, symbol, small=small)
     else:
         raise TypeError(f"not a kernel spec: {spec!r}")
     return module
@@ -235,13 +250,16 @@ def use_streaming_stores(spec: KernelSpec, triple: str) -> bool:
 
 # A kernel over fewer elements than one 256-bit vector holds never runs a vector loop body
 # (LLVM's narrowest vector loop here is 8 f32 or 4 f64 lanes): it compiles without the
-# vectorizers, at O2. Measured (benchmarks/small_kernels.py, CPU time per call): no slower at
-# sizes under one vector (at 8-15 f32 or 4-15 f64, 1.3-2.0x slower). The 30-layer tanh chain's
-# gradient on 6 floats: LLVM time 0.82 -> 0.35 s. Its IR starts with SMALL_HEADER, so its
-# symbol (a hash of the IR) differs from a large kernel's of the same IR: the two object codes
-# never stand in for each other.
+# vectorizers, through the CLEANUP pipeline, and calls its math routines instead of inlining
+# them (Emitter.outline: inlined, 30 tanh made one 2,000-instruction block that LLVM's
+# instruction selection and register allocation took most of the time on). Measured
+# (benchmarks/small_kernels.py, CPU time per call): no slower at sizes under one vector (at
+# 8-15 f32 or 4-15 f64, 1.3-2.0x slower). The 30-layer tanh chain's gradient on 6 floats: LLVM
+# time 0.82 -> 0.35 s (O2, no vectorizers), then 0.38 -> about 0.03 s of CPU (math called,
+# CLEANUP). Its IR starts with SMALL_HEADER, so its symbol (a hash of the IR) differs from a
+# large kernel's of the same spec: the two object codes never stand in for each other.
 SMALL_KERNEL_BYTES = 32
-SMALL_HEADER = "; small kernel: O2, no vectorizers\n"
+SMALL_HEADER = "; small kernel: math routines called, cleanup passes only, no vectorizers\n"
 
 
 def is_small(spec) -> bool:
@@ -268,7 +286,7 @@ def cpu_ir(spec) -> CpuIR:
     args = dict(layout=layout, triple=tm.triple, datalayout=str(tm.target_data))
     small = is_small(spec)
     head = SMALL_HEADER if small else ""
-    text, symbol = symbol_for(lambda sym: head + str(build_module(spec, sym, **args)))
+    text, symbol = symbol_for(lambda sym: head + str(build_module(spec, sym, small=small, **args)))
     kind = "map" if isinstance(spec, KernelSpec) else "reduce"
     return CpuIR(text, symbol, layout, f"small-{kind}" if small else kind)
 
@@ -321,13 +339,41 @@ def host_key() -> str:
 # compile -> 90 ms, same speed). im2col, col2im (memory-bound copies): O2 took a quarter less
 # LLVM time on the CNN step, the kernels no slower (BENCHMARKS.md, "LLVM pipeline per family").
 FAMILY_PIPELINE = {"gemm": (2, False), "im2col": (2, True), "col2im": (2, True)}
-# maps and reductions smaller than one vector (is_small): no vector loop body ever runs
-FAMILY_PIPELINE.update({"small-map": (2, False), "small-reduce": (2, False)})
+# Speed level CLEANUP is not LLVM's O0 but one round of sroa, instcombine and simplifycfg over
+# each function, before the back end (still at -O3) selects, schedules and allocates registers.
+# Our map bodies are straight-line code that the emitter has already CSE'd, and the O2 pipeline
+# spent most of its time re-running instcombine over them. On the tanh-30 gradient's largest
+# kernel, math inlined (about 2,000 instructions): LLVM CPU time 0.106 -> 0.064 s, the same ns
+# per element and bitwise the same results (BENCHMARKS.md, "Small kernels: math called").
+CLEANUP = 0
+# maps and reductions smaller than one vector (is_small): no vector loop body ever runs, and the
+# loop runs under 8 times, so LLVM's loop passes have nothing to gain
+FAMILY_PIPELINE.update({"small-map": (CLEANUP, False), "small-reduce": (CLEANUP, False)})
 
 
 def family_pipeline(kind: str) -> tuple[int, bool]:
     """(speed level, vectorize) for a kernel of family `kind` (FAMILY_PIPELINE)."""
     return FAMILY_PIPELINE.get(kind, (3, True))
+
+
+def run_passes(mod: llvm.ModuleRef, tm, vectorize: bool = True, speed: int | None = None):
+    """Optimize `mod` in place: LLVM's pipeline at `speed` (default O3 with the loop and SLP
+    vectorizers, O2 with vectorize=False), or the CLEANUP passes at speed CLEANUP."""
+    if speed is None:
+        speed = 3 if vectorize else 2
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
+    pto.loop_vectorization = pto.slp_vectorization = vectorize and speed != CLEANUP
+    pb = llvm.create_pass_builder(tm, pto)
+    if speed != CLEANUP:
+        pb.getModulePassManager().run(mod, pb)
+        return
+    fpm = llvm.create_new_function_pass_manager()
+    fpm.add_sroa_pass()  # a reduction's accumulator slot -> a register
+    fpm.add_instruction_combine_pass()
+    fpm.add_simplify_cfg_pass()
+    for fn in mod.functions:
+        if not fn.is_declaration:
+            fpm.run(fn, pb)
 
 
 def optimize(ir_text: str, vectorize: bool = True, speed: int | None = None) -> llvm.ModuleRef:
@@ -337,11 +383,7 @@ def optimize(ir_text: str, vectorize: bool = True, speed: int | None = None) -> 
     with _lock:  # LLVM's pass managers are not to be shared between threads
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
-        pto.loop_vectorization = vectorize
-        pto.slp_vectorization = vectorize
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        run_passes(mod, tm, vectorize, speed)
     return mod
 
 
@@ -372,11 +414,7 @@ def compile_object(ir_text: str, vectorize: bool = True, speed: int | None = Non
     context, tm = _own_llvm()
     mod = llvm.parse_assembly(ir_text, context=context)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=speed or (3 if vectorize else 2))
-    pto.loop_vectorization = vectorize
-    pto.slp_vectorization = vectorize
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    run_passes(mod, tm, vectorize, speed)
     return tm.emit_object(mod)
 
 

@@ -52,9 +52,12 @@ def _suffix(t: ir.Type) -> str:
 class Emitter:
     """Instruction helpers on one IRBuilder; the builder's position is where code goes."""
 
-    def __init__(self, builder: ir.IRBuilder, fast_ldexp: bool = False):
+    def __init__(self, builder: ir.IRBuilder, fast_ldexp: bool = False, outline: bool = False):
         self.b = builder
         self.fast_ldexp = fast_ldexp  # llvm.ldexp is one instruction (x86 AVX-512 vscalef)
+        # outline: math routines are called, not inlined (`outlined`); for kernels that never
+        # vectorize (llvm_cpu.is_small), where LLVM's time grows with the inlined body's size
+        self.outline = outline
 
     @property
     def module(self) -> ir.Module:
@@ -112,6 +115,23 @@ class Emitter:
     def fptosi_sat(self, x, t: ir.IntType):
         """float -> int, saturating, NaN -> 0 (plain fptosi is poison out of range)."""
         fn = self.declare(f"llvm.fptosi.sat.{_suffix(t)}.{_suffix(x.type)}", t, [x.type])
+        return self.b.call(fn, [x])
+
+    def outlined(self, name: str, x, body):
+        """body(emitter, x) emitted once per module as an internal function `dq.<name>.<type>`
+        of x's type, and called here. The same instructions as inline (the tanh-30 gradient's
+        small kernels give bitwise the same results), but LLVM compiles each routine once: a
+        30-deep tanh chain's kernel went from 103 KB of IR to 9 KB, and its LLVM time 7x down
+        (BENCHMARKS.md, "Small kernels: math called")."""
+        fname = f"dq.{name}.{_suffix(x.type)}"
+        fn = self.module.globals.get(fname)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(x.type, [x.type]), fname)
+            fn.linkage = "internal"
+            fn.attributes.add("nounwind")
+            fn.attributes.add("noinline")  # a call, whatever pipeline compiles the module
+            inner = Emitter(ir.IRBuilder(fn.append_basic_block("entry")), self.fast_ldexp)
+            inner.b.ret(body(inner, fn.args[0]))
         return self.b.call(fn, [x])
 
     def horner(self, x, coeffs):

@@ -159,6 +159,8 @@ class ScalarVocabulary:
     def math(self, name: str, x):
         if self.dt not in ("f32", "f64"):
             raise KernelError(f"{name} is lowered for floats only, not {self.dt}")
+        if self.e.outline:
+            return self.e.outlined(name, x, polymath.MATH[name])
         return polymath.MATH[name](self.e, x)
 
 
