@@ -41,8 +41,8 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
-from .never_slower import choose_program
-from .planning import plan_function, planned
+from .never_slower import plans_compared
+from .planning import planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
 if TYPE_CHECKING:
@@ -284,15 +284,7 @@ def _never_slower(module: Module, res, name: str, target: str):
     if fr.kept_original or res.module[name] is module[name]:
         return None, None
     stable = tuple(stable_rules_fired(fr.saturation.rule_matches)) if fr.saturation else ()
-    from ..codegen import rows_for
-
-    # planned here, not through planning.planned's cache: its key prints each module, and the
-    # plan kept is stored by `lower` under the optimizer's key (no print)
-    rows = rows_for(target)
-    before = plan_function(module[name], module, rows=rows, target=target)
-    after = plan_function(res.module[name], res.module, rows=rows, target=target)
-    choice = choose_program(before, after, target, stable=stable)
-    return choice, (after if choice.kept == "optimized" else before)
+    return plans_compared(module[name], res.module[name], module, target, stable, res.module)
 
 
 class Compiled:
