@@ -547,7 +547,7 @@ def _optimize_function(
             choice = guard(fn, new, module, tuple(stable))
             if choice.kept != "optimized":
                 fr.kept_original = True
-                fr.note = f"{choice} (never_slower=False shows the e-graph's program)"
+                fr.note = f"{choice} (never_slower=False or --no-never-slower: the e-graph's)"
                 return fn, fr
             fr.never_slower.append(str(choice))
         fr.cost_after, fr.ops_after = after, len(new.body)
