@@ -349,7 +349,9 @@ def test_every_extractor_is_valid_on_tensat(tensat, name):
         assert greedy.dag_cost <= ilp.dag_cost * 1.02
     elif ilp.fallback:  # no proven optimum in 2 s: greedy's answer, and the status says so
         assert ilp.choice == greedy.choice and "greedy result" in ilp.status
-    assert greedy.seconds < 5.0  # pure Python; about 0.1 s on bert here
+    # pure Python, about 0.1 s on bert here: a hang guard only (a loaded core took seconds);
+    # the ILP's 2 s limit decides only which of the branches above holds, each asserted
+    assert greedy.seconds < 60.0
 
 
 @needs_data

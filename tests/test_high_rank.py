@@ -123,5 +123,5 @@ def test_a_rank5_transpose_and_its_inverse_cancel_in_the_optimizer():
     p = (1, 0, 3, 4, 2)
     back = tuple(int(i) for i in np.argsort(p))
     module = dq.make_ir(lambda x: dq.exp(dq.transpose(dq.transpose(x, p), back)))(x)
-    text = str(dq.optimize(module).module)
+    text = str(dq.optimize(module, never_slower=False).module)  # the rules, not the guard
     assert "transpose" not in text and "exp %" in text

@@ -63,7 +63,7 @@ def _same_results(m1, m2, name, rng=None):
 
 def test_optimize_simplifies_and_reports():
     m = dq.parse(SIMPLIFIABLE)
-    r = dq.optimize(m)
+    r = dq.optimize(m, never_slower=False)  # the rules' result, not the guard's choice
     verify(r.module)
     assert [i.op for i in r.module["f"].body] == []  # x*1 + 0 + (log(exp y) - y) = x
     assert r.module["f"].ret is r.module["f"].params[0]
@@ -150,7 +150,7 @@ def test_transposed_product_is_reassociated():
     A, B, C = b.params
     m = Module("m")
     m.add(b.finish(b.emit("dot", [b.emit("transpose", [b.emit("dot", [A, B])]), C])))
-    r = dq.optimize(m)
+    r = dq.optimize(m, never_slower=False)
     dots = [i for i in r.module["f"].body if i.op == "dot"]
     assert (
         sum(
@@ -214,7 +214,9 @@ def cli(capsys, *argv):
 
 
 def test_cli_opt_prints_the_optimized_module(capsys, tmp_path):
-    code, out, err = cli(capsys, "opt", EXAMPLES / "matrix_chain.dl", "--explain")
+    code, out, err = cli(
+        capsys, "opt", EXAMPLES / "matrix_chain.dl", "--explain", "--no-never-slower"
+    )
     assert code == 0
     m = dq.parse(out)
     fn = m["chain"]
@@ -244,6 +246,7 @@ def test_cli_opt_prints_the_optimized_module(capsys, tmp_path):
         "seconds=2",
         "--budget",
         "nodes=5000",
+        "--no-never-slower",
     )
     assert (code, out, err) == (0, "", "")
     assert len(dq.load(out_path)["f"].body) == 0 and len(dq.load(out_path)["g"].body) == 2
@@ -259,7 +262,18 @@ def test_cli_opt_with_a_broken_rule_file(capsys, tmp_path):
 def test_cli_query_textbook_chain(capsys):
     dims = (30, 35, 15, 5, 10, 20, 25)
     shapes = [f"--shape=M{i}={dims[i]}x{dims[i + 1]}" for i in range(6)]
-    code, out, err = cli(capsys, "query", "M0 @ M1 @ M2 @ M3 @ M4 @ M5", *shapes, "-k", "2")
+    # the optimum is the rules' and the extractor's property, not the machine's speed: the
+    # default time budget, eaten by a loaded core, stopped saturation short of it (seen in CI)
+    code, out, err = cli(
+        capsys,
+        "query",
+        "M0 @ M1 @ M2 @ M3 @ M4 @ M5",
+        *shapes,
+        "-k",
+        "2",
+        "--budget",
+        "seconds=120",
+    )
     assert code == 0 and err == ""
     assert "best:   M0 @ (M1 @ M2) @ (M3 @ M4 @ M5)" in out and "15,125 multiplies" in out
     assert "40,500 multiplies" in out and out.count("cost ") == 4  # input, best, 2 alternatives

@@ -100,6 +100,13 @@ def opt_arguments(p: argparse.ArgumentParser) -> None:
         help="write each result before and after, costs, stop reason, e-graph sizes and "
         "rules fired to stderr",
     )
+    p.add_argument(
+        "--no-never-slower",
+        dest="never_slower",
+        action="store_false",
+        help="write the e-graph's program even where the never-slower guard keeps the program "
+        "as written (a predicted gain within the cost model's error)",
+    )
     p.add_argument("-o", "--output", metavar="OUT.dl", help="write the optimized module here")
 
 
@@ -137,6 +144,7 @@ def _opt(args: argparse.Namespace) -> int:
         extractor=args.extractor,
         explain=args.explain,
         deadline=_deadline(args),
+        never_slower=args.never_slower,
     )
     text = str(result.module)
     if args.output:

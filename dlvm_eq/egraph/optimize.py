@@ -375,6 +375,7 @@ def optimize(
     time_limit: float = 10.0,
     explain: bool = False,
     deadline: Deadline | None = None,
+    guard=None,
 ) -> OptimizeResult:
     """Optimize every function of `module` (or only `func`) for `target` ("cpu" or "gpu").
 
@@ -385,6 +386,10 @@ def optimize(
     when the call must be done, e.g. counted from when a command started.
     explain: also write each result as written and as extracted into the report (infix).
     A function is replaced only when the result is cheaper under the target's cost model.
+    guard: `guard(old, new, module, stable)` -> a choice whose `.kept` is "optimized" or
+    "original", asked about each program (a function, or a straight piece or body of one
+    with loops) the e-graph would replace: the never-slower guard (pipeline/never_slower.py,
+    what dq.optimize passes) compares the two planned programs.
     """
     rules = [rules] if isinstance(rules, (str, Path)) else list(rules or ())
     schedule = schedule or schedule_for(rules)
@@ -408,7 +413,17 @@ def optimize(
             if reaches_control_flow(fn, module):  # pieces and bodies in one e-graph
                 from .optimize_loops import optimize_loops as optimize_one
             fn, fr = optimize_one(
-                module, fn, rules, target, budget, extractor, schedule, time_limit, explain, share
+                module,
+                fn,
+                rules,
+                target,
+                budget,
+                extractor,
+                schedule,
+                time_limit,
+                explain,
+                share,
+                guard=guard,
             )
             if fr is not None:
                 report.functions[name] = fr
@@ -436,6 +451,7 @@ def _optimize_function(
     time_limit,
     explain=False,
     deadline: Deadline | None = None,
+    guard=None,
 ):
     deadline = deadline or Deadline(budget.seconds)
     require_body(fn)  # declared adjoints: resolved by the pipeline (dq.optimize) first
@@ -518,11 +534,22 @@ def _optimize_function(
         )
         fr.kept_original, fr.note = True, f"internal error: {e}"
     stable = stable_rules_fired(res.saturation.rule_matches) if res.saturation else []
-    if not fr.kept_original and (after < before or stable):
-        if after >= before:  # stability outranks the cost model (egraph/stability.py)
+    # the cost model prices a program's DAG (two equal instructions are one let, priced once),
+    # so a program whose only gain is duplicates gone costs the same as the one written:
+    # fewer instructions break the tie (as for a function with loops, optimize_loops._chosen)
+    fewer = not fr.kept_original and after <= before and len(new.body) < len(fn.body)
+    if not fr.kept_original and (after < before or stable or fewer):
+        if after >= before and not fewer:  # stability outranks the cost model (stability.py)
             fr.note = (
                 "kept although not cheaper: numerically stable forms (" + ", ".join(stable) + ")"
             )
+        if guard is not None:  # the planned programs compared (pipeline/never_slower.py)
+            choice = guard(fn, new, module, tuple(stable))
+            if choice.kept != "optimized":
+                fr.kept_original = True
+                fr.note = f"{choice} (never_slower=False or --no-never-slower: the e-graph's)"
+                return fn, fr
+            fr.never_slower.append(str(choice))
         fr.cost_after, fr.ops_after = after, len(new.body)
         new.adjoint, new.location = fn.adjoint, fn.location
         return new, fr

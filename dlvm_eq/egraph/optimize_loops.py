@@ -316,11 +316,14 @@ def _before_loop(b: FunctionBuilder, planner: _Planner, inst, operands: list, at
     return new, dict(attrs, xs=loop.xs + len(rows))
 
 
-def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_limit, *rest):
+def optimize_loops(
+    module, fn, rules, target, budget, extractor, schedule, time_limit, *rest, guard=None
+):
     """A function with loops or branches: its straight pieces and every body's, optimized in
     one e-graph session by one saturation and one joint extraction (egraph/optimize_loops.py);
     each unit keeps its original form unless the extracted one is cheaper and verifies. The
-    report's costs are the units' costs summed, each body counted once (not per iteration)."""
+    report's costs are the units' costs summed, each body counted once (not per iteration).
+    guard: asked about each unit the e-graph would replace, as by egraph/optimize.optimize."""
     # no deadline given: the rules are compiled and the clock started only when an e-graph is
     # built (a cache hit builds none: a thread compiling a scan of another length never enters
     # egglog, which a daemon thread must not be inside of when the interpreter exits)
@@ -334,6 +337,7 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
         loops = [u.loop for u in units]
         key = _joint_key(functions, rules, target, budget, extractor, schedule, time_limit)
         key += (tuple(None if lp is None else (lp.label, tuple(lp.index)) for lp in loops),)
+        key += (guard is not None,)  # a guarded choice is not an unguarded one
         with _JOINT_LOCK:
             hit = _JOINT.get(key)
         # the same straight units (a scan of another length, say); a choice that computes
@@ -391,7 +395,7 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
                 state["fired"] = user_rules_fired(session, res.saturation)
             for u, new, prog in zip(units, res.functions, progs):
                 lifted = list(prog.lifted)
-                u.optimized = _chosen(u, new, lifted, session, res, module, target, state)
+                u.optimized = _chosen(u, new, lifted, session, res, module, target, state, guard)
                 u.lifted = lifted if u.optimized is new else []
 
     new, units = optimize_with_bodies(fn, module, joint)
@@ -418,6 +422,7 @@ def optimize_loops(module, fn, rules, target, budget, extractor, schedule, time_
     if res is not None:
         fr.seconds = dict(res.seconds)
     fr.user_rules = state.get("fired", [])
+    fr.never_slower = list(state.get("guard", []))
     return new, fr
 
 
@@ -438,7 +443,7 @@ def _joint_key(functions, rules, target, budget, extractor, schedule, time_limit
     return (texts, mine, target, repr(budget), extractor, repr(schedule), time_limit, profile)
 
 
-def _chosen(unit, new, lifted, session, res, module, target, state) -> Function:
+def _chosen(unit, new, lifted, session, res, module, target, state, guard=None) -> Function:
     """`new` where it verifies and is cheaper than `old` (or as cheap in fewer instructions),
     or where a numerical-stability rewrite fired (stability outranks the cost model,
     egraph/stability.py, as for a function without loops); else `old`. An ill-typed `new` that a user's rule made is the user's error."""
@@ -461,11 +466,18 @@ def _chosen(unit, new, lifted, session, res, module, target, state) -> Function:
     # forward twice: 16 products where 8 do) costs the same: fewer instructions break the tie
     fewer = after <= before and len(new.body) < len(old.body)
     keep = after < before or fewer or (stable and after < math.inf and new is not old)
+    # the planned programs compared; a body that reads values lifted before its loop is
+    # planned without them (they cost 1/n of a step, priced above by the cost model)
+    if keep and guard is not None and new is not old:
+        names = tuple(stable_rules_fired(res.saturation.rule_matches)) if stable else ()
+        choice = guard(old, new, module, names)
+        state.setdefault("guard", []).append(f"{old.name}: {choice}")
+        keep = choice.kept == "optimized"
     state.setdefault("costs", []).append((before, after if keep else before))
     return new if keep else old
 
 
-def optimize_function_with_loops(module: Module, name: str, rules=(), target="cpu"):
+def optimize_function_with_loops(module: Module, name: str, rules=(), target="cpu", guard=None):
     """dq.optimize's result for function `name` (which has loops or branches) of `module`, with
     the default budget, schedule and extractor: what dq.jit / dq.compile run (pipeline/loops.py);
     a cache hit (the same straight pieces and bodies) builds no e-graph, and loads no rules."""
@@ -473,7 +485,7 @@ def optimize_function_with_loops(module: Module, name: str, rules=(), target="cp
     fn = module[name]
     with_loops = bodies_optimized_with(module, [name])
     new, fr = optimize_loops(
-        module, fn, rules, target, Budget.of(None), "greedy", schedule_for(rules), 10.0
+        module, fn, rules, target, Budget.of(None), "greedy", schedule_for(rules), 10.0, guard=guard
     )
     out = Module(module.name, module.stage)
     out.add(new)

@@ -34,6 +34,8 @@ class FunctionReport:
     user_rules: list[tuple[str, int, str, int]] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)  # issue 33: fused or plain, and why
     layout: list[str] = field(default_factory=list)  # issue 36: transposes moved, cancelled
+    # issue 36: the never-slower guard's choice per program it compared (pipeline/never_slower.py)
+    never_slower: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -57,7 +59,7 @@ class FunctionReport:
             else:
                 lines.append(f"{label}{before}")
                 lines.append(f"{pad[:-4]}->  {after}")
-        lines.extend("  " + line for line in self.attention + self.layout)
+        lines.extend("  " + line for line in self.attention + self.layout + self.never_slower)
         if self.saturation is not None:
             lines.extend("  " + line for line in str(self.saturation).splitlines())
         if self.user_rules:

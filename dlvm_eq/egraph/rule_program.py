@@ -19,6 +19,7 @@ import threading
 
 from ..sexpr import STRUCTURE
 from .egglog_bindings import EGraph
+from .exit_gate import in_egglog, owned
 
 _COMMENT = re.compile(r";[^\n]*")
 _lock = threading.Lock()
@@ -65,11 +66,21 @@ def top_level_spans(text: str) -> list[tuple[int, int, int, int]] | None:
     return out
 
 
+class _Parser:
+    """This thread's egglog EGraph used for parsing only (exit_gate.owned: never dropped on
+    another thread at interpreter exit)."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+        self.egraph = EGraph()
+        owned(self)
+
+
 def _parser() -> EGraph:
     p = getattr(_local, "parser", None)
     if p is None:
-        p = _local.parser = EGraph()
-    return p
+        p = _local.parser = _Parser()
+    return p.egraph
 
 
 def parsed_program(text: str, filename: str) -> tuple:
@@ -82,16 +93,17 @@ def parsed_program(text: str, filename: str) -> tuple:
         return hit
     parser = _parser()
     spans = top_level_spans(text)
-    if spans is None:
-        commands = tuple(parser.parse_program(text, filename=filename))
-    else:
-        commands = tuple(
-            c
-            for start, end, line, col in spans
-            for c in parser.parse_program(
-                "\n" * (line - 1) + " " * (col - 1) + text[start:end], filename=filename
+    with in_egglog():  # the interpreter's exit waits for it (exit_gate.py)
+        if spans is None:
+            commands = tuple(parser.parse_program(text, filename=filename))
+        else:
+            commands = tuple(
+                c
+                for start, end, line, col in spans
+                for c in parser.parse_program(
+                    "\n" * (line - 1) + " " * (col - 1) + text[start:end], filename=filename
+                )
             )
-        )
     with _lock:
         if len(_PARSED) > 64:  # user files edited many times in one process
             _PARSED.clear()

@@ -29,6 +29,7 @@ from .egglog_bindings import (
     UnstableCombinedRuleset,
 )
 from .egglog_bindings import Var as EggVar
+from .exit_gate import in_egglog, owned
 from .lets import Let
 from .loader import LoadedProgram, load_function
 from .rule_program import parsed_program
@@ -120,6 +121,7 @@ class EGraphSession:
         self.thread = threading.get_ident()
         self.broken = False  # a panic left egglog in an unknown state
         self.egraph = EGraph()
+        owned(self)  # at interpreter exit, never dropped on another thread (exit_gate.py)
         self.files: list[str] = []
         self.rulesets: list[str] = []  # declared so far: running an unknown one panics egglog
         self.rule_index = RuleIndex()  # the rules loaded, by egglog's name: where each is
@@ -163,8 +165,9 @@ class EGraphSession:
     def _run(self, parse, text: str, filename: str):
         """Run the commands parse() returns; egglog's errors as the project's own."""
         try:
-            commands = parse()
-            out = self.egraph.run_program(*commands)
+            with in_egglog():  # the interpreter's exit waits for it (exit_gate.py)
+                commands = parse()
+                out = self.egraph.run_program(*commands)
         except EggSmolError as e:
             raise egg_error(e, text, filename) from None
         except BaseException as e:
@@ -268,8 +271,9 @@ class EGraphSession:
                     if row is None
                     else Call(span, self.values.marker, [Lit(span, Int(row))])
                 )
-            ser = self.egraph.serialize(exprs, max_calls_per_function=max_rows)
-            text = ser.to_json()
+            with in_egglog():
+                ser = self.egraph.serialize(exprs, max_calls_per_function=max_rows)
+                text = ser.to_json()
         except BaseException as e:
             if not _is_panic(e):
                 raise

@@ -115,6 +115,7 @@ class LoopsReport:
                     + ", ".join(f"{f}:{ln} {r} x{n}" for f, ln, r, n in fr.user_rules)
                 )
             lines.append(f"  {fr.note}")
+            lines.extend(f"  {line}" for line in fr.never_slower)  # each piece and body
         if self.note:
             lines.append(f"  note: {self.note}")
         lines.extend(f"  scan {k}: driver {d}" for k, d in enumerate(self.drivers))
@@ -181,8 +182,9 @@ def optimized_with_bodies(module: Module, name: str, target: str, rules: tuple =
 
             load_bindings()
             from ..egraph.optimize_loops import optimize_function_with_loops
+            from .never_slower import guard_for  # each piece and body: never slower
 
-            res = optimize_function_with_loops(module, name, rules, target)
+            res = optimize_function_with_loops(module, name, rules, target, guard_for(target))
             out = (res.module[name], res, "")
         except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
             raise

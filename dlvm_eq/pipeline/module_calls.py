@@ -20,11 +20,21 @@ def interpret(module: Module, name: str, *arrays, float64: bool = False):
     return interpret_resolved(resolve_adjoints(module, [name]), name, *arrays, float64=float64)
 
 
-def optimize(module: Module, func: str | None = None, *args, verify_rules: bool = False, **options):
+def optimize(
+    module: Module,
+    func: str | None = None,
+    *args,
+    verify_rules: bool = False,
+    never_slower: bool = True,
+    **options,
+):
     """`dlvm_eq.egraph.optimize.optimize` (same options: rules, target, budget, extractor,
     schedule, time_limit, explain, deadline) on `module` with its declared adjoints (those
     `func` reaches, or all) synthesized; an OptimizeResult. verify_rules=True refuses a rule
-    of `rules` that verify-rules cannot prove (VerificationError, file:line), as on dq.jit."""
+    of `rules` that verify-rules cannot prove (VerificationError, file:line), as on dq.jit.
+    never_slower: each program the e-graph would replace (a function, or a straight piece or
+    body of one with loops) is replaced only where the never-slower guard keeps it, as on
+    dq.jit (never_slower.py); the report says which was kept and why."""
     if verify_rules:
         from .verified_rules import check_user_rules
 
@@ -34,6 +44,11 @@ def optimize(module: Module, func: str | None = None, *args, verify_rules: bool 
     load_bindings()
     from ..egraph.optimize import optimize as optimize_resolved
 
+    if never_slower and "guard" not in options:
+        from .never_slower import guard_for
+
+        target = args[1] if len(args) > 1 else options.get("target", "cpu")
+        options["guard"] = guard_for(target)
     roots = None if func is None else [func]
     resolved = resolve_adjoints(module, roots)
     # a function with loops: its pieces and bodies share one e-graph (egraph/optimize_loops.py)

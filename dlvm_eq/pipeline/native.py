@@ -43,7 +43,7 @@ from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
-from .planning import plan_function, planned
+from .planning import planned
 from .timing import PHASES, compile_phases, compile_seconds, phase
 
 if TYPE_CHECKING:
@@ -280,21 +280,13 @@ def _never_slower(module: Module, res, name: str, target: str):
     of the program it keeps), or (None, None) where the optimizer kept the function as
     written; its choice is what the IR cache stores, its plan what `lower` uses."""
     from ..egraph.stability import stable_rules_fired
-    from .never_slower import choose_program  # only where the e-graph ran: not warm
+    from .never_slower import plans_compared  # only where the e-graph ran: not warm
 
     fr = res.report[name]
     if fr.kept_original or res.module[name] is module[name]:
         return None, None
     stable = tuple(stable_rules_fired(fr.saturation.rule_matches)) if fr.saturation else ()
-    from ..codegen import rows_for
-
-    # planned here, not through planning.planned's cache: its key prints each module, and the
-    # plan kept is stored by `lower` under the optimizer's key (no print)
-    rows = rows_for(target)
-    before = plan_function(module[name], module, rows=rows, target=target)
-    after = plan_function(res.module[name], res.module, rows=rows, target=target)
-    choice = choose_program(before, after, target, stable=stable)
-    return choice, (after if choice.kept == "optimized" else before)
+    return plans_compared(module[name], res.module[name], module, target, stable, res.module)
 
 
 class Compiled:

@@ -4,6 +4,7 @@ predicted gain is larger than the cost model's measured error; otherwise the ori
     choice = choose_program(original_plan, optimized_plan, "cpu")
     choice.kept                  # "optimized" or "original"
     str(choice)                  # "never slower: kept the original: predicted 1.01x, ..."
+    dq.optimize(module)          # asks guard_for(target) about each program it would replace
 
 The gain is the planned programs' predicted times (calibration/plan_cost.py: every step of the
 plan priced, after fusion), original over optimized. PREDICTION_ERROR is how far predicted
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codegen import Plan
+from ..ir.module import Function, Module
 
 # The median over the benchmark's models and runs of |log(predicted / measured speedup)|,
 # shipped defaults, one thread (tests/data/egraph_value_programs.json: 40 model runs, recorded
@@ -76,4 +78,36 @@ def choose_program(
     )
 
 
-__all__ = ["PREDICTION_ERROR", "ProgramChoice", "choose_program"]
+def plans_compared(
+    old: Function,
+    new: Function,
+    module: Module | None,
+    target: str,
+    stable: tuple[str, ...] = (),
+    new_module: Module | None = None,
+) -> tuple[ProgramChoice, Plan]:
+    """(the guard's choice between two forms of one straight function, the plan of the form
+    it keeps); `module` (`new_module` for `new`, where given) holds what they apply. Planned
+    here, not through planning.planned's cache: its key prints each module."""
+    from ..codegen import rows_for
+    from .planning import plan_function
+
+    rows = rows_for(target)
+    before = plan_function(old, module, rows=rows, target=target)
+    after = plan_function(new, new_module or module, rows=rows, target=target)
+    choice = choose_program(before, after, target, stable=stable)
+    return choice, (after if choice.kept == "optimized" else before)
+
+
+def guard_for(target: str):
+    """The guard egraph/optimize.optimize asks about each program it would replace (a
+    function, or a straight piece or body of one with loops): `guard(old, new, module,
+    stable)` -> the ProgramChoice between their plans."""
+
+    def guard(old: Function, new: Function, module: Module | None, stable=()) -> ProgramChoice:
+        return plans_compared(old, new, module, target, tuple(stable))[0]
+
+    return guard
+
+
+__all__ = ["PREDICTION_ERROR", "ProgramChoice", "choose_program", "guard_for", "plans_compared"]

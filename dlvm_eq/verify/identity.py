@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import signal
 import threading
 import time
@@ -331,16 +330,26 @@ def cell_points(syms, consts, limit: int = 720):
     return points
 
 
-_SYMBOL = re.compile(r"Symbol\('([^']*)'")
-
-
-def canonical(e) -> str:
-    """A cache key for e: its structure with the symbols renamed in name order, so equal
-    formulas over different elements share an entry. (Text, not a rebuilt expression:
-    rebuilding re-evaluates every Max/Min, which is slow.)"""
-    names = sorted(s.name for s in e.free_symbols)
-    index = {n: f"_c{i}" for i, n in enumerate(names)}
-    return _SYMBOL.sub(lambda m: f"Symbol('{index.get(m.group(1), m.group(1))}'", sp.srepr(e))
+def canonical(e) -> tuple:
+    """A cache key for e: its tree in preorder, each node its class and arity, each symbol its
+    rank in name order (with its assumptions), so equal formulas over different elements share
+    an entry. (Not a rebuilt expression: rebuilding re-evaluates every Max/Min, which is slow;
+    not sympy's srepr text, which took a third of verifying an attention adjoint.)"""
+    names = sorted({s.name for s in e.free_symbols})
+    index = {n: i for i, n in enumerate(names)}
+    out: list = []
+    stack = [e]
+    while stack:
+        t = stack.pop()
+        if t.is_Symbol:
+            dummy = t.dummy_index if t.is_Dummy else None  # two Dummy("x") are not one symbol
+            out.append(("s", index[t.name], dummy, tuple(t.assumptions0.items())))
+        elif t.args:
+            out.append((type(t).__name__, len(t.args)))
+            stack.extend(reversed(t.args))
+        else:
+            out.append((type(t).__name__, sp.srepr(t)))
+    return tuple(out)
 
 
 def _logs_factored(e):

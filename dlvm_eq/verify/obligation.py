@@ -69,6 +69,9 @@ class Obligation:
     constants: dict = field(default_factory=dict)  # tensor variable -> its (cval ...) variable
     skip: str | None = None
     definition: str | None = None  # a top-level set: a table entry, nothing to check
+    # a comment `;; verify: numeric -- why` just above the rule: a lemma sympy cannot prove in
+    # its time, checked numerically on every assignment without asking sympy
+    numeric: str | None = None
 
     @property
     def where(self) -> str:
@@ -100,12 +103,28 @@ def _options(items: list) -> tuple[list, dict]:
 LHS = "?lhs"
 
 
+NUMERIC_MARK = "verify: numeric"
+
+
+def declared_numeric(lines: list[str], line: int) -> str | None:
+    """The reason of a `;; verify: numeric -- reason` comment among the comment lines right
+    above line `line` (1-based) of a rule file, or None."""
+    k = line - 2
+    while k >= 0 and lines[k].lstrip().startswith(";"):
+        text = lines[k].lstrip().lstrip(";").strip()
+        if text.startswith(NUMERIC_MARK):
+            return text[len(NUMERIC_MARK) :].strip(" -—:") or "declared"
+        k -= 1
+    return None
+
+
 def obligations(text: str, filename: str, vocab: Vocab) -> list[Obligation]:
     """Every rule of the file as obligations (a birewrite gives two); declarations and
     top-level `set`s of primitive functions (tables) go to vocab."""
     forms = read(text)
     declarations(forms, vocab)
     defining = _macros(forms, vocab)
+    lines = text.splitlines()
     out: list[Obligation] = []
     for f in forms:
         if not isinstance(f, SList) or not f or not isinstance(f[0], Sym):
@@ -121,6 +140,7 @@ def obligations(text: str, filename: str, vocab: Vocab) -> list[Obligation]:
             kind=head,
             ruleset=str(opts[":ruleset"]) if opts.get(":ruleset") is not None else None,
             name=str(opts[":name"]) if opts.get(":name") is not None else None,
+            numeric=declared_numeric(lines, f.line),
         )
         if head == "set" and _table_entry(f, vocab):
             out.append(Obligation(**base, definition=f"a value of {f[1][0]}"))

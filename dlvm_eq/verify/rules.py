@@ -57,7 +57,7 @@ from .identity import NUMERIC_ONLY, PROVEN, PROVEN_AE, RANK, UNPROVEN, ZeroProve
 from .obligation import Obligation, obligations
 from .pattern import ANALYSES, ASSUMPTIONS, CAUSAL_BIAS, CAUSAL_KEEP, Vocab, pshow
 from .report import DEFINITION, FAILED, NOTHING, SKIPPED, RuleResult, RulesReport
-from .search import Space, assignments, index_variables
+from .search import Space, assignments, index_variables, required_rank
 from .symbolic import number, symbol_array, to_number
 from .terms import Evaluator, NumpyBackend, SympyBackend, Untypable
 
@@ -119,15 +119,18 @@ def load_rule_files(sources) -> tuple[list[tuple[str, str]], Vocab, list[Obligat
     rules are checked. A file that declares such a relation itself is read alone, as before."""
     files = _sources(sources)
     shipped = {f: _shipped_name(f) for _, f in files}
-    # shipped files that read another's analyses (attention.egg: algebra's cval) load after them
-    if any(name is None or name in _BUILDS_ON_OTHERS for name in shipped.values()):
-        given = {name for name in shipped.values() if name}
-        context = [
-            read_rule_file(p)
-            for p in shipped_rule_files()
-            if p.name != "schema.egg" and p.name not in given
-        ]
-        rank = {name: i for i, name in enumerate(SHIPPED)}
+    given = {name for name in shipped.values() if name}
+    rank = {name: i for i, name in enumerate(SHIPPED)}
+    # shipped files that read another's analyses (attention.egg: algebra's cval) load after
+    # all others; a shipped file checked alone sees the shipped files before it, as in a whole run
+    everything = any(name is None or name in _BUILDS_ON_OTHERS for name in shipped.values())
+    last = len(SHIPPED) if everything else max((rank.get(n, -1) for n in given), default=-1)
+    context = [
+        read_rule_file(p)
+        for p in shipped_rule_files()
+        if p.name != "schema.egg" and p.name not in given and rank.get(p.name, 0) < last
+    ]
+    if context:
         # the shipped files in their own order, then the user's (a stable sort keeps theirs)
         load = sorted(context + files, key=lambda tf: rank.get(_shipped_name(tf[1]), len(SHIPPED)))
         try:
@@ -347,8 +350,11 @@ class RuleChecker:
             res.status, res.detail = NOTHING, "no union, set or sign claim among its actions"
             return res
         s = self.settings
+        rank = required_rank(ob)
         spaces = (s.space, s.space.widened(3), s.space.widened(4), s.space.for_windows())
         for space in spaces:
+            if rank > max(len(x) for x in space.shapes()):
+                continue  # no shape of this space has the rank a guard asks for: none found
             asgs, truncated = assignments(ob, self.ev, space)
             if asgs:
                 break
@@ -365,7 +371,14 @@ class RuleChecker:
         if failure:
             res.status, res.detail = FAILED, failure
             return res
-        res.status, res.detail, res.symbolic = self._symbolic(ob, asgs)
+        if ob.numeric:  # a lemma declared beyond sympy: numeric agreement is the check
+            res.status = NUMERIC_ONLY
+            res.detail = (
+                f"declared numeric-only ({ob.numeric}); all {len(asgs)} assignments agree "
+                "numerically"
+            )
+        else:
+            res.status, res.detail, res.symbolic = self._symbolic(ob, asgs)
         if truncated:
             res.detail = (
                 res.detail + "\n" if res.detail else ""

@@ -282,6 +282,19 @@ def _subterms(e):
             yield from _subterms(a)
 
 
+_SHAPE_VAR = re.compile(r"\(= (\S+) \(shape ")
+_RANK_GUARD = re.compile(r"\(= (\d+) \(vec-length (\S+?)\)\)")
+
+
+def required_rank(ob: Obligation) -> int:
+    """The largest rank a guard `(= N (vec-length s))` asks of a shape `(= s (shape x))` of
+    the rule (0 without one): a space without shapes that long has no assignment (an
+    attention rule of rank 4 searched 200,000 steps in each of two such spaces first)."""
+    shapes = set(_SHAPE_VAR.findall(ob.text))
+    ranks = [int(n) for n, v in _RANK_GUARD.findall(ob.text) if v in shapes]
+    return max(ranks, default=0)
+
+
 def assignments(ob: Obligation, ev: Evaluator, space: Space) -> tuple[list[dict], bool]:
     """(assignments, truncated): at most space.limit, spread evenly over what the search found."""
     s = _Search(ob, ev, space)
