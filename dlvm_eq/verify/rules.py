@@ -74,9 +74,6 @@ SYMBOL_ASSUMPTIONS = {
 }
 
 
-# ---------------------------------------------------------------- loading
-
-
 def _sources(sources) -> list[tuple[str, str]]:
     """(text, filename) of each source: paths, or egglog text (a string with a parenthesis)."""
     if isinstance(sources, (str, Path)):
@@ -351,8 +348,7 @@ class RuleChecker:
             return res
         s = self.settings
         rank = required_rank(ob)
-        spaces = (s.space, s.space.widened(3), s.space.widened(4), s.space.for_windows())
-        for space in spaces:
+        for space in (s.space, s.space.widened(3), s.space.widened(4), s.space.for_windows()):
             if rank > max(len(x) for x in space.shapes()):
                 continue  # no shape of this space has the rank a guard asks for: none found
             asgs, truncated = assignments(ob, self.ev, space)
