@@ -66,13 +66,33 @@ def split_vjp(vjp: Function, nc: int, nx: int, n_seeds: int) -> Split:
     ]
     read = {id(o) for i in backward if id(i.result) in seeded for o in i.operands}
     read |= {id(o) for o in returned if isinstance(o, Value)}
+    # a transposed matrix is stored untransposed and transposed again where it is read: the
+    # forward step then copies it whole instead of element by element, and a product over
+    # all steps (ir/loop_sums.py) reads the stack transposed in place (h_t^T of an RNN)
+    relaid = {
+        id(i.result)
+        for i in vjp.body
+        if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
+        if i.op == "transpose" and _is_matrix_transpose(i)
+    }
+    if relaid:
+        read |= {id(i.operands[0]) for i in vjp.body if id(i.result) in relaid}
+        kept = {id(i) for i in backward}
+        backward = [i for i in vjp.body if id(i) in kept or id(i.result) in relaid]
     stored = [p for p in vjp.params[:nc] if id(p) in read]
     stored += [
         i.result
         for i in vjp.body
         if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
+        if id(i.result) not in relaid
     ]
     return Split(vjp, nc, nx, n_primal, stored, seeded, backward, returned)
+
+
+def _is_matrix_transpose(i: Instruction) -> bool:
+    """A transpose of a rank-2 value (its operand a Value, not a constant)."""
+    x = i.operands[0]
+    return isinstance(x, Value) and x.tensor_type.rank == 2
 
 
 def forward_with_residuals(body: Function, split: Split) -> Function:
