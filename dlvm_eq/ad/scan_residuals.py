@@ -86,7 +86,48 @@ def split_vjp(vjp: Function, nc: int, nx: int, n_seeds: int) -> Split:
         if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
         if id(i.result) not in relaid
     ]
+    stored, chains = _recomputed(vjp, stored, nc, n_primal)
+    if chains:
+        kept = {id(i) for i in backward}
+        backward = [i for i in vjp.body if id(i) in kept or id(i.result) in chains]
     return Split(vjp, nc, nx, n_primal, stored, seeded, backward, returned)
+
+
+# cheap to recompute where the backward step reads it: one pass over operands it loads anyway
+_CHEAP = {"add", "subtract", "multiply", "negate", "square"}
+_DEPTH = 3
+
+
+def _recomputed(vjp: Function, stored: list[Value], nc: int, n_primal: int) -> tuple:
+    """(the residuals still stored, ids of the values the backward step recomputes instead):
+    a residual that a few elementwise arithmetic ops make of other residuals, the step's x,
+    the withs and constants (sigmoid's s - s^2 beside s, tanh's 1 - t^2 beside t) is not
+    written by the forward step and read back, but recomputed where it is read."""
+    producer = {id(i.result): i for i in vjp.body}
+
+    def cheap(v) -> bool:
+        i = producer.get(id(v))
+        return i is not None and i.op in _CHEAP
+
+    base = {id(v) for v in stored if not cheap(v)} | {id(p) for p in vjp.params[nc:n_primal]}
+    chains: set[int] = set()
+
+    def derivable(v, depth: int, into: set) -> bool:
+        if isinstance(v, Const) or id(v) in base:
+            return True
+        if depth == _DEPTH or not cheap(v):
+            return False
+        into.add(id(v))
+        return all(derivable(o, depth + 1, into) for o in producer[id(v)].operands)
+
+    kept = []
+    for v in stored:
+        chain: set[int] = set()
+        if id(v) not in base and derivable(v, 0, chain):
+            chains |= chain
+        else:
+            kept.append(v)
+    return kept, chains
 
 
 def _is_matrix_transpose(i: Instruction) -> bool:
