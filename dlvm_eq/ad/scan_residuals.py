@@ -6,7 +6,11 @@ Of the former, the ones that read a carry and that the latter read are the resid
 (the e-graph that compiles it shares the work) and stacks them; the backward body reads them
 instead of recomputing them. Values that read only `with` operands and constants are the same
 every step, and values that read only the step's x, are recomputed (the loop rules hoist
-the former out of the loop).
+the former out of the loop). Two residuals are cheaper to store otherwise: a transposed
+matrix is stored as it is and transposed where it is read (h_t, not h_t^T: a whole copy per
+step, and the weight gradients after the loop read the stack transposed in place), and one
+that a few arithmetic ops make of other residuals (sigmoid's s - s^2 beside s) is recomputed
+in the backward step instead of written and read back.
 
     split = split_vjp(vjp, nc, nx)
     fwd = forward_with_residuals(body, split)      # body's outputs, then split.stored
