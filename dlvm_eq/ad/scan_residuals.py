@@ -26,6 +26,11 @@ from ..ir.loop_rules import inline
 from ..ir.module import Const, Function, FunctionBuilder, Instruction, Value
 from ..ir.types import TupleType
 
+# the two storage choices of the module docstring (off: every residual stored as the VJP has
+# it; benchmarks/rnn.py --residuals measures both in one process)
+STORE_UNTRANSPOSED = True
+RECOMPUTE_CHEAP = True
+
 
 @dataclass
 class Split:
@@ -79,6 +84,8 @@ def split_vjp(vjp: Function, nc: int, nx: int, n_seeds: int) -> Split:
         if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
         if i.op == "transpose" and _is_matrix_transpose(i)
     }
+    if not STORE_UNTRANSPOSED:
+        relaid = set()
     if relaid:
         read |= {id(i.operands[0]) for i in vjp.body if id(i.result) in relaid}
         kept = {id(i) for i in backward}
@@ -90,7 +97,9 @@ def split_vjp(vjp: Function, nc: int, nx: int, n_seeds: int) -> Split:
         if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
         if id(i.result) not in relaid
     ]
-    stored, chains = _recomputed(vjp, stored, nc, n_primal)
+    chains: set[int] = set()
+    if RECOMPUTE_CHEAP:
+        stored, chains = _recomputed(vjp, stored, nc, n_primal)
     if chains:
         kept = {id(i) for i in backward}
         backward = [i for i in vjp.body if id(i) in kept or id(i.result) in chains]
