@@ -2,8 +2,10 @@
 to float64 PyTorch autograd on the same formula and to the interpreter, and compiled without
 the copies ad/scan_residuals.py and ir/loop_sums.py avoid (issue 30): the forward step stores
 h, not h^T; the weight gradients are one product each after the loop, reading that stack
-transposed, with no zero added; each gate's sigmoid is computed once (rules/algebra.egg:
-s(z) * s(-z) = s - s^2)."""
+transposed, with no zero added; the step stores h, c, the gates and the tanhs, and the
+adjoint step recomputes their derivatives. Random scan bodies check the residual choices
+against the unrolled program; rules/algebra.egg's s(z) * s(-z) = s - s^2 is checked on a
+straight gradient."""
 
 from __future__ import annotations
 
@@ -190,3 +192,27 @@ def test_random_bodies_with_transposed_and_derived_residuals_equal_the_unrolled_
     want = dq.jit(dq.grad(unrolled, argnums=(0, 1)), target="interp")(w, h0, xs)
     for g, v in zip(got, want):
         _close(g, v)
+
+
+def test_sigmoids_derivative_is_computed_from_one_sigmoid():
+    """grad of sum(sigmoid(x @ w) * x): sigmoid's derivative s * (1 - s), whose 1 - s the
+    stable rules make sigmoid(-z), is s - s^2 after the rule (one sigmoid, no negate);
+    a program that needs sigmoid(-z) alone keeps it (the rule adds no work there)."""
+
+    def f(x, w):
+        return dq.sum(dq.sigmoid(x @ w) * x)
+
+    def g(x, w):
+        return dq.sum((1.0 - dq.sigmoid(x @ w)) * x)
+
+    x = RNG.standard_normal((3, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    m = dq.make_ir(dq.grad(f, argnums=1))(x, w)
+    result = dq.optimize(m)
+    name = next(iter(m.functions))
+    ops = [i.op for i in result.module[name].body]
+    assert ops.count("sigmoid") == 1 and "negate" not in ops, ops
+    _close(interpret(result.module, name, x, w), interpret(m, name, x, w))
+    m2 = dq.make_ir(g)(x, w)
+    ops2 = [i.op for i in dq.optimize(m2).module["g"].body]
+    assert ops2.count("sigmoid") == 1 and "square" not in ops2, ops2
