@@ -316,6 +316,32 @@ def large_bodies(rounds: int = 5) -> list[list]:
     return rows
 
 
+def residual_choices(steps: int, cell: str, hidden: int, rounds: int = 40) -> str:
+    """CPU ms a call with ad/scan_residuals.py's storage choices off and on, in one process,
+    calls alternated (each compiled once, the same arguments)."""
+    import numpy as np
+
+    from dlvm_eq.ad import scan_residuals as sr
+
+    args = _data(steps, cell, hidden)
+    progs = []
+    for on in (False, True):
+        sr.STORE_UNTRANSPOSED = sr.RECOMPUTE_CHEAP = on
+        progs.append(_dq_program("dq-scan", cell))
+        progs[-1](*args)
+    sr.STORE_UNTRANSPOSED = sr.RECOMPUTE_CHEAP = True
+    times: list[list[float]] = [[], []]
+    for _ in range(rounds):
+        for f, acc in zip(progs, times):
+            c0 = time.process_time()
+            f(*args)
+            acc.append(time.process_time() - c0)
+    off, on = (1e3 * float(np.median(t)) for t in times)
+    return (
+        f"{cell} {hidden} T={steps}: off {off:.2f} ms, on {on:.2f} ms CPU a call ({on / off:.3f}x)"
+    )
+
+
 def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
     """`steps` SGD steps of a least-squares model (256 x 32) inside one dq.jit call through
     dq.fori_loop, against `steps` calls of the jitted step (medians, seconds)."""
@@ -412,6 +438,9 @@ def main() -> None:
     ap.add_argument("--cell", choices=sorted(GATES), default="gru")
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--table-only", action="store_true", help="no overhead, SGD or memory runs")
+    ap.add_argument(
+        "--residuals", action="store_true", help="the scan residuals' storage choices off and on"
+    )
     ap.add_argument("--overhead-only", action="store_true", help="print the drivers' overheads")
     ap.add_argument("--update", type=Path, help="write the table into this markdown file")
     ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
@@ -420,6 +449,10 @@ def main() -> None:
         print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats, a.cell, a.hidden)))
         return
     load = os.getloadavg()[0]
+    if a.residuals:
+        for steps in a.steps:
+            print(f"load {os.getloadavg()[0]:.1f}", residual_choices(steps, a.cell, a.hidden))
+        return
     if a.overhead_only:
         print(f"load {load:.2f}", overhead(), f"load {os.getloadavg()[0]:.2f}")
         head = ["carry", "native, swapped us/step", "native, copied", "Python driver", "load"]

@@ -224,6 +224,17 @@ CASES = [
             f"(Multiply (Dot (Transpose $U {T2}) $U) (Dot (Transpose $V {T2}) (Transpose (Transpose $V {T2}) {T2})))"
         ),
     ),
+    # sigmoid's derivative from one sigmoid
+    (
+        "identities",
+        "(Multiply (Sigmoid $x) (Sigmoid (Negate $x)))",
+        "(Subtract (Sigmoid $x) (Square (Sigmoid $x)))",
+    ),
+    (
+        "identities",
+        "(Multiply (Sigmoid (Negate $x)) (Sigmoid $x))",
+        "(Subtract (Sigmoid $x) (Square (Sigmoid $x)))",
+    ),
     # ---- layout
     ("layout", f"(Dot (Transpose $M {T2}) $A)", "(Gemm $M $A 1 0)"),
     ("layout", f"(Dot $A (Transpose $D {T2}))", "(Gemm $A $D 0 1)"),
@@ -253,6 +264,12 @@ def test_square_of_difference_expands_in_f64_only():
 NEGATIVE = [
     ("identities", "(Divide $x $x)", K(1.0)),  # x may be 0
     ("identities", "(Exp (Log $x))", "$x"),  # x may be <= 0
+    # sigmoid(x) * sigmoid(-y) for another y is no derivative
+    (
+        "identities",
+        "(Multiply (Sigmoid $x) (Sigmoid (Negate $y)))",
+        "(Subtract (Sigmoid $x) (Square (Sigmoid $x)))",
+    ),
     ("identities", '(Reduce $A "add" 0.0 1)', "(ShapeCast $A (vec-of 4))"),  # axis is not 1 wide
     (
         "fold",

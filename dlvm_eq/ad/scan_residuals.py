@@ -6,7 +6,11 @@ Of the former, the ones that read a carry and that the latter read are the resid
 (the e-graph that compiles it shares the work) and stacks them; the backward body reads them
 instead of recomputing them. Values that read only `with` operands and constants are the same
 every step, and values that read only the step's x, are recomputed (the loop rules hoist
-the former out of the loop).
+the former out of the loop). Two residuals are cheaper to store otherwise: a transposed
+matrix is stored as it is and transposed where it is read (h_t, not h_t^T: a whole copy per
+step, and the weight gradients after the loop read the stack transposed in place), and one
+that a few arithmetic ops make of other residuals (sigmoid's s - s^2 beside s) is recomputed
+in the backward step instead of written and read back.
 
     split = split_vjp(vjp, nc, nx)
     fwd = forward_with_residuals(body, split)      # body's outputs, then split.stored
@@ -21,6 +25,11 @@ from ..ir.inline import live_instructions
 from ..ir.loop_rules import inline
 from ..ir.module import Const, Function, FunctionBuilder, Instruction, Value
 from ..ir.types import TupleType
+
+# the two storage choices of the module docstring (off: every residual stored as the VJP has
+# it; benchmarks/rnn.py --residuals measures both in one process)
+STORE_UNTRANSPOSED = True
+RECOMPUTE_CHEAP = True
 
 
 @dataclass
@@ -66,13 +75,78 @@ def split_vjp(vjp: Function, nc: int, nx: int, n_seeds: int) -> Split:
     ]
     read = {id(o) for i in backward if id(i.result) in seeded for o in i.operands}
     read |= {id(o) for o in returned if isinstance(o, Value)}
+    # a transposed matrix is stored untransposed and transposed again where it is read: the
+    # forward step then copies it whole instead of element by element, and a product over
+    # all steps (ir/loop_sums.py) reads the stack transposed in place (h_t^T of an RNN)
+    relaid = {
+        id(i.result)
+        for i in vjp.body
+        if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
+        if i.op == "transpose" and _is_matrix_transpose(i)
+    }
+    if not STORE_UNTRANSPOSED:
+        relaid = set()
+    if relaid:
+        read |= {id(i.operands[0]) for i in vjp.body if id(i.result) in relaid}
+        kept = {id(i) for i in backward}
+        backward = [i for i in vjp.body if id(i) in kept or id(i.result) in relaid]
     stored = [p for p in vjp.params[:nc] if id(p) in read]
     stored += [
         i.result
         for i in vjp.body
         if id(i.result) in read and id(i.result) in varies and id(i.result) not in seeded
+        if id(i.result) not in relaid
     ]
+    chains: set[int] = set()
+    if RECOMPUTE_CHEAP:
+        stored, chains = _recomputed(vjp, stored, nc, n_primal)
+    if chains:
+        kept = {id(i) for i in backward}
+        backward = [i for i in vjp.body if id(i) in kept or id(i.result) in chains]
     return Split(vjp, nc, nx, n_primal, stored, seeded, backward, returned)
+
+
+# cheap to recompute where the backward step reads it: one pass over operands it loads anyway
+_CHEAP = {"add", "subtract", "multiply", "negate", "square"}
+_DEPTH = 3
+
+
+def _recomputed(vjp: Function, stored: list[Value], nc: int, n_primal: int) -> tuple:
+    """(the residuals still stored, ids of the values the backward step recomputes instead):
+    a residual that a few elementwise arithmetic ops make of other residuals, the step's x,
+    the withs and constants (sigmoid's s - s^2 beside s, tanh's 1 - t^2 beside t) is not
+    written by the forward step and read back, but recomputed where it is read."""
+    producer = {id(i.result): i for i in vjp.body}
+
+    def cheap(v) -> bool:
+        i = producer.get(id(v))
+        return i is not None and i.op in _CHEAP
+
+    base = {id(v) for v in stored if not cheap(v)} | {id(p) for p in vjp.params[nc:n_primal]}
+    chains: set[int] = set()
+
+    def derivable(v, depth: int, into: set) -> bool:
+        if isinstance(v, Const) or id(v) in base:
+            return True
+        if depth == _DEPTH or not cheap(v):
+            return False
+        into.add(id(v))
+        return all(derivable(o, depth + 1, into) for o in producer[id(v)].operands)
+
+    kept = []
+    for v in stored:
+        chain: set[int] = set()
+        if id(v) not in base and derivable(v, 0, chain):
+            chains |= chain
+        else:
+            kept.append(v)
+    return kept, chains
+
+
+def _is_matrix_transpose(i: Instruction) -> bool:
+    """A transpose of a rank-2 value (its operand a Value, not a constant)."""
+    x = i.operands[0]
+    return isinstance(x, Value) and x.tensor_type.rank == 2
 
 
 def forward_with_residuals(body: Function, split: Split) -> Function:

@@ -55,7 +55,7 @@ def summed_carries(inst: Instruction) -> dict[int, Summed]:
     if outs is None or a["length"] < 2 or nc == 0:
         return {}
     uses: dict[int, int] = {}
-    for i in body.body:
+    for i in live_instructions(body.body, [body.ret]):  # (a dead duplicate reads nothing)
         for o in i.operands:
             uses[id(o)] = uses.get(id(o), 0) + 1
     if not isinstance(body.result_type, TupleType):  # (a tuple's operands counted above)
@@ -107,6 +107,20 @@ def pays(found: dict[int, Summed], producer: dict, steps: set) -> bool:
             seen.add(id(f))
             stored += _size(f)
     return stored < saved
+
+
+def is_zero(v: Operand, producer: dict) -> bool:
+    """Whether `v` is the literal 0 or a broadcast of it (`producer`: id(Value) -> its
+    instruction)."""
+    if isinstance(v, Const):
+        return v.value == 0
+    made = producer.get(id(v))
+    if made is not None and made.op == "broadcast":
+        return is_zero(made.operands[0], producer)
+    if made is not None and made.op == "literal":
+        value = made.attrs.get("value")
+        return isinstance(value, (int, float, bool)) and value == 0
+    return False
 
 
 def _size(v: Operand) -> int:
@@ -179,6 +193,7 @@ def defer_sums(inst: Instruction, ops: list, found: dict[int, Summed]):
 
     def finish(b: FunctionBuilder, r: Value) -> dict:
         single = not isinstance(r.type, TupleType)
+        made_in_b = {id(i.result): i for i in b.body}
         index: dict[int, object] = {}
         kept = [k for k in range(nc) if k not in found]
         for j, k in enumerate(kept):
@@ -223,10 +238,12 @@ def defer_sums(inst: Instruction, ops: list, found: dict[int, Summed]):
                 total = sums[id(s.dot)] = b.emit("dot", [acat, bcat], location=loc)
             if s.cut is not None:
                 total = b.emit("slice", [total], location=loc, **s.cut)
-            index[k] = b.emit("add", [ops[k], total], location=loc)
+            # acc0 + total; an accumulator starting at zero (a gradient's) is the total itself
+            zero = is_zero(ops[k], made_in_b) and ops[k].type == total.type
+            index[k] = total if zero else b.emit("add", [ops[k], total], location=loc)
         return index
 
     return new_inst, new_ops, finish
 
 
-__all__ = ["Summed", "body_outputs", "defer_sums", "pays", "summed_carries"]
+__all__ = ["Summed", "body_outputs", "defer_sums", "is_zero", "pays", "summed_carries"]
