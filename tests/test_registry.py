@@ -13,6 +13,7 @@ import dlvm_eq as dq
 from dlvm_eq.egraph import registry_check
 from dlvm_eq.egraph.registry_check import registry_gaps
 from dlvm_eq.egraph.rulefiles import rule_file
+from dlvm_eq.egraph.serialized import Graph
 from dlvm_eq.ir import ops as ir_ops
 from dlvm_eq.ir.ops import CONTROL, ELEMENTWISE_KINDS, OPS
 from dlvm_eq.ir.registry import REGISTRY
@@ -191,3 +192,107 @@ def test_every_registry_combinator_lowers_as_its_ufunc(combinator, dt):
     got = compile_cpu(spec)(x)
     want = c.ufunc.reduce(x, axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+ALGEBRA = rule_file("algebra.egg").read_text()
+
+
+def test_an_egraph_constructor_without_entry_is_named():
+    """A rule file's Term constructor that is no op and has no e-graph-only entry
+    (ir/registry/egraph_only.py) is named, and so is an entry no rule file declares."""
+    extra = ALGEBRA + "\n(constructor Frob (Term i64) Term)\n"
+    gaps = registry_gaps(rules={"algebra.egg": extra})
+    assert (
+        "algebra.egg constructor Frob is no op of the registry and has no e-graph-only entry "
+        "(ir/registry/egraph_only.py)"
+    ) in gaps
+    without = ALGEBRA.replace("(constructor Gemm (Term Term i64 i64) Term)", "")
+    gaps = registry_gaps(rules={"algebra.egg": without})
+    assert "e-graph-only Gemm: no (constructor Gemm ...) in algebra.egg" in gaps
+    wrong = ALGEBRA.replace(
+        "(constructor Gemm (Term Term i64 i64)", "(constructor Gemm (Term i64 i64)"
+    )
+    gaps = registry_gaps(rules={"algebra.egg": wrong})
+    assert "e-graph-only Gemm: 1 Term arguments, its entry 2, op dot 2" in gaps
+
+
+def test_an_egraph_only_entry_that_names_no_op_is_named(monkeypatch):
+    from dlvm_eq.ir.registry.egraph_only import EGRAPH_ONLY
+
+    broken = dict(EGRAPH_ONLY)
+    broken["Gemm"] = dataclasses.replace(EGRAPH_ONLY["Gemm"], through="transpoze")
+    monkeypatch.setattr(registry_check, "EGRAPH_ONLY", broken)
+    assert "e-graph-only Gemm: reads through transpoze, which is no op" in registry_gaps()
+
+
+def _gemm_graph(flags):
+    """A serialized e-graph holding one (Gemm A B ta tb) over two parameters."""
+    ta, tb = flags
+
+    def node(op, eclass, *children):
+        return {"op": op, "eclass": eclass, "children": list(children)}
+
+    nodes = {
+        "nA": node('"A"', "pA"),
+        "nB": node('"B"', "pB"),
+        "a": node("Var", "cA", "nA"),
+        "b": node("Var", "cB", "nB"),
+        "ta": node(str(ta), "p1"),
+        "tb": node(str(tb), "p2"),
+        "g": node("Gemm", "cG", "a", "b", "ta", "tb"),
+    }
+    terms = {c: {"type": "Term"} for c in ("cA", "cB", "cG")}
+    return Graph({"nodes": nodes, "class_data": terms, "root_eclasses": ["cG"]})
+
+
+@pytest.mark.parametrize("flags", [(1, 0), (0, 1), (1, 1), (0, 0)])
+def test_gemm_is_read_from_its_registry_entry(flags):
+    """Gemm, the e-graph's dot of transposed reads, is decoded, typed, rendered, counted and
+    unloaded through its registry entry (ir/registry/egraph_only.py): the unloaded function
+    computes op(A) @ op(B) (against numpy in float64)."""
+    from dlvm_eq.egraph.expr import render
+    from dlvm_eq.egraph.loader import LoadedProgram
+    from dlvm_eq.egraph.query import _multiplies
+    from dlvm_eq.egraph.rule_origin import check_terms
+    from dlvm_eq.egraph.unload import unload
+    from dlvm_eq.ir import Module, interpret
+    from dlvm_eq.ir.module import FunctionBuilder
+    from dlvm_eq.ir.types import F64, tensor
+
+    m, k, n = 5, 4, 3
+    ta, tb = flags
+    shape_a = (k, m) if ta else (m, k)
+    shape_b = (n, k) if tb else (k, n)
+    g = _gemm_graph(flags)
+    d = g.decode("g")
+    assert (d.op, d.attrs) == ("dot", {"transpose": flags})
+    types = {"cA": tensor(*shape_a, F64), "cB": tensor(*shape_b, F64)}
+    check_terms(g, types, {"A": types["cA"], "B": types["cB"]}, {})  # well-typed: no error
+    choice = {c: n_ for n_, c in (("a", "cA"), ("b", "cB"), ("g", "cG"))}
+    want_text = ("A.T" if ta else "A") + " @ " + ("B.T" if tb else "B")
+    assert render(g, choice, "cG", types) == want_text
+    assert _multiplies(g, choice, "cG", types) == m * k * n
+    b = FunctionBuilder("f", [types["cA"], types["cB"]], ["A", "B"])
+    prog = LoadedProgram("f", var_types={"A": types["cA"], "B": types["cB"]}, params=b.params)
+    fn = unload(g, choice, prog, ["cG"])
+    assert [i.op for i in fn.body].count("transpose") == ta + tb
+    mod = Module("m")
+    mod.add(fn)
+    rng = np.random.default_rng(sum(flags))
+    A, B = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    want = (A.T if ta else A) @ (B.T if tb else B)
+    got = interpret(mod, "f", A, B, float64=True)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_a_wrongly_typed_gemm_is_named():
+    """The type check reads Gemm's operands through its entry: (Gemm A B 0 0) of a (5, 4) and a
+    (3, 4) operand is ill-typed (it would be well-typed with B read transposed)."""
+    from dlvm_eq.egraph.rule_origin import IllTypedTerm, check_terms
+    from dlvm_eq.ir.types import F64, tensor
+
+    g = _gemm_graph((0, 0))
+    types = {"cA": tensor(5, 4, F64), "cB": tensor(3, 4, F64)}
+    with pytest.raises(IllTypedTerm, match="Gemm"):
+        check_terms(g, types, {"A": types["cA"], "B": types["cB"]}, {})
+    check_terms(_gemm_graph((0, 1)), types, {"A": types["cA"], "B": types["cB"]}, {})

@@ -25,7 +25,9 @@ import re
 from ..errors import DlvmError, IRError
 from ..ir import window_ops
 from ..ir.module import Const, Function, FunctionBuilder
+from ..ir.op_spec import MATMUL_COST
 from ..ir.ops import OPS, UNARY_OPS, WINDOW
+from ..ir.registry import EGRAPH_ONLY
 from ..ir.types import DType, TensorType
 from ..sexpr import SexprError, SList, Str, Sym, read, show
 from .serialized import EGG_TO_OP, Graph
@@ -260,14 +262,10 @@ class _Builder:
         return self.emit(op, [self.sexpr(a) for a in args])
 
 
-_BINOPS = {
-    ast.Add: "add",
-    ast.Sub: "subtract",
-    ast.Mult: "multiply",
-    ast.Div: "divide",
-    ast.Pow: "power",
-    ast.MatMult: "dot",
-}
+# Python's binary operators -> the registry's ops that write them infix (OpSpec.infix)
+_AST_OPERATORS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "**": ast.Pow}
+_AST_OPERATORS["@"] = ast.MatMult
+_BINOPS = {_AST_OPERATORS[s.infix[0]]: name for name, s in OPS.items() if s.infix}
 
 
 def _string(tok) -> str:
@@ -286,17 +284,17 @@ def _vec(tok) -> tuple[int, ...]:
 
 
 def _is_matmul(g: Graph, choice, cls) -> bool:
-    return g.nodes[choice[cls]]["op"] in ("Dot", "Gemm")
+    return g.decode(choice[cls]).op in _MATMULS
 
 
-_INFIX = {
-    "Add": ("+", 1),
-    "Subtract": ("-", 1),
-    "Multiply": ("*", 2),
-    "Divide": ("/", 2),
-    "Dot": ("@", 2),
-    "Power": ("**", 4),
-}
+# the infix ops by constructor (OpSpec.infix); the matmuls among them, Gemm's dot included
+_INFIX = {s.egg: s.infix for s in OPS.values() if s.infix}
+_MATMULS = {name for name, s in OPS.items() if s.cost == MATMUL_COST}
+
+
+def _read(op: str | None, text: str) -> str:
+    """x read through `op` with its default attributes: x.T for a transpose, else op(x)."""
+    return f"{text}.T" if op == "transpose" else f"{op}({text})"
 
 
 class _Elided(Exception):
@@ -333,8 +331,9 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         # numpy gives * / and @ one precedence; mixed, they read better with parentheses
         mixed = (
             p == 2
-            and d.egg in ("Multiply", "Divide", "Dot", "Gemm")
-            and _is_matmul(g, choice, kids[i]) != (d.egg in ("Dot", "Gemm"))
+            and d.op is not None
+            and (OPS[d.op].infix or ("", 0))[1] == 2
+            and _is_matmul(g, choice, kids[i]) != (d.op in _MATMULS)
         )
         return f"({text})" if p < prec or mixed else text
 
@@ -347,15 +346,19 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         return d.attrs["key"], 9
     if d.egg == "Broadcast":  # implicit again, as in the IR
         return _render(g, choice, kids[0], types, budget, cut)
-    if d.egg == "Gemm":
-        ta, tb = d.attrs["transpose"]
-        a = sub(0, 9) + ".T" if ta else sub(0, 2)
-        b = sub(1, 9) + ".T" if tb else sub(1, 3)
-        return f"{a} @ {b}", 2
+    only = EGRAPH_ONLY.get(d.egg)
+    if only is not None and only.reads is not None and d.op and OPS[d.op].infix:
+        # Gemm: its operands read through their transposes, written x.T
+        sym, prec = OPS[d.op].infix
+        reads = only.reads(d.attrs)
+        a, b = (
+            _read(only.through, sub(i, 9)) if r else sub(i, prec + i) for i, r in enumerate(reads)
+        )
+        return f"{a} {sym} {b}", prec
     if d.egg in _INFIX:
         sym, prec = _INFIX[d.egg]
-        right = prec + 1 if d.egg != "Power" else prec
-        left = prec if d.egg != "Power" else prec + 1
+        right = prec + 1 if sym != "**" else prec  # ** groups to the right
+        left = prec if sym != "**" else prec + 1
         return f"{sub(0, left)} {sym} {sub(1, right)}", prec
     if d.egg == "Negate":
         return f"-{sub(0, 3)}", 3

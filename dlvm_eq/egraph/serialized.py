@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import IRError
 from ..ir import window_ops
 from ..ir.ops import OPS, WINDOW
+from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM, STANDS_FOR
 from ..ir.types import DType, TensorType
 
 EGG_TO_OP: dict[str, str] = {
@@ -23,7 +24,9 @@ EGG_TO_OP: dict[str, str] = {
     for name, spec in OPS.items()
     if spec.kind not in ("tuple", "call", "literal", "control")
 }
-EGG_TO_OP["StridedSlice"] = "slice"  # a slice with a step > 1 (rules/schema.egg)
+# StridedSlice -> slice: an op's other spelling (ir/registry/egraph_only.py); READ_AS ones such
+# as Gemm stay out (they are no term of the op, and only extraction's cost model prices them)
+EGG_TO_OP.update({e: op for e, op in STANDS_FOR.items() if EGRAPH_ONLY[e].role == IR_FORM})
 LEAVES = ("Var", "Const", "Lit")
 
 
@@ -95,21 +98,11 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"value": float(p(ch[0])), "dtype": DType(p(ch[1]))})
     if egg == "Lit":
         return Decoded(egg, None, (), {"key": p(ch[0])})
-    if egg in HELPERS:
-        return HELPERS[egg](g, ch)
-    if egg == "StridedSlice":  # the IR's slice with a step
-        step = int(p(ch[4]))
-        return Decoded(
-            egg,
-            "slice",
-            (ch[0],),
-            {
-                "axis": int(p(ch[1])),
-                "lo": int(p(ch[2])),
-                "hi": int(p(ch[3])),
-                **({"step": step} if step != 1 else {}),
-            },
-        )
+    spec = EGRAPH_ONLY.get(egg)
+    if spec is not None and spec.op is not None and spec.attrs is not None:
+        # Gemm, StridedSlice: an op's other spelling (ir/registry/egraph_only.py)
+        prims = tuple(p(c) for c in ch[spec.terms :])
+        return Decoded(egg, spec.op, tuple(ch[: spec.terms]), spec.attrs(prims))
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
@@ -160,19 +153,6 @@ def _decode(g: Graph, nid: str) -> Decoded:
     if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
     return Decoded(egg, op, tuple(ch), {})
-
-
-# Constructors of rule files that are not IR ops but unload to a few of them.
-# (Gemm a b ta tb), from rules/algebra.egg: a dot whose operands are read transposed where the
-# flag is 1 (BLAS flags; the unloader emits `transpose` + `dot`, codegen folds them again).
-HELPERS = {
-    "Gemm": lambda g, ch: Decoded(
-        "Gemm",
-        "dot",
-        (ch[0], ch[1]),
-        {"transpose": (int(g.primitive(ch[2])), int(g.primitive(ch[3])))},
-    )
-}
 
 
 _KNOWN = set(EGG_TO_OP) | set(LEAVES)

@@ -70,6 +70,8 @@ class OpSpec:
       whose meaning is not one sympy function per element (products, reductions, gathers);
       `sv` is verify's vocabulary (verify/symbolic.SymbolicVocabulary: sv.sp, sv.extremum,
       sv.number, sv.as_array, sv.indices).
+    - infix: (Python operator, precedence) of ops the expression language (egraph/expr.py)
+      reads and writes infix: `("+", 1)`, `("@", 2)`, `("**", 4)`.
     - regions: attributes that name body functions (structured control flow); a region op's
       batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
     """
@@ -93,6 +95,7 @@ class OpSpec:
     batch: Callable | None = None
     regions: tuple[str, ...] = ()
     symbolic: Callable | None = None
+    infix: tuple[str, int] | None = None
 
 
 def pascal(name: str) -> str:

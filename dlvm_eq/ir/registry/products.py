@@ -116,6 +116,7 @@ def dot_spec() -> OpSpec:
         cost=MATMUL_COST,
         batch=_batch_dot,
         symbolic=_dot_symbolic,
+        infix=("@", 2),
     )
 
 
