@@ -230,6 +230,28 @@ def test_mse_nll_and_eye_agree_with_jax():
         np.testing.assert_array_equal(dq.eye(n, m, k), jnp.eye(n, m, k, dtype=jnp.float32))
 
 
+def test_optax_named_losses_agree_with_their_jax_definitions():
+    """optax's squared_error, huber_loss and l2_loss, per element (optax's formulas in JAX)."""
+    pred, target = RNG.standard_normal((4, 3)) * 2, RNG.standard_normal((4, 3))
+    wants = {
+        "squared_error": (lambda p, t: dq.losses.squared_error(p, t), (pred - target) ** 2),
+        "huber_loss": (lambda p, t: dq.losses.huber_loss(p, t, 0.7), jax_huber(pred, target, 0.7)),
+        "l2_loss": (lambda p, t: dq.losses.l2_loss(p, t), 0.5 * (pred - target) ** 2),
+    }
+    for f, want in wants.values():
+        close(dq.jit(f)(pred, target), want)
+    close(dq.jit(dq.losses.squared_error)(pred), pred**2)  # targets None: 0, as optax
+    g = dq.grad(lambda p: dq.sum(dq.losses.huber_loss(p, target, 0.7)))(pred)
+    close(g, jax.grad(lambda p: jnp.sum(jax_huber(p, target, 0.7)))(pred))
+
+
+def jax_huber(p, t, delta):
+    """optax.huber_loss's formula."""
+    d = jnp.abs(p - t)
+    q = jnp.minimum(d, delta)
+    return 0.5 * q**2 + delta * (d - q)
+
+
 def test_group_norm_agrees_with_torch():
     torch = pytest.importorskip("torch")
     x = RNG.standard_normal((2, 6, 3, 4))

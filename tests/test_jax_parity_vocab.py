@@ -40,6 +40,7 @@ CASES = {
     "celu": (lambda x: dq.nn.celu(x, 0.6), lambda x: jax.nn.celu(x, 0.6), X),
     "selu": (dq.nn.selu, jax.nn.selu, X),
     "softsign": (dq.nn.softsign, jax.nn.soft_sign, X),
+    "soft_sign": (dq.nn.soft_sign, jax.nn.soft_sign, X),  # JAX's spelling
     "mish": (dq.nn.mish, jax.nn.mish, X),
     "glu": (lambda x: dq.nn.glu(x, axis=1), lambda x: jax.nn.glu(x, axis=1), X),
     "standardize": (dq.nn.standardize, jax.nn.standardize, X),
