@@ -25,7 +25,7 @@ import re
 from ..errors import DlvmError, IRError
 from ..ir import window_ops
 from ..ir.module import Const, Function, FunctionBuilder
-from ..ir.op_spec import MATMUL_COST
+from ..ir.op_spec import MATMUL_COST, egg_attrs_from
 from ..ir.ops import OPS, UNARY_OPS, WINDOW
 from ..ir.registry import EGRAPH_ONLY
 from ..ir.types import DType, TensorType
@@ -233,33 +233,28 @@ class _Builder:
         if op == "transpose":
             x = self.sexpr(args[0])
             return self.emit(op, [x], **({"perm": _vec(args[1])} if len(args) > 1 else {}))
-        if op == "reduce":
-            return self.emit(
-                op,
-                [self.sexpr(args[0])],
-                combinator=_string(args[1]),
-                init=float(args[2]),
-                axes=(int(args[3]),),
-            )
-        if op in ("shapeCast", "broadcast"):
-            return self.emit(op, [self.sexpr(args[0])], shape=_vec(args[1]))
-        if op in ("padShape", "squeezeShape"):
-            return self.emit(op, [self.sexpr(args[0])], at=int(args[1]))
-        if op == "dataTypeCast":
-            return self.emit(op, [self.sexpr(args[0])], dtype=DType(_string(args[1])))
-        if op == "concatenate":
-            return self.emit(op, [self.sexpr(args[0]), self.sexpr(args[1])], axis=int(args[2]))
-        if op == "slice":
-            return self.emit(
-                op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]), hi=int(args[3])
-            )
         if spec.kind == WINDOW:  # operands, then the packed attributes (window_ops.pack)
             return self.emit(
                 op, [self.sexpr(a) for a in args[:-1]], **window_ops.unpack(op, _vec(args[-1]))
             )
-        if spec.arity is not None and len(args) != spec.arity:
-            raise ExpressionError(f"({head} ...) takes {spec.arity} operand(s), got {len(args)}")
-        return self.emit(op, [self.sexpr(a) for a in args])
+        # the operands, then the attributes as the registry lays them out (OpSpec.egg_attrs;
+        # StridedSlice's entry in ir/registry/egraph_only.py)
+        only = EGRAPH_ONLY.get(head)
+        read = (lambda ps: only.attrs(tuple(ps))) if only and only.attrs else None
+        count = only.prims if only and only.attrs else len(spec.egg_attrs)
+        n = len(args) - count
+        arity = 2 if op == "concatenate" else spec.arity  # binary in the e-graph
+        if n < 1 or (arity is not None and n != arity):
+            raise ExpressionError(
+                f"({head} ...) takes {arity} operand(s) and {count} attribute(s), "
+                f"got {len(args)} argument(s)"
+            )
+        try:
+            prims = [_primitive(a) for a in args[n:]]
+            attrs = read(prims) if read else egg_attrs_from(spec, prims)
+        except (ValueError, TypeError) as e:
+            raise ExpressionError(f"({head} ...): {e}") from None
+        return self.emit(op, [self.sexpr(a) for a in args[:n]], **attrs)
 
 
 # Python's binary operators -> the registry's ops that write them infix (OpSpec.infix)
@@ -272,6 +267,11 @@ def _string(tok) -> str:
     if isinstance(tok, str):  # a Str, or a bare Sym
         return str(tok)
     raise ExpressionError(f"expected a string, got {show(tok)}")
+
+
+def _primitive(tok):
+    """An attribute argument of an s-expression: a (vec-of ...) as a tuple, else the token."""
+    return _vec(tok) if isinstance(tok, SList) else tok
 
 
 def _vec(tok) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ from ..ir.op_spec import (
     CONTROL,
     COST_FLOPS,
     DOT,
+    EGG_SORTS,
     ELEMENTWISE_KINDS,
     GATHER,
     LITERAL,
@@ -86,6 +87,14 @@ def _schema_gaps(schema: str) -> list[str]:
         arity = EGG_ARITY.get(egg, spec.arity)
         if arity is not None and terms != arity:
             gaps.append(f"op {name}: ({egg} ...) has {terms} Term arguments, the op {arity}")
+        prims = [s for s in ctors[egg] if s != "Term"]
+        # window ops pack their attributes in one IVec (ir/window_ops.py)
+        want = ["IVec"] if spec.kind == WINDOW else [EGG_SORTS[s][0] for _, s in spec.egg_attrs]
+        if prims != want:
+            gaps.append(
+                f"op {name}: ({egg} ...) takes {' '.join(prims) or 'no attributes'} after its "
+                f"operands, the registry's egg_attrs {' '.join(want) or 'none'}"
+            )
     for ctor in ctors:
         if ctor not in in_egraph and ctor not in LEAVES and ctor not in SCHEMA_ONLY:
             gaps.append(f"schema.egg constructor {ctor} is no op of the registry")
@@ -167,6 +176,11 @@ def _egraph_only_gaps(texts: dict[str, str]) -> list[str]:
         if spec.op is None:
             continue
         terms = where[1].count("Term")
+        if len(where[1]) - terms != spec.prims:
+            gaps.append(
+                f"e-graph-only {egg}: {len(where[1]) - terms} primitive arguments in "
+                f"{spec.rule_file}, its entry {spec.prims}"
+            )
         if spec.op not in OPS:
             gaps.append(f"e-graph-only {egg}: stands for {spec.op}, which is no op")
         elif terms != spec.terms or spec.terms != OPS[spec.op].arity:

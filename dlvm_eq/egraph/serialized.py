@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import IRError
 from ..ir import window_ops
+from ..ir.op_spec import egg_attrs_from
 from ..ir.ops import OPS, WINDOW
 from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM, STANDS_FOR
 from ..ir.types import DType, TensorType
@@ -98,61 +99,20 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"value": float(p(ch[0])), "dtype": DType(p(ch[1]))})
     if egg == "Lit":
         return Decoded(egg, None, (), {"key": p(ch[0])})
-    spec = EGRAPH_ONLY.get(egg)
-    if spec is not None and spec.op is not None and spec.attrs is not None:
+    only = EGRAPH_ONLY.get(egg)
+    if only is not None and only.op is not None and only.attrs is not None:
         # Gemm, StridedSlice: an op's other spelling (ir/registry/egraph_only.py)
-        prims = tuple(p(c) for c in ch[spec.terms :])
-        return Decoded(egg, spec.op, tuple(ch[: spec.terms]), spec.attrs(prims))
+        prims = tuple(p(c) for c in ch[only.terms :])
+        return Decoded(egg, only.op, tuple(ch[: only.terms]), only.attrs(prims))
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
-    if egg == "Transpose":
-        return Decoded(egg, op, (ch[0],), {"perm": p(ch[1])})
-    if egg == "Reduce":
-        return Decoded(
-            egg,
-            op,
-            (ch[0],),
-            {"combinator": p(ch[1]), "init": float(p(ch[2])), "axes": (int(p(ch[3])),)},
-        )
-    if egg in ("ShapeCast", "Broadcast"):
-        return Decoded(egg, op, (ch[0],), {"shape": p(ch[1])})
-    if egg in ("PadShape", "SqueezeShape"):
-        return Decoded(egg, op, (ch[0],), {"at": int(p(ch[1]))})
-    if egg == "DataTypeCast":
-        return Decoded(egg, op, (ch[0],), {"dtype": DType(p(ch[1]))})
-    if egg == "Concatenate":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
-    if egg == "Slice":
-        return Decoded(
-            egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])), "hi": int(p(ch[3]))}
-        )
-    if egg == "Take":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
-    if egg == "Cumsum":
-        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "reverse": bool(int(p(ch[2])))})
-    if egg == "SliceScatter":
-        return Decoded(
-            egg,
-            op,
-            (ch[0],),
-            {
-                "axis": int(p(ch[1])),
-                "lo": int(p(ch[2])),
-                "step": int(p(ch[3])),
-                "size": int(p(ch[4])),
-            },
-        )
-    if egg == "ScatterAdd":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
-    if egg == "Attention":  # issue 33: q, k, v, bias, scale, causal
-        return Decoded(egg, op, tuple(ch[:4]), {"scale": float(p(ch[4])), "causal": int(p(ch[5]))})
-    if egg == "AttentionBackward":  # q, k, v, bias, o, g, scale, causal, wrt
-        attrs = {"scale": float(p(ch[6])), "causal": int(p(ch[7])), "wrt": int(p(ch[8]))}
-        return Decoded(egg, op, tuple(ch[:6]), attrs)
-    if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
+    spec = OPS[op]
+    if spec.kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
-    return Decoded(egg, op, tuple(ch), {})
+    # the operands, then the attributes as the registry lays them out (OpSpec.egg_attrs)
+    n = len(ch) - len(spec.egg_attrs)
+    return Decoded(egg, op, tuple(ch[:n]), egg_attrs_from(spec, tuple(p(c) for c in ch[n:])))
 
 
 _KNOWN = set(EGG_TO_OP) | set(LEAVES)

@@ -34,7 +34,7 @@ class EggOnlySpec:
     - egg: its name; rule_file: the file that declares it; role: READ_AS, IR_FORM, ...
     - op: the IR op it stands for (READ_AS, IR_FORM); terms: its leading Term arguments, the
       op's operands.
-    - attrs(prims): the e-node's attributes from its other (primitive) arguments, as decoded.
+    - attrs(prims): the e-node's attributes from its `prims` other (primitive) arguments.
     - through: READ_AS only: the IR op (with its default attributes) operands are read
       through; reads(attrs): per operand, whether it is (else it is read as is). The op itself
       takes its default attributes.
@@ -48,6 +48,7 @@ class EggOnlySpec:
     attrs: Callable[[tuple], dict[str, Any]] | None = None
     through: str | None = None
     reads: Callable[[dict[str, Any]], tuple[bool, ...]] | None = None
+    prims: int = 0
 
 
 def _gemm_attrs(prims: tuple) -> dict[str, Any]:
@@ -69,9 +70,11 @@ _ADJOINT_HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "PadFro
 def specs() -> list[EggOnlySpec]:
     return [
         EggOnlySpec(
-            "Gemm", "algebra.egg", READ_AS, "dot", 2, _gemm_attrs, "transpose", _gemm_reads
+            "Gemm", "algebra.egg", READ_AS, "dot", 2, _gemm_attrs, "transpose", _gemm_reads, 2
         ),
-        EggOnlySpec("StridedSlice", "schema.egg", IR_FORM, "slice", 1, _strided_slice_attrs),
+        EggOnlySpec(
+            "StridedSlice", "schema.egg", IR_FORM, "slice", 1, _strided_slice_attrs, prims=4
+        ),
         EggOnlySpec("Adjoint", "adjoint.egg", ADJOINT_HELPER),
         *(EggOnlySpec(h, "adjoint.egg", ADJOINT_HELPER) for h in _ADJOINT_HELPERS),
         EggOnlySpec("TieShare", "adjoint.egg", ADJOINT_HELPER),

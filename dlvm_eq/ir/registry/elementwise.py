@@ -347,5 +347,6 @@ def cast_spec() -> OpSpec:
         _cast_type,
         lambda args, at: args[0].astype(at["dtype"].numpy),
         attrs=("dtype",),
+        egg_attrs=(("dtype", "dtype"),),
         batch=elementwise,
     )
