@@ -17,6 +17,7 @@ from dlvm_eq.egraph.serialized import Graph
 from dlvm_eq.ir import ops as ir_ops
 from dlvm_eq.ir.ops import CONTROL, ELEMENTWISE_KINDS, OPS
 from dlvm_eq.ir.registry import REGISTRY
+from dlvm_eq.ir.types import F64
 
 SCHEMA = rule_file("schema.egg").read_text()
 ADJOINT = rule_file("adjoint.egg").read_text()
@@ -296,3 +297,43 @@ def test_a_wrongly_typed_gemm_is_named():
     with pytest.raises(IllTypedTerm, match="Gemm"):
         check_terms(g, types, {"A": types["cA"], "B": types["cB"]}, {})
     check_terms(_gemm_graph((0, 1)), types, {"A": types["cA"], "B": types["cB"]}, {})
+
+
+def test_an_attribute_layout_that_differs_from_the_schema_is_named(monkeypatch):
+    """OpSpec.egg_attrs must list the constructor's primitive arguments in rules/schema.egg's
+    order and sorts: the loader writes them and three readers read them from there."""
+    schema = SCHEMA.replace("(Take Term Term i64)", "(Take Term Term i64 i64)")
+    assert (
+        "op take: (Take ...) takes i64 i64 after its operands, the registry's egg_attrs i64"
+        in registry_gaps(schema)
+    )
+    broken = dict(OPS)
+    broken["cumsum"] = dataclasses.replace(OPS["cumsum"], egg_attrs=(("axis", "i64"),))
+    monkeypatch.setattr(registry_check, "OPS", broken)
+    assert (
+        "op cumsum: (Cumsum ...) takes i64 i64 after its operands, the registry's egg_attrs i64"
+        in registry_gaps()
+    )
+
+
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("take", {"axis": 1}),
+        ("cumsum", {"axis": 0, "reverse": True}),
+        ("sliceScatter", {"axis": 1, "lo": 1, "step": 2, "size": 7}),
+        ("reduce", {"combinator": "max", "init": -np.inf, "axes": (1,)}),
+        ("dataTypeCast", {"dtype": F64}),
+        ("transpose", {"perm": (1, 0)}),
+    ],
+)
+def test_egg_attrs_round_trip(op, attrs):
+    """What the loader writes (egg_args_of) the readers read back (egg_attrs_from), equal."""
+    from dlvm_eq.ir.op_spec import egg_args_of, egg_attrs_from
+
+    spec = OPS[op]
+    args = egg_args_of(spec, attrs)
+    assert all(isinstance(a, (int, float, str, tuple)) for a in args)
+    assert egg_attrs_from(spec, args) == attrs
+    with pytest.raises(ValueError, match="attribute"):
+        egg_attrs_from(spec, args + (0,))
