@@ -5,7 +5,8 @@ side names that the other lacks, one line per gap (tests/test_registry.py assert
     []
 
 - registry -> schema.egg: every op in the e-graph has its constructor, with one Term argument
-  per operand, and a shape/dtype analysis rule.
+  per operand, then its attributes as OpSpec.egg_attrs lays them out, and a shape/dtype
+  analysis rule.
 - schema.egg -> registry: every constructor is an op's (or a leaf, or an op's other spelling).
 - every rule file -> registry: every Term constructor a file declares is an op's or has an
   e-graph-only entry (ir/registry/egraph_only.py: Gemm, the adjoint helpers, ...); and each
