@@ -26,10 +26,11 @@ from ..errors import DlvmError, IRError
 from ..ir import window_ops
 from ..ir.module import Const, Function, FunctionBuilder
 from ..ir.op_spec import MATMUL_COST, egg_attrs_from
-from ..ir.ops import OPS, UNARY_OPS, WINDOW
+from ..ir.ops import BINARY, OPS, UNARY_OPS, WINDOW
 from ..ir.registry import EGRAPH_ONLY
 from ..ir.types import DType, TensorType
 from ..sexpr import SexprError, SList, Str, Sym, read, show
+from .loader import REDUCE_IDENTITY
 from .serialized import EGG_TO_OP, Graph
 
 
@@ -177,7 +178,7 @@ class _Builder:
                 else (axis,)
             )
             comb = {"sum": "add", "mean": "add", "prod": "multiply"}.get(fn, fn)
-            init = {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}[comb]
+            init = REDUCE_IDENTITY[comb]
             r = self.emit("reduce", [x], combinator=comb, init=init, axes=axes)
             if fn == "mean":
                 n = 1
@@ -191,8 +192,8 @@ class _Builder:
             )
         if fn in ("dot", "matmul") and len(args) == 2:
             return self.emit("dot", args)
-        if fn in ("minimum", "maximum") and len(args) == 2:
-            return self.emit(fn[:3], args)
+        if fn in _BINARY_CALLS and len(args) == 2:  # the registry's DSL names: maximum(a, b)
+            return self.emit(_BINARY_CALLS[fn], args)
         raise ExpressionError(f"unknown function {fn}() with {len(args)} argument(s)")
 
     def shape(self, x) -> tuple[int, ...]:
@@ -261,6 +262,7 @@ class _Builder:
 _AST_OPERATORS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "**": ast.Pow}
 _AST_OPERATORS["@"] = ast.MatMult
 _BINOPS = {_AST_OPERATORS[s.infix[0]]: name for name, s in OPS.items() if s.infix}
+_BINARY_CALLS = {d: name for name, s in OPS.items() if s.kind == BINARY for d in s.dsl}
 
 
 def _string(tok) -> str:
@@ -384,8 +386,7 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         else:
             call = f"{comb}({text}, axis={axes[0] if len(axes) == 1 else tuple(axes)})"
         init = d.attrs["init"]
-        neutral = {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}
-        if init != neutral.get(d.attrs["combinator"]):
+        if init != REDUCE_IDENTITY.get(d.attrs["combinator"]):
             return f"{call} + {init!r}" if comb == "sum" else f"{comb}({call}, {init!r})", 1
         return call, 9
     name = d.op or d.egg
