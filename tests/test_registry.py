@@ -337,3 +337,17 @@ def test_egg_attrs_round_trip(op, attrs):
     assert egg_attrs_from(spec, args) == attrs
     with pytest.raises(ValueError, match="attribute"):
         egg_attrs_from(spec, args + (0,))
+
+
+def test_a_bool_attribute_out_of_range_is_not_read_as_true():
+    """verify-rules assigns r = 2 to (Cumsum x k r): the reader keeps 2, and cumsum's type rule
+    rejects it (it once read as True, and the adjoint rule (Cumsum g k (- 1 r)) looked wrong)."""
+    from dlvm_eq.ir.op_spec import egg_attrs_from
+    from dlvm_eq.ir.types import F32, tensor
+
+    spec = OPS["cumsum"]
+    assert egg_attrs_from(spec, (0, 1)) == {"axis": 0, "reverse": True}
+    bad = egg_attrs_from(spec, (0, 2))
+    assert bad == {"axis": 0, "reverse": 2}
+    with pytest.raises(dq.DlvmError, match="reverse must be 0 or 1"):
+        spec.result_type([tensor(2, F32)], bad)

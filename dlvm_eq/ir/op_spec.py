@@ -55,7 +55,8 @@ VIEW_COST, MATMUL_COST = "view", "matmul"
 # (OpSpec.egg_attrs): sort -> (the schema's sort, to the term, from the term's primitive)
 EGG_SORTS: dict[str, tuple[str, Callable, Callable]] = {
     "i64": ("i64", int, int),
-    "bool": ("i64", int, lambda v: bool(int(v))),
+    # 0 and 1 read as bools; any other number stays itself, for the type rule to reject
+    "bool": ("i64", int, lambda v: bool(int(v)) if int(v) in (0, 1) else int(v)),
     "f64": ("f64", float, float),
     "String": ("String", str, str),
     "dtype": ("String", str, DType),
