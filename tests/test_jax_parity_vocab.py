@@ -1,6 +1,7 @@
 """The vocabulary of issue 31 against JAX itself (and torch where JAX has no such function):
 the same float64 inputs through JAX and through dq.jit on cpu, values and gradients (the
-gradient of sum(f(x) * w)). Skipped where JAX is not installed (the bench extra has it)."""
+gradient of sum(f(x) * w)), and each op under vmap and jvp. Skipped where JAX is not
+installed (the test extra has it)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ CASES = {
     "celu": (lambda x: dq.nn.celu(x, 0.6), lambda x: jax.nn.celu(x, 0.6), X),
     "selu": (dq.nn.selu, jax.nn.selu, X),
     "softsign": (dq.nn.softsign, jax.nn.soft_sign, X),
+    "soft_sign": (dq.nn.soft_sign, jax.nn.soft_sign, X),  # JAX's spelling
     "mish": (dq.nn.mish, jax.nn.mish, X),
     "glu": (lambda x: dq.nn.glu(x, axis=1), lambda x: jax.nn.glu(x, axis=1), X),
     "standardize": (dq.nn.standardize, jax.nn.standardize, X),
@@ -97,6 +99,22 @@ def test_values_and_gradients_agree_with_jax(name):
     want_grad = np.asarray(jax.grad(lambda x: jnp.sum(reference(x) * w))(jnp.asarray(x)))
     got_grad = dq.jit(dq.grad(lambda x: dq.sum(f(x) * w)), target="cpu")(x)
     np.testing.assert_allclose(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_vmapped_and_jvp_results_agree_with_jax(name):
+    """Each op under vmap (a batch of three inputs) and jvp (a random tangent), in one jitted
+    program, against jax.vmap and jax.jvp of JAX's function."""
+    f, reference, x = CASES[name]
+    xs = np.stack([x, x * 1.5, -x])
+    t = RNG.standard_normal(x.shape)
+    both = dq.jit(lambda xs, x, t: (dq.vmap(f)(xs), dq.jvp(f, (x,), (t,))[1]), target="interp")
+    got_v, got_t = both(xs, x, t)
+    want_v = np.asarray(jax.vmap(reference)(jnp.asarray(xs)))
+    want_t = np.asarray(jax.jvp(reference, (jnp.asarray(x),), (jnp.asarray(t),))[1])
+    for got, want in ((got_v, want_v), (got_t, want_t)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
 
 def test_indices_of_sort_and_top_k_agree_with_jax_including_ties():

@@ -42,6 +42,11 @@ SCHEDULES = {
         opt.exponential_decay(2.0, 4, 0.5, staircase=True),
         lambda t: 2.0 * 0.5 ** (t // 4),
     ),
+    # optax's positional order: transition_begin before staircase
+    "exponential_begin": (
+        opt.exponential_decay(2.0, 4, 0.5, 3, False, 0.4),
+        lambda t: max(2.0 * 0.5 ** (max(t - 3, 0) / 4), 0.4),
+    ),
 }
 
 

@@ -13,9 +13,11 @@ import dlvm_eq as dq
 from dlvm_eq.egraph import registry_check
 from dlvm_eq.egraph.registry_check import registry_gaps
 from dlvm_eq.egraph.rulefiles import rule_file
+from dlvm_eq.egraph.serialized import Graph
 from dlvm_eq.ir import ops as ir_ops
 from dlvm_eq.ir.ops import CONTROL, ELEMENTWISE_KINDS, OPS
 from dlvm_eq.ir.registry import REGISTRY
+from dlvm_eq.ir.types import F64
 
 SCHEMA = rule_file("schema.egg").read_text()
 ADJOINT = rule_file("adjoint.egg").read_text()
@@ -191,3 +193,161 @@ def test_every_registry_combinator_lowers_as_its_ufunc(combinator, dt):
     got = compile_cpu(spec)(x)
     want = c.ufunc.reduce(x, axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+ALGEBRA = rule_file("algebra.egg").read_text()
+
+
+def test_an_egraph_constructor_without_entry_is_named():
+    """A rule file's Term constructor that is no op and has no e-graph-only entry
+    (ir/registry/egraph_only.py) is named, and so is an entry no rule file declares."""
+    extra = ALGEBRA + "\n(constructor Frob (Term i64) Term)\n"
+    gaps = registry_gaps(rules={"algebra.egg": extra})
+    assert (
+        "algebra.egg constructor Frob is no op of the registry and has no e-graph-only entry "
+        "(ir/registry/egraph_only.py)"
+    ) in gaps
+    without = ALGEBRA.replace("(constructor Gemm (Term Term i64 i64) Term)", "")
+    gaps = registry_gaps(rules={"algebra.egg": without})
+    assert "e-graph-only Gemm: no (constructor Gemm ...) in algebra.egg" in gaps
+    wrong = ALGEBRA.replace(
+        "(constructor Gemm (Term Term i64 i64)", "(constructor Gemm (Term i64 i64)"
+    )
+    gaps = registry_gaps(rules={"algebra.egg": wrong})
+    assert "e-graph-only Gemm: 1 Term arguments, its entry 2, op dot 2" in gaps
+
+
+def test_an_egraph_only_entry_that_names_no_op_is_named(monkeypatch):
+    from dlvm_eq.ir.registry.egraph_only import EGRAPH_ONLY
+
+    broken = dict(EGRAPH_ONLY)
+    broken["Gemm"] = dataclasses.replace(EGRAPH_ONLY["Gemm"], through="transpoze")
+    monkeypatch.setattr(registry_check, "EGRAPH_ONLY", broken)
+    assert "e-graph-only Gemm: reads through transpoze, which is no op" in registry_gaps()
+
+
+def _gemm_graph(flags):
+    """A serialized e-graph holding one (Gemm A B ta tb) over two parameters."""
+    ta, tb = flags
+
+    def node(op, eclass, *children):
+        return {"op": op, "eclass": eclass, "children": list(children)}
+
+    nodes = {
+        "nA": node('"A"', "pA"),
+        "nB": node('"B"', "pB"),
+        "a": node("Var", "cA", "nA"),
+        "b": node("Var", "cB", "nB"),
+        "ta": node(str(ta), "p1"),
+        "tb": node(str(tb), "p2"),
+        "g": node("Gemm", "cG", "a", "b", "ta", "tb"),
+    }
+    terms = {c: {"type": "Term"} for c in ("cA", "cB", "cG")}
+    return Graph({"nodes": nodes, "class_data": terms, "root_eclasses": ["cG"]})
+
+
+@pytest.mark.parametrize("flags", [(1, 0), (0, 1), (1, 1), (0, 0)])
+def test_gemm_is_read_from_its_registry_entry(flags):
+    """Gemm, the e-graph's dot of transposed reads, is decoded, typed, rendered, counted and
+    unloaded through its registry entry (ir/registry/egraph_only.py): the unloaded function
+    computes op(A) @ op(B) (against numpy in float64)."""
+    from dlvm_eq.egraph.expr import render
+    from dlvm_eq.egraph.loader import LoadedProgram
+    from dlvm_eq.egraph.query import _multiplies
+    from dlvm_eq.egraph.rule_origin import check_terms
+    from dlvm_eq.egraph.unload import unload
+    from dlvm_eq.ir import Module, interpret
+    from dlvm_eq.ir.module import FunctionBuilder
+    from dlvm_eq.ir.types import F64, tensor
+
+    m, k, n = 5, 4, 3
+    ta, tb = flags
+    shape_a = (k, m) if ta else (m, k)
+    shape_b = (n, k) if tb else (k, n)
+    g = _gemm_graph(flags)
+    d = g.decode("g")
+    assert (d.op, d.attrs) == ("dot", {"transpose": flags})
+    types = {"cA": tensor(*shape_a, F64), "cB": tensor(*shape_b, F64)}
+    check_terms(g, types, {"A": types["cA"], "B": types["cB"]}, {})  # well-typed: no error
+    choice = {c: n_ for n_, c in (("a", "cA"), ("b", "cB"), ("g", "cG"))}
+    want_text = ("A.T" if ta else "A") + " @ " + ("B.T" if tb else "B")
+    assert render(g, choice, "cG", types) == want_text
+    assert _multiplies(g, choice, "cG", types) == m * k * n
+    b = FunctionBuilder("f", [types["cA"], types["cB"]], ["A", "B"])
+    prog = LoadedProgram("f", var_types={"A": types["cA"], "B": types["cB"]}, params=b.params)
+    fn = unload(g, choice, prog, ["cG"])
+    assert [i.op for i in fn.body].count("transpose") == ta + tb
+    mod = Module("m")
+    mod.add(fn)
+    rng = np.random.default_rng(sum(flags))
+    A, B = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    want = (A.T if ta else A) @ (B.T if tb else B)
+    got = interpret(mod, "f", A, B, float64=True)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_a_wrongly_typed_gemm_is_named():
+    """The type check reads Gemm's operands through its entry: (Gemm A B 0 0) of a (5, 4) and a
+    (3, 4) operand is ill-typed (it would be well-typed with B read transposed)."""
+    from dlvm_eq.egraph.rule_origin import IllTypedTerm, check_terms
+    from dlvm_eq.ir.types import F64, tensor
+
+    g = _gemm_graph((0, 0))
+    types = {"cA": tensor(5, 4, F64), "cB": tensor(3, 4, F64)}
+    with pytest.raises(IllTypedTerm, match="Gemm"):
+        check_terms(g, types, {"A": types["cA"], "B": types["cB"]}, {})
+    check_terms(_gemm_graph((0, 1)), types, {"A": types["cA"], "B": types["cB"]}, {})
+
+
+def test_an_attribute_layout_that_differs_from_the_schema_is_named(monkeypatch):
+    """OpSpec.egg_attrs must list the constructor's primitive arguments in rules/schema.egg's
+    order and sorts: the loader writes them and three readers read them from there."""
+    schema = SCHEMA.replace("(Take Term Term i64)", "(Take Term Term i64 i64)")
+    assert (
+        "op take: (Take ...) takes i64 i64 after its operands, the registry's egg_attrs i64"
+        in registry_gaps(schema)
+    )
+    broken = dict(OPS)
+    broken["cumsum"] = dataclasses.replace(OPS["cumsum"], egg_attrs=(("axis", "i64"),))
+    monkeypatch.setattr(registry_check, "OPS", broken)
+    assert (
+        "op cumsum: (Cumsum ...) takes i64 i64 after its operands, the registry's egg_attrs i64"
+        in registry_gaps()
+    )
+
+
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("take", {"axis": 1}),
+        ("cumsum", {"axis": 0, "reverse": True}),
+        ("sliceScatter", {"axis": 1, "lo": 1, "step": 2, "size": 7}),
+        ("reduce", {"combinator": "max", "init": -np.inf, "axes": (1,)}),
+        ("dataTypeCast", {"dtype": F64}),
+        ("transpose", {"perm": (1, 0)}),
+    ],
+)
+def test_egg_attrs_round_trip(op, attrs):
+    """What the loader writes (egg_args_of) the readers read back (egg_attrs_from), equal."""
+    from dlvm_eq.ir.op_spec import egg_args_of, egg_attrs_from
+
+    spec = OPS[op]
+    args = egg_args_of(spec, attrs)
+    assert all(isinstance(a, (int, float, str, tuple)) for a in args)
+    assert egg_attrs_from(spec, args) == attrs
+    with pytest.raises(ValueError, match="attribute"):
+        egg_attrs_from(spec, args + (0,))
+
+
+def test_a_bool_attribute_out_of_range_is_not_read_as_true():
+    """verify-rules assigns r = 2 to (Cumsum x k r): the reader keeps 2, and cumsum's type rule
+    rejects it (it once read as True, and the adjoint rule (Cumsum g k (- 1 r)) looked wrong)."""
+    from dlvm_eq.ir.op_spec import egg_attrs_from
+    from dlvm_eq.ir.types import F32, tensor
+
+    spec = OPS["cumsum"]
+    assert egg_attrs_from(spec, (0, 1)) == {"axis": 0, "reverse": True}
+    bad = egg_attrs_from(spec, (0, 2))
+    assert bad == {"axis": 0, "reverse": 2}
+    with pytest.raises(dq.DlvmError, match="reverse must be 0 or 1"):
+        spec.result_type([tensor(2, F32)], bad)

@@ -36,6 +36,7 @@ from ..ir.function_cache import cached_function
 from ..ir.module import Function, Module, Value
 from ..ir.ops import OPS
 from ..ir.printer import print_function, print_module
+from ..ir.registry.egraph_only import ADJOINT_HELPERS
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.verifier import verify_function
 
@@ -50,7 +51,8 @@ class AdjointError(DlvmError):
 # A deep program needs an iteration per layer: many per step (egglog call).
 EXPANSION = Schedule(("adjoint",), step=64)
 EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
-HELPERS = ("Like", "Fill", "SumTo", "SumAxes", "TransposeBack", "PadFront", "PadBack", "TieShare")
+# Adjoint and its helpers (rules/adjoint.egg), declared in ir/registry/egraph_only.py
+HELPERS = tuple(h for h in ADJOINT_HELPERS if h != "Adjoint")
 _TERMS = set(EGG_TO_OP) | set(LEAVES)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.module import Function
-from ..ir.ops import ELEMENTWISE_KINDS, LAYOUT, LITERAL, OPS, TUPLE
+from ..ir.ops import DOT, ELEMENTWISE_KINDS, LAYOUT, LITERAL, OPS, REDUCE, TUPLE
 from ..ir.types import TensorType
 
 # layout ops move data but compute nothing (a transpose read by a matmul is a BLAS flag); so
@@ -23,11 +23,11 @@ _FREE = {n for n, s in OPS.items() if s.kind in (LAYOUT, LITERAL, TUPLE)} | {"sl
 def op_flops(op: str, result: TensorType, operands: list[TensorType]) -> float:
     """Flops of one op from its result and operand types."""
     spec = OPS[op]
-    if op in ("dot", "batchMatmul"):
+    if spec.kind == DOT:  # dot, batchMatmul
         a, b = operands
         k = a.shape[-1]
         return 2.0 * k * max(result.size, 1)
-    if spec.kind == "reduce":
+    if spec.kind == REDUCE:
         return float(operands[0].size)
     if op in _FREE:
         return 0.0

@@ -6,7 +6,9 @@
     dq.losses.softmax_cross_entropy_with_integer_labels(logits, labels)   # optax's, per row
 
 reduction: "mean" (torch's default), "sum" or "none" (optax's losses are "none": per element,
-or per row for the class-axis losses).
+or per row for the class-axis losses). optax's own names, per element as optax has them:
+
+    dq.losses.squared_error(pred, target)   huber_loss(pred, target, delta)   l2_loss(pred, target)
 """
 
 from __future__ import annotations
@@ -40,6 +42,21 @@ def huber(predictions, targets, delta=1.0, reduction="mean"):
     q = ops.minimum(err, delta)
     loss = ops.add(ops.multiply(0.5, ops.square(q)), ops.multiply(delta, ops.subtract(err, q)))
     return _reduce(loss, reduction, "huber")
+
+
+def squared_error(predictions, targets=None):
+    """optax.squared_error: (predictions - targets)^2 per element (targets None: 0)."""
+    return mse(predictions, 0.0 if targets is None else targets, reduction="none")
+
+
+def huber_loss(predictions, targets=None, delta=1.0):
+    """optax.huber_loss: `huber` per element (targets None: 0)."""
+    return huber(predictions, 0.0 if targets is None else targets, delta, reduction="none")
+
+
+def l2_loss(predictions, targets=None):
+    """optax.l2_loss: half the squared error, per element."""
+    return ops.multiply(0.5, squared_error(predictions, targets))
 
 
 def nll(log_probs, labels, axis=-1, reduction="mean"):

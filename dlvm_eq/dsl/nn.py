@@ -54,6 +54,8 @@ JAX_NN += (
     softsign,
     swish,
 )  # re-exported: dq.nn.<name> as jax.nn.<name>
+soft_sign = softsign  # jax.nn's spelling
+JAX_NN += (soft_sign,)
 LAYERS = (
     BatchNormState,
     batch_norm,

@@ -69,12 +69,16 @@ def warmup_cosine_decay_schedule(
     return schedule
 
 
-def exponential_decay(init_value, transition_steps, decay_rate, staircase=False, end_value=None):
-    """init_value * decay_rate ** (t / transition_steps) (floored with staircase), bounded by
-    end_value where given."""
+def exponential_decay(
+    init_value, transition_steps, decay_rate, transition_begin=0, staircase=False, end_value=None
+):
+    """init_value until transition_begin, then init_value * decay_rate ** (t / transition_steps)
+    with t counted from transition_begin (floored with staircase), bounded by end_value where
+    given: optax's arguments, in optax's order."""
 
     def schedule(count):
-        p = ops.divide(_steps(count), float(transition_steps))
+        t = ops.maximum(ops.subtract(_steps(count), float(transition_begin)), 0.0)
+        p = ops.divide(t, float(transition_steps))
         if staircase:
             p = ops.floor(p)
         value = ops.multiply(init_value, ops.power(float(decay_rate), p))

@@ -25,9 +25,12 @@ import re
 from ..errors import DlvmError, IRError
 from ..ir import window_ops
 from ..ir.module import Const, Function, FunctionBuilder
-from ..ir.ops import OPS, UNARY_OPS, WINDOW
+from ..ir.op_spec import MATMUL_COST, egg_attrs_from
+from ..ir.ops import BINARY, OPS, UNARY_OPS, WINDOW
+from ..ir.registry import EGRAPH_ONLY
 from ..ir.types import DType, TensorType
 from ..sexpr import SexprError, SList, Str, Sym, read, show
+from .loader import REDUCE_IDENTITY
 from .serialized import EGG_TO_OP, Graph
 
 
@@ -175,7 +178,7 @@ class _Builder:
                 else (axis,)
             )
             comb = {"sum": "add", "mean": "add", "prod": "multiply"}.get(fn, fn)
-            init = {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}[comb]
+            init = REDUCE_IDENTITY[comb]
             r = self.emit("reduce", [x], combinator=comb, init=init, axes=axes)
             if fn == "mean":
                 n = 1
@@ -189,8 +192,8 @@ class _Builder:
             )
         if fn in ("dot", "matmul") and len(args) == 2:
             return self.emit("dot", args)
-        if fn in ("minimum", "maximum") and len(args) == 2:
-            return self.emit(fn[:3], args)
+        if fn in _BINARY_CALLS and len(args) == 2:  # the registry's DSL names: maximum(a, b)
+            return self.emit(_BINARY_CALLS[fn], args)
         raise ExpressionError(f"unknown function {fn}() with {len(args)} argument(s)")
 
     def shape(self, x) -> tuple[int, ...]:
@@ -231,49 +234,46 @@ class _Builder:
         if op == "transpose":
             x = self.sexpr(args[0])
             return self.emit(op, [x], **({"perm": _vec(args[1])} if len(args) > 1 else {}))
-        if op == "reduce":
-            return self.emit(
-                op,
-                [self.sexpr(args[0])],
-                combinator=_string(args[1]),
-                init=float(args[2]),
-                axes=(int(args[3]),),
-            )
-        if op in ("shapeCast", "broadcast"):
-            return self.emit(op, [self.sexpr(args[0])], shape=_vec(args[1]))
-        if op in ("padShape", "squeezeShape"):
-            return self.emit(op, [self.sexpr(args[0])], at=int(args[1]))
-        if op == "dataTypeCast":
-            return self.emit(op, [self.sexpr(args[0])], dtype=DType(_string(args[1])))
-        if op == "concatenate":
-            return self.emit(op, [self.sexpr(args[0]), self.sexpr(args[1])], axis=int(args[2]))
-        if op == "slice":
-            return self.emit(
-                op, [self.sexpr(args[0])], axis=int(args[1]), lo=int(args[2]), hi=int(args[3])
-            )
         if spec.kind == WINDOW:  # operands, then the packed attributes (window_ops.pack)
             return self.emit(
                 op, [self.sexpr(a) for a in args[:-1]], **window_ops.unpack(op, _vec(args[-1]))
             )
-        if spec.arity is not None and len(args) != spec.arity:
-            raise ExpressionError(f"({head} ...) takes {spec.arity} operand(s), got {len(args)}")
-        return self.emit(op, [self.sexpr(a) for a in args])
+        # the operands, then the attributes as the registry lays them out (OpSpec.egg_attrs;
+        # StridedSlice's entry in ir/registry/egraph_only.py)
+        only = EGRAPH_ONLY.get(head)
+        read = (lambda ps: only.attrs(tuple(ps))) if only and only.attrs else None
+        count = only.prims if only and only.attrs else len(spec.egg_attrs)
+        n = len(args) - count
+        arity = 2 if op == "concatenate" else spec.arity  # binary in the e-graph
+        if n < 1 or (arity is not None and n != arity):
+            raise ExpressionError(
+                f"({head} ...) takes {arity} operand(s) and {count} attribute(s), "
+                f"got {len(args)} argument(s)"
+            )
+        try:
+            prims = [_primitive(a) for a in args[n:]]
+            attrs = read(prims) if read else egg_attrs_from(spec, prims)
+        except (ValueError, TypeError) as e:
+            raise ExpressionError(f"({head} ...): {e}") from None
+        return self.emit(op, [self.sexpr(a) for a in args[:n]], **attrs)
 
 
-_BINOPS = {
-    ast.Add: "add",
-    ast.Sub: "subtract",
-    ast.Mult: "multiply",
-    ast.Div: "divide",
-    ast.Pow: "power",
-    ast.MatMult: "dot",
-}
+# Python's binary operators -> the registry's ops that write them infix (OpSpec.infix)
+_AST_OPERATORS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "**": ast.Pow}
+_AST_OPERATORS["@"] = ast.MatMult
+_BINOPS = {_AST_OPERATORS[s.infix[0]]: name for name, s in OPS.items() if s.infix}
+_BINARY_CALLS = {d: name for name, s in OPS.items() if s.kind == BINARY for d in s.dsl}
 
 
 def _string(tok) -> str:
     if isinstance(tok, str):  # a Str, or a bare Sym
         return str(tok)
     raise ExpressionError(f"expected a string, got {show(tok)}")
+
+
+def _primitive(tok):
+    """An attribute argument of an s-expression: a (vec-of ...) as a tuple, else the token."""
+    return _vec(tok) if isinstance(tok, SList) else tok
 
 
 def _vec(tok) -> tuple[int, ...]:
@@ -286,17 +286,17 @@ def _vec(tok) -> tuple[int, ...]:
 
 
 def _is_matmul(g: Graph, choice, cls) -> bool:
-    return g.nodes[choice[cls]]["op"] in ("Dot", "Gemm")
+    return g.decode(choice[cls]).op in _MATMULS
 
 
-_INFIX = {
-    "Add": ("+", 1),
-    "Subtract": ("-", 1),
-    "Multiply": ("*", 2),
-    "Divide": ("/", 2),
-    "Dot": ("@", 2),
-    "Power": ("**", 4),
-}
+# the infix ops by constructor (OpSpec.infix); the matmuls among them, Gemm's dot included
+_INFIX = {s.egg: s.infix for s in OPS.values() if s.infix}
+_MATMULS = {name for name, s in OPS.items() if s.cost == MATMUL_COST}
+
+
+def _read(op: str | None, text: str) -> str:
+    """x read through `op` with its default attributes: x.T for a transpose, else op(x)."""
+    return f"{text}.T" if op == "transpose" else f"{op}({text})"
 
 
 class _Elided(Exception):
@@ -333,8 +333,9 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         # numpy gives * / and @ one precedence; mixed, they read better with parentheses
         mixed = (
             p == 2
-            and d.egg in ("Multiply", "Divide", "Dot", "Gemm")
-            and _is_matmul(g, choice, kids[i]) != (d.egg in ("Dot", "Gemm"))
+            and d.op is not None
+            and (OPS[d.op].infix or ("", 0))[1] == 2
+            and _is_matmul(g, choice, kids[i]) != (d.op in _MATMULS)
         )
         return f"({text})" if p < prec or mixed else text
 
@@ -347,15 +348,19 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         return d.attrs["key"], 9
     if d.egg == "Broadcast":  # implicit again, as in the IR
         return _render(g, choice, kids[0], types, budget, cut)
-    if d.egg == "Gemm":
-        ta, tb = d.attrs["transpose"]
-        a = sub(0, 9) + ".T" if ta else sub(0, 2)
-        b = sub(1, 9) + ".T" if tb else sub(1, 3)
-        return f"{a} @ {b}", 2
+    only = EGRAPH_ONLY.get(d.egg)
+    if only is not None and only.reads is not None and d.op and OPS[d.op].infix:
+        # Gemm: its operands read through their transposes, written x.T
+        sym, prec = OPS[d.op].infix
+        reads = only.reads(d.attrs)
+        a, b = (
+            _read(only.through, sub(i, 9)) if r else sub(i, prec + i) for i, r in enumerate(reads)
+        )
+        return f"{a} {sym} {b}", prec
     if d.egg in _INFIX:
         sym, prec = _INFIX[d.egg]
-        right = prec + 1 if d.egg != "Power" else prec
-        left = prec if d.egg != "Power" else prec + 1
+        right = prec + 1 if sym != "**" else prec  # ** groups to the right
+        left = prec if sym != "**" else prec + 1
         return f"{sub(0, left)} {sym} {sub(1, right)}", prec
     if d.egg == "Negate":
         return f"-{sub(0, 3)}", 3
@@ -381,8 +386,7 @@ def _render(g: Graph, choice, cls, types, budget=None, cut=False) -> tuple[str, 
         else:
             call = f"{comb}({text}, axis={axes[0] if len(axes) == 1 else tuple(axes)})"
         init = d.attrs["init"]
-        neutral = {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}
-        if init != neutral.get(d.attrs["combinator"]):
+        if init != REDUCE_IDENTITY.get(d.attrs["combinator"]):
             return f"{call} + {init!r}" if comb == "sum" else f"{comb}({call}, {init!r})", 1
         return call, 9
     name = d.op or d.egg

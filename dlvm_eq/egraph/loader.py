@@ -23,7 +23,8 @@ from ..errors import DlvmError
 from ..ir import window_ops
 from ..ir.inline import Flat, flatten
 from ..ir.module import Const, Function, Module, Value
-from ..ir.ops import DOT, ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
+from ..ir.op_spec import egg_args_of
+from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.registry.elementwise import COMPARE_ROWS
 from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import TensorType
@@ -194,8 +195,6 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
         return loader.let("Broadcast", (x, rt.shape), rt)
     if inst.op == "transpose":
         return loader.let("Transpose", (x, tuple(transpose_perm(ops[0][1].rank, a))), rt)
-    if inst.op == "dataTypeCast":
-        return loader.let("DataTypeCast", (x, str(a["dtype"])), rt)
     if inst.op == "concatenate":
         axis = int(a["axis"])
         term, t = ops[0]
@@ -209,32 +208,13 @@ def _load_instruction(loader: _Loader, inst, ops: list[tuple[Let, TensorType]]) 
         return loader.let(
             "StridedSlice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"]), int(a["step"])), rt
         )
-    if inst.op == "slice":
-        return loader.let("Slice", (x, int(a["axis"]), int(a["lo"]), int(a["hi"])), rt)
-    if inst.op == "sliceScatter":
-        return loader.let(
-            "SliceScatter", (x, int(a["axis"]), int(a["lo"]), int(a["step"]), int(a["size"])), rt
-        )
-    if inst.op == "cumsum":
-        return loader.let("Cumsum", (x, int(a["axis"]), int(a["reverse"])), rt)
-    if inst.op == "take":
-        return loader.let("Take", (x, ops[1][0], int(a["axis"])), rt)
-    if inst.op == "scatterAdd":
-        return loader.let("ScatterAdd", (x, ops[1][0], int(a["axis"]), int(a["size"])), rt)
-    if spec.kind == DOT:  # dot, batchMatmul
-        return loader.let(spec.egg, (x, ops[1][0]), rt)
-    if inst.op == "attention":  # issue 33: the bias stays unbroadcast (the kernel broadcasts it)
-        terms = tuple(term for term, _ in ops)
-        return loader.let("Attention", (*terms, float(a["scale"]), int(a["causal"])), rt)
-    if inst.op == "attentionBackward":
-        terms = tuple(term for term, _ in ops)
-        attrs = (float(a["scale"]), int(a["causal"]), int(a["wrt"]))
-        return loader.let("AttentionBackward", (*terms, *attrs), rt)
+    terms = tuple(term for term, _ in ops)
     if spec.kind == WINDOW:  # tensor operands, then the attributes packed in one IVec
-        return loader.let(
-            spec.egg, (*(term for term, _ in ops), tuple(window_ops.pack(inst.op, a))), rt
-        )
-    raise DlvmError(f"the e-graph loader has no case for op {inst.op}")  # pragma: no cover
+        return loader.let(spec.egg, (*terms, tuple(window_ops.pack(inst.op, a))), rt)
+    # dataTypeCast, slice, sliceScatter, cumsum, take, scatterAdd, dot, batchMatmul, attention
+    # (its bias unbroadcast: the kernel broadcasts it), ...: the operands, then the attributes
+    # as the registry lays them out (OpSpec.egg_attrs)
+    return loader.let(spec.egg, (*terms, *egg_args_of(spec, a)), rt)
 
 
 def _load_reduce(loader: _Loader, operand: tuple[Let, TensorType], a: dict, rt: TensorType) -> Let:

@@ -25,6 +25,9 @@ from ..errors import DlvmError
 from ..extract.alternatives import alternatives as root_alternatives
 from ..extract.cost_model import node_costs
 from ..ir.module import Const, Function
+from ..ir.op_spec import MATMUL_COST
+from ..ir.ops import OPS
+from ..ir.registry import EGRAPH_ONLY, read_types
 from .deadline import Deadline, extraction_seconds
 from .expr import ExpressionError, parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
@@ -193,11 +196,11 @@ def _multiplies(g, choice: dict[str, str], root: str, types) -> int:
         seen.add(cls)
         d = g.decode(choice[cls])
         kids = [g.eclass(c) for c in d.children]
-        if d.egg in ("Dot", "Gemm"):
-            sa, sb = types[kids[0]].shape, types[kids[1]].shape
-            if d.egg == "Gemm":
-                ta, tb = d.attrs["transpose"]
-                sa, sb = (sa[::-1] if ta else sa), (sb[::-1] if tb else sb)
+        if d.op is not None and OPS[d.op].cost == MATMUL_COST:  # dot, and Gemm (a dot's reads)
+            operands = [types[k] for k in kids]
+            if d.egg in EGRAPH_ONLY:
+                operands = read_types(EGRAPH_ONLY[d.egg], d.attrs, operands)
+            sa, sb = operands[0].shape, operands[1].shape
             total += math.prod(sa) * (sb[-1] if len(sb) == 2 else 1)
         stack.extend(kids)
     return total

@@ -5,8 +5,12 @@ side names that the other lacks, one line per gap (tests/test_registry.py assert
     []
 
 - registry -> schema.egg: every op in the e-graph has its constructor, with one Term argument
-  per operand, and a shape/dtype analysis rule.
-- schema.egg -> registry: every constructor is an op's (or a leaf, or the strided slice).
+  per operand, then its attributes as OpSpec.egg_attrs lays them out, and a shape/dtype
+  analysis rule.
+- schema.egg -> registry: every constructor is an op's (or a leaf, or an op's other spelling).
+- every rule file -> registry: every Term constructor a file declares is an op's or has an
+  e-graph-only entry (ir/registry/egraph_only.py: Gemm, the adjoint helpers, ...); and each
+  entry is declared in its file, with the Term arguments of its op's operands.
 - registry -> adjoint.egg: every differentiable operand of every op has a rule.
 - adjoint.egg -> registry: every rule is for an op's operand that is differentiable.
 - the registry itself: what a layer above reads is there (kernel formula, cost class,
@@ -23,6 +27,7 @@ from ..ir.op_spec import (
     CONTROL,
     COST_FLOPS,
     DOT,
+    EGG_SORTS,
     ELEMENTWISE_KINDS,
     GATHER,
     LITERAL,
@@ -33,13 +38,15 @@ from ..ir.op_spec import (
 )
 from ..ir.ops import OPS
 from ..ir.registry.attention import ATTENTION
-from .rulefiles import rule_file
+from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM
+from .rulefiles import SHIPPED, rule_file
 from .serialized import LEAVES
 
 # ops the loader removes before the e-graph: literals become Const/Lit, tuples become several
 # roots, extract picks one, apply is inlined; control flow stays outside it (its bodies go in)
 NOT_IN_EGRAPH = (LITERAL, TUPLE, CALL, CONTROL)
-SCHEMA_ONLY = {"StridedSlice": "slice"}  # the IR's slice with a step > 1
+# an op's other spelling in the schema: StridedSlice, the IR's slice with a step > 1
+SCHEMA_ONLY = {e: s.op for e, s in EGRAPH_ONLY.items() if s.role == IR_FORM and s.op}
 EGG_ARITY = {"Concatenate": 2}  # variadic in the IR, binary in the e-graph
 # kinds whose meaning verify reads from the registry (OpSpec.symbolic), not from a formula
 SYMBOLIC_KINDS = (DOT, REDUCE, GATHER, WINDOW, ATTENTION)
@@ -81,6 +88,14 @@ def _schema_gaps(schema: str) -> list[str]:
         arity = EGG_ARITY.get(egg, spec.arity)
         if arity is not None and terms != arity:
             gaps.append(f"op {name}: ({egg} ...) has {terms} Term arguments, the op {arity}")
+        prims = [s for s in ctors[egg] if s != "Term"]
+        # window ops pack their attributes in one IVec (ir/window_ops.py)
+        want = ["IVec"] if spec.kind == WINDOW else [EGG_SORTS[s][0] for _, s in spec.egg_attrs]
+        if prims != want:
+            gaps.append(
+                f"op {name}: ({egg} ...) takes {' '.join(prims) or 'no attributes'} after its "
+                f"operands, the registry's egg_attrs {' '.join(want) or 'none'}"
+            )
     for ctor in ctors:
         if ctor not in in_egraph and ctor not in LEAVES and ctor not in SCHEMA_ONLY:
             gaps.append(f"schema.egg constructor {ctor} is no op of the registry")
@@ -134,14 +149,69 @@ def _registry_gaps() -> list[str]:
     return gaps
 
 
-def registry_gaps(schema: str | None = None, adjoint: str | None = None) -> list[str]:
-    """Every disagreement between the registry, rules/schema.egg and rules/adjoint.egg (or the
-    texts given), one line each; empty when they agree."""
-    schema = schema if schema is not None else rule_file("schema.egg").read_text()
+def declared_constructors(text: str) -> dict[str, tuple[str, ...]]:
+    """Constructor -> argument sorts of every `(constructor C (sorts) Term ...)` of a rule file."""
+    found = re.finditer(r"\(constructor\s+(\w+)\s+\(([^()]*)\)\s+Term\b", _strip_comments(text))
+    return {m.group(1): tuple(m.group(2).split()) for m in found}
+
+
+def _egraph_only_gaps(texts: dict[str, str]) -> list[str]:
+    gaps = []
+    ops = {s.egg for s in OPS.values()}
+    declared: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for name, text in texts.items():
+        found = schema_constructors(text) if name == "schema.egg" else {}
+        found.update(declared_constructors(text))
+        for ctor, sorts in found.items():
+            declared.setdefault(ctor, (name, sorts))
+            if name != "schema.egg" and ctor not in ops and ctor not in EGRAPH_ONLY:
+                gaps.append(
+                    f"{name} constructor {ctor} is no op of the registry and has no e-graph-only "
+                    "entry (ir/registry/egraph_only.py)"
+                )
+    for egg, spec in EGRAPH_ONLY.items():
+        where = declared.get(egg)
+        if where is None or where[0] != spec.rule_file:
+            gaps.append(f"e-graph-only {egg}: no (constructor {egg} ...) in {spec.rule_file}")
+            continue
+        if spec.op is None:
+            continue
+        terms = where[1].count("Term")
+        if len(where[1]) - terms != spec.prims:
+            gaps.append(
+                f"e-graph-only {egg}: {len(where[1]) - terms} primitive arguments in "
+                f"{spec.rule_file}, its entry {spec.prims}"
+            )
+        if spec.op not in OPS:
+            gaps.append(f"e-graph-only {egg}: stands for {spec.op}, which is no op")
+        elif terms != spec.terms or spec.terms != OPS[spec.op].arity:
+            gaps.append(
+                f"e-graph-only {egg}: {terms} Term arguments, its entry {spec.terms}, "
+                f"op {spec.op} {OPS[spec.op].arity}"
+            )
+        if spec.through is not None and spec.through not in OPS:
+            gaps.append(f"e-graph-only {egg}: reads through {spec.through}, which is no op")
+    return gaps
+
+
+def registry_gaps(
+    schema: str | None = None, adjoint: str | None = None, rules: dict[str, str] | None = None
+) -> list[str]:
+    """Every disagreement between the registry, rules/schema.egg, rules/adjoint.egg and the
+    other shipped rule files' constructors (or the texts given: `rules` maps a file name to
+    its text), one line each; empty when they agree."""
+    texts = {n: rule_file(n).read_text() for n in SHIPPED}
+    texts.update(rules or {})
+    if schema is not None:
+        texts["schema.egg"] = schema
+    if adjoint is not None:
+        texts["adjoint.egg"] = adjoint
+    schema = texts["schema.egg"]
     if adjoint is None:  # the attention op's adjoints live beside it (issue 33)
-        adjoint = rule_file("adjoint.egg").read_text()
-        adjoint += rule_file("attention_adjoint.egg").read_text()
-    return _schema_gaps(schema) + _adjoint_gaps(adjoint) + _registry_gaps()
+        adjoint = texts["adjoint.egg"] + texts["attention_adjoint.egg"]
+    return (
+        _schema_gaps(schema) + _adjoint_gaps(adjoint) + _registry_gaps() + _egraph_only_gaps(texts)
+    )
 
 
 __all__ = ["registry_gaps"]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from ..errors import DlvmError, IRError
 from ..ir.ops import OPS
+from ..ir.registry import EGRAPH_ONLY, read_types
+from ..ir.registry.egraph_only import STANDS_FOR
 from ..ir.types import DType, TensorType
 from ..sexpr import parens
 from .serialized import EGG_TO_OP, LEAVES, Graph, leaf_type
@@ -80,7 +82,8 @@ def check_terms(g: Graph, types: dict, var_types: dict, literals: dict) -> None:
             )
 
 
-_CHECKED = set(EGG_TO_OP) | set(LEAVES) | {"Gemm"}
+# the ops, the leaves and the e-graph-only constructors that stand for an op (Gemm)
+_CHECKED = set(EGG_TO_OP) | set(LEAVES) | set(STANDS_FOR)
 
 
 def _node_type(g: Graph, nid: str, types, plain, memo, var_types, literals) -> tuple | None:
@@ -98,11 +101,9 @@ def _node_type(g: Graph, nid: str, types, plain, memo, var_types, literals) -> t
     if got is None:
         operands = [types[c] for c in classes]
         attrs = d.attrs
-        if d.egg == "Gemm":  # a dot of its operands read transposed where a flag is 1
-            flags, attrs = attrs["transpose"], {}
-            operands = [
-                TensorType(t.shape[::-1], t.dtype) if f else t for t, f in zip(operands, flags)
-            ]
+        only = EGRAPH_ONLY.get(d.egg)
+        if only is not None and only.reads is not None:  # Gemm: the dot of its reads
+            operands, attrs = read_types(only, attrs, operands), {}
         got = memo[key] = _plain(OPS[d.op].result_type(operands, attrs))
     return got
 

@@ -15,7 +15,10 @@ import numpy as np
 
 from ..errors import IRError
 from ..ir import window_ops
+from ..ir.op_spec import egg_attrs_from
 from ..ir.ops import OPS, WINDOW
+from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM, STANDS_FOR
+from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import DType, TensorType
 
 EGG_TO_OP: dict[str, str] = {
@@ -23,11 +26,13 @@ EGG_TO_OP: dict[str, str] = {
     for name, spec in OPS.items()
     if spec.kind not in ("tuple", "call", "literal", "control")
 }
-EGG_TO_OP["StridedSlice"] = "slice"  # a slice with a step > 1 (rules/schema.egg)
+# StridedSlice -> slice: an op's other spelling (ir/registry/egraph_only.py); READ_AS ones such
+# as Gemm stay out (they are no term of the op, and only extraction's cost model prices them)
+EGG_TO_OP.update({e: op for e, op in STANDS_FOR.items() if EGRAPH_ONLY[e].role == IR_FORM})
 LEAVES = ("Var", "Const", "Lit")
 # rules/loops.egg: in a loop body, a value computed once before the loop (Once) or a row of one
 # (StepOf); the unloader makes each a new parameter of the body (egraph/unload.py)
-LOOP_MOTION = ("Once", "StepOf")
+LOOP_MOTION = tuple(e.egg for e in EGRAPH_ONLY.values() if e.role == LOOP_MOTION_ROLE)
 
 
 @dataclass(frozen=True)
@@ -98,86 +103,22 @@ def _decode(g: Graph, nid: str) -> Decoded:
         return Decoded(egg, None, (), {"value": float(p(ch[0])), "dtype": DType(p(ch[1]))})
     if egg == "Lit":
         return Decoded(egg, None, (), {"key": p(ch[0])})
-    if egg in HELPERS:
-        return HELPERS[egg](g, ch)
     if egg in LOOP_MOTION:  # a loop body's new parameter; its one child is computed before
         return Decoded(egg, None, (ch[2],), {"label": p(ch[0]), "trips": int(p(ch[1]))})
-    if egg == "StridedSlice":  # the IR's slice with a step
-        step = int(p(ch[4]))
-        return Decoded(
-            egg,
-            "slice",
-            (ch[0],),
-            {
-                "axis": int(p(ch[1])),
-                "lo": int(p(ch[2])),
-                "hi": int(p(ch[3])),
-                **({"step": step} if step != 1 else {}),
-            },
-        )
+    only = EGRAPH_ONLY.get(egg)
+    if only is not None and only.op is not None and only.attrs is not None:
+        # Gemm, StridedSlice: an op's other spelling (ir/registry/egraph_only.py)
+        prims = tuple(p(c) for c in ch[only.terms :])
+        return Decoded(egg, only.op, tuple(ch[: only.terms]), only.attrs(prims))
     op = EGG_TO_OP.get(egg)
     if op is None:
         raise IRError(f"e-graph node {egg!r} has no IR op")
-    if egg == "Transpose":
-        return Decoded(egg, op, (ch[0],), {"perm": p(ch[1])})
-    if egg == "Reduce":
-        return Decoded(
-            egg,
-            op,
-            (ch[0],),
-            {"combinator": p(ch[1]), "init": float(p(ch[2])), "axes": (int(p(ch[3])),)},
-        )
-    if egg in ("ShapeCast", "Broadcast"):
-        return Decoded(egg, op, (ch[0],), {"shape": p(ch[1])})
-    if egg in ("PadShape", "SqueezeShape"):
-        return Decoded(egg, op, (ch[0],), {"at": int(p(ch[1]))})
-    if egg == "DataTypeCast":
-        return Decoded(egg, op, (ch[0],), {"dtype": DType(p(ch[1]))})
-    if egg == "Concatenate":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
-    if egg == "Slice":
-        return Decoded(
-            egg, op, (ch[0],), {"axis": int(p(ch[1])), "lo": int(p(ch[2])), "hi": int(p(ch[3]))}
-        )
-    if egg == "Take":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2]))})
-    if egg == "Cumsum":
-        return Decoded(egg, op, (ch[0],), {"axis": int(p(ch[1])), "reverse": bool(int(p(ch[2])))})
-    if egg == "SliceScatter":
-        return Decoded(
-            egg,
-            op,
-            (ch[0],),
-            {
-                "axis": int(p(ch[1])),
-                "lo": int(p(ch[2])),
-                "step": int(p(ch[3])),
-                "size": int(p(ch[4])),
-            },
-        )
-    if egg == "ScatterAdd":
-        return Decoded(egg, op, (ch[0], ch[1]), {"axis": int(p(ch[2])), "size": int(p(ch[3]))})
-    if egg == "Attention":  # issue 33: q, k, v, bias, scale, causal
-        return Decoded(egg, op, tuple(ch[:4]), {"scale": float(p(ch[4])), "causal": int(p(ch[5]))})
-    if egg == "AttentionBackward":  # q, k, v, bias, o, g, scale, causal, wrt
-        attrs = {"scale": float(p(ch[6])), "causal": int(p(ch[7])), "wrt": int(p(ch[8]))}
-        return Decoded(egg, op, tuple(ch[:6]), attrs)
-    if OPS[op].kind == WINDOW:  # tensor operands, then one IVec of packed attributes
+    spec = OPS[op]
+    if spec.kind == WINDOW:  # tensor operands, then one IVec of packed attributes
         return Decoded(egg, op, tuple(ch[:-1]), window_ops.unpack(op, p(ch[-1])))
-    return Decoded(egg, op, tuple(ch), {})
-
-
-# Constructors of rule files that are not IR ops but unload to a few of them.
-# (Gemm a b ta tb), from rules/algebra.egg: a dot whose operands are read transposed where the
-# flag is 1 (BLAS flags; the unloader emits `transpose` + `dot`, codegen folds them again).
-HELPERS = {
-    "Gemm": lambda g, ch: Decoded(
-        "Gemm",
-        "dot",
-        (ch[0], ch[1]),
-        {"transpose": (int(g.primitive(ch[2])), int(g.primitive(ch[3])))},
-    )
-}
+    # the operands, then the attributes as the registry lays them out (OpSpec.egg_attrs)
+    n = len(ch) - len(spec.egg_attrs)
+    return Decoded(egg, op, tuple(ch[:n]), egg_attrs_from(spec, tuple(p(c) for c in ch[n:])))
 
 
 _KNOWN = set(EGG_TO_OP) | set(LEAVES)

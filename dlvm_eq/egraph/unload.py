@@ -15,6 +15,7 @@ import math
 from ..errors import IRError
 from ..ir.module import Const, Function, FunctionBuilder, Value
 from ..ir.ops import ELEMENTWISE_KINDS, OPS
+from ..ir.registry import EGRAPH_ONLY
 from ..ir.types import TensorType, broadcast_shapes
 from .loader import REDUCE_IDENTITY, Lifted, LoadedProgram
 from .serialized import LOOP_MOTION, Graph
@@ -37,7 +38,7 @@ class _Unloader:
         self.lifted = {c: v for (c, _, _), v in zip(extra, self.b.params[len(prog.params) :])}
         self.values: dict[str, Value | Const] = {}
         self.uses: dict[str, int] = {}
-        self.transposes: dict[str, Value] = {}  # class -> its transpose, for Gemm operands
+        self.reads: dict[tuple[str, str], Value] = {}  # (class, op) -> x read through op (Gemm)
 
     def node(self, cls: str):
         try:
@@ -112,11 +113,12 @@ class _Unloader:
             return b.emit("literal", [], value=arr, type=t)
         spec = OPS[d.op]
         kids = [self.g.eclass(k) for k in d.children]
-        if d.egg == "Gemm":  # a dot reading transposed operands: transpose + dot
+        only = EGRAPH_ONLY.get(d.egg)
+        if only is not None and only.reads is not None:  # Gemm: its reads (transposes), then dot
             args = []
-            for k, flag in zip(kids, d.attrs["transpose"]):
-                args.append((yield from self.transposed(k)) if flag else (yield k))
-            return b.emit("dot", args)
+            for k, read in zip(kids, only.reads(d.attrs)):
+                args.append((yield from self.read_through(k, only.through)) if read else (yield k))
+            return b.emit(d.op, args)
         if spec.kind in ELEMENTWISE_KINDS:
             return b.emit(d.op, (yield from self.elementwise_operands(kids)))
         if d.op == "reduce":
@@ -131,11 +133,12 @@ class _Unloader:
             args.append((yield k))
         return b.emit(d.op, args, **attrs)
 
-    def transposed(self, cls: str):
-        v = self.transposes.get(cls)
+    def read_through(self, cls: str, op: str):
+        """Class `cls` read through `op` (default attributes), emitted once per (class, op)."""
+        v = self.reads.get((cls, op))
         if v is None:
             x = yield cls
-            v = self.transposes[cls] = self.b.emit("transpose", [x])
+            v = self.reads[cls, op] = self.b.emit(op, [x])
         return v
 
     @staticmethod

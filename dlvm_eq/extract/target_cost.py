@@ -31,6 +31,8 @@ from collections.abc import Mapping
 
 from ..ir.op_spec import COST_FLOPS, MATMUL_COST, VIEW_COST
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
+from ..ir.registry import EGRAPH_ONLY
+from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import TensorType
 from .attention_cost import attention_backward_seconds, attention_seconds
 from .machine import Machine, machine
@@ -43,15 +45,25 @@ LEAVES = frozenset(("Var", "Const", "Lit"))
 # rules/loops.egg: (Once s n v) and (StepOf s n v) read, in a loop body of n steps, a value
 # computed once before the loop (or a row of it): Once priced as a view, a StepOf row by
 # step_row_seconds, and v's term at 1/n a step
-LOOP_MOTION = frozenset(("Once", "StepOf"))
+LOOP_MOTION = frozenset(e.egg for e in EGRAPH_ONLY.values() if e.role == LOOP_MOTION_ROLE)
 # a fresh 4 KiB page's first write (measured on this kind of machine: a new 40 MB array takes
 # 17 ms): what a large stacked value costs each call beyond its traffic. Without it, batching
 # x_t @ W priced as a win at T = 2048 and measured 1.3x the loop's CPU (GRU hidden 64, load 13).
 FRESH_PAGE_SECONDS = 1.7e-6
-# the registry's views and products (their cost classes); Gemm is the e-graph's dot of
-# operands read transposed (rules/algebra.egg), not an op of its own
+# the registry's views and products (their cost classes), and Gemm, the e-graph's dot of
+# operands read transposed (rules/algebra.egg; ir/registry/egraph_only.py)
 VIEWS = frozenset(s.egg for s in OPS.values() if s.cost == VIEW_COST)
-MATMULS = frozenset(s.egg for s in OPS.values() if s.cost == MATMUL_COST) | {"Gemm"}
+MATMULS = frozenset(s.egg for s in OPS.values() if s.cost == MATMUL_COST) | {
+    e.egg for e in EGRAPH_ONLY.values() if e.reads and e.op and OPS[e.op].cost == MATMUL_COST
+}
+
+
+def _read_flags(only, prims: list[str]) -> tuple[bool, ...]:
+    """Which operands an e-graph-only product reads transposed (Gemm's flags), from its
+    primitive arguments as the serialized e-graph spells them."""
+    return only.reads(only.attrs(tuple(prims)))
+
+
 # an operand up to this size is re-read from a core's cache (L2: 512 KiB on this EPYC), not memory
 CACHE_BYTES = 512 * 1024
 
@@ -181,9 +193,10 @@ class TargetCost:
             return self.machine.node_overhead
         kids = node["children"]
         child = (lambda i: self.types.get(graph.raw_nodes[kids[i]]["eclass"])) if kids else None
+        only = EGRAPH_ONLY.get(op)
         flags = (
-            (graph.raw_nodes[kids[2]]["op"] == "1", graph.raw_nodes[kids[3]]["op"] == "1")
-            if op == "Gemm"
+            _read_flags(only, [graph.raw_nodes[k]["op"] for k in kids[only.terms :]])
+            if only is not None and only.reads is not None  # Gemm's transpose flags
             else (graph.raw_nodes[kids[5]]["op"] == "1", False)  # causal
             if op == "Attention"
             else (graph.raw_nodes[kids[7]]["op"] == "1", False)

@@ -51,6 +51,21 @@ COST_FLOPS = {"cheap": 1, "divide": 4, "transcendental": 20, "power": 40}
 VIEW_COST, MATMUL_COST = "view", "matmul"
 
 
+# How an attribute is written as an argument of the op's e-graph constructor, and read back
+# (OpSpec.egg_attrs): sort -> (the schema's sort, to the term, from the term's primitive)
+EGG_SORTS: dict[str, tuple[str, Callable, Callable]] = {
+    "i64": ("i64", int, int),
+    # 0 and 1 read as bools; any other number stays itself, for the type rule to reject
+    "bool": ("i64", int, lambda v: bool(int(v)) if int(v) in (0, 1) else int(v)),
+    "f64": ("f64", float, float),
+    "String": ("String", str, str),
+    "dtype": ("String", str, DType),
+    "IVec": ("IVec", lambda v: tuple(int(d) for d in v), lambda v: tuple(int(d) for d in v)),
+    # one axis of a one-axis reduction: the IR's axes tuple holds it alone
+    "axis": ("i64", lambda axes: int(axes[0]), lambda v: (int(v),)),
+}
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One op. The first fields are the IR's (parser, printer, verifier, interpreter, e-graph);
@@ -70,6 +85,12 @@ class OpSpec:
       whose meaning is not one sympy function per element (products, reductions, gathers);
       `sv` is verify's vocabulary (verify/symbolic.SymbolicVocabulary: sv.sp, sv.extremum,
       sv.number, sv.as_array, sv.indices).
+    - egg_attrs: the attributes as the e-graph constructor's arguments after its Term operands,
+      (name, sort) in order, a sort of EGG_SORTS: `(("axis", "i64"),)` for take; the loader
+      writes them and every reader of terms reads them with `egg_attrs_from` (window ops pack
+      theirs in one IVec instead, ir/window_ops.py).
+    - infix: (Python operator, precedence) of ops the expression language (egraph/expr.py)
+      reads and writes infix: `("+", 1)`, `("@", 2)`, `("**", 4)`.
     - regions: attributes that name body functions (structured control flow); a region op's
       batching rule batches a body with `bt.batch_body(body, batched)` (ir/batching.py).
     """
@@ -93,6 +114,23 @@ class OpSpec:
     batch: Callable | None = None
     regions: tuple[str, ...] = ()
     symbolic: Callable | None = None
+    infix: tuple[str, int] | None = None
+    egg_attrs: tuple[tuple[str, str], ...] = ()
+
+
+def egg_attrs_from(spec: OpSpec, prims) -> dict[str, Any]:
+    """The IR attributes of an e-node of `spec` from its primitive arguments (in order)."""
+    if len(prims) != len(spec.egg_attrs):
+        raise ValueError(
+            f"({spec.egg} ...) takes {len(spec.egg_attrs)} attribute(s) after its operands, "
+            f"got {len(prims)}"
+        )
+    return {name: EGG_SORTS[sort][2](p) for (name, sort), p in zip(spec.egg_attrs, prims)}
+
+
+def egg_args_of(spec: OpSpec, attrs: dict) -> tuple:
+    """The primitive arguments of `spec`'s constructor for IR attributes `attrs`."""
+    return tuple(EGG_SORTS[sort][1](attrs[name]) for name, sort in spec.egg_attrs)
 
 
 def pascal(name: str) -> str:

@@ -23,7 +23,9 @@ import sympy as sp
 from ..egraph.serialized import EGG_TO_OP
 from ..errors import DlvmError
 from ..ir import window_ops
+from ..ir.op_spec import egg_attrs_from
 from ..ir.ops import ELEMENTWISE_KINDS, OPS, SELECT
+from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM
 from ..ir.types import DType, TensorType
 from .helpers import HelperTypeError
 from .identity import derivative
@@ -36,49 +38,22 @@ class Untypable(Exception):
     """The term does not type-check (or a primitive is undefined) under this assignment."""
 
 
+# constructor -> the op spec whose egg_attrs lay out its primitive arguments (the registry)
+_BY_EGG = {spec.egg: spec for spec in OPS.values()}
+
+
 def ctor_attrs(head: str, prims: list) -> dict:
-    """IR attributes of an e-graph constructor from its primitive children."""
+    """IR attributes of an e-graph constructor from its primitive children, as the registry
+    lays them out (OpSpec.egg_attrs; StridedSlice's in ir/registry/egraph_only.py)."""
     try:
-        if head == "Transpose":
-            return {"perm": tuple(int(p) for p in prims[0])}
-        if head == "Reduce":
-            return {"combinator": str(prims[0]), "init": float(prims[1]), "axes": (int(prims[2]),)}
-        if head in ("ShapeCast", "Broadcast"):
-            return {"shape": tuple(int(d) for d in prims[0])}
-        if head in ("PadShape", "SqueezeShape"):
-            return {"at": int(prims[0])}
-        if head == "DataTypeCast":
-            return {"dtype": DType(prims[0])}
-        if head == "Concatenate":
-            return {"axis": int(prims[0])}
-        if head == "Slice":
-            return {"axis": int(prims[0]), "lo": int(prims[1]), "hi": int(prims[2])}
-        if head == "StridedSlice":
-            return {
-                "axis": int(prims[0]),
-                "lo": int(prims[1]),
-                "hi": int(prims[2]),
-                "step": int(prims[3]),
-            }
-        if head == "SliceScatter":
-            return {
-                "axis": int(prims[0]),
-                "lo": int(prims[1]),
-                "step": int(prims[2]),
-                "size": int(prims[3]),
-            }
-        if head == "Cumsum":
-            return {"axis": int(prims[0]), "reverse": int(prims[1])}
-        if head == "Attention":  # issue 33
-            return {"scale": float(prims[0]), "causal": int(prims[1])}
-        if head == "AttentionBackward":
-            return {"scale": float(prims[0]), "causal": int(prims[1]), "wrt": int(prims[2])}
-        if head == "Take":
-            return {"axis": int(prims[0])}
-        if head == "ScatterAdd":
-            return {"axis": int(prims[0]), "size": int(prims[1])}
+        only = EGRAPH_ONLY.get(head)
+        if only is not None and only.role == IR_FORM and only.attrs is not None:
+            return only.attrs(tuple(prims))
         if head in WINDOW_HEADS:  # one packed attribute vector (ir/window_ops.pack)
             return window_ops.unpack(WINDOW_HEADS[head], tuple(int(v) for v in prims[0]))
+        spec = _BY_EGG.get(head)
+        if spec is not None and spec.egg_attrs:
+            return egg_attrs_from(spec, prims)
     except (ValueError, TypeError, IndexError) as e:
         raise Untypable(f"bad attribute for {head}: {e}") from None
     return {}

@@ -7,6 +7,7 @@
     window.py       convolution and pooling     structure.py  literal, tuple, extract, apply
     control.py      scan, while, cond, switch   stop_gradient.py
     attention.py    attention (issue 33)
+    egraph_only.py  the rule files' constructors that are no IR op (Gemm, StridedSlice, helpers)
 
 An op's `OpSpec` (ir/op_spec.py) holds its type rule, interpreter, DSL names, kernel formula,
 sympy meaning, cost class and batching rule; the parser, printer, verifier, interpreter, DSL,
@@ -21,6 +22,7 @@ add an op: README.md, "How to add an op".
 from __future__ import annotations
 
 from ..op_spec import OpSpec
+from ..types import Type
 from . import (
     attention,
     bits,
@@ -34,6 +36,7 @@ from . import (
     structure,
     window,
 )
+from .egraph_only import EGRAPH_ONLY, READ_AS, STANDS_FOR, EggOnlySpec
 
 
 def _ordered() -> list[OpSpec]:
@@ -78,4 +81,20 @@ def _build() -> dict[str, OpSpec]:
 
 REGISTRY: dict[str, OpSpec] = _build()
 
-__all__ = ["REGISTRY", "OpSpec"]
+
+def stands_for(egg: str) -> OpSpec | None:
+    """The op an e-graph-only constructor stands for (Gemm -> dot), None for the others."""
+    op = STANDS_FOR.get(egg)
+    return REGISTRY[op] if op else None
+
+
+def read_types(spec: EggOnlySpec, attrs: dict, types: list[Type]) -> list[Type]:
+    """The operand types a READ_AS constructor's op sees: each operand's type after the op it
+    is read through (Gemm with flags (1, 0): a's transpose, b)."""
+    if spec.role != READ_AS or spec.reads is None or spec.through is None:
+        return list(types)
+    through = REGISTRY[spec.through]
+    return [through.result_type([t], {}) if r else t for t, r in zip(types, spec.reads(attrs))]
+
+
+__all__ = ["EGRAPH_ONLY", "REGISTRY", "EggOnlySpec", "OpSpec", "read_types", "stands_for"]

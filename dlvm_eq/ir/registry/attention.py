@@ -136,6 +136,7 @@ def backward_spec() -> OpSpec:
         attention_op.attention_backward_type,
         attention_op.attention_backward,
         attrs=("scale", "causal", "wrt"),
+        egg_attrs=(("scale", "f64"), ("causal", "i64"), ("wrt", "i64")),
         float_only=True,
         differentiable=False,  # no adjoint rules: ad/ differentiates egraph/attention_plain.py's form
         batch=_batch_backward,
@@ -152,6 +153,7 @@ def spec() -> OpSpec:
         attention_op.attention_type,
         attention_op.attention,
         attrs=("scale", "causal"),
+        egg_attrs=(("scale", "f64"), ("causal", "i64")),
         float_only=True,
         nondiff_operands=(3,),  # the bias is a mask (rules/attention_adjoint.egg)
         batch=_batch,

@@ -133,7 +133,9 @@ UNARY_ROWS: dict[str, _Unary] = {
 PIECEWISE_CONSTANT = {"sign", "floor", "ceil", "round"}
 
 
-def _binary_row(name, fn, sympy, kernel, dsl, cost="cheap", float_only=False, measured=None):
+def _binary_row(
+    name, fn, sympy, kernel, dsl, cost="cheap", float_only=False, measured=None, infix=None
+):
     return OpSpec(
         name,
         BINARY,
@@ -149,6 +151,7 @@ def _binary_row(name, fn, sympy, kernel, dsl, cost="cheap", float_only=False, me
         cost=cost,
         measured_as=measured,
         batch=elementwise,
+        infix=infix,
     )
 
 
@@ -229,11 +232,23 @@ def specs() -> list[OpSpec]:
             )
         )
     out += [
-        _binary_row("add", np.add, lambda sp, a, b: a + b, "add", "add"),
-        _binary_row("subtract", np.subtract, lambda sp, a, b: a - b, "sub", "subtract"),
-        _binary_row("multiply", np.multiply, lambda sp, a, b: a * b, "mul", "multiply"),
+        _binary_row("add", np.add, lambda sp, a, b: a + b, "add", "add", infix=("+", 1)),
         _binary_row(
-            "power", np.power, lambda sp, a, b: a**b, "pow", "power", "power", True, "power"
+            "subtract", np.subtract, lambda sp, a, b: a - b, "sub", "subtract", infix=("-", 1)
+        ),
+        _binary_row(
+            "multiply", np.multiply, lambda sp, a, b: a * b, "mul", "multiply", infix=("*", 2)
+        ),
+        _binary_row(
+            "power",
+            np.power,
+            lambda sp, a, b: a**b,
+            "pow",
+            "power",
+            "power",
+            True,
+            "power",
+            infix=("**", 4),
         ),
         _binary_row("min", np.minimum, None, "min", "minimum"),  # sympy: verify's Min helper
         _binary_row("max", np.maximum, None, "max", "maximum"),
@@ -252,6 +267,7 @@ def specs() -> list[OpSpec]:
             cost="divide",
             measured_as="divide",
             batch=elementwise,
+            infix=("/", 2),
         )  # sympy: integer division truncates, verify/symbolic.py spells it
     )
     for name, (fn, sym, kernel, dsl) in COMPARE_ROWS.items():
@@ -331,5 +347,6 @@ def cast_spec() -> OpSpec:
         _cast_type,
         lambda args, at: args[0].astype(at["dtype"].numpy),
         attrs=("dtype",),
+        egg_attrs=(("dtype", "dtype"),),
         batch=elementwise,
     )

@@ -148,6 +148,7 @@ def transpose_spec() -> OpSpec:
             args[0], transpose_perm(args[0].ndim, at)
         ).copy(),
         attrs=("perm",),
+        egg_attrs=(("perm", "IVec"),),
         batch=_batch_transpose,
     )
 
@@ -163,6 +164,7 @@ def view_specs() -> list[OpSpec]:
             _shape_cast_type,
             lambda args, at: np.reshape(args[0], tuple(at["shape"])),
             attrs=("shape",),
+            egg_attrs=(("shape", "IVec"),),
             cost=VIEW_COST,
             batch=shape_attr("shape"),
         ),
@@ -174,6 +176,7 @@ def view_specs() -> list[OpSpec]:
             _pad_shape_type,
             lambda args, at: np.expand_dims(args[0], at["at"]),
             attrs=("at",),
+            egg_attrs=(("at", "i64"),),
             cost=VIEW_COST,
             batch=shift_axis("at"),
         ),
@@ -185,6 +188,7 @@ def view_specs() -> list[OpSpec]:
             _squeeze_shape_type,
             lambda args, at: np.squeeze(args[0], at["at"]),
             attrs=("at",),
+            egg_attrs=(("at", "i64"),),
             cost=VIEW_COST,
             batch=shift_axis("at"),
         ),
@@ -197,6 +201,7 @@ def view_specs() -> list[OpSpec]:
             _broadcast_type,
             lambda args, at: np.broadcast_to(args[0], tuple(at["shape"])).copy(),
             attrs=("shape",),
+            egg_attrs=(("shape", "IVec"),),
             cost=VIEW_COST,
             batch=shape_attr("shape"),
         ),
@@ -212,6 +217,7 @@ def concatenate_spec() -> OpSpec:
         _concatenate_type,
         lambda args, at: np.concatenate(args, axis=at["axis"]),
         attrs=("axis",),
+        egg_attrs=(("axis", "i64"),),  # binary in the e-graph: a chain of them
         batch=shift_axis("axis"),
     )
 
@@ -227,6 +233,7 @@ def slice_spec() -> OpSpec:
         _slice_type,
         lambda args, at: args[0][slice_index(args[0].ndim, at)].copy(),
         attrs=("axis", "lo", "hi", "step"),
+        egg_attrs=(("axis", "i64"), ("lo", "i64"), ("hi", "i64")),  # step > 1: StridedSlice
         batch=shift_axis("axis"),
     )
 
@@ -250,6 +257,7 @@ def slice_scatter_spec() -> OpSpec:
         _slice_scatter_type,
         _slice_scatter,
         attrs=("axis", "lo", "step", "size"),
+        egg_attrs=(("axis", "i64"), ("lo", "i64"), ("step", "i64"), ("size", "i64")),
         batch=shift_axis("axis"),
         symbolic=_slice_scatter_symbolic,
     )

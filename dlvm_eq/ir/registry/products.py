@@ -116,12 +116,13 @@ def dot_spec() -> OpSpec:
         cost=MATMUL_COST,
         batch=_batch_dot,
         symbolic=_dot_symbolic,
+        infix=("@", 2),
     )
 
 
 def batch_matmul_spec() -> OpSpec:
     # `batchMatmul %a: <B.. x m x k x T>, %b: <B.. x k x n x T>`: one product per batch index;
-    # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), ranks 3 to 4
+    # batch dimensions equal (the DSL broadcasts them explicitly, numpy's rules), any rank >= 3
     return OpSpec(
         "batchMatmul",
         DOT,

@@ -134,6 +134,7 @@ def reduce_spec() -> OpSpec:
         _reduce_type,
         quiet(_reduce),
         attrs=("combinator", "init", "axes"),
+        egg_attrs=(("combinator", "String"), ("init", "f64"), ("axes", "axis")),
         batch=shift_axis("axes"),
         symbolic=_reduce_symbolic,
     )
@@ -150,5 +151,6 @@ def cumsum_spec() -> OpSpec:
         _cumsum_type,
         _cumsum,
         attrs=("axis", "reverse"),
+        egg_attrs=(("axis", "i64"), ("reverse", "bool")),
         batch=shift_axis("axis"),
     )
