@@ -96,6 +96,16 @@ def tracing_error(message: str) -> TracingError:
     return TracingError(located(message))
 
 
+class ArgumentError(DlvmError, ValueError):
+    """A user's argument with a value the function does not take (a loss's `reduction="avg"`,
+    a schedule's non-positive step count): located at the user's line, and a ValueError, as
+    JAX and optax raise for the same mistakes."""
+
+
+def argument_error(message: str) -> ArgumentError:
+    return ArgumentError(located(message))
+
+
 class OperandError(ShapeError):
     """An operand that is no array, number or traced tensor (None, a dict, a string): a
     mistake, not an array of shape (). `value` is the operand, so that the argument handling

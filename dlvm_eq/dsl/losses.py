@@ -14,6 +14,7 @@ or per row for the class-axis losses). optax's own names, per element as optax h
 from __future__ import annotations
 
 from . import ops
+from .context import argument_error
 from .nn import log_softmax
 from .ops import normalize_axes, shape_of
 from .shapes import expand_dims, squeeze, take_along_axis
@@ -26,7 +27,7 @@ def _reduce(loss, reduction: str, name: str):
         return ops.sum(loss)
     if reduction == "none":
         return loss
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    raise argument_error(f"{name}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
 
 def mse(predictions, targets, reduction="mean"):

@@ -12,6 +12,7 @@ import math
 
 from ..ir.types import F32
 from . import ops
+from .context import argument_error
 
 
 def _steps(count):
@@ -41,7 +42,9 @@ def linear_schedule(init_value, end_value, transition_steps, transition_begin=0)
 def cosine_decay_schedule(init_value, decay_steps, alpha=0.0, exponent=1.0):
     """init_value * ((1 - alpha) * c**exponent + alpha), c = (1 + cos(pi min(t, T) / T)) / 2."""
     if decay_steps <= 0:
-        raise ValueError("cosine_decay_schedule: decay_steps must be positive")
+        raise argument_error(
+            f"cosine_decay_schedule: decay_steps must be positive, not {decay_steps}"
+        )
 
     def schedule(count):
         t = ops.minimum(_steps(count), float(decay_steps))
