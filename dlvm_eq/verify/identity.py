@@ -33,6 +33,8 @@ from contextlib import contextmanager
 
 import sympy as sp
 
+from .hard_limit import MANY_SYMBOLS, can_fork, decided_in_child
+
 PROVEN, PROVEN_AE, UNPROVEN = "proven", "proven a.e.", "unproven"
 NUMERIC_ONLY = "checked numerically"
 RANK = {PROVEN: 0, PROVEN_AE: 1, NUMERIC_ONLY: 2, UNPROVEN: 3}
@@ -425,18 +427,18 @@ class ZeroProver:
             return PROVEN  # sums over independent rows (a batch): each row's terms cancel
         # each exponential a symbol: a rational function, cancelled in 1.5 s where the form
         # below (exponentials kept, so exp(a) * exp(b) = exp(a + b) is seen) took 14 s
-        if not piecewise and self._zero(_exps_as_symbols, d, deadline):
+        if not piecewise and self._zero(_exps_as_symbols, d, deadline, gcd=True):
             return PROVEN
-        if self._zero(lambda e: sp.cancel(sp.together(e.rewrite(sp.exp))), d, deadline):
+        if self._zero(lambda e: sp.cancel(sp.together(e.rewrite(sp.exp))), d, deadline, True):
             return PROVEN  # tanh, sigmoid, softplus written with exp
         if any(
-            self._zero(step, d, deadline)
+            self._zero(step, d, deadline, gcd=True)
             for step in (sp.simplify, lambda e: sp.simplify(sp.piecewise_fold(e)))
         ):
             return PROVEN
-        if piecewise and self._zero(lambda e: sp.simplify(ae_normalize(e)), d, deadline):
+        if piecewise and self._zero(lambda e: sp.simplify(ae_normalize(e)), d, deadline, True):
             return PROVEN_AE
-        if self._zero(lambda e: 0 if e.equals(0) else e, d, deadline):
+        if self._zero(lambda e: 0 if e.equals(0) else e, d, deadline, gcd=True):
             return PROVEN
         return UNPROVEN
 
@@ -472,11 +474,16 @@ class ZeroProver:
                 return False
         return True
 
-    def _zero(self, step, d, deadline) -> bool:
+    def _zero(self, step, d, deadline, gcd: bool = False) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             self._ran_out = True
             return False
+        if gcd and len(d.free_symbols) > MANY_SYMBOLS and can_fork():
+            got = decided_in_child(step, d, left)  # a heuristic gcd no signal stops
+            if got is None:
+                self._ran_out = True
+            return bool(got)
         try:
             with time_limit(left):
                 return step(d) == 0
