@@ -19,12 +19,12 @@ from dlvm_eq.ir.loop_rules import apply_loop_rules
 RNG = np.random.default_rng(5)
 
 
-def _fn(f, *args):
+def traced(f, *args):
     m = dq.make_ir(f)(*args)
     return m, next(iter(m.functions.values()))
 
 
-def _rewritten(fn):
+def rewritten(fn):
     new = apply_loop_rules(fn)
     m = Module("rules")
     module_with_bodies(m, new)
@@ -83,7 +83,7 @@ def _fired(report) -> str:
 
 def test_the_input_projection_is_batched_into_one_product_before_the_loop():
     args = _rnn_args()
-    m0, fn = _fn(rnn, *args)
+    m0, fn = traced(rnn, *args)
     m1, new, report = _optimized(fn)
     assert "batch-step-matrix-product" in _fired(report)
     body = _scan_body(new)
@@ -106,7 +106,7 @@ def test_a_step_vector_times_an_invariant_matrix_is_batched():
         RNG.standard_normal(4).astype(np.float32),
         RNG.standard_normal((7, 3)).astype(np.float32),
     )
-    m0, fn = _fn(f, *args)
+    m0, fn = traced(f, *args)
     m1, new, report = _optimized(fn)
     assert "batch-step-vector-product" in _fired(report)
     assert not _ops(_scan_body(new), "dot")
@@ -124,7 +124,7 @@ def test_an_invariant_value_is_computed_once_before_the_loop():
         RNG.standard_normal(3).astype(np.float32),
         RNG.standard_normal((5, 3)).astype(np.float32),
     )
-    m0, fn = _fn(f, *args)
+    m0, fn = traced(f, *args)
     m1, new, report = _optimized(fn)
     assert "once-dot" in _fired(report) and "once-tanh" in _fired(report)
     body = _scan_body(new)
@@ -142,7 +142,7 @@ def test_no_loop_motion_on_carry_dependent_values():
         RNG.standard_normal(3).astype(np.float32),
         RNG.standard_normal((4, 3)).astype(np.float32),
     )
-    m0, fn = _fn(f, *args)
+    m0, fn = traced(f, *args)
     m1, new, report = _optimized(fn)
     assert "batch-step" not in _fired(report)
     assert _ops(new, "scan")[0].attrs["xs"] == 1 and not _ops(new, "dot")
@@ -159,7 +159,7 @@ def test_a_product_of_two_per_step_operands_is_not_batched():
         RNG.standard_normal((5, 3)).astype(np.float32),
         RNG.standard_normal((5, 3, 4)).astype(np.float32),
     )
-    m0, fn = _fn(f, *args)
+    m0, fn = traced(f, *args)
     m1, new, report = _optimized(fn)
     assert "batch-step" not in _fired(report)
     assert len(_ops(_scan_body(new), "dot")) == 1 and not _ops(new, "dot")
@@ -174,7 +174,7 @@ def test_a_lower_rank_step_value_is_not_batched_against_a_wider_invariant():
         RNG.standard_normal((2, 3)).astype(np.float32),
         RNG.standard_normal((4, 3)).astype(np.float32),
     )
-    m0, fn = _fn(f, *args)
+    m0, fn = traced(f, *args)
     m1, new, _ = _optimized(fn)
     assert _ops(_scan_body(new), "multiply")
     _same(m0, m1, "f", args)
@@ -185,8 +185,8 @@ def test_cond_on_a_constant_folds_to_the_taken_branch():
         return dq.cond(True, dq.sin, dq.cos, x) + dq.switch(7, [dq.exp, dq.tanh], x)
 
     x = RNG.standard_normal(3).astype(np.float32)
-    m0, fn = _fn(f, x)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(f, x)
+    m1, new = rewritten(fn)
     assert not _ops(new, "cond") and not _ops(new, "switch")
     assert {i.op for i in new.body} >= {"sin", "tanh"} and "cos" not in {i.op for i in new.body}
     np.testing.assert_allclose(interpret(m1, "f", x), np.sin(x) + np.tanh(x), rtol=1e-6)
@@ -201,9 +201,9 @@ def test_a_dead_carry_goes_and_a_live_one_stays():
 
     x = RNG.standard_normal(3).astype(np.float32)
     for fun, carries in ((f, 1), (g, 2)):
-        m0, fn = _fn(fun, x)
+        m0, fn = traced(fun, x)
         assert _ops(fn, "scan")[0].attrs["carries"] == 2
-        m1, new = _rewritten(fn)
+        m1, new = rewritten(fn)
         assert _ops(new, "scan")[0].attrs["carries"] == carries
         np.testing.assert_allclose(
             interpret(m1, fun.__name__, x), interpret(m0, fun.__name__, x), rtol=1e-6
@@ -213,8 +213,8 @@ def test_a_dead_carry_goes_and_a_live_one_stays():
 def test_a_scan_of_one_step_is_its_body_inlined():
     args = _rnn_args()
     args = (*args[:4], args[4][:1])  # one step
-    m0, fn = _fn(rnn, *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(rnn, *args)
+    m1, new = rewritten(fn)
     assert not _ops(new, "scan") and len(_ops(new, "tanh")) == 1
     _same(m0, m1, "rnn", args)
 
@@ -265,7 +265,7 @@ def test_random_bodies_with_products_keep_the_interpreters_result(ops, n, revers
         rng.standard_normal((*lead, 4)),
         rng.standard_normal((n, *lead, 3)),
     )
-    m0, fn = _fn(f, *[a.astype(np.float32) for a in args])
+    m0, fn = traced(f, *[a.astype(np.float32) for a in args])
     m1, _, _ = _optimized(fn)
     _same(m0, m1, "f", args)
 

@@ -9,26 +9,13 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_loop_rules import rewritten, traced
 
 import dlvm_eq as dq
-from dlvm_eq.ir import Module, interpret, verify
-from dlvm_eq.ir.control_flow import module_with_bodies, reachable_bodies
-from dlvm_eq.ir.loop_rules import apply_loop_rules
+from dlvm_eq.ir import interpret, verify
+from dlvm_eq.ir.control_flow import reachable_bodies
 
 RNG = np.random.default_rng(31)
-
-
-def _traced(f, *args):
-    m = dq.make_ir(f)(*args)
-    return m, next(iter(m.functions.values()))
-
-
-def _rewritten(fn):
-    new = apply_loop_rules(fn)
-    m = Module("rules")
-    module_with_bodies(m, new)
-    verify(m)
-    return m, new
 
 
 def _carries(fn) -> list[int]:
@@ -72,8 +59,8 @@ def _args(batch=2, width=16, steps=5):
 
 def test_a_sum_of_per_step_products_leaves_the_loop():
     args = _args()
-    m0, fn = _traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(x) @ h), *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(x) @ h), *args)
+    m1, new = rewritten(fn)
     assert _carries(fn) == [2] and _carries(new) == [1]  # the sum is no carry any more
     dots = [i for i in new.body if i.op == "dot"]
     assert len(dots) == 1 and dots[0].operands[1].type.shape == (5 * 2, 16)  # over all steps
@@ -82,8 +69,8 @@ def test_a_sum_of_per_step_products_leaves_the_loop():
 
 def test_a_sum_of_products_of_two_body_values_leaves_the_loop():
     args = _args()
-    m0, fn = _traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(h) @ dq.tanh(x)), *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(h) @ dq.tanh(x)), *args)
+    m1, new = rewritten(fn)
     assert _carries(new) == [1]
     _same(m0, m1, fn.name, args)
 
@@ -93,16 +80,16 @@ def test_a_sum_the_body_reads_stays():
         return acc + dq.transpose(x) @ (h + dq.sum(acc))
 
     args = _args()
-    m0, fn = _traced(_accumulating(update), *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(update), *args)
+    m1, new = rewritten(fn)
     assert _carries(new) == [2]
     _same(m0, m1, fn.name, args)
 
 
 def test_a_decayed_sum_stays():
     args = _args()
-    m0, fn = _traced(_accumulating(lambda acc, h, x, w: acc * 0.5 + dq.transpose(x) @ h), *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(lambda acc, h, x, w: acc * 0.5 + dq.transpose(x) @ h), *args)
+    m1, new = rewritten(fn)
     assert _carries(new) == [2]
     _same(m0, m1, fn.name, args)
 
@@ -110,8 +97,8 @@ def test_a_decayed_sum_stays():
 def test_a_product_with_an_invariant_factor_stays():
     args = _args()
     # sum_t W (h_t^T h_t) is W sum_t h_t^T h_t: another rule's, not this one's
-    m0, fn = _traced(_accumulating(lambda acc, h, x, w: acc + w @ (dq.transpose(h) @ h)), *args)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(lambda acc, h, x, w: acc + w @ (dq.transpose(h) @ h)), *args)
+    m1, new = rewritten(fn)
     assert _carries(new) == [2]
     _same(m0, m1, fn.name, args)
 
@@ -119,8 +106,8 @@ def test_a_product_with_an_invariant_factor_stays():
 def test_a_sum_smaller_than_what_it_would_store_stays():
     # a 2 x 2 sum of (2 x 8) @ (8 x 2) products: storing each step's 8 x 2 factor costs more
     args = _args(batch=8, width=2)
-    m0, fn = _traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(x) @ h), *args)
-    _, new = _rewritten(fn)
+    m0, fn = traced(_accumulating(lambda acc, h, x, w: acc + dq.transpose(x) @ h), *args)
+    _, new = rewritten(fn)
     assert _carries(new) == [2]
 
 
@@ -133,8 +120,8 @@ def test_the_weight_gradient_of_an_rnn_is_one_product_after_the_loop():
         _, ys = dq.scan(lambda h, x: (lambda h: (h, h))(dq.tanh(h @ w + x)), h0, xs)
         return dq.sum(ys * ys)
 
-    m0, fn = _traced(dq.grad(loss), w, h0, xs)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(dq.grad(loss), w, h0, xs)
+    m1, new = rewritten(fn)
     adjoint = [i for i in new.body if i.op == "scan"][-1]
     assert not any(
         i.op == "dot" and i.result.type.shape == (16, 16) for i in adjoint.attrs["body"].body
@@ -180,8 +167,8 @@ def test_random_accumulating_scans_equal_the_program_as_written(
         (h, acc, n), ys = dq.scan(step, (h0, zero, 0.0), xs, reverse=reverse)
         return acc, h, ys * n
 
-    m0, fn = _traced(f, w, h0, xs)
-    m1, new = _rewritten(fn)
+    m0, fn = traced(f, w, h0, xs)
+    m1, new = rewritten(fn)
     assert _carries(new) == [2]  # the sum left; the hidden state and the count stay
     for body in reachable_bodies(new):
         verify(m1)
