@@ -209,6 +209,68 @@ class Function:
                     self._fn(*values, bx, block[0], tx, grid[0], by, grid[1])
 
 
+class CtaFunction(Function):
+    """A kernel with shared memory and barriers (gpu/attention_ptx.py): each CTA's threads run
+    on host threads at once, sharing one buffer for its shared memory (filled with NaN, so a
+    read before the CTA wrote it shows), and every barrier is a callback that waits for all of
+    them (a thread that misses one breaks the barrier: the launch raises)."""
+
+    def __init__(self, ptx: str, symbol: str):
+        from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
+        from dlvm_eq.codegen.gpu.attention_ptx import attention_host_emulation_ir, tile_keys
+        from dlvm_eq.codegen.runtime.jit import JIT
+
+        self.symbol = symbol
+        self.params = entry_params(ptx, symbol)
+        spec = self.spec = _spec_for(symbol)
+        text, host_symbol = attention_host_emulation_ir(spec)
+        addr = JIT.address(CpuIR(text, host_symbol, None, "emulated"))
+        self.dtype = np.float32 if spec.dtype == "f32" else np.float64
+        self.shared_size = tile_keys(spec.d, spec.e, np.dtype(self.dtype).itemsize) * (
+            spec.d + spec.e
+        )
+        self._fn = ctypes.CFUNCTYPE(
+            None, *[ctypes.c_void_p] * (len(self.params) + 2), *[ctypes.c_int32] * 6
+        )(addr)
+        self.launches = 0
+
+    def __call__(self, grid, block, args, stream=None, shared_mem=0):
+        import threading
+
+        grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+        if not (1 <= grid[0] < 2**31 and grid[1] == grid[2] == 1):
+            raise ValueError(f"{self.symbol}: grid {grid} outside CUDA's limits (or unsupported)")
+        if not (1 <= block[0] <= 1024 and block[1] == block[2] == 1):
+            raise ValueError(f"{self.symbol}: block {block} outside CUDA's limits (or unsupported)")
+        values = self._check(args)
+        self.launches += 1
+        broken: list = []
+        for bx in range(grid[0]):
+            shared = np.full(self.shared_size, np.nan, self.dtype)
+            barrier = threading.Barrier(block[0], timeout=120)
+
+            def wait(barrier=barrier):
+                try:
+                    barrier.wait()
+                except threading.BrokenBarrierError as e:  # raised in a C callback: kept
+                    broken.append(e)
+
+            callback = ctypes.CFUNCTYPE(None)(wait)
+            extra = [shared.ctypes.data, ctypes.cast(callback, ctypes.c_void_p).value]
+            threads = [
+                threading.Thread(
+                    target=self._fn, args=(*values, *extra, bx, block[0], tx, grid[0], 0, 1)
+                )
+                for tx in range(block[0])
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if broken:
+                raise RuntimeError(f"{self.symbol}: a thread of CTA {bx} missed a barrier")
+
+
 class Module:
     """cupy.cuda.function.Module: load(PTX bytes), get_function(name)."""
 
@@ -231,6 +293,10 @@ class Module:
                     raise RuntimeError(f"CUDA_ERROR_INVALID_PTX:\n{r.stderr}")
 
     def get_function(self, name: str) -> Function:
+        from dlvm_eq.codegen.gpu.attention_ptx import AttentionGpuSpec
+
+        if isinstance(_spec_for(name), AttentionGpuSpec):  # shared memory and barriers
+            return CtaFunction(self.ptx, name)
         return Function(self.ptx, name)
 
 
