@@ -118,6 +118,9 @@ lib = types.SimpleNamespace(
     )
 )
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64
+# what the attention step's reference formulas call (codegen/planning/attention.py)
+ndarray = DeviceArray
+swapaxes, exp, log = _on_device(np.swapaxes), _on_device(np.exp), _on_device(np.log)
 
 
 # ------------------------------------------------------------------ kernels

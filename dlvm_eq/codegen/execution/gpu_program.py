@@ -13,6 +13,7 @@ import time
 from ...errors import DlvmError
 from ..kernels.kernel_spec import KernelSpec
 from ..kernels.spec import DTYPES
+from ..planning.attention import AttentionStep
 from ..planning.plan import OUTPUT, TEMP, AliasStep, BlasStep, GemmStep, KernelStep, Plan, RowStep
 from .arguments import argument_shape_error, check_argument
 from .index_range_check import IndexRangeCheck
@@ -64,6 +65,11 @@ class GpuProgram:
                     ],
                 )
             return lambda env: k(*[env[s] for s in ins], out=env[outs[0]])
+        if isinstance(step, AttentionStep) and not step.grads:  # the fused kernel (issue 33)
+            from ..gpu.attention_gpu import attention_gpu_run
+
+            views = [view_fn(v.chain, cp) for v in step.inputs]
+            return attention_gpu_run(step, cp, views, array_step(step, cp))
         if isinstance(step, GemmStep):  # CPU plans only; here: the two steps in turn
             runs = [self._step(step.blas), self._step(step.epilogue)]
             return lambda env: [r(env) for r in runs]

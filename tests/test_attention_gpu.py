@@ -1,0 +1,235 @@
+"""The fused attention kernel on the GPU (codegen/gpu/attention_ptx.py, attention_gpu.py): its
+PTX assembled by ptxas for sm_75, sm_80 and sm_90; the kernel run on the emulated GPU
+(tests/fake_cupy.py: each CTA's threads on host threads, shared memory and barriers real)
+against the interpreter's formula in float64 on random small shapes with scale, causal, padding
+and dense masks; the gpu program's `attention` step launching it. Tests marked `gpu` run it on a
+device where one works (scripts/gpu-check)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlvm_eq.codegen.gpu.attention_gpu import attention_spec, bias_strides
+from dlvm_eq.codegen.gpu.attention_ptx import (
+    QUERY_BLOCK,
+    SHARED_BYTES,
+    attention_ptx_ir,
+    tile_keys,
+)
+from dlvm_eq.codegen.gpu.llvm_ptx import compile_ptx
+from dlvm_eq.ir.attention_op import attention as reference
+from dlvm_eq.ir.types import DType, TensorType
+
+PTXAS = shutil.which("ptxas")
+needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
+
+
+def _reference64(q, k, v, bias, scale, causal):
+    args = [np.asarray(a, np.float64) for a in (q, k, v, bias)]
+    return reference(args, {"scale": scale, "causal": causal})
+
+
+def _lse64(q, k, bias, scale, causal):
+    """Each score row's log-sum-exp in float64 (-inf where every key is hidden)."""
+    s = np.asarray(q, np.float64) @ np.swapaxes(np.asarray(k, np.float64), -1, -2) * scale
+    s = s + np.asarray(bias, np.float64)
+    if causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] > np.arange(s.shape[-2])[:, None], -np.inf, s)
+    top = s.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shift = np.where(np.isfinite(top), top, 0)
+        return (shift + np.log(np.exp(s - shift).sum(-1, keepdims=True)))[..., 0]
+
+
+def test_bias_strides_broadcast_over_batch_rows_and_keys():
+    assert bias_strides((), (2, 3, 4, 5)) == (0, 0, 0, 0)
+    assert bias_strides((5,), (4, 5)) == (0, 0, 0, 1)
+    assert bias_strides((2, 1, 1, 5), (2, 3, 4, 5)) == (5, 0, 0, 1)
+    assert bias_strides((3, 4, 5), (2, 3, 4, 5)) == (0, 20, 5, 1)
+    assert bias_strides((4, 1), (7, 4, 5)) == (0, 0, 1, 0)
+
+
+def test_wide_heads_get_a_smaller_key_tile_within_the_shared_memory_budget():
+    assert tile_keys(64, 64, 4) * 128 * 4 <= SHARED_BYTES
+    assert tile_keys(256, 256, 8) * 512 * 8 <= SHARED_BYTES
+    assert tile_keys(256, 256, 8) < tile_keys(64, 64, 4)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
+@pytest.mark.parametrize(
+    "dtype, causal, d, e, bias",
+    [("f32", False, 64, 64, (0, 0, 0, 0)), ("f32", True, 64, 64, (8, 0, 0, 1)),
+     ("f64", True, 128, 32, (0, 0, 512, 1))],
+)  # fmt: skip
+def test_the_ptx_assembles_with_ptxas(arch, dtype, causal, d, e, bias, tmp_path):
+    spec = attention_spec((2, 4, 300, d), (2, 4, 512, d), (2, 4, 512, e), (), 0.125, causal, dtype)
+    spec = dataclasses.replace(spec, bias_strides=bias)
+    ptx = compile_ptx(attention_ptx_ir(spec, arch)[0], arch)
+    assert "bar.sync" in ptx and ".shared" in ptx  # k/v tiles go through shared memory
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run(
+        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def _run_emulated(monkeypatch, q, k, v, bias, scale, causal, blocks):
+    import fake_cupy
+
+    from dlvm_eq.codegen.gpu.attention_gpu import DTYPE_NAMES, GpuAttentionKernel
+
+    dtype = DTYPE_NAMES[q.dtype]
+    spec = attention_spec(q.shape, k.shape, v.shape, np.shape(bias), scale, causal, dtype)
+    spec = dataclasses.replace(spec, query_block=blocks[0], key_block=blocks[1])
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        out = cp.asarray(np.full(q.shape[:-1] + (v.shape[-1],), np.nan, q.dtype))
+        lse = cp.asarray(np.full(q.shape[:-1], np.nan, q.dtype))
+        args = [cp.asarray(np.ascontiguousarray(a, q.dtype)) for a in (q, k, v, bias)]
+        GpuAttentionKernel(spec).run(out, lse, *args)
+    return np.asarray(out), np.asarray(lse)
+
+
+@needs_ptxas  # fake_cupy assembles what it loads
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.sampled_from([(), (2,), (1, 2), (2, 2)]),
+    m=st.integers(1, 7),
+    n=st.integers(1, 9),
+    d=st.integers(1, 5),
+    e=st.integers(1, 5),
+    mask=st.sampled_from(["none", "padding", "dense"]),
+    causal=st.booleans(),
+    blocks=st.sampled_from([(2, 2), (3, 4), (4, 3), (QUERY_BLOCK, 32)]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_emulated_kernel_matches_the_interpreter(
+    monkeypatch, batch, m, n, d, e, mask, causal, blocks, dtype, seed
+):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal(batch + (m, d)) * 2).astype(dtype)
+    k = (rng.standard_normal(batch + (n, d)) * 2).astype(dtype)
+    v = rng.standard_normal(batch + (n, e)).astype(dtype)
+    if mask == "padding":  # a key-length mask per batch index: -inf past a random length
+        keep = np.arange(n) < rng.integers(1, n + 1, size=batch + (1, 1))
+        bias = np.where(keep, 0.0, -np.inf).astype(dtype)
+    elif mask == "dense":
+        bias = rng.standard_normal(batch + (m, n)).astype(dtype)
+    else:
+        bias = np.array(0.25, dtype)
+    scale = 1.0 / np.sqrt(d)
+    out, lse = _run_emulated(monkeypatch, q, k, v, bias, scale, causal, blocks)
+    want = _reference64(q, k, v, bias, scale, causal)
+    want_lse = _lse64(q, k, bias, scale, causal)
+    # float32 inputs: the kernel's rounding, relative to the output's magnitude
+    tol = (2e-5 if dtype == np.float32 else 1e-12) * max(1.0, np.abs(want).max())
+    np.testing.assert_allclose(out, want, rtol=0, atol=tol)
+    tol = (2e-5 if dtype == np.float32 else 1e-12) * max(1.0, np.abs(want_lse).max())
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=tol)
+
+
+@needs_ptxas
+def test_a_fully_hidden_row_is_nan_and_its_lse_minus_inf(monkeypatch):
+    """As the naive formula and the CPU kernel: 0/0 for a row that sees no key; a row whose
+    first key tile is hidden and a later one not is still right (its shift stays finite)."""
+    q = np.ones((1, 3, 2))
+    k, v = np.ones((1, 5, 2)), np.arange(10.0).reshape(1, 5, 2)
+    bias = np.zeros((1, 3, 5))
+    bias[0, 0, :] = -np.inf
+    bias[0, 1, :3] = -np.inf  # the first tile of two keys hidden, and one of the second
+    out, lse = _run_emulated(monkeypatch, q, k, v, bias, 1.0, False, (2, 2))
+    assert np.isnan(out[0, 0]).all() and lse[0, 0] == -np.inf
+    want = _reference64(q, k, v, bias, 1.0, False)
+    np.testing.assert_allclose(out[0, 1:], want[0, 1:], rtol=1e-13)
+    np.testing.assert_allclose(lse[0, 1:], _lse64(q, k, bias, 1.0, False)[0, 1:], rtol=1e-13)
+
+
+def _attention_module(shapes, causal, dtype=DType.f32):
+    """A function holding the fused op and its three adjoints, as extraction leaves a
+    value_and_grad (dV's node reads g in o's place: rules/attention_adjoint.egg)."""
+    from dlvm_eq.ir import FunctionBuilder, Module
+
+    types = [TensorType(s, dtype) for s in shapes]
+    b = FunctionBuilder("f", types, ["q", "k", "v", "pad", "g"])
+    q, k, v, pad, g = b.params
+    attrs = {"scale": 0.5, "causal": int(causal)}
+    o = b.emit("attention", [q, k, v, pad], **attrs)
+    grads = [b.emit("attentionBackward", [q, k, v, pad, o, g], wrt=w, **attrs) for w in (0, 1)]
+    grads.append(b.emit("attentionBackward", [q, k, v, pad, g, g], wrt=2, **attrs))
+    module = Module("t")
+    module.add(b.finish([o, *grads]))
+    return module
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_gpu_programs_attention_step_launches_the_fused_kernel(monkeypatch, causal):
+    """A function whose extraction chose the fused op, compiled for the gpu target (emulated):
+    its `attention` step runs the PTX kernel, which also writes the log-sum-exp slot the
+    backward step reads, and every result is the interpreter's in float64 (the backward runs
+    the reference formulas on the device: no fused GPU backward yet)."""
+    import fake_cupy
+
+    from dlvm_eq.codegen.gpu import gpu_runtime
+    from dlvm_eq.codegen.gpu.attention_ptx import AttentionGpuSpec
+    from dlvm_eq.codegen.planning.attention import AttentionStep
+    from dlvm_eq.ir import interpret
+    from dlvm_eq.pipeline.native import compile as native_compile
+
+    shapes = [(2, 2, 9, 4), (2, 2, 11, 4), (2, 2, 11, 3), (2, 1, 1, 11), (2, 2, 9, 3)]
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    args[3] = np.where(np.arange(11) < np.array([11, 6]).reshape(2, 1, 1, 1), 0, -np.inf)
+    args[3] = args[3].astype(np.float32)  # the second batch item's last 5 keys padded
+    module = _attention_module(shapes, causal)
+    monkeypatch.setattr(gpu_runtime, "_ptx_cache", {})  # what this test's program generates
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        compiled = native_compile(module, "f", "gpu", optimize=False)
+        got = compiled(*[cp.asarray(a) for a in args])
+    forward = [s for s in compiled.plan.steps if isinstance(s, AttentionStep) and not s.grads]
+    assert forward and forward[0].lse >= 0  # the forward writes the row lse too
+    launched = [s for s, _ in gpu_runtime._ptx_cache if isinstance(s, AttentionGpuSpec)]
+    assert [(s.batch, s.m, s.bias_strides, s.causal) for s in launched] == [
+        ((2, 2), 9, (11, 0, 0, 1), causal)
+    ]
+    # the same function in float64, interpreted: the oracle
+    want = interpret(
+        _attention_module(shapes, causal, DType.f64), "f", *[a.astype(np.float64) for a in args]
+    )
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=0, atol=2e-5 * np.abs(w).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_kernel_on_a_gpu_matches_float64(causal):
+    from dlvm_eq.codegen.gpu.attention_gpu import GpuAttentionKernel
+    from dlvm_eq.codegen.gpu.gpu_runtime import cupy_module, gpu_available
+
+    if not gpu_available():
+        pytest.skip("no usable CUDA device")
+    cp = cupy_module()
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 4, 300, 64)).astype(np.float32) for _ in range(3))
+    bias = np.where(rng.random((2, 1, 1, 300)) < 0.1, -np.inf, 0).astype(np.float32)
+    spec = attention_spec(q.shape, k.shape, v.shape, bias.shape, 0.125, causal, "f32")
+    out, lse = cp.empty(q.shape, cp.float32), cp.empty(q.shape[:-1], cp.float32)
+    GpuAttentionKernel(spec).run(out, lse, *[cp.asarray(a) for a in (q, k, v, bias)])
+    want = _reference64(q, k, v, bias, 0.125, causal)
+    np.testing.assert_allclose(cp.asnumpy(out), want, rtol=0, atol=2e-5 * np.abs(want).max())
+    want_lse = _lse64(q, k, bias, 0.125, causal)
+    np.testing.assert_allclose(cp.asnumpy(lse), want_lse, rtol=2e-5)
