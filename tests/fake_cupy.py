@@ -220,7 +220,7 @@ class CtaFunction(Function):
 
     def __init__(self, ptx: str, symbol: str):
         from dlvm_eq.codegen.cpu.llvm_cpu import CpuIR
-        from dlvm_eq.codegen.gpu.attention_ptx import attention_host_emulation_ir, tile_keys
+        from dlvm_eq.codegen.gpu.attention_ptx import attention_host_emulation_ir
         from dlvm_eq.codegen.runtime.jit import JIT
 
         self.symbol = symbol
@@ -229,9 +229,7 @@ class CtaFunction(Function):
         text, host_symbol = attention_host_emulation_ir(spec)
         addr = JIT.address(CpuIR(text, host_symbol, None, "emulated"))
         self.dtype = np.float32 if spec.dtype == "f32" else np.float64
-        self.shared_size = tile_keys(spec.d, spec.e, np.dtype(self.dtype).itemsize) * (
-            spec.d + spec.e
-        )
+        self.shared_size = spec.shared_elements()
         self._fn = ctypes.CFUNCTYPE(
             None, *[ctypes.c_void_p] * (len(self.params) + 2), *[ctypes.c_int32] * 6
         )(addr)

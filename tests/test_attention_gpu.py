@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from dlvm_eq.codegen.gpu.attention_gpu import attention_spec, bias_strides
 from dlvm_eq.codegen.gpu.attention_ptx import (
+    KEY_BLOCK,
     QUERY_BLOCK,
     SHARED_BYTES,
     attention_ptx_ir,
-    tile_keys,
 )
 from dlvm_eq.codegen.gpu.llvm_ptx import compile_ptx
 from dlvm_eq.ir.attention_op import attention as reference
@@ -56,10 +56,15 @@ def test_bias_strides_broadcast_over_batch_rows_and_keys():
     assert bias_strides((4, 1), (7, 4, 5)) == (0, 0, 1, 0)
 
 
-def test_wide_heads_get_a_smaller_key_tile_within_the_shared_memory_budget():
-    assert tile_keys(64, 64, 4) * 128 * 4 <= SHARED_BYTES
-    assert tile_keys(256, 256, 8) * 512 * 8 <= SHARED_BYTES
-    assert tile_keys(256, 256, 8) < tile_keys(64, 64, 4)
+def test_wide_heads_get_a_smaller_tile_within_the_shared_memory_budget():
+    def spec(d, dtype, kernel="forward"):
+        shapes = (2, 100, d), (2, 100, d), (2, 100, d)
+        return dataclasses.replace(attention_spec(*shapes, (), 1.0, False, dtype), kernel=kernel)
+
+    for s in (spec(64, "f32"), spec(256, "f64"), spec(64, "f32", "dkv"), spec(256, "f64", "dkv")):
+        itemsize = 4 if s.dtype == "f32" else 8
+        assert s.shared_elements() * itemsize <= SHARED_BYTES
+    assert spec(256, "f64").tile_rows() < spec(64, "f32").tile_rows() == KEY_BLOCK
 
 
 @needs_ptxas

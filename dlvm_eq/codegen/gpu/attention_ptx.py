@@ -68,29 +68,47 @@ class AttentionGpuSpec:
     bias_strides: tuple[int, int, int, int]
     query_block: int = QUERY_BLOCK
     key_block: int = KEY_BLOCK
+    # "forward"; the backward's "dq" (dQ and D = rowsum(dO * O), per query row, as the
+    # forward) and "dkv" (dK and dV, a CTA per key block, query tiles in shared memory):
+    # attention_backward_ptx.py
+    kernel: str = "forward"
 
     @property
     def batches(self) -> int:
         return self.batch[0] * self.batch[1]
 
-    def query_blocks(self) -> int:
-        return -(-self.m // self.query_block)
+    def rows(self) -> int:
+        """Rows the CTAs own, one a thread: queries, or keys for "dkv"."""
+        return self.n if self.kernel == "dkv" else self.m
+
+    def row_blocks(self) -> int:
+        return -(-self.rows() // self.query_block)
 
     def grid(self) -> int:
         """CTAs of a launch."""
-        return self.batches * self.query_blocks()
+        return self.batches * self.row_blocks()
+
+    def tile_width(self) -> int:
+        """Elements of one tile row in shared memory: a key's k and v, or for "dkv" a query's
+        q and dO, its log-sum-exp and D."""
+        return self.d + self.e + (2 if self.kernel == "dkv" else 0)
+
+    def tile_rows(self) -> int:
+        """Rows of a shared-memory tile: key_block, halved until it fits SHARED_BYTES."""
+        rows, size = self.key_block, self.tile_width() * (4 if self.dtype == "f32" else 8)
+        while rows > 1 and rows * size > SHARED_BYTES:
+            rows //= 2
+        return rows
+
+    def shared_elements(self) -> int:
+        return self.tile_rows() * self.tile_width()
 
 
-def tile_keys(d: int, e: int, itemsize: int, key_block: int = KEY_BLOCK) -> int:
-    """Keys per tile: key_block, halved until the tile's k and v rows fit SHARED_BYTES."""
-    keys = key_block
-    while keys > 1 and keys * (d + e) * itemsize > SHARED_BYTES:
-        keys //= 2
-    return keys
+class AttentionKernel:
+    """A kernel's body on one builder (GPU or host emulation): `pointers` global arrays, one
+    shared-memory tile, barriers; emit() writes the body (the subclasses)."""
 
-
-class _Kernel:
-    """The kernel's body on one builder (GPU or host emulation)."""
+    pointers = 6
 
     def __init__(self, module: ir.Module, spec: AttentionGpuSpec, symbol: str):
         self.spec, self.host = spec, module.host_emulation
@@ -99,18 +117,19 @@ class _Kernel:
         # host emulation: the CTA's shared buffer and a barrier callback, then the registers
         callback = ir.PointerType(ir.FunctionType(ir.VoidType(), []))  # `call` reads its type
         extra = [ir.PointerType(), callback] + [I32] * len(SREGS) if self.host else []
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 6 + extra), symbol)
+        n = self.pointers
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * n + extra), symbol)
         if not self.host:
             fn.calling_convention = "ptx_kernel"
-        for a in fn.args[:6]:
+        for a in fn.args[:n]:
             a.add_attribute("noalias")
         self.fn = fn
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.e = Emitter(self.b)
-        self.bk = tile_keys(spec.d, spec.e, 4 if spec.dtype == "f32" else 8, spec.key_block)
-        size = self.bk * (spec.d + spec.e)
+        self.bk = spec.tile_rows()
+        size = spec.shared_elements()
         if self.host:
-            self.shared = fn.args[6]
+            self.shared = fn.args[n]
         else:
             arr = ir.ArrayType(T, size)
             g = ir.GlobalVariable(module, arr, "dq_attention_tile", addrspace=3)
@@ -139,7 +158,7 @@ class _Kernel:
     def barrier(self) -> None:
         b = self.b
         if self.host:  # the emulator's callback: waits for the CTA's other threads
-            b.call(self.fn.args[7], [])
+            b.call(self.fn.args[self.pointers + 1], [])
             return
         fn = b.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
             b.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0"
@@ -161,112 +180,154 @@ class _Kernel:
     def store(self, v, base, idx) -> None:
         self.b.store(v, self.at(base, idx))
 
+    def dot(self, a, a_at, x, x_at, width: int):
+        """sum over i < width of a[a_at + i] * x[x_at + i]."""
+        b, e = self.b, self.e
+        acc = entry_alloca(b, self.T, "dot")
+        b.store(self.f(0.0), acc)
+
+        def step(b, i):
+            term = e.fmul(self.load(a, b.add(a_at, i)), self.load(x, b.add(x_at, i)))
+            b.store(e.fadd(b.load(acc, typ=self.T), term), acc)
+
+        counted_loop(b, self.c(0), self.c(width), step, "dot")
+        return b.load(acc, typ=self.T)
+
+    def axpy(self, acc, alpha, x, x_at, width: int) -> None:
+        """acc[i] += alpha * x[x_at + i] for i < width (acc: a thread's private array)."""
+        e = self.e
+
+        def step(b, i):
+            self.store(
+                e.fadd(self.load(acc, i), e.fmul(alpha, self.load(x, b.add(x_at, i)))), acc, i
+            )
+
+        counted_loop(self.b, self.c(0), self.c(width), step, "axpy")
+
+    def fill(self, src, start, count, at: int) -> None:
+        """shared[at + i] = src[start + i] for i < count, the CTA's threads striding."""
+        b = self.b
+
+        def one(b, i):
+            self.store(self.load(src, b.add(start, i)), self.shared, b.add(self.c(at), i))
+
+        counted_loop(b, self.sreg("tid.x"), count, one, "fill", step=self.sreg("ntid.x"))
+
+    def owned_row(self):
+        """(batch index, first row of the CTA's block, this thread's row, row < rows) for a
+        CTA per (batch index, block of rows): the last block first (under causal it has the
+        most work, so none is left last)."""
+        b, c, s = self.b, self.c, self.spec
+        blocks = s.row_blocks()
+        cta = self.sreg("ctaid.x")
+        bh = b.udiv(cta, c(blocks))
+        r0 = b.mul(b.sub(c(blocks - 1), b.urem(cta, c(blocks))), c(s.query_block))
+        row = b.add(r0, self.sreg("tid.x"))
+        return bh, r0, row, b.icmp_unsigned("<", row, c(s.rows()))
+
+    def score(self, dot, bias, bias_row, query, key):
+        """dot + bias[query, key] (bias_row: the offset of bias[b1, b2, query, 0]), -inf where
+        causal hides the key from the query."""
+        b = self.b
+        at = b.add(bias_row, b.mul(key, self.c(self.spec.bias_strides[3])))
+        x = self.e.fadd(dot, self.load(bias, at))
+        if self.spec.causal:
+            x = b.select(b.icmp_unsigned(">", key, query), self.f(-math.inf), x)
+        return x
+
+    def bias_row(self, bh, query):
+        """The offset of bias[b1, b2, query, 0] of batch index bh."""
+        b, c, st = self.b, self.c, self.spec.bias_strides
+        b1, b2 = b.udiv(bh, c(self.spec.batch[1])), b.urem(bh, c(self.spec.batch[1]))
+        return b.add(b.add(b.mul(b1, c(st[0])), b.mul(b2, c(st[1]))), b.mul(query, c(st[2])))
+
+    def emit(self) -> None:
+        raise NotImplementedError
+
+
+class ForwardKernel(AttentionKernel):
+    """out and lse from q, k, v, bias: a thread per query row, k and v tiles shared."""
+
     def emit(self) -> None:
         s, b, e, c = self.spec, self.b, self.e, self.c
         out, lse, q, k, v, bias = self.fn.args[:6]
-        d, ev, n, m, bk = s.d, s.e, s.n, s.m, self.bk
-        qbs = s.query_blocks()
-        cta, tid, ntid = self.sreg("ctaid.x"), self.sreg("tid.x"), self.sreg("ntid.x")
-        bh = b.udiv(cta, c(qbs))
-        # the last query block first: under causal it has the most keys, so none is left last
-        qb = b.sub(c(qbs - 1), b.urem(cta, c(qbs)))
-        q0 = b.mul(qb, c(s.query_block))
-        row = b.add(q0, tid)
-        valid = b.icmp_unsigned("<", row, c(m))
+        d, ev, n, m = s.d, s.e, s.n, s.m
+        bh, q0, row, valid = self.owned_row()
         q_end = b.select(
             b.icmp_unsigned("<", b.add(q0, c(s.query_block)), c(m)),
             b.add(q0, c(s.query_block)),
             c(m),
         )
+        # keys past the block's last query are all hidden under causal: not visited
         k_end = b.select(b.icmp_unsigned("<", q_end, c(n)), q_end, c(n)) if s.causal else c(n)
-        kv_k, kv_v = b.mul(bh, c(n * d)), b.mul(bh, c(n * ev))
         qrow, acc, sc = (
-            self.private(size, name) for size, name in ((d, "q"), (ev, "acc"), (bk, "s"))
+            self.private(size, name) for size, name in ((d, "q"), (ev, "acc"), (self.bk, "s"))
         )
-        run_max, run_sum = entry_alloca(b, self.T, "max"), entry_alloca(b, self.T, "sum")
-        tmax = entry_alloca(b, self.T, "tile_max")
-        b.store(self.f(-math.inf), run_max)
-        b.store(self.f(0.0), run_sum)
-        b1, b2 = b.udiv(bh, c(s.batch[1])), b.urem(bh, c(s.batch[1]))
-        st = s.bias_strides
-        bias_row = b.add(b.add(b.mul(b1, c(st[0])), b.mul(b2, c(st[1]))), b.mul(row, c(st[2])))
+        self.run_max, self.run_sum = entry_alloca(b, self.T, "max"), entry_alloca(b, self.T, "sum")
+        b.store(self.f(-math.inf), self.run_max)
+        b.store(self.f(0.0), self.run_sum)
+        bias_row = self.bias_row(bh, row)
         q_at = b.mul(b.add(b.mul(bh, c(m)), row), c(d))
-        scale = self.f(s.scale)
-
-        with b.if_then(valid):
+        with b.if_then(valid):  # q scaled once per row: d, not n, products
             counted_loop(
                 b, c(0), c(d), lambda b, j: self.store(
-                    e.fmul(self.load(q, b.add(q_at, j)), scale), qrow, j
+                    e.fmul(self.load(q, b.add(q_at, j)), self.f(s.scale)), qrow, j
                 ), "q"
             )  # fmt: skip
             counted_loop(b, c(0), c(ev), lambda b, j: self.store(self.f(0.0), acc, j), "zero")
 
         def tile(b, k0):
             kt = b.sub(k_end, k0)
-            kt = b.select(b.icmp_signed("<", kt, c(bk)), kt, c(bk))
+            kt = b.select(b.icmp_signed("<", kt, c(self.bk)), kt, c(self.bk))
             self.barrier()  # every thread is done with the previous tile
-
-            def fill(src, base, width, off):
-                def one(b, i):
-                    self.store(self.load(src, b.add(base, b.add(b.mul(k0, c(width)), i))),
-                               self.shared, b.add(c(off), i))  # fmt: skip
-
-                counted_loop(b, tid, b.mul(kt, c(width)), one, "fill", step=ntid)
-
-            fill(k, kv_k, d, 0)
-            fill(v, kv_v, ev, bk * d)
+            self.fill(k, b.mul(b.add(b.mul(bh, c(n)), k0), c(d)), b.mul(kt, c(d)), 0)
+            self.fill(v, b.mul(b.add(b.mul(bh, c(n)), k0), c(ev)), b.mul(kt, c(ev)), self.bk * d)
             self.barrier()  # the tile is in shared memory
             with b.if_then(valid):
-                self.row_tile(k0, kt, row, bias, bias_row, qrow, acc, sc, run_max, run_sum, tmax)
+                self.row_tile(k0, kt, row, bias, bias_row, qrow, acc, sc)
 
-        counted_loop(b, c(0), k_end, tile, "tile", step=c(bk))
+        counted_loop(b, c(0), k_end, tile, "tile", step=c(self.bk))
         with b.if_then(valid):
-            total = b.load(run_sum, typ=self.T)
+            total = b.load(self.run_sum, typ=self.T)
             o_at = b.mul(b.add(b.mul(bh, c(m)), row), c(ev))
             counted_loop(
                 b, c(0), c(ev), lambda b, j: self.store(
                     e.fdiv(self.load(acc, j), total), out, b.add(o_at, j)
                 ), "out"
             )  # fmt: skip
-            top = b.load(run_max, typ=self.T)
+            top = b.load(self.run_max, typ=self.T)
             self.store(e.fadd(top, log(e, total)), lse, b.add(b.mul(bh, c(m)), row))
         b.ret_void()
 
-    def row_tile(self, k0, kt, row, bias, bias_row, qrow, acc, sc, run_max, run_sum, tmax):
+    def row_tile(self, k0, kt, row, bias, bias_row, qrow, acc, sc):
         """One thread's row against the tile in shared memory: its scores, the new running max,
         the rescale of the sum and output, and the tile's weights times v."""
         s, b, e, c = self.spec, self.b, self.e, self.c
         d, ev, bk = s.d, s.e, self.bk
+        tmax = entry_alloca(b, self.T, "tile_max")
         b.store(self.f(-math.inf), tmax)
-        dot = entry_alloca(b, self.T, "dot")
 
         def score(b, j):
-            b.store(self.f(0.0), dot)
-            counted_loop(
-                b, c(0), c(d), lambda b, i: b.store(e.fadd(b.load(dot, typ=self.T), e.fmul(
-                    self.load(qrow, i), self.load(self.shared, b.add(b.mul(j, c(d)), i))
-                )), dot), "dot"
-            )  # fmt: skip
-            key = b.add(k0, j)
-            x = e.fadd(
-                b.load(dot, typ=self.T),
-                self.load(bias, b.add(bias_row, b.mul(key, c(s.bias_strides[3])))),
+            x = self.score(
+                self.dot(qrow, c(0), self.shared, b.mul(j, c(d)), d),
+                bias,
+                bias_row,
+                row,
+                b.add(k0, j),
             )
-            if s.causal:
-                x = b.select(b.icmp_unsigned(">", key, row), self.f(-math.inf), x)
             self.store(x, sc, j)
             old = b.load(tmax, typ=self.T)
             b.store(e.select(e.fcmp("u>", x, old), x, old), tmax)
 
         counted_loop(b, c(0), kt, score, "score")
-        old_max = b.load(run_max, typ=self.T)
+        old_max = b.load(self.run_max, typ=self.T)
         new_max = b.load(tmax, typ=self.T)
         new_max = e.select(e.fcmp("u>", new_max, old_max), new_max, old_max)
         # a row that has seen only hidden keys keeps a finite shift: its weights are 0, not NaN
         shift = e.select(e.fcmp("==", new_max, self.f(-math.inf)), self.f(0.0), new_max)
         rescale = exp(e, e.fsub(old_max, shift))  # exp(old max - new max); 0 before any key
-        b.store(new_max, run_max)
-        b.store(e.fmul(b.load(run_sum, typ=self.T), rescale), run_sum)
+        b.store(new_max, self.run_max)
+        b.store(e.fmul(b.load(self.run_sum, typ=self.T), rescale), self.run_sum)
         counted_loop(
             b,
             c(0),
@@ -277,19 +338,20 @@ class _Kernel:
 
         def weigh(b, j):
             p = exp(e, e.fsub(self.load(sc, j), shift))
-            b.store(e.fadd(b.load(run_sum, typ=self.T), p), run_sum)
-            counted_loop(
-                b, c(0), c(ev), lambda b, i: self.store(e.fadd(self.load(acc, i), e.fmul(
-                    p, self.load(self.shared, b.add(c(bk * d), b.add(b.mul(j, c(ev)), i)))
-                )), acc, i), "pv"
-            )  # fmt: skip
+            b.store(e.fadd(b.load(self.run_sum, typ=self.T), p), self.run_sum)
+            self.axpy(acc, p, self.shared, b.add(c(bk * d), b.mul(j, c(ev))), ev)
 
         counted_loop(b, c(0), kt, weigh, "weigh")
 
 
 def _module(spec: AttentionGpuSpec, symbol: str, arch: str, host_emulation: bool) -> str:
     module = new_module(arch, host_emulation)
-    _Kernel(module, spec, symbol).emit()
+    if spec.kernel == "forward":
+        ForwardKernel(module, spec, symbol).emit()
+    else:  # late: the backward's builders extend this module's
+        from .attention_backward_ptx import BACKWARD_KERNELS
+
+        BACKWARD_KERNELS[spec.kernel](module, spec, symbol).emit()
     return str(module)
 
 
