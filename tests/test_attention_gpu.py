@@ -76,18 +76,19 @@ def test_wide_heads_get_a_smaller_tile_within_the_shared_memory_budget():
 )  # fmt: skip
 def test_the_ptx_assembles_with_ptxas(arch, dtype, causal, d, e, bias, tmp_path):
     spec = attention_spec((2, 4, 300, d), (2, 4, 512, d), (2, 4, 512, e), (), 0.125, causal, dtype)
-    spec = dataclasses.replace(spec, bias_strides=bias)
-    ptx = compile_ptx(attention_ptx_ir(spec, arch)[0], arch)
-    assert "bar.sync" in ptx and ".shared" in ptx  # k/v tiles go through shared memory
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run(
-        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    for kernel in ("forward", "dq", "dkv"):
+        spec = dataclasses.replace(spec, bias_strides=bias, kernel=kernel)
+        ptx = compile_ptx(attention_ptx_ir(spec, arch)[0], arch)
+        assert "bar.sync" in ptx and ".shared" in ptx  # tiles go through shared memory
+        src = tmp_path / f"{kernel}.ptx"
+        src.write_text(ptx)
+        r = subprocess.run(
+            [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / f"{kernel}.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
 
 
 def _run_emulated(monkeypatch, q, k, v, bias, scale, causal, blocks):
@@ -147,6 +148,75 @@ def test_the_emulated_kernel_matches_the_interpreter(
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=tol)
 
 
+def _run_backward_emulated(monkeypatch, q, k, v, bias, o, g, scale, causal, blocks):
+    """dQ, dK, dV through the three kernels, as attention_backward_gpu_run launches them."""
+    import fake_cupy
+
+    from dlvm_eq.codegen.gpu.attention_gpu import DTYPE_NAMES, GpuAttentionKernel
+
+    dtype = DTYPE_NAMES[q.dtype]
+    base = attention_spec(q.shape, k.shape, v.shape, np.shape(bias), scale, causal, dtype)
+    base = dataclasses.replace(base, query_block=blocks[0], key_block=blocks[1])
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        q, k, v, bias, o, g = (
+            cp.asarray(np.ascontiguousarray(a, q.dtype)) for a in (q, k, v, bias, o, g)
+        )
+        lse = cp.empty(q.shape[:-1], q.dtype)
+        GpuAttentionKernel(base).run(cp.empty(o.shape, q.dtype), lse, q, k, v, bias)
+        grads = [cp.asarray(np.full(a.shape, np.nan, q.dtype)) for a in (q, k, v)]
+        delta = cp.empty(q.shape[:-1], q.dtype)
+        dq = GpuAttentionKernel(dataclasses.replace(base, kernel="dq"))
+        dq.run_with(grads[0], delta, q, k, v, bias, o, g, lse)
+        dkv = GpuAttentionKernel(dataclasses.replace(base, kernel="dkv"))
+        dkv.run_with(grads[1], grads[2], q, k, v, bias, g, lse, delta)
+    return [np.asarray(a) for a in grads]
+
+
+@needs_ptxas
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.sampled_from([(), (2,), (1, 2)]),
+    m=st.integers(1, 7),
+    n=st.integers(1, 8),
+    d=st.integers(1, 4),
+    e=st.integers(1, 4),
+    mask=st.sampled_from(["none", "padding", "dense"]),
+    causal=st.booleans(),
+    blocks=st.sampled_from([(2, 2), (3, 4), (4, 3)]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_emulated_backward_kernels_match_the_interpreter(
+    monkeypatch, batch, m, n, d, e, mask, causal, blocks, dtype, seed
+):
+    """dQ, dK and dV against the reference adjoint (ir/attention_op.attention_backward) in
+    float64, with o the forward's output (as in a gradient) and every row seeing a key."""
+    from dlvm_eq.ir.attention_op import attention_backward
+
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal(batch + (m, d)) * 2).astype(dtype)
+    k = (rng.standard_normal(batch + (n, d)) * 2).astype(dtype)
+    v = rng.standard_normal(batch + (n, e)).astype(dtype)
+    g = rng.standard_normal(batch + (m, e)).astype(dtype)
+    if mask == "padding":
+        keep = np.arange(n) < rng.integers(1, n + 1, size=batch + (1, 1))
+        bias = np.where(keep, 0.0, -np.inf).astype(dtype)
+    elif mask == "dense":
+        bias = rng.standard_normal(batch + (m, n)).astype(dtype)
+    else:
+        bias = np.array(-0.5, dtype)
+    scale = 1.0 / np.sqrt(d)
+    o = _reference64(q, k, v, bias, scale, causal).astype(dtype)
+    got = _run_backward_emulated(monkeypatch, q, k, v, bias, o, g, scale, causal, blocks)
+    args64 = [np.asarray(a, np.float64) for a in (q, k, v, bias, o, g)]
+    for wrt, grad in enumerate(got):
+        want = attention_backward(args64, {"scale": scale, "causal": causal, "wrt": wrt})
+        tol = (5e-5 if dtype == np.float32 else 1e-11) * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(grad, want, rtol=0, atol=tol, err_msg=f"wrt {wrt}")
+
+
 @needs_ptxas
 def test_a_fully_hidden_row_is_nan_and_its_lse_minus_inf(monkeypatch):
     """As the naive formula and the CPU kernel: 0/0 for a row that sees no key; a row whose
@@ -184,9 +254,9 @@ def _attention_module(shapes, causal, dtype=DType.f32):
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gpu_programs_attention_step_launches_the_fused_kernel(monkeypatch, causal):
     """A function whose extraction chose the fused op, compiled for the gpu target (emulated):
-    its `attention` step runs the PTX kernel, which also writes the log-sum-exp slot the
-    backward step reads, and every result is the interpreter's in float64 (the backward runs
-    the reference formulas on the device: no fused GPU backward yet)."""
+    its `attention` step runs the forward PTX kernel, which also writes the log-sum-exp slot
+    the backward step reads; the backward step runs the "dq" and "dkv" kernels; every result
+    is the interpreter's in float64."""
     import fake_cupy
 
     from dlvm_eq.codegen.gpu import gpu_runtime
@@ -208,8 +278,8 @@ def test_the_gpu_programs_attention_step_launches_the_fused_kernel(monkeypatch, 
     forward = [s for s in compiled.plan.steps if isinstance(s, AttentionStep) and not s.grads]
     assert forward and forward[0].lse >= 0  # the forward writes the row lse too
     launched = [s for s, _ in gpu_runtime._ptx_cache if isinstance(s, AttentionGpuSpec)]
-    assert [(s.batch, s.m, s.bias_strides, s.causal) for s in launched] == [
-        ((2, 2), 9, (11, 0, 0, 1), causal)
+    assert [(s.kernel, s.batch, s.m, s.bias_strides, s.causal) for s in launched] == [
+        (kernel, (2, 2), 9, (11, 0, 0, 1), causal) for kernel in ("forward", "dq", "dkv")
     ]
     # the same function in float64, interpreted: the oracle
     want = interpret(

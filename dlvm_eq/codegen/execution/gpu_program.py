@@ -65,11 +65,12 @@ class GpuProgram:
                     ],
                 )
             return lambda env: k(*[env[s] for s in ins], out=env[outs[0]])
-        if isinstance(step, AttentionStep) and not step.grads:  # the fused kernel (issue 33)
-            from ..gpu.attention_gpu import attention_gpu_run
+        if isinstance(step, AttentionStep):  # the fused kernels (issue 33)
+            from ..gpu.attention_gpu import attention_backward_gpu_run, attention_gpu_run
 
             views = [view_fn(v.chain, cp) for v in step.inputs]
-            return attention_gpu_run(step, cp, views, array_step(step, cp))
+            runner = attention_backward_gpu_run if step.grads else attention_gpu_run
+            return runner(step, cp, views, array_step(step, cp))
         if isinstance(step, GemmStep):  # CPU plans only; here: the two steps in turn
             runs = [self._step(step.blas), self._step(step.epilogue)]
             return lambda env: [r(env) for r in runs]

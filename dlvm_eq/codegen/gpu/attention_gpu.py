@@ -11,6 +11,8 @@ a step's kernels per shape in a dict (two threads may both load one; equal kerne
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import gpu_runtime
@@ -67,8 +69,13 @@ class GpuAttentionKernel:
         )
 
     def run(self, out, lse, q, k, v, bias, stream=None) -> None:
+        self.run_with(out, lse, q, k, v, bias, stream=stream)
+
+    def run_with(self, *arrays, stream=None) -> None:
+        """The launch on the kernel's pointers, in its .entry's order (attention_ptx.py,
+        attention_backward_ptx.py)."""
         kw = {} if stream is None else {"stream": stream}
-        self._fn((self.spec.grid(),), (self.spec.query_block,), (out, lse, q, k, v, bias), **kw)
+        self._fn((self.spec.grid(),), (self.spec.query_block,), arrays, **kw)
 
 
 def attention_gpu_run(step, cp, view_fns, fallback):
@@ -95,6 +102,53 @@ def attention_gpu_run(step, cp, view_fns, fallback):
         out = env[step.out]
         lse = env[step.lse] if step.lse >= 0 else cp.empty(q.shape[:-1], q.dtype)
         kernel.run(out, lse, q, k, v, cp.ascontiguousarray(bias))
+
+    return run
+
+
+def _kernel_for(kernels: dict, key: tuple, make):
+    if key not in kernels:
+        spec = make()
+        kernels[key] = GpuAttentionKernel(spec) if spec else None
+    return kernels[key]
+
+
+def attention_backward_gpu_run(step, cp, view_fns, fallback):
+    """A backward AttentionStep (dQ, dK, dV of one attention) as a function of the GPU plan's
+    environment: the "dq" kernel (dQ and D), then "dkv" (dK and dV); the row log-sum-exp from
+    the forward step's slot, or from the forward kernel where the plan has none. Outputs the
+    step does not want go to scratch arrays. `fallback(env)` where the kernels do not apply."""
+    fns = [f or (lambda a: a) for f in view_fns]
+    slots = [v.slot for v in step.inputs]
+    kernels: dict = {}
+
+    def run(env):
+        args = [cp.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]
+        lse = args.pop() if step.lse >= 0 else None
+        q, k, v = args[:3]
+        o, g = args[-2:]
+        bias = args[3] if len(args) == 6 else cp.asarray(np.full((), step.bias, q.dtype))
+        dtype = DTYPE_NAMES.get(np.dtype(q.dtype))
+        shapes = (q.shape, k.shape, v.shape, bias.shape)
+        base = dtype and attention_spec(*shapes, step.scale, step.causal, dtype)
+        if not base:
+            fallback(env)
+            return
+        bias = cp.ascontiguousarray(bias)
+        if lse is None:  # no forward step to read it from: the forward kernel computes it
+            lse = cp.empty(q.shape[:-1], q.dtype)
+            fwd = _kernel_for(kernels, ("forward", *shapes), lambda: base)
+            fwd.run(cp.empty(q.shape[:-1] + v.shape[-1:], q.dtype), lse, q, k, v, bias)
+        grads = [
+            env[s] if s >= 0 else cp.empty(a.shape, a.dtype) for s, a in zip(step.grads, (q, k, v))
+        ]
+        delta = cp.empty(q.shape[:-1], q.dtype)
+        dq = _kernel_for(kernels, ("dq", *shapes), lambda: dataclasses.replace(base, kernel="dq"))
+        dq.run_with(grads[0], delta, q, k, v, bias, o, g, lse)
+        dkv = _kernel_for(
+            kernels, ("dkv", *shapes), lambda: dataclasses.replace(base, kernel="dkv")
+        )
+        dkv.run_with(grads[1], grads[2], q, k, v, bias, g, lse, delta)
 
     return run
 

@@ -215,13 +215,15 @@ class AttentionKernel:
 
     def owned_row(self):
         """(batch index, first row of the CTA's block, this thread's row, row < rows) for a
-        CTA per (batch index, block of rows): the last block first (under causal it has the
-        most work, so none is left last)."""
+        CTA per (batch index, block of rows). Under causal the last query block and the first
+        key block have the most work: those blocks go first, so none is left last."""
         b, c, s = self.b, self.c, self.spec
         blocks = s.row_blocks()
         cta = self.sreg("ctaid.x")
-        bh = b.udiv(cta, c(blocks))
-        r0 = b.mul(b.sub(c(blocks - 1), b.urem(cta, c(blocks))), c(s.query_block))
+        bh, block = b.udiv(cta, c(blocks)), b.urem(cta, c(blocks))
+        if s.kernel != "dkv":
+            block = b.sub(c(blocks - 1), block)
+        r0 = b.mul(block, c(s.query_block))
         row = b.add(r0, self.sreg("tid.x"))
         return bh, r0, row, b.icmp_unsigned("<", row, c(s.rows()))
 
