@@ -291,20 +291,33 @@ def test_the_gpu_programs_attention_step_launches_the_fused_kernel(monkeypatch, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_kernel_on_a_gpu_matches_float64(causal):
+def test_the_kernels_on_a_gpu_match_float64(causal):
     from dlvm_eq.codegen.gpu.attention_gpu import GpuAttentionKernel
     from dlvm_eq.codegen.gpu.gpu_runtime import cupy_module, gpu_available
+    from dlvm_eq.ir.attention_op import attention_backward
 
     if not gpu_available():
         pytest.skip("no usable CUDA device")
     cp = cupy_module()
     rng = np.random.default_rng(6)
-    q, k, v = (rng.standard_normal((2, 4, 300, 64)).astype(np.float32) for _ in range(3))
+    q, k, v, g = (rng.standard_normal((2, 4, 300, 64)).astype(np.float32) for _ in range(4))
     bias = np.where(rng.random((2, 1, 1, 300)) < 0.1, -np.inf, 0).astype(np.float32)
+    bias[..., 0] = 0  # every row sees a key
     spec = attention_spec(q.shape, k.shape, v.shape, bias.shape, 0.125, causal, "f32")
+    dev = [cp.asarray(a) for a in (q, k, v, bias, g)]
     out, lse = cp.empty(q.shape, cp.float32), cp.empty(q.shape[:-1], cp.float32)
-    GpuAttentionKernel(spec).run(out, lse, *[cp.asarray(a) for a in (q, k, v, bias)])
+    GpuAttentionKernel(spec).run(out, lse, *dev[:4])
+    grads = [cp.empty(a.shape, cp.float32) for a in (q, k, v)]
+    delta = cp.empty(q.shape[:-1], cp.float32)
+    dq = GpuAttentionKernel(dataclasses.replace(spec, kernel="dq"))
+    dq.run_with(grads[0], delta, *dev[:4], out, dev[4], lse)
+    dkv = GpuAttentionKernel(dataclasses.replace(spec, kernel="dkv"))
+    dkv.run_with(grads[1], grads[2], *dev[:4], dev[4], lse, delta)
     want = _reference64(q, k, v, bias, 0.125, causal)
     np.testing.assert_allclose(cp.asnumpy(out), want, rtol=0, atol=2e-5 * np.abs(want).max())
     want_lse = _lse64(q, k, bias, 0.125, causal)
     np.testing.assert_allclose(cp.asnumpy(lse), want_lse, rtol=2e-5)
+    args64 = [np.asarray(a, np.float64) for a in (q, k, v, bias, want, g)]
+    for wrt, grad in enumerate(grads):
+        w = attention_backward(args64, {"scale": 0.125, "causal": causal, "wrt": wrt})
+        np.testing.assert_allclose(cp.asnumpy(grad), w, rtol=0, atol=5e-5 * np.abs(w).max())
