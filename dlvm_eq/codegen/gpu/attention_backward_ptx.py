@@ -50,12 +50,11 @@ class DqKernel(AttentionKernel):
         with b.if_then(valid):
             for dst, src, w in ((qrow, q, d), (grow, g, ev)):
                 base = b.mul(at, c(w))
-                counted_loop(
-                    b, c(0), c(w), lambda b, j, dst=dst, src=src, base=base: self.store(
+                self.each(w, lambda b, j, dst=dst, src=src, base=base: self.store(
                         self.load(src, b.add(base, j)), dst, j
                     ), "row"
                 )  # fmt: skip
-            counted_loop(b, c(0), c(d), lambda b, j: self.store(self.f(0.0), acc, j), "zero")
+            self.each(d, lambda b, j: self.store(self.f(0.0), acc, j), "zero")
             b.store(self.dot(grow, c(0), o, b.mul(at, c(ev)), ev), d_i)
             self.store(b.load(d_i, typ=self.T), delta, at)
             b.store(self.load(lse, at), l_i)
@@ -81,8 +80,7 @@ class DqKernel(AttentionKernel):
         counted_loop(b, c(0), k_end, tile, "tile", step=c(bk))
         with b.if_then(valid):
             base = b.mul(at, c(d))
-            counted_loop(
-                b, c(0), c(d), lambda b, j: self.store(
+            self.each(d, lambda b, j: self.store(
                     e.fmul(self.load(acc, j), self.f(s.scale)), dq, b.add(base, j)
                 ), "out"
             )  # fmt: skip
@@ -103,15 +101,12 @@ class DkvKernel(AttentionKernel):
         with b.if_then(valid):
             for dst, src, w in ((krow, k, d), (vrow, v, ev)):
                 base = b.mul(at, c(w))
-                counted_loop(
-                    b, c(0), c(w), lambda b, j, dst=dst, src=src, base=base: self.store(
+                self.each(w, lambda b, j, dst=dst, src=src, base=base: self.store(
                         self.load(src, b.add(base, j)), dst, j
                     ), "row"
                 )  # fmt: skip
             for acc, w in ((dk_acc, d), (dv_acc, ev)):
-                counted_loop(
-                    b, c(0), c(w), lambda b, j, acc=acc: self.store(self.f(0.0), acc, j), "zero"
-                )
+                self.each(w, lambda b, j, acc=acc: self.store(self.f(0.0), acc, j), "zero")
         # shared tile: q rows, dO rows, lse, D
         g_at, l_at, d_at = bt * d, bt * (d + ev), bt * (d + ev + 1)
         # under causal, queries before the block's first key see none of its keys
@@ -147,8 +142,7 @@ class DkvKernel(AttentionKernel):
         with b.if_then(valid):
             for dst, acc, w, sc in ((dk, dk_acc, d, s.scale), (dv, dv_acc, ev, 1.0)):
                 base = b.mul(at, c(w))
-                counted_loop(
-                    b, c(0), c(w), lambda b, j, dst=dst, acc=acc, base=base, sc=sc: self.store(
+                self.each(w, lambda b, j, dst=dst, acc=acc, base=base, sc=sc: self.store(
                         e.fmul(self.load(acc, j), self.f(sc)), dst, b.add(base, j)
                     ), "out"
                 )  # fmt: skip
