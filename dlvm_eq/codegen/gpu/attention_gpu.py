@@ -40,8 +40,8 @@ def bias_strides(bias_shape: tuple, scores: tuple) -> tuple[int, int, int, int]:
     for dim in reversed(shape):
         strides.append(step if dim != 1 else 0)
         step *= dim
-    strides.reverse()
-    return tuple([0] * (4 - len(strides)) + strides)  # type: ignore[return-value]
+    full = [0] * (4 - len(strides)) + strides[::-1]
+    return full[0], full[1], full[2], full[3]
 
 
 def attention_spec(q_shape, k_shape, v_shape, bias_shape, scale, causal, dtype: str):
