@@ -270,6 +270,47 @@ def _attention_module(shapes, causal, dtype=DType.f32):
     return module
 
 
+def _backward_module(shapes, dtype=DType.f32):
+    """dQ, dK and dV with o a parameter: no forward step to take the log-sum-exp from."""
+    from dlvm_eq.ir import FunctionBuilder, Module
+
+    types = [TensorType(s, dtype) for s in shapes]
+    b = FunctionBuilder("f", types, ["q", "k", "v", "pad", "o", "g"])
+    q, k, v, pad, o, g = b.params
+    attrs = {"scale": 0.5, "causal": 0}
+    grads = [b.emit("attentionBackward", [q, k, v, pad, o, g], wrt=w, **attrs) for w in (0, 1)]
+    grads.append(b.emit("attentionBackward", [q, k, v, pad, g, g], wrt=2, **attrs))
+    module = Module("t")
+    module.add(b.finish(grads))
+    return module
+
+
+@needs_ptxas
+def test_a_backward_step_without_its_forward_gets_the_lse_from_the_forward_kernel(monkeypatch):
+    import fake_cupy
+
+    from dlvm_eq.codegen.gpu import gpu_runtime
+    from dlvm_eq.codegen.gpu.attention_ptx import AttentionGpuSpec
+    from dlvm_eq.ir import interpret
+    from dlvm_eq.pipeline.native import compile as native_compile
+
+    shapes = [(2, 5, 3), (2, 6, 3), (2, 6, 2), (1, 6), (2, 5, 2), (2, 5, 2)]
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(s) for s in shapes]
+    args[3] = np.where(np.arange(6) < 4, 0.0, -np.inf)[None, :]
+    args[4] = _reference64(*args[:4], 0.5, False)  # o: the forward's output
+    args32 = [a.astype(np.float32) for a in args]
+    monkeypatch.setattr(gpu_runtime, "_ptx_cache", {})  # what this test's program generates
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        compiled = native_compile(_backward_module(shapes), "f", "gpu", optimize=False)
+        got = compiled(*[cp.asarray(a) for a in args32])
+    launched = [s.kernel for s, _ in gpu_runtime._ptx_cache if isinstance(s, AttentionGpuSpec)]
+    assert launched == ["forward", "dq", "dkv"]  # lse from the forward kernel, o not rewritten
+    want = interpret(_backward_module(shapes, DType.f64), "f", *[a.astype(float) for a in args32])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=0, atol=2e-5 * np.abs(w).max())
+
+
 @needs_ptxas
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gpu_programs_attention_step_launches_the_fused_kernel(monkeypatch, causal):

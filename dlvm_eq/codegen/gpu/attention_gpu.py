@@ -78,6 +78,14 @@ class GpuAttentionKernel:
         self._fn((self.spec.grid(),), (self.spec.query_block,), arrays, **kw)
 
 
+def _scalar(kernels: dict, cp, value: float, dtype):
+    """A constant bias as a 0-d device array, copied to the device once per step and dtype."""
+    key = ("bias", np.dtype(dtype))
+    if key not in kernels:
+        kernels[key] = cp.asarray(np.full((), value, dtype))
+    return kernels[key]
+
+
 def attention_gpu_run(step, cp, view_fns, fallback):
     """A forward AttentionStep (codegen/planning/attention.py) as a function of the GPU plan's
     environment: the fused kernel, writing the step's log-sum-exp slot where it has one;
@@ -90,7 +98,7 @@ def attention_gpu_run(step, cp, view_fns, fallback):
         args = [cp.ascontiguousarray(f(env[s])) for f, s in zip(fns, slots)]
         q, k, v = args[:3]
         dtype = DTYPE_NAMES.get(np.dtype(q.dtype))
-        bias = args[3] if len(args) == 4 else cp.asarray(np.full((), step.bias, q.dtype))
+        bias = args[3] if len(args) == 4 else _scalar(kernels, cp, step.bias, q.dtype)
         key = (q.shape, k.shape, v.shape, bias.shape)
         if key not in kernels:
             spec = dtype and attention_spec(*key, step.scale, step.causal, dtype)
@@ -127,7 +135,7 @@ def attention_backward_gpu_run(step, cp, view_fns, fallback):
         lse = args.pop() if step.lse >= 0 else None
         q, k, v = args[:3]
         o, g = args[-2:]
-        bias = args[3] if len(args) == 6 else cp.asarray(np.full((), step.bias, q.dtype))
+        bias = args[3] if len(args) == 6 else _scalar(kernels, cp, step.bias, q.dtype)
         dtype = DTYPE_NAMES.get(np.dtype(q.dtype))
         shapes = (q.shape, k.shape, v.shape, bias.shape)
         base = dtype and attention_spec(*shapes, step.scale, step.causal, dtype)
@@ -151,9 +159,3 @@ def attention_backward_gpu_run(step, cp, view_fns, fallback):
         dkv.run_with(grads[1], grads[2], q, k, v, bias, g, lse, delta)
 
     return run
-
-
-def flops(spec: AttentionGpuSpec) -> float:
-    """Multiply-adds of a launch, times two (benchmarks' GFLOP/s)."""
-    pairs = spec.m * spec.n / (2 if spec.causal else 1)
-    return 2.0 * spec.batches * pairs * (spec.d + spec.e)
