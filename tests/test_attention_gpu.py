@@ -382,3 +382,31 @@ def test_the_kernels_on_a_gpu_match_float64(causal):
     for wrt, grad in enumerate(grads):
         w = attention_backward(args64, {"scale": 0.125, "causal": causal, "wrt": wrt})
         np.testing.assert_allclose(cp.asnumpy(grad), w, rtol=0, atol=5e-5 * np.abs(w).max())
+
+
+@needs_ptxas
+def test_operands_behind_views_reach_the_kernel_as_their_values(monkeypatch):
+    """k given as (batch, d, n) and transposed in the function: the step reads it through a
+    view, which the runner makes contiguous; the bias is a vector over the keys."""
+    import fake_cupy
+
+    from dlvm_eq.ir import FunctionBuilder, Module, interpret
+    from dlvm_eq.pipeline.native import compile as native_compile
+
+    def module(dtype):
+        shapes = [(2, 5, 3), (2, 3, 6), (2, 6, 4), (6,)]
+        b = FunctionBuilder("f", [TensorType(s, dtype) for s in shapes], ["q", "kt", "v", "pad"])
+        q, kt, v, pad = b.params
+        k = b.emit("transpose", [kt], perm=(0, 2, 1))
+        m = Module("t")
+        m.add(b.finish(b.emit("attention", [q, k, v, pad], scale=0.7, causal=1)))
+        return m
+
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(2, 5, 3), (2, 3, 6), (2, 6, 4)]]
+    args.append(np.array([0, 0, -np.inf, 0, 0, -1], np.float32))
+    with fake_cupy.installed(monkeypatch, sms=1) as cp:
+        compiled = native_compile(module(DType.f32), "f", "gpu", optimize=False)
+        got = compiled(*[cp.asarray(a) for a in args])
+    want = interpret(module(DType.f64), "f", *[a.astype(float) for a in args])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-5 * np.abs(want).max())
