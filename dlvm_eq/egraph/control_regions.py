@@ -46,11 +46,10 @@ class ControlRegion:
             return "scan-one-step"
         if op == COND:
             return "cond-true" if self.decision == 0 else "cond-false"
-        return (
-            "switch-taken"
-            if self.decision < len(self.inst.attrs["branches"]) - 1
-            else ("switch-passed")
-        )
+        n = len(self.inst.attrs["branches"])
+        if n == 1:
+            return "switch-taken or switch-passed"
+        return "switch-taken" if self.decision < n - 1 else "switch-passed"
 
     def report(self) -> str:
         """`%r = cond: runs branch 0 in place (cond-true, rules/loops.egg)`."""
@@ -134,8 +133,8 @@ def region_terms(r: ControlRegion, roots) -> tuple[list[str], list[str], list[st
     sel = _selector_term(r, roots)
     if inst.op == COND:
         term = f"(Cond {sel} {leaves[0]} {leaves[1]})"
-    else:
-        term = leaves[-1]
+    else:  # (one branch: (Case k 0 b0 b0), decided once k is known, as any switch)
+        term = leaves[-1] if n > 1 else f"(Case {sel} 0 {leaves[0]} {leaves[0]})"
         for k in range(n - 2, -1, -1):
             term = f"(Case {sel} {k} {leaves[k]} {term})"
     return [term], leaves, facts
