@@ -152,6 +152,37 @@ def test_a_constant_cond_in_a_scan_body_runs_in_place_there():
     same(m0, m1, name, h, xs)
 
 
+def test_a_constant_cond_with_pytree_results_and_a_loop_in_its_branch():
+    def f(h, xs):
+        def looped(v):
+            h, xs = v
+            return dq.scan(lambda c, x: (c * 0.5 + x, None), h, xs)[0], dq.sum(h)
+
+        return dq.cond(False, lambda v: (v[0], dq.sum(v[1])), looped, (h, xs))
+
+    h, xs = x3(), RNG.standard_normal((3, 3)).astype(np.float32)
+    m0, m1, name, report = optimized(f, h, xs)
+    assert "cond" not in ops(m1, name) and "scan" in ops(m1, name)
+    assert "cond-false" in report
+    same(m0, m1, name, h, xs)
+
+
+def test_one_step_and_two_step_scans_of_one_body_are_not_confused():
+    """The e-graph's choices are cached by the units' text, which a scan's length is not in."""
+    f = dq.jit(lambda h, xs: dq.scan(lambda h, x: (dq.sin(h) + x, h * 2.0), h, xs))
+    h = x3()
+    for steps in (1, 2, 1):
+        xs = RNG.standard_normal((steps, 3)).astype(np.float32)
+        got = f(h, xs)
+        want, ys = h.astype(np.float64), []
+        for x in xs:
+            ys.append(want * 2.0)
+            want = np.sin(want) + x
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], np.stack(ys), rtol=1e-5, atol=1e-6)
+        assert ("scan-one-step" in str(f.report(h, xs))) == (steps == 1)
+
+
 def test_jit_runs_the_decided_program():
     f = dq.jit(lambda x: dq.switch(1, [dq.sin, dq.cos], x) * 2.0)
     x = x3()

@@ -59,14 +59,15 @@ class ControlRegion:
             f"%{inst.result.name} = {inst.op}: runs {what} in place ({self.rule}, rules/loops.egg)"
         )
 
-    def signature(self) -> tuple:
-        """What the decision depends on besides the straight units' text (a cache key)."""
+    def signature(self, units: list) -> tuple:
+        """What the decision depends on besides the text of `units`, the straight units in
+        load order (a cache key): the op, its length or branches, where the selector is."""
         a = self.inst.attrs
         sel = self.selector
         if isinstance(sel, Const):
             sel = ("const", float(sel.value))
         elif sel is not None:
-            sel = ("root", sel[1])
+            sel = ("root", [id(u) for u in units].index(id(sel[0])), sel[1])
         return (self.inst.op, a.get("length"), len(a.get("branches", ())), sel)
 
 

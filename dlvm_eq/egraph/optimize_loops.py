@@ -360,7 +360,7 @@ def optimize_loops(
         key = _joint_key(functions, rules, target, budget, extractor, schedule, time_limit)
         key += (tuple(None if lp is None else (lp.label, tuple(lp.index)) for lp in loops),)
         key += (guard is not None,)  # a guarded choice is not an unguarded one
-        key += (tuple(r.signature() for r in regions),)  # a scan's length is not in the units
+        key += (tuple(r.signature(units) for r in regions),)  # (a scan's length, a selector's unit)
         with _JOINT_LOCK:
             hit = _JOINT.get(key)
         # the same straight units (a scan of another length, say); a choice that computes
