@@ -9,9 +9,10 @@ with each piece and body replaced by its extracted form.
 A body is loaded once however many loops run it (keyed by the Function object). Each unit's
 parameters are renamed apart (`u3.h`) before loading: the e-graph names a parameter by its
 name, and two bodies' `%h` of different shapes must not be one e-class. A control-flow op
-stays an op around its optimized bodies (its body is a function of the module, DLVM-style);
-the loop rules that inline a body (ir/loop_rules.py) run after, on the extracted program, so
-that they see what the e-graph found: a selector that rules/loops.egg folded to a constant.
+stays an op around its optimized bodies (its body is a function of the module, DLVM-style),
+unless rules/loops.egg decided it runs one body (control_regions.py: a cond or switch whose
+selector the caller's e-graph proves constant, a scan of one step): that body's optimized
+program is then put in place of the op (`_body_in_place`).
 
 Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
 is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
