@@ -210,10 +210,10 @@ def test_a_loop_body_with_a_large_gain_runs_optimized():
 def test_a_form_kept_for_stability_is_not_planned_to_decide(monkeypatch):
     """A form made by numerically stable rewrites is kept whatever the plans predict: the
     guard of a loop's pieces plans neither form, a straight function's plans only the kept one
-    (its compile reuses that plan); any other choice plans both."""
+    (its compile reuses that plan); any other choice plans both, through the plan cache."""
     from dlvm_eq.pipeline import never_slower, planning
 
-    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    x = RNG.standard_normal((5, 7)).astype(np.float32)  # (a shape no other test plans)
     m_old, name = _module(lambda x: dq.exp(x) * 2.0 + dq.exp(x), x)
     m_new, _ = _module(lambda x: dq.exp(x) * 3.0, x)
     old, new = m_old[name], m_new[name]
@@ -231,3 +231,6 @@ def test_a_form_kept_for_stability_is_not_planned_to_decide(monkeypatch):
     made.clear()
     choice = guard(old, new, m_old)
     assert {id(f) for f in made} == {id(old), id(new)} and "predicted" in str(choice)
+    made.clear()  # the same texts in another compile (process): the guard's plans are cached
+    again = guard(_module(lambda x: dq.exp(x) * 2.0 + dq.exp(x), x)[0][name], new, m_old)
+    assert made == [] and again.kept == choice.kept

@@ -120,9 +120,24 @@ def guard_for(target: str):
     def guard(old: Function, new: Function, module: Module | None, stable=()) -> ProgramChoice:
         if stable:  # kept whatever the plans predict: neither is planned (a loop's pieces
             return stable_choice(tuple(stable))  # and bodies are planned again to compile)
-        return plans_compared(old, new, module, target, tuple(stable))[0]
+        before, after = (_planned_alone(f, module, target) for f in (old, new))
+        return choose_program(before, after, target)
 
     return guard
+
+
+def _planned_alone(fn: Function, module: Module | None, target: str) -> Plan:
+    """fn's plan, through the plan cache (pipeline/planning.planned: by its text) where fn
+    applies no other function: a second process compiling the same loops finds the guard's
+    plans there (a loop's pieces and bodies: small texts, unlike a whole module's)."""
+    from ..codegen import rows_for
+    from .planning import plan_function, planned
+
+    if any(i.op == "apply" for i in fn.body):
+        return plan_function(fn, module, rows=rows_for(target), target=target)
+    alone = Module(fn.name)
+    alone.add(fn)
+    return planned(alone, fn.name, target)
 
 
 __all__ = [
