@@ -1,8 +1,8 @@
 """Loop rules. In the e-graph (rules/loops.egg, through dq.optimize): invariant code motion
 out of a scan body and batching a per-step product with an invariant into one product over
-all steps. As IR rewrites (ir/loop_rules.py): constant-selector cond folding, dead carries,
-one-step scans inlined. Each fires where it should, not where it must not, and keeps the
-interpreter's result."""
+all steps. As IR rewrites (ir/loop_rules.py): dead carries. (Constant-selector conds and
+one-step scans: tests/test_control_rules.py.) Each fires where it should, not where it must
+not, and keeps the interpreter's result."""
 
 from __future__ import annotations
 
@@ -180,18 +180,6 @@ def test_a_lower_rank_step_value_is_not_batched_against_a_wider_invariant():
     _same(m0, m1, "f", args)
 
 
-def test_cond_on_a_constant_folds_to_the_taken_branch():
-    def f(x):
-        return dq.cond(True, dq.sin, dq.cos, x) + dq.switch(7, [dq.exp, dq.tanh], x)
-
-    x = RNG.standard_normal(3).astype(np.float32)
-    m0, fn = traced(f, x)
-    m1, new = rewritten(fn)
-    assert not _ops(new, "cond") and not _ops(new, "switch")
-    assert {i.op for i in new.body} >= {"sin", "tanh"} and "cos" not in {i.op for i in new.body}
-    np.testing.assert_allclose(interpret(m1, "f", x), np.sin(x) + np.tanh(x), rtol=1e-6)
-
-
 def test_a_dead_carry_goes_and_a_live_one_stays():
     def f(x):  # the counter is dead: the body ignores i and the result drops it
         return dq.fori_loop(0, 5, lambda i, v: dq.sin(v), x)
@@ -208,15 +196,6 @@ def test_a_dead_carry_goes_and_a_live_one_stays():
         np.testing.assert_allclose(
             interpret(m1, fun.__name__, x), interpret(m0, fun.__name__, x), rtol=1e-6
         )
-
-
-def test_a_scan_of_one_step_is_its_body_inlined():
-    args = _rnn_args()
-    args = (*args[:4], args[4][:1])  # one step
-    m0, fn = traced(rnn, *args)
-    m1, new = rewritten(fn)
-    assert not _ops(new, "scan") and len(_ops(new, "tanh")) == 1
-    _same(m0, m1, "rnn", args)
 
 
 # ---------------------------------------------------------------- random RNN-like bodies

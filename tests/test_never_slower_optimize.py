@@ -205,3 +205,32 @@ def test_a_loop_body_with_a_large_gain_runs_optimized():
     a64, c64 = a.astype(np.float64), c.astype(np.float64)
     want = np.stack([(x @ a64) @ c64 for x in xs.astype(np.float64)])
     _close(compiled(h, xs), want)
+
+
+def test_a_form_kept_for_stability_is_not_planned_to_decide(monkeypatch):
+    """A form made by numerically stable rewrites is kept whatever the plans predict: the
+    guard of a loop's pieces plans neither form, a straight function's plans only the kept one
+    (its compile reuses that plan); any other choice plans both, through the plan cache."""
+    from dlvm_eq.pipeline import never_slower, planning
+
+    x = RNG.standard_normal((5, 7)).astype(np.float32)  # (a shape no other test plans)
+    m_old, name = _module(lambda x: dq.exp(x) * 2.0 + dq.exp(x), x)
+    m_new, _ = _module(lambda x: dq.exp(x) * 3.0, x)
+    old, new = m_old[name], m_new[name]
+    made = []
+    real = planning.plan_function
+    monkeypatch.setattr(
+        planning, "plan_function", lambda f, *a, **k: made.append(f) or real(f, *a, **k)
+    )
+    guard = never_slower.guard_for("cpu")
+    choice = guard(old, new, m_old, ("stable: log(1+x)",))
+    assert choice.kept == "optimized" and made == []
+    assert "numerically stable forms" in str(choice) and "predicted" not in str(choice)
+    choice, plan = never_slower.plans_compared(old, new, m_old, "cpu", ("s",), m_new)
+    assert made == [new] and plan.summary()
+    made.clear()
+    choice = guard(old, new, m_old)
+    assert {id(f) for f in made} == {id(old), id(new)} and "predicted" in str(choice)
+    made.clear()  # the same texts in another compile (process): the guard's plans are cached
+    again = guard(_module(lambda x: dq.exp(x) * 2.0 + dq.exp(x), x)[0][name], new, m_old)
+    assert made == [] and again.kept == choice.kept

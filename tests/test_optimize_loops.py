@@ -172,7 +172,7 @@ def test_loop_rules_file_is_proven_by_verify_rules():
 
     report = verify_rules([rule_file("loops.egg")])  # (after algebra.egg: its cval)
     mine = report.results
-    assert len(mine) == 54  # 22 folds, 32 loop-motion rules
+    assert len(mine) == 62  # 22 folds, 32 loop-motion rules, 8 control (Cond, Case, ScanOf)
     assert all(r.status == "proven" for r in mine), [
         (r.where, r.status) for r in mine if r.status != "proven"
     ]

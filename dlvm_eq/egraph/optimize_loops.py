@@ -9,9 +9,10 @@ with each piece and body replaced by its extracted form.
 A body is loaded once however many loops run it (keyed by the Function object). Each unit's
 parameters are renamed apart (`u3.h`) before loading: the e-graph names a parameter by its
 name, and two bodies' `%h` of different shapes must not be one e-class. A control-flow op
-stays an op around its optimized bodies (its body is a function of the module, DLVM-style);
-the loop rules that inline a body (ir/loop_rules.py) run after, on the extracted program, so
-that they see what the e-graph found: a selector that rules/loops.egg folded to a constant.
+stays an op around its optimized bodies (its body is a function of the module, DLVM-style),
+unless rules/loops.egg decided it runs one body (control_regions.py: a cond or switch whose
+selector the caller's e-graph proves constant, a scan of one step): that body's optimized
+program is then put in place of the op (`_body_in_place`).
 
 Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
 is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
@@ -40,11 +41,12 @@ from ..ir.control_flow import (
     reaches_control_flow,
 )
 from ..ir.inline import live_instructions
-from ..ir.loop_rules import apply_loop_rules, inline
+from ..ir.loop_rules import apply_loop_rules, inline, one_step
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.regions import Piece, normalize, split
 from ..ir.types import TensorType, TupleType
 from ..ir.verifier import verify_function
+from .control_regions import ControlRegion, control_regions, decided, region_facts
 from .deadline import Deadline
 from .lets import egg_string, egg_vec
 from .loader import Lifted
@@ -107,6 +109,7 @@ class _Planner:
         self.plans: dict[int, _Plan] = {}  # id(Function) -> plan (each body once)
         self.units: list[Unit] = []
         self.runs: dict[int, list] = {}  # id(body) -> the control-flow instructions running it
+        self.regions: list[ControlRegion] = []  # conds, switches, one-step scans (Cond, ...)
 
     def planned(self, fn: Function) -> _Plan:
         """The plan of fn and every body it reaches, with each once-run scan body's unit
@@ -119,6 +122,7 @@ class _Planner:
             unit = p.units.get(id(p.pieces[0]))
             if unit is not None:
                 unit.loop = _loop_body(runs[0], p, unit)
+        self.regions = control_regions(self.plans.values())
         return top
 
     def plan(self, fn: Function) -> _Plan:
@@ -201,14 +205,15 @@ def straight_units(fn: Function, module: Module | None = None) -> list[Unit]:
 
 
 def optimize_with_bodies(fn: Function, module: Module | None, optimize_units) -> tuple:
-    """(fn rebuilt from its optimized units, the units). `optimize_units(units)` sets each
-    unit's `optimized` (and `lifted`: what it computes before its loop), the units optimized
-    together in one e-graph session."""
+    """(fn rebuilt from its optimized units, the units). `optimize_units(units, regions)`
+    sets each unit's `optimized` (and `lifted`: what it computes before its loop) and each
+    region's `decision` (control_regions.py), in one e-graph session."""
     planner = _Planner(module)
     planner.planned(fn)
     units = planner.units
-    optimize_units(units)
-    if all(u.optimized is None or u.optimized is u.function for u in units):
+    optimize_units(units, planner.regions)
+    unchanged = all(u.optimized is None or u.optimized is u.function for u in units)
+    if unchanged and all(r.decision is None for r in planner.regions):
         return fn, units  # nothing cheaper found: the function as written
     return _rebuild(planner, fn, {}), units
 
@@ -237,7 +242,14 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
     def get(o):
         return o if isinstance(o, Const) else env[id(o)]
 
+    taken = {id(r.piece): r for r in planner.regions if r.decision is not None}
     for piece in p.pieces:
+        if id(piece) in taken:  # rules/loops.egg put a body in place of the op
+            r = taken[id(piece)]
+            outs = _body_in_place(b, planner, r, [get(o) for o in r.inst.operands], rebuilt)
+            for v, o in zip(piece.outputs, outs):
+                env[id(v)] = o
+            continue
         if piece.region is None:
             unit = p.units[id(piece)]
             args = [get(v) for v in piece.inputs]
@@ -276,6 +288,17 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
     out.location, out.adjoint = fn.location, fn.adjoint
     rebuilt[id(fn)] = out
     return out
+
+
+def _body_in_place(b, planner: _Planner, r: ControlRegion, ops: list, rebuilt) -> list:
+    """The results of region r (its operands `ops`, rebuilt) emitted as the body the rules
+    decided it runs: the taken branch of a cond or switch, or a one-step scan's body once."""
+    inst = r.inst
+    if inst.op == SCAN:
+        body = _rebuild(planner, inst.attrs["body"], rebuilt)
+        return one_step(b, body, inst.attrs, ops, inst.location)
+    branch = _rebuild(planner, inst.attrs["branches"][r.decision], rebuilt)
+    return inline(b, branch, ops[1:], inst.location)
 
 
 def _lifted(p: _Plan) -> list[Lifted]:
@@ -330,14 +353,15 @@ def optimize_loops(
     given = rest[1] if len(rest) > 1 else None
     state: dict = {}
 
-    def joint(units: list[Unit]) -> None:
+    def joint(units: list[Unit], regions: list[ControlRegion]) -> None:
         if not units:
-            return
+            return  # (a region's selector comes from a straight unit; a scan runs a body)
         functions = [u.function for u in units]
         loops = [u.loop for u in units]
         key = _joint_key(functions, rules, target, budget, extractor, schedule, time_limit)
         key += (tuple(None if lp is None else (lp.label, tuple(lp.index)) for lp in loops),)
         key += (guard is not None,)  # a guarded choice is not an unguarded one
+        key += (tuple(r.signature(units) for r in regions),)  # (a scan's length, a selector's unit)
         with _JOINT_LOCK:
             hit = _JOINT.get(key)
         # the same straight units (a scan of another length, say); a choice that computes
@@ -348,9 +372,11 @@ def optimize_loops(
             state.update(saved)
             for u, got in zip(units, chosen):
                 u.optimized, u.lifted = (u.function, []) if got is None else got
+            for r, k in zip(regions, saved.get("decisions", ())):
+                r.decision = k
             return
         with watching_time_cuts() as cuts:
-            built(units)
+            built(units, regions)
         if not cuts and "short" not in state:
             chosen = [
                 None if u.optimized is u.function else (u.optimized, list(u.lifted)) for u in units
@@ -361,7 +387,7 @@ def optimize_loops(
                     _JOINT.clear()
                 _JOINT[key] = (chosen, dict(state), trips if lifting else None)
 
-    def built(units: list[Unit]) -> None:
+    def built(units: list[Unit], regions: list[ControlRegion]) -> None:
         functions = [u.function for u in units]
         for u in units:
             u.optimized, u.lifted = u.function, []
@@ -376,6 +402,13 @@ def optimize_loops(
                     session.run_text(loop_facts(u.loop), "<loop facts>")
                     prog.outer_vars = dict(u.loop.outer)
                     prog.var_types.update(u.loop.outer)
+            made = {id(u): prog.roots for u, prog in zip(units, progs)}
+
+            def roots(u):
+                return made[id(u)]
+
+            if regions:  # conds, switches, one-step scans as terms (rules/loops.egg)
+                session.run_text(region_facts(regions, roots), "<control regions>")
             try:
                 res = optimize_session(
                     session,
@@ -391,6 +424,10 @@ def optimize_loops(
                 state["short"] = str(e)
                 return
             state["res"] = res
+            for r in regions:
+                r.decision = decided(session, r, roots)
+            state["decisions"] = [r.decision for r in regions]
+            state["control"] = [r.report() for r in regions if r.decision is not None]
             if rules:
                 state["fired"] = user_rules_fired(session, res.saturation)
             for u, new, prog in zip(units, res.functions, progs):
@@ -399,9 +436,7 @@ def optimize_loops(
                 u.lifted = lifted if u.optimized is new else []
 
     new, units = optimize_with_bodies(fn, module, joint)
-    # the loop rules on the extracted program: they see what the e-graph simplified (a
-    # selector folded by rules/loops.egg)
-    new = apply_loop_rules(new)
+    new = apply_loop_rules(new)  # dead carries dropped, sums deferred (ir/loop_rules.py)
     res = state.get("res")
     costs = state.get("costs", [])
     before = sum(c[0] for c in costs)
@@ -417,6 +452,7 @@ def optimize_loops(
         len(fn.body),
         len(new.body),
         note=f"{len(units)} straight pieces and bodies in one e-graph"
+        + "".join(f"; {line}" for line in state.get("control", []))
         + (f"; time budget: {state['short']}" if "short" in state else ""),
     )
     if res is not None:

@@ -1,25 +1,25 @@
-"""Loop rules that inline or drop a body, applied to a function's loops before they are
+"""Loop rewrites that drop or defer work, applied to a function's scans before they are
 compiled (pipeline/loops.py) and after the e-graph (egraph/optimize_loops.py):
 
 - dead carries go: a carry whose final value nothing reads and that no other output depends
   on (the step counter of a fori_loop whose body ignores it);
-- `cond`/`switch` on a constant selector is the taken branch, inlined; a scan of one step is
-  its body, inlined.
+- a carry that only sums a per-step product leaves the loop as one product (ir/loop_sums.py).
 
     fn2 = apply_loop_rules(fn)     # a new Function; `fn` is not changed
 
-These inline a body, which is a function of the module, not a term, so they are IR rewrites.
-Invariant code motion out of a scan body and batching x_t @ W into one product are rules of
-the e-graph (rules/loops.egg), which also folds the selectors these rules then inline.
+What the e-graph decides is not here: invariant code motion, batching x_t @ W, a cond or
+switch on a constant selector, and a scan of one step are rules of rules/loops.egg. Where
+those put a body in place of its op, egraph/optimize_loops.py emits it with `inline` and
+`one_step` below.
 """
 
 from __future__ import annotations
 
-from .control_flow import COND, SCAN, SWITCH, elements
+from .control_flow import SCAN, elements
 from .inline import live_instructions
 from .loop_sums import defer_sums, summed_carries
 from .module import Const, Function, FunctionBuilder, Instruction, Operand, Value
-from .types import TensorType, TupleType
+from .types import TupleType
 
 # a carry that only adds a per-step product leaves the loop as one product (ir/loop_sums.py)
 DEFER_SUMS = True
@@ -48,8 +48,8 @@ def inline(b: FunctionBuilder, fn: Function, args: list, location=None) -> list:
 
 
 def apply_loop_rules(fn: Function) -> Function:
-    """`fn` with the loop rules applied to its scans and branches (nested ones too)."""
-    if not any(i.op in (SCAN, COND, SWITCH) for i in fn.body):
+    """`fn` with the loop rewrites applied to its scans (nested ones too)."""
+    if not any(i.op == SCAN for i in fn.body):
         return fn
     b = FunctionBuilder(fn.name, fn.param_types, [p.name for p in fn.params])
     env: dict[int, object] = {id(p): q for p, q in zip(fn.params, b.params)}
@@ -57,7 +57,6 @@ def apply_loop_rules(fn: Function) -> Function:
     def get(o):
         return o if isinstance(o, Const) else env[id(o)]
 
-    scalars: dict[int, float | int | bool] = {}  # id(Value) of a scalar literal -> its value
     used = _used_outputs(fn)
     renumbered: dict[int, dict] = {}  # a scan without its dead carries: old index -> new
     for inst in fn.body:
@@ -72,20 +71,7 @@ def apply_loop_rules(fn: Function) -> Function:
                 ops[0] if single else b.emit("extract", ops, location=inst.location, index=k)
             )
             continue
-        selector = ops[0].value if ops and isinstance(ops[0], Const) else None
-        if ops and selector is None:
-            selector = scalars.get(id(ops[0]))
-        if inst.op in (COND, SWITCH) and selector is not None:
-            k = int(selector) if inst.op == SWITCH else (0 if selector else 1)
-            branches = inst.attrs["branches"]
-            taken = branches[min(max(k, 0), len(branches) - 1)]
-            outs = inline(b, taken, ops[1:], inst.location)
-            env[id(inst.result)] = (
-                outs[0] if len(outs) == 1 else b.emit("tuple", outs, location=inst.location)
-            )
-        elif inst.op == SCAN and inst.attrs["length"] == 1:
-            env[id(inst.result)] = _one_step(b, inst, ops)
-        elif inst.op == SCAN:
+        if inst.op == SCAN:
             dead = _dead_carries(inst, used.get(id(inst.result)))
             index = {k: k for k in range(len(elements(inst.result.type)))}
             if dead:
@@ -102,33 +88,30 @@ def apply_loop_rules(fn: Function) -> Function:
                 renumbered[id(r)] = index
         else:
             env[id(inst.result)] = b.emit(inst.op, ops, location=inst.location, **inst.attrs)
-            t = inst.attrs.get("type")
-            if inst.op == "literal" and isinstance(t, TensorType) and t.is_scalar:
-                scalars[id(env[id(inst.result)])] = inst.attrs["value"]
     out = b.finish(get(fn.ret))
     out.body = live_instructions(out.body, [out.ret])
     out.location = fn.location
     return out
 
 
-def _one_step(b: FunctionBuilder, inst: Instruction, ops: list):
-    """A scan of one step, inlined: the body on xs[0]; each y given its axis of one step."""
-    a = inst.attrs
-    body, nc, nx = apply_loop_rules(a["body"]), a["carries"], a["xs"]
-    loc = inst.location
+def one_step(b: FunctionBuilder, body: Function, attrs: dict, ops: list, location=None) -> list:
+    """A scan of one step run as its body once, emitted into builder `b` (egraph/
+    optimize_loops.py, where rules/loops.egg's scan-one-step decided it): the body on the
+    carries, row 0 of each xs and the withs; each y given its axis of one step. The results."""
+    nc, nx = attrs["carries"], attrs["xs"]
     steps = [
-        b.emit("shapeCast", [x], location=loc, shape=x.type.shape[1:]) for x in ops[nc : nc + nx]
+        b.emit("shapeCast", [x], location=location, shape=x.type.shape[1:])
+        for x in ops[nc : nc + nx]
     ]
-    outs = inline(b, body, [*ops[:nc], *steps, *ops[nc + nx :]], loc)
+    outs = inline(b, body, [*ops[:nc], *steps, *ops[nc + nx :]], location)
     outs = [
         o
         if isinstance(o, Value)
-        else b.emit("literal", [], location=loc, value=o.value, type=o.type)
+        else b.emit("literal", [], location=location, value=o.value, type=o.type)
         for o in outs
     ]
-    ys = [b.emit("shapeCast", [y], location=loc, shape=(1, *y.type.shape)) for y in outs[nc:]]
-    results = outs[:nc] + ys
-    return results[0] if len(results) == 1 else b.emit("tuple", results, location=loc)
+    ys = [b.emit("shapeCast", [y], location=location, shape=(1, *y.type.shape)) for y in outs[nc:]]
+    return outs[:nc] + ys
 
 
 def _used_outputs(fn: Function) -> dict[int, set | None]:
@@ -210,4 +193,4 @@ def _scan(b: FunctionBuilder, inst: Instruction, ops: list) -> Value:
     return b.emit(SCAN, ops, location=inst.location, **dict(inst.attrs, body=body))
 
 
-__all__ = ["apply_loop_rules", "inline"]
+__all__ = ["apply_loop_rules", "inline", "one_step"]

@@ -16,6 +16,8 @@ tests/test_never_slower.py recomputes the error from it. Numerically stable rewr
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from ..codegen import Plan
@@ -44,6 +46,8 @@ class ProgramChoice:
         return self.predicted_original / self.predicted_optimized
 
     def __str__(self) -> str:
+        if math.isnan(self.predicted_original):  # kept without planning the original
+            return f"never slower: kept the {self.kept}: {self.reason}"
         return (
             f"never slower: kept the {self.kept}: predicted {self.predicted_gain:.3f}x "
             f"({self.predicted_original * 1e6:.1f} us -> {self.predicted_optimized * 1e6:.1f} us), "
@@ -66,8 +70,8 @@ def choose_program(
     after = predict_plan(optimized, target).seconds
     gain = before / after if after > 0 else float("inf")
     if stable:
-        return ProgramChoice(
-            "optimized", before, after, error, "numerically stable forms: " + ", ".join(stable)
+        return dataclasses.replace(
+            stable_choice(stable, error), predicted_original=before, predicted_optimized=after
         )
     if gain > 1.0 + error:
         return ProgramChoice(
@@ -76,6 +80,13 @@ def choose_program(
     return ProgramChoice(
         "original", before, after, error, f"within the cost model's error ({error:.0%})"
     )
+
+
+def stable_choice(stable: tuple[str, ...], error: float = PREDICTION_ERROR) -> ProgramChoice:
+    """The choice where numerically stable rewrites made the optimized form: it is kept
+    whatever the plans predict, so neither needs planning to decide (NaN: not predicted)."""
+    reason = "numerically stable forms: " + ", ".join(stable)
+    return ProgramChoice("optimized", math.nan, math.nan, error, reason)
 
 
 def plans_compared(
@@ -93,8 +104,10 @@ def plans_compared(
     from .planning import plan_function
 
     rows = rows_for(target)
-    before = plan_function(old, module, rows=rows, target=target)
     after = plan_function(new, new_module or module, rows=rows, target=target)
+    if stable:  # kept whatever the original's plan predicts: it is not planned
+        return stable_choice(stable), after
+    before = plan_function(old, module, rows=rows, target=target)
     choice = choose_program(before, after, target, stable=stable)
     return choice, (after if choice.kept == "optimized" else before)
 
@@ -105,9 +118,33 @@ def guard_for(target: str):
     stable)` -> the ProgramChoice between their plans."""
 
     def guard(old: Function, new: Function, module: Module | None, stable=()) -> ProgramChoice:
-        return plans_compared(old, new, module, target, tuple(stable))[0]
+        if stable:  # kept whatever the plans predict: neither is planned (a loop's pieces
+            return stable_choice(tuple(stable))  # and bodies are planned again to compile)
+        before, after = (_planned_alone(f, module, target) for f in (old, new))
+        return choose_program(before, after, target)
 
     return guard
 
 
-__all__ = ["PREDICTION_ERROR", "ProgramChoice", "choose_program", "guard_for", "plans_compared"]
+def _planned_alone(fn: Function, module: Module | None, target: str) -> Plan:
+    """fn's plan, through the plan cache (pipeline/planning.planned: by its text) where fn
+    applies no other function: a second process compiling the same loops finds the guard's
+    plans there (a loop's pieces and bodies: small texts, unlike a whole module's)."""
+    from ..codegen import rows_for
+    from .planning import plan_function, planned
+
+    if any(i.op == "apply" for i in fn.body):
+        return plan_function(fn, module, rows=rows_for(target), target=target)
+    alone = Module(fn.name)
+    alone.add(fn)
+    return planned(alone, fn.name, target)
+
+
+__all__ = [
+    "PREDICTION_ERROR",
+    "ProgramChoice",
+    "choose_program",
+    "guard_for",
+    "plans_compared",
+    "stable_choice",
+]

@@ -406,6 +406,60 @@ HELPERS["StepOf"] = Helper(
 )
 
 
+# ---------------------------------------------------------------- Cond, Case, ScanOf (rules/loops.egg)
+# A region's results in its caller's e-graph: (Cond c a b) is a where the scalar bool c holds,
+# else b; (Case k i a b) is a where the scalar k <= i, else b (a switch is a chain of them);
+# (ScanOf n r x) is what a scan of n steps gives when its body run once gives x, modelled at
+# one step only (the lemma `scan-one-step` states).
+def _branches_type(ts, mask_ok):
+    m, a, b = ts
+    _need(m.rank == 0 and mask_ok(m), "the selector is a scalar of the right dtype")
+    _need(a == b, "both branches have one type")
+    return a
+
+
+def _mask(be, m, rt):
+    if not rt.shape:
+        return m
+    return be.op("broadcast", [m], {"shape": rt.shape}, rt.with_dtype(DType.bool))
+
+
+def _case(be, terms, ps, rt):
+    k, a, b = terms
+    i = be.const(int(ps[0]), DType.i32)
+    le = be.op("lessThanOrEqual", [k, i], {}, TensorType((), DType.bool))
+    return be.op("select", [a, b, _mask(be, le, rt)], {}, rt)
+
+
+def _scan_of_type(ts, ps):
+    _need(int(ps[0]) == 1, "ScanOf is modelled at one step")
+    return ts[0]
+
+
+HELPERS["Cond"] = Helper(
+    ("Term", "Term", "Term"),
+    "a where the scalar c is true, else b (a cond's results)",
+    lambda ts, ps: _branches_type(ts, lambda m: m.dtype == DType.bool),
+    lambda be, terms, ps, rt: be.op(
+        "select", [terms[1], terms[2], _mask(be, terms[0], rt)], {}, rt
+    ),
+)
+HELPERS["Case"] = Helper(
+    ("Term", "i64", "Term", "Term"),
+    "a where the scalar k <= i, else b (a switch is a chain of them)",
+    lambda ts, ps: _branches_type(ts, lambda m: m.dtype != DType.bool),
+    _case,
+    lambda i, t: [0, 1, 2],
+)
+HELPERS["ScanOf"] = Helper(
+    ("i64", "i64", "Term"),
+    "the results of a scan of n steps whose body run once gives x (modelled at n = 1)",
+    _scan_of_type,
+    lambda be, terms, ps, rt: terms[0],
+    lambda i, t: [1, 2] if i == 0 else [0, 1],
+)
+
+
 # primitive-valued functions: name -> (declared argument sorts, result sort, implementation)
 # (none at present: the slice op replaced prefix-size; pattern.py and rules.py read this table)
 FUNCTIONS: dict[str, tuple[tuple[str, ...], str, Callable]] = {}

@@ -1,5 +1,5 @@
 """E-graph-only constructors: the Term constructors rule files declare that are no op of the
-IR, each declared once here with what the layers that meet it need (issue 31). Five roles:
+IR, each declared once here with what the layers that meet it need (issue 31). Six roles:
 
 - READ_AS: an op whose operands are read through views, `(Gemm a b ta tb)` (rules/algebra.egg)
   is `dot` of a and b read through `transpose` where a flag is 1 (one BLAS call with transpose
@@ -13,6 +13,10 @@ IR, each declared once here with what the layers that meet it need (issue 31). F
 - LOOP_MOTION: in a scan body, `(Once s n v)` is v computed once before the loop and
   `(StepOf s n v)` a row of it (rules/loops.egg); the unloader makes each a new parameter of
   the body (egraph/unload.py), the cost model prices v at 1/n of a step.
+- CONTROL: a cond's, a switch's or a one-step scan's results in its caller's e-graph,
+  `(Cond c a b)`, `(Case k i a b)`, `(ScanOf n r x)` (rules/loops.egg) over leaves that stand
+  for its bodies' results; never extracted (egraph/control_regions.py reads what the rules
+  proved them equal to).
 
     >>> g = EGRAPH_ONLY["Gemm"]
     >>> g.op, g.through, g.attrs((1, 0)), g.reads(g.attrs((1, 0)))
@@ -29,6 +33,7 @@ from typing import Any
 
 READ_AS, IR_FORM, ADJOINT_HELPER, FUSION = "read_as", "ir_form", "adjoint_helper", "fusion"
 LOOP_MOTION = "loop_motion"
+CONTROL = "control"
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ def specs() -> list[EggOnlySpec]:
         EggOnlySpec("ReduceMap", "fusion.egg", FUSION),
         EggOnlySpec("Once", "loops.egg", LOOP_MOTION),
         EggOnlySpec("StepOf", "loops.egg", LOOP_MOTION),
+        *(EggOnlySpec(c, "loops.egg", CONTROL) for c in ("Cond", "Case", "ScanOf")),
     ]
 
 
@@ -99,6 +105,7 @@ ADJOINT_HELPERS = tuple(s.egg for s in EGRAPH_ONLY.values() if s.role == ADJOINT
 __all__ = [
     "ADJOINT_HELPER",
     "ADJOINT_HELPERS",
+    "CONTROL",
     "EGRAPH_ONLY",
     "FUSION",
     "IR_FORM",
