@@ -48,7 +48,8 @@ class AdjointError(DlvmError):
 # The adjoint rules with the shape analysis saturated after each iteration (rules need the
 # shapes of the terms that earlier rules built), by the one saturation driver. Expansion must
 # finish (an unexpanded Adjoint is an error): the budget only guards against runaway rule files.
-# A deep program needs an iteration per layer: many per step (egglog call).
+# A deep program may need many iterations: up to 64 per step (egglog call), from one doubling
+# (saturate.py: egglog's `repeat` runs them all, so a shallow program must not ask for 64).
 EXPANSION = Schedule(("adjoint",), step=64)
 EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
 # Adjoint and its helpers (rules/adjoint.egg), declared in ir/registry/egraph_only.py

@@ -63,7 +63,9 @@ class Schedule:
 
     rulesets: tuple[str, ...] = ALGEBRA_RULESETS
     # iterations of a ruleset per step (per egglog call, between budget checks): more for
-    # rulesets that need many cheap iterations (the adjoint expansion of a deep program)
+    # rulesets that need many cheap iterations (the adjoint expansion of a deep program). The
+    # driver starts at one and doubles up to `step` while steps change the e-graph: egglog's
+    # `repeat` runs all its iterations, changed or not (64 for a 3-iteration expansion)
     step: int = 1
 
     @classmethod

@@ -144,6 +144,7 @@ class _Saturation:
         self.ruleset_seconds: Counter[str] = Counter()
         self.history: dict[str, tuple[float, float, int]] = {}  # ruleset -> (secs, previous, nodes)
         self.peak: dict[str, tuple[int, int]] = {}  # ruleset -> (most matches of a rule, nodes)
+        self.iterations: dict[str, int] = {}  # ruleset -> iterations in its next step
         unknown = [rs for rs in schedule.rulesets if rs and rs not in session.rulesets]
         if unknown:
             raise DlvmError(
@@ -187,7 +188,12 @@ class _Saturation:
         e-graph changed, the budget that held a rule back or None)."""
         budget, deadline, reserve, nodes = self.budget, self.deadline, self.reserve, self.nodes
         # an egglog iteration cannot be interrupted: do not start one that would overrun
-        predicted = _predict(self.history.get(rs), nodes, budget)
+        # egglog's `repeat` runs every iteration even when nothing changes: a step's iterations
+        # start at one and double while steps change something, up to the schedule's step
+        # (a 3-iteration adjoint expansion ran 2 x 64 iterations)
+        last = self.iterations.get(rs, 1)
+        iterations = last if rs not in self.history else min(2 * last, self.schedule.step)
+        predicted = _predict(self.history.get(rs), nodes, budget) * iterations / last
         left = deadline.left()
         if predicted + reserve(nodes) >= left:
             return "seconds", False, None
@@ -202,11 +208,12 @@ class _Saturation:
         guarded = _expected_matches(self.peak.get(rs), nodes) * 4 >= limit
         t0 = time.perf_counter()
         out = self.session.run_text(
-            _step_text(rs, limit if guarded else None, self.schedule.step, self.analysis)
+            _step_text(rs, limit if guarded else None, iterations, self.analysis)
         )
         took = time.perf_counter() - t0
         run = out[0].report
         self.history[rs] = (took, self.history.get(rs, (took,))[0], nodes)
+        self.iterations[rs] = iterations
         self.ruleset_seconds[rs or "(default)"] += took
         self.matches.update(run.num_matches_per_rule)
         self.peak[rs] = (_most_matches(run), nodes)

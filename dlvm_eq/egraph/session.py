@@ -227,18 +227,17 @@ class EGraphSession:
     def add_globals(self, lets: list[Let], filename: str = "<egglog>") -> None:
         """Bind Lets as egglog globals (for sorts the marker function cannot hold: fusion's
         Scalar loads); their operands are read through the marker rows."""
-        if lets:
-            self.run_text(
-                "\n".join(f"(let {let.name} {let.term(self.values.ref)})" for let in lets) + "\n",
-                filename,
-            )
+        self._run_lines([f"(let {let.name} {let.term(self.values.ref)})" for let in lets], filename)
 
     def delete(self, lets: list[Let], filename: str = "<egglog>") -> None:
         """Delete the e-nodes of these Lets' terms (their rows stay: they name e-classes)."""
-        if lets:
-            self.run_text(
-                "\n".join(f"(delete {let.term(self.values.ref)})" for let in lets) + "\n", filename
-            )
+        self._run_lines([f"(delete {let.term(self.values.ref)})" for let in lets], filename)
+
+    def _run_lines(self, lines: list[str], filename: str, chunk: int = 64) -> None:
+        """One-command lines run in chunks (as add_lets: egglog's time per command grows with
+        the length of its text; a tanh-128 gradient's 641 deletes took 0.49 s in one text)."""
+        for i in range(0, len(lines), chunk):
+            self.run_text("\n".join(lines[i : i + chunk]) + "\n", filename)
 
     def _need_marker(self) -> None:
         if not self._marker:

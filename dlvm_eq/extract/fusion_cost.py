@@ -299,8 +299,16 @@ def greedy_fusion(
                 d -= old
         return d, members, changes
 
+    # Materializing c was priced (and rejected) against the decisions as they stood at
+    # version rejected[c]; while no decision changes, pricing it again gives the same delta (a
+    # pure function of the decisions): the improvement passes skip it (half of a long chain's
+    # evaluations, where nothing is materialized).
+    version = 0
+    rejected: dict[int, int] = {}
+
     def apply(c: int, add: bool, members, changes):
-        nonlocal groups
+        nonlocal groups, version
+        version += 1
         if add:
             mat.add(c)
         else:
@@ -324,6 +332,8 @@ def greedy_fusion(
         d, members, changes = delta(k.cls, True)
         if d < 0:
             apply(k.cls, True, members, changes)
+        else:
+            rejected[k.cls] = version
     for n in range(passes if not stopped else 0):
         improved = False
         for k in reversed(p.candidates):
@@ -332,12 +342,14 @@ def greedy_fusion(
                 stopped = f"{why(spent)} in improvement pass {n + 1}"
                 break
             add = k.cls not in mat
-            if add and not reads(k.cls):
+            if add and (rejected.get(k.cls) == version or not reads(k.cls)):
                 continue
             d, members, changes = delta(k.cls, add)
             if d < -1e-15:
                 apply(k.cls, add, members, changes)
                 improved = True
+            elif add:
+                rejected[k.cls] = version
         if not improved or stopped:
             break
     if spent == "time":  # depends on this moment's load: not to be cached
