@@ -7,6 +7,7 @@ jit of it, side by side in one process.
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
     .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
     .venv/bin/python benchmarks/attention.py --threads 1 --clock cpu    # CPU time: a loaded host
+    .venv/bin/python benchmarks/attention.py --pricing --threads 1 --clock cpu   # model vs measured
 
 From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
 editable install's dlvm_eq (another tree's).
