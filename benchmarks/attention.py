@@ -7,6 +7,7 @@ jit of it, side by side in one process.
     .venv/bin/python benchmarks/attention.py --seq 256 1024 --update BENCHMARKS.md
     .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
     .venv/bin/python benchmarks/attention.py --threads 1 --clock cpu    # CPU time: a loaded host
+    .venv/bin/python benchmarks/attention.py --pricing --threads 1 --clock cpu   # model vs measured
 
 From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
 editable install's dlvm_eq (another tree's).
@@ -92,6 +93,78 @@ def _fused_module(q):
     m = Module("attn")
     m.add(b.finish(b.emit("attention", [*b.params, zero], scale=0.125, causal=0)))
     return m
+
+
+def _fused_step_module(q):
+    """value_and_grad of sum(o * w) as extraction gives it where it fuses both passes: one
+    `attention` and the three `attentionBackward`s (one plan step)."""
+    t = TensorType(q.shape, DType.f32)
+    b = FunctionBuilder("step", [t, t, t, t], ["q", "k", "v", "w"])
+    q_, k_, v_, w_ = b.params
+    zero = b.const(0.0, DType.f32)
+    o = b.emit("attention", [q_, k_, v_, zero], scale=0.125, causal=0)
+    value = b.emit(
+        "reduce", [b.emit("multiply", [o, w_])], combinator="add", init=0.0, axes=(0, 1, 2, 3)
+    )
+    grads = [
+        b.emit("attentionBackward", [q_, k_, v_, zero, o, w_], scale=0.125, causal=0, wrt=i)
+        for i in range(3)
+    ]
+    m = Module("step")
+    m.add(b.finish([value, *grads]))
+    return m
+
+
+def _plain_step_module(args):
+    """value_and_grad of sum(o * w) as the reverse pass writes it from the naive formula."""
+    from dlvm_eq.ad.driver import adjoint_function
+
+    fwd = dq.make_ir(loss)(*args)
+    adj = adjoint_function(
+        fwd, fwd["loss"], wrt=(0, 1, 2), keeping=(0,), tuple_result=True, optimize=False
+    )
+    module = Module("plain")
+    module.add(adj)
+    return module, adj.name
+
+
+def pricing(seqs, calls: int, clock) -> list[list]:
+    """[seq, program, form, measured ms, predicted ms] for the fused and the plain form of the
+    forward and of forward + backward, each program planned as written (no e-graph) and priced
+    by the cost model as written (egraph/optimize.program_cost): the figures
+    tests/test_attention_pricing.py ranks the cost model against."""
+    from dlvm_eq.egraph.optimize import program_cost
+
+    rows = []
+    for seq in seqs:
+        rng = np.random.default_rng(0)
+        args = [rng.standard_normal((1, HEADS, seq, DIM)).astype(np.float32) for _ in range(4)]
+        plain_step, step_name = _plain_step_module(args)
+        programs = {
+            ("forward", "fused"): (_fused_module(args[0]), "attn", args[:3]),
+            ("forward", "plain"): (dq.make_ir(attn)(*args[:3]), "attn", args[:3]),
+            ("forward + backward", "fused"): (_fused_step_module(args[0]), "step", args),
+            ("forward + backward", "plain"): (plain_step, step_name, args),
+        }
+        runs = {}
+        for key, (module, name, call_args) in programs.items():
+            compiled = native_compile(module, name, "cpu", optimize=False)
+            runs[key] = lambda c=compiled, a=call_args: c(*a)
+            runs[key]()
+        times = {key: [] for key in runs}
+        for _ in range(ROUNDS):
+            for key, fn in runs.items():
+                for i in range(1 + -(-calls // ROUNDS)):
+                    t0 = clock()
+                    fn()
+                    if i:
+                        times[key].append(clock() - t0)
+        for key, (module, name, _) in programs.items():
+            predicted = program_cost(module[name], module) * 1e3
+            ms = statistics.median(times[key]) * 1e3
+            rows.append([seq, *key, f"{ms:.2f}", f"{predicted:.3f}"])
+            print(seq, *key, f"measured {ms:.2f} ms, predicted {predicted:.3f} ms")
+    return rows
 
 
 def _dlvm_rows(args, fwd_only: bool):
@@ -256,8 +329,20 @@ def main():
         help="cpu: the process's CPU time per call (with --threads 1, what other jobs on a "
         "shared machine do not inflate)",
     )
+    ap.add_argument(
+        "--pricing",
+        action="store_true",
+        help="time the fused and plain programs as written beside the cost model's predictions",
+    )
     a = ap.parse_args()
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    if a.pricing:
+        table = pricing(a.seq, a.calls, clock)
+        print(
+            markdown_table(["seq", "program", "form", "measured ms", "predicted ms"], table),
+            f"\nload average {os.getloadavg()[0]:.1f}",
+        )
+        return
     out = []
     for fwd_only in (True, False):
         table = []

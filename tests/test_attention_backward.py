@@ -147,7 +147,9 @@ def test_value_and_grad_runs_the_fused_backward(fn, shape, causal):
     report = step.report(q, k, v)
     ops = [inst.op for inst in report.optimize.module[fn.__name__].body]
     assert ops.count("attentionBackward") == 3 and "attention" in ops, ops
-    assert str(report.plan).count("attentionBackward(") == 1  # one step for dQ, dK and dV
+    plan = str(report.plan)
+    assert plan.count("attentionBackward(") == 1  # one step for dQ, dK and dV
+    assert "  copy:" not in plan, plan  # dQ, dK and dV written straight into the outputs
     lines = report.optimize.report[fn.__name__].attention
     assert any("fused backward chosen" in line for line in lines), lines
     want = torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.25, causal)
@@ -265,3 +267,30 @@ def test_strided_outputs_and_unwanted_results():
     for a, b in zip(views[1:], want[1:]):
         assert_close(a, b, 1e-6)
     assert not big[0].any()
+
+
+def test_a_backward_step_with_a_scalar_bias_reads_o_and_g():
+    """The fused ops as extraction writes them, with a constant scalar bias (no operand slot
+    for it): the step read g where o belongs before (a missing-argument TypeError)."""
+    from dlvm_eq.ir import FunctionBuilder, Module
+    from dlvm_eq.ir.types import DType, TensorType
+    from dlvm_eq.pipeline.native import compile as native_compile
+
+    shape = (2, 3, 40, 8)
+    t = TensorType(shape, DType.f32)
+    b = FunctionBuilder("step", [t, t, t, t], ["q", "k", "v", "g"])
+    q_, k_, v_, g_ = b.params
+    bias = b.const(0.5, DType.f32)
+    o = b.emit("attention", [q_, k_, v_, bias], scale=0.25, causal=1)
+    grads = [
+        b.emit("attentionBackward", [q_, k_, v_, bias, o, g_], scale=0.25, causal=1, wrt=i)
+        for i in range(3)
+    ]
+    m = Module("step")
+    m.add(b.finish([o, *grads]))
+    compiled = native_compile(m, "step", "cpu", optimize=False)
+    rng = np.random.default_rng(12)
+    q, k, v, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    _, *got = compiled(q, k, v, g)
+    for a, w in zip(got, torch64(q, k, v, g, 0.5, 0.25, True)):
+        assert_close(a, w, 1e-4)

@@ -4,7 +4,8 @@ backward, whose seq x seq probabilities are stored. Here the forward is first op
 rules/attention.egg; where extraction picks the fused `attention` op (the cost model's choice
 for the forward), the reverse pass then meets `attention` itself, and
 rules/attention_adjoint.egg offers the fused backward beside the plain one (extraction prices
-both again, with the backward).
+both again, with the backward). The fused forward is kept only where the fused forward and
+backward together are predicted no dearer than the naive program and its reverse pass.
 
     fn = with_fused_attention(module, fn, target, budget)   # fn itself where nothing is fused
 """
@@ -63,4 +64,29 @@ def with_fused_attention(
     if not any(inst.op == "attention" for inst in got.body):
         return fn
     wrt = range(len(got.params)) if wrt is None else wrt
-    return fn if _bias_is_differentiated(got, wrt) else got
+    if _bias_is_differentiated(got, wrt) or not _fused_pass_pays(got, target):
+        return fn
+    return got
+
+
+def _fused_pass_pays(fn: Function, target: str) -> bool:
+    """Whether, for every `attention` of fn, the fused forward and backward together are
+    predicted no dearer than the naive forward and its reverse pass: the forward's extraction
+    priced the forward alone, but here it decides the backward too (the plain backward reads
+    the forward's stored probabilities, so at seq 256 a cheaper fused forward still made a
+    dearer step: measured 3.95 against 3.49 ms, benchmarks/attention.py --pricing)."""
+    from .attention_plain import priced_as_written
+
+    for inst in fn.body:
+        if inst.op != "attention":
+            continue
+        types = [o.type for o in inst.operands]
+        attrs = {"scale": inst.attrs["scale"], "causal": inst.attrs.get("causal", 0)}
+        try:
+            fused = priced_as_written(types, attrs, True, True, target)
+            plain = priced_as_written(types, attrs, False, True, target)
+        except DlvmError:  # a form the naive formula does not cover: the extraction's choice
+            continue
+        if plain < fused:
+            return False
+    return True

@@ -96,3 +96,28 @@ def with_plain_attention(fn: Function, module: Module | None) -> Function:
     out = b.finish(results if flat.tuple_result else results[0])
     out.location = fn.location
     return out
+
+
+def priced_as_written(types, attrs, fused: bool, backward: bool, target="cpu") -> float:
+    """The cost model's seconds (egraph/optimize.program_cost) of one attention of operand
+    types (q, k, v, bias) as a program: the fused `attention` op, or the naive formula; with
+    backward, the forward and dQ, dK and dV together (the naive backward reads the forward's
+    probabilities, so it is the alternative to both fused kernels, not to the backward's alone)."""
+    from .optimize import program_cost  # late: optimize imports this module
+
+    q, k, v, bias = types
+    out = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    b = FunctionBuilder("priced", [q, k, v, bias, out], ["q", "k", "v", "bias", "g"])
+    ops = b.params[:4]
+    if fused:
+        o = b.emit("attention", ops, **attrs)
+        grads = [
+            b.emit("attentionBackward", [*ops, o, b.params[4]], **attrs, wrt=w) for w in range(3)
+        ]
+    else:
+        o = plain_attention(b, ops, attrs)
+        grads = [
+            plain_attention_backward(b, [*ops, o, b.params[4]], {**attrs, "wrt": w})
+            for w in range(3)
+        ]
+    return program_cost(b.finish([o, *grads] if backward else o), target=target)

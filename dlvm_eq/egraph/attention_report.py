@@ -76,16 +76,15 @@ def _plain_text(seconds: float, apart: bool = False) -> str:
     return seconds_text(seconds) + (" (priced apart)" if apart else "")
 
 
-def _priced_apart(g, cost, node: str, backward: bool) -> float:
+def _priced_apart(g, cost, node: str, backward: bool, fused: bool = False) -> float:
     """The cost model's seconds of the naive formula for a fused node that has no plain
     e-node beside it (attention_forward.py fused it before differentiation; no plain adjoint
     rule covers rank 4 or causal): the forward's program, or for a backward the program of
-    the forward and dQ, dK, dV less the forward's (what the plain backward adds; its
-    probabilities are the forward's). Built by attention_plain.py, priced as written."""
-    from ..ir.module import FunctionBuilder
+    the forward and dQ, dK, dV together (the plain backward reads the forward's
+    probabilities: it is the alternative to both fused kernels, not to the backward's alone).
+    Built by attention_plain.py, priced as written; fused: the same program of the fused ops."""
     from ..ir.types import TensorType
-    from .attention_plain import plain_attention, plain_attention_backward
-    from .optimize import program_cost  # late: optimize imports this module
+    from .attention_plain import priced_as_written
 
     kids = g.raw_nodes[node]["children"]
     types = [cost.types.get(g.raw_nodes[k]["eclass"]) for k in kids[:4]]
@@ -99,24 +98,8 @@ def _priced_apart(g, cost, node: str, backward: bool) -> float:
         }
     except ValueError:
         return math.inf
-    q, k, v, bias = types
-    out = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
-    names = ["q", "k", "v", "bias", "g"]
-
-    def program(with_backward: bool) -> float:
-        b = FunctionBuilder("plain", [q, k, v, bias, out], names)
-        ops = b.params[:4]
-        o = plain_attention(b, ops, attrs)
-        if not with_backward:
-            return program_cost(b.finish(o))
-        grads = [
-            plain_attention_backward(b, [*ops, o, b.params[4]], {**attrs, "wrt": w})
-            for w in range(3)
-        ]
-        return program_cost(b.finish([o, *grads]))
-
     try:
-        return program(True) - program(False) if backward else program(False)
+        return priced_as_written(types, attrs, fused, backward, cost.machine)
     except Exception:  # a type the naive formula does not cover: no price to show
         return math.inf
 
@@ -140,8 +123,10 @@ def _backward_line(g, cost, choice, cls, members) -> str:
             f"plain program {_plain_text(plain)}"
         )
     plain = _priced_apart(g, cost, best, backward=True)
+    both = _priced_apart(g, cost, best, backward=True, fused=True)
     return (
         f"attention backward d{wrt} e-class {cls}: {'fused' if chosen else 'plain'} backward "
-        f"chosen; predicted fused kernel (dQ, dK, dV together) {seconds_text(3 * fused)}, "
-        f"plain program (dQ, dK, dV together) {_plain_text(plain, apart=True)}"
+        f"chosen; predicted fused kernel (dQ, dK, dV together) {seconds_text(3 * fused)}; "
+        f"forward and backward: fused {_plain_text(both)}, plain program "
+        f"{_plain_text(plain, apart=True)}"
     )

@@ -19,7 +19,18 @@ from .profile import load_profile
 
 INF = math.inf
 CACHE_BYTES = 512 * 1024  # a core's L2 (target_cost.CACHE_BYTES)
-SOFTMAX_FLOPS = 6  # per score besides its exp: scale, bias, max, subtract, sum, rescale
+# The kernels' passes over a block of scores, priced against their own block products (the
+# machine's BLAS rate: measured on a calibrated machine) rather than at the elementwise flop
+# rate of a map kernel: they run in cache, vectorized, with attention_ir.exp2_nonpositive (half
+# polymath's exp), between sgemm calls on the same core. Measured on the 2-core EPYC (one
+# thread, CPU time, seq 1024, 4 heads, head dim 64, tiles 128 x 512, load 4-5): the forward's
+# two products alone 14.5 ms, the whole kernel 15.9, so a score's max and exp/sum passes cost
+# what 24 flops of the products cost; the backward's exp and dS passes ~55 of a pair's ~555 us
+# (session 15): 70 flops a score. (Priced before as an exp and 6 flops at the map flop rate,
+# the forward's passes came out 3.7x dearer than measured, beside products at the BLAS rate:
+# 1.3 of a predicted 4.9 ms at seq 1024, where they take a twelfth of the kernel.)
+FWD_SCORE_BLAS_FLOPS = 24
+BWD_SCORE_BLAS_FLOPS = 70
 # The native kernel's fixed costs (codegen/cpu/attention_ir.py through runtime/attention_cpu.py),
 # measured on the 2-core EPYC under load 10 (CPU time, so the other jobs' share is not in it):
 # a call with one tiny block took 40 us (ctypes, task dispatch, OpenBLAS's thread setting), and
@@ -41,8 +52,6 @@ def machine_tiles(mc) -> tuple[int, int]:
 
 
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
-    from .target_cost import flops_per_element  # late: target_cost imports this module
-
     q, k, v = child(0), child(1), child(2)
     if q is None or k is None or v is None or t is None:
         return INF
@@ -57,7 +66,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
     if not mc.matmul_grid:  # the defaults price a product as a plan step's launch plus flops;
         products -= 2 * mc.launch  # these are direct calls inside one step (BLOCK_SECONDS)
-    scores = bq * bk * (flops_per_element("Exp", mc) + SOFTMAX_FLOPS) / mc.flop_rate
+    scores = bq * bk * FWD_SCORE_BLAS_FLOPS / mc.blas_rate
     itemsize = t.dtype.itemsize
     # one batch index's k and v are read again by each query block, from the core's cache
     # when they fit there, else from memory
@@ -79,21 +88,17 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
 # through cblas_sgemm and two vectorized passes over the tile's scores (P's exp; dS), in cache.
 # Measured on the 2-core EPYC (one thread, OpenBLAS on one thread, load 2.8, best of 5): a pair
 # at head dim 64 took 550-565 us, 500 of them its five products (84 GFLOP/s), so the passes
-# cost a ninth of the products: an exp and BWD_SCORE_FLOPS per score at the model's flop rate
-# keep that ratio under the shipped defaults. A call on one tiny block took 105 us (D, the
+# cost a ninth of the products (BWD_SCORE_BLAS_FLOPS). A call on one tiny block took 105 us (D, the
 # scaled q, the dQ shares' sum, OpenBLAS's thread setting, the tasks): BWD_CALL_SECONDS; the
 # pair's five sgemm calls and row loops beyond their arithmetic: BWD_BLOCK_SECONDS. (The
 # numpy-driven backward before it: 660 us a pair, 135 of them the passes, 97 us a call.)
 BWD_CALL_SECONDS = 100e-6
 BWD_BLOCK_SECONDS = 4e-6
-BWD_SCORE_FLOPS = 4
 
 
 def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
     """One of the three AttentionBackward e-nodes of an attention: a third of the kernel that
     computes dQ, dK and dV together (codegen runs the three as one step)."""
-    from .target_cost import flops_per_element  # late: target_cost imports this module
-
     q, k, v = child(0), child(1), child(2)
     if q is None or k is None or v is None or t is None:
         return INF
@@ -108,7 +113,7 @@ def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
     products = 3 * cost.dot_seconds(bq, d, bk) + 2 * cost.dot_seconds(bq, bk, e)
     if not mc.matmul_grid:
         products -= 5 * mc.launch
-    scores = bq * bk * (flops_per_element("Exp", mc) + BWD_SCORE_FLOPS) / mc.flop_rate
+    scores = bq * bk * BWD_SCORE_BLAS_FLOPS / mc.blas_rate
     itemsize = t.dtype.itemsize
     shares = -(-n // tk) * batch * m * d * itemsize  # dQ's shares, written and added
     moved = (2 * q.size + 2 * k.size + 2 * v.size + 2 * batch * m * e) * itemsize + 2 * shares

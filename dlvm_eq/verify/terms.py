@@ -348,10 +348,10 @@ class Evaluator:
         if hit is None:
             try:
                 hit = self._result[key] = self._result_type(e, kid_types, prim_values)
-            except Untypable as err:
-                hit = self._result[key] = str(err)
-        if isinstance(hit, str):
-            raise Untypable(hit)
+            except Untypable as err:  # kept unformatted: most are never read
+                hit = self._result[key] = err.with_traceback(None)
+        if isinstance(hit, Untypable):
+            raise Untypable(*hit.args)
         return hit
 
     def _result_type(self, e, kid_types, prim_values) -> TensorType:
@@ -381,7 +381,7 @@ class Evaluator:
         try:
             return spec.result_type(kid_types, attrs)
         except DlvmError as err:
-            raise Untypable(str(err)) from None
+            raise Untypable(err.with_traceback(None)) from None  # formatted when read
 
     def _adjoint_parts(self, e: PCall, asg, memo=None):
         sig = self.sigs["Adjoint"]

@@ -151,9 +151,9 @@ def attention_run(step: AttentionStep, xp, view_fns):
     def operands(env):
         args = [f(env[s]) for f, s in zip(fns, slots)]
         lse = args.pop() if has_lse else None
-        n = 6 if backward else 4
-        bias = args[3] if len(args) == n else step.bias
-        rest = args[n - 2 :] if backward else []
+        dense = len(args) == (6 if backward else 4)  # else a scalar bias, in step.bias
+        bias = args[3] if dense else step.bias
+        rest = args[3 + dense :] if backward else []  # o, g
         return args[:3], bias, rest, lse
 
     if xp.__name__ == "numpy":

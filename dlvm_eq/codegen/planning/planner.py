@@ -488,7 +488,7 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
         produced = (
             {e.slot for e in self.ew}
             | {r.slot for r in self.reductions}
-            | {step_outputs(s)[0] for s in self.steps}
+            | {o for s in self.steps for o in step_outputs(s)}  # all: attention's dK and dV
         )
         for r in self.flat.results:
             ref = self.ref_of(r)
