@@ -6,6 +6,8 @@ score, in cache: no memory traffic), and a fixed per-block overhead of the kerne
 the output, and k and v (again per query block where one batch index's do not fit in a
 core's cache) move through memory, overlapped with the arithmetic (the larger of the two). The plain program
 instead writes and reads the seq x seq scores several times; extraction compares the two.
+On the gpu machine, the PTX kernels (codegen/gpu/attention_ptx.py, attention_backward_ptx.py)
+are priced per launch from the machine's flop rate and bandwidth (`gpu_attention_seconds`).
 
     attention_seconds(cost, result_type, child)    # child(i): operand i's TensorType or None
 """
@@ -55,8 +57,8 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     q, k, v = child(0), child(1), child(2)
     if q is None or k is None or v is None or t is None:
         return INF
-    if cost.machine.name == "gpu":  # no fused kernel there yet: the step writes the scores
-        return INF
+    if cost.machine.name == "gpu":
+        return gpu_attention_seconds(cost.machine, q, k, v, t, causal)
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
@@ -103,7 +105,7 @@ def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
     if q is None or k is None or v is None or t is None:
         return INF
     if cost.machine.name == "gpu":
-        return INF
+        return gpu_attention_backward_seconds(cost.machine, q, k, v, t, causal) / 3
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
@@ -123,3 +125,80 @@ def attention_backward_seconds(cost, t, child, causal: bool = False) -> float:
         + max(pairs * (products + scores + BWD_BLOCK_SECONDS), moved / mc.bandwidth)
     )
     return total / 3
+
+
+# The GPU kernels (codegen/gpu/attention_ptx.py, attention_backward_ptx.py): a thread per query
+# row (the backward's "dkv": per key row), GPU_QUERY_BLOCK rows a CTA, k and v (for "dkv": q,
+# dO, lse and D) tiles through shared memory, scalar FMAs (no tensor cores): their flops run at
+# the machine's elementwise flop_rate, and only as many lanes work as the launch has rows
+# (each row's keys run in sequence on its thread). Not measured on a device: none was lent.
+GPU_QUERY_BLOCK = 64  # codegen/gpu/attention_ptx.QUERY_BLOCK (tests/test_attention_gpu_pricing.py)
+GPU_KEY_BLOCK = 32  # codegen/gpu/attention_ptx.KEY_BLOCK
+# FP32 lanes of the device the shipped gpu machine describes (an H100: 132 SMs x 128 lanes):
+# a launch of fewer rows runs at rows / GPU_LANES of flop_rate
+GPU_LANES = 132 * 128
+# a score's flops beyond its dot products: the polymath exp and the running max and rescale
+GPU_SCORE_FLOPS = 12
+
+
+def _gpu_scores(m: int, n: int, causal: bool) -> int:
+    """Scores one batch index's kernel visits: all, or under causal the tiles on or below the
+    diagonal (a CTA stops after its last query's key tile; hidden scores in them still cost)."""
+    if not causal:
+        return m * n
+    tiles = blocks(m, n, True, (GPU_QUERY_BLOCK, GPU_KEY_BLOCK))
+    return min(m * n, tiles * min(m, GPU_QUERY_BLOCK) * min(n, GPU_KEY_BLOCK))
+
+
+def _gpu_launch(mc, flops: float, rows: int, moved: float) -> float:
+    """One launch: its flops over the lanes its rows fill, or its bytes, whichever is longer."""
+    rate = mc.flop_rate * min(1.0, rows / GPU_LANES)
+    return mc.launch + max(flops / rate, moved / mc.bandwidth)
+
+
+def _gpu_applies(q, v) -> bool:
+    """Whether the PTX kernel runs (codegen/gpu/attention_gpu.attention_spec): at most two
+    batch dims, no empty dim; else the step runs the reference, which writes the scores."""
+    return q.rank <= 4 and 0 not in (*q.shape, *v.shape)
+
+
+def gpu_attention_seconds(mc, q, k, v, t, causal: bool = False) -> float:
+    """The forward kernel: 2(d + e) flops a score plus the exp and rescale; q and o (and the
+    row log-sum-exp) once, k and v once per query block (every CTA reads them all).
+
+    >>> from dlvm_eq.extract.machine import MACHINES
+    >>> from dlvm_eq.ir.types import DType, TensorType
+    >>> x = TensorType((8, 4096, 64), DType.f32)
+    >>> 1e-4 < gpu_attention_seconds(MACHINES["gpu"], x, x, x, x) < 1e-3
+    True
+    """
+    if not _gpu_applies(q, v):
+        return INF
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = math.prod(q.shape[:-2])
+    scores = batch * _gpu_scores(m, n, causal)
+    size = t.dtype.itemsize
+    moved = (q.size + t.size + batch * m) * size
+    moved += (k.size + v.size) * size * -(-m // GPU_QUERY_BLOCK)
+    flops = scores * (2 * (d + e) + GPU_SCORE_FLOPS)
+    return mc.node_overhead + _gpu_launch(mc, flops, batch * m, moved)
+
+
+def gpu_attention_backward_seconds(mc, q, k, v, t, causal: bool = False) -> float:
+    """dQ, dK and dV together: the "dq" launch (a thread per query row: the score, dP = dO.v
+    and dQ's update, 2(2d + e) flops a score; k and v per query block) and the "dkv" launch
+    (a thread per key row: the score, dP, dV's and dK's updates, 2(2d + 2e) flops a score; q,
+    dO, lse and D per key block): about 3.5 forwards."""
+    if not _gpu_applies(q, v):
+        return INF
+    m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    batch = math.prod(q.shape[:-2])
+    scores = batch * _gpu_scores(m, n, causal)
+    size = t.dtype.itemsize
+    rows_q = batch * m * (2 * d + 2 * e + 2)  # q, dq; dO, o; lse, D
+    rows_k = batch * n * (2 * d + 2 * e)  # k, dk; v, dv
+    dq_moved = (rows_q + batch * n * (d + e) * -(-m // GPU_QUERY_BLOCK)) * size
+    dkv_moved = (rows_k + batch * m * (d + e + 2) * -(-n // GPU_QUERY_BLOCK)) * size
+    dq = _gpu_launch(mc, scores * (2 * (2 * d + e) + GPU_SCORE_FLOPS), batch * m, dq_moved)
+    dkv = _gpu_launch(mc, scores * (2 * (2 * d + 2 * e) + GPU_SCORE_FLOPS), batch * n, dkv_moved)
+    return mc.node_overhead + dq + dkv
