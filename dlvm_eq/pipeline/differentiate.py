@@ -29,7 +29,7 @@ from ..dsl.tracing import call_function, trace_closure, type_of
 from ..dsl.tree_args import flat_function, flatten_args, leaf_names
 from ..ir.types import TensorType, TupleType
 from .jit import jit
-from .targets import DEFAULT_TARGET, optimizes, will_be_optimized
+from .targets import DEFAULT_TARGET, optimizes, traced_target, will_be_optimized
 from .timing import phase
 
 
@@ -128,6 +128,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
                 keeping=kept,
                 tuple_result=True,
                 optimize=_optimize_adjoint(will_be_optimized()),
+                target=traced_target(),
             )
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if has_aux:
@@ -192,6 +193,7 @@ def vjp(fn, *primals):
             seedable=True,
             tuple_result=True,
             optimize=_optimize_adjoint(later),
+            target=traced_target(),
         )
     many = isinstance(forward.result_type, TupleType)
     if is_tracing():

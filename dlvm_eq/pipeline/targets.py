@@ -49,6 +49,7 @@ _BACKENDS: dict = {"interp": _compile_interp, **_NATIVE}
 
 
 _OPTIMIZED_LATER = contextvars.ContextVar("dlvm_eq_optimized_later", default=False)
+_TRACED_TARGET = contextvars.ContextVar("dlvm_eq_traced_target", default=DEFAULT_TARGET)
 
 
 @contextlib.contextmanager
@@ -56,9 +57,13 @@ def traced_for(target: str):
     """Within: tracing for `target`; differentiation leaves the algebra to the target's
     compile where it optimizes the whole module (one e-graph of algebra per function)."""
     token = _OPTIMIZED_LATER.set(optimizes(target))
+    # a gradient made while tracing is extracted for the target's costs (issue 33: whether
+    # attention runs fused is priced per machine)
+    target_token = _TRACED_TARGET.set(target if target in _NATIVE else DEFAULT_TARGET)
     try:
         yield
     finally:
+        _TRACED_TARGET.reset(target_token)
         _OPTIMIZED_LATER.reset(token)
 
 
@@ -79,6 +84,12 @@ def optimizes(target: str) -> bool:
     not a back end registered in its place)."""
     native = _NATIVE.get(target)
     return native is not None and _BACKENDS.get(target) is native
+
+
+def traced_target() -> str:
+    """The native target (cpu or gpu) the module being traced is compiled for; cpu outside jit
+    and for other back ends."""
+    return _TRACED_TARGET.get()
 
 
 def will_be_optimized() -> bool:
