@@ -5,7 +5,9 @@ rules/attention.egg; where extraction picks the fused `attention` op (the cost m
 for the forward), the reverse pass then meets `attention` itself, and
 rules/attention_adjoint.egg offers the fused backward beside the plain one (extraction prices
 both again, with the backward). The fused forward is kept only where the fused forward and
-backward together are predicted no dearer than the naive program and its reverse pass.
+backward together are predicted no dearer than the naive program and its reverse pass, on
+`target`'s machine (a gradient traced under `jit(target="gpu")` is priced for the gpu's PTX
+kernels: extract/attention_cost.py).
 
     fn = with_fused_attention(module, fn, target, budget)   # fn itself where nothing is fused
 """

@@ -1,4 +1,4 @@
-"""Cost of the fused `Attention` e-node (ir/attention_op.py): what the CPU kernel runs.
+"""Cost of the fused `Attention` e-node (ir/attention_op.py): what the CPU or GPU kernel runs.
 
 Per batch index, each (query block, key block) pair costs its two block products at the
 calibrated matmul rate, the softmax work on the block's scores (an exp and a few flops per

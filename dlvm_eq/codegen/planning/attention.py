@@ -1,6 +1,7 @@
 """`attention` and `attentionBackward` as plan steps (ir/attention_op.py): the fused kernels on
-the CPU (runtime/attention_cpu.py, runtime/attention_backward.py); on the GPU the ops'
-reference semantics through CuPy (no fused kernel there yet: it writes the scores).
+the CPU (runtime/attention_cpu.py, runtime/attention_backward.py); on the GPU the PTX kernels
+(gpu/attention_ptx.py, gpu/attention_backward_ptx.py, launched by gpu/attention_gpu.py), or the
+ops' reference semantics through CuPy where they do not apply (more than two batch dims).
 
 The three `attentionBackward` values of one attention (dQ, dK, dV: same operands, scale and
 causal mode, save that dV's reads g in o's place) are one step with three outputs: one kernel
