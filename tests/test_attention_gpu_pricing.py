@@ -13,6 +13,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse for this module
 
 import dlvm_eq as dq
@@ -84,6 +86,34 @@ def test_a_shape_the_kernel_does_not_cover_is_not_priced_fused():
     """Three batch dims: the gpu step runs the reference, which writes the scores."""
     x = TensorType((2, 2, 2, 8, 4), DType.f32)
     assert attention_cost.gpu_attention_seconds(MACHINES["gpu"], x, x, x, x) == math.inf
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    batch=st.lists(st.integers(1, 8), max_size=2),
+    m=st.integers(1, 3000),
+    n=st.integers(1, 3000),
+    d=st.sampled_from([8, 64, 128]),
+    e=st.sampled_from([8, 64]),
+)
+def test_gpu_prices_grow_with_the_work(batch, m, n, d, e):
+    """More keys never cost less; causal never more; the backward dearer than the forward."""
+    mc, b = MACHINES["gpu"], tuple(batch)
+    q, o = TensorType(b + (m, d), DType.f32), TensorType(b + (m, e), DType.f32)
+
+    def price(keys, causal=False, backward=False):
+        k, v = TensorType(b + (keys, d), DType.f32), TensorType(b + (keys, e), DType.f32)
+        f = (
+            attention_cost.gpu_attention_backward_seconds
+            if backward
+            else (attention_cost.gpu_attention_seconds)
+        )
+        return f(mc, q, k, v, o, causal)
+
+    assert math.isfinite(price(n))
+    assert price(n) <= price(n + 64)
+    assert price(n, causal=True) <= price(n)
+    assert price(n) < price(n, backward=True)
 
 
 def attn(q, k, v, mask):
