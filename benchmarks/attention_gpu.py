@@ -6,7 +6,7 @@ backward (dQ, dK, dV), float32, head dim 64, medians of alternating rounds; and 
 each against float64 numpy at the smallest seq.
 
     .venv/bin/python benchmarks/attention_gpu.py                      # seq 256 1024 4096
-    .venv/bin/python benchmarks/attention_gpu.py --seq 1024 --out gpu-out/attention_gpu.md
+    .venv/bin/python benchmarks/attention_gpu.py --seq 1024 --out "$OUT/attention_gpu.md"
 
 Run by scripts/gpu-check on a machine with a device; nothing here runs without one.
 """

@@ -133,7 +133,9 @@ def _planned_alone(fn: Function, module: Module | None, target: str) -> Plan:
     from ..codegen import rows_for
     from .planning import plan_function, planned
 
-    if any(i.op == "apply" for i in fn.body):
+    # The plan cache keys by a target's name: a Machine (a calibrated or test profile) has
+    # none, so its plans are made afresh.
+    if not isinstance(target, str) or any(i.op == "apply" for i in fn.body):
         return plan_function(fn, module, rows=rows_for(target), target=target)
     alone = Module(fn.name)
     alone.add(fn)
