@@ -56,7 +56,7 @@ from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
-from ..extract.target_cost import TargetCost, flops_per_element
+from ..extract.target_cost import BATCH_ENTRY_SECONDS, TargetCost, flops_per_element
 from ..ir import window_ops
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
@@ -193,9 +193,11 @@ def product_seconds(
     machine's matmul formula."""
     flops = 2.0 * m * k * n
     points = mc.matmul_points
+    # each entry of a batch pays the batch loop's call of one product (target_cost's figure)
+    entries = batch * BATCH_ENTRY_SECONDS if batch > 1 else 0.0
     if not points:
         one = mc.matmul_seconds(m, k, n)
-        return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
+        return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate) + entries
     call = min(p.seconds for p in points)  # the smallest product: the call dominates
     layout = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
     # k = 1 (an outer product) runs as a broadcasting multiply, without BLAS (gemm_runtime.
@@ -220,7 +222,7 @@ def product_seconds(
         w = 1.0 / (d + 0.05) ** 2
         log_sum += w * math.log(work)
         weight_sum += w
-    return call + batch * math.exp(log_sum / weight_sum)
+    return call + batch * math.exp(log_sum / weight_sum) + entries
 
 
 def _transposed(v: View) -> bool:
