@@ -56,7 +56,12 @@ from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
-from ..extract.target_cost import BATCH_ENTRY_SECONDS, TargetCost, flops_per_element
+from ..extract.target_cost import (
+    BATCH_ENTRY_SECONDS,
+    INDEX_PASSES,
+    TargetCost,
+    flops_per_element,
+)
 from ..ir import window_ops
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
@@ -67,10 +72,10 @@ from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 # bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
 # loop; a slice scatter fills then copies; a cumsum reads, adds and writes)
 DEFAULT_PASSES = {
-    "scatterAdd": 8.0,
+    "scatterAdd": INDEX_PASSES["ScatterAdd"],
     "sliceScatter": 2.0,
     "cumsum": 2.0,
-    "take": 1.5,
+    "take": INDEX_PASSES["Take"],
     **{op: 3.0 for op in window_ops.WINDOW_OPS},
 }
 _SHORT_TO_DLVM = {short: dlvm for dlvm, short in DLVM_NAMES.items()}

@@ -35,7 +35,7 @@ from ..ir.registry import EGRAPH_ONLY
 from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import TensorType
 from .attention_cost import attention_backward_seconds, attention_seconds
-from .machine import Machine, machine
+from .machine import Machine, interpolate, machine
 from .window_cost import window_seconds
 
 INF = math.inf
@@ -69,6 +69,12 @@ def _read_flags(only, prims: list[str]) -> tuple[bool, ...]:
 # flops take 0.2 us; one thread, this kind of machine). Without it a batched product priced as
 # one GEMM of its flops, and its multiply-and-reduce form (rules/layout.egg) lost to it.
 BATCH_ENTRY_SECONDS = 1e-7
+
+# passes over the bytes a gather or a scatter moves (its source rows or g, its indices and its
+# result), as numpy runs them: take is a buffered gather, scatter-add an unbuffered loop (the
+# same figures price the planned steps: calibration/plan_cost.DEFAULT_PASSES). Priced by their
+# output alone, a scatter of 512 rows into 64 cost less than the 64-row product it precedes.
+INDEX_PASSES = {"Take": 1.5, "ScatterAdd": 8.0}
 
 # an operand up to this size is re-read from a core's cache (L2: 512 KiB on this EPYC), not memory
 CACHE_BYTES = 512 * 1024
@@ -136,6 +142,22 @@ class TargetCost:
             + elements_in / (mc.reduce_rate or mc.flop_rate)
             + copies * t_out.size * t_out.dtype.itemsize / mc.bandwidth
         )
+
+    def index_seconds(self, op: str, t: TensorType, child) -> float:
+        """A gather (`Take`) or scatter (`ScatterAdd`): the bytes it moves (a gather reads as
+        many rows as it writes, a scatter all of g) on the measured grid of that step kind, or a
+        launch plus INDEX_PASSES passes over them at the machine's bandwidth."""
+        src, ids = child(0), child(1)
+        if src is None or ids is None:
+            return INF
+        out = t.size * t.dtype.itemsize
+        read = out if op == "Take" else src.size * src.dtype.itemsize
+        moved = read + ids.size * ids.dtype.itemsize + out
+        mc = self.machine
+        grid = mc.step_grids.get("take" if op == "Take" else "scatterAdd")
+        if grid:
+            return mc.node_overhead + interpolate(grid, max(moved, 1.0))
+        return mc.node_overhead + mc.launch + INDEX_PASSES[op] * moved / mc.bandwidth
 
     # ------------------------------------------------------------ the cost model
     def node_cost(self, graph, node_id: str) -> float:
@@ -284,11 +306,11 @@ class TargetCost:
             # reads in place (codegen/planning/views.py): priced like a map fused into its
             # reader; moving the innermost axis makes its readers' rows strided, priced a copy
             return self.elementwise_seconds(op, t)
+        if op in INDEX_PASSES:
+            return self.index_seconds(op, t, child)
         if op in (
             "Transpose",
             "Concatenate",
-            "Take",
-            "ScatterAdd",
             "StridedSlice",
             "SliceScatter",
             "Cumsum",
