@@ -86,8 +86,8 @@ def test_degenerate_batched_product_rule_holds(name, term, unexpected):
 def test_a_batch_of_tiny_products_is_priced_above_its_fused_form():
     """64 entries of 16x32 @ 32x1 (the bilinear layer's forward): the batched product pays a
     call per entry, so that the multiply and the sum over the last axis are cheaper (they are:
-    6.7 against ~3 us measured); a batch of one entry is one product, no entry's call added;
-    plan_cost prices the planned batched product with the same per-entry figure."""
+    6.7 against ~3 us measured); a batch of one entry, or of entries that are real products, pays
+    no entry's call; plan_cost prices the planned batched product with the same per-entry figure."""
     cost = TargetCost("cpu", {})
     a, b, out = tensor(64, 16, 32, F32), tensor(64, 32, 1, F32), tensor(64, 16, 1, F32)
     kids = (a, b)
@@ -101,6 +101,13 @@ def test_a_batch_of_tiny_products_is_priced_above_its_fused_form():
     single = cost.term_cost("BatchMatmul", tensor(1, 16, 1, F32), one.__getitem__)
     assert single == pytest.approx(
         cost.machine.node_overhead + cost.dot_seconds(16, 32, 1), rel=1e-12
+    )
+    # entries of real products run in the batched GEMM's native loop: no call an entry (a
+    # pointwise convolution's weight adjoint, 8 entries of 16x256x16)
+    real = (tensor(8, 16, 256, F32), tensor(8, 256, 16, F32))
+    pointwise = cost.term_cost("BatchMatmul", tensor(8, 16, 16, F32), real.__getitem__)
+    assert pointwise == pytest.approx(
+        cost.machine.node_overhead + cost.dot_seconds(8 * 16, 256, 16), rel=1e-12
     )
     mc = MACHINES["cpu"]
     entries = product_seconds(mc, 16, 32, 1, batch=64) - product_seconds(mc, 16, 32, 1, batch=1)

@@ -57,9 +57,9 @@ from ..codegen.planning.window import WindowStep
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
 from ..extract.target_cost import (
-    BATCH_ENTRY_SECONDS,
     INDEX_PASSES,
     TargetCost,
+    batch_entries_seconds,
     flops_per_element,
 )
 from ..ir import window_ops
@@ -198,8 +198,8 @@ def product_seconds(
     machine's matmul formula."""
     flops = 2.0 * m * k * n
     points = mc.matmul_points
-    # each entry of a batch pays the batch loop's call of one product (target_cost's figure)
-    entries = batch * BATCH_ENTRY_SECONDS if batch > 1 else 0.0
+    # an entry with a dimension of 1 pays numpy's loop's call of one product (target_cost's)
+    entries = batch_entries_seconds(batch, m, k, n)
     if not points:
         one = mc.matmul_seconds(m, k, n)
         return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate) + entries

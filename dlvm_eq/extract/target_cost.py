@@ -64,11 +64,20 @@ def _read_flags(only, prims: list[str]) -> tuple[bool, ...]:
     return only.reads(only.attrs(tuple(prims)))
 
 
-# each entry of a batched product beyond its flops: the batch loop's call of one small product
-# (numpy ran 64 entries of 16x32 @ 32x1 in 6.7 us and of 16x1 @ 1x32 in 49 us, where their
-# flops take 0.2 us; one thread, this kind of machine). Without it a batched product priced as
-# one GEMM of its flops, and its multiply-and-reduce form (rules/layout.egg) lost to it.
+# each entry of a batched product with a dimension of 1 beyond its flops: numpy's loop calls one
+# small product an entry (codegen's batched GEMM declines such entries: 64 entries of 16x32 @
+# 32x1 took 6.7 us and of 16x1 @ 1x32 49 us, where their flops take 0.2 us; one thread, this
+# kind of machine). Without it such a product priced as one GEMM of its flops, and its
+# multiply-and-reduce form (rules/layout.egg) lost to it. Entries of real products run in the
+# batched GEMM's native loop: charged per entry, a pointwise convolution's weight adjoint
+# (8 entries of 16x256x16) lost its product form and measured 1.15x slower.
 BATCH_ENTRY_SECONDS = 1e-7
+
+
+def batch_entries_seconds(batch: int, m: int, k: int, n: int) -> float:
+    """The per-entry cost of `batch` products (m, k) @ (k, n) in one call (see above)."""
+    return batch * BATCH_ENTRY_SECONDS if batch > 1 and min(m, k, n) == 1 else 0.0
+
 
 # passes over the bytes a gather or a scatter moves (its source rows or g, its indices and its
 # result), as numpy runs them: take is a buffered gather, scatter-add an unbuffered loop (the
@@ -291,7 +300,7 @@ class TargetCost:
             return (
                 self.machine.node_overhead
                 + self.dot_seconds(batch * a.shape[-2], a.shape[-1], b.shape[-1])
-                + (batch * BATCH_ENTRY_SECONDS if batch > 1 else 0.0)
+                + batch_entries_seconds(batch, a.shape[-2], a.shape[-1], b.shape[-1])
             )
         if op == "Slice":  # read in place (planning/planner.py: an alias, strided reads)
             return self.machine.node_overhead
