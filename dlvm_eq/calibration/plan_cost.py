@@ -56,7 +56,12 @@ from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
-from ..extract.target_cost import TargetCost, flops_per_element
+from ..extract.target_cost import (
+    INDEX_PASSES,
+    TargetCost,
+    batch_entries_seconds,
+    flops_per_element,
+)
 from ..ir import window_ops
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
@@ -67,10 +72,10 @@ from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 # bytes-moved passes of a kind without a measured grid (numpy's scatter-add is an unbuffered
 # loop; a slice scatter fills then copies; a cumsum reads, adds and writes)
 DEFAULT_PASSES = {
-    "scatterAdd": 8.0,
+    "scatterAdd": INDEX_PASSES["ScatterAdd"],
     "sliceScatter": 2.0,
     "cumsum": 2.0,
-    "take": 1.5,
+    "take": INDEX_PASSES["Take"],
     **{op: 3.0 for op in window_ops.WINDOW_OPS},
 }
 _SHORT_TO_DLVM = {short: dlvm for dlvm, short in DLVM_NAMES.items()}
@@ -193,9 +198,11 @@ def product_seconds(
     machine's matmul formula."""
     flops = 2.0 * m * k * n
     points = mc.matmul_points
+    # an entry with a dimension of 1 pays numpy's loop's call of one product (target_cost's)
+    entries = batch_entries_seconds(batch, m, k, n)
     if not points:
         one = mc.matmul_seconds(m, k, n)
-        return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate)
+        return mc.launch + batch * max(one - mc.launch, flops / mc.blas_rate) + entries
     call = min(p.seconds for p in points)  # the smallest product: the call dominates
     layout = [p for p in points if (p.trans_a, p.trans_b) == (trans_a, trans_b)] or list(points)
     # k = 1 (an outer product) runs as a broadcasting multiply, without BLAS (gemm_runtime.
@@ -220,7 +227,7 @@ def product_seconds(
         w = 1.0 / (d + 0.05) ** 2
         log_sum += w * math.log(work)
         weight_sum += w
-    return call + batch * math.exp(log_sum / weight_sum)
+    return call + batch * math.exp(log_sum / weight_sum) + entries
 
 
 def _transposed(v: View) -> bool:

@@ -5,8 +5,8 @@ read only by products is a BLAS flag or a strided read and costs nothing), and w
 rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` rulesets: transposes
 moved through maps and reductions, cancelled, folded into products). Where the program has
 convolutions: how many stayed convolutions (im2col + GEMM in NCHW), how many pointwise ones
-became batched products over the (N, C, H*W) view and how many depthwise ones shifted
-multiply-adds (rules/layout.egg), with the predicted seconds of the convolutions and batched
+became batched products over the (N, C, H*W) view, how many depthwise ones shifted
+multiply-adds and how many 1-D ones of width 3 channels-last products (rules/layout.egg), with the predicted seconds of the convolutions and batched
 products before and after (the multiply-adds' maps are in the plan's own prediction).
 
     layout_lines(before, after, saturation, "cpu")
@@ -78,11 +78,14 @@ _EGG.update(conv2dBackwardWeight="Conv2dBackwardWeight", batchMatmul="BatchMatmu
 
 
 def _kind(ins) -> str:
-    """ "pointwise" (1x1 weights, one group), "depthwise" (a group per channel) or "other"."""
+    """ "pointwise" (1x1 weights, one group), "depthwise" (a group per channel), "1-D" (1x3
+    weights, one group) or "other"."""
     w = (ins.result if ins.op == "conv2dBackwardWeight" else ins.operands[1]).type.shape
     groups = ins.attrs.get("groups", 1)
     if groups == 1 and tuple(w[2:]) == (1, 1):
         return "pointwise"
+    if groups == 1 and tuple(w[2:]) == (1, 3):
+        return "1-D"
     return "depthwise" if groups > 1 and w[1] == 1 else "other"
 
 
@@ -90,7 +93,7 @@ def conv_costs(fn: Function, target="cpu") -> tuple[dict[str, int], float]:
     """(convolutions by kind, predicted seconds of the convolutions and batched products) of
     an IR function."""
     model = TargetCost(target, {})
-    kinds = {"pointwise": 0, "depthwise": 0, "other": 0}
+    kinds = {"pointwise": 0, "depthwise": 0, "1-D": 0, "other": 0}
     seconds = 0.0
     for ins in fn.body:
         if ins.op not in _EGG:
@@ -111,9 +114,11 @@ def conv_line(before: Function, after: Function, target="cpu") -> list[str]:
     if not n0 or n0 == n1:
         return []
     pw, dw = k0["pointwise"] - k1["pointwise"], k0["depthwise"] - k1["depthwise"]
+    taps = k0["1-D"] - k1["1-D"]
     return [
         f"layout: convolutions {n0} -> {n1} ({pw} pointwise as batched products, {dw} depthwise "
-        f"as shifted multiply-adds), predicted convolutions and batched products "
+        f"as shifted multiply-adds, {taps} 1-D as channels-last products of shifted taps), "
+        f"predicted convolutions and batched products "
         f"{seconds_text(s0)} -> {seconds_text(s1)}"
     ]
 

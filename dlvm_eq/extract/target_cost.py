@@ -35,7 +35,7 @@ from ..ir.registry import EGRAPH_ONLY
 from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import TensorType
 from .attention_cost import attention_backward_seconds, attention_seconds
-from .machine import Machine, machine
+from .machine import Machine, interpolate, machine
 from .window_cost import window_seconds
 
 INF = math.inf
@@ -63,6 +63,27 @@ def _read_flags(only, prims: list[str]) -> tuple[bool, ...]:
     primitive arguments as the serialized e-graph spells them."""
     return only.reads(only.attrs(tuple(prims)))
 
+
+# each entry of a batched product with a dimension of 1 beyond its flops: numpy's loop calls one
+# small product an entry (codegen's batched GEMM declines such entries: 64 entries of 16x32 @
+# 32x1 took 6.7 us and of 16x1 @ 1x32 49 us, where their flops take 0.2 us; one thread, this
+# kind of machine). Without it such a product priced as one GEMM of its flops, and its
+# multiply-and-reduce form (rules/layout.egg) lost to it. Entries of real products run in the
+# batched GEMM's native loop: charged per entry, a pointwise convolution's weight adjoint
+# (8 entries of 16x256x16) lost its product form and measured 1.15x slower.
+BATCH_ENTRY_SECONDS = 1e-7
+
+
+def batch_entries_seconds(batch: int, m: int, k: int, n: int) -> float:
+    """The per-entry cost of `batch` products (m, k) @ (k, n) in one call (see above)."""
+    return batch * BATCH_ENTRY_SECONDS if batch > 1 and min(m, k, n) == 1 else 0.0
+
+
+# passes over the bytes a gather or a scatter moves (its source rows or g, its indices and its
+# result), as numpy runs them: take is a buffered gather, scatter-add an unbuffered loop (the
+# same figures price the planned steps: calibration/plan_cost.DEFAULT_PASSES). Priced by their
+# output alone, a scatter of 512 rows into 64 cost less than the 64-row product it precedes.
+INDEX_PASSES = {"Take": 1.5, "ScatterAdd": 8.0}
 
 # an operand up to this size is re-read from a core's cache (L2: 512 KiB on this EPYC), not memory
 CACHE_BYTES = 512 * 1024
@@ -130,6 +151,22 @@ class TargetCost:
             + elements_in / (mc.reduce_rate or mc.flop_rate)
             + copies * t_out.size * t_out.dtype.itemsize / mc.bandwidth
         )
+
+    def index_seconds(self, op: str, t: TensorType, child) -> float:
+        """A gather (`Take`) or scatter (`ScatterAdd`): the bytes it moves (a gather reads as
+        many rows as it writes, a scatter all of g) on the measured grid of that step kind, or a
+        launch plus INDEX_PASSES passes over them at the machine's bandwidth."""
+        src, ids = child(0), child(1)
+        if src is None or ids is None:
+            return INF
+        out = t.size * t.dtype.itemsize
+        read = out if op == "Take" else src.size * src.dtype.itemsize
+        moved = read + ids.size * ids.dtype.itemsize + out
+        mc = self.machine
+        grid = mc.step_grids.get("take" if op == "Take" else "scatterAdd")
+        if grid:
+            return mc.node_overhead + interpolate(grid, max(moved, 1.0))
+        return mc.node_overhead + mc.launch + INDEX_PASSES[op] * moved / mc.bandwidth
 
     # ------------------------------------------------------------ the cost model
     def node_cost(self, graph, node_id: str) -> float:
@@ -255,13 +292,15 @@ class TargetCost:
             k = sa[-1] if sa else 1
             n = sb[1] if len(sb) == 2 else 1
             return self.machine.node_overhead + self.gemm_seconds(m, k, n, t.dtype.itemsize)
-        if op == "BatchMatmul":  # one BLAS product per batch index
+        if op == "BatchMatmul":  # one small product per batch index
             a, b = child(0), child(1)
             if a is None or b is None:
                 return INF
             batch = math.prod(t.shape[:-2])
-            return self.machine.node_overhead + self.dot_seconds(
-                batch * a.shape[-2], a.shape[-1], b.shape[-1]
+            return (
+                self.machine.node_overhead
+                + self.dot_seconds(batch * a.shape[-2], a.shape[-1], b.shape[-1])
+                + batch_entries_seconds(batch, a.shape[-2], a.shape[-1], b.shape[-1])
             )
         if op == "Slice":  # read in place (planning/planner.py: an alias, strided reads)
             return self.machine.node_overhead
@@ -276,11 +315,11 @@ class TargetCost:
             # reads in place (codegen/planning/views.py): priced like a map fused into its
             # reader; moving the innermost axis makes its readers' rows strided, priced a copy
             return self.elementwise_seconds(op, t)
+        if op in INDEX_PASSES:
+            return self.index_seconds(op, t, child)
         if op in (
             "Transpose",
             "Concatenate",
-            "Take",
-            "ScatterAdd",
             "StridedSlice",
             "SliceScatter",
             "Cumsum",

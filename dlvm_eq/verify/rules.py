@@ -358,7 +358,7 @@ class RuleChecker:
             res.detail = (
                 f"no assignment of its variables (ranks 0-{s.space.max_rank} with "
                 f"dims {', '.join(map(str, s.space.dims))}, ranks 3-4 with dims 1, 2, "
-                "rank 4 with dims 1, 3 and 3x3 windows) "
+                "rank 4 with dims 1, 3 and 3x3 or 1x3 windows) "
                 "type-checks and satisfies its guards"
             )
             return res

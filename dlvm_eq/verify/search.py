@@ -48,8 +48,9 @@ class Space:
         return replace(self, max_rank=rank, dims=(1, 2), extra_shapes=())
 
     def for_windows(self) -> Space:
-        """The last try: rank-4 shapes of dims 1 and 3 with same-padded 3x3 windows, for rules
-        whose guards ask for a 3x3 kernel (no kernel of the other tries is that big)."""
+        """The last try: rank-4 shapes of dims 1 and 3 with same-padded 3x3 and 1x3 windows,
+        for rules whose guards ask for such a kernel (no kernel of the other tries is that
+        big)."""
         return replace(self, max_rank=4, dims=(1, 3), extra_shapes=(), windows="3x3")
 
 

@@ -24,14 +24,15 @@ _CONV = {
     "groups": [1, 2],
     "size": _SIZES,
 }
-# the last try for rules no small window satisfies (rules/layout.egg's depthwise 3x3 forms):
-# "same" 3x3 windows, searched over rank-4 shapes of dims 1 and 3 (`Space.for_windows`)
+# the last try for rules no small window satisfies (rules/layout.egg's depthwise 3x3 and
+# conv1d forms): "same" 3x3 and 1x3 windows, searched over rank-4 shapes of dims 1 and 3
+# (`Space.for_windows`)
 _CONV_3X3 = {
     "stride": [(1, 1)],
-    "padding": [(1, 1, 1, 1)],
+    "padding": [(1, 1, 1, 1), (0, 0, 1, 1)],
     "dilation": [(1, 1)],
     "groups": [1, 3],
-    "size": [(3, 3)],
+    "size": [(3, 3), (1, 3)],
 }
 _POOL = {
     "kernel": [(1, 1), (2, 2), (2, 1)],
