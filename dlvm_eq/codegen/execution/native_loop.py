@@ -39,6 +39,7 @@ from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.loop_driver import BUDGET_CYCLES, WORDS, gemm_address, loop_driver
 from ..runtime.row_kernel import RowKernel
+from .packed_products import SCRATCH, pack_buffers, pack_withs, prepack, scratch_buffer
 
 # A loop whose products are all below this many multiply-adds runs them on one OpenBLAS thread
 # (runtime/attention_cpu.one_blas_thread); one at or above it keeps OpenBLAS's threads.
@@ -83,7 +84,9 @@ class Segment:
             row = self.template[r]
             row[0] = rec.kind
             args = list(rec.args)
-            if rec.kind == CALL:
+            if rec.kind == CALL and rec.fn[0] == "packed_gemm":  # our GEMM (packed_products.py)
+                row[1] = rec.fn[1]
+            elif rec.kind == CALL:
                 what, i = rec.fn
                 step = plan.steps[i]
                 if what == "epilogue":
@@ -245,6 +248,8 @@ class _Carries:
 
 class NativeScan:
     def __init__(self, prog, lp: LoopPlan, reverse: bool):
+        # products with a loop-invariant weight: the weight packed once per call
+        lp, self.packs = prepack(lp, prog.plan, prog.plan.params[lp.carries + lp.xs :])
         self.prog, self.plan, self.lp, self.reverse = prog, prog.plan, lp, reverse
         self.seg = Segment(prog, lp)
         self.driver = loop_driver()
@@ -256,6 +261,7 @@ class NativeScan:
         self.y_slots = [r.slot for r in plan.results[nc:]]
         per_call = set(plan.params) | set(lp.swapped.values()) | set(lp.direct_ys)
         per_call |= {("y", j) for j in range(len(self.y_slots))}
+        per_call |= {("packed", j) for j in range(len(self.packs))}
         self.once, self.each = self.seg.split(per_call)
         self.tables = TablePool(self._prepare)
 
@@ -264,9 +270,13 @@ class NativeScan:
         env = self.prog.take_arena()
         places: dict = {}
         keep = _buffers(self.seg, places)
+        packed = pack_buffers(self.packs)
+        if self.packs:
+            keep.append(scratch_buffer())
+            places[SCRATCH] = ("fixed", data_ptr(keep[-1]))
         records = self.seg.template.copy()
         self.seg.place(records, 0, places.get, env, [], self.once)
-        return records, env, keep
+        return records, env, keep, packed
 
     def __call__(self, carries, xs, withs, length: int) -> list:
         plan, lp = self.plan, self.lp
@@ -292,7 +302,11 @@ class NativeScan:
             places[slot] = places[("y", j)]
         table = self.tables.take()
         try:
-            records, env, _ = table
+            records, env, _, packed = table
+            if self.packs:
+                pack_withs(self.packs, dict(zip(self.with_slots, keep[len(xs) :])), packed)
+                for j, buf in enumerate(packed):
+                    places[("packed", j)] = ("fixed", data_ptr(buf))
             patches: list = []
             self.seg.place(records, 0, places.get, env, patches, self.each)
             if self.threaded_blas:
