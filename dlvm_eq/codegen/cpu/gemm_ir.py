@@ -412,7 +412,12 @@ class _Builder:
                 self.pack_b(bsrc, rsb, csb, kc, n, packb)
             # B packed before the call (pack_b_once): panel p of the whole depth K at
             # B + p*K*NR, slice pc at + pc*NR
-            prepacked = self.at(B, b.add(b.mul(b.sdiv(n0, _const(s.nr)), b.mul(K, _const(s.nr))), b.mul(pc, _const(s.nr))))
+            prepacked = self.at(
+                B,
+                b.add(
+                    b.mul(b.sdiv(n0, _const(s.nr)), b.mul(K, _const(s.nr))), b.mul(pc, _const(s.nr))
+                ),
+            )
 
             def mblock(ic):
                 mc = self.minimum(b.sub(m1, ic), _const(s.mc))
