@@ -25,7 +25,8 @@ from dlvm_eq.codegen.planning.loop_plan import (
     Ptr,
     Record,
 )
-from dlvm_eq.codegen.runtime.gemm_runtime import pack_b_panels, shared_gemm
+from dlvm_eq.codegen.runtime.gemm_runtime import CpuGemm, pack_b_panels, shared_gemm
+from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_WIDE
 
 RNG = np.random.default_rng(30)
 
@@ -42,6 +43,16 @@ def test_packed_panels_follow_the_layout_the_gemm_reads():
                     assert got[p, kk, j] == want, (k, n, nr, p, kk, j)
 
 
+_GEMMS: dict = {}
+
+
+def _avx512():
+    """The AVX-512 12 x 32 tile (its 16-lane vectors run as two 8-lane halves on AVX2)."""
+    if not _GEMMS:
+        _GEMMS["avx512"] = CpuGemm(threads=1, tile=AVX512_WIDE)
+    return _GEMMS["avx512"]
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     m=st.integers(1, 40),
@@ -49,11 +60,12 @@ def test_packed_panels_follow_the_layout_the_gemm_reads():
     n=st.integers(1, 70),
     a_by_cols=st.booleans(),
     b_transposed=st.booleans(),
+    tile=st.sampled_from(["host", "avx512"]),
 )
 def test_gemm_on_a_packed_b_equals_float64_and_the_gemm_packing_b_itself(
-    m, k, n, a_by_cols, b_transposed
+    m, k, n, a_by_cols, b_transposed, tile
 ):
-    g = shared_gemm(False)
+    g = shared_gemm(False) if tile == "host" else _avx512()
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((n, k)).astype(np.float32).T if b_transposed else None
     if b is None:
