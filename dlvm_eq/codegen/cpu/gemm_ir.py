@@ -19,6 +19,10 @@ function per micro-tile shape serves every product (compiling one takes ~100 ms)
                  its rows (no packing; MR row streams);
   B_STRIDED      B's columns are not contiguous (e.g. W.T): B is packed element by element
                  instead of with vector copies;
+  B_PACKED       B was packed before the call, for the whole depth K (gemm_runtime's
+                 pack_b_panels: panel p, the NR columns from p*NR, at B + p*K*NR, row k of it
+                 at + k*NR); n0 is a multiple of NR; nothing is packed and rsB, csB are unused
+                 (a loop's weight, packed once for all its steps: execution/packed_products.py);
   ACCUMULATE     C += A @ B instead of C = A @ B.
 B is packed into NR-column panels (zero-padded at the right edge) for each KC-deep slice of K;
 a call whose rows fit in one micro-tile uses each element of B once and reads B in place
