@@ -9,7 +9,9 @@ between steps (the driver returns to Python about every 10 ms, so Ctrl-C stops a
 
 The body's buffers are reused across steps: its temporaries stay in the one arena, its
 outputs are one buffer each per call, its ys are written into their rows of the stacked ys (in
-place where the body's output is the y's alone). A carry whose result is an output buffer of
+place where the body's output is the y's alone; the stacked ys of a call are reused by the
+next once nothing else holds them, `Recycled`). Products whose B is a loop-invariant weight
+run through our GEMM on that weight packed once per call (packed_products.py). A carry whose result is an output buffer of
 its own swaps buffers with it every step (ping-pong); other carry results are copied into the
 carry parameter after each step. A kernel that a plain call splits over threads runs as one
 call on the driver's thread (the same bits: its chunks are independent). What cannot run
