@@ -4,7 +4,7 @@ issue 30): the packed layout against its index formula; the GEMM on a packed B a
 numpy and bit-identical to the same GEMM packing B itself, on random shapes (K over several
 slices, transposed A and B, ragged edges); which records are rewritten and which are not; and
 an LSTM through dq.scan with its weights packed, against float64 PyTorch and against the same
-program on OpenBLAS."""
+program on OpenBLAS and the interpreter."""
 
 from __future__ import annotations
 
@@ -170,6 +170,9 @@ def test_an_lstm_with_packed_weights_equals_float64_torch_and_openblas(monkeypat
     want_value, want_grads = _torch_float64(p, h0, xs)
     _close(value, want_value)
     _close(value, plain_value)
+    i_value, i_grads = dq.jit(dq.value_and_grad(loss), target="interp")(p, h0, xs)
+    _close(value, i_value)
     for k in p:
         _close(grads[k], want_grads[k])
         _close(grads[k], plain_grads[k])
+        _close(grads[k], i_grads[k])
