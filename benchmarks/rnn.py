@@ -316,29 +316,47 @@ def large_bodies(rounds: int = 5) -> list[list]:
     return rows
 
 
-def residual_choices(steps: int, cell: str, hidden: int, rounds: int = 40) -> str:
-    """CPU ms a call with ad/scan_residuals.py's storage choices off and on, in one process,
-    calls alternated (each compiled once, the same arguments)."""
-    import numpy as np
+def _switch(name: str, on: bool) -> None:
+    """Turn a code-generation choice off or on (before compiling: it is read then)."""
+    if name == "residuals":
+        from dlvm_eq.ad import scan_residuals as sr
 
-    from dlvm_eq.ad import scan_residuals as sr
+        sr.STORE_UNTRANSPOSED = sr.RECOMPUTE_CHEAP = on
+    else:  # "prepack": a loop's products with a loop-invariant weight packed once per call
+        from dlvm_eq.codegen.execution import packed_products
+
+        packed_products.PREPACK = on
+
+
+def choice_off_on(steps: int, cell: str, hidden: int, switch: str, rounds: int = 40) -> str:
+    """CPU ms a call with a choice (`_switch`) off and on, and nn.LSTM / nn.GRU on one thread,
+    in one process, calls alternated (each compiled once, the same arguments)."""
+    import numpy as np
 
     args = _data(steps, cell, hidden)
     progs = []
     for on in (False, True):
-        sr.STORE_UNTRANSPOSED = sr.RECOMPUTE_CHEAP = on
+        _switch(switch, on)
         progs.append(_dq_program("dq-scan", cell))
         progs[-1](*args)
-    sr.STORE_UNTRANSPOSED = sr.RECOMPUTE_CHEAP = True
-    times: list[list[float]] = [[], []]
+    _switch(switch, True)
+    if _has("torch"):
+        import torch
+
+        torch.set_num_threads(TORCH_THREADS)
+        run = _torch_program("torch-nn", cell, args)
+        progs.append(lambda *_: run())
+    times: list[list[float]] = [[] for _ in progs]
     for _ in range(rounds):
         for f, acc in zip(progs, times):
             c0 = time.process_time()
             f(*args)
             acc.append(time.process_time() - c0)
-    off, on = (1e3 * float(np.median(t)) for t in times)
+    ms = [1e3 * float(np.median(t)) for t in times]
+    torch_ms = f", nn.{cell.upper()} {ms[2]:.2f} ms" if len(ms) > 2 else ""
     return (
-        f"{cell} {hidden} T={steps}: off {off:.2f} ms, on {on:.2f} ms CPU a call ({on / off:.3f}x)"
+        f"{cell} {hidden} T={steps}: {switch} off {ms[0]:.2f} ms, on {ms[1]:.2f} ms CPU a call "
+        f"({ms[1] / ms[0]:.3f}x){torch_ms}"
     )
 
 
@@ -439,7 +457,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--table-only", action="store_true", help="no overhead, SGD or memory runs")
     ap.add_argument(
-        "--residuals", action="store_true", help="the scan residuals' storage choices off and on"
+        "--choice",
+        choices=["residuals", "prepack"],
+        help="CPU time with a choice off and on (the scan residuals' storage; packed weights)",
     )
     ap.add_argument("--overhead-only", action="store_true", help="print the drivers' overheads")
     ap.add_argument("--update", type=Path, help="write the table into this markdown file")
@@ -449,9 +469,10 @@ def main() -> None:
         print(json.dumps(run_one(a.one[0], int(a.one[1]), a.repeats, a.cell, a.hidden)))
         return
     load = os.getloadavg()[0]
-    if a.residuals:
+    if a.choice:
         for steps in a.steps:
-            print(f"load {os.getloadavg()[0]:.1f}", residual_choices(steps, a.cell, a.hidden))
+            got = choice_off_on(steps, a.cell, a.hidden, a.choice)
+            print(f"load {os.getloadavg()[0]:.1f}", got)
         return
     if a.overhead_only:
         print(f"load {load:.2f}", overhead(), f"load {os.getloadavg()[0]:.2f}")

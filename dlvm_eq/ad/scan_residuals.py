@@ -27,7 +27,7 @@ from ..ir.module import Const, Function, FunctionBuilder, Instruction, Value
 from ..ir.types import TupleType
 
 # the two storage choices of the module docstring (off: every residual stored as the VJP has
-# it; benchmarks/rnn.py --residuals measures both in one process)
+# it; benchmarks/rnn.py --choice residuals measures both in one process)
 STORE_UNTRANSPOSED = True
 RECOMPUTE_CHEAP = True
 

@@ -19,6 +19,10 @@ function per micro-tile shape serves every product (compiling one takes ~100 ms)
                  its rows (no packing; MR row streams);
   B_STRIDED      B's columns are not contiguous (e.g. W.T): B is packed element by element
                  instead of with vector copies;
+  B_PACKED       B was packed before the call, for the whole depth K (gemm_runtime's
+                 pack_b_panels: panel p, the NR columns from p*NR, at B + p*K*NR, row k of it
+                 at + k*NR); n0 is a multiple of NR; nothing is packed and rsB, csB are unused
+                 (a loop's weight, packed once for all its steps: execution/packed_products.py);
   ACCUMULATE     C += A @ B instead of C = A @ B.
 B is packed into NR-column panels (zero-padded at the right edge) for each KC-deep slice of K;
 a call whose rows fit in one micro-tile uses each element of B once and reads B in place
@@ -52,7 +56,7 @@ I64 = ir.IntType(64)
 PTR = ir.PointerType()
 LANES = 16  # float32 lanes of an AVX-512 vector (the default tile's)
 N_ARGS = 18  # the GEMM's arguments (the worker pool passes up to 32)
-ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED = 1, 2, 4, 8
+ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED, B_PACKED = 1, 2, 4, 8, 16
 
 
 @dataclass(frozen=True)
@@ -378,8 +382,8 @@ class _Builder:
         def flag(bit):
             return b.icmp_signed("!=", b.and_(flags, I32(bit)), I32(0))
 
-        acc_flag, a_cols, a_rows_packed, self.b_strided = (
-            flag(f) for f in (ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED)
+        acc_flag, a_cols, a_rows_packed, self.b_strided, b_packed = (
+            flag(f) for f in (ACCUMULATE, A_COLS, A_ROWS_PACKED, B_STRIDED, B_PACKED)
         )
         a_packed = b.or_(a_cols, a_rows_packed)
         has_epi = b.icmp_unsigned("!=", b.ptrtoint(epi, I64), _const(0))
@@ -387,7 +391,7 @@ class _Builder:
         # One row of micro-tiles uses each element of B once: packing it would only copy it.
         # Read B in place then (columns contiguous, whole panels only).
         direct = b.and_(
-            b.not_(self.b_strided),
+            b.not_(b.or_(self.b_strided, b_packed)),
             b.and_(
                 b.icmp_signed("<=", b.sub(m1, m0), _const(s.mr)),
                 b.icmp_signed("==", b.srem(n, _const(s.nr)), _const(0)),
@@ -408,8 +412,16 @@ class _Builder:
             add_old = b.or_(acc_flag, b.icmp_signed(">", pc, _const(0)))
             run_epi = b.and_(has_epi, b.icmp_signed(">=", b.add(pc, kc), K))
             bsrc = self.at(B, b.add(b.mul(pc, rsb), b.mul(n0, csb)))
-            with b.if_then(b.not_(direct)):
+            with b.if_then(b.not_(b.or_(direct, b_packed))):
                 self.pack_b(bsrc, rsb, csb, kc, n, packb)
+            # B packed before the call (pack_b_once): panel p of the whole depth K at
+            # B + p*K*NR, slice pc at + pc*NR
+            prepacked = self.at(
+                B,
+                b.add(
+                    b.mul(b.sdiv(n0, _const(s.nr)), b.mul(K, _const(s.nr))), b.mul(pc, _const(s.nr))
+                ),
+            )
 
             def mblock(ic):
                 mc = self.minimum(b.sub(m1, ic), _const(s.mc))
@@ -422,6 +434,7 @@ class _Builder:
                     bpanel = b.select(
                         direct, self.at(bsrc, jr), self.at(packb, b.mul(jr, _const(s.kc)))
                     )
+                    bpanel = b.select(b_packed, self.at(prepacked, b.mul(jr, K)), bpanel)
                     nvalid = self.minimum(b.sub(n, jr), _const(s.nr))
 
                     def itile(ir_):

@@ -9,7 +9,9 @@ between steps (the driver returns to Python about every 10 ms, so Ctrl-C stops a
 
 The body's buffers are reused across steps: its temporaries stay in the one arena, its
 outputs are one buffer each per call, its ys are written into their rows of the stacked ys (in
-place where the body's output is the y's alone). A carry whose result is an output buffer of
+place where the body's output is the y's alone; the stacked ys of a call are reused by the
+next once nothing else holds them, `Recycled`). Products whose B is a loop-invariant weight
+run through our GEMM on that weight packed once per call (packed_products.py). A carry whose result is an output buffer of
 its own swaps buffers with it every step (ping-pong); other carry results are copied into the
 carry parameter after each step. A kernel that a plain call splits over threads runs as one
 call on the driver's thread (the same bits: its chunks are independent). What cannot run
@@ -25,6 +27,7 @@ under a lock).
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -39,6 +42,7 @@ from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.loop_driver import BUDGET_CYCLES, WORDS, gemm_address, loop_driver
 from ..runtime.row_kernel import RowKernel
+from .packed_products import SCRATCH, pack_buffers, pack_withs, prepack, scratch_buffer
 
 # A loop whose products are all below this many multiply-adds runs them on one OpenBLAS thread
 # (runtime/attention_cpu.one_blas_thread); one at or above it keeps OpenBLAS's threads.
@@ -83,7 +87,9 @@ class Segment:
             row = self.template[r]
             row[0] = rec.kind
             args = list(rec.args)
-            if rec.kind == CALL:
+            if rec.kind == CALL and rec.fn[0] == "packed_gemm":  # our GEMM (packed_products.py)
+                row[1] = rec.fn[1]
+            elif rec.kind == CALL:
                 what, i = rec.fn
                 step = plan.steps[i]
                 if what == "epilogue":
@@ -243,8 +249,52 @@ class _Carries:
         return [self.b[c] if c in self.b and steps % 2 else a for c, a in enumerate(self.a)]
 
 
+# Stacked ys of at least this many bytes are reused across calls (`Recycled`)
+RECYCLE_BYTES = 1 << 16
+
+
+class Recycled:
+    """A scan's stacked ys of its last call, reused by the next call once nothing else holds
+    them (no reference but this list's, and no view of their memory): the LSTM's value and
+    gradient at hidden 256, T = 64 writes 12 MiB of ys a call, and glibc hands freed blocks
+    that large back to the OS, so each call faulted fresh pages in (benchmarks/rnn.py, fresh
+    processes: 29.9 and 30.9 ms of CPU a call, 27.2 and 27.6 with glibc told to keep freed
+    memory). Costs one call's ys kept alive between calls."""
+
+    def __init__(self):
+        self.arrays: list = []
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple, dtype) -> np.ndarray:
+        with self.lock:
+            for i in range(len(self.arrays)):
+                a = self.arrays[i]
+                fits = a.shape == shape and a.dtype == dtype
+                del a
+                if fits and _only_listed(self.arrays, i):
+                    return self.arrays.pop(i)
+        return aligned_empty(shape, dtype)
+
+    def keep(self, arrays: list) -> None:
+        big = [a for a in arrays if a.nbytes >= RECYCLE_BYTES]
+        with self.lock:
+            self.arrays = big
+
+
+def _only_listed(arrays: list, i: int) -> bool:
+    """Nothing but the list holds arrays[i], nor its memory (an aligned_empty buffer, the base
+    of every view of it): their reference counts equal a probe's that only a list holds, read
+    the same way (so the interpreter's own counting cancels out)."""
+    probe = [aligned_empty((1,), np.uint8)]
+    return sys.getrefcount(arrays[i]) == sys.getrefcount(probe[0]) and sys.getrefcount(
+        arrays[i].base
+    ) == sys.getrefcount(probe[0].base)
+
+
 class NativeScan:
     def __init__(self, prog, lp: LoopPlan, reverse: bool):
+        # products with a loop-invariant weight: the weight packed once per call
+        lp, self.packs = prepack(lp, prog.plan, prog.plan.params[lp.carries + lp.xs :])
         self.prog, self.plan, self.lp, self.reverse = prog, prog.plan, lp, reverse
         self.seg = Segment(prog, lp)
         self.driver = loop_driver()
@@ -256,17 +306,23 @@ class NativeScan:
         self.y_slots = [r.slot for r in plan.results[nc:]]
         per_call = set(plan.params) | set(lp.swapped.values()) | set(lp.direct_ys)
         per_call |= {("y", j) for j in range(len(self.y_slots))}
+        per_call |= {("packed", j) for j in range(len(self.packs))}
         self.once, self.each = self.seg.split(per_call)
         self.tables = TablePool(self._prepare)
+        self.recycled = Recycled()
 
     def _prepare(self):
         """(records with the arena's and the outputs' pointers in place, arena, buffers)."""
         env = self.prog.take_arena()
         places: dict = {}
         keep = _buffers(self.seg, places)
+        packed = pack_buffers(self.packs)
+        if self.packs:
+            keep.append(scratch_buffer())
+            places[SCRATCH] = ("fixed", data_ptr(keep[-1]))
         records = self.seg.template.copy()
         self.seg.place(records, 0, places.get, env, [], self.once)
-        return records, env, keep
+        return records, env, keep, packed
 
     def __call__(self, carries, xs, withs, length: int) -> list:
         plan, lp = self.plan, self.lp
@@ -285,14 +341,18 @@ class NativeScan:
             w = _array(w, plan, s)
             keep.append(w)
             places[s] = ("fixed", data_ptr(w) if w.size else 0)
-        ys = [aligned_empty((length, *_shape(plan, s)), _dtype(plan, s)) for s in self.y_slots]
+        ys = [self.recycled.take((length, *_shape(plan, s)), _dtype(plan, s)) for s in self.y_slots]
         for j, y in enumerate(ys):
             places[("y", j)] = ("moving", data_ptr(y) if y.size else 0, y.strides[0], 0)
         for slot, j in lp.direct_ys.items():
             places[slot] = places[("y", j)]
         table = self.tables.take()
         try:
-            records, env, _ = table
+            records, env, _, packed = table
+            if self.packs:
+                pack_withs(self.packs, dict(zip(self.with_slots, keep[len(xs) :])), packed)
+                for j, buf in enumerate(packed):
+                    places[("packed", j)] = ("fixed", data_ptr(buf))
             patches: list = []
             self.seg.place(records, 0, places.get, env, patches, self.each)
             if self.threaded_blas:
@@ -303,6 +363,7 @@ class NativeScan:
         finally:
             self.tables.give(table)
         del keep
+        self.recycled.keep(ys)
         return cs.values(length) + ys
 
 

@@ -30,6 +30,7 @@ from .plan import (
     PARAM,
     AliasStep,
     BlasStep,
+    ConcatStep,
     CopyStep,
     GemmStep,
     KernelStep,
@@ -133,6 +134,45 @@ def _copy(plan: Plan, dst: Ptr, src_view, es: int):
     return Record(COPY, None, [dst, Ptr(src_view.slot, offset * es), r, c, rs * es, cs * es, es])
 
 
+def _concat(plan: Plan, step: ConcatStep) -> list | None:
+    """A COPY record per part into its rows of the output (dst's row stride in arg 7), None
+    where a part is not a 2-D block whose output rows have adjacent elements."""
+    out = plan.slots[step.out]
+    es = DTYPES[out.dtype].itemsize
+    shape = tuple(out.shape)
+    ostrides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
+    records, start = [], 0
+    for part in step.parts:
+        dst = start * ostrides[step.axis]
+        start += part.shape[step.axis]
+        if 0 in part.shape:
+            continue
+        got = _view(plan, part)
+        if got is None or len(got[1]) != len(shape):
+            return None
+        offset, pshape, pstrides = got
+        merged: list = []  # (extent, src stride, dst stride), adjacent axes merged where both allow
+        for n, s, d in zip(pshape, pstrides, ostrides):
+            if n == 1:
+                continue
+            if merged and merged[-1][1] == s * n and merged[-1][2] == d * n:
+                merged[-1] = (merged[-1][0] * n, s, d)
+            else:
+                merged.append((n, s, d))
+        if len(merged) > 2:
+            return None
+        while len(merged) < 2:
+            merged.insert(0, (1, 0, 0))
+        (r, rs, rd), (c, cs, cd) = merged
+        if cd != 1:
+            return None
+        src = Ptr(part.slot, offset * es)
+        records.append(
+            Record(COPY, None, [Ptr(step.out, dst * es), src, r, c, rs * es, cs * es, es, rd * es])
+        )
+    return records
+
+
 def _blas(plan: Plan, step: BlasStep):
     out = plan.slots[step.out]
     if step.out_view is not None:  # written in its reader's layout: not a plain BLAS call
@@ -193,6 +233,11 @@ def loop_plan(plan: Plan, carries: int, xs: int, swap: bool = True) -> LoopPlan 
             if r is None:
                 return "a product BLAS cannot run in place"
             records.append(r)
+        elif isinstance(step, ConcatStep):
+            got = _concat(plan, step)
+            if got is None:
+                return "a concatenation of parts that are not 2-D blocks"
+            records.extend(got)
         elif isinstance(step, CopyStep):
             es = DTYPES[plan.slots[step.out].dtype].itemsize
             r = _copy(plan, Ptr(step.out), step.src, es)

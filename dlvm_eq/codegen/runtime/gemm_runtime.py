@@ -170,22 +170,29 @@ class CpuGemm:
 
     def flags(self, a: np.ndarray, b: np.ndarray, accumulate: bool = False) -> int:
         """The run-time layout flags for these operands (gemm.A_COLS, ...)."""
-        from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
-
         order = a_order(a)
         if order is None:
             raise ValueError("A needs a contiguous row or column direction (see a_order)")
-        f = A_COLS if order == "cols" else 0
+        return self.layout_flags(order, a.strides[0] // 4, b.strides[1] != 4, accumulate)
+
+    def layout_flags(
+        self, a_order: str, a_row_stride: int, b_strided: bool, accumulate: bool = False
+    ) -> int:
+        """The flags for an A read by "rows" or "cols" (see a_order) with this row stride in
+        elements, and a B whose columns are (not) contiguous."""
+        from ..cpu.gemm_ir import A_COLS, A_ROWS_PACKED, ACCUMULATE, B_STRIDED
+
+        f = A_COLS if a_order == "cols" else 0
         pack = self.pack_rows
         if pack is None:
             pack = (
                 not self.narrow
                 and packs_row_major_a(self.tile)
-                and _rows_collide(a.strides[0] // 4, self.spec.mr)
+                and _rows_collide(a_row_stride, self.spec.mr)
             )
-        if order == "rows" and pack:
+        if a_order == "rows" and pack:
             f |= A_ROWS_PACKED
-        if b.strides[1] != 4:
+        if b_strided:
             f |= B_STRIDED
         return f | (ACCUMULATE if accumulate else 0)
 
@@ -391,6 +398,33 @@ def shared_gemm(narrow: bool) -> CpuGemm:
             if g is None:
                 g = _GEMMS[narrow] = CpuGemm(narrow)
     return g
+
+
+def prepacking_enabled() -> bool:
+    """Whether loops may run products with a loop-invariant B through our GEMM, B packed once
+    before the loop (execution/packed_products.py): unless DLVM_EQ_GEMM=0 ("never ours")."""
+    return settings().gemm != "0"
+
+
+def pack_b_panels(b: np.ndarray, nr: int, out: np.ndarray | None = None) -> np.ndarray:
+    """B (k x n, any strides) as the GEMM's B_PACKED operand: out[p, kk, j] = B[kk, p*nr + j],
+    zeros past n (cpu/gemm_ir.py reads panel p of slice pc at p*k*nr + pc*nr).
+
+    >>> pack_b_panels(np.arange(6, dtype=np.float32).reshape(2, 3), 2).tolist()
+    [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
+    """
+    k, n = b.shape
+    panels = -(-n // nr)
+    if out is None:
+        out = np.empty((panels, k, nr), np.float32)
+    full = n // nr
+    if full:
+        np.copyto(out[:full], b[:, : full * nr].reshape(k, full, nr).transpose(1, 0, 2))
+    if full < panels:
+        rest = n - full * nr
+        out[full, :, :rest] = b[:, full * nr :]
+        out[full, :, rest:] = 0
+    return out
 
 
 def split_tiles(extent: int, parts: int, unit: int) -> list[tuple[int, int]]:

@@ -11,7 +11,8 @@ pointers only: on the SysV x86-64 ABI surplus arguments are ignored, an i32 read
 half; native_pool.py calls them the same way); SGEMM / DGEMM call CBLAS's ?gemm (64-bit
 integers: numpy's OpenBLAS) with alpha 1 and beta 0 from args (order, transa, transb, m, n,
 k, a, lda, b, ldb, c, ldc); COPY copies a rows x cols strided block (args: dst, src, rows,
-cols, row stride and column stride in bytes, element size) into a contiguous dst: a row at a
+cols, row stride and column stride in bytes, element size, dst's row stride in bytes: 0 for
+cols * element size) into dst's rows of adjacent elements (a concatenation's part): a row at a
 time where its elements are adjacent (memmove: a carry copied onto itself is fine), else
 element by element (a load and a store for 4- and 8-byte elements: a memcpy call each made
 the LSTM's 16 x 256 transposed residual cost 10 us a step); BREAK ends the loop, before the
@@ -50,8 +51,9 @@ STATE_WORDS = 6  # [t, length, reverse, budget, broke, record to resume at]
 BUDGET_CYCLES = 1 << 25
 MAX_ARGS = 40  # integer or pointer arguments of a CALL record
 WORDS = 2 + MAX_ARGS
-SYMBOL = "dq_loop_driver_v5"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1;
-# v3 copied a strided element with a memcpy call; v4 had no PICK, LOOP or resumed step
+SYMBOL = "dq_loop_driver_v6"  # v1 took (length, reverse) as arguments; v2's BREAK had no arg 1;
+# v3 copied a strided element with a memcpy call; v4 had no PICK, LOOP or resumed step; v5's COPY
+# had no dst row stride
 
 _LOCK = threading.Lock()
 _DRIVER: list = []
@@ -191,6 +193,9 @@ broke:
 kcopy:
   %dstp = inttoptr i64 %a0 to ptr
   %srcp = inttoptr i64 %a1 to ptr
+  %drow0 = mul i64 %a3, %a6
+  %drowz = icmp eq i64 %a7, 0
+  %drs = select i1 %drowz, i64 %drow0, i64 %a7
   br label %crow
 crow:
   %i = phi i64 [0, %kcopy], [%i1, %crownext]
@@ -201,8 +206,7 @@ crowkind:
   br i1 %dense, label %crowfast, label %ccol
 crowfast:
   %fs = mul i64 %i, %a4
-  %fd0 = mul i64 %i, %a3
-  %fd = mul i64 %fd0, %a6
+  %fd = mul i64 %i, %drs
   %fn0 = mul i64 %a3, %a6
   %fsp = getelementptr i8, ptr %srcp, i64 %fs
   %fdp = getelementptr i8, ptr %dstp, i64 %fd
@@ -216,9 +220,9 @@ celem:
   %si0 = mul i64 %i, %a4
   %si1 = mul i64 %j, %a5
   %si = add i64 %si0, %si1
-  %di0 = mul i64 %i, %a3
-  %di1 = add i64 %di0, %j
-  %di = mul i64 %di1, %a6
+  %di0 = mul i64 %i, %drs
+  %di1 = mul i64 %j, %a6
+  %di = add i64 %di0, %di1
   %sp = getelementptr i8, ptr %srcp, i64 %si
   %dp = getelementptr i8, ptr %dstp, i64 %di
   switch i64 %a6, label %cany [ i64 4, label %c4
