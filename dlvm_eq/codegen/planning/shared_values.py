@@ -20,7 +20,6 @@ from ...ir.inline import KERNEL_EXPR_OPS
 from ...ir.op_spec import COST_FLOPS
 from ...ir.ops import OPS
 from ..kernels.kernel_spec import c_strides
-from ..kernels.rows import rebuild
 from ..kernels.spec import DTYPES, Binary, Cast, Const, Expr, Load, Select, Unary, children
 from .kernel_groups import VIEW_OPS
 from .values import EwOut, Fused
@@ -47,20 +46,34 @@ def ops_within(expr: Expr, limit: int) -> int:
     return n
 
 
-def expr_flops(expr: Expr, limit: float) -> float:
-    """Flops per element of `expr`'s DAG (each op once), counting stops past `limit`."""
+def expr_flops(expr: Expr, limit: float, written=()) -> float:
+    """Flops per element of `expr`'s DAG (each op once) above the nodes in `written` (loaded,
+    not computed), counting stops past `limit`."""
     seen, stack, f = set(), [expr], 0.0
     while stack and f <= limit:
         e = stack.pop()
         if e in seen or isinstance(e, (Load, Const)):
             continue
         seen.add(e)
+        if e is not expr and e in written:
+            continue
         if isinstance(e, (Unary, Binary)):
             f += KERNEL_FLOPS.get(e.op, 1)
         elif isinstance(e, (Select, Cast)):
             f += 1
         stack.extend(children(e))
     return f
+
+
+def _rebuilt(e: Expr, kids: list[Expr]) -> Expr:
+    if isinstance(e, Unary):
+        return Unary(e.op, kids[0])
+    if isinstance(e, Binary):
+        return Binary(e.op, kids[0], kids[1])
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2])
+    assert isinstance(e, Cast)
+    return Cast(kids[0], e.dtype)
 
 
 class SharedValues:
@@ -90,27 +103,34 @@ class SharedValues:
             if len({id(rd) for rd in self.readers.get(id(value), ())}) < 2:
                 continue
             store = 2 * np.dtype(DTYPES[r.dtype]).itemsize * FLOPS_PER_BYTE  # write, read
-            if expr_flops(self.loaded_if_written(r.expr, r.shape), store) > store:
+            if expr_flops(r.expr, store, self.written_exprs.get(tuple(r.shape), {})) > store:
                 self.refs[id(value)] = self.materialize(r, inner, self.pos_of[inner])
 
     def loaded_if_written(self, expr: Expr, shape: tuple) -> Expr:
         """`expr` with every sub-expression that a written value of the same shape computes
-        read from that value's buffer (none of them depends on `expr`'s own value)."""
+        read from that value's buffer (none of them depends on `expr`'s own value). One pass
+        over the part of the DAG above those loads."""
         written = self.written_exprs.get(tuple(shape))
         if not written:
             return expr
-        repl, seen, stack = {}, set(), list(children(expr))
+        new: dict = {}
+        stack = [(expr, False)]
         while stack:
-            e = stack.pop()
-            if e in seen or isinstance(e, (Load, Const)):
+            e, ready = stack.pop()
+            if e in new:
                 continue
-            seen.add(e)
-            slot = written.get(e)
-            if slot is not None:
-                repl[e] = self.leaf(slot, c_strides(tuple(shape)))
-                continue
-            stack.extend(children(e))
-        return rebuild(expr, repl) if repl else expr
+            if isinstance(e, (Load, Const)):
+                new[e] = e
+            elif e is not expr and e in written:
+                new[e] = self.leaf(written[e], c_strides(tuple(shape)))
+            elif ready:
+                kids = [new[c] for c in children(e)]
+                same = all(k is c for k, c in zip(kids, children(e)))
+                new[e] = e if same else _rebuilt(e, kids)
+            else:
+                stack.append((e, True))
+                stack.extend((c, False) for c in children(e) if c not in new)
+        return new[expr]
 
     def note_written(self, expr: Expr, out: EwOut) -> None:
         """`out` computes `expr` (as inlined in its readers, before loaded_if_written)."""
