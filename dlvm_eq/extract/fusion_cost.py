@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..cache import note_time_cut
+from ..ir.inline import KERNEL_EXPR_OPS
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 from .machine import Machine
@@ -51,10 +52,10 @@ from .target_cost import flops_per_element
 
 LOAD = "Load"
 # A kernel body expands at most this many scalar classes per member: the planner splits fused
-# expressions far sooner (codegen/planning/kernel_groups.py MAX_EXPR_NODES), and the bound keeps each cost
-# evaluation O(1) in the program's depth, so greedy fusion of a long chain is linear, not
+# expressions there too (one constant: ir/inline.py KERNEL_EXPR_OPS), and the bound keeps each
+# cost evaluation O(1) in the program's depth, so greedy fusion of a long chain is linear, not
 # quadratic. Past it, a tensor is costed as written by another kernel and read here.
-EXPAND_LIMIT = 320
+EXPAND_LIMIT = KERNEL_EXPR_OPS
 VIEW_OPS = frozenset(("SBroadcast", "STranspose", "SShapeCast", "SPadShape", "SSqueezeShape"))
 
 

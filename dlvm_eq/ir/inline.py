@@ -18,6 +18,12 @@ from .module import Const as IRConst
 from .module import Function, Instruction, Module, Value
 from .types import TensorType, TupleType
 
+# A fused kernel computes at most this many scalar ops per output (distinct nodes of its
+# expression): the planner writes a longer expression's value to a buffer
+# (codegen/planning/planner.py), and fusion's cost model expands a kernel body that far and
+# prices a split beyond (extract/fusion_cost.py), so the two agree on where kernels end.
+KERNEL_EXPR_OPS = 320
+
 
 @dataclass
 class Flat:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ...ir.inline import KERNEL_EXPR_OPS
 from ...ir.ops import LAYOUT, OPS
 from ..kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
 from ..kernels.rows import loads, rebuild
@@ -20,7 +21,9 @@ from .views import NoView, is_contiguous, reshape_strides
 
 # layout ops that keep every element: read through strides (concatenate, variadic, is copied)
 VIEW_OPS = frozenset(n for n, s in OPS.items() if s.kind == LAYOUT and s.arity == 1)
-MAX_EXPR_NODES = 160  # larger fused expressions are split (LLVM compile time grows quickly)
+# larger fused expressions are split (LLVM compile time grows quickly) where fusion's cost
+# model expects it (ir/inline.py): scalar ops, each counted once however many read it
+MAX_EXPR_NODES = KERNEL_EXPR_OPS
 # A multi-output kernel holds at most this many expression nodes: LLVM's time grows faster than
 # linearly with a function's size (a 3,000-op chain in one kernel: 48 s; in 300-op kernels: linear).
 MAX_KERNEL_NODES = 2 * MAX_EXPR_NODES

@@ -50,7 +50,7 @@ from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select,
 from .attention import plan_attention
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
-from .kernel_groups import MAX_EXPR_NODES, KernelGrouping
+from .kernel_groups import KernelGrouping
 from .map_reduce import MapReduceFusion
 from .plan import (
     ALIAS,
@@ -86,6 +86,7 @@ from .plan_queries import (
 from .product_layout import write_in_reader_layout
 from .rowfusion import RowFusion
 from .scan import ScanStep
+from .shared_values import SharedValues
 from .steps_order import Node, arena, schedule
 from .values import EwOut, Fused, Konst, Mat, ReduceNode, SlotInfo
 from .views import (
@@ -125,7 +126,7 @@ def plan_flat(
     return _Planner(flat, name, fusion, rows, target or "cpu").build()
 
 
-class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
+class _Planner(KernelGrouping, RowFusion, MapReduceFusion, SharedValues):
     def __init__(
         self, flat: Flat, name: str, decision, rows: bool | int = True, target: str = "cpu"
     ):
@@ -153,6 +154,8 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
         self.producer: dict[int, Instruction] = {id(i.result): i for i in flat.body}
         self.readers = readers(flat)  # id(value) -> its readers (None: a function result)
         self.reduce_of: dict[int, ReduceNode] = {}  # id(value) -> the reduction computing it
+        self.value_named: dict[str, object] = {}  # IR value name -> Value (shared_values.py)
+        self.written_exprs: dict[tuple, dict] = {}  # shape -> expression -> slot written
 
     # -- slots and leaves
     def new_slot(self, shape, dtype: str, role: str, name: str = "") -> int:
@@ -203,10 +206,12 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
             return ref
         if isinstance(ref, Konst):
             expr, names = Const(ref.value, ref.dtype), frozenset()
-        else:
-            expr, names = ref.expr, ref.names
+        else:  # what another kernel already writes is read, not recomputed (shared_values.py)
+            expr, names = self.loaded_if_written(ref.expr, ref.shape), ref.names
         slot = self.new_slot(ref.shape, ref.dtype, role, name)
         out = EwOut(name, expr, tuple(ref.shape), ref.dtype, slot, order, names | {name})
+        if not isinstance(ref, Konst):
+            self.note_written(ref.expr, out)
         self.ew.append(out)
         self.ew_by_slot[slot] = out
         return Mat(slot, tuple(ref.shape), ref.dtype, c_strides(tuple(ref.shape)))
@@ -226,6 +231,7 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
             self.refs[id(p)] = Mat(s, p.type.shape, str(p.type.dtype), c_strides(p.type.shape))
         for order, inst in enumerate(flat.body):
             self.op_of[inst.result.name], self.pos_of[inst.result.name] = inst.op, order
+            self.value_named[inst.result.name] = inst.result
             same = self.same_as.get(id(inst.result))
             if same is not None:  # equal to an earlier value (one e-class): computed once
                 self.refs[id(inst.result)] = self.refs[id(same)]
@@ -233,12 +239,10 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion):
             ref = self.instruction(inst, order)
             if ref is None:  # a spliced concatenation: its reader copies its parts
                 continue
-            if (
-                id(inst.result) in materialize
-                and not isinstance(ref, Mat)
-                or isinstance(ref, Fused)
-                and ref.nodes > MAX_EXPR_NODES
-            ):
+            if id(inst.result) in materialize and not isinstance(ref, Mat):
+                ref = self.materialize(ref, inst.result.name, order)
+            elif isinstance(ref, Fused) and self.too_long(ref):  # split: shared_values.py
+                self.keep_shared(ref, inst.result.name)
                 ref = self.materialize(ref, inst.result.name, order)
             self.refs[id(inst.result)] = ref
         results = self.results(len(flat.body))
