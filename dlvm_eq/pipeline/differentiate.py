@@ -55,8 +55,9 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
 # optimizes the traced module as a whole (cpu, gpu: targets.will_be_optimized), an outermost
 # gradient is only expanded here (the adjoint rules) and the algebra saturates once over the
 # whole step. Off: the adjoint and the algebra saturate together where the gradient is made,
-# and the jitted module is optimized again. Off because expanding alone loses forms the joint
-# e-graph finds: the MLP step's softmax-cross-entropy gradient came out as 8 kernels instead of
+# and the jitted module is not optimized again where it is that adjoint plus elementwise ops
+# (targets.Saturated, issue 32: the second pass found nothing on the benchmark steps). Off
+# because expanding alone loses forms the joint e-graph finds: the MLP step's softmax-cross-entropy gradient came out as 8 kernels instead of
 # 7 (tests/test_gemm.py), and its cold compile was no faster (2.8 s against 1.8-2.6 s with
 # both passes, same loaded 2-core machine). A gradient inside another one's trace (grad of
 # grad) is always optimized first: the outer adjoint then differentiates the smaller program.
