@@ -57,9 +57,10 @@ def _argnums(argnums, n: int, who: str) -> tuple[tuple[int, ...], bool]:
 # whole step. Off: the adjoint and the algebra saturate together where the gradient is made,
 # and the jitted module is not optimized again where it is that adjoint plus elementwise ops
 # (targets.Saturated, issue 32: the second pass found nothing on the benchmark steps). Off
-# because expanding alone loses forms the joint e-graph finds: the MLP step's softmax-cross-entropy gradient came out as 8 kernels instead of
-# 7 (tests/test_gemm.py), and its cold compile was no faster (2.8 s against 1.8-2.6 s with
-# both passes, same loaded 2-core machine). A gradient inside another one's trace (grad of
+# because expanding alone loses forms the joint e-graph finds: the MLP step's
+# softmax-cross-entropy gradient came out as 8 kernels instead of 7 (tests/test_gemm.py), and
+# its cold compile was no faster (2.8 s against 1.8-2.6 s with both passes, same loaded 2-core
+# machine). A gradient inside another one's trace (grad of
 # grad) is always optimized first: the outer adjoint then differentiates the smaller program.
 EXPAND_ONLY_UNDER_JIT = False
 _NESTING = contextvars.ContextVar("dlvm_eq_gradient_nesting", default=0)
