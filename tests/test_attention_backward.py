@@ -131,14 +131,6 @@ def rank3(q, k, v):
     return dq.sum(dq.softmax((q @ dq.transpose(k, (0, 2, 1))) * 0.25, axis=-1) @ v)
 
 
-def _ops(step, name, *args) -> list[str]:
-    """The ops of the program a jitted step planned: the module's pass's result where it ran,
-    else the traced program (its adjoint already optimized: issue 32)."""
-    report = step.report(*args)
-    module = report.optimize.module if report.optimize is not None else step.lower(*args)
-    return [inst.op for inst in module[name].body]
-
-
 @pytest.mark.parametrize(
     "fn, shape, causal",
     [
@@ -153,11 +145,11 @@ def test_value_and_grad_runs_the_fused_backward(fn, shape, causal):
     step = dq.jit(dq.value_and_grad(fn, argnums=(0, 1, 2)))
     value, grads = step(q, k, v)
     report = step.report(q, k, v)
-    ops = _ops(step, fn.__name__, q, k, v)
+    ops = [inst.op for inst in report.optimize.module[fn.__name__].body]
     assert ops.count("attentionBackward") == 3 and "attention" in ops, ops
     assert str(report.plan).count("attentionBackward(") == 1  # one step for dQ, dK and dV
-    # issue 32: the adjoint's e-graph chose the fused backward; no second pass ran
-    assert "second pass skipped" in report.note
+    lines = report.optimize.report[fn.__name__].attention
+    assert any("fused backward chosen" in line for line in lines), lines
     want = torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.25, causal)
     for a, b in zip(grads, want):
         assert_close(a, b, 1e-4)
@@ -169,7 +161,7 @@ def test_plain_backward_where_the_plain_program_is_cheaper():
     q, k, v = (rng.standard_normal((1, 2, 16, 8)).astype(np.float32) for _ in range(3))
     step = dq.jit(dq.value_and_grad(heads, argnums=(0, 1, 2)))
     _, grads = step(q, k, v)
-    ops = _ops(step, "heads", q, k, v)
+    ops = [inst.op for inst in step.report(q, k, v).optimize.module["heads"].body]
     assert "attentionBackward" not in ops and "attention" not in ops, ops
     for a, b in zip(grads, torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.25, False)):
         assert_close(a, b, 1e-4)
@@ -183,7 +175,7 @@ def test_no_fused_backward_without_an_attention():
     rng = np.random.default_rng(11)
     q, k, v = (rng.standard_normal((1, 1, T, 16)).astype(np.float32) for _ in range(3))
     step = dq.jit(dq.value_and_grad(columns, argnums=(0, 1, 2)))
-    ops = _ops(step, "columns", q, k, v)
+    ops = [inst.op for inst in step.report(q, k, v).optimize.module["columns"].body]
     assert "attentionBackward" not in ops and "attention" not in ops, ops
 
 
@@ -251,7 +243,7 @@ def test_a_differentiated_bias_keeps_the_plain_program():
     b = rng.standard_normal((1, 1, 1, T)).astype(np.float32)
     step = dq.jit(dq.value_and_grad(biased, argnums=(0, 3)))
     _, (gq, gb) = step(q, k, v, b)
-    ops = _ops(step, "biased", q, k, v, b)
+    ops = [inst.op for inst in step.report(q, k, v, b).optimize.module["biased"].body]
     assert "attentionBackward" not in ops, ops
     tq, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, b))
     s = tq @ torch.tensor(k, dtype=torch.float64).transpose(-1, -2) * 0.25 + tb
