@@ -76,9 +76,6 @@ class Schedule:
         extra = tuple(n for n in names if n not in self.rulesets and n != "analysis")
         return Schedule(self.rulesets + extra, self.step)
 
-    def without(self, names) -> Schedule:
-        return Schedule(tuple(n for n in self.rulesets if n not in names), self.step)
-
     def __str__(self) -> str:
         return " -> ".join(n or "(default)" for n in self.rulesets)
 
