@@ -82,14 +82,15 @@ def test_import_loads_no_heavy_dependency():
 def test_a_warm_process_builds_nothing(tmp_path):
     cold = _run(tmp_path)
     assert cold["at_import"] == []
-    assert cold["ir"] == [0, 2] and cold["plan"] == [0, 1]
+    # the adjoint only: its e-graph saturated the algebra, the module's pass is skipped (issue 32)
+    assert cold["ir"] == [0, 1] and cold["plan"] == [0, 1]
     # kernels of equal LLVM IR under two names are compiled once; besides the plan's kernels:
     # the GEMM for each micro-tile shape used (two at most) and the native worker pool
     assert 1 <= cold["kernels"]["compiled"] <= cold["n_kernels"] + 3
     warm = _run(tmp_path)
     # no egglog, scipy, lark, sympy, and no LLVM IR builder
     assert warm["at_import"] == [] and warm["after_call"] == []
-    assert warm["ir"] == [2, 0] and warm["plan"] == [1, 0]
+    assert warm["ir"] == [1, 0] and warm["plan"] == [1, 0]
     assert warm["kernels"]["compiled"] == 0
     # the source and rule files' digests (in every key) from their stat signatures: no read
     assert cold["digests"]["read"] >= 2
@@ -116,17 +117,17 @@ def _overwrite(cache_dir, kind, payload: bytes) -> int:
 def test_unreadable_entries_of_every_level_are_rebuilt(tmp_path):
     cold = _run(tmp_path)
     assert _overwrite(tmp_path, "plan", b"not JSON") == 1
-    assert _overwrite(tmp_path, "ir-optimize", pickle.dumps(["not", "a", "function"])) == 1
+    assert _overwrite(tmp_path, "ir-adjoint", pickle.dumps(["not", "a", "function"])) == 1
     n_kernels = _overwrite(tmp_path, "cpu", b"no symbol here")
     assert n_kernels >= cold["n_kernels"]  # the kernels, the GEMMs and the worker pool
     broken = _run(tmp_path)
     assert broken["plan"] == [0, 1]
-    assert broken["ir"] == [1, 1]  # the adjoint still read, the program rebuilt
+    assert broken["ir"] == [0, 1]  # the adjoint rebuilt
     assert broken["kernels"]["compiled"] == cold["kernels"]["compiled"]
     assert broken["corrupt"] == 2 + n_kernels
     assert broken["value"] == pytest.approx(cold["value"], rel=1e-6)
     healed = _run(tmp_path)
-    assert healed["plan"] == [1, 0] and healed["ir"] == [2, 0]
+    assert healed["plan"] == [1, 0] and healed["ir"] == [1, 0]
     assert healed["kernels"]["compiled"] == 0 and healed["corrupt"] == 0
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cache import note_time_cut
 from ..egraph.attention_forward import with_fused_attention
 from ..egraph.attention_plain import with_plain_attention
 from ..egraph.deadline import Deadline
@@ -52,6 +53,8 @@ class AdjointError(DlvmError):
 # (saturate.py: egglog's `repeat` runs them all, so a shallow program must not ask for 64).
 EXPANSION = Schedule(("adjoint",), step=64)
 EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
+# the algebra saturated over forward and adjoint together (see _adjoint_function)
+ADJOINT_SCHEDULE = Schedule.default().with_rulesets(("loops", "perexample"))
 # Adjoint and its helpers (rules/adjoint.egg), declared in ir/registry/egraph_only.py
 HELPERS = tuple(h for h in ADJOINT_HELPERS if h != "Adjoint")
 _TERMS = set(EGG_TO_OP) | set(LEAVES)
@@ -425,11 +428,21 @@ def _adjoint_function(
         out = None
         if optimize:
             try:
+                # dq.optimize's schedule (loops, perexample too): under jit the module's own
+                # pass is then skipped (issue 32). Not `attention`: in the joint e-graph its
+                # plain-program forms made the transformer step's plan 28 kernels, not 26 (fusion
+                # cost 4.86 against 4.76 ms), which the module's pass had refused (never slower)
+                schedule = ADJOINT_SCHEDULE if rules is None else None
                 out = optimize_session(
-                    session, [grad], budget=budget, target=target, deadline=deadline
+                    session,
+                    [grad],
+                    schedule=schedule,
+                    budget=budget,
+                    target=target,
+                    deadline=deadline,
                 ).functions[0]
             except ShortOfTime:  # the budget ran out: the gradient must still come out whole
-                pass
+                note_time_cut("adjoint: no time left to extract the optimized gradient")
         if out is None:
             out = extract_programs(session, [grad], target).functions[0]
     verify_function(out)

@@ -98,11 +98,12 @@ class Jitted:
         check_arity(self.fn, len(args), "jit")  # a new signature: maybe a wrong argument count
         with compile_phases() as phases:  # the compile's time by phase, for its report
             # gradients leave the algebra to the target's compile (one e-graph per function)
-            with phase("trace"), traced_for(self.target):
+            with phase("trace"), traced_for(self.target) as saturated:
                 module, out_tree = traced_module(
                     self.fn, args, leaves=list(args) if leaves is None else leaves
                 )
-            compiled = compile_for(self.target, module, module.name, self.rules)
+            once = saturated.covers(module, module.name)  # issue 32: no second algebra pass
+            compiled = compile_for(self.target, module, module.name, self.rules, once)
         if hasattr(getattr(compiled, "report", None), "phases"):
             compiled.report.phases = phases
         return (module, compiled, out_tree)

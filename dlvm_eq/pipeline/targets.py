@@ -14,8 +14,10 @@ import contextlib
 import contextvars
 
 from ..errors import DlvmError
+from ..ir.control_flow import has_control_flow
 from ..ir.interp import interpret
 from ..ir.module import Module
+from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .timing import phase
 
 DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
@@ -50,26 +52,91 @@ _BACKENDS: dict = {"interp": _compile_interp, **_NATIVE}
 
 _OPTIMIZED_LATER = contextvars.ContextVar("dlvm_eq_optimized_later", default=False)
 _TRACED_TARGET = contextvars.ContextVar("dlvm_eq_traced_target", default=DEFAULT_TARGET)
+_SATURATED: contextvars.ContextVar[Saturated | None] = contextvars.ContextVar(
+    "dlvm_eq_saturated", default=None
+)
+# ops outside a saturated adjoint that leave the module's own pass skipped: an SGD update
+# `p - lr * g` is one fused map whatever the algebra does (the planner fuses it, not the rules)
+_TAIL = frozenset(ELEMENTWISE_KINDS + (CAST, LITERAL, TUPLE))
+
+
+class Saturated:
+    """What a trace for an optimizing target inlined from adjoints whose e-graph already ran
+    the whole shipped schedule (adjoint and algebra saturated together once: issue 32).
+
+    >>> with traced_for("cpu") as saturated: module, _ = traced_module(step, args)
+    >>> saturated.covers(module, "step")   # True: dq.jit skips the module's second pass
+    """
+
+    def __init__(self) -> None:
+        self.instructions: dict[int, object] = {}  # id -> Instruction (kept alive: ids stay)
+
+    def add(self, instructions) -> None:
+        for inst in instructions:
+            self.instructions[id(inst)] = inst
+
+    def covers(self, module: Module, name: str) -> bool:
+        """Whether `name`'s own e-graph pass would re-saturate what was saturated: it holds
+        such an adjoint, no loop or branch, and outside it only elementwise ops and tuples."""
+        fn = module[name]
+        if not self.instructions or has_control_flow(fn) or any(map(_attention_like, fn.body)):
+            return False
+        inside = sum(id(i) in self.instructions for i in fn.body)
+        return inside > 0 and all(
+            id(i) in self.instructions or OPS[i.op].kind in _TAIL for i in fn.body
+        )
+
+
+def _attention_like(inst) -> bool:
+    """A fused attention, or a product of two rank >= 3 operands (q kᵀ, P v): where
+    rules/attention.egg (which the adjoint's e-graph does not run) and its report act."""
+    if OPS[inst.op].kind == "attention":
+        return True
+    ranks = [len(getattr(getattr(o, "type", None), "shape", ())) for o in inst.operands]
+    return OPS[inst.op].kind == DOT and len(ranks) == 2 and min(ranks) >= 3
+
+
+def saturated_record() -> Saturated | None:
+    """Where this trace records the instructions of adjoints optimized with the whole schedule
+    (None: not tracing for a target that optimizes the module)."""
+    return _SATURATED.get()
 
 
 @contextlib.contextmanager
 def traced_for(target: str):
     """Within: tracing for `target`; differentiation leaves the algebra to the target's
-    compile where it optimizes the whole module (one e-graph of algebra per function)."""
+    compile where it optimizes the whole module (one e-graph of algebra per function).
+    Yields the Saturated record of the trace (what the target's pass need not saturate again)."""
+    saturated = Saturated()
     token = _OPTIMIZED_LATER.set(optimizes(target))
     # a gradient made while tracing is extracted for the target's costs (issue 33: whether
     # attention runs fused is priced per machine)
     target_token = _TRACED_TARGET.set(target if target in _NATIVE else DEFAULT_TARGET)
+    token2 = _SATURATED.set(saturated if optimizes(target) else None)
     try:
-        yield
+        yield saturated
     finally:
+        _SATURATED.reset(token2)
         _TRACED_TARGET.reset(target_token)
         _OPTIMIZED_LATER.reset(token)
 
 
-def compile_for(target: str, module: Module, name: str, rules=()):
+SECOND_PASS_SKIPPED = (
+    "algebra saturated once, with the adjoint (one e-graph); the module's second pass skipped"
+)
+
+
+def compile_for(target: str, module: Module, name: str, rules=(), saturated: bool = False):
     """What dq.jit calls: the target's compile, with the user's rule files where given (only
-    a target that optimizes, cpu or gpu, has rules to add them to)."""
+    a target that optimizes, cpu or gpu, has rules to add them to). `saturated`: the traced
+    function's algebra already ran (Saturated.covers), so the target plans it as traced."""
+    if saturated and not rules and optimizes(target):
+        with phase("import"):
+            from .native import compile
+
+        compiled = compile(module, name, target, optimize=False, cast=True)
+        compiled.report.note = SECOND_PASS_SKIPPED
+        return compiled
     if not rules:
         return backend(target)(module, name)
     if not optimizes(target):
