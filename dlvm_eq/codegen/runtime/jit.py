@@ -82,7 +82,12 @@ class Jit:
         self.symbols: dict[str, int] = {}  # symbol -> address (a symbol is a hash of its IR)
         self.objects: dict[str, bytes] = {}  # symbol -> object code loaded (a few KiB each)
         # loaded_natively: of the objects loaded (compiled or from disk), those loaded without LLVM
-        self.counters = {"compiled": 0, "loaded_from_disk": 0, "memory_hits": 0, "loaded_natively": 0}
+        self.counters = {
+            "compiled": 0,
+            "loaded_from_disk": 0,
+            "memory_hits": 0,
+            "loaded_natively": 0,
+        }
 
     def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
         key = cache_key("spec", kind, spec_text(spec), host_key(), source_digest())

@@ -104,7 +104,9 @@ def load(obj: bytes, symbol: str) -> int:
 def _load(obj: bytes, symbol: str) -> int:
     sections = _sections(obj)
     where, readonly, size = _layout(sections)
-    region = mmap.mmap(-1, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    # private: a forked child gets its own copy of writable state (the pool's), as with MCJIT
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    region = mmap.mmap(-1, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     base = ctypes.addressof(ctypes.c_char.from_buffer(region))
     for i, at in where.items():
         _, kind, _, _, off, sec_size, *_ = sections[i]
