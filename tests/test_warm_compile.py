@@ -26,6 +26,10 @@ IR_BUILDERS = (
     "dlvm_eq.pipeline.never_slower",
     "dlvm_eq.codegen.runtime.conv_cpu",
     "dlvm_eq.codegen.execution.index_steps",
+    # and the step runs and programs of other plans: the GPU program, windows, gathers
+    "dlvm_eq.codegen.execution.gpu_program",
+    "dlvm_eq.codegen.execution.window_steps",
+    "dlvm_eq.codegen.execution.gather_steps",
 )
 
 CHILD = textwrap.dedent("""
