@@ -52,7 +52,7 @@ def _process_symbols() -> ctypes.CDLL:
 
 def _external(name: str) -> int:
     try:
-        fn = getattr(_process_symbols(), name)
+        fn = _process_symbols()[name]  # dlsym; item access also finds names with underscores
     except AttributeError:
         raise Unsupported(f"external symbol {name} not in the process") from None
     return ctypes.cast(fn, ctypes.c_void_p).value or 0
@@ -97,8 +97,8 @@ def load(obj: bytes, symbol: str) -> int:
         raise Unsupported("only x86-64 Linux objects are loaded without LLVM")
     try:
         return _load(obj, symbol)
-    except struct.error:
-        raise Unsupported("truncated object") from None
+    except (struct.error, IndexError, ValueError) as e:  # truncated or inconsistent tables
+        raise Unsupported(f"malformed object: {e}") from None
 
 
 def _load(obj: bytes, symbol: str) -> int:
