@@ -30,6 +30,8 @@ IR_BUILDERS = (
     "dlvm_eq.codegen.execution.gpu_program",
     "dlvm_eq.codegen.execution.window_steps",
     "dlvm_eq.codegen.execution.gather_steps",
+    # kernels from disk need no thread pool executor (runtime/kernel_memo.build_all)
+    "concurrent.futures",
 )
 
 CHILD = textwrap.dedent("""
