@@ -67,7 +67,8 @@ _SYMBOL = re.compile(rb"dq_[A-Za-z0-9_]{1,64}")
 
 
 class Jit:
-    """One MCJIT engine for the process; kernels are added as object files.
+    """The process's loaded kernels: object files loaded by object_loader.py, or added to one
+    MCJIT engine (created on first need) where it cannot.
 
     `kernel(kind, spec, build_ir)` is the fast path: the disk entry is keyed by the spec itself
     (`spec_text`), the host (triple, CPU, features, llvmlite and so LLVM version) and the package
