@@ -11,6 +11,9 @@ on first use: the parser (lark) with `dq.parse`/`dq.load`, the e-graph (egglog, 
 or `dq.compile` for a native target. A warm-cache compile never imports egglog or scipy.
 """
 
+# first: in the dlvm-eq script, Ctrl-C during the imports below ends it without a traceback
+from . import console_script
+
 # The public API, assembled from the layers (left to right in the data flow).
 from .dsl import *  # noqa: F403
 from .errors import DlvmError, IRError, ShapeError, SourceError

@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen.cpu import llvm_cpu
@@ -48,17 +49,40 @@ def test_threads_build_bitwise_the_serial_object_code():
 def test_build_all_keeps_the_order_and_uses_threads(monkeypatch):
     monkeypatch.setattr("dlvm_eq.codegen.runtime.cpu_count.usable_cpus", lambda: 4)
     seen = []
+    meet = threading.Barrier(2, timeout=60)  # passed only by two builds running at once
 
-    def build(i):
+    def meeting(i):
         def run():
             seen.append(threading.get_ident())
+            meet.wait()
             return i * i
 
         return run
 
-    assert kernel_memo.build_all([build(i) for i in range(8)]) == [i * i for i in range(8)]
+    def plain(i):
+        return lambda: seen.append(threading.get_ident()) or i * i
+
+    assert kernel_memo.build_all([meeting(i) for i in range(8)]) == [i * i for i in range(8)]
     assert threading.get_ident() in seen and len(set(seen)) > 1  # the caller builds too
     monkeypatch.setattr("dlvm_eq.codegen.runtime.cpu_count.usable_cpus", lambda: 1)
     seen.clear()
-    assert kernel_memo.build_all([build(i) for i in range(3)]) == [0, 1, 4]
+    assert kernel_memo.build_all([plain(i) for i in range(3)]) == [0, 1, 4]
     assert set(seen) == {threading.get_ident()}
+
+
+def test_build_all_raises_the_first_failure_after_every_build_ran(monkeypatch):
+    monkeypatch.setattr("dlvm_eq.codegen.runtime.cpu_count.usable_cpus", lambda: 2)
+    ran = []
+
+    def build(i):
+        def run():
+            ran.append(i)
+            if i in (2, 4):
+                raise ValueError(f"build {i}")
+            return i
+
+        return run
+
+    with pytest.raises(ValueError, match="build 2"):
+        kernel_memo.build_all([build(i) for i in range(6)])
+    assert sorted(ran) == list(range(6))

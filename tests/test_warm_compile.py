@@ -16,14 +16,22 @@ import pytest
 HEAVY = ("egglog", "scipy", "lark", "llvmlite", "sympy")
 # what a warm compile of a straight program without convolutions or gathers needs none of:
 # the LLVM IR builders (a kernel loaded from disk: codegen/runtime/jit.py), the loop pipeline,
-# the never-slower guard (it runs with the e-graph), the convolution and index-step runtimes
+# the never-slower guard (it runs with the e-graph), the convolution and index-step runtimes,
+# and LLVM itself (kernels load without it: codegen/runtime/object_loader.py)
 IR_BUILDERS = (
+    "llvmlite.binding",
     "dlvm_eq.codegen.cpu.llvm_cpu",
     "dlvm_eq.codegen.llvm.emitter",
     "dlvm_eq.pipeline.loops",
     "dlvm_eq.pipeline.never_slower",
     "dlvm_eq.codegen.runtime.conv_cpu",
     "dlvm_eq.codegen.execution.index_steps",
+    # and the step runs and programs of other plans: the GPU program, windows, gathers
+    "dlvm_eq.codegen.execution.gpu_program",
+    "dlvm_eq.codegen.execution.window_steps",
+    "dlvm_eq.codegen.execution.gather_steps",
+    # kernels from disk need no thread pool executor (runtime/kernel_memo.build_all)
+    "concurrent.futures",
 )
 
 CHILD = textwrap.dedent("""

@@ -53,8 +53,6 @@ from ..runtime.buffers import aligned_empty, data_ptr
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
 from ..runtime.kernel_memo import build_all
-from ..runtime.map_reduce_kernel import compile_map_reduce
-from ..runtime.row_kernel import compile_rows
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import argument_shape_error, check_argument
 from .output_buffers import OutputBuffers
@@ -68,16 +66,30 @@ from .step_runs import (
     row_run,
     view_fn,
 )
-from .window_steps import conv_kernel_builds
 
 
 def _compile_step(s):
-    """The CPU kernel of a KernelStep, RowStep or MapReduceStep."""
+    """The CPU kernel of a KernelStep, RowStep or MapReduceStep (each family's runtime loads
+    with its first kernel: a warm process imports only what its plan runs)."""
     if isinstance(s, RowStep):
+        from ..runtime.row_kernel import compile_rows
+
         return compile_rows(s.spec)
     if isinstance(s, MapReduceStep):
+        from ..runtime.map_reduce_kernel import compile_map_reduce
+
         return compile_map_reduce(s.spec)
     return compile_cpu(s.spec)
+
+
+def _conv_kernel_builds(plan) -> list:
+    """window_steps.conv_kernel_builds, its module (and the window runtimes) loaded only for a
+    plan with window steps."""
+    if not any(isinstance(step, WindowStep) for step in plan.steps):
+        return []
+    from .window_steps import conv_kernel_builds
+
+    return conv_kernel_builds(plan)
 
 
 class CpuProgram:
@@ -88,7 +100,7 @@ class CpuProgram:
         t0 = time.perf_counter()
         steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep, MapReduceStep))]
         built = build_all(
-            [lambda s=s: _compile_step(s) for s in steps] + conv_kernel_builds(plan)
+            [lambda s=s: _compile_step(s) for s in steps] + _conv_kernel_builds(plan)
         )  # new kernels build in parallel (convolutions' too: runtime/conv_cpu.kernel_spec)
         self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0

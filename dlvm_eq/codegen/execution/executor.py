@@ -12,10 +12,14 @@ placed. The CPU keeps temporaries in a reused arena and hands outputs to the cal
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...errors import DlvmError
 from ..planning.plan import Plan
 from .cpu_program import CpuProgram
-from .gpu_program import GpuProgram
+
+if TYPE_CHECKING:
+    from .gpu_program import GpuProgram
 
 
 def program(plan: Plan, target: str = "cpu", cast: bool = False):
@@ -23,9 +27,22 @@ def program(plan: Plan, target: str = "cpu", cast: bool = False):
     or cast with `cast=True` (arguments.py)."""
     if target not in ("cpu", "gpu"):
         raise DlvmError(f"unknown code generation target {target!r} (expected cpu or gpu)")
-    prog = CpuProgram(plan) if target == "cpu" else GpuProgram(plan)
+    if target == "cpu":
+        prog = CpuProgram(plan)
+    else:  # the GPU program (CuPy's launcher) loads with a first GPU target
+        from .gpu_program import GpuProgram
+
+        prog = GpuProgram(plan)
     prog.cast = cast
     return prog
+
+
+def __getattr__(name):
+    if name == "GpuProgram":
+        from .gpu_program import GpuProgram
+
+        return GpuProgram
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CpuProgram", "GpuProgram", "program"]

@@ -12,12 +12,8 @@ import operator
 import numpy as np
 
 from ..planning.attention import AttentionStep, attention_run
-from ..planning.gather import IndexStep, SliceScatterStep
 from ..planning.plan import AliasStep, ConcatStep, CopyStep, WindowStep
-from ..planning.scan import ScanStep, scan_run
 from ..planning.views import apply_chain
-from .gather_steps import index_run
-from .window_steps import window_run
 
 
 def gemm_sized(out_shape, step) -> bool:
@@ -99,11 +95,9 @@ def array_step(step, xp):
     """The run(env) of a step that the array library `xp` (numpy, or CuPy on the GPU) does
     itself: gathers and scatters, scans (the GPU's; the CPU compiles those: index_steps.py),
     windows (im2col + GEMM, pools), concatenations and copies; the same code on both targets."""
-    if isinstance(step, (IndexStep, SliceScatterStep)):
-        return index_run(step, xp, view_fn)
-    if isinstance(step, ScanStep):
-        return scan_run(step, xp, view_fn)
     if isinstance(step, WindowStep):
+        from .window_steps import window_run  # the window runtimes load with a first window
+
         return window_run(step, xp, [view_fn(v.chain, xp) for v in step.inputs])
     if isinstance(step, AttentionStep):  # issue 33
         return attention_run(step, xp, [view_fn(v.chain, xp) for v in step.inputs])
@@ -111,9 +105,19 @@ def array_step(step, xp):
         parts = [(p.slot, view_fn(p.chain, xp) or (lambda x: x)) for p in step.parts]
         axis, o = step.axis, step.out
         return lambda env: xp.concatenate([f(env[s]) for s, f in parts], axis=axis, out=env[o])
-    assert isinstance(step, CopyStep), step
-    s, f, o = step.src.slot, view_fn(step.src.chain, xp) or (lambda x: x), step.out
-    return lambda env: xp.copyto(env[o], f(env[s]))
+    if isinstance(step, CopyStep):
+        s, f, o = step.src.slot, view_fn(step.src.chain, xp) or (lambda x: x), step.out
+        return lambda env: xp.copyto(env[o], f(env[s]))
+    # gathers, scatters and scans: their step types and runs load with a plan that has one
+    from ..planning.gather import IndexStep, SliceScatterStep
+    from ..planning.scan import ScanStep, scan_run
+
+    if isinstance(step, (IndexStep, SliceScatterStep)):
+        from .gather_steps import index_run
+
+        return index_run(step, xp, view_fn)
+    assert isinstance(step, ScanStep), step
+    return scan_run(step, xp, view_fn)
 
 
 __all__ = [

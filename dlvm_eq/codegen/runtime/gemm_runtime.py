@@ -35,7 +35,6 @@ from __future__ import annotations
 import ctypes
 import threading
 
-import llvmlite.binding as llvm
 import numpy as np
 
 from ...config import settings
@@ -43,7 +42,7 @@ from . import threads as kernel_threads  # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
 from .gemm_tiles import host_tiles, packs_row_major_a, with_blocks
-from .jit import JIT, KernelCode
+from .jit import JIT, KernelCode, host_features
 from .launch_pool import LaunchPool
 
 # Products of at most this many multiply-adds stay with numpy: OpenBLAS runs them on one
@@ -66,7 +65,7 @@ MAX_LAUNCHES = 64  # launch plans kept per GEMM (one per operand shape and strid
 # 24 x 16 for products at most 16 columns wide (the MLP's 10 classes would leave 22 of 32
 # columns idle); on AVX2 6 x 16 for both.
 # Copies, changed in place by `use_blocks` (batch_gemm reads NARROW by name).
-HOST_WIDE, HOST_NARROW = host_tiles(llvm.get_host_cpu_features().flatten())
+HOST_WIDE, HOST_NARROW = host_tiles(host_features())
 WIDE, NARROW = dict(HOST_WIDE), dict(HOST_NARROW)
 
 GEMM_CTYPES = (

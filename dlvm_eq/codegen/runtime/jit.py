@@ -1,4 +1,4 @@
-"""The process's MCJIT engine (`JIT`): compile or load kernels' object code, memory + disk cache.
+"""The process's kernel loader (`JIT`): compile or load kernels' object code, memory + disk cache.
 
     >>> code = JIT.kernel("map", spec, lambda: cpu_ir(spec), spec_layout(spec))
     >>> code.address                                  # the kernel's entry point
@@ -10,7 +10,9 @@ source digest; a second process loads it (well under 1 ms a kernel) instead of g
 and compiling (20-60 ms a kernel here), and never loads the IR builders (llvm_cpu and friends).
 Object code rather than optimized IR: code generation from optimized IR alone measured ~60% of
 a full compile. An entry records the host and symbol it was built for and is checked as an
-ELF object before MCJIT sees it (object_check.py): a damaged entry is rebuilt, not a crash.
+ELF object before it is loaded (object_check.py): a damaged entry is rebuilt, not a crash.
+Objects are loaded without LLVM where object_loader.py can (x86-64 Linux), else by MCJIT; with
+the host key read from the disk cache (`_host`), a warm process never imports llvmlite.binding.
 
 Shared state (threads): `JIT` (`Jit`): the MCJIT engine, its address maps, object codes and
 counters are touched only under `JIT.lock`, compiling included (LLVM itself under
@@ -21,17 +23,21 @@ builds the same text twice.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import platform
 import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import llvmlite.binding as llvm
+import llvmlite  # the version only: llvmlite.binding (LLVM itself) loads on a miss
 
 from ...cache import source_digest
 from ..kernels.kernel_cache import cache_key, shared_cache
 from ..kernels.spec_text import spec_text
 from ..llvm.llvm_lock import LLVM_LOCK
+from . import object_loader
 from .object_check import pack_entry, unpack_entry
 
 if TYPE_CHECKING:
@@ -61,7 +67,8 @@ _SYMBOL = re.compile(rb"dq_[A-Za-z0-9_]{1,64}")
 
 
 class Jit:
-    """One MCJIT engine for the process; kernels are added as object files.
+    """The process's loaded kernels: object files loaded by object_loader.py, or added to one
+    MCJIT engine (created on first need) where it cannot.
 
     `kernel(kind, spec, build_ir)` is the fast path: the disk entry is keyed by the spec itself
     (`spec_text`), the host (triple, CPU, features, llvmlite and so LLVM version) and the package
@@ -75,7 +82,13 @@ class Jit:
         self.by_spec: dict[str, tuple[int, str]] = {}  # spec key -> (address, symbol)
         self.symbols: dict[str, int] = {}  # symbol -> address (a symbol is a hash of its IR)
         self.objects: dict[str, bytes] = {}  # symbol -> object code loaded (a few KiB each)
-        self.counters = {"compiled": 0, "loaded_from_disk": 0, "memory_hits": 0}
+        # loaded_natively: of the objects loaded (compiled or from disk), those loaded without LLVM
+        self.counters = {
+            "compiled": 0,
+            "loaded_from_disk": 0,
+            "memory_hits": 0,
+            "loaded_natively": 0,
+        }
 
     def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
         key = cache_key("spec", kind, spec_text(spec), host_key(), source_digest())
@@ -151,8 +164,24 @@ class Jit:
 
     def _load(self, obj: bytes, symbol: str) -> int:
         addr = self.symbols.get(symbol)
-        if addr is not None:  # already in the engine: a second copy would clash
+        if addr is not None:  # already loaded: a second copy would clash in MCJIT
             return addr
+        addr = 0
+        if object_loader.supported():  # without LLVM (object_loader.py); else MCJIT
+            try:
+                addr = object_loader.load(obj, symbol)
+                self.counters["loaded_natively"] += 1
+            except object_loader.Unsupported:
+                addr = 0
+        if not addr:
+            addr = self._mcjit_load(obj, symbol)
+        self.symbols[symbol] = addr
+        self.objects[symbol] = obj
+        return addr
+
+    def _mcjit_load(self, obj: bytes, symbol: str) -> int:
+        import llvmlite.binding as llvm
+
         if self.engine is None:
             self.engine = _make_engine()
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -160,8 +189,6 @@ class Jit:
         addr = self.engine.get_function_address(symbol)
         if not addr:
             raise RuntimeError(f"symbol {symbol} not found in object code")
-        self.symbols[symbol] = addr
-        self.objects[symbol] = obj
         return addr
 
 
@@ -170,34 +197,72 @@ _HOST: tuple[str, str] | None = None
 
 
 def _host() -> tuple[str, str]:
-    """(triple, host key), LLVM's native target initialized: what loading object code needs.
-    The key is what object code depends on besides its source: triple, CPU name and features,
-    llvmlite (and so LLVM) version; the same string as `llvm_cpu.host_key()`, computed without
-    loading the IR builders."""
+    """(triple, host key). The key is what object code depends on besides its source: triple,
+    CPU name and features, llvmlite (and so LLVM) version; the same string as
+    `llvm_cpu.host_key()`. LLVM computes it once per machine; later processes find it in the
+    disk cache under a fingerprint of the CPU (`_fingerprint`), without loading LLVM."""
     global _HOST
     with _host_lock:
         if _HOST is None:
-            import llvmlite
-
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            triple = llvm.get_default_triple()
-            _HOST = (
-                triple,
-                "|".join(
-                    [
-                        triple,
-                        llvm.get_host_cpu_name(),
-                        llvm.get_host_cpu_features().flatten(),
-                        llvmlite.__version__,
-                    ]
-                ),
-            )
+            fingerprint = _fingerprint()
+            _HOST = _recorded_host(fingerprint) if fingerprint else None
+            if _HOST is None:
+                _HOST = _llvm_host()
+                if fingerprint:
+                    record = json.dumps({"triple": _HOST[0], "key": _HOST[1]})
+                    shared_cache().put("host", fingerprint, record.encode())
         return _HOST
+
+
+def _llvm_host() -> tuple[str, str]:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_default_triple()
+    features = llvm.get_host_cpu_features().flatten()
+    return triple, "|".join([triple, llvm.get_host_cpu_name(), features, llvmlite.__version__])
+
+
+def _fingerprint() -> str | None:
+    """A digest of what LLVM reads the host's CPU name and features from (the kernel's view of
+    the CPU: vendor, family, model, stepping, flags), the machine and llvmlite's version; None
+    where /proc/cpuinfo cannot be read (then LLVM is asked)."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return None
+    first = text.split(b"\n\n", 1)[0]  # the first processor's block
+    fields = (b"vendor_id", b"cpu family", b"model", b"model name", b"stepping", b"flags")
+    lines = sorted(ln for ln in first.splitlines() if ln.split(b":", 1)[0].strip() in fields)
+    if not any(ln.startswith(b"flags") for ln in lines):
+        return None
+    h = hashlib.sha256(b"host-1\0" + platform.machine().encode() + b"\0")
+    h.update(llvmlite.__version__.encode() + b"\0" + b"\n".join(lines))
+    return h.hexdigest()
+
+
+def _recorded_host(fingerprint: str) -> tuple[str, str] | None:
+    data = shared_cache().get("host", fingerprint)
+    try:
+        record = json.loads(data) if data is not None else None
+        triple, key = record["triple"], record["key"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    parts = key.split("|") if isinstance(key, str) and isinstance(triple, str) else []
+    if len(parts) != 4 or parts[0] != triple or parts[3] != llvmlite.__version__:
+        return None
+    return triple, key
 
 
 def host_key() -> str:
     return _host()[1]
+
+
+def host_features() -> str:
+    """LLVM's host CPU features ("+avx2,+fma,-avx512f,..."), from the host key."""
+    return _host()[1].split("|")[2]
 
 
 def cpu_ir(spec) -> CpuIR:
@@ -221,7 +286,11 @@ def family_pipeline(kind: str) -> tuple[int, bool]:
 
 def _make_engine():
     """An MCJIT engine with its own target machine (the engine takes ownership of it)."""
+    import llvmlite.binding as llvm
+
     triple = _host()[0]
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
     own = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(),
         features=llvm.get_host_cpu_features().flatten(),

@@ -42,16 +42,37 @@ class KernelMemo:
 def build_all(builds: list[Callable[[], K]]) -> list[K]:
     """[build() for build in builds], run on up to usable_cpus() threads, the caller building
     too: kernels compile in their threads' own LLVM contexts (cpu/llvm_cpu.compile_object) and
-    llvmlite releases the GIL, so a plan's new kernels build at once. Results in order; the
-    object code is the same whatever the thread count (tests/test_parallel_kernels.py)."""
-    from concurrent.futures import ThreadPoolExecutor
+    llvmlite releases the GIL, so a plan's new kernels build at once. Results in order, the
+    first failure raised; the object code is the same whatever the thread count
+    (tests/test_parallel_kernels.py). The helpers are bare threads that claim builds by index:
+    the caller never waits for one to start (a warm process, whose builds are disk loads, is
+    done before they run), and no executor module is imported."""
+    import _thread
 
     from .cpu_count import usable_cpus
 
-    workers = min(usable_cpus(), len(builds)) - 1
+    n = len(builds)
+    workers = min(usable_cpus(), n) - 1
     if workers < 1:
         return [b() for b in builds]
-    with ThreadPoolExecutor(workers, thread_name_prefix="dlvm_eq-kernel-build") as pool:
-        rest = [pool.submit(b) for b in builds[1:]]
-        first = builds[0]()
-        return [first] + [f.result() for f in rest]
+    results: list = [None] * n
+    claimed = iter(range(n))  # next() on a range iterator is atomic under the GIL
+    finished = threading.Semaphore(0)
+
+    def work():
+        for i in claimed:
+            try:
+                results[i] = (True, builds[i]())
+            except BaseException as e:  # raised again by the caller, in order
+                results[i] = (False, e)
+            finished.release()
+
+    for _ in range(workers):
+        _thread.start_new_thread(work, ())
+    work()
+    for _ in range(n):
+        finished.acquire()
+    for ok, value in results:
+        if not ok:
+            raise value
+    return [value for _, value in results]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from ...config import settings
 from . import blas_threads, native_pool
@@ -27,6 +27,9 @@ MIN_PARALLEL_WORK = 1 << 16
 ALIGN = 64  # chunk boundaries in elements: whole cache lines per thread
 CHUNKS_PER_THREAD = 16  # many more chunks than threads: a descheduled thread holds up little
 
+if TYPE_CHECKING:  # the executor (and logging, which it imports) loads with a first use
+    from concurrent.futures import ThreadPoolExecutor
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -37,6 +40,8 @@ def thread_pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _pool_lock:
             if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 _pool = ThreadPoolExecutor(
                     max_workers=usable_cpus(), thread_name_prefix="dq-kernel"
                 )
