@@ -66,7 +66,8 @@ def test_an_entry_copied_over_another_functions_is_rebuilt(tmp_path):
     of_f = _entries(cache_dir)
     cold = _run(cache_dir, "g")
     of_g = {p: k for p, k in _entries(cache_dir).items() if p not in of_f}
-    assert {"ir-optimize", "plan", "cpu"} <= set(of_g.values())
+    # (a jitted value_and_grad caches its adjoint, not a second optimized program: issue 32)
+    assert {"ir-adjoint", "plan", "cpu"} <= set(of_g.values())
     # every entry g added, overwritten by one of f's of the same kind (valid checksums)
     copied = 0
     for p, kind in of_g.items():

@@ -31,9 +31,10 @@ def _run(cache_dir):
 
 
 def test_second_process_reads_the_adjoint_from_disk(tmp_path):
-    # two results per process: the synthesized adjoint and the optimized program jit compiles
-    assert _run(tmp_path) == (0, 2)
-    assert _run(tmp_path) == (2, 0)
+    # one result per process: the synthesized adjoint, saturated with the whole schedule, so the
+    # program jit compiles skips the module's second pass (issue 32) and caches nothing more
+    assert _run(tmp_path) == (0, 1)
+    assert _run(tmp_path) == (1, 0)
 
 
 def test_corrupt_entry_is_rebuilt(tmp_path):
@@ -43,18 +44,18 @@ def test_corrupt_entry_is_rebuilt(tmp_path):
     data = bytearray(entries[0].read_bytes())
     data[-5] ^= 0xFF
     entries[0].write_bytes(bytes(data))
-    assert _run(tmp_path) == (1, 1)  # checksum mismatch: a miss, rebuilt and rewritten
-    assert _run(tmp_path) == (2, 0)
+    assert _run(tmp_path) == (0, 1)  # checksum mismatch: a miss, rebuilt and rewritten
+    assert _run(tmp_path) == (1, 0)
 
 
 def test_a_calibrated_profile_has_entries_of_its_own(tmp_path):
-    """Optimizing (the adjoint's and the program's) prices e-nodes with this host's profile:
-    after `dlvm-eq calibrate` neither entry made with the shipped defaults is read back."""
+    """Optimizing the adjoint prices e-nodes with this host's profile:
+    after `dlvm-eq calibrate` the entry made with the shipped defaults is not read back."""
     from test_calibration import sample_profile
 
-    assert _run(tmp_path) == (0, 2)
+    assert _run(tmp_path) == (0, 1)
     profiles = tmp_path / "profiles"
     profiles.mkdir(mode=0o700)
     (profiles / "cpu.json").write_text(sample_profile().to_json())
-    assert _run(tmp_path) == (0, 2)
-    assert _run(tmp_path) == (2, 0)
+    assert _run(tmp_path) == (0, 1)
+    assert _run(tmp_path) == (1, 0)
