@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import importlib
 import json
 from enum import Enum
 
@@ -26,6 +27,8 @@ import numpy as np
 
 # numpy dtypes a document may hold (never object or void: those are not data)
 _ARRAY_KINDS = "biuf"
+# what json.loads gives for JSON's scalars: read as they are
+_PLAIN = frozenset((type(None), bool, int, float, str))
 
 
 class RecordError(ValueError):
@@ -36,24 +39,56 @@ class Schema:
     """A named, versioned set of classes. `fields` overrides the constructor arguments of a
     class that is not a dataclass: {cls: ("name", "type")}, built as cls(*values)."""
 
-    def __init__(self, name: str, version: int, classes, enums=(), fields=None):
+    def __init__(self, name: str, version: int, classes, enums=(), fields=None, lazy=None):
         self.name, self.version = name, int(version)
-        fields = dict(fields or {})
+        self._given = dict(fields or {})
         self._fields: dict[type, tuple[str, ...]] = {}
+        self._keywords: set[type] = set()  # built as cls(**fields): keyword-only fields
         self._by_name: dict[str, type] = {}
+        # qualname -> module: classes imported when a document (or an object) first needs one,
+        # so that reading a plan loads only the step modules it holds; a name outside this
+        # table (and `classes`) is refused, never imported
+        self._lazy: dict[str, str] = dict(lazy or {})
         for cls in classes:
-            if cls in fields:
-                names = tuple(fields[cls])
-            elif dataclasses.is_dataclass(cls):
-                fs = dataclasses.fields(cls)
-                if any(not f.init for f in fs):
-                    raise RecordError(f"{cls.__name__} has fields its constructor does not take")
-                names = tuple(f.name for f in fs)
-            else:
-                raise RecordError(f"{cls.__name__}: not a dataclass; say which fields it has")
-            self._fields[cls] = names
-            self._by_name[cls.__qualname__] = cls
+            self._add(cls)
         self._enums = {e.__qualname__: e for e in enums}
+
+    def _add(self, cls: type) -> tuple[str, ...]:
+        if cls in self._given:
+            names = tuple(self._given[cls])
+        elif dataclasses.is_dataclass(cls):
+            fs = dataclasses.fields(cls)
+            if any(not f.init for f in fs):
+                raise RecordError(f"{cls.__name__} has fields its constructor does not take")
+            names = tuple(f.name for f in fs)
+            if any(f.kw_only for f in fs):
+                self._keywords.add(cls)
+        else:
+            raise RecordError(f"{cls.__name__}: not a dataclass; say which fields it has")
+        self._fields[cls] = names
+        self._by_name[cls.__qualname__] = cls
+        return names
+
+    def _named(self, name) -> type | None:
+        """The class a document names: one of `classes`, or a lazy one (imported now)."""
+        cls = self._by_name.get(name) if isinstance(name, str) else None
+        if cls is None and isinstance(name, str) and name in self._lazy:
+            try:
+                found = importlib.import_module(self._lazy[name])
+                for part in name.split("."):
+                    found = getattr(found, part)
+            except (ImportError, AttributeError):
+                return None  # the table names a class its module lacks: nothing to build
+            self._add(found)  # a race adds an equal entry
+            cls = found
+        return cls
+
+    def _names_of(self, cls: type) -> tuple[str, ...] | None:
+        """The fields of an object's class, or None when the schema holds no such class."""
+        names = self._fields.get(cls)
+        if names is None and self._lazy.get(cls.__qualname__) == cls.__module__:
+            names = self._add(cls)
+        return names
 
     # ---------------------------------------------------------------- writing
 
@@ -97,16 +132,18 @@ class Schema:
             raise RecordError("no object table")
         built: list = []
         reader = _Reader(self, built)
+        value, plain, keywords = reader.value, _PLAIN, self._keywords
         for entry in objects:
             if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
                 raise RecordError("malformed object entry")
-            cls = self._by_name.get(entry[0]) if isinstance(entry[0], str) else None
-            names = self._fields.get(cls)
+            cls = self._named(entry[0])
+            names = self._fields.get(cls) if cls is not None else None
             if names is None or len(entry[1]) != len(names):
                 raise RecordError(f"class {entry[0]!r} is not in schema {self.name}")
-            args = [reader.value(v) for v in entry[1]]
+            # most fields are plain JSON values: no call for them (thousands per plan)
+            args = [v if type(v) in plain else value(v) for v in entry[1]]
             try:
-                obj = cls(**dict(zip(names, args))) if dataclasses.is_dataclass(cls) else cls(*args)
+                obj = cls(**dict(zip(names, args))) if cls in keywords else cls(*args)
             except Exception as e:
                 raise RecordError(f"{entry[0]}: {type(e).__name__}: {e}") from None
             built.append(obj)
@@ -125,7 +162,7 @@ class _Writer:
             return v
         if isinstance(v, int) and not isinstance(v, Enum):
             return v
-        if isinstance(v, float):
+        if isinstance(v, float) and not isinstance(v, np.generic):  # np.float64 is a float
             return v if v == v and v not in (float("inf"), float("-inf")) else {"f": repr(v)}
         if isinstance(v, Enum):
             if type(v).__qualname__ not in self.schema._enums:
@@ -152,7 +189,7 @@ class _Writer:
                     v.item() if not isinstance(v.item(), float) else repr(v.item()),
                 ]
             }
-        if type(v) in self.schema._fields:
+        if self.schema._names_of(type(v)) is not None:
             return {"$": self.ref(v)}
         raise RecordError(f"{type(v).__name__} is not in schema {self.schema.name}")
 
@@ -167,10 +204,10 @@ class _Writer:
             if id(o) in self.index:
                 stack.pop()
                 continue
-            names = self.schema._fields[type(o)]
+            names = self.schema._names_of(type(o)) or ()
             fields = [getattr(o, n) for n in names]
             pending = [
-                c for c in _objects_in(fields, self.schema._fields) if id(c) not in self.index
+                c for c in _objects_in(fields, self.schema._names_of) if id(c) not in self.index
             ]
             if pending:
                 if id(o) in busy:
@@ -185,12 +222,15 @@ class _Writer:
         return self.index[id(obj)]
 
 
-def _objects_in(value, classes) -> list:
-    """Schema objects directly inside `value` (through tuples, lists and dicts, not objects)."""
+def _objects_in(value, names_of) -> list:
+    """Schema objects directly inside `value` (through tuples, lists and dicts, not objects);
+    names_of(cls): the class's fields, None outside the schema."""
     out, stack = [], [value]
     while stack:
         v = stack.pop()
-        if type(v) in classes:
+        if type(v) in _PLAIN:
+            continue
+        if names_of(type(v)) is not None:
             out.append(v)
         elif isinstance(v, (tuple, list)):
             stack.extend(v)
@@ -205,23 +245,22 @@ class _Reader:
         self.schema, self.built = schema, built
 
     def value(self, v):
-        if v is None or isinstance(v, (bool, int, float, str)):
+        t = type(v)
+        if t in _PLAIN:
             return v
-        if isinstance(v, list):
-            return [self.value(x) for x in v]
-        if not (isinstance(v, dict) and len(v) == 1):
+        if t is list:
+            value = self.value
+            return [x if type(x) in _PLAIN else value(x) for x in v]
+        if t is not dict or len(v) != 1:
             raise RecordError("malformed value")
         ((tag, body),) = v.items()
-        if tag == "$":
-            if (
-                not isinstance(body, int)
-                or isinstance(body, bool)
-                or not 0 <= body < len(self.built)
-            ):
+        if tag == "$":  # type(body) is int: no bool
+            if type(body) is not int or not 0 <= body < len(self.built):
                 raise RecordError("reference to an object not yet read")
             return self.built[body]
-        if tag == "t" and isinstance(body, list):
-            return tuple(self.value(x) for x in body)
+        if tag == "t" and type(body) is list:
+            value = self.value
+            return tuple([x if type(x) in _PLAIN else value(x) for x in body])
         if tag == "d" and isinstance(body, list):
             try:
                 return {_hashable(self.value(k)): self.value(x) for k, x in body}

@@ -81,6 +81,8 @@ def by_name(let: Let) -> str:
 
 @dataclass(eq=False, slots=True)  # eq=False: a Let is equal only to itself; never mutated
 class Let:
+    """One term of a program written for egglog: a constructor, its arguments and type, named or inline."""
+
     name: str | None  # e.g. "$p0_3_"; None: written inline where it is used
     ctor: str  # the constructor, e.g. "Add"
     args: tuple  # Lets (Term operands) and attributes, in the schema's order

@@ -37,6 +37,8 @@ LOOP_MOTION = tuple(e.egg for e in EGRAPH_ONLY.values() if e.role == LOOP_MOTION
 
 @dataclass(frozen=True)
 class Decoded:
+    """A serialized e-node decoded: its constructor, IR op, child class ids and attributes."""
+
     egg: str  # constructor name
     op: str | None  # IR op name (None for leaves)
     children: tuple[str, ...]  # node ids of Term children (any node of the child's class)

@@ -27,6 +27,8 @@ from .profile import MatmulPoint, Profile, load_profile
 
 @dataclass(frozen=True)
 class Machine:
+    """The cost model's machine: the rates and overheads extraction prices a program with."""
+
     name: str
     bandwidth: float  # bytes/s to and from main memory, read + write
     flop_rate: float  # elementwise flop/s over all cores (vector units)

@@ -101,6 +101,8 @@ class CacheCurve:
 
 @dataclass(frozen=True)
 class Profile:
+    """A target's measured costs (bandwidth, flop rates, launches, products, plan steps) on one host."""
+
     target: str
     host: str  # host_id() where it was measured
     bandwidth: float  # bytes/s, read + write, streaming

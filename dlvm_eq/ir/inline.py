@@ -27,6 +27,8 @@ KERNEL_EXPR_OPS = 320
 
 @dataclass
 class Flat:
+    """A function flattened: parameters, a straight body of tensor ops, and its results."""
+
     params: list[Value]
     body: list[Instruction]
     results: list  # Values or IR Consts

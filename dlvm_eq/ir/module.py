@@ -60,6 +60,8 @@ Operand = Value | Const
 
 @dataclass
 class Instruction:
+    """One IR instruction: `%result = op operands attrs`, with where it was written."""
+
     result: Value
     op: str
     operands: list[Operand]
@@ -84,6 +86,8 @@ class AdjointDecl:
 
 @dataclass
 class Function:
+    """An IR function: parameters, result type, body and returned operand (or a declared adjoint)."""
+
     name: str
     params: list[Value]
     result_type: Type
@@ -111,6 +115,8 @@ class Function:
 
 @dataclass
 class Module:
+    """A named set of IR functions at one stage of the pipeline (raw, optimized, ...)."""
+
     name: str = "main"
     stage: str = "raw"
     functions: dict[str, Function] = field(default_factory=dict)

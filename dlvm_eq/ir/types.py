@@ -59,6 +59,8 @@ F32, F64, I32, BOOL = DType.f32, DType.f64, DType.i32, DType.bool
 
 @dataclass(frozen=True)
 class TensorType:
+    """A tensor's type: its shape and element dtype, printed `<4 x 5 x f32>`."""
+
     shape: tuple[int, ...]
     dtype: DType
 
@@ -88,6 +90,8 @@ class TensorType:
 
 @dataclass(frozen=True)
 class TupleType:
+    """A tuple's type: the tensor types of its elements, printed `(<4 x f32>, <f32>)`."""
+
     elements: tuple[TensorType, ...]
 
     def __str__(self) -> str:

@@ -26,6 +26,8 @@ from .spec import DTYPES, KernelError
 
 @dataclass(frozen=True)
 class ConvGeometry:
+    """A convolution's input, kernel window, stride, padding, dilation and output size."""
+
     dtype: str  # "f32" or "f64"
     channels: int  # C (all groups)
     height: int

@@ -30,6 +30,8 @@ from .spec import REDUCE_OPS, Expr, KernelError, as_expr, dtype_of, op_name, res
 
 @dataclass(frozen=True)
 class MapReduceSpec:
+    """A kernel that computes map outputs and reductions over one iteration space in one pass."""
+
     name: str
     shape: tuple[int, ...]
     inputs: tuple[KernelInput, ...]

@@ -28,6 +28,8 @@ MAX_PLANE = 1 << 30  # plane offsets are i32
 
 @dataclass(frozen=True)
 class PoolSpec:
+    """A pooling kernel: op, dtype, input plane, window, stride and padding."""
+
     op: str
     dtype: str  # "f32" or "f64"
     hw: tuple[int, int]  # input plane (H, W)

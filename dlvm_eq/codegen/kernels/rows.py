@@ -46,6 +46,8 @@ MAX_STASH = 2  # subexpressions kept per row at most (see cpu/rows_ir.py)
 
 @dataclass(frozen=True)
 class RowSpec:
+    """A row kernel: per row of `rows` x `cols`, reductions then outputs that may read them (softmax)."""
+
     name: str
     rows: int
     cols: int

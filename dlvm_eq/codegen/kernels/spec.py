@@ -239,12 +239,16 @@ class Const(Expr):
 
 @_node
 class Unary(Expr):
+    """`op(x)`: a unary elementwise op of a kernel expression."""
+
     op: str
     x: Expr
 
 
 @_node
 class Binary(Expr):
+    """`a op b`: a binary elementwise op of a kernel expression."""
+
     op: str
     a: Expr
     b: Expr
@@ -261,6 +265,8 @@ class Select(Expr):
 
 @_node
 class Cast(Expr):
+    """`x` converted to `dtype` in a kernel expression."""
+
     x: Expr
     dtype: str
 

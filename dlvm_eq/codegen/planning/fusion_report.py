@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class FusionReport:
+    """What the fusion decision did: e-graph size, values kept or inlined, model costs, seconds."""
+
     nodes: int = 0  # e-nodes after saturation
     classes: int = 0
     stop_reason: str = ""  # saturated, iterations, nodes, seconds

@@ -15,6 +15,8 @@ from .plan import View
 
 @dataclass
 class IndexStep:
+    """out = take(src, ids) or scatterAdd(src, ids) along `axis`."""
+
     op: str  # "take" or "scatterAdd"
     src: View  # x (take) or g (scatterAdd)
     ids: View  # the i32 index vector

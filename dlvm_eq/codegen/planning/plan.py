@@ -37,6 +37,8 @@ class PlanError(DlvmError):
 
 @dataclass(frozen=True)
 class Slot:
+    """A buffer of the plan: index, shape, dtype, role (parameter, output, temp, ...) and value name."""
+
     index: int
     shape: tuple[int, ...]
     dtype: str  # 'f32', 'f64', 'i32', 'bool'
@@ -189,6 +191,8 @@ class BlasStep:
 
 @dataclass
 class ConcatStep:
+    """out = concatenate(parts) along `axis`."""
+
     parts: tuple[View, ...]
     axis: int
     out: int
@@ -312,6 +316,8 @@ def arena_aliases(plan: Plan) -> set[int]:
 
 @dataclass
 class Plan:
+    """A function planned for execution: slots, steps in order, results, constants and arena layout."""
+
     name: str
     slots: list[Slot]
     params: list[int]  # slot per function parameter

@@ -12,17 +12,27 @@ from ...json_records import Schema
 
 _SCHEMA: Schema | None = None  # built on first use; a race builds an equal one
 
+# step and kernel classes a plan holds only for some programs, imported when a plan names one
+# (or holds one when written): a warm MLP loads no gather, scan, attention, row or map-reduce
+# module for its cached plan
+_LAZY = {
+    "IndexStep": "dlvm_eq.codegen.planning.gather",
+    "SliceScatterStep": "dlvm_eq.codegen.planning.gather",
+    "ScanStep": "dlvm_eq.codegen.planning.scan",
+    "AttentionStep": "dlvm_eq.codegen.planning.attention",
+    "RowSpec": "dlvm_eq.codegen.kernels.rows",
+    "MapReduceSpec": "dlvm_eq.codegen.kernels.map_reduce",
+}
+
 
 def plan_schema() -> Schema:
-    """The schema (built on first use: RowSpec's module loads llvmlite's IR builder)."""
+    """The schema (built on first use; the classes of `_LAZY` when a plan holds one)."""
     global _SCHEMA
     schema = _SCHEMA
     if schema is None:
         from ..kernels import kernel_spec
         from ..kernels import spec as kernel
-        from ..kernels.map_reduce import MapReduceSpec
-        from ..kernels.rows import RowSpec
-        from . import attention, gather, plan, scan
+        from . import plan
         from .fusion_report import FusionReport
 
         schema = _SCHEMA = Schema(
@@ -41,15 +51,9 @@ def plan_schema() -> Schema:
                 plan.CopyStep,
                 plan.AliasStep,
                 plan.WindowStep,
-                gather.IndexStep,
-                gather.SliceScatterStep,
-                scan.ScanStep,
-                attention.AttentionStep,
                 kernel_spec.KernelSpec,
                 kernel_spec.ReduceSpec,
                 kernel_spec.KernelInput,
-                RowSpec,
-                MapReduceSpec,
                 kernel.Load,
                 kernel.Const,
                 kernel.Unary,
@@ -58,5 +62,6 @@ def plan_schema() -> Schema:
                 kernel.Cast,
                 FusionReport,
             ],
+            lazy=_LAZY,
         )
     return schema

@@ -14,6 +14,8 @@ from .plan import View
 
 @dataclass
 class ScanStep:
+    """out = cumsum(src) along `axis`, reversed or not."""
+
     src: View
     axis: int
     reverse: bool

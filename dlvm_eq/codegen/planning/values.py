@@ -34,6 +34,8 @@ class Fused:
 
 @dataclass(frozen=True)
 class Konst:
+    """A constant value of the planned program: its scalar value, dtype and broadcast shape."""
+
     value: object
     dtype: str
     shape: tuple
@@ -56,6 +58,8 @@ class EwOut:
 
 @dataclass
 class ReduceNode:
+    """A reduction being planned: its body over leaves, op, axes and init, and the slot it fills."""
+
     name: str
     body: Expr
     shape: tuple
@@ -69,6 +73,8 @@ class ReduceNode:
 
 @dataclass
 class SlotInfo:
+    """A slot while it is planned: shape, dtype, role and the IR value it holds."""
+
     shape: tuple
     dtype: str
     role: str

@@ -27,6 +27,8 @@ from ..kernels.conv_spec import ConvGeometry
 
 @dataclass
 class _Kept:
+    """A column matrix kept for reuse, with the geometry and input bits it was built from."""
+
     matrix: np.ndarray
     geometry: ConvGeometry | None = None  # None: the matrix holds nothing valid
     x_bits: np.ndarray | None = None

@@ -23,6 +23,8 @@ from .batch_rules import shift_axis
 
 @dataclass(frozen=True)
 class Combinator:
+    """How a reduction folds its elements (add, multiply, max, min): one row of COMBINATORS."""
+
     ufunc: np.ufunc
     kernel: str  # the fused-kernel name (codegen/kernels/spec.py)
     identity: float  # the kernels' initial value
