@@ -72,6 +72,13 @@ EXPAND_ONLY_UNDER_JIT = False
 _NESTING = contextvars.ContextVar("dlvm_eq_gradient_nesting", default=0)
 
 
+def _outermost() -> bool:
+    """Whether the gradient being traced is not inside another's trace. (Closures read the
+    nesting through this function: a ContextVar that a closure names is captured when Ray's
+    cloudpickle sends a compiled step to a worker, and cannot be pickled.)"""
+    return _NESTING.get() == 0
+
+
 def _optimize_adjoint(later: bool) -> bool:
     """Whether the adjoint being made is optimized now; `later`: the module will be."""
     return not (EXPAND_ONLY_UNDER_JIT and later and _NESTING.get() == 0)
@@ -142,7 +149,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
             )
         # issue 32: an outermost adjoint saturated whole (the shipped schedule, no time cut)
         # goes into the jit's trace as saturated: the module's own pass may skip it
-        record = saturated_record() if optimize and not cuts and _NESTING.get() == 0 else None
+        record = saturated_record() if optimize and not cuts and _outermost() else None
         start = len(current_trace().builder.body) if record is not None else 0
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if record is not None:
