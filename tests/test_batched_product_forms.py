@@ -12,13 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layout_checks import declarations, equal_after
+from layout_checks import vec as _vec
 
 import dlvm_eq as dq
 from dlvm_eq.calibration.plan_cost import product_seconds
-from dlvm_eq.egraph import RuleFileError
-from dlvm_eq.egraph.optimize import scratch_session
-from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
-from dlvm_eq.egraph.saturate import saturate
 from dlvm_eq.extract.machine import MACHINES
 from dlvm_eq.extract.target_cost import BATCH_ENTRY_SECONDS, TargetCost
 from dlvm_eq.ir.types import F32, tensor
@@ -36,25 +34,8 @@ SHAPES = {
 }
 
 
-def _vec(*xs) -> str:
-    return "(vec-of " + " ".join(map(str, xs)) + ")"
-
-
 def _equal_after(term: str, expected: str) -> bool:
-    """Whether `term`'s class holds a node of the pattern `expected` after the `transpose`
-    ruleset."""
-    decls = "".join(
-        f'(let ${n} (Var "{n}")) (set (shape ${n}) {_vec(*s)}) (set (dtype ${n}) "f32")\n'
-        for n, s in SHAPES.items()
-    )
-    with scratch_session() as s:
-        s.run_text(decls + f"(let $term {term})")
-        saturate(s, Schedule(("transpose",)), Budget(iterations=3))
-        try:
-            s.run_text(f"(check (= $term {expected}))")
-            return True
-        except RuleFileError:
-            return False
+    return equal_after(declarations({n: (s, "f32") for n, s in SHAPES.items()}), term, expected)
 
 
 FIRES = [

@@ -13,12 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layout_checks import declarations, equal_after
+from layout_checks import vec as _vec
 
 import dlvm_eq as dq
-from dlvm_eq.egraph import RuleFileError
-from dlvm_eq.egraph.optimize import scratch_session
-from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
-from dlvm_eq.egraph.saturate import saturate
 from dlvm_eq.extract.target_cost import INDEX_PASSES, TargetCost
 from dlvm_eq.ir.types import F32, I32, tensor
 
@@ -36,25 +34,8 @@ SHAPES = {
 }
 
 
-def _vec(*xs) -> str:
-    return "(vec-of " + " ".join(map(str, xs)) + ")"
-
-
 def _equal_after(term: str, expected: str) -> bool:
-    """Whether `term`'s class holds a node of the pattern `expected` after the `transpose`
-    ruleset."""
-    decls = "".join(
-        f'(let ${n} (Var "{n}")) (set (shape ${n}) {_vec(*s)}) (set (dtype ${n}) "{d}")\n'
-        for n, (s, d) in SHAPES.items()
-    )
-    with scratch_session() as s:
-        s.run_text(decls + f"(let $term {term})")
-        saturate(s, Schedule(("transpose",)), Budget(iterations=3))
-        try:
-            s.run_text(f"(check (= $term {expected}))")
-            return True
-        except RuleFileError:
-            return False
+    return equal_after(declarations(SHAPES), term, expected)
 
 
 def _attrs(stride=1, pad=1, groups=1, size=()) -> str:

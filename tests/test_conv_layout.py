@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layout_checks import declarations, equal_after
+from layout_checks import vec as _vec
 
 import dlvm_eq as dq
-from dlvm_eq.egraph import RuleFileError
-from dlvm_eq.egraph.optimize import scratch_session
-from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
-from dlvm_eq.egraph.saturate import saturate
 
 SHAPES = {
     "X": (2, 3, 5, 5),  # an NCHW activation
@@ -30,30 +28,8 @@ SHAPES = {
 }
 
 
-def _vec(*xs) -> str:
-    return "(vec-of " + " ".join(map(str, xs)) + ")"
-
-
-def _decls() -> str:
-    return "".join(
-        f'(let ${n} (Var "{n}")) (set (shape ${n}) {_vec(*s)}) (set (dtype ${n}) "f32")\n'
-        for n, s in SHAPES.items()
-    )
-
-
 def _equal_after(term: str, expected: str) -> bool:
-    """Whether `term` and `expected` share an e-class after the `transpose` ruleset (an
-    `expected` with ?variables: whether term's class holds such a node)."""
-    with scratch_session() as s:
-        s.run_text(_decls() + f"(let $t {term})")
-        if "?" not in expected:
-            s.run_text(f"(let $e {expected})")
-        saturate(s, Schedule(("transpose",)), Budget(iterations=4))
-        try:
-            s.run_text(f"(check (= $t {expected if '?' in expected else '$e'}))")
-            return True
-        except RuleFileError:
-            return False
+    return equal_after(declarations({n: (s, "f32") for n, s in SHAPES.items()}), term, expected, 4)
 
 
 def _attrs(stride=1, pad=0, groups=1, size=()) -> str:
