@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -149,31 +147,16 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "import": imported, "rss_mb": 
 """
 
 
-def _env(tree: Path, cache: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(
-        PYTHONPATH=str(tree),
-        DLVM_EQ_CACHE_DIR=cache,
-        PYTHONPYCACHEPREFIX=str(PYC),  # bytecode cached outside the trees, as after an install
-        JAX_PLATFORMS="cpu",
-        TORCHINDUCTOR_CACHE_DIR=str(Path(cache) / "inductor"),  # torch.compile's cold: empty
-    )
-    return env
-
-
 def child(tree: Path, framework: str, program: str, cache: str, timeout: float) -> dict:
+    from common import child_json
+
+    env = {
+        "PYTHONPYCACHEPREFIX": str(PYC),  # bytecode cached outside the trees, as after an install
+        "JAX_PLATFORMS": "cpu",
+        "TORCHINDUCTOR_CACHE_DIR": str(Path(cache) / "inductor"),  # torch.compile's cold: empty
+    }
     code = CHILD.replace("BENCH", repr(str(HERE)))
-    run = subprocess.run(
-        [sys.executable, "-c", code, framework, program],
-        env=_env(tree, cache),
-        cwd=tempfile.gettempdir(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"{framework} {program} ({tree}): {run.stderr[-1500:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return child_json(tree, code, [framework, program], cache, env, timeout)
 
 
 def cold_and_warm(tree: Path, program: str, timeout: float) -> tuple[dict, dict]:

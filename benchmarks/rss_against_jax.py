@@ -14,10 +14,7 @@ process's memory by stage and by Python package (tracemalloc).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -64,19 +61,9 @@ print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1
 
 
 def child(tree: Path, framework: str, cache: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(tree), DLVM_EQ_CACHE_DIR=cache, JAX_PLATFORMS="cpu")
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, framework],
-        env=env,
-        cwd=tempfile.gettempdir(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"{framework} ({tree}): {run.stderr[-1500:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    from common import child_json
+
+    return child_json(tree, CHILD, [framework], cache, {"JAX_PLATFORMS": "cpu"})
 
 
 def main(argv=None) -> int:

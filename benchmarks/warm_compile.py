@@ -14,10 +14,8 @@ optimize, plan, kernels), which end before the step's first run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -59,19 +57,9 @@ print(json.dumps({"wall": wall, "main": main, "phases": sum(phases.values()),
 
 
 def child(tree: Path, step: str, cache: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(tree), DLVM_EQ_CACHE_DIR=cache)
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD.replace("BENCH", repr(str(HERE))), step],
-        env=env,
-        cwd=tempfile.gettempdir(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"{step} ({tree}): {run.stderr[-1500:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    from common import child_json
+
+    return child_json(tree, CHILD.replace("BENCH", repr(str(HERE))), [step], cache)
 
 
 def main(argv=None) -> int:
