@@ -61,3 +61,44 @@ def test_a_held_result_is_never_overwritten_and_a_dropped_one_is_reused():
     third = f(w, h0, xs1)[1]
     assert third.__array_interface__["data"][0] == address  # dropped: its memory reused
     np.testing.assert_array_equal(third, kept)
+
+
+def test_threads_calling_one_scan_never_share_its_recycled_ys():
+    """8 threads call one compiled scan at once, each on its own xs, 6 calls each, dropping
+    some results and keeping others: each result equals the interpreter's for its own xs (a
+    ys buffer handed to two calls at once would mix their rows)."""
+    import threading
+
+    n, steps = 128, 8
+    w = (RNG.standard_normal((n, n)) * 0.1).astype(np.float32)
+    h0 = RNG.standard_normal((16, n)).astype(np.float32)
+    inputs = [RNG.standard_normal((steps, 16, n)).astype(np.float32) for _ in range(8)]
+    f, m = compiled(_scan, w, h0, inputs[0])
+    assert set(f.report.drivers) == {"native"}, f.report.drivers
+    wants = [interpret(m, f.name, w, h0, xs)[1] for xs in inputs]
+    kept: list[list] = [[] for _ in inputs]
+    barrier, errors = threading.Barrier(len(inputs)), []
+
+    def calls(i: int) -> None:
+        barrier.wait()
+        try:
+            for j in range(6):
+                ys = f(w, h0, inputs[i])[1]
+                if j % 2 == 0:
+                    kept[i].append(ys)  # held: must never be written again
+                else:
+                    close(ys, wants[i], f64=False)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    assert all(len(k) == 3 for k in kept)
+    for i, results in enumerate(kept):
+        for ys in results:
+            close(ys, wants[i], f64=False)
