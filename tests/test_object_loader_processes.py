@@ -1,6 +1,6 @@
 """Many processes share one kernel cache (codegen/runtime/object_loader.py, runtime/jit.py):
 six processes start together on an empty cache, each compiling and writing the same kernels
-while the others read them, then eight more start together on the filled cache and load every
+while the others read them, then six more start together on the filled cache and load every
 kernel from it without LLVM. Every process's results equal numpy's float64 ones (to float32
 rounding), no entry is counted corrupt, and the second wave compiles nothing. A process that
 read a half-written entry, loaded another kernel's code or relocated it wrongly fails here."""
