@@ -25,7 +25,7 @@ def test_a_scan_starts_the_runtime_build_once_and_runs_as_the_interpreter(monkey
     ran = threading.Event()
     monkeypatch.setattr(loops, "_prebuilt", [])
     monkeypatch.setattr(cpu_count, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(loops, "_build_runtime", lambda: started.append(1) or ran.set())
+    monkeypatch.setattr(loops, "_build_runtime", lambda gemm: started.append(gemm) or ran.set())
     w = (RNG.standard_normal((5, 5)) * 0.3).astype(np.float32)
     h0 = RNG.standard_normal((3, 5)).astype(np.float32)
     xs = RNG.standard_normal((4, 3, 5)).astype(np.float32)
@@ -34,7 +34,7 @@ def test_a_scan_starts_the_runtime_build_once_and_runs_as_the_interpreter(monkey
     assert started == [] and loops._prebuilt == []  # no scan: nothing started
     f = dq.jit(_rnn)
     got = f(w, h0, xs)
-    assert ran.wait(10) and started == [1]
+    assert ran.wait(10) and started == [False]  # 5 x 5 products: no GEMM on packed weights
     m = dq.make_ir(_rnn)(w, h0, xs)
     want = interpret(m, next(iter(m.functions)), w, h0, xs, float64=True)
     for g, x in zip(got, want):
@@ -42,7 +42,7 @@ def test_a_scan_starts_the_runtime_build_once_and_runs_as_the_interpreter(monkey
     g = dq.jit(lambda w, h0, xs: _rnn(w * 2.0, h0, xs))  # a second scan: not started again
     g(w, h0, xs)
     loops._prebuilt[0].join(10)
-    assert started == [1]
+    assert started == [False]
 
 
 def test_one_cpu_builds_the_runtime_where_it_is_used(monkeypatch):
@@ -52,3 +52,27 @@ def test_one_cpu_builds_the_runtime_where_it_is_used(monkeypatch):
     f = dq.jit(_rnn)
     f(w, np.ones((2, 4), np.float32), np.ones((3, 2, 4), np.float32))
     assert loops._prebuilt == []
+
+
+def test_the_gemm_is_built_ahead_only_for_products_it_may_run():
+    """Our GEMM on a prepacked weight takes products of at most 64 rows whose weight has
+    k n >= 2**14 (execution/packed_products.py): the GRU's at hidden 256, not at 64."""
+
+    def body_of(hidden):
+        u = np.zeros((hidden, hidden), np.float32)
+        m = dq.make_ir(lambda h0, xs: dq.scan(lambda h, x: (dq.tanh(h @ u + x), None), h0, xs)[0])(
+            np.zeros((16, hidden), np.float32), np.zeros((3, 16, hidden), np.float32)
+        )
+        return m.functions[next(iter(m.functions))]
+
+    assert loops._may_prepack(body_of(256)) and not loops._may_prepack(body_of(64))
+
+
+def test_a_loop_without_packed_weights_does_not_build_the_gemm(monkeypatch):
+    from dlvm_eq.codegen.execution import packed_products
+
+    def no_gemm(narrow):
+        raise AssertionError("our GEMM built for a loop that packs no weight")
+
+    monkeypatch.setattr(packed_products, "shared_gemm", no_gemm)
+    assert packed_products.pack_buffers([]) == []

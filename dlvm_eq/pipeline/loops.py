@@ -163,8 +163,8 @@ _prebuilt: list = []  # the one thread compiling the native loops' runtime, once
 
 
 def _prebuild_runtime(fn: Function) -> None:
-    """Compile the native loop driver and our GEMM (a loop's products with a prepacked
-    weight) on another thread while the e-graph optimizes, where another core is free: both
+    """Compile the native loop driver and our GEMM (where a loop's products may run on a
+    prepacked weight) on another thread while the e-graph optimizes, where another core is free: both
     are the same for every program, built once per process (cached on disk), and were built
     last, when the first native scan asked for them: about 0.3 s of CPU of the GRU's cold
     compile (benchmarks/rnn.py, T = 8), which now overlaps the rest."""
@@ -175,7 +175,8 @@ def _prebuild_runtime(fn: Function) -> None:
     with _lock:
         if _prebuilt:
             return
-        t = threading.Thread(target=_build_runtime, name="dlvm_eq-loop-runtime")
+        gemm = _may_prepack(fn)
+        t = threading.Thread(target=_build_runtime, args=(gemm,), name="dlvm_eq-loop-runtime")
         _prebuilt.append(t)  # not a daemon: the interpreter lets it finish its cache writes
     t.start()
 
@@ -186,13 +187,32 @@ def _all_insts(fn: Function):
         yield from b.body
 
 
-def _build_runtime() -> None:
+def _may_prepack(fn: Function) -> bool:
+    """Whether a body's product is large enough, as written, for our GEMM on a prepacked
+    weight (execution/packed_products.prepack decides on the plan; a guess costs at most a
+    build on the other thread): the GRU at hidden 256 (k n = 65536), not at 64 (4096)."""
+    from ..codegen.execution.packed_products import MAX_ROWS, MIN_DEPTH_WIDTH
+    from ..codegen.runtime.gemm_runtime import prepacking_enabled
+
+    if not prepacking_enabled():
+        return False
+    for body in reachable_bodies(fn):
+        for i in body.body:
+            shapes = [getattr(o.type, "shape", ()) for o in i.operands[:2]]
+            if i.op == "dot" and all(len(x) == 2 for x in shapes):
+                (m, k), n = shapes[0], shapes[1][1]
+                if m <= MAX_ROWS and k * n >= MIN_DEPTH_WIDTH:
+                    return True
+    return False
+
+
+def _build_runtime(gemm: bool = False) -> None:
     try:
-        from ..codegen.runtime.gemm_runtime import prepacking_enabled, shared_gemm
+        from ..codegen.runtime.gemm_runtime import shared_gemm
         from ..codegen.runtime.loop_driver import loop_driver
 
         loop_driver()
-        if prepacking_enabled():
+        if gemm:
             shared_gemm(False)
     except Exception:
         pass
