@@ -198,9 +198,11 @@ def _may_prepack(fn: Function) -> bool:
         return False
     for body in reachable_bodies(fn):
         for i in body.body:
-            shapes = [getattr(o.type, "shape", ()) for o in i.operands[:2]]
-            if i.op == "dot" and all(len(x) == 2 for x in shapes):
-                (m, k), n = shapes[0], shapes[1][1]
+            shapes: list[tuple[int, ...]] = [
+                tuple(getattr(o.type, "shape", ())) for o in i.operands[:2]
+            ]
+            if i.op == "dot" and len(shapes) == 2 and all(len(x) == 2 for x in shapes):
+                m, k, n = shapes[0][0], shapes[0][1], shapes[1][1]
                 if m <= MAX_ROWS and k * n >= MIN_DEPTH_WIDTH:
                     return True
     return False
