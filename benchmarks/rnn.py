@@ -264,6 +264,15 @@ def compile_bytecode() -> None:
     compileall.compile_dir(str(ROOT / "dlvm_eq"), quiet=1)
 
 
+def remove_bytecode() -> None:
+    """Delete this tree's dlvm_eq bytecode (for --no-bytecode: a fresh process then compiles
+    every dlvm_eq module it loads from source, as rows measured before session 17 did)."""
+    import shutil
+
+    for d in sorted((ROOT / "dlvm_eq").rglob("__pycache__")):
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _in_fresh_process(
     kind: str, steps: int, repeats: int, cell: str, hidden: int, bytecode: bool = True
 ) -> dict:
@@ -272,6 +281,8 @@ def _in_fresh_process(
         env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache, PYTHONPATH=path)
         if bytecode:  # (common.child_json does the same for compile_time.py)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
+        else:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         cmd = [sys.executable, __file__, "--one", kind, str(steps), "--repeats", str(repeats)]
         cmd += ["--cell", cell, "--hidden", str(hidden)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
@@ -317,7 +328,8 @@ def main() -> None:
     ap.add_argument(
         "--no-bytecode",
         action="store_true",
-        help="fresh processes compile dlvm_eq's source as they import it (runs before session 17)",
+        help="delete dlvm_eq's bytecode first: fresh processes compile its source as they load it "
+        "(as runs before session 17 did)",
     )
     ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -340,7 +352,9 @@ def main() -> None:
     kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has("jax") else [])
     kinds += ["torch-loop", "torch-nn"] if _has("torch") else []
     kinds = [k for k in kinds if k in (a.programs or kinds)]
-    if not a.no_bytecode:
+    if a.no_bytecode:
+        remove_bytecode()
+    else:
         compile_bytecode()
     rows = []
     for steps in a.steps:
