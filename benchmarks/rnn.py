@@ -29,6 +29,7 @@ from common import machine_line, markdown_table, median_time, update_section  # 
 BATCH, INPUT, HIDDEN = 16, 32, 64
 HEADING = "## RNN: GRU value and gradient through dq.scan"
 GATES = {"gru": "zrh", "lstm": "ifoc"}
+KINDS = ("dq-scan", "dq-unrolled", "jax", "torch-loop", "torch-nn")
 # PyTorch on one thread: with its default two OpenMP threads on this loaded 2-core machine a
 # T = 64 GRU step took 1.7-1.9 s against 53-69 ms on one (the threads spin against the load)
 TORCH_THREADS = 1
@@ -177,7 +178,7 @@ def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int 
     else:
         import dlvm_eq  # noqa: F401
     rss0 = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if kind == "jax":
         f = _jax_program(cell)
     elif kind.startswith("torch"):
@@ -188,7 +189,7 @@ def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int 
     out = f(*args)
     if sync:
         sync(out)
-    compile_s = time.perf_counter() - t0
+    compile_s, compile_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     step = median_time(lambda: f(*args), repeats=repeats, warmup=2, sync=sync)
     cpu = []  # CPU seconds of the process (every thread) per call: what load does not inflate
     for _ in range(max(3, repeats // 2)):
@@ -202,118 +203,11 @@ def run_one(kind: str, steps: int, repeats: int, cell: str = "gru", hidden: int 
         "kind": kind,
         "steps": steps,
         "compile_s": compile_s,
+        "compile_cpu_s": compile_cpu_s,
         "step_ms": step.ms,
         "cpu_ms": 1e3 * sorted(cpu)[len(cpu) // 2],
         "peak_mb": max(peak - rss0, 0.0),
     }
-
-
-def overhead(steps: int = 1000, rounds: int = 5) -> dict:
-    """Per-step cost of the loop drivers, alternating rounds in this process: a scan whose body
-    is one add on a 16 x 64 carry on the native driver (its carry swapped between two buffers,
-    and copied each step), on the Python driver (pipeline/loops.NATIVE_LOOPS off); a while
-    loop of as many steps (a counter test, the same add) on both drivers; a scan of scans of 10
-    steps each (the outer loop on either driver); against calling the scan body's compiled
-    program directly."""
-    import numpy as np
-
-    import dlvm_eq as dq
-    from dlvm_eq.codegen.execution import native_loop
-    from dlvm_eq.ir import Module
-    from dlvm_eq.pipeline import loops
-
-    c0 = np.zeros((BATCH, HIDDEN), np.float32)
-    xs = np.ones((steps, BATCH, HIDDEN), np.float32)
-    n = np.int32(steps)
-
-    def scan(c, xs):
-        return dq.scan(lambda c, x: (c + x, None), c0 * 0.0 + c, xs)[0]
-
-    def while_loop(c, x, n):
-        def body(k):
-            return k[0] + 1, k[1] + x
-
-        return dq.while_loop(lambda k: k[0] < n, body, (n * 0, c0 * 0.0 + c))[1]
-
-    def nested(c, xss):  # steps // 10 outer steps, each a scan of 10 steps
-        def outer(c, xs):
-            return dq.scan(lambda c, x: (c + x, None), c, xs)[0], None
-
-        return dq.scan(outer, c0 * 0.0 + c, xss)[0]
-
-    xss = xs.reshape(steps // 10, 10, BATCH, HIDDEN)
-    variants = {  # name: (native, swap, function, arguments)
-        "native": (True, True, scan, (c0, xs)),
-        "native_copy": (True, False, scan, (c0, xs)),
-        "python": (False, True, scan, (c0, xs)),
-        "while_native": (True, True, while_loop, (c0, xs[0], n)),
-        "while_python": (False, True, while_loop, (c0, xs[0], n)),
-        "nested_native": (True, True, nested, (c0, xss)),
-        "nested_python": (False, True, nested, (c0, xss)),
-    }
-    fs = {}
-    for name, (native, swap, f, args) in variants.items():
-        loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = native, swap
-        fs[name] = dq.jit(lambda *a, f=f: f(*a))
-        fs[name](*args)
-    loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = True, True
-    times: dict = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, (_, _, _, args) in variants.items():
-            t = median_time(lambda f=fs[name], a=args: f(*a), repeats=5, warmup=1).median
-            times[name].append(t / steps)
-    m = dq.make_ir(lambda c, x: c + x)(c0, xs[0])
-    body = dq.compile(Module("b", functions=dict(m.functions)), next(iter(m.functions)))
-    alone = median_time(lambda: body(c0, xs[0]), repeats=2000, warmup=50).median
-    out = {f"{name}_us": float(np.median(t)) * 1e6 for name, t in times.items()}
-    return {**out, "body_alone_us": alone * 1e6, "steps": steps}
-
-
-def large_bodies(rounds: int = 5) -> list[list]:
-    """Per-step time of a scan `c = tanh(c * 0.5 + x)` with larger carries, alternating rounds:
-    on the native driver with the carry swapped between two buffers and copied each step, and on
-    the Python driver (whose plain calls split a kernel of 2**17 elements or more over threads;
-    the native driver runs it as one call on its own thread)."""
-    import numpy as np
-
-    import dlvm_eq as dq
-    from dlvm_eq.codegen.execution import native_loop
-    from dlvm_eq.pipeline import loops
-
-    rows = []
-    for shape, steps in (((16, 64), 2000), ((256, 256), 200), ((1024, 256), 50)):
-        c0 = np.zeros(shape, np.float32)
-        xs = np.full((steps, *shape), 1e-3, np.float32)
-        fs = {}
-        for name, native, swap in (
-            ("swap", True, True),
-            ("copy", True, False),
-            ("py", False, True),
-        ):
-            loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = native, swap
-            fs[name] = dq.jit(
-                lambda c, xs: dq.scan(lambda c, x: (dq.tanh(c * 0.5 + x), None), c, xs)[0]
-            )
-            fs[name](c0, xs)
-        loops.NATIVE_LOOPS, native_loop.SWAP_CARRIES = True, True
-        want = fs["py"](c0, xs)
-        assert all(np.array_equal(f(c0, xs), want) for f in fs.values())  # the same bits
-        times: dict = {name: [] for name in fs}
-        for _ in range(rounds):
-            for name, f in fs.items():
-                t = median_time(lambda f=f: f(c0, xs), repeats=3, warmup=1).median
-                times[name].append(t / steps * 1e6)
-        med = {name: float(np.median(t)) for name, t in times.items()}
-        rows.append(
-            [
-                " x ".join(map(str, shape)),
-                f"{med['swap']:.2f}",
-                f"{med['copy']:.2f}",
-                f"{med['py']:.2f}",
-                f"{os.getloadavg()[0]:.1f}",
-            ]
-        )
-    return rows
 
 
 def _switch(name: str, on: bool) -> None:
@@ -360,70 +254,35 @@ def choice_off_on(steps: int, cell: str, hidden: int, switch: str, rounds: int =
     )
 
 
-def sgd_in_one_call(steps: int = 100, repeats: int = 7) -> dict:
-    """`steps` SGD steps of a least-squares model (256 x 32) inside one dq.jit call through
-    dq.fori_loop, against `steps` calls of the jitted step (medians, seconds)."""
-    import numpy as np
+def compile_bytecode() -> None:
+    """Write this tree's bytecode (dlvm_eq/**/__pycache__, ignored by git) before the rows: an
+    installed package has it (pip compiles it; JAX's and PyTorch's have theirs), and without
+    it a fresh process compiles the source of every module a cold compile loads (with
+    PYTHONDONTWRITEBYTECODE set, as on the development machines, in every process)."""
+    import compileall
 
-    import dlvm_eq as dq
-
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((256, 32)).astype(np.float32)
-    y = (x @ rng.standard_normal((32, 1))).astype(np.float32)
-    w0 = np.zeros((32, 1), np.float32)
-    g = dq.grad(lambda w, x, y: dq.mean(dq.square(x @ w - y)))
-    one = dq.jit(lambda w, x, y: w - 0.05 * g(w, x, y))
-    many = dq.jit(lambda w, x, y: dq.fori_loop(0, steps, lambda i, w: w - 0.05 * g(w, x, y), w))
-
-    def separate():
-        w = w0
-        for _ in range(steps):
-            w = one(w, x, y)
-        return w
-
-    a = median_time(lambda: many(w0, x, y), repeats=repeats, warmup=1).median
-    b = median_time(separate, repeats=repeats, warmup=1).median
-    return {"steps": steps, "one_call_ms": a * 1e3, "separate_ms": b * 1e3}
+    compileall.compile_dir(str(ROOT / "dlvm_eq"), quiet=1)
 
 
-def residual_memory(steps_list=(64, 256, 1024)) -> list[list]:
-    """Peak bytes allocated (tracemalloc: numpy's arrays included) by one compiled call of a
-    tanh RNN's gradient with respect to its weights, checkpoint None against "sqrt"."""
-    import tracemalloc
+def remove_bytecode() -> None:
+    """Delete this tree's dlvm_eq bytecode (for --no-bytecode: a fresh process then compiles
+    every dlvm_eq module it loads from source, as rows measured before session 17 did)."""
+    import shutil
 
-    import numpy as np
-
-    import dlvm_eq as dq
-
-    rows = []
-    for steps in steps_list:
-        rng = np.random.default_rng(0)
-        w = (rng.standard_normal((HIDDEN, HIDDEN)) * 0.1).astype(np.float32)
-        h0 = np.zeros((BATCH, HIDDEN), np.float32)
-        xs = rng.standard_normal((steps, BATCH, HIDDEN)).astype(np.float32)
-        row = [steps, f"{steps * h0.nbytes / 1024:.0f}"]
-        for ck in (None, "sqrt"):
-
-            def loss(w, h0, xs, ck=ck):
-                step = lambda h, x: (dq.tanh(h @ w + x), None)
-                return dq.mean(dq.square(dq.scan(step, h0, xs, checkpoint=ck)[0]))
-
-            g = dq.jit(dq.grad(loss))
-            g(w, h0, xs)
-            g(w, h0, xs)  # buffers the executor keeps between calls are not counted
-            tracemalloc.start()
-            g(w, h0, xs)
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-            row.append(f"{peak / 1024:.0f}")
-        rows.append(row)
-    return rows
+    for d in sorted((ROOT / "dlvm_eq").rglob("__pycache__")):
+        shutil.rmtree(d, ignore_errors=True)
 
 
-def _in_fresh_process(kind: str, steps: int, repeats: int, cell: str, hidden: int) -> dict:
+def _in_fresh_process(
+    kind: str, steps: int, repeats: int, cell: str, hidden: int, bytecode: bool = True
+) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = dict(os.environ, DLVM_EQ_CACHE_DIR=cache, PYTHONPATH=path)
+        if bytecode:  # (common.child_json does the same for compile_time.py)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+        else:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         cmd = [sys.executable, __file__, "--one", kind, str(steps), "--repeats", str(repeats)]
         cmd += ["--cell", cell, "--hidden", str(hidden)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
@@ -463,6 +322,15 @@ def main() -> None:
     )
     ap.add_argument("--overhead-only", action="store_true", help="print the drivers' overheads")
     ap.add_argument("--update", type=Path, help="write the table into this markdown file")
+    ap.add_argument(
+        "--programs", nargs="+", choices=KINDS, help="only these rows (default: every one)"
+    )
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="delete dlvm_eq's bytecode first: fresh processes compile its source as they load it "
+        "(as runs before session 17 did)",
+    )
     ap.add_argument("--one", nargs=2, metavar=("KIND", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -475,23 +343,31 @@ def main() -> None:
             print(f"load {os.getloadavg()[0]:.1f}", got)
         return
     if a.overhead_only:
+        from rnn_drivers import large_bodies, overhead
+
         print(f"load {load:.2f}", overhead(), f"load {os.getloadavg()[0]:.2f}")
         head = ["carry", "native, swapped us/step", "native, copied", "Python driver", "load"]
         print(markdown_table(head, large_bodies()))
         return
     kinds = ["dq-scan", "dq-unrolled"] + (["jax"] if _has("jax") else [])
     kinds += ["torch-loop", "torch-nn"] if _has("torch") else []
+    kinds = [k for k in kinds if k in (a.programs or kinds)]
+    if a.no_bytecode:
+        remove_bytecode()
+    else:
+        compile_bytecode()
     rows = []
     for steps in a.steps:
         for kind in kinds:
             if kind == "dq-unrolled" and steps > a.unrolled_max:
                 continue
-            r = _in_fresh_process(kind, steps, a.repeats, a.cell, a.hidden)
+            r = _in_fresh_process(kind, steps, a.repeats, a.cell, a.hidden, not a.no_bytecode)
             rows.append(
                 [
                     steps,
                     kind,
                     f"{r['compile_s']:.2f}",
+                    f"{r['compile_cpu_s']:.2f}",
                     f"{r['step_ms']:.3f}",
                     f"{r['cpu_ms']:.3f}",
                     f"{r['peak_mb']:.0f}",
@@ -504,6 +380,7 @@ def main() -> None:
             "T",
             "program",
             "cold compile s (torch: first call)",
+            "cold compile CPU s",
             "step ms (median)",
             "step CPU ms (median)",
             "peak RSS growth MB",
@@ -527,7 +404,14 @@ def main() -> None:
         "biases), value and gradient of the mean squared hidden states with respect to the "
         "weight matrices, target cpu. Cold compile: the first call in a fresh process with "
         "an empty compile cache (trace, differentiate, optimize, plan, kernels; PyTorch has "
-        "nothing to compile: its first call); step: median wall time of the timed calls after "
+        "nothing to compile: its first call; "
+        + (
+            "dlvm_eq's modules compiled from source as they load, no bytecode"
+            if a.no_bytecode
+            else "every package's modules loaded from bytecode, as installed"
+        )
+        + "; CPU: the process's CPU seconds, all threads); step: median wall time of the timed "
+        "calls after "
         "it; step CPU: median CPU time of the process (all its threads) per call, which the "
         "machine's load inflates far less than wall time (a call that needs a few ms of CPU "
         "is often preempted here and waits a time slice); peak "
@@ -542,6 +426,8 @@ def main() -> None:
         f"{table}\n"
     )
     if not a.table_only:
+        from rnn_drivers import overhead, residual_memory, sgd_in_one_call
+
         o = overhead()
         print(o)
         sgd = sgd_in_one_call()

@@ -150,11 +150,74 @@ def compile_loops(
 
     module = resolve_adjoints(module, [name])
     fn, result, note = module[name], None, ""
+    if target == "cpu" and NATIVE_LOOPS:
+        _prebuild_runtime(fn)
     if optimize:  # every piece and body in ONE e-graph session; each then planned as extracted
         fn, result, note = optimized_with_bodies(module, name, target, tuple(rules))
     program = _Program(fn, module, _Compiling(target, False, rules=tuple(rules)))
     program.report.optimize, program.report.note = result, note
     return program
+
+
+_prebuilt: list = []  # the one thread compiling the native loops' runtime, once started
+
+
+def _prebuild_runtime(fn: Function) -> None:
+    """Compile the native loop driver and our GEMM (where a loop's products may run on a
+    prepacked weight) on another thread while the e-graph optimizes, where another core is free: both
+    are the same for every program, built once per process (cached on disk), and were built
+    last, when the first native scan asked for them: about 0.3 s of CPU of the GRU's cold
+    compile (benchmarks/rnn.py, T = 8), which now overlaps the rest."""
+    from ..codegen.runtime.cpu_count import usable_cpus
+
+    if _prebuilt or usable_cpus() < 2 or not any(i.op == SCAN for i in _all_insts(fn)):
+        return
+    with _lock:
+        if _prebuilt:
+            return
+        gemm = _may_prepack(fn)
+        t = threading.Thread(target=_build_runtime, args=(gemm,), name="dlvm_eq-loop-runtime")
+        _prebuilt.append(t)  # not a daemon: the interpreter lets it finish its cache writes
+    t.start()
+
+
+def _all_insts(fn: Function):
+    yield from fn.body
+    for b in reachable_bodies(fn):
+        yield from b.body
+
+
+def _may_prepack(fn: Function) -> bool:
+    """Whether a body's product is large enough, as written, for our GEMM on a prepacked
+    weight (execution/packed_products.prepack decides on the plan; a guess costs at most a
+    build on the other thread): the GRU at hidden 256 (k n = 65536), not at 64 (4096)."""
+    from ..codegen.execution.packed_products import MAX_ROWS, MIN_DEPTH_WIDTH
+    from ..codegen.runtime.gemm_runtime import prepacking_enabled
+
+    if not prepacking_enabled():
+        return False
+    for body in reachable_bodies(fn):
+        for i in body.body:
+            shapes: list[tuple[int, ...]] = [
+                tuple(getattr(o.type, "shape", ())) for o in i.operands[:2]
+            ]
+            if i.op == "dot" and len(shapes) == 2 and all(len(x) == 2 for x in shapes):
+                m, k, n = shapes[0][0], shapes[0][1], shapes[1][1]
+                if m <= MAX_ROWS and k * n >= MIN_DEPTH_WIDTH:
+                    return True
+    return False
+
+
+def _build_runtime(gemm: bool = False) -> None:
+    try:
+        from ..codegen.runtime.gemm_runtime import shared_gemm
+        from ..codegen.runtime.loop_driver import loop_driver
+
+        loop_driver()
+        if gemm:
+            shared_gemm(False)
+    except Exception:
+        pass
 
 
 _lock = threading.Lock()
