@@ -242,3 +242,35 @@ def test_the_text_models_gradient_agrees_with_the_interpreter_after_the_rules():
     for g, r in zip(got, want):
         r = np.asarray(r, np.float64)
         np.testing.assert_allclose(np.asarray(g), r, rtol=1e-4, atol=1e-5 * np.abs(r).max())
+
+
+def test_the_layout_report_prices_the_products_a_conv1d_became():
+    """The report's after-figure holds the plain products of the shifted taps that replace a
+    conv1d (egraph/layout_report.conv_costs): every product of the optimized program is priced
+    there, as extract/target_cost prices a Dot, and the before-figure holds the convolution."""
+    from dlvm_eq.egraph.layout_report import conv_costs, conv_line
+    from dlvm_eq.units import seconds_text
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    w = (rng.standard_normal((16, 8, 3)) * 0.2).astype(np.float32)
+
+    def conv(x, w):
+        return dq.sum(dq.square(dq.conv1d(x, w, padding=1)))
+
+    module = dq.make_ir(conv, name="conv")(x, w)
+    optimized, ops = _without_convolutions(module, "conv")
+    before, after = module.functions["conv"], optimized.functions["conv"]
+    assert "dot" in ops and not any(op.startswith("conv2d") for op in ops)
+    kinds, s1 = conv_costs(after)
+    assert sum(kinds.values()) == 0
+    model = TargetCost("cpu", {})
+    dots = [i for i in after.body if i.op == "dot"]
+    want = sum(
+        model.term_cost("Dot", i.result.type, [o.type for o in i.operands].__getitem__)
+        for i in dots
+    )
+    assert want > 0 and s1 == pytest.approx(want)
+    (line,) = conv_line(before, after)
+    assert "1 -> 0" in line and "1 1-D as channels-last products of shifted taps" in line
+    assert line.endswith(f"-> {seconds_text(s1)}")
