@@ -99,8 +99,11 @@ def test_a_scatter_is_priced_by_the_rows_it_reads():
     assert scatter > cost.term_cost(
         "Dot", tensor(64, 32, F32), (table, tensor(96, 32, F32)).__getitem__
     )
+    # per byte moved a scatter (a read-modify-write of its table rows) costs more than a
+    # gather: the native kernels measured 13 against 9.5 us for 528 KB moved, one thread
     gathered = cost.term_cost("Take", g, (table, ids).__getitem__)
-    assert gathered < scatter
+    gather_moved = 2 * 512 * 96 * 4 + 512 * 4
+    assert (scatter - mc.launch) / moved > (gathered - mc.launch) / gather_moved
 
 
 # ---------------------------------------------------------------- whole programs
