@@ -1,11 +1,9 @@
 """Machine descriptions: what the target cost model knows about a target.
 
-The CPU figures were measured on a 2-core EPYC with AVX-512 (~40 GB/s copy bandwidth); its
-sgemm rate is per BLAS thread (`BLAS_RATE_PER_THREAD`) times the threads OpenBLAS runs
-(`blas_threads`), because a product runs on those threads while a program's other kernels are
-priced per call. The GPU figures are an H100/H200-class device (HBM3, ~4 TB/s, ~60 TFLOP/s
-fp32). Only ratios matter to extraction; absolute values make the reported costs read as
-estimated seconds.
+The CPU figures were measured on a 2-core EPYC with AVX-512 (~40 GB/s
+copy bandwidth, 238-436 GFLOP/s sgemm); the GPU figures are an H100/H200-class device (HBM3,
+~4 TB/s, ~60 TFLOP/s fp32). Only ratios matter to extraction; absolute values make the
+reported costs read as estimated seconds.
 
 `dlvm-eq calibrate` measures this host instead (`profile.py`); `machine(target)` returns the
 measured description when this host has a profile, and the shipped defaults otherwise. A
@@ -13,7 +11,7 @@ measured machine also knows the per-element cost of each op class (`op_flops`) a
 over a grid of shapes (`matmul_seconds` interpolates them): a product that takes milliseconds
 is priced by what such products take here, not by a peak rate.
 
-    >>> MACHINES["cpu"].blas_rate == BLAS_RATE_PER_THREAD * blas_threads()
+    >>> MACHINES["cpu"].blas_rate > MACHINES["cpu"].flop_rate
     True
 """
 
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from dataclasses import dataclass, field
 
 from ..errors import DlvmError
@@ -79,40 +76,8 @@ def interpolate(grid, x: float) -> float:
     return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
 
 
-# sgemm flop/s of one OpenBLAS thread. Measured (session 17, 2-core AMD EPYC with AVX-512,
-# OpenBLAS 0.3.31, float32, CPU time so that other processes do not count): one thread 97-103
-# GFLOP/s on 128^3, 256x784x256, 512^3 and 1024x256x96 (`dlvm-eq calibrate`: 94-103 on its
-# products from 128^3 up); two threads 191-200 GFLOP/s wall on 256x784x256 and 1024x256x96
-# while both cores were free (1.9-2.0x). The Xeon of MEASUREMENTS.md reached 436 on two threads
-# with its SkylakeX kernel, 238 with the Haswell one. The old flat 300 GFLOP/s was 3x one
-# thread: it priced products as cheap and kept product-heavy forms (conv1d as shifted taps,
-# 1.42x measured with a calibrated profile) from being chosen.
-BLAS_RATE_PER_THREAD = 100e9
-
-
-def blas_threads(environ=None) -> int:
-    """The threads OpenBLAS splits a product over: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS
-    (OpenBLAS reads them in that order), else the CPUs this process may run on. A value that
-    is not a positive whole number counts as unset, as OpenBLAS treats it."""
-    env = os.environ if environ is None else environ
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        text = env.get(name, "").strip()
-        if text.isdigit() and int(text) > 0:
-            return int(text)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
-
-
 MACHINES: dict[str, Machine] = {
-    "cpu": Machine(
-        "cpu",
-        bandwidth=40e9,
-        flop_rate=100e9,
-        blas_rate=BLAS_RATE_PER_THREAD * blas_threads(),
-        launch=2e-6,
-    ),
+    "cpu": Machine("cpu", bandwidth=40e9, flop_rate=100e9, blas_rate=300e9, launch=2e-6),
     "gpu": Machine("gpu", bandwidth=4.0e12, flop_rate=60e12, blas_rate=50e12, launch=5e-6),
 }
 
