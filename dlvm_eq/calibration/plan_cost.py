@@ -440,35 +440,28 @@ def _index(step: IndexStep, plan: Plan, mc: Machine):
     return kind, f"{b} B", _moved(mc, kind, b, _elements(step, plan), DEFAULT_PASSES.get(kind, 1.0))
 
 
-# a slice scatter whose slices are runs of at least this many contiguous elements (the axis
-# is an outer one) copies rows; below it, it writes element by element. Measured (one thread,
-# the native kernel, 393 KB moved): along the innermost axis with step 2 144 us, along the
-# outer axis of 256-element rows 7 us, a contiguous block of rows 8 us, a copy 5.4 us. The
-# calibrated "sliceScatter" grid times the first kind only: priced by it, the zero-padding rows
-# of a depthwise convolution's shifted taps (476 us predicted where the whole program measured
-# 461) made the guard reject a 2.4x gain.
+# slices of at least this many contiguous elements (an outer axis) are copied as rows, shorter
+# ones element by element: 393 KB moved, one thread, 7 us against 144 (a copy: 5.4). Priced on
+# the strided grid, a depthwise convolution's zero-padding rows took 476 us (the whole program
+# measured 461) and the guard rejected a 2.4x gain.
 ROW_RUN = 16
 
 
 def slice_scatter_kind(step: SliceScatterStep, plan: Plan) -> str:
     """ "sliceScatter_rows" where each slice is a contiguous run of ROW_RUN elements or more,
     "sliceScatter" (element-strided) otherwise."""
-    shape = plan.slots[step.out].shape
-    inner = math.prod(shape[step.axis + 1 :])
+    inner = math.prod(plan.slots[step.out].shape[step.axis + 1 :])
     return "sliceScatter_rows" if inner >= ROW_RUN else "sliceScatter"
 
 
 def _slice_scatter(step: SliceScatterStep, plan: Plan, mc: Machine):
     b = plan.slots[step.src.slot].nbytes + _out_bytes(step, plan)
     kind = slice_scatter_kind(step, plan)
+    # a profile measured before row scatters were: they run as a copy of their bytes does
+    grid = kind
     if kind == "sliceScatter_rows" and kind not in mc.step_grids and "copy" in mc.step_grids:
-        # a profile measured before row scatters were: they run as a copy of their bytes does
-        return kind, f"{b} B", _moved(mc, "copy", b, _elements(step, plan))
-    return (
-        kind,
-        f"{b} B",
-        _moved(mc, kind, b, _elements(step, plan), DEFAULT_PASSES[kind]),
-    )
+        grid = "copy"
+    return kind, f"{b} B", _moved(mc, grid, b, _elements(step, plan), DEFAULT_PASSES[kind])
 
 
 def _scan(step: ScanStep, plan: Plan, mc: Machine):
