@@ -258,6 +258,17 @@ def _slice_scatter(n):
     return plan, [np.ones((r, c // 2), np.float32)], 4 * (r * c // 2 + r * c)
 
 
+def _slice_scatter_rows(n):
+    """Every other row of (r, COLS): slices that are contiguous rows (plan_cost.ROW_RUN)."""
+    r, c = _rows_cols(n)
+    r = max(2, r)
+    step = SliceScatterStep(c_view(0, (r // 2, c)), 0, 0, 2, 1)
+    plan = tiny_plan(
+        f"calib_slicescatter_rows_{n}", [((r // 2, c), "f32")], [((r, c), "f32")], [step]
+    )
+    return plan, [np.ones((r // 2, c), np.float32)], 4 * (r // 2 * c + r * c)
+
+
 def _cumsum(n):
     r, c = _rows_cols(n)
     step = ScanStep(c_view(0, (r, c)), 1, False, 1)
@@ -279,6 +290,7 @@ KINDS = {
     "take": _take,
     "scatterAdd": _scatter_add,
     "sliceScatter": _slice_scatter,
+    "sliceScatter_rows": _slice_scatter_rows,
     "cumsum": _cumsum,
 }
 

@@ -6,15 +6,17 @@ rules fired (rules/layout.egg and algebra.egg's `transpose` and `layout` ruleset
 moved through maps and reductions, cancelled, folded into products). Where the program has
 convolutions: how many stayed convolutions (im2col + GEMM in NCHW), how many pointwise ones
 became batched products over the (N, C, H*W) view, how many depthwise ones shifted
-multiply-adds and how many 1-D ones of width 3 channels-last products (rules/layout.egg), with the predicted seconds of the convolutions and batched
-products before and after (the multiply-adds' maps are in the plan's own prediction).
+multiply-adds and how many 1-D ones of width 3 channels-last products (rules/layout.egg), with
+the predicted seconds of the convolutions and products (batched and plain: a 1-D convolution
+becomes plain products of its shifted taps) before and after (the multiply-adds' maps are in
+the plan's own prediction).
 
     layout_lines(before, after, saturation, "cpu")
     # ["layout: transposes 6 -> 2 (4 moved away, cancelled or folded into products),
     #   predicted copies 0.41 ms -> 0.12 ms;
     #   rules T-exp x2, transpose-transpose x2, gemm-nt x1",
     #  "layout: convolutions 6 -> 2 (2 pointwise as batched products, 2 depthwise as shifted
-    #   multiply-adds), predicted convolutions and batched products 3.2 ms -> 2.1 ms"]
+    #   multiply-adds), predicted convolutions and products 3.2 ms -> 2.1 ms"]
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def transpose_copies(fn: Function, target="cpu") -> tuple[int, float]:
 
 CONVS = ("conv2d", "conv2dBackwardInput", "conv2dBackwardWeight")
 _EGG = {"conv2d": "Conv2d", "conv2dBackwardInput": "Conv2dBackwardInput"}
-_EGG.update(conv2dBackwardWeight="Conv2dBackwardWeight", batchMatmul="BatchMatmul")
+_EGG.update(conv2dBackwardWeight="Conv2dBackwardWeight", batchMatmul="BatchMatmul", dot="Dot")
 
 
 def _kind(ins) -> str:
@@ -90,8 +92,9 @@ def _kind(ins) -> str:
 
 
 def conv_costs(fn: Function, target="cpu") -> tuple[dict[str, int], float]:
-    """(convolutions by kind, predicted seconds of the convolutions and batched products) of
-    an IR function."""
+    """(convolutions by kind, predicted seconds of the convolutions and products) of an IR
+    function. Plain products count on both sides, so that the products a convolution became
+    are in the after-figure and a product the rules left alone weighs the same in both."""
     model = TargetCost(target, {})
     kinds = {"pointwise": 0, "depthwise": 0, "1-D": 0, "other": 0}
     seconds = 0.0
@@ -118,7 +121,7 @@ def conv_line(before: Function, after: Function, target="cpu") -> list[str]:
     return [
         f"layout: convolutions {n0} -> {n1} ({pw} pointwise as batched products, {dw} depthwise "
         f"as shifted multiply-adds, {taps} 1-D as channels-last products of shifted taps), "
-        f"predicted convolutions and batched products "
+        f"predicted convolutions and products "
         f"{seconds_text(s0)} -> {seconds_text(s1)}"
     ]
 
