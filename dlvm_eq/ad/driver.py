@@ -13,6 +13,7 @@ as itself rather than as a one-element tuple.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import re
 import threading
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache import note_time_cut
+from ..egraph.adjoint_report import AdjointReport
 from ..egraph.attention_forward import with_fused_attention
 from ..egraph.attention_plain import with_plain_attention
 from ..egraph.deadline import Deadline
@@ -298,6 +300,49 @@ def _unshaped_ops(g: Graph) -> str:
     return "; the shape analysis (rules/schema.egg) gives no shape to " + "; ".join(culprits)
 
 
+# ---------------------------------------------------------------- what the e-graph did
+
+_REPORT_RECORDERS: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar(
+    "dlvm_eq_adjoint_reports", default=()
+)
+
+
+@contextmanager
+def adjoint_reports():
+    """Yields a list that receives an AdjointReport for each adjoint `adjoint_function` returns
+    inside the block (this thread or task only), innermost first: what its e-graph did, or
+    that it was read from the compile cache. A jit's report shows them (issue 32)."""
+    reports: list[AdjointReport] = []
+    token = _REPORT_RECORDERS.set(_REPORT_RECORDERS.get() + (reports,))
+    try:
+        yield reports
+    finally:
+        _REPORT_RECORDERS.reset(token)
+
+
+def _publish(report: AdjointReport) -> None:
+    for reports in _REPORT_RECORDERS.get():
+        reports.append(report)
+
+
+def _report_of(res, fn: Function, name: str, notes=()) -> AdjointReport:
+    """The AdjointReport of an optimize_session result (SessionResult) for `fn`'s adjoint."""
+    from ..egraph.attention_report import attention_lines
+
+    g = res.graph
+    return AdjointReport(
+        name,
+        fn.name,
+        res.saturation,
+        sum(1 for c in g.classes if g.is_term_class(c)),
+        res.extraction.dag_cost,
+        res.extraction.method,
+        res.extraction.status + "".join(f"; {n}" for n in (*res.notes, *notes)),
+        attention_lines(res.extraction, res.cost),
+        dict(res.seconds),
+    )
+
+
 # ---------------------------------------------------------------- the entry points
 
 
@@ -359,6 +404,8 @@ def adjoint_function(
         options = {"rules": rules, "optimize": optimize, "target": target, "budget": budget}
         return control_flow_adjoint(module, fn, cfg, name, tuple_result, options)
 
+    built: list[AdjointReport] = []  # what build's e-graph did (none: read from the cache)
+
     def build() -> Function:
         from .resolve import resolve_declared  # (resolve.py imports this module)
 
@@ -370,7 +417,7 @@ def adjoint_function(
         if rules is None and optimize and forward is fn:  # the fused attention, as one op
             forward = with_fused_attention(body_module, fn, target, budget, cfg.wrt)
         return _adjoint_function(
-            body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget
+            body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget, built
         )
 
     if rules is not None:  # a user's rule file: not covered by the cache key
@@ -386,12 +433,13 @@ def adjoint_function(
             machine(target).profile,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
+    _publish(built[-1] if built else AdjointReport(name, fn.name, from_cache=True))
     out.location = fn.location
     return out
 
 
 def _adjoint_function(
-    module, fn, cfg, name, rules, tuple_result, optimize, target, budget
+    module, fn, cfg, name, rules, tuple_result, optimize, target, budget, reports: list
 ) -> Function:
     from ..egraph import load_bindings
 
@@ -433,18 +481,24 @@ def _adjoint_function(
                 # plain-program forms made the transformer step's plan 28 kernels, not 26 (fusion
                 # cost 4.86 against 4.76 ms), which the module's pass had refused (never slower)
                 schedule = ADJOINT_SCHEDULE if rules is None else None
-                out = optimize_session(
+                res = optimize_session(
                     session,
                     [grad],
                     schedule=schedule,
                     budget=budget,
                     target=target,
                     deadline=deadline,
-                ).functions[0]
+                )
+                out = res.functions[0]
+                reports.append(_report_of(res, fn, name))
             except ShortOfTime:  # the budget ran out: the gradient must still come out whole
                 note_time_cut("adjoint: no time left to extract the optimized gradient")
+                note = "time budget short: the gradient extracted as expanded, not optimized"
+                reports.append(AdjointReport(name, fn.name, note=note))
         if out is None:
             out = extract_programs(session, [grad], target).functions[0]
+            if not reports:
+                reports.append(AdjointReport(name, fn.name, note="not optimized (optimize=False)"))
     verify_function(out)
     return out
 

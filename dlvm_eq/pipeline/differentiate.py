@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from ..ad.driver import AdjointError, adjoint_function
+from ..ad.driver import AdjointError, adjoint_function, adjoint_reports
 from ..cache import watching_time_cuts
 from ..dsl.context import current_trace, is_tracing
 from ..dsl.pytree import tree_flatten, tree_unflatten
@@ -136,7 +136,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
         kept = (0,) + tuple(range(1, 1 + out_tree.children[1].num_leaves)) if has_aux else (0,)
         optimize = _optimize_adjoint(will_be_optimized())
-        with phase("adjoint"), watching_time_cuts() as cuts:
+        with phase("adjoint"), watching_time_cuts() as cuts, adjoint_reports() as reports:
             adj = adjoint_function(
                 None,
                 forward,
@@ -153,7 +153,8 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         start = len(current_trace().builder.body) if record is not None else 0
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if record is not None:
-            record.add(current_trace().builder.body[start:])
+            # the outermost adjoint's report comes last (declared ones it applied come first)
+            record.add(current_trace().builder.body[start:], reports[-1] if reports else None)
         if has_aux:
             aux_leaves, flat_grads = flat_grads[: len(kept) - 1], flat_grads[len(kept) - 1 :]
             value = (value, tree_unflatten(out_tree.children[1], aux_leaves))
