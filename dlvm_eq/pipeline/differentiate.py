@@ -84,6 +84,13 @@ def _optimize_adjoint(later: bool) -> bool:
     return not (EXPAND_ONLY_UNDER_JIT and later and _NESTING.get() == 0)
 
 
+def _guard():
+    """The never-slower guard for the target being traced (loaded where a gradient is made)."""
+    from .never_slower import guard_for
+
+    return guard_for(traced_target())
+
+
 def _trace(fn, args, who: str):
     """fn traced on the leaves of its pytree args: (Function, tensors it captured from enclosing
     traces, the args' leaves, their structure, the result's structure)."""
@@ -136,6 +143,10 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
         kept = (0,) + tuple(range(1, 1 + out_tree.children[1].num_leaves)) if has_aux else (0,)
         optimize = _optimize_adjoint(will_be_optimized())
+        # issue 32: an outermost adjoint saturated whole (the shipped schedule, no time cut)
+        # goes into the jit's trace as saturated: the module's own pass may skip it. Its
+        # e-graph then also runs the attention rules, behind the guard the module's pass had
+        record = saturated_record() if optimize and _outermost() else None
         with phase("adjoint"), watching_time_cuts() as cuts, adjoint_reports() as reports:
             adj = adjoint_function(
                 None,
@@ -146,10 +157,9 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
                 tuple_result=True,
                 optimize=optimize,
                 target=traced_target(),
+                guard=None if record is None else _guard(),
             )
-        # issue 32: an outermost adjoint saturated whole (the shipped schedule, no time cut)
-        # goes into the jit's trace as saturated: the module's own pass may skip it
-        record = saturated_record() if optimize and not cuts and _outermost() else None
+        record = None if cuts else record
         start = len(current_trace().builder.body) if record is not None else 0
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if record is not None:

@@ -17,7 +17,7 @@ from ..errors import DlvmError
 from ..ir.control_flow import has_control_flow
 from ..ir.interp import interpret
 from ..ir.module import Module
-from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
+from ..ir.ops import CAST, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .timing import phase
 
 DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
@@ -90,22 +90,13 @@ class Saturated:
         such an adjoint, no loop or branch, and outside it only elementwise ops and tuples
         that no numerically stable form starts from (STABLE_HEADS)."""
         fn = module[name]
-        if not self.instructions or has_control_flow(fn) or any(map(_attention_like, fn.body)):
+        if not self.instructions or has_control_flow(fn):
             return False
         inside = sum(id(i) in self.instructions for i in fn.body)
         return inside > 0 and all(
             id(i) in self.instructions or (OPS[i.op].kind in _TAIL and i.op not in STABLE_HEADS)
             for i in fn.body
         )
-
-
-def _attention_like(inst) -> bool:
-    """A fused attention, or a product of two rank >= 3 operands (q kᵀ, P v): where
-    rules/attention.egg (which the adjoint's e-graph does not run) and its report act."""
-    if OPS[inst.op].kind == "attention":
-        return True
-    ranks = [len(getattr(getattr(o, "type", None), "shape", ())) for o in inst.operands]
-    return OPS[inst.op].kind == DOT and len(ranks) == 2 and min(ranks) >= 3
 
 
 def saturated_record() -> Saturated | None:
