@@ -137,3 +137,50 @@ def _reference64(q, k, v, w):
         np.swapaxes(ds, -1, -2) @ q * 0.125,
         np.swapaxes(p, -1, -2) @ w,
     )
+
+
+# ---------------------------------------------------------------- the forward's e-graph, skipped
+
+
+def rank3(q, k, v, w):
+    return dq.sum(dq.softmax(q @ dq.transpose(k, (0, 2, 1)), axis=-1) @ v * w)
+
+
+def biased(q, k, v, w):
+    s = (q @ dq.transpose(k, (0, 1, 3, 2))) * 0.125 + w[:, :, :, :1]
+    return dq.sum(dq.softmax(s, axis=-1) @ v)
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (heads, (1, 2, 16, 8)),
+        (heads, (1, 4, 256, 64)),
+        (heads, (2, 4, 128, 32)),
+        (heads, (1, 4, 1024, 64)),  # fused pays: the forward's e-graph decides
+        (heads, (1, 1, 2048, 16)),
+        (rank3, (2, 16, 8)),
+        (rank3, (1, 1024, 64)),
+    ],
+)
+def test_the_plain_decision_read_off_the_ir_is_the_forward_e_graphs(monkeypatch, fn, shape):
+    """attention_forward.plain_pays_as_written says "plain" only where the forward's e-graph
+    (the path it skips) also keeps the program unfused; elsewhere that e-graph decides."""
+    from dlvm_eq.egraph import attention_forward as af
+
+    args = _args(shape)
+    module = dq.make_ir(fn)(*args)
+    f = module[fn.__name__]
+    plain = af.plain_pays_as_written(f, "cpu")
+    monkeypatch.setattr(af, "plain_pays_as_written", lambda *a: False)  # the full path
+    fused = af.with_fused_attention(module, f, "cpu", None) is not f
+    assert not (plain and fused), (plain, fused)
+    if shape in ((1, 4, 1024, 64), (1, 1, 2048, 16)):
+        assert fused and not plain  # where fusing pays, the e-graph is still asked
+
+
+def test_a_bias_leaves_the_decision_to_the_forward_e_graph():
+    from dlvm_eq.egraph.attention_forward import plain_pays_as_written
+
+    module = dq.make_ir(biased)(*_args((1, 2, 16, 8)))
+    assert not plain_pays_as_written(module["biased"], "cpu")
