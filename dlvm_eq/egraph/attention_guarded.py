@@ -80,10 +80,13 @@ def optimize_attention_guarded(
         )
     except ShortOfTime:  # no time left for the attention forms: the program without them
         return first, "attention rules: no time left to extract their forms"
-    sat = _merged(first.saturation, second.saturation)
+    both = {  # the report's seconds: both saturations and extractions
+        "saturation": _merged(first.saturation, second.saturation),
+        "seconds": {k: v + second.seconds.get(k, 0.0) for k, v in first.seconds.items()},
+    }
     old, new = first.functions[0], second.functions[0]
     if print_function(old) == print_function(new):
-        return dataclasses.replace(second, saturation=sat), ""
+        return dataclasses.replace(second, **both), ""
     gain = first.extraction.dag_cost / max(second.extraction.dag_cost, 1e-30)
     error = getattr(guard, "error", 0.0)
     if gain <= 1.0 + error:  # not worth planning both: extraction's own gain is within error
@@ -91,9 +94,7 @@ def optimize_attention_guarded(
             f"attention rules' form not taken: extraction predicts {gain:.4f}x, within the "
             f"cost model's error ({error:.1%}); the guard was not asked"
         )
-        return dataclasses.replace(first, saturation=sat), note
+        return dataclasses.replace(first, **both), note
     choice = guard(old, new, module, ())
     kept = second if choice.kept == "optimized" else first
-    note = f"attention rules' form: {choice}"
-    seconds = {k: first.seconds.get(k, 0.0) + second.seconds.get(k, 0.0) for k in first.seconds}
-    return dataclasses.replace(kept, saturation=sat, seconds=seconds), note
+    return dataclasses.replace(kept, **both), f"attention rules' form: {choice}"
