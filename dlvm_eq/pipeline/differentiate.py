@@ -84,11 +84,23 @@ def _optimize_adjoint(later: bool) -> bool:
     return not (EXPAND_ONLY_UNDER_JIT and later and _NESTING.get() == 0)
 
 
-def _guard():
-    """The never-slower guard for the target being traced (loaded where a gradient is made)."""
-    from .never_slower import guard_for
+class _Guard:
+    """The never-slower guard (never_slower.guard_for) for `target`, loaded when first asked:
+    a warm compile reads its adjoint from the cache and never asks (tests/test_warm_compile)."""
 
-    return guard_for(traced_target())
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    @property
+    def error(self) -> float:
+        from .never_slower import PREDICTION_ERROR
+
+        return PREDICTION_ERROR
+
+    def __call__(self, *args):
+        from .never_slower import guard_for
+
+        return guard_for(self.target)(*args)
 
 
 def _trace(fn, args, who: str):
@@ -157,7 +169,7 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
                 tuple_result=True,
                 optimize=optimize,
                 target=traced_target(),
-                guard=None if record is None else _guard(),
+                guard=None if record is None else _Guard(traced_target()),
             )
         record = None if cuts else record
         start = len(current_trace().builder.body) if record is not None else 0
