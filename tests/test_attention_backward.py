@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jit_reports import attention_lines, planned_ops
 
 import dlvm_eq as dq
 from dlvm_eq.codegen.runtime.attention_backward import attention_backward
@@ -145,12 +146,12 @@ def test_value_and_grad_runs_the_fused_backward(fn, shape, causal):
     step = dq.jit(dq.value_and_grad(fn, argnums=(0, 1, 2)))
     value, grads = step(q, k, v)
     report = step.report(q, k, v)
-    ops = [inst.op for inst in report.optimize.module[fn.__name__].body]
+    ops = planned_ops(step, fn.__name__, q, k, v)
     assert ops.count("attentionBackward") == 3 and "attention" in ops, ops
     plan = str(report.plan)
     assert plan.count("attentionBackward(") == 1  # one step for dQ, dK and dV
     assert "  copy:" not in plan, plan  # dQ, dK and dV written straight into the outputs
-    lines = report.optimize.report[fn.__name__].attention
+    lines = attention_lines(report, fn.__name__)
     assert any("fused backward chosen" in line for line in lines), lines
     want = torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.25, causal)
     for a, b in zip(grads, want):
@@ -163,7 +164,7 @@ def test_plain_backward_where_the_plain_program_is_cheaper():
     q, k, v = (rng.standard_normal((1, 2, 16, 8)).astype(np.float32) for _ in range(3))
     step = dq.jit(dq.value_and_grad(heads, argnums=(0, 1, 2)))
     _, grads = step(q, k, v)
-    ops = [inst.op for inst in step.report(q, k, v).optimize.module["heads"].body]
+    ops = planned_ops(step, "heads", q, k, v)
     assert "attentionBackward" not in ops and "attention" not in ops, ops
     for a, b in zip(grads, torch64(q, k, v, np.ones(q.shape, np.float32), 0.0, 0.25, False)):
         assert_close(a, b, 1e-4)
@@ -177,7 +178,7 @@ def test_no_fused_backward_without_an_attention():
     rng = np.random.default_rng(11)
     q, k, v = (rng.standard_normal((1, 1, T, 16)).astype(np.float32) for _ in range(3))
     step = dq.jit(dq.value_and_grad(columns, argnums=(0, 1, 2)))
-    ops = [inst.op for inst in step.report(q, k, v).optimize.module["columns"].body]
+    ops = planned_ops(step, "columns", q, k, v)
     assert "attentionBackward" not in ops and "attention" not in ops, ops
 
 
@@ -245,7 +246,7 @@ def test_a_differentiated_bias_keeps_the_plain_program():
     b = rng.standard_normal((1, 1, 1, T)).astype(np.float32)
     step = dq.jit(dq.value_and_grad(biased, argnums=(0, 3)))
     _, (gq, gb) = step(q, k, v, b)
-    ops = [inst.op for inst in step.report(q, k, v, b).optimize.module["biased"].body]
+    ops = planned_ops(step, "biased", q, k, v, b)
     assert "attentionBackward" not in ops, ops
     tq, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, b))
     s = tq @ torch.tensor(k, dtype=torch.float64).transpose(-1, -2) * 0.25 + tb

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from jit_reports import planned_ops
 from shipped_cost_model import shipped_cost_model  # noqa: F401 - autouse for this module
 
 import dlvm_eq as dq
@@ -72,7 +73,7 @@ def test_a_differentiated_attention_is_decided_by_forward_and_backward_together(
     q, k, v = (rng.standard_normal((1, 4, 256, 64)).astype(np.float32) for _ in range(3))
     step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1, 2)))
     _, grads = step(q, k, v)
-    ops = [inst.op for inst in step.report(q, k, v).optimize.module["loss"].body]
+    ops = planned_ops(step, "loss", q, k, v)
     assert "attention" not in ops and "attentionBackward" not in ops, ops
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     s = q64 @ np.swapaxes(k64, -1, -2) * 0.125

@@ -13,6 +13,7 @@ as itself rather than as a one-element tuple.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import re
 import threading
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache import note_time_cut
+from ..egraph.adjoint_report import AdjointReport
 from ..egraph.attention_forward import with_fused_attention
+from ..egraph.attention_guarded import has_batched_products, optimize_attention_guarded
 from ..egraph.attention_plain import with_plain_attention
 from ..egraph.deadline import Deadline
 from ..egraph.lets import Let, LetTable, inline
@@ -53,7 +56,8 @@ class AdjointError(DlvmError):
 # (saturate.py: egglog's `repeat` runs them all, so a shallow program must not ask for 64).
 EXPANSION = Schedule(("adjoint",), step=64)
 EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
-# the algebra saturated over forward and adjoint together (see _adjoint_function)
+# the algebra saturated over forward and adjoint together (see _adjoint_function); with a
+# guard, rules/attention.egg's ruleset too, behind it (egraph/attention_guarded.py)
 ADJOINT_SCHEDULE = Schedule.default().with_rulesets(("loops", "perexample"))
 # Adjoint and its helpers (rules/adjoint.egg), declared in ir/registry/egraph_only.py
 HELPERS = tuple(h for h in ADJOINT_HELPERS if h != "Adjoint")
@@ -298,6 +302,51 @@ def _unshaped_ops(g: Graph) -> str:
     return "; the shape analysis (rules/schema.egg) gives no shape to " + "; ".join(culprits)
 
 
+# ---------------------------------------------------------------- what the e-graph did
+
+_REPORT_RECORDERS: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar(
+    "dlvm_eq_adjoint_reports", default=()
+)
+
+
+@contextmanager
+def adjoint_reports():
+    """Yields a list that receives an AdjointReport for each adjoint `adjoint_function` returns
+    inside the block (this thread or task only), innermost first: what its e-graph did, or
+    that it was read from the compile cache. A jit's report shows them (issue 32)."""
+    reports: list[AdjointReport] = []
+    token = _REPORT_RECORDERS.set(_REPORT_RECORDERS.get() + (reports,))
+    try:
+        yield reports
+    finally:
+        _REPORT_RECORDERS.reset(token)
+
+
+def _publish(report: AdjointReport) -> None:
+    for reports in _REPORT_RECORDERS.get():
+        reports.append(report)
+
+
+def _report_of(res, fn: Function, name: str, note: str = "") -> AdjointReport:
+    """The AdjointReport of an optimize_session result (SessionResult) for `fn`'s adjoint."""
+    from ..egraph.attention_report import attention_lines
+
+    g = res.graph
+    report = AdjointReport(
+        name,
+        fn.name,
+        res.saturation,
+        sum(1 for c in g.classes if g.is_term_class(c)),
+        res.extraction.dag_cost,
+        res.extraction.method,
+        res.extraction.status + "".join(f"; {n}" for n in res.notes),
+        attention_lines(res.extraction, res.cost),
+        dict(res.seconds),
+    )
+    report.note = note
+    return report
+
+
 # ---------------------------------------------------------------- the entry points
 
 
@@ -343,12 +392,15 @@ def adjoint_function(
     optimize: bool = True,
     target: str = "cpu",
     budget=None,
+    guard=None,
 ) -> Function:
     """The adjoint of `fn` as an IR Function (see the module docstring for its signature).
 
     rules: adjoint rules (a path or the text) instead of rules/adjoint.egg. tuple_result: a
     tuple even for one result (None: only for several). optimize: saturate the algebra rules
-    over forward and adjoint together (under `budget`) before extracting for `target`."""
+    over forward and adjoint together (under `budget`) before extracting for `target`.
+    guard: the never-slower guard (pipeline/never_slower.guard_for), behind which the
+    attention rules also run in that e-graph (egraph/attention_guarded.py); None: they do not."""
     if fn.is_declaration:
         fn = synthesize_declared(module, fn)
     cfg = configure(fn, wrt, from_index, keeping, seedable)
@@ -357,7 +409,10 @@ def adjoint_function(
         from .control_flow import control_flow_adjoint
 
         options = {"rules": rules, "optimize": optimize, "target": target, "budget": budget}
+        # (a loop's adjoint: the guard is not passed on, its pieces keep the module's pass)
         return control_flow_adjoint(module, fn, cfg, name, tuple_result, options)
+
+    built: list[AdjointReport] = []  # what build's e-graph did (none: read from the cache)
 
     def build() -> Function:
         from .resolve import resolve_declared  # (resolve.py imports this module)
@@ -370,7 +425,17 @@ def adjoint_function(
         if rules is None and optimize and forward is fn:  # the fused attention, as one op
             forward = with_fused_attention(body_module, fn, target, budget, cfg.wrt)
         return _adjoint_function(
-            body_module, forward, cfg, name, rules, tuple_result, optimize, target, budget
+            body_module,
+            forward,
+            cfg,
+            name,
+            rules,
+            tuple_result,
+            optimize,
+            target,
+            budget,
+            built,
+            guard,
         )
 
     if rules is not None:  # a user's rule file: not covered by the cache key
@@ -382,16 +447,17 @@ def adjoint_function(
         parts = [
             print_function(fn),
             print_module(module) if module is not None else "",
-            repr((cfg, name, tuple_result, optimize, target, budget)),
+            repr((cfg, name, tuple_result, optimize, target, budget, guard is not None)),
             machine(target).profile,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
+    _publish(built[-1] if built else AdjointReport(name, fn.name, from_cache=True))
     out.location = fn.location
     return out
 
 
 def _adjoint_function(
-    module, fn, cfg, name, rules, tuple_result, optimize, target, budget
+    module, fn, cfg, name, rules, tuple_result, optimize, target, budget, reports: list, guard
 ) -> Function:
     from ..egraph import load_bindings
 
@@ -429,22 +495,28 @@ def _adjoint_function(
         if optimize:
             try:
                 # dq.optimize's schedule (loops, perexample too): under jit the module's own
-                # pass is then skipped (issue 32). Not `attention`: in the joint e-graph its
-                # plain-program forms made the transformer step's plan 28 kernels, not 26 (fusion
-                # cost 4.86 against 4.76 ms), which the module's pass had refused (never slower)
+                # pass is then skipped (issue 32). `attention` only behind the guard: unguarded in
+                # the joint e-graph, its flash row term made the transformer step's plan 28
+                # kernels, not 26, which the module's pass had refused (never slower)
                 schedule = ADJOINT_SCHEDULE if rules is None else None
-                out = optimize_session(
-                    session,
-                    [grad],
-                    schedule=schedule,
-                    budget=budget,
-                    target=target,
-                    deadline=deadline,
-                ).functions[0]
+                kwargs = {"budget": budget, "target": target, "deadline": deadline}
+                note = ""
+                if schedule is not None and guard is not None and has_batched_products(fn):
+                    res, note = optimize_attention_guarded(
+                        session, grad, schedule, guard, module, **kwargs
+                    )
+                else:
+                    res = optimize_session(session, [grad], schedule=schedule, **kwargs)
+                out = res.functions[0]
+                reports.append(_report_of(res, fn, name, note))
             except ShortOfTime:  # the budget ran out: the gradient must still come out whole
                 note_time_cut("adjoint: no time left to extract the optimized gradient")
+                note = "time budget short: the gradient extracted as expanded, not optimized"
+                reports.append(AdjointReport(name, fn.name, note=note))
         if out is None:
             out = extract_programs(session, [grad], target).functions[0]
+            if not reports:
+                reports.append(AdjointReport(name, fn.name, note="not optimized (optimize=False)"))
     verify_function(out)
     return out
 

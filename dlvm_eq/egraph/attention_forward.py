@@ -15,7 +15,8 @@ kernels: extract/attention_cost.py).
 from __future__ import annotations
 
 from ..errors import DlvmError
-from ..ir.module import Function, Module
+from ..ir.module import Const, Function, Module
+from ..ir.types import TensorType
 
 PRODUCTS = ("batchMatmul", "dot")
 
@@ -55,6 +56,8 @@ def with_fused_attention(
     ops = {inst.op for inst in fn.body}
     if "attention" in ops or "apply" in ops or not softmax_times_matrix(fn):
         return fn
+    if plain_pays_as_written(fn, target):  # no e-graph needed to say it (issue 32)
+        return fn
     from .optimize import optimize  # late: optimize loads egglog
 
     one = Module(module.name if module is not None else "m", "raw")
@@ -69,6 +72,70 @@ def with_fused_attention(
     if _bias_is_differentiated(got, wrt) or not _fused_pass_pays(got, target):
         return fn
     return got
+
+
+def _scaled_product(made: dict, x):
+    """(q, kᵀ) where x is q @ kᵀ or (q @ kᵀ) times a constant (either side), else None."""
+    src = made.get(id(x))
+    if src is not None and src.op == "multiply":
+        a, b = src.operands
+        src = (
+            made.get(id(a))
+            if isinstance(b, Const)
+            else made.get(id(b))
+            if isinstance(a, Const)
+            else None
+        )
+    if src is None or src.op not in PRODUCTS or len(src.operands) != 2:
+        return None
+    return tuple(src.operands)
+
+
+def plain_pays_as_written(fn: Function, target: str) -> bool:
+    """Whether every softmax(q kᵀ c) v of fn, read off the IR as written (no bias, no mask),
+    is predicted cheaper as the plain program with its reverse pass than fused: what
+    `_fused_pass_pays` would decide about the `attention` op that rules/attention.egg makes of
+    it (q, kᵀ transposed back, v, a scalar zero bias), so the forward's e-graph (a whole
+    saturation and extraction, wasted on the transformer step) is not built to find it out.
+    False where any such product is not of that form (a bias, a mask, another shape)."""
+    from .attention_plain import priced_as_written
+
+    made = {id(inst.result): inst for inst in fn.body}
+    sites = 0
+    for inst in fn.body:
+        if inst.op not in PRODUCTS or len(inst.operands) != 2:
+            continue
+        p, v = inst.operands
+        div = made.get(id(p))
+        if div is None or div.op != "divide":
+            continue
+        ex = made.get(id(div.operands[0]))
+        if ex is None or ex.op != "exp":
+            continue
+        sub = made.get(id(ex.operands[0]))
+        qk = (
+            _scaled_product(made, sub.operands[0])
+            if sub is not None and sub.op == "subtract"
+            else None
+        )
+        if qk is None:
+            return False
+        q, kt = qk
+        if q.type.rank < 3 or kt.type.rank != q.type.rank or v.type.rank != q.type.rank:
+            return False
+        s = kt.type.shape
+        k = TensorType(s[:-2] + (s[-1], s[-2]), kt.type.dtype)
+        bias = TensorType((), q.type.dtype)
+        attrs = {"scale": 1.0, "causal": 0}
+        try:
+            fused = priced_as_written([q.type, k, v.type, bias], attrs, True, True, target)
+            plain = priced_as_written([q.type, k, v.type, bias], attrs, False, True, target)
+        except DlvmError:
+            return False
+        if not plain < fused:
+            return False
+        sites += 1
+    return sites > 0
 
 
 def _fused_pass_pays(fn: Function, target: str) -> bool:

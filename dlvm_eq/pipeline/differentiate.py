@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from ..ad.driver import AdjointError, adjoint_function
+from ..ad.driver import AdjointError, adjoint_function, adjoint_reports
 from ..cache import watching_time_cuts
 from ..dsl.context import current_trace, is_tracing
 from ..dsl.pytree import tree_flatten, tree_unflatten
@@ -84,6 +84,25 @@ def _optimize_adjoint(later: bool) -> bool:
     return not (EXPAND_ONLY_UNDER_JIT and later and _NESTING.get() == 0)
 
 
+class _Guard:
+    """The never-slower guard (never_slower.guard_for) for `target`, loaded when first asked:
+    a warm compile reads its adjoint from the cache and never asks (tests/test_warm_compile)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    @property
+    def error(self) -> float:
+        from .never_slower import PREDICTION_ERROR
+
+        return PREDICTION_ERROR
+
+    def __call__(self, *args):
+        from .never_slower import guard_for
+
+        return guard_for(self.target)(*args)
+
+
 def _trace(fn, args, who: str):
     """fn traced on the leaves of its pytree args: (Function, tensors it captured from enclosing
     traces, the args' leaves, their structure, the result's structure)."""
@@ -136,7 +155,11 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
         wrt = tuple(i for n in nums for i in ranges[n])  # whole subtrees, in argnums order
         kept = (0,) + tuple(range(1, 1 + out_tree.children[1].num_leaves)) if has_aux else (0,)
         optimize = _optimize_adjoint(will_be_optimized())
-        with phase("adjoint"), watching_time_cuts() as cuts:
+        # issue 32: an outermost adjoint saturated whole (the shipped schedule, no time cut)
+        # goes into the jit's trace as saturated: the module's own pass may skip it. Its
+        # e-graph then also runs the attention rules, behind the guard the module's pass had
+        record = saturated_record() if optimize and _outermost() else None
+        with phase("adjoint"), watching_time_cuts() as cuts, adjoint_reports() as reports:
             adj = adjoint_function(
                 None,
                 forward,
@@ -146,14 +169,14 @@ def _differentiated(fn, argnums, with_value: bool, who: str, has_aux: bool = Fal
                 tuple_result=True,
                 optimize=optimize,
                 target=traced_target(),
+                guard=None if record is None else _Guard(traced_target()),
             )
-        # issue 32: an outermost adjoint saturated whole (the shipped schedule, no time cut)
-        # goes into the jit's trace as saturated: the module's own pass may skip it
-        record = saturated_record() if optimize and not cuts and _outermost() else None
+        record = None if cuts else record
         start = len(current_trace().builder.body) if record is not None else 0
         value, *flat_grads = call_function(adj, *leaves, *captured)
         if record is not None:
-            record.add(current_trace().builder.body[start:])
+            # the outermost adjoint's report comes last (declared ones it applied come first)
+            record.add(current_trace().builder.body[start:], reports[-1] if reports else None)
         if has_aux:
             aux_leaves, flat_grads = flat_grads[: len(kept) - 1], flat_grads[len(kept) - 1 :]
             value = (value, tree_unflatten(out_tree.children[1], aux_leaves))

@@ -103,7 +103,9 @@ class Jitted:
                     self.fn, args, leaves=list(args) if leaves is None else leaves
                 )
             once = saturated.covers(module, module.name)  # issue 32: no second algebra pass
-            compiled = compile_for(self.target, module, module.name, self.rules, once)
+            compiled = compile_for(
+                self.target, module, module.name, self.rules, saturated if once else None
+            )
         if hasattr(getattr(compiled, "report", None), "phases"):
             compiled.report.phases = phases
         return (module, compiled, out_tree)

@@ -70,6 +70,9 @@ class CompileReport:
     measured: Measured | None = None  # a measure_time.Measured, once `measure_compiled` ran it
     # where the compile went, phase by phase (timing.PHASES; dq.jit adds trace and adjoint)
     phases: dict[str, float] = field(default_factory=dict)
+    # issue 32: the e-graphs of the adjoints whose algebra made the module's pass unneeded
+    # (egraph/adjoint_report.AdjointReport; dq.jit fills them in when it skips that pass)
+    adjoints: list = field(default_factory=list)
 
     @property
     def predicted(self):
@@ -84,6 +87,8 @@ class CompileReport:
 
     def __str__(self) -> str:
         lines = [f"compiled @{self.name} for {self.target}"]
+        for adjoint in self.adjoints:
+            lines.extend("  " + line for line in adjoint.lines())
         fr = None
         if self.optimize is not None:
             try:
@@ -182,14 +187,9 @@ def _time_line(report: CompileReport) -> str:
 
 
 def _rules_fired(sat) -> str:
-    if sat is None or not sat.rule_matches:
-        return ""
-    from ..egraph.saturate import rule_label
+    from ..egraph.adjoint_report import rules_fired_text
 
-    top = sat.top_rules()
-    return ", ".join(f"{rule_label(r)} x{n}" for r, n in top[:8]) + (
-        ", ..." if len(top) > 8 else ""
-    )
+    return rules_fired_text(sat)
 
 
 def optimized(module: Module, name: str, target: str, rules: Sequence[str | Path] = ()):

@@ -123,6 +123,7 @@ def guard_for(target: str):
         before, after = (_planned_alone(f, module, target) for f in (old, new))
         return choose_program(before, after, target)
 
+    guard.error = PREDICTION_ERROR  # type: ignore[attr-defined]  # egraph/attention_guarded.py
     return guard
 
 

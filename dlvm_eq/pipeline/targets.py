@@ -17,7 +17,7 @@ from ..errors import DlvmError
 from ..ir.control_flow import has_control_flow
 from ..ir.interp import interpret
 from ..ir.module import Module
-from ..ir.ops import CAST, DOT, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
+from ..ir.ops import CAST, ELEMENTWISE_KINDS, LITERAL, OPS, TUPLE
 from .timing import phase
 
 DEFAULT_TARGET = "cpu"  # the llvmlite code generator; "interp" runs the reference interpreter
@@ -58,6 +58,12 @@ _SATURATED: contextvars.ContextVar[Saturated | None] = contextvars.ContextVar(
 # ops outside a saturated adjoint that leave the module's own pass skipped: an SGD update
 # `p - lr * g` is one fused map whatever the algebra does (the planner fuses it, not the rules)
 _TAIL = frozenset(ELEMENTWISE_KINDS + (CAST, LITERAL, TUPLE))
+# ...except where the algebra changes what it computes, not only its cost: the ops that the left
+# sides of rules/algebra.egg's `stable` ruleset start from (log(sigmoid z), log(1 - sigmoid z),
+# 1 - sigmoid z, log(exp s / b)); an update that holds one gets the module's pass, as a user
+# expects such forms made stable wherever they are written (tests/test_adjoint_report.py
+# checks this set against the rule file)
+STABLE_HEADS = frozenset(("log", "sigmoid"))
 
 
 class Saturated:
@@ -70,30 +76,27 @@ class Saturated:
 
     def __init__(self) -> None:
         self.instructions: dict[int, object] = {}  # id -> Instruction (kept alive: ids stay)
+        self.reports: list = []  # what each adjoint's e-graph did (egraph/adjoint_report.py)
 
-    def add(self, instructions) -> None:
+    def add(self, instructions, report=None) -> None:
+        """Record an adjoint's inlined instructions, and its AdjointReport (for the report)."""
         for inst in instructions:
             self.instructions[id(inst)] = inst
+        if report is not None:
+            self.reports.append(report)
 
     def covers(self, module: Module, name: str) -> bool:
         """Whether `name`'s own e-graph pass would re-saturate what was saturated: it holds
-        such an adjoint, no loop or branch, and outside it only elementwise ops and tuples."""
+        such an adjoint, no loop or branch, and outside it only elementwise ops and tuples
+        that no numerically stable form starts from (STABLE_HEADS)."""
         fn = module[name]
-        if not self.instructions or has_control_flow(fn) or any(map(_attention_like, fn.body)):
+        if not self.instructions or has_control_flow(fn):
             return False
         inside = sum(id(i) in self.instructions for i in fn.body)
         return inside > 0 and all(
-            id(i) in self.instructions or OPS[i.op].kind in _TAIL for i in fn.body
+            id(i) in self.instructions or (OPS[i.op].kind in _TAIL and i.op not in STABLE_HEADS)
+            for i in fn.body
         )
-
-
-def _attention_like(inst) -> bool:
-    """A fused attention, or a product of two rank >= 3 operands (q kᵀ, P v): where
-    rules/attention.egg (which the adjoint's e-graph does not run) and its report act."""
-    if OPS[inst.op].kind == "attention":
-        return True
-    ranks = [len(getattr(getattr(o, "type", None), "shape", ())) for o in inst.operands]
-    return OPS[inst.op].kind == DOT and len(ranks) == 2 and min(ranks) >= 3
 
 
 def saturated_record() -> Saturated | None:
@@ -126,16 +129,20 @@ SECOND_PASS_SKIPPED = (
 )
 
 
-def compile_for(target: str, module: Module, name: str, rules=(), saturated: bool = False):
+def compile_for(
+    target: str, module: Module, name: str, rules=(), saturated: Saturated | None = None
+):
     """What dq.jit calls: the target's compile, with the user's rule files where given (only
-    a target that optimizes, cpu or gpu, has rules to add them to). `saturated`: the traced
-    function's algebra already ran (Saturated.covers), so the target plans it as traced."""
-    if saturated and not rules and optimizes(target):
+    a target that optimizes, cpu or gpu, has rules to add them to). `saturated`: the record
+    of a trace whose algebra already ran (Saturated.covers), so the target plans it as traced
+    and its report shows the adjoints' e-graphs instead."""
+    if saturated is not None and not rules and optimizes(target):
         with phase("import"):
             from .native import compile
 
         compiled = compile(module, name, target, optimize=False, cast=True)
         compiled.report.note = SECOND_PASS_SKIPPED
+        compiled.report.adjoints = list(saturated.reports)
         return compiled
     if not rules:
         return backend(target)(module, name)

@@ -35,6 +35,16 @@ def main() -> None:
     # A jitted gradient saturates its algebra once, in the e-graph that builds the adjoint; the
     # step's own pass is skipped, and the report says so (issue 32)
     assert "algebra saturated once, with the adjoint" in text
+    # ...and shows that e-graph: its e-classes, e-nodes before -> after, why saturation stopped,
+    # the rules that fired and the cost extracted for forward and gradient together
+    (adjoint,) = report.adjoints
+    asat = adjoint.saturation
+    assert (
+        f"e-graph (the adjoint of @loss, forward and gradient together): {adjoint.e_classes} "
+        f"e-classes, e-nodes {asat.nodes_before} -> {asat.nodes} ({asat.stop_reason}"
+    ) in text
+    # the stable forms fired there: log(sigmoid z) became -softplus(-z) in the gradient
+    assert asat.rule_matches.get("stable: log(sigmoid z)", 0) > 0
     # The e-graph section of a function that is optimized as a whole (here the loss alone):
     # e-classes after saturation, e-nodes before -> after, and why saturation stopped
     forward = dq.jit(loss)
