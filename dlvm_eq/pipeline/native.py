@@ -25,7 +25,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from ..extract.profile import load_profile
 from ..ir.attention_op import use_tile_blocks
 from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
+from ..records import dataclass
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned

@@ -14,13 +14,12 @@ slot of its own, and the backward reads it instead of recomputing it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...ir.attention_op import attention as reference_attention
 from ...ir.attention_op import attention_backward as reference_backward
 from ...ir.attention_op import tile_blocks
+from ...records import dataclass
 from ..kernels.kernel_spec import c_strides
 from .values import Konst, Mat
 
