@@ -33,7 +33,6 @@ from ..cache import watching_time_cuts
 from ..codegen import Plan, program
 from ..codegen.runtime.batch_gemm import use_blocks as use_gemm_blocks
 from ..codegen.runtime.conv_blocks import use_blocks as use_conv_blocks
-from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
@@ -268,9 +267,11 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
             out = (result, None, note, digest, None)
-    except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
-        raise
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
+        from ..egraph.rule_origin import UserRuleError  # on an error only: a warm call loads none
+
+        if isinstance(e, UserRuleError):  # a user's rule made an ill-typed program: theirs to fix
+            raise
         note = f"not optimized: {e}"
         out = (module, None, note, None, None)
     return out
