@@ -58,12 +58,13 @@ import stat
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from .config import settings
 from .digests import files_digest, tree_digest, tree_files  # noqa: F401  (tree_digest: API)
 from .errors import DlvmError
+from .records import dataclass
 
 # 3: the body records the entry's kind and key; 2: entries are data (DQK1 entries held pickles)
 # Old formats' entries are never read, only cleared.

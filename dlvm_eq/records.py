@@ -24,12 +24,22 @@ decorator unchanged (tests/test_records.py checks the two agree).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import operator
 import reprlib
 import threading
 import types
-from typing import Any, dataclass_transform
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar, overload
+
+if TYPE_CHECKING:  # typing's own from Python 3.11; at run time only type checkers read it
+    from typing_extensions import dataclass_transform
+else:
+
+    def dataclass_transform(**_):
+        return lambda f: f
+
 
 _PLAIN_OPTIONS = {"init", "repr", "eq", "frozen", "match_args"}
 _TEMPLATES: dict[tuple, types.CodeType] = {}  # shape -> __init__ template code (any thread)
@@ -51,8 +61,30 @@ class _Factory:
 _INIT_GLOBALS = {"_Factory": _Factory, "_setattr": object.__setattr__}
 
 
+_T = TypeVar("_T")
+
+
+@overload
+def dataclass(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def dataclass(
+    *,
+    init: bool = True,
+    repr: bool = True,
+    eq: bool = True,
+    frozen: bool = False,
+    match_args: bool = True,
+    order: bool = False,
+    unsafe_hash: bool = False,
+    kw_only: bool = False,
+    slots: bool = False,
+) -> Callable[[type[_T]], type[_T]]: ...
+
+
 @dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
-def dataclass(cls=None, /, **options: Any):
+def dataclass(cls=None, /, **options):
     """`@dataclass` or `@dataclass(frozen=True, eq=False, repr=False, ...)`, as the standard one."""
 
     def wrap(c):
@@ -68,12 +100,8 @@ def _process(cls, options: dict):
     want_repr = options.get("repr", True)
     eq = options.get("eq", True)
     frozen = options.get("frozen", False)
-    # the standard decorator collects the fields (and sets defaults, __doc__, abstract methods)
-    # and generates nothing with these options
-    dataclasses.dataclass(cls, init=False, repr=False, eq=False, match_args=False)
-    params = cls.__dataclass_params__
-    params.init, params.repr, params.eq, params.frozen = init, want_repr, eq, frozen
-    fields = [f for f in cls.__dataclass_fields__.values() if f._field_type is dataclasses._FIELD]
+    fields = _collect(cls)
+    cls.__dataclass_params__ = _params(init, want_repr, eq, frozen)
     names = tuple(f.name for f in fields)
     own = cls.__dict__
     class_hash = own.get("__hash__", dataclasses.MISSING)
@@ -100,6 +128,50 @@ def _process(cls, options: dict):
     return cls
 
 
+def _collect(cls) -> list:
+    """cls's fields, as the standard decorator makes them (its `_process_class` checks,
+    regular expressions on every annotation, were most of a class's remaining cost)."""
+    own = cls.__dict__
+    annotations = own.get("__annotations__", {})
+    fields: dict[str, dataclasses.Field] = {}
+    for name, annotation in annotations.items():
+        default = own.get(name, dataclasses.MISSING)
+        f = (
+            default
+            if isinstance(default, dataclasses.Field)
+            else dataclasses.field(default=default)
+        )
+        f.name, f.type = name, annotation
+        f._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+        if f.kw_only is dataclasses.MISSING:
+            f.kw_only = False
+        if f.default is not dataclasses.MISSING and f.default.__class__.__hash__ is None:
+            raise ValueError(
+                f"mutable default {type(f.default)} for field {name} is not allowed:"
+                " use default_factory"
+            )
+        if isinstance(default, dataclasses.Field):  # the class attribute: the default, or none
+            if f.default is dataclasses.MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+        fields[name] = f
+    for name, value in own.items():
+        if isinstance(value, dataclasses.Field) and name not in annotations:
+            raise TypeError(f"{name!r} is a field but has no type annotation")
+    cls.__dataclass_fields__ = fields
+    abc.update_abstractmethods(cls)
+    return list(fields.values())
+
+
+def _params(init: bool, repr: bool, eq: bool, frozen: bool):
+    make = dataclasses._DataclassParams  # type: ignore[attr-defined]
+    try:  # Python 3.10 and 3.11: init, repr, eq, order, unsafe_hash, frozen
+        return make(init, repr, eq, False, False, frozen)
+    except TypeError:  # from 3.12, and match_args, kw_only, slots, weakref_slot
+        return make(init, repr, eq, False, False, frozen, True, False, False, False)
+
+
 def _plain(cls, options: dict) -> bool:
     """Whether this module makes `cls`'s methods (else the standard decorator does)."""
     if not set(options) <= _PLAIN_OPTIONS or not cls.__dict__.get("__doc__"):
@@ -110,7 +182,7 @@ def _plain(cls, options: dict) -> bool:
         return False
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         text = annotation if isinstance(annotation, str) else repr(annotation)
-        if "InitVar" in text or "KW_ONLY" in text:
+        if "InitVar" in text or "KW_ONLY" in text or "ClassVar" in text:
             return False
         value = cls.__dict__.get(name)
         if isinstance(value, dataclasses.Field) and (not value.init or value.kw_only is True):
@@ -157,8 +229,9 @@ def _init(cls, fields: list, frozen: bool):
     code = code.replace(
         co_varnames=tuple(rename.get(v, v) for v in code.co_varnames),
         co_names=tuple(rename.get(v, v) for v in code.co_names),
-        co_qualname=f"{cls.__qualname__}.__init__",
     )
+    if hasattr(code, "co_qualname"):  # Python 3.11: what tracebacks print
+        code = code.replace(co_qualname=f"{cls.__qualname__}.__init__")
     fn = types.FunctionType(code, _INIT_GLOBALS, "__init__", tuple(defaults) or None)
     fn.__qualname__ = f"{cls.__qualname__}.__init__"
     fn.__module__ = cls.__module__

@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import pickle
 import re
+from typing import ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -189,3 +190,34 @@ def test_classes_outside_the_plain_case_are_the_standard_ones():
 
             a: int = 1
             b: int  # type: ignore[misc]
+
+
+def test_field_errors_are_the_standard_ones():
+    for decorator in (dataclasses.dataclass, records.dataclass):
+        with pytest.raises(ValueError, match="mutable default"):
+
+            @decorator
+            class Mutable:
+                """Mutable."""
+
+                a: list = []
+
+        with pytest.raises(TypeError, match="is a field but has no type annotation"):
+
+            @decorator
+            class Unannotated:
+                """Unannotated."""
+
+                a = dataclasses.field(default=1)
+
+
+def test_class_variables_are_not_fields():
+    @records.dataclass
+    class Counted:
+        """Counted."""
+
+        limit: ClassVar[int] = 3
+        a: int = 1
+
+    assert [f.name for f in dataclasses.fields(Counted)] == ["a"]
+    assert Counted.limit == 3 and Counted(2).a == 2
