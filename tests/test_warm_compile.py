@@ -35,6 +35,12 @@ IR_BUILDERS = (
     "dlvm_eq.codegen.planning.scan",
     # kernels from disk need no thread pool executor (runtime/kernel_memo.build_all)
     "concurrent.futures",
+    # nor the planner and its values (a plan's attention step class needs neither), nor the
+    # rule-error types and their s-expression reader (native.py imports them on an error)
+    "dlvm_eq.codegen.planning.planner",
+    "dlvm_eq.codegen.planning.values",
+    "dlvm_eq.egraph.rule_origin",
+    "dlvm_eq.sexpr",
 )
 
 CHILD = textwrap.dedent("""
