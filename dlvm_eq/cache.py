@@ -55,7 +55,6 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 import threading
 import warnings
 from dataclasses import field
@@ -255,6 +254,8 @@ class DiskCache:
         p = self.path(kind, key)
         if not self._dirs_ok(p, create=True):
             return
+        import tempfile  # on a write only: its imports (shutil, random) cost a warm process ~3 ms
+
         try:
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")  # mkstemp: mode 0600
             with os.fdopen(fd, "wb") as f:
@@ -415,6 +416,8 @@ def _layout_dir(e: os.DirEntry) -> bool:
 
 
 def _write_marker(root: Path) -> bool:
+    import tempfile  # as in put
+
     try:
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
         with os.fdopen(fd, "w") as f:
