@@ -51,7 +51,11 @@ def main(argv=None) -> int:
                     PYTHONPATH=str(tree),
                     DLVM_EQ_CACHE_DIR=os.path.join(tmp, str(trees.index(tree))),
                     OPENBLAS_NUM_THREADS="1",
+                    # bytecode cached outside the trees, as after an install (the first round
+                    # writes it): without it every process compiles every module it imports
+                    PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"),
                 )
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 run = subprocess.run(
                     [sys.executable, "-c", CHILD],

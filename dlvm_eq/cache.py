@@ -55,15 +55,15 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from .config import settings
 from .digests import files_digest, tree_digest, tree_files  # noqa: F401  (tree_digest: API)
 from .errors import DlvmError
+from .records import dataclass
 
 # 3: the body records the entry's kind and key; 2: entries are data (DQK1 entries held pickles)
 # Old formats' entries are never read, only cleared.
@@ -254,6 +254,8 @@ class DiskCache:
         p = self.path(kind, key)
         if not self._dirs_ok(p, create=True):
             return
+        import tempfile  # on a write only: its imports (shutil, random) cost a warm process ~3 ms
+
         try:
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")  # mkstemp: mode 0600
             with os.fdopen(fd, "wb") as f:
@@ -414,6 +416,8 @@ def _layout_dir(e: os.DirEntry) -> bool:
 
 
 def _write_marker(root: Path) -> bool:
+    import tempfile  # as in put
+
     try:
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
         with os.fdopen(fd, "w") as f:

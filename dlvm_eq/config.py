@@ -25,11 +25,11 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import DlvmError
+from .records import dataclass
 
 # Caps: past them a value is a mistake, not a machine (100,000 threads took 9.6 s to fail
 # with "can't start new thread"; a spin of 1e99 us overflowed the pool's cycle counter).

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..records import dataclass
 from . import ops
 from .constants import zeros_like
 from .primitive import dtype_of

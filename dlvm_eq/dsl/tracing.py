@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from ..errors import DlvmError
 from ..ir.inline import live_instructions
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.types import DType, TensorType, TupleType
+from ..records import dataclass
 from .context import Trace, current_trace, tracing_error, user_location
 from .primitive import is_weak, lift_value, own_value, promote, to_dtype
 from .tensor import Tensor

@@ -15,7 +15,7 @@ tuple results become several roots.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW, transpose_perm
 from ..ir.registry.elementwise import COMPARE_ROWS
 from ..ir.registry.reduction import COMBINATORS
 from ..ir.types import TensorType
+from ..records import dataclass
 from .lets import CAUSAL_KEEP_KEY, CAUSAL_KEY, Let, LetTable, commands
 
 REDUCE_IDENTITY = {name: c.identity for name, c in COMBINATORS.items()}  # the registry's

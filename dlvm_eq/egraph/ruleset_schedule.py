@@ -8,9 +8,10 @@ Schedule.default().with_rulesets(rulesets_in(open("extra.egg").read()))
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 from ..errors import DlvmError
+from ..records import dataclass
 
 # rules/algebra.egg's rulesets, in the order one saturation round runs them
 ALGEBRA_RULESETS = (

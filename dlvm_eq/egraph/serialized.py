@@ -8,7 +8,6 @@ bottom-up, so the cost model and the unloader never depend on egglog's own analy
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from ..ir.ops import OPS, WINDOW
 from ..ir.registry.egraph_only import EGRAPH_ONLY, IR_FORM, STANDS_FOR
 from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import DType, TensorType
+from ..records import dataclass
 
 EGG_TO_OP: dict[str, str] = {
     spec.egg: name

@@ -18,10 +18,11 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
+from ..records import dataclass
 from .extraction_error import ExtractionError
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import DlvmError
+from ..records import dataclass
 from .profile import MatmulPoint, Profile, load_profile
 
 

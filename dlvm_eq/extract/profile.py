@@ -34,11 +34,12 @@ import math
 import os
 import platform
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 
 from ..cache import default_cache_dir
 from ..errors import DlvmError
+from ..records import dataclass
 
 PROFILE_VERSION = 5
 # a version-1 profile lacks the step timings; a version-2 one the view-op timings, and its flop

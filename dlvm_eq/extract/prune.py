@@ -23,8 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from ..records import dataclass
 from .graph import SerializedEGraph
 
 

@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..records import dataclass
 from .extraction_error import ExtractionError
 from .graph import SerializedEGraph
 

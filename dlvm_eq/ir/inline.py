@@ -10,9 +10,8 @@ planner both start from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import IRError
+from ..records import dataclass
 from .declared import require_body
 from .module import Const as IRConst
 from .module import Function, Instruction, Module, Value

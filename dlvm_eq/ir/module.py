@@ -9,12 +9,13 @@ f = b.finish(y)          # func @f: (<2 x 3 x f32>) -> <2 x 3 x f32>
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from ..errors import IRError
+from ..records import dataclass
 from .ops import OPS, lookup
 from .types import DType, TensorType, TupleType, Type
 

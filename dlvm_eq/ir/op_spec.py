@@ -11,12 +11,13 @@ of them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NoReturn
 
 import numpy as np
 
 from ..errors import IRError
+from ..records import dataclass
 from .types import BOOL, DType, TensorType, Type, broadcast_shapes
 
 # Kinds group ops that every stage treats alike.

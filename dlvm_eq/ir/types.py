@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import builtins
 import math
-from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+
+from ..records import dataclass
 
 
 class DType(Enum):

@@ -25,7 +25,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,6 @@ from ..cache import watching_time_cuts
 from ..codegen import Plan, program
 from ..codegen.runtime.batch_gemm import use_blocks as use_gemm_blocks
 from ..codegen.runtime.conv_blocks import use_blocks as use_conv_blocks
-from ..egraph.rule_origin import UserRuleError
 from ..egraph.rulefiles import rules_digest
 from ..errors import DlvmError
 from ..extract.machine import machine
@@ -41,6 +40,7 @@ from ..extract.profile import load_profile
 from ..ir.attention_op import use_tile_blocks
 from ..ir.function_cache import cached_function, function_key
 from ..ir.module import Module
+from ..records import dataclass
 from ..units import seconds_text
 from .adjoints import resolve_adjoints
 from .planning import planned
@@ -267,9 +267,11 @@ def _optimize(module: Module, name: str, target: str, text: str, key: tuple, rul
             result = Module(module.name, module.stage, dict(module.functions))
             result.functions[name] = fn
             out = (result, None, note, digest, None)
-    except UserRuleError:  # a user's rule made an ill-typed program: theirs to fix
-        raise
     except DlvmError as e:  # the optimizer's limits are not the code generator's: run as written
+        from ..egraph.rule_origin import UserRuleError  # on an error only: a warm call loads none
+
+        if isinstance(e, UserRuleError):  # a user's rule made an ill-typed program: theirs to fix
+            raise
         note = f"not optimized: {e}"
         out = (module, None, note, None, None)
     return out

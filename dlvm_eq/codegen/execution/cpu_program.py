@@ -32,6 +32,7 @@ from ...config import settings
 from ...errors import DlvmError
 from ..kernels.kernel_spec import KernelSpec
 from ..kernels.spec import DTYPES
+from ..planning.attention import AttentionStep
 from ..planning.plan import (
     ALIAS,
     CONST,
@@ -39,6 +40,8 @@ from ..planning.plan import (
     TEMP,
     AliasStep,
     BlasStep,
+    ConcatStep,
+    CopyStep,
     GemmStep,
     KernelStep,
     MapReduceStep,
@@ -208,6 +211,8 @@ class CpuProgram:
                     matmul(x, y, out=out)
 
             return run_matmul
+        if isinstance(step, (WindowStep, ConcatStep, CopyStep, AttentionStep)):
+            return array_step(step, np)  # a convolution's plan loads no gather or scan module
         from .index_steps import native_index_run  # gathers, scatters, scans: on first use
 
         return native_index_run(step, self.plan.slots) or array_step(step, np)

@@ -18,9 +18,8 @@ Everything here is immutable and hashable (a cache key, through spec_text).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir.window_ops import out_size
+from ...records import dataclass
 from .spec import DTYPES, KernelError
 
 

@@ -8,8 +8,8 @@ checking are spec.py; the code generators read these.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ...records import dataclass
 from .spec import (
     REDUCE_INIT,
     REDUCE_OPS,

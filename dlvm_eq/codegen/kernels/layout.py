@@ -15,10 +15,10 @@ compiled kernel serves every shape with the same pattern.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...records import dataclass
 from .kernel_spec import KernelSpec, ReduceSpec, c_strides
 
 

@@ -19,10 +19,10 @@ own). The CPU builds it with `cpu/map_reduce_ir.py` and runs it with
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...records import dataclass
 from .kernel_spec import KernelInput, KernelSpec, c_strides, check_inputs
 from .layout import LoopLayout, elementwise_layout
 from .spec import REDUCE_OPS, Expr, KernelError, as_expr, dtype_of, op_name, resolve

@@ -17,9 +17,8 @@ The plane count is not part of the spec: one kernel serves every batch size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir.window_ops import POOL_OPS, out_size
+from ...records import dataclass
 from .spec import KernelError
 
 MAX_OW = 1 << 14  # output row length kept on the stack (a row of offsets and values)

@@ -19,8 +19,8 @@ None means C-contiguous (rows, cols). Everything here is immutable.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ...records import dataclass
 from .kernel_spec import KernelInput
 from .spec import (
     REDUCE_INIT,

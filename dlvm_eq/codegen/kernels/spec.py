@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ...errors import DlvmError
 from ...ir.ops import BINARY, BIT_OPS, COMPARE, LOGIC, OPS, UNARY
 from ...ir.registry.reduction import COMBINATORS
 from ...ir.types import DType
+from ...records import dataclass
 
 
 class KernelError(DlvmError):

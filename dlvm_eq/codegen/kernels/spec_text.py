@@ -11,6 +11,22 @@ import dataclasses
 
 from .spec import Expr, walk
 
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # class -> its dataclass fields (None: not one)
+
+
+def _fields_of(cls: type) -> tuple[str, ...] | None:
+    # dataclasses.fields() and is_dataclass() per value were most of a warm call's key cost;
+    # a race stores the same tuple twice
+    names = _FIELDS.get(cls, ())
+    if names == ():
+        names = (
+            tuple(f.name for f in dataclasses.fields(cls))
+            if dataclasses.is_dataclass(cls)
+            else None
+        )
+        _FIELDS[cls] = names
+    return names
+
 
 def spec_text(spec) -> str:
     """A complete linear description of a kernel spec (KernelSpec, ReduceSpec, RowSpec): every
@@ -23,7 +39,7 @@ def spec_text(spec) -> str:
         # iterative (walk: operands before users), so deep expressions need no recursion
         for e in walk([root]):
             if id(e) not in ids:
-                body = ",".join(enc(getattr(e, f.name)) for f in dataclasses.fields(e))
+                body = ",".join(enc(getattr(e, n)) for n in _fields_of(type(e)) or ())
                 ids[id(e)] = len(nodes)
                 nodes.append(f"{type(e).__name__}({body})")
         return ids[id(root)]
@@ -32,16 +48,15 @@ def spec_text(spec) -> str:
         if isinstance(v, Expr):
             i = ids.get(id(v))
             return f"#{number(v) if i is None else i}"
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return (
-                f"{type(v).__name__}("
-                + ",".join(f"{f.name}={enc(getattr(v, f.name))}" for f in dataclasses.fields(v))
-                + ")"
-            )
-        if isinstance(v, (tuple, list)):
-            return "(" + ",".join(enc(x) for x in v) + ",)"
         if v is None or isinstance(v, (bool, int, float, str)):
             return repr(v)  # 1, 1.0 and True stay distinct; floats round-trip exactly
+        if isinstance(v, (tuple, list)):
+            return "(" + ",".join(enc(x) for x in v) + ",)"
+        names = _fields_of(type(v))
+        if names is not None:
+            return (
+                f"{type(v).__name__}(" + ",".join(f"{n}={enc(getattr(v, n))}" for n in names) + ")"
+            )
         raise TypeError(f"spec_text: unexpected {type(v).__name__} in a kernel spec")
 
     top = enc(spec)

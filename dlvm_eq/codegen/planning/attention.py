@@ -14,15 +14,18 @@ slot of its own, and the backward reads it instead of recomputing it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...ir.attention_op import attention as reference_attention
 from ...ir.attention_op import attention_backward as reference_backward
 from ...ir.attention_op import tile_blocks
+from ...records import dataclass
 from ..kernels.kernel_spec import c_strides
-from .values import Konst, Mat
+
+if TYPE_CHECKING:
+    from .values import Mat
 
 
 @dataclass
@@ -92,6 +95,7 @@ def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
     """The planner's step for an `attention` or `attentionBackward` instruction (pl: the
     Planner; temp: its temporary slot role)."""
     from .plan_queries import operand_name, view_of  # late: plan_queries imports plan, this
+    from .values import Konst, Mat  # the planner's: a plan read from the cache needs neither
 
     a = inst.attrs
     planned = pl.__dict__.setdefault("attention_groups", {})  # id(instruction) -> its Mat

@@ -4,7 +4,9 @@ plans are cached (as JSON data) with their report, and reading one imports no e-
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from ...records import dataclass
 
 
 @dataclass

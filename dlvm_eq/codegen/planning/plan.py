@@ -17,11 +17,12 @@ BLAS calls and copies apply its `chain` (e.g. `.T`) to the array.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ...errors import DlvmError
+from ...records import dataclass
 from ..kernels.kernel_spec import KernelSpec, ReduceSpec
 from ..kernels.spec import DTYPES
 from .attention import AttentionStep

@@ -11,8 +11,8 @@ row kernel or a plain step (BLAS, concatenate, copy).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
+from ...records import dataclass
 from .plan import TEMP, AliasStep, BlasStep, GemmStep, PlanError, Slot, step_inputs, step_outputs
 
 ALIGN = 64  # every temporary starts on a cache line

@@ -5,8 +5,7 @@ computed in registers (`Fused`), a constant (`Konst`); kernel outputs (`EwOut`),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ...records import dataclass
 from ..kernels.spec import Expr
 
 

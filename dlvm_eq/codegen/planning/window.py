@@ -7,9 +7,8 @@ into GEMM, the CPU's generated convolution kernels, compiled pooling kernels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir import window_ops
+from ...records import dataclass
 
 
 @dataclass

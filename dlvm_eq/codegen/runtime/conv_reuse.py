@@ -18,10 +18,10 @@ Shared state (threads): `_local` only (thread-local: a thread never sees another
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...records import dataclass
 from ..kernels.conv_spec import ConvGeometry
 
 

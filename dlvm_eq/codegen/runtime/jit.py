@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import llvmlite  # the version only: llvmlite.binding (LLVM itself) loads on a miss
 
 from ...cache import source_digest
+from ...records import dataclass
 from ..kernels.kernel_cache import cache_key, shared_cache
 from ..kernels.spec_text import spec_text
 from ..llvm.llvm_lock import LLVM_LOCK
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from ..cpu.llvm_cpu import CpuIR
 
 
-@dataclasses.dataclass
+@dataclass
 class KernelCode:
     """A loaded kernel: its address, symbol and loop layout. Duck-typed like `CpuIR`; the LLVM
     IR `text` is generated on first access (a kernel loaded from disk never needs it)."""

@@ -28,8 +28,9 @@ tests/test_registry.py checks the rule files against this table both ways (regis
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from ...records import dataclass
 
 READ_AS, IR_FORM, ADJOINT_HELPER, FUSION = "read_as", "ir_form", "adjoint_helper", "fusion"
 LOOP_MOTION = "loop_motion"

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...records import dataclass
 from ..op_spec import REDUCE, SCAN, OpSpec, fail, quiet, tensors
 from ..types import BOOL, DType
 from .batch_rules import shift_axis
