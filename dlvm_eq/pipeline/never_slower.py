@@ -112,19 +112,28 @@ def plans_compared(
     return choice, (after if choice.kept == "optimized" else before)
 
 
-def guard_for(target: str):
-    """The guard egraph/optimize.optimize asks about each program it would replace (a
-    function, or a straight piece or body of one with loops): `guard(old, new, module,
-    stable)` -> the ProgramChoice between their plans."""
+class _Guard:
+    """The guard of one target: a callable with the cost model's error beside it, which
+    egraph/attention_guarded.py reads (the e-graph layer cannot import this module)."""
 
-    def guard(old: Function, new: Function, module: Module | None, stable=()) -> ProgramChoice:
+    def __init__(self, target: str):
+        self.target = target
+        self.error = PREDICTION_ERROR
+
+    def __call__(
+        self, old: Function, new: Function, module: Module | None, stable=()
+    ) -> ProgramChoice:
         if stable:  # kept whatever the plans predict: neither is planned (a loop's pieces
             return stable_choice(tuple(stable))  # and bodies are planned again to compile)
-        before, after = (_planned_alone(f, module, target) for f in (old, new))
-        return choose_program(before, after, target)
+        before, after = (_planned_alone(f, module, self.target) for f in (old, new))
+        return choose_program(before, after, self.target)
 
-    guard.error = PREDICTION_ERROR  # type: ignore[attr-defined]  # egraph/attention_guarded.py
-    return guard
+
+def guard_for(target: str) -> _Guard:
+    """The guard egraph/optimize.optimize asks about each program it would replace (a
+    function, or a straight piece or body of one with loops): `guard(old, new, module,
+    stable)` -> the ProgramChoice between their plans; `guard.error` is PREDICTION_ERROR."""
+    return _Guard(target)
 
 
 def _planned_alone(fn: Function, module: Module | None, target: str) -> Plan:
