@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
+from ..ir.attention_op import FORWARD_KEY_BLOCK, FORWARD_QUERY_BLOCK, KEY_BLOCK, QUERY_BLOCK, blocks
 from .profile import load_profile
 
 INF = math.inf
@@ -42,15 +42,19 @@ CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
 
 
-def machine_tiles(mc) -> tuple[int, int]:
-    """(query block, key block) the kernels run on this machine: its profile's
-    `attention_blocks` (calibration/attention_tiles.py) where it has them, else the shipped
-    tiles (codegen reads the same: pipeline/native.py sets them from the profile)."""
+def machine_tiles(mc, forward: bool = False) -> tuple[int, int]:
+    """(query block, key block) the backward kernel (forward: the forward kernel) runs on this
+    machine: its profile's `attention_blocks` (`attention_forward_blocks`;
+    calibration/attention_tiles.py) where it has them, else the shipped tiles (codegen reads
+    the same: pipeline/native.py sets them from the profile)."""
     if mc.profile:
         profile = load_profile(mc.name)
-        if profile is not None and profile.attention_blocks:
-            return profile.attention_blocks["query"], profile.attention_blocks["key"]
-    return QUERY_BLOCK, KEY_BLOCK
+        tiles = None if profile is None else profile.attention_blocks
+        if forward and profile is not None:
+            tiles = profile.attention_forward_blocks
+        if tiles:
+            return tiles["query"], tiles["key"]
+    return (FORWARD_QUERY_BLOCK, FORWARD_KEY_BLOCK) if forward else (QUERY_BLOCK, KEY_BLOCK)
 
 
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
@@ -62,7 +66,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
-    tq, tk = machine_tiles(mc)
+    tq, tk = machine_tiles(mc, forward=True)
     pairs = batch * blocks(m, n, causal, (tq, tk))
     bq, bk = min(m, tq), min(n, tk)
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
