@@ -38,8 +38,15 @@ BWD_SCORE_BLAS_FLOPS = 70
 # a call with one tiny block took 40 us (ctypes, task dispatch, OpenBLAS's thread setting), and
 # each (query block, key block) pair adds two direct cblas_sgemm calls and a pass's set-up per
 # row, ~3 us beyond its arithmetic. (The numpy-driven kernel before it: 55 us and 20 us.)
+# Each (batch index, query block) task adds its Python dispatch (the operands' addresses, a
+# ctypes call of 22 arguments), its scratch, q's scaled copy, o's zeroing and the final
+# division: measured on the AVX-512 EPYC (s17, one thread, CPU time, load 8, 512 x 256 tiles),
+# the kernel less its block products alone took 214 us at seq 256 (4 tasks, 4 pairs), ~25 us a
+# task beyond the call and the score passes. Without it the fused forward was priced 12% below
+# the plain program at seq 256, where it measured 1-9% above (tests/test_attention_pricing.py).
 CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
+TASK_SECONDS = 25e-6
 
 
 def machine_tiles(mc, forward: bool = False) -> tuple[int, int]:
@@ -85,6 +92,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     return (
         mc.node_overhead
         + CALL_SECONDS
+        + batch * -(-m // tq) * TASK_SECONDS
         + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )
 
