@@ -28,7 +28,8 @@ In forward+backward, extraction's choice at seq >= 1024 is the fused forward and
 backward (codegen/runtime/attention_backward.py: dQ, dK, dV from the forward's row
 log-sum-exp, never writing the scores).
 Peak memory: the bytes of the program's arena (its temporaries, planned by liveness); the fused
-kernel also holds one block of scores per thread (128 x 512 floats) outside it.
+kernel also holds one block of scores per thread outside it (the forward 512 x 256 floats,
+the backward two of 128 x 512: ir/attention_op.py's shipped tiles).
 Implementations take turns (three rounds, a few calls each, the first call of each turn not
 counted), so a slow phase of the shared machine hits all alike; each figure is the median of
 its calls.

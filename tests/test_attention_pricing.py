@@ -61,7 +61,7 @@ def loss(q, k, v):
 
 def test_at_seq_256_both_forms_are_priced_plain_and_value_and_grad_stays_plain():
     """At seq 256 the fused forward is no cheaper than the plain program (recorded 1.02 against
-    1.01 ms; three alternating runs of 60 calls, load 11-12: 1.07-1.15 against 1.06-1.14, fused
+    1.01 ms; three alternating runs of 400 calls, load 11-12: 1.07-1.15 against 1.06-1.14, fused
     never below), and fused forward + backward dearer (3.70 against 3.36): both are priced
     plain (before the kernel's per-task cost the forward alone was priced 12% below plain and
     extracted fused); from seq 512 the forward alone is priced fused, as measured (3.60
