@@ -8,6 +8,8 @@ jit of it, side by side in one process.
     .venv/bin/python benchmarks/attention.py --threads 1 --update BENCHMARKS.md   # one core
     .venv/bin/python benchmarks/attention.py --threads 1 --clock cpu    # CPU time: a loaded host
     .venv/bin/python benchmarks/attention.py --pricing --threads 1 --clock cpu   # model vs measured
+    .venv/bin/python benchmarks/attention.py --tiles 128x512 512x256 --threads 1 --clock cpu
+                                   # the forward kernel under each tile, alternating call by call
 
 From a git worktree, set PYTHONPATH to it: a script in benchmarks/ otherwise imports the
 editable install's dlvm_eq (another tree's).
@@ -28,7 +30,8 @@ In forward+backward, extraction's choice at seq >= 1024 is the fused forward and
 backward (codegen/runtime/attention_backward.py: dQ, dK, dV from the forward's row
 log-sum-exp, never writing the scores).
 Peak memory: the bytes of the program's arena (its temporaries, planned by liveness); the fused
-kernel also holds one block of scores per thread (128 x 512 floats) outside it.
+kernel also holds one block of scores per thread outside it (the forward 512 x 256 floats,
+the backward two of 128 x 512: ir/attention_op.py's shipped tiles).
 Implementations take turns (three rounds, a few calls each, the first call of each turn not
 counted), so a slow phase of the shared machine hits all alike; each figure is the median of
 its calls.
@@ -164,6 +167,30 @@ def pricing(seqs, calls: int, clock) -> list[list]:
             ms = statistics.median(times[key]) * 1e3
             rows.append([seq, *key, f"{ms:.2f}", f"{predicted:.3f}"])
             print(seq, *key, f"measured {ms:.2f} ms, predicted {predicted:.3f} ms")
+    return rows
+
+
+def tile_times(seqs, tiles, calls: int, clock) -> list[list]:
+    """[seq, ms under each of `tiles`] of the fused forward kernel called directly
+    (runtime/attention_cpu.attention_forward, one thread), the tiles taking turns call by call
+    so that a slow phase of the shared machine hits all alike."""
+    from dlvm_eq.codegen.runtime.attention_cpu import attention_forward
+
+    rows = []
+    for seq in seqs:
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((HEADS, seq, DIM), dtype=np.float32) for _ in range(3))
+        o = np.empty_like(q)
+        times: dict[tuple, list[float]] = {t: [] for t in tiles}
+        for t in tiles:  # warm: the kernel compiled, the scratch made
+            attention_forward(q, k, v, 0.0, 0.125, False, o, 1, t)
+        for _ in range(ROUNDS * calls):
+            for t in tiles:
+                t0 = clock()
+                attention_forward(q, k, v, 0.0, 0.125, False, o, 1, t)
+                times[t].append(clock() - t0)
+        rows.append([seq] + [f"{statistics.median(times[t]) * 1e3:.3f}" for t in tiles])
+        print(*rows[-1])
     return rows
 
 
@@ -334,8 +361,22 @@ def main():
         action="store_true",
         help="time the fused and plain programs as written beside the cost model's predictions",
     )
+    ap.add_argument(
+        "--tiles",
+        nargs="+",
+        metavar="QxK",
+        help="time the forward kernel under these (query block)x(key block) tiles instead",
+    )
     a = ap.parse_args()
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    if a.tiles:
+        tiles = [tuple(int(n) for n in t.split("x")) for t in a.tiles]
+        table = tile_times(a.seq, tiles, a.calls, clock)
+        print(
+            markdown_table(["seq"] + [f"{t} ms" for t in a.tiles], table),
+            f"\nload average {os.getloadavg()[0]:.1f}",
+        )
+        return
     if a.pricing:
         table = pricing(a.seq, a.calls, clock)
         print(

@@ -18,7 +18,7 @@ from ..errors import DlvmError
 from ..extract.machine import MACHINES, from_profile
 from ..extract.profile import Profile, host_id, write_profile
 from . import measure, measure_steps, program_state
-from .attention_tiles import attention_blocks
+from .attention_tiles import attention_blocks, attention_forward_blocks
 
 
 def calibrate(target: str = "cpu", write: bool = True) -> Profile:
@@ -78,6 +78,7 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
             "gemm_blocks": measure.gemm_blocks(),  # issue 36: our GEMM's fastest blocking
             "conv_blocks": measure.conv_blocks(),  # and the convolutions'
             "attention_blocks": attention_blocks(),  # issue 33: the fused attention's tiles
+            "attention_forward_blocks": attention_forward_blocks(),  # and the forward's alone
             "seconds": round(time.perf_counter() - t0, 2),
         }
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.attention_op import KEY_BLOCK, QUERY_BLOCK, blocks
+from ..ir.attention_op import FORWARD_KEY_BLOCK, FORWARD_QUERY_BLOCK, KEY_BLOCK, QUERY_BLOCK, blocks
 from .profile import load_profile
 
 INF = math.inf
@@ -38,19 +38,34 @@ BWD_SCORE_BLAS_FLOPS = 70
 # a call with one tiny block took 40 us (ctypes, task dispatch, OpenBLAS's thread setting), and
 # each (query block, key block) pair adds two direct cblas_sgemm calls and a pass's set-up per
 # row, ~3 us beyond its arithmetic. (The numpy-driven kernel before it: 55 us and 20 us.)
+# Each (batch index, query block) task adds its Python dispatch (the operands' addresses, a
+# ctypes call of 22 arguments), its scratch, q's scaled copy, o's zeroing and the final
+# division: measured on the AVX-512 EPYC (s17, one thread, CPU time, load 8, 512 x 256 tiles),
+# the kernel less its block products alone took 214 us at seq 256 (4 tasks, 4 pairs), up to
+# ~40 us a task beyond the call. Priced at 20 us: enough for seq 256's forward alone to be
+# priced plain (1.05x; it measured 1.00-1.01x, fused never below; at 0 it was priced 0.88x and
+# extracted fused), and no more, because the shipped defaults' BLAS rate (about 3x one thread's
+# here) makes fixed costs weigh ~3x too much against the products: at 25 us the fused backward
+# of a (2, 1024, 64) value_and_grad lost to the plain program (at 22 already; that test:
+# tests/test_attention_backward_native.py), a tie in the model as in measurement.
 CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
+TASK_SECONDS = 20e-6
 
 
-def machine_tiles(mc) -> tuple[int, int]:
-    """(query block, key block) the kernels run on this machine: its profile's
-    `attention_blocks` (calibration/attention_tiles.py) where it has them, else the shipped
-    tiles (codegen reads the same: pipeline/native.py sets them from the profile)."""
+def machine_tiles(mc, forward: bool = False) -> tuple[int, int]:
+    """(query block, key block) the backward kernel (forward: the forward kernel) runs on this
+    machine: its profile's `attention_blocks` (`attention_forward_blocks`;
+    calibration/attention_tiles.py) where it has them, else the shipped tiles (codegen reads
+    the same: pipeline/native.py sets them from the profile)."""
     if mc.profile:
         profile = load_profile(mc.name)
-        if profile is not None and profile.attention_blocks:
-            return profile.attention_blocks["query"], profile.attention_blocks["key"]
-    return QUERY_BLOCK, KEY_BLOCK
+        tiles = None if profile is None else profile.attention_blocks
+        if forward and profile is not None:
+            tiles = profile.attention_forward_blocks
+        if tiles:
+            return tiles["query"], tiles["key"]
+    return (FORWARD_QUERY_BLOCK, FORWARD_KEY_BLOCK) if forward else (QUERY_BLOCK, KEY_BLOCK)
 
 
 def attention_seconds(cost, t, child, causal: bool = False) -> float:
@@ -62,7 +77,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     mc = cost.machine
     m, d, n, e = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     batch = math.prod(q.shape[:-2])
-    tq, tk = machine_tiles(mc)
+    tq, tk = machine_tiles(mc, forward=True)
     pairs = batch * blocks(m, n, causal, (tq, tk))
     bq, bk = min(m, tq), min(n, tk)
     products = cost.dot_seconds(bq, d, bk) + cost.dot_seconds(bq, bk, e)
@@ -81,6 +96,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     return (
         mc.node_overhead
         + CALL_SECONDS
+        + batch * -(-m // tq) * TASK_SECONDS
         + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )
 

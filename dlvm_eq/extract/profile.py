@@ -133,6 +133,8 @@ class Profile:
     # issue 33: the fused attention's tiles measured fastest here ({"query": rows of q,
     # "key": keys per tile}); {} (not measured): ir/attention_op.py's shipped tiles
     attention_blocks: dict[str, int] = field(default_factory=dict)
+    # the forward kernel's own tiles, timed alone (the same keys); {}: the shipped forward tiles
+    attention_forward_blocks: dict[str, int] = field(default_factory=dict)
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -193,6 +195,9 @@ class Profile:
                 gemm_blocks=_blocks(data.get("gemm_blocks", {})),
                 conv_blocks=_conv_blocks(data.get("conv_blocks", {})),
                 attention_blocks=_blocks(data.get("attention_blocks", {}), ("query", "key")),
+                attention_forward_blocks=_blocks(
+                    data.get("attention_forward_blocks", {}), ("query", "key")
+                ),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -103,22 +103,37 @@ def attention_backward(args, attrs):
 
 # Key block x query block of scores that one thread keeps in its core's cache (the kernel's
 # working set: a block of scores, its exp, and the running rows); codegen and the cost model
-# both read these, so the price is that of the tiles the kernel really runs.
+# both read these, so the price is that of the tiles the kernel really runs. The backward's:
 QUERY_BLOCK = 128
 KEY_BLOCK = 512
-# The tiles in use: the shipped ones, or a calibrated profile's (`attention_blocks`, timed by
+# The forward's own: a taller block of queries shares each packed key and value block among
+# more rows, and its two products are the whole kernel (measured on the 2-core AVX-512 EPYC,
+# one thread, CPU time, 4 heads of 64, load 6-8: 512 x 256 against 128 x 512 took 15.4
+# against 16.9 ms at seq 1024 and 229 against 276 ms at seq 4096; BENCHMARKS.md, s17-attn).
+FORWARD_QUERY_BLOCK = 512
+FORWARD_KEY_BLOCK = 256
+SHIPPED = (QUERY_BLOCK, KEY_BLOCK, FORWARD_QUERY_BLOCK, FORWARD_KEY_BLOCK)
+# The tiles in use (backward's query and key, forward's query and key): the shipped ones, or a
+# calibrated profile's (`attention_blocks` and `attention_forward_blocks`, timed by
 # calibration/attention_tiles.py; pipeline/native.py sets them from this host's profile).
-_TILES = [QUERY_BLOCK, KEY_BLOCK]
+_TILES = list(SHIPPED)
 
 
 def tile_blocks() -> tuple[int, int]:
-    """(query block, key block) of the tiles the kernels run now."""
+    """(query block, key block) of the tiles the backward kernel runs now."""
     return _TILES[0], _TILES[1]
 
 
-def use_tile_blocks(tiles: dict | None) -> None:
-    """A profile's {"query": n, "key": n}; None or {}: the shipped tiles."""
-    _TILES[:] = [tiles["query"], tiles["key"]] if tiles else [QUERY_BLOCK, KEY_BLOCK]
+def forward_tile_blocks() -> tuple[int, int]:
+    """(query block, key block) of the tiles the forward kernel runs now."""
+    return _TILES[2], _TILES[3]
+
+
+def use_tile_blocks(tiles: dict | None, forward: dict | None = None) -> None:
+    """A profile's {"query": n, "key": n} for the backward and for the forward; None or {}:
+    the shipped tiles of that kernel."""
+    back = [tiles["query"], tiles["key"]] if tiles else list(SHIPPED[:2])
+    _TILES[:] = back + ([forward["query"], forward["key"]] if forward else list(SHIPPED[2:]))
 
 
 def blocks(m: int, n: int, causal: bool, tiles: tuple[int, int] | None = None) -> int:

@@ -373,7 +373,10 @@ def compile(
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
         use_conv_blocks(profile.conv_blocks if profile is not None else None)
-        use_tile_blocks(profile.attention_blocks if profile is not None else None)  # issue 33
+        use_tile_blocks(  # issue 33: the backward's and the forward's tiles
+            profile.attention_blocks if profile is not None else None,
+            profile.attention_forward_blocks if profile is not None else None,
+        )
     # the loop pipeline loads only where some function of the module has control flow
     if any(has_control_flow(f) for f in module.functions.values()):
         from .loops import compile_loops, needs_loops

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...ir.attention_op import attention as reference_attention
 from ...ir.attention_op import attention_backward as reference_backward
-from ...ir.attention_op import tile_blocks
+from ...ir.attention_op import forward_tile_blocks, tile_blocks
 from ...records import dataclass
 from ..kernels.kernel_spec import c_strides
 
@@ -112,7 +112,7 @@ def plan_attention(pl, inst, order: int, name: str, t, temp: str) -> Mat:
     if inst.op == "attention":
         out = pl.new_slot(t.shape, str(t.dtype), temp, name)
         step = AttentionStep(tuple(views), bias, a["scale"], bool(a["causal"]), out, name, order)
-        step.tiles = tile_blocks()  # the profile's (pipeline/native.py), fixed at planning
+        step.tiles = forward_tile_blocks()  # the profile's (pipeline/native.py), fixed at planning
         pl.steps.append(step)
         forwards[out] = step
         return Mat(out, t.shape, str(t.dtype), c_strides(t.shape))
@@ -149,7 +149,7 @@ def attention_run(step: AttentionStep, xp, view_fns):
     fns = [f or (lambda a: a) for f in view_fns]
     slots = [v.slot for v in step.inputs]
     out, scale, causal, lse_slot = step.out, step.scale, step.causal, step.lse
-    tiles = tuple(step.tiles) or tile_blocks()
+    tiles = tuple(step.tiles) or (tile_blocks() if step.grads else forward_tile_blocks())
     backward = bool(step.grads)
     has_lse = backward and lse_slot >= 0
 
