@@ -40,6 +40,20 @@ def _settings_follow_the_environment():
     config.reload()
 
 
+@pytest.fixture
+def no_ir_cache(monkeypatch):
+    """Every function and adjoint compiled in the test is built afresh, not read from the IR
+    cache (disk or memory) that an earlier test filled: a compile read from the cache builds no
+    e-graph and its report has no figures. The autouse fixture above restores the settings."""
+    from dlvm_eq import config
+    from dlvm_eq.pipeline import native
+
+    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")
+    config.reload()
+    native._optimized.clear()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _module_rng_seeded_by_test_name(request):
     """Many test modules draw inputs from a module-level ``RNG``/``rng``. Under pytest-xdist

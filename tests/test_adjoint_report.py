@@ -9,27 +9,14 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pytest
 
 import dlvm_eq as dq
-from dlvm_eq import config
 from dlvm_eq.cache import set_cache_dir
 from dlvm_eq.egraph.rulefiles import rule_file
-from dlvm_eq.pipeline import native, targets
+from dlvm_eq.pipeline import targets
 
 W = np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float32)
 X = np.linspace(0, 2, 20).reshape(5, 4).astype(np.float32)
-
-
-@pytest.fixture
-def no_ir_cache(monkeypatch):
-    """Every adjoint built here (not read from an earlier test's cache entry)."""
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")
-    config.reload()
-    native._optimized.clear()
-    yield
-    monkeypatch.delenv("DLVM_EQ_NO_IR_CACHE")
-    config.reload()
 
 
 # elementwise losses of vectors: few rules fire, so the report's top rules show them all

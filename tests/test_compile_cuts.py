@@ -25,17 +25,7 @@ from dlvm_eq.ir.inline import flatten
 from dlvm_eq.ir.interp import run_function
 from dlvm_eq.ir.printer import print_function
 
-
-@pytest.fixture(autouse=True)
-def no_ir_cache(monkeypatch):
-    """Every adjoint is built here, not read from the compile cache."""
-    from dlvm_eq import config
-
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")
-    config.reload()
-    yield
-    monkeypatch.delenv("DLVM_EQ_NO_IR_CACHE")
-    config.reload()
+pytestmark = pytest.mark.usefixtures("no_ir_cache")  # every adjoint is built here (conftest.py)
 
 
 def _chain(depth: int) -> Module:

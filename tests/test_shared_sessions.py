@@ -26,17 +26,6 @@ from dlvm_eq.pipeline.planning import plan_function
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
-@pytest.fixture
-def no_ir_cache(monkeypatch):
-    from dlvm_eq import config
-
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")
-    config.reload()
-    yield
-    monkeypatch.delenv("DLVM_EQ_NO_IR_CACHE")
-    config.reload()
-
-
 def _compiled(fn, module):
     """(optimized IR, adjoint IR, fusion plan) of one function, as text."""
     opt = dq.optimize(module).module
