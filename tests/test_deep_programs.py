@@ -193,13 +193,14 @@ def test_a_deep_kernel_expression_compiles_and_runs():
     np.testing.assert_allclose(compile_cpu(spec)(want), acc, rtol=1e-4, atol=1e-5)
 
 
-def test_greedy_extraction_of_a_chain_deeper_than_the_cost_set_limit():
-    # beyond SET_LIMIT classes, cost sets are shared instead of copied: the choice stays valid
-    # and, on a chain (no sharing), optimal
+def test_greedy_extraction_of_a_chain_far_deeper_than_a_small_cost_set():
+    # cost sets past cost_sets.SMALL classes are treaps sharing their nodes: the choice stays
+    # valid and, on a chain (no sharing), optimal
+    from dlvm_eq.extract.cost_sets import SMALL
     from dlvm_eq.extract.graph import load_json
-    from dlvm_eq.extract.greedy import SET_LIMIT, greedy_dag_choice
+    from dlvm_eq.extract.greedy import greedy_dag_choice
 
-    n = SET_LIMIT + 500
+    n = 10 * SMALL + 500
     nodes = {"x": {"op": "x", "children": [], "eclass": "C0", "cost": 1.0}}
     for i in range(1, n):
         kid = "x" if i == 1 else f"a{i - 1}"
