@@ -104,6 +104,16 @@ def test_tanh_chain_gradient_compiles_and_agrees_with_the_interpreter(n):
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
 
 
+def test_a_two_thousand_layer_tanh_chain_gradient_compiles_and_agrees():
+    # 12,000 IR values in the adjoint's e-graph: extraction with exact DAG costs (greedy's
+    # tree-cost sets overflowed to inf here: "no finite, acyclic term"), a plan of ~40 kernels
+    x = np.array([-4e-4, -2e-4, -1e-4, 0.0, 5e-5, 1e-4], np.float32)  # x + x^2 stays small
+    want = dq.jit(dq.grad(_tanh_chain(2000)), target="interp")(x)
+    got = dq.jit(dq.grad(_tanh_chain(2000)))(x)
+    assert np.all(np.isfinite(want)) and np.abs(want).min() > 0.05
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
 def test_two_hundred_affine_steps_compile():
     def f(x, y):
         for _ in range(200):
