@@ -7,6 +7,8 @@ gradient's growth with depth.
                                                   # (and whether the printed plans are the same)
     .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
     .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
+    .venv/bin/python benchmarks/compile_time.py --rounds 0 --depths 64 256 --trees old .
+                                                  # the depth table only, trees alternating
 
 Each measurement is a fresh Python process (`dlvm_eq` imported from the tree given, its import
 not counted): cold has an empty cache directory; warm is a second process on the directory the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import statistics
 import subprocess
 import sys
@@ -232,14 +235,14 @@ def run(trees: list[Path], rounds: int, timeout: float, depths, peers, log=print
                 results.setdefault((program, framework), []).append((j, None))
                 log(f"round {r} {program} {framework}: {j['seconds']:.2f} s")
     growth = []
-    for n in depths:
-        cold, _ = cold_and_warm(trees[-1], f"tanh{n}", timeout)
+    for i, n in enumerate(depths):  # every tree at every depth, taking turns
+        for tree in trees if i % 2 == 0 else trees[::-1]:
+            cold, _ = cold_and_warm(tree, f"tanh{n}", timeout)
+            growth.append((n, tree, cold, {}))
+            log(f"tanh chain {n} {tree}: {cold['seconds']:.2f} s, CPU {cold['cpu']:.2f} s")
         others = {framework: peer(framework, f"tanh{n}", timeout) for framework in peers}
-        growth.append((n, cold, others))
-        log(
-            f"tanh chain {n}: {cold['seconds']:.2f} s"
-            + "".join(f", {f} {o['seconds']:.2f} s" for f, o in others.items())
-        )
+        growth[-1] = growth[-1][:3] + (others,)
+        log("".join(f"tanh chain {n} {f} {o['seconds']:.2f} s" for f, o in others.items()))
     return results, growth
 
 
@@ -299,20 +302,30 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
     if growth:
         names = [PEERS[f][1] for f in peers]
         g = [
-            "| depth | cold s | s per layer | "
+            "| depth | compiler | cold s | CPU s | CPU ms per layer | "
             + "".join(f"{n} cold s | " for n in names)
-            + "by phase (ms) |",
-            "|---|---|---|" + "---|" * len(names) + "---|",
+            + "by phase (wall ms) | plan |",
+            "|---|---|---|---|---|" + "---|" * len(names) + "---|---|",
         ]
-        for n, cold, others in growth:
+        plans: dict[int, set] = {}
+        for n, tree, cold, others in sorted(growth, key=lambda r: (r[0], str(r[1]))):
+            plans.setdefault(n, set()).add(cold.get("plan"))
+            kernels = re.search(r"(\d+) kernels?", cold.get("plan") or "")
             g.append(
-                f"| {n} | {cold['seconds']:.2f} | {cold['seconds'] / n * 1e3:.1f} ms | "
-                + "".join(f"{others[f]['seconds']:.2f} | " for f in peers)
-                + f"{phases_text([cold])} |"
+                f"| {n} | {labels[str(tree)]} | {cold['seconds']:.2f} | {_cpu([cold]):.2f} | "
+                f"{_cpu([cold]) / n * 1e3:.1f} | "
+                + "".join(f"{others[f]['seconds']:.2f} | " if f in others else "| " for f in peers)
+                + f"{phases_text([cold])} | {kernels.group(0) if kernels else '?'} |"
             )
-        out.append(
-            f"tanh-chain gradient, cold, by depth ({labels[str(trees[-1])]}):\n\n" + "\n".join(g)
-        )
+        out.append("tanh-chain gradient, cold, by depth:\n\n" + "\n".join(g))
+        if len(trees) > 1:
+            out.append(
+                "Printed plans across trees, by depth: "
+                + ", ".join(
+                    f"{n} {'identical' if len(p) == 1 else 'DIFFERENT'}" for n, p in plans.items()
+                )
+                + "."
+            )
     return "\n\n".join(out)
 
 

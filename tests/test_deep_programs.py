@@ -104,6 +104,16 @@ def test_tanh_chain_gradient_compiles_and_agrees_with_the_interpreter(n):
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
 
 
+def test_a_two_thousand_layer_tanh_chain_gradient_compiles_and_agrees():
+    # 12,000 IR values in the adjoint's e-graph: extraction with exact DAG costs (greedy's
+    # tree-cost sets overflowed to inf here: "no finite, acyclic term"), a plan of ~40 kernels
+    x = np.array([-4e-4, -2e-4, -1e-4, 0.0, 5e-5, 1e-4], np.float32)  # x + x^2 stays small
+    want = dq.jit(dq.grad(_tanh_chain(2000)), target="interp")(x)
+    got = dq.jit(dq.grad(_tanh_chain(2000)))(x)
+    assert np.all(np.isfinite(want)) and np.abs(want).min() > 0.05
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
 def test_two_hundred_affine_steps_compile():
     def f(x, y):
         for _ in range(200):
@@ -193,13 +203,14 @@ def test_a_deep_kernel_expression_compiles_and_runs():
     np.testing.assert_allclose(compile_cpu(spec)(want), acc, rtol=1e-4, atol=1e-5)
 
 
-def test_greedy_extraction_of_a_chain_deeper_than_the_cost_set_limit():
-    # beyond SET_LIMIT classes, cost sets are shared instead of copied: the choice stays valid
-    # and, on a chain (no sharing), optimal
+def test_greedy_extraction_of_a_chain_far_deeper_than_a_small_cost_set():
+    # cost sets past cost_sets.SMALL classes are treaps sharing their nodes: the choice stays
+    # valid and, on a chain (no sharing), optimal
+    from dlvm_eq.extract.cost_sets import SMALL
     from dlvm_eq.extract.graph import load_json
-    from dlvm_eq.extract.greedy import SET_LIMIT, greedy_dag_choice
+    from dlvm_eq.extract.greedy import greedy_dag_choice
 
-    n = SET_LIMIT + 500
+    n = 10 * SMALL + 500
     nodes = {"x": {"op": "x", "children": [], "eclass": "C0", "cost": 1.0}}
     for i in range(1, n):
         kid = "x" if i == 1 else f"a{i - 1}"

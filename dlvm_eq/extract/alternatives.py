@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
+from . import cost_sets
 from .choice import find_problem
 from .graph import SerializedEGraph
 from .greedy import greedy_dag_sets
@@ -36,12 +37,10 @@ def alternatives(
         own = costs[n]
         if not math.isfinite(own) or any(sets[k] is None for k in kids_of[n]):
             continue
-        merged: dict = {}
-        for k in kids_of[n]:
-            merged.update(sets[k])
-        if root in merged:  # the node needs its own class below it: a cycle
+        merged = cost_sets.merged([sets[k] for k in kids_of[n]])  # cost_sets.py
+        if cost_sets.contains(merged, root):  # the node needs its own class below it: a cycle
             continue
-        ranked.append((own + sum(merged.values()), n))
+        ranked.append((own + cost_sets.total(merged), n))
     ranked.sort()
     for total, n in ranked:
         alt = list(choice)

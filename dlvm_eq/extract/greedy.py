@@ -19,8 +19,9 @@ are repaired with the tree extractor's (acyclic) choice, so the result is always
 >>> g.node_ids[greedy_dag_choice(g, g.costs, g.roots)[g.class_index["R"]]]
 'r1'
 
-Terms of more than SET_LIMIT classes keep sharing their cost set instead of copying it (tree
-cost above that size): deep programs extract in linear time and memory.
+Cost sets are persistent (cost_sets.py): a class's set is its child's plus one entry, sharing
+the rest, and a union walks only where two sets differ, so deep programs extract in about
+n log n time and memory with exact DAG costs at any depth.
 
 Greedy is not optimal: each class keeps only its own cheapest set, so sharing that pays off
 only across two sibling classes is missed (the ILP finds it).
@@ -32,16 +33,12 @@ import heapq
 import math
 from collections.abc import Sequence
 
+from . import cost_sets
 from .choice import break_cycles
+from .cost_sets import SMALL
 from .graph import SerializedEGraph
 from .prune import leaf_worklist, reachable_classes
 from .tree import tree_choice
-
-# A cost set of more classes than this is shared by its users instead of copied: copying made
-# deep programs quadratic in time and memory (a 10k-instruction chain: 50M set entries, 2.3 GB).
-# Above the limit a term's total counts a value shared by two children once per child (tree
-# cost), and a cycle the set no longer sees is repaired at the end like any stale one.
-SET_LIMIT = 2048
 
 
 def greedy_dag_choice(
@@ -58,15 +55,16 @@ def greedy_dag_choice(
 
 def greedy_dag_sets(
     graph: SerializedEGraph, costs: Sequence[float], roots: Sequence[int]
-) -> tuple[list[int], list[dict | None]]:
+) -> tuple[list[int], list[cost_sets.CostSet]]:
     """(choice, sets): per class its chosen node and its cost set, {class: cost of the node
     used there} over the classes its term pulls in (None where it has no finite term). The
-    choice may hold a rare stale cycle (greedy_dag_choice repairs it)."""
+    choice may hold a rare stale cycle (greedy_dag_choice repairs it). A set is a persistent
+    cost_sets.CostSet: read it with cost_sets.contains, total, items."""
     node_class, kids_of = graph.node_class, graph.child_sets
     live = reachable_classes(graph, roots)
     ncls = graph.num_classes
     best = [math.inf] * ncls  # total of the class's cost set
-    sets: list[dict | None] = [None] * ncls  # class -> {class: cost of the node used there}
+    sets: list = [None] * ncls  # class -> its cost set (cost_sets.py)
     choice = [-1] * ncls
     missing = [len(ks) for ks in kids_of]  # per node: children without a term yet
     heap, queued = leaf_worklist(graph, costs, live)
@@ -101,39 +99,45 @@ def greedy_dag_sets(
     return choice, sets
 
 
-def _one_child_set(c: int, own: float, k: int, best: list, sets: list) -> tuple[float, dict] | None:
+def _one_child_set(c: int, own: float, k: int, best: list, sets: list) -> tuple | None:
     """(total, cost set) of a node of class c (costing `own`, cheaper than c's current set by
     the lower bound) with the one child class k, or None when it would close a cycle."""
     child = sets[k]
-    if c in child:
+    if type(child) is dict and len(child) < SMALL:  # the common small case, inline
+        if c in child:
+            return None
+        cset = child.copy()
+        cset[c] = own
+        return best[k] + own, cset
+    if cost_sets.contains(child, c):
         return None
-    if len(child) > SET_LIMIT:
-        return best[k] + own, child  # shared, not copied (see SET_LIMIT)
-    cset = child.copy()
-    cset[c] = own
-    return best[k] + own, cset
+    return best[k] + own, cost_sets.added(child, c, own)
 
 
-def _merged_set(c: int, own: float, kids, best: list, sets: list) -> tuple[float, dict] | None:
+def _merged_set(c: int, own: float, kids, best: list, sets: list) -> tuple | None:
     """(total, cost set) of a node of class c with several child classes: the union of their
     sets (a class shared by two children paid once), or None when no cheaper or cyclic."""
-    prev = best[c]
-    # Copy the largest child set and merge the others into it (C-level dict.update).
-    big = max(kids, key=lambda k: len(sets[k]))
-    if len(sets[big]) > SET_LIMIT:  # tree-like above the limit: shared, not copied
-        if any(c in sets[k] for k in kids):
-            return None
-        total = own + sum(best[k] for k in kids)
-        return (total, sets[big]) if total < prev else None
-    cset = sets[big].copy()
-    for k in kids:
-        if k != big:
-            cset.update(sets[k])
-    if c in cset:
+    # the largest child set first, then the others in order (a later child's cost of a class
+    # wins, as dict.update's did when these were all dicts)
+    if all(type(sets[k]) is dict for k in kids):  # the common small case, inline
+        big = max(kids, key=lambda k: len(sets[k]))
+        cset = sets[big].copy()
+        for k in kids:
+            if k != big:
+                cset.update(sets[k])
+        if len(cset) < SMALL:
+            if c in cset:
+                return None
+            cset[c] = own
+            total = sum(cset.values())
+            return (total, cset) if total < best[c] else None
+    big = max(kids, key=lambda k: cost_sets.size(sets[k]))
+    cset = cost_sets.merged([sets[big]] + [sets[k] for k in kids if k != big])
+    if cost_sets.contains(cset, c):
         return None
-    cset[c] = own
-    total = sum(cset.values())
-    return (total, cset) if total < prev else None
+    cset = cost_sets.added(cset, c, own)
+    total = cost_sets.total(cset)
+    return (total, cset) if total < best[c] else None
 
 
 def _queue_parents(

@@ -121,15 +121,30 @@ def pattern(spec: RowSpec) -> tuple:
     )
 
 
-def loads(expr: Expr) -> list[Load]:
-    """The Load nodes of an expression DAG, each once."""
-    return [e for e in walk([expr]) if isinstance(e, Load)]
+def loads(expr: Expr, seen: set | None = None, skip=()) -> list[Load]:
+    """The Load nodes of an expression DAG, each once (`seen`, `skip`: as spec.walk's)."""
+    return [e for e in walk([expr], seen, skip) if isinstance(e, Load)]
 
 
-def rebuild(expr: Expr, replace: dict) -> Expr:
-    """`expr` with the nodes in `replace` (usually Loads) replaced by other expressions."""
-    new: dict = {}
-    for e in walk([expr]):
+class Rebuilt:
+    """Nodes rebuilt so far by `rebuild` calls that share one replacement map (or maps that
+    agree where they overlap): the outputs of one kernel share most of their DAG, and each node
+    is then rebuilt once for all of them."""
+
+    __slots__ = ("new", "seen")
+
+    def __init__(self):
+        self.new: dict = {}  # node -> its rebuilt node
+        self.seen: set = set()  # the nodes walked (all in `new`)
+
+
+def rebuild(expr: Expr, replace: dict, memo: Rebuilt | None = None) -> Expr:
+    """`expr` with the nodes in `replace` (usually Loads) replaced by other expressions. memo:
+    what earlier calls with the same `replace` rebuilt (see Rebuilt)."""
+    if memo is None:
+        memo = Rebuilt()
+    new = memo.new
+    for e in walk([expr], memo.seen):
         if e in replace:
             new[e] = replace[e]
         elif isinstance(e, (Load, Const)):
@@ -215,6 +230,7 @@ __all__ = [
     "early_stash",
     "loads",
     "pattern",
+    "Rebuilt",
     "rebuild",
     "reduce_identity",
     "stash_nodes",

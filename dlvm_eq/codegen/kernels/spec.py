@@ -416,15 +416,19 @@ def _dtype_source(e: Expr):
     return (e.x if isinstance(e, Unary) else e.a)._src
 
 
-def walk(roots) -> list[Expr]:
-    """Nodes of the DAG under `roots`, each once, operands before users."""
-    order, seen, stack = [], set(), [(r, False) for r in reversed(list(roots))]
+def walk(roots, seen: set | None = None, skip=()) -> list[Expr]:
+    """Nodes of the DAG under `roots`, each once, operands before users. Nodes in `seen` (a set
+    this walk adds its nodes to: pass one set to several walks to visit each node once in all)
+    or in `skip` (only read) are left out, with what is below them unless reached otherwise."""
+    order, stack = [], [(r, False) for r in reversed(list(roots))]
+    if seen is None:
+        seen = set()
     while stack:
         e, done = stack.pop()
         if done:
             order.append(e)
             continue
-        if e in seen:
+        if e in seen or e in skip:
             continue
         seen.add(e)
         stack.append((e, True))

@@ -34,10 +34,11 @@ def spec_text(spec) -> str:
     grows with the DAG, not with its tree). Two specs with equal texts are equal."""
     nodes: list[str] = []
     ids: dict[int, int] = {}
+    walked: set = set()  # nodes numbered: a kernel's outputs share their DAG, walked once
 
     def number(root: Expr) -> int:
         # iterative (walk: operands before users), so deep expressions need no recursion
-        for e in walk([root]):
+        for e in walk([root], walked):
             if id(e) not in ids:
                 body = ",".join(enc(getattr(e, n)) for n in _fields_of(type(e)) or ())
                 ids[id(e)] = len(nodes)

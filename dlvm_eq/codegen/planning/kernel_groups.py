@@ -11,8 +11,9 @@ import math
 from ...ir.inline import KERNEL_EXPR_OPS
 from ...ir.ops import LAYOUT, OPS
 from ..kernels.kernel_spec import KernelInput, KernelSpec, ReduceSpec
-from ..kernels.rows import loads, rebuild
+from ..kernels.rows import Rebuilt, loads, rebuild
 from ..kernels.spec import Expr, Load, walk
+from .group_levels import GroupLevels
 from .plan import KernelStep, step_inputs, step_outputs
 from .rowfusion import short_op
 from .steps_order import Node
@@ -53,6 +54,9 @@ class KernelGrouping:
             size[e.slot] = len(nodes)
             e.reads = {self.leaves[ld.index][0] for ld in nodes if isinstance(ld, Load)}
         group_nodes: list[int] = []
+        group_slots: list[set[int]] = []
+        # stops the cycle check's search early (group_levels.py); None once a level is unknown
+        self._levels: GroupLevels | None = GroupLevels(producer_steps, self.ew_by_slot, groups)
         for e in self.ew:
             key = tuple(d for d in e.shape if d != 1)
             placed = False
@@ -63,6 +67,7 @@ class KernelGrouping:
                     groups[gi].append(e)
                     group_in[gi] |= e.reads
                     group_nodes[gi] += size[e.slot]
+                    group_slots[gi].add(e.slot)
                     e.group = gi
                     placed = True
                     break
@@ -71,7 +76,12 @@ class KernelGrouping:
                 groups.append([e])
                 group_in.append(set(e.reads))
                 group_nodes.append(size[e.slot])
+                group_slots.append({e.slot})
                 by_key.setdefault(key, []).append(e.group)
+            if self._levels is not None and not self._levels.placed(
+                e, e.group, group_slots[e.group]
+            ):
+                self._levels = None
         return groups
 
     def can_join(self, e: EwOut, gi: int, groups, group_in, producer_steps) -> bool:
@@ -89,7 +99,10 @@ class KernelGrouping:
                     return False  # read at another element: needs the whole output first
                 continue
             external.add(slot)
-        # does an external input depend on the group (through other kernels and steps)?
+        # does an external input depend on the group (through other kernels and steps)? Not
+        # through a slot whose level is not above the group's (group_levels.py)
+        levels = getattr(self, "_levels", None)
+        top = levels.group_level[gi] if levels is not None else None
         stack, seen = list(external), set()
         while stack:
             s = stack.pop()
@@ -98,6 +111,10 @@ class KernelGrouping:
             seen.add(s)
             if s in g_slots:
                 return False
+            if top is not None:
+                lv = levels.of_slot(s)
+                if lv is not None and lv <= top:
+                    continue
             ew = self.ew_by_slot.get(s)
             if ew is not None:
                 stack.extend(group_in[ew.group] if ew.group >= 0 else ew.reads)
@@ -113,21 +130,32 @@ class KernelGrouping:
 
     def group_exprs(self, members: list[EwOut]) -> list[Expr]:
         """The members' expressions over the first member's shape (global Load ids); a sibling
-        output read element-for-element is computed once, in registers."""
+        output read element-for-element is computed once, in registers. Computed once per
+        group (the kernel and the row fusion both ask)."""
+        done = self.__dict__.setdefault("_group_exprs", {})
+        hit = done.get(id(members))
+        if hit is not None and hit[0] is members:
+            return hit[1]
         shape = members[0].shape
         by_slot = {}
         for m in members:
             by_slot[m.slot] = m.expr if m.shape == shape else self.reshaped(m.expr, m.shape, shape)
         resolved: dict[int, Expr] = {}
-        for m in members:  # members are in program order: producers first
-            resolved[m.slot] = self._substitute(by_slot[m.slot], resolved, shape)
-        return [resolved[m.slot] for m in members]
+        # members are in the order they were written: a member loads only slots written before
+        # it, so a node rebuilt for one member is rebuilt the same for every later one
+        memo = Rebuilt()
+        for m in members:
+            resolved[m.slot] = self._substitute(by_slot[m.slot], resolved, shape, memo)
+        exprs = [resolved[m.slot] for m in members]
+        done[id(members)] = (members, exprs)
+        return exprs
 
     def kernel_node(self, members: list[EwOut]) -> Node:
         shape = members[0].shape
         exprs = self.group_exprs(members)
         inputs, local = self._inputs(exprs, shape)
-        outs = [self._localize(e, local) for e in exprs]
+        memo = Rebuilt()  # the outputs share their DAG: each node localized once
+        outs = [self._localize(e, local, memo) for e in exprs]
         names = tuple(m.name for m in members) + tuple(
             sorted(
                 set().union(*(m.names for m in members)) - {m.name for m in members}, key=self._pos
@@ -173,13 +201,17 @@ class KernelGrouping:
                 ops.append(op)
         return "_".join(ops[:limit]) or "copy"
 
-    def _substitute(self, expr: Expr, resolved: dict[int, Expr], shape) -> Expr:
+    def _substitute(self, expr: Expr, resolved: dict[int, Expr], shape, memo: Rebuilt) -> Expr:
+        """expr with its contiguous loads of resolved slots replaced by their expressions (memo:
+        shared by the calls of one group, whose `resolved` only grows)."""
+        if expr in memo.new:
+            return memo.new[expr]
         repl = {}
-        for ld in loads(expr):
+        for ld in loads(expr, skip=memo.new):  # those under rebuilt nodes are replaced there
             slot, st = self.leaves[ld.index]
             if slot in resolved and is_contiguous(shape, st):
                 repl[ld] = resolved[slot]
-        return rebuild(expr, repl) if repl else expr
+        return rebuild(expr, repl, memo) if repl or memo.new else expr
 
     def _inputs(self, exprs, shape):
         """(slots, KernelInputs) for the leaves of `exprs`, and global -> local Load ids."""
@@ -193,5 +225,10 @@ class KernelGrouping:
             inputs.append(KernelInput(info.dtype, None if contiguous else st))
         return (slots, inputs), local
 
-    def _localize(self, expr: Expr, local: dict[int, int]) -> Expr:
-        return rebuild(expr, {ld: Load(local[ld.index]) for ld in loads(expr)})
+    def _localize(self, expr: Expr, local: dict[int, int], memo: Rebuilt | None = None) -> Expr:
+        """expr with global Load ids replaced by the kernel's (memo: shared by one kernel's
+        expressions; `local` maps every load of them)."""
+        skip = () if memo is None else memo.new
+        if expr in skip:
+            return skip[expr]
+        return rebuild(expr, {ld: Load(local[ld.index]) for ld in loads(expr, skip=skip)}, memo)

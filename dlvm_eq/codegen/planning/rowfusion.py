@@ -69,8 +69,9 @@ class RowFusion:
         axes = None
         todo = list(exprs)
         seen: set[int] = set()
+        walked: set = set()  # expression nodes: a load seen once has its slot in `seen`
         while todo:
-            for ld in loads(todo.pop()):
+            for ld in loads(todo.pop(), walked):
                 slot = self.leaves[ld.index][0]
                 if slot in seen:
                     continue

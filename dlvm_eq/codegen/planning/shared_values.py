@@ -10,6 +10,7 @@ model's prior (flops per element against bytes at the shipped CPU's balance), an
 met again inside a later kernel's expression is loaded from that buffer, not recomputed:
 
     ops_within(expr, 320)    # distinct scalar ops of expr, counting stops past 320
+    ops_counted(expr, 320, memo)   # the same, from the op sets of expressions counted before
 """
 
 from __future__ import annotations
@@ -44,6 +45,42 @@ def ops_within(expr: Expr, limit: int) -> int:
         n += 1
         stack.extend(children(e))
     return n
+
+
+# op sets (ops_counted) of this many recently counted expressions are kept: a chain's next
+# value reads the last few, whose sets then count for all of their DAG at C speed
+OP_SETS_KEPT = 64
+_NOT_COUNTED = object()
+
+
+def ops_counted(expr: Expr, limit: int, memo: dict) -> int:
+    """ops_within(expr, limit) (exactly where at most `limit`, else more than `limit`), from
+    the op sets in `memo` (expression -> frozenset of its ops, or None: more than limit) of
+    expressions counted before: the walk stops at them. Records expr's set in `memo`, which
+    keeps the last OP_SETS_KEPT (a tanh chain's split checks walked 320 ops per value)."""
+    found: set = set()
+    seen, stack = set(), [expr]
+    while stack:
+        e = stack.pop()
+        if e in seen or isinstance(e, (Load, Const)):
+            continue
+        seen.add(e)
+        below = memo.get(e, _NOT_COUNTED)
+        if below is None:
+            found = None  # type: ignore[assignment]
+            break
+        if below is _NOT_COUNTED:
+            found.add(e)
+            stack.extend(children(e))
+        else:
+            found |= below
+        if len(found) > limit:
+            found = None  # type: ignore[assignment]
+            break
+    memo[expr] = None if found is None else frozenset(found)
+    if len(memo) > OP_SETS_KEPT:
+        del memo[next(iter(memo))]  # the oldest: dicts keep insertion order
+    return limit + 1 if found is None else len(found)
 
 
 def expr_flops(expr: Expr, limit: float, written=()) -> float:
@@ -83,10 +120,11 @@ class SharedValues:
 
     def too_long(self, ref) -> bool:
         """A fused value past the kernel size fusion's cost model assumes (its tree count
-        bounds its DAG's: the walk runs only where that bound is passed)."""
-        return ref.nodes > KERNEL_EXPR_OPS and ops_within(ref.expr, KERNEL_EXPR_OPS) > (
-            KERNEL_EXPR_OPS
-        )
+        bounds its DAG's: the count runs only where that bound is passed)."""
+        if ref.nodes <= KERNEL_EXPR_OPS:
+            return False
+        memo = self.__dict__.setdefault("_op_sets", {})
+        return ops_counted(ref.expr, KERNEL_EXPR_OPS, memo) > KERNEL_EXPR_OPS
 
     def keep_shared(self, ref: Fused, name: str) -> None:
         """Before `ref` (value `name`) is written because it is too long: write the values
