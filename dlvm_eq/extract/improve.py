@@ -67,67 +67,78 @@ class _Search:
     def reindex(self) -> None:
         self.topo = {c: i for i, c in enumerate(_topological(self.g, self.choice, self.roots))}
 
-    def below(self, j: int, c: int, exact: bool) -> bool:
-        """True when used class j cannot reach class c through the chosen e-nodes."""
+    def below(self, j: int, c: int, exact: bool, clear: set[int]) -> bool:
+        """True when used class j cannot reach class c through the chosen e-nodes. `clear`
+        holds classes already known not to reach c in this chosen DAG (one switch's searches
+        share it, so each class is searched once a switch), and gains those searched here."""
         if j == c:
             return False
+        if j in clear:
+            return True
         if not exact:
             tj, tc = self.topo.get(j), self.topo.get(c)
             if tj is not None and tc is not None and tj < tc:
                 return True
         kids, choice, refs = self.kids, self.choice, self.refs
-        seen, stack = {j}, [j]
+        seen, stack = [j], [j]
+        mark = {j}
         while stack:
             for y in kids[choice[stack.pop()]]:
                 if y == c:
                     return False
-                if y not in seen and refs[y] > 0:
-                    seen.add(y)
+                if y not in mark and y not in clear and refs[y] > 0:
+                    mark.add(y)
+                    seen.append(y)
                     stack.append(y)
+        clear.update(seen)  # a finished search that missed c: nothing it saw reaches c
         return True
 
     def switch(self, c: int, alt: int, exact: bool = False) -> tuple[float, list[int], list[int]]:
         """Make e-node `alt` class c's choice: (cost delta, trail to undo it, classes that came
         alive). Raises _Cycle (with nothing changed) when alt would reach c."""
-        refs, kids, choice, costs = self.refs, self.kids, self.choice, self.costs
+        refs, kids, choice, costs, below = self.refs, self.kids, self.choice, self.costs, self.below
         old = choice[c]
         trail: list[int] = []
         fresh: list[int] = []
+        fresh_set: set[int] = set()
         gray: set[int] = set()
+        clear: set[int] = set()  # used classes seen not to reach c (the DAG is fixed until the end)
         delta = costs[alt] - costs[old]
         stack: list = []
-
-        def touch(j):
-            nonlocal delta
-            if refs[j] > 0:
-                if j in gray or (j not in fresh_set and not self.below(j, c, exact)):
-                    raise _Cycle
+        topo_get, tc = self.topo.get, self.topo.get(c, -1)
+        # the walk over alt's new classes, depth first; inline (no call per class: the hot loop)
+        pending = top = iter(kids[alt])  # top: alt's own children, below any stack entry
+        try:
+            while True:
+                for j in pending:
+                    break
+                else:
+                    if not stack:
+                        break  # alt's children all walked
+                    gray.discard(stack.pop()[0])
+                    pending = stack[-1][1] if stack else top
+                    continue
+                if refs[j] > 0:
+                    if j in gray:
+                        raise _Cycle
+                    # below(), its topological shortcut first: most used children sit below c
+                    if j not in fresh_set and (exact or topo_get(j, tc) >= tc):
+                        if not below(j, c, exact, clear):
+                            raise _Cycle
+                    refs[j] += 1
+                    trail.append(j)
+                    continue
+                n = choice[j]
+                if n < 0:
+                    raise _Cycle  # nothing chosen there: the class was never reachable
                 refs[j] += 1
                 trail.append(j)
-                return
-            n = choice[j]
-            if n < 0:
-                raise _Cycle  # nothing chosen there: the class was never reachable
-            refs[j] += 1
-            trail.append(j)
-            fresh.append(j)
-            fresh_set.add(j)
-            gray.add(j)
-            delta += costs[n]
-            stack.append((j, iter(kids[n])))
-
-        fresh_set: set[int] = set()
-        try:
-            for j in kids[alt]:
-                touch(j)
-                while stack:
-                    k, it = stack[-1]
-                    for y in it:
-                        touch(y)
-                        break
-                    else:
-                        stack.pop()
-                        gray.discard(k)
+                fresh.append(j)
+                fresh_set.add(j)
+                gray.add(j)
+                delta += costs[n]
+                pending = iter(kids[n])
+                stack.append((j, pending))
         except _Cycle:
             self.undo(trail)
             raise
