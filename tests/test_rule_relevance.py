@@ -21,7 +21,7 @@ from dlvm_eq.egraph import optimize as optimize_mod
 from dlvm_eq.egraph.form_scan import scan_forms
 from dlvm_eq.egraph.rule_relevance import RuleTable, read_forms
 from dlvm_eq.egraph.rulefiles import SHIPPED, read_rule_file, rule_file
-from dlvm_eq.egraph.ruleset_schedule import Schedule
+from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
 from dlvm_eq.egraph.saturate import saturate
 from dlvm_eq.ir import Module
 from dlvm_eq.pipeline.planning import plan_function
@@ -157,6 +157,11 @@ def no_ir_cache(monkeypatch):
     config.reload()
 
 
+def _untimed(plan: str) -> str:
+    """A printed plan less the wall times it reports (the fusion stage's)."""
+    return re.sub(r"; [0-9.]+ [mun]?s\b", "", plan)
+
+
 def _compiled(fn, module):
     """(optimized IR, adjoint IR, fusion plan) of one function, as text."""
     opt = dq.optimize(module).module
@@ -165,7 +170,7 @@ def _compiled(fn, module):
         if any(p.type.dtype.is_float for p in fn.params):
             grad = str(adjoint_function(module, fn))
     plan = plan_function(opt[fn.name], opt)
-    return str(opt), grad, re.sub(r"; [0-9.]+ [mun]?s\n", "\n", str(plan))
+    return str(opt), grad, _untimed(str(plan))
 
 
 def _with(prune: bool, pool: dict, make):
@@ -212,7 +217,11 @@ MODELS = [
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-def test_the_benchmark_models_are_the_same_pruned(model, no_ir_cache):
+def test_the_benchmark_models_are_the_same_pruned(model, no_ir_cache, monkeypatch):
+    # a budget no model reaches: at the default 3 s, attention's saturation and extraction
+    # (~2.4 s at load 7) were cut at times, and the whole rule set alone gave two programs
+    monkeypatch.setattr(Budget.__init__, "__defaults__", (12, 50_000, 600.0))
+
     def build():
         _, module, fname, _ = egraph_models.build(model, algebra=True)
         optimized = dq.optimize(module, fname, target="cpu").module
@@ -220,8 +229,7 @@ def test_the_benchmark_models_are_the_same_pruned(model, no_ir_cache):
 
     pruned = _with(True, {}, build)
     whole = _with(False, {}, build)
-    strip = lambda t: re.sub(r"; [0-9.]+ [mun]?s\n", "\n", t)
-    assert [strip(t) for t in pruned] == [strip(t) for t in whole]
+    assert [_untimed(t) for t in pruned] == [_untimed(t) for t in whole]
 
 
 # ---------------------------------------------------------------- reuse and replay
