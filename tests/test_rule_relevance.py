@@ -281,3 +281,35 @@ def _late_terms(prune: bool) -> str:
 
 def test_terms_that_arrive_late_get_their_rules():
     assert _late_terms(True) == _late_terms(False)
+
+
+# ---------------------------------------------------------------- loops and branches
+
+import test_control_rules as control  # noqa: E402  (its strategy and builder; no tests run here)
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(st.lists(control.part, min_size=1, max_size=3), st.booleans())
+def test_programs_with_loops_and_branches_are_the_same_pruned(parts, p):
+    # optimize_loops: pieces and bodies in one e-graph, the regions decided by egglog `check`s
+    import numpy as np
+
+    from dlvm_eq import config
+
+    x = np.linspace(-1, 1, 3).astype(np.float32)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("DLVM_EQ_NO_IR_CACHE", "1")
+        config.reload()
+        try:
+            outs = [
+                _with(
+                    prune,
+                    pool,
+                    lambda: str(control.optimized(control.build(parts), np.bool_(p), x)[1]),
+                )
+                for prune, pool in ((True, _PRUNED_POOL), (False, _WHOLE_POOL))
+            ]
+        finally:
+            m.delenv("DLVM_EQ_NO_IR_CACHE")
+            config.reload()
+    assert outs[0] == outs[1]
