@@ -34,9 +34,9 @@ def _in_a_cold_thread(monkeypatch, work):
     """work() on a new thread (no session yet) whose sessions take SECONDS + 0.3 s to make."""
     real = optimize_mod.new_session
 
-    def slow_session(rules=()):
+    def slow_session(rules=(), **options):
         time.sleep(SECONDS + 0.3)
-        return real(rules)
+        return real(rules, **options)
 
     out: list = []
     with monkeypatch.context() as m:

@@ -361,7 +361,9 @@ def _session(rules):
     from ..egraph.optimize import new_session, scratch_session
 
     if rules is None:  # adjoint.egg is one of the rule files of this thread's shared session
-        with scratch_session() as session:
+        with scratch_session(
+            rulesets=("analysis", *EXPANSION.rulesets, *ADJOINT_SCHEDULE.rulesets)
+        ) as session:
             text, name = read_rule_file(rule_file("adjoint.egg"))
             # issue 33: the fused attention's adjoints, in the same session (STAGE_RULE_FILES)
             text += "\n" + read_rule_file(rule_file("attention_adjoint.egg"))[0]

@@ -21,23 +21,44 @@ _rate = _DEFAULT_SECONDS_PER_NODE
 _lock = threading.Lock()
 
 
+_excused = threading.local()
+
+
+def excuse(seconds: float) -> None:
+    """Seconds this thread spent on what no budget bounds: compiling rules into a session as a
+    program needs them (egraph/scratch_rules.py). A deadline running meanwhile moves by as
+    much: counted, a cold process would saturate less than a warm one, and compile another
+    program (tests/test_budget_cold_session.py)."""
+    _excused.seconds = excused() + seconds
+
+
+def excused() -> float:
+    """Seconds `excuse`d on this thread so far."""
+    return getattr(_excused, "seconds", 0.0)
+
+
 class Deadline:
-    """A point in time (time.perf_counter() seconds) by which a call must be done."""
+    """A point in time (time.perf_counter() seconds) by which a call must be done; what this
+    thread spends on excused work (`excuse`) meanwhile moves it later."""
 
     def __init__(self, seconds: float, start: float | None = None):
         self.start = time.perf_counter() if start is None else start
         self.seconds = float(seconds)
         self.at = self.start + self.seconds
+        self._excused = excused()
+
+    def _now(self) -> float:
+        return time.perf_counter() - (excused() - self._excused)
 
     def left(self) -> float:
-        return max(0.0, self.at - time.perf_counter())
+        return max(0.0, self.at - self._now())
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+        return self._now() - self.start
 
     @property
     def expired(self) -> bool:
-        return time.perf_counter() >= self.at
+        return self._now() >= self.at
 
     def split(self, parts: int) -> Deadline:
         """A deadline 1/parts of the time left from now: the first of `parts` equal shares

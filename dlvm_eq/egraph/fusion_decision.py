@@ -231,7 +231,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     from .saturate import saturate
 
     budget = fusion_budget(budget)
-    with scratch_session() as s:
+    with scratch_session(rulesets=("fusion",)) as s:  # compiles fusion.egg's rules only
         t0 = time.perf_counter()
         s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
         if loaded.loads:

@@ -14,16 +14,15 @@ stray atom) is parsed whole, so that egglog reports the mistake as it would.
 
 from __future__ import annotations
 
-import re
 import threading
 
-from ..sexpr import STRUCTURE
 from .egglog_bindings import EGraph
 from .exit_gate import in_egglog, owned
+from .form_scan import scan_forms
 
-_COMMENT = re.compile(r";[^\n]*")
 _lock = threading.Lock()
-_PARSED: dict[tuple[str, str], tuple] = {}  # (file name, text) -> egglog commands
+# (file name, text) -> (the forms' spans, each form's egglog commands once parsed)
+_PARSED: dict[tuple[str, str], tuple[list | None, list[tuple | None]]] = {}
 _local = threading.local()  # a parser per thread (an EGraph belongs to its thread)
 
 
@@ -36,34 +35,7 @@ def top_level_spans(text: str) -> list[tuple[int, int, int, int]] | None:
     >>> top_level_spans('(a) b') is None
     True
     """
-    spans, depth, start = [], 0, 0
-    for m in STRUCTURE.finditer(text):
-        c = m.group()
-        if c == "(":
-            if depth == 0:
-                start = m.start()
-            depth += 1
-        elif c == ")":
-            if depth == 0:
-                return None  # a ')' closing nothing
-            depth -= 1
-            if depth == 0:
-                spans.append((start, m.end()))
-        elif c[0] == '"' and not m.group(1):
-            return None  # a string never closed
-    if depth:
-        return None
-    ends = [0] + [e for _, e in spans]
-    starts = [s for s, _ in spans] + [len(text)]
-    for e, s in zip(ends, starts):
-        if _COMMENT.sub("", text[e:s]).strip():
-            return None
-    out, line, at = [], 1, 0
-    for s, e in spans:
-        line += text.count("\n", at, s)
-        at = s
-        out.append((s, e, line, s - text.rfind("\n", 0, s)))
-    return out
+    return scan_forms(text).spans
 
 
 class _Parser:
@@ -83,29 +55,38 @@ def _parser() -> EGraph:
     return p.egraph
 
 
-def parsed_program(text: str, filename: str) -> tuple:
+def parsed_program(text: str, filename: str, parser: EGraph | None = None) -> tuple:
     """egglog's commands of `text` (a rule file), parsed on the first call for this text and
     file name; egglog's EggSmolError propagates for a text that does not parse."""
+    forms = parsed_forms(text, filename, None, parser)
+    return tuple(c for form in forms for c in form)
+
+
+def parsed_forms(text: str, filename: str, which, parser: EGraph | None = None) -> list[tuple]:
+    """egglog's commands of the top-level forms numbered `which` (all for None), one tuple per
+    form, each form parsed on its first use only (a session that compiles part of a file,
+    egraph/rule_relevance.py, never parses the rest). A text that is not a sequence of forms
+    is one form, parsed whole. parser: an EGraph of this thread to parse with (a session's:
+    a thread's own parser would be dropped at the thread's end on the thread that joins it)."""
     key = (filename, text)
     with _lock:
-        hit = _PARSED.get(key)
-    if hit is not None:
-        return hit
-    parser = _parser()
-    spans = top_level_spans(text)
-    with in_egglog():  # the interpreter's exit waits for it (exit_gate.py)
-        if spans is None:
-            commands = tuple(parser.parse_program(text, filename=filename))
-        else:
-            commands = tuple(
-                c
-                for start, end, line, col in spans
-                for c in parser.parse_program(
-                    "\n" * (line - 1) + " " * (col - 1) + text[start:end], filename=filename
-                )
-            )
-    with _lock:
-        if len(_PARSED) > 64:  # user files edited many times in one process
-            _PARSED.clear()
-        _PARSED[key] = commands
-    return commands
+        cached = _PARSED.get(key)
+        if cached is None:
+            if len(_PARSED) > 64:  # user files edited many times in one process
+                _PARSED.clear()
+            spans = top_level_spans(text)
+            cached = _PARSED[key] = (spans, [None] * (1 if spans is None else len(spans)))
+    spans, forms = cached
+    wanted = range(len(forms)) if which is None or spans is None else which
+    missing = [i for i in wanted if forms[i] is None]
+    if missing:
+        parser = parser if parser is not None else _parser()
+        with in_egglog():  # the interpreter's exit waits for it (exit_gate.py)
+            for i in missing:
+                if spans is None:
+                    forms[i] = tuple(parser.parse_program(text, filename=filename))
+                else:
+                    start, end, line, col = spans[i]
+                    padded = "\n" * (line - 1) + " " * (col - 1) + text[start:end]
+                    forms[i] = tuple(parser.parse_program(padded, filename=filename))
+    return [forms[i] for i in wanted]

@@ -35,6 +35,7 @@ from .loader import LoadedProgram, load_function
 from .rule_program import parsed_program
 from .rule_text import RuleFileError, RuleIndex, is_shipped
 from .rulefiles import read_rule_file, rule_file
+from .scratch_rules import ScratchRules
 from .serialized import Graph
 from .values import MARKER_DECLARATION, BoundValues, drop_markers
 
@@ -117,7 +118,7 @@ class EGraphSession:
     """One egglog e-graph. egglog's EGraph is `unsendable` (pyo3): only the thread that made it
     may use it, so a session refuses calls from another thread (caches keep one per thread)."""
 
-    def __init__(self, schema: bool = True):
+    def __init__(self, schema: bool = True, prune: bool = False):
         self.thread = threading.get_ident()
         self.broken = False  # a panic left egglog in an unknown state
         self.egraph = EGraph()
@@ -130,6 +131,8 @@ class EGraphSession:
         self._programs = 0
         self.values = BoundValues()  # our let names -> rows of the marker function
         self._marker = False
+        # prune: compile only the rules a scratch program can fire (scratch_rules.py)
+        self.pruned = ScratchRules(self) if prune else None
         if schema:
             self.add_rules_file(rule_file("schema.egg"))
             self.declare_marker()
@@ -138,7 +141,10 @@ class EGraphSession:
         """Declare the marker function the loaders' values are bound through (see values.py);
         after the Term sort, before any push."""
         if not self._marker:
-            self.run_text(MARKER_DECLARATION, "<marker>")
+            if self.pruned is not None:
+                self.pruned.run_base(MARKER_DECLARATION, "<marker>")
+            else:
+                self.run_text(MARKER_DECLARATION, "<marker>")
             self._marker = True
 
     def _check_usable(self) -> None:
@@ -150,9 +156,22 @@ class EGraphSession:
         if self.broken:
             raise EgglogPanic("this e-graph session failed earlier and cannot be used again")
 
+    def push(self, rulesets=None) -> None:
+        """egglog's (push); `rulesets`: those the program up to the matching pop runs (None:
+        any), which a pruned session compiles rules of (more is found and compiled when run)."""
+        if self.pruned is not None:
+            self.pruned.next_rulesets = rulesets
+        self.run_text("(push)")
+
     def run_text(self, text: str, filename: str = "<egglog>"):
         """Run egglog commands; `$names` bound by add_lets are read as their marker rows."""
         self._check_usable()
+        if self.pruned is not None:
+            return self.pruned.run_text(text, filename)
+        return self.plain_run_text(text, filename)
+
+    def plain_run_text(self, text: str, filename: str = "<egglog>"):
+        """run_text without a pruned session's bookkeeping (scratch_rules.py calls it)."""
         command = text.strip()
         if command == "(push)":
             self.values.push()
@@ -190,7 +209,8 @@ class EGraphSession:
         parses them (rule_text.py: depth, commands, duplicates), parsed once per process
         (rule_program.py), compiled into this session's e-graph."""
         self._check_usable()
-        if is_shipped(filename) and filename not in self._unindexed and not self.user_rules:
+        trusted = is_shipped(filename)
+        if trusted and filename not in self._unindexed and not self.user_rules:
             # checked in CI: indexed only once another file joins, whose rules are then
             # checked against them (a third of the rule files' Python time in a cold compile)
             self._unindexed[filename] = text
@@ -199,9 +219,11 @@ class EGraphSession:
                 self.rule_index.add(shipped, name)
             self._unindexed.clear()
             self.rule_index.add(text, filename)
-            if not is_shipped(filename):
+            if not trusted:
                 self.user_rules.append(filename)
         try:
+            if self.pruned is not None:
+                return self.pruned.add_rules_text(text, filename, trusted)
             return self._run(lambda: parsed_program(text, filename), text, filename)
         except EgglogPanic as e:
             raise _duplicate_error(e, self.rule_index, filename) or e from None
@@ -260,6 +282,8 @@ class EGraphSession:
         when time is short; a class whose rows were all cut keeps egglog's placeholder node,
         costed infinite, so extraction never picks it."""
         self._check_usable()
+        if self.pruned is not None:
+            self.pruned.settle()
         span = PanicSpan()
         try:
             exprs = []
