@@ -70,6 +70,7 @@ def test_invariants_on_both_sides_of_a_cond_in_a_body_move_before_the_loop():
     assert not _ops(body, "dot") and not _ops(body, "tanh") and not _ops(body, "sigmoid")
     assert len(_ops(body, "cond")) == 1  # the cond stays, on a carry's value
     assert len(_ops(new, "tanh")) == 1 and len(_ops(new, "sigmoid")) == 1
+    assert len(_ops(new, "dot")) == 1  # both pieces lifted w @ v: computed once before the loop
     for p in (True, False):
         _same(m0, m1, "around_a_cond", [*args[:4], p])
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.control_flow import SCAN
-from ..ir.module import Function, Value
+from ..ir.module import Const, Function, Value
 from ..ir.types import TensorType
 from .lets import egg_string, egg_vec
 
@@ -116,6 +116,32 @@ def hoists(plans: dict, runs: dict, fn: Function) -> list[Hoist]:
             if all(k >= first_with for k in ks):  # the same at every step of fn's scan
                 out.append(Hoist(x.name, False, x.before, ks))
     return out
+
+
+def emit_shared(b, fn: Function, args: list, memo: dict, location=None):
+    """fn's (a lifted value's straight function) result emitted into builder `b` on `args`,
+    an instruction equal to one emitted before through the same `memo` (the same op, operands
+    and attributes) read from there: two pieces of a body lifting `w @ v` compute it once."""
+    env: dict[int, object] = {id(q): a for q, a in zip(fn.params, args)}
+
+    def get(o):
+        return o if isinstance(o, Const) else env[id(o)]
+
+    for inst in fn.body:
+        ops = [get(o) for o in inst.operands]
+        key = None
+        if inst.op != "literal":  # (an array literal's attributes print abridged)
+            ids = tuple(
+                ("c", repr(o.value), str(o.type)) if isinstance(o, Const) else id(o) for o in ops
+            )
+            key = (inst.op, ids, repr(sorted(inst.attrs.items())))
+        hit = memo.get(key) if key is not None else None
+        if hit is None:
+            hit = b.emit(inst.op, ops, location=inst.location or location, **inst.attrs)
+            if key is not None:
+                memo[key] = hit
+        env[id(inst.result)] = hit
+    return get(fn.ret)
 
 
 def _reading(fn: Function) -> Function:

@@ -14,13 +14,16 @@ unless rules/loops.egg decided it runs one body (control_regions.py: a cond or s
 selector the caller's e-graph proves constant, a scan of one step): that body's optimized
 program is then put in place of the op (`_body_in_place`).
 
-Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
-is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
-operand (StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg
-lifts invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction
-prices what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new
-body parameter with the function that computes it before the loop, and `_before_loop` puts
-that before the scan. A body value that algebra made invariant (`h - h + w` is `w`) moves too.
+Loop motion is in the e-graph. Every straight piece of a body that one scan of n >= 2 steps
+runs (one piece, or several around a cond or scan inside it) is tied to its scan by facts
+(loop_motion.py, `loop_facts`): each per-step parameter is a row of the stacked operand
+(StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg lifts
+invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction prices
+what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new body
+parameter with the function that computes it before the loop, and `_before_loop` puts that
+before the scan, or before an outer scan where it reads only that scan's withs (a nested
+scan's invariant, `loop_motion.hoists`). A body value that algebra made invariant (`h - h + w`
+is `w`) moves too.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from ..ir.verifier import verify_function
 from .control_regions import ControlRegion, control_regions, decided, region_facts
 from .deadline import Deadline
 from .loader import Lifted
-from .loop_motion import LoopBody, hoists, loop_body, loop_facts, row
+from .loop_motion import LoopBody, emit_shared, hoists, loop_body, loop_facts, row
 from .optimize import (
     OptimizeResult,
     ShortOfTime,
@@ -97,6 +100,7 @@ class _Planner:
         self.units: list[Unit] = []
         self.runs: dict[int, list] = {}  # id(body) -> the control-flow instructions running it
         self.regions: list[ControlRegion] = []  # conds, switches, one-step scans (Cond, ...)
+        self.emitted: dict[int, tuple] = {}  # id(builder) -> (it, what _before_loop emitted)
 
     def planned(self, fn: Function) -> _Plan:
         """The plan of fn and every body it reaches, with each once-run scan body's unit
@@ -261,11 +265,13 @@ def _before_loop(b, planner: _Planner, inst, operands: list, attrs: dict, here, 
     if not lifted:
         return operands, attrs
     made = []
+    # equal lifted instructions once per function (the builder held: its id stays its own)
+    memo = planner.emitted.setdefault(id(b), (b, {}))[1]
     for x in lifted:
         if x.name in here:
             made.append(params[x.name])
             continue
-        (v,) = inline(b, x.before, [operands[k] for k in x.sources], inst.location)
+        v = emit_shared(b, x.before, [operands[k] for k in x.sources], memo, inst.location)
         if isinstance(v, Const):
             v = b.emit("literal", [], value=v.value, type=v.type)
         made.append(v)
