@@ -14,13 +14,16 @@ unless rules/loops.egg decided it runs one body (control_regions.py: a cond or s
 selector the caller's e-graph proves constant, a scan of one step): that body's optimized
 program is then put in place of the op (`_body_in_place`).
 
-Loop motion is in the e-graph. A body that one scan of n >= 2 steps runs, loaded as one unit,
-is tied to its scan by facts (`loop_facts`): each per-step parameter is a row of the stacked
-operand (StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg
-lifts invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction
-prices what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new
-body parameter with the function that computes it before the loop, and `_before_loop` puts
-that before the scan. A body value that algebra made invariant (`h - h + w` is `w`) moves too.
+Loop motion is in the e-graph. Every straight piece of a body that one scan of n >= 2 steps
+runs (one piece, or several around a cond or scan inside it) is tied to its scan by facts
+(loop_motion.py, `loop_facts`): each per-step parameter is a row of the stacked operand
+(StepOf), each `with` parameter the outer operand's value (Once). rules/loops.egg lifts
+invariant ops into Once and batches x_t @ W into a StepOf of one product; extraction prices
+what is under them at 1/n a step; the unloader turns each picked Once/StepOf into a new body
+parameter with the function that computes it before the loop, and `_before_loop` puts that
+before the scan, or before an outer scan where it reads only that scan's withs (a nested
+scan's invariant, `loop_motion.hoists`). A body value that algebra made invariant (`h - h + w`
+is `w`) moves too.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ from ..ir.inline import live_instructions
 from ..ir.loop_rules import apply_loop_rules, inline, one_step
 from ..ir.module import Const, Function, FunctionBuilder, Module, Value
 from ..ir.regions import Piece, normalize, split
-from ..ir.types import TensorType, TupleType
+from ..ir.types import TupleType
 from ..ir.verifier import verify_function
 from .control_regions import ControlRegion, control_regions, decided, region_facts
 from .deadline import Deadline
-from .lets import egg_string, egg_vec
 from .loader import Lifted
+from .loop_motion import LoopBody, emit_shared, hoists, loop_body, loop_facts, row
 from .optimize import (
     OptimizeResult,
     ShortOfTime,
@@ -64,19 +67,6 @@ from .rule_origin import blame_user_rules
 from .rulefiles import read_rule_file
 from .ruleset_schedule import Budget
 from .stability import stable_rules_fired
-
-
-@dataclass
-class LoopBody:
-    """A unit that is the whole body of the one scan that runs it, of n >= 2 steps: its
-    parameters tied to the scan's operands by rules/loops.egg's facts (loop_facts)."""
-
-    label: str  # "u3": the unit's parameter prefix, and the Once/StepOf label
-    trips: int
-    carries: int
-    xs: int
-    index: dict[str, int]  # an outer leaf's name (`u3.x.all`, `u3.w.out`) -> operand index
-    outer: dict[str, TensorType]  # the outer leaves' types
 
 
 @dataclass
@@ -110,6 +100,7 @@ class _Planner:
         self.units: list[Unit] = []
         self.runs: dict[int, list] = {}  # id(body) -> the control-flow instructions running it
         self.regions: list[ControlRegion] = []  # conds, switches, one-step scans (Cond, ...)
+        self.emitted: dict[int, tuple] = {}  # id(builder) -> (it, what _before_loop emitted)
 
     def planned(self, fn: Function) -> _Plan:
         """The plan of fn and every body it reaches, with each once-run scan body's unit
@@ -117,11 +108,12 @@ class _Planner:
         top = self.plan(fn)
         for p in self.plans.values():
             runs = self.runs.get(id(p.fn), [])
-            if len(runs) != 1 or runs[0].op != SCAN or len(p.pieces) != 1:
+            if len(runs) != 1 or runs[0].op != SCAN:
                 continue
-            unit = p.units.get(id(p.pieces[0]))
-            if unit is not None:
-                unit.loop = _loop_body(runs[0], p, unit)
+            for piece in p.pieces:  # every straight piece of the body (loop_motion.py)
+                unit = p.units.get(id(piece))
+                if unit is not None:
+                    unit.loop = loop_body(runs[0], p.params, piece, unit.function)
         self.regions = control_regions(self.plans.values())
         return top
 
@@ -142,48 +134,6 @@ class _Planner:
                     self.runs.setdefault(id(body), []).append(piece.region.inst)
                     self.plan(body)
         return p
-
-
-def _loop_body(inst, p: _Plan, unit: Unit) -> LoopBody | None:
-    """How a scan body's unit's parameters stand for the scan's operands; None for a scan of
-    fewer than 2 steps (the loop rules inline one step) or a body not read as one piece."""
-    a = inst.attrs
-    n, nc, nx = int(a["length"]), a["carries"], a["xs"]
-    piece = p.pieces[0]
-    if n < 2 or len(piece.inputs) != len(unit.function.params):
-        return None
-    at = {id(q): k for k, q in enumerate(p.fn.params)}
-    label = unit.function.params[0].name.split(".", 1)[0] if unit.function.params else ""
-    index: dict[str, int] = {}
-    outer: dict[str, TensorType] = {}
-    for v, q in zip(piece.inputs, unit.function.params):
-        k = at.get(id(v))
-        if k is None or not isinstance(q.type, TensorType):
-            return None
-        if nc <= k < nc + nx:
-            name = f"{q.name}.all"
-            outer[name] = q.type.with_shape((n, *q.type.shape))
-        elif k >= nc + nx:
-            name = f"{q.name}.out"
-            outer[name] = q.type
-        else:
-            continue  # a carry: nothing built on it is computed before the loop
-        index[name] = k
-    return LoopBody(label, n, nc, nx, index, outer) if index else None
-
-
-def loop_facts(loop: LoopBody) -> str:
-    """rules/loops.egg's facts for a scan body: each per-step parameter is a row of its whole
-    stacked operand (StepOf), each `with` parameter the outer operand's value (Once)."""
-    out = []
-    for name, t in loop.outer.items():
-        leaf = f"(Var {egg_string(name)})"
-        out.append(f"(set (shape {leaf}) {egg_vec(t.shape)})")
-        out.append(f"(set (dtype {leaf}) {egg_string(str(t.dtype))})")
-        param = egg_string(name.rsplit(".", 1)[0])
-        ctor = "StepOf" if name.endswith(".all") else "Once"
-        out.append(f"(union (Var {param}) ({ctor} {egg_string(loop.label)} {loop.trips} {leaf}))")
-    return "\n".join(out) + "\n"
 
 
 def _apart(fn: Function, k: int) -> Function:
@@ -225,12 +175,12 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
     if hit is not None:
         return hit
     p = planner.plans[id(fn)]
-    lifted = _lifted(p)
+    lifted = hoists(planner.plans, planner.runs, fn)  # computed before fn's scan (or further out)
     steps = [x for x in lifted if x.step]
     types, names = list(fn.param_types), [q.name for q in fn.params]
     if lifted:  # the body's new parameters: rows after its xs, values after its withs
         at = len(fn.params) - _withs(planner, fn)
-        types[at:at] = [_row(x.before.result_type) for x in steps]
+        types[at:at] = [row(x.before.result_type) for x in steps]
         names[at:at] = [x.name for x in steps]
         types += [x.before.result_type for x in lifted if not x.step]
         names += [x.name for x in lifted if not x.step]
@@ -268,7 +218,8 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
             attrs["branches"] = tuple(_rebuild(planner, f, rebuilt) for f in attrs["branches"])
         operands = [get(o) for o in inst.operands]
         if inst.op == SCAN and inst.attrs["body"] is not None:
-            operands, attrs = _before_loop(b, planner, inst, operands, attrs)
+            here = {x.name for x in lifted}  # handed on from fn's own parameters
+            operands, attrs = _before_loop(b, planner, inst, operands, attrs, here, new_params)
         r = b.emit(inst.op, operands, location=inst.location, **attrs)
         if isinstance(r.type, TupleType):
             outs = [b.emit("extract", [r], index=k) for k in range(len(r.type.elements))]
@@ -301,42 +252,34 @@ def _body_in_place(b, planner: _Planner, r: ControlRegion, ops: list, rebuilt) -
     return inline(b, branch, ops[1:], inst.location)
 
 
-def _lifted(p: _Plan) -> list[Lifted]:
-    """What the units of a body's plan compute before its loop (only a one-piece body's)."""
-    units = [u for u in p.units.values() if u.optimized is not None and u.loop is not None]
-    return [x for u in units for x in u.lifted]
-
-
-def _row(t) -> TensorType:
-    """The type of one row of a stacked tensor type."""
-    return t.with_shape(t.shape[1:])
-
-
 def _withs(planner: _Planner, body: Function) -> int:
     (inst,) = planner.runs[id(body)]
     return len(body.params) - inst.attrs["carries"] - inst.attrs["xs"]
 
 
-def _before_loop(b: FunctionBuilder, planner: _Planner, inst, operands: list, attrs: dict):
-    """A scan's operands and attributes with what its body's unit lifted (rules/loops.egg's
-    Once and StepOf) computed before it: rows as new xs, values as new withs."""
-    p = planner.plans[id(inst.attrs["body"])]
-    lifted = _lifted(p)
+def _before_loop(b, planner: _Planner, inst, operands: list, attrs: dict, here, params):
+    """A scan's operands and attributes with what its body's units lifted (rules/loops.egg's
+    Once and StepOf, loop_motion.hoists) computed before it: rows as new xs, values as new
+    withs; one named in `here` was computed further out and is the parameter `params[name]`."""
+    lifted = hoists(planner.plans, planner.runs, inst.attrs["body"])
     if not lifted:
         return operands, attrs
-    (loop,) = [u.loop for u in p.units.values() if u.loop is not None]
     made = []
+    # equal lifted instructions once per function (the builder held: its id stays its own)
+    memo = planner.emitted.setdefault(id(b), (b, {}))[1]
     for x in lifted:
-        args = [operands[loop.index[q.name]] for q in x.before.params]
-        (v,) = inline(b, x.before, args, inst.location)
+        if x.name in here:
+            made.append(params[x.name])
+            continue
+        v = emit_shared(b, x.before, [operands[k] for k in x.sources], memo, inst.location)
         if isinstance(v, Const):
             v = b.emit("literal", [], value=v.value, type=v.type)
         made.append(v)
-    at = loop.carries + loop.xs
+    nc, nx = inst.attrs["carries"], inst.attrs["xs"]
     rows = [v for v, x in zip(made, lifted) if x.step]
     once = [v for v, x in zip(made, lifted) if not x.step]
-    new = operands[:at] + rows + operands[at:] + once
-    return new, dict(attrs, xs=loop.xs + len(rows))
+    new = operands[: nc + nx] + rows + operands[nc + nx :] + once
+    return new, dict(attrs, xs=nx + len(rows))
 
 
 def optimize_loops(

@@ -217,7 +217,10 @@ def unload(
         if not isinstance(t, TensorType):  # pragma: no cover - a Term is a tensor
             raise IRError(f"{d.egg} of a tuple")
         step = d.egg == "StepOf"
-        pname = f"{d.attrs['label']}.{'t' if step else 'once'}{len(prog.lifted)}"
+        # named after this unit (its outer leaves' prefix), not the node's label: a constant's
+        # Once may carry another loop's label, and two units' names must not meet in a body
+        label = next(iter(prog.outer_vars)).split(".", 1)[0]
+        pname = f"{label}.{'t' if step else 'once'}{len(prog.lifted)}"
         extra.append((cls, pname, t.with_shape(t.shape[1:]) if step else t))
         prog.lifted.append(Lifted(step, pname, before))
     u = _Unloader(g, choice, prog, name or prog.name, extra)
