@@ -300,7 +300,7 @@ class _Program:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
         if inst.op == SCAN:
-            native = _native(compiled[0], attrs) if self.target == "cpu" else None
+            native = _native(compiled[0], attrs) if self.target == "cpu" else _gpu(compiled, attrs)
             self.drivers.append(native if isinstance(native, str) or native is None else "native")
             if native is not None and not isinstance(native, str):
                 nc, nx = attrs["carries"], attrs["xs"]
@@ -308,7 +308,9 @@ class _Program:
                 return lambda vals: native(vals[:nc], vals[nc : nc + nx], vals[nc + nx :], n)
             return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
         if inst.op == WHILE:
-            native = _native_while(compiled, attrs) if self.target == "cpu" else None
+            native = (
+                _native_while(compiled, attrs) if self.target == "cpu" else _gpu(compiled, attrs)
+            )
             self.drivers.append(native if isinstance(native, str) or native is None else "native")
             if native is not None and not isinstance(native, str):
                 return native
@@ -407,6 +409,18 @@ def _native_while(compiled, attrs):
     from ..codegen.execution.native_loop import native_while
 
     return native_while(compiled[0], compiled[1], attrs["carries"])
+
+
+def _gpu(compiled, attrs):
+    """The scan or while loop on the gpu executor (codegen/execution/gpu_loop.py), or why not."""
+    from ..codegen.execution import gpu_loop
+
+    progs = [getattr(c, "program", None) for c in compiled]
+    if "length" not in attrs:  # a while loop
+        return gpu_loop.gpu_while(progs[0], progs[1], attrs["carries"])
+    return gpu_loop.gpu_scan(
+        progs[0], attrs["carries"], attrs["xs"], attrs["reverse"], attrs["body"]
+    )
 
 
 def _array_module(target: str):

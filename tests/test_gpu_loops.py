@@ -1,0 +1,274 @@
+"""Loops on the gpu target run by the gpu executor (codegen/execution/gpu_loop.py), without a
+GPU (fake_cupy.py: every PTX assembled by ptxas, every launch emulated): results against the
+reference interpreter in float64 and against the cpu target, `report.drivers` saying the
+executor ran each loop, and fake_cupy's `record` showing what one more step costs: its
+launches and device copies only, no host transfer, no allocation, no read-back (a while loop:
+one read of its condition)."""
+
+from __future__ import annotations
+
+import fake_cupy
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dlvm_eq as dq
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen.execution import gpu_loop
+from dlvm_eq.ir.interp import interpret
+from dlvm_eq.pipeline.loops import compile_loops
+
+EXECUTOR = "native"  # what report.drivers says of a loop that no Python driver runs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    set_cache_dir(tmp_path_factory.mktemp("kernel-cache"))
+
+
+@pytest.fixture
+def cp(monkeypatch):
+    with fake_cupy.installed(monkeypatch, sms=1) as module:
+        yield module
+
+
+def compiled(f, *args, target="gpu"):
+    """(f compiled for `target` through the loop drivers, its IR module, its name)"""
+    m = dq.make_ir(f)(*args)
+    name = next(iter(m.functions))
+    return compile_loops(m, name, target), m, name
+
+
+def on_gpu(cp, f, *leaves):
+    out = f(*[cp.asarray(a) for a in leaves])
+    out = out if isinstance(out, tuple) else (out,)
+    assert all(isinstance(o, fake_cupy.DeviceArray) for o in out)
+    return [np.asarray(o) for o in out]
+
+
+def rnn_args(steps, dtype=np.float64, batch=2, inputs=3, hidden=4, seed=0, gates="zrh"):
+    rng = np.random.default_rng(seed)
+    p = {}
+    for g in gates:
+        p[f"w{g}"] = (rng.standard_normal((inputs, hidden)) * 0.4).astype(dtype)
+        p[f"u{g}"] = (rng.standard_normal((hidden, hidden)) * 0.4).astype(dtype)
+    h0 = (rng.standard_normal((batch, hidden)) * 0.1).astype(dtype)
+    xs = rng.standard_normal((steps, batch, inputs)).astype(dtype)
+    return p, h0, xs
+
+
+def gru_loss(p, h0, xs):
+    def cell(h, x):
+        z = dq.sigmoid(x @ p["wz"] + h @ p["uz"])
+        r = dq.sigmoid(x @ p["wr"] + h @ p["ur"])
+        c = dq.tanh(x @ p["wh"] + (r * h) @ p["uh"])
+        h = (1.0 - z) * h + z * c
+        return h, h
+
+    h, ys = dq.scan(cell, h0, xs)
+    return dq.mean(ys * ys) + dq.sum(h)
+
+
+def lstm_loss(p, hc0, xs):
+    def cell(hc, x):
+        h, c = hc
+        i = dq.sigmoid(x @ p["wi"] + h @ p["ui"])
+        f = dq.sigmoid(x @ p["wf"] + h @ p["uf"])
+        o = dq.sigmoid(x @ p["wo"] + h @ p["uo"])
+        g = dq.tanh(x @ p["wg"] + h @ p["ug"])
+        c = f * c + i * g
+        h = o * dq.tanh(c)
+        return (h, c), h
+
+    (h, c), ys = dq.scan(cell, hc0, xs, reverse=True)
+    return dq.sum(ys * ys) + dq.sum(h * c)
+
+
+@pytest.mark.parametrize("model", ["gru", "lstm"])
+def test_rnn_value_and_gradient_on_the_gpu_executor_equal_the_interpreter(cp, model):
+    if model == "gru":
+        loss, (p, h0, xs) = gru_loss, rnn_args(5)
+        args = (p, h0, xs)
+    else:
+        loss, (p, h0, xs) = lstm_loss, rnn_args(4, gates="ifog")
+        args = (p, (h0, np.tanh(h0 * 3.0)), xs)
+    f, m, name = compiled(dq.value_and_grad(loss, argnums=(0, 2)), *args)
+    assert f.report.drivers and set(f.report.drivers) == {EXECUTOR}, f.report.drivers
+    leaves = dq.tree_leaves(args)
+    got = on_gpu(cp, f, *leaves)
+    want = interpret(m, name, *leaves, float64=True)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+def _counts(cp, f, leaves) -> dict:
+    cp.record.clear()
+    on_gpu(cp, f, *leaves)
+    return dict(cp.record)
+
+
+def test_one_more_step_costs_its_launches_and_nothing_crosses_to_the_host(cp):
+    def rnn(w, h0, xs):
+        return dq.scan(lambda h, x: (dq.tanh(h @ w + x),) * 2, h0, xs)
+
+    rng = np.random.default_rng(1)
+    w, h0 = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((2, 3))
+    per = {}
+    for n in (3, 4, 7):
+        xs = rng.standard_normal((n, 2, 3))
+        f, m, name = compiled(rnn, w, h0, xs)
+        assert f.report.drivers == [EXECUTOR]
+        got = on_gpu(cp, f, w, h0, xs)
+        for g, r in zip(got, interpret(m, name, w, h0, xs, float64=True)):
+            np.testing.assert_allclose(g, r, rtol=1e-12)
+        per[n] = _counts(cp, f, (w, h0, xs))
+    step = {k: per[4].get(k, 0) - per[3].get(k, 0) for k in per[4]}
+    assert step.get("launches", 0) >= 1  # the body's kernels run every step
+    for k in ("host_to_device", "device_to_host", "allocations"):
+        assert per[3].get(k, 0) == per[4].get(k, 0) == per[7].get(k, 0), (k, per)
+    # h is both the carry and the y: written into its row of ys, read there: no copy a step
+    assert per[7].get("device_copies", 0) == per[3].get("device_copies", 0), per
+    assert per[7]["launches"] - per[3]["launches"] == 4 * step["launches"]
+
+
+def test_the_python_driver_copies_per_step_where_the_executor_does_not(cp, monkeypatch):
+    """The figure the executor removes: the Python driver's per-step allocations and copies."""
+
+    def rnn(w, h0, xs):
+        return dq.scan(lambda h, x: (dq.tanh(h @ w + x),) * 2, h0, xs)
+
+    rng = np.random.default_rng(2)
+    w, h0 = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((2, 3))
+    xs3, xs7 = rng.standard_normal((3, 2, 3)), rng.standard_normal((7, 2, 3))
+    fast = [_counts(cp, compiled(rnn, w, h0, x)[0], (w, h0, x)) for x in (xs3, xs7)]
+    monkeypatch.setattr(gpu_loop, "gpu_scan", lambda *a: "off in this test")
+    slow3, slow7 = [_counts(cp, compiled(rnn, w, h0, x)[0], (w, h0, x)) for x in (xs3, xs7)]
+    assert slow7["allocations"] - slow3["allocations"] >= 4  # a body call's buffers per step
+    assert fast[1]["allocations"] == fast[0]["allocations"]
+
+
+def newton(a, x0):
+    def body(c):
+        nx = 0.5 * (c[0] + a / c[0])
+        return nx, nx - c[0]
+
+    return dq.while_loop(lambda c: dq.max(dq.abs(c[1])) > 1e-9, body, (x0, x0))[0]
+
+
+def test_a_while_loop_reads_its_condition_once_a_step_and_nothing_else(cp):
+    rng = np.random.default_rng(3)
+    x0 = np.ones((2, 3))
+    f, m, name = compiled(newton, rng.uniform(1, 9, (2, 3)), x0)
+    assert f.report.drivers == [EXECUTOR]
+    reads = {}
+    for hi in (1.5, 900.0):  # more Newton steps for larger values
+        a = rng.uniform(1.0, hi, (2, 3))
+        got = on_gpu(cp, f, a, x0)[0]
+        np.testing.assert_allclose(got, interpret(m, name, a, x0, float64=True), rtol=1e-12)
+        np.testing.assert_allclose(got, np.sqrt(a), rtol=1e-12)
+        c = _counts(cp, f, (a, x0))
+        steps = _steps(a)
+        assert c.get("allocations", 0) <= 8, c  # once per loop, not per step
+        reads[hi] = (steps, c["device_to_host"] - 1)  # minus the test's own read of the result
+    (s1, r1), (s2, r2) = reads.values()
+    assert s2 > s1 and r2 - r1 == s2 - s1, reads  # one read of the condition per step
+
+
+def _steps(a) -> int:
+    x, d, n = np.ones_like(a), np.ones_like(a), 0
+    while np.max(np.abs(d)) > 1e-9:
+        nx = 0.5 * (x + a / x)
+        x, d, n = nx, nx - x, n + 1
+    return n
+
+
+# ------------------------------------------------------------------ random bodies
+
+UNARY = [dq.tanh, dq.sin, lambda v: v * 0.5, lambda v: dq.sigmoid(v) - 0.5]
+
+
+def random_program(kind: str, op: int, reverse: bool):
+    u = UNARY[op]
+
+    def plain(w, h0, xs):
+        def body(h, x):
+            h2 = u(h @ w + x)
+            return h2, h2 * x + h
+
+        return dq.scan(body, h0, xs, reverse=reverse)
+
+    def with_cond(w, h0, xs):
+        def body(h, x):
+            h2 = dq.cond(dq.sum(x) > 0.0, lambda v: u(v @ w), lambda v: v * 0.9 + x, h)
+            return h2, dq.sum(h2, axis=1)
+
+        return dq.scan(body, h0, xs, reverse=reverse)
+
+    def nested(w, h0, xs):
+        def inner(g, x):
+            return u(g @ w) + x, g
+
+        def outer(h, x):
+            g, gs = dq.scan(inner, h, dq.stack([x, x * 0.5, -x]), reverse=reverse)
+            return g + h * 0.25, dq.sum(gs, axis=0)
+
+        return dq.scan(outer, h0, xs)
+
+    def carried_pair(w, h0, xs):
+        def body(c, x):
+            a, b = c
+            return (b, u(a @ w) + x), a - b  # the carries swap: results read the other's input
+
+        return dq.scan(body, (h0, h0 * 2.0), xs, reverse=reverse)
+
+    return {"plain": plain, "cond": with_cond, "nested": nested, "pair": carried_pair}[kind]
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    kind=st.sampled_from(["plain", "cond", "nested", "pair"]),
+    op=st.integers(0, len(UNARY) - 1),
+    reverse=st.booleans(),
+    n=st.sampled_from([0, 1, 2, 5]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_loop_bodies_on_gpu_equal_cpu_and_the_interpreter(cp, kind, op, reverse, n, seed):
+    f = random_program(kind, op, reverse)
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((3, 3)) * 0.5
+    h0, xs = rng.standard_normal((2, 3)), rng.standard_normal((n, 2, 3))
+    gpu, m, name = compiled(f, w, h0, xs)
+    cpu, _, _ = compiled(f, w, h0, xs, target="cpu")
+    if kind in ("plain", "pair") and n > 1:  # (n = 1 inlines; n = 0 stays a scan)
+        assert gpu.report.drivers == [EXECUTOR], gpu.report.drivers
+    got = on_gpu(cp, gpu, w, h0, xs)
+    want = interpret(m, name, w, h0, xs, float64=True)
+    on_cpu = dq.tree_leaves(cpu(w, h0, xs))
+    assert len(got) == len(want) == len(on_cpu)
+    for g, r, c in zip(got, want, on_cpu):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g, c, rtol=1e-10, atol=1e-12)
+
+
+def test_an_out_of_range_id_in_a_scan_body_is_the_interpreters_error(cp):
+    def f(table, h0, ids):
+        return dq.scan(lambda h, i: (h + dq.take(table, i, axis=0),) * 2, h0, ids)
+
+    table = np.arange(12.0).reshape(4, 3)
+    h0 = np.zeros((2, 3))
+    ok = np.array([[0, 1], [3, 2], [1, 1]], np.int32)
+    gpu, m, name = compiled(f, table, h0, ok)
+    got = on_gpu(cp, gpu, table, h0, ok)
+    for g, r in zip(got, interpret(m, name, table, h0, ok, float64=True)):
+        np.testing.assert_allclose(g, r)
+    bad = ok.copy()
+    bad[1, 0] = 4
+    with pytest.raises(dq.DlvmError) as want:
+        interpret(m, name, table, h0, bad)
+    with pytest.raises(dq.DlvmError) as e:
+        on_gpu(cp, gpu, table, h0, bad)
+    assert str(e.value) == str(want.value)
