@@ -36,9 +36,10 @@ import numpy as np
 PTXAS = shutil.which("ptxas")
 
 # What crossed between host and "device", and what ran there, since `installed` (or a
-# `record.clear()`): "launches" (kernel launches), "host_to_device" (host data made a device
+# `record.clear()`): "launches" (our kernels' launches), "library_calls" (matmul, concatenate,
+# ...: CuPy's own launches), "host_to_device" (host data made a device
 # array), "device_to_host" (a device value read on the host: get, asnumpy, bool, int, float,
-# item: each a synchronization on a real GPU), "device_copies" (copyto), "allocations" (empty,
+# item: each a synchronization on a real GPU), "device_copies" (copyto, a[i] = b), "allocations" (empty,
 # zeros). Tests of loops read it per step (tests/test_gpu_loops.py).
 record: collections.Counter = collections.Counter()
 
@@ -65,6 +66,10 @@ class DeviceArray(np.ndarray):
 
     def item(self, *args):
         return self._read().item(*args)
+
+    def __setitem__(self, key, value):  # a copy kernel on a real GPU (from host data: a transfer)
+        record["device_copies" if isinstance(value, DeviceArray) else "host_to_device"] += 1
+        super().__setitem__(key, value)
 
 
 def _device(a) -> DeviceArray:
@@ -105,6 +110,7 @@ def asnumpy(a):
 
 def _on_device(fn):
     def wrapped(*args, **kw):
+        record["library_calls"] += 1  # cuBLAS or a CuPy kernel on a real GPU: launches too
         return _device(fn(*args, **kw))
 
     return wrapped

@@ -302,3 +302,24 @@ def test_copied_carries_and_ys_give_the_same_results_as_moved_ones(cp, kind, mon
     assert cp.record["device_copies"] >= 5  # (the forced copies ran)
     for a, b in zip(moved, copied):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["gru", "lstm"])
+def test_rnn_value_and_gradient_on_a_gpu_equal_the_interpreter(model):
+    """The same as the emulated test, on a real device (scripts/gpu-check runs it)."""
+    from dlvm_eq.codegen.gpu.gpu_runtime import cupy_module, gpu_available
+
+    if not gpu_available():
+        pytest.skip("no usable CUDA device")
+    real = cupy_module()
+    loss = gru_loss if model == "gru" else lstm_loss
+    p, h0, xs = rnn_args(64, hidden=32, gates="zrh" if model == "gru" else "ifog")
+    args = (p, h0, xs) if model == "gru" else (p, (h0, np.tanh(h0)), xs)
+    f, m, name = compiled(dq.value_and_grad(loss, argnums=(0, 2)), *args)
+    assert set(f.report.drivers) == {EXECUTOR}, f.report.drivers
+    leaves = dq.tree_leaves(args)
+    got = f(*[real.asarray(a) for a in leaves])
+    want = interpret(m, name, *leaves, float64=True)
+    for g, w in zip(dq.tree_leaves(got), want):
+        np.testing.assert_allclose(real.asnumpy(g), w, rtol=1e-9, atol=1e-12)
