@@ -140,7 +140,11 @@ take, clip = (
     _on_device(np.take),
     _on_device(np.clip),
 )  # gather steps (codegen/execution/gather_steps.py)
-cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/planning/scan.py)
+cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)
+logical_and, logical_not = (
+    _on_device(np.logical_and),
+    _on_device(np.logical_not),
+)  # gpu_loop.py  # scan steps (codegen/planning/scan.py)
 add.at = np.add.at  # CuPy's ufunc.at, as scatterAdd calls it
 # what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
 full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (

@@ -171,9 +171,10 @@ def test_a_while_loop_reads_its_condition_once_a_step_and_nothing_else(cp):
         c = _counts(cp, f, (a, x0))
         steps = _steps(a)
         assert c.get("allocations", 0) <= 8, c  # once per loop, not per step
-        reads[hi] = (steps, c["device_to_host"] - 1)  # minus the test's own read of the result
+        reads[hi] = (steps, c["device_to_host"])
+        assert c["device_to_host"] == steps + 1, c  # one read of each test, the last failing
     (s1, r1), (s2, r2) = reads.values()
-    assert s2 > s1 and r2 - r1 == s2 - s1, reads  # one read of the condition per step
+    assert s2 > s1 and r2 - r1 == s2 - s1, reads
 
 
 def _steps(a) -> int:
@@ -323,3 +324,36 @@ def test_rnn_value_and_gradient_on_a_gpu_equal_the_interpreter(model):
     want = interpret(m, name, *leaves, float64=True)
     for g, w in zip(dq.tree_leaves(got), want):
         np.testing.assert_allclose(real.asnumpy(g), w, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("per_sync", [2, 4])
+def test_a_while_loop_read_once_per_batch_of_steps_gives_the_same_bits(cp, monkeypatch, per_sync):
+    rng = np.random.default_rng(7)
+    x0 = np.ones((2, 3))
+    f, m, name = compiled(newton, rng.uniform(1, 9, (2, 3)), x0)
+    for hi in (1.5, 50.0, 900.0):
+        a = rng.uniform(1.0, hi, (2, 3))
+        monkeypatch.setattr(gpu_loop, "STEPS_PER_SYNC", 1)
+        one = on_gpu(cp, f, a, x0)[0]
+        monkeypatch.setattr(gpu_loop, "STEPS_PER_SYNC", per_sync)
+        c = _counts(cp, f, (a, x0))
+        batched = on_gpu(cp, f, a, x0)[0]
+        np.testing.assert_array_equal(batched, one)
+        np.testing.assert_allclose(batched, interpret(m, name, a, x0, float64=True), rtol=1e-12)
+        tests = _steps(a) + 1  # the last one fails
+        assert c["device_to_host"] == -(-tests // per_sync), (c, tests)
+
+
+@pytest.mark.parametrize("n", [0, 3, 5])
+def test_steps_run_past_the_end_of_a_batch_keep_their_carries(cp, monkeypatch, n):
+    def fori(a, h0, n):
+        return dq.fori_loop(0, n, lambda i, h: dq.tanh(h @ a) + dq.astype(i, h.dtype) * 0.1, h0)
+
+    rng = np.random.default_rng(8)
+    a, h0 = rng.standard_normal((4, 4)) * 0.5, rng.standard_normal((3, 4))
+    f, m, name = compiled(fori, a, h0, np.int32(n))
+    assert f.report.drivers == [EXECUTOR], f.report.drivers
+    want = interpret(m, name, a, h0, np.int32(n), float64=True)
+    monkeypatch.setattr(gpu_loop, "STEPS_PER_SYNC", 4)
+    got = on_gpu(cp, f, a, h0, np.int32(n))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -18,7 +18,8 @@ Per step, nothing crosses to the host:
 - gathers' out-of-range flags are OR-ed on the device and read once per loop; when one is set
   the loop runs again, checking each step, for the interpreter's error naming the index.
 A while loop reads its condition once per step (one device-to-host read: the loop cannot
-know whether to launch the next body before). The body's and the condition's launches
+know whether to launch the next body before), or once per STEPS_PER_SYNC steps, the steps
+past the end keeping their carries on the device. The body's and the condition's launches
 stay the per-step cost (tests/fake_cupy.py's `record` counts them).
 
 A body with loops or branches of its own runs on the Python driver (pipeline/loops.py), its
@@ -30,6 +31,12 @@ from __future__ import annotations
 from ...ir.control_flow import elements
 from ..planning.plan import OUTPUT, CopyStep
 from .gpu_program import GpuProgram
+
+# A while loop reads its test once per this many steps: the steps between run on the device
+# with their carries kept once a test fails (a logical_and, a logical_not and one masked copy
+# per carry a step more). Not timed on a device yet (no GPU was lent): 1, one read a step, until
+# scripts/gpu-check measures both (tests/test_gpu_loops.py checks 4 gives the same bits).
+STEPS_PER_SYNC = 1
 
 
 def _folded(prog: GpuProgram) -> tuple[list, list]:
@@ -193,14 +200,22 @@ class GpuWhile:
             for c, m in zip(current, self.modes)
         ]
         (cslot, cview), k = cond.result_views[0], 0
+        # (gathers' id checks must not see the steps run past the end: read each step there)
+        batch = 1 if cond.index_check.checks or body.index_check.checks else STEPS_PER_SYNC
+        alive = dead = None
         while True:
             for slot, c in zip(cslots, current):
                 cenv[slot] = c
             for run in cond.step_runs:
                 run(cenv)
             cond.index_check(cenv)
-            if not bool(cenv[cslot] if cview is None else cview(cenv[cslot])):  # one read a step
-                return current
+            flag = cenv[cslot] if cview is None else cview(cenv[cslot])
+            if batch == 1:
+                if not bool(flag):  # the step's one read
+                    return current
+            else:  # on the device: whether every test so far held
+                alive = flag.copy() if alive is None else cp.logical_and(alive, flag)
+                dead = cp.logical_not(alive)
             for slot, c in zip(bslots, current):
                 benv[slot] = c
             for slot, i in self.swap_out:
@@ -210,12 +225,16 @@ class GpuWhile:
             body.index_check(benv)
             got = [benv[s] if f is None else f(benv[s]) for s, f in self.results]
             for i, m in enumerate(self.modes):
-                if m[0] == "swap":
-                    current[i] = pairs[i][k % 2]
-                elif m[0] != "same":  # (no ys: "ys" cannot occur)
+                if m[0] == "same":
+                    continue
+                if m[0] != "swap":  # (no ys: "ys" cannot occur)
                     cp.copyto(pairs[i][k % 2], got[i])
-                    current[i] = pairs[i][k % 2]
+                if dead is not None:  # past the end: the carry stays as it was
+                    cp.copyto(pairs[i][k % 2], current[i], where=dead)
+                current[i] = pairs[i][k % 2]
             k += 1
+            if alive is not None and k % batch == 0 and not bool(alive):  # one read a batch
+                return current
 
 
 def gpu_scan(prog, nc: int, nx: int, reverse: bool, fn):
