@@ -87,15 +87,20 @@ def while_rows(cp) -> tuple[list, str]:
     m = dq.make_ir(newton)(np.full((2, 3), 2.0), x0)
     f = compile_loops(m, next(iter(m.functions)), "gpu")
     got = {}
-    for a in (np.full((2, 3), 2.0), np.full((2, 3), 900.0)):
+    for v in (2.0, 5.0, 20.0, 100.0, 900.0, 1e4, 1e6, 1e8):
+        a = np.full((2, 3), v)
         x, d, n = np.ones_like(a), np.ones_like(a), 0
         while np.max(np.abs(d)) > 1e-9:
             nx = 0.5 * (x + a / x)
             x, d, n = nx, nx - x, n + 1
-        got[n] = counts(cp, f, (a, x0))
-    (n1, c1), (n2, c2) = sorted(got.items())
+        got.setdefault(n, a)
+    # two loops whose steps differ by a multiple of 4: whole batches of STEPS_PER_SYNC = 4
+    n1, n2 = max(
+        ((p, q) for p in got for q in got if q > p and (q - p) % 4 == 0), key=lambda t: t[1] - t[0]
+    )
+    c1, c2 = counts(cp, f, (got[n1], x0)), counts(cp, f, (got[n2], x0))
     step = [(c2[k] - c1[k]) / (n2 - n1) for k in KEYS]
-    return step, f"Newton while_loop ({f.report.drivers})"
+    return step, f"Newton while_loop, {n1} against {n2} steps ({f.report.drivers})"
 
 
 def main() -> None:
@@ -109,6 +114,10 @@ def main() -> None:
         rows.append(("gpu executor", what, step))
         step, what = while_rows(cp)
         rows.append(("gpu executor", what, step))
+        mp.setattr(gpu_loop, "STEPS_PER_SYNC", 4)
+        step, what = while_rows(cp)
+        rows.append(("gpu executor, STEPS_PER_SYNC = 4", what, step))
+        mp.setattr(gpu_loop, "STEPS_PER_SYNC", 1)
         mp.setattr(gpu_loop, "gpu_scan", lambda *a: "the Python driver (for this table)")
         mp.setattr(gpu_loop, "gpu_while", lambda *a: "the Python driver (for this table)")
         step, what = scan_rows(cp)
