@@ -13,9 +13,12 @@ the same way.
 Execution: on cpu a scan or while loop whose bodies' plans allow it (codegen/planning/
 loop_plan.py) runs on the native loop driver (codegen/execution/native_loop.py; bodies with
 loops or branches of their own: native_nest.py): no Python between steps, the body's arena and
-output buffers reused by every step and the stacked ys written in place. Otherwise (gpu, a
-switch in a body, a reduction cut in slices, ...) the Python driver below calls the compiled
-body once per step; `drivers` says which ran each scan and while loop, and why. Buffers there:
+output buffers reused by every step and the stacked ys written in place. On gpu a loop whose
+body is one straight piece runs on the gpu executor (codegen/execution/gpu_loop.py: the body's
+plan steps on one slot list, carries moved by pointer). Otherwise (a switch in a body, a
+reduction cut in slices, a gpu body with loops or branches, ...) the Python driver below calls
+the compiled body once per step; `drivers` says which ran each scan and while loop ("native":
+no Python driver), and why. Buffers there:
 a compiled body reuses its arena across steps (codegen's executor); its outputs are fresh or
 recycled buffers that the driver drops once the next step has read them, and the stacked ys
 are allocated once per loop and filled step by step.
