@@ -203,7 +203,7 @@ def random_program(kind: str, op: int, reverse: bool):
     def with_cond(w, h0, xs):
         def body(h, x):
             h2 = dq.cond(dq.sum(x) > 0.0, lambda v: u(v @ w), lambda v: v * 0.9 + x, h)
-            return h2, dq.sum(h2, axis=1)
+            return h2, dq.sum(h2 * h, axis=1)  # h read after the branch wrote h2
 
         return dq.scan(body, h0, xs, reverse=reverse)
 
@@ -248,7 +248,7 @@ def test_random_loop_bodies_on_gpu_equal_cpu_and_the_interpreter(cp, kind, op, r
     h0, xs = rng.standard_normal((2, 3)), rng.standard_normal((n, 2, 3))
     gpu, m, name = compiled(f, w, h0, xs)
     cpu, _, _ = compiled(f, w, h0, xs, target="cpu")
-    if kind in ("plain", "pair") and n > 1:  # (n = 1 inlines; n = 0 stays a scan)
+    if n != 1:  # (n = 1 inlines)
         assert gpu.report.drivers == [EXECUTOR], gpu.report.drivers
     got = on_gpu(cp, gpu, w, h0, xs)
     want = interpret(m, name, w, h0, xs, float64=True)
@@ -357,3 +357,21 @@ def test_steps_run_past_the_end_of_a_batch_keep_their_carries(cp, monkeypatch, n
     monkeypatch.setattr(gpu_loop, "STEPS_PER_SYNC", 4)
     got = on_gpu(cp, f, a, h0, np.int32(n))[0]
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_cond_in_a_scan_reads_its_predicate_once_a_step_and_allocates_nothing(cp):
+    f = random_program("cond", 0, False)
+    rng = np.random.default_rng(9)
+    w, h0 = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((2, 3))
+    per = {}
+    for n in (3, 6):
+        xs = rng.standard_normal((n, 2, 3))
+        g, m, name = compiled(f, w, h0, xs)
+        assert g.report.drivers == [EXECUTOR], g.report.drivers
+        on_gpu(cp, g, w, h0, xs)  # (kernels loaded)
+        per[n] = _counts(cp, g, (w, h0, xs))
+        for a, b in zip(on_gpu(cp, g, w, h0, xs), interpret(m, name, w, h0, xs, float64=True)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert per[6]["device_to_host"] - per[3]["device_to_host"] == 3, per  # the predicate
+    for k in ("host_to_device", "allocations"):
+        assert per[6].get(k, 0) == per[3].get(k, 0), (k, per)

@@ -13,10 +13,11 @@ the same way.
 Execution: on cpu a scan or while loop whose bodies' plans allow it (codegen/planning/
 loop_plan.py) runs on the native loop driver (codegen/execution/native_loop.py; bodies with
 loops or branches of their own: native_nest.py): no Python between steps, the body's arena and
-output buffers reused by every step and the stacked ys written in place. On gpu a loop whose
-body is one straight piece runs on the gpu executor (codegen/execution/gpu_loop.py: the body's
-plan steps on one slot list, carries moved by pointer). Otherwise (a switch in a body, a
-reduction cut in slices, a gpu body with loops or branches, ...) the Python driver below calls
+output buffers reused by every step and the stacked ys written in place. On gpu a loop runs
+on the gpu executor (codegen/execution/gpu_loop.py: the body's plan steps on one slot list,
+carries moved by pointer; gpu_flow.py: a scan body with branches or loops). Otherwise (a
+switch in a body, a reduction cut in slices, a gpu while loop with control flow in its test
+or body, ...) the Python driver below calls
 the compiled body once per step; `drivers` says which ran each scan and while loop ("native":
 no Python driver), and why. Buffers there:
 a compiled body reuses its arena across steps (codegen's executor); its outputs are fresh or
@@ -421,6 +422,12 @@ def _gpu(compiled, attrs):
     progs = [getattr(c, "program", None) for c in compiled]
     if "length" not in attrs:  # a while loop
         return gpu_loop.gpu_while(progs[0], progs[1], attrs["carries"])
+    if isinstance(compiled[0], _Program):  # branches or loops of its own
+        from ..codegen.execution.gpu_flow import gpu_flow_scan
+
+        return gpu_flow_scan(
+            compiled[0], attrs["carries"], attrs["xs"], attrs["reverse"], attrs["body"]
+        )
     return gpu_loop.gpu_scan(
         progs[0], attrs["carries"], attrs["xs"], attrs["reverse"], attrs["body"]
     )

@@ -22,8 +22,9 @@ know whether to launch the next body before), or once per STEPS_PER_SYNC steps, 
 past the end keeping their carries on the device. The body's and the condition's launches
 stay the per-step cost (tests/fake_cupy.py's `record` counts them).
 
-A body with loops or branches of its own runs on the Python driver (pipeline/loops.py), its
-inner loops on this executor.
+A scan whose body has branches or loops of its own runs on gpu_flow.py (its pieces the same
+way, its branches read their selector); a while loop whose test or body has them runs on the
+Python driver (pipeline/loops.py), its inner loops on this executor.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ class GpuWhile:
 def gpu_scan(prog, nc: int, nx: int, reverse: bool, fn):
     """The scan on the gpu executor, or a str saying why the Python driver runs it."""
     if not isinstance(prog, GpuProgram):
-        return "a body with loops or branches of its own (its inner loops: gpu executor)"
+        return "a body without a gpu program"
     return GpuScan(prog, nc, nx, reverse, fn)
 
 
