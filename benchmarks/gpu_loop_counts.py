@@ -22,7 +22,7 @@ import pytest
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
-from dlvm_eq.codegen.execution import gpu_loop
+from dlvm_eq.codegen.execution import gpu_flow, gpu_loop
 from dlvm_eq.pipeline.loops import compile_loops
 
 KEYS = [
@@ -56,6 +56,30 @@ def newton(a, x0):
         return nx, nx - c[0]
 
     return dq.while_loop(lambda c: dq.max(dq.abs(c[1])) > 1e-9, body, (x0, x0))[0]
+
+
+def bounded_newton(a, x0):
+    """The same loop with max_steps: a scan whose body is a cond (gpu_flow.py)."""
+
+    def body(c):
+        nx = 0.5 * (c[0] + a / c[0])
+        return nx, nx - c[0]
+
+    test = lambda c: dq.max(dq.abs(c[1])) > 1e-9
+    return dq.while_loop(test, body, (x0, x0), max_steps=a.shape[0] * 4)[0]
+
+
+def bounded_rows(cp) -> tuple[list, str]:
+    x0, a = np.ones((2, 3)), np.full((2, 3), 7.0)
+    got = {}
+    for n in (4, 8):  # max_steps = 4 n
+        a_n, x_n = np.full((n, 3), 7.0), np.ones((n, 3))
+        m = dq.make_ir(bounded_newton)(a_n, x_n)
+        f = compile_loops(m, next(iter(m.functions)), "gpu")
+        got[n] = counts(cp, f, (a_n, x_n))
+    del x0, a
+    step = [(got[8][k] - got[4][k]) / 16 for k in KEYS]
+    return step, f"Newton while_loop(max_steps=), a scan with a cond ({f.report.drivers})"
 
 
 def counts(cp, f, args) -> dict:
@@ -118,11 +142,16 @@ def main() -> None:
         step, what = while_rows(cp)
         rows.append(("gpu executor, STEPS_PER_SYNC = 4", what, step))
         mp.setattr(gpu_loop, "STEPS_PER_SYNC", 1)
+        step, what = bounded_rows(cp)
+        rows.append(("gpu executor", what, step))
         mp.setattr(gpu_loop, "gpu_scan", lambda *a: "the Python driver (for this table)")
         mp.setattr(gpu_loop, "gpu_while", lambda *a: "the Python driver (for this table)")
         step, what = scan_rows(cp)
         rows.append(("Python driver", what, step))
         step, what = while_rows(cp)
+        rows.append(("Python driver", what, step))
+        mp.setattr(gpu_flow, "gpu_flow_scan", lambda *a: "the Python driver (for this table)")
+        step, what = bounded_rows(cp)
         rows.append(("Python driver", what, step))
     mp.undo()
     print("| driver | loop | " + " | ".join(KEYS) + " |")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ...ir.control_flow import COND, SCAN, SWITCH, WHILE, elements
 from ...ir.module import Const
-from .gpu_loop import GpuScan, GpuWhile, _row
+from .gpu_loop import GpuScan, GpuWhile, step_row
 from .gpu_program import GpuProgram
 
 
@@ -146,9 +146,9 @@ class FlowScan:
         pairs = [(cp.empty(c.shape, c.dtype), cp.empty(c.shape, c.dtype)) for c in carries]
         current = list(carries)
         for k, t in enumerate(range(n - 1, -1, -1) if self.reverse else range(n)):
-            got = flow.step(state, [*current, *[_row(x, t) for x in xs], *withs])
+            got = flow.step(state, [*current, *[step_row(x, t) for x in xs], *withs])
             for j in range(len(ys)):
-                cp.copyto(_row(ys[j], t), got[nc + j])
+                cp.copyto(step_row(ys[j], t), got[nc + j])
             for i in range(nc):
                 cp.copyto(pairs[i][k % 2], got[i])
                 current[i] = pairs[i][k % 2]

@@ -63,7 +63,7 @@ def _folded(prog: GpuProgram) -> tuple[list, list]:
     return runs, results
 
 
-def _row(a, t: int):
+def step_row(a, t: int):
     """Row t of a stacked array as a view (a 0-d view for a vector's element)."""
     return a[t] if a.ndim > 1 else a[t : t + 1].reshape(())
 
@@ -140,11 +140,11 @@ class GpuScan:
             for slot, c in zip(slots, current):
                 env[slot] = c
             for slot, x in zip(slots[nc : nc + nx], xs):
-                env[slot] = _row(x, t)
+                env[slot] = step_row(x, t)
             for slot, i in self.swap_out:
                 env[slot] = pairs[i][k % 2]
             for slot, j in zip(self.y_out, self.y_out_j):
-                env[slot] = _row(ys[j], t)
+                env[slot] = step_row(ys[j], t)
             for run in runs:
                 run(env)
             if check_each:
@@ -155,10 +155,10 @@ class GpuScan:
             got = [env[s] if f is None else f(env[s]) for s, f in results]
             for j, m in enumerate(self.y_modes):
                 if m == "copy":
-                    cp.copyto(_row(ys[j], t), got[nc + j])
+                    cp.copyto(step_row(ys[j], t), got[nc + j])
             for i, m in enumerate(self.carry_modes):
                 if m[0] == "ys":
-                    current[i] = _row(ys[m[1]], t)
+                    current[i] = step_row(ys[m[1]], t)
                 elif m[0] == "swap":
                     current[i] = pairs[i][k % 2]
                 elif m[0] == "copy":
@@ -252,4 +252,4 @@ def gpu_while(cond, body, nc: int):
     return GpuWhile(cond, body, nc)
 
 
-__all__ = ["GpuScan", "GpuWhile", "gpu_scan", "gpu_while"]
+__all__ = ["GpuScan", "GpuWhile", "gpu_scan", "gpu_while", "step_row"]
