@@ -20,6 +20,7 @@ It is strict where a mistake would silently corrupt results on a real GPU:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import re
@@ -34,12 +35,41 @@ import numpy as np
 
 PTXAS = shutil.which("ptxas")
 
+# What crossed between host and "device", and what ran there, since `installed` (or a
+# `record.clear()`): "launches" (our kernels' launches), "library_calls" (matmul, concatenate,
+# ...: CuPy's own launches), "host_to_device" (host data made a device
+# array), "device_to_host" (a device value read on the host: get, asnumpy, bool, int, float,
+# item: each a synchronization on a real GPU), "device_copies" (copyto, a[i] = b), "allocations" (empty,
+# zeros). Tests of loops read it per step (tests/test_gpu_loops.py).
+record: collections.Counter = collections.Counter()
+
 
 class DeviceArray(np.ndarray):
     """A "device" array: a numpy array marked as living on the fake GPU."""
 
     def get(self) -> np.ndarray:
+        record["device_to_host"] += 1
         return np.asarray(self).copy()
+
+    def _read(self):
+        record["device_to_host"] += 1
+        return np.asarray(self)
+
+    def __bool__(self):
+        return bool(self._read())
+
+    def __int__(self):
+        return int(self._read())
+
+    def __float__(self):
+        return float(self._read())
+
+    def item(self, *args):
+        return self._read().item(*args)
+
+    def __setitem__(self, key, value):  # a copy kernel on a real GPU (from host data: a transfer)
+        record["device_copies" if isinstance(value, DeviceArray) else "host_to_device"] += 1
+        super().__setitem__(key, value)
 
 
 def _device(a) -> DeviceArray:
@@ -51,6 +81,8 @@ def asarray(a, dtype=None):
     right dtype is returned as it is."""
     if isinstance(a, DeviceArray) and (dtype is None or a.dtype == np.dtype(dtype)):
         return a
+    if not isinstance(a, DeviceArray):
+        record["host_to_device"] += 1
     return _device(np.array(a, dtype=dtype))
 
 
@@ -61,19 +93,24 @@ def ascontiguousarray(a, dtype=None):
 
 
 def empty(shape, dtype=np.float32):
+    record["allocations"] += 1
     return _device(np.empty(shape, dtype))
 
 
 def zeros(shape, dtype=np.float32):
+    record["allocations"] += 1
     return _device(np.zeros(shape, dtype))
 
 
 def asnumpy(a):
+    if isinstance(a, DeviceArray):
+        record["device_to_host"] += 1
     return np.asarray(a).copy()
 
 
 def _on_device(fn):
     def wrapped(*args, **kw):
+        record["library_calls"] += 1  # cuBLAS or a CuPy kernel on a real GPU: launches too
         return _device(fn(*args, **kw))
 
     return wrapped
@@ -92,12 +129,22 @@ broadcast_to, transpose, reshape = (
     _on_device(np.transpose),
     _on_device(np.reshape),
 )
-copyto = np.copyto
+
+
+def copyto(dst, src, **kw):
+    record["device_copies"] += 1
+    np.copyto(dst, src, **kw)
+
+
 take, clip = (
     _on_device(np.take),
     _on_device(np.clip),
 )  # gather steps (codegen/execution/gather_steps.py)
-cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)  # scan steps (codegen/planning/scan.py)
+cumsum, flip = _on_device(np.cumsum), _on_device(np.flip)
+logical_and, logical_not = (
+    _on_device(np.logical_and),
+    _on_device(np.logical_not),
+)  # gpu_loop.py  # scan steps (codegen/planning/scan.py)
 add.at = np.add.at  # CuPy's ufunc.at, as scatterAdd calls it
 # what the convolution and pooling steps call (dlvm_eq/ir/window_ops.py), as CuPy has them
 full, arange, where, expand_dims, argmax, take_along_axis, sum, max = (
@@ -206,6 +253,7 @@ class Function:
             )
         values = self._check(args)
         self.launches += 1
+        record["launches"] += 1
         for by in range(grid[1]):
             for bx in range(grid[0]):
                 for tx in range(block[0]):
@@ -245,6 +293,7 @@ class CtaFunction(Function):
             raise ValueError(f"{self.symbol}: block {block} outside CUDA's limits (or unsupported)")
         values = self._check(args)
         self.launches += 1
+        record["launches"] += 1
         broken: list = []
         for bx in range(grid[0]):
             shared = np.full(self.shared_size, np.nan, self.dtype)
@@ -341,4 +390,5 @@ def installed(monkeypatch, sms: int = 2):
     monkeypatch.setitem(sys.modules, "cupy", sys.modules[__name__])
     monkeypatch.setattr(Device, "sms", sms)
     monkeypatch.setattr(gpu_runtime, "_functions", {})
+    record.clear()
     yield sys.modules[__name__]

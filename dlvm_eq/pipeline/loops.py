@@ -13,9 +13,13 @@ the same way.
 Execution: on cpu a scan or while loop whose bodies' plans allow it (codegen/planning/
 loop_plan.py) runs on the native loop driver (codegen/execution/native_loop.py; bodies with
 loops or branches of their own: native_nest.py): no Python between steps, the body's arena and
-output buffers reused by every step and the stacked ys written in place. Otherwise (gpu, a
-switch in a body, a reduction cut in slices, ...) the Python driver below calls the compiled
-body once per step; `drivers` says which ran each scan and while loop, and why. Buffers there:
+output buffers reused by every step and the stacked ys written in place. On gpu a loop runs
+on the gpu executor (codegen/execution/gpu_loop.py: the body's plan steps on one slot list,
+carries moved by pointer; gpu_flow.py: a scan body with branches or loops). Otherwise (a
+switch in a body, a reduction cut in slices, a gpu while loop with control flow in its test
+or body, ...) the Python driver below calls
+the compiled body once per step; `drivers` says which ran each scan and while loop ("native":
+no Python driver), and why. Buffers there:
 a compiled body reuses its arena across steps (codegen's executor); its outputs are fresh or
 recycled buffers that the driver drops once the next step has read them, and the stacked ys
 are allocated once per loop and filled step by step.
@@ -300,7 +304,7 @@ class _Program:
             self.report.parts.append((f"%{inst.result.name} = {inst.op}", fn_report.report))
         xp, attrs = self._xp, inst.attrs
         if inst.op == SCAN:
-            native = _native(compiled[0], attrs) if self.target == "cpu" else None
+            native = _native(compiled[0], attrs) if self.target == "cpu" else _gpu(compiled, attrs)
             self.drivers.append(native if isinstance(native, str) or native is None else "native")
             if native is not None and not isinstance(native, str):
                 nc, nx = attrs["carries"], attrs["xs"]
@@ -308,7 +312,9 @@ class _Program:
                 return lambda vals: native(vals[:nc], vals[nc : nc + nx], vals[nc + nx :], n)
             return lambda vals: _run_scan(xp, compiled[0], attrs, vals)
         if inst.op == WHILE:
-            native = _native_while(compiled, attrs) if self.target == "cpu" else None
+            native = (
+                _native_while(compiled, attrs) if self.target == "cpu" else _gpu(compiled, attrs)
+            )
             self.drivers.append(native if isinstance(native, str) or native is None else "native")
             if native is not None and not isinstance(native, str):
                 return native
@@ -407,6 +413,24 @@ def _native_while(compiled, attrs):
     from ..codegen.execution.native_loop import native_while
 
     return native_while(compiled[0], compiled[1], attrs["carries"])
+
+
+def _gpu(compiled, attrs):
+    """The scan or while loop on the gpu executor (codegen/execution/gpu_loop.py), or why not."""
+    from ..codegen.execution import gpu_loop
+
+    progs = [getattr(c, "program", None) for c in compiled]
+    if "length" not in attrs:  # a while loop
+        return gpu_loop.gpu_while(progs[0], progs[1], attrs["carries"])
+    if isinstance(compiled[0], _Program):  # branches or loops of its own
+        from ..codegen.execution.gpu_flow import gpu_flow_scan
+
+        return gpu_flow_scan(
+            compiled[0], attrs["carries"], attrs["xs"], attrs["reverse"], attrs["body"]
+        )
+    return gpu_loop.gpu_scan(
+        progs[0], attrs["carries"], attrs["xs"], attrs["reverse"], attrs["body"]
+    )
 
 
 def _array_module(target: str):

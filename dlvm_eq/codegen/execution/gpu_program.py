@@ -44,6 +44,9 @@ class GpuProgram:
         self._index_check = IndexRangeCheck(plan.steps, cp, view_fn)
         self._results = [(r.slot, view_fn(r.chain, cp)) for r in plan.results]
         self._tuple = plan.tuple_result
+        # what a loop (gpu_loop.py) runs step by step on one slot list
+        self.param_slots, self.result_views = self._params, self._results
+        self.step_runs, self.index_check = self._runs, self._index_check
 
     def _step(self, step):
         cp = self.cp
@@ -104,27 +107,38 @@ class GpuProgram:
 
         return self._call(args, [timed(i, r) for i, r in enumerate(self._runs)]), seconds
 
+    def argument(self, i: int, a, lead: tuple = ()):
+        """Argument i as a C-contiguous device array of its declared dtype and shape (after
+        `lead` axes: a scan's steps), or the DlvmError saying why not."""
+        slot, shape, dt = self._params[i]
+        shape = (*lead, *shape)
+        a = self.cp.asarray(
+            check_argument(self.plan.name, i, self.plan.slots[slot].name, a, shape, dt, self.cast),
+            dtype=dt,
+        )
+        if a.shape != shape:
+            raise argument_shape_error(self.plan.name, i, a, shape, dt)
+        return self.cp.ascontiguousarray(a)
+
+    def new_env(self) -> list:
+        """A call's slot list: constants and a fresh buffer for every output and temporary in
+        place, parameters empty (a loop, gpu_loop.py, fills those each step and reuses the
+        rest)."""
+        env: list = [None] * len(self.plan.slots)
+        for slot, arr in self._consts.items():
+            env[slot] = arr
+        for slot, shape, dt in self._fresh:
+            env[slot] = self.cp.empty(shape, dt)
+        return env
+
     def _call(self, args, runs):
-        cp = self.cp
         if len(args) != len(self._params):
             raise DlvmError(
                 f"@{self.plan.name} takes {len(self._params)} arguments, got {len(args)}"
             )
-        env: list = [None] * len(self.plan.slots)
-        for i, ((slot, shape, dt), a) in enumerate(zip(self._params, args)):
-            a = cp.asarray(
-                check_argument(
-                    self.plan.name, i, self.plan.slots[slot].name, a, shape, dt, self.cast
-                ),
-                dtype=dt,
-            )
-            if a.shape != shape:
-                raise argument_shape_error(self.plan.name, i, a, shape, dt)
-            env[slot] = cp.ascontiguousarray(a)
-        for slot, arr in self._consts.items():
-            env[slot] = arr
-        for slot, shape, dt in self._fresh:
-            env[slot] = cp.empty(shape, dt)
+        env = self.new_env()
+        for i, a in enumerate(args):
+            env[self._params[i][0]] = self.argument(i, a)
         for run in runs:
             run(env)
         self._index_check(env)

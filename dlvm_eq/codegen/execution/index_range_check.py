@@ -32,15 +32,20 @@ class IndexRangeCheck:
             if isinstance(s, IndexStep)
         ]
 
-    def __call__(self, env) -> None:
-        if not self.checks:
-            return
+    def flag(self, env):
+        """Whether any id is out of range, on the device (no read-back); None without ids
+        (a gpu loop, gpu_loop.py, ORs the steps' flags and reads them once per loop)."""
         bad = None
         for _, slot, view, size in self.checks:
             ids = view(env[slot])
             flag = ((ids < 0) | (ids >= size)).any()  # on the device: no copy yet
             bad = flag if bad is None else bad | flag
-        if not bool(bad):  # the call's one read-back
+        return bad
+
+    def __call__(self, env) -> None:
+        if not self.checks:
+            return
+        if not bool(self.flag(env)):  # the call's one read-back
             return
         for op, slot, view, size in self.checks:
             checked_indices(op, self.xp.asnumpy(view(env[slot])), size)
