@@ -34,7 +34,7 @@ def test_a_scan_starts_the_runtime_build_once_and_runs_as_the_interpreter(monkey
     assert started == [] and loops._prebuilt == []  # no scan: nothing started
     f = dq.jit(_rnn)
     got = f(w, h0, xs)
-    assert ran.wait(10) and started == [False]  # 5 x 5 products: no GEMM on packed weights
+    assert ran.wait(10) and started == [()]  # 5 x 5 products: no GEMM on packed weights
     m = dq.make_ir(_rnn)(w, h0, xs)
     want = interpret(m, next(iter(m.functions)), w, h0, xs, float64=True)
     for g, x in zip(got, want):
@@ -42,7 +42,7 @@ def test_a_scan_starts_the_runtime_build_once_and_runs_as_the_interpreter(monkey
     g = dq.jit(lambda w, h0, xs: _rnn(w * 2.0, h0, xs))  # a second scan: not started again
     g(w, h0, xs)
     loops._prebuilt[0].join(10)
-    assert started == [False]
+    assert started == [()]
 
 
 def test_one_cpu_builds_the_runtime_where_it_is_used(monkeypatch):
@@ -65,14 +65,15 @@ def test_the_gemm_is_built_ahead_only_for_products_it_may_run():
         )
         return m.functions[next(iter(m.functions))]
 
-    assert loops._may_prepack(body_of(256)) and not loops._may_prepack(body_of(64))
+    # the rows pick the tile (gemm_runtime.packed_b_gemm): 16 rows here
+    assert loops._may_prepack(body_of(256)) == (16,) and loops._may_prepack(body_of(64)) == ()
 
 
 def test_a_loop_without_packed_weights_does_not_build_the_gemm(monkeypatch):
     from dlvm_eq.codegen.execution import packed_products
 
-    def no_gemm(narrow):
+    def no_gemm(m):
         raise AssertionError("our GEMM built for a loop that packs no weight")
 
-    monkeypatch.setattr(packed_products, "shared_gemm", no_gemm)
+    monkeypatch.setattr(packed_products, "packed_b_gemm", no_gemm)
     assert packed_products.pack_buffers([]) == []

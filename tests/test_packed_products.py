@@ -25,8 +25,14 @@ from dlvm_eq.codegen.planning.loop_plan import (
     Ptr,
     Record,
 )
-from dlvm_eq.codegen.runtime.gemm_runtime import CpuGemm, pack_b_panels, shared_gemm
-from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_WIDE
+from dlvm_eq.codegen.runtime import gemm_runtime
+from dlvm_eq.codegen.runtime.gemm_runtime import (
+    CpuGemm,
+    pack_b_panels,
+    packed_b_gemm,
+    shared_gemm,
+)
+from dlvm_eq.codegen.runtime.gemm_tiles import AVX512_SHORT, AVX512_WIDE, padded_rows
 
 RNG = np.random.default_rng(30)
 
@@ -46,11 +52,13 @@ def test_packed_panels_follow_the_layout_the_gemm_reads():
 _GEMMS: dict = {}
 
 
-def _avx512():
-    """The AVX-512 12 x 32 tile (its 16-lane vectors run as two 8-lane halves on AVX2)."""
-    if not _GEMMS:
-        _GEMMS["avx512"] = CpuGemm(threads=1, tile=AVX512_WIDE)
-    return _GEMMS["avx512"]
+def _avx512(tile: str = "avx512"):
+    """The AVX-512 12 x 32 tile, or its 8 x 32 one for few rows ("avx512short"); their
+    16-lane vectors run as two 8-lane halves on AVX2."""
+    if tile not in _GEMMS:
+        shape = AVX512_SHORT if tile == "avx512short" else AVX512_WIDE
+        _GEMMS[tile] = CpuGemm(threads=1, tile=shape)
+    return _GEMMS[tile]
 
 
 @settings(max_examples=25, deadline=None)
@@ -60,12 +68,12 @@ def _avx512():
     n=st.integers(1, 70),
     a_by_cols=st.booleans(),
     b_transposed=st.booleans(),
-    tile=st.sampled_from(["host", "avx512"]),
+    tile=st.sampled_from(["host", "avx512", "avx512short"]),
 )
 def test_gemm_on_a_packed_b_equals_float64_and_the_gemm_packing_b_itself(
     m, k, n, a_by_cols, b_transposed, tile
 ):
-    g = shared_gemm(False) if tile == "host" else _avx512()
+    g = shared_gemm(False) if tile == "host" else _avx512(tile)
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((n, k)).astype(np.float32).T if b_transposed else None
     if b is None:
@@ -90,6 +98,42 @@ def test_gemm_on_a_packed_b_equals_float64_and_the_gemm_packing_b_itself(
         g.flags(a_in, b), None, None,
     )  # fmt: skip
     np.testing.assert_array_equal(out, ours)
+
+
+@settings(max_examples=20, deadline=None)
+@given(m=st.integers(1, 40), k=st.integers(1, 600), n=st.integers(1, 70), a_by_cols=st.booleans())
+def test_the_short_tile_gives_the_wide_tiles_bits_on_one_packed_b(m, k, n, a_by_cols):
+    """packed_b_gemm may run a product through either AVX-512 tile: both read the same panels
+    (one NR) and sum each element in the same order, so a program's result is the same bits."""
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    a_in = np.asfortranarray(a) if a_by_cols else a
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    rsa, csa = a_in.strides[0] // 4, a_in.strides[1] // 4
+    outs = []
+    for tile in ("avx512", "avx512short"):
+        g = _avx512(tile)
+        packed = pack_b_panels(b, g.spec.nr)
+        scratch = np.empty(g.spec.scratch(n)[0], np.float32)
+        out = np.full((m, n), np.nan, np.float32)
+        flags = g.layout_flags("cols" if a_by_cols else "rows", rsa, False) | B_PACKED
+        args = [0, m, 0, n, k, a_in.ctypes.data, rsa, csa, packed.ctypes.data, 0, 0]
+        g._fn(*args, out.ctypes.data, n, scratch.ctypes.data, None, flags, None, None)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    np.testing.assert_allclose(outs[1], want, rtol=0, atol=1e-5 * bound.max() + 1e-30)
+
+
+def test_packed_products_take_the_tile_that_pads_fewer_rows(monkeypatch):
+    monkeypatch.setattr(gemm_runtime, "WIDE", dict(AVX512_WIDE))
+    monkeypatch.setattr(gemm_runtime, "SHORT", dict(AVX512_SHORT))
+    monkeypatch.setattr(gemm_runtime, "_GEMMS", {})
+    assert (padded_rows(16, AVX512_WIDE), padded_rows(16, AVX512_SHORT)) == (24, 16)
+    for m, short in [(16, True), (8, True), (12, False), (24, False), (40, True), (64, True)]:
+        g = packed_b_gemm(m)
+        assert (g.spec.mr == AVX512_SHORT["mr"]) == short, m
+        assert g.spec.nr == AVX512_WIDE["nr"]  # one packed B serves either tile
 
 
 class _Slot:

@@ -191,15 +191,17 @@ def _all_insts(fn: Function):
         yield from b.body
 
 
-def _may_prepack(fn: Function) -> bool:
-    """Whether a body's product is large enough, as written, for our GEMM on a prepacked
+def _may_prepack(fn: Function) -> tuple[int, ...]:
+    """The rows of each body product large enough, as written, for our GEMM on a prepacked
     weight (execution/packed_products.prepack decides on the plan; a guess costs at most a
-    build on the other thread): the GRU at hidden 256 (k n = 65536), not at 64 (4096)."""
+    build on the other thread): the GRU at hidden 256 (k n = 65536), not at 64 (4096). The
+    rows pick the micro-tile (gemm_runtime.packed_b_gemm)."""
     from ..codegen.execution.packed_products import MAX_ROWS, MIN_DEPTH_WIDTH
     from ..codegen.runtime.gemm_runtime import prepacking_enabled
 
     if not prepacking_enabled():
-        return False
+        return ()
+    rows: set[int] = set()
     for body in reachable_bodies(fn):
         for i in body.body:
             shapes: list[tuple[int, ...]] = [
@@ -208,18 +210,18 @@ def _may_prepack(fn: Function) -> bool:
             if i.op == "dot" and len(shapes) == 2 and all(len(x) == 2 for x in shapes):
                 m, k, n = shapes[0][0], shapes[0][1], shapes[1][1]
                 if m <= MAX_ROWS and k * n >= MIN_DEPTH_WIDTH:
-                    return True
-    return False
+                    rows.add(m)
+    return tuple(sorted(rows))
 
 
-def _build_runtime(gemm: bool = False) -> None:
+def _build_runtime(gemm_rows: tuple[int, ...] = ()) -> None:
     try:
-        from ..codegen.runtime.gemm_runtime import shared_gemm
+        from ..codegen.runtime.gemm_runtime import packed_b_gemm
         from ..codegen.runtime.loop_driver import loop_driver
 
         loop_driver()
-        if gemm:
-            shared_gemm(False)
+        for m in gemm_rows:  # the tile each row count runs on (one build per tile)
+            packed_b_gemm(m)
     except Exception:
         pass
 

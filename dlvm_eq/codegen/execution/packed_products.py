@@ -21,7 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..planning.loop_plan import CALL, NO_TRANS, SGEMM, TRANS, LoopPlan, Ptr, Record
-from ..runtime.gemm_runtime import pack_b_panels, prepacking_enabled, shared_gemm
+from ..runtime.gemm_runtime import (
+    WIDE,
+    pack_b_panels,
+    packed_b_gemm,
+    prepacking_enabled,
+)
 
 PREPACK = True  # off: every product of a loop goes to OpenBLAS (benchmarks/rnn.py compares)
 MAX_ROWS = 64  # rows of C: at most this many for our GEMM with a pre-packed B
@@ -60,7 +65,6 @@ def prepack(lp: LoopPlan, plan, with_slots) -> tuple[LoopPlan, list[Pack]]:
     from ..cpu.gemm_ir import B_PACKED
 
     invariant = set(with_slots)
-    gemm = None
     packs: list[Pack] = []
     records = []
     for rec in lp.records:
@@ -79,8 +83,7 @@ def prepack(lp: LoopPlan, plan, with_slots) -> tuple[LoopPlan, list[Pack]]:
         ):
             records.append(rec)
             continue
-        if gemm is None:
-            gemm = shared_gemm(False)
+        gemm = packed_b_gemm(m)  # the tile by m (few rows: gemm_tiles.AVX512_SHORT)
         if pack not in packs:
             packs.append(pack)
         j = packs.index(pack)
@@ -96,22 +99,25 @@ def prepack(lp: LoopPlan, plan, with_slots) -> tuple[LoopPlan, list[Pack]]:
 
 
 def scratch_buffer() -> np.ndarray:
-    """Packed-A scratch for one records table (the records run one after another)."""
-    g = shared_gemm(False)
-    return np.empty(g.spec.mc * g.spec.kc + g.spec.lanes, np.float32)
+    """Packed-A scratch for one records table (the records run one after another), for
+    either tile `packed_b_gemm` picks (their MC can differ under a calibrated profile)."""
+    from ..cpu.gemm_ir import GemmSpec
+    from ..runtime.gemm_runtime import SHORT  # (by name at call time: use_blocks edits it in place)
+
+    return np.empty(max(GemmSpec(**t).scratch(0)[0] for t in (WIDE, SHORT)), np.float32)
 
 
 def pack_buffers(packs: list[Pack]) -> list[np.ndarray]:
     """One buffer per pack, kept with a records table (written at each call)."""
-    if not packs:  # (shared_gemm compiles our GEMM: 0.19 s of CPU, for a loop without packs)
+    if not packs:
         return []
-    nr = shared_gemm(False).spec.nr
+    nr = WIDE["nr"]  # both tiles' NR (packed_b_gemm); read from the dict: compiles no GEMM
     return [np.empty((-(-p.n // nr), p.k, nr), np.float32) for p in packs]
 
 
 def pack_withs(packs: list[Pack], withs: dict, bufs: list[np.ndarray]) -> None:
     """Pack each B from this call's loop-invariant arrays (`withs`: slot -> array)."""
-    nr = shared_gemm(False).spec.nr
+    nr = WIDE["nr"]
     for p, buf in zip(packs, bufs):
         pack_b_panels(p.view(withs[p.slot]), nr, buf)
 

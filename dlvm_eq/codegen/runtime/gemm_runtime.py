@@ -41,7 +41,7 @@ from ...config import settings
 from . import threads as kernel_threads  # by module: tests swap native_workers
 from .buffers import data_ptr
 from .cpu_count import usable_cpus
-from .gemm_tiles import host_tiles, packs_row_major_a, with_blocks
+from .gemm_tiles import host_tiles, packs_row_major_a, padded_rows, short_tile, with_blocks
 from .jit import JIT, KernelCode, host_features
 from .launch_pool import LaunchPool
 
@@ -64,9 +64,11 @@ MAX_LAUNCHES = 64  # launch plans kept per GEMM (one per operand shape and strid
 # Micro-tiles for the host's vector ISA (gemm_tiles.py): on AVX-512 12 x 32 in general and
 # 24 x 16 for products at most 16 columns wide (the MLP's 10 classes would leave 22 of 32
 # columns idle); on AVX2 6 x 16 for both.
-# Copies, changed in place by `use_blocks` (batch_gemm reads NARROW by name).
+# Copies, changed in place by `use_blocks` (batch_gemm reads NARROW by name). SHORT: products
+# of few rows on a pre-packed B (`packed_b_gemm`).
 HOST_WIDE, HOST_NARROW = host_tiles(host_features())
-WIDE, NARROW = dict(HOST_WIDE), dict(HOST_NARROW)
+HOST_SHORT = short_tile(host_features())
+WIDE, NARROW, SHORT = dict(HOST_WIDE), dict(HOST_NARROW), dict(HOST_SHORT)
 
 GEMM_CTYPES = (
     [ctypes.c_int64] * 5
@@ -306,7 +308,7 @@ class CpuGemm:
         return run
 
 
-_GEMMS: dict[bool, CpuGemm] = {}
+_GEMMS: dict[bool | str, CpuGemm] = {}  # narrow -> CpuGemm; "short": packed_b_gemm's
 _GEMMS_LOCK = threading.Lock()
 
 
@@ -315,13 +317,13 @@ def use_blocks(blocks: dict | None) -> bool:
     shipped blocks of gemm_tiles.py). True when that changed the tiles: the shared CpuGemms
     are dropped and the next product compiles (or finds in the kernel cache) the new kernel."""
     wide, narrow = with_blocks(HOST_WIDE, blocks), with_blocks(HOST_NARROW, blocks)
+    short = with_blocks(HOST_SHORT, blocks)
     with _GEMMS_LOCK:
-        if wide == WIDE and narrow == NARROW:
+        if wide == WIDE and narrow == NARROW and short == SHORT:
             return False
-        WIDE.clear()
-        WIDE.update(wide)
-        NARROW.clear()
-        NARROW.update(narrow)
+        for tile, new in ((WIDE, wide), (NARROW, narrow), (SHORT, short)):
+            tile.clear()
+            tile.update(new)
         _GEMMS.clear()
     return True
 
@@ -396,6 +398,22 @@ def shared_gemm(narrow: bool) -> CpuGemm:
             g = _GEMMS.get(narrow)
             if g is None:
                 g = _GEMMS[narrow] = CpuGemm(narrow)
+    return g
+
+
+def packed_b_gemm(m: int) -> CpuGemm:
+    """The process's CpuGemm for an m-row product on a B packed with the wide tile's NR
+    (pack_b_panels): the SHORT tile where it computes fewer padded rows than the wide one
+    (16 rows on AVX-512: 16 against 24), else the wide one. Both share NR, so one packed B
+    serves either; each C element is summed in the same order by both (the same bits)."""
+    if SHORT["nr"] != WIDE["nr"] or padded_rows(m, SHORT) >= padded_rows(m, WIDE):
+        return shared_gemm(False)
+    g = _GEMMS.get("short")
+    if g is None:
+        with _GEMMS_LOCK:
+            g = _GEMMS.get("short")
+            if g is None:
+                g = _GEMMS["short"] = CpuGemm(False, tile=SHORT)
     return g
 
 

@@ -24,6 +24,12 @@ AVX512_WIDE = dict(
     mr=12, nr=32, kc=256, mc=288
 )  # mc 144 -> 288: 2048^3 72 -> 65 ms (fewer passes over B)
 AVX512_NARROW = dict(mr=24, nr=16, kc=256, mc=144)
+# Few rows on a pre-packed B (a loop's weight, execution/packed_products.py): a product of 16
+# rows runs 24 through the 12-row tile (rows past the edge are computed and dropped); 8 x 32
+# (16 accumulators) runs 16. Same NR as the wide tile, so B's packed panels are the same.
+# Measured (16 x 256 @ 256 x 1024 on a packed B, one thread, AVX-512 EPYC, load 5.7): 12 x 32
+# 120 us, 8 x 32 86 us, OpenBLAS 197 us; 16 x 1024 @ (256 x 1024)^T: 129, 93, 241 us.
+AVX512_SHORT = dict(mr=8, nr=32, kc=256, mc=288)
 AVX2_TILE = dict(mr=6, nr=16, kc=256, mc=144, lanes=8)
 
 
@@ -32,6 +38,21 @@ def host_tiles(features: str) -> tuple[dict, dict]:
     if "+avx512f" in features.split(","):
         return AVX512_WIDE, AVX512_NARROW
     return AVX2_TILE, AVX2_TILE
+
+
+def short_tile(features: str) -> dict:
+    """The tile for products of few rows on a pre-packed B: AVX512_SHORT on AVX-512; on AVX2
+    the 6 x 16 tile itself (16 rows pad to 18 there, and fewer rows would leave FMAs idle)."""
+    return AVX512_SHORT if "+avx512f" in features.split(",") else AVX2_TILE
+
+
+def padded_rows(m: int, tile: dict) -> int:
+    """Rows a tile computes for an m-row product (whole micro-tiles).
+
+    >>> padded_rows(16, AVX512_WIDE), padded_rows(16, AVX512_SHORT)
+    (24, 16)
+    """
+    return -(-m // tile["mr"]) * tile["mr"]
 
 
 def with_blocks(tile: dict, blocks: dict | None) -> dict:
