@@ -1,8 +1,8 @@
 """The native float32 attention task (codegen/cpu/attention_ir.py through
 runtime/attention_cpu.py) against the float64 interpreter where its wrapper does more than the
 hypothesis test in test_attention_kernel.py: strided views (a transposed k, a head-split q),
--inf padding, the shipped block sizes, Q Kᵀ through our GEMM on packed keys (hypothesis), a non-finite scalar bias and float64 (numpy's blocks),
-and many threads calling it at once."""
+-inf padding, the shipped block sizes, Q Kᵀ through our GEMM on packed keys (hypothesis), a
+non-finite scalar bias and float64 (numpy's blocks), and many threads calling it at once."""
 
 from __future__ import annotations
 
