@@ -1,8 +1,8 @@
 """The native float32 attention task (codegen/cpu/attention_ir.py through
 runtime/attention_cpu.py) against the float64 interpreter where its wrapper does more than the
 hypothesis test in test_attention_kernel.py: strided views (a transposed k, a head-split q),
--inf padding, the shipped block sizes, a non-finite scalar bias and float64 (numpy's blocks),
-and many threads calling it at once."""
+-inf padding, the shipped block sizes, Q Kᵀ through our GEMM on packed keys (hypothesis), a
+non-finite scalar bias and float64 (numpy's blocks), and many threads calling it at once."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlvm_eq.codegen.runtime import attention_cpu
 from dlvm_eq.ir.attention_op import attention as reference
@@ -84,3 +86,71 @@ def test_openblas_threads_are_restored_after_concurrent_calls():
     before = [get() for get, _ in libs]
     test_many_threads_calling_at_once_agree_with_one()
     assert [get() for get, _ in libs] == before
+
+
+def _nr() -> int:
+    gemm = attention_cpu.own_qk_gemm(1 << 12, 1)
+    assert gemm is not None, "the forward's Q Kᵀ runs through our GEMM unless DLVM_EQ_GEMM=0"
+    return gemm.spec.nr
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.sampled_from([(1,), (2,), (1, 3)]),
+    m=st.integers(1, 150),
+    n=st.integers(1, 300),
+    d=st.sampled_from([1, 7, 64, 100, 300]),  # 300: two K slices of our GEMM (KC 256)
+    e=st.integers(1, 20),
+    mask=st.sampled_from(["none", "padding", "dense"]),
+    causal=st.booleans(),
+    panels=st.integers(1, 3),
+    query_block=st.sampled_from([16, 37, 64]),
+    seed=st.integers(0, 2**16),
+)
+def test_qk_through_our_gemm_on_packed_keys_matches_the_interpreter(
+    batch, m, n, d, e, mask, causal, panels, query_block, seed
+):
+    """Key blocks of whole panels: Q Kᵀ runs through our GEMM on each head's K packed once,
+    across several key blocks (a ragged last one) and query blocks, with masks."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(batch + (m, d)).astype(np.float32)
+    k = rng.standard_normal(batch + (n, d)).astype(np.float32)
+    v = rng.standard_normal(batch + (n, e)).astype(np.float32)
+    bias: np.ndarray | float = 0.0
+    if mask == "padding":
+        bias = np.zeros(batch[:1] + (1,) * (len(batch) - 1) + (1, n), np.float32)
+        bias[..., n - n // 3 :] = -np.inf  # the last third of the keys hidden
+    elif mask == "dense":
+        bias = rng.standard_normal(batch + (m, n)).astype(np.float32)
+    scale = 1.0 / np.sqrt(d)
+    key_block = panels * _nr()
+    assert attention_cpu.own_qk_gemm(key_block, d) is not None
+    out = np.empty(batch + (m, e), np.float32)
+    attention_cpu.attention_forward(
+        q, k, v, bias, scale, causal, out, threads=2, blocks=(query_block, key_block)
+    )
+    want = _want(q, k, v, bias, scale, causal)
+    np.testing.assert_allclose(out, want, rtol=3e-5, atol=3e-5 * max(1.0, np.sqrt(d) / 4))
+
+
+def test_our_gemm_and_openblas_give_the_same_scores_within_rounding(monkeypatch):
+    """The two ways of the forward's Q Kᵀ (ours, OpenBLAS's sgemm) on one input; and ours is
+    the one the shipped blocks take (the compiled task's own_qk flag)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, 2, 700, 64)).astype(np.float32) for _ in range(3))
+    taken = []
+    native = attention_cpu._native
+
+    def spy(*args):
+        taken.append(args[3])
+        return native(*args)
+
+    monkeypatch.setattr(attention_cpu, "_native", spy)
+    ours = np.empty_like(q)
+    attention_cpu.attention_forward(q, k, v, 0.0, 0.125, True, ours)
+    monkeypatch.setattr(attention_cpu, "own_qk_gemm", lambda kb, d: None)
+    blas = np.empty_like(q)
+    attention_cpu.attention_forward(q, k, v, 0.0, 0.125, True, blas)
+    assert taken == [True, False]
+    np.testing.assert_allclose(ours, blas, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours, _want(q, k, v, 0.0, 0.125, True), rtol=2e-5, atol=2e-5)

@@ -10,10 +10,16 @@ the polynomial exp of llvm/polymath.py.
 ABI (f32; ld*: row strides in elements, every last dimension contiguous):
     void k(ptr q, ptr k, ptr v, ptr o, ptr bias, ptr qs, ptr s, ptr run_max, ptr run_sum,
            ptr sgemm, i64 rows, i64 n, i64 d, i64 e, i64 ldq, i64 ldk, i64 ldv, i64 ldo,
-           i64 bias_row_stride, i64 q0, i64 key_block, float scale)
+           i64 bias_row_stride, i64 q0, i64 key_block, float scale,
+           ptr packed_k, ptr pack_a, ptr gemm, i32 gemm_flags)
 q, o and bias point at the task's first query row; k and v at key 0; q0 is the task's first
 query index (causal hides key j from query q0 + i where j > q0 + i); qs (rows x d), s (rows x
 key_block), run_max and run_sum (rows) are the task's scratch. o is written whole.
+With `AttentionSpec.own_qk`, Q Kᵀ runs through our GEMM (cpu/gemm_ir.py, its ABI) instead:
+packed_k is the head's K packed once as B_PACKED panels of Kᵀ (gemm_runtime.pack_b_panels,
+NR = the GEMM's; key_block a multiple of NR), pack_a the GEMM's packed-A scratch and
+gemm_flags its layout flags; it stores the score block (no beta = 0 zeroing pass of C, and K
+is not repacked for every query block as sgemm does). Otherwise these four are unused.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class AttentionSpec:
     bias: bool  # a bias operand with contiguous keys (row stride an argument, 0: broadcast)
     causal: bool
     blas_int64: bool  # the sgemm takes 64-bit integers (OpenBLAS built with INTERFACE64)
+    own_qk: bool = False  # Q Kᵀ through our GEMM on a K packed once per head (s17: 165 vs 177 us)
+    nr: int = 32  # the GEMM's panel width (packed_k's layout), with own_qk
 
 
 def gemm_type(bint) -> ir.FunctionType:
@@ -73,6 +81,14 @@ def gemm_type(bint) -> ir.FunctionType:
     return ir.FunctionType(
         ir.VoidType(),
         [I32, I32, I32, bint, bint, bint, F32, PTR, bint, PTR, bint, F32, PTR, bint],
+    )
+
+
+def own_gemm_type() -> ir.FunctionType:
+    """Our GEMM's type (cpu/gemm_ir.py's ABI)."""
+    return ir.FunctionType(
+        ir.VoidType(),
+        [I64] * 5 + [PTR, I64, I64] * 2 + [PTR, I64, PTR, PTR, I32, PTR, PTR],
     )
 
 
@@ -123,6 +139,7 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
     module.triple, module.data_layout = triple, datalayout
     bint = I64 if spec.blas_int64 else I32
     args = [PTR] * 9 + [gemm_type(bint).as_pointer()] + [I64] * 11 + [F32]
+    args += [PTR, PTR, own_gemm_type().as_pointer(), I32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), symbol)
     mark_noalias(fn, len(args))  # function attributes; the pointer arguments below
     for a in fn.args[:9]:
@@ -130,6 +147,7 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
     q, k, v, o, bias, qs, s, run_max, run_sum, gemm = fn.args[:10]
     rows, n, d, e, ldq, ldk, ldv, ldo, brs, q0, kb = fn.args[10:21]
     scale = fn.args[21]
+    packed_k, pack_a, own_gemm, gemm_flags = fn.args[22:26]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     em = Emitter(b, fast_ldexp=has_avx512())
     zero, one, ninf = (ir.Constant(F32, x) for x in (0.0, 1.0, float("-inf")))
@@ -169,7 +187,15 @@ def _build(spec: AttentionSpec, symbol: str, triple: str, datalayout: str) -> st
 
     def key_block(b, k0):
         kbl = smin(kb, b.sub(kend, k0))
-        sgemm(NO_TRANS, TRANS, rows, kbl, d, qs, d, at(k, mul(k0, ldk)), ldk, zero, s, kb)
+        if spec.own_qk:  # s = qs Kᵀ[:, k0:k0+kbl]: panels from k0 / NR, each d * NR floats
+            panels = at(packed_k, mul(b.sdiv(k0, i64(spec.nr)), mul(d, i64(spec.nr))))
+            b.call(
+                own_gemm,
+                [i0, rows, i0, kbl, d, qs, d, i64(1), panels, i0, i0, s, kb, pack_a, pack_a]
+                + [gemm_flags, ir.Constant(PTR, None), ir.Constant(PTR, None)],
+            )
+        else:
+            sgemm(NO_TRANS, TRANS, rows, kbl, d, qs, d, at(k, mul(k0, ldk)), ldk, zero, s, kb)
 
         def row(b, i):
             base = mul(i, kb)

@@ -2,8 +2,10 @@
 the online softmax, threads over (batch index, query block) tasks. Only one block of scores per
 thread exists at a time: memory grows linearly in the sequence.
 
-float32 runs the native task (cpu/attention_ir.py: the key loop, both block products through
-OpenBLAS's cblas_sgemm on one thread, the softmax in vectorized passes); other dtypes, a
+float32 runs the native task (cpu/attention_ir.py: the key loop, Q Kᵀ through our GEMM on each
+head's K packed once (`own_qk`; OpenBLAS's sgemm where it does not apply), P V through
+OpenBLAS's cblas_sgemm on one thread (ours measured slower there: 193 against 169 us a
+block), the softmax in vectorized passes); other dtypes, a
 process without a cblas OpenBLAS, and a non-finite scalar bias run the same algorithm with
 numpy's calls per block (`_numpy_task`).
 
@@ -95,27 +97,53 @@ def one_blas_thread():
 
 
 @functools.cache
-def _native(blas_int64: bool, bias: bool, causal: bool):
+def _native(blas_int64: bool, bias: bool, causal: bool, own_qk: bool = False, nr: int = 32):
     """The compiled task for these flags (JIT's memory and disk caches: built once; the memo
     spares each call the cache key, ~50 us). A race builds the same function twice."""
     from ..cpu.attention_ir import AttentionSpec, attention_ir  # the IR builder: a cache miss
 
-    spec = AttentionSpec(bias=bias, causal=causal, blas_int64=blas_int64)
+    spec = AttentionSpec(bias=bias, causal=causal, blas_int64=blas_int64, own_qk=own_qk, nr=nr)
     code = JIT.kernel("attention", spec, lambda: attention_ir(spec))
     args = [ctypes.c_void_p] * 10 + [ctypes.c_int64] * 11 + [ctypes.c_float]
+    args += [ctypes.c_void_p] * 3 + [ctypes.c_int32]
     return ctypes.CFUNCTYPE(None, *args)(code.address)
 
 
-def _scratch(shape_key: tuple[int, int, int]):
-    """Addresses of this thread's (qs, s, run_max, run_sum) for (rows, d, key block), kept
-    across calls."""
+def _scratch(shape_key: tuple[int, int, int], pack_a: int = 0):
+    """Addresses of this thread's (qs, s, run_max, run_sum, pack_a) for (rows, d, key block),
+    kept across calls; pack_a: floats of our GEMM's packed-A scratch (0: none)."""
     got = getattr(_SCRATCH, "bufs", None)
-    if got is None or got[0] != shape_key:
+    key = shape_key + (pack_a,)
+    if got is None or got[0] != key:
         rows, d, kb = shape_key
-        bufs = [np.empty(n, np.float32) for n in (rows * d, rows * kb, rows, rows)]
-        got = (shape_key, *bufs, *(b.ctypes.data for b in bufs))
+        sizes = (rows * d, rows * kb, rows, rows, max(1, pack_a))
+        bufs = [np.empty(n, np.float32) for n in sizes]
+        got = (key, *bufs, *(b.ctypes.data for b in bufs))
         _SCRATCH.bufs = got
-    return got[5:]
+    return got[6:]
+
+
+def own_qk_gemm(key_block: int, d: int):
+    """Our GEMM (the shared wide CpuGemm) for the forward's Q Kᵀ, or None: DLVM_EQ_GEMM=0
+    ("never ours"), or a key block that is not whole panels (packed K is read from k0 / NR)."""
+    from .gemm_runtime import prepacking_enabled, shared_gemm
+
+    if not prepacking_enabled() or d == 0:
+        return None
+    gemm = shared_gemm(False)
+    return gemm if key_block % gemm.spec.nr == 0 else None
+
+
+def packed_keys(k, batch: tuple, nr: int) -> np.ndarray:
+    """Each head's Kᵀ as B_PACKED panels (gemm_runtime.pack_b_panels), packed once per call:
+    batch + (panels, d, nr)."""
+    from .gemm_runtime import pack_b_panels
+
+    n, d = k.shape[-2], k.shape[-1]
+    out = np.empty(batch + (-(-n // nr), d, nr), np.float32)
+    for idx in np.ndindex(batch):
+        pack_b_panels(k[idx].T, nr, out[idx])
+    return out
 
 
 def sgemm_pointer():
@@ -157,8 +185,17 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None)
         if bias.strides[-1] != 4:  # keys broadcast: the kernel reads them contiguous
             bias = np.ascontiguousarray(bias)
     query_block, key_block = blocks
-    fn = _native(gemm[1], dense, causal)
+    own = own_qk_gemm(key_block, d) if n else None
+    fn = _native(gemm[1], dense, causal, own is not None, own.spec.nr if own else 32)
     scale = float(scale)
+    pack_a = 0
+    if own is not None:
+        packs = packed_keys(k, batch, own.spec.nr)
+        pk_base, pk_lead = packs.ctypes.data, packs.strides[:-3]
+        pack_a = own.spec.scratch(key_block)[0]
+        from ..cpu.gemm_ir import B_PACKED  # llvmlite: imported on this path only
+
+        flags = own.layout_flags("rows", d, False) | B_PACKED
 
     arrays = (q, k, v, o) + ((bias,) if dense else ())
     base = [a.ctypes.data for a in arrays]  # addresses by arithmetic: .ctypes costs ~2 us each
@@ -173,7 +210,11 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None)
     def task(idx, q0):
         at = [b + sum(i * st for i, st in zip(idx, sts)) for b, sts in zip(base, lead)]
         bptr = at[4] + q0 * brs * 4 if dense else 0
-        qs, s, run_max, run_sum = _scratch((query_block, d, key_block))
+        qs, s, run_max, run_sum, pa = _scratch((query_block, d, key_block), pack_a)
+        own_args = (0, 0, 0, 0)
+        if own is not None:
+            pk = pk_base + sum(i * st for i, st in zip(idx, pk_lead))
+            own_args = (pk, pa, own.address, flags)
         if stats is not None:
             run_max = st_base + sum(i * st for i, st in zip(idx, st_lead)) + q0 * 4
             run_sum = run_max + stats.strides[0]
@@ -181,7 +222,7 @@ def native_forward(q, k, v, bias, scale, causal, out, threads, blocks, lse=None)
             at[0] + q0 * ld[0] * 4, at[1], at[2], at[3] + q0 * ld[3] * 4, bptr,
             qs, s, run_max, run_sum, gemm[0],
             min(m, q0 + query_block) - q0, n, d, e, ld[0], ld[1], ld[2], ld[3], brs, q0,
-            key_block, scale,
+            key_block, scale, *own_args,
         )  # fmt: skip
 
     tasks = [(idx, q0) for idx in np.ndindex(batch) for q0 in range(0, m, query_block)]
