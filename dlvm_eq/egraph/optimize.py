@@ -87,7 +87,8 @@ def new_session(
 
 # egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one pool per thread
 _LOCAL = threading.local()
-POOL_SIZE = 4  # base sessions kept per thread: the shipped rules, plus user rule sets
+# base sessions kept per thread: the shipped rules, the fusion stage's, and user rule sets
+POOL_SIZE = 5
 # issue 32: pooled sessions compile the rules each program can fire, as programs come (False:
 # all ~550 at once, ~0.5 ms each; the tests compare the two)
 PRUNE_RULES = True
@@ -106,12 +107,15 @@ def _base_session(
     """(key, this thread's session with the `shipped` rule files and `rules` compiled), made on
     first use. A user's rule files get a base session of their own, keyed by their contents:
     their rules never reach a compile that did not ask for them."""
-    key = (tuple(shipped), tuple(read_rule_file(p) for p in rules))
+    key: tuple = tuple(read_rule_file(p) for p in rules)  # (text, file) per user rule file
+    if tuple(shipped) != STAGE_RULE_FILES:  # the fusion session's: its file names lead the key
+        key = (" ".join(shipped), *key)
     bases = _bases()
     session = bases.get(key)
     if session is None:
         if len(bases) >= POOL_SIZE:  # drop user rule sets, oldest first; keep the shipped
-            for old in [k for k in bases if k[1]][: len(bases) - POOL_SIZE + 1]:
+            user = [k for k in bases if any(isinstance(x, tuple) for x in k)]
+            for old in user[: len(bases) - POOL_SIZE + 1]:
                 del bases[old]
         t0 = time.perf_counter()
         session = bases[key] = new_session(rules, shipped, prune=PRUNE_RULES)
