@@ -224,14 +224,14 @@ def _load_instruction(ld: _Loader, inst) -> Let:
 
 def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, dict]:
     """(serialized e-graph JSON with every let and result load as a root, saturation facts).
-    The program lives between push and pop in this thread's session of the shipped rule files
-    (egraph.optimize.scratch_session): fusion.egg is compiled once per thread, with the rest."""
-    from .optimize import scratch_session
+    The program lives between push and pop in this thread's fusion session (the schema and
+    fusion.egg, egraph/optimize.py's FUSION_RULE_FILES): a push copies no other stage's rules."""
+    from .optimize import FUSION_RULE_FILES, scratch_session
     from .ruleset_schedule import Schedule
     from .saturate import saturate
 
     budget = fusion_budget(budget)
-    with scratch_session(rulesets=("fusion",)) as s:  # compiles fusion.egg's rules only
+    with scratch_session(rulesets=("fusion",), shipped=FUSION_RULE_FILES) as s:
         t0 = time.perf_counter()
         s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
         if loaded.loads:

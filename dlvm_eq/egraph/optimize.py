@@ -63,6 +63,10 @@ STAGE_RULE_FILES += ("loops.egg",)
 STAGE_RULE_FILES += ("layout.egg",)
 # issue 31: per-example gradients' norms and batch sums without storing them (`perexample`)
 STAGE_RULE_FILES += ("per_example.egg",)
+# issue 32: the fusion stage's programs live in a session of their own, the schema and
+# fusion.egg only: an egglog (push) copies the whole e-graph with every rule compiled into it
+# (21-25 ms a push/pop pair with the files above, 2-4 ms with the schema alone)
+FUSION_RULE_FILES = ("fusion.egg",)
 
 
 def new_session(
@@ -83,7 +87,8 @@ def new_session(
 
 # egglog's EGraph belongs to the thread that made it (pyo3 `unsendable`): one pool per thread
 _LOCAL = threading.local()
-POOL_SIZE = 4  # base sessions kept per thread: the shipped rules, plus user rule sets
+# base sessions kept per thread: the shipped rules, the fusion stage's, and user rule sets
+POOL_SIZE = 5
 # issue 32: pooled sessions compile the rules each program can fire, as programs come (False:
 # all ~550 at once, ~0.5 ms each; the tests compare the two)
 PRUNE_RULES = True
@@ -96,19 +101,24 @@ def _bases() -> dict[tuple, EGraphSession]:
     return bases
 
 
-def _base_session(rules: Sequence[str | Path]) -> tuple[tuple, EGraphSession]:
-    """(key, this thread's session with the shipped rules and `rules` compiled), made on first
-    use. A user's rule files get a base session of their own, keyed by their contents: their
-    rules never reach a compile that did not ask for them."""
-    key = tuple(read_rule_file(p) for p in rules)
+def _base_session(
+    rules: Sequence[str | Path], shipped: Sequence[str] = STAGE_RULE_FILES
+) -> tuple[tuple, EGraphSession]:
+    """(key, this thread's session with the `shipped` rule files and `rules` compiled), made on
+    first use. A user's rule files get a base session of their own, keyed by their contents:
+    their rules never reach a compile that did not ask for them."""
+    key: tuple = tuple(read_rule_file(p) for p in rules)  # (text, file) per user rule file
+    if tuple(shipped) != STAGE_RULE_FILES:  # the fusion session's: its file names lead the key
+        key = (" ".join(shipped), *key)
     bases = _bases()
     session = bases.get(key)
     if session is None:
         if len(bases) >= POOL_SIZE:  # drop user rule sets, oldest first; keep the shipped
-            for old in [k for k in bases if k][: len(bases) - POOL_SIZE + 1]:
+            user = [k for k in bases if any(isinstance(x, tuple) for x in k)]
+            for old in user[: len(bases) - POOL_SIZE + 1]:
                 del bases[old]
         t0 = time.perf_counter()
-        session = bases[key] = new_session(rules, prune=PRUNE_RULES)
+        session = bases[key] = new_session(rules, shipped, prune=PRUNE_RULES)
         _LOCAL.rule_seconds = getattr(_LOCAL, "rule_seconds", 0.0) + time.perf_counter() - t0
     return key, session
 
@@ -128,11 +138,16 @@ def prepare_session(rules: Sequence[str | Path] = ()) -> None:
 
 
 @contextmanager
-def scratch_session(rules: Sequence[str | Path] = (), rulesets: Sequence[str] | None = None):
-    """This thread's session with the shipped rules and `rules` loaded; the program lives
-    between an egglog (push) and (pop), so the rules are compiled once per thread (those the
-    program can fire, where pruned). rulesets: the only ones the program runs, if known."""
-    key, session = _base_session(rules)
+def scratch_session(
+    rules: Sequence[str | Path] = (),
+    rulesets: Sequence[str] | None = None,
+    shipped: Sequence[str] = STAGE_RULE_FILES,
+):
+    """This thread's session with the `shipped` rule files and `rules` loaded; the program
+    lives between an egglog (push) and (pop), so the rules are compiled once per thread (those
+    the program can fire, where pruned). rulesets: the only ones the program runs, if known.
+    shipped: FUSION_RULE_FILES for the fusion stage, whose pushes then copy only its rules."""
+    key, session = _base_session(rules, shipped)
     depth = len(session.values.marks)
     session.push(rulesets)
     try:
