@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ir_programs import functions
+from test_shared_sessions import _compiled  # (optimized IR, adjoint IR, plan) as text
 
 import dlvm_eq as dq
-from dlvm_eq.ad.driver import adjoint_function
 from dlvm_eq.egraph import optimize as optimize_mod
 from dlvm_eq.egraph.form_scan import scan_forms
 from dlvm_eq.egraph.rule_relevance import RuleTable, read_forms
@@ -146,31 +146,9 @@ def test_the_scanner_on_the_shipped_files():
 # ---------------------------------------------------------------- pruned = whole
 
 
-@pytest.fixture
-def no_ir_cache(monkeypatch):
-    from dlvm_eq import config
-
-    monkeypatch.setenv("DLVM_EQ_NO_IR_CACHE", "1")
-    config.reload()
-    yield
-    monkeypatch.delenv("DLVM_EQ_NO_IR_CACHE")
-    config.reload()
-
-
 def _untimed(plan: str) -> str:
     """A printed plan less the wall times it reports (the fusion stage's)."""
     return re.sub(r"; [0-9.]+ [mun]?s\b", "", plan)
-
-
-def _compiled(fn, module):
-    """(optimized IR, adjoint IR, fusion plan) of one function, as text."""
-    opt = dq.optimize(module).module
-    grad = ""
-    if fn.result_type.__class__.__name__ == "TensorType" and fn.result_type.dtype.is_float:
-        if any(p.type.dtype.is_float for p in fn.params):
-            grad = str(adjoint_function(module, fn))
-    plan = plan_function(opt[fn.name], opt)
-    return str(opt), grad, _untimed(str(plan))
 
 
 def _with(prune: bool, pool: dict, make):
