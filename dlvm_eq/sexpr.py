@@ -22,11 +22,11 @@ from .errors import DlvmError
 
 # One regex pass (a character at a time in Python took 20 ms a process over the shipped rule
 # files). A string is closed when group 1 is '"'; open, it runs to the end of the text.
-_STRING = r'"(?:[^"\\]|\\.)*("?)'
+STRING = r'"(?:[^"\\]|\\.)*("?)'
 # every token: a string, a ; comment, a paren, an atom
-TOKEN = re.compile(_STRING + r'|;[^\n]*|[()]|[^\s()";]+', re.S)
+TOKEN = re.compile(STRING + r'|;[^\n]*|[()]|[^\s()";]+', re.S)
 # what decides the structure (no atoms: faster where only the parentheses matter)
-STRUCTURE = re.compile(_STRING + r"|;[^\n]*|[()]", re.S)
+STRUCTURE = re.compile(STRING + r"|;[^\n]*|[()]", re.S)
 
 
 class Lines:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..sexpr import _STRING
+from ..sexpr import STRING
 
-_BLANK = re.compile(_STRING + r"|;[^\n]*", re.S)
+_BLANK = re.compile(STRING + r"|;[^\n]*", re.S)
 _COMMENT = re.compile(r";[^\n]*")
 
 

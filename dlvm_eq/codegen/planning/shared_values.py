@@ -59,6 +59,7 @@ def ops_counted(expr: Expr, limit: int, memo: dict) -> int:
     expressions counted before: the walk stops at them. Records expr's set in `memo`, which
     keeps the last OP_SETS_KEPT (a tanh chain's split checks walked 320 ops per value)."""
     found: set = set()
+    over = False  # more than limit ops: the walk stopped
     seen, stack = set(), [expr]
     while stack:
         e = stack.pop()
@@ -67,7 +68,7 @@ def ops_counted(expr: Expr, limit: int, memo: dict) -> int:
         seen.add(e)
         below = memo.get(e, _NOT_COUNTED)
         if below is None:
-            found = None  # type: ignore[assignment]
+            over = True
             break
         if below is _NOT_COUNTED:
             found.add(e)
@@ -75,12 +76,12 @@ def ops_counted(expr: Expr, limit: int, memo: dict) -> int:
         else:
             found |= below
         if len(found) > limit:
-            found = None  # type: ignore[assignment]
+            over = True
             break
-    memo[expr] = None if found is None else frozenset(found)
+    memo[expr] = None if over else frozenset(found)
     if len(memo) > OP_SETS_KEPT:
         del memo[next(iter(memo))]  # the oldest: dicts keep insertion order
-    return limit + 1 if found is None else len(found)
+    return limit + 1 if over else len(found)
 
 
 def expr_flops(expr: Expr, limit: float, written=()) -> float:
