@@ -34,9 +34,9 @@ def _in_a_cold_thread(monkeypatch, work):
     """work() on a new thread (no session yet) whose sessions take SECONDS + 0.3 s to make."""
     real = optimize_mod.new_session
 
-    def slow_session(rules=(), **options):
+    def slow_session(*args, **options):  # new_session's own arguments, passed on as given
         time.sleep(SECONDS + 0.3)
-        return real(rules, **options)
+        return real(*args, **options)
 
     out: list = []
     with monkeypatch.context() as m:
