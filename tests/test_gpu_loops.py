@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_native_loop import gru_loss  # the same GRU the cpu native-loop tests run
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
@@ -56,18 +57,6 @@ def rnn_args(steps, dtype=np.float64, batch=2, inputs=3, hidden=4, seed=0, gates
     h0 = (rng.standard_normal((batch, hidden)) * 0.1).astype(dtype)
     xs = rng.standard_normal((steps, batch, inputs)).astype(dtype)
     return p, h0, xs
-
-
-def gru_loss(p, h0, xs):
-    def cell(h, x):
-        z = dq.sigmoid(x @ p["wz"] + h @ p["uz"])
-        r = dq.sigmoid(x @ p["wr"] + h @ p["ur"])
-        c = dq.tanh(x @ p["wh"] + (r * h) @ p["uh"])
-        h = (1.0 - z) * h + z * c
-        return h, h
-
-    h, ys = dq.scan(cell, h0, xs)
-    return dq.mean(ys * ys) + dq.sum(h)
 
 
 def lstm_loss(p, hc0, xs):
