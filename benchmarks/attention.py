@@ -43,24 +43,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without
+from common import pin_threads, reexec_without
 
 UNSET = reexec_without()  # before numpy loads OpenBLAS
 
 
-def _pin_threads(argv) -> int | None:
-    """--threads N: this process on its first N CPUs, before any thread pool is sized."""
-    import os
-
-    if "--threads" not in argv:
-        return None
-    n = int(argv[argv.index("--threads") + 1])
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, cpus[:n])
-    return n
-
-
-PINNED = _pin_threads(sys.argv)
+PINNED = pin_threads(sys.argv)
 
 import argparse  # noqa: E402
 import os  # noqa: E402

@@ -55,6 +55,17 @@ def child_json(
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def pin_threads(argv: Sequence[str]) -> int | None:
+    """--threads N: this process on its first N CPUs, before numpy, OpenBLAS, torch or JAX size
+    their thread pools (call it at import time, before they load)."""
+    if "--threads" not in argv:
+        return None
+    n = int(argv[list(argv).index("--threads") + 1])
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus[:n])
+    return n
+
+
 def reexec_without(names: Sequence[str] = OPENBLAS_OVERRIDES) -> dict[str, str]:
     """Restart this process without the environment variables `names`, if any is set.
 

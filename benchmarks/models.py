@@ -5,6 +5,7 @@ PyTorch reference before anything is timed; plus dlvm_eq's cold and warm compile
     .venv/bin/python benchmarks/models.py                          # both models, prints the tables
     .venv/bin/python benchmarks/models.py --only cnn --rounds 3    # one model, fewer rounds
     .venv/bin/python benchmarks/models.py --update BENCHMARKS.md   # and writes its section
+    .venv/bin/python benchmarks/models.py --threads 1 --clock cpu  # one core, CPU time: a loaded host
 
 | model | configuration |
 |---|---|
@@ -25,9 +26,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import reexec_without
+from common import pin_threads, reexec_without
 
 UNSET = reexec_without()
+PINNED = pin_threads(sys.argv)  # before numpy, torch and JAX size their pools
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -318,6 +320,8 @@ class Torch(Implementation):
         loss = lambda p, x, y: model.loss(F, p, x, y)
         self.loss = torch.compile(loss) if compiled else loss
         self.opt = torch.optim.SGD(list(self.p.values()), lr=LR)
+        if PINNED:
+            torch.set_num_threads(PINNED)
         self.name = "torch.compile" if compiled else "PyTorch eager"
         self.note = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
@@ -459,7 +463,7 @@ def implementations(model, params, x, y):
     return made, skipped
 
 
-def bench(model, rounds: int, steps: int):
+def bench(model, rounds: int, steps: int, clock=time.perf_counter):
     params, (x, y) = model.params(), model.data()
     want_loss, want_grads = reference_grads(model, params, x, y)
     impls, skipped = implementations(model, params, x, y)
@@ -470,10 +474,10 @@ def bench(model, rounds: int, steps: int):
     times = {impl.name: [] for impl in impls}
     for _ in range(rounds):
         for impl in impls:
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(steps):
                 impl.step()
-            times[impl.name].append((time.perf_counter() - t0) / steps)
+            times[impl.name].append((clock() - t0) / steps)
     rows = []
     for impl in impls:
         t = times[impl.name]
@@ -496,18 +500,29 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--no-compile-times", action="store_true")
     ap.add_argument("--update", type=Path)
+    ap.add_argument("--threads", type=int, help="pin to this many CPUs (read before imports)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the process's CPU time per step (with --threads 1, what other jobs on a "
+        "shared machine do not inflate)",
+    )
     args = ap.parse_args(argv)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     parts = [
         f"{SECTION}\n\n`.venv/bin/python benchmarks/models.py --update BENCHMARKS.md` "
         f"({datetime.date.today().isoformat()}; {machine_line()}"
         + (f"; unset {', '.join(UNSET)}" if UNSET else "")
+        + (f"; pinned to {PINNED} CPU(s)" if PINNED else "")
+        + (f"; {args.clock} time per step" if args.clock != "wall" else "")
         + "). Gradients of every row "
         "checked against float64 PyTorch before timing; step = value, gradient and SGD update."
     ]
     for name in args.only or list(MODELS):
         model = MODELS[name]
         print(f"  {model.title} ...", flush=True)
-        rows = bench(model, args.rounds, args.steps)
+        rows = bench(model, args.rounds, args.steps, clock)
         parts.append(f"### {model.title}\n\n" + timing_table(rows, BASELINE))
         if not args.no_compile_times:
             cold, warm = compile_times(name)
