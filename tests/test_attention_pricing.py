@@ -66,9 +66,10 @@ def test_at_seq_256_both_forms_are_priced_plain_and_value_and_grad_stays_plain()
     """At seq 256 the fused forward is no cheaper than the plain program (recorded 0.90 against
     0.91 ms; in s17 three alternating runs of 400 calls, load 11-12: 1.07-1.15 against
     1.06-1.14, fused never below), and fused forward + backward dearer (3.38 against 2.83):
-    both are priced plain (before the kernel's per-task cost the forward alone was priced 12% below plain and
-    extracted fused); from seq 512 the forward alone is priced fused, as measured (3.62
-    against 3.93 ms). value_and_grad keeps the plain program. Gradients against float64 numpy."""
+    both are priced plain (before the kernel's per-task cost the forward alone was priced
+    12% below plain and extracted fused); from seq 512 the forward alone is priced fused, as
+    measured (3.62 against 3.93 ms). value_and_grad keeps the plain program. Gradients against
+    float64 numpy."""
     attrs = {"scale": 0.125, "causal": 0}
     for backward in (False, True):
         fused = priced_as_written(_types(256), attrs, True, backward)
