@@ -2,11 +2,13 @@
 naive form of the forward and of forward + backward, each program timed as written and priced
 as written. No timing here: the figures were measured once and are recorded below.
 
-Recorded with `benchmarks/attention.py --pricing --seq 256 512 1024 --threads 1 --clock cpu` and
-`--seq 4096 --calls 3` (batch 1, 4 heads, head dim 64, float32; median CPU ms of one thread;
-2-core AMD EPYC with AVX-512, OpenBLAS SkylakeX, the forward on its own 512 x 256 tiles, load
-7-9.6, 2026-12-07, s17-attn). Pairs whose measured times lie within NOISE of each other are not
-ranked (one-thread CPU time repeats to a few per cent under that load).
+Recorded with `OPENBLAS_NUM_THREADS=1 DLVM_EQ_NUM_THREADS=1 benchmarks/attention.py --pricing
+--seq 256 512 1024 --threads 1 --clock cpu` and `--seq 4096 --calls 3` (batch 1, 4 heads, head
+dim 64, float32; median CPU ms of one thread; 2-core AMD EPYC with AVX-512, OpenBLAS
+SkylakeX, the forward on its own 512 x 256 tiles and Q Kᵀ through our GEMM, load 2.8 and
+3.0-4.4, 2026-12-07, s18-attnprice; the s17-attn record before it, load 7-9.6, ranked the same
+pairs but 4096's forward + backward, then 0.93x). Pairs whose measured times lie within NOISE
+of each other are not ranked (one-thread CPU time repeats to a few per cent under load).
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from dlvm_eq.ir.types import DType, TensorType
 
 # (seq, with backward) -> (fused ms, plain ms), measured
 MEASURED = {
-    (256, False): (1.02, 1.01),
-    (256, True): (3.70, 3.36),
-    (512, False): (3.60, 4.04),
-    (512, True): (12.88, 12.40),
-    (1024, False): (14.38, 17.10),
-    (1024, True): (50.77, 49.05),
-    (4096, False): (229.56, 285.51),
-    (4096, True): (770.22, 832.11),
+    (256, False): (0.90, 0.91),
+    (256, True): (3.38, 2.83),
+    (512, False): (3.62, 3.93),
+    (512, True): (12.75, 11.99),
+    (1024, False): (14.53, 15.92),
+    (1024, True): (47.80, 47.81),
+    (4096, False): (204.52, 280.93),
+    (4096, True): (740.28, 843.83),
 }
 NOISE = 0.08
 RANKED = [key for key, (f, p) in MEASURED.items() if abs(f / p - 1) > NOISE]
@@ -61,12 +63,13 @@ def loss(q, k, v):
 
 
 def test_at_seq_256_both_forms_are_priced_plain_and_value_and_grad_stays_plain():
-    """At seq 256 the fused forward is no cheaper than the plain program (recorded 1.02 against
-    1.01 ms; three alternating runs of 400 calls, load 11-12: 1.07-1.15 against 1.06-1.14, fused
-    never below), and fused forward + backward dearer (3.70 against 3.36): both are priced
-    plain (before the kernel's per-task cost the forward alone was priced 12% below plain and
-    extracted fused); from seq 512 the forward alone is priced fused, as measured (3.60
-    against 4.04 ms). value_and_grad keeps the plain program. Gradients against float64 numpy."""
+    """At seq 256 the fused forward is no cheaper than the plain program (recorded 0.90 against
+    0.91 ms; in s17 three alternating runs of 400 calls, load 11-12: 1.07-1.15 against
+    1.06-1.14, fused never below), and fused forward + backward dearer (3.38 against 2.83):
+    both are priced plain (before the kernel's per-task cost the forward alone was priced
+    12% below plain and extracted fused); from seq 512 the forward alone is priced fused, as
+    measured (3.62 against 3.93 ms). value_and_grad keeps the plain program. Gradients against
+    float64 numpy."""
     attrs = {"scale": 0.125, "causal": 0}
     for backward in (False, True):
         fused = priced_as_written(_types(256), attrs, True, backward)

@@ -143,6 +143,7 @@ def test_measured_op_costs_reach_the_elementwise_price():
 
 
 def test_calibrate_measures_this_host(cache_dir, monkeypatch):
+    from dlvm_eq import calibration
     from dlvm_eq.calibration import calibrate, measure, profile_table
 
     # a small grid keeps the test short; the measurement code is the one `calibrate` runs
@@ -150,9 +151,13 @@ def test_calibrate_measures_this_host(cache_dir, monkeypatch):
     monkeypatch.setattr(measure, "STREAM_ELEMENTS", 1 << 20)
     original = measure.matmuls
     monkeypatch.setattr(measure, "matmuls", lambda **kw: original(measure.MATMUL_SHAPES, **kw))
+    fits = []  # the task-cost fit (tests/test_attention_task_fit.py): on the forward's tiles
+    monkeypatch.setattr(calibration, "attention_task_seconds", lambda t: fits.append(t) or 2.5e-5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         p = calibrate("cpu")
+    fwd = p.attention_forward_blocks
+    assert fits == [(fwd["query"], fwd["key"])] and p.attention_task_seconds == 2.5e-5
     assert p.host == host_id() and len(p.matmuls) == 2 * len(measure.LAYOUTS)
     assert all(v > 0 for v in (p.bandwidth, p.flop_rate, p.launch, p.reduce_rate))
     assert set(p.op_flops) >= {"Exp", "Log", "Tanh", "Divide"}

@@ -18,7 +18,7 @@ from ..errors import DlvmError
 from ..extract.machine import MACHINES, from_profile
 from ..extract.profile import Profile, host_id, write_profile
 from . import measure, measure_steps, program_state
-from .attention_tiles import attention_blocks, attention_forward_blocks
+from .attention_tiles import attention_blocks, attention_forward_blocks, attention_task_seconds
 
 
 def calibrate(target: str = "cpu", write: bool = True) -> Profile:
@@ -78,7 +78,9 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
             "gemm_blocks": measure.gemm_blocks(),  # issue 36: our GEMM's fastest blocking
             "conv_blocks": measure.conv_blocks(),  # and the convolutions'
             "attention_blocks": attention_blocks(),  # issue 33: the fused attention's tiles
-            "attention_forward_blocks": attention_forward_blocks(),  # and the forward's alone
+            "attention_forward_blocks": (fwd := attention_forward_blocks()),  # the forward's alone
+            # and a fused forward task's fixed cost on those tiles, fit over sizes
+            "attention_task_seconds": attention_task_seconds((fwd["query"], fwd["key"])),
             "seconds": round(time.perf_counter() - t0, 2),
         }
     )
@@ -139,6 +141,7 @@ def profile_table(p: Profile) -> str:
         f"  elementwise   {p.flop_rate / 1e9:8.1f} GFLOP/s (multiply-add chain, in cache)",
         f"  reductions    {p.reduce_rate / 1e9:8.2f} G elements/s",
         f"  kernel call   {p.launch * 1e6:8.2f} us; waking the pool +{p.pool_wake * 1e6:.2f} us",
+        f"  attention     {p.attention_task_seconds * 1e6:8.2f} us a fused forward task",
         "  op classes (flops per element): "
         + ", ".join(f"{op} {v:.0f}" for op, v in sorted(p.op_flops.items())),
         "  products (m x k x n, layout: seconds, GFLOP/s):",

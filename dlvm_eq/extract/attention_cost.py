@@ -40,17 +40,35 @@ BWD_SCORE_BLAS_FLOPS = 70
 # row, ~3 us beyond its arithmetic. (The numpy-driven kernel before it: 55 us and 20 us.)
 # Each (batch index, query block) task adds its Python dispatch (the operands' addresses, a
 # ctypes call of 22 arguments), its scratch, q's scaled copy, o's zeroing and the final
-# division: measured on the AVX-512 EPYC (s17, one thread, CPU time, load 8, 512 x 256 tiles),
-# the kernel less its block products alone took 214 us at seq 256 (4 tasks, 4 pairs), up to
-# ~40 us a task beyond the call. Priced at 20 us: enough for seq 256's forward alone to be
-# priced plain (1.05x; it measured 1.00-1.01x, fused never below; at 0 it was priced 0.88x and
-# extracted fused), and no more, because the shipped defaults' BLAS rate (about 3x one thread's
-# here) makes fixed costs weigh ~3x too much against the products: at 25 us the fused backward
-# of a (2, 1024, 64) value_and_grad lost to the plain program (at 22 already; that test:
-# tests/test_attention_backward_native.py), a tie in the model as in measurement.
+# division. `dlvm-eq calibrate` measures it on the host: the slope of a fit over sizes at a
+# fixed count of tile pairs (calibration/attention_tiles.attention_task_seconds, kept in the
+# profile), which a calibrated machine prices with (`task_seconds`). Measured so on the 2-core
+# AVX-512 EPYC (s18, 512 x 256 tiles, one thread, CPU time, 15 fits): 24-26 us in the four at
+# load 5.3-5.7, 22-45 us (median 34) as the load rose to 7.6, by
+#   OPENBLAS_NUM_THREADS=1 DLVM_EQ_NUM_THREADS=1 python -c "from dlvm_eq.calibration.\
+#   attention_tiles import attention_task_seconds as t; print(t())"
+# The shipped defaults keep 20 us, not the measured 25-34: their flat BLAS rate (300 GFLOP/s,
+# 3x one thread's 97-104 here) prices the products 3x cheap, so a fixed cost in seconds weighs
+# 3x against them, and at 22 us a (2, 1024, 64) value_and_grad already extracted the plain
+# backward (tests/test_attention_backward_native.py). The measured rate does not fix it: at 100
+# GFLOP/s a thread (one thread, a task at 30 us) the plain program's passes over the seq x seq
+# scores are priced 0.68-0.80 of their measured time (the fused kernel 0.83-0.93), and forward
+# + backward at seq >= 1024 and the forward at 512 extract plain where fused measured 0.88-1.00x
+# and 0.92x (BENCHMARKS.md, session 18, s18-attnprice). At 15 us seq 256's forward alone
+# extracted fused again.
 CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
 TASK_SECONDS = 20e-6
+
+
+def task_seconds(mc) -> float:
+    """A fused forward task's fixed seconds on machine `mc`: its profile's measurement where it
+    has one (`attention_task_seconds`), else TASK_SECONDS."""
+    if mc.profile:
+        profile = load_profile(mc.name)
+        if profile is not None and profile.attention_task_seconds:
+            return profile.attention_task_seconds
+    return TASK_SECONDS
 
 
 def machine_tiles(mc, forward: bool = False) -> tuple[int, int]:
@@ -96,7 +114,7 @@ def attention_seconds(cost, t, child, causal: bool = False) -> float:
     return (
         mc.node_overhead
         + CALL_SECONDS
-        + batch * -(-m // tq) * TASK_SECONDS
+        + batch * -(-m // tq) * task_seconds(mc)
         + max(pairs * (products + scores + BLOCK_SECONDS), moved / mc.bandwidth)
     )
 

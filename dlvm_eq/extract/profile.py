@@ -135,6 +135,9 @@ class Profile:
     attention_blocks: dict[str, int] = field(default_factory=dict)
     # the forward kernel's own tiles, timed alone (the same keys); {}: the shipped forward tiles
     attention_forward_blocks: dict[str, int] = field(default_factory=dict)
+    # issue 33: the fused forward's seconds per (batch index, query block) task, fit over sizes
+    # (calibration/attention_tiles.attention_task_seconds); 0 (not measured): the shipped one
+    attention_task_seconds: float = 0.0
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -198,6 +201,7 @@ class Profile:
                 attention_forward_blocks=_blocks(
                     data.get("attention_forward_blocks", {}), ("query", "key")
                 ),
+                attention_task_seconds=_non_negative(data.get("attention_task_seconds", 0.0)),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
