@@ -226,6 +226,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     """(serialized e-graph JSON with every let and result load as a root, saturation facts).
     The program lives between push and pop in this thread's fusion session (the schema and
     fusion.egg, egraph/optimize.py's FUSION_RULE_FILES): a push copies no other stage's rules."""
+    from .fusion_ahead import compile_pending
     from .optimize import FUSION_RULE_FILES, scratch_session
     from .ruleset_schedule import Schedule
     from .saturate import saturate
@@ -233,6 +234,7 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
     budget = fusion_budget(budget)
     with scratch_session(rulesets=("fusion",), shipped=FUSION_RULE_FILES) as s:
         t0 = time.perf_counter()
+        compile_pending(s)  # the rules of the programs planned next too (fusion_ahead.py)
         s.add_lets(loaded.terms, "<fusion program>", facts=False)  # no analysis here
         if loaded.loads:
             s.add_globals(loaded.loads, "<fusion program>")

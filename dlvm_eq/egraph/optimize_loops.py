@@ -51,6 +51,7 @@ from ..ir.types import TupleType
 from ..ir.verifier import verify_function
 from .control_regions import ControlRegion, control_regions, decided, region_facts
 from .deadline import Deadline
+from .fusion_ahead import planning_ahead
 from .loader import Lifted
 from .loop_motion import LoopBody, emit_shared, hoists, loop_body, loop_facts, row
 from .optimize import (
@@ -385,10 +386,18 @@ def optimize_loops(
         # the guard plans after the pop: inside the session each of its fusion e-graphs was a
         # push on top of this saturated one (egglog copies the database on a push, and the
         # fusion rules search all of it): LSTM T=8, 8 plans took 1.04 s of CPU against 0.2 s
-        for u, new, lifted, (keep, before, after, stable) in candidates:
-            u.optimized = _guarded(u.function, new, keep, stable, module, state, guard)
-            state.setdefault("costs", []).append((before, after if u.optimized is new else before))
-            u.lifted = lifted if u.optimized is new else []
+        asked = [  # the programs the guard will plan (fusion_ahead.py: their rules at once)
+            (f, module)
+            for u, new, _, (keep, _, _, stable) in candidates
+            if keep and guard is not None and new is not u.function and not stable
+            for f in (u.function, new)
+        ]
+        with planning_ahead(asked):
+            for u, new, lifted, (keep, before, after, stable) in candidates:
+                u.optimized = _guarded(u.function, new, keep, stable, module, state, guard)
+                costs = (before, after if u.optimized is new else before)
+                state.setdefault("costs", []).append(costs)
+                u.lifted = lifted if u.optimized is new else []
 
     new, units = optimize_with_bodies(fn, module, joint)
     new = apply_loop_rules(new)  # dead carries dropped, sums deferred (ir/loop_rules.py)

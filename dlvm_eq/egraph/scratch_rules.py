@@ -110,6 +110,21 @@ class ScratchRules:
         self._compile(wanted)
         self.book = None
 
+    def compile_for(self, texts, rulesets) -> None:
+        """Compile now, below any program, the rules that programs with these egglog texts
+        can fire when they run `rulesets` (egraph/fusion_ahead.py: programs known ahead);
+        nothing once a program has run a command (its push is then in egglog) or with
+        pruning off."""
+        book, sc = self.book, self.scratch
+        if book is None or (sc is not None and sc.waiting is None):
+            return
+        table = book.table()
+        seeds: set[str] = set()
+        for text in texts:
+            seeds |= table.symbols_in(text)
+        wanted, _ = table.closure(seeds, rulesets)
+        self._compile(wanted)
+
     def _compile(self, wanted) -> None:
         """Compile the rule forms `wanted` below any push (appended, or the session rebuilt
         in the files' order)."""

@@ -281,7 +281,12 @@ class _Program:
         self._steps: list[tuple[Any, Sequence[Operand], list[Value], bool]] = []
         self.drivers = self.report.drivers  # per scan: "native", or why Python runs it
         self._parts: list = []  # for native_nest.py: the steps with their compiled functions
-        for k, piece in enumerate(split(params, nodes, results, f"{fn.name}.piece")):
+        pieces = split(params, nodes, results, f"{fn.name}.piece")
+        with _planning_ahead(pieces, module, ctx):
+            self._compile_pieces(pieces, module, ctx)
+
+    def _compile_pieces(self, pieces, module, ctx: _Compiling) -> None:
+        for k, piece in enumerate(pieces):
             if piece.region is None:
                 assert piece.function is not None  # split() gives each straight piece one
                 run = _compiled(piece.function, module, ctx)
@@ -365,6 +370,24 @@ class _Program:
             return env[id(o)]
 
         return get
+
+
+def _planning_ahead(pieces, module: Module | None, ctx: _Compiling):
+    """The straight pieces and the straight bodies of the regions, listed to the fusion stage
+    before any is planned: the first plan built compiles the fusion rules of them all
+    (egraph/fusion_ahead.py; a plan read from the plan cache loads none)."""
+    from ..egraph.fusion_ahead import planning_ahead
+
+    fns = []
+    for piece in pieces:
+        if piece.region is None:
+            fns.append(piece.function)
+        else:
+            attrs = piece.region.inst.attrs
+            fns.extend(attrs[k] for k in ("cond", "body") if k in attrs)
+            fns.extend(attrs.get("branches", ()))
+    fresh = [f for f in fns if id(f) not in ctx.done and not has_control_flow(f)]
+    return planning_ahead((f, module) for f in fresh)
 
 
 def _compiled(fn: Function, module: Module | None, ctx: _Compiling):
