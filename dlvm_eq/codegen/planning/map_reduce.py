@@ -91,7 +91,6 @@ class MapReduceFusion:
             return
         from ...units import seconds_text
 
-        shared = getattr(self.decision, "shared_pass", None) or {}
         row = getattr(self.decision, "row_pass", None) or {}
         lines, n_row, row_saving = [], 0, 0.0
         for step in steps:
