@@ -197,14 +197,16 @@ def test_a_reduction_over_other_axes_stays_out_of_the_row_pass():
 
 # ---------------------------------------------------------------- random programs
 
+# moments and per-row values that keep the rows of order 1 (so that float32 against float64 is
+# a fair comparison after three steps): centred rows scaled by at most 1
 _ROW = [
     lambda a: dq.mean(a, axis=-1, keepdims=True),
     lambda a: dq.max(a, axis=-1, keepdims=True),
-    lambda a: dq.sum(a * a, axis=-1, keepdims=True),
+    lambda a: dq.mean(a * a, axis=-1, keepdims=True),
 ]
 _PER_ROW = [
-    lambda r: dq.rsqrt(r * r + 1e-3),
-    lambda r: r * 0.5 + 1.0,
+    lambda r: dq.rsqrt(r * r + 1.0),
+    lambda r: 1.0 / (1.0 + dq.abs(r)),
     lambda r: dq.exp(-dq.abs(r)),
 ]
 
