@@ -15,6 +15,12 @@ fused where that is possible:
   over the same space that reads one of its inputs.
 
     nodes = self.fuse_map_reductions(nodes)   # some map + reduction nodes -> MapReduceStep nodes
+
+It also answers for row fusion (rowfusion.py) whether a row kernel may recompute the per-row
+values between its reductions that other kernels read (`copies_per_row_maps`: where the fusion
+stage priced the row pass, `FusionDecision.row_pass`, and rows are not short), which puts a
+layer norm's two moments in one row pass; and it writes the report's list of shared passes
+(`note_passes`: each kernel, its reductions, its map outputs, the model's saving).
 """
 
 from __future__ import annotations

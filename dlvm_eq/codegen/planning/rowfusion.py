@@ -2,6 +2,8 @@
 maps between them) become one row kernel (kernels.rows.RowSpec): softmax, log-softmax, layer norm.
 
 A mixin of the planner (planner._Planner): it works on the planner's nodes after grouping.
+A per-row map that other kernels read too is recomputed in the row kernel (and keeps its own
+kernel) where map_reduce.MapReduceFusion.copies_per_row_maps allows it, else it is not fused.
 
     nodes = self.fuse_rows(nodes)     # some map + reduction nodes replaced by RowStep nodes
 """
