@@ -547,6 +547,7 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion, SharedValues):
                 kernel.spec = renamed_kernel(kernel.spec, f"k{n}_{kernel.spec.name}")
                 n += 1
             steps.append(step)
+        self.note_passes(steps)  # map_reduce.py: the report's shared passes, by kernel name
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
         offsets, arena_bytes = arena(slots, steps)
         plan = Plan(
