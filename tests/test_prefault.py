@@ -1,0 +1,130 @@
+"""A program's first arena is faulted in by a helper thread while its kernels load
+(codegen/runtime/prefault.py, execution/cpu_program.py): the pages become resident without a
+write of the caller's, nothing in them is written, and the first call runs in that arena with
+the results of a program made without the helper, bit for bit, and the interpreter's."""
+
+from __future__ import annotations
+
+import mmap
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import dlvm_eq as dq
+from dlvm_eq.codegen import set_cache_dir
+from dlvm_eq.codegen.execution import cpu_program
+from dlvm_eq.codegen.execution.cpu_program import CpuProgram
+from dlvm_eq.codegen.runtime import prefault
+from dlvm_eq.ir import interpret
+from dlvm_eq.pipeline import plan_function
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="madvise(MADV_POPULATE_WRITE) is Linux's"
+)
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((256, 512)).astype(np.float32)  # 512 KiB per temporary
+W = (RNG.standard_normal((512, 512)) / np.sqrt(512)).astype(np.float32)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    set_cache_dir(tmp_path_factory.mktemp("kernel-cache"))
+
+
+def _fresh(nbytes: int) -> np.ndarray:
+    """Pages of a new anonymous mapping: none resident until touched."""
+    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+
+
+def test_populate_makes_every_page_resident_and_writes_nothing():
+    a = _fresh(4 << 20)
+    assert not prefault.populated(a)
+    assert prefault.populate(a)
+    assert prefault.populated(a)
+    assert not a.any()  # a fresh mapping reads zeros, still
+    b = _fresh(1 << 20)
+    b[::4096] = 7  # written first by the caller: populate leaves the bytes as they are
+    assert prefault.populate(b) and prefault.populated(b)
+    assert (b[::4096] == 7).all() and int(b.sum()) == 7 * (b.size // 4096)
+
+
+def test_a_populate_racing_the_callers_writes_loses_none_of_them():
+    for _ in range(5):
+        a = _fresh(32 << 20)
+        done = prefault.populate_in_background(a)
+        a[::512] = np.arange(a[::512].size, dtype=np.uint8)  # meanwhile, the caller writes
+        assert done.wait(60)
+        assert (a[::512] == np.arange(a[::512].size, dtype=np.uint8)).all()
+        assert prefault.populated(a)
+
+
+def _chain(x, w):
+    for _ in range(4):
+        x = dq.tanh(x @ w) * 0.5 + x
+    return dq.sum(x * x, axis=1)
+
+
+def _plan():
+    module = dq.make_ir(_chain)(X, W)
+    name = next(iter(module.functions))
+    return module, name, plan_function(module[name], module)
+
+
+def _program(monkeypatch, cpus: int) -> CpuProgram:
+    monkeypatch.setattr(cpu_program, "thread_count", lambda environ=None: cpus)
+    return CpuProgram(_plan()[2])
+
+
+def test_the_first_call_runs_in_the_arena_the_helper_faulted_in(monkeypatch):
+    module, name, plan = _plan()
+    assert plan.arena_bytes >= prefault.MIN_BYTES
+    prog = _program(monkeypatch, 2)
+    assert prog.prefault is not None and prog.prefault.wait(60)
+    (env,) = prog._arenas
+    assert all(
+        prefault.populated(a)
+        for s, a in enumerate(env[: len(plan.slots)])
+        if s in plan.offsets and isinstance(a, np.ndarray)
+    )
+    made = []
+    monkeypatch.setattr(prog, "_arena", lambda: made.append(1) or CpuProgram._arena(prog))
+    got = prog(X, W)
+    assert made == []  # no second arena: the call took the faulted one
+    alone = _program(monkeypatch, 1)  # one CPU: no helper, the arena is made by the call
+    assert alone.prefault is None and alone._arenas == []
+    want = alone(X, W)
+    assert got.tobytes() == want.tobytes()
+    ref = interpret(module, name, X, W, float64=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+def test_calls_from_threads_while_the_helper_runs_agree_bit_for_bit(monkeypatch):
+    want = _program(monkeypatch, 1)(X, W).tobytes()
+    for _ in range(3):
+        prog = _program(monkeypatch, 2)  # called at once: the helper may still be faulting
+        results: list = [None] * 4
+
+        def call(i, prog=prog, results=results):
+            results[i] = prog(X, W).tobytes()
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        call_here = prog(X, W).tobytes()
+        for t in threads:
+            t.join()
+        assert prog.prefault.wait(60)
+        assert set(results) == {want} and call_here == want
+
+
+def test_a_small_arena_starts_no_helper(monkeypatch):
+    small = RNG.standard_normal((8, 8)).astype(np.float32)
+    module = dq.make_ir(lambda x: dq.sum(dq.tanh(x @ x) * x))(small)
+    name = next(iter(module.functions))
+    monkeypatch.setattr(cpu_program, "thread_count", lambda environ=None: 2)
+    prog = CpuProgram(plan_function(module[name], module))
+    assert prog.plan.arena_bytes < prefault.MIN_BYTES and prog.prefault is None
+    np.testing.assert_allclose(prog(small), interpret(module, name, small, float64=True), rtol=1e-5)
