@@ -54,7 +54,7 @@ def test_populate_makes_every_page_resident_and_writes_nothing():
 def test_a_populate_racing_the_callers_writes_loses_none_of_them():
     for _ in range(5):
         a = _fresh(32 << 20)
-        done = prefault.populate_in_background(a)
+        done = prefault.populate_in_background([a])
         a[::512] = np.arange(a[::512].size, dtype=np.uint8)  # meanwhile, the caller writes
         assert done.wait(60)
         assert (a[::512] == np.arange(a[::512].size, dtype=np.uint8)).all()
@@ -128,3 +128,70 @@ def test_a_small_arena_starts_no_helper(monkeypatch):
     prog = CpuProgram(plan_function(module[name], module))
     assert prog.plan.arena_bytes < prefault.MIN_BYTES and prog.prefault is None
     np.testing.assert_allclose(prog(small), interpret(module, name, small, float64=True), rtol=1e-5)
+
+
+def _cnn_plan():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 4, 16, 16)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)  # one product per image
+    w2 = (rng.standard_normal((32, 8, 3, 3)) / 8).astype(np.float32)  # one product per chunk
+
+    def loss(w1, w2, x):
+        h = dq.relu(dq.conv2d(x, w1, padding=1))
+        return dq.mean(dq.tanh(dq.conv2d(h, w2, padding=1)))
+
+    step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1)))
+    args = (w1, w2, x)
+    return step.report(*args).plan, args, step(*args)
+
+
+def _on_a_new_thread(fn):
+    """fn() on a thread of its own: the convolutions' scratch is per thread, so it starts
+    with none (what a fresh process has)."""
+    out: list = []
+
+    def run():
+        try:
+            out.append((True, fn()))
+        except BaseException as e:  # raised again here, where pytest sees it
+            out.append((False, e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def test_the_convolutions_scratch_is_faulted_in_and_the_first_call_uses_it(monkeypatch):
+    from dlvm_eq.codegen.execution.window_steps import conv_scratch
+
+    plan, args, jitted = _cnn_plan()
+    monkeypatch.setattr(cpu_program, "thread_count", lambda environ=None: 2)
+
+    def first_call():
+        prog = CpuProgram(plan)
+        assert prog.prefault is not None and prog.prefault.wait(60)
+        before = conv_scratch(plan)  # this thread's: the same matrices, made by the program
+        big = [a for a in before if a.nbytes >= prefault.MIN_BYTES]
+        assert len(big) >= 3 and all(prefault.populated(a) for a in big)  # cols, long, forward
+        out = prog(*args)
+        after = conv_scratch(plan)
+        # the call used those matrices: none was replaced by a larger one
+        assert [id(a) for a in after] == [id(a) for a in before]
+        return out
+
+    got = _on_a_new_thread(first_call)
+    monkeypatch.setattr(cpu_program, "thread_count", lambda environ=None: 1)
+    want = _on_a_new_thread(lambda: CpuProgram(plan)(*args))
+    flat = lambda r: b"".join(np.asarray(a).tobytes() for a in jax_free_leaves(r))
+    assert flat(got) == flat(want) == flat(jitted)
+
+
+def jax_free_leaves(tree):
+    """The arrays of a (value, grads) result, in order."""
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in jax_free_leaves(item)]
+    return [tree]

@@ -14,8 +14,10 @@ the LSTM's 102 steps took 265 of them per call). Outputs are handed to the calle
 
 The first arena is made with the program, before its kernels load, and a helper thread faults
 its pages in meanwhile (runtime/prefault.py: writing nothing, so the first call may start
-before it is done), where another CPU can take that work: a warm process's first call then
-does not pay for fresh pages that a steady call never sees (issue 32).
+before it is done), where another CPU can take that work, and so are the convolutions'
+scratch matrices (window_steps.conv_scratch; they are the building thread's, the one a jit's
+first call runs on): a warm process's first call then does not pay for fresh pages that a
+steady call never sees (issue 32).
 
 Shared state (threads: one CpuProgram may be called from many threads at once):
 - arenas (`_arenas`): a call pops one (list.pop is atomic) or makes a new one, and gives it
@@ -103,6 +105,15 @@ def _conv_kernel_builds(plan) -> list:
     return conv_kernel_builds(plan)
 
 
+def _conv_scratch(plan) -> list:
+    """window_steps.conv_scratch, loaded only for a plan with window steps."""
+    if not any(isinstance(step, WindowStep) for step in plan.steps):
+        return []
+    from .window_steps import conv_scratch
+
+    return conv_scratch(plan)
+
+
 class CpuProgram:
     """A plan compiled for the host CPU; call it with numpy arrays."""
 
@@ -115,10 +126,12 @@ class CpuProgram:
         self.prefault: threading.Event | None = None  # set once the first arena is faulted in
         # before the kernels load, where the process has a second CPU (whatever the kernels'
         # thread count, DLVM_EQ_NUM_THREADS: the helper runs no kernel): its affinity and quota
-        if plan.arena_bytes >= MIN_BYTES and thread_count(environ={}) > 1:
+        if thread_count(environ={}) > 1:
             env, raw = self._arena()
             self._arenas.append(env)
-            self.prefault = populate_in_background(raw)
+            fresh = [a for a in [raw, *_conv_scratch(plan)] if a.nbytes >= MIN_BYTES]
+            if fresh:
+                self.prefault = populate_in_background(fresh)
         t0 = time.perf_counter()
         steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep, MapReduceStep))]
         built = build_all(

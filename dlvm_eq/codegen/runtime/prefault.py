@@ -1,6 +1,6 @@
 """Faulting in a fresh buffer's pages ahead of its first use, on a helper thread.
 
-    >>> done = populate_in_background(arena)   # returns at once; done.wait() to join
+    >>> done = populate_in_background([arena])   # returns at once; done.wait() to join
     >>> populated(arena)                       # True once every page is resident
 
 Why: a program's first call writes its arena (and outputs) for the first time, and each fresh
@@ -66,14 +66,16 @@ def populate(a: np.ndarray) -> bool:
     return fn(start, length, MADV_POPULATE_WRITE) == 0
 
 
-def populate_in_background(a: np.ndarray) -> threading.Event:
-    """Start `populate(a)` on a new helper thread; the event is set when it has finished
-    (whatever the outcome). The caller may use `a` meanwhile."""
+def populate_in_background(arrays: list[np.ndarray]) -> threading.Event:
+    """Start `populate` of each array, in order, on one new helper thread; the event is set
+    when it has finished (whatever the outcome). The caller may use the arrays meanwhile."""
     done = threading.Event()
+    todo = list(arrays)  # the helper's own references: the buffers outlive its work
 
-    def work(a=a):
+    def work():
         try:
-            populate(a)
+            for a in todo:
+                populate(a)
         finally:
             done.set()
 
