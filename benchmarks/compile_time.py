@@ -6,6 +6,7 @@ gradient's growth with depth.
     .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
                                                   # (and whether the printed plans are the same)
     .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
+    .venv/bin/python benchmarks/compile_time.py --programs cnn transformer --depths  # those only
     .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
     .venv/bin/python benchmarks/compile_time.py --rounds 0 --depths 64 256 --trees old .
                                                   # the depth table only, trees alternating
@@ -280,14 +281,23 @@ def _warm_log(warm: dict | None) -> str:
     return f", warm {warm['seconds']:.3f} s (a steady step {step if step is not None else float('nan'):.3f} s)"
 
 
-def run(trees: list[Path], rounds: int, timeout: float, depths, peers, log=print, steady=5):
+def run(
+    trees: list[Path],
+    rounds: int,
+    timeout: float,
+    depths,
+    peers,
+    log=print,
+    steady=5,
+    programs=PROGRAMS,
+):
     results: dict[tuple, list] = {}
     for tree in trees:  # writes the bytecode caches; not measured
         cold_and_warm(tree, "tanh8", timeout)
     for framework in peers:
         peer(framework, "tanh8", timeout)
     for r in range(rounds):
-        for program in PROGRAMS:
+        for program in programs:
             order = trees if r % 2 == 0 else trees[::-1]
             for tree in order:
                 cold, warm = cold_and_warm(tree, program, timeout, steady)
@@ -406,6 +416,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trees", nargs="+", type=Path, default=[ROOT], help="source trees to compare")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--programs", nargs="+", choices=PROGRAMS, default=list(PROGRAMS))
     ap.add_argument(
         "--steady", type=int, default=5, help="steady steps timed in each warm process (median)"
     )
@@ -428,6 +439,7 @@ def main(argv=None) -> int:
         peers,
         log=lambda s: print(s, file=sys.stderr, flush=True),
         steady=args.steady,
+        programs=args.programs,
     )
     text = report(results, growth, trees, peers, args.profile)
     cmd = "benchmarks/compile_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
