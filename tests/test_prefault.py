@@ -1,7 +1,9 @@
-"""A program's first arena is faulted in by a helper thread while its kernels load
-(codegen/runtime/prefault.py, execution/cpu_program.py): the pages become resident without a
-write of the caller's, nothing in them is written, and the first call runs in that arena with
-the results of a program made without the helper, bit for bit, and the interpreter's."""
+"""A program's first arena and its convolutions' scratch are faulted in by a helper thread
+while its kernels load (codegen/runtime/prefault.py, execution/cpu_program.py,
+runtime/conv_cpu.reserve): the pages become resident without a write of the caller's, nothing
+in them is written, the first call runs in exactly those buffers (the reserved scratch has the
+sizes the convolutions ask for, on random geometries), and its results are those of a program
+made without the helper, bit for bit, and the interpreter's."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_conv_kernels import _three, conv_cases
 
 import dlvm_eq as dq
 from dlvm_eq.codegen import set_cache_dir
 from dlvm_eq.codegen.execution import cpu_program
 from dlvm_eq.codegen.execution.cpu_program import CpuProgram
-from dlvm_eq.codegen.runtime import prefault
+from dlvm_eq.codegen.runtime import conv_blocks, conv_cpu, conv_reuse, prefault
 from dlvm_eq.ir import interpret
 from dlvm_eq.pipeline import plan_function
 
@@ -195,3 +200,42 @@ def jax_free_leaves(tree):
     if isinstance(tree, (tuple, list)):
         return [leaf for item in tree for leaf in jax_free_leaves(item)]
     return [tree]
+
+
+@settings(max_examples=40, deadline=None)
+@given(conv_cases(), st.sampled_from([0, 1 << 30]), st.sampled_from([1, 3000, 64 << 20]))
+def test_reserve_makes_the_matrices_the_three_convolutions_then_use(case, macs, chunk_bytes):
+    """conv_cpu.reserve's sizes are the calls' own, for products per image or per chunk, one
+    chunk or many: after it, the three ops (the forward first, its matrix kept for the weight
+    adjoint) replace none of the matrices it made."""
+    attrs, xs, ws, dt = case
+    dtype = {"f32": np.float32, "f64": np.float64}[dt]
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
+    dy = conv_cpu.evaluate("conv2d", [x, w], attrs, np.matmul)
+    convs = [
+        ("conv2d", xs, ws, dtype, attrs),
+        ("conv2dBackwardInput", dy.shape, ws, dtype, dict(attrs, size=xs[2:])),
+        ("conv2dBackwardWeight", xs, dy.shape, dtype, dict(attrs, size=ws[2:])),
+    ]
+    saved = dict(conv_blocks.BLOCKS)
+    conv_blocks.BLOCKS.update(chunk_bytes=chunk_bytes, per_image_macs=macs)
+    try:
+
+        def run():
+            before = conv_cpu.reserve(convs)
+            out = _three(x, w, dy, attrs)
+            assert [id(a) for a in conv_cpu.reserve(convs)] == [id(a) for a in before]
+            # and the calls made no matrix of their own: each one there is a reserved one
+            used = list(getattr(conv_cpu._local, "scratch", {}).values()) + [
+                k.matrix for k in getattr(conv_reuse._local, "kept", {}).values()
+            ]
+            assert {id(a) for a in used} <= {id(a) for a in before}
+            return out
+
+        got = _on_a_new_thread(run)
+        want = _on_a_new_thread(lambda: _three(x, w, dy, attrs))  # nothing reserved first
+    finally:
+        conv_blocks.BLOCKS.clear()
+        conv_blocks.BLOCKS.update(saved)
+    assert all(g.tobytes() == v.tobytes() for g, v in zip(got, want))

@@ -272,6 +272,10 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
     return dw
 
 
+def _grow(sizes: dict, key: tuple, size: int) -> None:
+    sizes[key] = max(sizes.get(key, 0), size)
+
+
 def reserve(convs) -> list[np.ndarray]:
     """This thread's scratch (column and transposing matrices) and forward column matrices for
     `evaluate` of each (op, a_shape, b_shape, dtype, attrs) in `convs` with C-contiguous
@@ -279,21 +283,21 @@ def reserve(convs) -> list[np.ndarray]:
     executor faults them in on a helper thread before the first call (execution/window_steps.py,
     runtime/prefault.py), as it does its arena. Sizes are the largest per scratch slot, so
     that no later call replaces one of them by a larger matrix."""
-    sizes: dict[tuple, int] = {}
+    sizes: dict[tuple, int] = {}  # (slot, dtype) -> elements
     forward = []
     for op, a_shape, b_shape, dtype, attrs in convs:
         g = geometry_for(op, a_shape, b_shape, dtype, attrs)
         n = a_shape[0]
-        o = b_shape[0] if op == "conv2d" else a_shape[1] if op == OPS[1] else b_shape[1]
+        # output channels: w's first axis for conv2d, dY's second for the two adjoints
+        o = {"conv2d": b_shape[0], "conv2dBackwardInput": a_shape[1]}.get(op, b_shape[1])
         per, p = chunk_images(g, n), g.cols
-        cols = (g.rows * per * p, np.dtype(dtype))
-        if op == "conv2d" and per >= n and not per_image(g, o, attrs["groups"]):
+        long = not per_image(g, o, attrs["groups"])  # one product per chunk, not per image
+        if op == "conv2d" and long and per >= n:
             forward.append((g, n, dtype))  # one chunk: the matrix kept for the weight adjoint
-        elif not (op == OPS[2] and per >= n and not per_image(g, o, attrs["groups"])):
-            sizes[("cols",) + cols[1:]] = max(sizes.get(("cols",) + cols[1:], 0), cols[0])
-        if not per_image(g, o, attrs["groups"]):
-            key = ("long", np.dtype(dtype))
-            sizes[key] = max(sizes.get(key, 0), o * per * p)
+        elif not (op == "conv2dBackwardWeight" and long and per >= n):  # that one reads it
+            _grow(sizes, ("cols", np.dtype(dtype)), g.rows * per * p)
+        if long:
+            _grow(sizes, ("long", np.dtype(dtype)), o * per * p)
     out = [_scratch(size, dtype, slot) for (slot, dtype), size in sorted(sizes.items(), key=str)]
     return out + [conv_reuse.reserve(g, n, dtype) for g, n, dtype in forward]
 
