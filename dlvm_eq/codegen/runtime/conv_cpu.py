@@ -272,6 +272,36 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
     return dw
 
 
+def _grow(sizes: dict, key: tuple, size: int) -> None:
+    sizes[key] = max(sizes.get(key, 0), size)
+
+
+def reserve(convs) -> list[np.ndarray]:
+    """This thread's scratch (column and transposing matrices) and forward column matrices for
+    `evaluate` of each (op, a_shape, b_shape, dtype, attrs) in `convs` with C-contiguous
+    operands, allocated now at the sizes those calls ask for and returned, not written: the
+    executor faults them in on a helper thread before the first call (execution/window_steps.py,
+    runtime/prefault.py), as it does its arena. Sizes are the largest per scratch slot, so
+    that no later call replaces one of them by a larger matrix."""
+    sizes: dict[tuple, int] = {}  # (slot, dtype) -> elements
+    forward = []
+    for op, a_shape, b_shape, dtype, attrs in convs:
+        g = geometry_for(op, a_shape, b_shape, dtype, attrs)
+        n = a_shape[0]
+        # output channels: w's first axis for conv2d, dY's second for the two adjoints
+        o = {"conv2d": b_shape[0], "conv2dBackwardInput": a_shape[1]}.get(op, b_shape[1])
+        per, p = chunk_images(g, n), g.cols
+        long = not per_image(g, o, attrs["groups"])  # one product per chunk, not per image
+        if op == "conv2d" and long and per >= n:
+            forward.append((g, n, dtype))  # one chunk: the matrix kept for the weight adjoint
+        elif not (op == "conv2dBackwardWeight" and long and per >= n):  # that one reads it
+            _grow(sizes, ("cols", np.dtype(dtype)), g.rows * per * p)
+        if long:
+            _grow(sizes, ("long", np.dtype(dtype)), o * per * p)
+    out = [_scratch(size, dtype, slot) for (slot, dtype), size in sorted(sizes.items(), key=str)]
+    return out + [conv_reuse.reserve(g, n, dtype) for g, n, dtype in forward]
+
+
 RUNS = {
     "conv2d": conv2d,
     "conv2dBackwardInput": conv2d_backward_input,
