@@ -54,7 +54,7 @@ from ..codegen.planning.plan import (
 )
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
-from ..codegen.runtime.conv_blocks import conv_work
+from ..codegen.runtime.conv_blocks import conv_dims, conv_work
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
 from ..extract.target_cost import (
@@ -506,10 +506,8 @@ def window_work(
     nbytes = itemsize * (cols + math.prod(out_shape) + sum(math.prod(s) for s in in_shapes))
     products: list = []
     if op in window_ops.CONV_OPS:  # as conv_cpu runs it under `blocks` (None: those in use)
-        o = (out_shape if op == "conv2d" else in_shapes[1 if op == "conv2dBackwardWeight" else 0])[
-            1
-        ]
-        work = conv_work(op, n, c * kh * kw, oh * ow, o, attrs["groups"], itemsize, blocks)
+        dims = conv_dims(op, in_shapes, out_shape)
+        work = conv_work(op, *dims, attrs["groups"], itemsize, blocks)
         products, nbytes = list(work.products), nbytes + work.copy_bytes
     return nbytes, products
 
@@ -518,11 +516,11 @@ def window_products_seconds(mc: Machine, products) -> float:
     return sum(count * product_seconds(mc, m, k, n, ta, tb) for m, k, n, ta, tb, count in products)
 
 
-def _window(step: WindowStep, plan: Plan, mc: Machine):
+def window_price(step: WindowStep, plan: Plan, mc: Machine, blocks: dict | None = None):
+    """(kind, label, seconds) of a window step, a convolution under `blocks` (None: in use)."""
     out = plan.slots[step.out]
-    nbytes, products = window_work(
-        step.op, step.packed, [v.shape for v in step.inputs], out.shape, DTYPES[out.dtype].itemsize
-    )
+    shapes, itemsize = [v.shape for v in step.inputs], DTYPES[out.dtype].itemsize
+    nbytes, products = window_work(step.op, step.packed, shapes, out.shape, itemsize, blocks)
     passes = _moved(mc, step.op, nbytes, math.prod(out.shape), DEFAULT_PASSES[step.op])
     label = " ".join(map(str, out.shape))
     return step.op, f"-> {label}", passes + window_products_seconds(mc, products)
@@ -555,7 +553,7 @@ _PRICES = {
     IndexStep: _index,
     SliceScatterStep: _slice_scatter,
     ScanStep: _scan,
-    WindowStep: _window,
+    WindowStep: window_price,
     AttentionStep: _attention,  # issue 33
 }
 
@@ -588,6 +586,7 @@ __all__ = [
     "product_seconds",
     "row_bytes",
     "step_price",
+    "window_price",
     "window_products_seconds",
     "window_work",
 ]

@@ -56,6 +56,21 @@ def one_product_per_image(group_macs: int, blocks: dict | None = None) -> bool:
     return group_macs <= (blocks or BLOCKS)["per_image_macs"]
 
 
+def conv_dims(op: str, in_shapes, out_shape) -> tuple[int, int, int, int]:
+    """(images, C·KH·KW, OH·OW, O) of a convolution op from its operands' and result's shapes
+    (conv2d: x, w -> y; the input adjoint: dy, w -> dx; the weight adjoint: x, dy -> dw).
+
+    >>> conv_dims("conv2dBackwardInput", [(8, 64, 14, 14), (64, 32, 3, 3)], (8, 32, 16, 16))
+    (8, 288, 196, 64)
+    """
+    a, b = in_shapes[0], in_shapes[1]
+    if op == "conv2d":
+        return a[0], a[1] * b[2] * b[3], out_shape[2] * out_shape[3], out_shape[1]
+    if op == "conv2dBackwardInput":
+        return a[0], out_shape[1] * b[2] * b[3], a[2] * a[3], a[1]
+    return a[0], a[1] * out_shape[2] * out_shape[3], b[2] * b[3], b[1]
+
+
 @dataclass(frozen=True)
 class ConvWork:
     """What conv_cpu runs for one convolution under some blocks: its products as (m, k, n,
@@ -116,6 +131,7 @@ __all__ = [
     "BLOCKS",
     "SHIPPED",
     "ConvWork",
+    "conv_dims",
     "conv_work",
     "images_per_chunk",
     "one_product_per_image",
