@@ -9,7 +9,7 @@ the products and transposing copies a convolution then runs (`conv_work`), which
 model prices (calibration/plan_cost.window_work) for the blocks in use and for alternatives.
 
     >>> conv_work("conv2d", 128, 288, 196, 64, 1, 4)        # the CNN's second layer
-    ConvWork(products=((64, 288, 25088, False, False, 1),), copy_bytes=51380224, ...)
+    ConvWork(products=((64, 288, 25088, False, False, 1),), copy_bytes=12845056, strategy='1 chunk of 128 images')
 """
 
 from __future__ import annotations
