@@ -38,7 +38,7 @@ import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
 from . import conv_reuse
-from .conv_blocks import BLOCKS
+from .conv_blocks import BLOCKS, images_per_chunk, one_product_per_image
 from .conv_kernel import compile_conv
 from .cpu_count import usable_cpus
 from .threads import run_python, split_range
@@ -76,13 +76,12 @@ def _scratch(size: int, dtype, slot: str) -> np.ndarray:
 
 def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -> int:
     """Images per chunk: as many as fit the chunk's bytes of column matrix (at least one)."""
-    per_image = g.rows * g.cols * g.itemsize
-    return max(1, min(images, (chunk_bytes or BLOCKS["chunk_bytes"]) // per_image))
+    blocks = {**BLOCKS, "chunk_bytes": chunk_bytes} if chunk_bytes else None
+    return images_per_chunk(g.rows * g.cols * g.itemsize, images, blocks)
 
 
 def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
-    macs = (out_channels // groups) * (g.rows // groups) * g.cols
-    return macs <= BLOCKS["per_image_macs"]
+    return one_product_per_image((out_channels // groups) * (g.rows // groups) * g.cols)
 
 
 def _blocks(fn, n: int, size: int, per_block: int) -> None:
