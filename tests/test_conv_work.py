@@ -3,14 +3,11 @@ and transposing copies conv_cpu runs, and the cost model prices exactly that
 (calibration/plan_cost.window_work), so blocks and their alternatives are priced, not fixed.
 
 Oracles: the products and copies conv_cpu really makes (spied, for random shapes and blocks),
-and PyTorch in float64 for the results. Results under different blocks are compared:
-- bit for bit where the summation order is the same: the forward and the input adjoint sum
-  each element over C/g·KH·KW (or O/g, then col2im's taps in a fixed order), whatever images
-  share a product, so any two chunkings give the same bits;
-- otherwise (the weight adjoint sums over images, per chunk or per image, and per-image
-  products run through another kernel) against float64 within Higham's bound for any order of
-  a float32 sum of K terms: |got - exact| <= gamma_K * (sum of |terms|), gamma_K =
-  K u / (1 - K u), u = 2**-24, with K the terms per result element plus the chunk additions.
+and PyTorch in float64 for the results. Results under any blocks are held to Higham's bound for
+any order of a float32 sum of K terms: |got - exact| <= gamma_K * (sum of |terms|), gamma_K =
+K u / (1 - K u), u = 2**-24, with K the terms per result element plus the chunk additions. Not
+bit for bit: OpenBLAS picks its kernel by a product's shape, and a chunk's column count changes
+the shape, so the order of a sum can change with the blocks even where our loops do not.
 """
 
 from __future__ import annotations
@@ -184,11 +181,10 @@ def test_results_do_not_depend_on_the_blocks(shape, a, b, shipped_blocks_after):
             conv_blocks.use_blocks(blocks)
             args = _operands(op, x, w, dy)
             got.append(conv_cpu.evaluate(op, args, _attrs(op, attrs, x, w), _matmul))
-        chunked = [
-            not _predicted(op, x, w, dy, attrs, bl).strategy.startswith("one") for bl in (a, b)
-        ]
-        if op != "conv2dBackwardWeight" and all(chunked):
-            np.testing.assert_array_equal(got[0], got[1])  # the same order of every sum
+        # Not bit-identical across chunkings: OpenBLAS picks its kernel by the product's shape
+        # (its small-matrix path on SkylakeX), and a chunk's column count changes the shape, so
+        # the order of a sum can change too (seen: shape (2, 4, 1, 2, 3, 3, 1), chunks of 1024
+        # and 4096 bytes, 1 ulp apart). Each result is held to the float32 bound instead.
         exact = _torch(op, x, w, dy, attrs)
         k = _terms(op, x, w, dy, groups)
         u = 2.0**-24
