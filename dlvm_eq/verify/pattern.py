@@ -200,6 +200,13 @@ class Vocab:
         sig = self.sigs.get(name)
         return sig is not None and sig.kind == "constructor"
 
+    def is_hint(self, name: str) -> bool:
+        """A relation of Terms that states no fact about values (not an assumption): it only
+        narrows which matches a rule takes (rules/merge_adjoint.egg's weight-adjoint), so a
+        rule is checked without it (a stronger claim) and adding to it claims nothing."""
+        sig = self.sigs.get(name)
+        return sig is not None and sig.kind == "relation" and name not in ASSUMPTIONS
+
     def term_sorts(self) -> set[str]:
         """Sorts whose values are tensors: those constructors build (Term, Scalar)."""
         return {sig.result for sig in self.sigs.values() if sig.kind == "constructor"}
@@ -275,7 +282,7 @@ class Vocab:
             if head in ANALYSES or head == CVAL or self.function(head) is not None:
                 return None
             return f"function {head} has no meaning known to verify-rules"
-        if head in ASSUMPTIONS:
+        if head in ASSUMPTIONS or self.is_hint(head):
             return None
         return f"relation {head} has no meaning known to verify-rules"
 
