@@ -68,7 +68,7 @@ from ..runtime.kernel_memo import build_all
 from ..runtime.prefault import MIN_BYTES, populate_in_background
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import argument_shape_error, check_argument
-from .output_buffers import OutputBuffers
+from .output_buffers import OutputBuffers, returned_twice
 from .step_runs import (
     alias_view,
     array_step,
@@ -140,10 +140,11 @@ class CpuProgram:
         self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
+        copies, same = returned_twice(plan)  # a value returned twice: one buffer, no copy
         self._outputs = [
             (s.index, OutputBuffers(s.shape, DTYPES[s.dtype]))
             for s in plan.slots
-            if s.role == OUTPUT
+            if s.role == OUTPUT and s.index not in same
         ]
         arena_views = {step.out for step in self._arena_aliases}
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
@@ -153,10 +154,12 @@ class CpuProgram:
             + [s.index for s in plan.slots if s.role == ALIAS and s.index not in arena_views]
         )
         self._indexed_runs = [
-            (i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena
+            (i, self._step(s))
+            for i, s in enumerate(plan.steps)
+            if i not in made_with_arena and i not in copies
         ]
         self._runs = [r for _, r in self._indexed_runs]
-        self._results = [(r.slot, view_fn(r.chain, np)) for r in plan.results]
+        self._results = [(same.get(r.slot, r.slot), view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
         if settings().blas_pool and any(isinstance(s, (BlasStep, WindowStep)) for s in plan.steps):
             native_workers()  # starts the pool, which takes OpenBLAS's jobs (blas_threads.py)
