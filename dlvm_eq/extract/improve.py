@@ -42,10 +42,10 @@ from .graph import SerializedEGraph
 MAX_PAIR_TRIES = 16  # second moves tried after one single move that does not pay
 # the search's work budget: each tried switch counts one, plus the classes its walk raised or
 # lowered, plus the used classes per re-index (about 10-20 us each when quiet: the cycle checks
-# are not counted). The benchmark models' searches finish within 23k; a 32-step GRU's 6k-class
-# e-graph needs ~128k (2-5 s), and stops at 50k, about where the 1-second cap stopped it when
-# quiet. Counted, so that the choice is the same on a busy machine
-WORK = 50_000
+# are not counted). The benchmark models' searches finish within 23k (an LSTM: 22k); a 32-step
+# GRU's 6k-class e-graph needs ~128k (2-5 s) and stops at 30k, near where the 1-second cap
+# stopped it when quiet. Counted, so that the choice is the same on a busy machine
+WORK = 30_000
 
 
 class _Cycle(Exception):
@@ -184,17 +184,18 @@ def improve_choice(
     roots: Sequence[int],
     time_limit: float = 10.0,
     max_passes: int = 4,
-    work: int = WORK,
+    work: int | None = None,
 ) -> list[int]:
     """A valid, acyclic `choice` (per class an e-node index, -1 where unused) improved in place
     by single and pair switches until none lowers the DAG cost, `max_passes` passes over the
-    used classes are done, or `work` (see WORK) is spent: the same choice on every machine.
+    used classes are done, or `work` (default WORK) is spent: the same choice on every machine.
     `time_limit` seconds is a safety net only; a search it stops is noted as a time cut
     (cache.note_time_cut). Returns the same list."""
     s = _Search(graph, costs, choice, roots)
     class_nodes, parents, node_class = graph.class_nodes, graph.parents, graph.node_class
     deadline = time.perf_counter() + time_limit
     spent, late = 0, False
+    work = WORK if work is None else work
     for _ in range(max_passes):
         improved = False
         for c in list(s.topo):
