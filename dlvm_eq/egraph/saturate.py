@@ -225,8 +225,9 @@ class _Saturation:
         # the e-nodes this step may reach: the node budget, (safety net) what the time left
         # can still extract, and what the work left after the step can. The work's room only
         # once the ruleset has run: a first step's matches are only guessed (16 an e-node), and
-        # the scheduler, even where it holds nothing back, changes what a step builds; a
-        # first step was judged by the node budget when budgets were seconds, so plans stay
+        # the scheduler changes what a step builds even where it holds nothing back (a tanh-30
+        # gradient's plan changed); when budgets were seconds, the node budget alone judged
+        # first steps on a quiet machine, so the plans stay those
         room, limiter = min(
             ((budget.nodes, "nodes"), (nodes_within_reserve(reserve, left - predicted), "seconds")),
             key=lambda r: r[0],
