@@ -168,7 +168,7 @@ def test_a_program_past_the_work_budget_is_cut_the_same_way_every_time(clock, no
     for (_, sat), cuts in runs:
         assert not cuts  # a cut by work is no time cut: it may be cached
         assert sat.stop_reason == "work" and sat.work <= budget["work"]
-        assert "work budget (300,000) reached" in str(sat)
+        assert "work budget (300,000) reached" in str(sat) and f"work {sat.work:,}" in str(sat)
     # more work, a larger e-graph
     _, more = _blowup({"work": 900_000})
     assert more.nodes > runs[0][0][1].nodes

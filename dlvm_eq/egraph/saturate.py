@@ -61,7 +61,7 @@ class SaturationReport:
         }[self.stop_reason]
         lines = [
             f"saturation: {why} after {self.iterations} iteration(s), {self.seconds:.3f} s; "
-            f"e-nodes {self.nodes_before} -> {self.nodes}"
+            f"e-nodes {self.nodes_before} -> {self.nodes}; work {self.work:,}"
         ]
         if self.rule_matches:
             lines.append(
