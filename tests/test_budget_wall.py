@@ -54,7 +54,9 @@ def test_the_seconds_budget_covers_saturation_and_extraction():
     module = load(PROGRAM)
     t0 = time.perf_counter()
     # the budget's behaviour, not the never-slower guard's choice (pipeline/never_slower.py)
-    r = dq.optimize(module, rules=[RULES], budget={"seconds": 2}, never_slower=False)
+    r = dq.optimize(
+        module, rules=[RULES], budget={"seconds": 2, "work": 10**12}, never_slower=False
+    )
     wall = time.perf_counter() - t0
     fr = r.report["f"]
     phases = ", ".join(f"{k} {v:.2f}" for k, v in fr.seconds.items())
@@ -79,7 +81,7 @@ def test_the_node_budget_holds_inside_an_exploding_iteration():
     back-off match limit holds such rules back, and the report names them."""
     module = load(PROGRAM)
     t0 = time.perf_counter()
-    r = dq.optimize(module, rules=[RULES], budget={"seconds": 60, "nodes": 20_000})
+    r = dq.optimize(module, rules=[RULES], budget={"seconds": 60, "nodes": 20_000, "work": 10**12})
     wall = time.perf_counter() - t0
     sat = r.report["f"].saturation
     print(f"\nblow-up, nodes=20000: {wall:.2f} s, e-nodes {sat.nodes}, {sat.stop_reason}")

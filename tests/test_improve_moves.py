@@ -157,7 +157,7 @@ def _both(g):
     if any(start[r] < 0 for r in g.roots):
         return None, None
     expected = _reference_improve(g, g.costs, list(start), g.roots)
-    got = improve_choice(g, g.costs, list(start), g.roots, time_limit=1e9)
+    got = improve_choice(g, g.costs, list(start), g.roots, time_limit=1e9, work=10**12)
     return expected, got
 
 

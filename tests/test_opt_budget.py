@@ -81,7 +81,9 @@ def test_optimize_with_an_exploding_user_rule_file_stops_and_stays_correct(tmp_p
     path = tmp_path / "explode.egg"
     path.write_text(EXPLODING)
     r = dq.optimize(
-        long_sum(), rules=[path], budget={"seconds": 600.0, "nodes": 20_000, "iterations": 1000}
+        long_sum(),
+        rules=[path],
+        budget={"seconds": 600.0, "nodes": 20_000, "iterations": 1000, "work": 10**12},
     )
     fr = r.report["f"]
     assert fr.saturation.stop_reason == "nodes"

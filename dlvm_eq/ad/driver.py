@@ -55,7 +55,7 @@ class AdjointError(DlvmError):
 # A deep program may need many iterations: up to 64 per step (egglog call), from one doubling
 # (saturate.py: egglog's `repeat` runs them all, so a shallow program must not ask for 64).
 EXPANSION = Schedule(("adjoint",), step=64)
-EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
+EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0, work=10**15)
 # the algebra saturated over forward and adjoint together (see _adjoint_function); with a
 # guard, rules/attention.egg's ruleset too, behind it (egraph/attention_guarded.py)
 ADJOINT_SCHEDULE = Schedule.default().with_rulesets(("loops", "perexample", "merge-adjoint"))

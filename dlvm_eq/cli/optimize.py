@@ -44,9 +44,9 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 def _budget_item(text: str) -> tuple[str, float]:
     key, sep, value = text.partition("=")
-    if key not in ("iterations", "nodes", "seconds") or not sep:
+    if key not in ("iterations", "nodes", "work", "seconds") or not sep:
         raise argparse.ArgumentTypeError(
-            f"expected iterations=N, nodes=N or seconds=S, got {text!r}"
+            f"expected iterations=N, nodes=N, work=N or seconds=S, got {text!r}"
         )
     try:
         number = float(value) if key == "seconds" else int(value)
@@ -77,7 +77,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="saturation budget: iterations=N, nodes=N, seconds=S (repeatable)",
+        help="saturation budget: iterations=N, nodes=N, work=N (these decide the program), "
+        "seconds=S (a wall-clock safety net; default 600) (repeatable)",
     )
 
 

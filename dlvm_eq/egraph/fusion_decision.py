@@ -65,6 +65,7 @@ class FusionBudget(Budget):
 
 
 DEFAULT_BUDGET = FusionBudget()
+UNBOUNDED_WORK = 10**15  # the fusion e-graph's saturation: no work budget of its own
 
 
 def fusion_budget(budget) -> FusionBudget:
@@ -244,7 +245,9 @@ def fusion_graph(loaded: _Loaded, budget: Budget | None = None) -> tuple[dict, d
             s.add_globals(loaded.loads, "<fusion program>")
         t1 = time.perf_counter()
         # the one saturation driver; the fusion stage runs no analysis
-        sat = saturate(s, Schedule(("fusion",)), budget, analysis=None)
+        # bounded by iterations and nodes (and the clock's safety net): `work` is extraction's
+        steps = Budget(budget.iterations, budget.nodes, budget.seconds, work=UNBOUNDED_WORK)
+        sat = saturate(s, Schedule(("fusion",)), steps, analysis=None)
         t2 = time.perf_counter()
         roots = loaded.names + list(loaded.result_loads.values())
         data = s.serialize(roots).data

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..cache import note_time_cut
 from ..errors import DlvmError
 from ..extract import Extraction, ExtractionError, extract
 from ..extract.target_cost import TargetCost
@@ -33,7 +34,7 @@ from ..ir.declared import require_body
 from ..ir.module import Function, Module
 from ..ir.verifier import verify_function
 from .attention_report import attention_lines
-from .deadline import Deadline, extraction_seconds, nodes_within, observe
+from .deadline import Deadline, extraction_seconds, extraction_work, nodes_within, observe
 from .expr import render
 from .layout_report import layout_lines
 from .lets import Let
@@ -219,12 +220,15 @@ def extract_programs(
 ) -> Extracted:
     """Extract every program's roots jointly (shared values are paid once) and unload each.
 
-    deadline: when time is short, the ILP gives way to greedy, and past the point where the
-    whole e-graph can be extracted in time, only part of it is serialized (egglog's row cap);
-    when that part holds no program, ShortOfTime. `Extracted.notes` says what was given up."""
+    deadline (the safety net: saturation's work budget already left room for extraction): when
+    time is short, the ILP gives way to greedy, and past the point where the whole e-graph can
+    be extracted in time, only part of it is serialized (egglog's row cap); when that part
+    holds no program, ShortOfTime. `Extracted.notes` says what was given up, and each is a
+    time cut (cache.note_time_cut): not cached."""
     t0 = time.perf_counter()
     notes: list[str] = []
     max_rows = None
+    seconds = None
     if deadline is not None:
         nodes = node_count(session) if nodes is None else nodes
         left, need = deadline.left(), extraction_seconds(nodes)
@@ -239,8 +243,11 @@ def extract_programs(
         if extractor == "ilp" and left - need < ILP_MIN_SECONDS:
             extractor = "greedy"
             notes.append("time budget short: greedy extraction instead of ilp")
-        # what extraction's own searches (greedy's local search, the ILP) may use
-        time_limit = max(0.01, min(time_limit, left - need - 0.05))
+        for note in notes:
+            note_time_cut(f"extraction: {note}")
+        # the safety net of extraction's own searches (greedy's local search, the ILP)
+        seconds = max(0.01, left - need - 0.05)
+        time_limit = min(time_limit, seconds)
     roots = [r for p in programs for r in p.roots]
     g = session.serialize(roots, terms_only=True, max_rows=max_rows)
     var_types, literals = {}, {}
@@ -261,6 +268,7 @@ def extract_programs(
             method=extractor,
             cost=cost,
             time_limit=time_limit,
+            seconds=seconds,
         )
     except ExtractionError as e:
         if max_rows is not None:
@@ -290,7 +298,7 @@ def extract_programs(
 
 # the layout encodings of a program as loaded always finish (one or two iterations); the
 # budget only keeps the one driver's guarantee that saturation stops
-LAYOUT_BUDGET = Budget(iterations=1_000, nodes=10_000_000, seconds=600.0)
+LAYOUT_BUDGET = Budget(iterations=1_000, nodes=10_000_000, seconds=600.0, work=10**15)
 
 
 def baseline_cost(session: EGraphSession, programs: Sequence[LoadedProgram], target="cpu") -> float:
@@ -314,11 +322,18 @@ def optimize_session(
 ) -> SessionResult:
     """Saturate the session's e-graph under `budget`, extract all programs' roots jointly for
     `target`, and unload one Function per program (named `program.name`). The budget's seconds
-    (or `deadline`) cover saturation and extraction together: saturation stops while the
-    e-graph it leaves can still be extracted in time."""
+    (or `deadline`, the safety net) and its work cover saturation and extraction together:
+    saturation stops while the e-graph it leaves can still be extracted within them."""
     budget = Budget.of(budget)
     deadline = deadline or Deadline(budget.seconds)
-    sat = saturate(session, schedule, budget, deadline=deadline, reserve=extraction_seconds)
+    sat = saturate(
+        session,
+        schedule,
+        budget,
+        deadline=deadline,
+        reserve=extraction_seconds,
+        reserve_work=extraction_work,
+    )
     try:
         ex = extract_programs(
             session, programs, target, extractor, time_limit, deadline=deadline, nodes=sat.nodes

@@ -28,7 +28,7 @@ from ..ir.module import Const, Function
 from ..ir.op_spec import MATMUL_COST
 from ..ir.ops import OPS
 from ..ir.registry import EGRAPH_ONLY, read_types
-from .deadline import Deadline, extraction_seconds
+from .deadline import Deadline, extraction_seconds, extraction_work
 from .expr import ExpressionError, parse_expression, render
 from .optimize import ShortOfTime, extract_programs, program_cost, schedule_for, scratch_session
 from .optimize_report import seconds_text
@@ -100,6 +100,7 @@ def query(
             budget,
             deadline=deadline,
             reserve=extraction_seconds,
+            reserve_work=extraction_work,
         )
         try:
             ex = extract_programs(session, [prog], target, deadline=deadline, nodes=sat.nodes)

@@ -55,7 +55,9 @@ __all__ = [
 ]
 
 METHODS = ("greedy", "ilp", "tree")
-IMPROVE_SECONDS = 1.0  # the local search after greedy stops after this long at the most
+# the local search's wall-clock safety net: it stops on its work (improve.WORK) far sooner
+# (a 32-step GRU's 6k classes: 2-3 s on a loaded machine)
+SEARCH_SECONDS = 120.0
 
 
 def extract(
@@ -64,12 +66,17 @@ def extract(
     method: str = "greedy",
     cost: CostLike = None,
     time_limit: float = 10.0,
+    seconds: float | None = None,
 ) -> Extraction:
     """Extract the terms of ``roots`` (e-class ids; default: the graph's ``root_eclasses``).
 
     ``graph`` is a :class:`SerializedEGraph` or anything :func:`load_json` reads.
     ``cost`` is a :class:`CostModel`, a callable ``(graph, node_id) -> float``, or None for the
-    JSON cost field. ``time_limit`` (seconds) bounds the ILP's solver.
+    JSON cost field. What is extracted depends on the graph and the costs only: greedy's
+    local search and the ILP stop on work budgets (improve.WORK, ilp.NODE_LIMIT).
+    ``time_limit`` (seconds) is the ILP's safety net, ``seconds`` the local search's (default
+    SEARCH_SECONDS); a result either cuts is noted as a time cut (cache.note_time_cut), so
+    that it is not cached.
     """
     if not isinstance(graph, SerializedEGraph):
         graph = load_json(graph)
@@ -86,9 +93,8 @@ def extract(
     else:
         choice = greedy_dag_choice(graph, costs, root_ids)
         if all(choice[r] >= 0 for r in root_ids):  # then switches while the DAG cost drops
-            choice = improve_choice(
-                graph, costs, choice, root_ids, time_limit=min(IMPROVE_SECONDS, time_limit)
-            )
+            safety = SEARCH_SECONDS if seconds is None else seconds
+            choice = improve_choice(graph, costs, choice, root_ids, time_limit=safety)
         if method == "ilp" and all(choice[r] >= 0 for r in root_ids):
             from .ilp import ilp_choice  # scipy (~0.2 s to import) only for the ILP
 

@@ -12,7 +12,9 @@ Model, on the pruned e-graph (see :mod:`.prune`):
   has integer levels < M, so integrality would only slow HiGHS down.
 * minimize ``sum cost_n x_n``: with costs >= 0 this is the DAG cost of what the roots use.
 
-Solving runs in two steps within ``time_limit`` in all. First without the order constraints
+Solving runs in two steps, each under a work budget (HiGHS's branch-and-bound node limit,
+``node_limit``: the same answer on a busy machine as on a quiet one) and within ``time_limit``
+in all (a safety net: an answer it cuts says "time limit", which extract() notes as a time cut). First without the order constraints
 (a quarter of the time at most): on Tensat's e-graphs this takes a second where the full model
 finds nothing in a minute; an acyclic answer is then optimal outright, and otherwise its value
 is a lower bound (greedy meeting it is proven optimal) and its cycles become cuts. Then the full
@@ -48,6 +50,8 @@ from .greedy import greedy_dag_choice
 from .prune import prune, strongly_connected
 
 _HIGHS_STATUS = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}
+# branch-and-bound nodes per solve: the work budget (tensat's e-graphs: step 1 takes 1-40 nodes)
+NODE_LIMIT = 5_000
 
 
 @dataclass
@@ -68,6 +72,7 @@ def ilp_choice(
     time_limit: float = 10.0,
     greedy=None,
     rel_gap: float = 1e-6,
+    node_limit: int = NODE_LIMIT,
 ) -> IlpResult:
     """Solve the extraction ILP within ``time_limit`` seconds in all. ``greedy`` (a choice
     list, computed when not given) is the fallback and the yardstick. Never raises on solver
@@ -86,8 +91,14 @@ def ilp_choice(
     def left(share: float = 1.0) -> float:
         return min(deadline - time.perf_counter(), share * time_limit)
 
+    def stopped(res) -> bool:
+        """HiGHS stopped on the clock (the safety net), not on its node limit (work)."""
+        return res.status == 1 and time.perf_counter() >= deadline - 0.01 * time_limit
+
     # 1. No acyclicity: fast, a lower bound, and optimal outright when its answer is acyclic.
+    model.node_limit = node_limit
     res = model.solve(left(0.25), rel_gap)
+    timed = stopped(res)
     run.bound(res)
     if res.x is not None:
         choice = model.decode(res.x)
@@ -106,13 +117,18 @@ def ilp_choice(
         res = model.solve(
             left(), rel_gap, cutoff=run.best_cost * (1 + 1e-9) + 1e-12, presolve=False
         )
+        timed = timed or stopped(res)
         if res.x is not None:
             run.offer(model.decode(res.x), proven=res.status == 0)
         elif res.status == 2:  # nothing beats the incumbent: it is optimal
             run.proven = True
-        else:
-            run.why = f"{_HIGHS_STATUS.get(res.status, 'solver error')}"
+        elif res.status != 1:
+            run.why = _HIGHS_STATUS.get(res.status, "solver error")
+        if res.status == 1:
+            run.why = "node limit"
     else:
+        timed = True
+    if timed:  # whatever else stopped it, the clock shaped the answer: a time cut
         run.why = "time limit"
     return run.result()
 
@@ -131,7 +147,7 @@ class _Run:
         self.best, self.best_cost, self.from_greedy = greedy, greedy_cost, True
         self.lower = float("-inf")
         self.proven = False
-        self.why = "time limit"
+        self.why = "node limit"
 
     def offer(self, choice, proven: bool = False) -> None:
         """A solver's answer: kept if valid and cheaper (``proven``: HiGHS proved it optimal)."""
@@ -233,6 +249,7 @@ class _Model:
         self.col = col
         self.cuts: set[frozenset] = set()
         self.ordered: dict[int, int] = {}
+        self.node_limit = NODE_LIMIT
         self.comp_size: dict[int, int] = {}
 
     def cut(self, cycles) -> None:
@@ -310,6 +327,7 @@ class _Model:
             constraints=LinearConstraint(a, lo, hi),
             options={
                 "time_limit": max(time_limit, 0.01),
+                "node_limit": self.node_limit,
                 "mip_rel_gap": rel_gap,
                 "presolve": presolve,
                 "disp": False,

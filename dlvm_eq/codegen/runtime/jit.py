@@ -16,8 +16,10 @@ the host key read from the disk cache (`_host`), a warm process never imports ll
 
 Shared state (threads): `JIT` (`Jit`): the MCJIT engine, its address maps, object codes and
 counters are touched only under `JIT.lock`, compiling included (LLVM itself under
-llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. `KernelCode.text` is built lazily; a race
-builds the same text twice.
+llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. A kernel is built outside the lock, once: a
+second thread asking for a spec being built waits for the first (`Jit.building`, one event per
+spec key) and takes its result. `KernelCode.text` is built lazily; a race builds the same text
+twice.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class Jit:
         self.by_spec: dict[str, tuple[int, str]] = {}  # spec key -> (address, symbol)
         self.symbols: dict[str, int] = {}  # symbol -> address (a symbol is a hash of its IR)
         self.objects: dict[str, bytes] = {}  # symbol -> object code loaded (a few KiB each)
+        # spec key -> (the building thread's id, set when it is done): a second thread asking
+        # for that kernel waits instead of generating and compiling it again
+        self.building: dict[str, tuple[int, threading.Event]] = {}
         # loaded_natively: of the objects loaded (compiled or from disk), those loaded without LLVM
         self.counters = {
             "compiled": 0,
@@ -93,12 +98,33 @@ class Jit:
 
     def kernel(self, kind: str, spec, build_ir: Callable[[], CpuIR], layout=None) -> KernelCode:
         key = cache_key("spec", kind, spec_text(spec), host_key(), source_digest())
+        me = threading.get_ident()
+        while True:
+            with self.lock:
+                hit = self.by_spec.get(key)
+                if hit is not None:
+                    self.counters["memory_hits"] += 1
+                    addr, symbol = hit
+                    return KernelCode(addr, symbol, layout, kind, build_ir)
+                pending = self.building.get(key)
+                if pending is None or pending[0] == me:  # (a build that asks for itself: build)
+                    done = threading.Event()
+                    self.building[key] = (me, done)
+                    break
+            # another thread builds this kernel: wait, then take it from memory (or, where that
+            # build failed, build it here)
+            pending[1].wait()
+        try:
+            return self._build(key, kind, build_ir, layout)
+        finally:
+            with self.lock:
+                if self.building.get(key, (0, None))[1] is done:
+                    del self.building[key]
+            done.set()
+
+    def _build(self, key: str, kind: str, build_ir, layout) -> KernelCode:
+        """The kernel of spec key `key` from the disk cache, else generated and compiled."""
         with self.lock:
-            hit = self.by_spec.get(key)
-            if hit is not None:
-                self.counters["memory_hits"] += 1
-                addr, symbol = hit
-                return KernelCode(addr, symbol, layout, kind, build_ir)
             disk = shared_cache()
             data = disk.get("cpu", key)
             if data is not None:
