@@ -155,11 +155,20 @@ class Jit:
                     pass
             if data is not None and obj is None:
                 disk.corrupt += 1
-            if obj is None:
-                obj = compile_object(kir.text)
-                addr = self._load(obj, kir.symbol)
-                self.counters["compiled"] += 1
-                disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
+            if obj is not None:
+                self.addresses[key] = addr
+                return addr
+        # compiled outside the lock (as in kernel()): the native pool's code, built on another
+        # thread during a compile (native_pool.prebuild), holds up no kernel's load meanwhile
+        obj = compile_object(kir.text)
+        with self.lock:
+            addr = self.addresses.get(key)
+            if addr is not None:  # another thread compiled it meanwhile
+                self.counters["memory_hits"] += 1
+                return addr
+            addr = self._load(obj, kir.symbol)
+            self.counters["compiled"] += 1
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.addresses[key] = addr
             return addr
 
