@@ -15,9 +15,10 @@ Objects are loaded without LLVM where object_loader.py can (x86-64 Linux), else 
 the host key read from the disk cache (`_host`), a warm process never imports llvmlite.binding.
 
 Shared state (threads): `JIT` (`Jit`): the MCJIT engine, its address maps, object codes and
-counters are touched only under `JIT.lock`, compiling included (LLVM itself under
-llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. `KernelCode.text` is built lazily; a race
-builds the same text twice.
+counters are touched only under `JIT.lock`; compiling is not (each thread compiles in its own
+LLVM context, cpu/llvm_unlocked.py), so two threads asking for the same new kernel at once may
+both compile it, and the first loaded is kept; `_HOST` under `_host_lock`. `KernelCode.text`
+is built lazily; a race builds the same text twice.
 """
 
 from __future__ import annotations
