@@ -363,6 +363,10 @@ def prebuild() -> None:
         return
     if usable_cpus() < 2:
         return
+    # the caller imports the JIT module (a warm call needs it too): the thread below then imports
+    # only the IR builders, on a miss, and fewer imports run on two threads at once
+    from . import jit  # noqa: F401
+
     with _POOL_LOCK:
         if not _prebuilt:
             t = threading.Thread(target=_build_entry, name="dlvm_eq-pool-prebuild")
