@@ -22,6 +22,7 @@ def _row(seconds: float, plan: str) -> dict:
         "plan": plan,
         "step": 0.01,
         "cpu": seconds / 2,
+        "main_cpu": seconds / 4,
     }
 
 
@@ -36,6 +37,6 @@ def test_the_report_says_whether_the_plans_are_identical():
     before, after = Path("/old"), Path("/new")
     same = compile_time.report(_results(before, after, "plan A"), [], [before, after], [], False)
     assert "MLP step identical" in same
-    assert "| MLP step | dlvm_eq after | 0.80 | 0.050 | 0.040 | 0.40 / 0.025 | 100 |" in same
+    assert "| MLP step | dlvm_eq after | 0.80 | 0.050 | 0.040 | 0.40 / 0.025 | 0.20 | 100 |" in same
     other = compile_time.report(_results(before, after, "plan B"), [], [before, after], [], False)
     assert "MLP step DIFFERENT" in other
