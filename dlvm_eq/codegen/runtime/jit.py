@@ -133,14 +133,6 @@ class Jit:
             )
 
     def address(self, kir: CpuIR) -> int:
-        addr = self.loaded_address(kir)
-        if addr is not None:
-            return addr
-        return self._compile_and_load(kir)
-
-    def loaded_address(self, kir: CpuIR, count_corrupt: bool = True) -> int | None:
-        """The kernel's address if it is loaded or on disk (loaded now), else None.
-        count_corrupt=False: a look that the compile following it repeats (and counts)."""
         key = cache_key(kir.text, host_key())
         with self.lock:
             if key in self.addresses:
@@ -162,15 +154,11 @@ class Jit:
                     self.counters["loaded_from_disk"] += 1
                 except RuntimeError:  # checksum fine but unloadable: rebuild below
                     pass
-            if data is not None and obj is None and count_corrupt:
+            if data is not None and obj is None:
                 disk.corrupt += 1
             if obj is not None:
                 self.addresses[key] = addr
                 return addr
-            return None
-
-    def _compile_and_load(self, kir: CpuIR) -> int:
-        key = cache_key(kir.text, host_key())
         # compiled outside the lock (as in kernel()): the native pool's code, built on another
         # thread during a compile (native_pool.prebuild), holds up no kernel's load meanwhile
         obj = compile_object(kir.text)
@@ -181,7 +169,7 @@ class Jit:
                 return addr
             addr = self._load(obj, kir.symbol)
             self.counters["compiled"] += 1
-            shared_cache().put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.addresses[key] = addr
             return addr
 

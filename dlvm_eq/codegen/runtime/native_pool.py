@@ -335,20 +335,15 @@ _LIVE_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet[NativePool] = weakref.WeakSet()
 
 
-def _pool_code():
-    """The pool's LLVM IR and symbol, as JIT.address takes a kernel's."""
+def entry_address() -> int:
+    """Address of the compiled pool function (compiled once, cached like every kernel)."""
     from types import SimpleNamespace
+
+    from .jit import JIT  # LLVM loads only when a pool starts
 
     text = pool_ir()
     symbol = "dq_pool_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    return SimpleNamespace(text=text.replace("{symbol}", symbol), symbol=symbol)
-
-
-def entry_address() -> int:
-    """Address of the compiled pool function (compiled once, cached like every kernel)."""
-    from .jit import JIT  # LLVM loads only when a pool starts
-
-    return JIT.address(_pool_code())
+    return JIT.address(SimpleNamespace(text=text.replace("{symbol}", symbol), symbol=symbol))
 
 
 def running_pool() -> NativePool | None:
@@ -368,14 +363,9 @@ def prebuild() -> None:
         return
     if usable_cpus() < 2:
         return
-    from .jit import JIT
-
-    if JIT.loaded_address(_pool_code(), count_corrupt=False) is not None:  # on disk: no thread
-        return
-    # the Python work (host key, imports of the IR builders, which this compile's own kernels
-    # need too) stays on the caller's thread: the thread below runs LLVM, outside the GIL, and
-    # takes the GIL for moments only (a thread importing beside the e-graph slowed it under load)
-    from ..cpu import llvm_cpu  # noqa: F401
+    # the caller imports the JIT module (a warm call needs it too): the thread below then imports
+    # only the IR builders, on a miss, and fewer imports run on two threads at once
+    from . import jit  # noqa: F401
 
     with _POOL_LOCK:
         if not _prebuilt:
