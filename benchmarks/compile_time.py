@@ -263,6 +263,12 @@ def _cpu(rows: list[dict]) -> float:
     return statistics.median(r.get("cpu", float("nan")) for r in rows)
 
 
+def _main_cpu(rows: list[dict]) -> float:
+    """Median CPU seconds of the compile's main thread alone: under load, what a compile that
+    spreads work over the cores would take with a core to itself (nan for older runs)."""
+    return statistics.median(r.get("main", float("nan")) for r in rows)
+
+
 def phases_text(rows: list[dict]) -> str:
     names = [
         p
@@ -332,7 +338,8 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
     if len(trees) == 2:
         labels = {str(trees[0]): "dlvm_eq before", str(trees[1]): "dlvm_eq after"}
     head = (
-        "| program | compiler | cold s | CPU s cold | warm s: first result / steady step / "
+        "| program | compiler | cold s | CPU s cold | main-thread CPU s cold | warm s: first "
+        "result / steady step / "
         "overhead | warm main-thread CPU ms: first / step / overhead | warm process CPU ms: "
         "first / step / overhead | peak RSS MB (cold) |"
     )
@@ -347,7 +354,7 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             colds, warms = [c for c, _ in rows], [w for _, w in rows]
             line = (
                 f"| {TITLES[program]} | {labels[str(tree)]} | {median(colds, 'seconds'):.2f} | "
-                f"{_cpu(colds):.2f} | {' | '.join(warm_text(warms))} | "
+                f"{_cpu(colds):.2f} | {_main_cpu(colds):.2f} | {' | '.join(warm_text(warms))} | "
                 f"{median(colds, 'rss_mb'):.0f} |"
             )
             if profile:
@@ -359,7 +366,8 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             cells = warm_text(warms) if warms else ("", "", "")
             line = (
                 f"| {TITLES[program]} | {PEERS[framework][1]} | {median(rows, 'seconds'):.2f} | "
-                f"{_cpu(rows):.2f} | {' | '.join(cells)} | {median(rows, 'rss_mb'):.0f} |"
+                f"{_cpu(rows):.2f} | {_main_cpu(rows):.2f} | {' | '.join(cells)} | "
+                f"{median(rows, 'rss_mb'):.0f} |"
             )
             lines.append(line + (" |" if profile else ""))
     out = ["\n".join(lines)] if len(lines) > 2 else []

@@ -96,6 +96,10 @@ class Jitted:
         """(module, compiled, result tree) for these arguments: trace on the arguments' leaves
         (one IR parameter each), then the back end."""
         check_arity(self.fn, len(args), "jit")  # a new signature: maybe a wrong argument count
+        if self.target == "cpu":  # the worker pool's code compiles beside the e-graph (issue 32)
+            from ..codegen.runtime.native_pool import prebuild
+
+            prebuild()
         with compile_phases() as phases:  # the compile's time by phase, for its report
             # gradients leave the algebra to the target's compile (one e-graph per function)
             with phase("trace"), traced_for(self.target) as saturated:

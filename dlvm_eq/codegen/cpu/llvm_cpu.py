@@ -35,6 +35,7 @@ from ..llvm.loops import counted_loop, entry_alloca, i64, strided_range
 from ..llvm.lower_expr import combine, from_storage, init_constant, lower, storage_type, to_storage
 from ..llvm.streaming import NT_MIN_BYTES, tiled_streaming
 from ..llvm.symbols import symbol_for
+from .llvm_unlocked import emit_object
 
 PTR = ir.PointerType()
 
@@ -410,8 +411,13 @@ def _own_llvm() -> tuple:
 def compile_object(ir_text: str, vectorize: bool = True, speed: int | None = None) -> bytes:
     """IR text -> optimized native object code for the host (the same bytes as `optimize`
     + emit in the global context: tests/test_parallel_kernels.py), in this thread's own LLVM
-    context: threads compile at once (llvmlite's calls release the GIL)."""
+    context: threads compile at once (llvm_unlocked: ctypes releases the GIL, and the O1-O3
+    pipelines skip llvmlite's lock; the CLEANUP passes, for small kernels, still take it)."""
     context, tm = _own_llvm()
+    if speed is None:
+        speed = 3 if vectorize else 2
+    if speed != CLEANUP:  # outside llvmlite's process-wide lock: see llvm_unlocked
+        return emit_object(context, tm, ir_text, speed, vectorize)
     mod = llvm.parse_assembly(ir_text, context=context)
     mod.verify()
     run_passes(mod, tm, vectorize, speed)

@@ -15,11 +15,11 @@ Objects are loaded without LLVM where object_loader.py can (x86-64 Linux), else 
 the host key read from the disk cache (`_host`), a warm process never imports llvmlite.binding.
 
 Shared state (threads): `JIT` (`Jit`): the MCJIT engine, its address maps, object codes and
-counters are touched only under `JIT.lock`, compiling included (LLVM itself under
-llvm_lock.LLVM_LOCK); `_HOST` under `_host_lock`. A kernel is built outside the lock, once: a
-second thread asking for a spec being built waits for the first (`Jit.building`, one event per
-spec key) and takes its result. `KernelCode.text` is built lazily; a race builds the same text
-twice.
+counters are touched only under `JIT.lock`; compiling is not (each thread compiles in its own
+LLVM context, cpu/llvm_unlocked.py). A kernel is still built once: a second thread asking for a
+spec being built waits for the first (`Jit.building`, one event per spec key) and takes its
+result. `_HOST` under `_host_lock`. `KernelCode.text` is built lazily; a race builds the same
+text twice.
 """
 
 from __future__ import annotations
@@ -181,11 +181,20 @@ class Jit:
                     pass
             if data is not None and obj is None:
                 disk.corrupt += 1
-            if obj is None:
-                obj = compile_object(kir.text)
-                addr = self._load(obj, kir.symbol)
-                self.counters["compiled"] += 1
-                disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
+            if obj is not None:
+                self.addresses[key] = addr
+                return addr
+        # compiled outside the lock (as in kernel()): the native pool's code, built on another
+        # thread during a compile (native_pool.prebuild), holds up no kernel's load meanwhile
+        obj = compile_object(kir.text)
+        with self.lock:
+            addr = self.addresses.get(key)
+            if addr is not None:  # another thread compiled it meanwhile
+                self.counters["memory_hits"] += 1
+                return addr
+            addr = self._load(obj, kir.symbol)
+            self.counters["compiled"] += 1
+            disk.put("cpu", key, pack_entry(kir.symbol, host_key(), obj))
             self.addresses[key] = addr
             return addr
 

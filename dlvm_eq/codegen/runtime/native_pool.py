@@ -351,6 +351,36 @@ def running_pool() -> NativePool | None:
     return _POOL
 
 
+_prebuilt: list[threading.Thread] = []  # the one thread compiling the pool's code, once started
+
+
+def prebuild() -> None:
+    """Compile the pool's code on another thread now, where a pool will start (x86-64 Linux,
+    another usable CPU, DLVM_EQ_NATIVE_POOL on) and none has: called at the start of a cpu
+    compile, so that LLVM's ~0.1 s CPU on it (a cold cache) runs beside the e-graph, outside
+    the GIL (cpu/llvm_unlocked.py), instead of in the first call. Once per process."""
+    if _POOL is not None or _prebuilt or not supported() or not settings().native_pool:
+        return
+    if usable_cpus() < 2:
+        return
+    # the caller imports the JIT module (a warm call needs it too): the thread below then imports
+    # only the IR builders, on a miss, and fewer imports run on two threads at once
+    from . import jit  # noqa: F401
+
+    with _POOL_LOCK:
+        if not _prebuilt:
+            t = threading.Thread(target=_build_entry, name="dlvm_eq-pool-prebuild")
+            t.start()  # under the lock: native_pool() never joins a thread not yet started
+            _prebuilt.append(t)
+
+
+def _build_entry() -> None:
+    try:
+        entry_address()
+    except Exception:  # native_pool() builds it again in the caller, and raises there
+        pass
+
+
 def native_pool() -> NativePool | None:
     """The process's native pool (usable_cpus() - 1 workers), started on first use; None where
     it is unsupported or there is one usable CPU (no helper thread is started then)."""
@@ -358,6 +388,8 @@ def native_pool() -> NativePool | None:
     if _POOL is None:
         if not supported() or usable_cpus() < 2:
             return None
+        for t in list(_prebuilt):  # its code compiled there: entry_address() finds it
+            t.join()
         entry = entry_address()
         with _POOL_LOCK:
             if _POOL is None:
@@ -379,6 +411,7 @@ def _after_fork_in_child() -> None:
     for pool in list(_LIVE):
         pool._after_fork_in_child()
     _POOL = None  # the child starts a pool of its own on first use
+    _prebuilt.clear()  # a prebuild thread of the parent's does not run here
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
