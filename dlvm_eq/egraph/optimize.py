@@ -227,8 +227,7 @@ def extract_programs(
     time cut (cache.note_time_cut): not cached."""
     t0 = time.perf_counter()
     notes: list[str] = []
-    max_rows = None
-    seconds = None
+    max_rows, seconds = None, None
     if deadline is not None:
         nodes = node_count(session) if nodes is None else nodes
         left, need = deadline.left(), extraction_seconds(nodes)
