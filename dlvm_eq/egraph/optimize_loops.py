@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ..cache import watching_time_cuts
 from ..errors import DlvmError
 from ..extract.machine import machine
+from ..ir.branch_motion import hoist_branch_common
 from ..ir.control_flow import (
     CONTROL_FLOW_OPS,
     SCAN,
@@ -418,6 +419,7 @@ def optimize_loops(
 
     new, units = optimize_with_bodies(fn, module, joint)
     new = apply_loop_rules(new)  # dead carries dropped, sums deferred (ir/loop_rules.py)
+    new = hoist_branch_common(new)  # values every branch computes, before the branch
     res = state.get("res")
     costs = state.get("costs", [])
     before = sum(c[0] for c in costs)
