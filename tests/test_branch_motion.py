@@ -171,3 +171,22 @@ def test_random_branches_keep_the_interpreters_result(left, right, seed):
     m1 = _module(hoist_branch_common(fn))
     for p in (True, False):
         _same(m0, m1, "f", (np.bool_(p), a, b))
+
+
+def test_two_moved_values_reach_each_branch_in_their_places():
+    def f(p, a):
+        return dq.cond(
+            p,
+            lambda a: dq.exp(a) - dq.tanh(a),
+            lambda a: dq.tanh(a) * 2.0 + dq.exp(a) * 3.0,
+            a,
+        )
+
+    args = (np.bool_(True), RNG.standard_normal(3).astype(np.float32))
+    m0, fn = _traced(f, *args)
+    new = hoist_branch_common(fn)
+    (c,) = _ops(new, "cond")
+    assert len(c.operands) == 4  # p, a, exp(a), tanh(a)
+    m1 = _module(new)
+    for p in (True, False):
+        _same(m0, m1, "f", (np.bool_(p), args[1]))
