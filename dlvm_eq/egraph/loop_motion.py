@@ -10,6 +10,10 @@ everything else it reads (carries, another piece's results) gets no fact.
     loop = loop_body(scan_inst, body_params, piece, unit_function)   # None: nothing to tie
     session.run_text(loop_facts(loop), "<loop facts>")
 
+A while loop's body is tied the same way, its `with` operands Once (it has no per-step inputs),
+priced as WHILE_TRIPS steps; what it lifts is computed before the loop by `before_while`,
+unguarded where every op is speculatable, else under a `cond` on the loop's test.
+
 What a body's units lifted (`Hoist`) is computed right before its scan. A hoist that reads only
 operands which, in the body around that scan, are `with` operands of the outer scan (the same
 at every outer step) is computed before the outer scan instead, and further out while that
@@ -20,10 +24,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.control_flow import SCAN
-from ..ir.module import Const, Function, Value
+from ..ir.control_flow import COND, SCAN, WHILE
+from ..ir.loop_rules import inline
+from ..ir.module import Const, Function, FunctionBuilder, Value
+from ..ir.ops import CAST, ELEMENTWISE_KINDS, LAYOUT, LITERAL, OPS, SLICE
 from ..ir.types import TensorType
 from .lets import egg_string, egg_vec
+
+# A while loop's trip count is not known when it is compiled: what its body computes once is
+# priced as if the loop ran this many steps, the fewest at which computing it once pays.
+WHILE_TRIPS = 2
+# Ops that may run before a while loop that runs zero times (speculation): they cannot fail
+# (inf and NaN are values: the interpreter and the kernels run with floating-point errors off,
+# ir/op_spec.py `quiet`) and cost at most one pass over values the loop reads. A product, a
+# reduction, a gather, a window, attention or a loop is computed before the loop only under
+# a `cond` on the loop's test at its initial carries (`before_while`).
+SPECULATABLE_KINDS = frozenset((*ELEMENTWISE_KINDS, LAYOUT, CAST, SLICE, LITERAL))
 
 
 @dataclass
@@ -51,11 +67,14 @@ class Hoist:
 
 
 def loop_body(inst, body_params: list[Value], piece, fn: Function) -> LoopBody | None:
-    """How a straight piece's unit (`fn`, its parameters renamed apart) of a scan body stands
-    for the scan's operands; None for a scan of fewer than 2 steps (the loop rules inline one
-    step) or a piece that reads none of the body's xs or withs."""
+    """How a straight piece's unit (`fn`, its parameters renamed apart) of a scan or while
+    body stands for the loop's operands; None for a scan of fewer than 2 steps (the loop rules
+    inline one step) or a piece that reads none of the body's xs or withs."""
     a = inst.attrs
-    n, nc, nx = int(a["length"]), a["carries"], a["xs"]
+    if inst.op == WHILE:
+        n, nc, nx = WHILE_TRIPS, a["carries"], 0
+    else:
+        n, nc, nx = int(a["length"]), a["carries"], a["xs"]
     if n < 2 or len(piece.inputs) != len(fn.params):
         return None
     at = {id(q): k for k, q in enumerate(body_params)}
@@ -142,6 +161,68 @@ def emit_shared(b, fn: Function, args: list, memo: dict, location=None):
                 memo[key] = hit
         env[id(inst.result)] = hit
     return get(fn.ret)
+
+
+def speculatable(fn: Function) -> bool:
+    """Whether fn (a lifted value's function) may run before a loop that runs zero times:
+    every op in SPECULATABLE_KINDS (total and at most one pass), nothing else."""
+    return all(OPS[i.op].kind in SPECULATABLE_KINDS for i in fn.body)
+
+
+def before_while(b, lifted: list[Hoist], operands: list, attrs: dict, memo: dict, location=None):
+    """A while loop's operands and attributes with what its body lifted (`lifted`, in the
+    order of the body's new trailing parameters) computed before it into builder `b`; its
+    test (attrs["cond"]) takes the new operands as parameters it does not read. Speculatable
+    values are computed unguarded; the rest under one `cond` on the test at the initial
+    carries, whose other branch gives zeros the loop never reads (it runs zero times)."""
+    made: dict[int, object] = {}
+    guarded = [k for k, x in enumerate(lifted) if not speculatable(x.before)]
+    for k, x in enumerate(lifted):
+        if k not in guarded:
+            made[k] = _value(b, emit_shared(b, x.before, _args(x, operands), memo, location))
+    if guarded:
+        test = inline(b, attrs["cond"], list(operands), location)[0]
+        srcs = sorted({s for k in guarded for s in lifted[k].sources})
+        types = [operands[s].type for s in srcs]
+        names = [f"src{s}" for s in srcs]
+        body_name = attrs["body"].name
+        run = FunctionBuilder(f"{body_name}.hoisted", types, names)
+        skip = FunctionBuilder(f"{body_name}.skipped", types, names)
+        at = {s: q for s, q in zip(srcs, run.params)}
+        mine: dict = {}
+        outs = [
+            _value(run, emit_shared(run, lifted[k].before, _args(lifted[k], at), mine))
+            for k in guarded
+        ]
+        zeros = [
+            skip.emit("literal", [], value=0, type=lifted[k].before.result_type) for k in guarded
+        ]
+        one = len(guarded) == 1
+        branches = (run.finish(outs[0] if one else outs), skip.finish(zeros[0] if one else zeros))
+        r = b.emit(COND, [test, *(operands[s] for s in srcs)], location=location, branches=branches)
+        for j, k in enumerate(guarded):
+            made[k] = r if one else b.emit("extract", [r], location=location, index=j)
+    new = [made[k] for k in range(len(lifted))]
+    cond = attrs["cond"]
+    extra = [x.before.result_type for x in lifted]
+    test_fn = FunctionBuilder(
+        cond.name,
+        [*cond.param_types, *extra],
+        [q.name for q in cond.params] + [x.name for x in lifted],
+    )
+    (t,) = inline(test_fn, cond, test_fn.params[: len(cond.params)])
+    test_fn_done = test_fn.finish(_value(test_fn, t))
+    test_fn_done.location = cond.location
+    return [*operands, *new], dict(attrs, cond=test_fn_done)
+
+
+def _args(x: Hoist, operands) -> list:
+    return [operands[s] for s in x.sources]
+
+
+def _value(b, v):
+    """v, a constant made a literal instruction (a function or operand needs a value)."""
+    return b.emit("literal", [], value=v.value, type=v.type) if isinstance(v, Const) else v
 
 
 def _reading(fn: Function) -> Function:

@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 from ..cache import watching_time_cuts
 from ..errors import DlvmError
 from ..extract.machine import machine
+from ..ir.branch_motion import hoist_branch_common
 from ..ir.control_flow import (
     CONTROL_FLOW_OPS,
     SCAN,
+    WHILE,
     add_renamed,
     bodies,
     reachable_bodies,
@@ -53,7 +55,15 @@ from .control_regions import ControlRegion, control_regions, decided, region_fac
 from .deadline import Deadline
 from .fusion_ahead import planning_ahead
 from .loader import Lifted
-from .loop_motion import LoopBody, emit_shared, hoists, loop_body, loop_facts, row
+from .loop_motion import (
+    LoopBody,
+    before_while,
+    emit_shared,
+    hoists,
+    loop_body,
+    loop_facts,
+    row,
+)
 from .optimize import (
     OptimizeResult,
     ShortOfTime,
@@ -109,8 +119,12 @@ class _Planner:
         top = self.plan(fn)
         for p in self.plans.values():
             runs = self.runs.get(id(p.fn), [])
-            if len(runs) != 1 or runs[0].op != SCAN:
-                continue
+            if (
+                len(runs) != 1
+                or runs[0].op not in (SCAN, WHILE)
+                or runs[0].attrs["body"] is not p.fn
+            ):
+                continue  # (a while's test is not its body)
             for piece in p.pieces:  # every straight piece of the body (loop_motion.py)
                 unit = p.units.get(id(piece))
                 if unit is not None:
@@ -221,6 +235,10 @@ def _rebuild(planner: _Planner, fn: Function, rebuilt: dict) -> Function:
         if inst.op == SCAN and inst.attrs["body"] is not None:
             here = {x.name for x in lifted}  # handed on from fn's own parameters
             operands, attrs = _before_loop(b, planner, inst, operands, attrs, here, new_params)
+        elif inst.op == WHILE and hoists(planner.plans, planner.runs, inst.attrs["body"]):
+            memo = planner.emitted.setdefault(id(b), (b, {}))[1]
+            lifted_here = hoists(planner.plans, planner.runs, inst.attrs["body"])
+            operands, attrs = before_while(b, lifted_here, operands, attrs, memo, inst.location)
         r = b.emit(inst.op, operands, location=inst.location, **attrs)
         if isinstance(r.type, TupleType):
             outs = [b.emit("extract", [r], index=k) for k in range(len(r.type.elements))]
@@ -255,7 +273,7 @@ def _body_in_place(b, planner: _Planner, r: ControlRegion, ops: list, rebuilt) -
 
 def _withs(planner: _Planner, body: Function) -> int:
     (inst,) = planner.runs[id(body)]
-    return len(body.params) - inst.attrs["carries"] - inst.attrs["xs"]
+    return len(body.params) - inst.attrs["carries"] - inst.attrs.get("xs", 0)
 
 
 def _before_loop(b, planner: _Planner, inst, operands: list, attrs: dict, here, params):
@@ -401,6 +419,7 @@ def optimize_loops(
 
     new, units = optimize_with_bodies(fn, module, joint)
     new = apply_loop_rules(new)  # dead carries dropped, sums deferred (ir/loop_rules.py)
+    new = hoist_branch_common(new)  # values every branch computes, before the branch
     res = state.get("res")
     costs = state.get("costs", [])
     before = sum(c[0] for c in costs)
