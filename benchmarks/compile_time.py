@@ -6,6 +6,7 @@ gradient's growth with depth.
     .venv/bin/python benchmarks/compile_time.py --trees /old/checkout . # before/after, same run
                                                   # (and whether the printed plans are the same)
     .venv/bin/python benchmarks/compile_time.py --profile               # and each phase's time
+    .venv/bin/python benchmarks/compile_time.py --programs cnn transformer --depths  # those only
     .venv/bin/python benchmarks/compile_time.py --update BENCHMARKS.md  # writes its section
     .venv/bin/python benchmarks/compile_time.py --rounds 0 --depths 64 256 --trees old .
                                                   # the depth table only, trees alternating
@@ -13,9 +14,16 @@ gradient's growth with depth.
 Each measurement is a fresh Python process (`dlvm_eq` imported from the tree given, its import
 not counted): cold has an empty cache directory; warm is a second process on the directory the
 cold one filled. A compile is timed from `dq.jit(...)` to the first result of the first call.
-Peak RSS is the process's (getrusage) after that call. Python bytecode is cached (as after an
-install): a first discarded run per tree writes it. Trees and peers take turns, round by round;
-the tables show medians over --rounds.
+JAX's warm is the same: its cold process runs with JAX's persistent compilation cache in the
+cache directory (every entry kept, however short its compile), and a second process reads it.
+The warm row has three figures, all from the warm process: the time to the first result, a
+steady step of the same program (the median of --steady further calls, in the same process),
+and their difference, the warm overhead: what the first call costs beyond a step (loading,
+first touches of fresh memory, thread starts). Each in wall time and in the main thread's CPU
+time (JAX: the process's, its work runs on XLA's threads), the steadier figure under load.
+Peak RSS is the process's (getrusage) after the first call. Python bytecode is cached (as after
+an install): a first discarded run per tree writes it. Trees and peers take turns, round by
+round; the tables show medians over --rounds.
 
 | program | what is compiled |
 |---|---|
@@ -43,11 +51,11 @@ PROGRAMS = ("mlp", "cnn", "transformer", "tanh30")
 DEPTHS = (8, 16, 32, 64, 128, 256)
 PYC = Path(tempfile.gettempdir()) / "dlvm_eq-bench-pycache"
 
-# One measurement: argv = framework, program. Prints one JSON line.
+# One measurement: argv = framework, program, steady calls. Prints one JSON line.
 CHILD = r"""
-import sys, time, json, resource
+import sys, time, json, resource, os, statistics
 sys.path.insert(0, BENCH)
-framework, program = sys.argv[1], sys.argv[2]
+framework, program, steady_calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import numpy as np
 t0 = time.perf_counter()
 if framework == "dlvm_eq":
@@ -56,6 +64,11 @@ elif framework == "torch":
     import torch
 else:
     import jax, jax.numpy as jnp
+    # the persistent compilation cache, in this compile's cache directory: the cold process
+    # writes every entry (none is too quick to keep), the warm one reads them
+    jax.config.update("jax_compilation_cache_dir", os.path.join(os.environ["DLVM_EQ_CACHE_DIR"], "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 imported = time.perf_counter() - t0
 rng = np.random.default_rng(0)
 if program == "mlp":
@@ -72,8 +85,9 @@ elif program in ("cnn", "transformer"):
 else:
     depth = int(program[4:])
     args = (np.linspace(-0.5, 0.5, 6).astype(np.float32),)
-phases, plan, step, cpu = {}, None, None, None
+phases, plan, again = {}, None, None  # again(): one more step, its result ready
 c1 = time.process_time()  # CPU time of the compile (all threads): steadier than wall under load
+m1 = time.thread_time()  # the main thread's alone: no helper thread's spinning or waiting
 if framework == "dlvm_eq":
     t1 = time.perf_counter()
     if program == "mlp":
@@ -93,13 +107,8 @@ if framework == "dlvm_eq":
         f = dq.jit(dq.grad(deep))
     out = f(*args)
     seconds = time.perf_counter() - t1
-    cpu = time.process_time() - c1
-    t2 = time.perf_counter()
-    f(*args)  # a second call: the step's own time, which the first call's includes
-    step = time.perf_counter() - t2
-    phases = getattr(f.report(*args), "phases", {})
-    import re  # the printed plan, less the fusion stage's wall time: compared across trees
-    plan = re.sub(r"; [0-9.]+ ms", "", str(f.report(*args).plan))
+    cpu, main = time.process_time() - c1, time.thread_time() - m1
+    again = lambda: f(*args)  # the same arguments: the step's own time, what the first includes
 elif framework == "torch":  # a training step's forward compiled, its backward by AOTAutograd
     t1 = time.perf_counter()
     if program == "mlp":
@@ -134,23 +143,41 @@ else:
             value, grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(w1, b1, w2, b2, x, y)
             return value, tuple(p - 0.01 * g for p, g in zip((w1, b1, w2, b2), grads))
         out = jax.block_until_ready(f(*args))
+        again = lambda: jax.block_until_ready(f(*args))
     elif program in ("cnn", "transformer"):
-        models.Jax(model, params, x, y)  # compiles and runs its train step once
+        jx = models.Jax(model, params, x, y)  # compiles and runs its train step once
+        again = lambda: jax.block_until_ready(jx.train_step(jx.p, jx.x, jx.y))
     else:
         def deep(x):
             for _ in range(depth):
                 x = jnp.tanh(x * x + x)
             return jnp.sum(x)
-        out = jax.block_until_ready(jax.jit(jax.grad(deep))(*args))
+        g = jax.jit(jax.grad(deep))
+        out = jax.block_until_ready(g(*args))
+        again = lambda: jax.block_until_ready(g(*args))
     seconds = time.perf_counter() - t1
+if framework != "dlvm_eq":
+    cpu, main = time.process_time() - c1, time.thread_time() - m1
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-cpu = time.process_time() - c1 if cpu is None else cpu
-print(json.dumps({"seconds": seconds, "cpu": cpu, "import": imported, "rss_mb": rss, "phases": phases,
-                  "plan": plan, "step": step if framework == "dlvm_eq" else None}))
+steady = []  # (wall, process CPU, main thread CPU) of each further step
+for _ in range(steady_calls if again is not None else 0):
+    t2, c2, m2 = time.perf_counter(), time.process_time(), time.thread_time()
+    again()
+    steady.append((time.perf_counter() - t2, time.process_time() - c2, time.thread_time() - m2))
+if framework == "dlvm_eq":
+    phases = getattr(f.report(*args), "phases", {})
+    import re  # the printed plan, less the fusion stage's wall time: compared across trees
+    plan = re.sub(r"; [0-9.]+ ms", "", str(f.report(*args).plan))
+mid = lambda i: statistics.median(s[i] for s in steady) if steady else None
+print(json.dumps({"seconds": seconds, "cpu": cpu, "main": main, "import": imported,
+                  "rss_mb": rss, "phases": phases, "plan": plan, "step": mid(0),
+                  "step_cpu": mid(1), "step_main": mid(2)}))
 """
 
 
-def child(tree: Path, framework: str, program: str, cache: str, timeout: float) -> dict:
+def child(
+    tree: Path, framework: str, program: str, cache: str, timeout: float, steady: int = 0
+) -> dict:
     from common import child_json
 
     env = {
@@ -159,13 +186,17 @@ def child(tree: Path, framework: str, program: str, cache: str, timeout: float) 
         "TORCHINDUCTOR_CACHE_DIR": str(Path(cache) / "inductor"),  # torch.compile's cold: empty
     }
     code = CHILD.replace("BENCH", repr(str(HERE)))
-    return child_json(tree, code, [framework, program], cache, env, timeout)
+    return child_json(tree, code, [framework, program, str(steady)], cache, env, timeout)
 
 
-def cold_and_warm(tree: Path, program: str, timeout: float) -> tuple[dict, dict]:
+def cold_and_warm(
+    tree: Path, program: str, timeout: float, steady: int = 0, framework: str = "dlvm_eq"
+) -> tuple[dict, dict]:
+    """A cold compile on an empty cache directory, then a warm one on what it left there;
+    the warm process also times `steady` further steps."""
     with tempfile.TemporaryDirectory(prefix="dq-compile-") as cache:
-        cold = child(tree, "dlvm_eq", program, cache, timeout)
-        warm = child(tree, "dlvm_eq", program, cache, timeout)
+        cold = child(tree, framework, program, cache, timeout)
+        warm = child(tree, framework, program, cache, timeout, steady)
     return cold, warm
 
 
@@ -181,21 +212,49 @@ def installed_peers(names) -> list[str]:
     ]
 
 
-def peer(framework: str, program: str, timeout: float) -> dict:
-    """One cold compile of a peer, in a fresh process with an empty cache directory of its own
-    (torch.compile's inductor cache lives there)."""
+def peer(framework: str, program: str, timeout: float, steady: int = 0) -> tuple[dict, dict | None]:
+    """A peer's cold compile in a fresh process with an empty cache directory of its own
+    (torch.compile's inductor cache lives there), and for JAX a warm one on the persistent
+    compilation cache the cold one wrote (None for torch.compile: cold only)."""
+    if framework == "jax":
+        return cold_and_warm(ROOT, program, timeout, steady, framework)
     with tempfile.TemporaryDirectory(prefix="dq-peer-") as cache:
-        return child(ROOT, framework, program, cache, timeout)
+        return child(ROOT, framework, program, cache, timeout), None
 
 
 def median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def _less_a_step(rows: list[dict]) -> float:
-    """The warm compile less the step's own run (a second call's time): what compiling from
-    the cache costs, whatever the step computes (the transformer step runs ~0.4 s)."""
-    return statistics.median(r["seconds"] - (r.get("step") or 0.0) for r in rows)
+def _nan_median(values) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def warm_figures(rows: list[dict], first: str, step: str) -> tuple[float, float, float]:
+    """Medians of the warm processes' first result, steady step, and warm overhead (each
+    process's first less its own steady step), by the keys `first` and `step` of each row
+    (seconds; nan where a row lacks them: older bench output)."""
+    return (
+        _nan_median(r.get(first) for r in rows),
+        _nan_median(r.get(step) for r in rows),
+        _nan_median(
+            r[first] - r[step] for r in rows if r.get(first) is not None and r.get(step) is not None
+        ),
+    )
+
+
+def warm_text(rows: list[dict]) -> tuple[str, str, str]:
+    """The warm row's cells: wall s (first / step / overhead), main-thread CPU ms and process
+    CPU ms (the same three)."""
+    wall = "{:.3f} / {:.3f} / {:.3f}".format(*warm_figures(rows, "seconds", "step"))
+    main = "{:.0f} / {:.0f} / {:.0f}".format(
+        *(v * 1e3 for v in warm_figures(rows, "main", "step_main"))
+    )
+    cpu = "{:.0f} / {:.0f} / {:.0f}".format(
+        *(v * 1e3 for v in warm_figures(rows, "cpu", "step_cpu"))
+    )
+    return wall, main, cpu
 
 
 def _cpu(rows: list[dict]) -> float:
@@ -215,32 +274,46 @@ def phases_text(rows: list[dict]) -> str:
     )
 
 
-def run(trees: list[Path], rounds: int, timeout: float, depths, peers, log=print):
+def _warm_log(warm: dict | None) -> str:
+    if warm is None:
+        return ""
+    step = warm.get("step")
+    return f", warm {warm['seconds']:.3f} s (a steady step {step if step is not None else float('nan'):.3f} s)"
+
+
+def run(
+    trees: list[Path],
+    rounds: int,
+    timeout: float,
+    depths,
+    peers,
+    log=print,
+    steady=5,
+    programs=PROGRAMS,
+):
     results: dict[tuple, list] = {}
     for tree in trees:  # writes the bytecode caches; not measured
         cold_and_warm(tree, "tanh8", timeout)
     for framework in peers:
         peer(framework, "tanh8", timeout)
     for r in range(rounds):
-        for program in PROGRAMS:
+        for program in programs:
             order = trees if r % 2 == 0 else trees[::-1]
             for tree in order:
-                cold, warm = cold_and_warm(tree, program, timeout)
+                cold, warm = cold_and_warm(tree, program, timeout, steady)
                 results.setdefault((program, str(tree)), []).append((cold, warm))
-                log(
-                    f"round {r} {program} {tree}: cold {cold['seconds']:.2f} s, warm {warm['seconds']:.3f} s"
-                )
+                log(f"round {r} {program} {tree}: cold {cold['seconds']:.2f} s{_warm_log(warm)}")
             for framework in peers:
-                j = peer(framework, program, timeout)
-                results.setdefault((program, framework), []).append((j, None))
-                log(f"round {r} {program} {framework}: {j['seconds']:.2f} s")
+                j, jw = peer(framework, program, timeout, steady)
+                results.setdefault((program, framework), []).append((j, jw))
+                log(f"round {r} {program} {framework}: cold {j['seconds']:.2f} s{_warm_log(jw)}")
     growth = []
     for i, n in enumerate(depths):  # every tree at every depth, taking turns
         for tree in trees if i % 2 == 0 else trees[::-1]:
             cold, _ = cold_and_warm(tree, f"tanh{n}", timeout)
             growth.append((n, tree, cold, {}))
             log(f"tanh chain {n} {tree}: {cold['seconds']:.2f} s, CPU {cold['cpu']:.2f} s")
-        others = {framework: peer(framework, f"tanh{n}", timeout) for framework in peers}
+        others = {framework: peer(framework, f"tanh{n}", timeout)[0] for framework in peers}
         growth[-1] = growth[-1][:3] + (others,)
         log("".join(f"tanh chain {n} {f} {o['seconds']:.2f} s" for f, o in others.items()))
     return results, growth
@@ -259,8 +332,9 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
     if len(trees) == 2:
         labels = {str(trees[0]): "dlvm_eq before", str(trees[1]): "dlvm_eq after"}
     head = (
-        "| program | compiler | cold s | warm s | warm less a step s | CPU s cold / warm "
-        "| peak RSS MB (cold) |"
+        "| program | compiler | cold s | CPU s cold | warm s: first result / steady step / "
+        "overhead | warm main-thread CPU ms: first / step / overhead | warm process CPU ms: "
+        "first / step / overhead | peak RSS MB (cold) |"
     )
     if profile:
         head += " cold by phase (ms) |"
@@ -273,17 +347,19 @@ def report(results, growth, trees: list[Path], peers, profile: bool) -> str:
             colds, warms = [c for c, _ in rows], [w for _, w in rows]
             line = (
                 f"| {TITLES[program]} | {labels[str(tree)]} | {median(colds, 'seconds'):.2f} | "
-                f"{median(warms, 'seconds'):.3f} | {_less_a_step(warms):.3f} | "
-                f"{_cpu(colds):.2f} / {_cpu(warms):.3f} | {median(colds, 'rss_mb'):.0f} |"
+                f"{_cpu(colds):.2f} | {' | '.join(warm_text(warms))} | "
+                f"{median(colds, 'rss_mb'):.0f} |"
             )
             if profile:
                 line += f" {phases_text(colds)} |"
             lines.append(line)
         for framework in peers:
             rows = [j for j, _ in results[(program, framework)]]
+            warms = [w for _, w in results[(program, framework)] if w is not None]
+            cells = warm_text(warms) if warms else ("", "", "")
             line = (
                 f"| {TITLES[program]} | {PEERS[framework][1]} | {median(rows, 'seconds'):.2f} | "
-                f"| | {_cpu(rows):.2f} | {median(rows, 'rss_mb'):.0f} |"
+                f"{_cpu(rows):.2f} | {' | '.join(cells)} | {median(rows, 'rss_mb'):.0f} |"
             )
             lines.append(line + (" |" if profile else ""))
     out = ["\n".join(lines)] if len(lines) > 2 else []
@@ -340,6 +416,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trees", nargs="+", type=Path, default=[ROOT], help="source trees to compare")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--programs", nargs="+", choices=PROGRAMS, default=list(PROGRAMS))
+    ap.add_argument(
+        "--steady", type=int, default=5, help="steady steps timed in each warm process (median)"
+    )
     ap.add_argument("--depths", type=int, nargs="*", default=list(DEPTHS))
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--no-jax", action="store_true")
@@ -358,13 +438,17 @@ def main(argv=None) -> int:
         args.depths,
         peers,
         log=lambda s: print(s, file=sys.stderr, flush=True),
+        steady=args.steady,
+        programs=args.programs,
     )
     text = report(results, growth, trees, peers, args.profile)
     cmd = "benchmarks/compile_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
     section = (
         f"{SECTION}\n\n`{cmd.strip()}`, {datetime.date.today()}, {machine()}; medians of "
         f"{args.rounds} rounds, each compile a fresh process (import not counted), cold with an "
-        f"empty cache, warm on the cache the cold one filled; peers: "
+        f"empty cache, warm on the cache the cold one filled (JAX: its persistent compilation "
+        f"cache), a steady step the median of {args.steady} further calls in the warm process; "
+        f"peers: "
         f"{', '.join(PEERS[f][1] for f in peers) or 'none installed'}.\n\n" + text
     )
     print(section)

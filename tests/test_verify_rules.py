@@ -102,7 +102,7 @@ def test_text_rules_and_analysis_claims():
 # before it, as in a run over all of them (verify/rules.load_rule_files)
 SHIPPED_FILES = ("schema.egg", "algebra.egg", "adjoint.egg", "fusion.egg", "attention.egg")
 SHIPPED_FILES += ("attention_adjoint.egg", "loops.egg", "layout.egg", "per_example.egg")
-SHIPPED_FILES += ("merge_adjoint.egg",)  # opt-in (not loaded by default), proven all the same
+SHIPPED_FILES += ("merge_adjoint.egg",)
 
 
 def test_the_thorough_cases_cover_every_shipped_rule_file():

@@ -58,7 +58,7 @@ EXPANSION = Schedule(("adjoint",), step=64)
 EXPANSION_BUDGET = Budget(iterations=100_000, nodes=10_000_000, seconds=600.0)
 # the algebra saturated over forward and adjoint together (see _adjoint_function); with a
 # guard, rules/attention.egg's ruleset too, behind it (egraph/attention_guarded.py)
-ADJOINT_SCHEDULE = Schedule.default().with_rulesets(("loops", "perexample"))
+ADJOINT_SCHEDULE = Schedule.default().with_rulesets(("loops", "perexample", "merge-adjoint"))
 # Adjoint and its helpers (rules/adjoint.egg), declared in ir/registry/egraph_only.py
 HELPERS = tuple(h for h in ADJOINT_HELPERS if h != "Adjoint")
 _TERMS = set(EGG_TO_OP) | set(LEAVES)

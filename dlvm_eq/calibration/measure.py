@@ -21,6 +21,7 @@ import numpy as np
 from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, binary, compile_cpu, unary
 from ..extract.profile import MatmulPoint
 from ..ir.ops import OPS
+from .block_choice import fastest_blocks
 
 
 # elementwise op classes timed one by one, from the registry's `measured_as` (ir/registry/):
@@ -291,8 +292,9 @@ GEMM_BLOCK_SIZES = ((512, 512, 512), (2048, 256, 256))  # a square product, the 
 
 def gemm_blocks(candidates=GEMM_BLOCKS, sizes=GEMM_BLOCK_SIZES) -> dict[str, int]:
     """The blocking of `candidates` under which our GEMM (its wide micro-tile, one compiled
-    kernel per candidate) runs the products `sizes` in the least total time: the
-    alternatives priced by measurement, the result kept in the profile (`gemm_blocks`)."""
+    kernel per candidate) runs the products `sizes` fastest (block_choice.fastest_blocks: the
+    host's shipped blocks unless another is 3% faster over the sizes): the alternatives
+    priced by measurement, the result kept in the profile (`gemm_blocks`)."""
     from ..codegen.runtime.gemm_runtime import HOST_WIDE, CpuGemm
     from ..codegen.runtime.gemm_tiles import with_blocks
 
@@ -305,15 +307,18 @@ def gemm_blocks(candidates=GEMM_BLOCKS, sizes=GEMM_BLOCK_SIZES) -> dict[str, int
         )
         for m, k, n in sizes
     ]
+    shipped = {"kc": HOST_WIDE["kc"], "mc": HOST_WIDE["mc"]}  # first: kept unless beaten
+    candidates = [shipped] + [dict(c) for c in candidates if dict(c) != shipped]
     timed = []
     for blocks in candidates:
         g = CpuGemm(tile=with_blocks(HOST_WIDE, blocks))
-        total = sum(
-            fastest_seconds(lambda g=g, a=a, b=b, o=o: g(a, b, o), repeats=5, cap_s=0.5)
-            for a, b, o in ops
+        timed.append(
+            [
+                fastest_seconds(lambda g=g, a=a, b=b, o=o: g(a, b, o), repeats=5, cap_s=0.5)
+                for a, b, o in ops
+            ]
         )
-        timed.append((total, blocks))
-    return dict(min(timed, key=lambda tb: tb[0])[1])
+    return dict(candidates[fastest_blocks(timed)])
 
 
 # issue 36: the convolutions' blockings (runtime/conv_cpu.py) timed at calibration; the shipped
@@ -335,8 +340,9 @@ CONV_BLOCK_SHAPES = (
 
 def conv_blocks(candidates=CONV_BLOCKS, shapes=CONV_BLOCK_SHAPES, cap_s=0.1) -> dict[str, int]:
     """The blocking of `candidates` under which the convolution and its two adjoints run on
-    `shapes` in the least total time (each the fastest of a few calls): the alternatives priced
-    by measurement, the result kept in the profile (`conv_blocks`)."""
+    `shapes` fastest (each the fastest of a few calls; block_choice.fastest_blocks: the first,
+    shipped, blocking unless another is 3% faster over the calls): the alternatives priced by
+    measurement, the result kept in the profile (`conv_blocks`)."""
     from ..codegen.runtime import conv_blocks, conv_cpu
 
     rng = np.random.default_rng(0)
@@ -358,19 +364,20 @@ def conv_blocks(candidates=CONV_BLOCKS, shapes=CONV_BLOCK_SHAPES, cap_s=0.1) -> 
     timed = []
     before = dict(conv_blocks.BLOCKS)
     try:
-        for i, blocks in enumerate(candidates):
+        for blocks in candidates:
             conv_blocks.use_blocks(blocks)
-            total = sum(
-                fastest_seconds(
-                    lambda op=op, args=args, attrs=attrs: conv_cpu.evaluate(
-                        op, args, attrs, matmul
-                    ),
-                    repeats=5,
-                    cap_s=cap_s,
-                )
-                for op, args, attrs in calls
+            timed.append(
+                [
+                    fastest_seconds(
+                        lambda op=op, args=args, attrs=attrs: conv_cpu.evaluate(
+                            op, args, attrs, matmul
+                        ),
+                        repeats=5,
+                        cap_s=cap_s,
+                    )
+                    for op, args, attrs in calls
+                ]
             )
-            timed.append((total, i))
     finally:
         conv_blocks.use_blocks(before)
-    return dict(candidates[min(timed)[1]])
+    return dict(candidates[fastest_blocks(timed)])

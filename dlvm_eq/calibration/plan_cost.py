@@ -54,6 +54,7 @@ from ..codegen.planning.plan import (
 )
 from ..codegen.planning.scan import ScanStep
 from ..codegen.planning.window import WindowStep
+from ..codegen.runtime.conv_blocks import conv_dims, conv_work
 from ..extract.attention_cost import attention_backward_seconds, attention_seconds
 from ..extract.machine import Machine, interpolate, machine
 from ..extract.target_cost import (
@@ -476,10 +477,13 @@ def _scan(step: ScanStep, plan: Plan, mc: Machine):
 # ---------------------------------------------------------------- windows: passes + products
 
 
-def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[float, list[tuple]]:
+def window_work(
+    op: str, packed, in_shapes, out_shape, itemsize: int, blocks: dict | None = None
+) -> tuple[float, list[tuple]]:
     """(bytes the window op's passes move, its products as (m, k, n, trans_a, trans_b, count)):
     the im2col matrix (every window element of the big NCHW tensor once) plus its operands and
-    result; a convolution's products as window_ops runs them, one per group."""
+    result; a convolution's products and transposing copies as conv_cpu runs them under
+    `blocks` (codegen/runtime/conv_blocks.conv_work: per image, or per chunk and group)."""
     attrs = window_ops.unpack(op, packed)
     if op in ("conv2dBackwardInput", "avgPool2dBackward"):
         small = in_shapes[0]  # dY: the windows' positions
@@ -500,24 +504,11 @@ def window_work(op: str, packed, in_shapes, out_shape, itemsize: int) -> tuple[f
     n, c, oh, ow = big[0], big[1], small[2], small[3]
     cols = n * c * kh * kw * oh * ow
     nbytes = itemsize * (cols + math.prod(out_shape) + sum(math.prod(s) for s in in_shapes))
-    products = []
-    if op in window_ops.CONV_OPS:
-        g = attrs["groups"]
-        o = (
-            out_shape
-            if op == "conv2d"
-            else in_shapes[1]
-            if op == "conv2dBackwardWeight"
-            else in_shapes[0]
-        )[1]
-        ckk, pos = c // g * kh * kw, n * oh * ow
-        products.append(
-            {
-                "conv2d": (o // g, ckk, pos, False, False, g),
-                "conv2dBackwardInput": (ckk, o // g, pos, True, False, g),
-                "conv2dBackwardWeight": (o // g, pos, ckk, False, True, g),
-            }[op]
-        )
+    products: list = []
+    if op in window_ops.CONV_OPS:  # as conv_cpu runs it under `blocks` (None: those in use)
+        dims = conv_dims(op, in_shapes, out_shape)
+        work = conv_work(op, *dims, attrs["groups"], itemsize, blocks)
+        products, nbytes = list(work.products), nbytes + work.copy_bytes
     return nbytes, products
 
 
@@ -525,11 +516,11 @@ def window_products_seconds(mc: Machine, products) -> float:
     return sum(count * product_seconds(mc, m, k, n, ta, tb) for m, k, n, ta, tb, count in products)
 
 
-def _window(step: WindowStep, plan: Plan, mc: Machine):
+def window_price(step: WindowStep, plan: Plan, mc: Machine, blocks: dict | None = None):
+    """(kind, label, seconds) of a window step, a convolution under `blocks` (None: in use)."""
     out = plan.slots[step.out]
-    nbytes, products = window_work(
-        step.op, step.packed, [v.shape for v in step.inputs], out.shape, DTYPES[out.dtype].itemsize
-    )
+    shapes, itemsize = [v.shape for v in step.inputs], DTYPES[out.dtype].itemsize
+    nbytes, products = window_work(step.op, step.packed, shapes, out.shape, itemsize, blocks)
     passes = _moved(mc, step.op, nbytes, math.prod(out.shape), DEFAULT_PASSES[step.op])
     label = " ".join(map(str, out.shape))
     return step.op, f"-> {label}", passes + window_products_seconds(mc, products)
@@ -562,7 +553,7 @@ _PRICES = {
     IndexStep: _index,
     SliceScatterStep: _slice_scatter,
     ScanStep: _scan,
-    WindowStep: _window,
+    WindowStep: window_price,
     AttentionStep: _attention,  # issue 33
 }
 
@@ -595,6 +586,7 @@ __all__ = [
     "product_seconds",
     "row_bytes",
     "step_price",
+    "window_price",
     "window_products_seconds",
     "window_work",
 ]

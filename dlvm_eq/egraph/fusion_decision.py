@@ -83,6 +83,10 @@ class FusionDecision:
     # reductions priced cheaper in one pass with the maps of their space (planning/map_reduce.py
     # fuses them where it can): IR value name -> model seconds saved
     shared_pass: dict = field(default_factory=dict)
+    # reductions over trailing axes priced cheaper in one row pass with the other reductions
+    # and maps of their rows (planning/rowfusion.py then recomputes the per-row maps between
+    # them that other kernels read: a layer norm's two moments): IR value name -> seconds saved
+    row_pass: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ the loader
@@ -275,12 +279,16 @@ def decide_fusion(
     _depths(flat, loaded, rows)
     required = _required(flat)
     required_lets = {loaded.of_value[id(v)].name for v in required if id(v) in loaded.of_value}
-    lets, report, classes, shared = _choose(loaded, required_lets, target, budget, method, rows)
+    lets, report, classes, shared, row = _choose(
+        loaded, required_lets, target, budget, method, rows
+    )
     decision = _decision(flat, loaded, required, lets, report, classes)
     for inst in flat.body:
         let = loaded.of_value.get(id(inst.result))
         if let is not None and let.name in shared:
             decision.shared_pass[inst.result.name] = shared[let.name]
+        if let is not None and let.name in row:
+            decision.row_pass[inst.result.name] = row[let.name]
     return decision
 
 
@@ -366,7 +374,8 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
     g = load_json(data)
     cls = {r: g.class_index[str(c)] for r, c in zip(facts["roots"], data["root_eclasses"])}
     multi = target == "cpu" and settings().multi_output  # planning/map_reduce.py: CPU only
-    kernels = _Kernels(loaded, g, cls, required_lets, rows, multi)
+    # row passes (planning/rowfusion.py) exist on both targets
+    kernels = _Kernels(loaded, g, cls, required_lets, rows, multi, settings().multi_output)
     forced = kernels.forced
     report = FusionReport(
         nodes=facts["nodes"],
@@ -383,7 +392,7 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
         )
         report.values = report.forced = len(ew_lets)
         report.seconds["extract"] = time.perf_counter() - t1
-        return set(ew_lets), report, {}, {}
+        return set(ew_lets), report, {}, {}, {}
     problem = FusionProblem(
         g,
         list(forced.values()),
@@ -413,8 +422,13 @@ def _choose(loaded: _Loaded, required_lets: set, target, budget, method: str, ro
         if saving > 0:
             shared[let] = saving
     report.shared, report.shared_saving = len(shared), sum(shared.values())
+    row = {}
+    for let, k in kernels.row_shared.items():  # a row reduction in one pass with its rows'?
+        saving = shared_pass_saving(problem, choice.materialized, k)
+        if saving > 0:
+            row[let] = saving
     report.seconds["extract"] = time.perf_counter() - t1
-    return lets, report, cls, shared
+    return lets, report, cls, shared, row
 
 
 def _size(t: TensorType) -> int:
@@ -427,14 +441,25 @@ class _Kernels:
     candidate kernels (maps extraction may inline). `unsaturated`: a map or reduction has no
     Map/ReduceMap node (saturation stopped early). multi: a reduction not in a row kernel is
     priced in one pass with the maps of its space at its input's depth (multi-output fusion,
-    CPU); `shared` holds those reductions' kernels by let."""
+    CPU); `shared` holds those reductions' kernels by let. row_multi: `row_shared` holds the
+    kernels of the reductions over trailing axes (row kernels), whose one pass with the
+    reductions and maps of their rows the decision prices too."""
 
     def __init__(
-        self, loaded: _Loaded, g, cls: dict, required_lets: set, rows: bool, multi: bool = False
+        self,
+        loaded: _Loaded,
+        g,
+        cls: dict,
+        required_lets: set,
+        rows: bool,
+        multi: bool = False,
+        row_multi: bool = False,
     ):
         self.loaded, self.g, self.cls, self.rows, self.multi = loaded, g, cls, rows, multi
+        self.row_multi = row_multi
         self.buffers, self.free, self.forced, self.candidates = {}, set(), {}, {}
         self.shared: dict = {}
+        self.row_shared: dict = {}
         self.unsaturated = False
         for let in loaded.names:
             self.add(let, let in required_lets)
@@ -489,6 +514,8 @@ class _Kernels:
         self.forced[self.cls[let]] = k = dataclasses.replace(k, reduction=not multi)
         if multi:
             self.shared[let] = k
+        elif group is not None and self.row_multi:
+            self.row_shared[let] = k
 
     def _nodes_of(self, c: int, op: str) -> list[int]:
         return [n for n in self.g.class_nodes[c] if self.g.ops[n] == op]

@@ -63,6 +63,9 @@ STAGE_RULE_FILES += ("loops.egg",)
 STAGE_RULE_FILES += ("layout.egg",)
 # issue 31: per-example gradients' norms and batch sums without storing them (`perexample`)
 STAGE_RULE_FILES += ("per_example.egg",)
+# issue 33: x^T [dQ|dK|dV] (`merge-adjoint`, run by the adjoint's schedule; its weight-adjoint
+# facts are noted while the adjoint expands, so it lives in the adjoint's session)
+STAGE_RULE_FILES += ("merge_adjoint.egg",)
 # issue 32: the fusion stage's programs live in a session of their own, the schema and
 # fusion.egg only: an egglog (push) copies the whole e-graph with every rule compiled into it
 # (21-25 ms a push/pop pair with the files above, 2-4 ms with the schema alone)

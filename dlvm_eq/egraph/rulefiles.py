@@ -16,6 +16,7 @@ SHIPPED += ("attention_adjoint.egg",)  # issue 33: Attention's adjoints, after b
 SHIPPED += ("loops.egg",)  # issue 30: constant selectors of conds and switches (needs cval)
 SHIPPED += ("layout.egg",)  # issue 36: transposes moved and cancelled, batched operand order
 SHIPPED += ("per_example.egg",)  # issue 31: per-example gradients reduced unstored (DP-SGD)
+SHIPPED += ("merge_adjoint.egg",)  # issue 33: x^T [dQ|dK|dV], facts noted by the adjoint
 
 
 def rule_file(name: str) -> Path:

@@ -17,7 +17,8 @@ e-class and its children's e-classes (`dlvm_eq.egraph.class_types`).
   operand's strides; BLAS reads a column block through its leading dimension), so the merged
   product x@[Wq|Wk|Wv] costs its slices nothing.
 - Reductions, transposes and concatenations are kernel boundaries: a launch plus their
-  traffic (a concatenation copies its parts: small for weights, large for activations).
+  traffic (a concatenation copies its parts: small for weights, large for activations),
+  except, on the CPU, a concatenation of parts its producers write in place (concat_place.py).
 - Anything else in a Term class (e.g. `Adjoint`, helpers of other rule files) and analysis
   entries (`shape`, `dtype`, ...) are forbidden (infinite cost): they are not programs.
 
@@ -38,6 +39,7 @@ from ..ir.registry import EGRAPH_ONLY
 from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import TensorType
 from .attention_cost import attention_backward_seconds, attention_seconds
+from .concat_place import in_place_parts
 from .machine import Machine, interpolate, machine
 from .window_cost import window_seconds
 
@@ -272,8 +274,15 @@ class TargetCost:
     def concat_seconds(self, graph, node_id: str, t: TensorType) -> float:
         """A concatenation e-node: `concatenation_seconds`, its first part nested when that
         part's class holds a concatenation along the same axis."""
-        kids = graph.children[graph.node_index[node_id]]
+        node = graph.node_index[node_id]
+        kids = graph.children[node]
         axis = _axis(graph, kids[2])
+        if (
+            self.machine.name == "cpu"
+            and axis.isdigit()
+            and in_place_parts(graph, node, t.shape, int(axis))
+        ):
+            return self.machine.node_overhead  # written in place: planning/concat_in_place.py
         nested = any(
             graph.ops[m] == "Concatenate" and _axis(graph, graph.children[m][2]) == axis
             for m in graph.class_nodes[kids[0]]

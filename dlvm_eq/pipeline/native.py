@@ -161,6 +161,10 @@ class CompileReport:
                 )
                 + " (run on each tile of the product by our GEMM)"
             )
+        if self.target == "cpu":  # issue 36: the blocks in use, convolutions' alternatives priced
+            from ..calibration.block_prices import block_lines
+
+            lines.extend("  " + line for line in block_lines(self.plan))
         if self.seconds:
             lines.append(
                 "  time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())

@@ -26,6 +26,7 @@ from .pattern import (
     COMPARISONS,
     CVAL,
     IGNORED_ACTIONS,
+    LEAF_CTORS,
     PRIM_SORTS,
     PRIMS,
     PCall,
@@ -279,6 +280,14 @@ def _build(base: dict, facts: list, actions: list, vocab: Vocab) -> Obligation:
     return ob
 
 
+def _is_term(p, vocab: Vocab) -> bool:
+    """A tensor term: a constructor's application, or a leaf (`(Var n)`, `(Lit v)`, kept as a
+    variable named by its text)."""
+    if isinstance(p, PCall):
+        return vocab.is_ctor(p.head)
+    return isinstance(p, PVar) and p.name.startswith(tuple(f"({c} " for c in LEAF_CTORS))
+
+
 def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None:
     defs: dict[str, object] = {}
     raw_guards, raw_patterns, raw_assume = [], [], []
@@ -296,6 +305,8 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
             raw_assume.append(p)
         elif isinstance(p, PCall) and p.head in COMPARISONS:
             raw_guards.append(p)
+        elif isinstance(p, PCall) and vocab.is_hint(p.head):
+            continue  # it narrows the matches only: checked without it, the claim is stronger
         elif isinstance(p, PCall) and p.head in ANALYSES and len(p.args) == 1:
             raw_patterns.append(p.args[0])
         elif isinstance(p, PCall) and vocab.is_ctor(p.head):
@@ -310,7 +321,13 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
         else:
             raw_patterns.append(PVar(v))
     ob.patterns = [substitute(p, defs) for p in raw_patterns]
-    ob.guards = [substitute(g, defs) for g in raw_guards]
+    # (!= a b) of two terms: egglog's e-classes differ, which no value states (a weight merged
+    # with itself is still an identity): it narrows the matches only, checked without it
+    ob.guards = [
+        g
+        for g in (substitute(g, defs) for g in raw_guards)
+        if not (isinstance(g, PCall) and g.head == "!=" and any(_is_term(a, vocab) for a in g.args))
+    ]
     for a in raw_assume:
         target = substitute(a.args[0], defs)
         if not isinstance(target, PVar):
@@ -348,7 +365,7 @@ def _normalize(ob: Obligation, facts: list, actions: list, vocab: Vocab) -> None
         elif p.head in ASSUMPTIONS and len(p.args) == 1:
             target = substitute(p.args[0], lets)
             ob.claims.append(Claim("assume", target, p.head, f"({p.head} {pshow(target)})"))
-        elif p.head in IGNORED_ACTIONS or vocab.is_ctor(p.head):
+        elif p.head in IGNORED_ACTIONS or vocab.is_ctor(p.head) or vocab.is_hint(p.head):
             continue  # no equality is claimed
         else:
             raise Unsupported(f"action {pshow(p)} is not understood")

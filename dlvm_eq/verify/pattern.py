@@ -33,6 +33,10 @@ CAUSAL_BIAS = "causal-bias"
 # (causal-keep t): t is the bool causal keep mask (True where j <= i on the last two axes)
 ASSUMPTIONS["causal-keep"] = "is the causal keep mask"
 CAUSAL_KEEP = "causal-keep"
+# Relations that state no fact about values: they only narrow which matches a rule takes, so
+# a rule is checked without them (a stronger claim) and adding to them claims nothing.
+# rules/merge_adjoint.egg: (weight-adjoint x w g), g the adjoint that flowed into x@w.
+MATCH_HINTS = {"weight-adjoint"}
 LEAF_CTORS = ("Var", "Lit")
 SEMANTIC_CTORS = set(EGG_TO_OP) | {"Const", "Adjoint"}
 SCALAR_PREFIX = "S"  # "S" + an IR op's constructor: the op on scalars (rules/fusion.egg)
@@ -200,6 +204,11 @@ class Vocab:
         sig = self.sigs.get(name)
         return sig is not None and sig.kind == "constructor"
 
+    def is_hint(self, name: str) -> bool:
+        """A relation in MATCH_HINTS, declared as one: it states no fact about values."""
+        sig = self.sigs.get(name)
+        return sig is not None and sig.kind == "relation" and name in MATCH_HINTS
+
     def term_sorts(self) -> set[str]:
         """Sorts whose values are tensors: those constructors build (Term, Scalar)."""
         return {sig.result for sig in self.sigs.values() if sig.kind == "constructor"}
@@ -275,7 +284,7 @@ class Vocab:
             if head in ANALYSES or head == CVAL or self.function(head) is not None:
                 return None
             return f"function {head} has no meaning known to verify-rules"
-        if head in ASSUMPTIONS:
+        if head in ASSUMPTIONS or self.is_hint(head):
             return None
         return f"relation {head} has no meaning known to verify-rules"
 

@@ -26,7 +26,13 @@ from .llvm_cpu import CpuIR, has_avx512, mark_noalias, symbol_for, target_machin
 
 PTR = ir.PointerType()
 SHORT_ROW = 32  # rows at most this long are compiled for their exact length
-SCRATCH = 8192  # row elements kept on the stack for the map pass (32 KiB of f32)
+# Row elements kept on the stack for the map pass (128 KiB of f32 per kept value; threads have
+# glibc's 8 MiB stacks). 8192 -> 32768 (issue 36): a softmax over rows of 16384, one thread, CPU
+# time, AVX-512 EPYC, load 11-12: 0.585-0.633 ms recomputing exp, 0.455-0.456 kept (0.72-0.78x);
+# 65536 gained nothing more at 16384 and 0.58 -> 0.46 ms at 65536 but costs 256 KiB a value.
+# On AVX2 the exp that keeping saves costs twice the instructions, and a kept row (128 KiB) with
+# its input still fits the 512 KiB L2 of the AVX2 EPYC, so the same holds there.
+SCRATCH = 32768
 
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:

@@ -12,9 +12,17 @@ that a small kernel's call is its pointers picked from the list (data_ptr costs 
 the LSTM's 102 steps took 265 of them per call). Outputs are handed to the caller
 (output_buffers.py). A call from a second thread while one runs gets a second arena.
 
+The first arena is made with the program, before its kernels load, and a helper thread faults
+its pages in meanwhile (runtime/prefault.py: writing nothing, so the first call may start
+before it is done), where another CPU can take that work, and so are the convolutions'
+scratch matrices (window_steps.conv_scratch; they are the building thread's, the one a jit's
+first call runs on): a warm process's first call then does not pay for fresh pages that a
+steady call never sees (issue 32).
+
 Shared state (threads: one CpuProgram may be called from many threads at once):
 - arenas (`_arenas`): a call pops one (list.pop is atomic) or makes a new one, and gives it
-  back when done, so an arena serves one call at a time;
+  back when done, so an arena serves one call at a time; the prefaulting helper only reads
+  the first arena's address (`prefault`: set when it has finished);
 - output buffers (`OutputBuffers`): "is this buffer dropped by the caller? then it is mine" runs
   under the result's lock, the buffer stored in the call's slots before it is released;
 - the kernels, step closures and constants are built once and only read; a GEMM step's
@@ -53,12 +61,14 @@ from ..planning.plan import (
 )
 from ..planning.product_layout import strided_view_fn
 from ..runtime.buffers import aligned_empty, data_ptr
+from ..runtime.cpu_count import thread_count
 from ..runtime.cpu_kernel import compile_cpu
 from ..runtime.gemm_runtime import is_outer_product
 from ..runtime.kernel_memo import build_all
+from ..runtime.prefault import MIN_BYTES, populate_in_background
 from ..runtime.threads import native_workers, rest_workers
 from .arguments import argument_shape_error, check_argument
-from .output_buffers import OutputBuffers
+from .output_buffers import OutputBuffers, returned_twice
 from .step_runs import (
     alias_view,
     array_step,
@@ -95,11 +105,33 @@ def _conv_kernel_builds(plan) -> list:
     return conv_kernel_builds(plan)
 
 
+def _conv_scratch(plan) -> list:
+    """window_steps.conv_scratch, loaded only for a plan with window steps."""
+    if not any(isinstance(step, WindowStep) for step in plan.steps):
+        return []
+    from .window_steps import conv_scratch
+
+    return conv_scratch(plan)
+
+
 class CpuProgram:
     """A plan compiled for the host CPU; call it with numpy arrays."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
+        self._n = len(plan.slots)  # env[self._n + s]: the data pointer of env[s]
+        made_with_arena = arena_aliases(plan)
+        self._arena_aliases = [plan.steps[i] for i in sorted(made_with_arena)]
+        self._arenas: list[list] = []
+        self.prefault: threading.Event | None = None  # set once the first arena is faulted in
+        # before the kernels load, where the process has a second CPU (whatever the kernels'
+        # thread count, DLVM_EQ_NUM_THREADS: the helper runs no kernel): its affinity and quota
+        if thread_count(environ={}) > 1:
+            env, raw = self._arena()
+            self._arenas.append(env)
+            fresh = [a for a in [raw, *_conv_scratch(plan)] if a.nbytes >= MIN_BYTES]
+            if fresh:
+                self.prefault = populate_in_background(fresh)
         t0 = time.perf_counter()
         steps = [s for s in plan.steps if isinstance(s, (KernelStep, RowStep, MapReduceStep))]
         built = build_all(
@@ -108,14 +140,12 @@ class CpuProgram:
         self.kernels = {id(s): k for s, k in zip(steps, built)}  # epilogues: their GEMMs
         self.kernel_seconds = time.perf_counter() - t0
         self._params = [(s, plan.slots[s].shape, DTYPES[plan.slots[s].dtype]) for s in plan.params]
+        copies, same = returned_twice(plan)  # a value returned twice: one buffer, no copy
         self._outputs = [
             (s.index, OutputBuffers(s.shape, DTYPES[s.dtype]))
             for s in plan.slots
-            if s.role == OUTPUT
+            if s.role == OUTPUT and s.index not in same
         ]
-        self._n = len(plan.slots)  # env[self._n + s]: the data pointer of env[s]
-        made_with_arena = arena_aliases(plan)
-        self._arena_aliases = [plan.steps[i] for i in sorted(made_with_arena)]
         arena_views = {step.out for step in self._arena_aliases}
         # cleared after a call: nothing keeps a caller's array or a handed-out output alive
         self._clear = (
@@ -124,17 +154,22 @@ class CpuProgram:
             + [s.index for s in plan.slots if s.role == ALIAS and s.index not in arena_views]
         )
         self._indexed_runs = [
-            (i, self._step(s)) for i, s in enumerate(plan.steps) if i not in made_with_arena
+            (i, self._step(s))
+            for i, s in enumerate(plan.steps)
+            if i not in made_with_arena and i not in copies
         ]
         self._runs = [r for _, r in self._indexed_runs]
-        self._results = [(r.slot, view_fn(r.chain, np)) for r in plan.results]
+        self._results = [(same.get(r.slot, r.slot), view_fn(r.chain, np)) for r in plan.results]
         self._tuple = plan.tuple_result
-        self._arenas: list[list] = []
         if settings().blas_pool and any(isinstance(s, (BlasStep, WindowStep)) for s in plan.steps):
             native_workers()  # starts the pool, which takes OpenBLAS's jobs (blas_threads.py)
 
     # -- build
     def _new_env(self) -> list:
+        return self._arena()[0]
+
+    def _arena(self) -> tuple[list, np.ndarray]:
+        """A new arena (slot list) and the one buffer its temporaries live in."""
         plan, n = self.plan, self._n
         env: list = [None] * (2 * n)
         raw = aligned_empty((max(plan.arena_bytes, 64),), np.uint8)
@@ -151,7 +186,7 @@ class CpuProgram:
         for s in range(n):
             if type(env[s]) is np.ndarray:
                 env[n + s] = data_ptr(env[s])
-        return env
+        return env, raw
 
     def _step(self, step):
         n = self._n

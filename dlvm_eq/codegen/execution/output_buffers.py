@@ -5,6 +5,7 @@ its results reuses the same memory.
 
     outs = OutputBuffers((3,), np.dtype("float32"))
     outs.take(env, slot)      # env[slot] = a buffer nobody else holds
+    copies, same = returned_twice(plan)   # a value returned twice: one buffer, no copy step
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import threading
 
 import numpy as np
 
+from ..kernels.kernel_spec import c_strides
+from ..planning.plan import OUTPUT, CopyStep, Plan
 from ..runtime.buffers import aligned_empty
 
 KEEP_OUTPUTS = 4  # output buffers remembered per result for reuse
@@ -66,4 +69,28 @@ class OutputBuffers:
             env[slot] = buf
 
 
-__all__ = ["KEEP_OUTPUTS", "OutputBuffers"]
+def returned_twice(plan: Plan) -> tuple[set[int], dict[int, int]]:
+    """(indexes of the plan's copies of one whole output into another, output slot -> the
+    output it copies): the planner gives every result a buffer of its own, so a value returned
+    twice is copied; the CPU program skips the copy and returns the one buffer twice, as Python
+    returns `y, y` (a result is never an argument or a temporary: those copies stay)."""
+    copies: set[int] = set()
+    same: dict[int, int] = {}
+    slots = plan.slots
+    for i, step in enumerate(plan.steps):
+        if not isinstance(step, CopyStep) or step.src.chain:
+            continue
+        src, out = slots[step.src.slot], slots[step.out]
+        if (
+            src.role == OUTPUT
+            and out.role == OUTPUT
+            and src.dtype == out.dtype
+            and tuple(step.src.shape) == tuple(src.shape) == tuple(out.shape)
+            and tuple(step.src.strides) == c_strides(tuple(src.shape))
+        ):
+            copies.add(i)
+            same[step.out] = same.get(step.src.slot, step.src.slot)
+    return copies, same
+
+
+__all__ = ["KEEP_OUTPUTS", "OutputBuffers", "returned_twice"]

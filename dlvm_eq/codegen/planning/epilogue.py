@@ -29,15 +29,16 @@ MAX_FUSED_ELEMENTS = 1 << 18  # 1 MiB of float32 result: half this machine's L2
 def plan_settings() -> str:
     """What a CPU plan depends on besides the module (for the plan cache's key): GEMM epilogue
     fusion's and multi-output fusion's switches, whether, and from which product size, our GEMM
-    is used, and whether products write in their reader's layout (settable at run time, e.g. by
-    tests)."""
+    is used, and whether products write in their reader's layout and concatenations are
+    written in place (settable at run time, e.g. by tests)."""
     from ...config import settings
-    from . import product_layout  # by module: its switch is read at each use
+    from . import concat_in_place, product_layout  # by module: switches read at each use
 
     g = gemm_runtime
     return (
         f"epilogues={g.epilogues_enabled()},gemm={g.enabled()}:{g.GEMM_MIN_MACS},"
-        f"layout_writes={product_layout.ENABLED},multi={settings().multi_output}"
+        f"layout_writes={product_layout.ENABLED},multi={settings().multi_output},"
+        f"concat_in_place={concat_in_place.ENABLED}"
     )
 
 

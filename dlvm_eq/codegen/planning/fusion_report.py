@@ -28,6 +28,11 @@ class FusionReport:
     seconds: dict = field(default_factory=dict)
     shared: int = 0  # reductions priced in one pass with their space's maps (multi-output)
     shared_saving: float = 0.0  # model seconds those passes save
+    row_shared: int = 0  # reductions over trailing axes sharing a row pass with others
+    row_shared_saving: float = 0.0  # model seconds those row passes save
+    # one line per kernel whose reductions share a pass (planning/map_reduce.note_passes):
+    # which kernel, which reductions (IR values), how many map outputs, the predicted saving
+    passes: list = field(default_factory=list)
 
     def __str__(self) -> str:
         from ...units import seconds_text
@@ -45,4 +50,10 @@ class FusionReport:
                 f"; {self.shared} reduction{'s' * (self.shared != 1)} in one pass with their "
                 f"maps, saving {seconds_text(self.shared_saving)} (model)"
             )
-        return text + (f"; {self.note}" if self.note else "")
+        if self.row_shared:
+            text += (
+                f"; {self.row_shared} row reduction{'s' * (self.row_shared != 1)} sharing "
+                f"row passes, saving {seconds_text(self.row_shared_saving)} (model)"
+            )
+        text += f"; {self.note}" if self.note else ""
+        return "\n    ".join([text] + [f"one pass: {line}" for line in self.passes])

@@ -15,6 +15,12 @@ fused where that is possible:
   over the same space that reads one of its inputs.
 
     nodes = self.fuse_map_reductions(nodes)   # some map + reduction nodes -> MapReduceStep nodes
+
+It also answers for row fusion (rowfusion.py) whether a row kernel may recompute the per-row
+values between its reductions that other kernels read (`copies_per_row_maps`: where the fusion
+stage priced the row pass, `FusionDecision.row_pass`, and rows are not short), which puts a
+layer norm's two moments in one row pass; and it writes the report's list of shared passes
+(`note_passes`: each kernel, its reductions, its map outputs, the model's saving).
 """
 
 from __future__ import annotations
@@ -22,11 +28,17 @@ from __future__ import annotations
 from ..kernels.map_reduce import MapReduceSpec
 from ..kernels.rows import loads, rebuild
 from ..kernels.spec import REDUCE_INIT, op_name
-from .plan import KernelStep, MapReduceStep
+from .plan import KernelStep, MapReduceStep, RowStep
 from .rowfusion import short_op
 from .steps_order import Node, reached
 from .values import ReduceNode
 from .views import is_contiguous
+
+# A row pass that recomputes per-row values pays from rows of this many elements: a post-norm
+# layer norm's value and gradient, one pass against the moments in kernels of their own, one
+# thread, load 16-17 (2-core Xeon): 256 columns 1.22x, 64 columns 1.06x, 32 columns 0.82x,
+# 16 columns 0.90x (short rows: the separate kernels vectorize across rows, a row loop cannot).
+ROW_PASS_MIN_COLS = 64
 
 
 def _identity_init(r: ReduceNode) -> bool:
@@ -70,13 +82,67 @@ class MapReduceFusion:
                 clusters.pop(id(target), None)
                 clusters[id(new)] = c
                 break
-        if self.fusion is not None:  # the report: the passes the plan holds, and their saving
-            fused = [r.source for c in clusters.values() for r in c["reds"]]
-            self.fusion.shared = len(fused)
-            self.fusion.shared_saving = sum(
-                max((shared[n] for n in r.names if n in shared), default=0.0) for r in fused
+        self.pass_saving = {}  # id(MapReduceStep) -> model seconds its pass saves
+        for node_id, c in clusters.items():
+            step = next(n.payload for n in nodes if id(n) == node_id)
+            self.pass_saving[id(step)] = sum(
+                max((shared[n] for n in r.source.names if n in shared), default=0.0)
+                for r in c["reds"]
             )
+        if self.fusion is not None:  # the report: the passes the plan holds, and their saving
+            self.fusion.shared = sum(len(c["reds"]) for c in clusters.values())
+            self.fusion.shared_saving = sum(self.pass_saving.values())
         return nodes
+
+    def note_passes(self, steps: list) -> None:
+        """The report's list of the kernels whose reductions share a pass (a map-reduce pass,
+        or a row pass holding a reduction the fusion stage priced in one pass with its rows'),
+        each with its reductions, its map outputs and the model's saving; `steps` are the
+        plan's steps with their final kernel names."""
+        if self.fusion is None:
+            return
+        from ...units import seconds_text
+
+        row = getattr(self.decision, "row_pass", None) or {}
+        lines, n_row, row_saving = [], 0, 0.0
+        for step in steps:
+            if isinstance(step, MapReduceStep):
+                at = len(step.outputs)
+                names = step.values[at : at + len(step.reductions)]
+                saving = getattr(self, "pass_saving", {}).get(id(step), 0.0)
+            elif isinstance(step, RowStep):
+                names = step.values[: len(step.reductions)]
+                saving = sum(row[v] for v in set(step.values) if v in row)
+                if not saving or len(names) + len(step.outputs) < 2:
+                    continue
+                n_row += len(names)
+                row_saving += saving
+            else:
+                continue
+            ops = [short_op(op) for _, op, *_ in step.spec.reductions]
+            lines.append(
+                f"{step.name}: "
+                + ", ".join(f"{op} %{v}" for op, v in zip(ops, names))
+                + f" with {len(step.outputs)} map output{'s' * (len(step.outputs) != 1)}, "
+                f"saving {seconds_text(saving)} (model)"
+            )
+        self.fusion.passes = lines
+        self.fusion.row_shared, self.fusion.row_shared_saving = n_row, row_saving
+
+    def copies_per_row_maps(self, reds, rows: int, cols: int) -> bool:
+        """Whether a row kernel over `rows` x `cols` holding the reduction nodes `reds` may
+        recompute the per-row maps between them that other kernels read, those maps keeping
+        their own (per-row sized) kernels for those readers (rowfusion.RowFusion.row_node):
+        where the fusion stage priced every one of them cheaper in one row pass
+        (`FusionDecision.row_pass`), and the rows are not short (ROW_PASS_MIN_COLS, measured).
+        On the gpu target the decision prices no row pass (its row kernels are one thread per
+        row of at most GPU_ROW_COLS: fusion_rows is False there), so nothing is copied."""
+        priced = getattr(self.decision, "row_pass", None) or {}
+        if not priced or not reds:
+            return False
+        if cols < ROW_PASS_MIN_COLS:
+            return False
+        return all(n.source.names & priced.keys() for n in reds)
 
     def _targets(self, rn: Node, nodes: list[Node], clusters: dict, reds: list[Node]):
         """The nodes the reduction may share a pass with, best first."""

@@ -28,6 +28,9 @@ The rules, in the order they apply:
   GPU_ROW_COLS elements.
 - On the CPU a batched product whose only reader is a copy permuting its axes (attention's
   head merge) writes that layout itself (`product_layout.py`): the copy is gone.
+- On the CPU a concatenation whose parts are temporaries written by products or kernels and
+  read by nothing else is written in place (`concat_in_place.py`): each producer writes its
+  slice of the concatenation's buffer, and the copy is gone.
 - Steps are ordered topologically, kernels before BLAS calls, and temporaries are placed in
   one arena by liveness (`steps_order.py`).
 
@@ -48,6 +51,7 @@ from ..kernels.kernel_spec import c_strides
 from ..kernels.rows import loads, rebuild
 from ..kernels.spec import DTYPES, REDUCE_INIT, Cast, Const, Expr, Load, Select, binary, unary
 from .attention import plan_attention
+from .concat_in_place import write_concats_in_place
 from .epilogue import fuse_epilogues
 from .gather import IndexStep, SliceScatterStep
 from .kernel_groups import KernelGrouping
@@ -537,6 +541,7 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion, SharedValues):
             nodes = fuse_epilogues(nodes, self.slots)
             nodes = write_in_reader_layout(nodes, self.slots)
             nodes = self.fuse_map_reductions(nodes)  # map_reduce.py: the fusion stage's choice
+            nodes = write_concats_in_place(nodes, self.slots)  # concat_in_place.py
         order = schedule(nodes)
         steps = []
         n = 0
@@ -547,6 +552,7 @@ class _Planner(KernelGrouping, RowFusion, MapReduceFusion, SharedValues):
                 kernel.spec = renamed_kernel(kernel.spec, f"k{n}_{kernel.spec.name}")
                 n += 1
             steps.append(step)
+        self.note_passes(steps)  # map_reduce.py: the report's shared passes, by kernel name
         slots = [Slot(i, s.shape, s.dtype, s.role, s.name) for i, s in enumerate(self.slots)]
         offsets, arena_bytes = arena(slots, steps)
         plan = Plan(

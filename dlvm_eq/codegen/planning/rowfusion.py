@@ -2,6 +2,8 @@
 maps between them) become one row kernel (kernels.rows.RowSpec): softmax, log-softmax, layer norm.
 
 A mixin of the planner (planner._Planner): it works on the planner's nodes after grouping.
+A per-row map that other kernels read too is recomputed in the row kernel (and keeps its own
+kernel) where map_reduce.MapReduceFusion.copies_per_row_maps allows it, else it is not fused.
 
     nodes = self.fuse_rows(nodes)     # some map + reduction nodes replaced by RowStep nodes
 """
@@ -115,11 +117,15 @@ class RowFusion:
             )
 
         keep = {o: m for o, m in rowmaps.items() if row_shaped(m)}
+        copied: set[int] = set()  # id() of per-row maps recomputed here and kept for others
         for _ in range(len(reds) + len(keep) + 1):
-            # 2. a per-row map is fused only when nothing outside the fused set reads it
+            # 2. a per-row map that something outside the fused set reads is recomputed in the
+            #    row kernel (a value per row, hoisted out of the column loop) and keeps its own
+            #    kernel for those readers, where the fusion stage priced the row pass
+            #    (copies_per_row_maps); else it is not fused
             while True:
                 ids = {id(node)} | {id(n) for n in reds.values()} | {id(m) for m in keep.values()}
-                drop = {
+                outside = {
                     id(m)
                     for m in keep.values()
                     if any(
@@ -127,12 +133,15 @@ class RowFusion:
                         for x in m.outputs
                     )
                 }
+                copy = outside and self.copies_per_row_maps(reds.values(), rows, cols)
+                drop = {i for i in outside if not copy}
+                copied = outside - drop
                 if not drop:
                     break
                 keep = {o: m for o, m in keep.items() if id(m) not in drop}
             if not reds:
                 return None
-            built = self._row_parts(shape, t, rows, cols, exprs, node, reds, keep)
+            built = self._row_parts(shape, t, rows, cols, exprs, node, reds, keep, copied)
             if built is None:
                 return None
             group, inside, inputs = built[:3]
@@ -161,7 +170,7 @@ class RowFusion:
         fused_names = set().union(
             *(m.names for m in members),
             *(r.names for r in rnodes),
-            *(mem.names for m in keep.values() for mem in m.source),
+            *(mem.names for m in keep.values() if id(m) not in copied for mem in m.source),
         ) - set(names)
         all_names = names + tuple(sorted(fused_names, key=self._pos))
         label = (
@@ -211,9 +220,10 @@ class RowFusion:
             self.row_constants[key] = made
         return made
 
-    def _row_parts(self, shape, t, rows, cols, exprs, node, reds, keep):
+    def _row_parts(self, shape, t, rows, cols, exprs, node, reds, keep, copied=frozenset()):
         """Expressions and inputs of a row kernel fusing `node` with the reductions `reds`
-        and the per-row maps `keep`; None when some read cannot be expressed."""
+        and the per-row maps `keep` (those in `copied` recomputed, their kernels kept); None
+        when some read cannot be expressed."""
         row_exprs = {}
         for m in {id(m): m for m in keep.values()}.values():
             for mem, e in zip(m.source, self.group_exprs(m.source)):
@@ -221,7 +231,7 @@ class RowFusion:
         group = (
             [node]
             + list({id(n): n for n in reds.values()}.values())
-            + list({id(m): m for m in keep.values()}.values())
+            + list({id(m): m for m in keep.values() if id(m) not in copied}.values())
         )
         inside = {o for n in group for o in n.outputs}
         order = sorted({id(n): n for n in reds.values()}.values(), key=lambda n: n.source.order)

@@ -105,6 +105,14 @@ def alias_root(steps):
     return root
 
 
+def _written(step) -> tuple[int, ...]:
+    """The slots a step starts to use: its outputs, and an alias's source (a concatenation
+    written in place, concat_in_place.py, is first touched by the aliases its parts write)."""
+    if isinstance(step, AliasStep):
+        return (step.src, step.out)
+    return tuple(step_outputs(step))
+
+
 def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
     """Byte offsets of the temporaries in one arena: a temporary's bytes are reused once its
     last reader has run (outputs of a step never overlap its inputs)."""
@@ -114,7 +122,7 @@ def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
     for i, step in enumerate(steps):
         for s in step_inputs(step):
             last[root(s)] = i
-        for s in step_outputs(step):
+        for s in _written(step):
             first.setdefault(s, i)
     free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
     end = 0
@@ -154,7 +162,7 @@ def arena(slots: list[Slot], steps) -> tuple[dict[int, int], int]:
         return max(ALIGN, -(-s.nbytes // ALIGN) * ALIGN)
 
     for i, step in enumerate(steps):
-        for s in step_outputs(step):
+        for s in _written(step):
             if slots[s].role == TEMP and first[s] == i:
                 offsets[s] = alloc(rounded(slots[s]))
         for s in {root(x) for x in step_inputs(step) + step_outputs(step)}:

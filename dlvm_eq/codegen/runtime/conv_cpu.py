@@ -38,7 +38,7 @@ import numpy as np
 
 from ..kernels.conv_spec import Col2imSpec, ConvGeometry, Im2colSpec, geometry
 from . import conv_reuse
-from .conv_blocks import BLOCKS
+from .conv_blocks import BLOCKS, images_per_chunk, one_product_per_image
 from .conv_kernel import compile_conv
 from .cpu_count import usable_cpus
 from .threads import run_python, split_range
@@ -76,13 +76,12 @@ def _scratch(size: int, dtype, slot: str) -> np.ndarray:
 
 def chunk_images(g: ConvGeometry, images: int, chunk_bytes: int | None = None) -> int:
     """Images per chunk: as many as fit the chunk's bytes of column matrix (at least one)."""
-    per_image = g.rows * g.cols * g.itemsize
-    return max(1, min(images, (chunk_bytes or BLOCKS["chunk_bytes"]) // per_image))
+    blocks = {**BLOCKS, "chunk_bytes": chunk_bytes} if chunk_bytes else None
+    return images_per_chunk(g.rows * g.cols * g.itemsize, images, blocks)
 
 
 def per_image(g: ConvGeometry, out_channels: int, groups: int) -> bool:
-    macs = (out_channels // groups) * (g.rows // groups) * g.cols
-    return macs <= BLOCKS["per_image_macs"]
+    return one_product_per_image((out_channels // groups) * (g.rows // groups) * g.cols)
 
 
 def _blocks(fn, n: int, size: int, per_block: int) -> None:
@@ -270,6 +269,36 @@ def conv2d_backward_weight(x, dy, attrs, matmul, out=None, chunk_bytes=None, sma
             matmul(cols[i * rg : (i + 1) * rg], dyt[i * og : (i + 1) * og].T, part)
             acc[i * og : (i + 1) * og] += part.T
     return dw
+
+
+def _grow(sizes: dict, key: tuple, size: int) -> None:
+    sizes[key] = max(sizes.get(key, 0), size)
+
+
+def reserve(convs) -> list[np.ndarray]:
+    """This thread's scratch (column and transposing matrices) and forward column matrices for
+    `evaluate` of each (op, a_shape, b_shape, dtype, attrs) in `convs` with C-contiguous
+    operands, allocated now at the sizes those calls ask for and returned, not written: the
+    executor faults them in on a helper thread before the first call (execution/window_steps.py,
+    runtime/prefault.py), as it does its arena. Sizes are the largest per scratch slot, so
+    that no later call replaces one of them by a larger matrix."""
+    sizes: dict[tuple, int] = {}  # (slot, dtype) -> elements
+    forward = []
+    for op, a_shape, b_shape, dtype, attrs in convs:
+        g = geometry_for(op, a_shape, b_shape, dtype, attrs)
+        n = a_shape[0]
+        # output channels: w's first axis for conv2d, dY's second for the two adjoints
+        o = {"conv2d": b_shape[0], "conv2dBackwardInput": a_shape[1]}.get(op, b_shape[1])
+        per, p = chunk_images(g, n), g.cols
+        long = not per_image(g, o, attrs["groups"])  # one product per chunk, not per image
+        if op == "conv2d" and long and per >= n:
+            forward.append((g, n, dtype))  # one chunk: the matrix kept for the weight adjoint
+        elif not (op == "conv2dBackwardWeight" and long and per >= n):  # that one reads it
+            _grow(sizes, ("cols", np.dtype(dtype)), g.rows * per * p)
+        if long:
+            _grow(sizes, ("long", np.dtype(dtype)), o * per * p)
+    out = [_scratch(size, dtype, slot) for (slot, dtype), size in sorted(sizes.items(), key=str)]
+    return out + [conv_reuse.reserve(g, n, dtype) for g, n, dtype in forward]
 
 
 RUNS = {

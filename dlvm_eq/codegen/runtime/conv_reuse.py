@@ -71,6 +71,18 @@ def forward_matrix(g: ConvGeometry, images: int, dtype) -> np.ndarray:
     return kept.matrix
 
 
+def reserve(g: ConvGeometry, images: int, dtype) -> np.ndarray:
+    """forward_matrix's matrix for this geometry, made now if there is none, with what it holds
+    left as it is (conv_cpu.reserve: the executor faults it in before the first call)."""
+    mine, key = _mine(), _key(g, images, dtype)
+    kept = mine.get(key)
+    if kept is None:
+        if len(mine) >= MAX_KEPT:
+            mine.clear()
+        kept = mine[key] = _Kept(np.empty(key[0], dtype))
+    return kept.matrix
+
+
 def remember(x: np.ndarray, g: ConvGeometry) -> None:
     """forward_matrix(g, ...) now holds the column matrix of x (C-contiguous) for geometry g."""
     kept = _mine()[_key(g, x.shape[0], x.dtype)]
