@@ -49,10 +49,10 @@ BWD_SCORE_BLAS_FLOPS = 70
 #   attention_tiles import attention_task_seconds as t; print(t())"
 # The shipped defaults keep 20 us, below the measured 25-34. Under the flat 300 GFLOP/s they
 # had before, 22 us already extracted the plain backward of a (2, 1024, 64) value_and_grad
-# (tests/test_attention_backward_native.py). Since s18-plainprice the defaults price a product
-# at 100 GFLOP/s a BLAS thread (machine.BLAS_RATE_PER_THREAD), with the plain program's
-# seq x seq arrays streamed at machine.BLAS_STREAM. There 30 us ranks the recorded pairs
-# (tests/test_attention_pricing.py) as 20 does; it was left at 20, not re-measured.
+# (tests/test_attention_backward_native.py). The still-optional machine.measured_cpu prices a
+# product at 100 GFLOP/s a BLAS thread, with the plain program's seq x seq arrays streamed at
+# machine.BLAS_STREAM. Under it 30 us ranks the recorded pairs (tests/test_attention_pricing.py)
+# as 20 does.
 CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
 TASK_SECONDS = 20e-6
