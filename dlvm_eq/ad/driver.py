@@ -450,7 +450,7 @@ def adjoint_function(
             print_function(fn),
             print_module(module) if module is not None else "",
             repr((cfg, name, tuple_result, optimize, target, budget, guard is not None)),
-            machine(target).profile,
+            machine(target).cost_key,
         ]
         out = cached_function("adjoint", parts, build, rules_digest())
     _publish(built[-1] if built else AdjointReport(name, fn.name, from_cache=True))

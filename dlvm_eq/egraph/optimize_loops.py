@@ -458,7 +458,7 @@ _JOINT_LOCK = threading.Lock()
 def _joint_key(functions, rules, target, budget, extractor, schedule, time_limit) -> tuple:
     texts = tuple(str(f) for f in functions)
     mine = tuple(read_rule_file(r)[0] for r in rules) if rules else ()
-    profile = machine(target).profile
+    profile = machine(target).cost_key
     return (texts, mine, target, repr(budget), extractor, repr(schedule), time_limit, profile)
 
 

@@ -47,15 +47,12 @@ BWD_SCORE_BLAS_FLOPS = 70
 # load 5.3-5.7, 22-45 us (median 34) as the load rose to 7.6, by
 #   OPENBLAS_NUM_THREADS=1 DLVM_EQ_NUM_THREADS=1 python -c "from dlvm_eq.calibration.\
 #   attention_tiles import attention_task_seconds as t; print(t())"
-# The shipped defaults keep 20 us, not the measured 25-34: their flat BLAS rate (300 GFLOP/s,
-# 3x one thread's 97-104 here) prices the products 3x cheap, so a fixed cost in seconds weighs
-# 3x against them, and at 22 us a (2, 1024, 64) value_and_grad already extracted the plain
-# backward (tests/test_attention_backward_native.py). The measured rate does not fix it: at 100
-# GFLOP/s a thread (one thread, a task at 30 us) the plain program's passes over the seq x seq
-# scores are priced 0.68-0.80 of their measured time (the fused kernel 0.83-0.93), and forward
-# + backward at seq >= 1024 and the forward at 512 extract plain where fused measured 0.88-1.00x
-# and 0.92x (BENCHMARKS.md, session 18, s18-attnprice). At 15 us seq 256's forward alone
-# extracted fused again.
+# The shipped defaults keep 20 us, below the measured 25-34. Under the flat 300 GFLOP/s they
+# had before, 22 us already extracted the plain backward of a (2, 1024, 64) value_and_grad
+# (tests/test_attention_backward_native.py). The still-optional machine.measured_cpu prices a
+# product at 100 GFLOP/s a BLAS thread, with the plain program's seq x seq arrays streamed at
+# machine.BLAS_STREAM. Under it 30 us ranks the recorded pairs (tests/test_attention_pricing.py)
+# as 20 does.
 CALL_SECONDS = 40e-6
 BLOCK_SECONDS = 3e-6
 TASK_SECONDS = 20e-6

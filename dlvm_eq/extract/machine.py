@@ -1,9 +1,11 @@
 """Machine descriptions: what the target cost model knows about a target.
 
-The CPU figures were measured on a 2-core EPYC with AVX-512 (~40 GB/s
-copy bandwidth, 238-436 GFLOP/s sgemm); the GPU figures are an H100/H200-class device (HBM3,
-~4 TB/s, ~60 TFLOP/s fp32). Only ratios matter to extraction; absolute values make the
-reported costs read as estimated seconds.
+The CPU figures were measured on a 2-core EPYC with AVX-512 (~40 GB/s copy bandwidth); its
+shipped sgemm rate is a flat 300 GFLOP/s. `measured_cpu` prices products per BLAS thread
+(`BLAS_RATE_PER_THREAD` times `blas_threads`), with a product's arrays beyond a core's cache
+moving at `BLAS_STREAM`. The GPU
+figures are an H100/H200-class device (HBM3, ~4 TB/s, ~60 TFLOP/s fp32). Only ratios matter
+to extraction; absolute values make the reported costs read as estimated seconds.
 
 `dlvm-eq calibrate` measures this host instead (`profile.py`); `machine(target)` returns the
 measured description when this host has a profile, and the shipped defaults otherwise. A
@@ -11,7 +13,9 @@ measured machine also knows the per-element cost of each op class (`op_flops`) a
 over a grid of shapes (`matmul_seconds` interpolates them): a product that takes milliseconds
 is priced by what such products take here, not by a peak rate.
 
-    >>> MACHINES["cpu"].blas_rate > MACHINES["cpu"].flop_rate
+    >>> measured_cpu({"OPENBLAS_NUM_THREADS": "2"}).blas_rate == 2 * BLAS_RATE_PER_THREAD
+    True
+    >>> MACHINES["cpu"].cost_key != MACHINES["gpu"].cost_key
     True
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from dataclasses import field
 
 from ..errors import DlvmError
@@ -51,6 +56,16 @@ class Machine:
     # the caches losing a buffer while the program works elsewhere: one profile.CacheCurve
     # per probe size; () for the defaults: nothing is lost
     cache: tuple = field(default=(), hash=False)
+    # bytes/s at which a batched product's operand or result beyond a core's cache moves,
+    # beyond its flops (target_cost.streamed_seconds); 0: not priced
+    blas_stream: float = 0.0
+
+    @property
+    def cost_key(self) -> str:
+        """What the prices depend on beyond the code, for cache keys: the profile's digest, or
+        for the shipped defaults their target and BLAS rate (which follows the BLAS threads:
+        a program optimized with one thread is not read back with two)."""
+        return self.profile or f"defaults {self.name} blas {self.blas_rate:g}"
 
     def matmul_seconds(self, m: int, k: int, n: int) -> float:
         """Seconds of one (m, k) @ (k, n): interpolated between the measured products of
@@ -77,7 +92,61 @@ def interpolate(grid, x: float) -> float:
     return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
 
 
+# sgemm flop/s of one OpenBLAS thread, CPU time. Measured on the 2-core AMD EPYC (OpenBLAS
+# 0.3.31, SkylakeX kernel, float32; s17-s18): one thread 97-104 GFLOP/s on 512^3, 256x784x256,
+# 1024x64x1024 and the fused attention's 512x64x256 blocks, two threads 170-200 (1.9-2.0x;
+# BENCHMARKS.md, s18-attnprice). The flat 300 GFLOP/s before it was 3x one thread.
+BLAS_RATE_PER_THREAD = 100e9
+# What a batched product's arrays beyond a core's cache cost beyond its flops. Measured (s18,
+# this branch: numpy.matmul, one thread, CPU time, min of 5, load 13, float32): against
+# (4, 512, 64) @ (4, 64, 512) at 94.6 GFLOP/s in the same run, (4, 4096, 64) @ (4, 64, 4096)
+# took 24.9 ms more for its 268 MB result, (4, 4096, 4096) @ (4, 4096, 64) 16.7 ms more for its
+# 268 MB operand, the seq 1024 pair 1.5 and 0.5 ms more for 16.8 MB: 570 MB in 43.6 ms, 13
+# GB/s, a third of the copy bandwidth (C is written a tile at a time; the packed panels of a
+# big operand come from memory). Without it the plain attention's six products over seq x seq
+# scores were priced at their flops and, at 100 GFLOP/s a thread, seq 4096's plain forward +
+# backward priced 0.68 of its measured time, below the fused kernels (measured 0.88x plain).
+BLAS_STREAM = 13e9
+
+
+def blas_threads(environ=None) -> int:
+    """The threads OpenBLAS splits a product over: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS
+    (OpenBLAS reads them in that order), else the CPUs this process may run on. A value that
+    is not a positive whole number counts as unset, as OpenBLAS treats it.
+
+    >>> blas_threads({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "4"})
+    1
+    """
+    env = os.environ if environ is None else environ
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        text = env.get(name, "").strip()
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def measured_cpu(environ=None) -> Machine:
+    """The shipped CPU machine with the measured BLAS rate: BLAS_RATE_PER_THREAD times the
+    BLAS threads, and products' arrays beyond the cache at BLAS_STREAM. It ranks every
+    recorded attention pair as measured (tests/test_plain_pricing.py). It is not the default
+    yet: on benchmarks/egraph_value.py, under load 6-18, its median prediction error came out
+    worse than the flat rate's in 3 of 4 paired runs (BENCHMARKS.md, s18-plainprice), so
+    whether it ships waits for a quiet rerun."""
+    return Machine(
+        "cpu",
+        bandwidth=40e9,
+        flop_rate=100e9,
+        blas_rate=BLAS_RATE_PER_THREAD * blas_threads(environ),
+        launch=2e-6,
+        blas_stream=BLAS_STREAM,
+    )
+
+
 MACHINES: dict[str, Machine] = {
+    # a flat BLAS rate, 3x one thread's: see measured_cpu
     "cpu": Machine("cpu", bandwidth=40e9, flop_rate=100e9, blas_rate=300e9, launch=2e-6),
     "gpu": Machine("gpu", bandwidth=4.0e12, flop_rate=60e12, blas_rate=50e12, launch=5e-6),
 }

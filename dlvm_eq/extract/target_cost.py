@@ -8,6 +8,9 @@ e-class and its children's e-classes (`dlvm_eq.egraph.class_types`).
   result larger than a cache (BLAS packs both operands): a product of few flops per byte (a
   row times big weights) is priced by its bytes, and three products of one x pack x thrice. `Gemm`
   reads its operands transposed through BLAS flags: the transpose is never materialized.
+- A batched product (`BatchMatmul`) costs its flops at the BLAS rate, and where one entry's
+  operand or result does not fit in a core's cache, those bytes at the machine's measured
+  `blas_stream` rate (`streamed_seconds`): plain attention's seq x seq scores.
 - An elementwise op costs its flops plus a fraction (`fused_fraction`) of its output traffic
   and of a launch: most of it fuses into a neighbouring kernel.
 - A slice is a view: the planner reads it in place (an alias of its operand's memory with the
@@ -139,6 +142,23 @@ class TargetCost:
             b for b in (m * k * itemsize, k * n * itemsize, m * n * itemsize) if b > CACHE_BYTES
         )
         return self.dot_seconds(m, k, n) + traffic / self.machine.bandwidth
+
+    def streamed_seconds(self, batch: int, types) -> float:
+        """What a batched product's operands and result cost beyond its flops where one
+        entry's share does not fit in a core's cache: their bytes at the machine's
+        `blas_stream` rate (0, or a calibrated machine whose measured products include it:
+        nothing). Plain attention's products write and read seq x seq scores; without this
+        they were priced at their flops alone and lost to the fused kernel only by its fixed
+        costs (see machine.BLAS_STREAM)."""
+        mc = self.machine
+        if not mc.blas_stream or mc.matmul_grid:
+            return 0.0
+        moved = sum(
+            x.size * x.dtype.itemsize
+            for x in types
+            if x.size * x.dtype.itemsize > CACHE_BYTES * max(batch, 1)
+        )
+        return moved / mc.blas_stream
 
     def elementwise_seconds(self, op: str, t: TensorType) -> float:
         mc = self.machine
@@ -314,6 +334,7 @@ class TargetCost:
                 self.machine.node_overhead
                 + self.dot_seconds(batch * a.shape[-2], a.shape[-1], b.shape[-1])
                 + batch_entries_seconds(batch, a.shape[-2], a.shape[-1], b.shape[-1])
+                + self.streamed_seconds(batch, (a, b, t))
             )
         if op == "Slice":  # read in place (planning/planner.py: an alias, strided reads)
             return self.machine.node_overhead

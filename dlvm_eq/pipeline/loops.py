@@ -240,7 +240,7 @@ def optimized_with_bodies(module: Module, name: str, target: str, rules: tuple =
 
     fn = module[name]
     text = "\n".join(str(f) for f in [fn, *reachable_bodies(fn)])
-    key = (text, name, target, machine(target).profile, rule_files_key(rules))
+    key = (text, name, target, machine(target).cost_key, rule_files_key(rules))
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:

@@ -223,7 +223,7 @@ def _optimized_keyed(module: Module, name: str, target: str, rules: Sequence[str
     plan is handed out once, never shared between two compiles)."""
     text = str(module)  # the one print of the input: every key below derives from it
     rules = tuple(rules)
-    key = (text, name, target, machine(target).profile, rule_files_key(rules))
+    key = (text, name, target, machine(target).cost_key, rule_files_key(rules))
     with _lock:
         hit = _optimized.get(key)
     if hit is not None:

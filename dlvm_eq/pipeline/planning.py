@@ -85,7 +85,7 @@ def planned(
         target,
         ir_key or print_module(module),
         plan_settings(),
-        machine(target).profile,
+        machine(target).cost_key,
     )  # the fusion decision is priced with the profile
     cache = shared_cache()
     data = None if built is not None else cache.get("plan", key)
