@@ -29,17 +29,20 @@ def block_factor(times: BlockTimes, blocks: dict | None) -> float:
     return 1.0 if got is None else got / times[0][2]
 
 
-_PROFILES: dict[str, Profile | None] = {}  # digest -> the profile that machine came from
+_PROFILES: dict[str, Profile] = {}  # digest -> the profile that machine came from
 
 
 def profile_of(mc: Machine) -> Profile | None:
     """The profile a machine description came from (its digest), or None (the defaults)."""
     if not mc.profile:
         return None
-    if mc.profile not in _PROFILES:
+    got = _PROFILES.get(mc.profile)
+    if got is None:  # (only a profile found is kept: one written later is found then)
         p = load_profile(mc.name)
-        _PROFILES[mc.profile] = p if p is not None and p.digest() == mc.profile else None
-    return _PROFILES[mc.profile]
+        if p is None or p.digest() != mc.profile:
+            return None
+        got = _PROFILES[mc.profile] = p
+    return got
 
 
 def gemm_factor(mc: Machine, blocks: dict | None = None) -> float:
