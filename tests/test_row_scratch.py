@@ -1,5 +1,5 @@
-"""Long rows keep their costly values in the stack buffer (cpu/rows_ir.py's SCRATCH, 32768
-elements since issue 36; 8192 before), and keeping changes no bit: a softmax over rows on
+"""Long rows keep their costly values in the stack buffer (codegen/kernels/row_limit.py's
+SCRATCH: a profile's measured crossover, else 32768 elements since issue 36; 8192 before), and keeping changes no bit: a softmax over rows on
 either side of both limits gives the same bits whether its exp is kept or recomputed (the kept
 value is the recomputed one, stored), and agrees with float64 numpy within float32 rounding."""
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlvm_eq.codegen import KernelInput, Load, unary
-from dlvm_eq.codegen.cpu import rows_ir
+from dlvm_eq.codegen.kernels import row_limit
 from dlvm_eq.codegen.kernels.rows import RowSpec
 from dlvm_eq.codegen.runtime.row_kernel import RowKernel
 
@@ -36,12 +36,12 @@ def _softmax(rows: int, cols: int, scratch: int) -> RowKernel:
 def test_kept_and_recomputed_rows_give_the_same_bits(cols, rows, monkeypatch):
     x = np.random.default_rng(cols + rows).standard_normal((rows, cols)).astype(np.float32) * 4
     got = {}
-    for scratch in (1, rows_ir.SCRATCH):  # 1: every row recomputes
-        monkeypatch.setattr(rows_ir, "SCRATCH", scratch)
+    for scratch in (1, row_limit.SHIPPED_SCRATCH):  # 1: every row recomputes
+        monkeypatch.setattr(row_limit, "SCRATCH", scratch)
         k = _softmax(rows, cols, scratch)
         got[scratch] = k(x)[0]
         if scratch > 1:
-            assert ("stash" in k.ir.text) == (cols <= rows_ir.SCRATCH)
+            assert ("stash" in k.ir.text) == (cols <= row_limit.SCRATCH)
     a, b = got.values()
     assert a.tobytes() == b.tobytes()
     x64 = x.astype(np.float64)
@@ -52,6 +52,6 @@ def test_kept_and_recomputed_rows_give_the_same_bits(cols, rows, monkeypatch):
 
 
 def test_the_shipped_limit_keeps_rows_of_16384():
-    assert rows_ir.SCRATCH >= 16384
+    assert row_limit.SCRATCH == row_limit.SHIPPED_SCRATCH >= 16384
     pytest.importorskip("llvmlite")
-    assert "stash" in _softmax(2, 16384, rows_ir.SCRATCH).ir.text
+    assert "stash" in _softmax(2, 16384, row_limit.SCRATCH).ir.text

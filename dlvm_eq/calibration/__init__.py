@@ -19,6 +19,7 @@ from ..extract.machine import MACHINES, from_profile
 from ..extract.profile import Profile, host_id, write_profile
 from . import measure, measure_steps, program_state
 from .attention_tiles import attention_blocks, attention_forward_blocks, attention_task_seconds
+from .row_crossover import row_scratch
 
 
 def calibrate(target: str = "cpu", write: bool = True) -> Profile:
@@ -75,7 +76,10 @@ def calibrate(target: str = "cpu", write: bool = True) -> Profile:
             **profile.__dict__,
             "steps": {**got["steps"], **windows},
             "cache": program_state.cache_timings(),
-            "gemm_blocks": measure.gemm_blocks(),  # issue 36: our GEMM's fastest blocking
+            # issue 36: our GEMM's fastest blocking, and each blocking's time (gemm_price.py)
+            "gemm_blocks": (gemm := measure.gemm_block_choice())[0],
+            "gemm_block_times": gemm[1],
+            "row_scratch": row_scratch(),  # the row length where keeping stops paying
             "conv_blocks": measure.conv_blocks(),  # and the convolutions'
             "attention_blocks": attention_blocks(),  # issue 33: the fused attention's tiles
             "attention_forward_blocks": (fwd := attention_forward_blocks()),  # the forward's alone

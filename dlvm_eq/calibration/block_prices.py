@@ -2,7 +2,8 @@
 GEMM's micro-tile and cache blocks and the convolutions' blocking, each said to come from the
 calibrated profile or the shipped constants; and every convolution step of the plan priced by
 the cost model (plan_cost.window_price) under each blocking calibration times
-(measure.CONV_BLOCKS), the one in use first.
+(measure.CONV_BLOCKS), the one in use first; and each product our GEMM runs priced under each
+(kc, mc) calibrate timed (calibration/gemm_price.py), where the profile holds those timings.
 
     >>> print("\\n".join(block_lines(plan)))
     blocks: GEMM 12x32 kc=256 mc=288 (shipped); convolutions chunks 64 MB, per image <= 262144 (shipped)
@@ -12,13 +13,14 @@ the cost model (plan_cost.window_price) under each blocking calibration times
 from __future__ import annotations
 
 from ..codegen.kernels.spec import DTYPES
-from ..codegen.planning.plan import Plan
+from ..codegen.planning.plan import BlasStep, GemmStep, Plan
 from ..codegen.planning.window import WindowStep
 from ..codegen.runtime import conv_blocks
 from ..extract.machine import Machine, machine
 from ..ir import window_ops
 from ..units import seconds_text
-from .plan_cost import window_price
+from .gemm_price import profile_of
+from .plan_cost import blas_price, window_price
 
 
 def _source(in_use: dict, shipped: dict) -> str:
@@ -53,6 +55,42 @@ def conv_alternatives(step: WindowStep, plan: Plan, mc: Machine) -> list[tuple[d
     return [(b, window_price(step, plan, mc, b)[2]) for b in candidates]
 
 
+def gemm_alternatives(step: BlasStep, plan: Plan, mc: Machine) -> list[tuple[dict, float]]:
+    """(blocks, predicted seconds) of a product under our GEMM's blocks in use, then under each
+    other blocking the profile timed (gemm_price.py; none without timings)."""
+    from ..codegen.runtime import gemm_runtime  # the GEMM runtime loads for a report only
+
+    p = profile_of(mc)
+    in_use = {"kc": gemm_runtime.WIDE["kc"], "mc": gemm_runtime.WIDE["mc"]}
+    times = p.gemm_block_times if p is not None else ()
+    others = [{"kc": kc, "mc": m} for kc, m, _ in times if {"kc": kc, "mc": m} != in_use]
+    return [(b, blas_price(step, plan, mc, b)[2]) for b in [in_use] + others]
+
+
+def _gemm_lines(plan: Plan, mc: Machine) -> list[str]:
+    """A line per product our GEMM runs whose price moves with its blocks: priced under the
+    blocks in use and each other blocking the profile timed (a product numpy's BLAS runs, or
+    one without timings, prices alike under every blocking and gets no line)."""
+    lines = []
+    for step in plan.steps:
+        blas = step.blas if isinstance(step, GemmStep) else step
+        if not isinstance(blas, BlasStep):
+            continue
+        (blocks, seconds), *others = gemm_alternatives(blas, plan, mc)
+        if any(t != seconds for _, t in others):
+            lines.append(
+                f"product {blas_price(blas, plan, mc)[1]}: {gemm_blocks_text(blocks)} "
+                f"{seconds_text(seconds)}; alternatives: "
+                + "; ".join(f"{gemm_blocks_text(b)}: {seconds_text(t)}" for b, t in others)
+            )
+    return lines
+
+
+def gemm_blocks_text(blocks: dict) -> str:
+    """Our GEMM's cache blocks in words."""
+    return f"kc={blocks['kc']} mc={blocks['mc']}"
+
+
 def block_lines(plan: Plan, target: str | Machine = "cpu") -> list[str]:
     """The report's lines on blocks: what is in use, and each convolution priced under the
     alternatives (none on the GPU, whose kernels are not blocked this way)."""
@@ -63,7 +101,7 @@ def block_lines(plan: Plan, target: str | Machine = "cpu") -> list[str]:
     lines = [
         f"blocks: {gemm_text()}; convolutions {conv_text(in_use)} "
         f"({_source(in_use, conv_blocks.SHIPPED)})"
-    ]
+    ] + _gemm_lines(plan, mc)
     for step in plan.steps:
         if not isinstance(step, WindowStep) or step.op not in window_ops.CONV_OPS:
             continue
@@ -81,4 +119,11 @@ def block_lines(plan: Plan, target: str | Machine = "cpu") -> list[str]:
     return lines
 
 
-__all__ = ["block_lines", "conv_alternatives", "conv_text", "gemm_text"]
+__all__ = [
+    "block_lines",
+    "conv_alternatives",
+    "conv_text",
+    "gemm_alternatives",
+    "gemm_blocks_text",
+    "gemm_text",
+]

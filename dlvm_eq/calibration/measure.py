@@ -21,7 +21,7 @@ import numpy as np
 from ..codegen import KernelInput, KernelSpec, Load, ReduceSpec, binary, compile_cpu, unary
 from ..extract.profile import MatmulPoint
 from ..ir.ops import OPS
-from .block_choice import fastest_blocks
+from .block_choice import fastest_blocks, relative_score
 
 
 # elementwise op classes timed one by one, from the registry's `measured_as` (ir/registry/):
@@ -295,6 +295,15 @@ def gemm_blocks(candidates=GEMM_BLOCKS, sizes=GEMM_BLOCK_SIZES) -> dict[str, int
     kernel per candidate) runs the products `sizes` fastest (block_choice.fastest_blocks: the
     host's shipped blocks unless another is 3% faster over the sizes): the alternatives
     priced by measurement, the result kept in the profile (`gemm_blocks`)."""
+    return gemm_block_choice(candidates, sizes)[0]
+
+
+def gemm_block_choice(
+    candidates=GEMM_BLOCKS, sizes=GEMM_BLOCK_SIZES
+) -> tuple[dict[str, int], tuple[tuple[int, int, float], ...]]:
+    """gemm_blocks's choice, and each candidate's time relative to the fastest ((kc, mc,
+    relative), ..., the shipped blocking first): the profile's `gemm_block_times`, by which
+    calibration/gemm_price.py prices our GEMM's products under the blocks in use."""
     from ..codegen.runtime.gemm_runtime import HOST_WIDE, CpuGemm
     from ..codegen.runtime.gemm_tiles import with_blocks
 
@@ -318,7 +327,9 @@ def gemm_blocks(candidates=GEMM_BLOCKS, sizes=GEMM_BLOCK_SIZES) -> dict[str, int
                 for a, b, o in ops
             ]
         )
-    return dict(candidates[fastest_blocks(timed)])
+    rel = relative_score(timed)
+    times = tuple((c["kc"], c["mc"], round(r, 4)) for c, r in zip(candidates, rel))
+    return dict(candidates[fastest_blocks(timed)]), times
 
 
 # issue 36: the convolutions' blockings (runtime/conv_cpu.py) timed at calibration; the shipped

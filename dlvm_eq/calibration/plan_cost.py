@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..codegen.kernels import row_limit
 from ..codegen.kernels.kernel_spec import KernelSpec, c_strides
 from ..codegen.kernels.rows import RowSpec
 from ..codegen.kernels.spec import DLVM_NAMES, DTYPES, Binary, Cast, Select, Unary, walk
@@ -67,6 +68,7 @@ from ..ir import window_ops
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
 from ..units import seconds_text
+from .gemm_price import gemm_factor, row_scratch_of, runs_our_gemm
 from .reuse import reuse
 from .view_cost import VIEW_KINDS, chain_seconds, views_seconds
 
@@ -246,16 +248,18 @@ def _product_dims(a: View, b: View, out_shape) -> tuple[int, int, int, int]:
     return max(batch, 1), max(m, 1), max(k, 1), max(n, 1)
 
 
-def _blas(step: BlasStep, plan: Plan, mc: Machine):
+def blas_price(step: BlasStep, plan: Plan, mc: Machine, blocks: dict | None = None):
     batch, m, k, n = _product_dims(step.a, step.b, step.out_shape(plan.slots))
     ta, tb = _transposed(step.a), _transposed(step.b)
-    layout = ("T" if ta else "N") + ("T" if tb else "N")
-    label = (f"{batch} x " if batch > 1 else "") + f"{m} x {k} x {n} {layout}"
-    return "product", label, product_seconds(mc, m, k, n, ta, tb, batch)
+    label = (f"{batch} x " if batch > 1 else "") + f"{m} x {k} x {n} {'TN'[not ta]}{'TN'[not tb]}"
+    t, f = product_seconds(mc, m, k, n, ta, tb, batch), gemm_factor(mc, blocks)
+    if f != 1.0 and plan.slots[step.out].dtype == "f32" and runs_our_gemm(batch, m, k, n):
+        t = mc.launch + (t - mc.launch) * f  # ours under `blocks` as timed (gemm_price.py)
+    return "product", label, t
 
 
 def _gemm(step: GemmStep, plan: Plan, mc: Machine):
-    _, label, t = _blas(step.blas, plan, mc)
+    _, label, t = blas_price(step.blas, plan, mc)
     # the epilogue runs on each tile while it is in cache: its ops and its other operands' bytes
     ep = step.epilogue
     n = math.prod(ep.spec.shape)
@@ -362,7 +366,7 @@ def _kernel(step: KernelStep, plan: Plan, mc: Machine):
     return kind, spec.name, _bound(mc, kind, nbytes, n, compute)
 
 
-def _rows(step: RowStep, plan: Plan, mc: Machine):
+def _rows(step: RowStep, plan: Plan, mc: Machine, scratch: int | None = None):
     spec: RowSpec = step.spec
     n = spec.rows * spec.cols
     nbytes = row_bytes(
@@ -372,8 +376,11 @@ def _rows(step: RowStep, plan: Plan, mc: Machine):
         sum(plan.slots[s].nbytes for s in step.outputs + step.reductions),
     )
     roots = [body for body, _, _ in spec.reductions] + list(spec.outputs)
+    flops = _expr_flops(roots, mc)  # values shared by the passes kept (kernels/row_limit.py)
+    if not row_limit.keeps(spec.cols, scratch or row_scratch_of(mc)):  # the map recomputes
+        flops = _expr_flops(roots[: len(spec.reductions)], mc) + _expr_flops(spec.outputs, mc)
     work = n * (len(spec.reductions) + 1)  # what row_kernel splits into chunks
-    compute = n * _expr_flops(roots, mc) / mc.flop_rate / _parallel(mc, "rows", work)
+    compute = n * flops / mc.flop_rate / _parallel(mc, "rows", work)
     return "rows", spec.name, _bound(mc, "rows", nbytes, work, compute)
 
 
@@ -545,7 +552,7 @@ _PRICES = {
     KernelStep: _kernel,
     RowStep: _rows,
     MapReduceStep: _map_reduce,
-    BlasStep: _blas,
+    BlasStep: blas_price,
     GemmStep: _gemm,
     CopyStep: _copy,
     ConcatStep: _concat,
@@ -580,6 +587,7 @@ __all__ = [
     "PlanPrediction",
     "STEP_KINDS",
     "StepPrice",
+    "blas_price",
     "cache_curve",
     "lost_fraction",
     "predict_plan",

@@ -138,6 +138,13 @@ class Profile:
     # issue 33: the fused forward's seconds per (batch index, query block) task, fit over sizes
     # (calibration/attention_tiles.attention_task_seconds); 0 (not measured): the shipped one
     attention_task_seconds: float = 0.0
+    # issue 36: our GEMM's time under each timed blocking relative to the fastest one
+    # (geometric mean over calibrate's products): ((kc, mc, relative), ...); () (not measured):
+    # every blocking priced alike (calibration/gemm_price.py)
+    gemm_block_times: tuple[tuple[int, int, float], ...] = ()
+    # issue 36: the longest row whose values a row kernel keeps rather than recomputes, measured
+    # at the crossover here (calibration/row_crossover.py); 0 (not measured): the shipped limit
+    row_scratch: int = 0
     version: int = PROFILE_VERSION  # of the `dlvm-eq calibrate` that measured it
 
     @property
@@ -202,6 +209,11 @@ class Profile:
                     data.get("attention_forward_blocks", {}), ("query", "key")
                 ),
                 attention_task_seconds=_non_negative(data.get("attention_task_seconds", 0.0)),
+                gemm_block_times=tuple(
+                    (int(kc), int(mc), _positive(r))
+                    for kc, mc, r in data.get("gemm_block_times", ())
+                ),
+                row_scratch=int(_non_negative(data.get("row_scratch", 0))),
                 version=int(data["version"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..cache import watching_time_cuts
 from ..codegen import Plan, program
+from ..codegen.kernels.row_limit import use_scratch
 from ..codegen.runtime.batch_gemm import use_blocks as use_gemm_blocks
 from ..codegen.runtime.conv_blocks import use_blocks as use_conv_blocks
 from ..egraph.rulefiles import rules_digest
@@ -377,6 +378,7 @@ def compile(
         profile = load_profile("cpu")
         use_gemm_blocks(profile.gemm_blocks if profile is not None else None)
         use_conv_blocks(profile.conv_blocks if profile is not None else None)
+        use_scratch(profile.row_scratch if profile is not None else None)  # row values kept
         use_tile_blocks(  # issue 33: the backward's and the forward's tiles
             profile.attention_blocks if profile is not None else None,
             profile.attention_forward_blocks if profile is not None else None,

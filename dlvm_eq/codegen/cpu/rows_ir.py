@@ -5,8 +5,8 @@ softmax-style patterns in one pass over memory.
 
 A row is read from DRAM once: the later passes find it in L1/L2. The last reduction's
 subexpressions that the map needs again (softmax's `exp(x - max)`) are kept in a stack buffer
-for rows of up to SCRATCH elements instead of being recomputed (longer rows recompute them;
-the choice is compiled in), and large outputs are written with streaming stores (see
+for rows of up to kernels/row_limit.py's SCRATCH elements instead of being recomputed (longer
+rows recompute them; the choice is compiled in), and large outputs are written with streaming stores (see
 llvm/streaming.py). ABI:
     void k(i64 r0, i64 r1, ptr out_0.., ptr red_0.., ptr in_0.., ptr dims)
 where dims = [rows, cols, row stride 0, col stride 0, row stride 1, ...]. Constants only.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..kernels import row_limit
 from ..kernels.rows import RowSpec, early_stash, pattern, rebuild, reduce_identity, stash_nodes
 from ..kernels.spec import DTYPES, KernelError, Load, dtype_of
 from ..llvm.emitter import I64, Emitter
@@ -26,13 +27,6 @@ from .llvm_cpu import CpuIR, has_avx512, mark_noalias, symbol_for, target_machin
 
 PTR = ir.PointerType()
 SHORT_ROW = 32  # rows at most this long are compiled for their exact length
-# Row elements kept on the stack for the map pass (128 KiB of f32 per kept value; threads have
-# glibc's 8 MiB stacks). 8192 -> 32768 (issue 36): a softmax over rows of 16384, one thread, CPU
-# time, AVX-512 EPYC, load 11-12: 0.585-0.633 ms recomputing exp, 0.455-0.456 kept (0.72-0.78x);
-# 65536 gained nothing more at 16384 and 0.58 -> 0.46 ms at 65536 but costs 256 KiB a value.
-# On AVX2 the exp that keeping saves costs twice the instructions, and a kept row (128 KiB) with
-# its input still fits the 512 KiB L2 of the AVX2 EPYC, so the same holds there.
-SCRATCH = 32768
 
 
 def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Module:
@@ -68,7 +62,8 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
     # back as Load(len(dtypes) + q).
     bodies, outputs = [body for body, _, _ in spec.reductions], list(spec.outputs)
     stash: list = []
-    if spec.cols <= SCRATCH:
+    scratch = row_limit.SCRATCH  # kernels/row_limit.py: the profile's limit or the shipped one
+    if row_limit.keeps(spec.cols, scratch):
         bodies, outputs, stash = early_stash(spec)
         known = dtypes + tuple(dt for *_, dt in stash)
         last = stash_nodes(spec, bodies[-1], outputs)
@@ -80,7 +75,7 @@ def _build(spec: RowSpec, symbol: str, triple: str, datalayout: str) -> ir.Modul
     slots = []
     for dt in stash_dt:
         with b.goto_entry_block():
-            a = b.alloca(storage_type(dt), size=ir.Constant(I64, SCRATCH), name="stash")
+            a = b.alloca(storage_type(dt), size=ir.Constant(I64, scratch), name="stash")
         a.align = 64
         slots.append(a)
     streaming = (

@@ -18,6 +18,7 @@ import ctypes
 
 import numpy as np
 
+from ..kernels.row_limit import kernel_kind
 from ..kernels.rows import RowSpec
 from ..kernels.spec import DTYPES, KernelError
 from .buffers import aligned_empty, data_ptr
@@ -42,7 +43,7 @@ class RowKernel:
         if not spec.reductions:
             raise KernelError(f"{spec.name}: a row kernel needs at least one reduction")
         # loaded by spec: the IR is generated only when the kernel is not on disk
-        self.ir = JIT.kernel("rows", spec, lambda: _rows_ir(spec))
+        self.ir = JIT.kernel(kernel_kind(spec.cols), spec, lambda: _rows_ir(spec))
         self.address = self.ir.address
         flat = [spec.rows, spec.cols] + [
             s for i in range(len(spec.inputs)) for s in spec.strides(i)
