@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 from ..kernels.kernel_spec import KernelSpec, c_strides
 from .plan import ALIAS, TEMP, AliasStep, BlasStep, ConcatStep, KernelStep, RowStep, View
 from .steps_order import Node
-from .values import SlotInfo
 from .views import is_contiguous
+
+if TYPE_CHECKING:  # the planner's values load only when a plan is built: a warm call reads
+    from .values import SlotInfo  # this module's switch for the plan key (epilogue.plan_settings)
 
 ENABLED = True  # tests and benchmarks turn it off to compare with the copy
 
@@ -36,6 +39,8 @@ def write_concats_in_place(nodes: list[Node], slots: list[SlotInfo]) -> list[Nod
     parts' producers writing into aliases of its buffer. `slots` grows by one alias a part."""
     if not ENABLED:
         return nodes
+    from .values import SlotInfo
+
     producer = {o: n for n in nodes for o in n.outputs}
     reads: dict[int, int] = {}
     for n in nodes:
