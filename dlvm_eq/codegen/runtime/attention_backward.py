@@ -48,7 +48,7 @@ _SCRATCH = threading.local()  # each thread's two score tiles (s, dp) and our GE
 # where it applies (own_qk_gemm: key blocks of whole panels, DLVM_EQ_GEMM not 0), the rest on
 # OpenBLAS: chosen per product by timing the whole backward with that one product switched
 # (BENCHMARKS.md, s18-attnbwd).
-OURS = (True, False, False, False, False)
+OURS = (True, False, True, False, False)
 
 
 def _flat_out(out, shape, dtype):
