@@ -34,6 +34,7 @@ from .attention_cpu import (
     one_blas_thread,
     own_qk_gemm,
     packed_keys,
+    packed_row_blocks,
     row_view,
     sgemm_pointer,
 )
@@ -46,9 +47,11 @@ LOG2E = 1.4426950408889634
 _SCRATCH = threading.local()  # each thread's two score tiles (s, dp) and our GEMM's packing
 # The products (cpu/attention_backward_ir.PRODUCTS: S, dV, dP, dK, dQ) that run through our GEMM
 # where it applies (own_qk_gemm: key blocks of whole panels, DLVM_EQ_GEMM not 0), the rest on
-# OpenBLAS: chosen per product by timing the whole backward with that one product switched
-# (BENCHMARKS.md, s18-attnbwd).
-OURS = (True, False, True, False, False)
+# OpenBLAS: chosen per product by timing the whole backward with one product switched (one
+# thread, shipped blocks, d 64; seq 1024 / 4096 against all-OpenBLAS): S 0.96x / 0.96x, dP
+# 0.97x / 0.93x, dQ 0.97x / 0.95x, dV 1.03x / 1.01x, dK 1.02x / 0.98x; S + dP + dQ 0.91x /
+# 0.89x, with dK too 0.93x / 0.89x (BENCHMARKS.md, s18-attnbwd).
+OURS = (True, False, True, False, True)
 
 
 def _flat_out(out, shape, dtype):
@@ -75,7 +78,7 @@ def _native(blas_int64: bool, bias: bool, causal: bool, ours: tuple = (False,) *
     spec = AttentionBackwardSpec(bias, causal, blas_int64, ours, nr)
     code = JIT.kernel("attention_backward", spec, lambda: attention_backward_ir(spec))
     args = [ctypes.c_void_p] * 14 + [ctypes.c_int64] * 14 + [ctypes.c_float] * 2
-    args += [ctypes.c_void_p] * 5 + [ctypes.c_int32] * 5
+    args += [ctypes.c_void_p] * 5 + [ctypes.c_int32] * 5 + [ctypes.c_void_p] * 3
     return ctypes.CFUNCTYPE(None, *args)(code.address)
 
 
@@ -134,37 +137,45 @@ def _writable(a, shape):
     return np.empty(shape, np.float32)
 
 
-def _own_args(ours, k, v, batch, key_block, d, e, kbls, lddo):
-    """(our GEMM's per-task arguments as a function of (batch index, k0, kbl), packed K and V,
-    the scratch sizes, the products it runs) for `ours` (a flag per product): nothing of ours
-    where our GEMM does not apply (own_qk_gemm), or e = 0 (dP would have no depth)."""
+def _own_args(ours, k, v, q, do, batch, blocks, d, e, kbls, lddo):
+    """(our GEMM's per-task arguments as a function of (batch index, kbl), the packed
+    operands, the scratch sizes, NR; the products it runs) for `ours` (a flag per product):
+    nothing of ours where our GEMM does not apply (own_qk_gemm), or e = 0 (dP would have no
+    depth). Every B operand of ours is packed here, once per call."""
+    query_block, key_block = blocks
     own = own_qk_gemm(key_block, d) if e else None
     if own is None or not any(ours):
         return None, (False,) * 5
     from ..cpu.gemm_ir import B_PACKED  # llvmlite: imported on this path only
 
     nr = own.spec.nr
-    pk = packed_keys(k, batch, nr) if ours[0] else None
-    pv = packed_keys(v, batch, nr) if ours[2] else None
+    packs = (
+        packed_keys(k, batch, nr) if ours[0] else None,
+        packed_keys(v, batch, nr) if ours[2] else None,
+        packed_row_blocks(q, batch, nr, query_block) if ours[3] else None,
+        packed_row_blocks(do, batch, nr, query_block) if ours[1] else None,
+        packed_row_blocks(k, batch, nr, key_block) if ours[4] else None,
+    )
     lay = own.layout_flags
     flags = {  # by kbl: the ragged last block's rows may collide in L1 where whole ones do not
         kbl: (
             lay("rows", d, False) | B_PACKED,
-            lay("cols", kbl, False, True),
+            lay("cols", kbl, False, True) | B_PACKED,
             lay("rows", lddo, False) | B_PACKED,
-            lay("cols", kbl, False, True),
-            lay("rows", kbl, False),
+            lay("cols", kbl, False, True) | B_PACKED,
+            B_PACKED,  # dS read in place: packing it (its 2 KiB rows collide) cost more
         )
         for kbl in kbls
     }
-    heads = [(a.ctypes.data, a.strides[:-3]) if a is not None else (0, ()) for a in (pk, pv)]
+    lead = len(batch)
+    heads = [(a.ctypes.data, a.strides[:lead]) if a is not None else (0, ()) for a in packs]
 
     def args(idx, kbl):
-        ptrs = [p + sum(i * st for i, st in zip(idx, sts)) if p else 0 for p, sts in heads]
-        return (*ptrs, own.address, *flags[kbl])
+        p = [h + sum(i * st for i, st in zip(idx, sts)) if h else 0 for h, sts in heads]
+        return (p[0], p[1], own.address, *flags[kbl], p[2], p[3], p[4])
 
-    sizes = own.spec.scratch(max(d, e))
-    return (args, (pk, pv), sizes, nr), ours
+    sizes = (own.spec.scratch(key_block)[0], 0)  # every B is packed: no packB scratch
+    return (args, packs, sizes, nr), ours
 
 
 def native_backward(
@@ -206,7 +217,7 @@ def native_backward(
     share = np.empty((len(key_blocks), chunk, m, d), np.float32) if dq is not None else None
     kbls = {min(n, k0 + key_block) - k0 for k0 in key_blocks}
     chosen = OURS if ours is None else tuple(ours)
-    own, ours = _own_args(chosen, k, v, batch, key_block, d, e, kbls, ld[4])
+    own, ours = _own_args(chosen, k, v, q, do, batch, blocks, d, e, kbls, ld[4])
     fn = _native(gemm[1], dense, causal, ours, own[3] if own else 32)
     tile = query_block * min(key_block, n)
     pack_a, pack_b = own[2] if own else (0, 0)
@@ -219,7 +230,7 @@ def native_backward(
         kbl = min(n, k0 + key_block) - k0
         s_buf, dp_buf, pa, pb = _tiles(tile, pack_a, pack_b)
         sh = share[kbi, slot].ctypes.data if share is not None else 0
-        mine = own[0](idx, kbl) if own else (0, 0, 0) + (0,) * 5
+        mine = own[0](idx, kbl) if own else (0,) * 11
         fn(
             at[0], at[1], at[2] + k0 * ld[2] * 4, at[3] + k0 * ld[3] * 4, at[4],
             at[9] + k0 * 4 if dense else 0, at[5], at[6],
