@@ -14,8 +14,8 @@ block products, each through our GEMM or OpenBLAS's cblas_sgemm on one thread as
 (measured per product, see OURS), the exp and dS in vectorized passes; `native_backward`); other dtypes, a process without a cblas OpenBLAS and a non-finite
 scalar bias run the same algorithm with numpy's calls per block. OpenBLAS runs on one thread
 (the caller's threads run the tasks; attention_cpu.one_blas_thread). Memory: the dQ shares,
-n / key block copies of dQ for a chunk of batch indices (at most SHARE_BYTES), and two tiles of
-scores per thread.
+n / key block copies of dQ for a chunk of batch indices (at most SHARE_BYTES), two tiles of
+scores per thread, and the operands packed for our GEMM (K twice and V: linear in n).
 
     attention_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse=None)
 """
