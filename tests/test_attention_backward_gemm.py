@@ -143,3 +143,18 @@ def test_the_shipped_blocks_take_the_shipped_products(monkeypatch):
     for a, b in zip(ours, blas):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-5 * np.abs(b).max())
     _close(ours, _want(q, k, v, g, bias, 0.125, False), 64)
+
+
+def test_packed_row_blocks_lays_each_block_out_as_its_own_b_operand():
+    """Block r0 of each head at r0 * w, as (w / nr, rows, nr) panels of x[r0:r1], zeros past
+    the last column (the ragged last block too)."""
+    x = np.arange(2 * 7 * 5, dtype=np.float32).reshape(2, 7, 5)
+    got = attention_cpu.packed_row_blocks(x, (2,), 4, 3)
+    assert got.shape == (2, 7 * 8)
+    for h in range(2):
+        for r0 in (0, 3, 6):
+            r1 = min(7, r0 + 3)
+            block = got[h, r0 * 8 : r1 * 8].reshape(2, r1 - r0, 4)
+            want = np.zeros((r1 - r0, 8), np.float32)
+            want[:, :5] = x[h, r0:r1]
+            np.testing.assert_array_equal(block, want.reshape(r1 - r0, 2, 4).transpose(1, 0, 2))
