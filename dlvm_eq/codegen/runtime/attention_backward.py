@@ -10,12 +10,12 @@ Tasks are (batch index, key block): each owns its dK and dV rows, and writes its
 into a buffer of its own; the shares are added in key-block order afterwards, by query block
 (no float atomics, no order that depends on the thread count: bit-identical on any number of
 threads). float32 runs each task natively (cpu/attention_backward_ir.py: the query loop, five
-block products through OpenBLAS's cblas_sgemm on one thread, the exp and dS in vectorized
-passes; `native_backward`); other dtypes, a process without a cblas OpenBLAS and a non-finite
+block products, each through our GEMM or OpenBLAS's cblas_sgemm on one thread as OURS says
+(measured per product, see OURS), the exp and dS in vectorized passes; `native_backward`); other dtypes, a process without a cblas OpenBLAS and a non-finite
 scalar bias run the same algorithm with numpy's calls per block. OpenBLAS runs on one thread
 (the caller's threads run the tasks; attention_cpu.one_blas_thread). Memory: the dQ shares,
-n / key block copies of dQ for a chunk of batch indices (at most SHARE_BYTES), and two tiles of
-scores per thread.
+n / key block copies of dQ for a chunk of batch indices (at most SHARE_BYTES), two tiles of
+scores per thread, and the operands packed for our GEMM (K twice and V: linear in n).
 
     attention_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse=None)
 """
@@ -29,14 +29,29 @@ import threading
 import numpy as np
 
 from ...ir.attention_op import KEY_BLOCK, QUERY_BLOCK
-from .attention_cpu import attention_forward, one_blas_thread, row_view, sgemm_pointer
+from .attention_cpu import (
+    attention_forward,
+    one_blas_thread,
+    own_qk_gemm,
+    packed_keys,
+    packed_row_blocks,
+    row_view,
+    sgemm_pointer,
+)
 from .cpu_count import usable_cpus
 from .jit import JIT
 from .threads import run_python
 
 SHARE_BYTES = 32 << 20  # the dQ shares held at once (a chunk of batch indices)
 LOG2E = 1.4426950408889634
-_SCRATCH = threading.local()  # each thread's two score tiles (s, dp)
+_SCRATCH = threading.local()  # each thread's two score tiles (s, dp) and our GEMM's packing
+# The products (cpu/attention_backward_ir.PRODUCTS: S, dV, dP, dK, dQ) that run through our GEMM
+# where it applies (own_qk_gemm: key blocks of whole panels, DLVM_EQ_GEMM not 0), the rest on
+# OpenBLAS: chosen per product by timing the whole backward with one product switched (one
+# thread, shipped blocks, d 64; seq 1024 / 4096 against all-OpenBLAS): S 0.96x / 0.96x, dP
+# 0.97x / 0.93x, dQ 0.97x / 0.95x, dV 1.03x / 1.01x, dK 1.02x / 0.98x; S + dP + dQ 0.91x /
+# 0.89x, with dK too 0.93x / 0.89x (BENCHMARKS.md, s18-attnbwd).
+OURS = (True, False, True, False, True)
 
 
 def _flat_out(out, shape, dtype):
@@ -56,24 +71,27 @@ def row_lse(q, k, v, bias, scale: float, causal: bool, threads: int = 0):
 
 
 @functools.cache
-def _native(blas_int64: bool, bias: bool, causal: bool):
+def _native(blas_int64: bool, bias: bool, causal: bool, ours: tuple = (False,) * 5, nr: int = 32):
     """The compiled task for these flags (JIT's caches; the memo spares each call the key)."""
     from ..cpu.attention_backward_ir import AttentionBackwardSpec, attention_backward_ir
 
-    spec = AttentionBackwardSpec(bias=bias, causal=causal, blas_int64=blas_int64)
+    spec = AttentionBackwardSpec(bias, causal, blas_int64, ours, nr)
     code = JIT.kernel("attention_backward", spec, lambda: attention_backward_ir(spec))
     args = [ctypes.c_void_p] * 14 + [ctypes.c_int64] * 14 + [ctypes.c_float] * 2
+    args += [ctypes.c_void_p] * 5 + [ctypes.c_int32] * 5 + [ctypes.c_void_p] * 3
     return ctypes.CFUNCTYPE(None, *args)(code.address)
 
 
-def _tiles(n: int):
-    """Addresses of this thread's two score tiles of n floats, kept across calls."""
+def _tiles(n: int, pack_a: int = 0, pack_b: int = 0):
+    """Addresses of this thread's two score tiles of n floats and our GEMM's packing scratch
+    (pack_a, pack_b floats; 0: none), kept across calls."""
     got = getattr(_SCRATCH, "bufs", None)
-    if got is None or got[0] != n:
-        bufs = [np.empty(n, np.float32) for _ in range(2)]
-        got = (n, *bufs, *(b.ctypes.data for b in bufs))
+    key = (n, pack_a, pack_b)
+    if got is None or got[0] != key:
+        bufs = [np.empty(max(1, x), np.float32) for x in (n, n, pack_a, pack_b)]
+        got = (key, *bufs, *(b.ctypes.data for b in bufs))
         _SCRATCH.bufs = got
-    return got[3:]
+    return got[5:]
 
 
 ROWS_PER_PART = 512  # rows of dQ per task of add_shares
@@ -119,8 +137,52 @@ def _writable(a, shape):
     return np.empty(shape, np.float32)
 
 
-def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, threads, blocks):
-    """The float32 kernel; False where it does not apply (the caller runs numpy's)."""
+def _own_args(ours, k, v, q, do, batch, blocks, d, e, kbls, lddo):
+    """(our GEMM's per-task arguments as a function of (batch index, kbl), the packed
+    operands, the scratch sizes, NR; the products it runs) for `ours` (a flag per product):
+    nothing of ours where our GEMM does not apply (own_qk_gemm), or e = 0 (dP would have no
+    depth). Every B operand of ours is packed here, once per call."""
+    query_block, key_block = blocks
+    own = own_qk_gemm(key_block, d) if e else None
+    if own is None or not any(ours):
+        return None, (False,) * 5
+    from ..cpu.gemm_ir import B_PACKED  # llvmlite: imported on this path only
+
+    nr = own.spec.nr
+    packs = (
+        packed_keys(k, batch, nr) if ours[0] else None,
+        packed_keys(v, batch, nr) if ours[2] else None,
+        packed_row_blocks(q, batch, nr, query_block) if ours[3] else None,
+        packed_row_blocks(do, batch, nr, query_block) if ours[1] else None,
+        packed_row_blocks(k, batch, nr, key_block) if ours[4] else None,
+    )
+    lay = own.layout_flags
+    flags = {  # by kbl: the ragged last block's rows may collide in L1 where whole ones do not
+        kbl: (
+            lay("rows", d, False) | B_PACKED,
+            lay("cols", kbl, False, True) | B_PACKED,
+            lay("rows", lddo, False) | B_PACKED,
+            lay("cols", kbl, False, True) | B_PACKED,
+            B_PACKED,  # dS read in place: packing it (its 2 KiB rows collide) cost more
+        )
+        for kbl in kbls
+    }
+    lead = len(batch)
+    heads = [(a.ctypes.data, a.strides[:lead]) if a is not None else (0, ()) for a in packs]
+
+    def args(idx, kbl):
+        p = [h + sum(i * st for i, st in zip(idx, sts)) if h else 0 for h, sts in heads]
+        return (p[0], p[1], own.address, *flags[kbl], p[2], p[3], p[4])
+
+    sizes = (own.spec.scratch(key_block)[0], 0)  # every B is packed: no packB scratch
+    return (args, packs, sizes, nr), ours
+
+
+def native_backward(
+    q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, threads, blocks, ours=None
+):
+    """The float32 kernel; False where it does not apply (the caller runs numpy's). ours: a
+    flag per product (cpu/attention_backward_ir.PRODUCTS) for our GEMM; None: OURS."""
     outs = [a for a in (dq, dk, dv) if a is not None]
     if not all(a.dtype == np.float32 for a in (q, k, v, o, do, lse, *outs)):
         return False
@@ -153,8 +215,12 @@ def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, thread
     per = len(key_blocks) * m * d * 4
     chunk = max(1, min(b, SHARE_BYTES // max(per, 1)))
     share = np.empty((len(key_blocks), chunk, m, d), np.float32) if dq is not None else None
-    fn = _native(gemm[1], dense, causal)
+    kbls = {min(n, k0 + key_block) - k0 for k0 in key_blocks}
+    chosen = OURS if ours is None else tuple(ours)
+    own, ours = _own_args(chosen, k, v, q, do, batch, blocks, d, e, kbls, ld[4])
+    fn = _native(gemm[1], dense, causal, ours, own[3] if own else 32)
     tile = query_block * min(key_block, n)
+    pack_a, pack_b = own[2] if own else (0, 0)
     idxs = list(np.ndindex(batch))
 
     def task(bi, kbi, slot):
@@ -162,14 +228,15 @@ def native_backward(q, k, v, bias, scale, causal, o, do, dq, dk, dv, lse, thread
         at = [p + sum(i * st for i, st in zip(idx, sts)) for p, sts in zip(base, lead)]
         k0 = key_blocks[kbi]
         kbl = min(n, k0 + key_block) - k0
-        s_buf, dp_buf = _tiles(tile)
+        s_buf, dp_buf, pa, pb = _tiles(tile, pack_a, pack_b)
         sh = share[kbi, slot].ctypes.data if share is not None else 0
+        mine = own[0](idx, kbl) if own else (0,) * 11
         fn(
             at[0], at[1], at[2] + k0 * ld[2] * 4, at[3] + k0 * ld[3] * 4, at[4],
             at[9] + k0 * 4 if dense else 0, at[5], at[6],
             at[7] + k0 * ld[7] * 4, at[8] + k0 * ld[8] * 4, sh, s_buf, dp_buf, gemm[0],
             m, kbl, d, e, ld[0], ld[2], ld[3], ld[4], brs, ld[7], ld[8], k0, query_block,
-            int(share is not None), float(scale), cb2,
+            int(share is not None), float(scale), cb2, mine[0], mine[1], pa, pb, *mine[2:],
         )  # fmt: skip
 
     dqf = dqw.reshape((b, m, d)) if dqw is not None else None

@@ -146,6 +146,22 @@ def packed_keys(k, batch: tuple, nr: int) -> np.ndarray:
     return out
 
 
+def packed_row_blocks(x, batch: tuple, nr: int, block: int) -> np.ndarray:
+    """Each head's x (rows x cols) as B_PACKED operands of `block` rows each (the depth of a
+    product summing over those rows, e.g. the backward's dK += dSᵀ q): batch + (rows * w,),
+    w = cols rounded up to nr, block r0 at r0 * w as (w / nr, its rows, nr) panels."""
+    from .gemm_runtime import pack_b_panels
+
+    rows, cols = x.shape[-2], x.shape[-1]
+    w = -(-cols // nr) * nr
+    out = np.empty(batch + (rows * w,), np.float32)
+    for idx in np.ndindex(batch):
+        for r0 in range(0, rows, block):
+            r1 = min(rows, r0 + block)
+            pack_b_panels(x[idx][r0:r1], nr, out[idx][r0 * w : r1 * w].reshape(w // nr, -1, nr))
+    return out
+
+
 def sgemm_pointer():
     """(address, 64-bit integers) of the loaded OpenBLAS's cblas_sgemm, or None."""
     with _LIBS_LOCK:
