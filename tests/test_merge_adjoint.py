@@ -22,6 +22,7 @@ from dlvm_eq.egraph.optimize import scratch_session
 from dlvm_eq.egraph.rulefiles import rules_dir
 from dlvm_eq.egraph.ruleset_schedule import Budget, Schedule
 from dlvm_eq.egraph.saturate import saturate
+from dlvm_eq.extract import concat_place
 from dlvm_eq.verify import verify_rules
 
 FILE = rules_dir() / "merge_adjoint.egg"
@@ -136,8 +137,13 @@ def _dots_of_xt_concat(fn) -> list:
     return [ins for ins in fn.body if ins.op == "dot" and parts(ins.operands[1]) >= 3]
 
 
-def test_fires_on_a_transformer_step_once_per_order_and_writes_in_place(args, no_ir_cache):
-    # differentiated afresh (no_ir_cache, conftest.py): a cached adjoint has no e-graph to read
+def test_fires_on_a_transformer_step_once_per_order_and_writes_in_place(
+    args, no_ir_cache, monkeypatch
+):
+    # differentiated afresh (no_ir_cache, conftest.py): a cached adjoint has no e-graph to read.
+    # Extraction takes the merged product only where an in-place concatenation is priced free,
+    # which is off by default (extract/concat_place.PRICED_FREE says why): on here
+    monkeypatch.setattr(concat_place, "PRICED_FREE", True)
     step = dq.jit(dq.value_and_grad(loss, argnums=(0, 1, 2, 3)))
     report = step.report(*args)
     _, grads = step(*args)

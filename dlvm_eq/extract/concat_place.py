@@ -20,6 +20,13 @@ import math
 from ..ir.op_spec import MATMUL_COST
 from ..ir.ops import ELEMENTWISE_KINDS, OPS
 
+# Extraction prices an in-place concatenation free only when this is set. Off: it cannot see
+# a part's other readers, and priced free it chose concatenated forms the planner then copied:
+# the tied-embedding attention LM measured 0.93x and causal attention 0.93x algebra-off
+# (benchmarks/egraph_value.py, one thread, quiet, session 18), 1.16x and 1.04x priced as the
+# copy. The planner still writes in place wherever it can (codegen/planning/concat_in_place.py).
+PRICED_FREE = False
+
 PRODUCTS = frozenset(s.egg for s in OPS.values() if s.cost == MATMUL_COST) | {"Gemm", "BatchMatmul"}
 MAPS = frozenset(s.egg for s in OPS.values() if s.kind in ELEMENTWISE_KINDS)
 # layout ops a product writes through its strides (planning/product_layout.py, a reshape view)

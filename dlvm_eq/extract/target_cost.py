@@ -18,7 +18,8 @@ e-class and its children's e-classes (`dlvm_eq.egraph.class_types`).
   product x@[Wq|Wk|Wv] costs its slices nothing.
 - Reductions, transposes and concatenations are kernel boundaries: a launch plus their
   traffic (a concatenation copies its parts: small for weights, large for activations),
-  except, on the CPU, a concatenation of parts its producers write in place (concat_place.py).
+  except, on the CPU and where concat_place.PRICED_FREE is set, a concatenation of parts its
+  producers write in place (concat_place.py).
 - Anything else in a Term class (e.g. `Adjoint`, helpers of other rule files) and analysis
   entries (`shape`, `dtype`, ...) are forbidden (infinite cost): they are not programs.
 
@@ -38,6 +39,7 @@ from ..ir.ops import ELEMENTWISE_KINDS, OPS, WINDOW
 from ..ir.registry import EGRAPH_ONLY
 from ..ir.registry.egraph_only import LOOP_MOTION as LOOP_MOTION_ROLE
 from ..ir.types import TensorType
+from . import concat_place
 from .attention_cost import attention_backward_seconds, attention_seconds
 from .concat_place import in_place_parts
 from .machine import Machine, interpolate, machine
@@ -278,7 +280,8 @@ class TargetCost:
         kids = graph.children[node]
         axis = _axis(graph, kids[2])
         if (
-            self.machine.name == "cpu"
+            concat_place.PRICED_FREE
+            and self.machine.name == "cpu"
             and axis.isdigit()
             and in_place_parts(graph, node, t.shape, int(axis))
         ):
