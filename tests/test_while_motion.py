@@ -11,30 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_loop_rules_nested import _ops, _optimized, _traced
 
 import dlvm_eq as dq
 from dlvm_eq.egraph.loop_motion import speculatable
-from dlvm_eq.ir import Module, interpret, verify
-from dlvm_eq.ir.control_flow import module_with_bodies
+from dlvm_eq.ir import interpret
 
 RNG = np.random.default_rng(11)
-
-
-def _traced(f, *args):
-    m = dq.make_ir(f)(*args)
-    return m, next(iter(m.functions.values()))
-
-
-def _optimized(fn):
-    m = Module("t")
-    module_with_bodies(m, fn)
-    res = dq.optimize(m, fn.name)
-    verify(res.module)
-    return res.module, res.module[fn.name], str(res.report)
-
-
-def _ops(fn, op):
-    return [i for i in fn.body if i.op == op]
 
 
 def _while(fn):

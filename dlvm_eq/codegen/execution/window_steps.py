@@ -64,21 +64,10 @@ def conv_kernel_builds(plan) -> list:
     `kernels` phase, rather than on the first call."""
     if not any(isinstance(step, WindowStep) for step in plan.steps):
         return []  # the convolution runtime loads only for a plan that has window steps
-    from ..kernels.spec import DTYPES
     from ..runtime import conv_cpu
     from ..runtime.conv_kernel import compile_conv
 
-    specs = {
-        conv_cpu.kernel_spec(
-            step.op,
-            step.inputs[0].shape,
-            step.inputs[1].shape,
-            DTYPES[plan.slots[step.out].dtype],
-            window_ops.unpack(step.op, step.packed),
-        )
-        for step in plan.steps
-        if isinstance(step, WindowStep) and step.op in conv_cpu.OPS
-    }
+    specs = {conv_cpu.kernel_spec(*call) for call in conv_calls(plan)}
     return [lambda spec=spec: compile_conv(spec) for spec in sorted(specs, key=repr)]
 
 
@@ -88,22 +77,27 @@ def conv_scratch(plan) -> list:
     call (the CNN's: 29 MB of columns, 29 MB of forward columns, 6.4 MB transposed)."""
     if not any(isinstance(step, WindowStep) for step in plan.steps):
         return []
+    from ..runtime import conv_cpu
+
+    return conv_cpu.reserve(conv_calls(plan))
+
+
+def conv_calls(plan) -> list[tuple]:
+    """(op, input shape, weight or dY shape, dtype, attributes) of each convolution step."""
     from ..kernels.spec import DTYPES
     from ..runtime import conv_cpu
 
-    return conv_cpu.reserve(
-        [
-            (
-                step.op,
-                step.inputs[0].shape,
-                step.inputs[1].shape,
-                DTYPES[plan.slots[step.out].dtype],
-                window_ops.unpack(step.op, step.packed),
-            )
-            for step in plan.steps
-            if isinstance(step, WindowStep) and step.op in conv_cpu.OPS
-        ]
-    )
+    return [
+        (
+            step.op,
+            step.inputs[0].shape,
+            step.inputs[1].shape,
+            DTYPES[plan.slots[step.out].dtype],
+            window_ops.unpack(step.op, step.packed),
+        )
+        for step in plan.steps
+        if isinstance(step, WindowStep) and step.op in conv_cpu.OPS
+    ]
 
 
 def _conv_run(op, attrs, slots, fns, out, matmul):
