@@ -3,8 +3,8 @@ part is a temporary that a product (any axis) or a map kernel (a contiguous bloc
 writes and nothing else reads, the producers write straight into the concatenation's buffer
 and the plan has no concatenate step; otherwise the copy stays. Random programs (producers,
 axes, a part also read elsewhere or returned, a parameter as a part, a concatenation of a
-concatenation) agree with the float64 interpreter either way, and extraction prices the
-concatenation free exactly when its parts are products (extract/concat_place.py)."""
+concatenation) agree with the float64 interpreter either way. (Extraction prices the copy by
+default: extract/concat_place.PRICED_FREE says why.)"""
 
 from __future__ import annotations
 

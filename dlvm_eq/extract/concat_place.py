@@ -1,5 +1,6 @@
 """Whether a concatenation e-node will be written in place by the CPU planner
-(codegen/planning/concat_in_place.py), so that target_cost.py prices it free and not as a copy.
+(codegen/planning/concat_in_place.py), so that target_cost.py can price it free and not as a
+copy (where PRICED_FREE is set: off by default, below).
 
 The planner writes a concatenation in place when each part is a temporary written by a product
 (through its leading dimension, any axis) or, where the part is one contiguous block of the
