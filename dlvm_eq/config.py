@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,13 @@ from .records import dataclass
 # with "can't start new thread"; a spin of 1e99 us overflowed the pool's cycle counter).
 MAX_THREADS = 1024
 MAX_SPIN_US = 1_000_000.0  # one second: an idle worker that spins longer only burns a CPU
+
+
+def process_environment() -> Mapping[str, str]:
+    """The process's environment, for the variables other libraries define that dlvm_eq
+    follows without owning them (OpenBLAS's thread counts: extract/machine.blas_threads).
+    Environment reads stay in this module (tests/test_config.py)."""
+    return os.environ
 
 
 def _path(name: str, text: str) -> Path:

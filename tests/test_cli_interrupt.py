@@ -116,6 +116,8 @@ def test_sigint_ends_opt_within_a_second(exploding, delay):
         "nodes=100000000",
         "--budget",
         "iterations=100000",
+        "--budget",
+        "work=1000000000000000",  # else the (counted) work budget ends it before the signal
     )
     assert code == -signal.SIGINT, err  # ended by the signal: a shell reports 130
     assert took < LIMIT, took

@@ -193,7 +193,9 @@ print(json.dumps({"stats": stats(), "sum": float(y.sum()), "kernels": len(f.repo
 
 
 def test_a_second_process_finds_every_kernel_on_disk(tmp_path):
-    env = dict(os.environ, DLVM_EQ_CACHE_DIR=str(tmp_path))
+    # one thread: no worker pool prebuilt beside the compile (runtime/native_pool.prebuild), so
+    # that the counts are the plan's kernels alone
+    env = dict(os.environ, DLVM_EQ_CACHE_DIR=str(tmp_path), DLVM_EQ_NUM_THREADS="1")
     runs = []
     for _ in range(2):
         out = subprocess.run(

@@ -26,6 +26,7 @@ import math
 import os
 from dataclasses import field
 
+from ..config import process_environment
 from ..errors import DlvmError
 from ..records import dataclass
 from .profile import MatmulPoint, Profile, load_profile
@@ -117,7 +118,7 @@ def blas_threads(environ=None) -> int:
     >>> blas_threads({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "4"})
     1
     """
-    env = os.environ if environ is None else environ
+    env = process_environment() if environ is None else environ
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         text = env.get(name, "").strip()
         if text.isdigit() and int(text) > 0:
