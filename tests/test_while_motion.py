@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_loop_rules import BINARY, UNARY, step_ops
 from test_loop_rules_nested import _ops, _optimized, _traced
 
 import dlvm_eq as dq
@@ -143,13 +144,6 @@ def test_a_while_loop_with_motion_runs_compiled_equal_to_the_interpreter():
 
 
 # ---------------------------------------------------------------- random while bodies
-UNARY = [dq.tanh, dq.sigmoid, lambda v: v * 0.5]
-BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b]
-body_ops = st.lists(
-    st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 9), st.integers(0, 9)),
-    min_size=1,
-    max_size=6,
-)
 
 
 @settings(
@@ -157,7 +151,7 @@ body_ops = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(body_ops, st.sampled_from([0, 1, 4]), st.integers(0, 2**16))
+@given(step_ops, st.sampled_from([0, 1, 4]), st.integers(0, 2**16))
 def test_random_while_bodies_keep_the_interpreters_result(ops, n, seed):
     """Bodies over a carry h and invariants W, U, c: products v @ U (invariant where v is),
     elementwise ops of all; optimized with the loop-motion rules, run by the interpreter in

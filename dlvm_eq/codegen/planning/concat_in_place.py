@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..kernels.kernel_spec import KernelSpec, c_strides
 from .plan import ALIAS, TEMP, AliasStep, BlasStep, ConcatStep, KernelStep, RowStep, View
-from .steps_order import Node
+from .steps_order import Node, producers_and_readers
 from .views import is_contiguous
 
 if TYPE_CHECKING:  # the planner's values load only when a plan is built: a warm call reads
@@ -41,11 +41,7 @@ def write_concats_in_place(nodes: list[Node], slots: list[SlotInfo]) -> list[Nod
         return nodes
     from .values import SlotInfo
 
-    producer = {o: n for n in nodes for o in n.outputs}
-    reads: dict[int, int] = {}
-    for n in nodes:
-        for s in n.inputs:
-            reads[s] = reads.get(s, 0) + 1
+    producer, reads = producers_and_readers(nodes)
     replaced: dict[int, Node] = {}  # id(producer node) -> its node writing in place
     dropped: set[int] = set()  # ids of the concatenations now written by their producers
     added: list[Node] = []  # the alias steps

@@ -27,7 +27,7 @@ import numpy as np
 from ..kernels.kernel_spec import KernelSpec, c_strides
 from ..kernels.spec import Load
 from .plan import TEMP, BlasStep, KernelStep, View
-from .steps_order import Node
+from .steps_order import Node, producers_and_readers
 
 ENABLED = True  # benchmarks/head_layout.py measures with it off; part of the plan cache's key
 
@@ -36,11 +36,7 @@ def write_in_reader_layout(nodes: list[Node], slots) -> list[Node]:
     """`nodes` with every (batched product, permuting copy) pair made one product node."""
     if not ENABLED:
         return nodes
-    producer = {o: n for n in nodes for o in n.outputs}
-    readers: dict[int, int] = {}
-    for n in nodes:
-        for s in n.inputs:
-            readers[s] = readers.get(s, 0) + 1
+    producer, readers = producers_and_readers(nodes)
     replaced: dict[int, Node] = {}  # id(product node) -> its new node
     dropped: set[int] = set()  # ids of copy nodes now done by their products
     for node in nodes:

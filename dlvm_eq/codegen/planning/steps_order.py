@@ -30,6 +30,18 @@ class Node:
     source: object = None  # the group's members or the ReduceNode (row fusion)
 
 
+def producers_and_readers(nodes: list[Node]) -> tuple[dict[int, Node], dict[int, int]]:
+    """Each slot's producing node, and how many nodes read each slot: what a plan rewrite
+    checks before it lets a producer write somewhere else (planning/product_layout.py,
+    planning/concat_in_place.py)."""
+    producer = {o: n for n in nodes for o in n.outputs}
+    readers: dict[int, int] = {}
+    for n in nodes:
+        for s in n.inputs:
+            readers[s] = readers.get(s, 0) + 1
+    return producer, readers
+
+
 def reached(slots: set, targets: set, nodes: list[Node], skip: list[Node]) -> list[Node]:
     """The nodes of `skip` whose outputs (`targets`) any of `slots` depends on through nodes
     outside `skip` (each such dependency would be a cycle once `skip` is one kernel)."""
